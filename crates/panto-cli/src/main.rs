@@ -1,0 +1,3 @@
+//! Placeholder: the `panto` binary is filled by a later issue.
+
+fn main() {}

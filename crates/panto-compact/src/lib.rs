@@ -1,0 +1,1 @@
+//! Placeholder: panto-compact is filled by a later issue.

@@ -1,0 +1,131 @@
+//! Session entries: one line of a session file each.
+
+use crate::message::{Extra, Message};
+
+/// One line of a session file.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Entry {
+    /// `{"type":"message",...}`
+    Message(Message),
+    /// `{"type":"compaction",...}`
+    Compaction(CompactionEntry),
+    /// Any other `type`: skipped by replay, kept in the file for forward compatibility.
+    Unknown(UnknownEntry),
+}
+
+impl Entry {
+    /// The entry id, when it has one.
+    pub fn id(&self) -> Option<&str> {
+        match self {
+            Entry::Message(m) => m.id.as_deref(),
+            Entry::Compaction(c) => c.id.as_deref(),
+            Entry::Unknown(u) => u.fields.get("id").and_then(serde_json::Value::as_str),
+        }
+    }
+
+    /// The `type` on the wire.
+    pub fn type_name(&self) -> &str {
+        match self {
+            Entry::Message(_) => "message",
+            Entry::Compaction(_) => "compaction",
+            Entry::Unknown(u) => &u.kind,
+        }
+    }
+}
+
+impl From<Message> for Entry {
+    fn from(m: Message) -> Entry {
+        Entry::Message(m)
+    }
+}
+
+/// What started a compaction.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Trigger {
+    /// `/compact` or `panto compact`.
+    Manual,
+    /// The provider rejected a request as too large.
+    Overflow,
+    /// A value written by another program, kept verbatim.
+    Other(String),
+}
+
+impl Trigger {
+    /// The wire name.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Trigger::Manual => "manual",
+            Trigger::Overflow => "overflow",
+            Trigger::Other(s) => s,
+        }
+    }
+
+    /// Parses a wire name; unknown names are kept as [`Trigger::Other`].
+    pub fn parse(s: &str) -> Trigger {
+        match s {
+            "manual" => Trigger::Manual,
+            "overflow" => Trigger::Overflow,
+            other => Trigger::Other(other.to_owned()),
+        }
+    }
+}
+
+/// `{"type":"compaction","id":...,"summary":...,...}`: a compaction, followed in the file by the
+/// kept turns it duplicated.
+///
+/// Field set (every field but `summary` optional on input):
+/// - `summary`: the text of the compaction block.
+/// - `trigger`: `manual` or `overflow`.
+/// - `model`: the model that wrote the summary.
+/// - `instructions`: the extra instructions of a `/compact ARGS` run.
+/// - `tokens_before`, `tokens_after`: estimated input size of the context before and after.
+/// - `kept_messages`: how many message entries, each marked `"kept_by": <this id>`, follow this
+///   entry as the duplicated kept turns. Replay honours the compaction only once all of them are
+///   present, which makes the append of a compaction atomic with respect to a crash.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CompactionEntry {
+    /// The entry id.
+    pub id: Option<String>,
+    /// The summary that replaces everything before this entry.
+    pub summary: String,
+    /// What started it.
+    pub trigger: Option<Trigger>,
+    /// The model that produced the summary.
+    pub model: Option<String>,
+    /// Extra instructions given to this run.
+    pub instructions: Option<String>,
+    /// Estimated tokens of the context before compaction.
+    pub tokens_before: Option<u64>,
+    /// Estimated tokens of the context after compaction.
+    pub tokens_after: Option<u64>,
+    /// How many kept message entries follow this entry (see the type docs).
+    pub kept_messages: Option<u64>,
+    /// Unmodelled fields.
+    pub extra: Extra,
+}
+
+impl CompactionEntry {
+    /// A compaction entry with a summary and nothing else.
+    pub fn new(summary: impl Into<String>) -> CompactionEntry {
+        CompactionEntry {
+            id: None,
+            summary: summary.into(),
+            trigger: None,
+            model: None,
+            instructions: None,
+            tokens_before: None,
+            tokens_after: None,
+            kept_messages: None,
+            extra: Extra::new(),
+        }
+    }
+}
+
+/// An entry whose `type` panto does not know.
+#[derive(Clone, Debug, PartialEq)]
+pub struct UnknownEntry {
+    /// Its `type`.
+    pub kind: String,
+    /// Every other field.
+    pub fields: Extra,
+}

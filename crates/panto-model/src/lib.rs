@@ -1,0 +1,42 @@
+//! The message model of panto: what a conversation is, independent of any provider or storage.
+//!
+//! - [`Message`], [`ContentBlock`] (with the first-class [`CompactionBlock`]) and [`Usage`] are
+//!   the Contract 1 shapes; [`Entry`] is one line of a session file.
+//! - [`decode_line`] / [`entries`] read JSONL with errors that name line, column and field;
+//!   [`encode_line`] writes it back. Unknown fields survive the round trip.
+//! - [`turns`] splits messages into whole turns (Contract 2); [`validate`] reports protocol
+//!   problems as values.
+//! - [`replay`] turns entries into the [`EffectiveContext`]: the latest compaction block followed
+//!   by the entries after it.
+//!
+//! The one design choice to know: a compaction is its own entry followed by duplicated kept turns
+//! marked `kept_by`, and replay honours it only when all of them are present, so an append cut
+//! short by a crash leaves the previous context intact.
+//!
+//! This crate is pure: no IO, no async runtime, no network.
+
+#[cfg(feature = "proptest")]
+pub mod arbitrary;
+mod decode;
+mod entry;
+mod message;
+mod replay;
+mod serde_impl;
+mod turns;
+mod validate;
+
+pub use decode::{
+    DecodeError, Entries, decode_line, encode_line, encode_lines, entries, from_json, read_entries,
+    read_entries_lossy,
+};
+pub use entry::{CompactionEntry, Entry, Trigger, UnknownEntry};
+pub use message::{
+    CompactionBlock, ContentBlock, Extra, ImageBlock, KEPT_BY, Message, OtherBlock, Role,
+    TextBlock, ThinkingBlock, ToolResultBlock, ToolResultContent, ToolUseBlock, Usage,
+};
+pub use replay::{EffectiveContext, Replayer, Skipped, replay};
+pub use turns::{allowed_cuts, turns};
+pub use validate::{Problem, validate};
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,363 @@
+//! Messages, roles, content blocks and usage: the Contract 1 shapes in memory.
+//!
+//! Every struct keeps the fields it does not know in `extra`, so a value read from a session file
+//! and written back gives equal JSON. (De)serialisation is hand-written in [`crate::serde_impl`]
+//! so that one pass over the bytes builds the typed value, with no intermediate buffering.
+
+use serde_json::{Map, Value};
+
+/// A JSON object holding the fields a type does not model, kept so they survive a round trip.
+pub type Extra = Map<String, Value>;
+
+/// Who wrote a message. The system prompt is configuration, never part of the session.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// The person, or tool results sent on their behalf.
+    User,
+    /// The model.
+    Assistant,
+}
+
+impl Role {
+    /// The wire name: `user` or `assistant`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::User => "user",
+            Role::Assistant => "assistant",
+        }
+    }
+}
+
+/// One message of the conversation, with the entry-level fields panto reads.
+///
+/// Invariant: `content` of a message read from a file may be empty (validation reports it);
+/// panto never writes a message with empty content.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Message {
+    /// The entry id, when the file carries one. panto fills it when it appends.
+    pub id: Option<String>,
+    /// The author.
+    pub role: Role,
+    /// The content blocks, in order.
+    pub content: Vec<ContentBlock>,
+    /// The model that wrote an assistant message.
+    pub model: Option<String>,
+    /// Why the model stopped (`end_turn`, `tool_use`, `max_tokens`, ...), as the provider said.
+    pub stop_reason: Option<String>,
+    /// Token accounting of the request that produced an assistant message.
+    pub usage: Option<Usage>,
+    /// Fields panto does not model, kept verbatim.
+    pub extra: Extra,
+}
+
+impl Message {
+    /// A message with the given role and blocks and nothing else.
+    pub fn new(role: Role, content: Vec<ContentBlock>) -> Message {
+        Message {
+            id: None,
+            role,
+            content,
+            model: None,
+            stop_reason: None,
+            usage: None,
+            extra: Extra::new(),
+        }
+    }
+
+    /// A user message holding one text block.
+    pub fn user_text(text: impl Into<String>) -> Message {
+        Message::new(Role::User, vec![ContentBlock::text(text)])
+    }
+
+    /// An assistant message holding one text block.
+    pub fn assistant_text(text: impl Into<String>) -> Message {
+        Message::new(Role::Assistant, vec![ContentBlock::text(text)])
+    }
+
+    /// The user message that carries a compaction summary at the head of an effective context.
+    pub fn compaction(summary: impl Into<String>) -> Message {
+        Message::new(
+            Role::User,
+            vec![ContentBlock::Compaction(CompactionBlock {
+                summary: summary.into(),
+                extra: Extra::new(),
+            })],
+        )
+    }
+
+    /// The ids of the tool calls this message makes, in order.
+    pub fn tool_use_ids(&self) -> impl Iterator<Item = &str> {
+        self.content.iter().filter_map(|b| match b {
+            ContentBlock::ToolUse(u) => Some(u.id.as_str()),
+            _ => None,
+        })
+    }
+
+    /// The tool-call ids this message answers with tool results, in order.
+    pub fn tool_result_ids(&self) -> impl Iterator<Item = &str> {
+        self.content.iter().filter_map(|b| match b {
+            ContentBlock::ToolResult(r) => Some(r.tool_use_id.as_str()),
+            _ => None,
+        })
+    }
+
+    /// The summary, when this message is a compaction message (its first block is a compaction).
+    pub fn compaction_summary(&self) -> Option<&str> {
+        match self.content.first() {
+            Some(ContentBlock::Compaction(c)) => Some(&c.summary),
+            _ => None,
+        }
+    }
+
+    /// All text blocks joined by newlines (handy for display and tests).
+    pub fn text(&self) -> String {
+        let mut out = String::new();
+        for block in &self.content {
+            if let ContentBlock::Text(t) = block {
+                if !out.is_empty() {
+                    out.push('\n');
+                }
+                out.push_str(&t.text);
+            }
+        }
+        out
+    }
+
+    /// The session id of the compaction that duplicated this message as a kept turn, if any.
+    ///
+    /// Kept copies carry `"kept_by": "<compaction id>"`; their `usage` was measured against the
+    /// context before that compaction, so sizing must not difference it against newer usage.
+    pub fn kept_by(&self) -> Option<&str> {
+        self.extra.get(KEPT_BY).and_then(Value::as_str)
+    }
+}
+
+/// The extra field that marks a message entry as a kept copy written by a compaction.
+pub const KEPT_BY: &str = "kept_by";
+
+/// One content block. Unknown block types are kept as [`ContentBlock::Other`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum ContentBlock {
+    /// Plain text.
+    Text(TextBlock),
+    /// The model's visible reasoning, with the provider's signature when it gave one.
+    Thinking(ThinkingBlock),
+    /// A tool call made by the assistant.
+    ToolUse(ToolUseBlock),
+    /// The answer to a tool call, sent in a user message.
+    ToolResult(ToolResultBlock),
+    /// An image.
+    Image(ImageBlock),
+    /// The summary that stands in for everything before it.
+    Compaction(CompactionBlock),
+    /// A block type panto does not model (for example `redacted_thinking`), kept verbatim.
+    Other(OtherBlock),
+}
+
+impl ContentBlock {
+    /// A text block.
+    pub fn text(text: impl Into<String>) -> ContentBlock {
+        ContentBlock::Text(TextBlock {
+            text: text.into(),
+            extra: Extra::new(),
+        })
+    }
+
+    /// A tool call block.
+    pub fn tool_use(id: impl Into<String>, name: impl Into<String>, input: Value) -> ContentBlock {
+        ContentBlock::ToolUse(ToolUseBlock {
+            id: id.into(),
+            name: name.into(),
+            input,
+            extra: Extra::new(),
+        })
+    }
+
+    /// A tool result block with string content.
+    pub fn tool_result(
+        tool_use_id: impl Into<String>,
+        content: impl Into<String>,
+        is_error: bool,
+    ) -> ContentBlock {
+        ContentBlock::ToolResult(ToolResultBlock {
+            tool_use_id: tool_use_id.into(),
+            content: ToolResultContent::Text(content.into()),
+            is_error: Some(is_error),
+            extra: Extra::new(),
+        })
+    }
+
+    /// The wire name of the block type.
+    pub fn type_name(&self) -> &str {
+        match self {
+            ContentBlock::Text(_) => "text",
+            ContentBlock::Thinking(_) => "thinking",
+            ContentBlock::ToolUse(_) => "tool_use",
+            ContentBlock::ToolResult(_) => "tool_result",
+            ContentBlock::Image(_) => "image",
+            ContentBlock::Compaction(_) => "compaction",
+            ContentBlock::Other(o) => &o.kind,
+        }
+    }
+}
+
+/// `{"type":"text","text":...}`
+#[derive(Clone, Debug, PartialEq)]
+pub struct TextBlock {
+    /// The text.
+    pub text: String,
+    /// Unmodelled fields (for example `cache_control`, `citations`).
+    pub extra: Extra,
+}
+
+/// `{"type":"thinking","thinking":...,"signature":...}`
+#[derive(Clone, Debug, PartialEq)]
+pub struct ThinkingBlock {
+    /// The reasoning text.
+    pub thinking: String,
+    /// The provider's opaque signature, which must be sent back unchanged.
+    pub signature: Option<String>,
+    /// Unmodelled fields.
+    pub extra: Extra,
+}
+
+/// `{"type":"tool_use","id":...,"name":...,"input":{...}}`
+#[derive(Clone, Debug, PartialEq)]
+pub struct ToolUseBlock {
+    /// The call id that the matching tool result names.
+    pub id: String,
+    /// The tool name.
+    pub name: String,
+    /// The arguments, any JSON value (normally an object).
+    pub input: Value,
+    /// Unmodelled fields.
+    pub extra: Extra,
+}
+
+/// `{"type":"tool_result","tool_use_id":...,"content":...,"is_error":...}`
+#[derive(Clone, Debug, PartialEq)]
+pub struct ToolResultBlock {
+    /// The id of the tool call this answers.
+    pub tool_use_id: String,
+    /// The result: a string or a list of blocks (text and images).
+    pub content: ToolResultContent,
+    /// Whether the tool failed. `None` when the field is absent.
+    pub is_error: Option<bool>,
+    /// Unmodelled fields.
+    pub extra: Extra,
+}
+
+impl ToolResultBlock {
+    /// Whether the result reports a failure.
+    pub fn failed(&self) -> bool {
+        self.is_error == Some(true)
+    }
+}
+
+/// The content of a tool result: a plain string, or a list of blocks.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ToolResultContent {
+    /// `"content": "..."`
+    Text(String),
+    /// `"content": [{"type":"text",...}, {"type":"image",...}]`
+    Blocks(Vec<ContentBlock>),
+}
+
+impl ToolResultContent {
+    /// The textual content: the string, or the text blocks joined by newlines.
+    pub fn text(&self) -> String {
+        match self {
+            ToolResultContent::Text(s) => s.clone(),
+            ToolResultContent::Blocks(blocks) => {
+                let mut out = String::new();
+                for b in blocks {
+                    if let ContentBlock::Text(t) = b {
+                        if !out.is_empty() {
+                            out.push('\n');
+                        }
+                        out.push_str(&t.text);
+                    }
+                }
+                out
+            }
+        }
+    }
+
+    /// Whether there is no content at all.
+    pub fn is_empty(&self) -> bool {
+        match self {
+            ToolResultContent::Text(s) => s.is_empty(),
+            ToolResultContent::Blocks(b) => b.is_empty(),
+        }
+    }
+}
+
+/// `{"type":"image","source":{...}}`
+#[derive(Clone, Debug, PartialEq)]
+pub struct ImageBlock {
+    /// The image source as the Anthropic API shapes it (`base64` with `media_type`, or `url`).
+    pub source: Value,
+    /// Unmodelled fields.
+    pub extra: Extra,
+}
+
+impl ImageBlock {
+    /// The media type named by the source, when it names one.
+    pub fn media_type(&self) -> Option<&str> {
+        self.source.get("media_type").and_then(Value::as_str)
+    }
+}
+
+/// `{"type":"compaction","summary":...}`: the seed that replaces all earlier context.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CompactionBlock {
+    /// The summary text.
+    pub summary: String,
+    /// Unmodelled fields.
+    pub extra: Extra,
+}
+
+/// A block of a type panto does not model, kept whole.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OtherBlock {
+    /// Its `type`.
+    pub kind: String,
+    /// Every other field.
+    pub fields: Extra,
+}
+
+/// Token accounting for one request, on the assistant message it produced.
+///
+/// The input total of the request is `input_tokens + cache_read_input_tokens +
+/// cache_creation_input_tokens` (Anthropic splits cached input out of `input_tokens`).
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct Usage {
+    /// Uncached input tokens.
+    pub input_tokens: u64,
+    /// Generated tokens.
+    pub output_tokens: u64,
+    /// Input tokens read from the prompt cache.
+    pub cache_read_input_tokens: Option<u64>,
+    /// Input tokens written to the prompt cache.
+    pub cache_creation_input_tokens: Option<u64>,
+    /// Unmodelled fields (for example `service_tier`).
+    pub extra: Extra,
+}
+
+impl Usage {
+    /// A usage record with just input and output.
+    pub fn new(input_tokens: u64, output_tokens: u64) -> Usage {
+        Usage {
+            input_tokens,
+            output_tokens,
+            ..Usage::default()
+        }
+    }
+
+    /// The whole input of the request: uncached plus cache reads plus cache writes.
+    pub fn input_total(&self) -> u64 {
+        self.input_tokens
+            .saturating_add(self.cache_read_input_tokens.unwrap_or(0))
+            .saturating_add(self.cache_creation_input_tokens.unwrap_or(0))
+    }
+}

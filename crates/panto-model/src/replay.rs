@@ -1,0 +1,184 @@
+//! Replay: from session entries to the effective context a provider is sent.
+//!
+//! The effective context is the latest compaction's summary as one compaction block, followed by
+//! the messages after that compaction entry. Everything before it is ignored; unknown entry types
+//! are skipped and reported.
+//!
+//! Atomic compactions: a compaction entry that says `kept_messages: n` is honoured only once the
+//! `n` kept copies (message entries marked `kept_by: <its id>`) follow it. If another message or
+//! the end of the entries comes first, a crash cut the append short: the compaction and its
+//! partial copies are ignored and reported, and replay goes on from the context before it. So a
+//! session cut at any byte of a compaction append replays to exactly the old or the new context.
+
+use crate::entry::{CompactionEntry, Entry};
+use crate::message::Message;
+
+/// The context that the next request is built from.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct EffectiveContext {
+    /// The messages, led by the compaction message when [`Self::compaction`] is set.
+    pub messages: Vec<Message>,
+    /// The compaction entry that is active, if any.
+    pub compaction: Option<CompactionEntry>,
+    /// How many messages after the compaction message are kept copies it wrote.
+    pub kept: usize,
+    /// What replay skipped, with the 0-based position of the entry in the input.
+    pub skipped: Vec<Skipped>,
+}
+
+impl EffectiveContext {
+    /// The messages after the compaction message (all of them when there is none).
+    pub fn conversation(&self) -> &[Message] {
+        let head = usize::from(self.compaction.is_some());
+        &self.messages[head.min(self.messages.len())..]
+    }
+
+    /// The summary of the active compaction.
+    pub fn summary(&self) -> Option<&str> {
+        self.compaction.as_ref().map(|c| c.summary.as_str())
+    }
+}
+
+/// An entry that replay did not apply.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Skipped {
+    /// An entry of a type panto does not know.
+    UnknownType {
+        /// Position of the entry.
+        index: usize,
+        /// Its `type`.
+        kind: String,
+    },
+    /// A compaction whose kept copies are not all present (an interrupted append); it and the
+    /// copies that were present are ignored.
+    IncompleteCompaction {
+        /// Position of the compaction entry.
+        index: usize,
+        /// Copies it announced.
+        expected: u64,
+        /// Copies found.
+        found: u64,
+    },
+}
+
+/// Builds an [`EffectiveContext`] one entry at a time, so a reader can stream a file through it.
+#[derive(Debug, Default)]
+pub struct Replayer {
+    ctx: EffectiveContext,
+    pending: Option<Pending>,
+    next_index: usize,
+}
+
+#[derive(Debug)]
+struct Pending {
+    index: usize,
+    entry: CompactionEntry,
+    expected: u64,
+    copies: Vec<Message>,
+}
+
+impl Replayer {
+    /// An empty replayer.
+    pub fn new() -> Replayer {
+        Replayer::default()
+    }
+
+    /// Applies the next entry.
+    pub fn push(&mut self, entry: Entry) {
+        let index = self.next_index;
+        self.next_index += 1;
+        if let Some(mut p) = self.pending.take() {
+            match entry {
+                Entry::Message(m) if belongs_to(&m, &p.entry) => {
+                    p.copies.push(m);
+                    if p.copies.len() as u64 == p.expected {
+                        self.activate(p.entry, p.copies);
+                    } else {
+                        self.pending = Some(p);
+                    }
+                    return;
+                }
+                Entry::Unknown(u) => {
+                    self.ctx.skipped.push(Skipped::UnknownType {
+                        index,
+                        kind: u.kind,
+                    });
+                    self.pending = Some(p);
+                    return;
+                }
+                other => {
+                    self.abandon(p);
+                    self.apply(index, other);
+                    return;
+                }
+            }
+        }
+        self.apply(index, entry);
+    }
+
+    fn apply(&mut self, index: usize, entry: Entry) {
+        match entry {
+            Entry::Message(m) => self.ctx.messages.push(m),
+            Entry::Compaction(c) => match c.kept_messages {
+                Some(n) if n > 0 => {
+                    self.pending = Some(Pending {
+                        index,
+                        entry: c,
+                        expected: n,
+                        copies: Vec::new(),
+                    });
+                }
+                _ => self.activate(c, Vec::new()),
+            },
+            Entry::Unknown(u) => self.ctx.skipped.push(Skipped::UnknownType {
+                index,
+                kind: u.kind,
+            }),
+        }
+    }
+
+    fn activate(&mut self, entry: CompactionEntry, copies: Vec<Message>) {
+        self.ctx.messages.clear();
+        self.ctx
+            .messages
+            .push(Message::compaction(entry.summary.clone()));
+        self.ctx.kept = copies.len();
+        self.ctx.messages.extend(copies);
+        self.ctx.compaction = Some(entry);
+    }
+
+    fn abandon(&mut self, p: Pending) {
+        self.ctx.skipped.push(Skipped::IncompleteCompaction {
+            index: p.index,
+            expected: p.expected,
+            found: p.copies.len() as u64,
+        });
+    }
+
+    /// Ends the replay.
+    pub fn finish(mut self) -> EffectiveContext {
+        if let Some(p) = self.pending.take() {
+            self.abandon(p);
+        }
+        self.ctx
+    }
+}
+
+/// Whether a message is one of the kept copies of a pending compaction.
+fn belongs_to(m: &Message, c: &CompactionEntry) -> bool {
+    match (&c.id, m.kept_by()) {
+        (Some(id), Some(by)) => id == by,
+        (None, by) => by.is_some(),
+        (Some(_), None) => false,
+    }
+}
+
+/// Replays entries into the effective context.
+pub fn replay(entries: impl IntoIterator<Item = Entry>) -> EffectiveContext {
+    let mut r = Replayer::new();
+    for e in entries {
+        r.push(e);
+    }
+    r.finish()
+}

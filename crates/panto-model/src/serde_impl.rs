@@ -1,0 +1,725 @@
+//! Hand-written (de)serialisation of the Contract 1 shapes.
+//!
+//! Why by hand: the derived form of a `type`-tagged enum with a catch-all map buffers every
+//! object before looking at it, which would more than double the cost of loading a session.
+//! Here the `type` key is read first when it comes first (panto and most tools write it first),
+//! and the rest of the object is decoded straight into the typed value. When `type` comes later,
+//! the object is buffered once and decoded from the buffer, with the same rules.
+//!
+//! Round-trip rules: unknown keys go to `extra` as JSON values; a known optional key holding
+//! `null` is kept in `extra` too, so that writing the value back reproduces the input.
+
+use std::fmt;
+use std::marker::PhantomData;
+
+use serde::de::{self, Deserializer, Error as _, MapAccess, SeqAccess, Visitor};
+use serde::ser::{SerializeMap, Serializer};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::entry::{CompactionEntry, Entry, Trigger, UnknownEntry};
+use crate::message::{
+    CompactionBlock, ContentBlock, Extra, ImageBlock, Message, OtherBlock, Role, TextBlock,
+    ThinkingBlock, ToolResultBlock, ToolResultContent, ToolUseBlock, Usage,
+};
+
+// ---------------------------------------------------------------------------------------------
+// Keys
+
+/// An object key, borrowed from the input when possible.
+enum Key<'de> {
+    Borrowed(&'de str),
+    Owned(String),
+}
+
+impl Key<'_> {
+    fn as_str(&self) -> &str {
+        match self {
+            Key::Borrowed(s) => s,
+            Key::Owned(s) => s,
+        }
+    }
+
+    fn into_owned(self) -> String {
+        match self {
+            Key::Borrowed(s) => s.to_owned(),
+            Key::Owned(s) => s,
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Key<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+        impl<'de> Visitor<'de> for KeyVisitor {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string key")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key::Borrowed(v))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Key<'de>, E> {
+                Ok(Key::Owned(v.to_owned()))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Key<'de>, E> {
+                Ok(Key::Owned(v))
+            }
+        }
+        d.deserialize_str(KeyVisitor)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tagged objects
+
+/// A type whose JSON object carries a `type` key that decides how the rest is read.
+trait Tagged: Sized {
+    const EXPECTING: &'static str;
+    fn visit_body<'de, A: MapAccess<'de>>(kind: String, map: A) -> Result<Self, A::Error>;
+}
+
+struct TaggedVisitor<T>(PhantomData<T>);
+
+impl<'de, T: Tagged> Visitor<'de> for TaggedVisitor<T> {
+    type Value = T;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str(T::EXPECTING)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<T, A::Error> {
+        let Some(first) = map.next_key::<Key<'de>>()? else {
+            return Err(A::Error::missing_field("type"));
+        };
+        if first.as_str() == "type" {
+            let kind: String = map.next_value()?;
+            return T::visit_body(kind, map);
+        }
+        // `type` is not first: buffer the object once, then decode it from the buffer.
+        let mut all = Map::new();
+        let value: Value = map.next_value()?;
+        all.insert(first.into_owned(), value);
+        while let Some(key) = map.next_key::<Key<'de>>()? {
+            let value: Value = map.next_value()?;
+            all.insert(key.into_owned(), value);
+        }
+        let kind = match all.remove("type") {
+            Some(Value::String(s)) => s,
+            Some(other) => {
+                return Err(A::Error::custom(format_args!(
+                    "field `type`: invalid type: {}, expected a string",
+                    describe(&other)
+                )));
+            }
+            None => return Err(A::Error::missing_field("type")),
+        };
+        let inner = de::value::MapDeserializer::<_, serde_json::Error>::new(all.into_iter());
+        let mut track = serde_path_to_error::Track::new();
+        let tracked = serde_path_to_error::Deserializer::new(inner, &mut track);
+        tracked
+            .deserialize_map(BodyVisitor::<T>(kind, PhantomData))
+            .map_err(|e| {
+                // Carry the path inside the buffered object out to the caller's path.
+                let path = track.path().to_string();
+                if path.is_empty() || path == "." {
+                    A::Error::custom(e)
+                } else {
+                    A::Error::custom(format_args!("field `{path}`: {e}"))
+                }
+            })
+    }
+}
+
+/// Decodes the body of a buffered tagged object whose `type` is already known.
+struct BodyVisitor<T>(String, PhantomData<T>);
+
+impl<'de, T: Tagged> Visitor<'de> for BodyVisitor<T> {
+    type Value = T;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str(T::EXPECTING)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+        T::visit_body(self.0, map)
+    }
+}
+
+fn describe(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+/// Reads an optional string field: `null` is kept in `extra` so it round-trips.
+fn opt_string<'de, A: MapAccess<'de>>(
+    map: &mut A,
+    slot: &mut Option<String>,
+    key: &str,
+    extra: &mut Extra,
+) -> Result<(), A::Error> {
+    if slot.is_some() || extra.contains_key(key) {
+        return Err(A::Error::custom(format_args!("duplicate field `{key}`")));
+    }
+    match map.next_value::<Option<String>>()? {
+        Some(s) => *slot = Some(s),
+        None => {
+            extra.insert(key.to_owned(), Value::Null);
+        }
+    }
+    Ok(())
+}
+
+/// Reads an optional unsigned integer field: `null` is kept in `extra` so it round-trips.
+fn opt_u64<'de, A: MapAccess<'de>>(
+    map: &mut A,
+    slot: &mut Option<u64>,
+    key: &str,
+    extra: &mut Extra,
+) -> Result<(), A::Error> {
+    if slot.is_some() || extra.contains_key(key) {
+        return Err(A::Error::custom(format_args!("duplicate field `{key}`")));
+    }
+    match map.next_value::<Option<u64>>()? {
+        Some(n) => *slot = Some(n),
+        None => {
+            extra.insert(key.to_owned(), Value::Null);
+        }
+    }
+    Ok(())
+}
+
+/// Reads a required field once.
+fn required<'de, A: MapAccess<'de>, T: Deserialize<'de>>(
+    map: &mut A,
+    slot: &mut Option<T>,
+    key: &'static str,
+) -> Result<(), A::Error> {
+    if slot.is_some() {
+        return Err(A::Error::duplicate_field(key));
+    }
+    *slot = Some(map.next_value()?);
+    Ok(())
+}
+
+fn unknown<'de, A: MapAccess<'de>>(
+    map: &mut A,
+    key: Key<'de>,
+    extra: &mut Extra,
+) -> Result<(), A::Error> {
+    let value: Value = map.next_value()?;
+    let key = key.into_owned();
+    if extra.contains_key(&key) {
+        return Err(A::Error::custom(format_args!("duplicate field `{key}`")));
+    }
+    extra.insert(key, value);
+    Ok(())
+}
+
+fn rest_into_extra<'de, A: MapAccess<'de>>(mut map: A) -> Result<Extra, A::Error> {
+    let mut fields = Extra::new();
+    while let Some(key) = map.next_key::<Key<'de>>()? {
+        unknown(&mut map, key, &mut fields)?;
+    }
+    Ok(fields)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Content blocks
+
+impl Tagged for ContentBlock {
+    const EXPECTING: &'static str = "a content block object";
+
+    fn visit_body<'de, A: MapAccess<'de>>(kind: String, mut map: A) -> Result<Self, A::Error> {
+        let mut extra = Extra::new();
+        match kind.as_str() {
+            "text" => {
+                let mut text = None;
+                while let Some(key) = map.next_key::<Key<'de>>()? {
+                    match key.as_str() {
+                        "text" => required(&mut map, &mut text, "text")?,
+                        _ => unknown(&mut map, key, &mut extra)?,
+                    }
+                }
+                let text = text.ok_or_else(|| A::Error::missing_field("text"))?;
+                Ok(ContentBlock::Text(TextBlock { text, extra }))
+            }
+            "thinking" => {
+                let (mut thinking, mut signature) = (None, None);
+                while let Some(key) = map.next_key::<Key<'de>>()? {
+                    match key.as_str() {
+                        "thinking" => required(&mut map, &mut thinking, "thinking")?,
+                        "signature" => {
+                            opt_string(&mut map, &mut signature, "signature", &mut extra)?
+                        }
+                        _ => unknown(&mut map, key, &mut extra)?,
+                    }
+                }
+                let thinking = thinking.ok_or_else(|| A::Error::missing_field("thinking"))?;
+                Ok(ContentBlock::Thinking(ThinkingBlock {
+                    thinking,
+                    signature,
+                    extra,
+                }))
+            }
+            "tool_use" => {
+                let (mut id, mut name, mut input) = (None, None, None);
+                while let Some(key) = map.next_key::<Key<'de>>()? {
+                    match key.as_str() {
+                        "id" => required(&mut map, &mut id, "id")?,
+                        "name" => required(&mut map, &mut name, "name")?,
+                        "input" => required(&mut map, &mut input, "input")?,
+                        _ => unknown(&mut map, key, &mut extra)?,
+                    }
+                }
+                Ok(ContentBlock::ToolUse(ToolUseBlock {
+                    id: id.ok_or_else(|| A::Error::missing_field("id"))?,
+                    name: name.ok_or_else(|| A::Error::missing_field("name"))?,
+                    input: input.ok_or_else(|| A::Error::missing_field("input"))?,
+                    extra,
+                }))
+            }
+            "tool_result" => {
+                let (mut tool_use_id, mut content, mut is_error) = (None, None, None);
+                while let Some(key) = map.next_key::<Key<'de>>()? {
+                    match key.as_str() {
+                        "tool_use_id" => required(&mut map, &mut tool_use_id, "tool_use_id")?,
+                        "content" => required(&mut map, &mut content, "content")?,
+                        "is_error" => {
+                            if is_error.is_some() || extra.contains_key("is_error") {
+                                return Err(A::Error::duplicate_field("is_error"));
+                            }
+                            match map.next_value::<Option<bool>>()? {
+                                Some(b) => is_error = Some(b),
+                                None => {
+                                    extra.insert("is_error".to_owned(), Value::Null);
+                                }
+                            }
+                        }
+                        _ => unknown(&mut map, key, &mut extra)?,
+                    }
+                }
+                Ok(ContentBlock::ToolResult(ToolResultBlock {
+                    tool_use_id: tool_use_id
+                        .ok_or_else(|| A::Error::missing_field("tool_use_id"))?,
+                    content: content.ok_or_else(|| A::Error::missing_field("content"))?,
+                    is_error,
+                    extra,
+                }))
+            }
+            "image" => {
+                let mut source = None;
+                while let Some(key) = map.next_key::<Key<'de>>()? {
+                    match key.as_str() {
+                        "source" => required(&mut map, &mut source, "source")?,
+                        _ => unknown(&mut map, key, &mut extra)?,
+                    }
+                }
+                let source = source.ok_or_else(|| A::Error::missing_field("source"))?;
+                Ok(ContentBlock::Image(ImageBlock { source, extra }))
+            }
+            "compaction" => {
+                let mut summary = None;
+                while let Some(key) = map.next_key::<Key<'de>>()? {
+                    match key.as_str() {
+                        "summary" => required(&mut map, &mut summary, "summary")?,
+                        _ => unknown(&mut map, key, &mut extra)?,
+                    }
+                }
+                let summary = summary.ok_or_else(|| A::Error::missing_field("summary"))?;
+                Ok(ContentBlock::Compaction(CompactionBlock { summary, extra }))
+            }
+            _ => Ok(ContentBlock::Other(OtherBlock {
+                kind,
+                fields: rest_into_extra(map)?,
+            })),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for ContentBlock {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_map(TaggedVisitor::<ContentBlock>(PhantomData))
+    }
+}
+
+fn write_extra<M: SerializeMap>(m: &mut M, extra: &Extra) -> Result<(), M::Error> {
+    for (k, v) in extra {
+        m.serialize_entry(k, v)?;
+    }
+    Ok(())
+}
+
+impl Serialize for ContentBlock {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("type", self.type_name())?;
+        match self {
+            ContentBlock::Text(b) => {
+                m.serialize_entry("text", &b.text)?;
+                write_extra(&mut m, &b.extra)?;
+            }
+            ContentBlock::Thinking(b) => {
+                m.serialize_entry("thinking", &b.thinking)?;
+                if let Some(sig) = &b.signature {
+                    m.serialize_entry("signature", sig)?;
+                }
+                write_extra(&mut m, &b.extra)?;
+            }
+            ContentBlock::ToolUse(b) => {
+                m.serialize_entry("id", &b.id)?;
+                m.serialize_entry("name", &b.name)?;
+                m.serialize_entry("input", &b.input)?;
+                write_extra(&mut m, &b.extra)?;
+            }
+            ContentBlock::ToolResult(b) => {
+                m.serialize_entry("tool_use_id", &b.tool_use_id)?;
+                m.serialize_entry("content", &b.content)?;
+                if let Some(e) = b.is_error {
+                    m.serialize_entry("is_error", &e)?;
+                }
+                write_extra(&mut m, &b.extra)?;
+            }
+            ContentBlock::Image(b) => {
+                m.serialize_entry("source", &b.source)?;
+                write_extra(&mut m, &b.extra)?;
+            }
+            ContentBlock::Compaction(b) => {
+                m.serialize_entry("summary", &b.summary)?;
+                write_extra(&mut m, &b.extra)?;
+            }
+            ContentBlock::Other(b) => {
+                write_extra(&mut m, &b.fields)?;
+            }
+        }
+        m.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for ToolResultContent {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = ToolResultContent;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string or a list of content blocks")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<ToolResultContent, E> {
+                Ok(ToolResultContent::Text(v.to_owned()))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<ToolResultContent, E> {
+                Ok(ToolResultContent::Text(v))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<ToolResultContent, A::Error> {
+                Ok(ToolResultContent::Blocks(read_blocks(seq)?))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+fn read_blocks<'de, A: SeqAccess<'de>>(mut seq: A) -> Result<Vec<ContentBlock>, A::Error> {
+    let mut blocks = Vec::with_capacity(seq.size_hint().unwrap_or(2).min(64));
+    while let Some(b) = seq.next_element::<ContentBlock>()? {
+        blocks.push(b);
+    }
+    Ok(blocks)
+}
+
+impl Serialize for ToolResultContent {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            ToolResultContent::Text(t) => s.serialize_str(t),
+            ToolResultContent::Blocks(b) => b.serialize(s),
+        }
+    }
+}
+
+/// Message content: a list of blocks, or (as the Anthropic API also allows) a bare string,
+/// which becomes one text block.
+struct MessageContent(Vec<ContentBlock>);
+
+impl<'de> Deserialize<'de> for MessageContent {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = MessageContent;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a list of content blocks")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<MessageContent, E> {
+                Ok(MessageContent(vec![ContentBlock::text(v)]))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<MessageContent, A::Error> {
+                Ok(MessageContent(read_blocks(seq)?))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Roles and usage
+
+impl<'de> Deserialize<'de> for Role {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = Key::deserialize(d)?;
+        match s.as_str() {
+            "user" => Ok(Role::User),
+            "assistant" => Ok(Role::Assistant),
+            other => Err(D::Error::unknown_variant(other, &["user", "assistant"])),
+        }
+    }
+}
+
+impl Serialize for Role {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for Usage {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Usage;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a usage object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Usage, A::Error> {
+                let (mut input, mut output, mut read, mut creation) = (None, None, None, None);
+                let mut extra = Extra::new();
+                while let Some(key) = map.next_key::<Key<'de>>()? {
+                    match key.as_str() {
+                        "input_tokens" => required(&mut map, &mut input, "input_tokens")?,
+                        "output_tokens" => required(&mut map, &mut output, "output_tokens")?,
+                        "cache_read_input_tokens" => {
+                            opt_u64(&mut map, &mut read, "cache_read_input_tokens", &mut extra)?
+                        }
+                        "cache_creation_input_tokens" => opt_u64(
+                            &mut map,
+                            &mut creation,
+                            "cache_creation_input_tokens",
+                            &mut extra,
+                        )?,
+                        _ => unknown(&mut map, key, &mut extra)?,
+                    }
+                }
+                Ok(Usage {
+                    input_tokens: input.ok_or_else(|| A::Error::missing_field("input_tokens"))?,
+                    output_tokens: output
+                        .ok_or_else(|| A::Error::missing_field("output_tokens"))?,
+                    cache_read_input_tokens: read,
+                    cache_creation_input_tokens: creation,
+                    extra,
+                })
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+impl Serialize for Usage {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("input_tokens", &self.input_tokens)?;
+        m.serialize_entry("output_tokens", &self.output_tokens)?;
+        if let Some(n) = self.cache_read_input_tokens {
+            m.serialize_entry("cache_read_input_tokens", &n)?;
+        }
+        if let Some(n) = self.cache_creation_input_tokens {
+            m.serialize_entry("cache_creation_input_tokens", &n)?;
+        }
+        write_extra(&mut m, &self.extra)?;
+        m.end()
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Messages and entries
+
+/// Reads the fields of a message object; `type` has already been consumed (or is kept in extra
+/// for a bare message).
+fn visit_message<'de, A: MapAccess<'de>>(mut map: A, bare: bool) -> Result<Message, A::Error> {
+    let (mut id, mut role, mut content) = (None, None, None::<MessageContent>);
+    let (mut model, mut stop_reason, mut usage) = (None, None, None::<Usage>);
+    let mut extra = Extra::new();
+    while let Some(key) = map.next_key::<Key<'de>>()? {
+        match key.as_str() {
+            "id" => opt_string(&mut map, &mut id, "id", &mut extra)?,
+            "role" => required(&mut map, &mut role, "role")?,
+            "content" => required(&mut map, &mut content, "content")?,
+            "model" => opt_string(&mut map, &mut model, "model", &mut extra)?,
+            "stop_reason" => opt_string(&mut map, &mut stop_reason, "stop_reason", &mut extra)?,
+            "usage" => {
+                if usage.is_some() || extra.contains_key("usage") {
+                    return Err(A::Error::duplicate_field("usage"));
+                }
+                match map.next_value::<Option<Usage>>()? {
+                    Some(u) => usage = Some(u),
+                    None => {
+                        extra.insert("usage".to_owned(), Value::Null);
+                    }
+                }
+            }
+            "type" if bare => {
+                // A bare message may say `"type":"message"`; anything else is kept.
+                let value: Value = map.next_value()?;
+                if value.as_str() != Some("message") {
+                    extra.insert("type".to_owned(), value);
+                }
+            }
+            _ => unknown(&mut map, key, &mut extra)?,
+        }
+    }
+    Ok(Message {
+        id,
+        role: role.ok_or_else(|| A::Error::missing_field("role"))?,
+        content: content.ok_or_else(|| A::Error::missing_field("content"))?.0,
+        model,
+        stop_reason,
+        usage,
+        extra,
+    })
+}
+
+fn write_message_fields<M: SerializeMap>(m: &mut M, msg: &Message) -> Result<(), M::Error> {
+    if let Some(id) = &msg.id {
+        m.serialize_entry("id", id)?;
+    }
+    m.serialize_entry("role", &msg.role)?;
+    if let Some(model) = &msg.model {
+        m.serialize_entry("model", model)?;
+    }
+    if let Some(sr) = &msg.stop_reason {
+        m.serialize_entry("stop_reason", sr)?;
+    }
+    if let Some(u) = &msg.usage {
+        m.serialize_entry("usage", u)?;
+    }
+    m.serialize_entry("content", &msg.content)?;
+    Ok(())
+}
+
+impl<'de> Deserialize<'de> for Message {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Message;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a message object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Message, A::Error> {
+                visit_message(map, true)
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+/// A bare message: the message fields without `"type":"message"` (the shape of `panto context
+/// --json`). Unknown fields are written after the known ones.
+impl Serialize for Message {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(None)?;
+        write_message_fields(&mut m, self)?;
+        write_extra(&mut m, &self.extra)?;
+        m.end()
+    }
+}
+
+impl Tagged for Entry {
+    const EXPECTING: &'static str = "a session entry object";
+
+    fn visit_body<'de, A: MapAccess<'de>>(kind: String, mut map: A) -> Result<Self, A::Error> {
+        match kind.as_str() {
+            "message" => Ok(Entry::Message(visit_message(map, false)?)),
+            "compaction" => {
+                let mut c = CompactionEntry::new(String::new());
+                let (mut summary, mut trigger) = (None::<String>, None::<String>);
+                let mut extra = Extra::new();
+                while let Some(key) = map.next_key::<Key<'de>>()? {
+                    match key.as_str() {
+                        "id" => opt_string(&mut map, &mut c.id, "id", &mut extra)?,
+                        "summary" => required(&mut map, &mut summary, "summary")?,
+                        "trigger" => opt_string(&mut map, &mut trigger, "trigger", &mut extra)?,
+                        "model" => opt_string(&mut map, &mut c.model, "model", &mut extra)?,
+                        "instructions" => {
+                            opt_string(&mut map, &mut c.instructions, "instructions", &mut extra)?
+                        }
+                        "tokens_before" => {
+                            opt_u64(&mut map, &mut c.tokens_before, "tokens_before", &mut extra)?
+                        }
+                        "tokens_after" => {
+                            opt_u64(&mut map, &mut c.tokens_after, "tokens_after", &mut extra)?
+                        }
+                        "kept_messages" => {
+                            opt_u64(&mut map, &mut c.kept_messages, "kept_messages", &mut extra)?
+                        }
+                        _ => unknown(&mut map, key, &mut extra)?,
+                    }
+                }
+                c.summary = summary.ok_or_else(|| A::Error::missing_field("summary"))?;
+                c.trigger = trigger.as_deref().map(Trigger::parse);
+                c.extra = extra;
+                Ok(Entry::Compaction(c))
+            }
+            _ => Ok(Entry::Unknown(UnknownEntry {
+                kind,
+                fields: rest_into_extra(map)?,
+            })),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Entry {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_map(TaggedVisitor::<Entry>(PhantomData))
+    }
+}
+
+impl Serialize for Entry {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("type", self.type_name())?;
+        match self {
+            Entry::Message(msg) => {
+                write_message_fields(&mut m, msg)?;
+                write_extra(&mut m, &msg.extra)?;
+            }
+            Entry::Compaction(c) => {
+                if let Some(id) = &c.id {
+                    m.serialize_entry("id", id)?;
+                }
+                m.serialize_entry("summary", &c.summary)?;
+                if let Some(t) = &c.trigger {
+                    m.serialize_entry("trigger", t.as_str())?;
+                }
+                if let Some(v) = &c.model {
+                    m.serialize_entry("model", v)?;
+                }
+                if let Some(v) = &c.instructions {
+                    m.serialize_entry("instructions", v)?;
+                }
+                if let Some(v) = c.tokens_before {
+                    m.serialize_entry("tokens_before", &v)?;
+                }
+                if let Some(v) = c.tokens_after {
+                    m.serialize_entry("tokens_after", &v)?;
+                }
+                if let Some(v) = c.kept_messages {
+                    m.serialize_entry("kept_messages", &v)?;
+                }
+                write_extra(&mut m, &c.extra)?;
+            }
+            Entry::Unknown(u) => write_extra(&mut m, &u.fields)?,
+        }
+        m.end()
+    }
+}

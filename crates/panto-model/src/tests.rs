@@ -1,0 +1,277 @@
+//! Unit tests for decoding, turns, validation and replay, driven by small literal sessions.
+
+use serde_json::{Value, json};
+
+use crate::*;
+
+/// Decodes one line and checks the error it gives.
+fn check_error(line: &str, expect: &str) {
+    let err = decode_line(line.as_bytes(), 12).expect_err("line should not decode");
+    assert_eq!(err.to_string(), expect);
+}
+
+/// Decodes JSONL text, stopping at the first error.
+fn parse(text: &str) -> Vec<Entry> {
+    read_entries(text.as_bytes()).expect("valid session")
+}
+
+fn messages(text: &str) -> Vec<Message> {
+    parse(text)
+        .into_iter()
+        .filter_map(|e| match e {
+            Entry::Message(m) => Some(m),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn contract_example_round_trips() {
+    let text = r#"{"type":"message","id":"m7","role":"user","content":[{"type":"text","text":"Fix the failing test"}]}
+{"type":"message","id":"m8","role":"assistant","model":"claude-sonnet-4-5","stop_reason":"tool_use","usage":{"input_tokens":5120,"output_tokens":88,"cache_read_input_tokens":0,"cache_creation_input_tokens":0},"content":[{"type":"text","text":"Reading it."},{"type":"tool_use","id":"toolu_1","name":"read","input":{"path":"src/lib.rs"}}]}
+{"type":"message","id":"m9","role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":"fn main() {}","is_error":false}]}
+{"type":"compaction","id":"c1","summary":"...","trigger":"manual","model":"m","instructions":"keep bugs","tokens_before":182000,"tokens_after":23000}
+"#;
+    for line in text.lines() {
+        let entry = decode_line(line.as_bytes(), 1).unwrap();
+        let back: Value = serde_json::from_str(&encode_line(&entry)).unwrap();
+        let orig: Value = serde_json::from_str(line).unwrap();
+        assert_eq!(back, orig);
+    }
+}
+
+#[test]
+fn unknown_fields_nulls_and_late_type_survive() {
+    let line = r#"{"role":"assistant","x_meta":{"a":[1,2]},"id":null,"content":[{"text":"hi","type":"text","cache_control":{"type":"ephemeral"}},{"type":"redacted_thinking","data":"abc"}],"usage":{"output_tokens":3,"input_tokens":9,"service_tier":"standard","cache_read_input_tokens":null},"type":"message"}"#;
+    let entry = decode_line(line.as_bytes(), 1).unwrap();
+    let Entry::Message(m) = &entry else {
+        panic!("not a message")
+    };
+    assert_eq!(m.id, None);
+    assert_eq!(m.content[0].type_name(), "text");
+    assert_eq!(m.content[1].type_name(), "redacted_thinking");
+    assert_eq!(m.usage.as_ref().unwrap().input_total(), 9);
+    let back: Value = serde_json::from_str(&encode_line(&entry)).unwrap();
+    assert_eq!(back, serde_json::from_str::<Value>(line).unwrap());
+}
+
+#[test]
+fn unknown_entry_type_is_kept_whole() {
+    let line = r#"{"type":"label","id":"l1","content":"not blocks","n":1}"#;
+    let entry = decode_line(line.as_bytes(), 1).unwrap();
+    assert_eq!(entry.type_name(), "label");
+    assert_eq!(entry.id(), Some("l1"));
+    let back: Value = serde_json::from_str(&encode_line(&entry)).unwrap();
+    assert_eq!(back, serde_json::from_str::<Value>(line).unwrap());
+}
+
+#[test]
+fn string_content_becomes_one_text_block() {
+    let m: Message = from_json(br#"{"role":"user","content":"hello"}"#).unwrap();
+    assert_eq!(m.content, vec![ContentBlock::text("hello")]);
+}
+
+#[test]
+fn errors_name_line_column_and_field() {
+    check_error(
+        r#"{"type":"message","role":"user","content":[{"type":"text","text":"a"},{"type":"tool_result","content":"x"}]}"#,
+        "line 12, column 106: content[1].tool_use_id: missing field",
+    );
+    check_error(
+        r#"{"type":"message","role":"system","content":[]}"#,
+        "line 12, column 33: role: unknown variant `system`, expected `user` or `assistant`",
+    );
+    check_error(
+        r#"{"type":"message","role":"user"}"#,
+        "line 12, column 32: content: missing field",
+    );
+    check_error(
+        r#"{"type":"message","role":"assistant","content":[],"usage":{"input_tokens":-1,"output_tokens":2}}"#,
+        "line 12, column 76: usage.input_tokens: invalid value: integer `-1`, expected u64",
+    );
+    check_error(
+        r#"{"type":"message","role":"user","content":[{"type":"text","text":"a"}]"#,
+        "line 12, column 70: EOF while parsing an object",
+    );
+    check_error(
+        r#"["not an object"]"#,
+        "line 12: invalid type: sequence, expected a session entry object",
+    );
+    check_error(
+        r#"{"role":"user"}"#,
+        "line 12, column 15: type: missing field",
+    );
+    check_error(
+        r#"{"type":"message","role":"user","content":[]} trailing"#,
+        "line 12, column 47: trailing characters after the JSON object",
+    );
+    check_error(
+        r#"{"type":"compaction","summary":"a","summary":"b"}"#,
+        "line 12, column 44: summary: duplicate field",
+    );
+}
+
+#[test]
+fn late_type_errors_still_name_the_field() {
+    let err = decode_line(
+        br#"{"role":"user","content":[{"text":5,"type":"text"}],"type":"message"}"#,
+        3,
+    )
+    .unwrap_err();
+    assert_eq!(err.line, 3);
+    assert!(err.to_string().contains("content[0]"), "{err}");
+}
+
+#[test]
+fn invalid_utf8_is_an_error_not_a_panic() {
+    let mut line =
+        br#"{"type":"message","role":"user","content":[{"type":"text","text":""#.to_vec();
+    line.extend_from_slice(&[0xff, 0xfe]);
+    line.extend_from_slice(br#""}]}"#);
+    let err = decode_line(&line, 4).unwrap_err();
+    assert_eq!(err.line, 4);
+    assert!(
+        err.to_string().contains("content[0].text: invalid unicode"),
+        "{err}"
+    );
+}
+
+#[test]
+fn entries_skip_blank_lines_and_count_lines() {
+    let text = "\n{\"type\":\"message\",\"role\":\"user\",\"content\":[]}\r\n\n{\"oops\n";
+    let (good, bad) = read_entries_lossy(text.as_bytes());
+    assert_eq!(good.len(), 1);
+    assert_eq!(bad.len(), 1);
+    assert_eq!(bad[0].line, 4);
+}
+
+const TOOL_LOOP: &str = r#"{"type":"message","role":"user","content":[{"type":"text","text":"go"}]}
+{"type":"message","role":"assistant","content":[{"type":"tool_use","id":"a","name":"t","input":{}},{"type":"tool_use","id":"b","name":"t","input":{}}]}
+{"type":"message","role":"user","content":[{"type":"tool_result","tool_use_id":"b","content":"1"}]}
+{"type":"message","role":"user","content":[{"type":"tool_result","tool_use_id":"a","content":"2"}]}
+{"type":"message","role":"assistant","content":[{"type":"text","text":"done"}]}
+{"type":"message","role":"user","content":[{"type":"text","text":"thanks"}]}
+"#;
+
+#[test]
+fn turns_keep_calls_with_results_spread_over_messages() {
+    let msgs = messages(TOOL_LOOP);
+    assert_eq!(turns(&msgs), vec![0..1, 1..4, 4..5, 5..6]);
+    assert_eq!(
+        allowed_cuts(&msgs),
+        vec![true, true, false, false, true, true, true]
+    );
+}
+
+#[test]
+fn turns_of_nothing_and_of_an_interrupted_call() {
+    assert!(turns(&[]).is_empty());
+    let msgs = messages(
+        r#"{"type":"message","role":"user","content":[{"type":"text","text":"go"}]}
+{"type":"message","role":"assistant","content":[{"type":"tool_use","id":"a","name":"t","input":{}}]}
+{"type":"message","role":"user","content":[{"type":"text","text":"stop"}]}
+"#,
+    );
+    // The unanswered call does not hold the next prompt in its turn.
+    assert_eq!(turns(&msgs), vec![0..1, 1..2, 2..3]);
+}
+
+#[test]
+fn validation_reports_each_defect() {
+    let msgs = messages(
+        r#"{"type":"message","role":"user","content":[{"type":"tool_result","tool_use_id":"ghost","content":"?"}]}
+{"type":"message","role":"assistant","content":[{"type":"tool_use","id":"a","name":"t","input":{}},{"type":"tool_use","id":"a","name":"t","input":{}}]}
+{"type":"message","role":"user","content":[]}
+{"type":"message","role":"assistant","content":[{"type":"tool_result","tool_use_id":"a","content":"x"}]}
+"#,
+    );
+    let got: Vec<String> = validate(&msgs).iter().map(ToString::to_string).collect();
+    assert_eq!(
+        got,
+        vec![
+            "message 0: tool result for `ghost` has no earlier tool call",
+            "message 1: tool call id `a` was already used in message 1",
+            "message 2: empty content",
+            "message 3: content[0]: a `tool_result` block cannot come from the assistant",
+        ]
+    );
+    let msgs = messages(TOOL_LOOP);
+    assert!(validate(&msgs).is_empty());
+    let unanswered = messages(
+        r#"{"type":"message","role":"assistant","content":[{"type":"tool_use","id":"z","name":"t","input":{}}]}"#,
+    );
+    assert_eq!(
+        validate(&unanswered),
+        vec![Problem::UnansweredCall {
+            message: 0,
+            tool_use_id: "z".into()
+        }]
+    );
+}
+
+fn msg_entry(role: Role, text: &str) -> Entry {
+    Entry::Message(Message::new(role, vec![ContentBlock::text(text)]))
+}
+
+fn kept_copy(text: &str, by: &str) -> Entry {
+    let mut m = Message::user_text(text);
+    m.extra.insert(KEPT_BY.into(), json!(by));
+    Entry::Message(m)
+}
+
+fn compaction(id: &str, summary: &str, kept: Option<u64>) -> Entry {
+    let mut c = CompactionEntry::new(summary);
+    c.id = Some(id.into());
+    c.kept_messages = kept;
+    Entry::Compaction(c)
+}
+
+#[test]
+fn replay_starts_at_the_latest_compaction() {
+    let ctx = replay(vec![
+        msg_entry(Role::User, "a"),
+        compaction("c1", "S1", None),
+        msg_entry(Role::User, "b"),
+        Entry::Unknown(UnknownEntry {
+            kind: "label".into(),
+            fields: Extra::new(),
+        }),
+        compaction("c2", "S2", Some(1)),
+        kept_copy("b", "c2"),
+        msg_entry(Role::Assistant, "c"),
+    ]);
+    assert_eq!(ctx.summary(), Some("S2"));
+    assert_eq!(ctx.kept, 1);
+    let texts: Vec<String> = ctx.conversation().iter().map(Message::text).collect();
+    assert_eq!(texts, vec!["b", "c"]);
+    assert_eq!(ctx.messages[0].compaction_summary(), Some("S2"));
+    assert_eq!(
+        ctx.skipped,
+        vec![Skipped::UnknownType {
+            index: 3,
+            kind: "label".into()
+        }]
+    );
+}
+
+#[test]
+fn replay_ignores_a_compaction_missing_its_copies() {
+    let old = vec![msg_entry(Role::User, "a"), msg_entry(Role::Assistant, "b")];
+    // Cut after one of two copies, then a later append.
+    let mut entries = old.clone();
+    entries.push(compaction("c1", "S1", Some(2)));
+    entries.push(kept_copy("a", "c1"));
+    entries.push(msg_entry(Role::User, "next"));
+    let ctx = replay(entries);
+    let texts: Vec<String> = ctx.messages.iter().map(Message::text).collect();
+    assert_eq!(texts, vec!["a", "b", "next"]);
+    assert_eq!(ctx.compaction, None);
+    assert_eq!(
+        ctx.skipped,
+        vec![Skipped::IncompleteCompaction {
+            index: 2,
+            expected: 2,
+            found: 1
+        }]
+    );
+}

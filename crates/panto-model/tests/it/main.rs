@@ -1,0 +1,7 @@
+//! Property tests of the model: round trip, turns, replay, validation, robustness.
+
+mod decode;
+mod replay;
+mod roundtrip;
+mod turns;
+mod validate;

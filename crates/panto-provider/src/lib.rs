@@ -1,0 +1,266 @@
+//! The provider boundary: what panto asks a model for, what comes back, and how it fails.
+//!
+//! - [`Request`]: system prompt, messages (model types), model name, output limit, tools.
+//! - [`Provider`]: one method, [`Provider::complete`], returning the assistant [`Message`] (with
+//!   its usage and stop reason) or a [`ProviderError`]. Text arrives through an event callback
+//!   as it streams.
+//! - [`ProviderError`]: typed failures; [`ProviderError::ContextOverflow`] is the one that
+//!   triggers compaction.
+//!
+//! The design choice to know: this crate sits low, with no HTTP and no async runtime, so that
+//! `panto-compact` depends on the trait and never links reqwest. The HTTP implementations live in
+//! `panto-providers`. The trait returns a boxed future, so `dyn Provider` works.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use panto_model::Message;
+use serde_json::Value;
+
+/// A boxed, sendable future, as [`Provider::complete`] returns.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// One request to a model.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Request {
+    /// The model name, as the provider knows it.
+    pub model: String,
+    /// The system prompt (agent prompt, or COMPACTION.md for a compaction request).
+    pub system: String,
+    /// The conversation. A compaction message may lead it; each adapter renders it for its
+    /// provider.
+    pub messages: Vec<Message>,
+    /// The most tokens the answer may have.
+    pub max_output_tokens: u32,
+    /// Tools the model may call.
+    pub tools: Vec<ToolSpec>,
+}
+
+impl Request {
+    /// A request with no tools.
+    pub fn new(
+        model: impl Into<String>,
+        system: impl Into<String>,
+        messages: Vec<Message>,
+        max_output_tokens: u32,
+    ) -> Request {
+        Request {
+            model: model.into(),
+            system: system.into(),
+            messages,
+            max_output_tokens,
+            tools: Vec::new(),
+        }
+    }
+}
+
+/// A tool the model may call.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ToolSpec {
+    /// The name the model uses in its calls.
+    pub name: String,
+    /// What the tool does, for the model.
+    pub description: String,
+    /// JSON Schema of the arguments.
+    pub input_schema: Value,
+}
+
+/// Something that happened while an answer streamed in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StreamEvent<'a> {
+    /// More answer text.
+    Text(&'a str),
+    /// More reasoning text.
+    Thinking(&'a str),
+    /// The model began a tool call.
+    ToolCall {
+        /// The tool's name.
+        name: &'a str,
+    },
+}
+
+/// The callback that receives [`StreamEvent`]s.
+pub type EventSink<'a> = &'a mut (dyn FnMut(StreamEvent<'_>) + Send);
+
+/// A model that answers requests.
+///
+/// Implementations retry transient failures (rate limits, 5xx, timeouts, resets) themselves,
+/// and never retry a context overflow or another 4xx answer.
+pub trait Provider: Send + Sync {
+    /// A short name for messages and events, like `anthropic` or `openai`.
+    fn name(&self) -> &str;
+
+    /// Sends `request` and returns the complete assistant message, with `usage`, `model` and
+    /// `stop_reason` filled where the provider reports them. Text is passed to `events` as it
+    /// arrives. A stream that ends early is an error, never a shorter message.
+    ///
+    /// # Errors
+    /// A [`ProviderError`] saying what kind of failure it was.
+    fn complete<'a>(
+        &'a self,
+        request: &'a Request,
+        events: EventSink<'a>,
+    ) -> BoxFuture<'a, Result<Message, ProviderError>>;
+}
+
+impl<P: Provider + ?Sized> Provider for &P {
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+    fn complete<'a>(
+        &'a self,
+        request: &'a Request,
+        events: EventSink<'a>,
+    ) -> BoxFuture<'a, Result<Message, ProviderError>> {
+        (**self).complete(request, events)
+    }
+}
+
+impl<P: Provider + ?Sized> Provider for Box<P> {
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+    fn complete<'a>(
+        &'a self,
+        request: &'a Request,
+        events: EventSink<'a>,
+    ) -> BoxFuture<'a, Result<Message, ProviderError>> {
+        (**self).complete(request, events)
+    }
+}
+
+impl<P: Provider + ?Sized> Provider for std::sync::Arc<P> {
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+    fn complete<'a>(
+        &'a self,
+        request: &'a Request,
+        events: EventSink<'a>,
+    ) -> BoxFuture<'a, Result<Message, ProviderError>> {
+        (**self).complete(request, events)
+    }
+}
+
+/// How a request to a provider failed.
+///
+/// Messages are the provider's own words where it gave any; they never contain credentials.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProviderError {
+    /// The request is too large for the model's context window; compacting the input can help.
+    #[error("context overflow: {message}{}", Sizes(*input_tokens, *limit))]
+    ContextOverflow {
+        /// The provider's message.
+        message: String,
+        /// The input size the provider reported, when it did.
+        input_tokens: Option<u64>,
+        /// The context limit the provider reported, when it did.
+        limit: Option<u64>,
+    },
+    /// Too many requests or tokens per unit of time, or a quota.
+    #[error("rate limited: {message}{}", RetryIn(*retry_after))]
+    RateLimited {
+        /// The provider's message.
+        message: String,
+        /// How long the provider asked to wait.
+        retry_after: Option<Duration>,
+    },
+    /// The key is missing, wrong or not allowed.
+    #[error("authentication failed: {message}")]
+    Authentication {
+        /// The provider's message.
+        message: String,
+    },
+    /// The model name is unknown to the provider.
+    #[error("model not found: {message}")]
+    ModelNotFound {
+        /// The provider's message.
+        message: String,
+    },
+    /// The provider rejected the request for another reason; compaction cannot help.
+    #[error("invalid request (HTTP {status}): {message}")]
+    InvalidRequest {
+        /// The HTTP status.
+        status: u16,
+        /// The provider's message.
+        message: String,
+    },
+    /// The provider failed (5xx, overloaded).
+    #[error("server error (HTTP {status}): {message}")]
+    Server {
+        /// The HTTP status.
+        status: u16,
+        /// The provider's message.
+        message: String,
+    },
+    /// No answer in time.
+    #[error("timed out: {message}")]
+    Timeout {
+        /// What timed out.
+        message: String,
+    },
+    /// The connection could not be made or broke.
+    #[error("connection failed: {message}")]
+    Connection {
+        /// What went wrong.
+        message: String,
+    },
+    /// The answer could not be understood, or a stream ended before its end.
+    #[error("malformed response: {message}")]
+    MalformedResponse {
+        /// What was wrong with it.
+        message: String,
+    },
+    /// The provider cannot do this at all (for example the offline summarizer asked to chat).
+    #[error("unsupported: {message}")]
+    Unsupported {
+        /// Why.
+        message: String,
+    },
+}
+
+impl ProviderError {
+    /// Whether compacting the conversation and retrying could help.
+    pub fn is_context_overflow(&self) -> bool {
+        matches!(self, ProviderError::ContextOverflow { .. })
+    }
+
+    /// Whether the same request may succeed if simply sent again later.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            ProviderError::RateLimited { .. }
+                | ProviderError::Server { .. }
+                | ProviderError::Timeout { .. }
+                | ProviderError::Connection { .. }
+        )
+    }
+}
+
+struct Sizes(Option<u64>, Option<u64>);
+
+impl fmt::Display for Sizes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (self.0, self.1) {
+            (Some(n), Some(l)) => write!(f, " ({n} tokens, limit {l})"),
+            (Some(n), None) => write!(f, " ({n} tokens)"),
+            (None, Some(l)) => write!(f, " (limit {l})"),
+            (None, None) => Ok(()),
+        }
+    }
+}
+
+struct RetryIn(Option<Duration>);
+
+impl fmt::Display for RetryIn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(d) => write!(f, " (retry in {:.1}s)", d.as_secs_f64()),
+            None => Ok(()),
+        }
+    }
+}

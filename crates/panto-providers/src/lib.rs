@@ -1,0 +1,1 @@
+//! Placeholder: panto-providers is filled by a later issue.

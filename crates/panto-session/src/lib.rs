@@ -1,0 +1,1 @@
+//! Placeholder: panto-session is filled by a later issue.

@@ -1,0 +1,120 @@
+//! `cargo xtask deps`: the layering check.
+//!
+//! The pure crates (model, sizing, transcript) must not reach IO, async runtimes or HTTP, and
+//! the crates below the provider adapters must not reach HTTP. Checked on `cargo tree`, so a
+//! dependency that sneaks in transitively fails too.
+
+use std::path::Path;
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+
+/// Crates that do IO, run async tasks or speak a network protocol.
+const IO_CRATES: &[&str] = &[
+    "tokio",
+    "reqwest",
+    "hyper",
+    "hyper-util",
+    "h2",
+    "http-body",
+    "mio",
+    "socket2",
+    "async-std",
+    "smol",
+    "async-io",
+    "futures-executor",
+    "ureq",
+    "curl",
+    "isahc",
+    "rustls",
+    "native-tls",
+    "openssl",
+    "fs4",
+    "fs2",
+    "fd-lock",
+    "memmap2",
+    "notify",
+    "tempfile",
+    "wiremock",
+];
+
+/// HTTP stacks: only the provider adapters (and what is built on them) may link these.
+const HTTP_CRATES: &[&str] = &[
+    "reqwest",
+    "hyper",
+    "hyper-util",
+    "h2",
+    "ureq",
+    "curl",
+    "isahc",
+];
+
+/// (crate, forbidden set, why)
+const RULES: &[(&str, &[&str], &str)] = &[
+    ("panto-model", IO_CRATES, "pure: no IO, no async runtime"),
+    ("panto-size", IO_CRATES, "pure: no IO, no async runtime"),
+    (
+        "panto-transcript",
+        IO_CRATES,
+        "pure: no IO, no async runtime",
+    ),
+    (
+        "panto-provider",
+        IO_CRATES,
+        "the trait crate stays free of runtimes and HTTP",
+    ),
+    ("panto-session", HTTP_CRATES, "storage never speaks HTTP"),
+    (
+        "panto-compact",
+        HTTP_CRATES,
+        "orchestration uses the Provider trait, not HTTP",
+    ),
+];
+
+pub fn run(root: &Path) -> Result<()> {
+    let mut failures = Vec::new();
+    for (krate, forbidden, why) in RULES {
+        let tree = normal_deps(root, krate)?;
+        for dep in tree.lines() {
+            let name = dep.split_whitespace().next().unwrap_or("");
+            if forbidden.contains(&name) {
+                failures.push(format!("{krate} reaches `{name}` ({why})"));
+            }
+        }
+        eprintln!(
+            "deps: {krate}: ok against {} forbidden crates",
+            forbidden.len()
+        );
+    }
+    if !failures.is_empty() {
+        bail!("layering violated:\n  {}", failures.join("\n  "));
+    }
+    Ok(())
+}
+
+/// The crates `krate` depends on for its library with default features (no dev- or
+/// build-dependencies, and not the test-support `proptest` feature), one per line.
+fn normal_deps(root: &Path, krate: &str) -> Result<String> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let out = Command::new(cargo)
+        .args([
+            "tree",
+            "--package",
+            krate,
+            "--edges",
+            "normal",
+            "--prefix",
+            "none",
+            "--locked",
+        ])
+        .current_dir(root)
+        .output()
+        .with_context(|| format!("could not run cargo tree for {krate}"))?;
+    if !out.status.success() {
+        bail!(
+            "cargo tree failed for {krate}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(String::from_utf8(out.stdout)?)
+}

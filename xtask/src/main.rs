@@ -1,0 +1,97 @@
+//! Project automation: `cargo xtask ci | tidy | deps`, and the commands later issues add.
+//!
+//! One small binary with subcommands and few dependencies, run through the `xtask` alias in
+//! `.cargo/config.toml`.
+
+mod deps;
+mod tidy;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+
+const USAGE: &str = "\
+usage: cargo xtask <command>
+
+commands:
+  ci     fmt check, clippy -D warnings, tests, rustdoc -D warnings, tidy, deps (in that order)
+  tidy   file headers, docs naming every crate, prompts referenced
+  deps   the pure crates must not reach IO, async runtimes or HTTP
+";
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let root = project_root();
+    match args.first().map(String::as_str) {
+        Some("ci") => ci(&root),
+        Some("tidy") => tidy::run(&root),
+        Some("deps") => deps::run(&root),
+        Some("help" | "--help" | "-h") | None => {
+            print!("{USAGE}");
+            Ok(())
+        }
+        Some(other) => bail!("unknown command `{other}`\n\n{USAGE}"),
+    }
+}
+
+/// The workspace root (the parent of this crate's folder).
+pub fn project_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives one level below the root")
+        .to_path_buf()
+}
+
+fn ci(root: &Path) -> Result<()> {
+    step(root, "fmt", &["fmt", "--all", "--check"], &[])?;
+    step(
+        root,
+        "clippy",
+        &[
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--locked",
+            "--",
+            "-D",
+            "warnings",
+        ],
+        &[],
+    )?;
+    step(
+        root,
+        "test",
+        &["test", "--workspace", "--locked"],
+        &[("INSTA_UPDATE", "no")],
+    )?;
+    step(
+        root,
+        "doc",
+        &["doc", "--workspace", "--no-deps", "--locked"],
+        &[("RUSTDOCFLAGS", "-D warnings")],
+    )?;
+    eprintln!("==> tidy");
+    tidy::run(root)?;
+    eprintln!("==> deps");
+    deps::run(root)?;
+    eprintln!("ci: all steps passed");
+    Ok(())
+}
+
+fn step(root: &Path, name: &str, args: &[&str], env: &[(&str, &str)]) -> Result<()> {
+    eprintln!("==> {name}: cargo {}", args.join(" "));
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let mut cmd = Command::new(cargo);
+    cmd.args(args).current_dir(root);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let status = cmd
+        .status()
+        .with_context(|| format!("could not run cargo for step {name}"))?;
+    if !status.success() {
+        bail!("step `{name}` failed ({status})");
+    }
+    Ok(())
+}

@@ -1,0 +1,124 @@
+//! `cargo xtask tidy`: repository rules that are cheaper to check than to review.
+//!
+//! - every Rust file opens with a `//!` line saying what it is for;
+//! - `docs/architecture.md` names every crate of the workspace;
+//! - every file under `prompts/` is pulled in by some `include_str!`;
+//! - every crate's manifest inherits the workspace lints.
+//!
+//! The same checks run as an ordinary `#[test]`, so `cargo test` catches them too.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Result, bail};
+
+pub fn run(root: &Path) -> Result<()> {
+    let problems = check(root);
+    if problems.is_empty() {
+        eprintln!("tidy: ok");
+        Ok(())
+    } else {
+        bail!(
+            "tidy found {} problem(s):\n  {}",
+            problems.len(),
+            problems.join("\n  ")
+        )
+    }
+}
+
+/// All tidy problems, one sentence each.
+pub fn check(root: &Path) -> Vec<String> {
+    let mut problems = Vec::new();
+    let mut rust_files = Vec::new();
+    for dir in ["crates", "xtask"] {
+        walk(&root.join(dir), &mut rust_files);
+    }
+    rust_files.retain(|p| p.extension().is_some_and(|e| e == "rs"));
+    rust_files.sort();
+    let mut sources = String::new();
+    for file in &rust_files {
+        let text = fs::read_to_string(file).unwrap_or_default();
+        if !text.trim_start().starts_with("//!") {
+            problems.push(format!(
+                "{}: the file must open with a `//!` line saying what it is for",
+                rel(root, file)
+            ));
+        }
+        sources.push_str(&text);
+    }
+
+    let architecture = fs::read_to_string(root.join("docs/architecture.md")).unwrap_or_default();
+    for krate in crate_names(root) {
+        if !architecture.contains(&krate) {
+            problems.push(format!(
+                "docs/architecture.md does not name the crate `{krate}`"
+            ));
+        }
+        let manifest = root.join("crates").join(&krate).join("Cargo.toml");
+        let text = fs::read_to_string(&manifest).unwrap_or_default();
+        if !text.contains("[lints]\nworkspace = true") {
+            problems.push(format!(
+                "crates/{krate}/Cargo.toml: add `[lints] workspace = true`"
+            ));
+        }
+    }
+
+    let mut prompts = Vec::new();
+    walk(&root.join("prompts"), &mut prompts);
+    for prompt in prompts {
+        let name = prompt
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .to_string();
+        if !sources.contains(&format!("prompts/{name}\")")) {
+            problems.push(format!(
+                "prompts/{name} is not pulled in by any include_str!(\".../prompts/{name}\")"
+            ));
+        }
+    }
+    problems
+}
+
+fn crate_names(root: &Path) -> Vec<String> {
+    let mut names: Vec<String> = fs::read_dir(root.join("crates"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.path().join("Cargo.toml").exists())
+        .map(|e| e.file_name().to_string_lossy().to_string())
+        .collect();
+    names.sort();
+    names
+}
+
+fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let name = entry.file_name();
+        if name == "target" || name.to_string_lossy().starts_with('.') {
+            continue;
+        }
+        if path.is_dir() {
+            walk(&path, out);
+        } else {
+            out.push(path);
+        }
+    }
+}
+
+fn rel(root: &Path, p: &Path) -> String {
+    p.strip_prefix(root).unwrap_or(p).display().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn tidy() {
+        let problems = super::check(&crate::project_root());
+        assert!(problems.is_empty(), "tidy:\n  {}", problems.join("\n  "));
+    }
+}
