@@ -1,65 +1,107 @@
-//! Sizing: how many tokens each message of a conversation costs.
+//! Sizing: how many tokens each message of a conversation costs, and the next request.
 //!
-//! PLACEHOLDER API: the signatures below are the contract other crates code against; the bodies
-//! are a first rough version to be replaced by the foundation issue's sizing work (usage-based
-//! inference with guards, a calibrated heuristic).
+//! - [`Sizer`] is the narrow trait the rest of panto programs against: one size per message.
+//! - [`UsageSizer`] reads the provider-reported [`panto_model::Usage`] of assistant messages:
+//!   `output_tokens` sizes the assistant message itself, and the growth of the input total
+//!   between two consecutive assistant messages sizes what came between them. Guards
+//!   ([`Fallback`]) reject usage that is missing, goes down, is implausible, mixes models, comes
+//!   from a kept copy measured before the latest compaction, or crosses a compaction; there the
+//!   [`Heuristic`] is used. [`UsageSizer::measure`] tells, per message, which rule applied.
+//! - [`Heuristic`] is the fallback: a per-byte cost table plus per-message and per-block
+//!   overheads, calibrated on real sessions (`cargo xtask calibrate`, `docs/sizing.md`).
+//! - [`estimate_request`] is panto's estimate of the input size of the next request, and
+//!   [`turn_sizes`] sums message sizes per turn.
+//!
+//! The one design choice to know: usage is trusted only between two assistant messages whose
+//! records are comparable, and a measured span is divided in proportion to the heuristic, so the
+//! sizes of a span always sum to exactly what the provider measured while single messages stay
+//! heuristic-shaped. Nothing here fails: every input gets a size.
+//!
+//! This crate is pure: no IO, no async runtime, no network.
+
+mod heuristic;
+mod usage;
 
 use std::ops::Range;
 
-use panto_model::Message;
+use panto_model::{Message, Role};
+
+pub use heuristic::{
+    BLOCK_OVERHEAD, COMPACTION_OVERHEAD, Heuristic, IMAGE_TOKENS, MESSAGE_OVERHEAD,
+    TOOL_CALL_OVERHEAD,
+};
+pub use usage::{Fallback, MessageSize, PLAUSIBLE_FACTOR, Source, UsageSizer};
 
 /// Gives each message of a conversation a size in tokens.
+///
+/// Implementations must return exactly one size per message, in order, and must be linear in
+/// the size of the input: sizing runs over whole sessions.
 pub trait Sizer {
     /// The estimated tokens of each message of `messages` as part of a request, in order.
     fn message_sizes(&self, messages: &[Message]) -> Vec<u64>;
 }
 
-/// The fallback heuristic: cheap, monotonic, conservative.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Heuristic;
-
-impl Heuristic {
-    /// Estimated tokens of a piece of text.
-    pub fn text(&self, text: &str) -> u64 {
-        (text.len() as u64).div_ceil(2)
-    }
-
-    /// Estimated tokens of one message.
-    pub fn message(&self, message: &Message) -> u64 {
-        let json = serde_json::to_string(&message.content).unwrap_or_default();
-        4 + self.text(&json)
-    }
-}
-
-impl Sizer for Heuristic {
+impl<S: Sizer + ?Sized> Sizer for &S {
     fn message_sizes(&self, messages: &[Message]) -> Vec<u64> {
-        messages.iter().map(|m| self.message(m)).collect()
+        (**self).message_sizes(messages)
     }
 }
 
-/// Sizes from provider-reported usage where it can be trusted, the heuristic elsewhere.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct UsageSizer {
-    /// Used where usage is missing or cannot be trusted.
-    pub fallback: Heuristic,
-}
-
-impl Sizer for UsageSizer {
+impl<S: Sizer + ?Sized> Sizer for Box<S> {
     fn message_sizes(&self, messages: &[Message]) -> Vec<u64> {
-        self.fallback.message_sizes(messages)
+        (**self).message_sizes(messages)
     }
 }
 
 /// Sums message sizes per turn.
+///
+/// A range that reaches past the end of `sizes` is cut at the end (and an inverted one counts
+/// nothing), so a mismatched turn list gives low sums instead of a panic.
 pub fn turn_sizes(sizes: &[u64], turns: &[Range<usize>]) -> Vec<u64> {
     turns
         .iter()
-        .map(|t| sizes[t.clone()].iter().sum())
+        .map(|t| {
+            let end = t.end.min(sizes.len());
+            let start = t.start.min(end);
+            sizes[start..end].iter().sum()
+        })
         .collect()
 }
 
-/// The estimated input size of the next request: `system` plus `messages`.
+/// panto's estimate of the input size of the next request built from `system` and `messages`.
+///
+/// With usage: take the last assistant message that has usage and is not a kept copy (nor a
+/// compaction message). If its input total is plausible (at least the [`PLAUSIBLE_FACTOR`]th
+/// part of the heuristic's size of the messages before it), the estimate is that input total
+/// plus the [`UsageSizer`] sizes of that message and every message after it. The input total
+/// already holds the system prompt and tool definitions as they were then, so `system` is not
+/// added again.
+///
+/// Without usage: the heuristic's size of `system` plus the [`UsageSizer`] sizes of all the
+/// messages. Tool definitions are not known here and are not counted.
+///
+/// Invariant: adding content to any message never lowers the estimate.
 pub fn estimate_request(system: &str, messages: &[Message]) -> u64 {
-    let h = Heuristic;
-    h.text(system) + h.message_sizes(messages).iter().sum::<u64>()
+    let sizer = UsageSizer::default();
+    let (estimates, measured) = sizer.measure_with_estimates(messages);
+    let sizes: Vec<u64> = measured.iter().map(|s| s.tokens).collect();
+    let anchor = messages.iter().rposition(|m| {
+        m.role == Role::Assistant
+            && m.usage.is_some()
+            && m.kept_by().is_none()
+            && m.compaction_summary().is_none()
+    });
+    if let Some(a) = anchor
+        && let Some(usage) = &messages[a].usage
+    {
+        let before: u64 = estimates[..a].iter().sum();
+        let input = usage.input_total();
+        if input.saturating_mul(PLAUSIBLE_FACTOR) >= before {
+            return input.saturating_add(sizes[a..].iter().sum());
+        }
+    }
+    sizer.fallback.text(system) + sizes.iter().sum::<u64>()
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,424 @@
+//! Unit tests: the heuristic's costs, and the usage sizer's rules on small literal sessions.
+
+use panto_model::{
+    ContentBlock, Entry, Extra, ImageBlock, Message, OtherBlock, Role, Usage, read_entries, replay,
+};
+use serde_json::json;
+
+use crate::*;
+
+/// The effective context of a literal JSONL session.
+fn context(text: &str) -> Vec<Message> {
+    let entries: Vec<Entry> = read_entries(text.as_bytes()).expect("valid session");
+    replay(entries).messages
+}
+
+fn source_name(source: Source) -> String {
+    match source {
+        Source::Output => "output".to_owned(),
+        Source::Span => "span".to_owned(),
+        Source::Share => "share".to_owned(),
+        Source::Heuristic(reason) => format!("heuristic {reason:?}"),
+    }
+}
+
+/// Sizes a literal session and compares one line per message: role, tokens, source. Sizes that
+/// come from the heuristic are checked against it and shown as `h`.
+fn check(session: &str, expect: &str) {
+    let messages = context(session);
+    let measured = UsageSizer::default().measure(&messages);
+    assert_eq!(measured.len(), messages.len());
+    let mut lines = Vec::new();
+    for (m, s) in messages.iter().zip(&measured) {
+        let tokens = if let Source::Heuristic(_) = s.source {
+            assert_eq!(s.tokens, Heuristic.message(m), "heuristic size of {m:?}");
+            "h".to_owned()
+        } else {
+            s.tokens.to_string()
+        };
+        lines.push(format!(
+            "{} {} {}",
+            m.role.as_str(),
+            tokens,
+            source_name(s.source)
+        ));
+    }
+    let sizes = UsageSizer::default().message_sizes(&messages);
+    assert_eq!(
+        sizes,
+        measured.iter().map(|s| s.tokens).collect::<Vec<_>>(),
+        "message_sizes agrees with measure"
+    );
+    let expect: Vec<&str> = expect
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    assert_eq!(lines, expect);
+}
+
+const PROMPT: &str =
+    r#"{"type":"message","role":"user","content":[{"type":"text","text":"Fix the failing test"}]}"#;
+const RESULT: &str = r#"{"type":"message","role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"fn main() {}\nfn helper() -> u32 { 42 }"}]}"#;
+
+/// An assistant line with a tool call, usage and model.
+fn assistant(id: &str, input: u64, output: u64, model: &str) -> String {
+    format!(
+        r#"{{"type":"message","role":"assistant","model":"{model}","usage":{{"input_tokens":{input},"output_tokens":{output}}},"content":[{{"type":"text","text":"Reading it."}},{{"type":"tool_use","id":"{id}","name":"read","input":{{"path":"src/lib.rs"}}}}]}}"#
+    )
+}
+
+fn session(lines: &[&str]) -> String {
+    lines.join("\n")
+}
+
+#[test]
+fn one_message_between_two_responses_gets_the_exact_difference() {
+    // 5120 + 40 + 30 = 5190: the tool result is 30 tokens.
+    check(
+        &session(&[
+            PROMPT,
+            &assistant("t1", 5120, 40, "m"),
+            RESULT,
+            &assistant("t2", 5190, 20, "m"),
+        ]),
+        "user h heuristic Unbracketed
+         assistant 40 output
+         user 30 span
+         assistant 20 output",
+    );
+}
+
+#[test]
+fn cache_split_counts_towards_the_input_total() {
+    let first = r#"{"type":"message","role":"assistant","model":"m","usage":{"input_tokens":3,"output_tokens":40,"cache_read_input_tokens":5000,"cache_creation_input_tokens":117},"content":[{"type":"tool_use","id":"t1","name":"read","input":{"path":"a"}}]}"#;
+    let second = r#"{"type":"message","role":"assistant","model":"m","usage":{"input_tokens":2,"output_tokens":9,"cache_read_input_tokens":5160,"cache_creation_input_tokens":28},"content":[{"type":"text","text":"done"}]}"#;
+    // (2 + 5160 + 28) - (3 + 5000 + 117) - 40 = 30.
+    check(
+        &session(&[PROMPT, first, RESULT, second]),
+        "user h heuristic Unbracketed
+         assistant 40 output
+         user 30 span
+         assistant 9 output",
+    );
+}
+
+#[test]
+fn several_messages_share_a_span_in_proportion_and_sum_exactly() {
+    let long = r#"{"type":"message","role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"a much longer tool result, with many more words in it than the other one has, so it gets the larger share"}]}"#;
+    let short =
+        r#"{"type":"message","role":"user","content":[{"type":"text","text":"and go on"}]}"#;
+    let text = session(&[
+        PROMPT,
+        &assistant("t1", 1000, 40, "m"),
+        long,
+        short,
+        &assistant("t2", 1140, 20, "m"),
+    ]);
+    let messages = context(&text);
+    let measured = UsageSizer::default().measure(&messages);
+    assert_eq!(measured[2].source, Source::Share);
+    assert_eq!(measured[3].source, Source::Share);
+    assert_eq!(measured[2].tokens + measured[3].tokens, 100);
+    let (h2, h3) = (
+        Heuristic.message(&messages[2]),
+        Heuristic.message(&messages[3]),
+    );
+    assert!(h2 > h3);
+    // Cumulative rounding: the first part is floor(100 * h2 / (h2 + h3)).
+    assert_eq!(measured[2].tokens, 100 * h2 / (h2 + h3));
+}
+
+#[test]
+fn missing_usage_falls_back_on_both_sides() {
+    let bare = r#"{"type":"message","role":"assistant","content":[{"type":"tool_use","id":"t2","name":"read","input":{"path":"b"}}]}"#;
+    let result2 = r#"{"type":"message","role":"user","content":[{"type":"tool_result","tool_use_id":"t2","content":"ok"}]}"#;
+    check(
+        &session(&[
+            PROMPT,
+            &assistant("t1", 1000, 40, "m"),
+            RESULT,
+            bare,
+            result2,
+            &assistant("t3", 1400, 20, "m"),
+        ]),
+        "user h heuristic Unbracketed
+         assistant 40 output
+         user h heuristic MissingUsage
+         assistant h heuristic MissingUsage
+         user h heuristic MissingUsage
+         assistant 20 output",
+    );
+}
+
+#[test]
+fn input_total_going_down_falls_back() {
+    // 1060 - 1000 - 80 < 0: the later request is smaller than the earlier plus its output.
+    check(
+        &session(&[
+            PROMPT,
+            &assistant("t1", 1000, 80, "m"),
+            RESULT,
+            &assistant("t2", 1060, 20, "m"),
+        ]),
+        "user h heuristic Unbracketed
+         assistant 80 output
+         user h heuristic Decreasing
+         assistant 20 output",
+    );
+}
+
+#[test]
+fn a_span_far_from_the_heuristic_is_implausible() {
+    // 9000 tokens for a two-line tool result: the context changed elsewhere.
+    check(
+        &session(&[
+            PROMPT,
+            &assistant("t1", 1000, 40, "m"),
+            RESULT,
+            &assistant("t2", 10_040, 20, "m"),
+        ]),
+        "user h heuristic Unbracketed
+         assistant 40 output
+         user h heuristic Implausible
+         assistant 20 output",
+    );
+    // One token for it is implausible too.
+    check(
+        &session(&[
+            PROMPT,
+            &assistant("t1", 1000, 40, "m"),
+            RESULT,
+            &assistant("t2", 1041, 20, "m"),
+        ]),
+        "user h heuristic Unbracketed
+         assistant 40 output
+         user h heuristic Implausible
+         assistant 20 output",
+    );
+}
+
+#[test]
+fn a_model_change_falls_back() {
+    check(
+        &session(&[
+            PROMPT,
+            &assistant("t1", 1000, 40, "model-a"),
+            RESULT,
+            &assistant("t2", 1070, 20, "model-b"),
+        ]),
+        "user h heuristic Unbracketed
+         assistant 40 output
+         user h heuristic ModelChanged
+         assistant 20 output",
+    );
+}
+
+#[test]
+fn an_implausible_output_is_replaced_and_the_pair_stays_exact() {
+    // A log that recorded `output_tokens: 1` for a long answer (Claude Code does this).
+    let long_answer = format!(
+        r#"{{"type":"message","role":"assistant","model":"m","usage":{{"input_tokens":1000,"output_tokens":1}},"content":[{{"type":"text","text":"{}"}},{{"type":"tool_use","id":"t1","name":"read","input":{{"path":"a"}}}}]}}"#,
+        "word ".repeat(200)
+    );
+    let text = session(&[
+        PROMPT,
+        &long_answer,
+        RESULT,
+        &assistant("t2", 1400, 20, "m"),
+    ]);
+    let messages = context(&text);
+    let h1 = Heuristic.message(&messages[1]);
+    check(
+        &text,
+        &format!(
+            "user h heuristic Unbracketed
+             assistant h heuristic ImplausibleOutput
+             user {} span
+             assistant 20 output",
+            400 - h1
+        ),
+    );
+}
+
+#[test]
+fn a_compaction_headed_context_sizes_the_summary_by_heuristic_and_never_differences_kept_copies() {
+    // The kept assistant message was measured before the compaction (input 90,000); the new
+    // one after it (input 2,000). Differencing them would give nonsense.
+    let kept_prompt = r#"{"type":"message","role":"user","kept_by":"c1","content":[{"type":"text","text":"Fix the failing test"}]}"#;
+    let kept_answer = r#"{"type":"message","role":"assistant","kept_by":"c1","model":"m","usage":{"input_tokens":90000,"output_tokens":40},"content":[{"type":"tool_use","id":"t1","name":"read","input":{"path":"src/lib.rs"}}]}"#;
+    let kept_result = r#"{"type":"message","role":"user","kept_by":"c1","content":[{"type":"tool_result","tool_use_id":"t1","content":"fn main() {}"}]}"#;
+    let compaction = r#"{"type":"compaction","id":"c1","summary":"We were fixing a test in src/lib.rs.","kept_messages":3}"#;
+    let prompt =
+        r#"{"type":"message","role":"user","content":[{"type":"text","text":"Now run it"}]}"#;
+    let text = session(&[
+        PROMPT,
+        &assistant("t0", 89_000, 50, "m"),
+        compaction,
+        kept_prompt,
+        kept_answer,
+        kept_result,
+        &assistant("t2", 2000, 30, "m"),
+        prompt,
+        &assistant("t3", 2040, 20, "m"),
+    ]);
+    check(
+        &text,
+        // 2040 - 2000 - 30 = 10 for the new prompt.
+        "user h heuristic Compaction
+         user h heuristic Unbracketed
+         assistant 40 output
+         user h heuristic KeptCopy
+         assistant 30 output
+         user 10 span
+         assistant 20 output",
+    );
+    // The estimate anchors on the newest response, not on the kept copy.
+    let messages = context(&text);
+    assert_eq!(estimate_request("a long system prompt", &messages), 2060);
+}
+
+#[test]
+fn the_estimate_with_only_kept_copies_is_heuristic() {
+    let kept_answer = r#"{"type":"message","role":"assistant","kept_by":"c1","model":"m","usage":{"input_tokens":90000,"output_tokens":40},"content":[{"type":"text","text":"ok"}]}"#;
+    let compaction =
+        r#"{"type":"compaction","id":"c1","summary":"Earlier work.","kept_messages":1}"#;
+    let messages = context(&session(&[compaction, kept_answer]));
+    let system = "You are a careful agent.";
+    let expected =
+        Heuristic.text(system) + Heuristic.message(&messages[0]) + 40 /* exact output */;
+    assert_eq!(estimate_request(system, &messages), expected);
+}
+
+#[test]
+fn the_estimate_adds_what_follows_the_last_response() {
+    let text = session(&[PROMPT, &assistant("t1", 5120, 40, "m"), RESULT]);
+    let messages = context(&text);
+    // Input total + output + the tool result, which nothing measured yet.
+    assert_eq!(
+        estimate_request("ignored: already in the input total", &messages),
+        5120 + 40 + Heuristic.message(&messages[2])
+    );
+}
+
+#[test]
+fn the_estimate_without_usage_is_system_plus_heuristic() {
+    let messages = vec![
+        Message::user_text("hello there"),
+        Message::assistant_text("hi"),
+    ];
+    let system = "Be brief.";
+    assert_eq!(
+        estimate_request(system, &messages),
+        Heuristic.text(system) + Heuristic.message(&messages[0]) + Heuristic.message(&messages[1])
+    );
+    assert_eq!(estimate_request("", &[]), 0);
+}
+
+#[test]
+fn the_estimate_ignores_an_implausibly_small_input_total() {
+    // An input total of 1 cannot hold a long prompt: fall back to the heuristic.
+    let prompt = Message::user_text("a long prompt ".repeat(100));
+    let mut answer = Message::assistant_text("ok");
+    answer.usage = Some(Usage::new(1, 5));
+    let messages = vec![prompt, answer];
+    assert_eq!(
+        estimate_request("", &messages),
+        Heuristic.message(&messages[0]) + 5
+    );
+}
+
+#[test]
+fn turn_sizes_sum_and_clamp() {
+    let sizes = [1, 2, 3, 4];
+    assert_eq!(turn_sizes(&sizes, &[0..1, 1..3, 3..4]), vec![1, 5, 4]);
+    assert_eq!(turn_sizes(&sizes, &[2..9, 7..9]), vec![7, 0]);
+}
+
+#[test]
+fn text_costs_by_byte_class() {
+    let h = Heuristic;
+    assert_eq!(h.text(""), 0);
+    // Ten letters: 10 * 0.3 = 3 tokens.
+    assert_eq!(h.text("abcdefghij"), 3);
+    // Ten digits: 10 * 0.8 = 8.
+    assert_eq!(h.text("0123456789"), 8);
+    // Ten symbols: 10 * 1.1 = 11.
+    assert_eq!(h.text("{}[]();:,."), 11);
+    // Ten spaces: 10 * 0.2 = 2.
+    assert_eq!(h.text("          "), 2);
+    // "é" is two bytes: 2 * 0.5 = 1.
+    assert_eq!(h.text("é"), 1);
+    // Rounded up: one letter is 0.3 token, so 1.
+    assert_eq!(h.text("a"), 1);
+}
+
+#[test]
+fn message_costs_count_every_block_and_the_wire_structure() {
+    let h = Heuristic;
+    assert_eq!(
+        h.message(&Message::user_text("abcdefghij")),
+        MESSAGE_OVERHEAD + BLOCK_OVERHEAD + 3
+    );
+    assert_eq!(
+        h.message(&Message::new(Role::User, vec![])),
+        MESSAGE_OVERHEAD
+    );
+    // {"path":"ab"}: braces, two pairs of quotes and a colon are 7 symbols (7.7), plus "path"
+    // and "ab" (1.8), plus the name "read" (1.2): 10.7 tokens, 11 rounded up.
+    let call = ContentBlock::tool_use("toolu_0123456789", "read", json!({"path": "ab"}));
+    assert_eq!(h.block(&call), BLOCK_OVERHEAD + TOOL_CALL_OVERHEAD + 11);
+    // Numbers are costed as their digits; arrays by brackets and commas: [1,22] is 3 symbols
+    // (3.3) and three digits (2.4).
+    let call = ContentBlock::tool_use("x", "", json!([1, 22]));
+    assert_eq!(h.block(&call), BLOCK_OVERHEAD + TOOL_CALL_OVERHEAD + 6);
+    // A tool result does not pay for its call id.
+    let result = ContentBlock::tool_result("toolu_0123456789abcdef", "abcdefghij", false);
+    assert_eq!(h.block(&result), BLOCK_OVERHEAD + 3);
+    let image = ContentBlock::Image(ImageBlock {
+        source: json!({"type": "base64", "media_type": "image/png", "data": "A".repeat(100_000)}),
+        extra: Extra::new(),
+    });
+    assert_eq!(h.block(&image), BLOCK_OVERHEAD + IMAGE_TOKENS);
+    let summary = Message::compaction("abcdefghij");
+    assert_eq!(
+        h.message(&summary),
+        MESSAGE_OVERHEAD + BLOCK_OVERHEAD + COMPACTION_OVERHEAD + 3
+    );
+    // An unknown block is costed as its type and JSON fields: "redacted_thinking" is 16
+    // letters and one symbol (5.9), {"data":"abc"} is 7 symbols and 7 letters (9.8).
+    let mut fields = Extra::new();
+    fields.insert("data".to_owned(), json!("abc"));
+    let other = ContentBlock::Other(OtherBlock {
+        kind: "redacted_thinking".to_owned(),
+        fields,
+    });
+    assert_eq!(h.block(&other), BLOCK_OVERHEAD + 16);
+}
+
+#[test]
+fn a_signature_is_not_counted() {
+    let bare = r#"{"type":"thinking","thinking":"hmm"}"#;
+    let signed = r#"{"type":"thinking","thinking":"hmm","signature":"EsMCCkYICxgCKkDuNR00D0SPshrOAOM1rE2RNrk"}"#;
+    let bare: ContentBlock = panto_model::from_json(bare.as_bytes()).unwrap();
+    let signed: ContentBlock = panto_model::from_json(signed.as_bytes()).unwrap();
+    assert_eq!(Heuristic.block(&bare), Heuristic.block(&signed));
+}
+
+#[test]
+fn sizers_work_through_references_and_boxes() {
+    fn sizes(sizer: impl Sizer, messages: &[Message]) -> Vec<u64> {
+        sizer.message_sizes(messages)
+    }
+    let messages = vec![Message::user_text("hi")];
+    let boxed: Box<dyn Sizer> = Box::new(UsageSizer::default());
+    let by_ref: &dyn Sizer = &Heuristic;
+    assert_eq!(
+        sizes(by_ref, &messages),
+        vec![Heuristic.message(&messages[0])]
+    );
+    assert_eq!(
+        sizes(boxed, &messages),
+        vec![Heuristic.message(&messages[0])]
+    );
+}

@@ -1,0 +1,5 @@
+//! Integration tests of panto-size: property tests over generated sessions.
+
+mod examples;
+mod monotonic;
+mod synthetic;
