@@ -3,6 +3,7 @@
 //! One small binary with subcommands and few dependencies, run through the `xtask` alias in
 //! `.cargo/config.toml`.
 
+mod calibrate;
 mod deps;
 mod tidy;
 
@@ -18,6 +19,7 @@ commands:
   ci     fmt check, clippy -D warnings, tests, rustdoc -D warnings, tidy, deps (in that order)
   tidy   file headers, docs naming every crate, prompts referenced
   deps   the pure crates must not reach IO, async runtimes or HTTP
+  calibrate  the sizing heuristic against real sessions (PANTO_CALIBRATE_SESSIONS)
 ";
 
 fn main() -> Result<()> {
@@ -27,6 +29,7 @@ fn main() -> Result<()> {
         Some("ci") => ci(&root),
         Some("tidy") => tidy::run(&root),
         Some("deps") => deps::run(&root),
+        Some("calibrate") => calibrate::run(&root),
         Some("help" | "--help" | "-h") | None => {
             print!("{USAGE}");
             Ok(())
