@@ -55,11 +55,7 @@ pub fn measured_session(max_rounds: usize) -> impl Strategy<Value = MeasuredSess
 pub fn edge_session(max_rounds: usize) -> impl Strategy<Value = MeasuredSession> {
     let low = 100 / PLAUSIBLE_FACTOR;
     let high = 100 * PLAUSIBLE_FACTOR;
-    let percent = prop_oneof![
-        low - 3..=low + 3,
-        high - 8..=high + 2,
-        50u64..=200,
-    ];
+    let percent = prop_oneof![low - 3..=low + 3, high - 8..=high + 2, 50u64..=200];
     sized_session(max_rounds, percent.boxed())
 }
 
@@ -70,7 +66,11 @@ fn sized_session(
     session(max_rounds)
         .prop_flat_map(move |s| {
             let n = s.messages.len();
-            (Just(s.messages), vec(draw(percent.clone()), n), 0u64..20_000)
+            (
+                Just(s.messages),
+                vec(draw(percent.clone()), n),
+                0u64..20_000,
+            )
         })
         .prop_map(|(mut messages, draws, system)| {
             let truth: Vec<u64> = messages
