@@ -1,0 +1,2 @@
+//! Unit tests: the retention plan on literal conversations, the budget cap, prompt layering and
+//! ids.
