@@ -481,3 +481,40 @@ async fn a_dry_run_writes_nothing_and_returns_the_append() {
             .all(|m| m.extra.contains_key(KEPT_BY))
     );
 }
+
+/// Records the names of the spans created while it is the default subscriber.
+#[derive(Default)]
+struct SpanNames(Mutex<Vec<String>>);
+
+impl tracing::Subscriber for SpanNames {
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, span: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        let mut names = self.0.lock().unwrap();
+        names.push(span.metadata().name().to_owned());
+        tracing::span::Id::from_u64(names.len() as u64)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, _: &tracing::Event<'_>) {}
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+#[test]
+fn each_step_runs_in_its_own_tracing_span() {
+    let names = Arc::new(SpanNames::default());
+    let (_, mut log) = setup();
+    let (main, main_ref) = model("main", "big");
+    main.push_text("S1");
+    let mut c = compactor(main_ref, 300);
+    let ctx = log.replay();
+    tracing::subscriber::with_default(names.clone(), || {
+        block_on(c.compact(&ctx, &mut log, CompactOptions::manual(None))).unwrap();
+    });
+    assert_eq!(
+        *names.0.lock().unwrap(),
+        ["compaction", "plan", "request", "write"]
+    );
+}
