@@ -6,6 +6,7 @@ mod chained;
 mod compaction;
 mod crash;
 mod driver;
+mod example_session;
 mod props;
 mod snapshots;
 
