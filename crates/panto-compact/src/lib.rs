@@ -13,7 +13,7 @@
 //!   [`ContextOverflow`](panto_provider::ProviderError::ContextOverflow) compacts once and retries
 //!   once.
 //! - [`CompactError`] is the one error type; [`MemoryLog`] the in-memory [`SessionLog`].
-//! - With the `test-support` feature, [`testing`] offers a scripted fake provider.
+//! - With the `test-support` feature, the `testing` module offers a scripted fake provider.
 //!
 //! The design choice to know: storage is a one-method trait ([`SessionLog`]) whose single call
 //! carries the whole compaction (the entry, then every kept copy marked `kept_by`), and
