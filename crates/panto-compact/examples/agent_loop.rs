@@ -1,0 +1,170 @@
+//! A minimal agent loop on panto-compact, runnable offline:
+//! `cargo run -p panto-compact --example agent_loop`.
+//!
+//! It brings its own provider (a toy model with a 80-word context window that can call a
+//! `read` tool), its own summarizer (configured as `compaction_model`), and its own store (JSONL
+//! text in memory). The conversation outgrows the window; the driver compacts and retries.
+
+use std::sync::{Arc, Mutex};
+
+use panto_compact::{
+    CompactConfig, CompactionEvent, Compactor, Driver, LogError, ModelRef, SessionLog,
+};
+use panto_model::{ContentBlock, Entry, Message, Role, encode_line, read_entries, replay};
+use panto_provider::{BoxFuture, EventSink, Provider, ProviderError, Request};
+use serde_json::json;
+
+/// Words in everything a request carries: the toy model's idea of tokens.
+fn words(request: &Request) -> u64 {
+    let text: String = request
+        .messages
+        .iter()
+        .map(|m| serde_json::to_string(&m.content).unwrap_or_default())
+        .collect();
+    (text.split_whitespace().count() + request.system.split_whitespace().count()) as u64
+}
+
+/// A chat model: overflows past 80 words; reads a file when asked to, else acknowledges.
+struct ToyModel;
+
+impl Provider for ToyModel {
+    fn name(&self) -> &str {
+        "toy"
+    }
+
+    fn complete<'a>(
+        &'a self,
+        request: &'a Request,
+        _events: EventSink<'a>,
+    ) -> BoxFuture<'a, Result<Message, ProviderError>> {
+        let size = words(request);
+        let last = request.messages.last().cloned();
+        Box::pin(async move {
+            if size > 80 {
+                return Err(ProviderError::ContextOverflow {
+                    message: "prompt is too long".into(),
+                    input_tokens: Some(size),
+                    limit: None,
+                });
+            }
+            let last = last.expect("a request has messages");
+            let text = last.text();
+            Ok(match text.strip_prefix("read ") {
+                Some(path) => Message::new(
+                    Role::Assistant,
+                    vec![ContentBlock::tool_use(
+                        format!("call-{path}"),
+                        "read",
+                        json!({ "path": path }),
+                    )],
+                ),
+                None if text.is_empty() => Message::assistant_text("I have read the file."),
+                None => Message::assistant_text(format!("Noted: {text}")),
+            })
+        })
+    }
+}
+
+/// A summarizer: keeps the user's lines of the transcript (an extractive summary).
+struct Summarizer;
+
+impl Provider for Summarizer {
+    fn name(&self) -> &str {
+        "summarizer"
+    }
+
+    fn complete<'a>(
+        &'a self,
+        request: &'a Request,
+        _events: EventSink<'a>,
+    ) -> BoxFuture<'a, Result<Message, ProviderError>> {
+        let prompt = request.messages[0].text();
+        // Lines of the previous summary, then the user's lines of the transcript.
+        let kept: Vec<&str> = prompt
+            .lines()
+            .filter_map(|l| l.strip_prefix("- ").or(l.strip_prefix("[User]: ")))
+            .collect();
+        let summary = format!("The user said:\n- {}", kept.join("\n- "));
+        Box::pin(async move { Ok(Message::assistant_text(summary)) })
+    }
+}
+
+/// The store: JSONL text; each append is one write of whole lines.
+#[derive(Clone, Default)]
+struct Store(Arc<Mutex<String>>);
+
+impl SessionLog for Store {
+    fn append(&mut self, entries: &[Entry]) -> Result<(), LogError> {
+        let chunk: String = entries.iter().map(encode_line).collect();
+        self.0.lock().map_err(|e| e.to_string())?.push_str(&chunk);
+        Ok(())
+    }
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let compactor = Compactor::new(ModelRef::new(Arc::new(ToyModel), "toy-1"))
+        .with_compaction_model(Some(ModelRef::new(Arc::new(Summarizer), "summarizer-1")))
+        .with_config(CompactConfig {
+            keep_tokens: 100,
+            ..CompactConfig::default()
+        })
+        .on_event(|e| match e {
+            CompactionEvent::Started {
+                trigger,
+                model,
+                plan,
+                ..
+            } => eprintln!(
+                "  [compaction {} with {model}: summarizing {} turns, keeping {}]",
+                trigger.as_str(),
+                plan.summarized_turns,
+                plan.kept_turns
+            ),
+            CompactionEvent::Finished(r) => eprintln!(
+                "  [compacted: about {} -> {} tokens]",
+                r.tokens_before, r.tokens_after
+            ),
+            other => eprintln!("  [{other:?}]"),
+        });
+    let store = Store::default();
+    let mut agent = Driver::new(compactor, store.clone(), Default::default())
+        .with_system("You are a terse assistant.");
+
+    let prompts = [
+        "my project is a parser for a small configuration language called knot",
+        "read src/lexer.rs",
+        "the lexer must accept comments starting with a hash sign and ending at the newline",
+        "we decided to keep the public API unchanged and to add tests for every token kind",
+        "read tests/lexer.rs",
+        "please remember that the release is planned for the end of the month",
+    ];
+    for prompt in prompts {
+        println!("> {prompt}");
+        let mut reply = agent
+            .send(vec![Message::user_text(prompt)], &mut |_| {})
+            .await?;
+        // The tool loop: answer every tool call, then send the results.
+        while let Some(ContentBlock::ToolUse(call)) = reply.message.content.first().cloned() {
+            println!("  (tool {} {})", call.name, call.input);
+            let result = Message::new(
+                Role::User,
+                vec![ContentBlock::tool_result(&call.id, "fn lex() {}", false)],
+            );
+            reply = agent.send(vec![result], &mut |_| {}).await?;
+        }
+        println!("{}", reply.message.text());
+    }
+
+    // The store replays to the same context the driver holds.
+    let text = store.0.lock().map_err(|e| e.to_string())?.clone();
+    let context = replay(read_entries(text.as_bytes())?);
+    assert_eq!(context.messages, agent.context().messages);
+    println!(
+        "\nsession: {} lines; effective context: {} messages, led by the summary:\n{}",
+        text.lines().count(),
+        context.messages.len(),
+        context.summary().unwrap_or("(none)")
+    );
+    Ok(())
+}

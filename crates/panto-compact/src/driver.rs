@@ -1,0 +1,252 @@
+//! The conversation driver: send a request, and on context overflow compact once and retry once.
+
+use panto_model::{EffectiveContext, Entry, Message};
+use panto_provider::{EventSink, ProviderError, Request, ToolSpec};
+use panto_size::estimate_request;
+use tracing::{Instrument, info_span};
+
+use crate::compactor::{
+    CompactOptions, CompactOutcome, CompactionReport, Compactor, DEFAULT_MAX_OUTPUT_TOKENS,
+};
+use crate::error::CompactError;
+use crate::ids::IdKind;
+use crate::log::SessionLog;
+
+/// The answer to [`Driver::send`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct Reply {
+    /// The assistant message, as appended to the log.
+    pub message: Message,
+    /// The compaction that overflow recovery ran before the reply, if any.
+    pub compaction: Option<CompactionReport>,
+}
+
+/// Drives a conversation over a [`SessionLog`]: keeps the effective context in step with the
+/// log, sends requests with the active model, and recovers from context overflow.
+///
+/// Invariants:
+/// - new messages are appended to the log before the request is sent, so a failure never
+///   loses them; the assistant reply is appended only after success;
+/// - at most one compaction and one retry per [`Driver::send`], whatever the provider answers;
+/// - the turn in flight (the new prompt, or the tool results being answered) is kept verbatim.
+#[derive(Debug)]
+pub struct Driver<L> {
+    compactor: Compactor,
+    log: L,
+    context: EffectiveContext,
+    system: String,
+    tools: Vec<ToolSpec>,
+    max_output_tokens: u32,
+}
+
+impl<L: SessionLog> Driver<L> {
+    /// A driver over `log`, whose replay is `context`. No system prompt, no tools, and an
+    /// output limit of [`DEFAULT_MAX_OUTPUT_TOKENS`] until set.
+    pub fn new(compactor: Compactor, log: L, context: EffectiveContext) -> Driver<L> {
+        Driver {
+            compactor,
+            log,
+            context,
+            system: String::new(),
+            tools: Vec::new(),
+            max_output_tokens: DEFAULT_MAX_OUTPUT_TOKENS,
+        }
+    }
+
+    /// Sets the agent's system prompt.
+    pub fn with_system(mut self, system: impl Into<String>) -> Driver<L> {
+        self.system = system.into();
+        self
+    }
+
+    /// Sets the tools offered to the model.
+    pub fn with_tools(mut self, tools: Vec<ToolSpec>) -> Driver<L> {
+        self.tools = tools;
+        self
+    }
+
+    /// Sets the output limit of conversation requests.
+    pub fn with_max_output_tokens(mut self, max_output_tokens: u32) -> Driver<L> {
+        self.max_output_tokens = max_output_tokens;
+        self
+    }
+
+    /// The effective context the next request is built from.
+    pub fn context(&self) -> &EffectiveContext {
+        &self.context
+    }
+
+    /// The log.
+    pub fn log(&self) -> &L {
+        &self.log
+    }
+
+    /// The compactor (to change the active model, for example).
+    pub fn compactor_mut(&mut self) -> &mut Compactor {
+        &mut self.compactor
+    }
+
+    /// The compactor, the log and the context.
+    pub fn into_parts(self) -> (Compactor, L, EffectiveContext) {
+        (self.compactor, self.log, self.context)
+    }
+
+    /// The request the context would be sent as now.
+    pub fn request(&self) -> Request {
+        Request {
+            model: self.compactor.active().model.clone(),
+            system: self.system.clone(),
+            messages: self.context.messages.clone(),
+            max_output_tokens: self.max_output_tokens,
+            tools: self.tools.clone(),
+        }
+    }
+
+    /// Appends `new` (a user prompt, or tool results; may be empty to resend the context),
+    /// sends the context to the active model, and appends the reply.
+    ///
+    /// On [`ProviderError::ContextOverflow`] it compacts (trigger `overflow`, the keep budget
+    /// capped at a quarter of the reported limit), then sends the compacted context once more.
+    /// Streamed text of both attempts goes to `stream`. Messages without an id get one.
+    ///
+    /// # Errors
+    /// - [`CompactError::Log`]: the log refused an append;
+    /// - [`CompactError::Provider`]: any error other than an overflow, untouched (no compaction
+    ///   when it comes first; after a compaction when it answers the retry);
+    /// - [`CompactError::OverflowNothingToCompact`], [`CompactError::OverflowCompactionFailed`]:
+    ///   the overflow could not be compacted away; nothing was written;
+    /// - [`CompactError::OverflowAfterCompaction`]: the retry overflowed too (the compaction
+    ///   stays written); it is not compacted again.
+    pub async fn send(
+        &mut self,
+        new: Vec<Message>,
+        stream: EventSink<'_>,
+    ) -> Result<Reply, CompactError> {
+        if !new.is_empty() {
+            let mut entries = Vec::with_capacity(new.len());
+            for mut m in new {
+                if m.id.is_none() {
+                    m.id = Some(self.compactor.next_id(IdKind::Message));
+                }
+                entries.push(Entry::Message(m));
+            }
+            self.log.append(&entries).map_err(CompactError::Log)?;
+            self.context
+                .messages
+                .extend(entries.into_iter().filter_map(|e| match e {
+                    Entry::Message(m) => Some(m),
+                    _ => None,
+                }));
+        }
+
+        let overflow = match self.complete(&mut *stream, "first").await {
+            Ok(reply) => return self.accept(reply, None),
+            Err(e) if e.is_context_overflow() => e,
+            Err(e) => return Err(CompactError::Provider(e)),
+        };
+        let limit = match &overflow {
+            ProviderError::ContextOverflow { limit, .. } => *limit,
+            _ => None,
+        };
+        tracing::info!(%overflow, "context overflow, compacting once");
+        let report = match self
+            .compactor
+            .compact(
+                &self.context,
+                &mut self.log,
+                CompactOptions::overflow(limit),
+            )
+            .await
+        {
+            Ok(CompactOutcome::Compacted(c)) => {
+                let c = *c;
+                self.context = c.context;
+                c.report
+            }
+            Ok(CompactOutcome::NothingToCompact(nothing)) => {
+                return Err(CompactError::OverflowNothingToCompact { overflow, nothing });
+            }
+            Err(e) => {
+                return Err(CompactError::OverflowCompactionFailed {
+                    overflow,
+                    compaction: Box::new(e),
+                });
+            }
+        };
+
+        match self.complete(&mut *stream, "retry").await {
+            Ok(reply) => self.accept(reply, Some(report)),
+            Err(ProviderError::ContextOverflow {
+                message,
+                input_tokens,
+                limit,
+            }) => Err(CompactError::OverflowAfterCompaction {
+                estimated_tokens: estimate_request(&self.system, &self.context.messages),
+                input_tokens,
+                limit,
+                error: ProviderError::ContextOverflow {
+                    message,
+                    input_tokens,
+                    limit,
+                },
+            }),
+            Err(e) => Err(CompactError::Provider(e)),
+        }
+    }
+
+    /// Compacts the context now (`/compact`), with optional extra instructions.
+    ///
+    /// # Errors
+    /// As [`Compactor::compact`].
+    pub async fn compact(
+        &mut self,
+        instructions: Option<String>,
+    ) -> Result<CompactOutcome, CompactError> {
+        let outcome = self
+            .compactor
+            .compact(
+                &self.context,
+                &mut self.log,
+                CompactOptions::manual(instructions),
+            )
+            .await?;
+        if let CompactOutcome::Compacted(c) = &outcome {
+            self.context = c.context.clone();
+        }
+        Ok(outcome)
+    }
+
+    async fn complete(
+        &self,
+        stream: EventSink<'_>,
+        attempt: &'static str,
+    ) -> Result<Message, ProviderError> {
+        let request = self.request();
+        let active = self.compactor.active();
+        let span =
+            info_span!("send", attempt, provider = active.provider.name(), model = %active.model);
+        active
+            .provider
+            .complete(&request, stream)
+            .instrument(span)
+            .await
+    }
+
+    fn accept(
+        &mut self,
+        mut reply: Message,
+        compaction: Option<CompactionReport>,
+    ) -> Result<Reply, CompactError> {
+        if reply.id.is_none() {
+            reply.id = Some(self.compactor.next_id(IdKind::Message));
+        }
+        self.log
+            .append(&[Entry::Message(reply.clone())])
+            .map_err(CompactError::Log)?;
+        self.context.messages.push(reply.clone());
+        Ok(Reply {
+            message: reply,
+            compaction,
+        })
+    }
+}

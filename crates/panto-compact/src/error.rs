@@ -1,0 +1,138 @@
+//! The error type of the crate, and the failure of one compaction attempt.
+
+use std::fmt;
+use std::path::PathBuf;
+
+use panto_provider::ProviderError;
+
+use crate::compactor::NothingToCompact;
+
+/// What a [`crate::SessionLog`] returns when an append fails.
+pub type LogError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Why one attempt at a summary (with one model) failed.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum AttemptFailure {
+    /// The provider failed, for any reason (context overflow included).
+    Provider(ProviderError),
+    /// The model answered with no text, or only whitespace.
+    EmptySummary,
+}
+
+impl fmt::Display for AttemptFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AttemptFailure::Provider(e) => e.fmt(f),
+            AttemptFailure::EmptySummary => f.write_str("the model returned an empty summary"),
+        }
+    }
+}
+
+impl std::error::Error for AttemptFailure {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            AttemptFailure::Provider(e) => Some(e),
+            AttemptFailure::EmptySummary => None,
+        }
+    }
+}
+
+/// Everything that can go wrong in this crate.
+///
+/// Whenever a variant is returned by a compaction, nothing was written to the session.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CompactError {
+    /// A COMPACTION.md override exists but cannot be used (unreadable, a directory, not UTF-8).
+    #[error("cannot read compaction prompt {}: {reason}", path.display())]
+    PromptUnreadable {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A COMPACTION.md override is empty or whitespace only; an empty system prompt cannot work.
+    #[error(
+        "compaction prompt {} is empty; write a prompt in it or delete it to use the built-in one",
+        path.display()
+    )]
+    PromptEmpty {
+        /// The file.
+        path: PathBuf,
+    },
+    /// The only model tried (the active one, no `compaction_model` configured) failed.
+    #[error("compaction with {model} failed: {cause}")]
+    Compaction {
+        /// The model that was asked.
+        model: String,
+        /// Why it failed.
+        cause: AttemptFailure,
+    },
+    /// `compaction_model` failed, and so did the one retry with the active model.
+    #[error(
+        "compaction failed with the compaction model {compaction_model} ({first}) and with the active model {active_model} ({second})"
+    )]
+    BothModelsFailed {
+        /// The configured compaction model.
+        compaction_model: String,
+        /// Why it failed.
+        first: Box<AttemptFailure>,
+        /// The active model, tried second.
+        active_model: String,
+        /// Why it failed too.
+        second: Box<AttemptFailure>,
+    },
+    /// The session log refused the append; nothing of the compaction is in effect.
+    #[error("could not write to the session: {0}")]
+    Log(#[source] LogError),
+    /// A request failed with an error that compaction cannot help; passed through untouched.
+    #[error(transparent)]
+    Provider(ProviderError),
+    /// A request overflowed and the compaction meant to recover from it failed.
+    #[error(
+        "the request overflowed the context window ({overflow}) and compaction failed: {compaction}"
+    )]
+    OverflowCompactionFailed {
+        /// The overflow the request ended with.
+        overflow: ProviderError,
+        /// Why compaction failed.
+        compaction: Box<CompactError>,
+    },
+    /// A request overflowed and there was nothing to compact: the in-flight turn is all there is.
+    #[error("the request overflowed the context window ({overflow}) and {nothing}")]
+    OverflowNothingToCompact {
+        /// The overflow the request ended with.
+        overflow: ProviderError,
+        /// The plan's verdict.
+        nothing: NothingToCompact,
+    },
+    /// The request still overflowed after compaction; it is not compacted again.
+    #[error(
+        "the request still overflows after compaction: about {estimated_tokens} tokens remain{}; the newest turn may be too large on its own",
+        ProviderNumbers(*input_tokens, *limit)
+    )]
+    OverflowAfterCompaction {
+        /// The error of the retry.
+        error: ProviderError,
+        /// panto's estimate of the compacted request (system prompt and messages).
+        estimated_tokens: u64,
+        /// The input size the provider reported for the retry, when it did.
+        input_tokens: Option<u64>,
+        /// The context limit the provider reported for the retry, when it did.
+        limit: Option<u64>,
+    },
+}
+
+struct ProviderNumbers(Option<u64>, Option<u64>);
+
+impl fmt::Display for ProviderNumbers {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (self.0, self.1) {
+            (Some(n), Some(l)) => write!(f, " (the provider counted {n}, limit {l})"),
+            (Some(n), None) => write!(f, " (the provider counted {n})"),
+            (None, Some(l)) => write!(f, " (limit {l})"),
+            (None, None) => Ok(()),
+        }
+    }
+}

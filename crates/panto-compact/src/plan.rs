@@ -1,0 +1,109 @@
+//! The retention plan (Contract 2): which whole turns are summarized and which are kept verbatim.
+//!
+//! Pure: a function of the effective context, per-message sizes and a budget.
+
+use std::ops::Range;
+
+use panto_model::{EffectiveContext, turns};
+
+/// How an effective context splits into the summarized prefix and the kept suffix.
+///
+/// Indices are positions in `context.messages` of the context the plan was made from.
+///
+/// Invariants:
+/// - `head <= keep_from <= end`, and `keep_from` is a turn boundary of the conversation
+///   (`context.messages[head..]`), so no turn is split and every tool call lies on the same side
+///   as its results;
+/// - the leading compaction message (`0..head`) is neither summarized nor kept: its summary is
+///   passed separately as the previous summary;
+/// - the last turn (the one in flight) is always kept, whatever its size;
+/// - any other kept turn fits: `kept_tokens <= budget` unless only the in-flight turn is kept;
+/// - the suffix is the longest that fits: when a turn precedes it, adding that turn would
+///   exceed the budget.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Plan {
+    /// Where the conversation starts: 1 when a compaction message leads the context, else 0.
+    pub head: usize,
+    /// The first kept message; `head..keep_from` is summarized.
+    pub keep_from: usize,
+    /// The number of messages in the context.
+    pub end: usize,
+    /// Turns in the summarized prefix.
+    pub summarized_turns: usize,
+    /// Turns in the kept suffix.
+    pub kept_turns: usize,
+    /// Estimated tokens of the summarized prefix (saturating).
+    pub summarized_tokens: u64,
+    /// Estimated tokens of the kept suffix (saturating).
+    pub kept_tokens: u64,
+    /// The keep-verbatim budget the plan was made with.
+    pub budget: u64,
+}
+
+impl Plan {
+    /// The summarized messages, as a range of `context.messages`.
+    pub fn prefix(&self) -> Range<usize> {
+        self.head..self.keep_from
+    }
+
+    /// The kept messages, as a range of `context.messages`.
+    pub fn kept(&self) -> Range<usize> {
+        self.keep_from..self.end
+    }
+
+    /// Whether there is nothing to summarize (an empty prefix): a normal outcome, not an error.
+    pub fn is_empty(&self) -> bool {
+        self.keep_from == self.head
+    }
+}
+
+/// The keep-verbatim budget for one compaction: `keep_tokens`, capped at a quarter of the
+/// context limit when an overflow error reported one.
+pub fn keep_budget(keep_tokens: u64, context_limit: Option<u64>) -> u64 {
+    match context_limit {
+        Some(limit) => keep_tokens.min(limit / 4),
+        None => keep_tokens,
+    }
+}
+
+/// Plans a compaction of `context`: walking backwards over whole turns of the conversation, keep
+/// the longest run that fits `budget`, the in-flight (last) turn always included.
+///
+/// `sizes[i]` is the estimated size in tokens of `context.messages[i]`. A missing size counts as
+/// unbounded, so a turn without sizes is never kept unless it is the one in flight: when sizing
+/// data is missing the plan keeps less, never more.
+pub fn plan(context: &EffectiveContext, sizes: &[u64], budget: u64) -> Plan {
+    let head = usize::from(context.compaction.is_some()).min(context.messages.len());
+    let end = context.messages.len();
+    let size = |i: usize| sizes.get(i).copied().unwrap_or(u64::MAX);
+    let turn_size = |r: &Range<usize>| {
+        r.clone()
+            .map(|i| size(head + i))
+            .fold(0u64, u64::saturating_add)
+    };
+    let turns = turns(&context.messages[head..]);
+    let mut keep_from = end;
+    let mut kept_turns = 0;
+    let mut kept_tokens = 0u64;
+    for (n, turn) in turns.iter().rev().enumerate() {
+        let cost = turn_size(turn);
+        let total = kept_tokens.saturating_add(cost);
+        if n > 0 && total > budget {
+            break;
+        }
+        kept_tokens = total;
+        kept_turns += 1;
+        keep_from = head + turn.start;
+    }
+    let summarized_tokens = (head..keep_from).map(size).fold(0u64, u64::saturating_add);
+    Plan {
+        head,
+        keep_from,
+        end,
+        summarized_turns: turns.len() - kept_turns,
+        kept_turns,
+        summarized_tokens,
+        kept_tokens,
+        budget,
+    }
+}

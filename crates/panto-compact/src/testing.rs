@@ -1,0 +1,141 @@
+//! Test support: a scripted fake provider and builders for provider answers.
+//!
+//! Enabled by the `test-support` feature, for this crate's tests and for downstream agents
+//! that want to test their loops offline:
+//!
+//! ```
+//! use std::sync::Arc;
+//! use panto_compact::testing::{ScriptedProvider, overflow, reply};
+//!
+//! let provider = Arc::new(ScriptedProvider::new("fake"));
+//! provider.push(Err(overflow(Some(210_000), Some(200_000))));
+//! provider.push(Ok(reply("the summary")));
+//! assert_eq!(provider.remaining(), 2);
+//! ```
+
+use std::collections::VecDeque;
+use std::sync::{Mutex, MutexGuard};
+
+use panto_model::{ContentBlock, Message, Usage};
+use panto_provider::{BoxFuture, EventSink, Provider, ProviderError, Request, StreamEvent};
+
+/// A provider that answers from a queue of scripted results and records every request.
+///
+/// Each [`Provider::complete`] call records the request, then pops the next answer. A reply's
+/// text blocks are streamed to the event sink, and its `model` is filled from the request when
+/// unset. When the queue is empty the call fails with [`ProviderError::Unsupported`].
+#[derive(Debug, Default)]
+pub struct ScriptedProvider {
+    name: String,
+    answers: Mutex<VecDeque<Result<Message, ProviderError>>>,
+    requests: Mutex<Vec<Request>>,
+}
+
+impl ScriptedProvider {
+    /// A provider called `name` with no answers yet.
+    pub fn new(name: impl Into<String>) -> ScriptedProvider {
+        ScriptedProvider {
+            name: name.into(),
+            ..ScriptedProvider::default()
+        }
+    }
+
+    /// A provider called `name` that gives `answers` in order.
+    pub fn with_answers(
+        name: impl Into<String>,
+        answers: impl IntoIterator<Item = Result<Message, ProviderError>>,
+    ) -> ScriptedProvider {
+        let p = ScriptedProvider::new(name);
+        lock(&p.answers).extend(answers);
+        p
+    }
+
+    /// Queues one more answer.
+    pub fn push(&self, answer: Result<Message, ProviderError>) -> &ScriptedProvider {
+        lock(&self.answers).push_back(answer);
+        self
+    }
+
+    /// Queues a text reply.
+    pub fn push_text(&self, text: impl Into<String>) -> &ScriptedProvider {
+        self.push(Ok(reply(text)))
+    }
+
+    /// Every request received so far, in order.
+    pub fn requests(&self) -> Vec<Request> {
+        lock(&self.requests).clone()
+    }
+
+    /// How many times [`Provider::complete`] was called.
+    pub fn calls(&self) -> usize {
+        lock(&self.requests).len()
+    }
+
+    /// How many scripted answers are left.
+    pub fn remaining(&self) -> usize {
+        lock(&self.answers).len()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A test that panicked while holding the lock must not hide the requests from the others.
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Provider for ScriptedProvider {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn complete<'a>(
+        &'a self,
+        request: &'a Request,
+        events: EventSink<'a>,
+    ) -> BoxFuture<'a, Result<Message, ProviderError>> {
+        lock(&self.requests).push(request.clone());
+        let answer = lock(&self.answers)
+            .pop_front()
+            .unwrap_or_else(|| {
+                Err(ProviderError::Unsupported {
+                    message: format!("scripted provider `{}` has no answer left", self.name),
+                })
+            })
+            .map(|mut m| {
+                if m.model.is_none() {
+                    m.model = Some(request.model.clone());
+                }
+                for block in &m.content {
+                    if let ContentBlock::Text(t) = block {
+                        events(StreamEvent::Text(&t.text));
+                    }
+                }
+                m
+            });
+        Box::pin(async move { answer })
+    }
+}
+
+/// An assistant reply holding `text`, stopped at `end_turn`, with a small usage record.
+pub fn reply(text: impl Into<String>) -> Message {
+    let mut m = Message::assistant_text(text);
+    m.stop_reason = Some("end_turn".to_owned());
+    m.usage = Some(Usage::new(1_000, 100));
+    m
+}
+
+/// A context-overflow error with the sizes a provider may report.
+pub fn overflow(input_tokens: Option<u64>, limit: Option<u64>) -> ProviderError {
+    ProviderError::ContextOverflow {
+        message: "prompt is too long".to_owned(),
+        input_tokens,
+        limit,
+    }
+}
+
+/// A server error (HTTP 500), for failures that are not overflows.
+pub fn server_error() -> ProviderError {
+    ProviderError::Server {
+        status: 500,
+        message: "internal error".to_owned(),
+    }
+}

@@ -1,0 +1,309 @@
+//! Unit tests: the retention plan on literal conversations, the budget cap, prompt layering,
+//! ids and the in-memory log.
+
+use std::fs;
+use std::sync::Arc;
+
+use panto_model::{CompactionEntry, ContentBlock, Entry, Message, Role, replay};
+use serde_json::json;
+
+use crate::testing::ScriptedProvider;
+use crate::*;
+
+/// A conversation from a compact spec: `u` a user prompt, `a` an assistant answer, `c:1,2` an
+/// assistant message calling tools 1 and 2, `r:1,2` a user message answering them.
+fn conversation(spec: &str) -> Vec<Message> {
+    spec.split_whitespace()
+        .map(|token| match token.split_once(':') {
+            None if token == "u" => Message::user_text("prompt"),
+            None if token == "a" => Message::assistant_text("answer"),
+            Some(("c", ids)) => Message::new(
+                Role::Assistant,
+                ids.split(',')
+                    .map(|id| ContentBlock::tool_use(id, "run", json!({})))
+                    .collect(),
+            ),
+            Some(("r", ids)) => Message::new(
+                Role::User,
+                ids.split(',')
+                    .map(|id| ContentBlock::tool_result(id, "output", false))
+                    .collect(),
+            ),
+            _ => panic!("bad spec token {token}"),
+        })
+        .collect()
+}
+
+/// Plans `spec` (after a compaction message when `head`) with `sizes` (of the conversation
+/// messages; the compaction message, if any, is sized 1000) and checks where the kept suffix
+/// starts (in conversation positions) and how many turns it holds.
+fn check(spec: &str, head: bool, sizes: &[u64], budget: u64, keep_from: usize, kept_turns: usize) {
+    let mut entries = Vec::new();
+    if head {
+        entries.push(Entry::Compaction(CompactionEntry::new("earlier")));
+    }
+    entries.extend(conversation(spec).into_iter().map(Entry::Message));
+    let ctx = replay(entries);
+    let h = usize::from(head);
+    let mut all_sizes = vec![1000; h];
+    all_sizes.extend_from_slice(sizes);
+    let p = plan(&ctx, &all_sizes, budget);
+    assert_eq!(
+        (p.keep_from - h, p.kept_turns),
+        (keep_from, kept_turns),
+        "{spec} with budget {budget}"
+    );
+    assert_eq!(p.head, h);
+    assert_eq!(p.end, ctx.messages.len());
+    assert_eq!(p.kept_tokens, all_sizes[p.keep_from..].iter().sum::<u64>());
+    assert_eq!(
+        p.summarized_tokens,
+        all_sizes[h..p.keep_from].iter().sum::<u64>()
+    );
+    assert_eq!(p.budget, budget);
+}
+
+#[test]
+fn plan_keeps_the_longest_whole_turn_suffix_that_fits() {
+    check("u a u a", false, &[10, 10, 10, 10], 25, 2, 2);
+    check("u a u a", false, &[10, 10, 10, 10], 30, 1, 3);
+    check("u a u a", false, &[10, 10, 10, 10], 40, 0, 4);
+    // A turn that does not fit stops the walk, even if an older one would.
+    check("u a u a", false, &[1, 1, 50, 10], 30, 3, 1);
+}
+
+#[test]
+fn plan_always_keeps_the_in_flight_turn() {
+    check("u a u", false, &[10, 10, 100], 50, 2, 1);
+    check("u a u", false, &[10, 10, 10], 0, 2, 1);
+    check("u", false, &[1_000_000], 0, 0, 1);
+}
+
+#[test]
+fn plan_never_separates_a_tool_call_from_its_results() {
+    check("u c:1 r:1 a", false, &[10, 10, 10, 10], 25, 3, 1);
+    check("u c:1 r:1 a", false, &[10, 10, 10, 10], 30, 1, 2);
+    // Results spread over two messages stay with their call.
+    check("u c:1,2 r:1 r:2 u", false, &[10; 5], 35, 4, 1);
+    check("u c:1,2 r:1 r:2 u", false, &[10; 5], 40, 1, 2);
+    // An interrupted tool loop in flight is kept whole.
+    check("u a u c:1,2 r:1", false, &[10; 5], 0, 3, 1);
+}
+
+#[test]
+fn plan_leaves_the_compaction_message_out_of_both_sides() {
+    check("u a u", true, &[10, 10, 10], 15, 2, 1);
+    check("u a u", true, &[10, 10, 10], 30, 0, 3);
+    let ctx = replay([
+        Entry::Compaction(CompactionEntry::new("earlier")),
+        Entry::Message(Message::user_text("x")),
+        Entry::Message(Message::assistant_text("y")),
+    ]);
+    let p = plan(&ctx, &[5, 5, 5], 5);
+    assert_eq!(p.prefix(), 1..2);
+    assert_eq!(p.kept(), 2..3);
+}
+
+#[test]
+fn plan_of_an_empty_conversation_is_empty() {
+    check("", false, &[], 100, 0, 0);
+    check("", true, &[], 100, 0, 0);
+    let ctx = replay([Entry::Compaction(CompactionEntry::new("s"))]);
+    assert!(plan(&ctx, &[7], 0).is_empty());
+}
+
+#[test]
+fn plan_counts_missing_sizes_as_unbounded() {
+    let ctx = replay(conversation("u a u a").into_iter().map(Entry::Message));
+    let p = plan(&ctx, &[1, 1], u64::MAX - 1);
+    assert_eq!((p.keep_from, p.kept_turns), (3, 1));
+    assert_eq!(p.kept_tokens, u64::MAX);
+}
+
+#[test]
+fn the_budget_is_capped_at_a_quarter_of_a_reported_limit() {
+    assert_eq!(keep_budget(20_000, None), 20_000);
+    assert_eq!(keep_budget(20_000, Some(200_000)), 20_000);
+    assert_eq!(keep_budget(20_000, Some(32_000)), 8_000);
+    assert_eq!(keep_budget(20_000, Some(3)), 0);
+    assert_eq!(DEFAULT_KEEP_TOKENS, 20_000);
+}
+
+#[test]
+fn prompt_layering_last_present_file_wins() {
+    let dir = tempfile::tempdir().unwrap();
+    let user = dir.path().join("user/COMPACTION.md");
+    let project = dir.path().join("project/COMPACTION.md");
+    let candidates = [user.clone(), project.clone()];
+
+    let p = CompactionPrompt::load(&candidates).unwrap();
+    assert_eq!((p.text(), p.source()), (BUILTIN_PROMPT, None));
+
+    fs::create_dir_all(user.parent().unwrap()).unwrap();
+    fs::write(&user, "user prompt").unwrap();
+    let p = CompactionPrompt::load(&candidates).unwrap();
+    assert_eq!(
+        (p.text(), p.source()),
+        ("user prompt", Some(user.as_path()))
+    );
+
+    fs::create_dir_all(project.parent().unwrap()).unwrap();
+    fs::write(&project, "project prompt").unwrap();
+    let p = CompactionPrompt::load(&candidates).unwrap();
+    assert_eq!(
+        (p.text(), p.source()),
+        ("project prompt", Some(project.as_path()))
+    );
+
+    fs::remove_file(&user).unwrap();
+    let p = CompactionPrompt::load(&candidates).unwrap();
+    assert_eq!(p.text(), "project prompt");
+    assert_eq!(
+        CompactionPrompt::load::<&str>(&[]).unwrap(),
+        CompactionPrompt::builtin()
+    );
+}
+
+#[test]
+fn a_prompt_file_that_cannot_be_used_is_an_error_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("good.md");
+    fs::write(&good, "fine").unwrap();
+    let check = |path: &std::path::Path, expect: &str| {
+        let err = CompactionPrompt::load(&[path, good.as_path()]).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            expect.replace("{}", &path.display().to_string())
+        );
+        // Also when it comes last.
+        assert!(CompactionPrompt::load(&[good.as_path(), path]).is_err());
+    };
+
+    let as_dir = dir.path().join("COMPACTION.md");
+    fs::create_dir(&as_dir).unwrap();
+    check(
+        &as_dir,
+        "cannot read compaction prompt {}: it is a directory",
+    );
+
+    let latin1 = dir.path().join("latin1.md");
+    fs::write(&latin1, b"caf\xe9").unwrap();
+    check(
+        &latin1,
+        "cannot read compaction prompt {}: not valid UTF-8 (at byte 3)",
+    );
+
+    for (name, text) in [("empty.md", ""), ("blank.md", " \n\t\n")] {
+        let empty = dir.path().join(name);
+        fs::write(&empty, text).unwrap();
+        check(
+            &empty,
+            "compaction prompt {} is empty; write a prompt in it or delete it to use the built-in one",
+        );
+    }
+
+    #[cfg(unix)]
+    {
+        let dangling = dir.path().join("dangling.md");
+        std::os::unix::fs::symlink(dir.path().join("nowhere"), &dangling).unwrap();
+        let err = CompactionPrompt::load(&[&dangling]).unwrap_err();
+        assert!(
+            matches!(err, CompactError::PromptUnreadable { ref path, .. } if path == &dangling)
+        );
+    }
+}
+
+#[test]
+fn instructions_are_appended_under_their_heading() {
+    let p = CompactionPrompt::from_text("Summarize.\n\n").unwrap();
+    assert_eq!(p.system_prompt(None), "Summarize.\n\n");
+    assert_eq!(p.system_prompt(Some(" \n ")), "Summarize.\n\n");
+    assert_eq!(
+        p.system_prompt(Some("  keep bug #3\n")),
+        "Summarize.\n\n## Additional instructions for this compaction run\n\nkeep bug #3\n"
+    );
+    assert!(CompactionPrompt::from_text("   ").is_err());
+}
+
+#[test]
+fn the_builtin_prompt_names_the_envelope_the_transcript_crate_renders() {
+    let user_prompt = panto_transcript::render_request(
+        &[Message::user_text("hello")],
+        Some("an earlier summary"),
+    );
+    for tag in ["<previous-summary>", "<transcript>"] {
+        assert!(
+            user_prompt.contains(tag),
+            "render_request no longer emits {tag}"
+        );
+        assert!(
+            BUILTIN_PROMPT.contains(tag),
+            "COMPACTION.md must explain {tag}"
+        );
+    }
+    assert!(BUILTIN_PROMPT.contains("never orders for you"));
+}
+
+#[test]
+fn sequential_ids_are_deterministic_and_unique_ids_do_not_repeat() {
+    let mut s = SequentialIds::new();
+    let got: Vec<String> = [IdKind::Compaction, IdKind::Message, IdKind::Message]
+        .into_iter()
+        .map(|k| s.next_id(k))
+        .collect();
+    assert_eq!(got, ["c1", "m2", "m3"]);
+    assert_eq!(SequentialIds::starting_at(7).next_id(IdKind::Message), "m7");
+
+    let mut a = UniqueIds::new();
+    let mut b = UniqueIds::new();
+    let mut seen = std::collections::HashSet::new();
+    for _ in 0..500 {
+        assert!(seen.insert(a.next_id(IdKind::Message)));
+        assert!(seen.insert(b.next_id(IdKind::Message)));
+    }
+    assert!(a.next_id(IdKind::Compaction).starts_with("c-"));
+
+    let mut counter = 0;
+    let mut closure = move |_: IdKind| {
+        counter += 1;
+        format!("x{counter}")
+    };
+    assert_eq!(IdGenerator::next_id(&mut closure, IdKind::Message), "x1");
+}
+
+#[test]
+fn memory_log_counts_appends_and_can_refuse_them() {
+    let mut log = MemoryLog::new();
+    log.append(&[Entry::Message(Message::user_text("a"))])
+        .unwrap();
+    log.refuse_appends(Some("read-only".into()));
+    let err = log
+        .append(&[Entry::Message(Message::user_text("b"))])
+        .unwrap_err();
+    assert_eq!(err.to_string(), "read-only");
+    log.refuse_appends(None);
+    // Through the blanket impl for `&mut L`, as generic callers use it.
+    let mut borrowed: &mut MemoryLog = &mut log;
+    SessionLog::append(&mut borrowed, &[]).unwrap();
+    assert_eq!((log.entries().len(), log.appends()), (1, 2));
+    assert_eq!(
+        log.to_jsonl(),
+        "{\"type\":\"message\",\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"}]}\n"
+    );
+    assert_eq!(log.replay().messages.len(), 1);
+}
+
+#[test]
+fn model_refs_show_provider_and_model_only() {
+    let r = ModelRef::new(Arc::new(ScriptedProvider::new("anthropic")), "claude-x");
+    assert_eq!(
+        format!("{r:?}"),
+        "ModelRef { provider: \"anthropic\", model: \"claude-x\" }"
+    );
+}
+
+#[test]
+fn compact_config_defaults() {
+    let c = CompactConfig::default();
+    assert_eq!((c.keep_tokens, c.max_output_tokens), (20_000, 8_192));
+}

@@ -1,0 +1,530 @@
+//! One compaction with scripted providers: success, model fallback, failures, nothing to
+//! compact, empty summaries, extra instructions, and what is written.
+
+use std::sync::{Arc, Mutex};
+
+use panto_compact::testing::{overflow, reply, server_error};
+use panto_compact::{
+    ADDITIONAL_INSTRUCTIONS_HEADING, AttemptFailure, BUILTIN_PROMPT, CompactError, CompactOptions,
+    CompactOutcome, Compacted, CompactionEvent, DEFAULT_MAX_OUTPUT_TOKENS, MemoryLog, ModelRef,
+};
+use panto_model::{Entry, KEPT_BY, Trigger, replay};
+use panto_provider::ProviderError;
+use serde_json::json;
+
+use crate::*;
+
+/// Twelve messages in nine turns; with [`Hundred`] sizes and a 300-token budget the last two
+/// turns (messages 9..12) are kept and the first seven summarized.
+fn setup() -> (Vec<Message>, MemoryLog) {
+    let messages = rounds(0, 3);
+    let log = log_of(&messages);
+    (messages, log)
+}
+
+fn compacted(outcome: CompactOutcome) -> Compacted {
+    match outcome {
+        CompactOutcome::Compacted(c) => *c,
+        CompactOutcome::NothingToCompact(n) => panic!("expected a compaction, got: {n}"),
+    }
+}
+
+fn events(c: Compactor) -> (Compactor, Arc<Mutex<Vec<CompactionEvent>>>) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let sink = seen.clone();
+    (
+        c.on_event(move |e| sink.lock().unwrap().push(e.clone())),
+        seen,
+    )
+}
+
+#[tokio::test]
+async fn success_appends_the_entry_then_the_kept_copies_in_one_call() {
+    let (messages, mut log) = setup();
+    let (provider, active) = model("main", "big");
+    provider.push_text("  S1: the user reads files 0 to 2.\n");
+    let ctx = log.replay();
+    let (c, seen) = events(compactor(active, 300));
+    let mut c = c;
+    let out = compacted(
+        c.compact(&ctx, &mut log, CompactOptions::manual(None))
+            .await
+            .unwrap(),
+    );
+
+    // One append: the compaction entry, then one copy per kept message.
+    assert_eq!(log.appends(), 1);
+    assert_eq!(log.entries().len(), 12 + 1 + 3);
+    assert_eq!(&log.entries()[12..], out.entries.as_slice());
+    let Entry::Compaction(entry) = &out.entries[0] else {
+        panic!("the append must open with the compaction entry")
+    };
+    assert_eq!(entry.id.as_deref(), Some("c1"));
+    assert_eq!(entry.summary, "S1: the user reads files 0 to 2.");
+    assert_eq!(entry.trigger, Some(Trigger::Manual));
+    assert_eq!(entry.model.as_deref(), Some("big"));
+    assert_eq!(entry.instructions, None);
+    assert_eq!(entry.kept_messages, Some(3));
+    assert!(entry.tokens_before.unwrap() > entry.tokens_after.unwrap());
+    assert_eq!(entry.extra["fallback"], json!(false));
+    assert_eq!(entry.extra["provider"], json!("main"));
+    assert_eq!(entry.extra["keep_tokens"], json!(300));
+    assert_eq!(entry.extra["kept_turns"], json!(2));
+    assert_eq!(entry.extra["summarized_turns"], json!(7));
+    assert_eq!(entry.extra["summarized_messages"], json!(9));
+    for (k, e) in out.entries[1..].iter().enumerate() {
+        let Entry::Message(m) = e else {
+            panic!("copies are messages")
+        };
+        assert_eq!(m.kept_by(), Some("c1"));
+        assert_eq!(m.id.as_deref(), Some(format!("m{}", k + 2).as_str()));
+        assert_eq!(strip(m), strip(&messages[9 + k]));
+    }
+
+    // The new context is the summary block and the kept turns, and it is what the log replays.
+    assert_eq!(log.replay(), out.context);
+    assert_eq!(out.context.messages.len(), 4);
+    assert_eq!(
+        out.context.messages[0].compaction_summary(),
+        Some("S1: the user reads files 0 to 2.")
+    );
+    let report = &out.report;
+    assert_eq!(
+        (report.plan.kept_turns, report.plan.summarized_turns),
+        (2, 7)
+    );
+    assert_eq!(report.plan.prefix(), 0..9);
+    assert!(!report.fallback && !report.truncated);
+
+    // The request: COMPACTION.md, one user message with the transcript of the prefix, no tools.
+    let requests = provider.requests();
+    assert_eq!(requests.len(), 1);
+    let r = &requests[0];
+    assert_eq!(r.model, "big");
+    assert_eq!(r.system, BUILTIN_PROMPT);
+    assert!(r.tools.is_empty());
+    assert_eq!(r.max_output_tokens, DEFAULT_MAX_OUTPUT_TOKENS);
+    assert_eq!(r.messages.len(), 1);
+    let prompt = r.messages[0].text();
+    for marker in ["r0-0", "r0-3", "r1-2", "r2-0"] {
+        assert!(prompt.contains(marker), "{marker} must be summarized");
+    }
+    for marker in ["r2-1", "r2-2", "r2-3"] {
+        assert!(!prompt.contains(marker), "{marker} is kept, not summarized");
+    }
+    assert!(!prompt.contains("<previous-summary>"));
+
+    let seen = seen.lock().unwrap();
+    assert!(matches!(&seen[0], CompactionEvent::Started { model, .. } if model == "big"));
+    assert!(
+        matches!(&seen[1], CompactionEvent::Finished(r) if r.tokens_after == report.tokens_after)
+    );
+    assert_eq!(seen.len(), 2);
+}
+
+#[tokio::test]
+async fn compaction_model_failure_falls_back_once_to_the_active_provider() {
+    let (_, mut log) = setup();
+    let (cheap, cheap_ref) = model("cheap-provider", "cheap");
+    let (main, main_ref) = model("main-provider", "big");
+    cheap.push(Err(server_error()));
+    main.push_text("S1");
+    let (c, seen) = events(compactor(main_ref, 300).with_compaction_model(Some(cheap_ref)));
+    let mut c = c;
+    let ctx = log.replay();
+    let out = compacted(
+        c.compact(&ctx, &mut log, CompactOptions::manual(None))
+            .await
+            .unwrap(),
+    );
+
+    assert_eq!((cheap.calls(), main.calls()), (1, 1));
+    assert_eq!(cheap.requests()[0].messages, main.requests()[0].messages);
+    assert_eq!(cheap.requests()[0].system, main.requests()[0].system);
+    assert_eq!(main.requests()[0].model, "big");
+    assert!(out.report.fallback);
+    assert_eq!(out.report.model, "big");
+    assert_eq!(out.report.provider, "main-provider");
+    assert_eq!(
+        out.report.fallback_cause,
+        Some(AttemptFailure::Provider(server_error()))
+    );
+    let Entry::Compaction(entry) = &out.entries[0] else {
+        panic!()
+    };
+    assert_eq!(entry.model.as_deref(), Some("big"));
+    assert_eq!(entry.extra["fallback"], json!(true));
+    assert_eq!(
+        entry.extra["fallback_error"],
+        json!("server error (HTTP 500): internal error")
+    );
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 3);
+    assert!(matches!(&seen[0], CompactionEvent::Started { model, .. } if model == "cheap"));
+    assert!(
+        matches!(&seen[1], CompactionEvent::FallingBack { failed_model, model, .. }
+        if failed_model == "cheap" && model == "big")
+    );
+    assert!(matches!(&seen[2], CompactionEvent::Finished(r) if r.fallback));
+}
+
+#[tokio::test]
+async fn compaction_model_on_the_same_provider_falls_back_by_name() {
+    let (_, mut log) = setup();
+    let (provider, big) = model("one", "big");
+    let small = ModelRef::new(provider.clone(), "small");
+    provider.push(Err(overflow(Some(40_000), Some(32_000))));
+    provider.push_text("S1");
+    let mut c = compactor(big, 300).with_compaction_model(Some(small));
+    let ctx = log.replay();
+    let out = compacted(
+        c.compact(&ctx, &mut log, CompactOptions::manual(None))
+            .await
+            .unwrap(),
+    );
+    let models: Vec<String> = provider.requests().into_iter().map(|r| r.model).collect();
+    assert_eq!(models, ["small", "big"]);
+    assert_eq!(out.report.model, "big");
+}
+
+#[tokio::test]
+async fn both_models_failing_carries_both_causes_and_writes_nothing() {
+    let (_, mut log) = setup();
+    let (cheap, cheap_ref) = model("cheap-provider", "cheap");
+    let (main, main_ref) = model("main-provider", "big");
+    cheap.push(Err(overflow(Some(140_000), Some(128_000))));
+    main.push(Err(ProviderError::Timeout {
+        message: "no answer in 600s".into(),
+    }));
+    let (c, seen) = events(compactor(main_ref, 300).with_compaction_model(Some(cheap_ref)));
+    let mut c = c;
+    let before = log.entries().to_vec();
+    let ctx = log.replay();
+    let err = c
+        .compact(&ctx, &mut log, CompactOptions::manual(None))
+        .await
+        .unwrap_err();
+    let CompactError::BothModelsFailed {
+        compaction_model,
+        first,
+        active_model,
+        second,
+    } = &err
+    else {
+        panic!("expected BothModelsFailed, got {err:?}")
+    };
+    assert_eq!(
+        (compaction_model.as_str(), active_model.as_str()),
+        ("cheap", "big")
+    );
+    assert_eq!(
+        **first,
+        AttemptFailure::Provider(overflow(Some(140_000), Some(128_000)))
+    );
+    assert!(matches!(
+        **second,
+        AttemptFailure::Provider(ProviderError::Timeout { .. })
+    ));
+    assert_eq!(
+        err.to_string(),
+        "compaction failed with the compaction model cheap (context overflow: prompt is too long \
+         (140000 tokens, limit 128000)) and with the active model big (timed out: no answer in 600s)"
+    );
+    assert_eq!(log.entries(), before.as_slice());
+    assert_eq!(log.appends(), 0);
+    assert_eq!((cheap.calls(), main.calls()), (1, 1));
+    let seen = seen.lock().unwrap();
+    assert!(matches!(
+        seen.last(),
+        Some(CompactionEvent::Failed { fallback: true, .. })
+    ));
+}
+
+#[tokio::test]
+async fn active_model_failure_without_compaction_model_is_not_retried() {
+    let (_, mut log) = setup();
+    let (main, main_ref) = model("main", "big");
+    main.push(Err(server_error()));
+    main.push_text("never asked");
+    let mut c = compactor(main_ref, 300);
+    let ctx = log.replay();
+    let err = c
+        .compact(&ctx, &mut log, CompactOptions::manual(None))
+        .await
+        .unwrap_err();
+    assert!(matches!(
+        &err,
+        CompactError::Compaction { model, cause: AttemptFailure::Provider(ProviderError::Server { .. }) }
+            if model == "big"
+    ));
+    assert_eq!(main.calls(), 1);
+    assert_eq!(log.appends(), 0);
+}
+
+#[tokio::test]
+async fn an_empty_summary_is_a_failed_compaction() {
+    let (_, mut log) = setup();
+    let (main, main_ref) = model("main", "big");
+    main.push(Ok(reply(" \n\t ")));
+    let mut c = compactor(main_ref, 300);
+    let ctx = log.replay();
+    let err = c
+        .compact(&ctx, &mut log, CompactOptions::manual(None))
+        .await
+        .unwrap_err();
+    assert!(matches!(
+        &err,
+        CompactError::Compaction {
+            cause: AttemptFailure::EmptySummary,
+            ..
+        }
+    ));
+    assert_eq!(
+        err.to_string(),
+        "compaction with big failed: the model returned an empty summary"
+    );
+    assert_eq!(log.appends(), 0);
+}
+
+#[tokio::test]
+async fn an_empty_summary_from_the_compaction_model_triggers_the_fallback() {
+    let (_, mut log) = setup();
+    let (cheap, cheap_ref) = model("cheap-provider", "cheap");
+    let (main, main_ref) = model("main-provider", "big");
+    cheap.push(Ok(reply("")));
+    main.push_text("S1 from the active model");
+    let mut c = compactor(main_ref, 300).with_compaction_model(Some(cheap_ref));
+    let ctx = log.replay();
+    let out = compacted(
+        c.compact(&ctx, &mut log, CompactOptions::manual(None))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(out.report.summary, "S1 from the active model");
+    assert_eq!(
+        out.report.fallback_cause,
+        Some(AttemptFailure::EmptySummary)
+    );
+    assert_eq!((cheap.calls(), main.calls()), (1, 1));
+}
+
+#[tokio::test]
+async fn nothing_to_compact_is_a_normal_outcome_with_a_clear_message() {
+    let cases: [(Vec<Message>, u64, &str); 3] = [
+        (
+            rounds(0, 3),
+            20_000,
+            "nothing to compact: all 9 turns (about 1200 tokens) fit the keep-verbatim budget of 20000 tokens",
+        ),
+        (
+            vec![user("only a prompt")],
+            0,
+            "nothing to compact: the conversation is a single turn, which is always kept verbatim",
+        ),
+        (
+            Vec::new(),
+            0,
+            "nothing to compact: the conversation is empty",
+        ),
+    ];
+    for (messages, keep, expect) in cases {
+        let mut log = log_of(&messages);
+        let (main, main_ref) = model("main", "big");
+        let (c, seen) = events(compactor(main_ref, keep));
+        let mut c = c;
+        let ctx = log.replay();
+        let out = c
+            .compact(&ctx, &mut log, CompactOptions::manual(None))
+            .await
+            .unwrap();
+        let CompactOutcome::NothingToCompact(n) = out else {
+            panic!("expected nothing to compact")
+        };
+        assert_eq!(n.to_string(), expect);
+        assert_eq!(main.calls(), 0);
+        assert_eq!(log.appends(), 0);
+        assert!(seen.lock().unwrap().is_empty());
+    }
+}
+
+#[tokio::test]
+async fn a_refused_append_is_an_error_and_leaves_the_log_unchanged() {
+    let (_, mut log) = setup();
+    log.refuse_appends(Some("disk full".into()));
+    let (main, main_ref) = model("main", "big");
+    main.push_text("S1");
+    let (c, seen) = events(compactor(main_ref, 300));
+    let mut c = c;
+    let ctx = log.replay();
+    let err = c
+        .compact(&ctx, &mut log, CompactOptions::manual(None))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, CompactError::Log(_)));
+    assert_eq!(err.to_string(), "could not write to the session: disk full");
+    assert_eq!(log.entries().len(), 12);
+    let seen = seen.lock().unwrap();
+    assert!(
+        matches!(seen.last(), Some(CompactionEvent::Failed { error, .. }) if error.contains("disk full"))
+    );
+}
+
+#[tokio::test]
+async fn extra_instructions_go_to_the_system_prompt_never_the_user_prompt() {
+    let (_, mut log) = setup();
+    let (main, main_ref) = model("main", "big");
+    main.push_text("S1");
+    let mut c = compactor(main_ref, 300);
+    let ctx = log.replay();
+    let instructions = "keep our full understanding of bugs #3 and #4";
+    let out = compacted(
+        c.compact(
+            &ctx,
+            &mut log,
+            CompactOptions::manual(Some(format!("  {instructions}\n"))),
+        )
+        .await
+        .unwrap(),
+    );
+    let r = &main.requests()[0];
+    assert_eq!(
+        r.system,
+        format!(
+            "{}\n\n{ADDITIONAL_INSTRUCTIONS_HEADING}\n\n{instructions}\n",
+            BUILTIN_PROMPT.trim_end()
+        )
+    );
+    let user_prompt = r.messages[0].text();
+    assert!(!user_prompt.contains("bugs #3"));
+    assert!(!user_prompt.contains(ADDITIONAL_INSTRUCTIONS_HEADING));
+    assert_eq!(out.report.instructions.as_deref(), Some(instructions));
+    let Entry::Compaction(entry) = &out.entries[0] else {
+        panic!()
+    };
+    assert_eq!(entry.instructions.as_deref(), Some(instructions));
+}
+
+#[tokio::test]
+async fn blank_instructions_leave_the_prompt_alone() {
+    let (_, mut log) = setup();
+    let (main, main_ref) = model("main", "big");
+    main.push_text("S1");
+    let mut c = compactor(main_ref, 300);
+    let ctx = log.replay();
+    let out = compacted(
+        c.compact(&ctx, &mut log, CompactOptions::manual(Some(" \n".into())))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(main.requests()[0].system, BUILTIN_PROMPT);
+    assert_eq!(out.report.instructions, None);
+}
+
+#[tokio::test]
+async fn an_overflow_limit_caps_the_budget_at_a_quarter() {
+    let (_, mut log) = setup();
+    let (main, main_ref) = model("main", "big");
+    main.push_text("S1");
+    let mut c = compactor(main_ref, 20_000);
+    let ctx = log.replay();
+    let out = compacted(
+        c.compact(&ctx, &mut log, CompactOptions::overflow(Some(1_200)))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(out.report.plan.budget, 300);
+    assert_eq!(out.report.plan.kept(), 9..12);
+    assert_eq!(out.report.trigger, Trigger::Overflow);
+}
+
+#[tokio::test]
+async fn a_summary_cut_at_the_output_limit_is_kept_and_flagged() {
+    let (_, mut log) = setup();
+    let (main, main_ref) = model("main", "big");
+    let mut cut = reply("S1 cut sh");
+    cut.stop_reason = Some("max_tokens".into());
+    main.push(Ok(cut));
+    let mut c = compactor(main_ref, 300);
+    let ctx = log.replay();
+    let out = compacted(
+        c.compact(&ctx, &mut log, CompactOptions::manual(None))
+            .await
+            .unwrap(),
+    );
+    assert!(out.report.truncated);
+    let Entry::Compaction(entry) = &out.entries[0] else {
+        panic!()
+    };
+    assert_eq!(entry.extra["truncated"], json!(true));
+}
+
+#[tokio::test]
+async fn a_dry_run_writes_nothing_and_returns_the_append() {
+    let (_, log) = setup();
+    let (main, main_ref) = model("main", "big");
+    main.push_text("S1");
+    let mut c = compactor(main_ref, 300);
+    let ctx = log.replay();
+    let out = compacted(
+        c.summarize(&ctx, CompactOptions::manual(None))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(log.appends(), 0);
+    assert_eq!(out.entries.len(), 4);
+    let mut all = log.entries().to_vec();
+    all.extend(out.entries.clone());
+    assert_eq!(replay(all), out.context);
+    assert!(
+        out.context.messages[1..]
+            .iter()
+            .all(|m| m.extra.contains_key(KEPT_BY))
+    );
+}
+
+/// Records the names of the spans created while it is the default subscriber.
+#[derive(Default)]
+struct SpanNames(Mutex<Vec<String>>);
+
+impl tracing::Subscriber for SpanNames {
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, span: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        let mut names = self.0.lock().unwrap();
+        names.push(span.metadata().name().to_owned());
+        tracing::span::Id::from_u64(names.len() as u64)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, _: &tracing::Event<'_>) {}
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+#[test]
+fn each_step_runs_in_its_own_tracing_span() {
+    let names = Arc::new(SpanNames::default());
+    let (main, main_ref) = model("main", "big");
+    main.push_text("S1");
+    main.push_text("S1");
+    let mut c = compactor(main_ref, 300);
+    tracing::subscriber::with_default(names.clone(), || {
+        let mut run = || {
+            let (_, mut log) = setup();
+            let ctx = log.replay();
+            block_on(c.compact(&ctx, &mut log, CompactOptions::manual(None))).unwrap();
+        };
+        // Tests on other threads may register the same callsites while no subscriber is
+        // interested; once this thread has registered them all, rebuilding the interest cache
+        // makes the second run see every span.
+        run();
+        tracing::callsite::rebuild_interest_cache();
+        names.0.lock().unwrap().clear();
+        run();
+    });
+    assert_eq!(
+        *names.0.lock().unwrap(),
+        ["compaction", "plan", "request", "write"]
+    );
+}

@@ -1,0 +1,278 @@
+//! Overflow recovery through the conversation driver: compact once, retry once, and every way
+//! that can end.
+
+use panto_compact::testing::{overflow, reply, server_error};
+use panto_compact::{BUILTIN_PROMPT, CompactError, CompactOutcome, Driver, MemoryLog};
+use panto_model::{Entry, Message, Trigger};
+use panto_provider::StreamEvent;
+use panto_size::estimate_request;
+
+use crate::*;
+
+const SYSTEM: &str = "You are a careful coding agent.";
+
+fn driver(messages: &[Message], active: ModelRef, keep: u64) -> Driver<MemoryLog> {
+    let log = log_of(messages);
+    let ctx = log.replay();
+    Driver::new(compactor(active, keep), log, ctx).with_system(SYSTEM)
+}
+
+fn entry_messages(log: &MemoryLog) -> Vec<Message> {
+    log.entries()
+        .iter()
+        .filter_map(|e| match e {
+            Entry::Message(m) => Some(m.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_reply_is_appended_after_the_prompt_and_streamed() {
+    let (p, active) = model("main", "big");
+    p.push_text("hello back");
+    let mut d = driver(&rounds(0, 1), active, 300);
+    let mut streamed = String::new();
+    let mut sink = |e: StreamEvent<'_>| {
+        if let StreamEvent::Text(t) = e {
+            streamed.push_str(t);
+        }
+    };
+    let r = d.send(vec![user("hello")], &mut sink).await.unwrap();
+    assert_eq!(streamed, "hello back");
+    assert_eq!(r.message.text(), "hello back");
+    assert!(r.compaction.is_none());
+    assert!(r.message.id.is_some());
+    let req = &p.requests()[0];
+    assert_eq!(req.system, SYSTEM);
+    assert_eq!(req.messages.last().unwrap().text(), "hello");
+    let logged = entry_messages(d.log());
+    assert_eq!(logged.len(), 6);
+    assert_eq!(logged[4].text(), "hello");
+    assert_eq!(logged[5], r.message);
+    assert_eq!(d.log().replay().messages, d.context().messages);
+}
+
+#[tokio::test]
+async fn a_non_overflow_error_passes_through_without_compaction_and_keeps_the_prompt() {
+    let (p, active) = model("main", "big");
+    p.push(Err(server_error()));
+    p.push_text("must not be asked");
+    let mut d = driver(&rounds(0, 3), active, 300);
+    let err = d
+        .send(vec![user("new question")], &mut |_| {})
+        .await
+        .unwrap_err();
+    let CompactError::Provider(e) = err else {
+        panic!("expected the provider error untouched")
+    };
+    assert_eq!(e, server_error());
+    assert_eq!(p.calls(), 1);
+    // The prompt was appended before the request, so the failure did not lose it.
+    let entries = d.log().entries();
+    assert_eq!(entries.len(), 13);
+    assert!(matches!(entries.last(), Some(Entry::Message(m)) if m.text() == "new question"));
+    assert!(!entries.iter().any(|e| matches!(e, Entry::Compaction(_))));
+}
+
+#[tokio::test]
+async fn an_overflow_compacts_once_and_retries_the_same_request_once() {
+    let (p, active) = model("main", "big");
+    p.push(Err(overflow(Some(1_700), Some(1_600))));
+    p.push_text("S1");
+    p.push_text("the answer");
+    let history = rounds(0, 3);
+    let mut d = driver(&history, active, 20_000);
+    let r = d
+        .send(vec![user("r9-0 new question")], &mut |_| {})
+        .await
+        .unwrap();
+
+    let requests = p.requests();
+    assert_eq!(requests.len(), 3);
+    // First the conversation, then the compaction request, then the retry.
+    assert_eq!(requests[0].system, SYSTEM);
+    assert_eq!(requests[0].messages.len(), 13);
+    assert_eq!(requests[1].system, BUILTIN_PROMPT);
+    assert_eq!(requests[2].system, SYSTEM);
+    assert_eq!(requests[2].model, requests[0].model);
+    let retried = &requests[2].messages;
+    assert_eq!(retried[0].compaction_summary(), Some("S1"));
+    // Limit 1600 caps the budget at 400 tokens: the in-flight prompt and the two turns before.
+    assert_eq!(retried.len(), 1 + 4);
+    assert_eq!(strip(retried.last().unwrap()).text(), "r9-0 new question");
+    let report = r.compaction.expect("the reply reports the compaction");
+    assert_eq!(report.trigger, Trigger::Overflow);
+    assert_eq!(report.plan.budget, 400);
+    assert_eq!(r.message.text(), "the answer");
+
+    // The log: history, prompt, compaction with its copies, reply; three appends.
+    assert_eq!(d.log().appends(), 3);
+    let entries = d.log().entries();
+    assert!(matches!(&entries[12], Entry::Message(m) if m.text() == "r9-0 new question"));
+    assert!(matches!(&entries[13], Entry::Compaction(c) if c.kept_messages == Some(4)));
+    assert!(matches!(entries.last(), Some(Entry::Message(m)) if m.text() == "the answer"));
+    assert_eq!(d.log().replay().messages, d.context().messages);
+    assert_eq!(d.context().messages.len(), 6);
+}
+
+#[tokio::test]
+async fn an_overflow_when_everything_fits_the_budget_keeps_only_the_in_flight_turn() {
+    let (p, active) = model("main", "big");
+    p.push(Err(overflow(None, None)));
+    p.push_text("S1");
+    p.push_text("ok");
+    let mut d = driver(&rounds(0, 2), active, 20_000);
+    let r = d.send(vec![user("again")], &mut |_| {}).await.unwrap();
+    let report = r.compaction.unwrap();
+    assert_eq!(report.plan.kept_turns, 1);
+    assert_eq!(report.plan.budget, 0);
+    assert_eq!(p.requests()[2].messages.len(), 2);
+}
+
+#[tokio::test]
+async fn a_retry_that_overflows_again_is_surfaced_with_the_remaining_size() {
+    let (p, active) = model("main", "big");
+    p.push(Err(overflow(None, Some(1_600))));
+    p.push_text("S1");
+    p.push(Err(overflow(Some(1_650), Some(1_600))));
+    p.push_text("never asked: no second compaction");
+    let mut d = driver(&rounds(0, 3), active, 20_000);
+    let err = d
+        .send(vec![user("huge prompt")], &mut |_| {})
+        .await
+        .unwrap_err();
+    let CompactError::OverflowAfterCompaction {
+        estimated_tokens,
+        input_tokens,
+        limit,
+        ..
+    } = &err
+    else {
+        panic!("expected OverflowAfterCompaction, got {err:?}")
+    };
+    assert_eq!(
+        *estimated_tokens,
+        estimate_request(SYSTEM, &d.context().messages)
+    );
+    assert_eq!((*input_tokens, *limit), (Some(1_650), Some(1_600)));
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "the request still overflows after compaction: about {estimated_tokens} tokens remain \
+             (the provider counted 1650, limit 1600); the newest turn may be too large on its own"
+        )
+    );
+    assert_eq!(p.calls(), 3);
+    assert_eq!(p.remaining(), 1);
+    // The compaction stays written, the prompt too, and no reply was appended.
+    let entries = d.log().entries();
+    assert_eq!(
+        entries
+            .iter()
+            .filter(|e| matches!(e, Entry::Compaction(_)))
+            .count(),
+        1
+    );
+    assert!(matches!(entries.last(), Some(Entry::Message(m)) if m.text() == "huge prompt"));
+}
+
+#[tokio::test]
+async fn a_non_overflow_error_on_the_retry_passes_through() {
+    let (p, active) = model("main", "big");
+    p.push(Err(overflow(None, Some(1_600))));
+    p.push_text("S1");
+    p.push(Err(server_error()));
+    let mut d = driver(&rounds(0, 3), active, 20_000);
+    let err = d.send(vec![user("q")], &mut |_| {}).await.unwrap_err();
+    assert!(matches!(err, CompactError::Provider(e) if e == server_error()));
+    assert_eq!(p.calls(), 3);
+}
+
+#[tokio::test]
+async fn a_failed_compaction_during_recovery_carries_the_overflow_and_the_failure() {
+    let (p, active) = model("main", "big");
+    p.push(Err(overflow(Some(2_000), Some(1_600))));
+    p.push(Err(server_error()));
+    p.push_text("never asked");
+    let mut d = driver(&rounds(0, 3), active, 20_000);
+    let err = d.send(vec![user("q")], &mut |_| {}).await.unwrap_err();
+    let CompactError::OverflowCompactionFailed {
+        overflow: o,
+        compaction,
+    } = &err
+    else {
+        panic!("expected OverflowCompactionFailed, got {err:?}")
+    };
+    assert_eq!(*o, overflow(Some(2_000), Some(1_600)));
+    assert!(matches!(**compaction, CompactError::Compaction { .. }));
+    assert_eq!(
+        err.to_string(),
+        "the request overflowed the context window (context overflow: prompt is too long (2000 \
+         tokens, limit 1600)) and compaction failed: compaction with big failed: server error \
+         (HTTP 500): internal error"
+    );
+    assert_eq!(p.calls(), 2);
+    assert_eq!(d.log().entries().len(), 13);
+    assert!(
+        !d.log()
+            .entries()
+            .iter()
+            .any(|e| matches!(e, Entry::Compaction(_)))
+    );
+}
+
+#[tokio::test]
+async fn an_overflow_with_nothing_to_compact_is_surfaced() {
+    let (p, active) = model("main", "big");
+    p.push(Err(overflow(None, None)));
+    let mut d = driver(&[], active, 20_000);
+    let err = d
+        .send(vec![user("a prompt far too long")], &mut |_| {})
+        .await
+        .unwrap_err();
+    assert!(matches!(err, CompactError::OverflowNothingToCompact { .. }));
+    assert_eq!(
+        err.to_string(),
+        "the request overflowed the context window (context overflow: prompt is too long) and \
+         nothing to compact: the conversation is a single turn, which is always kept verbatim"
+    );
+    assert_eq!(p.calls(), 1);
+    assert_eq!(d.log().entries().len(), 1);
+}
+
+#[tokio::test]
+async fn a_tool_result_turn_in_flight_is_kept_with_its_call() {
+    let (p, active) = model("main", "big");
+    p.push(Err(overflow(None, Some(800))));
+    p.push_text("S1");
+    p.push(Ok(reply("file read")));
+    let mut history = rounds(0, 3);
+    history.push(user("r5-0 read the config"));
+    history.push(call("r5-1 reading config", "cfg"));
+    let mut d = driver(&history, active, 20_000);
+    d.send(vec![result("cfg", "r5-2 key = value")], &mut |_| {})
+        .await
+        .unwrap();
+    let retried = &p.requests()[2].messages;
+    // Budget 200: exactly the in-flight [call, result] turn fits.
+    let kept: Vec<String> = retried[1..].iter().map(Message::text).collect();
+    assert_eq!(kept, ["r5-1 reading config", ""]);
+    assert_eq!(retried[2].tool_result_ids().collect::<Vec<_>>(), ["cfg"]);
+    assert!(p.requests()[1].messages[0].text().contains("r5-0"));
+}
+
+#[tokio::test]
+async fn manual_compaction_through_the_driver_updates_its_context() {
+    let (p, active) = model("main", "big");
+    p.push_text("S1");
+    p.push_text("next answer");
+    let mut d = driver(&rounds(0, 3), active, 300);
+    let out = d.compact(Some("keep file names".into())).await.unwrap();
+    assert!(matches!(out, CompactOutcome::Compacted(_)));
+    assert_eq!(d.context().messages.len(), 4);
+    assert_eq!(d.log().replay().messages, d.context().messages);
+    d.send(vec![user("and now?")], &mut |_| {}).await.unwrap();
+    assert_eq!(p.requests()[1].messages[0].compaction_summary(), Some("S1"));
+    assert_eq!(d.log().replay().messages, d.context().messages);
+}

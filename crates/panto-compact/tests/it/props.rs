@@ -1,0 +1,365 @@
+//! Property tests, one per correctness rule of the seed, over generated conversations
+//! (`panto_model::arbitrary::session`), budgets and scripted provider answers.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use panto_compact::testing::{ScriptedProvider, overflow, reply, server_error};
+use panto_compact::{
+    CompactConfig, CompactError, CompactOptions, CompactOutcome, Compacted, Compactor, Driver,
+    MemoryLog, ModelRef, SequentialIds, SessionLog,
+};
+use panto_model::arbitrary::session;
+use panto_model::{
+    CompactionEntry, ContentBlock, EffectiveContext, Entry, Message, Problem, allowed_cuts, replay,
+    turns, validate,
+};
+use panto_provider::{ProviderError, Request};
+use panto_size::{Heuristic, Sizer};
+use proptest::prelude::*;
+
+use crate::{block_on, strip};
+
+const PREVIOUS: &str = "PREVIOUS#0";
+
+prop_compose! {
+    /// Entries of a session: a generated conversation, sometimes cut inside a tool loop (the
+    /// overflow-in-a-tool-loop case), sometimes after an earlier compaction.
+    fn entries()(s in session(6), cut in any::<prop::sample::Index>(), cut_it in any::<bool>(),
+                 prior in any::<bool>()) -> Vec<Entry> {
+        let mut messages = s.messages;
+        if cut_it {
+            let keep = 1 + cut.index(messages.len());
+            messages.truncate(keep);
+        }
+        let mut out = Vec::new();
+        if prior {
+            let mut c = CompactionEntry::new(PREVIOUS);
+            c.id = Some("c0".into());
+            out.push(Entry::Compaction(c));
+        }
+        out.extend(messages.into_iter().map(Entry::Message));
+        out
+    }
+}
+
+fn compactor(active: ModelRef, keep: u64) -> Compactor {
+    Compactor::new(active)
+        .with_ids(SequentialIds::new())
+        .with_config(CompactConfig {
+            keep_tokens: keep,
+            ..CompactConfig::default()
+        })
+}
+
+/// One manual compaction of `entries` with the default sizer; `None` when nothing to compact.
+fn run(
+    entries: &[Entry],
+    keep: u64,
+) -> (EffectiveContext, MemoryLog, Option<Compacted>, Vec<Request>) {
+    let provider = Arc::new(ScriptedProvider::new("main"));
+    provider.push_text("SUMMARY#1");
+    let mut c = compactor(ModelRef::new(provider.clone(), "big"), keep);
+    let mut log = MemoryLog::with_entries(entries.to_vec());
+    let old = log.replay();
+    let out = block_on(c.compact(&old, &mut log, CompactOptions::manual(None))).unwrap();
+    let out = match out {
+        CompactOutcome::Compacted(c) => Some(*c),
+        CompactOutcome::NothingToCompact(_) => None,
+    };
+    (old, log, out, provider.requests())
+}
+
+/// Tool-protocol problems (orphans and unanswered calls) by kind and id.
+fn dangling(messages: &[Message]) -> HashSet<(bool, String)> {
+    validate(messages)
+        .into_iter()
+        .filter_map(|p| match p {
+            Problem::OrphanResult { tool_use_id, .. } => Some((true, tool_use_id)),
+            Problem::UnansweredCall { tool_use_id, .. } => Some((false, tool_use_id)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Prefixes every tool id, so a second generated conversation can follow the first.
+fn rename_ids(messages: &mut [Message], prefix: &str) {
+    for m in messages {
+        for b in &mut m.content {
+            match b {
+                ContentBlock::ToolUse(u) => u.id = format!("{prefix}{}", u.id),
+                ContentBlock::ToolResult(r) => r.tool_use_id = format!("{prefix}{}", r.tool_use_id),
+                _ => {}
+            }
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Answer {
+    Reply,
+    Empty,
+    Overflow,
+    Other,
+}
+
+fn answer() -> impl Strategy<Value = Answer> {
+    prop_oneof![
+        Just(Answer::Reply),
+        Just(Answer::Empty),
+        Just(Answer::Overflow),
+        Just(Answer::Other),
+    ]
+}
+
+fn scripted(a: Answer) -> Result<Message, ProviderError> {
+    match a {
+        Answer::Reply => Ok(reply("an answer")),
+        Answer::Empty => Ok(reply("")),
+        Answer::Overflow => Err(overflow(None, Some(4_000))),
+        Answer::Other => Err(server_error()),
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    /// Rule 1: never split a turn. The kept suffix starts at an allowed cut, holds whole
+    /// turns, and always holds the in-flight turn.
+    #[test]
+    fn rule1_the_kept_suffix_starts_at_a_turn_boundary(entries in entries(), keep in 0u64..3_000) {
+        let (old, _, out, _) = run(&entries, keep);
+        let Some(out) = out else { return Ok(()) };
+        let plan = &out.report.plan;
+        let conversation = &old.messages[plan.head..];
+        prop_assert!(allowed_cuts(conversation)[plan.keep_from - plan.head]);
+        let last = turns(conversation).last().cloned().unwrap();
+        prop_assert!(plan.head + last.start >= plan.keep_from);
+        prop_assert_eq!(plan.end, old.messages.len());
+    }
+
+    /// Rule 2: no dangling protocol fragments. Compaction adds no orphan result and no
+    /// unanswered call that the input did not already have.
+    #[test]
+    fn rule2_no_new_dangling_tool_fragments(entries in entries(), keep in 0u64..3_000) {
+        let (old, _, out, _) = run(&entries, keep);
+        let Some(out) = out else { return Ok(()) };
+        let before = dangling(&old.messages);
+        let after = dangling(&out.context.messages);
+        prop_assert!(after.is_subset(&before), "new problems: {:?}", after.difference(&before).collect::<Vec<_>>());
+    }
+
+    /// Rule 3: a compaction block resets the context on replay.
+    #[test]
+    fn rule3_the_compaction_block_resets_the_context(entries in entries(), keep in 0u64..3_000) {
+        let (_, log, out, _) = run(&entries, keep);
+        let Some(out) = out else { return Ok(()) };
+        let full = log.replay();
+        prop_assert_eq!(&full.messages, &replay(out.entries.clone()).messages);
+        prop_assert_eq!(full.messages[0].compaction_summary(), Some("SUMMARY#1"));
+        prop_assert_eq!(full.compaction.as_ref().and_then(|c| c.id.as_deref()), Some(out.report.id.as_str()));
+        prop_assert_eq!(full.messages.len(), 1 + out.report.plan.kept().len());
+        prop_assert_eq!(&full, &out.context);
+    }
+
+    /// Rule 4: the kept turns are replayed after the block, equal to the originals except for
+    /// the `kept_by` marker and fresh ids.
+    #[test]
+    fn rule4_kept_turns_follow_the_block_unchanged(entries in entries(), keep in 0u64..3_000) {
+        let (old, _, out, _) = run(&entries, keep);
+        let Some(out) = out else { return Ok(()) };
+        let kept: Vec<Message> = out.context.messages[1..].iter().map(strip).collect();
+        let originals: Vec<Message> = old.messages[out.report.plan.kept()].iter().map(strip).collect();
+        prop_assert_eq!(kept, originals);
+        let old_ids: HashSet<&str> = entries.iter().filter_map(Entry::id).collect();
+        let mut new_ids = HashSet::new();
+        for m in &out.context.messages[1..] {
+            prop_assert_eq!(m.kept_by(), Some(out.report.id.as_str()));
+            let id = m.id.as_deref().unwrap();
+            prop_assert!(!old_ids.contains(id) && new_ids.insert(id));
+        }
+    }
+
+    /// Rule 5: repeated compactions pass only the latest active summary.
+    #[test]
+    fn rule5_only_the_latest_summary_is_passed(
+        first in entries(),
+        later in prop::collection::vec(session(3), 2),
+        keep in 0u64..1_500,
+    ) {
+        let provider = Arc::new(ScriptedProvider::new("main"));
+        let summaries = ["SUMMARY#1", "SUMMARY#2", "SUMMARY#3"];
+        for s in summaries {
+            provider.push_text(s);
+        }
+        let mut c = compactor(ModelRef::new(provider.clone(), "big"), keep);
+        let mut log = MemoryLog::with_entries(first.clone());
+        for k in 0..3 {
+            if k > 0 {
+                let mut more = later[k - 1].messages.clone();
+                rename_ids(&mut more, &format!("b{k}_"));
+                log.append(&more.into_iter().map(Entry::Message).collect::<Vec<_>>()).unwrap();
+            }
+            let ctx = log.replay();
+            let active = ctx.summary().map(str::to_owned);
+            let calls = provider.calls();
+            let out = block_on(c.compact(&ctx, &mut log, CompactOptions::manual(None))).unwrap();
+            if matches!(out, CompactOutcome::NothingToCompact(_)) {
+                prop_assert_eq!(provider.calls(), calls);
+                continue;
+            }
+            let prompt = provider.requests()[calls].messages[0].text();
+            let mut all = vec![PREVIOUS];
+            all.extend(summaries);
+            for s in all {
+                let expect = usize::from(active.as_deref() == Some(s));
+                prop_assert_eq!(prompt.matches(s).count(), expect, "{} in request {}", s, k);
+            }
+        }
+    }
+
+    /// Rule 6: after an overflow, exactly one compaction and one retry, whatever the provider
+    /// answers.
+    #[test]
+    fn rule6_an_overflow_is_retried_exactly_once(
+        entries in entries(),
+        script in prop::collection::vec(answer(), 0..5),
+        keep in 0u64..3_000,
+    ) {
+        let provider = Arc::new(ScriptedProvider::new("main"));
+        for a in &script {
+            provider.push(scripted(*a));
+        }
+        let log = MemoryLog::with_entries(entries);
+        let ctx = log.replay();
+        let mut sent = ctx.clone();
+        sent.messages.push(Message::user_text("new prompt"));
+        let mut d = Driver::new(compactor(ModelRef::new(provider.clone(), "big"), keep), log, ctx)
+            .with_system("agent");
+        let result = block_on(d.send(vec![Message::user_text("new prompt")], &mut |_| {}));
+
+        // What the script says should happen.
+        let at = |i: usize| script.get(i).copied().unwrap_or(Answer::Other);
+        let options = CompactOptions::overflow(Some(4_000));
+        let expected = match at(0) {
+            Answer::Overflow => {
+                let fresh = compactor(ModelRef::new(provider.clone(), "big"), keep);
+                if fresh.prepare(&sent, &options).is_err() {
+                    1
+                } else if matches!(at(1), Answer::Reply) {
+                    3
+                } else {
+                    2
+                }
+            }
+            _ => 1,
+        };
+        prop_assert_eq!(provider.calls(), expected);
+        let conversation_requests = provider.requests().iter().filter(|r| r.system == "agent").count();
+        prop_assert!(conversation_requests <= 2);
+        let compactions = d.log().entries().iter().filter(|e| matches!(e, Entry::Compaction(c) if c.id.as_deref() != Some("c0"))).count();
+        prop_assert!(compactions <= 1);
+        match (expected, &result) {
+            (1, Ok(_)) => prop_assert!(matches!(at(0), Answer::Reply | Answer::Empty)),
+            (1, Err(CompactError::Provider(_))) => prop_assert!(matches!(at(0), Answer::Other)),
+            (1, Err(CompactError::OverflowNothingToCompact { .. })) => {}
+            (2, Err(CompactError::OverflowCompactionFailed { .. })) => prop_assert_eq!(compactions, 0),
+            (3, Ok(r)) => prop_assert!(r.compaction.is_some()),
+            (3, Err(CompactError::OverflowAfterCompaction { .. })) => prop_assert!(matches!(at(2), Answer::Overflow)),
+            (3, Err(CompactError::Provider(_))) => prop_assert!(matches!(at(2), Answer::Other)),
+            (n, r) => prop_assert!(false, "{} calls but {:?}", n, r),
+        }
+        // The prompt is in the log whatever happened.
+        prop_assert!(d.log().entries().iter().any(|e| matches!(e, Entry::Message(m) if m.text() == "new prompt")));
+    }
+
+    /// Rule 7: when `compaction_model` fails, the active model is asked exactly once; when
+    /// both fail, nothing is written.
+    #[test]
+    fn rule7_a_failed_compaction_model_falls_back_exactly_once(
+        entries in entries(),
+        first in answer(),
+        second in answer(),
+        same_provider in any::<bool>(),
+    ) {
+        let cheap = Arc::new(ScriptedProvider::new("cheap"));
+        let main = if same_provider { cheap.clone() } else { Arc::new(ScriptedProvider::new("main")) };
+        cheap.push(scripted(first));
+        main.push(scripted(second));
+        let mut c = compactor(ModelRef::new(main.clone(), "big"), 0)
+            .with_compaction_model(Some(ModelRef::new(cheap.clone(), "small")));
+        let mut log = MemoryLog::with_entries(entries.clone());
+        let ctx = log.replay();
+        let result = block_on(c.compact(&ctx, &mut log, CompactOptions::manual(None)));
+        let models: Vec<String> = [cheap.requests(), if same_provider { vec![] } else { main.requests() }]
+            .concat()
+            .into_iter()
+            .map(|r| r.model)
+            .collect();
+        let first_ok = matches!(first, Answer::Reply);
+        let second_ok = matches!(second, Answer::Reply);
+        match result {
+            Ok(CompactOutcome::NothingToCompact(_)) => prop_assert!(models.is_empty()),
+            Ok(CompactOutcome::Compacted(out)) => {
+                prop_assert!(first_ok || second_ok);
+                prop_assert_eq!(out.report.fallback, !first_ok);
+                let expect: &[&str] = if first_ok { &["small"] } else { &["small", "big"] };
+                prop_assert_eq!(models, expect);
+                prop_assert_eq!(log.appends(), 1);
+            }
+            Err(CompactError::BothModelsFailed { .. }) => {
+                prop_assert!(!first_ok && !second_ok);
+                prop_assert_eq!(models, ["small", "big"]);
+                prop_assert_eq!(log.entries(), entries.as_slice());
+            }
+            Err(e) => prop_assert!(false, "unexpected error {:?}", e),
+        }
+    }
+
+    /// Rule 8: without usage data, the kept suffix fits the budget by the heuristic (unless it
+    /// is only the in-flight turn), is the longest that does, and always holds the in-flight
+    /// turn.
+    #[test]
+    fn rule8_without_usage_the_suffix_fits_the_budget(entries in entries(), keep in 0u64..3_000) {
+        let entries: Vec<Entry> = entries
+            .into_iter()
+            .map(|e| match e {
+                Entry::Message(mut m) => {
+                    m.usage = None;
+                    Entry::Message(m)
+                }
+                other => other,
+            })
+            .collect();
+        let ctx = replay(entries);
+        let c = compactor(ModelRef::new(Arc::new(ScriptedProvider::new("main")), "big"), keep);
+        let sizes = Heuristic.message_sizes(&ctx.messages);
+        let head = usize::from(ctx.compaction.is_some());
+        let ts = turns(&ctx.messages[head..]);
+        let (keep_from, kept_turns) = match c.prepare(&ctx, &CompactOptions::manual(None)) {
+            Ok(p) => (p.plan.keep_from, p.plan.kept_turns),
+            Err(n) => (head, n.turns),
+        };
+        let kept: u64 = sizes[keep_from..].iter().sum();
+        prop_assert!(kept <= keep || kept_turns == 1, "kept {} > budget {}", kept, keep);
+        if let Some(last) = ts.last() {
+            prop_assert!(keep_from <= head + last.start, "the in-flight turn is kept");
+            prop_assert!(kept_turns >= 1);
+        }
+        if keep_from > head {
+            // The turn before the suffix did not fit.
+            let previous = ts.iter().find(|t| head + t.end == keep_from).unwrap();
+            let more: u64 = sizes[head + previous.start..head + previous.end].iter().sum();
+            prop_assert!(kept + more > keep);
+        }
+    }
+}
+
+#[test]
+fn rule8_missing_sizes_keep_only_the_in_flight_turn() {
+    let messages = crate::rounds(0, 3);
+    let ctx = replay(messages.into_iter().map(Entry::Message));
+    let p = panto_compact::plan(&ctx, &[], 1_000_000);
+    assert_eq!(p.kept_turns, 1);
+    assert_eq!(p.kept(), 11..12);
+}
