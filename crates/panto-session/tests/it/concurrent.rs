@@ -30,6 +30,8 @@ fn concurrent_processes_never_lose_or_interleave_entries() {
                     "--nocapture",
                 ])
                 .env(ENV, format!("{}|{w}", path.display()))
+                // The child's test harness prints its own summary; keep it out of ours.
+                .stdout(std::process::Stdio::null())
                 .spawn()
                 .unwrap()
         })
