@@ -49,6 +49,22 @@ const HTTP_CRATES: &[&str] = &[
     "isahc",
 ];
 
+/// HTTP stacks and async runtimes: the synchronous store links neither.
+const HTTP_AND_RUNTIMES: &[&str] = &[
+    "reqwest",
+    "hyper",
+    "hyper-util",
+    "h2",
+    "ureq",
+    "curl",
+    "isahc",
+    "tokio",
+    "async-std",
+    "smol",
+    "async-io",
+    "mio",
+];
+
 /// (crate, forbidden set, why)
 const RULES: &[(&str, &[&str], &str)] = &[
     ("panto-model", IO_CRATES, "pure: no IO, no async runtime"),
@@ -63,7 +79,11 @@ const RULES: &[(&str, &[&str], &str)] = &[
         IO_CRATES,
         "the trait crate stays free of runtimes and HTTP",
     ),
-    ("panto-session", HTTP_CRATES, "storage never speaks HTTP"),
+    (
+        "panto-session",
+        HTTP_AND_RUNTIMES,
+        "storage is synchronous and never speaks HTTP",
+    ),
     (
         "panto-compact",
         HTTP_CRATES,

@@ -1,8 +1,9 @@
-//! Project automation: `cargo xtask ci | tidy | deps`, and the commands later issues add.
+//! Project automation: `cargo xtask ci | tidy | deps | bench`, and the commands later issues add.
 //!
 //! One small binary with subcommands and few dependencies, run through the `xtask` alias in
 //! `.cargo/config.toml`.
 
+mod bench;
 mod calibrate;
 mod deps;
 mod tidy;
@@ -19,6 +20,8 @@ commands:
   ci     fmt check, clippy -D warnings, tests, rustdoc -D warnings, tidy, deps (in that order)
   tidy   file headers, docs naming every crate, prompts referenced
   deps   the pure crates must not reach IO, async runtimes or HTTP
+  bench  [SECTION...] [--quick]  measurements as Markdown tables (release build);
+         sections: session
   calibrate  the sizing heuristic against real sessions (PANTO_CALIBRATE_SESSIONS)
 ";
 
@@ -29,6 +32,7 @@ fn main() -> Result<()> {
         Some("ci") => ci(&root),
         Some("tidy") => tidy::run(&root),
         Some("deps") => deps::run(&root),
+        Some("bench") => bench::run(&root, &args[1..]),
         Some("calibrate") => calibrate::run(&root),
         Some("help" | "--help" | "-h") | None => {
             print!("{USAGE}");

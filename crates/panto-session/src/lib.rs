@@ -1,1 +1,39 @@
-//! Placeholder: panto-session is filled by a later issue.
+//! The append-only JSONL session store of panto (Contract 1 of the product brief).
+//!
+//! - [`Session`] is a session file: [`Session::open`] an existing one (an empty file is an
+//!   empty session), [`Session::create`] a new one, [`Session::append`] entries as whole lines
+//!   under an exclusive lock with fsync, [`Session::load_context`] the effective context, and
+//!   [`Session::history`] to stream every entry with its line number.
+//! - [`Loaded`] is the effective context plus [`Warning`]s (torn last line, remains of an
+//!   interrupted write, unknown entry types, incomplete compactions) and [`LoadStats`].
+//! - [`SessionOptions`] sets fsync, the lock timeout, the [`IdSource`] that names entries
+//!   appended without an id ([`RandomIds`] by default, [`SequentialIds`] for tests) and the
+//!   backwards read step. [`SessionError`] is every failure, each naming the file.
+//!
+//! The one design choice to know: loading reads the file **backwards**, in chunks, from the
+//! end to the latest compaction that takes effect (its kept copies all follow it), and replays
+//! from there with `panto_model::Replayer`. Its cost follows what came after that compaction,
+//! not the length of the history, and its result equals a replay of the whole file. panto never
+//! rewrites, truncates or deletes a byte already in the file: a torn last line stays, and the
+//! next append starts on a fresh line after it (see `docs/session.md` for the exact rules).
+//!
+//! Sync `std` IO only: no async runtime, no network.
+
+mod error;
+mod history;
+mod lines;
+mod load;
+mod lock;
+mod options;
+mod store;
+mod warning;
+
+pub use error::{LockHolder, Result, SessionError};
+pub use history::History;
+pub use load::{LoadStats, Loaded};
+pub use options::{IdSource, RandomIds, SequentialIds, SessionOptions};
+pub use store::{Session, Writer};
+pub use warning::{Warning, WarningKind};
+
+#[cfg(test)]
+mod tests;

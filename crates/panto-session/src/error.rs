@@ -1,0 +1,120 @@
+//! `SessionError`: every way a session operation can fail, each message naming the file.
+
+use std::fmt;
+use std::io;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use panto_model::DecodeError;
+
+/// Why a session operation failed. Every message starts with the path of the file concerned.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SessionError {
+    /// The session file does not exist (creating one is the explicit [`crate::Session::create`]).
+    #[error("{}: session file not found", path.display())]
+    NotFound {
+        /// The path that was asked for.
+        path: PathBuf,
+    },
+    /// [`crate::Session::create`] was asked to create a file that is already there.
+    #[error("{}: session file already exists", path.display())]
+    AlreadyExists {
+        /// The existing file.
+        path: PathBuf,
+    },
+    /// The path names a directory.
+    #[error("{}: is a directory, not a session file", path.display())]
+    IsDirectory {
+        /// The directory.
+        path: PathBuf,
+    },
+    /// The path names something that is neither a regular file nor a directory (a device, a
+    /// socket, a pipe).
+    #[error("{}: not a regular file", path.display())]
+    NotAFile {
+        /// The path.
+        path: PathBuf,
+    },
+    /// A line of the file is not a valid entry. The file is left untouched.
+    ///
+    /// The message reads `<path>: line 12, column 5: content[1].tool_use_id: missing field`;
+    /// the line number is the true 1-based line of the file, also when it was found while
+    /// reading backwards.
+    #[error("{}: {source}", path.display())]
+    Malformed {
+        /// The session file.
+        path: PathBuf,
+        /// The line, column, field and problem.
+        source: DecodeError,
+    },
+    /// Another process held the append lock for longer than the lock timeout.
+    #[error("{}: {holder}; gave up after {waited:?}", path.display())]
+    LockTimeout {
+        /// The session file.
+        path: PathBuf,
+        /// Who holds the lock, as far as the lock file tells.
+        holder: LockHolder,
+        /// How long this process waited.
+        waited: Duration,
+    },
+    /// An entry given to append cannot be written.
+    #[error("{}: cannot append entry {index}: {reason}", path.display())]
+    Rejected {
+        /// The session file.
+        path: PathBuf,
+        /// Position of the entry in the slice given to append.
+        index: usize,
+        /// Why.
+        reason: String,
+    },
+    /// An operating-system error while doing `action` on `path`.
+    #[error("{}: cannot {action}: {source}", path.display())]
+    Io {
+        /// The file concerned (the session file or its lock file).
+        path: PathBuf,
+        /// What was being done, like `read` or `append to`.
+        action: &'static str,
+        /// The underlying error.
+        source: io::Error,
+    },
+}
+
+impl SessionError {
+    pub(crate) fn io(path: impl Into<PathBuf>, action: &'static str, source: io::Error) -> Self {
+        SessionError::Io {
+            path: path.into(),
+            action,
+            source,
+        }
+    }
+}
+
+/// The holder of a session's append lock, as recorded in its lock file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LockHolder {
+    /// The process id the holder wrote into the lock file, when it could be read.
+    pub pid: Option<u32>,
+    /// The lock file (`<session file>.lock`).
+    pub lock_path: PathBuf,
+}
+
+impl fmt::Display for LockHolder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.pid {
+            Some(pid) => write!(
+                f,
+                "locked by process {pid} (pid recorded in {})",
+                self.lock_path.display()
+            ),
+            None => write!(
+                f,
+                "locked by another process (no pid recorded in {})",
+                self.lock_path.display()
+            ),
+        }
+    }
+}
+
+/// Result with a [`SessionError`].
+pub type Result<T, E = SessionError> = std::result::Result<T, E>;

@@ -1,0 +1,151 @@
+//! Streaming the full history forwards: every entry with its line number, in constant memory.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+
+use panto_model::Entry;
+
+use crate::error::{Result, SessionError};
+use crate::lines::{After, Line, Run, Verdict, classify, judge};
+use crate::warning::{Warning, WarningKind};
+
+/// Iterator over every entry of a session file with its 1-based line number, returned by
+/// [`crate::Session::history`].
+///
+/// It holds one line in memory at a time (plus the warnings). Valid `torn_write` records and
+/// skipped debris are not entries and are not yielded; [`History::warnings`] reports what was
+/// skipped so far. After an error the iterator ends.
+#[derive(Debug)]
+pub struct History {
+    path: PathBuf,
+    reader: BufReader<File>,
+    buf: Vec<u8>,
+    offset: u64,
+    line: usize,
+    run: Option<Run>,
+    warnings: Vec<Warning>,
+    done: bool,
+}
+
+impl History {
+    pub(crate) fn new(path: PathBuf, file: File) -> History {
+        History {
+            path,
+            reader: BufReader::with_capacity(64 * 1024, file),
+            buf: Vec::new(),
+            offset: 0,
+            line: 0,
+            run: None,
+            warnings: Vec::new(),
+            done: false,
+        }
+    }
+
+    /// What was skipped so far (all of it once the iterator has ended), in file order.
+    pub fn warnings(&self) -> &[Warning] {
+        &self.warnings
+    }
+
+    /// Applies the run rule to the pending run, if any.
+    fn close_run(&mut self, after: After) -> Result<()> {
+        let Some(run) = self.run.take() else {
+            return Ok(());
+        };
+        match judge(&run, after) {
+            Verdict::Skip { acknowledged } => {
+                self.warnings.push(Warning {
+                    path: self.path.clone(),
+                    offset: run.start,
+                    line: Some(run.mark as usize),
+                    kind: WarningKind::Debris {
+                        len: run.end - run.start,
+                        acknowledged,
+                    },
+                });
+                Ok(())
+            }
+            Verdict::Fail => {
+                let mut source = run.error;
+                source.line = run.mark as usize;
+                Err(SessionError::Malformed {
+                    path: self.path.clone(),
+                    source,
+                })
+            }
+        }
+    }
+
+    fn step(&mut self) -> Result<Option<(usize, Entry)>> {
+        loop {
+            self.buf.clear();
+            let n = self
+                .reader
+                .read_until(b'\n', &mut self.buf)
+                .map_err(|e| SessionError::io(&self.path, "read", e))?;
+            if n == 0 {
+                self.close_run(After::Nothing)?;
+                return Ok(None);
+            }
+            let start = self.offset;
+            self.offset += n as u64;
+            self.line += 1;
+            if self.buf.last() != Some(&b'\n') {
+                // The tail: never parsed. Whatever run precedes it is at the end of the file.
+                self.close_run(After::Nothing)?;
+                self.warnings.push(Warning {
+                    path: self.path.clone(),
+                    offset: start,
+                    line: Some(self.line),
+                    kind: WarningKind::TornTail { len: n as u64 },
+                });
+                return Ok(None);
+            }
+            let end = start + n as u64 - 1;
+            match classify(&self.buf[..n - 1], start) {
+                Line::Blank => {}
+                Line::Bad { error, torn } => match &mut self.run {
+                    Some(run) => {
+                        run.end = end;
+                        run.all_torn &= torn;
+                    }
+                    None => {
+                        self.run = Some(Run {
+                            start,
+                            end,
+                            error,
+                            mark: self.line as u64,
+                            all_torn: torn,
+                        });
+                    }
+                },
+                Line::Marker { covers_from } => self.close_run(After::Marker(covers_from))?,
+                Line::Entry(entry) => {
+                    self.close_run(After::Entry)?;
+                    return Ok(Some((self.line, entry)));
+                }
+            }
+        }
+    }
+}
+
+impl Iterator for History {
+    type Item = Result<(usize, Entry)>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        match self.step() {
+            Ok(Some(item)) => Some(Ok(item)),
+            Ok(None) => {
+                self.done = true;
+                None
+            }
+            Err(e) => {
+                self.done = true;
+                Some(Err(e))
+            }
+        }
+    }
+}

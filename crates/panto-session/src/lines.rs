@@ -1,0 +1,260 @@
+//! Line framing shared by every reader and the appender: classifying one line, the
+//! `torn_write` record, bad-line runs, and reading a file backwards in chunks.
+//!
+//! The framing rules (documented for users in `docs/session.md`):
+//! - A line ends with `\n`; a trailing `\r` is ignored; whitespace-only lines are skipped.
+//! - The bytes after the last `\n` (the *tail*) are never parsed.
+//! - A *run* is a maximal sequence of non-blank lines that fail to decode. A run is skipped with
+//!   a warning when the next non-blank line is a valid `torn_write` record whose `offset` is the
+//!   run's first byte, or when no complete line follows it and every line of it looks like a
+//!   cut-off write. Any other run fails the read at its first line.
+//! - A `torn_write` record is valid when `offset + length + 1` is its own start offset; a valid
+//!   one is a store record, never an entry. An invalid one is an ordinary unknown entry.
+
+use std::fs::File;
+use std::io::{self, Read, Seek, SeekFrom};
+
+use panto_model::{DecodeError, Entry, decode_line};
+use serde::de::IgnoredAny;
+
+/// The `type` of the record that acknowledges the remains of an interrupted write.
+pub(crate) const TORN_WRITE: &str = "torn_write";
+
+/// What one line of a session file is.
+pub(crate) enum Line {
+    /// Empty or whitespace only: skipped.
+    Blank,
+    /// A session entry.
+    Entry(Entry),
+    /// A valid `torn_write` record acknowledging the bytes from `covers_from` up to it.
+    Marker { covers_from: u64 },
+    /// A line that does not decode. `error.line` is 0 until the caller knows the line number.
+    Bad { error: DecodeError, torn: bool },
+}
+
+/// Classifies the line that starts at byte `start` (given without its `\n`).
+pub(crate) fn classify(bytes: &[u8], start: u64) -> Line {
+    let bytes = bytes.strip_suffix(b"\r").unwrap_or(bytes);
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Line::Blank;
+    }
+    if let Err(e) = std::str::from_utf8(bytes) {
+        return Line::Bad {
+            error: DecodeError {
+                line: 0,
+                column: e.valid_up_to() + 1,
+                path: String::new(),
+                message: "not valid UTF-8".to_owned(),
+            },
+            torn: looks_torn(bytes),
+        };
+    }
+    match decode_line(bytes, 0) {
+        Ok(Entry::Unknown(u)) if u.kind == TORN_WRITE => {
+            let field = |name: &str| u.fields.get(name).and_then(serde_json::Value::as_u64);
+            match (field("offset"), field("length")) {
+                (Some(offset), Some(length))
+                    if offset.checked_add(length).and_then(|e| e.checked_add(1)) == Some(start) =>
+                {
+                    Line::Marker {
+                        covers_from: offset,
+                    }
+                }
+                _ => Line::Entry(Entry::Unknown(u)),
+            }
+        }
+        Ok(entry) => Line::Entry(entry),
+        Err(error) => Line::Bad {
+            torn: looks_torn(bytes),
+            error,
+        },
+    }
+}
+
+/// Whether a line that failed to decode is shaped like a write cut off by a crash: a prefix of
+/// a JSON value (the parser ran out of input), possibly padded with NUL bytes (what some file
+/// systems show for blocks allocated but not written before a power loss).
+pub(crate) fn looks_torn(bytes: &[u8]) -> bool {
+    let end = bytes.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
+    let bytes = &bytes[..end];
+    if bytes.is_empty() {
+        return true;
+    }
+    match serde_json::from_slice::<IgnoredAny>(bytes) {
+        Ok(_) => false,
+        Err(e) if e.is_eof() => true,
+        // A number cut after `-`, `.` or `e` fails at its last byte rather than at the end of
+        // input; with one more digit it would be a prefix like any other.
+        Err(e) if e.line() == 1 && e.column() == bytes.len() => {
+            let mut longer = bytes.to_vec();
+            longer.push(b'0');
+            serde_json::from_slice::<IgnoredAny>(&longer).is_err_and(|e| e.is_eof())
+        }
+        Err(_) => false,
+    }
+}
+
+/// The `torn_write` record acknowledging `[offset, offset + length)`, with its newline.
+pub(crate) fn torn_write_record(offset: u64, length: u64) -> String {
+    format!("{{\"type\":\"{TORN_WRITE}\",\"offset\":{offset},\"length\":{length}}}\n")
+}
+
+/// A run of consecutive bad lines, as far as it has been read.
+#[derive(Debug)]
+pub(crate) struct Run {
+    /// Offset of its first line.
+    pub start: u64,
+    /// Offset just past its last line (before that line's newline).
+    pub end: u64,
+    /// The error of its first line (line number not yet filled in).
+    pub error: DecodeError,
+    /// How many newlines lie at or after `start` (backwards reading) or the line number of the
+    /// first line (forwards reading); see the reader using it.
+    pub mark: u64,
+    /// Whether every line of it looks torn.
+    pub all_torn: bool,
+}
+
+/// What follows a run in the file: decides whether it is skipped or an error.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum After {
+    /// No complete non-blank line (at most the tail).
+    Nothing,
+    /// A valid `torn_write` record covering from this offset.
+    Marker(u64),
+    /// An entry.
+    Entry,
+}
+
+/// The verdict on a finished run.
+pub(crate) enum Verdict {
+    /// Skipped, reported as debris.
+    Skip { acknowledged: bool },
+    /// The read fails at the run's first line.
+    Fail,
+}
+
+/// Applies the run rule.
+pub(crate) fn judge(run: &Run, after: After) -> Verdict {
+    match after {
+        After::Marker(from) if from == run.start => Verdict::Skip { acknowledged: true },
+        After::Nothing if run.all_torn => Verdict::Skip {
+            acknowledged: false,
+        },
+        _ => Verdict::Fail,
+    }
+}
+
+/// Reads `buf.len()` bytes at `offset`.
+pub(crate) fn read_at(file: &File, buf: &mut [u8], offset: u64) -> io::Result<()> {
+    let mut f = file;
+    f.seek(SeekFrom::Start(offset))?;
+    f.read_exact(buf)
+}
+
+/// Counts the newlines in the first `len` bytes of `file` (the error path of backwards
+/// reading, to name the true line number).
+pub(crate) fn count_newlines(file: &File, len: u64) -> io::Result<u64> {
+    let mut f = file;
+    f.seek(SeekFrom::Start(0))?;
+    let mut reader = f.take(len);
+    let mut buf = vec![0u8; 1 << 20];
+    let mut count = 0u64;
+    loop {
+        let n = reader.read(&mut buf)?;
+        if n == 0 {
+            return Ok(count);
+        }
+        count += memchr::memchr_iter(b'\n', &buf[..n]).count() as u64;
+    }
+}
+
+/// A segment of the file found by [`BackLines::prev`]: its start offset and its range in
+/// [`BackLines::bytes`].
+pub(crate) struct Segment {
+    pub start: u64,
+    pub lo: usize,
+    pub hi: usize,
+}
+
+/// Reads a file backwards, one `\n`-separated segment at a time, in chunks.
+///
+/// The first segment returned is the tail (the bytes after the last newline, possibly empty);
+/// every later one is a complete line without its newline, from the last to the first. Memory
+/// holds one chunk plus the longest line met; bytes before the last segment returned are never
+/// read unless asked for.
+pub(crate) struct BackLines<'f> {
+    file: &'f File,
+    chunk: usize,
+    buf: Vec<u8>,
+    /// File offset of `buf[0]`.
+    buf_start: u64,
+    /// File offset where the next segment ends (exclusive).
+    pos: u64,
+    done: bool,
+    /// Bytes read from the file so far.
+    pub bytes_read: u64,
+}
+
+impl<'f> BackLines<'f> {
+    /// A reader positioned at `len`, the end of the file.
+    pub fn new(file: &'f File, len: u64, chunk: usize) -> BackLines<'f> {
+        BackLines {
+            file,
+            chunk: chunk.max(1),
+            buf: Vec::new(),
+            buf_start: len,
+            pos: len,
+            done: false,
+            bytes_read: 0,
+        }
+    }
+
+    /// The buffer that [`Segment`] ranges index.
+    pub fn bytes(&self) -> &[u8] {
+        &self.buf
+    }
+
+    /// The previous segment, or `None` once the start of the file was passed.
+    pub fn prev(&mut self) -> io::Result<Option<Segment>> {
+        if self.done {
+            return Ok(None);
+        }
+        loop {
+            let hi = (self.pos - self.buf_start) as usize;
+            if let Some(i) = memchr::memrchr(b'\n', &self.buf[..hi]) {
+                let start = self.buf_start + i as u64 + 1;
+                self.pos = start - 1;
+                return Ok(Some(Segment {
+                    start,
+                    lo: i + 1,
+                    hi,
+                }));
+            }
+            if self.buf_start == 0 {
+                self.done = true;
+                return Ok(Some(Segment {
+                    start: 0,
+                    lo: 0,
+                    hi,
+                }));
+            }
+            self.grow(hi)?;
+        }
+    }
+
+    /// Reads more bytes before the buffer, keeping its first `keep` bytes (the unread part).
+    /// Steps grow with the kept part, so a long line costs linear time.
+    fn grow(&mut self, keep: usize) -> io::Result<()> {
+        let step = self.chunk.max(keep) as u64;
+        let new_start = self.buf_start.saturating_sub(step);
+        let n = (self.buf_start - new_start) as usize;
+        let mut fresh = vec![0u8; n + keep];
+        read_at(self.file, &mut fresh[..n], new_start)?;
+        fresh[n..].copy_from_slice(&self.buf[..keep]);
+        self.buf = fresh;
+        self.buf_start = new_start;
+        self.bytes_read += n as u64;
+        Ok(())
+    }
+}

@@ -1,0 +1,247 @@
+//! Loading the effective context by reading backwards from the end of the file to the latest
+//! complete compaction entry.
+//!
+//! Correctness argument: replay (`panto_model::Replayer`) resets everything when a compaction
+//! takes effect, and a compaction entry at position p takes effect in a full replay exactly
+//! when the entries after it contain its kept copies (whatever came before p: a compaction
+//! pending before p is abandoned when p arrives). So replaying from the latest compaction that
+//! takes effect gives the same messages, compaction and kept count as replaying the whole file.
+//! Whether a candidate takes effect is decided by running the same `Replayer` over it and the
+//! entries that follow, never by a second implementation of the rule.
+
+use std::fs::File;
+use std::path::Path;
+
+use panto_model::{EffectiveContext, Entry, Replayer, Skipped};
+
+use crate::error::{Result, SessionError};
+use crate::lines::{After, BackLines, Line, Run, Verdict, classify, count_newlines, judge};
+use crate::warning::{Warning, WarningKind};
+
+/// The result of [`crate::Session::load_context`].
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct Loaded {
+    /// The effective context, as `panto_model::replay` of the whole file would give it.
+    ///
+    /// Its `skipped` indices count entries from the first replayed entry (the active
+    /// compaction), not from the start of the file; [`Loaded::warnings`] carries the same
+    /// events with file positions.
+    pub context: EffectiveContext,
+    /// What was skipped in the part of the file that was read, in file order.
+    pub warnings: Vec<Warning>,
+    /// How much was read.
+    pub stats: LoadStats,
+}
+
+/// How much of the file a load read: the measure that backwards loading keeps small.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LoadStats {
+    /// Length of the file when the load started (appends after that are not seen).
+    pub file_len: u64,
+    /// Bytes read from the file.
+    pub bytes_read: u64,
+    /// Byte offset where replay started (the active compaction entry, or 0).
+    pub replay_from: u64,
+    /// Entries replayed.
+    pub entries: usize,
+}
+
+/// A warning whose line number is known only relative to the end of the file.
+struct Pending {
+    offset: u64,
+    /// Newlines at or after `offset`.
+    nl_from: u64,
+    kind: WarningKind,
+}
+
+/// Loads the effective context of the file at `path`, opened as `file`.
+pub(crate) fn load(path: &Path, file: &File, chunk: usize) -> Result<Loaded> {
+    let len = file
+        .metadata()
+        .map_err(|e| SessionError::io(path, "read the metadata of", e))?
+        .len();
+    let io = |e| SessionError::io(path, "read", e);
+    let mut back = BackLines::new(file, len, chunk);
+    let mut pending = Vec::new();
+
+    let tail = back.prev().map_err(io)?;
+    if let Some(t) = tail.as_ref().filter(|t| t.hi > t.lo) {
+        pending.push(Pending {
+            offset: t.start,
+            nl_from: 0,
+            kind: WarningKind::TornTail {
+                len: (t.hi - t.lo) as u64,
+            },
+        });
+    }
+
+    // Entries in reverse file order, with (start offset, newlines at or after it).
+    let mut entries: Vec<(Entry, u64, u64)> = Vec::new();
+    let mut after = After::Nothing;
+    let mut run: Option<Run> = None;
+    let mut newlines = 0u64;
+    let mut reached_start = true;
+    while let Some(seg) = back.prev().map_err(io)? {
+        newlines += 1;
+        let line_end = seg.start + (seg.hi - seg.lo) as u64;
+        match classify(&back.bytes()[seg.lo..seg.hi], seg.start) {
+            Line::Blank => {}
+            Line::Bad { error, torn } => match &mut run {
+                Some(r) => {
+                    r.start = seg.start;
+                    r.error = error;
+                    r.mark = newlines;
+                    r.all_torn &= torn;
+                }
+                None => {
+                    run = Some(Run {
+                        start: seg.start,
+                        end: line_end,
+                        error,
+                        mark: newlines,
+                        all_torn: torn,
+                    });
+                }
+            },
+            Line::Marker { covers_from } => {
+                close_run(path, file, run.take(), after, &mut pending)?;
+                after = After::Marker(covers_from);
+            }
+            Line::Entry(entry) => {
+                close_run(path, file, run.take(), after, &mut pending)?;
+                after = After::Entry;
+                let candidate = matches!(entry, Entry::Compaction(_));
+                entries.push((entry, seg.start, newlines));
+                if candidate && takes_effect(&entries) {
+                    reached_start = false;
+                    break;
+                }
+            }
+        }
+    }
+    if reached_start {
+        close_run(path, file, run.take(), after, &mut pending)?;
+    }
+
+    let replay_from = entries.last().map_or(len, |(_, start, _)| *start);
+    let mut positions = Vec::with_capacity(entries.len());
+    let mut replayer = Replayer::new();
+    for (entry, start, nl_from) in entries.into_iter().rev() {
+        positions.push((start, nl_from));
+        replayer.push(entry);
+    }
+    let context = replayer.finish();
+    for skipped in &context.skipped {
+        let (index, kind) = match skipped {
+            Skipped::UnknownType { index, kind } => {
+                (*index, WarningKind::UnknownType { kind: kind.clone() })
+            }
+            Skipped::IncompleteCompaction {
+                index,
+                expected,
+                found,
+            } => (
+                *index,
+                WarningKind::IncompleteCompaction {
+                    expected: *expected,
+                    found: *found,
+                },
+            ),
+            // A kind added to panto-model later: reported by the context itself.
+            _ => continue,
+        };
+        if let Some(&(offset, nl_from)) = positions.get(index) {
+            pending.push(Pending {
+                offset,
+                nl_from,
+                kind,
+            });
+        }
+    }
+
+    pending.sort_by_key(|p| p.offset);
+    let warnings = pending
+        .into_iter()
+        .map(|p| Warning {
+            path: path.to_path_buf(),
+            offset: p.offset,
+            // With the whole file read, `newlines` is the file's newline count.
+            line: reached_start.then(|| (newlines - p.nl_from + 1) as usize),
+            kind: p.kind,
+        })
+        .collect();
+    Ok(Loaded {
+        warnings,
+        stats: LoadStats {
+            file_len: len,
+            bytes_read: back.bytes_read,
+            replay_from: if reached_start { 0 } else { replay_from },
+            entries: positions.len(),
+        },
+        context,
+    })
+}
+
+/// Whether the compaction at the end of `entries` (reverse file order) takes effect: the same
+/// `Replayer` is run over it and the entries after it until it has seen as many non-unknown
+/// entries as copies announced; it took effect unless it was reported incomplete.
+fn takes_effect(entries: &[(Entry, u64, u64)]) -> bool {
+    let Some((Entry::Compaction(c), _, _)) = entries.last() else {
+        return false;
+    };
+    let need = c.kept_messages.unwrap_or(0);
+    let mut replayer = Replayer::new();
+    replayer.push(Entry::Compaction(c.clone()));
+    let mut seen = 0u64;
+    for (entry, _, _) in entries.iter().rev().skip(1) {
+        if seen >= need {
+            break;
+        }
+        if !matches!(entry, Entry::Unknown(_)) {
+            seen += 1;
+        }
+        replayer.push(entry.clone());
+    }
+    !replayer
+        .finish()
+        .skipped
+        .iter()
+        .any(|s| matches!(s, Skipped::IncompleteCompaction { index: 0, .. }))
+}
+
+/// Applies the run rule to a finished run: a warning, or the error of its first line with the
+/// true line number (counted from the start of the file, on this error path only).
+fn close_run(
+    path: &Path,
+    file: &File,
+    run: Option<Run>,
+    after: After,
+    pending: &mut Vec<Pending>,
+) -> Result<()> {
+    let Some(run) = run else { return Ok(()) };
+    match judge(&run, after) {
+        Verdict::Skip { acknowledged } => {
+            pending.push(Pending {
+                offset: run.start,
+                nl_from: run.mark,
+                kind: WarningKind::Debris {
+                    len: run.end - run.start,
+                    acknowledged,
+                },
+            });
+            Ok(())
+        }
+        Verdict::Fail => {
+            let before =
+                count_newlines(file, run.start).map_err(|e| SessionError::io(path, "read", e))?;
+            let mut source = run.error;
+            source.line = before as usize + 1;
+            Err(SessionError::Malformed {
+                path: path.to_path_buf(),
+                source,
+            })
+        }
+    }
+}

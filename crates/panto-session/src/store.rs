@@ -1,0 +1,393 @@
+//! `Session`: opening and creating session files, locked appends, and the two reads.
+
+use std::fs::{self, File};
+use std::io::{self, ErrorKind, Read, Write};
+use std::path::{Path, PathBuf};
+
+use panto_model::{Entry, KEPT_BY, encode_line};
+use serde_json::Value;
+
+use crate::error::{Result, SessionError};
+use crate::history::History;
+use crate::lines::{BackLines, Line, TORN_WRITE, classify, looks_torn, torn_write_record};
+use crate::load::{Loaded, load};
+use crate::lock::Lock;
+use crate::options::SessionOptions;
+use crate::warning::Warning;
+
+/// An append-only JSONL session file.
+///
+/// A `Session` is a path plus options; it holds no open file or lock between calls, so any
+/// number of `Session` values, threads and processes may use one file. Appends are serialised by
+/// the lock; reads take no lock and see the file as it was when they started.
+#[derive(Clone, Debug)]
+pub struct Session {
+    path: PathBuf,
+    options: SessionOptions,
+}
+
+impl Session {
+    /// Opens an existing session file. An empty file is a valid, empty session.
+    ///
+    /// # Errors
+    /// [`SessionError::NotFound`] when the file does not exist (creating a session is the
+    /// explicit [`Session::create`]), [`SessionError::IsDirectory`] or
+    /// [`SessionError::NotAFile`] when the path is not a regular file, [`SessionError::Io`] when
+    /// it cannot be opened for reading.
+    pub fn open(path: impl AsRef<Path>, options: SessionOptions) -> Result<Session> {
+        let path = path.as_ref().to_path_buf();
+        open_read(&path)?;
+        Ok(Session { path, options })
+    }
+
+    /// Creates a new, empty session file (and flushes its directory entry to disk when fsync
+    /// is on).
+    ///
+    /// # Errors
+    /// [`SessionError::AlreadyExists`] when something is already at `path` (an existing session
+    /// is never truncated), [`SessionError::Io`] when the file cannot be created.
+    pub fn create(path: impl AsRef<Path>, options: SessionOptions) -> Result<Session> {
+        let path = path.as_ref().to_path_buf();
+        let file = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .map_err(|e| match e.kind() {
+                ErrorKind::AlreadyExists => SessionError::AlreadyExists { path: path.clone() },
+                _ => SessionError::io(&path, "create", e),
+            })?;
+        if options.fsync_enabled() {
+            file.sync_all()
+                .map_err(|e| SessionError::io(&path, "flush", e))?;
+            sync_parent(&path)?;
+        }
+        Ok(Session { path, options })
+    }
+
+    /// The session file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The options this session was opened with.
+    pub fn options(&self) -> &SessionOptions {
+        &self.options
+    }
+
+    /// A fresh id from the session's id source, for callers that must know an entry's id
+    /// before appending it (a compaction whose kept copies point at it with `kept_by`).
+    pub fn new_id(&self, entry: &Entry) -> String {
+        self.options.id_source().next_id(entry)
+    }
+
+    /// Appends entries as whole lines in one write, under the append lock, flushed to disk
+    /// before returning (when fsync is on). Returns the id of every entry, in order: its own,
+    /// or the one it was given.
+    ///
+    /// Entries without an `id` get one from the id source. A compaction appended without an
+    /// id that announces `kept_messages: n` has the `kept_by` field of the next `n` messages of
+    /// the same call that carry `kept_by` pointed at its new id, so its copies still belong to
+    /// it. If the file ends with a torn line, the write starts with a newline (and a
+    /// `torn_write` record acknowledging the torn bytes when they do not form an entry); the
+    /// torn bytes stay in the file. Appending no entries writes nothing.
+    ///
+    /// # Errors
+    /// [`SessionError::LockTimeout`] when another process holds the lock longer than the
+    /// timeout, [`SessionError::Rejected`] for an entry of the store's reserved `torn_write`
+    /// type, [`SessionError::NotFound`] and [`SessionError::Io`] from the file system. After a
+    /// failed write the file may end with a torn line, which the next append handles.
+    pub fn append(&self, entries: &[Entry]) -> Result<Vec<String>> {
+        self.lock()?.append(entries)
+    }
+
+    /// Takes the append lock and keeps it until the returned [`Writer`] is dropped, so that a
+    /// caller can load, decide and append with no other process appending in between (a
+    /// compaction must, or a message appended meanwhile would be left out of its context).
+    /// Other appenders wait up to their lock timeout meanwhile.
+    ///
+    /// # Errors
+    /// As [`Session::append`], before anything is written.
+    pub fn lock(&self) -> Result<Writer<'_>> {
+        let lock = Lock::acquire(&self.path, self.options.lock_timeout_value())?;
+        check_file(&self.path)?;
+        let file = fs::OpenOptions::new()
+            .read(true)
+            .append(true)
+            .open(&self.path)
+            .map_err(|e| open_error(&self.path, e, "open for appending"))?;
+        Ok(Writer {
+            session: self,
+            file,
+            _lock: lock,
+        })
+    }
+
+    /// Loads the effective context, reading backwards from the end of the file to the latest
+    /// compaction that takes effect, so that its cost follows the length of what came after
+    /// that compaction, not of the whole history.
+    ///
+    /// The result equals `panto_model::replay` over every entry of the file (messages,
+    /// compaction, kept count). Only the part of the file that is read is checked: a malformed
+    /// line before the active compaction is not seen (read [`Session::history`] to check a
+    /// whole file). A torn last line is reported and never parsed.
+    ///
+    /// # Errors
+    /// [`SessionError::Malformed`] for a bad line in the part read, naming its true line number;
+    /// [`SessionError::NotFound`], [`SessionError::IsDirectory`], [`SessionError::NotAFile`] and
+    /// [`SessionError::Io`] from the file system.
+    pub fn load_context(&self) -> Result<Loaded> {
+        let file = open_read(&self.path)?;
+        load(&self.path, &file, self.options.read_chunk_value())
+    }
+
+    /// Streams every entry of the file, from the first, with its 1-based line number, in
+    /// constant memory. The iterator yields an error (and then ends) at the first bad line.
+    ///
+    /// # Errors
+    /// When the file cannot be opened; see [`Session::load_context`].
+    pub fn history(&self) -> Result<History> {
+        let file = open_read(&self.path)?;
+        Ok(History::new(self.path.clone(), file))
+    }
+
+    /// Fills in the line number of warnings that lack one (see [`Warning::line`]), with one
+    /// forward pass over the file up to the last such warning: it costs a read of that prefix.
+    ///
+    /// # Errors
+    /// When the file cannot be read.
+    pub fn resolve_lines(&self, warnings: &mut [Warning]) -> Result<()> {
+        let mut todo: Vec<&mut Warning> =
+            warnings.iter_mut().filter(|w| w.line.is_none()).collect();
+        if todo.is_empty() {
+            return Ok(());
+        }
+        todo.sort_by_key(|w| w.offset);
+        let file = open_read(&self.path)?;
+        let mut reader = io::BufReader::with_capacity(1 << 20, &file);
+        let mut buf = vec![0u8; 1 << 20];
+        let (mut pos, mut newlines) = (0u64, 0u64);
+        for w in todo {
+            while pos < w.offset {
+                let want = ((w.offset - pos) as usize).min(buf.len());
+                let n = reader
+                    .read(&mut buf[..want])
+                    .map_err(|e| SessionError::io(&self.path, "read", e))?;
+                if n == 0 {
+                    break;
+                }
+                newlines += memchr::memchr_iter(b'\n', &buf[..n]).count() as u64;
+                pos += n as u64;
+            }
+            w.line = Some(newlines as usize + 1);
+        }
+        Ok(())
+    }
+}
+
+/// The append lock of a session, held until dropped; see [`Session::lock`].
+#[derive(Debug)]
+pub struct Writer<'s> {
+    session: &'s Session,
+    file: File,
+    _lock: Lock,
+}
+
+impl Writer<'_> {
+    /// Appends under the held lock; see [`Session::append`].
+    ///
+    /// # Errors
+    /// As [`Session::append`], except the lock timeout.
+    pub fn append(&mut self, entries: &[Entry]) -> Result<Vec<String>> {
+        let path = &self.session.path;
+        let options = &self.session.options;
+        if let Some(index) = entries.iter().position(|e| e.type_name() == TORN_WRITE) {
+            return Err(SessionError::Rejected {
+                path: path.clone(),
+                index,
+                reason: format!("the type `{TORN_WRITE}` is reserved for the store"),
+            });
+        }
+        if entries.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut entries = entries.to_vec();
+        let ids = assign_ids(&mut entries, options);
+        let len = self
+            .file
+            .metadata()
+            .map_err(|e| SessionError::io(path, "read the metadata of", e))?
+            .len();
+        let (newline, debris) = end_state(&self.file, len, options.read_chunk_value())
+            .map_err(|e| SessionError::io(path, "read", e))?;
+        let mut out = Vec::new();
+        if newline {
+            out.push(b'\n');
+        }
+        if let Some(from) = debris {
+            let record_start = len + u64::from(newline);
+            out.extend_from_slice(torn_write_record(from, record_start - 1 - from).as_bytes());
+        }
+        for e in &entries {
+            out.extend_from_slice(encode_line(e).as_bytes());
+        }
+        write_whole(&self.file, &out).map_err(|e| SessionError::io(path, "append to", e))?;
+        if options.fsync_enabled() {
+            self.file
+                .sync_data()
+                .map_err(|e| SessionError::io(path, "flush", e))?;
+        }
+        Ok(ids)
+    }
+
+    /// Loads the effective context while holding the lock; see [`Session::load_context`].
+    ///
+    /// # Errors
+    /// As [`Session::load_context`].
+    pub fn load_context(&self) -> Result<Loaded> {
+        load(
+            &self.session.path,
+            &self.file,
+            self.session.options.read_chunk_value(),
+        )
+    }
+}
+
+/// How the file ends: whether the next write must start with a newline (the file has a tail),
+/// and where the debris to acknowledge with a `torn_write` record starts: a tail that is not an
+/// entry, together with the cut-off lines just before it.
+fn end_state(file: &File, len: u64, chunk: usize) -> io::Result<(bool, Option<u64>)> {
+    let mut back = BackLines::new(file, len, chunk);
+    let Some(tail) = back.prev()? else {
+        return Ok((false, None));
+    };
+    let has_tail = tail.hi > tail.lo;
+    let mut debris = None;
+    if has_tail {
+        match classify(&back.bytes()[tail.lo..tail.hi], tail.start) {
+            Line::Bad { .. } => debris = Some(tail.start),
+            // A tail that is a whole entry (only its newline was lost) becomes a line.
+            _ => return Ok((true, None)),
+        }
+    }
+    while let Some(seg) = back.prev()? {
+        let bytes = &back.bytes()[seg.lo..seg.hi];
+        let bytes = bytes.strip_suffix(b"\r").unwrap_or(bytes);
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        if !looks_torn(bytes) {
+            break;
+        }
+        debris = Some(seg.start);
+    }
+    Ok((has_tail, debris))
+}
+
+/// Gives ids to the entries without one; returns every entry's id.
+fn assign_ids(entries: &mut [Entry], options: &SessionOptions) -> Vec<String> {
+    let mut ids = Vec::with_capacity(entries.len());
+    for i in 0..entries.len() {
+        let (head, rest) = entries.split_at_mut(i + 1);
+        let entry = &mut head[i];
+        if let Some(id) = entry.id() {
+            ids.push(id.to_owned());
+            continue;
+        }
+        let id = options.id_source().next_id(entry);
+        match entry {
+            Entry::Message(m) => m.id = Some(id.clone()),
+            Entry::Compaction(c) => {
+                c.id = Some(id.clone());
+                point_copies(rest, c.kept_messages.unwrap_or(0), &id);
+            }
+            Entry::Unknown(u) => {
+                u.fields.insert("id".to_owned(), Value::String(id.clone()));
+            }
+        }
+        ids.push(id);
+    }
+    ids
+}
+
+/// Points the `kept_by` of the next `n` kept copies at `id`, the way replay pairs them.
+fn point_copies(rest: &mut [Entry], mut n: u64, id: &str) {
+    for e in rest {
+        if n == 0 {
+            return;
+        }
+        match e {
+            Entry::Unknown(_) => {}
+            Entry::Message(m) if m.extra.contains_key(KEPT_BY) => {
+                m.extra
+                    .insert(KEPT_BY.to_owned(), Value::String(id.to_owned()));
+                n -= 1;
+            }
+            _ => return,
+        }
+    }
+}
+
+/// Writes `bytes` with one `write` call when the system allows (it does for regular files),
+/// finishing a short write with more calls; the lock keeps other appenders out meanwhile.
+fn write_whole(file: &File, bytes: &[u8]) -> io::Result<()> {
+    let mut f = file;
+    let mut done = 0;
+    while done < bytes.len() {
+        match f.write(&bytes[done..]) {
+            Ok(0) => return Err(io::Error::from(ErrorKind::WriteZero)),
+            Ok(n) => done += n,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Checks that `path` is a regular file.
+fn check_file(path: &Path) -> Result<()> {
+    match fs::metadata(path) {
+        Err(e) if e.kind() == ErrorKind::NotFound => Err(SessionError::NotFound {
+            path: path.to_path_buf(),
+        }),
+        Err(e) => Err(SessionError::io(path, "read the metadata of", e)),
+        Ok(m) if m.is_dir() => Err(SessionError::IsDirectory {
+            path: path.to_path_buf(),
+        }),
+        Ok(m) if !m.is_file() => Err(SessionError::NotAFile {
+            path: path.to_path_buf(),
+        }),
+        Ok(_) => Ok(()),
+    }
+}
+
+fn open_error(path: &Path, e: io::Error, action: &'static str) -> SessionError {
+    match e.kind() {
+        ErrorKind::NotFound => SessionError::NotFound {
+            path: path.to_path_buf(),
+        },
+        _ => SessionError::io(path, action, e),
+    }
+}
+
+/// Opens a session file for reading after checking what it is.
+fn open_read(path: &Path) -> Result<File> {
+    check_file(path)?;
+    File::open(path).map_err(|e| open_error(path, e, "open"))
+}
+
+/// Flushes the directory entry of a new file (Unix; elsewhere directories cannot be opened).
+fn sync_parent(path: &Path) -> Result<()> {
+    #[cfg(unix)]
+    {
+        let dir = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| SessionError::io(dir, "flush", e))?;
+    }
+    #[cfg(not(unix))]
+    let _ = path;
+    Ok(())
+}

@@ -1,0 +1,91 @@
+//! `Warning`: what a read noticed and skipped without failing.
+
+use std::fmt;
+use std::path::PathBuf;
+
+/// Something a read skipped without failing: a torn last line, the remains of an interrupted
+/// write, an entry of an unknown type, an incomplete compaction. The file is never changed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Warning {
+    /// The session file.
+    pub path: PathBuf,
+    /// Byte offset of the start of the line concerned. Always known.
+    pub offset: u64,
+    /// 1-based line number, when known. Reading the full history always knows it; loading the
+    /// effective context knows it only when it read back to the start of the file, because
+    /// counting the lines of a long prefix would cost what backwards loading saves. Fill it in
+    /// with [`crate::Session::resolve_lines`] when needed.
+    pub line: Option<usize>,
+    /// What was noticed.
+    pub kind: WarningKind,
+}
+
+/// The kinds of [`Warning`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum WarningKind {
+    /// The file does not end with a newline: its last `len` bytes are an unfinished line (a
+    /// write cut short by a crash, or one in progress). They are kept byte for byte and never
+    /// parsed; the next append starts on a fresh line.
+    TornTail {
+        /// Bytes after the last newline.
+        len: u64,
+    },
+    /// Lines left by an interrupted write, skipped: either acknowledged by the `torn_write`
+    /// record that the next append wrote after them, or at the very end of the file and shaped
+    /// like a cut-off line.
+    Debris {
+        /// Bytes of the skipped lines (newlines between them included).
+        len: u64,
+        /// Whether a `torn_write` record acknowledges them.
+        acknowledged: bool,
+    },
+    /// An entry whose `type` this version of panto does not know: skipped by replay, kept in
+    /// the file.
+    UnknownType {
+        /// Its `type`.
+        kind: String,
+    },
+    /// A compaction whose kept copies are not all present (an interrupted append): ignored
+    /// together with the copies that are present.
+    IncompleteCompaction {
+        /// Copies it announced.
+        expected: u64,
+        /// Copies found.
+        found: u64,
+    },
+}
+
+impl fmt::Display for Warning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: ", self.path.display())?;
+        match self.line {
+            Some(line) => write!(f, "line {line}: ")?,
+            None => write!(f, "byte {}: ", self.offset)?,
+        }
+        match &self.kind {
+            WarningKind::TornTail { len } => write!(
+                f,
+                "torn last line ({len} bytes without a final newline) kept and ignored"
+            ),
+            WarningKind::Debris {
+                len,
+                acknowledged: true,
+            } => write!(f, "remains of an interrupted write ({len} bytes) skipped"),
+            WarningKind::Debris {
+                len,
+                acknowledged: false,
+            } => write!(
+                f,
+                "remains of an interrupted write at the end of the file ({len} bytes) skipped"
+            ),
+            WarningKind::UnknownType { kind } => {
+                write!(f, "entry of unknown type `{kind}` skipped")
+            }
+            WarningKind::IncompleteCompaction { expected, found } => write!(
+                f,
+                "compaction with {found} of its {expected} kept copies ignored (an interrupted append)"
+            ),
+        }
+    }
+}

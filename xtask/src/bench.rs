@@ -1,0 +1,339 @@
+//! `cargo xtask bench [SECTION...]`: measurements, one section each, printed as Markdown tables.
+//!
+//! Sections: `session` (the effective context of a long session loads in time that does not
+//! grow with the history). More sections are added to [`SECTIONS`]. The measurements run in a
+//! release build: from a debug build of xtask, the command re-runs itself with
+//! `cargo run --release`. Generated data goes under `target/bench/`, never into the repository,
+//! and is deleted afterwards. Timings are medians over repetitions with `std::time::Instant`,
+//! after warm-up runs, with the file in the page cache.
+
+use std::fs;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use panto_model::{
+    CompactionEntry, ContentBlock, Entry, KEPT_BY, Message, Role, Usage, encode_line,
+};
+use panto_session::{Session, SessionOptions};
+use serde_json::json;
+
+/// A section: its name, what it measures, and the function that prints its table.
+type Section = (&'static str, &'static str, fn(&Path, &Flags) -> Result<()>);
+
+const SECTIONS: &[Section] = &[(
+    "session",
+    "effective-context load time over growing histories, and append latency",
+    session,
+)];
+
+/// Flags shared by the sections.
+#[derive(Debug, Default)]
+pub struct Flags {
+    /// Smaller data for a quick look (the session history stops at 100 MB).
+    quick: bool,
+}
+
+pub fn run(root: &Path, args: &[String]) -> Result<()> {
+    if cfg!(debug_assertions) {
+        // Timings of a debug build mean nothing: run the release build of this same command.
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+        let status = Command::new(cargo)
+            .args([
+                "run",
+                "--release",
+                "--quiet",
+                "--package",
+                "xtask",
+                "--",
+                "bench",
+            ])
+            .args(args)
+            .current_dir(root)
+            .status()
+            .context("could not run the release build of xtask")?;
+        if !status.success() {
+            bail!("bench failed ({status})");
+        }
+        return Ok(());
+    }
+    let mut flags = Flags::default();
+    let mut chosen = Vec::new();
+    for a in args {
+        match a.as_str() {
+            "--quick" => flags.quick = true,
+            name => match SECTIONS.iter().find(|s| s.0 == name) {
+                Some(s) => chosen.push(s),
+                None => bail!(
+                    "unknown bench section `{name}`; sections: {}",
+                    SECTIONS.iter().map(|s| s.0).collect::<Vec<_>>().join(", ")
+                ),
+            },
+        }
+    }
+    if chosen.is_empty() {
+        chosen = SECTIONS.iter().collect();
+    }
+    for (name, what, f) in chosen {
+        println!("## {name}: {what}\n");
+        f(root, &flags)?;
+        println!();
+    }
+    Ok(())
+}
+
+/// Median, minimum and maximum of `reps` timed runs of `f`, after `warmup` untimed ones.
+fn time<T>(
+    warmup: usize,
+    reps: usize,
+    mut f: impl FnMut() -> Result<T>,
+) -> Result<(Duration, Duration, Duration, T)> {
+    for _ in 0..warmup {
+        f()?;
+    }
+    let mut times = Vec::with_capacity(reps);
+    let mut last = None;
+    for _ in 0..reps {
+        let start = Instant::now();
+        let out = f()?;
+        times.push(start.elapsed());
+        last = Some(out);
+    }
+    times.sort();
+    let out = last.context("no repetitions")?;
+    Ok((
+        times[times.len() / 2],
+        times[0],
+        times[times.len() - 1],
+        out,
+    ))
+}
+
+fn fmt_duration(d: Duration) -> String {
+    let us = d.as_secs_f64() * 1e6;
+    if us < 1000.0 {
+        format!("{us:.0} µs")
+    } else if us < 1e6 {
+        format!("{:.2} ms", us / 1000.0)
+    } else {
+        format!("{:.2} s", us / 1e6)
+    }
+}
+
+fn fmt_bytes(n: u64) -> String {
+    const MB: f64 = 1024.0 * 1024.0;
+    let n = n as f64;
+    if n >= 1024.0 * MB {
+        format!("{:.2} GiB", n / (1024.0 * MB))
+    } else if n >= MB {
+        format!("{:.1} MiB", n / MB)
+    } else {
+        format!("{:.1} KiB", n / 1024.0)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// session
+
+const MIB: u64 = 1024 * 1024;
+
+fn bench_dir(root: &Path, name: &str) -> Result<PathBuf> {
+    let dir = root.join("target").join("bench").join(name);
+    fs::create_dir_all(&dir).with_context(|| format!("could not create {}", dir.display()))?;
+    Ok(dir)
+}
+
+/// One round of an agent conversation: a prompt, a tool call, its result, an answer.
+fn round(i: usize) -> Vec<Entry> {
+    let mut prompt = Message::user_text(format!(
+        "Round {i}: please look at the failing test in module {} and fix it.",
+        i % 97
+    ));
+    prompt.id = Some(format!("u{i}"));
+    let mut call = Message::new(
+        Role::Assistant,
+        vec![
+            ContentBlock::text("Reading the file first."),
+            ContentBlock::tool_use(
+                format!("toolu_{i}"),
+                "read",
+                json!({"path": format!("src/module_{}.rs", i % 97)}),
+            ),
+        ],
+    );
+    call.id = Some(format!("a{i}"));
+    call.model = Some("claude-sonnet-4-5".into());
+    call.stop_reason = Some("tool_use".into());
+    call.usage = Some(Usage::new(5_000 + i as u64 % 50_000, 88));
+    let body =
+        "fn example() -> u32 {\n    // A line of source code in the tool result.\n    42\n}\n"
+            .repeat(12);
+    let mut result = Message::new(
+        Role::User,
+        vec![ContentBlock::tool_result(format!("toolu_{i}"), body, false)],
+    );
+    result.id = Some(format!("r{i}"));
+    let mut answer = Message::assistant_text(format!(
+        "Fixed round {i}: the assertion compared the wrong fields."
+    ));
+    answer.id = Some(format!("b{i}"));
+    answer.usage = Some(Usage::new(6_000 + i as u64 % 50_000, 40));
+    [prompt, call, result, answer]
+        .into_iter()
+        .map(Entry::Message)
+        .collect()
+}
+
+/// A compaction keeping the messages of `kept`, followed by their copies.
+fn compaction(id: &str, kept: &[Entry]) -> Vec<Entry> {
+    let mut c = CompactionEntry::new(
+        format!("Summary {id}: the user is fixing failing tests one module at a time; ").repeat(20),
+    );
+    c.id = Some(id.into());
+    c.kept_messages = Some(kept.len() as u64);
+    let mut out = vec![Entry::Compaction(c)];
+    for e in kept {
+        if let Entry::Message(m) = e {
+            let mut copy = m.clone();
+            copy.id = Some(format!("{}-{id}", m.id.as_deref().unwrap_or("x")));
+            copy.extra.insert(KEPT_BY.into(), json!(id));
+            out.push(Entry::Message(copy));
+        }
+    }
+    out
+}
+
+/// Bytes of about 1 MiB of history: rounds of conversation with a compaction every 200 rounds.
+fn history_block() -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while (out.len() as u64) < MIB {
+        let r = round(i);
+        for e in &r {
+            out.extend_from_slice(encode_line(e).as_bytes());
+        }
+        if i % 200 == 199 {
+            for e in compaction(&format!("old{i}"), &r) {
+                out.extend_from_slice(encode_line(&e).as_bytes());
+            }
+        }
+        i += 1;
+    }
+    out
+}
+
+/// The same tail for every size: the latest compaction (keeping two rounds) and 50 rounds after
+/// it, so the effective context has 1 + 8 + 200 messages.
+fn tail() -> Vec<u8> {
+    let mut kept = round(1_000_000);
+    kept.extend(round(1_000_001));
+    let mut entries = compaction("latest", &kept);
+    for i in 0..50 {
+        entries.extend(round(2_000_000 + i));
+    }
+    entries
+        .iter()
+        .flat_map(|e| encode_line(e).into_bytes())
+        .collect()
+}
+
+/// Writes a session of at least `size` bytes: history blocks, then the tail.
+fn generate(path: &Path, size: u64, block: &[u8], tail: &[u8]) -> Result<()> {
+    let file =
+        fs::File::create(path).with_context(|| format!("could not create {}", path.display()))?;
+    let mut w = BufWriter::with_capacity(4 * MIB as usize, file);
+    let mut written = 0u64;
+    while written + (tail.len() as u64) < size {
+        w.write_all(block)?;
+        written += block.len() as u64;
+    }
+    w.write_all(tail)?;
+    w.flush()?;
+    Ok(())
+}
+
+fn session(root: &Path, flags: &Flags) -> Result<()> {
+    let dir = bench_dir(root, "session")?;
+    let block = history_block();
+    let tail = tail();
+    let sizes: &[u64] = if flags.quick {
+        &[MIB, 10 * MIB, 100 * MIB]
+    } else {
+        &[MIB, 10 * MIB, 100 * MIB, 1024 * MIB]
+    };
+    println!("Load of the effective context (`Session::open` + `load_context`), latest compaction");
+    println!(
+        "209 messages before the end, median of 50 runs after 5 warm-up runs, file in the page"
+    );
+    println!(
+        "cache. Full replay: `history()` streamed through `panto_model::Replayer`, one run.\n"
+    );
+    println!(
+        "| history | file size | bytes read | entries replayed | load median | load min | load max | full replay |"
+    );
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
+    let opts = SessionOptions::default().fsync(false);
+    for &size in sizes {
+        let path = dir.join(format!("history-{}m.jsonl", size / MIB));
+        generate(&path, size, &block, &tail)?;
+        let len = fs::metadata(&path)?.len();
+        let (median, min, max, loaded) = time(5, 50, || {
+            let s = Session::open(&path, opts.clone())?;
+            Ok(s.load_context()?)
+        })?;
+        if loaded.context.summary().is_none() || loaded.context.messages.len() != 209 {
+            bail!(
+                "unexpected context: {} messages",
+                loaded.context.messages.len()
+            );
+        }
+        let (full, _, _, n) = time(0, 1, || {
+            let s = Session::open(&path, opts.clone())?;
+            let mut replayer = panto_model::Replayer::new();
+            for item in s.history()? {
+                replayer.push(item?.1);
+            }
+            Ok(replayer.finish().messages.len())
+        })?;
+        if n != 209 {
+            bail!("full replay disagrees: {n} messages");
+        }
+        println!(
+            "| {} | {} | {} | {} | {} | {} | {} | {} |",
+            fmt_bytes(size),
+            fmt_bytes(len),
+            fmt_bytes(loaded.stats.bytes_read),
+            loaded.stats.entries,
+            fmt_duration(median),
+            fmt_duration(min),
+            fmt_duration(max),
+            fmt_duration(full),
+        );
+        fs::remove_file(&path)?;
+    }
+
+    println!(
+        "\nAppend of one message to a session of 1 MiB (lock, end check, one write), median of 200.\n"
+    );
+    println!("| fsync | median | min | max |");
+    println!("| --- | --- | --- | --- |");
+    for fsync in [false, true] {
+        let path = dir.join("append.jsonl");
+        generate(&path, MIB, &block, &tail)?;
+        let s = Session::open(&path, SessionOptions::default().fsync(fsync))?;
+        let msg = [Entry::Message(Message::user_text("one more prompt"))];
+        let (median, min, max, _) = time(5, 200, || Ok(s.append(&msg)?))?;
+        println!(
+            "| {} | {} | {} | {} |",
+            if fsync { "on" } else { "off" },
+            fmt_duration(median),
+            fmt_duration(min),
+            fmt_duration(max)
+        );
+        fs::remove_file(&path)?;
+        let _ = fs::remove_file(dir.join("append.jsonl.lock"));
+    }
+    Ok(())
+}
