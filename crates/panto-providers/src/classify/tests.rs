@@ -1,0 +1,1 @@
+//! Unit tests of the classifier's parts: number reading, durations, normalisation, the table.
