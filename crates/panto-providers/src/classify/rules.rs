@@ -705,10 +705,12 @@ fn describe(test: &Test) -> String {
         }
         Test::ClientError => "the status is 4xx".to_owned(),
         Test::ServerError => "the status is 5xx".to_owned(),
+        Test::Code([one]) => format!("a code, type, status or reason is `{one}`"),
         Test::Code(set) => format!(
             "a code, type, status or reason is one of {}",
             list(set, '`')
         ),
+        Test::Text([one]) => format!("the text contains \"{one}\""),
         Test::Text(set) => format!("the text contains one of {}", list(set, '"')),
         Test::PromptFieldsExceedContext => "`n_prompt_tokens` > `n_ctx`".to_owned(),
         Test::OutputFillsWindow => {
@@ -726,6 +728,11 @@ fn describe(test: &Test) -> String {
         Test::Any(tests) => {
             let parts: Vec<String> = tests.iter().map(describe).collect();
             format!("({})", parts.join(") or ("))
+        }
+        Test::Not(Test::ServerError) => "the status is not 5xx".to_owned(),
+        Test::Not(Test::Status(set)) => {
+            let s: Vec<String> = set.iter().map(u16::to_string).collect();
+            format!("the status is not {}", s.join(" or "))
         }
         Test::Not(test) => format!("not ({})", describe(test)),
         Test::Always => "nothing above matched".to_owned(),

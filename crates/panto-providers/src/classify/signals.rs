@@ -235,10 +235,10 @@ impl Walk {
 /// The JSON a string carries: the whole string, or the first object after a prefix.
 fn embedded_json(s: &str) -> Option<Value> {
     let t = s.trim();
-    if t.starts_with(['{', '[']) {
-        if let Ok(v) = serde_json::from_str::<Value>(t) {
-            return Some(v);
-        }
+    if t.starts_with(['{', '['])
+        && let Ok(v) = serde_json::from_str::<Value>(t)
+    {
+        return Some(v);
     }
     let start = t.find('{')?;
     let mut stream = serde_json::Deserializer::from_str(&t[start..]).into_iter::<Value>();
