@@ -58,6 +58,8 @@ pub(super) enum Test {
     OutputFillsWindow,
     /// The text states the input size or the limit.
     StatesSizes,
+    /// The text states an input size larger than the limit.
+    InputExceedsLimit,
     /// Every one of these holds.
     All(&'static [Test]),
     /// At least one of these holds.
@@ -91,6 +93,10 @@ impl Test {
                     || answer.signals.n_prompt_tokens.is_some()
                     || answer.signals.n_ctx.is_some()
             }
+            Test::InputExceedsLimit => matches!(
+                (answer.sizes.input_tokens(), answer.sizes.limit),
+                (Some(input), Some(limit)) if input > limit
+            ),
             Test::All(tests) => tests.iter().all(|t| t.holds(answer)),
             Test::Any(tests) => tests.iter().any(|t| t.holds(answer)),
             Test::Not(test) => !test.holds(answer),
@@ -163,8 +169,13 @@ pub(super) const RATE_LIMIT_WORDS: &[&str] = &[
     "tokens per min",
     "requests per min",
     "per minute",
+    "per-minute",
     "per hour",
     "per day",
+    "daily",
+    "hourly",
+    "weekly",
+    "monthly",
     "(tpm)",
     "(rpm)",
     "(tpd)",
@@ -193,7 +204,8 @@ pub(super) const RATE_LIMIT_WORDS: &[&str] = &[
     "billing",
     "spending limit",
     "spend limit",
-    "monthly limit",
+    "peak load",
+    "must be reduced in order to run successfully",
     "usage limit",
     "settings/keys",
 ];
@@ -258,6 +270,8 @@ pub(super) const ITEM_CODES: &[&str] = &["string_above_max_length", "array_above
 pub(super) const ITEM_WORDS: &[&str] = &[
     "string too long",
     "expected a string with maximum length",
+    "array too long",
+    "expected an array with maximum length",
     "image exceeds",
     "image dimensions",
     "image too large",
@@ -369,6 +383,8 @@ pub(super) const OVERFLOW_WORDS: &[&str] = &[
     "exceeds token limit",
     "exceeds the token limit",
     "total message size",
+    "maximum context window",
+    "context overflow",
 ];
 pub(super) const BYTE_CAP_WORDS: &[&str] = &[
     "request exceeds the maximum size",
@@ -407,7 +423,26 @@ pub(super) const TOKEN_LIMIT_WORDS: &[&str] = &[
     "prompt is too large",
     "input is too large",
 ];
-pub(super) const INPUT_TOKEN_WORDS: &[&str] = &["input tokens", "prompt tokens", "input token"];
+pub(super) const TOKEN_COUNT_WORDS: &[&str] = &[
+    "input tokens",
+    "prompt tokens",
+    "input token",
+    "token limit",
+    "token count",
+    "number of tokens",
+];
+/// What a generic message calls the thing that is too large.
+pub(super) const INPUT_SUBJECTS: &[&str] = &["prompt", "input", "conversation", "history"];
+pub(super) const SIZE_EXCESS_WORDS: &[&str] = &[
+    "too long",
+    "too large",
+    "too big",
+    "exceeds max",
+    "exceeds the max",
+    "exceeds the limit",
+    "exceeds limit",
+    "exceeds the allowed",
+];
 pub(super) const TIMEOUT_CODES: &[&str] = &["deadline_exceeded", "timeout", "request_timeout"];
 pub(super) const INVALID_CODES: &[&str] = &[
     "invalid_request_error",
@@ -592,6 +627,15 @@ pub(super) const RULES: &[Rule] = &[
               a 5xx only when the message also states the sizes.",
     },
     Rule {
+        name: "sizes-exceed-limit",
+        protocols: ALL,
+        test: Test::All(&[Test::InputExceedsLimit, NOT_SERVER_ERROR]),
+        verdict: Verdict::ContextOverflow,
+        why: "The numbers the message states show the input larger than the limit, whatever \
+              the words around them (\"the prompt contains 300000 tokens but the maximum is \
+              200000\").",
+    },
+    Rule {
         name: "request-size-cap",
         protocols: ALL,
         test: Test::All(&[Test::Text(BYTE_CAP_WORDS), NOT_SERVER_ERROR]),
@@ -620,12 +664,14 @@ pub(super) const RULES: &[Rule] = &[
                     Test::Text(EXCESS_WORDS),
                 ]),
                 Test::Text(TOKEN_LIMIT_WORDS),
-                Test::All(&[Test::Text(INPUT_TOKEN_WORDS), Test::Text(EXCESS_WORDS)]),
+                Test::All(&[Test::Text(TOKEN_COUNT_WORDS), Test::Text(EXCESS_WORDS)]),
+                Test::All(&[Test::Text(INPUT_SUBJECTS), Test::Text(SIZE_EXCESS_WORDS)]),
             ]),
         ]),
         verdict: Verdict::ContextOverflow,
-        why: "Unseen wordings: the context (window, length, size, limit) exceeded, or too many \
-              (input) tokens. Never on 5xx.",
+        why: "Unseen wordings: the context (window, length, size, limit) exceeded, too many \
+              (input) tokens, a token count or limit exceeded, the prompt or input too long. \
+              Never on 5xx.",
     },
     Rule {
         name: "timeout",
@@ -721,6 +767,9 @@ fn describe(test: &Test) -> String {
             )
         }
         Test::StatesSizes => "the text states the input size or the limit".to_owned(),
+        Test::InputExceedsLimit => {
+            "the stated input size is larger than the stated limit".to_owned()
+        }
         Test::All(tests) => {
             let parts: Vec<String> = tests.iter().map(describe).collect();
             format!("({})", parts.join(") and ("))
