@@ -18,8 +18,8 @@ use serde_json::{Value, json};
 
 /// One line of a fixture file (the format of `shared/data/overflow/visible.jsonl`, plus the
 /// expectations this crate adds: `rule`, `error`, `input_tokens`, `limit`).
-pub(crate) struct Case {
-    pub(crate) id: String,
+struct Case {
+    id: String,
     line: usize,
     protocol: Protocol,
     status: u16,
@@ -46,7 +46,7 @@ fn optional_count(v: &Value, key: &str) -> Option<Option<u64>> {
     v.get(key).map(Value::as_u64)
 }
 
-pub(crate) fn load(path: &Path) -> Vec<Case> {
+fn load(path: &Path) -> Vec<Case> {
     let text = std::fs::read_to_string(path)
         .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
     text.lines()
@@ -92,7 +92,7 @@ fn is_error_event(event: &Value) -> bool {
 }
 
 /// Serves a case as the adapter would receive it; one classification per error it carries.
-pub(crate) fn serve(case: &Case) -> Vec<Classification> {
+fn serve(case: &Case) -> Vec<Classification> {
     if let Some(events) = &case.sse {
         let found: Vec<Classification> = events
             .iter()
@@ -120,7 +120,7 @@ pub(crate) fn serve(case: &Case) -> Vec<Classification> {
     vec![explain_response(case.protocol, case.status, None, &bytes)]
 }
 
-pub(crate) fn kind(error: &ProviderError) -> &'static str {
+fn kind(error: &ProviderError) -> &'static str {
     match error {
         ProviderError::ContextOverflow { .. } => "context_overflow",
         ProviderError::RateLimited { .. } => "rate_limited",
@@ -136,7 +136,7 @@ pub(crate) fn kind(error: &ProviderError) -> &'static str {
     }
 }
 
-pub(crate) fn message(error: &ProviderError) -> &str {
+fn message(error: &ProviderError) -> &str {
     match error {
         ProviderError::ContextOverflow { message, .. }
         | ProviderError::RateLimited { message, .. }
@@ -226,7 +226,7 @@ fn check_file(path: &Path, strict: bool) -> (usize, Vec<String>) {
     (cases.len(), failures)
 }
 
-pub(crate) fn fixture(name: &str) -> PathBuf {
+fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures")
         .join(name)
