@@ -250,6 +250,40 @@ fn vetoes_precede_overflow_rules() {
     }
 }
 
+/// Every rule is exercised by some fixture case, and every fixture names a real rule.
+#[test]
+fn every_rule_has_a_fixture() {
+    let mut named = Vec::new();
+    for file in ["overflow.jsonl", "overflow_variants.jsonl"] {
+        let path = repo_root()
+            .join("crates/panto-providers/tests/fixtures")
+            .join(file);
+        let text = std::fs::read_to_string(&path).expect("fixture file");
+        for (i, line) in text
+            .lines()
+            .enumerate()
+            .filter(|(_, l)| !l.trim().is_empty())
+        {
+            let case: Value = serde_json::from_str(line).expect("fixture JSON");
+            let rule = case["rule"].as_str().unwrap_or_default().to_owned();
+            assert!(
+                RULES.iter().any(|r| r.name == rule),
+                "{}:{}: no rule named {rule:?}",
+                path.display(),
+                i + 1
+            );
+            named.push(rule);
+        }
+    }
+    for rule in RULES {
+        assert!(
+            named.iter().any(|n| n == rule.name),
+            "no fixture exercises rule {}",
+            rule.name
+        );
+    }
+}
+
 proptest! {
     #[test]
     fn separated_counts_read_back(n in 0u64..10_000_000_000u64, sep in prop::sample::select(vec!["", ",", "_", "'"])) {
