@@ -1,0 +1,3 @@
+//! Integration tests of panto-providers, one module per feature.
+
+mod classify;
