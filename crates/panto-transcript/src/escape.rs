@@ -29,41 +29,8 @@ pub(crate) const MARKER_WORDS: [&[u8]; 5] = [b"user", b"assistant", b"tool", b"s
 /// The tag names of the request envelope, matched ASCII case-insensitively as prefixes.
 pub(crate) const TAG_NAMES: [&[u8]; 2] = [b"transcript", b"previous-summary"];
 
-/// Byte classes for the scanning loops: 0 is uninteresting.
-const PLAIN: u8 = 0;
-/// LF, VT, FF, CR: a one-byte line terminator.
-const BREAK: u8 = 1;
-/// 0xC2: the lead byte of NEL (C2 85).
-const LEAD_C2: u8 = 2;
-/// 0xE2: the lead byte of LS (E2 80 A8) and PS (E2 80 A9).
-const LEAD_E2: u8 = 3;
-/// `<`: may open a tag.
-const LT: u8 = 4;
-
-static CLASS: [u8; 256] = {
-    let mut t = [PLAIN; 256];
-    t[b'\n' as usize] = BREAK;
-    t[0x0B] = BREAK;
-    t[0x0C] = BREAK;
-    t[b'\r' as usize] = BREAK;
-    t[0xC2] = LEAD_C2;
-    t[0xE2] = LEAD_E2;
-    t[b'<' as usize] = LT;
-    t
-};
-
-/// The length of the line terminator that starts at `b[i]` (0 when there is none there).
-#[inline]
-fn break_len(b: &[u8], i: usize) -> usize {
-    match CLASS[b[i] as usize] {
-        BREAK => 1,
-        LEAD_C2 if b.get(i + 1) == Some(&0x85) => 2,
-        LEAD_E2 if b.get(i + 1) == Some(&0x80) && matches!(b.get(i + 2), Some(0xA8 | 0xA9)) => 3,
-        _ => 0,
-    }
-}
-
-/// Whether `s` ends with a line terminator.
+/// Whether `b` ends with a line terminator: LF, VT, FF, CR, NEL (C2 85), LS (E2 80 A8) or
+/// PS (E2 80 A9).
 fn ends_with_break(b: &[u8]) -> bool {
     matches!(
         b,
@@ -75,18 +42,21 @@ fn starts_with_ci(b: &[u8], word: &[u8]) -> bool {
     b.len() >= word.len() && b[..word.len()].eq_ignore_ascii_case(word)
 }
 
-/// Whether `b[i..]` is `\`* `[` reserved-word: a line that would read as a role marker.
+/// Whether `b[i..]` starts with a reserved marker word.
 #[inline]
-fn marker_at(b: &[u8], i: usize) -> bool {
-    let mut j = i;
-    while j < b.len() && b[j] == b'\\' {
-        j += 1;
-    }
-    if j >= b.len() || b[j] != b'[' {
-        return false;
-    }
-    let rest = &b[j + 1..];
+fn word_at(b: &[u8], i: usize) -> bool {
+    let rest = &b[i.min(b.len())..];
     MARKER_WORDS.iter().any(|w| starts_with_ci(rest, w))
+}
+
+/// The start of the run of backslashes that ends right before `j`.
+#[inline]
+fn run_start(b: &[u8], j: usize) -> usize {
+    let mut k = j;
+    while k > 0 && b[k - 1] == b'\\' {
+        k -= 1;
+    }
+    k
 }
 
 /// Whether `b[i..]` (the bytes right after a `<`) is `\`* `/`? tag-name.
@@ -112,6 +82,11 @@ fn json_tag_at(b: &[u8], i: usize) -> bool {
 
 /// Writes text escaped, possibly in several pieces that together form one logical text.
 ///
+/// The scan looks only for `[` and `<` (with `memchr`, so unremarkable text is skipped many
+/// bytes at a time): a marker needs a `[` after its backslashes, and whether the backslash
+/// run before that `[` starts a line is read backwards. This finds exactly the places of the
+/// forward rule in the module docs.
+///
 /// Invariant: pushing pieces `a` then `b` writes exactly what pushing `a + b` would, as long as
 /// no marker or tag window straddles the seam (true whenever the seam is at a line terminator,
 /// which is how the renderer joins the text blocks of a tool result).
@@ -126,39 +101,34 @@ impl Escaper {
         Escaper { line_start }
     }
 
+    /// Whether position `k` of `b` (the current piece) is a line start.
+    #[inline]
+    fn line_start_at(self, b: &[u8], k: usize) -> bool {
+        if k == 0 {
+            self.line_start
+        } else {
+            ends_with_break(&b[..k])
+        }
+    }
+
     /// Appends `s`, escaped, to `out`.
     pub(crate) fn push(&mut self, out: &mut String, s: &str) {
         let b = s.as_bytes();
         let mut copied = 0;
-        if self.line_start && marker_at(b, 0) {
-            out.push('\\');
-        }
-        let mut i = 0;
-        while i < b.len() {
-            // The hot loop: skip uninteresting bytes.
-            if CLASS[b[i] as usize] == PLAIN {
-                i += 1;
-                continue;
-            }
-            if b[i] == b'<' {
-                if tag_at(b, i + 1) {
-                    out.push_str(&s[copied..=i]);
-                    out.push('\\');
-                    copied = i + 1;
+        for j in memchr::memchr2_iter(b'[', b'<', b) {
+            if b[j] == b'[' {
+                if word_at(b, j + 1) {
+                    let k = run_start(b, j);
+                    if self.line_start_at(b, k) {
+                        out.push_str(&s[copied..k]);
+                        out.push('\\');
+                        copied = k;
+                    }
                 }
-                i += 1;
-                continue;
-            }
-            let n = break_len(b, i);
-            if n == 0 {
-                i += 1;
-                continue;
-            }
-            i += n;
-            if i < b.len() && marker_at(b, i) {
-                out.push_str(&s[copied..i]);
+            } else if tag_at(b, j + 1) {
+                out.push_str(&s[copied..=j]);
                 out.push('\\');
-                copied = i;
+                copied = j + 1;
             }
         }
         out.push_str(&s[copied..]);
@@ -175,42 +145,26 @@ pub(crate) fn escape_into(out: &mut String, s: &str, line_start: bool) {
 
 /// The inverse of [`escape_into`]: removes the backslash that escaping added at each place.
 pub(crate) fn unescape(s: &str, line_start: bool) -> String {
+    let b = s.as_bytes();
     // Escaping only ever adds backslashes: text without one is its own unescaping.
-    if !s.as_bytes().contains(&b'\\') {
+    if memchr::memchr(b'\\', b).is_none() {
         return s.to_owned();
     }
-    let b = s.as_bytes();
+    let at = Escaper::new(line_start);
     let mut out = String::with_capacity(s.len());
     let mut copied = 0;
-    if line_start && b.first() == Some(&b'\\') && marker_at(b, 0) {
-        copied = 1;
-    }
-    let mut i = 0;
-    while i < b.len() {
-        if CLASS[b[i] as usize] == PLAIN {
-            i += 1;
-            continue;
-        }
-        if b[i] == b'<' {
-            if b.get(i + 1) == Some(&b'\\') && tag_at(b, i + 1) {
-                out.push_str(&s[copied..=i]);
-                copied = i + 2;
-                i += 2;
-            } else {
-                i += 1;
+    for j in memchr::memchr2_iter(b'[', b'<', b) {
+        if b[j] == b'[' {
+            if word_at(b, j + 1) {
+                let k = run_start(b, j);
+                if k < j && at.line_start_at(b, k) {
+                    out.push_str(&s[copied..k]);
+                    copied = k + 1;
+                }
             }
-            continue;
-        }
-        let n = break_len(b, i);
-        if n == 0 {
-            i += 1;
-            continue;
-        }
-        i += n;
-        if b.get(i) == Some(&b'\\') && marker_at(b, i) {
-            out.push_str(&s[copied..i]);
-            copied = i + 1;
-            i += 1;
+        } else if b.get(j + 1) == Some(&b'\\') && tag_at(b, j + 1) {
+            out.push_str(&s[copied..=j]);
+            copied = j + 2;
         }
     }
     out.push_str(&s[copied..]);
@@ -283,28 +237,17 @@ impl serde_json::ser::Formatter for SafeJson {
     ) -> io::Result<()> {
         let b = fragment.as_bytes();
         let mut copied = 0;
-        let mut i = 0;
-        while i < b.len() {
-            let (len, replacement): (usize, &[u8]) = match CLASS[b[i] as usize] {
-                PLAIN => (0, b""),
-                LEAD_C2 if b.get(i + 1) == Some(&0x85) => (2, b"\\u0085"),
-                LEAD_E2 if b.get(i + 1) == Some(&0x80) && b.get(i + 2) == Some(&0xA8) => {
-                    (3, b"\\u2028")
-                }
-                LEAD_E2 if b.get(i + 1) == Some(&0x80) && b.get(i + 2) == Some(&0xA9) => {
-                    (3, b"\\u2029")
-                }
-                LT if json_tag_at(b, i + 1) => (1, b"\\u003c"),
-                _ => (0, b""),
+        for i in memchr::memchr3_iter(b'<', 0xC2, 0xE2, b) {
+            let (len, replacement): (usize, &[u8]) = match (b[i], b.get(i + 1), b.get(i + 2)) {
+                (0xC2, Some(0x85), _) => (2, b"\\u0085"),
+                (0xE2, Some(0x80), Some(0xA8)) => (3, b"\\u2028"),
+                (0xE2, Some(0x80), Some(0xA9)) => (3, b"\\u2029"),
+                (b'<', _, _) if json_tag_at(b, i + 1) => (1, b"\\u003c"),
+                _ => continue,
             };
-            if len == 0 {
-                i += 1;
-                continue;
-            }
             writer.write_all(&b[copied..i])?;
             writer.write_all(replacement)?;
-            i += len;
-            copied = i;
+            copied = i + len;
         }
         writer.write_all(&b[copied..])
     }
