@@ -1,8 +1,9 @@
 //! Rough throughput check of transcript rendering and parsing, in MB/s of transcript text.
 //!
-//! Run with `cargo run --release -p panto-transcript --example throughput [ROUNDS]` (default
-//! 2000 rounds, about 35 MB of transcript). This is a sanity
-//! check for development, not a benchmark: the benchmark with targets lives in `cargo xtask bench`.
+//! Run with `cargo run --release -p panto-transcript --example throughput [ROUNDS]`. The default,
+//! 200 rounds, gives about 3.5 MB of transcript (some 900k tokens, the largest context windows of
+//! today); 2000 rounds give 35 MB, where allocating fresh pages starts to dominate. This is a
+//! sanity check for development, not a benchmark: targets belong in `cargo xtask bench`.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -86,7 +87,7 @@ fn main() {
     let rounds = std::env::args()
         .nth(1)
         .and_then(|a| a.parse().ok())
-        .unwrap_or(2_000);
+        .unwrap_or(200);
     let messages = session(rounds);
     let transcript = render_transcript(&messages);
     let bytes = transcript.len();

@@ -45,7 +45,11 @@ fn starts_with_ci(b: &[u8], word: &[u8]) -> bool {
 /// Whether `b[i..]` starts with a reserved marker word.
 #[inline]
 fn word_at(b: &[u8], i: usize) -> bool {
-    let rest = &b[i.min(b.len())..];
+    // Every reserved word starts with one of these letters: most brackets are rejected here.
+    if !matches!(b.get(i).map(|c| c | 0x20), Some(b'u' | b'a' | b't' | b's')) {
+        return false;
+    }
+    let rest = &b[i..];
     MARKER_WORDS.iter().any(|w| starts_with_ci(rest, w))
 }
 
@@ -69,7 +73,11 @@ fn tag_at(b: &[u8], i: usize) -> bool {
     if j < b.len() && b[j] == b'/' {
         j += 1;
     }
-    let rest = &b[j.min(b.len())..];
+    // Both tag names start with `t` or `p`: most angle brackets are rejected here.
+    if !matches!(b.get(j).map(|c| c | 0x20), Some(b't' | b'p')) {
+        return false;
+    }
+    let rest = &b[j..];
     TAG_NAMES.iter().any(|w| starts_with_ci(rest, w))
 }
 
@@ -80,10 +88,36 @@ fn json_tag_at(b: &[u8], i: usize) -> bool {
     TAG_NAMES.iter().any(|w| starts_with_ci(rest, w))
 }
 
+/// The position of the next `[` or `<` at or after `from`.
+///
+/// A short plain loop first, so that markup dense with brackets does not pay a `memchr` call per
+/// byte or two; `memchr` then skips long unremarkable runs many bytes at a time.
+#[inline]
+fn next_special(b: &[u8], from: usize) -> Option<usize> {
+    const NEAR: usize = 16;
+    let near = (from + NEAR).min(b.len());
+    if let Some(k) = b[from.min(near)..near]
+        .iter()
+        .position(|&c| c == b'[' || c == b'<')
+    {
+        return Some(from + k);
+    }
+    memchr::memchr2(b'[', b'<', &b[near..]).map(|k| near + k)
+}
+
+/// Calls `f` with the position of every `[` and `<` in `b`, in order.
+#[inline]
+fn for_each_special(b: &[u8], mut f: impl FnMut(usize)) {
+    let mut from = 0;
+    while let Some(j) = next_special(b, from) {
+        f(j);
+        from = j + 1;
+    }
+}
+
 /// Writes text escaped, possibly in several pieces that together form one logical text.
 ///
-/// The scan looks only for `[` and `<` (with `memchr`, so unremarkable text is skipped many
-/// bytes at a time): a marker needs a `[` after its backslashes, and whether the backslash
+/// The scan looks only for `[` and `<` (see [`next_special`]): a marker needs a `[` after its backslashes, and whether the backslash
 /// run before that `[` starts a line is read backwards. This finds exactly the places of the
 /// forward rule in the module docs.
 ///
@@ -115,11 +149,12 @@ impl Escaper {
     pub(crate) fn push(&mut self, out: &mut String, s: &str) {
         let b = s.as_bytes();
         let mut copied = 0;
-        for j in memchr::memchr2_iter(b'[', b'<', b) {
+        let this = *self;
+        for_each_special(b, |j| {
             if b[j] == b'[' {
                 if word_at(b, j + 1) {
                     let k = run_start(b, j);
-                    if self.line_start_at(b, k) {
+                    if this.line_start_at(b, k) {
                         out.push_str(&s[copied..k]);
                         out.push('\\');
                         copied = k;
@@ -130,7 +165,7 @@ impl Escaper {
                 out.push('\\');
                 copied = j + 1;
             }
-        }
+        });
         out.push_str(&s[copied..]);
         if !b.is_empty() {
             self.line_start = ends_with_break(b);
@@ -153,7 +188,7 @@ pub(crate) fn unescape(s: &str, line_start: bool) -> String {
     let at = Escaper::new(line_start);
     let mut out = String::with_capacity(s.len());
     let mut copied = 0;
-    for j in memchr::memchr2_iter(b'[', b'<', b) {
+    for_each_special(b, |j| {
         if b[j] == b'[' {
             if word_at(b, j + 1) {
                 let k = run_start(b, j);
@@ -166,7 +201,7 @@ pub(crate) fn unescape(s: &str, line_start: bool) -> String {
             out.push_str(&s[copied..=j]);
             copied = j + 2;
         }
-    }
+    });
     out.push_str(&s[copied..]);
     out
 }

@@ -351,6 +351,24 @@ fn escape_tags_anywhere() {
 }
 
 #[test]
+fn first_letter_filters_match_the_reserved_words() {
+    use crate::escape::{MARKER_WORDS, TAG_NAMES};
+    for w in MARKER_WORDS {
+        assert!(matches!(w[0], b'u' | b'a' | b't' | b's'), "{w:?}");
+    }
+    for w in TAG_NAMES {
+        assert!(matches!(w[0], b't' | b'p'), "{w:?}");
+    }
+}
+
+#[test]
+fn escape_dense_brackets() {
+    check_escape("<[<[\n[<", "<[<[\n[<");
+    check_escape("[[[\n[[User\n<<transcript", "[[[\n[[User\n<<\\transcript");
+    check_escape("\n\\\\[tool", "\n\\\\\\[tool");
+}
+
+#[test]
 fn escape_at_line_start_covers_the_first_line() {
     let mut out = String::new();
     escape_into(&mut out, "[User]: x", true);
