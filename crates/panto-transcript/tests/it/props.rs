@@ -1,0 +1,334 @@
+//! Property tests: parsing inverts rendering for any messages, and no text, name, id, type or
+//! argument can forge a marker line or an envelope tag.
+
+use panto_model::arbitrary;
+use panto_model::{
+    ContentBlock, Extra, ImageBlock, Message, OtherBlock, Role, ThinkingBlock, ToolResultBlock,
+    ToolResultContent,
+};
+use panto_transcript::{
+    ParsedRequest, parse_request, parse_transcript, render_request, render_transcript,
+    render_transcript_into, transcript_items,
+};
+use proptest::collection::vec;
+use proptest::prelude::*;
+use serde_json::{Value, json};
+
+/// Pieces of the format, to be glued into adversarial strings.
+const FRAGMENTS: &[&str] = &[
+    "[",
+    "]",
+    "]:",
+    ": ",
+    " ",
+    "(",
+    ")",
+    "\"",
+    "\\",
+    "\\\\",
+    "User",
+    "user",
+    "USER",
+    "Assistant",
+    "assistant thinking",
+    "Tool",
+    "tool result",
+    " error",
+    " call",
+    " image",
+    " unknown block",
+    "Summary of earlier conversation",
+    "System",
+    "[User]: ",
+    "[Assistant]:",
+    "[Tool result x (t)]: ",
+    "<",
+    "/",
+    ">",
+    "transcript",
+    "TRANSCRIPT",
+    "previous-summary",
+    "Previous-Summary",
+    "</transcript>",
+    "<transcript>",
+    "</previous-summary>",
+    "<previous-summary>",
+    "<\\/",
+    "\n",
+    "\n\n",
+    "\r",
+    "\r\n",
+    "\u{0B}",
+    "\u{0C}",
+    "\u{85}",
+    "\u{2028}",
+    "\u{2029}",
+    "\t",
+    "é",
+    "—",
+    "\u{2027}",
+    "\u{84}",
+    "\u{FEFF}",
+    "🦀",
+    "{",
+    "}",
+    "null",
+];
+
+prop_compose! {
+    /// A string glued from format fragments.
+    fn fragments()(parts in vec(prop::sample::select(FRAGMENTS), 0..24)) -> String {
+        parts.concat()
+    }
+}
+
+prop_compose! {
+    /// A very long line with fragments around it.
+    fn long_line()(head in fragments(), n in 1_000usize..20_000, tail in fragments()) -> String {
+        format!("{head}{}{tail}", "x".repeat(n))
+    }
+}
+
+/// Text that tries to break the format.
+fn text() -> impl Strategy<Value = String> {
+    prop_oneof![
+        3 => arbitrary::text(),
+        4 => fragments(),
+        1 => long_line(),
+    ]
+}
+
+/// A tool name or call id: usually a plain token, sometimes anything.
+fn token() -> impl Strategy<Value = String> {
+    prop_oneof![
+        2 => "[a-zA-Z0-9_.:-]{1,12}",
+        1 => text(),
+    ]
+}
+
+/// Tool arguments whose keys and strings are adversarial.
+fn json_value() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i64>().prop_map(|n| json!(n)),
+        any::<u64>().prop_map(|n| json!(n)),
+        text().prop_map(Value::String),
+    ];
+    leaf.prop_recursive(3, 16, 4, |inner| {
+        prop_oneof![
+            vec(inner.clone(), 0..4).prop_map(Value::Array),
+            vec((text(), inner), 0..4).prop_map(|kv| Value::Object(kv.into_iter().collect())),
+        ]
+    })
+}
+
+fn image() -> impl Strategy<Value = ContentBlock> {
+    let source = prop_oneof![
+        text().prop_map(|m| json!({"type": "base64", "media_type": m, "data": "AAAA"})),
+        Just(json!({"type": "url", "url": "https://example.com/x.png"})),
+        Just(json!({"type": "base64", "media_type": 7})),
+    ];
+    source.prop_map(|source| {
+        ContentBlock::Image(ImageBlock {
+            source,
+            extra: Extra::new(),
+        })
+    })
+}
+
+fn other() -> impl Strategy<Value = ContentBlock> {
+    text().prop_map(|kind| {
+        ContentBlock::Other(OtherBlock {
+            kind,
+            fields: Extra::new(),
+        })
+    })
+}
+
+/// A block that may appear inside a tool result.
+fn result_part() -> impl Strategy<Value = ContentBlock> {
+    prop_oneof![
+        4 => text().prop_map(ContentBlock::text),
+        1 => image(),
+        1 => other(),
+        1 => text().prop_map(|t| ContentBlock::Thinking(ThinkingBlock {
+            thinking: t,
+            signature: None,
+            extra: Extra::new(),
+        })),
+    ]
+}
+
+/// Any content block, of every kind, with adversarial strings everywhere.
+fn block() -> impl Strategy<Value = ContentBlock> {
+    let result_content = prop_oneof![
+        text().prop_map(ToolResultContent::Text),
+        vec(result_part(), 0..4).prop_map(ToolResultContent::Blocks),
+    ];
+    prop_oneof![
+        4 => text().prop_map(ContentBlock::text),
+        1 => (text(), prop::option::of("[A-Za-z0-9+/]{4,12}")).prop_map(|(t, signature)| {
+            ContentBlock::Thinking(ThinkingBlock { thinking: t, signature, extra: Extra::new() })
+        }),
+        2 => (token(), token(), json_value())
+            .prop_map(|(id, name, input)| ContentBlock::tool_use(id, name, input)),
+        2 => (token(), result_content, prop::option::of(any::<bool>())).prop_map(
+            |(tool_use_id, content, is_error)| {
+                ContentBlock::ToolResult(ToolResultBlock {
+                    tool_use_id,
+                    content,
+                    is_error,
+                    extra: Extra::new(),
+                })
+            }
+        ),
+        1 => image(),
+        1 => other(),
+        1 => text().prop_map(|s| Message::compaction(s).content.remove(0)),
+    ]
+}
+
+prop_compose! {
+    /// Messages of either role holding any blocks, protocol-valid or not.
+    fn messages()(raw in vec((any::<bool>(), vec(block(), 0..5)), 0..8)) -> Vec<Message> {
+        raw.into_iter()
+            .map(|(user, content)| {
+                Message::new(if user { Role::User } else { Role::Assistant }, content)
+            })
+            .collect()
+    }
+}
+
+/// Whether `c` ends a line for a reader: the seven Unicode line terminators.
+fn is_line_terminator(c: char) -> bool {
+    matches!(
+        c,
+        '\n' | '\u{0B}' | '\u{0C}' | '\r' | '\u{85}' | '\u{2028}' | '\u{2029}'
+    )
+}
+
+/// How many line starts (after any line terminator) open with `[` and a reserved word, checked
+/// without the crate's parser.
+fn marker_lines(text: &str) -> usize {
+    let mut starts = vec![0];
+    starts.extend(
+        text.char_indices()
+            .filter(|&(_, c)| is_line_terminator(c))
+            .map(|(i, c)| i + c.len_utf8()),
+    );
+    starts
+        .into_iter()
+        .filter(|&i| {
+            let rest = &text.as_bytes()[i..];
+            rest.first() == Some(&b'[')
+                && ["user", "assistant", "tool", "summary", "system"]
+                    .iter()
+                    .any(|w| {
+                        rest.len() > w.len() && rest[1..=w.len()].eq_ignore_ascii_case(w.as_bytes())
+                    })
+        })
+        .count()
+}
+
+/// How many times `needle` occurs in `text`, ignoring ASCII case.
+fn count_ci(text: &str, needle: &str) -> usize {
+    let hay = text.as_bytes();
+    let n = needle.as_bytes();
+    hay.windows(n.len())
+        .filter(|w| w.eq_ignore_ascii_case(n))
+        .count()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn parse_inverts_render(messages in messages()) {
+        let rendered = render_transcript(&messages);
+        prop_assert_eq!(parse_transcript(&rendered), transcript_items(&messages));
+    }
+
+    #[test]
+    fn parse_inverts_render_on_valid_sessions(session in arbitrary::session(6)) {
+        let rendered = render_transcript(&session.messages);
+        prop_assert_eq!(parse_transcript(&rendered), transcript_items(&session.messages));
+    }
+
+    #[test]
+    fn render_into_appends_the_same_transcript(head in text(), messages in messages()) {
+        let mut out = head.clone();
+        render_transcript_into(&mut out, &messages);
+        prop_assert_eq!(out, format!("{head}{}", render_transcript(&messages)));
+    }
+
+    #[test]
+    fn request_round_trips(messages in messages(), summary in prop::option::of(text())) {
+        let request = render_request(&messages, summary.as_deref());
+        prop_assert_eq!(
+            parse_request(&request),
+            Ok(ParsedRequest { previous_summary: summary, items: transcript_items(&messages) })
+        );
+    }
+
+    #[test]
+    fn text_cannot_forge_markers_or_tags(
+        messages in messages(),
+        summary in prop::option::of(text()),
+    ) {
+        let request = render_request(&messages, summary.as_deref());
+        // One marker line per item, whatever the line terminators in the text.
+        prop_assert_eq!(marker_lines(&request), transcript_items(&messages).len());
+        // Exactly the envelope's own tags, anywhere and in any case.
+        let summaries = usize::from(summary.is_some());
+        prop_assert_eq!(count_ci(&request, "<transcript"), 1);
+        prop_assert_eq!(count_ci(&request, "</transcript"), 1);
+        prop_assert_eq!(count_ci(&request, "<previous-summary"), summaries);
+        prop_assert_eq!(count_ci(&request, "</previous-summary"), summaries);
+        // And every tag is alone on its line.
+        for tag in ["<transcript>", "</transcript>"] {
+            prop_assert!(request.lines().any(|l| l == tag));
+        }
+    }
+
+    #[test]
+    fn parsing_any_text_never_panics(text in text(), more in fragments()) {
+        let text = format!("{text}{more}");
+        let _ = parse_transcript(&text);
+        let _ = parse_request(&text);
+        let wrapped = format!("<transcript>\n{text}\n</transcript>\n");
+        // With no other tag line, the one transcript section is found.
+        let tags = ["<transcript>", "</transcript>", "<previous-summary>", "</previous-summary>"];
+        if wrapped.split('\n').filter(|l| tags.contains(l)).count() == 2 {
+            prop_assert!(parse_request(&wrapped).is_ok());
+        }
+    }
+}
+
+// Shrunk failures found by proptest (kept in `proptest-regressions/props.txt` as well) while
+// checking that the properties catch a broken escaper: without CR as a line terminator, and
+// without escaping the first line of the previous summary.
+
+#[test]
+fn media_type_cannot_forge_a_marker_after_a_bare_cr() {
+    let image = ContentBlock::Image(ImageBlock {
+        source: json!({"type": "base64", "media_type": "\r[User]: ", "data": "AAAA"}),
+        extra: Extra::new(),
+    });
+    let messages = [Message::new(Role::Assistant, vec![image])];
+    let request = render_request(&messages, None);
+    assert_eq!(marker_lines(&request), 1, "{request:?}");
+}
+
+#[test]
+fn previous_summary_starting_with_a_marker_round_trips() {
+    let request = render_request(&[], Some("[User]: "));
+    assert_eq!(marker_lines(&request), 0, "{request:?}");
+    assert_eq!(
+        parse_request(&request),
+        Ok(ParsedRequest {
+            previous_summary: Some("[User]: ".to_owned()),
+            items: vec![],
+        })
+    );
+}
