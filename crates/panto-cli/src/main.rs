@@ -1,3 +1,75 @@
-//! Placeholder: the `panto` binary is filled by a later issue.
+//! The `panto` binary: inspect a session, compact it, chat with automatic overflow recovery.
+//!
+//! Exit codes (Contract 3): 0 success; 1 a provider or compaction failure; 2 bad usage or bad
+//! input (the message names the file, the line and the field). Messages go to stderr; `--json`
+//! output is one JSON document on stdout.
 
-fn main() {}
+mod cli;
+mod commands;
+mod config;
+mod offline;
+mod providers;
+mod store;
+mod ui;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use crate::cli::Cli;
+
+/// An error that is the user's to fix (bad usage, bad input, missing configuration): exit 2.
+#[derive(Debug)]
+pub struct BadInput(pub String);
+
+impl std::fmt::Display for BadInput {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for BadInput {}
+
+/// Marks an error as bad input (exit code 2), keeping its whole message.
+pub fn bad_input(e: impl std::fmt::Display) -> anyhow::Error {
+    anyhow::Error::new(BadInput(format!("{e:#}")))
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing();
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("panto: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(commands::run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            let code = if e.chain().any(|c| c.is::<BadInput>()) {
+                2
+            } else {
+                1
+            };
+            eprintln!("panto: {e:#}");
+            ExitCode::from(code)
+        }
+    }
+}
+
+/// Logs go to stderr, filtered by `PANTO_LOG` (for example `PANTO_LOG=debug`); off by default.
+fn init_tracing() {
+    let Ok(filter) = std::env::var("PANTO_LOG") else {
+        return;
+    };
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+        .with_writer(std::io::stderr)
+        .with_ansi(ui::color_allowed() && ui::stderr_is_terminal())
+        .try_init();
+}

@@ -1,0 +1,158 @@
+//! The command line (Contract 3): commands, their arguments and the common options.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::config::{Flags, ProviderKind};
+
+/// panto keeps long LLM-agent conversations alive by compacting them.
+#[derive(Debug, Parser)]
+#[command(name = "panto", version, about, long_about = None, after_help = EXAMPLES)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+const EXAMPLES: &str = "\
+Examples:
+  panto context examples/sessions/debugging.jsonl
+  panto compact examples/sessions/debugging.jsonl --dry-run
+  panto send notes.jsonl 'What did we decide about retries?' --provider anthropic --model claude-sonnet-4-5
+  panto chat notes.jsonl --provider openai --base-url http://127.0.0.1:8080/v1 --model local
+
+Configuration: <config dir>/panto/config.toml, then .panto/config.toml, then the environment,
+then flags (later wins); `panto config` shows each value and where it came from.";
+
+/// The commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Print the effective context that would be sent, and its size.
+    #[command(after_help = "Example:\n  panto context session.jsonl --json | jq .estimated_tokens")]
+    Context {
+        /// The session file (JSONL).
+        session: PathBuf,
+        /// One JSON document on stdout: {"messages": [...], "estimated_tokens": N, "turns": K}.
+        #[arg(long)]
+        json: bool,
+        /// Common options.
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Print the transcript artifact a compaction of the session would send.
+    #[command(after_help = "Example:\n  panto transcript session.jsonl --keep-tokens 4000 | less")]
+    Transcript {
+        /// The session file (JSONL).
+        session: PathBuf,
+        /// Common options.
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Compact the session now: summarize the older turns, keep the recent ones verbatim.
+    #[command(
+        after_help = "Examples:\n  panto compact session.jsonl --dry-run\n  panto compact session.jsonl --instructions 'keep every detail about bugs #3 and #4'\n  panto compact session.jsonl --provider anthropic --model claude-sonnet-4-5 --compaction-model claude-haiku-4-5 --json"
+    )]
+    Compact {
+        /// The session file (JSONL).
+        session: PathBuf,
+        /// Extra instructions for this compaction run (appended to the compaction system prompt).
+        #[arg(long, value_name = "TEXT")]
+        instructions: Option<String>,
+        /// Compute and print the summary, but write nothing to the session.
+        #[arg(long)]
+        dry_run: bool,
+        /// One JSON document on stdout.
+        #[arg(long)]
+        json: bool,
+        /// Common options.
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Send one user turn; on context overflow compact once and retry once; append the reply.
+    #[command(
+        after_help = "Example:\n  panto send session.jsonl 'Now add a regression test.' --provider anthropic --model claude-sonnet-4-5"
+    )]
+    Send {
+        /// The session file (JSONL); created when it does not exist.
+        session: PathBuf,
+        /// The user's message.
+        message: String,
+        /// Common options.
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Chat interactively; `/compact [instructions]` compacts on demand, `/exit` quits.
+    #[command(
+        after_help = "Example:\n  panto chat session.jsonl --provider openai --model gpt-4o\n  > /compact focus on the parser"
+    )]
+    Chat {
+        /// The session file (JSONL); created when it does not exist.
+        session: PathBuf,
+        /// Common options.
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Print each resolved configuration value and where it came from.
+    #[command(after_help = "Example:\n  panto config --provider gemini")]
+    Config {
+        /// Common options.
+        #[command(flatten)]
+        common: Common,
+    },
+}
+
+impl Command {
+    /// The common options of any command.
+    pub fn common(&self) -> &Common {
+        match self {
+            Command::Context { common, .. }
+            | Command::Transcript { common, .. }
+            | Command::Compact { common, .. }
+            | Command::Send { common, .. }
+            | Command::Chat { common, .. }
+            | Command::Config { common } => common,
+        }
+    }
+}
+
+/// Options every command takes.
+#[derive(Debug, Args, Clone, Default)]
+pub struct Common {
+    /// The provider: anthropic, openai, openai-responses, gemini or offline.
+    #[arg(long, value_parser = parse_provider, global = true)]
+    pub provider: Option<ProviderKind>,
+    /// The active chat model.
+    #[arg(long, global = true)]
+    pub model: Option<String>,
+    /// The model tried first for compaction (the active model is the fallback).
+    #[arg(long, global = true)]
+    pub compaction_model: Option<String>,
+    /// The provider's base URL (for OpenAI-compatible servers, include the `/v1`).
+    #[arg(long, global = true)]
+    pub base_url: Option<String>,
+    /// The keep-verbatim budget in tokens.
+    #[arg(long, value_name = "N", global = true)]
+    pub keep_tokens: Option<u64>,
+}
+
+impl Common {
+    /// The flags layer of the configuration.
+    pub fn flags(&self) -> Flags {
+        Flags {
+            provider: self.provider,
+            model: self.model.clone(),
+            compaction_model: self.compaction_model.clone(),
+            base_url: self.base_url.clone(),
+            keep_tokens: self.keep_tokens,
+        }
+    }
+}
+
+fn parse_provider(s: &str) -> Result<ProviderKind, String> {
+    ProviderKind::parse(s).ok_or_else(|| {
+        format!(
+            "unknown provider `{s}`; use anthropic, openai, openai-responses, gemini or offline"
+        )
+    })
+}

@@ -1,0 +1,475 @@
+//! The commands: `context`, `transcript`, `compact`, `send`, `chat`, `config`.
+
+use std::io::{BufRead, Write};
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::{Context as _, Result, anyhow};
+use panto_compact::{
+    CompactConfig, CompactError, CompactOptions, CompactOutcome, CompactionPrompt, Compactor,
+    Driver, ModelRef,
+};
+use panto_model::{ContentBlock, EffectiveContext, Message, Role, turns};
+use panto_provider::{Provider, StreamEvent};
+use panto_session::{Loaded, Session, SessionError, SessionOptions};
+use serde_json::json;
+
+use crate::cli::{Cli, Command, Common};
+use crate::config::{Config, Locations, ProviderKind};
+use crate::store::LockedLog;
+use crate::ui::{Spinner, print_event};
+use crate::{bad_input, offline, providers};
+
+/// Runs one command.
+pub async fn run(cli: Cli) -> Result<()> {
+    let cwd = std::env::current_dir().context("cannot read the working directory")?;
+    let config = load_config(&cwd, cli.command.common())?;
+    match cli.command {
+        Command::Context { session, json, .. } => context(&config, &session, json),
+        Command::Transcript { session, .. } => transcript(&config, &session),
+        Command::Compact {
+            session,
+            instructions,
+            dry_run,
+            json,
+            ..
+        } => compact(&config, &session, instructions, dry_run, json).await,
+        Command::Send {
+            session, message, ..
+        } => send(&config, &session, message).await,
+        Command::Chat { session, .. } => chat(&config, &session).await,
+        Command::Config { .. } => show_config(&config),
+    }
+}
+
+fn load_config(cwd: &Path, common: &Common) -> Result<Config> {
+    Config::load(&Locations::discover(cwd), &common.flags()).map_err(bad_input)
+}
+
+/// Session errors that are the user's to fix (a missing, malformed or wrong file) exit with 2.
+fn session_error(e: SessionError) -> anyhow::Error {
+    match e {
+        SessionError::LockTimeout { .. } | SessionError::Io { .. } => anyhow!(e),
+        other => bad_input(other),
+    }
+}
+
+/// Compaction errors about the prompt files are bad input; the rest are failures.
+fn compact_error(e: CompactError) -> anyhow::Error {
+    match e {
+        CompactError::PromptUnreadable { .. } | CompactError::PromptEmpty { .. } => bad_input(e),
+        other => anyhow!(other),
+    }
+}
+
+fn session_options() -> SessionOptions {
+    SessionOptions::default()
+}
+
+fn open_session(path: &Path) -> Result<Session> {
+    Session::open(path, session_options()).map_err(session_error)
+}
+
+/// Opens the session, creating it when it does not exist (for `send` and `chat`).
+fn open_or_create(path: &Path) -> Result<Session> {
+    match Session::open(path, session_options()) {
+        Err(SessionError::NotFound { .. }) => {
+            Session::create(path, session_options()).map_err(session_error)
+        }
+        other => other.map_err(session_error),
+    }
+}
+
+/// Loads the effective context and prints the load warnings on stderr.
+fn load(session: &Session) -> Result<EffectiveContext> {
+    let loaded = session.load_context().map_err(session_error)?;
+    Ok(report_warnings(session, loaded))
+}
+
+fn report_warnings(session: &Session, mut loaded: Loaded) -> EffectiveContext {
+    if !loaded.warnings.is_empty() {
+        let _ = session.resolve_lines(&mut loaded.warnings);
+    }
+    for w in &loaded.warnings {
+        eprintln!("panto: warning: {w}");
+    }
+    loaded.context
+}
+
+/// The compactor for `config`: active model, compaction model, prompt layers, budget, events.
+fn compactor(config: &Config) -> Result<Compactor> {
+    let active = active_model(config, true)?;
+    let compaction_model = match &config.compaction_model.value {
+        Some(model) if config.provider.value != ProviderKind::Offline => {
+            Some(ModelRef::new(active.provider.clone(), model.clone()))
+        }
+        _ => None,
+    };
+    let prompt = CompactionPrompt::load(&config.prompt_paths).map_err(compact_error)?;
+    Ok(Compactor::new(active)
+        .with_compaction_model(compaction_model)
+        .with_prompt(prompt)
+        .with_config(CompactConfig {
+            keep_tokens: config.keep_tokens.value,
+            max_output_tokens: config.compaction_max_output_tokens.value,
+        })
+        .on_event(print_event))
+}
+
+/// The active model. With `summarize_only`, the offline summarizer is acceptable.
+fn active_model(config: &Config, summarize_only: bool) -> Result<ModelRef> {
+    let kind = config.provider.value;
+    if kind == ProviderKind::Offline {
+        if !summarize_only {
+            return Err(bad_input(NO_PROVIDER));
+        }
+        let provider: Arc<dyn Provider> = Arc::new(offline::OfflineSummarizer::new());
+        return Ok(ModelRef::new(provider, offline::MODEL));
+    }
+    let model = config.model.value.clone().ok_or_else(|| {
+        bad_input(format!(
+            "no model configured for provider {kind}: pass --model NAME, or set `model = \"NAME\"` in .panto/config.toml"
+        ))
+    })?;
+    let provider = providers::build(kind, config)?;
+    Ok(ModelRef::new(provider, model))
+}
+
+const NO_PROVIDER: &str = "no provider is configured, and the offline summarizer cannot chat.
+Configure one with --provider (anthropic, openai, openai-responses, gemini) and --model, or in
+.panto/config.toml:
+    provider = \"anthropic\"
+    model = \"claude-sonnet-4-5\"
+and set the provider's key: ANTHROPIC_API_KEY, OPENAI_API_KEY or GEMINI_API_KEY.
+For a local OpenAI-compatible server: --provider openai --base-url http://127.0.0.1:8080/v1";
+
+// ---------------------------------------------------------------------------------------------
+// context
+
+fn context(config: &Config, path: &Path, as_json: bool) -> Result<()> {
+    let session = open_session(path)?;
+    let ctx = load(&session)?;
+    let estimated = panto_size::estimate_request(&config.system_prompt.value, &ctx.messages);
+    let conversation_turns = turns(ctx.conversation()).len();
+    if as_json {
+        let mut doc = json!({
+            "messages": ctx.messages,
+            "estimated_tokens": estimated,
+            "turns": conversation_turns,
+        });
+        if let Some(c) = &ctx.compaction {
+            doc["compaction"] = json!({
+                "id": c.id,
+                "trigger": c.trigger.as_ref().map(|t| t.as_str()),
+                "model": c.model,
+                "kept_messages": ctx.kept,
+            });
+        }
+        println!("{doc}");
+        return Ok(());
+    }
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "{}: {} messages in {} turns, about {} tokens for the next request",
+        path.display(),
+        ctx.conversation().len(),
+        conversation_turns,
+        estimated
+    )?;
+    if let Some(c) = &ctx.compaction {
+        writeln!(
+            out,
+            "compacted ({}), {} kept messages follow the summary",
+            c.id.as_deref().unwrap_or("no id"),
+            ctx.kept
+        )?;
+    }
+    let sizes = panto_size::UsageSizer::default();
+    let sizes = panto_size::Sizer::message_sizes(&sizes, &ctx.messages);
+    for (i, (m, size)) in ctx.messages.iter().zip(sizes).enumerate() {
+        writeln!(
+            out,
+            "{i:>4} {:<9} {size:>7}  {}",
+            role_label(m),
+            preview(m, 100)
+        )?;
+    }
+    Ok(())
+}
+
+fn role_label(m: &Message) -> &'static str {
+    if m.compaction_summary().is_some() {
+        return "summary";
+    }
+    match m.role {
+        Role::User => "user",
+        Role::Assistant => "assistant",
+    }
+}
+
+/// A one-line description of a message for humans.
+fn preview(m: &Message, width: usize) -> String {
+    let mut parts = Vec::new();
+    for b in &m.content {
+        parts.push(match b {
+            ContentBlock::Text(t) => t.text.clone(),
+            ContentBlock::Thinking(_) => "(thinking)".to_owned(),
+            ContentBlock::ToolUse(u) => format!("[{} {}]", u.name, u.input),
+            ContentBlock::ToolResult(r) => format!(
+                "[{} {}]",
+                if r.failed() { "error" } else { "result" },
+                r.content.text()
+            ),
+            ContentBlock::Image(_) => "[image]".to_owned(),
+            ContentBlock::Compaction(c) => c.summary.clone(),
+            ContentBlock::Other(o) => format!("[{}]", o.kind),
+        });
+    }
+    let line = parts
+        .join(" ")
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    if line.chars().count() > width {
+        let cut: String = line.chars().take(width.saturating_sub(1)).collect();
+        format!("{cut}…")
+    } else {
+        line
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// transcript
+
+fn transcript(config: &Config, path: &Path) -> Result<()> {
+    let session = open_session(path)?;
+    let ctx = load(&session)?;
+    let compactor = compactor(config)?;
+    match compactor.prepare(&ctx, &CompactOptions::manual(None)) {
+        Ok(prepared) => {
+            let mut out = std::io::stdout().lock();
+            out.write_all(prepared.user_prompt.as_bytes())?;
+            out.flush()?;
+        }
+        Err(nothing) => eprintln!("panto: {nothing}"),
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// compact
+
+async fn compact(
+    config: &Config,
+    path: &Path,
+    instructions: Option<String>,
+    dry_run: bool,
+    as_json: bool,
+) -> Result<()> {
+    let session = open_session(path)?;
+    let mut compactor = compactor(config)?;
+    let options = CompactOptions::manual(instructions);
+    let mut spinner = Spinner::start("compacting");
+    let outcome = if dry_run {
+        let ctx = load(&session)?;
+        compactor.summarize(&ctx, options).await
+    } else {
+        let writer = session.lock().map_err(session_error)?;
+        let loaded = writer.load_context().map_err(session_error)?;
+        let ctx = report_warnings(&session, loaded);
+        let mut log = LockedLog { writer };
+        compactor.compact(&ctx, &mut log, options).await
+    };
+    spinner.stop();
+    let outcome = outcome.map_err(compact_error)?;
+    match outcome {
+        CompactOutcome::Compacted(c) => {
+            let r = &c.report;
+            if as_json {
+                let doc = json!({
+                    "summary": r.summary,
+                    "tokens_before": r.tokens_before,
+                    "tokens_after": r.tokens_after,
+                    "kept_turns": r.plan.kept_turns,
+                    "summarized_turns": r.plan.summarized_turns,
+                    "model": r.model,
+                    "provider": r.provider,
+                    "fallback": r.fallback,
+                    "truncated": r.truncated,
+                    "dry_run": dry_run,
+                    "id": r.id,
+                });
+                println!("{doc}");
+            } else {
+                let mut out = std::io::stdout().lock();
+                writeln!(out, "{}", r.summary.trim_end())?;
+                if dry_run {
+                    eprintln!("panto: dry run: nothing was written to {}", path.display());
+                }
+            }
+        }
+        CompactOutcome::NothingToCompact(nothing) => {
+            if as_json {
+                let doc = json!({
+                    "summary": null,
+                    "tokens_before": nothing.tokens,
+                    "tokens_after": nothing.tokens,
+                    "kept_turns": nothing.turns,
+                    "summarized_turns": 0,
+                    "model": null,
+                    "nothing_to_compact": true,
+                    "message": nothing.to_string(),
+                });
+                println!("{doc}");
+            } else {
+                eprintln!("panto: {nothing}");
+            }
+        }
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// send and chat
+
+/// Streams assistant text to stdout as it arrives; stops the spinner at the first event.
+fn stream_to_stdout(spinner: &mut Spinner) -> impl FnMut(StreamEvent<'_>) + Send + '_ {
+    move |event| {
+        spinner.stop();
+        if let StreamEvent::Text(text) = event {
+            let mut out = std::io::stdout().lock();
+            let _ = out.write_all(text.as_bytes());
+            let _ = out.flush();
+        }
+    }
+}
+
+async fn send(config: &Config, path: &Path, message: String) -> Result<()> {
+    let active = active_model(config, false)?;
+    let session = open_or_create(path)?;
+    let writer = session.lock().map_err(session_error)?;
+    let loaded = writer.load_context().map_err(session_error)?;
+    let ctx = report_warnings(&session, loaded);
+    let mut driver = driver(config, active, LockedLog { writer }, ctx)?;
+    send_one(&mut driver, message).await
+}
+
+fn driver<'s>(
+    config: &Config,
+    active: ModelRef,
+    log: LockedLog<'s>,
+    ctx: EffectiveContext,
+) -> Result<Driver<LockedLog<'s>>> {
+    let mut compactor = compactor(config)?;
+    compactor.set_active(active);
+    Ok(Driver::new(compactor, log, ctx)
+        .with_system(config.system_prompt.value.clone())
+        .with_max_output_tokens(config.max_output_tokens.value))
+}
+
+/// Sends one user message and prints the streamed reply.
+async fn send_one(driver: &mut Driver<LockedLog<'_>>, text: String) -> Result<()> {
+    let mut spinner = Spinner::start("waiting for the model");
+    let mut printed = false;
+    let result = {
+        let mut sink = stream_to_stdout(&mut spinner);
+        let mut counting = |event: StreamEvent<'_>| {
+            if matches!(event, StreamEvent::Text(_)) {
+                printed = true;
+            }
+            sink(event);
+        };
+        driver
+            .send(vec![Message::user_text(text)], &mut counting)
+            .await
+    };
+    spinner.stop();
+    let reply = result.map_err(|e| anyhow!(e))?;
+    let mut out = std::io::stdout().lock();
+    if !printed {
+        // The provider did not stream: print the whole answer now.
+        write!(out, "{}", reply.message.text())?;
+    }
+    writeln!(out)?;
+    out.flush()?;
+    Ok(())
+}
+
+async fn chat(config: &Config, path: &Path) -> Result<()> {
+    let active = active_model(config, false)?;
+    let session = open_or_create(path)?;
+    let writer = session.lock().map_err(session_error)?;
+    let loaded = writer.load_context().map_err(session_error)?;
+    let ctx = report_warnings(&session, loaded);
+    let mut driver = driver(config, active, LockedLog { writer }, ctx)?;
+    let interactive = crate::ui::stderr_is_terminal();
+    eprintln!(
+        "panto chat: {} ({} messages). /compact [instructions] compacts, /exit quits.",
+        path.display(),
+        driver.context().messages.len()
+    );
+    let stdin = std::io::stdin();
+    let mut lines = stdin.lock().lines();
+    loop {
+        if interactive {
+            eprint!("> ");
+            let _ = std::io::stderr().flush();
+        }
+        let Some(line) = lines.next() else { break };
+        let line = line.context("cannot read standard input")?;
+        let input = line.trim();
+        if input.is_empty() {
+            continue;
+        }
+        if input == "/exit" || input == "/quit" {
+            break;
+        }
+        if let Some(rest) = input.strip_prefix("/compact")
+            && (rest.is_empty() || rest.starts_with(char::is_whitespace))
+        {
+            let instructions = Some(rest.trim().to_owned()).filter(|s| !s.is_empty());
+            let before = panto_size::estimate_request("", &driver.context().messages);
+            let mut spinner = Spinner::start("compacting");
+            let outcome = driver.compact(instructions).await;
+            spinner.stop();
+            match outcome {
+                Ok(CompactOutcome::Compacted(c)) => eprintln!(
+                    "panto: compacted: about {} -> {} tokens",
+                    before, c.report.tokens_after
+                ),
+                Ok(CompactOutcome::NothingToCompact(n)) => eprintln!("panto: {n}"),
+                Err(e) => eprintln!("panto: {e}"),
+            }
+            continue;
+        }
+        if input.starts_with('/') && !input.starts_with("//") {
+            eprintln!("panto: unknown command {input}; try /compact [instructions] or /exit");
+            continue;
+        }
+        // A failed turn is reported and the chat goes on; the prompt stays in the session.
+        if let Err(e) = send_one(&mut driver, input.to_owned()).await {
+            eprintln!("panto: {e:#}");
+        }
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// config
+
+fn show_config(config: &Config) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    for (key, value, source) in config.rows() {
+        writeln!(out, "{key:<29} = {value:<30} # {source}")?;
+    }
+    let prompt = CompactionPrompt::load(&config.prompt_paths).map_err(compact_error)?;
+    let prompt_source = prompt
+        .source()
+        .map_or_else(|| "built-in".to_owned(), |p| p.display().to_string());
+    writeln!(out, "{:<29} = {prompt_source}", "compaction_prompt")?;
+    for p in &config.files {
+        writeln!(out, "# read {}", p.display())?;
+    }
+    Ok(())
+}

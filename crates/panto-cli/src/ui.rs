@@ -1,0 +1,106 @@
+//! Terminal behaviour: a spinner on stderr while a provider call runs (only when stderr is a
+//! terminal), compaction progress lines, and `NO_COLOR`.
+
+use std::io::{IsTerminal, Write};
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use panto_compact::CompactionEvent;
+
+/// Whether decorations (spinner) may be drawn: stderr is a terminal.
+pub fn stderr_is_terminal() -> bool {
+    std::io::stderr().is_terminal()
+}
+
+/// Whether colour is allowed: not when `NO_COLOR` is set (to anything non-empty), per
+/// <https://no-color.org>. panto writes no colour codes of its own; this turns off those of the
+/// terminal libraries it uses.
+pub fn color_allowed() -> bool {
+    std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
+/// A spinner on stderr, or nothing when stderr is not a terminal.
+pub struct Spinner {
+    bar: Option<ProgressBar>,
+}
+
+impl Spinner {
+    /// Starts a spinner with `message`.
+    pub fn start(message: &str) -> Spinner {
+        if !stderr_is_terminal() {
+            return Spinner { bar: None };
+        }
+        let bar = ProgressBar::new_spinner();
+        let style = ProgressStyle::with_template("{spinner} {msg} ({elapsed})")
+            .unwrap_or_else(|_| ProgressStyle::default_spinner());
+        bar.set_style(style);
+        bar.set_message(message.to_owned());
+        bar.enable_steady_tick(Duration::from_millis(100));
+        Spinner { bar: Some(bar) }
+    }
+
+    /// Removes the spinner from the screen.
+    pub fn stop(&mut self) {
+        if let Some(bar) = self.bar.take() {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+impl Drop for Spinner {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// One stderr line for a compaction event.
+pub fn describe_event(event: &CompactionEvent) -> String {
+    match event {
+        CompactionEvent::Started {
+            trigger,
+            model,
+            plan,
+            tokens_before,
+        } => format!(
+            "panto: compacting ({}) with {model}: summarizing {} turns, keeping {} turns verbatim; about {} tokens now",
+            trigger.as_str(),
+            plan.summarized_turns,
+            plan.kept_turns,
+            tokens_before
+        ),
+        CompactionEvent::FallingBack {
+            failed_model,
+            cause,
+            model,
+        } => format!(
+            "panto: compaction model {failed_model} failed ({cause}); retrying once with {model}"
+        ),
+        CompactionEvent::Finished(report) => format!(
+            "panto: compacted with {}{}: about {} -> {} tokens ({} turns summarized, {} kept){}",
+            report.model,
+            if report.fallback { " (fallback)" } else { "" },
+            report.tokens_before,
+            report.tokens_after,
+            report.plan.summarized_turns,
+            report.plan.kept_turns,
+            if report.truncated {
+                "; the summary reached the output limit and may be cut short"
+            } else {
+                ""
+            }
+        ),
+        CompactionEvent::Failed { error, .. } => {
+            format!("panto: compaction failed, nothing was written: {error}")
+        }
+        _ => String::new(),
+    }
+}
+
+/// Prints a compaction event on stderr.
+pub fn print_event(event: &CompactionEvent) {
+    let line = describe_event(event);
+    if !line.is_empty() {
+        let mut err = std::io::stderr().lock();
+        let _ = writeln!(err, "{line}");
+    }
+}
