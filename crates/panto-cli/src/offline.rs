@@ -138,7 +138,7 @@ pub fn summarize(
     let mut s = match previous {
         Some(p) if p.starts_with(OWN_MARK) => parse_own(p),
         Some(p) => Summary {
-            earlier: Some(clip(p.trim(), EARLIER_CHARS)),
+            earlier: Some(carried_over(p)),
             ..Summary::default()
         },
         None => Summary::default(),
@@ -159,7 +159,7 @@ pub fn summarize(
                 if line.is_empty() {
                     continue;
                 }
-                if first_prompt && s.goal.is_none() {
+                if first_prompt && s.goal.is_none() && s.earlier.is_none() {
                     s.goal = Some(clip(&line, GOAL_CHARS));
                 } else {
                     s.requests.push(clip(&line, REQUEST_CHARS));
@@ -173,7 +173,7 @@ pub fn summarize(
             } => {
                 collect_code_spans(text, &mut s.identifiers);
                 if !text.trim().is_empty() {
-                    s.state = Some(clip(text.trim(), STATE_CHARS));
+                    s.state = Some(clip_block(text.trim(), STATE_CHARS));
                 }
                 focus(&terms, "assistant", text, &mut s.focus);
             }
@@ -229,7 +229,7 @@ pub fn summarize(
             }
             // A summary inside the transcript: carry it like a previous summary.
             TranscriptItem::Summary { text } if s.earlier.is_none() => {
-                s.earlier = Some(clip(text.trim(), EARLIER_CHARS));
+                s.earlier = Some(carried_over(text));
             }
             _ => {}
         }
@@ -248,6 +248,7 @@ fn render(s: &Summary, instructions: Option<&str>) -> String {
         out,
         "Extractive summary written by panto's offline summarizer (no model was used): facts quoted from the conversation, not an interpretation."
     );
+    section_text(&mut out, H_EARLIER, s.earlier.as_deref());
     section_text(&mut out, H_GOAL, s.goal.as_deref());
     section_list(&mut out, H_REQUESTS, tail(&s.requests, MAX_REQUESTS));
     section_list(
@@ -258,10 +259,16 @@ fn render(s: &Summary, instructions: Option<&str>) -> String {
             .map(|f| format!("`{f}`"))
             .collect(),
     );
+    let identifiers: Vec<String> = s
+        .identifiers
+        .iter()
+        .filter(|i| !s.files.contains(i))
+        .cloned()
+        .collect();
     section_list(
         &mut out,
         H_IDENTIFIERS,
-        head(&s.identifiers, MAX_IDENTIFIERS)
+        head(&identifiers, MAX_IDENTIFIERS)
             .iter()
             .map(|f| format!("`{f}`"))
             .collect(),
@@ -287,7 +294,6 @@ fn render(s: &Summary, instructions: Option<&str>) -> String {
         section_list(&mut out, H_FOCUS, head(&s.focus, MAX_FOCUS));
     }
     section_text(&mut out, H_STATE, s.state.as_deref());
-    section_text(&mut out, H_EARLIER, s.earlier.as_deref());
     out
 }
 
@@ -415,6 +421,37 @@ const PATH_KEYS: &[&str] = &[
     "target_file",
 ];
 
+/// A summary written by someone else, carried over whole (bounded), with its headings moved one
+/// level down so they cannot be mistaken for this summary's own sections.
+fn carried_over(text: &str) -> String {
+    let demoted: Vec<String> = text
+        .trim()
+        .lines()
+        .map(|l| {
+            if l.starts_with('#') {
+                format!("#{l}")
+            } else {
+                l.to_owned()
+            }
+        })
+        .collect();
+    clip_block(&demoted.join("\n"), EARLIER_CHARS)
+}
+
+/// Like [`clip`], but cuts at the end of a line (or a word) when one is near.
+fn clip_block(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        return text.to_owned();
+    }
+    let cut: String = text.chars().take(max.saturating_sub(1)).collect();
+    let at = cut
+        .rfind('\n')
+        .filter(|&i| i > cut.len() / 2)
+        .or_else(|| cut.rfind(' ').filter(|&i| i > cut.len() / 2))
+        .unwrap_or(cut.len());
+    format!("{}…", cut[..at].trim_end())
+}
+
 /// File-like values in tool arguments: path keys, and path-looking words of commands.
 fn collect_paths(input: &Value, out: &mut Vec<String>) {
     match input {
@@ -473,7 +510,11 @@ fn collect_code_spans(text: &str, out: &mut Vec<String>) {
     parts.next();
     while let Some(span) = parts.next() {
         let span = span.trim();
-        if !span.is_empty() && span.len() <= 60 && !span.contains('\n') {
+        let word_like = span.len() >= 2
+            && span.len() <= 60
+            && !span.contains(char::is_whitespace)
+            && span.chars().any(char::is_alphanumeric);
+        if word_like {
             push_unique(out, span);
         }
         // Skip the text between this span and the next.

@@ -1,0 +1,135 @@
+//! Bad input exits with 2 and names the file, the line and the field; failures exit with 1.
+
+use crate::support::{Sandbox, scrub};
+
+#[test]
+fn a_malformed_line_names_file_line_and_field() {
+    let sb = Sandbox::new();
+    let path = sb.write(
+        "bad.jsonl",
+        concat!(
+            "{\"type\":\"message\",\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"}]}\n",
+            "{\"type\":\"message\",\"role\":\"assistant\",\"content\":[{\"type\":\"tool_use\",\"id\":\"t1\",\"name\":\"x\",\"input\":{}}]}\n",
+            "{\"type\":\"message\",\"role\":\"user\",\"content\":[{\"type\":\"tool_result\",\"content\":\"ok\"}]}\n",
+        ),
+    );
+    let before = std::fs::read(&path).unwrap();
+    for args in [
+        vec!["context", "bad.jsonl"],
+        vec!["compact", "bad.jsonl"],
+        vec!["transcript", "bad.jsonl"],
+    ] {
+        let run = sb.run(&args);
+        run.expect_code(2);
+        assert!(
+            run.stderr.contains("bad.jsonl: line 3, column")
+                && run.stderr.contains("content[0].tool_use_id: missing field"),
+            "{}",
+            run.stderr
+        );
+    }
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        before,
+        "the file was touched"
+    );
+}
+
+#[test]
+fn missing_directory_and_binary_files_are_bad_input() {
+    let sb = Sandbox::new();
+    let run = sb.run(&["context", "nope.jsonl"]);
+    run.expect_code(2);
+    assert!(
+        run.stderr.contains("nope.jsonl: session file not found"),
+        "{}",
+        run.stderr
+    );
+
+    std::fs::create_dir_all(sb.work().join("adir")).unwrap();
+    let run = sb.run(&["context", "adir"]);
+    run.expect_code(2);
+    assert!(
+        run.stderr.contains("adir: is a directory"),
+        "{}",
+        run.stderr
+    );
+
+    std::fs::write(sb.work().join("bin.jsonl"), [0xff, 0xfe, b'{', b'\n']).unwrap();
+    let run = sb.run(&["context", "bin.jsonl"]);
+    run.expect_code(2);
+    assert!(run.stderr.contains("bin.jsonl: line 1"), "{}", run.stderr);
+}
+
+#[test]
+fn an_empty_file_is_an_empty_session() {
+    let sb = Sandbox::new();
+    sb.write("empty.jsonl", "");
+    let doc = sb
+        .run(&["context", "empty.jsonl", "--json"])
+        .expect_code(0)
+        .json();
+    assert_eq!(doc["messages"], serde_json::json!([]));
+    assert_eq!(doc["turns"], 0);
+}
+
+#[test]
+fn a_torn_last_line_is_a_warning_not_an_error() {
+    let sb = Sandbox::new();
+    let path = sb.example("debugging.jsonl");
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes.extend_from_slice(b"{\"type\":\"message\",\"role\":\"us");
+    std::fs::write(&path, &bytes).unwrap();
+    let run = sb.run(&["context", path.to_str().unwrap(), "--json"]);
+    run.expect_code(0);
+    assert!(
+        run.stderr.contains("warning") && run.stderr.contains("torn last line"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(run.json()["messages"].as_array().unwrap().len(), 27);
+}
+
+#[test]
+fn bad_usage_is_exit_2() {
+    let sb = Sandbox::new();
+    sb.run(&["context"]).expect_code(2);
+    sb.run(&["frobnicate"]).expect_code(2);
+    let run = sb.run(&["context", "x.jsonl", "--provider", "acme"]);
+    run.expect_code(2);
+    assert!(
+        run.stderr.contains("unknown provider `acme`"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn a_bad_config_file_names_file_line_and_key() {
+    let sb = Sandbox::new();
+    sb.write(
+        ".panto/config.toml",
+        "provider = \"openai\"\nkeep_tokenz = 5\n",
+    );
+    let run = sb.run(&["config"]);
+    run.expect_code(2);
+    let err = scrub(&run.stderr, &sb);
+    assert!(
+        err.contains("[work]/.panto/config.toml: line 2, column 1: unknown field `keep_tokenz`"),
+        "{err}"
+    );
+}
+
+#[test]
+fn an_empty_compaction_prompt_override_is_bad_input() {
+    let sb = Sandbox::new();
+    let path = sb.example("debugging.jsonl");
+    sb.write(".panto/COMPACTION.md", "  \n");
+    let run = sb.run(&["compact", path.to_str().unwrap(), "--dry-run"]);
+    run.expect_code(2);
+    assert!(
+        run.stderr.contains("COMPACTION.md is empty"),
+        "{}",
+        run.stderr
+    );
+}

@@ -1,0 +1,207 @@
+//! The main job on a fresh machine: the offline summarizer, `context`, `transcript` and
+//! `compact`, with the JSON documents of Contract 3.
+
+use insta::assert_snapshot;
+use serde_json::Value;
+
+use crate::support::{Sandbox, scrub};
+
+#[test]
+fn context_json_of_a_session_compacted_twice() {
+    let sb = Sandbox::new();
+    let path = sb.example("compacted-twice.jsonl");
+    let run = sb.run(&["context", path.to_str().unwrap(), "--json"]);
+    run.expect_code(0);
+    let doc = run.json();
+    let messages = doc["messages"].as_array().unwrap();
+    // The latest compaction leads, as one user message with one compaction block.
+    assert_eq!(messages[0]["role"], "user");
+    assert_eq!(messages[0]["content"][0]["type"], "compaction");
+    assert!(
+        messages[0]["content"][0]["summary"]
+            .as_str()
+            .unwrap()
+            .contains("23 passed")
+    );
+    // Then the three kept copies of c2 and the four messages written after it.
+    assert_eq!(messages.len(), 1 + 3 + 4);
+    assert!(messages[1..4].iter().all(|m| m["kept_by"] == "c2"));
+    assert_eq!(doc["turns"], 5);
+    assert!(doc["estimated_tokens"].as_u64().unwrap() > 100);
+    assert_eq!(doc["compaction"]["id"], "c2");
+}
+
+#[test]
+fn context_for_humans_lists_messages_with_sizes() {
+    let sb = Sandbox::new();
+    let path = sb.example("debugging.jsonl");
+    let run = sb.run(&["context", path.to_str().unwrap()]);
+    run.expect_code(0);
+    assert!(run.stdout.contains("27 messages in"), "{}", run.stdout);
+    assert!(run.stdout.contains("[bash {\"command\""), "{}", run.stdout);
+}
+
+#[test]
+fn transcript_prints_the_compaction_user_prompt() {
+    let sb = Sandbox::new();
+    let path = sb.example("debugging.jsonl");
+    let run = sb.run(&[
+        "transcript",
+        path.to_str().unwrap(),
+        "--keep-tokens",
+        "1500",
+    ]);
+    run.expect_code(0);
+    assert!(
+        run.stdout
+            .contains("<transcript>\n[User]: The `parse_duration` tests")
+    );
+    assert!(run.stdout.contains("[Tool error bash (toolu_04)]:"));
+    assert!(run.stdout.trim_end().ends_with("</transcript>"));
+    assert!(!run.stdout.contains("<previous-summary>"));
+}
+
+#[test]
+fn dry_run_summaries_of_the_example_sessions() {
+    for (name, keep) in [
+        ("debugging.jsonl", "1500"),
+        ("design-discussion.jsonl", "1500"),
+        ("compacted-twice.jsonl", "200"),
+    ] {
+        let sb = Sandbox::new();
+        let path = sb.example(name);
+        let before = std::fs::read(&path).unwrap();
+        let run = sb.run(&[
+            "compact",
+            path.to_str().unwrap(),
+            "--dry-run",
+            "--keep-tokens",
+            keep,
+        ]);
+        run.expect_code(0);
+        assert_eq!(
+            std::fs::read(&path).unwrap(),
+            before,
+            "dry run wrote to {name}"
+        );
+        assert!(run.stderr.contains("dry run: nothing was written"));
+        assert_snapshot!(name.trim_end_matches(".jsonl"), run.stdout);
+    }
+}
+
+#[test]
+fn compact_json_document_and_the_session_after_it() {
+    let sb = Sandbox::new();
+    let path = sb.example("debugging.jsonl");
+    let p = path.to_str().unwrap();
+    let before = std::fs::read(&path).unwrap();
+    let run = sb.run(&["compact", p, "--json", "--keep-tokens", "1500"]);
+    run.expect_code(0);
+    let doc = run.json();
+    for key in [
+        "summary",
+        "tokens_before",
+        "tokens_after",
+        "kept_turns",
+        "summarized_turns",
+        "model",
+    ] {
+        assert!(doc.get(key).is_some(), "missing {key} in {doc}");
+    }
+    assert_eq!(doc["model"], "offline-extractive");
+    let (kept, summarized) = (
+        doc["kept_turns"].as_u64().unwrap(),
+        doc["summarized_turns"].as_u64().unwrap(),
+    );
+    assert!(kept >= 1 && summarized >= 1, "{doc}");
+    assert!(doc["tokens_after"].as_u64() < doc["tokens_before"].as_u64());
+
+    // Appended, never rewritten: the old bytes are a prefix of the new file.
+    let after = std::fs::read(&path).unwrap();
+    assert!(after.len() > before.len() && after.starts_with(&before));
+
+    // The next context is the summary followed by the kept turns.
+    let ctx = sb.run(&["context", p, "--json"]).expect_code(0).json();
+    assert_eq!(ctx["messages"][0]["content"][0]["summary"], doc["summary"]);
+    assert_eq!(ctx["turns"].as_u64().unwrap(), kept);
+}
+
+#[test]
+fn a_second_compaction_merges_the_first_summary() {
+    let sb = Sandbox::new();
+    let path = sb.example("debugging.jsonl");
+    let p = path.to_str().unwrap();
+    let first = sb
+        .run(&["compact", p, "--json", "--keep-tokens", "3000"])
+        .expect_code(0)
+        .json();
+    let second = sb
+        .run(&["compact", p, "--json", "--keep-tokens", "300"])
+        .expect_code(0)
+        .json();
+    let first = first["summary"].as_str().unwrap();
+    let second = second["summary"].as_str().unwrap();
+    // The goal of the first summary survives, and the tools are counted across both.
+    assert!(first.contains("## Goal") && second.contains("## Goal"));
+    let goal = |s: &str| {
+        s.split("## Goal\n")
+            .nth(1)
+            .unwrap()
+            .lines()
+            .next()
+            .unwrap()
+            .to_owned()
+    };
+    assert_eq!(goal(first), goal(second));
+    let bash = |s: &str| -> u64 {
+        s.lines()
+            .find_map(|l| l.strip_prefix("- `bash` ×"))
+            .map_or(0, |n| n.parse().unwrap())
+    };
+    assert!(bash(second) > bash(first), "{first}\n---\n{second}");
+}
+
+#[test]
+fn instructions_pick_out_matching_lines() {
+    let sb = Sandbox::new();
+    let path = sb.example("design-discussion.jsonl");
+    let run = sb.run(&[
+        "compact",
+        path.to_str().unwrap(),
+        "--dry-run",
+        "--json",
+        "--keep-tokens",
+        "800",
+        "--instructions",
+        "keep everything about Lua and hash tags",
+    ]);
+    run.expect_code(0);
+    let summary = run.json()["summary"].as_str().unwrap().to_owned();
+    assert!(summary.contains("## Asked to keep"), "{summary}");
+    assert!(summary.contains("Instructions for this run: keep everything about Lua and hash tags"));
+    assert!(summary.to_lowercase().contains("lua"), "{summary}");
+}
+
+#[test]
+fn nothing_to_compact_is_a_normal_outcome() {
+    let sb = Sandbox::new();
+    let path = sb.write(
+        "one.jsonl",
+        "{\"type\":\"message\",\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"hi\"}]}\n",
+    );
+    let p = path.to_str().unwrap();
+    let run = sb.run(&["compact", p]);
+    run.expect_code(0);
+    assert!(run.stderr.contains("nothing to compact"), "{}", run.stderr);
+    let doc = sb.run(&["compact", p, "--json"]).expect_code(0).json();
+    assert_eq!(doc["nothing_to_compact"], true);
+    assert_eq!(doc["summary"], Value::Null);
+}
+
+#[test]
+fn send_without_a_provider_says_how_to_configure_one() {
+    let sb = Sandbox::new();
+    let run = sb.run(&["send", "new.jsonl", "hello"]);
+    run.expect_code(2);
+    assert_snapshot!(scrub(&run.stderr, &sb));
+}
