@@ -120,12 +120,12 @@ pub fn validate(messages: &[Message]) -> Vec<Problem> {
             problems.push(Problem::EmptyContent { message: i });
         }
         for (b, block) in msg.content.iter().enumerate() {
-            let misplaced = match (block, msg.role) {
-                (ContentBlock::ToolUse(_), Role::User) => true,
-                (ContentBlock::ToolResult(_), Role::Assistant) => true,
-                (ContentBlock::Compaction(_), Role::Assistant) => true,
-                _ => false,
-            };
+            let misplaced = matches!(
+                (block, msg.role),
+                (ContentBlock::ToolUse(_), Role::User)
+                    | (ContentBlock::ToolResult(_), Role::Assistant)
+                    | (ContentBlock::Compaction(_), Role::Assistant)
+            );
             if misplaced {
                 problems.push(Problem::MisplacedBlock {
                     message: i,
