@@ -1,1 +1,42 @@
-//! Placeholder: panto-providers is filled by a later issue.
+//! HTTP adapters that implement `panto_provider::Provider`: Anthropic Messages
+//! ([`AnthropicProvider`]), OpenAI Chat Completions and every compatible server
+//! ([`OpenAiChatProvider`]), OpenAI Responses ([`OpenAiResponsesProvider`]) and Google Gemini
+//! ([`GeminiProvider`]).
+//!
+//! Each adapter is built from a [`Config`] (base URL, [`ApiKey`], timeouts, [`RetryPolicy`],
+//! streaming on or off) or from the environment (`from_env`). Each streams over SSE by default
+//! and passes text to the caller's event sink as it arrives; each retries transient failures
+//! (429, 5xx, 529, timeouts, broken connections) with backoff that honours `Retry-After`, and
+//! never retries a context overflow or another 4xx answer. What an error answer *is* (context
+//! overflow or not) is decided by one classifier ([`classify_response`],
+//! [`classify_stream_error`], [`error_in_success_body`]); the adapters decide *when* something
+//! is an error.
+//!
+//! The design choice to know: provider JSON never leaves this crate. Requests are rendered
+//! from `panto_model` messages after one shared wire preparation (compaction block as text,
+//! unanswered tool calls answered with a synthetic error result, orphan results as text, roles
+//! merged to alternate), and answers are converted back to `panto_model::Message` at the edge.
+//! The caller's messages are never modified.
+
+mod anthropic;
+mod classify;
+mod config;
+mod gemini;
+mod openai_chat;
+mod openai_responses;
+mod prepare;
+mod retry;
+mod secret;
+mod sse;
+mod transport;
+
+pub use anthropic::{ANTHROPIC_VERSION, AnthropicProvider};
+pub use classify::{Protocol, classify_response, classify_stream_error, error_in_success_body};
+pub use config::{Config, Error, RetryPolicy};
+pub use gemini::GeminiProvider;
+pub use openai_chat::{MaxTokensField, OpenAiChatProvider};
+pub use openai_responses::OpenAiResponsesProvider;
+pub use secret::ApiKey;
+
+#[cfg(test)]
+mod tests;
