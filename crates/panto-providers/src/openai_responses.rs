@@ -1,6 +1,6 @@
 //! The OpenAI Responses adapter: `POST {base}/v1/responses`, stateless (`store: false`).
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::fmt;
 
 use panto_model::{ContentBlock, Extra, Message, Role, ThinkingBlock, ToolUseBlock};
@@ -399,41 +399,57 @@ impl ItemBuild {
 }
 
 /// The state of one streamed answer.
+///
+/// Items are found by `output_index` when the server sends it (OpenAI), else by item id
+/// (llama.cpp sends only `item_id`).
 #[derive(Debug, Default)]
 pub(crate) struct ResponsesStream {
-    items: BTreeMap<u64, ItemBuild>,
+    items: Vec<ItemBuild>,
+    by_index: HashMap<u64, usize>,
+    by_id: HashMap<String, usize>,
     response: Option<Value>,
+}
+
+impl ResponsesStream {
+    /// The item an event is about, created when it is new.
+    fn slot(&mut self, data: &Value, item: Option<&Value>) -> &mut ItemBuild {
+        let index = data.get("output_index").and_then(Value::as_u64);
+        let id = data
+            .get("item_id")
+            .or_else(|| item.and_then(|i| i.get("id")))
+            .and_then(Value::as_str);
+        let found = index
+            .and_then(|i| self.by_index.get(&i))
+            .or_else(|| id.and_then(|id| self.by_id.get(id)))
+            .copied();
+        let slot = found.unwrap_or_else(|| {
+            self.items.push(ItemBuild::default());
+            self.items.len() - 1
+        });
+        if let Some(index) = index {
+            self.by_index.insert(index, slot);
+        }
+        if let Some(id) = id {
+            self.by_id.insert(id.to_owned(), slot);
+        }
+        &mut self.items[slot]
+    }
 }
 
 impl StreamParser for ResponsesStream {
     fn event(&mut self, event: &SseEvent, sink: &mut Sink<'_>) -> Result<bool, ProviderError> {
-        if event.event == "error"
-            && (event.raw || serde_json::from_str::<Value>(&event.data).is_err())
-        {
-            return Err(classify::classify_stream_error(
-                Protocol::OpenAiResponses,
-                &error_payload(event),
-            ));
+        if event.event == "error" && (event.raw || serde_json::from_str::<Value>(&event.data).is_err()) {
+            return Err(classify::classify_stream_error(Protocol::OpenAiResponses, &error_payload(event)));
         }
         let data = event_json(event)?;
         let kind = data
             .get("type")
             .and_then(Value::as_str)
             .unwrap_or(event.event.as_str());
-        let index = data
-            .get("output_index")
-            .and_then(Value::as_u64)
-            .unwrap_or(0);
-        let delta = data
-            .get("delta")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
+        let delta = data.get("delta").and_then(Value::as_str).unwrap_or_default();
         match kind {
             "error" | "response.failed" => {
-                return Err(classify::classify_stream_error(
-                    Protocol::OpenAiResponses,
-                    &data,
-                ));
+                return Err(classify::classify_stream_error(Protocol::OpenAiResponses, &data));
             }
             "response.created" | "response.in_progress" => {
                 self.response = data.get("response").cloned();
@@ -445,36 +461,24 @@ impl StreamParser for ResponsesStream {
                 {
                     sink.tool_call(name);
                 }
-                self.items.insert(
-                    index,
-                    ItemBuild {
-                        item,
-                        ..ItemBuild::default()
-                    },
-                );
+                let build = self.slot(&data, Some(&item));
+                build.item = item;
             }
             "response.output_text.delta" | "response.refusal.delta" => {
                 sink.text(delta);
-                self.items.entry(index).or_default().text.push_str(delta);
+                self.slot(&data, None).text.push_str(delta);
             }
             "response.reasoning_summary_text.delta" | "response.reasoning_text.delta" => {
                 sink.thinking(delta);
-                self.items
-                    .entry(index)
-                    .or_default()
-                    .reasoning
-                    .push_str(delta);
+                self.slot(&data, None).reasoning.push_str(delta);
             }
             "response.function_call_arguments.delta" => {
-                self.items
-                    .entry(index)
-                    .or_default()
-                    .arguments
-                    .push_str(delta);
+                self.slot(&data, None).arguments.push_str(delta);
             }
             "response.output_item.done" => {
-                let build = self.items.entry(index).or_default();
-                build.item = data.get("item").cloned().unwrap_or_default();
+                let item = data.get("item").cloned().unwrap_or_default();
+                let build = self.slot(&data, Some(&item));
+                build.item = item;
                 build.done = true;
             }
             "response.completed" | "response.incomplete" => {
@@ -495,7 +499,7 @@ impl StreamParser for ResponsesStream {
             (true, Some(response)) => response,
             _ => return Err(malformed("the stream ended before `response.completed`")),
         };
-        let items = self.items.into_values().map(ItemBuild::into_item).collect();
+        let items = self.items.into_iter().map(ItemBuild::into_item).collect();
         message_from(&response, Some(items))
     }
 }

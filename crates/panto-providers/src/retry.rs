@@ -24,6 +24,7 @@ pub(crate) fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Durati
 
 /// Parses a `Retry-After` value: delay seconds (fractions accepted) or an HTTP date.
 pub(crate) fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
+    let value = value.trim();
     if let Some(seconds) = parse_non_negative(value) {
         return Some(Duration::from_secs_f64(seconds));
     }
