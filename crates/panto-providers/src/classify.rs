@@ -66,12 +66,12 @@ fn classify_text(status: u16, retry_after: Option<Duration>, message: String) ->
         ProviderError::Server { status, message }
     } else if has(&[
         "context_length_exceeded",
+        "context length",
+        "context window",
+        "context size",
         "prompt is too long",
         "exceed context limit",
-        "exceeds the context window",
-        "exceeds the available context size",
-        "exceeds the maximum number of tokens allowed",
-        "longer than the context length",
+        "maximum number of tokens allowed",
     ]) {
         ProviderError::ContextOverflow {
             message,

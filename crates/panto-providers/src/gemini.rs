@@ -254,7 +254,7 @@ fn render_parts(message: &Message, names: &HashMap<&str, &str>) -> Vec<Value> {
                     .get(r.tool_use_id.as_str())
                     .copied()
                     .unwrap_or(&r.tool_use_id);
-                let (text, images) = flatten_result(r);
+                let (text, images) = flatten_result(r, false);
                 let key = if r.failed() { "error" } else { "output" };
                 parts.push(json!({"functionResponse": {"name": name, "response": {key: text}}}));
                 result_images.extend(images);
@@ -372,7 +372,11 @@ impl GeminiStream {
                     input: call.get("args").cloned().unwrap_or_else(|| json!({})),
                     extra,
                 }));
-            } else if let Some(text) = part.get("text").and_then(Value::as_str) {
+            } else if let Some(text) = part
+                .get("text")
+                .and_then(Value::as_str)
+                .filter(|t| !t.is_empty() || signature.is_some())
+            {
                 let thought = part
                     .get("thought")
                     .and_then(Value::as_bool)

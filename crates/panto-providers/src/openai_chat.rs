@@ -209,7 +209,7 @@ fn render_user(message: &Message, out: &mut Vec<Value>) {
     for block in &message.content {
         match block {
             ContentBlock::ToolResult(r) => {
-                let (text, images) = flatten_result(r);
+                let (text, images) = flatten_result(r, true);
                 out.push(json!({"role": "tool", "tool_call_id": r.tool_use_id, "content": text}));
                 result_images.extend(images);
             }

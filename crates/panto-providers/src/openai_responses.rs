@@ -186,7 +186,7 @@ fn render_user(message: &Message, out: &mut Vec<Value>) {
     for block in &message.content {
         match block {
             ContentBlock::ToolResult(r) => {
-                let (text, images) = flatten_result(r);
+                let (text, images) = flatten_result(r, true);
                 out.push(json!({"type": "function_call_output", "call_id": r.tool_use_id, "output": text}));
                 result_images.extend(images);
             }
@@ -438,18 +438,29 @@ impl ResponsesStream {
 
 impl StreamParser for ResponsesStream {
     fn event(&mut self, event: &SseEvent, sink: &mut Sink<'_>) -> Result<bool, ProviderError> {
-        if event.event == "error" && (event.raw || serde_json::from_str::<Value>(&event.data).is_err()) {
-            return Err(classify::classify_stream_error(Protocol::OpenAiResponses, &error_payload(event)));
+        if event.event == "error"
+            && (event.raw || serde_json::from_str::<Value>(&event.data).is_err())
+        {
+            return Err(classify::classify_stream_error(
+                Protocol::OpenAiResponses,
+                &error_payload(event),
+            ));
         }
         let data = event_json(event)?;
         let kind = data
             .get("type")
             .and_then(Value::as_str)
             .unwrap_or(event.event.as_str());
-        let delta = data.get("delta").and_then(Value::as_str).unwrap_or_default();
+        let delta = data
+            .get("delta")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
         match kind {
             "error" | "response.failed" => {
-                return Err(classify::classify_stream_error(Protocol::OpenAiResponses, &data));
+                return Err(classify::classify_stream_error(
+                    Protocol::OpenAiResponses,
+                    &data,
+                ));
             }
             "response.created" | "response.in_progress" => {
                 self.response = data.get("response").cloned();

@@ -180,8 +180,12 @@ pub(crate) fn image_url(source: &serde_json::Value) -> Option<String> {
 }
 
 /// The text of a tool result for protocols whose tool output is a string, with the images
-/// it holds returned separately (they travel in a user message after the results).
-pub(crate) fn flatten_result(result: &ToolResultBlock) -> (String, Vec<&panto_model::ImageBlock>) {
+/// it holds returned separately (they travel after the results). With `mark_error`, a failed
+/// result's text starts with `Error: ` (for protocols with no error flag).
+pub(crate) fn flatten_result(
+    result: &ToolResultBlock,
+    mark_error: bool,
+) -> (String, Vec<&panto_model::ImageBlock>) {
     let mut images = Vec::new();
     let mut text = match &result.content {
         ToolResultContent::Text(s) => s.clone(),
@@ -193,7 +197,7 @@ pub(crate) fn flatten_result(result: &ToolResultBlock) -> (String, Vec<&panto_mo
                     ContentBlock::Image(image) => {
                         images.push(image);
                         parts.push(format!(
-                            "[image {}: attached in the next message]",
+                            "[image {}: attached after the tool results]",
                             images.len()
                         ));
                     }
@@ -203,7 +207,7 @@ pub(crate) fn flatten_result(result: &ToolResultBlock) -> (String, Vec<&panto_mo
             parts.join("\n")
         }
     };
-    if result.failed() {
+    if mark_error && result.failed() {
         text = format!("Error: {text}");
     }
     (text, images)

@@ -50,7 +50,10 @@ fn sse_named_and_unnamed_events() {
 
 #[test]
 fn sse_multi_line_data_is_joined_with_newlines() {
-    assert_eq!(decode("data: one\ndata: two\ndata:\n\n"), vec![ev("", "one\ntwo\n")]);
+    assert_eq!(
+        decode("data: one\ndata: two\ndata:\n\n"),
+        vec![ev("", "one\ntwo\n")]
+    );
 }
 
 #[test]
@@ -67,7 +70,10 @@ fn sse_comments_unknown_fields_and_ids_are_ignored() {
 
 #[test]
 fn sse_only_one_space_after_the_colon_is_dropped() {
-    assert_eq!(decode("data:x\n\ndata:  y\n\n"), vec![ev("", "x"), ev("", " y")]);
+    assert_eq!(
+        decode("data:x\n\ndata:  y\n\n"),
+        vec![ev("", "x"), ev("", " y")]
+    );
 }
 
 #[test]
@@ -114,7 +120,10 @@ fn sse_cr_at_a_chunk_end_then_lf_is_one_line_end() {
 fn sse_multibyte_characters_split_across_chunks() {
     let text = "data: caf\u{e9} \u{1f600}\n\n".as_bytes();
     for cut in 0..text.len() {
-        assert_eq!(decode_chunks(&[&text[..cut], &text[cut..]]), vec![ev("", "café 😀")]);
+        assert_eq!(
+            decode_chunks(&[&text[..cut], &text[cut..]]),
+            vec![ev("", "café 😀")]
+        );
     }
 }
 
@@ -231,7 +240,9 @@ fn check_wire(out: &[Message]) -> Result<(), String> {
                 None => Vec::new(),
             };
             if results_here != expected {
-                return Err(format!("results {results_here:?} at {i} do not match calls {expected:?}"));
+                return Err(format!(
+                    "results {results_here:?} at {i} do not match calls {expected:?}"
+                ));
             }
             let leading = m
                 .content
@@ -242,7 +253,9 @@ fn check_wire(out: &[Message]) -> Result<(), String> {
                 return Err(format!("results at {i} are not at the front"));
             }
         } else if !calls.is_empty() {
-            let next = out.get(i + 1).ok_or_else(|| format!("calls at {i} are last"))?;
+            let next = out
+                .get(i + 1)
+                .ok_or_else(|| format!("calls at {i} are last"))?;
             if next.role != Role::User {
                 return Err(format!("calls at {i} not followed by a user message"));
             }
@@ -312,12 +325,22 @@ fn result(id: &str, text: &str) -> ContentBlock {
 
 #[test]
 fn prepare_renders_compaction_as_user_text_merged_with_the_next_prompt() {
-    let messages = vec![Message::compaction("we fixed bug 3"), Message::user_text("go on")];
+    let messages = vec![
+        Message::compaction("we fixed bug 3"),
+        Message::user_text("go on"),
+    ];
     let out = wire(&messages);
     assert_eq!(out.len(), 1);
     assert_eq!(out[0].role, Role::User);
-    assert_eq!(out[0].text(), format!("{}\ngo on", compaction_text("we fixed bug 3")));
-    assert!(out[0].text().contains("<conversation-summary>\nwe fixed bug 3\n</conversation-summary>"));
+    assert_eq!(
+        out[0].text(),
+        format!("{}\ngo on", compaction_text("we fixed bug 3"))
+    );
+    assert!(
+        out[0]
+            .text()
+            .contains("<conversation-summary>\nwe fixed bug 3\n</conversation-summary>")
+    );
 }
 
 #[test]
@@ -326,7 +349,10 @@ fn prepare_answers_an_interrupted_call_without_touching_the_input() {
         Message::user_text("list files"),
         Message::new(
             Role::Assistant,
-            vec![ContentBlock::tool_use("t1", "ls", json!({})), ContentBlock::tool_use("t2", "pwd", json!({}))],
+            vec![
+                ContentBlock::tool_use("t1", "ls", json!({})),
+                ContentBlock::tool_use("t2", "pwd", json!({})),
+            ],
         ),
         Message::new(Role::User, vec![result("t2", "/home")]),
     ];
@@ -334,11 +360,19 @@ fn prepare_answers_an_interrupted_call_without_touching_the_input() {
     let out = wire(&messages);
     assert_eq!(messages, before);
     assert_eq!(out.len(), 3);
-    let ContentBlock::ToolResult(first) = &out[2].content[0] else { panic!("{:?}", out[2]) };
+    let ContentBlock::ToolResult(first) = &out[2].content[0] else {
+        panic!("{:?}", out[2])
+    };
     assert_eq!(first.tool_use_id, "t1");
-    assert_eq!(first.content, ToolResultContent::Text(INTERRUPTED.to_owned()));
+    assert_eq!(
+        first.content,
+        ToolResultContent::Text(INTERRUPTED.to_owned())
+    );
     assert_eq!(first.is_error, Some(true));
-    assert_eq!(out[2].tool_result_ids().collect::<Vec<_>>(), vec!["t1", "t2"]);
+    assert_eq!(
+        out[2].tool_result_ids().collect::<Vec<_>>(),
+        vec!["t1", "t2"]
+    );
 }
 
 #[test]
@@ -347,9 +381,15 @@ fn prepare_gathers_results_spread_over_messages_and_keeps_interleaved_text_after
         Message::user_text("go"),
         Message::new(
             Role::Assistant,
-            vec![ContentBlock::tool_use("a", "x", json!({})), ContentBlock::tool_use("b", "y", json!({}))],
+            vec![
+                ContentBlock::tool_use("a", "x", json!({})),
+                ContentBlock::tool_use("b", "y", json!({})),
+            ],
         ),
-        Message::new(Role::User, vec![result("b", "B"), ContentBlock::text("note")]),
+        Message::new(
+            Role::User,
+            vec![result("b", "B"), ContentBlock::text("note")],
+        ),
         Message::assistant_text("hmm"),
         Message::new(Role::User, vec![result("a", "A")]),
     ];
@@ -365,8 +405,14 @@ fn prepare_gathers_results_spread_over_messages_and_keeps_interleaved_text_after
 fn prepare_turns_orphans_and_second_answers_into_text() {
     let messages = vec![
         Message::new(Role::User, vec![result("gone", "old output")]),
-        Message::new(Role::Assistant, vec![ContentBlock::tool_use("t", "x", json!({}))]),
-        Message::new(Role::User, vec![result("t", "first"), result("t", "second")]),
+        Message::new(
+            Role::Assistant,
+            vec![ContentBlock::tool_use("t", "x", json!({}))],
+        ),
+        Message::new(
+            Role::User,
+            vec![result("t", "first"), result("t", "second")],
+        ),
     ];
     let out = wire(&messages);
     check_wire(&out).unwrap();
@@ -382,9 +428,18 @@ fn prepare_turns_orphans_and_second_answers_into_text() {
 fn prepare_drops_misplaced_blocks_and_empty_text_then_merges_roles() {
     let messages = vec![
         Message::user_text("a"),
-        Message::new(Role::User, vec![ContentBlock::tool_use("u", "x", json!({})), ContentBlock::text("")]),
+        Message::new(
+            Role::User,
+            vec![
+                ContentBlock::tool_use("u", "x", json!({})),
+                ContentBlock::text(""),
+            ],
+        ),
         Message::user_text("b"),
-        Message::new(Role::Assistant, vec![ContentBlock::text("c"), result("u", "r")]),
+        Message::new(
+            Role::Assistant,
+            vec![ContentBlock::text("c"), result("u", "r")],
+        ),
         Message::assistant_text("d"),
     ];
     let out = wire(&messages);
@@ -419,7 +474,10 @@ fn prepare_keeps_orphan_images() {
 fn retry_after_reads_seconds_fractions_dates_and_milliseconds() {
     let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000_000);
     assert_eq!(parse_retry_after("7", now), Some(Duration::from_secs(7)));
-    assert_eq!(parse_retry_after(" 0.25", now), Some(Duration::from_millis(250)));
+    assert_eq!(
+        parse_retry_after(" 0.25", now),
+        Some(Duration::from_millis(250))
+    );
     let date = httpdate::fmt_http_date(now + Duration::from_secs(30));
     assert_eq!(parse_retry_after(&date, now), Some(Duration::from_secs(30)));
     let past = httpdate::fmt_http_date(now - Duration::from_secs(30));
@@ -452,8 +510,14 @@ fn backoff_doubles_with_jitter_in_the_upper_half_and_is_capped() {
     assert_eq!(delay(&policy, 4, None, 1.0), Duration::from_millis(1000));
     assert_eq!(delay(&policy, 40, None, 1.0), Duration::from_millis(1000));
     // A server hint wins over backoff, and is capped too.
-    assert_eq!(delay(&policy, 3, Some(Duration::from_millis(7)), 0.5), Duration::from_millis(7));
-    assert_eq!(delay(&policy, 0, Some(Duration::from_secs(3600)), 0.5), Duration::from_millis(1000));
+    assert_eq!(
+        delay(&policy, 3, Some(Duration::from_millis(7)), 0.5),
+        Duration::from_millis(7)
+    );
+    assert_eq!(
+        delay(&policy, 0, Some(Duration::from_secs(3600)), 0.5),
+        Duration::from_millis(1000)
+    );
 }
 
 proptest! {
@@ -484,45 +548,112 @@ fn endpoint(base: &str, version: &str, tail: &str) -> String {
 fn base_urls_of_known_servers_reach_their_endpoints() {
     let chat = |base: &str| endpoint(base, "v1", "chat/completions");
     let cases = [
-        ("https://api.openai.com/v1", "https://api.openai.com/v1/chat/completions"),
-        ("https://api.openai.com", "https://api.openai.com/v1/chat/completions"),
-        ("http://127.0.0.1:8080", "http://127.0.0.1:8080/v1/chat/completions"),
-        ("http://127.0.0.1:8080/", "http://127.0.0.1:8080/v1/chat/completions"),
-        ("http://localhost:8000/v1", "http://localhost:8000/v1/chat/completions"),
-        ("http://localhost:11434/v1/", "http://localhost:11434/v1/chat/completions"),
-        ("http://localhost:1234/v1", "http://localhost:1234/v1/chat/completions"),
-        ("https://openrouter.ai/api/v1", "https://openrouter.ai/api/v1/chat/completions"),
-        ("https://openrouter.ai/api", "https://openrouter.ai/api/v1/chat/completions"),
-        ("https://api.groq.com/openai/v1", "https://api.groq.com/openai/v1/chat/completions"),
-        ("https://api.deepseek.com", "https://api.deepseek.com/v1/chat/completions"),
-        ("https://api.mistral.ai/v1", "https://api.mistral.ai/v1/chat/completions"),
-        ("https://api.together.xyz/v1", "https://api.together.xyz/v1/chat/completions"),
-        ("https://api.fireworks.ai/inference/v1", "https://api.fireworks.ai/inference/v1/chat/completions"),
-        ("https://api.z.ai/api/paas/v4", "https://api.z.ai/api/paas/v4/chat/completions"),
+        (
+            "https://api.openai.com/v1",
+            "https://api.openai.com/v1/chat/completions",
+        ),
+        (
+            "https://api.openai.com",
+            "https://api.openai.com/v1/chat/completions",
+        ),
+        (
+            "http://127.0.0.1:8080",
+            "http://127.0.0.1:8080/v1/chat/completions",
+        ),
+        (
+            "http://127.0.0.1:8080/",
+            "http://127.0.0.1:8080/v1/chat/completions",
+        ),
+        (
+            "http://localhost:8000/v1",
+            "http://localhost:8000/v1/chat/completions",
+        ),
+        (
+            "http://localhost:11434/v1/",
+            "http://localhost:11434/v1/chat/completions",
+        ),
+        (
+            "http://localhost:1234/v1",
+            "http://localhost:1234/v1/chat/completions",
+        ),
+        (
+            "https://openrouter.ai/api/v1",
+            "https://openrouter.ai/api/v1/chat/completions",
+        ),
+        (
+            "https://openrouter.ai/api",
+            "https://openrouter.ai/api/v1/chat/completions",
+        ),
+        (
+            "https://api.groq.com/openai/v1",
+            "https://api.groq.com/openai/v1/chat/completions",
+        ),
+        (
+            "https://api.deepseek.com",
+            "https://api.deepseek.com/v1/chat/completions",
+        ),
+        (
+            "https://api.mistral.ai/v1",
+            "https://api.mistral.ai/v1/chat/completions",
+        ),
+        (
+            "https://api.together.xyz/v1",
+            "https://api.together.xyz/v1/chat/completions",
+        ),
+        (
+            "https://api.fireworks.ai/inference/v1",
+            "https://api.fireworks.ai/inference/v1/chat/completions",
+        ),
+        (
+            "https://api.z.ai/api/paas/v4",
+            "https://api.z.ai/api/paas/v4/chat/completions",
+        ),
         (
             "https://generativelanguage.googleapis.com/v1beta/openai",
             "https://generativelanguage.googleapis.com/v1beta/openai/chat/completions",
         ),
-        ("http://h/v1/chat/completions", "http://h/v1/chat/completions"),
+        (
+            "http://h/v1/chat/completions",
+            "http://h/v1/chat/completions",
+        ),
     ];
     for (base, want) in cases {
         assert_eq!(chat(base), want, "{base}");
     }
-    assert_eq!(endpoint("https://api.anthropic.com", "v1", "messages"), "https://api.anthropic.com/v1/messages");
-    assert_eq!(endpoint("http://127.0.0.1:8080/v1", "v1", "messages"), "http://127.0.0.1:8080/v1/messages");
     assert_eq!(
-        endpoint("https://generativelanguage.googleapis.com", "v1beta", "models/g:generateContent"),
+        endpoint("https://api.anthropic.com", "v1", "messages"),
+        "https://api.anthropic.com/v1/messages"
+    );
+    assert_eq!(
+        endpoint("http://127.0.0.1:8080/v1", "v1", "messages"),
+        "http://127.0.0.1:8080/v1/messages"
+    );
+    assert_eq!(
+        endpoint(
+            "https://generativelanguage.googleapis.com",
+            "v1beta",
+            "models/g:generateContent"
+        ),
         "https://generativelanguage.googleapis.com/v1beta/models/g:generateContent"
     );
     assert_eq!(
-        endpoint("https://generativelanguage.googleapis.com/v1", "v1beta", "models/g:generateContent"),
+        endpoint(
+            "https://generativelanguage.googleapis.com/v1",
+            "v1beta",
+            "models/g:generateContent"
+        ),
         "https://generativelanguage.googleapis.com/v1/models/g:generateContent"
     );
 }
 
 #[test]
 fn bad_base_urls_are_refused_without_echoing_secrets() {
-    for bad in ["ftp://host", "not a url", "https://host/v1?key=sekrit-123", "https://user:sekrit-123@host/#x"] {
+    for bad in [
+        "ftp://host",
+        "not a url",
+        "https://host/v1?key=sekrit-123",
+        "https://user:sekrit-123@host/#x",
+    ] {
         let err = BaseUrl::parse(bad).err().map(|e| e.to_string());
         if bad.starts_with("https://user") {
             // User info alone is allowed (a proxy may need it); a fragment is not.
@@ -539,28 +670,47 @@ fn bad_base_urls_are_refused_without_echoing_secrets() {
 use crate::openai_chat::OPENAI_ENV;
 
 fn lookup(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-    let map: HashMap<String, String> =
-        vars.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+    let map: HashMap<String, String> = vars
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
     move |k| map.get(k).cloned()
 }
 
 #[test]
 fn from_env_requires_the_key_only_for_the_official_api() {
     let err = config_from_lookup(&OPENAI_ENV, lookup(&[])).unwrap_err();
-    assert!(matches!(err, Error::MissingKey { variable: "OPENAI_API_KEY", .. }));
-    assert!(err.to_string().starts_with("OPENAI_API_KEY is not set"), "{err}");
+    assert!(matches!(
+        err,
+        Error::MissingKey {
+            variable: "OPENAI_API_KEY",
+            ..
+        }
+    ));
+    assert!(
+        err.to_string().starts_with("OPENAI_API_KEY is not set"),
+        "{err}"
+    );
     let err = config_from_lookup(&OPENAI_ENV, lookup(&[("OPENAI_API_KEY", "  ")])).unwrap_err();
     assert!(matches!(err, Error::MissingKey { .. }));
 
-    let local = config_from_lookup(&OPENAI_ENV, lookup(&[("OPENAI_BASE_URL", "http://127.0.0.1:8080/v1")])).unwrap();
+    let local = config_from_lookup(
+        &OPENAI_ENV,
+        lookup(&[("OPENAI_BASE_URL", "http://127.0.0.1:8080/v1")]),
+    )
+    .unwrap();
     assert!(local.api_key.is_empty());
     assert_eq!(local.base_url, "http://127.0.0.1:8080/v1");
 
-    let official = config_from_lookup(&OPENAI_ENV, lookup(&[("OPENAI_API_KEY", "sk-test\n")])).unwrap();
+    let official =
+        config_from_lookup(&OPENAI_ENV, lookup(&[("OPENAI_API_KEY", "sk-test\n")])).unwrap();
     assert_eq!(official.api_key, ApiKey::new("sk-test"));
     assert_eq!(official.base_url, "https://api.openai.com/v1");
 
-    let bad = config_from_lookup(&OPENAI_ENV, lookup(&[("OPENAI_BASE_URL", "localhost:8080")]));
+    let bad = config_from_lookup(
+        &OPENAI_ENV,
+        lookup(&[("OPENAI_BASE_URL", "localhost:8080")]),
+    );
     assert!(matches!(bad, Err(Error::InvalidBaseUrl { .. })), "{bad:?}");
 }
 
@@ -569,6 +719,9 @@ fn api_key_debug_is_redacted_and_scrub_removes_it() {
     let key = ApiKey::new("sk-live-0123456789");
     assert_eq!(format!("{key:?}"), "ApiKey(<redacted>)");
     assert_eq!(format!("{:?}", ApiKey::none()), "ApiKey(<empty>)");
-    assert_eq!(key.scrub("bad key sk-live-0123456789!"), "bad key <redacted>!");
+    assert_eq!(
+        key.scrub("bad key sk-live-0123456789!"),
+        "bad key <redacted>!"
+    );
     assert_eq!(key.expose(), "sk-live-0123456789");
 }
