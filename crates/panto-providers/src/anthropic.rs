@@ -48,7 +48,7 @@ impl AnthropicProvider {
     /// An adapter with this configuration.
     ///
     /// # Errors
-    /// [`Error::InvalidBaseUrl`] or [`Error::Client`].
+    /// [`Error::InvalidBaseUrl`], [`Error::InvalidKey`] or [`Error::Client`].
     pub fn new(config: Config) -> Result<AnthropicProvider, Error> {
         Ok(AnthropicProvider {
             transport: Transport::new(config)?,

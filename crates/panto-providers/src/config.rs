@@ -118,6 +118,13 @@ pub enum Error {
         /// What is wrong with it.
         reason: String,
     },
+    /// The key cannot be sent in an HTTP header (it holds a control character or non-ASCII
+    /// text); the message does not repeat it.
+    #[error("the API key cannot be sent: {reason}")]
+    InvalidKey {
+        /// What is wrong with it.
+        reason: &'static str,
+    },
     /// The HTTP client could not be built (for example no TLS backend).
     #[error("could not build the HTTP client: {message}")]
     Client {

@@ -58,7 +58,7 @@ impl GeminiProvider {
     /// An adapter with this configuration.
     ///
     /// # Errors
-    /// [`Error::InvalidBaseUrl`] or [`Error::Client`].
+    /// [`Error::InvalidBaseUrl`], [`Error::InvalidKey`] or [`Error::Client`].
     pub fn new(config: Config) -> Result<GeminiProvider, Error> {
         Ok(GeminiProvider {
             transport: Transport::new(config)?,

@@ -60,7 +60,7 @@ impl OpenAiChatProvider {
     /// An adapter with this configuration.
     ///
     /// # Errors
-    /// [`Error::InvalidBaseUrl`] or [`Error::Client`].
+    /// [`Error::InvalidBaseUrl`], [`Error::InvalidKey`] or [`Error::Client`].
     pub fn new(config: Config) -> Result<OpenAiChatProvider, Error> {
         let transport = Transport::new(config)?;
         let max_tokens_field = if transport.base().host() == "api.openai.com" {

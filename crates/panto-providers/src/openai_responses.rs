@@ -46,7 +46,7 @@ impl OpenAiResponsesProvider {
     /// An adapter with this configuration.
     ///
     /// # Errors
-    /// [`Error::InvalidBaseUrl`] or [`Error::Client`].
+    /// [`Error::InvalidBaseUrl`], [`Error::InvalidKey`] or [`Error::Client`].
     pub fn new(config: Config) -> Result<OpenAiResponsesProvider, Error> {
         Ok(OpenAiResponsesProvider {
             transport: Transport::new(config)?,

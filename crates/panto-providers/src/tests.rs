@@ -725,3 +725,14 @@ fn api_key_debug_is_redacted_and_scrub_removes_it() {
     );
     assert_eq!(key.expose(), "sk-live-0123456789");
 }
+
+#[test]
+fn keys_that_cannot_go_in_a_header_are_refused_without_being_repeated() {
+    for key in ["sk-abc\u{7}def", "sk-caf\u{e9}", "sk-a b"] {
+        let config = crate::Config::new("http://127.0.0.1:1", key);
+        let err = crate::AnthropicProvider::new(config).unwrap_err();
+        assert!(matches!(err, Error::InvalidKey { .. }), "{err}");
+        assert!(!err.to_string().contains("sk-"), "{err}");
+    }
+    assert!(crate::AnthropicProvider::new(crate::Config::new("http://127.0.0.1:1", "")).is_ok());
+}

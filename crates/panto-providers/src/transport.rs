@@ -135,9 +135,15 @@ impl Transport {
     /// Builds the client.
     ///
     /// # Errors
-    /// [`Error::InvalidBaseUrl`] or [`Error::Client`].
+    /// [`Error::InvalidBaseUrl`], [`Error::InvalidKey`] or [`Error::Client`].
     pub(crate) fn new(config: Config) -> Result<Transport, Error> {
         let base = BaseUrl::parse(&config.base_url)?;
+        let key = config.api_key.expose();
+        if !key.is_empty() && !key.bytes().all(|b| (0x21..0x7f).contains(&b)) {
+            return Err(Error::InvalidKey {
+                reason: "it holds spaces, control characters or non-ASCII text",
+            });
+        }
         let client = reqwest::Client::builder()
             .connect_timeout(config.connect_timeout)
             .user_agent(concat!("panto/", env!("CARGO_PKG_VERSION")))
