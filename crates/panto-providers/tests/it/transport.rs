@@ -196,7 +196,7 @@ async fn a_stream_that_goes_silent_times_out_and_is_not_retried_after_text_was_s
     ])
     .await;
     let mut config = common::config(&server.base);
-    config.idle_timeout = Duration::from_millis(300);
+    config.idle_timeout = Duration::from_secs(1);
     let (result, events) = run(&OpenAiChatProvider::new(config).unwrap(), &hello()).await;
     assert!(
         matches!(result, Err(ProviderError::Timeout { .. })),
