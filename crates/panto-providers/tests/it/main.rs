@@ -1,3 +1,12 @@
-//! Integration tests of panto-providers, one module per feature.
+//! Integration tests of the HTTP adapters against loopback servers (wiremock, or a raw TCP
+//! listener where the test needs to control the bytes and the timing).
 
+mod anthropic;
 mod classify;
+mod common;
+mod gemini;
+mod llama_cpp;
+mod openai_chat;
+mod openai_responses;
+mod secrets;
+mod transport;

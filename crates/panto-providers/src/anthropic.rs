@@ -1,0 +1,497 @@
+//! The Anthropic Messages adapter: `POST {base}/v1/messages`, JSON or SSE.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use panto_model::{
+    ContentBlock, Extra, Message, OtherBlock, Role, TextBlock, ThinkingBlock, ToolResultContent,
+    ToolUseBlock, Usage,
+};
+use panto_provider::{BoxFuture, EventSink, Provider, ProviderError, Request};
+use reqwest::header::{HeaderMap, HeaderValue};
+use serde_json::{Map, Value, json};
+
+use crate::classify::{self, Protocol};
+use crate::config::{self, BaseUrl, Config, EnvSpec, Error};
+use crate::prepare::{compaction_text, prepare};
+use crate::secret::ApiKey;
+use crate::sse::SseEvent;
+use crate::transport::{Sink, StreamParser, Transport, Wire, error_payload, event_json, malformed};
+
+/// The `anthropic-version` header value sent with every request.
+pub const ANTHROPIC_VERSION: &str = "2023-06-01";
+
+/// The Anthropic Messages API (and servers that speak it, such as llama.cpp's `/v1/messages`).
+pub struct AnthropicProvider {
+    transport: Transport,
+}
+
+impl fmt::Debug for AnthropicProvider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AnthropicProvider")
+            .field("transport", &self.transport)
+            .finish()
+    }
+}
+
+const ENV: EnvSpec = EnvSpec {
+    provider: "Anthropic",
+    key_variable: "ANTHROPIC_API_KEY",
+    base_url_variable: "ANTHROPIC_BASE_URL",
+    default_base_url: AnthropicProvider::DEFAULT_BASE_URL,
+};
+
+impl AnthropicProvider {
+    /// The official API.
+    pub const DEFAULT_BASE_URL: &'static str = "https://api.anthropic.com";
+
+    /// An adapter with this configuration.
+    ///
+    /// # Errors
+    /// [`Error::InvalidBaseUrl`], [`Error::InvalidKey`] or [`Error::Client`].
+    pub fn new(config: Config) -> Result<AnthropicProvider, Error> {
+        Ok(AnthropicProvider {
+            transport: Transport::new(config)?,
+        })
+    }
+
+    /// An adapter configured from `ANTHROPIC_API_KEY` and `ANTHROPIC_BASE_URL` (default: the
+    /// official API, where the key is required).
+    ///
+    /// # Errors
+    /// [`Error::MissingKey`] naming the variable, or [`Error::InvalidBaseUrl`].
+    pub fn from_env() -> Result<AnthropicProvider, Error> {
+        AnthropicProvider::new(Self::config_from_env(|k| std::env::var(k).ok())?)
+    }
+
+    /// The configuration [`AnthropicProvider::from_env`] would use, read through `lookup`.
+    ///
+    /// # Errors
+    /// As [`AnthropicProvider::from_env`].
+    pub fn config_from_env(lookup: impl Fn(&str) -> Option<String>) -> Result<Config, Error> {
+        config::config_from_lookup(&ENV, lookup)
+    }
+
+    /// The configuration in use.
+    pub fn config(&self) -> &Config {
+        self.transport.config()
+    }
+}
+
+impl Provider for AnthropicProvider {
+    fn name(&self) -> &str {
+        "anthropic"
+    }
+
+    fn complete<'a>(
+        &'a self,
+        request: &'a Request,
+        events: EventSink<'a>,
+    ) -> BoxFuture<'a, Result<Message, ProviderError>> {
+        Box::pin(
+            self.transport
+                .complete(&AnthropicWire, self.name(), request, events),
+        )
+    }
+}
+
+/// The protocol description.
+pub(crate) struct AnthropicWire;
+
+impl Wire for AnthropicWire {
+    type Stream = AnthropicStream;
+
+    fn protocol(&self) -> Protocol {
+        Protocol::Anthropic
+    }
+
+    fn endpoint(&self, base: &BaseUrl, _request: &Request, _stream: bool) -> String {
+        base.endpoint("v1", "messages")
+    }
+
+    fn headers(&self, key: &ApiKey, headers: &mut HeaderMap) {
+        if !key.is_empty()
+            && let Ok(mut value) = HeaderValue::from_str(key.expose())
+        {
+            value.set_sensitive(true);
+            headers.insert("x-api-key", value);
+        }
+        headers.insert(
+            "anthropic-version",
+            HeaderValue::from_static(ANTHROPIC_VERSION),
+        );
+    }
+
+    fn body(&self, request: &Request, stream: bool) -> Value {
+        request_body(request, stream)
+    }
+
+    fn parse(&self, body: &Value) -> Result<Message, ProviderError> {
+        parse_message(body)
+    }
+
+    fn stream(&self) -> AnthropicStream {
+        AnthropicStream::default()
+    }
+}
+
+/// The request body.
+pub(crate) fn request_body(request: &Request, stream: bool) -> Value {
+    let messages: Vec<Value> = prepare(&request.messages, &compaction_text)
+        .iter()
+        .filter_map(render_message)
+        .collect();
+    let mut body = Map::new();
+    body.insert("model".into(), json!(request.model));
+    body.insert("max_tokens".into(), json!(request.max_output_tokens));
+    if !request.system.is_empty() {
+        body.insert("system".into(), json!(request.system));
+    }
+    body.insert("messages".into(), Value::Array(messages));
+    if !request.tools.is_empty() {
+        let tools = request
+            .tools
+            .iter()
+            .map(|t| {
+                let mut tool = Map::new();
+                tool.insert("name".into(), json!(t.name));
+                if !t.description.is_empty() {
+                    tool.insert("description".into(), json!(t.description));
+                }
+                tool.insert("input_schema".into(), t.input_schema.clone());
+                Value::Object(tool)
+            })
+            .collect();
+        body.insert("tools".into(), Value::Array(tools));
+    }
+    if stream {
+        body.insert("stream".into(), Value::Bool(true));
+    }
+    Value::Object(body)
+}
+
+fn render_message(message: &Message) -> Option<Value> {
+    let content: Vec<Value> = message.content.iter().filter_map(render_block).collect();
+    (!content.is_empty()).then(|| json!({"role": message.role.as_str(), "content": content}))
+}
+
+/// Copies `cache_control` from a block's unmodelled fields: the one extra field every
+/// Anthropic block accepts. Other extras (another provider's annotations) are not sent.
+fn with_cache_control(mut block: Map<String, Value>, extra: &Extra) -> Value {
+    if let Some(cc) = extra.get("cache_control") {
+        block.insert("cache_control".into(), cc.clone());
+    }
+    Value::Object(block)
+}
+
+fn render_block(block: &ContentBlock) -> Option<Value> {
+    let object = |v: Value| match v {
+        Value::Object(m) => m,
+        _ => Map::new(),
+    };
+    Some(match block {
+        ContentBlock::Text(t) => {
+            with_cache_control(object(json!({"type": "text", "text": t.text})), &t.extra)
+        }
+        ContentBlock::Thinking(t) => {
+            // A thinking block is only accepted back with the signature Anthropic gave it.
+            let signature = t.signature.as_deref().filter(|s| !s.is_empty())?;
+            json!({"type": "thinking", "thinking": t.thinking, "signature": signature})
+        }
+        ContentBlock::ToolUse(u) => with_cache_control(
+            object(
+                json!({"type": "tool_use", "id": u.id, "name": u.name, "input": tool_input(&u.input)}),
+            ),
+            &u.extra,
+        ),
+        ContentBlock::ToolResult(r) => {
+            let mut out = object(json!({"type": "tool_result", "tool_use_id": r.tool_use_id}));
+            let content = match &r.content {
+                ToolResultContent::Text(s) => json!(s),
+                ToolResultContent::Blocks(blocks) => {
+                    Value::Array(blocks.iter().filter_map(render_block).collect())
+                }
+            };
+            out.insert("content".into(), content);
+            if let Some(is_error) = r.is_error {
+                out.insert("is_error".into(), json!(is_error));
+            }
+            with_cache_control(out, &r.extra)
+        }
+        ContentBlock::Image(i) => with_cache_control(
+            object(json!({"type": "image", "source": i.source})),
+            &i.extra,
+        ),
+        // The wire layer never leaves one, but render it as text rather than drop it.
+        ContentBlock::Compaction(c) => json!({"type": "text", "text": compaction_text(&c.summary)}),
+        ContentBlock::Other(o) => {
+            let mut out = o.fields.clone();
+            out.insert("type".into(), json!(o.kind));
+            Value::Object(out)
+        }
+    })
+}
+
+/// Anthropic requires `input` to be an object; other values are wrapped.
+fn tool_input(input: &Value) -> Value {
+    match input {
+        Value::Object(_) => input.clone(),
+        Value::Null => json!({}),
+        other => json!({ "value": other }),
+    }
+}
+
+/// Converts a non-streaming answer.
+pub(crate) fn parse_message(body: &Value) -> Result<Message, ProviderError> {
+    let content = body
+        .get("content")
+        .and_then(Value::as_array)
+        .ok_or_else(|| malformed("the answer has no `content` array"))?;
+    let mut blocks = Vec::with_capacity(content.len());
+    for (i, block) in content.iter().enumerate() {
+        let block: ContentBlock = serde_json::from_value(block.clone())
+            .map_err(|e| malformed(format!("content[{i}] cannot be read: {e}")))?;
+        blocks.push(block);
+    }
+    let mut message = Message::new(Role::Assistant, blocks);
+    message.model = body.get("model").and_then(Value::as_str).map(str::to_owned);
+    message.stop_reason = body
+        .get("stop_reason")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    message.usage = body.get("usage").map(parse_usage);
+    if message.content.is_empty() {
+        message.content.push(ContentBlock::text(""));
+    }
+    Ok(message)
+}
+
+/// Anthropic usage already has the Contract 1 names; other fields are kept in `extra`.
+fn parse_usage(usage: &Value) -> Usage {
+    let mut out = Usage::default();
+    merge_usage(&mut out, usage);
+    out
+}
+
+/// Overwrites `usage` with the fields present in `update` (message_delta carries totals).
+fn merge_usage(usage: &mut Usage, update: &Value) {
+    let Some(map) = update.as_object() else {
+        return;
+    };
+    for (key, value) in map {
+        match key.as_str() {
+            "input_tokens" => usage.input_tokens = value.as_u64().unwrap_or(usage.input_tokens),
+            "output_tokens" => usage.output_tokens = value.as_u64().unwrap_or(usage.output_tokens),
+            "cache_read_input_tokens" => {
+                usage.cache_read_input_tokens = value.as_u64().or(usage.cache_read_input_tokens);
+            }
+            "cache_creation_input_tokens" => {
+                usage.cache_creation_input_tokens =
+                    value.as_u64().or(usage.cache_creation_input_tokens);
+            }
+            _ if value.is_null() => {}
+            _ => {
+                usage.extra.insert(key.clone(), value.clone());
+            }
+        }
+    }
+}
+
+/// A content block being streamed.
+#[derive(Debug)]
+enum Building {
+    Text(TextBlock),
+    Thinking(ThinkingBlock),
+    ToolUse { block: ToolUseBlock, json: String },
+    Other { block: OtherBlock, json: String },
+}
+
+/// The state of one streamed answer.
+#[derive(Debug, Default)]
+pub(crate) struct AnthropicStream {
+    model: Option<String>,
+    usage: Option<Usage>,
+    stop_reason: Option<String>,
+    blocks: BTreeMap<u64, Building>,
+}
+
+impl StreamParser for AnthropicStream {
+    fn event(&mut self, event: &SseEvent, sink: &mut Sink<'_>) -> Result<bool, ProviderError> {
+        if event.event == "error" {
+            return Err(classify::classify_stream_error(
+                Protocol::Anthropic,
+                &error_payload(event),
+            ));
+        }
+        let data = event_json(event)?;
+        let kind = if event.event.is_empty() {
+            data.get("type").and_then(Value::as_str).unwrap_or_default()
+        } else {
+            event.event.as_str()
+        };
+        match kind {
+            "message_start" => {
+                let message = data.get("message").unwrap_or(&Value::Null);
+                self.model = message
+                    .get("model")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned);
+                if let Some(usage) = message.get("usage") {
+                    self.usage = Some(parse_usage(usage));
+                }
+            }
+            "content_block_start" => {
+                let index = index(&data)?;
+                let block = data
+                    .get("content_block")
+                    .ok_or_else(|| malformed("content_block_start without `content_block`"))?;
+                let block: ContentBlock = serde_json::from_value(block.clone())
+                    .map_err(|e| malformed(format!("content_block_start cannot be read: {e}")))?;
+                let building = match block {
+                    ContentBlock::Text(t) => {
+                        sink.text(&t.text);
+                        Building::Text(t)
+                    }
+                    ContentBlock::Thinking(t) => {
+                        sink.thinking(&t.thinking);
+                        Building::Thinking(t)
+                    }
+                    ContentBlock::ToolUse(u) => {
+                        sink.tool_call(&u.name);
+                        Building::ToolUse {
+                            block: u,
+                            json: String::new(),
+                        }
+                    }
+                    ContentBlock::Other(o) => Building::Other {
+                        block: o,
+                        json: String::new(),
+                    },
+                    other => {
+                        return Err(malformed(format!(
+                            "content_block_start with an unexpected `{}` block",
+                            other.type_name()
+                        )));
+                    }
+                };
+                self.blocks.insert(index, building);
+            }
+            "content_block_delta" => {
+                let index = index(&data)?;
+                let delta = data.get("delta").unwrap_or(&Value::Null);
+                let field =
+                    |name: &str| delta.get(name).and_then(Value::as_str).unwrap_or_default();
+                let block = self.blocks.get_mut(&index).ok_or_else(|| {
+                    malformed(format!("content_block_delta for unknown block {index}"))
+                })?;
+                match (
+                    delta
+                        .get("type")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default(),
+                    block,
+                ) {
+                    ("text_delta", Building::Text(t)) => {
+                        t.text.push_str(field("text"));
+                        sink.text(field("text"));
+                    }
+                    ("thinking_delta", Building::Thinking(t)) => {
+                        t.thinking.push_str(field("thinking"));
+                        sink.thinking(field("thinking"));
+                    }
+                    ("signature_delta", Building::Thinking(t)) => {
+                        t.signature
+                            .get_or_insert_with(String::new)
+                            .push_str(field("signature"));
+                    }
+                    (
+                        "input_json_delta",
+                        Building::ToolUse { json, .. } | Building::Other { json, .. },
+                    ) => {
+                        json.push_str(field("partial_json"));
+                    }
+                    ("citations_delta", Building::Text(t)) => {
+                        if let Some(citation) = delta.get("citation") {
+                            let list = t.extra.entry("citations").or_insert_with(|| json!([]));
+                            if let Some(list) = list.as_array_mut() {
+                                list.push(citation.clone());
+                            }
+                        }
+                    }
+                    (kind, _) => tracing::debug!(kind, index, "ignoring an unknown delta"),
+                }
+            }
+            "content_block_stop" => {
+                let index = index(&data)?;
+                if let Some(block) = self.blocks.get_mut(&index) {
+                    finish_block(block)?;
+                }
+            }
+            "message_delta" => {
+                if let Some(reason) = data.pointer("/delta/stop_reason").and_then(Value::as_str) {
+                    self.stop_reason = Some(reason.to_owned());
+                }
+                if let Some(usage) = data.get("usage") {
+                    merge_usage(self.usage.get_or_insert_with(Usage::default), usage);
+                }
+            }
+            "message_stop" => return Ok(true),
+            _ => {}
+        }
+        Ok(false)
+    }
+
+    fn finish(self, terminal: bool) -> Result<Message, ProviderError> {
+        if !terminal {
+            return Err(malformed("the stream ended before `message_stop`"));
+        }
+        let mut content = Vec::with_capacity(self.blocks.len());
+        for (_, mut block) in self.blocks {
+            finish_block(&mut block)?;
+            content.push(match block {
+                Building::Text(t) => ContentBlock::Text(t),
+                Building::Thinking(t) => ContentBlock::Thinking(t),
+                Building::ToolUse { block, .. } => ContentBlock::ToolUse(block),
+                Building::Other { block, .. } => ContentBlock::Other(block),
+            });
+        }
+        if content.is_empty() {
+            content.push(ContentBlock::text(""));
+        }
+        let mut message = Message::new(Role::Assistant, content);
+        message.model = self.model;
+        message.usage = self.usage;
+        message.stop_reason = self.stop_reason;
+        Ok(message)
+    }
+}
+
+/// Parses the accumulated input JSON of a tool call (or server tool block) once it stops.
+fn finish_block(block: &mut Building) -> Result<(), ProviderError> {
+    let (Building::ToolUse { json, .. } | Building::Other { json, .. }) = block else {
+        return Ok(());
+    };
+    if json.trim().is_empty() {
+        return Ok(());
+    }
+    let input: Value = serde_json::from_str(json).map_err(|e| {
+        malformed(format!(
+            "a tool call's streamed input is not valid JSON: {e}"
+        ))
+    })?;
+    json.clear();
+    match block {
+        Building::ToolUse { block, .. } => block.input = input,
+        Building::Other { block, .. } => {
+            block.fields.insert("input".into(), input);
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+fn index(data: &Value) -> Result<u64, ProviderError> {
+    data.get("index")
+        .and_then(Value::as_u64)
+        .ok_or_else(|| malformed("a content block event without `index`"))
+}

@@ -1,0 +1,256 @@
+//! Adapter configuration: base URL, key, timeouts, retries, streaming; and reading it from the
+//! environment.
+
+use std::time::Duration;
+
+use reqwest::Url;
+
+use crate::secret::ApiKey;
+
+/// The configuration of one adapter. Every field is independent of the model.
+///
+/// Invariant: `Debug` output never contains the key ([`ApiKey`] redacts itself).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    /// Where the API lives, for example `https://api.anthropic.com` or
+    /// `http://127.0.0.1:8080/v1`. See `docs/providers.md` for how a path is interpreted: a
+    /// base URL whose path already names an API version (`/v1`, `/v1beta`, `/api/paas/v4`)
+    /// is used as it is, one without a version gets the protocol's default version.
+    pub base_url: String,
+    /// The key. Empty means no credentials are sent (keyless local servers).
+    pub api_key: ApiKey,
+    /// The longest wait for a TCP (and TLS) connection.
+    pub connect_timeout: Duration,
+    /// The longest wait for a whole non-streaming answer, and for the head of a streaming one.
+    pub request_timeout: Duration,
+    /// The longest silence between two chunks of a streaming answer.
+    pub idle_timeout: Duration,
+    /// How transient failures are retried.
+    pub retry: RetryPolicy,
+    /// Whether to ask for a streaming (SSE) answer, so that text arrives as it is generated.
+    pub streaming: bool,
+}
+
+impl Config {
+    /// A configuration with the default timeouts, retries and streaming on.
+    pub fn new(base_url: impl Into<String>, api_key: impl Into<ApiKey>) -> Config {
+        Config {
+            base_url: base_url.into(),
+            api_key: api_key.into(),
+            connect_timeout: Duration::from_secs(30),
+            request_timeout: Duration::from_secs(600),
+            idle_timeout: Duration::from_secs(120),
+            retry: RetryPolicy::default(),
+            streaming: true,
+        }
+    }
+
+    /// The same configuration with `streaming` set.
+    pub fn with_streaming(mut self, streaming: bool) -> Config {
+        self.streaming = streaming;
+        self
+    }
+
+    /// The same configuration with `retry` set.
+    pub fn with_retry(mut self, retry: RetryPolicy) -> Config {
+        self.retry = retry;
+        self
+    }
+}
+
+/// How transient failures (rate limits, 5xx, 529, timeouts, broken connections) are retried.
+///
+/// The delay before retry `n` (from 0) is the server's hint when it gave one (`retry-after-ms`,
+/// `Retry-After` in seconds or as an HTTP date, or a delay the classifier read from the error
+/// body), otherwise `base_delay * 2^n` with jitter (uniform in its upper half). Every delay
+/// is capped at `max_delay`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Retries after the first attempt; 0 disables retrying.
+    pub max_retries: u32,
+    /// The delay before the first retry, doubled for each later one.
+    pub base_delay: Duration,
+    /// The longest single delay.
+    pub max_delay: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> RetryPolicy {
+        RetryPolicy {
+            max_retries: 3,
+            base_delay: Duration::from_secs(1),
+            max_delay: Duration::from_secs(60),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// No retries at all.
+    pub fn none() -> RetryPolicy {
+        RetryPolicy {
+            max_retries: 0,
+            ..RetryPolicy::default()
+        }
+    }
+}
+
+/// Why an adapter could not be built.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The key's environment variable is unset or empty while the base URL is the official API.
+    #[error(
+        "{variable} is not set: it must hold the {provider} API key (a keyless server needs its own base URL in {base_url_variable})"
+    )]
+    MissingKey {
+        /// The variable that should hold the key.
+        variable: &'static str,
+        /// The variable that sets the base URL.
+        base_url_variable: &'static str,
+        /// The provider, for the message.
+        provider: &'static str,
+    },
+    /// The base URL cannot be used.
+    #[error("invalid base URL `{url}`: {reason}")]
+    InvalidBaseUrl {
+        /// The URL, without any user info, query or fragment.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The key cannot be sent in an HTTP header (it holds a control character or non-ASCII
+    /// text); the message does not repeat it.
+    #[error("the API key cannot be sent: {reason}")]
+    InvalidKey {
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// The HTTP client could not be built (for example no TLS backend).
+    #[error("could not build the HTTP client: {message}")]
+    Client {
+        /// What failed.
+        message: String,
+    },
+}
+
+/// The parsed base URL, without a trailing slash.
+#[derive(Clone, Debug)]
+pub(crate) struct BaseUrl {
+    url: Url,
+}
+
+impl BaseUrl {
+    /// Parses and checks a base URL.
+    ///
+    /// # Errors
+    /// [`Error::InvalidBaseUrl`] when it is not an absolute `http`/`https` URL, or carries a
+    /// query or fragment (where a key could hide).
+    pub(crate) fn parse(text: &str) -> Result<BaseUrl, Error> {
+        let shown = || shown_url(text);
+        let url = Url::parse(text.trim()).map_err(|e| Error::InvalidBaseUrl {
+            url: shown(),
+            reason: e.to_string(),
+        })?;
+        if url.scheme() != "http" && url.scheme() != "https" {
+            return Err(Error::InvalidBaseUrl {
+                url: shown(),
+                reason: "the scheme must be http or https".to_owned(),
+            });
+        }
+        if url.query().is_some() || url.fragment().is_some() {
+            return Err(Error::InvalidBaseUrl {
+                url: shown(),
+                reason: "a base URL cannot carry a query or a fragment (put the key in the key variable)"
+                    .to_owned(),
+            });
+        }
+        Ok(BaseUrl { url })
+    }
+
+    /// The host name, lowercased.
+    pub(crate) fn host(&self) -> String {
+        self.url.host_str().unwrap_or_default().to_ascii_lowercase()
+    }
+
+    /// The endpoint URL for `tail` (like `chat/completions`): the base path, then
+    /// `default_version` unless the base path already names a version, then `tail`. A base
+    /// path that already ends with `tail` is used as it is.
+    pub(crate) fn endpoint(&self, default_version: &str, tail: &str) -> String {
+        let mut out = self.url.as_str().trim_end_matches('/').to_owned();
+        let path = self.url.path().trim_end_matches('/');
+        if path.ends_with(&format!("/{tail}")) {
+            return out;
+        }
+        if !path.split('/').any(is_version_segment) {
+            out.push('/');
+            out.push_str(default_version);
+        }
+        out.push('/');
+        out.push_str(tail);
+        out
+    }
+}
+
+/// `v1`, `v1beta`, `v4`, `v1alpha2`: a `v`, a digit, then letters and digits.
+fn is_version_segment(segment: &str) -> bool {
+    let mut chars = segment.chars();
+    chars.next() == Some('v')
+        && chars.next().is_some_and(|c| c.is_ascii_digit())
+        && chars.all(|c| c.is_ascii_alphanumeric())
+}
+
+/// A URL as it may appear in an error message: scheme, host, port and path only.
+fn shown_url(text: &str) -> String {
+    match Url::parse(text.trim()) {
+        Ok(mut url) => {
+            let _ = url.set_username("");
+            let _ = url.set_password(None);
+            url.set_query(None);
+            url.set_fragment(None);
+            url.to_string()
+        }
+        Err(_) => text
+            .split(['?', '#', '@'])
+            .next()
+            .unwrap_or_default()
+            .to_owned(),
+    }
+}
+
+/// The environment variables and official host of one provider.
+pub(crate) struct EnvSpec {
+    pub(crate) provider: &'static str,
+    pub(crate) key_variable: &'static str,
+    pub(crate) base_url_variable: &'static str,
+    pub(crate) default_base_url: &'static str,
+}
+
+/// Builds a configuration from environment lookups.
+///
+/// The key may be missing only when the base URL points somewhere other than the official API
+/// (a local llama.cpp, Ollama or vLLM server needs none).
+///
+/// # Errors
+/// [`Error::MissingKey`] naming the variable, or [`Error::InvalidBaseUrl`].
+pub(crate) fn config_from_lookup(
+    spec: &EnvSpec,
+    lookup: impl Fn(&str) -> Option<String>,
+) -> Result<Config, Error> {
+    let base_url = lookup(spec.base_url_variable)
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| spec.default_base_url.to_owned());
+    let parsed = BaseUrl::parse(&base_url)?;
+    let official = BaseUrl::parse(spec.default_base_url)?.host();
+    let key = lookup(spec.key_variable)
+        .map(ApiKey::new)
+        .unwrap_or_else(ApiKey::none);
+    if key.is_empty() && parsed.host() == official {
+        return Err(Error::MissingKey {
+            variable: spec.key_variable,
+            base_url_variable: spec.base_url_variable,
+            provider: spec.provider,
+        });
+    }
+    Ok(Config::new(base_url, key))
+}

@@ -1,0 +1,472 @@
+//! The Google Gemini adapter: `POST {base}/v1beta/models/{model}:generateContent`, or
+//! `:streamGenerateContent?alt=sse`.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use panto_model::{
+    ContentBlock, Extra, Message, Role, TextBlock, ThinkingBlock, ToolUseBlock, Usage,
+};
+use panto_provider::{BoxFuture, EventSink, Provider, ProviderError, Request};
+use reqwest::header::{HeaderMap, HeaderValue};
+use serde_json::{Map, Value, json};
+
+use crate::classify::{self, Protocol};
+use crate::config::{self, BaseUrl, Config, EnvSpec, Error};
+use crate::prepare::{compaction_text, flatten_result, prepare};
+use crate::secret::ApiKey;
+use crate::sse::SseEvent;
+use crate::transport::{
+    Sink, StreamParser, Transport, Wire, error_payload, event_json, fresh_id, malformed,
+};
+
+/// The extra field of a text, thinking or tool-call block that holds Gemini's
+/// `thoughtSignature` for the part it came in. Gemini wants it back on the same part; other
+/// adapters never send it.
+pub(crate) const THOUGHT_SIGNATURE: &str = "thoughtSignature";
+
+/// The prefix of the ids given to Gemini function calls (Gemini itself gives none).
+pub(crate) const CALL_ID_PREFIX: &str = "gemini_call_";
+
+/// Google Gemini (the Generative Language API).
+///
+/// The key travels in the `x-goog-api-key` header, never in the URL, so it cannot appear in
+/// an error message that quotes the URL.
+pub struct GeminiProvider {
+    transport: Transport,
+}
+
+impl fmt::Debug for GeminiProvider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GeminiProvider")
+            .field("transport", &self.transport)
+            .finish()
+    }
+}
+
+const ENV: EnvSpec = EnvSpec {
+    provider: "Gemini",
+    key_variable: "GEMINI_API_KEY",
+    base_url_variable: "GEMINI_BASE_URL",
+    default_base_url: GeminiProvider::DEFAULT_BASE_URL,
+};
+
+impl GeminiProvider {
+    /// The official API.
+    pub const DEFAULT_BASE_URL: &'static str = "https://generativelanguage.googleapis.com";
+
+    /// An adapter with this configuration.
+    ///
+    /// # Errors
+    /// [`Error::InvalidBaseUrl`], [`Error::InvalidKey`] or [`Error::Client`].
+    pub fn new(config: Config) -> Result<GeminiProvider, Error> {
+        Ok(GeminiProvider {
+            transport: Transport::new(config)?,
+        })
+    }
+
+    /// An adapter configured from `GEMINI_API_KEY` and `GEMINI_BASE_URL` (default: the
+    /// official API, where the key is required).
+    ///
+    /// # Errors
+    /// [`Error::MissingKey`] naming the variable, or [`Error::InvalidBaseUrl`].
+    pub fn from_env() -> Result<GeminiProvider, Error> {
+        GeminiProvider::new(Self::config_from_env(|k| std::env::var(k).ok())?)
+    }
+
+    /// The configuration [`GeminiProvider::from_env`] would use, read through `lookup`.
+    ///
+    /// # Errors
+    /// As [`GeminiProvider::from_env`].
+    pub fn config_from_env(lookup: impl Fn(&str) -> Option<String>) -> Result<Config, Error> {
+        config::config_from_lookup(&ENV, lookup)
+    }
+
+    /// The configuration in use.
+    pub fn config(&self) -> &Config {
+        self.transport.config()
+    }
+}
+
+impl Provider for GeminiProvider {
+    fn name(&self) -> &str {
+        "gemini"
+    }
+
+    fn complete<'a>(
+        &'a self,
+        request: &'a Request,
+        events: EventSink<'a>,
+    ) -> BoxFuture<'a, Result<Message, ProviderError>> {
+        Box::pin(
+            self.transport
+                .complete(&GeminiWire, self.name(), request, events),
+        )
+    }
+}
+
+/// The protocol description.
+pub(crate) struct GeminiWire;
+
+impl Wire for GeminiWire {
+    type Stream = GeminiStream;
+
+    fn protocol(&self) -> Protocol {
+        Protocol::Gemini
+    }
+
+    fn endpoint(&self, base: &BaseUrl, request: &Request, stream: bool) -> String {
+        let model = request.model.trim_start_matches('/');
+        let model = if model.contains('/') {
+            model.to_owned()
+        } else {
+            format!("models/{model}")
+        };
+        let method = if stream {
+            "streamGenerateContent?alt=sse"
+        } else {
+            "generateContent"
+        };
+        base.endpoint("v1beta", &format!("{model}:{method}"))
+    }
+
+    fn headers(&self, key: &ApiKey, headers: &mut HeaderMap) {
+        if !key.is_empty()
+            && let Ok(mut value) = HeaderValue::from_str(key.expose())
+        {
+            value.set_sensitive(true);
+            headers.insert("x-goog-api-key", value);
+        }
+    }
+
+    fn body(&self, request: &Request, _stream: bool) -> Value {
+        request_body(request)
+    }
+
+    fn parse(&self, body: &Value) -> Result<Message, ProviderError> {
+        let mut stream = GeminiStream::default();
+        stream.chunk(body, None)?;
+        if stream.finish_reason.is_none() {
+            // A whole answer without a finish reason is still whole; mark it so finish accepts.
+            stream.finish_reason = Some("STOP".to_owned());
+        }
+        stream.finish(true)
+    }
+
+    fn stream(&self) -> GeminiStream {
+        GeminiStream::default()
+    }
+}
+
+/// The request body.
+pub(crate) fn request_body(request: &Request) -> Value {
+    let messages = prepare(&request.messages, &compaction_text);
+    // Function responses name the function, not the call: map call ids to names.
+    let mut names: HashMap<&str, &str> = HashMap::new();
+    for message in &messages {
+        for block in &message.content {
+            if let ContentBlock::ToolUse(u) = block {
+                names.insert(&u.id, &u.name);
+            }
+        }
+    }
+    let contents: Vec<Value> = messages
+        .iter()
+        .filter_map(|m| {
+            let parts = render_parts(m, &names);
+            let role = match m.role {
+                Role::User => "user",
+                Role::Assistant => "model",
+            };
+            (!parts.is_empty()).then(|| json!({"role": role, "parts": parts}))
+        })
+        .collect();
+    let mut body = Map::new();
+    if !request.system.is_empty() {
+        body.insert(
+            "systemInstruction".into(),
+            json!({"parts": [{"text": request.system}]}),
+        );
+    }
+    body.insert("contents".into(), Value::Array(contents));
+    if !request.tools.is_empty() {
+        let declarations: Vec<Value> = request
+            .tools
+            .iter()
+            .map(|t| json!({"name": t.name, "description": t.description, "parametersJsonSchema": t.input_schema}))
+            .collect();
+        body.insert(
+            "tools".into(),
+            json!([{"functionDeclarations": declarations}]),
+        );
+    }
+    body.insert(
+        "generationConfig".into(),
+        json!({"maxOutputTokens": request.max_output_tokens}),
+    );
+    Value::Object(body)
+}
+
+/// Adds the block's thought signature, if it carries one, to a part.
+fn signed(mut part: Value, extra: &Extra) -> Value {
+    if let Some(signature) = extra.get(THOUGHT_SIGNATURE) {
+        part[THOUGHT_SIGNATURE] = signature.clone();
+    }
+    part
+}
+
+fn inline_image(source: &Value) -> Value {
+    let get = |k: &str| source.get(k).and_then(Value::as_str);
+    match (get("type"), get("data"), get("url")) {
+        (Some("base64"), Some(data), _) => {
+            json!({"inlineData": {"mimeType": get("media_type").unwrap_or("image/png"), "data": data}})
+        }
+        (_, _, Some(url)) => json!({"text": format!("[image: {url}]")}),
+        _ => json!({"text": "[image]"}),
+    }
+}
+
+fn render_parts(message: &Message, names: &HashMap<&str, &str>) -> Vec<Value> {
+    let mut parts = Vec::new();
+    let mut result_images = Vec::new();
+    for block in &message.content {
+        match block {
+            ContentBlock::Text(t) => parts.push(signed(json!({"text": t.text}), &t.extra)),
+            ContentBlock::Thinking(t) if t.extra.contains_key(THOUGHT_SIGNATURE) => {
+                parts.push(signed(
+                    json!({"text": t.thinking, "thought": true}),
+                    &t.extra,
+                ));
+            }
+            ContentBlock::ToolUse(u) => {
+                let args = match &u.input {
+                    Value::Object(_) => u.input.clone(),
+                    Value::Null => json!({}),
+                    other => json!({ "value": other }),
+                };
+                parts.push(signed(
+                    json!({"functionCall": {"name": u.name, "args": args}}),
+                    &u.extra,
+                ));
+            }
+            ContentBlock::ToolResult(r) => {
+                let name = names
+                    .get(r.tool_use_id.as_str())
+                    .copied()
+                    .unwrap_or(&r.tool_use_id);
+                let (text, images) = flatten_result(r, false);
+                let key = if r.failed() { "error" } else { "output" };
+                parts.push(json!({"functionResponse": {"name": name, "response": {key: text}}}));
+                result_images.extend(images);
+            }
+            ContentBlock::Image(i) => parts.push(inline_image(&i.source)),
+            _ => {}
+        }
+    }
+    parts.extend(result_images.iter().map(|i| inline_image(&i.source)));
+    parts
+}
+
+/// Maps a finish reason onto the Anthropic stop reasons the session file uses.
+fn stop_reason(reason: &str, has_calls: bool) -> String {
+    match reason {
+        "STOP" if has_calls => "tool_use",
+        "STOP" => "end_turn",
+        "MAX_TOKENS" => "max_tokens",
+        "SAFETY" | "RECITATION" | "BLOCKLIST" | "PROHIBITED_CONTENT" | "SPII" | "IMAGE_SAFETY" => {
+            "refusal"
+        }
+        other => other,
+    }
+    .to_owned()
+}
+
+/// Gemini usage on the Contract 1 names: `input_tokens` is the prompt minus its cached part
+/// (`cachedContentTokenCount`, which goes to `cache_read_input_tokens`); `output_tokens` is
+/// the candidates plus the thoughts (both are generated and billed as output).
+fn parse_usage(v: &Value) -> Option<Usage> {
+    let count = |k: &str| v.get(k).and_then(Value::as_u64);
+    let prompt =
+        count("promptTokenCount").unwrap_or(0) + count("toolUsePromptTokenCount").unwrap_or(0);
+    let cached = count("cachedContentTokenCount").map(|c| c.min(prompt));
+    let output =
+        count("candidatesTokenCount").unwrap_or(0) + count("thoughtsTokenCount").unwrap_or(0);
+    if v.as_object().is_none_or(Map::is_empty) {
+        return None;
+    }
+    Some(Usage {
+        input_tokens: prompt - cached.unwrap_or(0),
+        output_tokens: output,
+        cache_read_input_tokens: cached,
+        cache_creation_input_tokens: None,
+        extra: Extra::new(),
+    })
+}
+
+/// The state of one answer, fed chunk by chunk (a whole answer is one chunk).
+#[derive(Debug, Default)]
+pub(crate) struct GeminiStream {
+    content: Vec<ContentBlock>,
+    finish_reason: Option<String>,
+    usage: Option<Usage>,
+    model: Option<String>,
+}
+
+impl GeminiStream {
+    /// Adds one `GenerateContentResponse`.
+    fn chunk(
+        &mut self,
+        chunk: &Value,
+        mut sink: Option<&mut Sink<'_>>,
+    ) -> Result<(), ProviderError> {
+        if let Some(usage) = chunk.get("usageMetadata").and_then(parse_usage) {
+            self.usage = Some(usage);
+        }
+        if let Some(model) = chunk.get("modelVersion").and_then(Value::as_str) {
+            self.model = Some(model.to_owned());
+        }
+        let Some(candidate) = chunk
+            .get("candidates")
+            .and_then(Value::as_array)
+            .and_then(|c| c.first())
+        else {
+            if let Some(reason) = chunk
+                .pointer("/promptFeedback/blockReason")
+                .and_then(Value::as_str)
+            {
+                return Err(ProviderError::InvalidRequest {
+                    status: 200,
+                    message: format!("the prompt was blocked ({reason})"),
+                });
+            }
+            return match chunk.get("usageMetadata") {
+                Some(_) => Ok(()),
+                None => Err(malformed("the answer has no `candidates`")),
+            };
+        };
+        let parts = candidate
+            .pointer("/content/parts")
+            .and_then(Value::as_array);
+        for part in parts.into_iter().flatten() {
+            let signature = part.get(THOUGHT_SIGNATURE).filter(|s| s.is_string());
+            if let Some(call) = part.get("functionCall") {
+                let name = call
+                    .get("name")
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| malformed("a functionCall without a name"))?;
+                let id = call
+                    .get("id")
+                    .and_then(Value::as_str)
+                    .filter(|id| !id.is_empty())
+                    .map_or_else(|| fresh_id(CALL_ID_PREFIX), str::to_owned);
+                if let Some(sink) = sink.as_deref_mut() {
+                    sink.tool_call(name);
+                }
+                let mut extra = Extra::new();
+                if let Some(signature) = signature {
+                    extra.insert(THOUGHT_SIGNATURE.into(), signature.clone());
+                }
+                self.content.push(ContentBlock::ToolUse(ToolUseBlock {
+                    id,
+                    name: name.to_owned(),
+                    input: call.get("args").cloned().unwrap_or_else(|| json!({})),
+                    extra,
+                }));
+            } else if let Some(text) = part
+                .get("text")
+                .and_then(Value::as_str)
+                .filter(|t| !t.is_empty() || signature.is_some())
+            {
+                let thought = part
+                    .get("thought")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false);
+                if let Some(sink) = sink.as_deref_mut() {
+                    if thought {
+                        sink.thinking(text)
+                    } else {
+                        sink.text(text)
+                    }
+                }
+                self.add_text(text, thought, signature);
+            } else if signature.is_some() {
+                self.add_text("", false, signature);
+            }
+        }
+        if let Some(reason) = candidate.get("finishReason").and_then(Value::as_str) {
+            self.finish_reason = Some(reason.to_owned());
+        }
+        Ok(())
+    }
+
+    /// Appends streamed text to the last block of its kind, or starts a new block. A
+    /// signature belongs to the part it came in: a block that already has one is not extended.
+    fn add_text(&mut self, text: &str, thought: bool, signature: Option<&Value>) {
+        let extend = match self.content.last_mut() {
+            Some(ContentBlock::Text(t)) if !thought => Some((&mut t.text, &mut t.extra)),
+            Some(ContentBlock::Thinking(t)) if thought => Some((&mut t.thinking, &mut t.extra)),
+            _ => None,
+        };
+        if let Some((buffer, extra)) = extend
+            && !extra.contains_key(THOUGHT_SIGNATURE)
+        {
+            buffer.push_str(text);
+            if let Some(signature) = signature {
+                extra.insert(THOUGHT_SIGNATURE.into(), signature.clone());
+            }
+            return;
+        }
+        let mut extra = Extra::new();
+        if let Some(signature) = signature {
+            extra.insert(THOUGHT_SIGNATURE.into(), signature.clone());
+        }
+        self.content.push(if thought {
+            ContentBlock::Thinking(ThinkingBlock {
+                thinking: text.to_owned(),
+                signature: None,
+                extra,
+            })
+        } else {
+            ContentBlock::Text(TextBlock {
+                text: text.to_owned(),
+                extra,
+            })
+        });
+    }
+}
+
+impl StreamParser for GeminiStream {
+    fn event(&mut self, event: &SseEvent, sink: &mut Sink<'_>) -> Result<bool, ProviderError> {
+        if event.event == "error" {
+            return Err(classify::classify_stream_error(
+                Protocol::Gemini,
+                &error_payload(event),
+            ));
+        }
+        let chunk = event_json(event)?;
+        if chunk.get("error").is_some_and(|e| !e.is_null()) {
+            return Err(classify::classify_stream_error(Protocol::Gemini, &chunk));
+        }
+        self.chunk(&chunk, Some(sink))?;
+        Ok(false)
+    }
+
+    fn finish(self, _terminal: bool) -> Result<Message, ProviderError> {
+        let Some(reason) = self.finish_reason else {
+            return Err(malformed("the stream ended before a finishReason"));
+        };
+        let has_calls = self
+            .content
+            .iter()
+            .any(|b| matches!(b, ContentBlock::ToolUse(_)));
+        let mut content = self.content;
+        if content.is_empty() {
+            content.push(ContentBlock::text(""));
+        }
+        let mut message = Message::new(Role::Assistant, content);
+        message.model = self.model;
+        message.stop_reason = Some(stop_reason(&reason, has_calls));
+        message.usage = self.usage;
+        Ok(message)
+    }
+}

@@ -1,0 +1,516 @@
+//! The OpenAI Responses adapter: `POST {base}/v1/responses`, stateless (`store: false`).
+
+use std::collections::HashMap;
+use std::fmt;
+
+use panto_model::{ContentBlock, Extra, Message, Role, ThinkingBlock, ToolUseBlock};
+use panto_provider::{BoxFuture, EventSink, Provider, ProviderError, Request};
+use reqwest::header::HeaderMap;
+use serde_json::{Map, Value, json};
+
+use crate::classify::{self, Protocol};
+use crate::config::{self, BaseUrl, Config, Error};
+use crate::openai_chat::{OPENAI_ENV, arguments, bearer, parse_arguments, usage};
+use crate::prepare::{compaction_text, flatten_result, image_url, prepare};
+use crate::secret::ApiKey;
+use crate::sse::SseEvent;
+use crate::transport::{Sink, StreamParser, Transport, Wire, error_payload, event_json, malformed};
+
+/// The extra field of a thinking block that holds a reasoning item's `encrypted_content`.
+const ENCRYPTED_CONTENT: &str = "encrypted_content";
+
+/// OpenAI Responses (and servers that speak it, such as llama.cpp's `/v1/responses`).
+///
+/// Requests are stateless (`store: false`): the whole conversation is sent each time. Reasoning
+/// items are sent back only when they carry `encrypted_content`, which the API returns when
+/// asked ([`OpenAiResponsesProvider::with_encrypted_reasoning`]); otherwise the reasoning
+/// summary is kept in the session as thinking but not sent again.
+pub struct OpenAiResponsesProvider {
+    transport: Transport,
+    wire: ResponsesWire,
+}
+
+impl fmt::Debug for OpenAiResponsesProvider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OpenAiResponsesProvider")
+            .field("transport", &self.transport)
+            .field("encrypted_reasoning", &self.wire.encrypted_reasoning)
+            .finish()
+    }
+}
+
+impl OpenAiResponsesProvider {
+    /// The official API.
+    pub const DEFAULT_BASE_URL: &'static str = "https://api.openai.com/v1";
+
+    /// An adapter with this configuration.
+    ///
+    /// # Errors
+    /// [`Error::InvalidBaseUrl`], [`Error::InvalidKey`] or [`Error::Client`].
+    pub fn new(config: Config) -> Result<OpenAiResponsesProvider, Error> {
+        Ok(OpenAiResponsesProvider {
+            transport: Transport::new(config)?,
+            wire: ResponsesWire {
+                encrypted_reasoning: false,
+            },
+        })
+    }
+
+    /// An adapter configured from `OPENAI_API_KEY` and `OPENAI_BASE_URL`. The key may be
+    /// missing when the base URL is not the official API.
+    ///
+    /// # Errors
+    /// [`Error::MissingKey`] naming the variable, or [`Error::InvalidBaseUrl`].
+    pub fn from_env() -> Result<OpenAiResponsesProvider, Error> {
+        OpenAiResponsesProvider::new(Self::config_from_env(|k| std::env::var(k).ok())?)
+    }
+
+    /// The configuration [`OpenAiResponsesProvider::from_env`] would use, read through
+    /// `lookup`.
+    ///
+    /// # Errors
+    /// As [`OpenAiResponsesProvider::from_env`].
+    pub fn config_from_env(lookup: impl Fn(&str) -> Option<String>) -> Result<Config, Error> {
+        config::config_from_lookup(&OPENAI_ENV, lookup)
+    }
+
+    /// The same adapter asking for `reasoning.encrypted_content`, so that reasoning items can
+    /// be sent back in later requests (reasoning models only; others may reject the field).
+    pub fn with_encrypted_reasoning(mut self, on: bool) -> OpenAiResponsesProvider {
+        self.wire.encrypted_reasoning = on;
+        self
+    }
+
+    /// The configuration in use.
+    pub fn config(&self) -> &Config {
+        self.transport.config()
+    }
+}
+
+impl Provider for OpenAiResponsesProvider {
+    fn name(&self) -> &str {
+        "openai-responses"
+    }
+
+    fn complete<'a>(
+        &'a self,
+        request: &'a Request,
+        events: EventSink<'a>,
+    ) -> BoxFuture<'a, Result<Message, ProviderError>> {
+        Box::pin(
+            self.transport
+                .complete(&self.wire, self.name(), request, events),
+        )
+    }
+}
+
+/// The protocol description.
+pub(crate) struct ResponsesWire {
+    pub(crate) encrypted_reasoning: bool,
+}
+
+impl Wire for ResponsesWire {
+    type Stream = ResponsesStream;
+
+    fn protocol(&self) -> Protocol {
+        Protocol::OpenAiResponses
+    }
+
+    fn endpoint(&self, base: &BaseUrl, _request: &Request, _stream: bool) -> String {
+        base.endpoint("v1", "responses")
+    }
+
+    fn headers(&self, key: &ApiKey, headers: &mut HeaderMap) {
+        bearer(key, headers);
+    }
+
+    fn body(&self, request: &Request, stream: bool) -> Value {
+        request_body(request, stream, self.encrypted_reasoning)
+    }
+
+    fn parse(&self, body: &Value) -> Result<Message, ProviderError> {
+        parse_response(body)
+    }
+
+    fn stream(&self) -> ResponsesStream {
+        ResponsesStream::default()
+    }
+}
+
+/// The request body.
+pub(crate) fn request_body(request: &Request, stream: bool, encrypted_reasoning: bool) -> Value {
+    let mut input = Vec::new();
+    for message in prepare(&request.messages, &compaction_text) {
+        match message.role {
+            Role::User => render_user(&message, &mut input),
+            Role::Assistant => render_assistant(&message, &mut input),
+        }
+    }
+    let mut body = Map::new();
+    body.insert("model".into(), json!(request.model));
+    if !request.system.is_empty() {
+        body.insert("instructions".into(), json!(request.system));
+    }
+    body.insert("input".into(), Value::Array(input));
+    body.insert("max_output_tokens".into(), json!(request.max_output_tokens));
+    body.insert("store".into(), Value::Bool(false));
+    if encrypted_reasoning {
+        body.insert("include".into(), json!(["reasoning.encrypted_content"]));
+    }
+    if !request.tools.is_empty() {
+        let tools = request
+            .tools
+            .iter()
+            .map(|t| {
+                json!({"type": "function", "name": t.name, "description": t.description,
+                       "parameters": t.input_schema})
+            })
+            .collect();
+        body.insert("tools".into(), Value::Array(tools));
+    }
+    if stream {
+        body.insert("stream".into(), Value::Bool(true));
+    }
+    Value::Object(body)
+}
+
+fn input_image(source: &Value) -> Option<Value> {
+    image_url(source).map(|url| json!({"type": "input_image", "image_url": url}))
+}
+
+/// A user message: `function_call_output` items first, then the message, then the images the
+/// tool results held (outputs are strings here).
+fn render_user(message: &Message, out: &mut Vec<Value>) {
+    let mut parts = Vec::new();
+    let mut result_images = Vec::new();
+    for block in &message.content {
+        match block {
+            ContentBlock::ToolResult(r) => {
+                let (text, images) = flatten_result(r, true);
+                out.push(json!({"type": "function_call_output", "call_id": r.tool_use_id, "output": text}));
+                result_images.extend(images);
+            }
+            ContentBlock::Text(t) => parts.push(json!({"type": "input_text", "text": t.text})),
+            ContentBlock::Image(i) => parts.extend(input_image(&i.source)),
+            _ => {}
+        }
+    }
+    if !parts.is_empty() {
+        out.push(json!({"type": "message", "role": "user", "content": parts}));
+    }
+    if !result_images.is_empty() {
+        let mut parts =
+            vec![json!({"type": "input_text", "text": "Images returned by the tool calls above:"})];
+        parts.extend(result_images.iter().filter_map(|i| input_image(&i.source)));
+        out.push(json!({"type": "message", "role": "user", "content": parts}));
+    }
+}
+
+/// An assistant message: its blocks in order, as output-text messages, function calls and
+/// (when they carry encrypted content) reasoning items.
+fn render_assistant(message: &Message, out: &mut Vec<Value>) {
+    let mut text: Vec<Value> = Vec::new();
+    let flush = |text: &mut Vec<Value>, out: &mut Vec<Value>| {
+        if !text.is_empty() {
+            out.push(
+                json!({"type": "message", "role": "assistant", "content": std::mem::take(text)}),
+            );
+        }
+    };
+    for block in &message.content {
+        match block {
+            ContentBlock::Text(t) => text.push(json!({"type": "output_text", "text": t.text})),
+            ContentBlock::ToolUse(u) => {
+                flush(&mut text, out);
+                out.push(
+                    json!({"type": "function_call", "call_id": u.id, "name": u.name,
+                                "arguments": arguments(&u.input)}),
+                );
+            }
+            ContentBlock::Thinking(t) => {
+                if let Some(encrypted) = t.extra.get(ENCRYPTED_CONTENT).and_then(Value::as_str) {
+                    flush(&mut text, out);
+                    let summary: Vec<Value> = if t.thinking.is_empty() {
+                        Vec::new()
+                    } else {
+                        vec![json!({"type": "summary_text", "text": t.thinking})]
+                    };
+                    out.push(json!({"type": "reasoning", "summary": summary,
+                                    "encrypted_content": encrypted}));
+                }
+            }
+            _ => {}
+        }
+    }
+    flush(&mut text, out);
+}
+
+/// Content blocks from `output` items.
+fn parse_output(items: &[Value]) -> Result<Vec<ContentBlock>, ProviderError> {
+    let mut content = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        match item.get("type").and_then(Value::as_str).unwrap_or_default() {
+            "message" => {
+                let parts = item.get("content").and_then(Value::as_array);
+                let text: String = parts
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|p| {
+                        p.get("text")
+                            .or_else(|| p.get("refusal"))
+                            .and_then(Value::as_str)
+                    })
+                    .collect();
+                if !text.is_empty() {
+                    content.push(ContentBlock::text(text));
+                }
+            }
+            "function_call" => {
+                let field = |k: &str| item.get(k).and_then(Value::as_str);
+                let name =
+                    field("name").ok_or_else(|| malformed(format!("output[{i}] has no name")))?;
+                let id = field("call_id")
+                    .or_else(|| field("id"))
+                    .ok_or_else(|| malformed(format!("output[{i}] has no call_id")))?;
+                content.push(ContentBlock::ToolUse(ToolUseBlock {
+                    id: id.to_owned(),
+                    name: name.to_owned(),
+                    input: parse_arguments(field("arguments").unwrap_or_default()),
+                    extra: Extra::new(),
+                }));
+            }
+            "reasoning" => {
+                // Summaries (OpenAI) or full reasoning text (open models through llama.cpp).
+                let texts = |key: &str| -> Vec<String> {
+                    item.get(key)
+                        .and_then(Value::as_array)
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|p| p.get("text").and_then(Value::as_str).map(str::to_owned))
+                        .collect()
+                };
+                let mut thinking = texts("summary");
+                if thinking.is_empty() {
+                    thinking = texts("content");
+                }
+                let mut extra = Extra::new();
+                if let Some(e) = item.get(ENCRYPTED_CONTENT).filter(|e| e.is_string()) {
+                    extra.insert(ENCRYPTED_CONTENT.into(), e.clone());
+                }
+                if !thinking.is_empty() || !extra.is_empty() {
+                    content.push(ContentBlock::Thinking(ThinkingBlock {
+                        thinking: thinking.join("\n\n"),
+                        signature: None,
+                        extra,
+                    }));
+                }
+            }
+            other => tracing::debug!(kind = other, "ignoring an output item"),
+        }
+    }
+    Ok(content)
+}
+
+/// Builds the message from a whole response object (the non-streaming answer, or the one in
+/// `response.completed`), with `items` standing in for an empty `output`.
+fn message_from(response: &Value, items: Option<Vec<Value>>) -> Result<Message, ProviderError> {
+    let output = response.get("output").and_then(Value::as_array);
+    let output = match (output, items) {
+        (Some(o), _) if !o.is_empty() => o.clone(),
+        (_, Some(items)) => items,
+        (Some(o), None) => o.clone(),
+        (None, None) => return Err(malformed("the answer has no `output`")),
+    };
+    let mut content = parse_output(&output)?;
+    let has_calls = content
+        .iter()
+        .any(|b| matches!(b, ContentBlock::ToolUse(_)));
+    if content.is_empty() {
+        content.push(ContentBlock::text(""));
+    }
+    let mut message = Message::new(Role::Assistant, content);
+    message.model = response
+        .get("model")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    message.stop_reason = Some(match response.get("status").and_then(Value::as_str) {
+        Some("incomplete") => {
+            match response
+                .pointer("/incomplete_details/reason")
+                .and_then(Value::as_str)
+            {
+                Some("max_output_tokens") => "max_tokens".to_owned(),
+                Some("content_filter") => "refusal".to_owned(),
+                Some(other) => other.to_owned(),
+                None => "incomplete".to_owned(),
+            }
+        }
+        _ if has_calls => "tool_use".to_owned(),
+        _ => "end_turn".to_owned(),
+    });
+    message.usage = response.get("usage").and_then(|u| {
+        let input = u.get("input_tokens")?.as_u64()?;
+        let output = u.get("output_tokens").and_then(Value::as_u64).unwrap_or(0);
+        let cached = u
+            .pointer("/input_tokens_details/cached_tokens")
+            .and_then(Value::as_u64);
+        Some(usage(input, output, cached))
+    });
+    Ok(message)
+}
+
+/// Converts a non-streaming answer.
+pub(crate) fn parse_response(body: &Value) -> Result<Message, ProviderError> {
+    match body.get("status").and_then(Value::as_str) {
+        None | Some("completed" | "incomplete") => message_from(body, None),
+        Some(status) => Err(malformed(format!("the response has status `{status}`"))),
+    }
+}
+
+/// An output item being streamed.
+#[derive(Debug, Default)]
+struct ItemBuild {
+    item: Value,
+    done: bool,
+    text: String,
+    arguments: String,
+    reasoning: String,
+}
+
+impl ItemBuild {
+    /// The item: as `output_item.done` gave it, or rebuilt from the deltas.
+    fn into_item(self) -> Value {
+        if self.done {
+            return self.item;
+        }
+        let mut item = self.item;
+        match item.get("type").and_then(Value::as_str) {
+            Some("message") => {
+                item["content"] = json!([{"type": "output_text", "text": self.text}])
+            }
+            Some("function_call") => item["arguments"] = json!(self.arguments),
+            Some("reasoning") if !self.reasoning.is_empty() => {
+                item["summary"] = json!([{"type": "summary_text", "text": self.reasoning}]);
+            }
+            _ => {}
+        }
+        item
+    }
+}
+
+/// The state of one streamed answer.
+///
+/// Items are found by `output_index` when the server sends it (OpenAI), else by item id
+/// (llama.cpp sends only `item_id`).
+#[derive(Debug, Default)]
+pub(crate) struct ResponsesStream {
+    items: Vec<ItemBuild>,
+    by_index: HashMap<u64, usize>,
+    by_id: HashMap<String, usize>,
+    response: Option<Value>,
+}
+
+impl ResponsesStream {
+    /// The item an event is about, created when it is new.
+    fn slot(&mut self, data: &Value, item: Option<&Value>) -> &mut ItemBuild {
+        let index = data.get("output_index").and_then(Value::as_u64);
+        let id = data
+            .get("item_id")
+            .or_else(|| item.and_then(|i| i.get("id")))
+            .and_then(Value::as_str);
+        let found = index
+            .and_then(|i| self.by_index.get(&i))
+            .or_else(|| id.and_then(|id| self.by_id.get(id)))
+            .copied();
+        let slot = found.unwrap_or_else(|| {
+            self.items.push(ItemBuild::default());
+            self.items.len() - 1
+        });
+        if let Some(index) = index {
+            self.by_index.insert(index, slot);
+        }
+        if let Some(id) = id {
+            self.by_id.insert(id.to_owned(), slot);
+        }
+        &mut self.items[slot]
+    }
+}
+
+impl StreamParser for ResponsesStream {
+    fn event(&mut self, event: &SseEvent, sink: &mut Sink<'_>) -> Result<bool, ProviderError> {
+        if event.event == "error"
+            && (event.raw || serde_json::from_str::<Value>(&event.data).is_err())
+        {
+            return Err(classify::classify_stream_error(
+                Protocol::OpenAiResponses,
+                &error_payload(event),
+            ));
+        }
+        let data = event_json(event)?;
+        let kind = data
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or(event.event.as_str());
+        let delta = data
+            .get("delta")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        match kind {
+            "error" | "response.failed" => {
+                return Err(classify::classify_stream_error(
+                    Protocol::OpenAiResponses,
+                    &data,
+                ));
+            }
+            "response.created" | "response.in_progress" => {
+                self.response = data.get("response").cloned();
+            }
+            "response.output_item.added" => {
+                let item = data.get("item").cloned().unwrap_or_default();
+                if item.get("type").and_then(Value::as_str) == Some("function_call")
+                    && let Some(name) = item.get("name").and_then(Value::as_str)
+                {
+                    sink.tool_call(name);
+                }
+                let build = self.slot(&data, Some(&item));
+                build.item = item;
+            }
+            "response.output_text.delta" | "response.refusal.delta" => {
+                sink.text(delta);
+                self.slot(&data, None).text.push_str(delta);
+            }
+            "response.reasoning_summary_text.delta" | "response.reasoning_text.delta" => {
+                sink.thinking(delta);
+                self.slot(&data, None).reasoning.push_str(delta);
+            }
+            "response.function_call_arguments.delta" => {
+                self.slot(&data, None).arguments.push_str(delta);
+            }
+            "response.output_item.done" => {
+                let item = data.get("item").cloned().unwrap_or_default();
+                let build = self.slot(&data, Some(&item));
+                build.item = item;
+                build.done = true;
+            }
+            "response.completed" | "response.incomplete" => {
+                self.response = Some(
+                    data.get("response")
+                        .cloned()
+                        .ok_or_else(|| malformed(format!("`{kind}` without `response`")))?,
+                );
+                return Ok(true);
+            }
+            _ => {}
+        }
+        Ok(false)
+    }
+
+    fn finish(self, terminal: bool) -> Result<Message, ProviderError> {
+        let response = match (terminal, self.response) {
+            (true, Some(response)) => response,
+            _ => return Err(malformed("the stream ended before `response.completed`")),
+        };
+        let items = self.items.into_iter().map(ItemBuild::into_item).collect();
+        message_from(&response, Some(items))
+    }
+}

@@ -1,0 +1,342 @@
+//! Shared fixtures: a rich conversation, fast configurations, an event recorder, SSE builders,
+//! request snapshots, and a raw TCP server for byte-level control.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use panto_model::{
+    ContentBlock, Extra, ImageBlock, Message, OtherBlock, Role, ThinkingBlock, ToolResultBlock,
+    ToolResultContent,
+};
+use panto_provider::{Provider, ProviderError, Request, StreamEvent, ToolSpec};
+use panto_providers::{Config, RetryPolicy};
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+/// The key every test adapter uses; no output may ever contain it.
+pub const KEY: &str = "sk-test-SECRET-7f3a9c1e5b";
+
+/// A configuration for a loopback server: tiny retry delays, short timeouts.
+pub fn config(base: &str) -> Config {
+    let mut config = Config::new(base, KEY);
+    config.retry = RetryPolicy {
+        max_retries: 3,
+        base_delay: Duration::from_millis(1),
+        max_delay: Duration::from_secs(5),
+    };
+    config.request_timeout = Duration::from_secs(10);
+    config.idle_timeout = Duration::from_secs(10);
+    config
+}
+
+/// What reached the event sink, one string per event.
+pub type Events = Vec<String>;
+
+/// Runs one request, recording the events.
+pub async fn run(
+    provider: &dyn Provider,
+    request: &Request,
+) -> (Result<Message, ProviderError>, Events) {
+    let mut events = Vec::new();
+    let mut sink = |e: StreamEvent<'_>| {
+        events.push(match e {
+            StreamEvent::Text(t) => format!("text:{t}"),
+            StreamEvent::Thinking(t) => format!("thinking:{t}"),
+            StreamEvent::ToolCall { name } => format!("tool:{name}"),
+            other => format!("{other:?}"),
+        });
+    };
+    let result = provider.complete(request, &mut sink).await;
+    (result, events)
+}
+
+/// A one-message request.
+pub fn hello() -> Request {
+    Request::new(
+        "test-model",
+        "Be brief.",
+        vec![Message::user_text("Hello?")],
+        256,
+    )
+}
+
+fn png() -> Value {
+    json!({"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="})
+}
+
+/// A conversation that exercises every rendering rule: a compaction at the head, an image,
+/// signed and unsigned thinking, parallel tool calls, a result with text and an image, a failed
+/// result, an unknown block, an interrupted call, an orphan result, and tools.
+pub fn conversation() -> Request {
+    let messages = vec![
+        Message::compaction(
+            "The user is fixing a flaky test in src/lib.rs; the cause is a race in the cache.",
+        ),
+        Message::new(
+            Role::User,
+            vec![
+                ContentBlock::text("Please look at the failing test again."),
+                ContentBlock::Image(ImageBlock {
+                    source: png(),
+                    extra: Extra::new(),
+                }),
+            ],
+        ),
+        Message::new(
+            Role::Assistant,
+            vec![
+                ContentBlock::Thinking(ThinkingBlock {
+                    thinking: "I should read the file first.".into(),
+                    signature: Some("sig-abc".into()),
+                    extra: Extra::new(),
+                }),
+                ContentBlock::Thinking(ThinkingBlock {
+                    thinking: "An unsigned thought from another provider.".into(),
+                    signature: None,
+                    extra: Extra::new(),
+                }),
+                ContentBlock::text("Reading it."),
+                ContentBlock::tool_use("t1", "read", json!({"path": "src/lib.rs"})),
+                ContentBlock::tool_use("t2", "grep", json!({"pattern": "cache"})),
+            ],
+        ),
+        Message::new(
+            Role::User,
+            vec![
+                ContentBlock::ToolResult(ToolResultBlock {
+                    tool_use_id: "t1".into(),
+                    content: ToolResultContent::Blocks(vec![
+                        ContentBlock::text("fn main() {}"),
+                        ContentBlock::Image(ImageBlock {
+                            source: png(),
+                            extra: Extra::new(),
+                        }),
+                    ]),
+                    is_error: Some(false),
+                    extra: Extra::new(),
+                }),
+                ContentBlock::tool_result("t2", "no matches", true),
+            ],
+        ),
+        Message::new(
+            Role::Assistant,
+            vec![
+                ContentBlock::Other(OtherBlock {
+                    kind: "redacted_thinking".into(),
+                    fields: [("data".to_owned(), json!("opaque-blob"))]
+                        .into_iter()
+                        .collect(),
+                }),
+                ContentBlock::text("The race is in the cache."),
+                ContentBlock::tool_use("t3", "run", json!({"cmd": "cargo test"})),
+            ],
+        ),
+        Message::new(
+            Role::User,
+            vec![
+                ContentBlock::tool_result("t0", "stale output", false),
+                ContentBlock::text("I stopped that run. Try a different fix."),
+            ],
+        ),
+    ];
+    let schema = |field: &str| json!({"type": "object", "properties": {field: {"type": "string"}}, "required": [field]});
+    Request {
+        model: "test-model".into(),
+        system: "You are a careful coding agent.".into(),
+        messages,
+        max_output_tokens: 1024,
+        tools: vec![
+            ToolSpec {
+                name: "read".into(),
+                description: "Read a file".into(),
+                input_schema: schema("path"),
+            },
+            ToolSpec {
+                name: "grep".into(),
+                description: "Search files".into(),
+                input_schema: schema("pattern"),
+            },
+            ToolSpec {
+                name: "run".into(),
+                description: "Run a command".into(),
+                input_schema: schema("cmd"),
+            },
+        ],
+    }
+}
+
+/// A stream of named events (`event:` then `data:`).
+pub fn sse(events: &[(&str, Value)]) -> String {
+    events
+        .iter()
+        .map(|(name, data)| format!("event: {name}\ndata: {data}\n\n"))
+        .collect()
+}
+
+/// A stream of unnamed `data:` events; strings are sent as they are (`[DONE]`).
+pub fn data_stream(chunks: &[Value]) -> String {
+    chunks
+        .iter()
+        .map(|c| match c {
+            Value::String(s) => format!("data: {s}\n\n"),
+            other => format!("data: {other}\n\n"),
+        })
+        .collect()
+}
+
+/// The request a server received, as a JSON value for a snapshot: method, path and query, the
+/// headers that matter (the key replaced by `[api key]` after checking it), and the body.
+pub fn request_snapshot(request: &wiremock::Request) -> Value {
+    let mut headers = serde_json::Map::new();
+    for name in [
+        "content-type",
+        "accept",
+        "authorization",
+        "x-api-key",
+        "x-goog-api-key",
+        "anthropic-version",
+    ] {
+        if let Some(value) = request.headers.get(name) {
+            let value = value.to_str().unwrap().to_owned();
+            let value = if value.contains(KEY) {
+                assert!(
+                    value == KEY || value == format!("Bearer {KEY}"),
+                    "{name}: {value}"
+                );
+                value.replace(KEY, "[api key]")
+            } else {
+                value
+            };
+            headers.insert(name.to_owned(), json!(value));
+        }
+    }
+    assert!(!request.url.as_str().contains(KEY), "the key is in the URL");
+    let body: Value = serde_json::from_slice(&request.body).expect("the body is JSON");
+    json!({
+        "method": request.method.as_str(),
+        "path": request.url.path(),
+        "query": request.url.query(),
+        "headers": headers,
+        "body": body,
+    })
+}
+
+/// The JSON bodies a wiremock server received, in order.
+pub async fn bodies(server: &wiremock::MockServer) -> Vec<Value> {
+    server
+        .received_requests()
+        .await
+        .unwrap_or_default()
+        .iter()
+        .map(|r| serde_json::from_slice(&r.body).unwrap())
+        .collect()
+}
+
+/// One step of a raw server's answer.
+#[derive(Clone, Debug)]
+pub enum Step {
+    /// Write these bytes.
+    Write(Vec<u8>),
+    /// Wait.
+    Sleep(Duration),
+}
+
+/// A raw HTTP server on loopback that answers every connection with the same steps, then
+/// closes it. Counts connections.
+pub struct RawServer {
+    pub base: String,
+    pub connections: Arc<AtomicUsize>,
+}
+
+impl RawServer {
+    pub async fn start(steps: Vec<Step>) -> RawServer {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let connections = Arc::new(AtomicUsize::new(0));
+        let count = connections.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut socket, _)) = listener.accept().await else {
+                    return;
+                };
+                count.fetch_add(1, Ordering::SeqCst);
+                let steps = steps.clone();
+                tokio::spawn(async move {
+                    read_request(&mut socket).await;
+                    for step in steps {
+                        match step {
+                            Step::Write(bytes) => {
+                                if socket.write_all(&bytes).await.is_err() {
+                                    return;
+                                }
+                                let _ = socket.flush().await;
+                            }
+                            Step::Sleep(d) => tokio::time::sleep(d).await,
+                        }
+                    }
+                    let _ = socket.shutdown().await;
+                });
+            }
+        });
+        RawServer { base, connections }
+    }
+
+    pub fn connections(&self) -> usize {
+        self.connections.load(Ordering::SeqCst)
+    }
+}
+
+/// Reads one request: headers, then `Content-Length` bytes of body.
+async fn read_request(socket: &mut tokio::net::TcpStream) {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        let Ok(n) = socket.read(&mut chunk).await else {
+            return;
+        };
+        if n == 0 {
+            return;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+            let length: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0);
+            while buf.len() < end + 4 + length {
+                let Ok(n) = socket.read(&mut chunk).await else {
+                    return;
+                };
+                if n == 0 {
+                    return;
+                }
+                buf.extend_from_slice(&chunk[..n]);
+            }
+            return;
+        }
+    }
+}
+
+/// The head of a chunked streaming answer.
+pub fn sse_head() -> Vec<u8> {
+    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+        .to_vec()
+}
+
+/// One HTTP/1.1 chunk holding `data`.
+pub fn chunk(data: &str) -> Vec<u8> {
+    format!("{:x}\r\n{data}\r\n", data.len()).into_bytes()
+}
+
+/// Asserts an error is a malformed-response error.
+#[track_caller]
+pub fn assert_malformed(result: &Result<Message, ProviderError>) {
+    assert!(
+        matches!(result, Err(ProviderError::MalformedResponse { .. })),
+        "{result:?}"
+    );
+}

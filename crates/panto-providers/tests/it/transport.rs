@@ -1,0 +1,256 @@
+//! Retries, Retry-After, timeouts and broken connections, through the OpenAI Chat adapter (the
+//! transport is shared by every adapter).
+
+use std::time::{Duration, Instant};
+
+use panto_provider::ProviderError;
+use panto_providers::{OpenAiChatProvider, RetryPolicy};
+use serde_json::json;
+use wiremock::matchers::method;
+use wiremock::{Mock, MockServer, ResponseTemplate};
+
+use crate::common::{self, RawServer, Step, chunk, hello, run, sse_head};
+
+fn ok() -> ResponseTemplate {
+    ResponseTemplate::new(200).set_body_json(json!({
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}]}))
+}
+
+fn provider(base: &str, retries: u32) -> OpenAiChatProvider {
+    let mut config = common::config(base).with_streaming(false);
+    config.retry.max_retries = retries;
+    OpenAiChatProvider::new(config).unwrap()
+}
+
+async fn fail_then_ok(server: &MockServer, failure: ResponseTemplate, times: u64) {
+    Mock::given(method("POST"))
+        .respond_with(failure)
+        .up_to_n_times(times)
+        .mount(server)
+        .await;
+    Mock::given(method("POST"))
+        .respond_with(ok())
+        .mount(server)
+        .await;
+}
+
+fn rate_limited() -> ResponseTemplate {
+    ResponseTemplate::new(429).set_body_json(json!({"error": {"message": "Rate limit reached", "type": "requests", "code": "rate_limit_exceeded"}}))
+}
+
+#[tokio::test]
+async fn rate_limits_are_retried_after_the_delay_the_server_asked_for() {
+    let server = MockServer::start().await;
+    fail_then_ok(
+        &server,
+        rate_limited().insert_header("retry-after-ms", "300"),
+        2,
+    )
+    .await;
+    let started = Instant::now();
+    let (result, _) = run(&provider(&server.uri(), 3), &hello()).await;
+    assert_eq!(result.unwrap().text(), "ok");
+    assert_eq!(server.received_requests().await.unwrap().len(), 3);
+    // Two waits of 300 ms, although the base delay is 1 ms.
+    assert!(
+        started.elapsed() >= Duration::from_millis(600),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn retry_after_in_seconds_is_honoured() {
+    let server = MockServer::start().await;
+    fail_then_ok(
+        &server,
+        ResponseTemplate::new(503)
+            .insert_header("retry-after", "1")
+            .set_body_string("busy"),
+        1,
+    )
+    .await;
+    let started = Instant::now();
+    let (result, _) = run(&provider(&server.uri(), 3), &hello()).await;
+    result.unwrap();
+    assert_eq!(server.received_requests().await.unwrap().len(), 2);
+    assert!(
+        started.elapsed() >= Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn a_server_hint_longer_than_the_cap_is_capped() {
+    let server = MockServer::start().await;
+    fail_then_ok(
+        &server,
+        rate_limited().insert_header("retry-after", "3600"),
+        1,
+    )
+    .await;
+    let mut config = common::config(&server.uri()).with_streaming(false);
+    config.retry = RetryPolicy {
+        max_retries: 1,
+        base_delay: Duration::from_millis(1),
+        max_delay: Duration::from_millis(20),
+    };
+    let started = Instant::now();
+    run(&OpenAiChatProvider::new(config).unwrap(), &hello())
+        .await
+        .0
+        .unwrap();
+    assert!(started.elapsed() < Duration::from_secs(30));
+}
+
+#[tokio::test]
+async fn transient_failures_are_retried_a_bounded_number_of_times() {
+    for status in [500u16, 502, 503, 504, 529, 429] {
+        let server = MockServer::start().await;
+        Mock::given(method("POST"))
+            .respond_with(ResponseTemplate::new(status).set_body_string("try later"))
+            .mount(&server)
+            .await;
+        let error = run(&provider(&server.uri(), 2), &hello())
+            .await
+            .0
+            .unwrap_err();
+        assert!(error.is_transient(), "{status}: {error}");
+        assert_eq!(
+            server.received_requests().await.unwrap().len(),
+            3,
+            "{status}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn other_client_errors_and_overflow_are_never_retried() {
+    let bodies = [
+        (
+            400,
+            json!({"error": {"message": "bad field", "type": "invalid_request_error"}}),
+        ),
+        (
+            401,
+            json!({"error": {"message": "Incorrect API key provided", "type": "invalid_request_error", "code": "invalid_api_key"}}),
+        ),
+        (
+            404,
+            json!({"error": {"message": "The model `nope` does not exist", "code": "model_not_found"}}),
+        ),
+        (
+            400,
+            json!({"error": {"message": "This model's maximum context length is 8192 tokens.", "code": "context_length_exceeded"}}),
+        ),
+    ];
+    for (status, body) in bodies {
+        let server = MockServer::start().await;
+        fail_then_ok(
+            &server,
+            ResponseTemplate::new(status).set_body_json(body.clone()),
+            1,
+        )
+        .await;
+        let error = run(&provider(&server.uri(), 3), &hello())
+            .await
+            .0
+            .unwrap_err();
+        assert!(!error.is_transient(), "{error}");
+        assert_eq!(server.received_requests().await.unwrap().len(), 1, "{body}");
+    }
+}
+
+#[tokio::test]
+async fn zero_retries_means_one_attempt() {
+    let server = MockServer::start().await;
+    fail_then_ok(&server, ResponseTemplate::new(503), 1).await;
+    assert!(run(&provider(&server.uri(), 0), &hello()).await.0.is_err());
+    assert_eq!(server.received_requests().await.unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn a_server_that_never_answers_times_out_and_is_retried() {
+    let server = RawServer::start(vec![Step::Sleep(Duration::from_secs(30))]).await;
+    let mut config = common::config(&server.base).with_streaming(false);
+    config.request_timeout = Duration::from_millis(300);
+    config.retry.max_retries = 1;
+    let started = Instant::now();
+    let error = run(&OpenAiChatProvider::new(config).unwrap(), &hello())
+        .await
+        .0
+        .unwrap_err();
+    assert!(matches!(error, ProviderError::Timeout { .. }), "{error}");
+    assert_eq!(server.connections(), 2);
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
+
+#[tokio::test]
+async fn a_stream_that_goes_silent_times_out_and_is_not_retried_after_text_was_shown() {
+    let data = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hel\"}}]}\n\n";
+    let server = RawServer::start(vec![
+        Step::Write(sse_head()),
+        Step::Write(chunk(data)),
+        Step::Sleep(Duration::from_secs(30)),
+    ])
+    .await;
+    let mut config = common::config(&server.base);
+    config.idle_timeout = Duration::from_secs(1);
+    let (result, events) = run(&OpenAiChatProvider::new(config).unwrap(), &hello()).await;
+    assert!(
+        matches!(result, Err(ProviderError::Timeout { .. })),
+        "{result:?}"
+    );
+    assert_eq!(events, ["text:Hel"]);
+    assert_eq!(server.connections(), 1);
+}
+
+#[tokio::test]
+async fn a_connection_closed_in_the_middle_of_a_stream_is_an_error() {
+    let data = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hel\"}}]}\n\n";
+    // The chunk header promises more bytes than arrive before the connection closes.
+    let mut partial = format!("{:x}\r\n", data.len() + 50).into_bytes();
+    partial.extend_from_slice(data.as_bytes());
+    let server = RawServer::start(vec![Step::Write(sse_head()), Step::Write(partial)]).await;
+    let (result, events) = run(
+        &OpenAiChatProvider::new(common::config(&server.base)).unwrap(),
+        &hello(),
+    )
+    .await;
+    assert!(
+        matches!(
+            result,
+            Err(ProviderError::Connection { .. } | ProviderError::MalformedResponse { .. })
+        ),
+        "{result:?}"
+    );
+    assert_eq!(events, ["text:Hel"]);
+    assert_eq!(server.connections(), 1);
+}
+
+#[tokio::test]
+async fn a_clean_end_of_stream_before_the_end_marker_is_malformed() {
+    let data = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hel\"}}]}\n\n";
+    let server = RawServer::start(vec![
+        Step::Write(sse_head()),
+        Step::Write(chunk(data)),
+        Step::Write(b"0\r\n\r\n".to_vec()),
+    ])
+    .await;
+    let (result, _) = run(
+        &OpenAiChatProvider::new(common::config(&server.base)).unwrap(),
+        &hello(),
+    )
+    .await;
+    common::assert_malformed(&result);
+}
+
+#[tokio::test]
+async fn a_refused_connection_is_a_connection_error() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    drop(listener);
+    let error = run(&provider(&base, 1), &hello()).await.0.unwrap_err();
+    assert!(matches!(error, ProviderError::Connection { .. }), "{error}");
+}
