@@ -6,11 +6,11 @@ use std::sync::Arc;
 
 use anyhow::{Context as _, Result, anyhow};
 use panto_compact::{
-    CompactConfig, CompactError, CompactOptions, CompactOutcome, CompactionPrompt, Compactor,
-    Driver, ModelRef,
+    AttemptFailure, CompactConfig, CompactError, CompactOptions, CompactOutcome, CompactionPrompt,
+    Compactor, Driver, ModelRef,
 };
 use panto_model::{ContentBlock, EffectiveContext, Message, Role, turns};
-use panto_provider::{Provider, StreamEvent};
+use panto_provider::{Provider, ProviderError, StreamEvent};
 use panto_session::{Loaded, Session, SessionError, SessionOptions};
 use serde_json::json;
 
@@ -54,12 +54,67 @@ fn session_error(e: SessionError) -> anyhow::Error {
     }
 }
 
-/// Compaction errors about the prompt files are bad input; the rest are failures.
-fn compact_error(e: CompactError) -> anyhow::Error {
+/// Compaction errors about the prompt files are bad input; the rest are failures, with a hint
+/// saying what to do next when the cause is clear.
+fn failure(e: CompactError, config: &Config) -> anyhow::Error {
     match e {
         CompactError::PromptUnreadable { .. } | CompactError::PromptEmpty { .. } => bad_input(e),
-        other => anyhow!(other),
+        other => match hint(&other, config) {
+            Some(hint) => anyhow!("{other}\nhint: {hint}"),
+            None => anyhow!(other),
+        },
     }
+}
+
+/// The provider error at the root of a compaction error, if any.
+fn root_cause(e: &CompactError) -> Option<&ProviderError> {
+    match e {
+        CompactError::Provider(p) | CompactError::OverflowAfterCompaction { error: p, .. } => {
+            Some(p)
+        }
+        CompactError::Compaction {
+            cause: AttemptFailure::Provider(p),
+            ..
+        } => Some(p),
+        CompactError::BothModelsFailed { second, .. } => match second.as_ref() {
+            AttemptFailure::Provider(p) => Some(p),
+            _ => None,
+        },
+        CompactError::OverflowCompactionFailed { compaction, .. } => root_cause(compaction),
+        _ => None,
+    }
+}
+
+fn hint(e: &CompactError, config: &Config) -> Option<String> {
+    let kind = config.provider.value;
+    let (key_var, url_var) = kind.env_vars().unwrap_or(("", ""));
+    if let CompactError::OverflowAfterCompaction { .. } = e {
+        return Some(
+            "the newest message may be too large on its own: shorten it, or use a model with a larger context window".to_owned(),
+        );
+    }
+    Some(match root_cause(e)? {
+        ProviderError::Authentication { .. } => {
+            format!("check the key in {key_var} (and that it belongs to this provider)")
+        }
+        ProviderError::Connection { .. } => format!(
+            "is {} reachable? Set the base URL with --base-url, {url_var}, or `base_url` in config.toml",
+            config
+                .base_url
+                .value
+                .as_deref()
+                .unwrap_or("the provider's API")
+        ),
+        ProviderError::ModelNotFound { .. } => {
+            "check the model name (--model, --compaction-model, or `model` in config.toml)"
+                .to_owned()
+        }
+        ProviderError::Timeout { .. } => {
+            "try again, or raise `timeout_secs` in config.toml".to_owned()
+        }
+        ProviderError::RateLimited { .. } => "wait a moment and try again".to_owned(),
+        _ => return None,
+    })
 }
 
 fn session_options() -> SessionOptions {
@@ -98,6 +153,7 @@ fn report_warnings(session: &Session, mut loaded: Loaded) -> EffectiveContext {
 
 /// The compactor for `config`: active model, compaction model, prompt layers, budget, events.
 fn compactor(config: &Config) -> Result<Compactor> {
+    let compact_error = |e| failure(e, config);
     let active = active_model(config, true)?;
     let compaction_model = match &config.compaction_model.value {
         Some(model) if config.provider.value != ProviderKind::Offline => {
@@ -282,7 +338,7 @@ async fn compact(
         compactor.compact(&ctx, &mut log, options).await
     };
     spinner.stop();
-    let outcome = outcome.map_err(compact_error)?;
+    let outcome = outcome.map_err(|e| failure(e, config))?;
     match outcome {
         CompactOutcome::Compacted(c) => {
             let r = &c.report;
@@ -352,7 +408,7 @@ async fn send(config: &Config, path: &Path, message: String) -> Result<()> {
     let loaded = writer.load_context().map_err(session_error)?;
     let ctx = report_warnings(&session, loaded);
     let mut driver = driver(config, active, LockedLog { writer }, ctx)?;
-    send_one(&mut driver, message).await
+    send_one(config, &mut driver, message).await
 }
 
 fn driver<'s>(
@@ -369,7 +425,7 @@ fn driver<'s>(
 }
 
 /// Sends one user message and prints the streamed reply.
-async fn send_one(driver: &mut Driver<LockedLog<'_>>, text: String) -> Result<()> {
+async fn send_one(config: &Config, driver: &mut Driver<LockedLog<'_>>, text: String) -> Result<()> {
     let mut spinner = Spinner::start("waiting for the model");
     let mut printed = false;
     let result = {
@@ -385,7 +441,7 @@ async fn send_one(driver: &mut Driver<LockedLog<'_>>, text: String) -> Result<()
             .await
     };
     spinner.stop();
-    let reply = result.map_err(|e| anyhow!(e))?;
+    let reply = result.map_err(|e| failure(e, config))?;
     let mut out = std::io::stdout().lock();
     if !printed {
         // The provider did not stream: print the whole answer now.
@@ -448,7 +504,7 @@ async fn chat(config: &Config, path: &Path) -> Result<()> {
             continue;
         }
         // A failed turn is reported and the chat goes on; the prompt stays in the session.
-        if let Err(e) = send_one(&mut driver, input.to_owned()).await {
+        if let Err(e) = send_one(config, &mut driver, input.to_owned()).await {
             eprintln!("panto: {e:#}");
         }
     }
@@ -463,7 +519,7 @@ fn show_config(config: &Config) -> Result<()> {
     for (key, value, source) in config.rows() {
         writeln!(out, "{key:<29} = {value:<30} # {source}")?;
     }
-    let prompt = CompactionPrompt::load(&config.prompt_paths).map_err(compact_error)?;
+    let prompt = CompactionPrompt::load(&config.prompt_paths).map_err(|e| failure(e, config))?;
     let prompt_source = prompt
         .source()
         .map_or_else(|| "built-in".to_owned(), |p| p.display().to_string());

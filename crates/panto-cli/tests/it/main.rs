@@ -2,5 +2,7 @@
 
 mod config;
 mod errors;
+mod fake_model;
+mod loopback;
 mod offline;
 mod support;

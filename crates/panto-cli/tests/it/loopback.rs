@@ -1,0 +1,400 @@
+//! The binary against a loopback model server for each protocol: overflow recovery with one
+//! compaction and one retry, errors that must not compact, the compaction-model fallback, chat
+//! with `/compact`, and COMPACTION.md layering.
+
+use std::process::Stdio;
+
+use serde_json::{Value, json};
+
+use crate::fake_model::{FakeModel, Protocol, Seen};
+use crate::support::{Run, Sandbox};
+
+const MODEL: &str = "fake-model";
+
+/// Runs the binary with the protocol's key set, off the async runtime.
+async fn panto(sb: &Sandbox, p: Protocol, server: &str, args: &[&str]) -> Run {
+    let base = p.base_url(server);
+    let mut all: Vec<&str> = args.to_vec();
+    all.extend([
+        "--provider",
+        p.flag(),
+        "--model",
+        MODEL,
+        "--base-url",
+        &base,
+    ]);
+    let mut cmd = sb.command(&all);
+    cmd.env(p.key_var(), "test-key-123");
+    let sb_run = |cmd| sb.run_with(cmd);
+    tokio::task::block_in_place(|| sb_run(cmd))
+}
+
+/// The entries of a session file.
+fn entries(sb: &Sandbox, name: &str) -> Vec<Value> {
+    std::fs::read_to_string(sb.work().join(name))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn compactions(seen: &[Seen]) -> usize {
+    seen.iter().filter(|s| s.compaction).count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn send_until_the_server_rejects_then_compact_once_and_retry() {
+    for p in Protocol::ALL {
+        let model = FakeModel::new(p, 9_000);
+        let server = model.clone().start().await;
+        let sb = Sandbox::new();
+        let mut compacted_at = None;
+        for i in 0..12 {
+            let message = format!(
+                "Message {i}. {}",
+                "Some words about the parser. ".repeat(60)
+            );
+            let run = panto(
+                &sb,
+                p,
+                &server.uri(),
+                &["send", "s.jsonl", &message, "--keep-tokens", "200"],
+            )
+            .await;
+            run.expect_code(0);
+            assert!(run.stdout.starts_with("Reply "), "{p:?}: {}", run.stdout);
+            if compactions(&model.seen()) > 0 {
+                assert!(
+                    run.stderr.contains("compacted with fake-model"),
+                    "{p:?}: {}",
+                    run.stderr
+                );
+                compacted_at = Some(i);
+                break;
+            }
+        }
+        let i = compacted_at.unwrap_or_else(|| panic!("{p:?}: the server never overflowed"));
+        assert!(i >= 2, "{p:?}: overflowed too early ({i})");
+
+        // The last four requests: overflow, one compaction, one retry that fits.
+        let seen = model.seen();
+        assert_eq!(compactions(&seen), 1, "{p:?}");
+        let tail: Vec<&str> = seen[seen.len() - 3..].iter().map(|s| s.answer).collect();
+        assert_eq!(tail, ["overflow", "summary", "reply"], "{p:?}");
+        let (overflowed, retry) = (&seen[seen.len() - 3], &seen[seen.len() - 1]);
+        assert!(
+            retry.bytes <= model.limit && retry.bytes < overflowed.bytes,
+            "{p:?}"
+        );
+        let last_prompt = format!("Message {i}.");
+        assert!(
+            retry.body.to_string().contains(&last_prompt),
+            "{p:?}: the retry lost the prompt"
+        );
+        assert!(
+            retry.body.to_string().contains("SUMMARY-1"),
+            "{p:?}: the retry lacks the summary"
+        );
+        assert_eq!(seen[seen.len() - 2].model, MODEL);
+
+        // The session: one compaction entry with trigger overflow, its kept copies, the reply.
+        let all = entries(&sb, "s.jsonl");
+        let c: Vec<&Value> = all.iter().filter(|e| e["type"] == "compaction").collect();
+        assert_eq!(c.len(), 1, "{p:?}");
+        assert_eq!(c[0]["trigger"], "overflow");
+        assert_eq!(c[0]["model"], MODEL);
+        assert!(c[0]["summary"].as_str().unwrap().starts_with("SUMMARY-1"));
+        // Usage from the server is recorded on the replies.
+        let replies: Vec<&Value> = all
+            .iter()
+            .filter(|e| e["role"] == "assistant" && e.get("kept_by").is_none())
+            .collect();
+        assert_eq!(replies.len(), i + 1, "{p:?}");
+        assert!(
+            replies
+                .iter()
+                .all(|r| r["usage"]["input_tokens"].as_u64().unwrap_or(0) > 0
+                    || r["usage"]["cache_read_input_tokens"].as_u64().unwrap_or(0) > 0),
+            "{p:?}: {replies:?}"
+        );
+
+        // Replay: the compaction block, then the kept turns (the in-flight prompt among them),
+        // then the reply.
+        let ctx = panto(&sb, p, &server.uri(), &["context", "s.jsonl", "--json"]).await;
+        let ctx = ctx.expect_code(0).json();
+        let messages = ctx["messages"].as_array().unwrap();
+        assert_eq!(messages[0]["content"][0]["type"], "compaction");
+        let kept = c[0]["kept_messages"].as_u64().unwrap() as usize;
+        assert!(
+            messages[1..=kept]
+                .iter()
+                .all(|m| m["kept_by"] == c[0]["id"]),
+            "{p:?}"
+        );
+        assert!(
+            messages[kept]["content"][0]["text"]
+                .as_str()
+                .unwrap()
+                .starts_with(&last_prompt)
+        );
+        assert_eq!(messages.len(), kept + 2);
+        assert_eq!(messages[kept + 1]["role"], "assistant");
+    }
+}
+
+/// A session with some history, for the error paths.
+fn history(sb: &Sandbox) {
+    sb.example("debugging.jsonl");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_that_overflows_again_is_surfaced_without_a_second_compaction() {
+    for p in Protocol::ALL {
+        let model = FakeModel::new(p, 10);
+        let server = model.clone().start().await;
+        let sb = Sandbox::new();
+        history(&sb);
+        let before = entries(&sb, "debugging.jsonl").len();
+        let run = panto(
+            &sb,
+            p,
+            &server.uri(),
+            &["send", "debugging.jsonl", "One more thing."],
+        )
+        .await;
+        run.expect_code(1);
+        assert!(
+            run.stderr
+                .contains("still overflows after compaction: about"),
+            "{p:?}: {}",
+            run.stderr
+        );
+        let answers: Vec<&str> = model.seen().iter().map(|s| s.answer).collect();
+        assert_eq!(answers, ["overflow", "summary", "overflow"], "{p:?}");
+        // The prompt and the compaction are kept; no reply was appended.
+        let after = entries(&sb, "debugging.jsonl");
+        assert_eq!(after[before]["content"][0]["text"], "One more thing.");
+        assert_eq!(after[before + 1]["type"], "compaction");
+        assert!(
+            after
+                .iter()
+                .skip(before)
+                .all(|e| e["role"] != "assistant" || e.get("kept_by").is_some())
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn other_errors_pass_through_without_compaction() {
+    for p in Protocol::ALL {
+        let mut model = FakeModel::new(p, 1_000_000);
+        model.fail_with = Some((
+            401,
+            json!({"error": {"message": "Invalid API key", "type": "authentication_error"}}),
+        ));
+        let server = model.clone().start().await;
+        let sb = Sandbox::new();
+        history(&sb);
+        let run = panto(
+            &sb,
+            p,
+            &server.uri(),
+            &["send", "debugging.jsonl", "Hello?"],
+        )
+        .await;
+        run.expect_code(1);
+        assert!(
+            run.stderr.contains("authentication failed"),
+            "{p:?}: {}",
+            run.stderr
+        );
+        assert!(
+            run.stderr.contains(p.key_var()),
+            "{p:?}: says which key to check: {}",
+            run.stderr
+        );
+        let answers: Vec<&str> = model.seen().iter().map(|s| s.answer).collect();
+        assert_eq!(answers, ["error"], "{p:?}: no compaction, no retry");
+        assert!(!run.stderr.contains("test-key-123"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_compaction_model_falls_back_to_the_active_model() {
+    for p in Protocol::ALL {
+        let mut model = FakeModel::new(p, 1_000_000);
+        model.missing_model = Some("tiny-model".into());
+        let server = model.clone().start().await;
+        let sb = Sandbox::new();
+        history(&sb);
+        let run = panto(
+            &sb,
+            p,
+            &server.uri(),
+            &[
+                "compact",
+                "debugging.jsonl",
+                "--compaction-model",
+                "tiny-model",
+                "--keep-tokens",
+                "500",
+                "--json",
+            ],
+        )
+        .await;
+        run.expect_code(0);
+        let doc = run.json();
+        assert_eq!(doc["model"], MODEL, "{p:?}");
+        assert_eq!(doc["fallback"], true);
+        let seen = model.seen();
+        let asked: Vec<(&str, &str)> = seen.iter().map(|s| (s.model.as_str(), s.answer)).collect();
+        assert_eq!(
+            asked,
+            [("tiny-model", "not_found"), (MODEL, "summary")],
+            "{p:?}"
+        );
+        let c = entries(&sb, "debugging.jsonl")
+            .into_iter()
+            .find(|e| e["type"] == "compaction")
+            .unwrap();
+        assert_eq!(c["fallback"], true);
+        assert_eq!(c["model"], MODEL);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_through_stdin_with_compact_instructions() {
+    let p = Protocol::OpenAiChat;
+    let model = FakeModel::new(p, 1_000_000);
+    let server = model.clone().start().await;
+    let sb = Sandbox::new();
+    let base = p.base_url(&server.uri());
+    let mut cmd = sb.command(&[
+        "chat",
+        "c.jsonl",
+        "--provider",
+        p.flag(),
+        "--model",
+        MODEL,
+        "--base-url",
+        &base,
+        "--keep-tokens",
+        "10",
+    ]);
+    cmd.env(p.key_var(), "k")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let output = tokio::task::block_in_place(|| {
+        use std::io::Write;
+        let mut child = cmd.spawn().unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        stdin
+            .write_all(b"First question about the parser.\nSecond question.\n/compact focus on the parser\nThird question.\n/exit\n")
+            .unwrap();
+        drop(stdin);
+        child.wait_with_output().unwrap()
+    });
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert_eq!(
+        stdout.lines().collect::<Vec<_>>(),
+        [
+            "Reply 1 from fake-model.",
+            "Reply 2 from fake-model.",
+            "Reply 3 from fake-model."
+        ]
+    );
+    assert!(stderr.contains("compacted: about"), "{stderr}");
+    let seen = model.seen();
+    let c: Vec<&Seen> = seen.iter().filter(|s| s.compaction).collect();
+    assert_eq!(c.len(), 1);
+    assert!(
+        c[0].system
+            .contains("## Additional instructions for this compaction run\n\nfocus on the parser"),
+        "{}",
+        c[0].system
+    );
+    let user_prompt: Vec<String> = c[0].body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "user")
+        .map(|m| m["content"].to_string())
+        .collect();
+    assert_eq!(user_prompt.len(), 1);
+    assert!(user_prompt[0].contains("<transcript>"));
+    assert!(
+        !user_prompt[0].contains("focus on the parser"),
+        "instructions leaked into the transcript"
+    );
+    // The third question went out after the summary.
+    assert!(seen.last().unwrap().body.to_string().contains("SUMMARY-1"));
+    let all = entries(&sb, "c.jsonl");
+    let comp = all.iter().find(|e| e["type"] == "compaction").unwrap();
+    assert_eq!(comp["instructions"], "focus on the parser");
+    assert_eq!(comp["trigger"], "manual");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_project_compaction_prompt_wins_over_the_user_one() {
+    let p = Protocol::Anthropic;
+    let model = FakeModel::new(p, 1_000_000);
+    let server = model.clone().start().await;
+    let sb = Sandbox::new();
+    history(&sb);
+    std::fs::write(
+        sb.user_config.join("COMPACTION.md"),
+        "USER PROMPT: summarize.\n",
+    )
+    .unwrap();
+    let run = panto(
+        &sb,
+        p,
+        &server.uri(),
+        &[
+            "compact",
+            "debugging.jsonl",
+            "--dry-run",
+            "--keep-tokens",
+            "500",
+        ],
+    )
+    .await;
+    run.expect_code(0);
+    sb.write(
+        ".panto/COMPACTION.md",
+        "PROJECT PROMPT: summarize tersely.\n",
+    );
+    let run = panto(
+        &sb,
+        p,
+        &server.uri(),
+        &[
+            "compact",
+            "debugging.jsonl",
+            "--dry-run",
+            "--keep-tokens",
+            "500",
+            "--instructions",
+            "keep test names",
+        ],
+    )
+    .await;
+    run.expect_code(0);
+    let seen = model.seen();
+    assert_eq!(seen[0].system.trim(), "USER PROMPT: summarize.");
+    assert!(
+        seen[1]
+            .system
+            .starts_with("PROJECT PROMPT: summarize tersely."),
+        "{}",
+        seen[1].system
+    );
+    assert!(
+        seen[1].system.trim_end().ends_with("keep test names"),
+        "{}",
+        seen[1].system
+    );
+}
