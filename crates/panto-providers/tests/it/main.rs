@@ -4,6 +4,7 @@
 mod anthropic;
 mod classify;
 mod common;
+mod corpus_http;
 mod gemini;
 mod llama_cpp;
 mod openai_chat;
