@@ -13,8 +13,7 @@ pub fn stderr_is_terminal() -> bool {
 }
 
 /// Whether colour is allowed: not when `NO_COLOR` is set (to anything non-empty), per
-/// <https://no-color.org>. panto writes no colour codes of its own; this turns off those of the
-/// terminal libraries it uses.
+/// <https://no-color.org>. The spinner is the only coloured output, and only on a terminal.
 pub fn color_allowed() -> bool {
     std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }
@@ -31,7 +30,14 @@ impl Spinner {
             return Spinner { bar: None };
         }
         let bar = ProgressBar::new_spinner();
-        let style = ProgressStyle::with_template("{spinner} {msg} ({elapsed})")
+        // The spinner's colours follow stderr (where it is drawn), not stdout.
+        console::set_colors_enabled(color_allowed() && console::colors_enabled_stderr());
+        let template = if color_allowed() {
+            "{spinner:.cyan} {msg} ({elapsed})"
+        } else {
+            "{spinner} {msg} ({elapsed})"
+        };
+        let style = ProgressStyle::with_template(template)
             .unwrap_or_else(|_| ProgressStyle::default_spinner());
         bar.set_style(style);
         bar.set_message(message.to_owned());

@@ -133,3 +133,84 @@ fn an_empty_compaction_prompt_override_is_bad_input() {
         run.stderr
     );
 }
+
+#[test]
+fn a_missing_key_names_its_variable() {
+    let sb = Sandbox::new();
+    for (provider, var) in [
+        ("anthropic", "ANTHROPIC_API_KEY"),
+        ("openai", "OPENAI_API_KEY"),
+        ("openai-responses", "OPENAI_API_KEY"),
+        ("gemini", "GEMINI_API_KEY"),
+    ] {
+        let run = sb.run(&[
+            "send",
+            "k.jsonl",
+            "hi",
+            "--provider",
+            provider,
+            "--model",
+            "m",
+        ]);
+        run.expect_code(2);
+        assert!(run.stderr.contains(var), "{provider}: {}", run.stderr);
+        assert!(
+            !sb.work().join("k.jsonl").exists(),
+            "{provider}: a session was created"
+        );
+    }
+}
+
+#[test]
+fn an_unreachable_base_url_keeps_the_prompt_and_says_what_to_check() {
+    let sb = Sandbox::new();
+    // A port that nothing listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let base = format!("http://127.0.0.1:{port}/v1");
+    let mut cmd = sb.command(&[
+        "send",
+        "u.jsonl",
+        "Keep this prompt.",
+        "--provider",
+        "openai",
+        "--model",
+        "m",
+        "--base-url",
+        &base,
+    ]);
+    // One attempt is enough to show the message; no retries to wait for.
+    sb.write(".panto/config.toml", "retries = 0\n");
+    cmd.env("OPENAI_API_KEY", "k");
+    let run = sb.run_with(cmd);
+    run.expect_code(1);
+    assert!(run.stderr.contains("connection failed"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains(&format!("hint: is {base} reachable?")),
+        "{}",
+        run.stderr
+    );
+    let file = std::fs::read_to_string(sb.work().join("u.jsonl")).unwrap();
+    assert!(
+        file.contains("Keep this prompt."),
+        "the prompt was lost: {file}"
+    );
+}
+
+#[test]
+fn every_command_has_an_example_in_its_help() {
+    let sb = Sandbox::new();
+    for command in ["context", "transcript", "compact", "send", "chat", "config"] {
+        let run = sb.run(&[command, "--help"]);
+        run.expect_code(0);
+        assert!(run.stdout.contains("Example"), "{command}: {}", run.stdout);
+        assert!(
+            run.stdout.contains(&format!("panto {command}")),
+            "{command}: {}",
+            run.stdout
+        );
+    }
+}

@@ -6,3 +6,4 @@ mod fake_model;
 mod loopback;
 mod offline;
 mod support;
+mod terminal;

@@ -205,3 +205,42 @@ fn send_without_a_provider_says_how_to_configure_one() {
     run.expect_code(2);
     assert_snapshot!(scrub(&run.stderr, &sb));
 }
+
+#[test]
+fn the_offline_summary_is_bounded_on_a_long_session() {
+    let sb = Sandbox::new();
+    let mut text = String::new();
+    for i in 0..1500 {
+        let user = serde_json::json!({"type": "message", "role": "user", "content": [{"type": "text", "text": format!("Request {i}: change `item_{i}` in src/mod_{i}.rs and keep going.")}]});
+        let call = serde_json::json!({"type": "message", "role": "assistant", "content": [
+            {"type": "text", "text": format!("Working on `item_{i}`.")},
+            {"type": "tool_use", "id": format!("t{i}"), "name": format!("tool_{}", i % 40), "input": {"path": format!("src/mod_{i}.rs")}}]});
+        let result = serde_json::json!({"type": "message", "role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": format!("t{i}"), "content": format!("error: failure number {i}"), "is_error": i % 3 == 0}]});
+        for v in [user, call, result] {
+            text.push_str(&v.to_string());
+            text.push('\n');
+        }
+    }
+    let path = sb.write("long.jsonl", &text);
+    let run = sb.run(&[
+        "compact",
+        path.to_str().unwrap(),
+        "--dry-run",
+        "--json",
+        "--keep-tokens",
+        "100",
+    ]);
+    run.expect_code(0);
+    let summary = run.json()["summary"].as_str().unwrap().to_owned();
+    assert!(summary.len() < 16_000, "{} bytes", summary.len());
+    // Bounded, but it says what it left out.
+    assert!(
+        summary.contains("more left out") && summary.contains("earlier items left out"),
+        "{summary}"
+    );
+    assert!(
+        summary.contains("Request 0: change `item_0`"),
+        "the goal is the first prompt"
+    );
+}
