@@ -404,22 +404,22 @@ fn stream_to_stdout(spinner: &mut Spinner) -> impl FnMut(StreamEvent<'_>) + Send
 async fn send(config: &Config, path: &Path, message: String) -> Result<()> {
     let active = active_model(config, false)?;
     let session = open_or_create(path)?;
-    let writer = session.lock().map_err(session_error)?;
-    let loaded = writer.load_context().map_err(session_error)?;
-    let ctx = report_warnings(&session, loaded);
-    let mut driver = driver(config, active, LockedLog { writer }, ctx)?;
+    let mut driver = driver(config, active, &session)?;
     send_one(config, &mut driver, message).await
 }
 
+/// A conversation driver over `session`, holding its append lock until dropped.
 fn driver<'s>(
     config: &Config,
     active: ModelRef,
-    log: LockedLog<'s>,
-    ctx: EffectiveContext,
+    session: &'s Session,
 ) -> Result<Driver<LockedLog<'s>>> {
+    let writer = session.lock().map_err(session_error)?;
+    let loaded = writer.load_context().map_err(session_error)?;
+    let ctx = report_warnings(session, loaded);
     let mut compactor = compactor(config)?;
     compactor.set_active(active);
-    Ok(Driver::new(compactor, log, ctx)
+    Ok(Driver::new(compactor, LockedLog { writer }, ctx)
         .with_system(config.system_prompt.value.clone())
         .with_max_output_tokens(config.max_output_tokens.value))
 }
@@ -455,10 +455,7 @@ async fn send_one(config: &Config, driver: &mut Driver<LockedLog<'_>>, text: Str
 async fn chat(config: &Config, path: &Path) -> Result<()> {
     let active = active_model(config, false)?;
     let session = open_or_create(path)?;
-    let writer = session.lock().map_err(session_error)?;
-    let loaded = writer.load_context().map_err(session_error)?;
-    let ctx = report_warnings(&session, loaded);
-    let mut driver = driver(config, active, LockedLog { writer }, ctx)?;
+    let mut driver = driver(config, active, &session)?;
     let interactive = crate::ui::stderr_is_terminal();
     eprintln!(
         "panto chat: {} ({} messages). /compact [instructions] compacts, /exit quits.",

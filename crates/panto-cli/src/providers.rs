@@ -36,26 +36,43 @@ pub fn build(kind: ProviderKind, config: &Config) -> Result<Arc<dyn Provider>> {
             std::env::var(var).ok()
         }
     };
-    let adapter = |c: Result<AdapterConfig, Error>| c.map(|c| tune(c, config));
-    let built: Result<Arc<dyn Provider>, Error> = match kind {
-        ProviderKind::Anthropic => adapter(AnthropicProvider::config_from_env(lookup))
-            .and_then(AnthropicProvider::new)
-            .map(|p| Arc::new(p) as Arc<dyn Provider>),
-        ProviderKind::Openai => adapter(OpenAiChatProvider::config_from_env(lookup))
-            .and_then(OpenAiChatProvider::new)
-            .map(|p| Arc::new(p) as Arc<dyn Provider>),
-        ProviderKind::OpenaiResponses => adapter(OpenAiResponsesProvider::config_from_env(lookup))
-            .and_then(OpenAiResponsesProvider::new)
-            .map(|p| Arc::new(p) as Arc<dyn Provider>),
-        ProviderKind::Gemini => adapter(GeminiProvider::config_from_env(lookup))
-            .and_then(GeminiProvider::new)
-            .map(|p| Arc::new(p) as Arc<dyn Provider>),
+    let built = match kind {
+        ProviderKind::Anthropic => adapter(
+            AnthropicProvider::config_from_env(lookup),
+            AnthropicProvider::new,
+            config,
+        ),
+        ProviderKind::Openai => adapter(
+            OpenAiChatProvider::config_from_env(lookup),
+            OpenAiChatProvider::new,
+            config,
+        ),
+        ProviderKind::OpenaiResponses => adapter(
+            OpenAiResponsesProvider::config_from_env(lookup),
+            OpenAiResponsesProvider::new,
+            config,
+        ),
+        ProviderKind::Gemini => adapter(
+            GeminiProvider::config_from_env(lookup),
+            GeminiProvider::new,
+            config,
+        ),
         ProviderKind::Offline => unreachable!("handled above"),
     };
     built.map_err(|e| match e {
         Error::Client { .. } => anyhow::anyhow!(e),
         other => bad_input(other),
     })
+}
+
+/// Builds one adapter from its environment configuration, tuned by `config`.
+fn adapter<P: Provider + 'static>(
+    from_env: Result<AdapterConfig, Error>,
+    new: fn(AdapterConfig) -> Result<P, Error>,
+    config: &Config,
+) -> Result<Arc<dyn Provider>, Error> {
+    let provider = new(tune(from_env?, config))?;
+    Ok(Arc::new(provider))
 }
 
 /// Applies the configured timeouts and retries.
