@@ -153,10 +153,12 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
     );
 
     type Scenario = fn(&Setup, Protocol) -> Result<Option<Compaction>>;
-    let scenarios: [(&str, Scenario); 5] = [
+    let scenarios: [(&str, Scenario); 7] = [
         ("overflow", |s, p| suite::overflow(s, p).map(Some)),
         ("manual", |s, p| suite::manual(s, p).map(Some)),
         ("fallback", |s, p| suite::fallback(s, p).map(Some)),
+        ("truncated", |s, p| suite::truncated(s, p).map(|()| None)),
+        ("pings", |s, p| suite::pings(s, p).map(|()| None)),
         ("chat-pause", |s, p| suite::chat_pause(s, p).map(|()| None)),
         ("wrong-key", |s, p| suite::wrong_key(s, p).map(|()| None)),
     ];
@@ -247,11 +249,13 @@ fn setup(
         work: work.to_owned(),
         main: Target {
             origin: main.origin(),
+            port: main.port,
             log: main.log.clone(),
             prompts: main_prompts.to_owned(),
         },
         router: Target {
             origin: router.origin(),
+            port: router.port,
             log: router.log.clone(),
             prompts: router_prompts.to_owned(),
         },

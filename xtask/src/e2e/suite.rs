@@ -19,6 +19,7 @@ use anyhow::{Context, Result, bail, ensure};
 use serde_json::Value;
 
 use super::checks::{self, Expect, Figures};
+use super::server;
 
 /// The model name panto sends to the single-model server (which ignores it).
 pub const MODEL: &str = "smollm2-135m";
@@ -42,6 +43,8 @@ const PROMPT_MARKER: &str = "E2E-COMPACTION-PROMPT";
 const INSTRUCTIONS_HEADING: &str = "## Additional instructions for this compaction run";
 /// The instructions of the manual compaction.
 const INSTRUCTIONS: &str = "Keep the name of the user's cat.";
+/// The output limit of the truncation scenario.
+const TRUNCATE_AT: u64 = 6;
 
 /// The project configuration of every scenario: short answers, short summaries (the model's
 /// window is small, and a 135M model writes nothing better at length).
@@ -116,6 +119,8 @@ impl Protocol {
 pub struct Target {
     /// `http://127.0.0.1:PORT`.
     pub origin: String,
+    /// Its port.
+    pub port: u16,
     /// Its log file.
     pub log: PathBuf,
     /// Where it writes every prompt it renders (`--log-prompts-dir`).
@@ -732,6 +737,85 @@ pub fn wrong_key(setup: &Setup, p: Protocol) -> Result<()> {
     ensure!(
         checks::compactions(&entries).is_empty() && checks::replies(&entries).is_empty(),
         "a rejected key produced a compaction or a reply"
+    );
+    Ok(())
+}
+
+/// An answer cut at the output limit is recorded as `max_tokens` (on `/v1/responses` the server
+/// says `completed` all the same; the adapter reads the cut from the output count).
+pub fn truncated(setup: &Setup, p: Protocol) -> Result<()> {
+    let panto = setup.panto(p, "truncated", false)?;
+    fs::write(
+        panto.dir.join(".panto/config.toml"),
+        CONFIG_TOML.replacen(
+            "max_output_tokens = 32",
+            &format!("max_output_tokens = {TRUNCATE_AT}"),
+            1,
+        ),
+    )?;
+    panto
+        .run(&[
+            "send",
+            "t.jsonl",
+            "Tell me a long story about a dragon and a knight, with many details.",
+        ])?
+        .expect(0)?;
+    let entries = panto.session("t.jsonl")?;
+    let reply = checks::replies(&entries)
+        .pop()
+        .context("no reply in the session")?;
+    ensure!(
+        reply["usage"]["output_tokens"] == TRUNCATE_AT && reply["stop_reason"] == "max_tokens",
+        "an answer cut at {TRUNCATE_AT} tokens is recorded as {} with usage {}",
+        reply["stop_reason"],
+        reply["usage"]
+    );
+    Ok(())
+}
+
+/// The server sends `:` comment lines while it processes a long prompt (every second here), in
+/// the same streams panto reads: the long notes of the overflow scenario arrive behind them.
+pub fn pings(setup: &Setup, p: Protocol) -> Result<()> {
+    let text = note(100 + p as usize, setup.note_sentences);
+    let message = serde_json::json!([{"role": "user", "content": text}]);
+    let (path, body) = match p {
+        Protocol::OpenAi => (
+            "/v1/chat/completions",
+            serde_json::json!({"model": MODEL, "max_tokens": 1, "stream": true, "messages": message}),
+        ),
+        Protocol::Anthropic => (
+            "/v1/messages",
+            serde_json::json!({"model": MODEL, "max_tokens": 1, "stream": true, "messages": message}),
+        ),
+        Protocol::OpenAiResponses => (
+            "/v1/responses",
+            serde_json::json!({"model": MODEL, "max_output_tokens": 1, "stream": true, "input": message}),
+        ),
+    };
+    let auth = format!("Bearer {KEY}");
+    let answer = server::request(
+        setup.main.port,
+        "POST",
+        path,
+        &[("Authorization", auth.as_str())],
+        Some(&serde_json::to_vec(&body)?),
+        COMMAND_TIMEOUT,
+    )?;
+    let text = String::from_utf8_lossy(&answer.body);
+    ensure!(
+        answer.status == 200,
+        "{path} answered {}: {text}",
+        answer.status
+    );
+    let comments = text
+        .lines()
+        .take_while(|l| !l.starts_with("data:") && !l.starts_with("event:"))
+        .filter(|l| l.starts_with(':'))
+        .count();
+    ensure!(
+        comments > 0,
+        "no `:` comment line before the first event of {path}:\n{}",
+        shorten(&text)
     );
     Ok(())
 }
