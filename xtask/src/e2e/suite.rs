@@ -686,7 +686,8 @@ pub fn chat_pause(setup: &Setup, p: Protocol) -> Result<()> {
     let run = panto.run_with_input(&["chat", "chat.jsonl"], move |stdin| {
         writeln!(stdin, "Say hello in three words.")?;
         stdin.flush()?;
-        // Wait for the first reply to be stored, then stay idle past the keep-alive.
+        // Wait for the first reply to be stored, then stay idle past the keep-alive. The empty
+        // lines (which chat skips) end the wait with a broken pipe if panto has exited.
         let deadline = Instant::now() + COMMAND_TIMEOUT;
         while !fs::read_to_string(&session).is_ok_and(|t| t.contains("\"assistant\"")) {
             ensure!(
@@ -694,6 +695,8 @@ pub fn chat_pause(setup: &Setup, p: Protocol) -> Result<()> {
                 "the first chat turn never finished"
             );
             std::thread::sleep(Duration::from_millis(100));
+            stdin.write_all(b"\n")?;
+            stdin.flush()?;
         }
         std::thread::sleep(Duration::from_secs(6));
         writeln!(stdin, "Now say goodbye in three words.")?;
