@@ -6,6 +6,7 @@
 mod bench;
 mod calibrate;
 mod deps;
+mod e2e;
 mod tidy;
 
 use std::path::{Path, PathBuf};
@@ -23,6 +24,7 @@ commands:
   bench  [SECTION...] [--quick]  measurements as Markdown tables (release build);
          sections: session
   calibrate  the sizing heuristic against real sessions (PANTO_CALIBRATE_SESSIONS)
+  e2e    [--provider NAME...] [--build-only]  panto against a real llama-server (docs/providers.md)
 ";
 
 fn main() -> Result<()> {
@@ -34,6 +36,7 @@ fn main() -> Result<()> {
         Some("deps") => deps::run(&root),
         Some("bench") => bench::run(&root, &args[1..]),
         Some("calibrate") => calibrate::run(&root),
+        Some("e2e") => e2e::run(&root, &args[1..]),
         Some("help" | "--help" | "-h") | None => {
             print!("{USAGE}");
             Ok(())

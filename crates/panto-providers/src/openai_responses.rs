@@ -135,6 +135,24 @@ impl Wire for ResponsesWire {
     fn stream(&self) -> ResponsesStream {
         ResponsesStream::default()
     }
+
+    fn settle(&self, request: &Request, message: &mut Message) {
+        settle_stop_reason(request, message);
+    }
+}
+
+/// llama.cpp's `/v1/responses` says `completed` for an answer cut at `max_output_tokens`
+/// (OpenAI says `incomplete`), so the output count is the only sign: an answer that used the
+/// whole output limit stopped there. Harmless for OpenAI, whose `output_tokens` (reasoning
+/// included) reaches the limit only when the answer was cut.
+fn settle_stop_reason(request: &Request, message: &mut Message) {
+    let at_limit = message
+        .usage
+        .as_ref()
+        .is_some_and(|u| u.output_tokens >= u64::from(request.max_output_tokens));
+    if at_limit && message.stop_reason.as_deref() == Some("end_turn") {
+        message.stop_reason = Some("max_tokens".to_owned());
+    }
 }
 
 /// The request body.

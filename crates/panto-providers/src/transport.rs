@@ -41,6 +41,9 @@ pub(crate) trait Wire: Sync {
     fn parse(&self, body: &Value) -> Result<Message, ProviderError>;
     /// A parser for a new streamed answer.
     fn stream(&self) -> Self::Stream;
+    /// Corrects a parsed answer with what the request asked for, where a server's answer alone
+    /// says too little. Nothing by default.
+    fn settle(&self, _request: &Request, _message: &mut Message) {}
 }
 
 /// Turns the events of one streamed answer into a message.
@@ -190,7 +193,10 @@ impl Transport {
         loop {
             tracing::debug!(provider, %url, model = %request.model, stream, retry, "sending request");
             let failure = match self.attempt(wire, &url, &body, stream, &mut sink).await {
-                Ok(message) => return Ok(message),
+                Ok(mut message) => {
+                    wire.settle(request, &mut message);
+                    return Ok(message);
+                }
                 Err(failure) => failure,
             };
             let error = scrub(failure.error, &self.config.api_key);

@@ -289,7 +289,7 @@ impl RawServer {
 }
 
 /// Reads one request: headers, then `Content-Length` bytes of body.
-async fn read_request(socket: &mut tokio::net::TcpStream) {
+pub async fn read_request(socket: &mut tokio::net::TcpStream) {
     let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];
     loop {

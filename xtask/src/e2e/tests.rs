@@ -1,0 +1,162 @@
+//! Unit tests of the end-to-end suite's pure parts: every check accepts a well-formed session
+//! and rejects each way it can go wrong, so a green suite means the checks ran with teeth.
+
+use serde_json::{Value, json};
+
+use super::checks::{self, Expect};
+use super::server::parse_response;
+use super::suite::note;
+
+const EXPECT: Expect<'static> = Expect {
+    trigger: "overflow",
+    provider: "openai",
+    model: "m",
+    fallback: false,
+    instructions: None,
+};
+
+/// A session as the overflow scenario leaves it: two turns, the prompt that overflowed, the
+/// compaction with its one kept copy, the retry's reply.
+fn session() -> Vec<Value> {
+    let usage =
+        |cached| json!({"input_tokens": 10, "output_tokens": 5, "cache_read_input_tokens": cached});
+    vec![
+        json!({"type":"message","id":"m1","role":"user","content":[{"type":"text","text":"hi"}]}),
+        json!({"type":"message","id":"m2","role":"assistant","content":[{"type":"text","text":"hello"}],"usage":usage(0)}),
+        json!({"type":"message","id":"m3","role":"user","content":[{"type":"text","text":"Please remember note 1."}]}),
+        json!({"type":"compaction","id":"c1","summary":"The user said hi.","trigger":"overflow","model":"m",
+               "provider":"openai","tokens_before":2400,"tokens_after":900,"keep_tokens":512,
+               "kept_messages":1,"kept_turns":1,"summarized_turns":2,"fallback":false}),
+        json!({"type":"message","id":"m4","role":"user","kept_by":"c1","content":[{"type":"text","text":"Please remember note 1."}]}),
+        json!({"type":"message","id":"m5","role":"assistant","content":[{"type":"text","text":"ok"}],"usage":usage(7)}),
+    ]
+}
+
+fn replayed(entries: &[Value]) -> Value {
+    let mut messages = vec![
+        json!({"role":"user","content":[{"type":"compaction","summary":"The user said hi."}]}),
+    ];
+    messages.extend(entries[4..].iter().cloned());
+    json!({"messages": messages, "compaction": {"id": "c1"}})
+}
+
+#[test]
+fn a_well_formed_session_passes_every_check() {
+    let s = session();
+    let (at, entry) = checks::single_compaction(&s).unwrap();
+    let f = checks::compaction_entry(entry, &EXPECT).unwrap();
+    assert_eq!(
+        (f.before, f.after, f.keep, f.turns),
+        (2400, 900, 512, (1, 2))
+    );
+    assert_eq!(checks::kept_copies(&s, at).unwrap(), 5);
+    checks::usage_recorded(&s).unwrap();
+    checks::replay(&replayed(&s), &s, at).unwrap();
+}
+
+#[test]
+fn the_compaction_entry_check_rejects_each_wrong_field() {
+    let entry = &session()[3];
+    let cases: [(&str, Value); 7] = [
+        ("summary", json!("  ")),
+        ("trigger", json!("manual")),
+        ("provider", json!("offline")),
+        ("model", json!("offline-extractive")),
+        ("fallback", json!(true)),
+        ("instructions", json!("be brief")),
+        ("summarized_turns", json!(0)),
+    ];
+    for (field, value) in cases {
+        let mut bad = entry.clone();
+        bad[field] = value;
+        assert!(checks::compaction_entry(&bad, &EXPECT).is_err(), "{field}");
+    }
+    let mut missing = entry.clone();
+    missing.as_object_mut().unwrap().remove("tokens_after");
+    assert!(checks::compaction_entry(&missing, &EXPECT).is_err());
+    let fallback = Expect {
+        fallback: true,
+        ..EXPECT
+    };
+    let mut without_reason = entry.clone();
+    without_reason["fallback"] = json!(true);
+    assert!(checks::compaction_entry(&without_reason, &fallback).is_err());
+    without_reason["fallback_error"] = json!("model 'x' not found");
+    assert!(checks::compaction_entry(&without_reason, &fallback).is_ok());
+}
+
+#[test]
+fn two_compactions_or_none_are_rejected() {
+    let mut s = session();
+    assert!(checks::single_compaction(&s[..3]).is_err());
+    s.push(s[3].clone());
+    assert!(checks::single_compaction(&s).is_err());
+}
+
+#[test]
+fn a_missing_or_unmarked_copy_is_rejected() {
+    let s = session();
+    let mut unmarked = s.clone();
+    unmarked[4].as_object_mut().unwrap().remove("kept_by");
+    assert!(checks::kept_copies(&unmarked, 3).is_err());
+    assert!(checks::kept_copies(&s[..4], 3).is_err());
+}
+
+#[test]
+fn replies_without_usage_or_without_any_cache_read_are_rejected() {
+    let mut s = session();
+    s[5]["usage"]["cache_read_input_tokens"] = json!(0);
+    assert!(checks::usage_recorded(&s).is_err());
+    let mut s = session();
+    s[1].as_object_mut().unwrap().remove("usage");
+    assert!(checks::usage_recorded(&s).is_err());
+    let mut s = session();
+    s[5]["usage"]["output_tokens"] = json!(0);
+    assert!(checks::usage_recorded(&s).is_err());
+}
+
+#[test]
+fn a_replay_that_differs_from_the_file_is_rejected() {
+    let s = session();
+    let good = replayed(&s);
+    let mut other_summary = good.clone();
+    other_summary["messages"][0]["content"][0]["summary"] = json!("something else");
+    let mut dropped = good.clone();
+    dropped["messages"].as_array_mut().unwrap().pop();
+    let mut reordered = good.clone();
+    reordered["messages"].as_array_mut().unwrap().swap(1, 2);
+    let mut old_head = good.clone();
+    old_head["messages"]
+        .as_array_mut()
+        .unwrap()
+        .insert(1, s[0].clone());
+    for bad in [other_summary, dropped, reordered, old_head] {
+        assert!(checks::replay(&bad, &s, 3).is_err(), "{bad}");
+    }
+}
+
+#[test]
+fn notes_are_deterministic_and_grow_with_their_sentence_count() {
+    assert_eq!(note(2, 3), note(2, 3));
+    assert!(note(2, 3).starts_with("Please remember note 2. Fact 2.0: the "));
+    assert_eq!(note(1, 40).matches("Fact 1.").count(), 40);
+    assert_ne!(note(1, 5), note(2, 5));
+}
+
+#[test]
+fn http_answers_are_parsed_with_and_without_chunking() {
+    let plain = parse_response(b"HTTP/1.1 200 OK\r\nContent-Length: 15\r\nKeep-Alive: timeout=5, max=100\r\n\r\n{\"status\":\"ok\"}").unwrap();
+    assert_eq!(plain.status, 200);
+    assert_eq!(plain.header("keep-alive"), Some("timeout=5, max=100"));
+    assert_eq!(plain.json().unwrap()["status"], "ok");
+    let chunked = parse_response(
+        b"HTTP/1.1 400 Bad Request\r\nTransfer-Encoding: chunked\r\n\r\n4\r\n{\"a\"\r\n3;x=y\r\n:1}\r\n0\r\n\r\n",
+    )
+    .unwrap();
+    assert_eq!(chunked.status, 400);
+    assert_eq!(chunked.body, b"{\"a\":1}");
+    assert!(
+        parse_response(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n").is_err()
+    );
+    assert!(parse_response(b"garbage").is_err());
+}
