@@ -1,7 +1,6 @@
 //! The Anthropic Messages adapter: `POST {base}/v1/messages`, JSON or SSE.
 
 use std::collections::BTreeMap;
-use std::fmt;
 
 use panto_model::{
     ContentBlock, Extra, Message, OtherBlock, Role, TextBlock, ThinkingBlock, ToolResultContent,
@@ -11,6 +10,7 @@ use panto_provider::{BoxFuture, EventSink, Provider, ProviderError, Request};
 use reqwest::header::{HeaderMap, HeaderValue};
 use serde_json::{Map, Value, json};
 
+use crate::adapter::adapter_common;
 use crate::classify::{self, Protocol};
 use crate::config::{self, BaseUrl, Config, EnvSpec, Error};
 use crate::prepare::{compaction_text, prepare};
@@ -24,14 +24,7 @@ pub const ANTHROPIC_VERSION: &str = "2023-06-01";
 /// The Anthropic Messages API (and servers that speak it, such as llama.cpp's `/v1/messages`).
 pub struct AnthropicProvider {
     transport: Transport,
-}
-
-impl fmt::Debug for AnthropicProvider {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("AnthropicProvider")
-            .field("transport", &self.transport)
-            .finish()
-    }
+    wire: AnthropicWire,
 }
 
 const ENV: EnvSpec = EnvSpec {
@@ -52,50 +45,15 @@ impl AnthropicProvider {
     pub fn new(config: Config) -> Result<AnthropicProvider, Error> {
         Ok(AnthropicProvider {
             transport: Transport::new(config)?,
+            wire: AnthropicWire,
         })
     }
-
-    /// An adapter configured from `ANTHROPIC_API_KEY` and `ANTHROPIC_BASE_URL` (default: the
-    /// official API, where the key is required).
-    ///
-    /// # Errors
-    /// [`Error::MissingKey`] naming the variable, or [`Error::InvalidBaseUrl`].
-    pub fn from_env() -> Result<AnthropicProvider, Error> {
-        AnthropicProvider::new(Self::config_from_env(|k| std::env::var(k).ok())?)
-    }
-
-    /// The configuration [`AnthropicProvider::from_env`] would use, read through `lookup`.
-    ///
-    /// # Errors
-    /// As [`AnthropicProvider::from_env`].
-    pub fn config_from_env(lookup: impl Fn(&str) -> Option<String>) -> Result<Config, Error> {
-        config::config_from_lookup(&ENV, lookup)
-    }
-
-    /// The configuration in use.
-    pub fn config(&self) -> &Config {
-        self.transport.config()
-    }
 }
 
-impl Provider for AnthropicProvider {
-    fn name(&self) -> &str {
-        "anthropic"
-    }
-
-    fn complete<'a>(
-        &'a self,
-        request: &'a Request,
-        events: EventSink<'a>,
-    ) -> BoxFuture<'a, Result<Message, ProviderError>> {
-        Box::pin(
-            self.transport
-                .complete(&AnthropicWire, self.name(), request, events),
-        )
-    }
-}
+adapter_common!(AnthropicProvider, name: "anthropic", env: ENV, key: "ANTHROPIC_API_KEY", url: "ANTHROPIC_BASE_URL");
 
 /// The protocol description.
+#[derive(Debug)]
 pub(crate) struct AnthropicWire;
 
 impl Wire for AnthropicWire {

@@ -2,7 +2,6 @@
 //! `:streamGenerateContent?alt=sse`.
 
 use std::collections::HashMap;
-use std::fmt;
 
 use panto_model::{
     ContentBlock, Extra, Message, Role, TextBlock, ThinkingBlock, ToolUseBlock, Usage,
@@ -11,6 +10,7 @@ use panto_provider::{BoxFuture, EventSink, Provider, ProviderError, Request};
 use reqwest::header::{HeaderMap, HeaderValue};
 use serde_json::{Map, Value, json};
 
+use crate::adapter::adapter_common;
 use crate::classify::{self, Protocol};
 use crate::config::{self, BaseUrl, Config, EnvSpec, Error};
 use crate::prepare::{compaction_text, flatten_result, prepare};
@@ -34,14 +34,7 @@ pub(crate) const CALL_ID_PREFIX: &str = "gemini_call_";
 /// an error message that quotes the URL.
 pub struct GeminiProvider {
     transport: Transport,
-}
-
-impl fmt::Debug for GeminiProvider {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("GeminiProvider")
-            .field("transport", &self.transport)
-            .finish()
-    }
+    wire: GeminiWire,
 }
 
 const ENV: EnvSpec = EnvSpec {
@@ -62,50 +55,15 @@ impl GeminiProvider {
     pub fn new(config: Config) -> Result<GeminiProvider, Error> {
         Ok(GeminiProvider {
             transport: Transport::new(config)?,
+            wire: GeminiWire,
         })
     }
-
-    /// An adapter configured from `GEMINI_API_KEY` and `GEMINI_BASE_URL` (default: the
-    /// official API, where the key is required).
-    ///
-    /// # Errors
-    /// [`Error::MissingKey`] naming the variable, or [`Error::InvalidBaseUrl`].
-    pub fn from_env() -> Result<GeminiProvider, Error> {
-        GeminiProvider::new(Self::config_from_env(|k| std::env::var(k).ok())?)
-    }
-
-    /// The configuration [`GeminiProvider::from_env`] would use, read through `lookup`.
-    ///
-    /// # Errors
-    /// As [`GeminiProvider::from_env`].
-    pub fn config_from_env(lookup: impl Fn(&str) -> Option<String>) -> Result<Config, Error> {
-        config::config_from_lookup(&ENV, lookup)
-    }
-
-    /// The configuration in use.
-    pub fn config(&self) -> &Config {
-        self.transport.config()
-    }
 }
 
-impl Provider for GeminiProvider {
-    fn name(&self) -> &str {
-        "gemini"
-    }
-
-    fn complete<'a>(
-        &'a self,
-        request: &'a Request,
-        events: EventSink<'a>,
-    ) -> BoxFuture<'a, Result<Message, ProviderError>> {
-        Box::pin(
-            self.transport
-                .complete(&GeminiWire, self.name(), request, events),
-        )
-    }
-}
+adapter_common!(GeminiProvider, name: "gemini", env: ENV, key: "GEMINI_API_KEY", url: "GEMINI_BASE_URL");
 
 /// The protocol description.
+#[derive(Debug)]
 pub(crate) struct GeminiWire;
 
 impl Wire for GeminiWire {

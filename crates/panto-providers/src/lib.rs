@@ -21,6 +21,7 @@
 //! merged to alternate), and answers are converted back to `panto_model::Message` at the edge.
 //! The caller's messages are never modified.
 
+mod adapter;
 mod anthropic;
 mod classify;
 mod config;

@@ -2,13 +2,13 @@
 //! compatible server (vLLM, llama.cpp, Ollama, LM Studio, OpenRouter, Groq, DeepSeek, ...).
 
 use std::collections::BTreeMap;
-use std::fmt;
 
 use panto_model::{ContentBlock, Extra, Message, Role, ThinkingBlock, ToolUseBlock, Usage};
 use panto_provider::{BoxFuture, EventSink, Provider, ProviderError, Request};
 use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue};
 use serde_json::{Map, Value, json};
 
+use crate::adapter::adapter_common;
 use crate::classify::{self, Protocol};
 use crate::config::{self, BaseUrl, Config, EnvSpec, Error};
 use crate::prepare::{compaction_text, flatten_result, image_url, prepare};
@@ -35,15 +35,6 @@ pub enum MaxTokensField {
 pub struct OpenAiChatProvider {
     transport: Transport,
     wire: ChatWire,
-}
-
-impl fmt::Debug for OpenAiChatProvider {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("OpenAiChatProvider")
-            .field("transport", &self.transport)
-            .field("max_tokens_field", &self.wire.max_tokens_field)
-            .finish()
-    }
 }
 
 pub(crate) const OPENAI_ENV: EnvSpec = EnvSpec {
@@ -74,51 +65,14 @@ impl OpenAiChatProvider {
         })
     }
 
-    /// An adapter configured from `OPENAI_API_KEY` and `OPENAI_BASE_URL`. The key may be
-    /// missing when the base URL is not the official API (keyless local servers).
-    ///
-    /// # Errors
-    /// [`Error::MissingKey`] naming the variable, or [`Error::InvalidBaseUrl`].
-    pub fn from_env() -> Result<OpenAiChatProvider, Error> {
-        OpenAiChatProvider::new(Self::config_from_env(|k| std::env::var(k).ok())?)
-    }
-
-    /// The configuration [`OpenAiChatProvider::from_env`] would use, read through `lookup`.
-    ///
-    /// # Errors
-    /// As [`OpenAiChatProvider::from_env`].
-    pub fn config_from_env(lookup: impl Fn(&str) -> Option<String>) -> Result<Config, Error> {
-        config::config_from_lookup(&OPENAI_ENV, lookup)
-    }
-
     /// The same adapter sending the output limit in `field`.
     pub fn with_max_tokens_field(mut self, field: MaxTokensField) -> OpenAiChatProvider {
         self.wire.max_tokens_field = field;
         self
     }
-
-    /// The configuration in use.
-    pub fn config(&self) -> &Config {
-        self.transport.config()
-    }
 }
 
-impl Provider for OpenAiChatProvider {
-    fn name(&self) -> &str {
-        "openai"
-    }
-
-    fn complete<'a>(
-        &'a self,
-        request: &'a Request,
-        events: EventSink<'a>,
-    ) -> BoxFuture<'a, Result<Message, ProviderError>> {
-        Box::pin(
-            self.transport
-                .complete(&self.wire, self.name(), request, events),
-        )
-    }
-}
+adapter_common!(OpenAiChatProvider, name: "openai", env: OPENAI_ENV, key: "OPENAI_API_KEY", url: "OPENAI_BASE_URL");
 
 /// `Authorization: Bearer <key>`, unless the key is empty.
 pub(crate) fn bearer(key: &ApiKey, headers: &mut HeaderMap) {
@@ -131,6 +85,7 @@ pub(crate) fn bearer(key: &ApiKey, headers: &mut HeaderMap) {
 }
 
 /// The protocol description.
+#[derive(Debug)]
 pub(crate) struct ChatWire {
     pub(crate) max_tokens_field: MaxTokensField,
 }

@@ -1,13 +1,13 @@
 //! The OpenAI Responses adapter: `POST {base}/v1/responses`, stateless (`store: false`).
 
 use std::collections::HashMap;
-use std::fmt;
 
 use panto_model::{ContentBlock, Extra, Message, Role, ThinkingBlock, ToolUseBlock};
 use panto_provider::{BoxFuture, EventSink, Provider, ProviderError, Request};
 use reqwest::header::HeaderMap;
 use serde_json::{Map, Value, json};
 
+use crate::adapter::adapter_common;
 use crate::classify::{self, Protocol};
 use crate::config::{self, BaseUrl, Config, Error};
 use crate::openai_chat::{OPENAI_ENV, arguments, bearer, parse_arguments, usage};
@@ -30,15 +30,6 @@ pub struct OpenAiResponsesProvider {
     wire: ResponsesWire,
 }
 
-impl fmt::Debug for OpenAiResponsesProvider {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("OpenAiResponsesProvider")
-            .field("transport", &self.transport)
-            .field("encrypted_reasoning", &self.wire.encrypted_reasoning)
-            .finish()
-    }
-}
-
 impl OpenAiResponsesProvider {
     /// The official API.
     pub const DEFAULT_BASE_URL: &'static str = "https://api.openai.com/v1";
@@ -56,55 +47,18 @@ impl OpenAiResponsesProvider {
         })
     }
 
-    /// An adapter configured from `OPENAI_API_KEY` and `OPENAI_BASE_URL`. The key may be
-    /// missing when the base URL is not the official API.
-    ///
-    /// # Errors
-    /// [`Error::MissingKey`] naming the variable, or [`Error::InvalidBaseUrl`].
-    pub fn from_env() -> Result<OpenAiResponsesProvider, Error> {
-        OpenAiResponsesProvider::new(Self::config_from_env(|k| std::env::var(k).ok())?)
-    }
-
-    /// The configuration [`OpenAiResponsesProvider::from_env`] would use, read through
-    /// `lookup`.
-    ///
-    /// # Errors
-    /// As [`OpenAiResponsesProvider::from_env`].
-    pub fn config_from_env(lookup: impl Fn(&str) -> Option<String>) -> Result<Config, Error> {
-        config::config_from_lookup(&OPENAI_ENV, lookup)
-    }
-
     /// The same adapter asking for `reasoning.encrypted_content`, so that reasoning items can
     /// be sent back in later requests (reasoning models only; others may reject the field).
     pub fn with_encrypted_reasoning(mut self, on: bool) -> OpenAiResponsesProvider {
         self.wire.encrypted_reasoning = on;
         self
     }
-
-    /// The configuration in use.
-    pub fn config(&self) -> &Config {
-        self.transport.config()
-    }
 }
 
-impl Provider for OpenAiResponsesProvider {
-    fn name(&self) -> &str {
-        "openai-responses"
-    }
-
-    fn complete<'a>(
-        &'a self,
-        request: &'a Request,
-        events: EventSink<'a>,
-    ) -> BoxFuture<'a, Result<Message, ProviderError>> {
-        Box::pin(
-            self.transport
-                .complete(&self.wire, self.name(), request, events),
-        )
-    }
-}
+adapter_common!(OpenAiResponsesProvider, name: "openai-responses", env: OPENAI_ENV, key: "OPENAI_API_KEY", url: "OPENAI_BASE_URL");
 
 /// The protocol description.
+#[derive(Debug)]
 pub(crate) struct ResponsesWire {
     pub(crate) encrypted_reasoning: bool,
 }

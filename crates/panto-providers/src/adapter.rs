@@ -1,0 +1,69 @@
+//! What every adapter shares: the constructors from the environment, the configuration
+//! accessor, `Debug` without the key, and the `Provider` implementation that hands a request to
+//! the transport together with the adapter's wire description.
+//!
+//! Written once as a macro because the four adapters are distinct public types (with their own
+//! options, such as the output-limit field of Chat Completions) around the same two fields, a
+//! `transport` and a `wire`.
+
+/// Implements the shared parts of an adapter type that has `transport: Transport` and
+/// `wire: <its Wire>` fields and an inherent `new(Config) -> Result<Self, Error>`.
+macro_rules! adapter_common {
+    ($ty:ident, name: $name:literal, env: $env:expr, key: $key:literal, url: $url:literal) => {
+        impl $ty {
+            #[doc = concat!(
+                "An adapter configured from `", $key, "` and `", $url, "`. The key may be ",
+                "missing only when the base URL is not the official API (a keyless local server)."
+            )]
+            ///
+            /// # Errors
+            /// [`Error::MissingKey`] naming the variable, or [`Error::InvalidBaseUrl`].
+            pub fn from_env() -> Result<$ty, Error> {
+                $ty::new(Self::config_from_env(|k| std::env::var(k).ok())?)
+            }
+
+            #[doc = concat!("The configuration [`", stringify!($ty), "::from_env`] would use, read through `lookup`.")]
+            ///
+            /// # Errors
+            #[doc = concat!("As [`", stringify!($ty), "::from_env`].")]
+            pub fn config_from_env(
+                lookup: impl Fn(&str) -> Option<String>,
+            ) -> Result<Config, Error> {
+                config::config_from_lookup(&$env, lookup)
+            }
+
+            /// The configuration in use.
+            pub fn config(&self) -> &Config {
+                self.transport.config()
+            }
+        }
+
+        impl std::fmt::Debug for $ty {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.debug_struct(stringify!($ty))
+                    .field("transport", &self.transport)
+                    .field("wire", &self.wire)
+                    .finish()
+            }
+        }
+
+        impl Provider for $ty {
+            fn name(&self) -> &str {
+                $name
+            }
+
+            fn complete<'a>(
+                &'a self,
+                request: &'a Request,
+                events: EventSink<'a>,
+            ) -> BoxFuture<'a, Result<Message, ProviderError>> {
+                Box::pin(
+                    self.transport
+                        .complete(&self.wire, self.name(), request, events),
+                )
+            }
+        }
+    };
+}
+
+pub(crate) use adapter_common;
