@@ -72,6 +72,10 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
         // The criterion child of the `scale` section (already a release build).
         return stages::child(&args[1..]);
     }
+    if args.first().map(String::as_str) == Some("__profile") {
+        // One stage alone, for a profiler; run the release build directly.
+        return stages::profile(&args[1..]);
+    }
     if cfg!(debug_assertions) {
         // Timings of a debug build mean nothing: run the release build of this same command.
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());

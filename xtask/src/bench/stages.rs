@@ -180,6 +180,33 @@ fn one(c: &mut Criterion, dir: &Path, label: &str) -> Result<()> {
     Ok(())
 }
 
+/// `xtask bench __profile STAGE SESSION [REPS]`: runs one stage of [`STAGES`] over a session
+/// `REPS` times (1 by default), for a profiler such as `valgrind --tool=callgrind`
+/// (`docs/benchmarks.md` shows the command). Setup is the same as the benchmark's.
+pub fn profile(args: &[String]) -> Result<()> {
+    let [stage, path, rest @ ..] = args else {
+        bail!("usage: xtask bench __profile STAGE SESSION [REPS]");
+    };
+    let reps: usize = rest.first().map_or(Ok(1), |r| r.parse())?;
+    let bytes = std::fs::read(path).with_context(|| format!("read {path}"))?;
+    let (ctx, p) = pipeline(&bytes);
+    let sizes = UsageSizer::default().message_sizes(&ctx.messages);
+    let prefix = &ctx.messages[p.prefix()];
+    for _ in 0..reps {
+        match stage.as_str() {
+            "parse_value" => drop(black_box(parse_values(&bytes))),
+            "decode" => drop(black_box(read_entries(&bytes))),
+            "turns" => drop(black_box(turns(ctx.conversation()))),
+            "sizing" => drop(black_box(UsageSizer::default().message_sizes(&ctx.messages))),
+            "plan" => drop(black_box(plan(&ctx, &sizes, DEFAULT_KEEP_TOKENS))),
+            "pipeline" => drop(black_box(pipeline(&bytes))),
+            "render" => drop(black_box(render_transcript(prefix))),
+            other => bail!("no profile for stage `{other}`"),
+        }
+    }
+    Ok(())
+}
+
 /// Reads the generator's facts that the parent saved beside a session.
 pub fn read_facts(path: &Path) -> Result<Facts> {
     let v: Value = serde_json::from_slice(
