@@ -250,7 +250,9 @@ fn ratio(a: f64, b: f64) -> String {
 }
 
 fn print_scale(rows: &[Row], peak: Peak) {
-    println!("Generated sessions (seed {SEED}), two earlier compactions at a quarter and at half of");
+    println!(
+        "Generated sessions (seed {SEED}), two earlier compactions at a quarter and at half of"
+    );
     println!("the messages, so the effective context is the second half. A *message* is a");
     println!("message entry, kept copies included.\n");
     println!(
@@ -277,9 +279,13 @@ fn print_scale(rows: &[Row], peak: Peak) {
         );
     }
 
-    println!("\nIn-process stages: criterion medians (10 samples, flat sampling), each with its ratio");
+    println!(
+        "\nIn-process stages: criterion medians (10 samples, flat sampling), each with its ratio"
+    );
     println!("to the baseline, parsing every line of the same file into `serde_json::Value`.");
-    println!("`decode` and `replay` cover the whole file; `turns`, `sizing` and `plan` the effective");
+    println!(
+        "`decode` and `replay` cover the whole file; `turns`, `sizing` and `plan` the effective"
+    );
     println!("context. `pipeline` is what runs before a compaction request: decode and replay");
     println!("streamed, sizing, and the plan (which segments the turns itself).\n");
     println!(
@@ -306,7 +312,9 @@ fn print_scale(rows: &[Row], peak: Peak) {
         );
     }
 
-    println!("\nScaling: time at ten times the messages over time at the smaller size (target ≤ 11),");
+    println!(
+        "\nScaling: time at ten times the messages over time at the smaller size (target ≤ 11),"
+    );
     println!("with the growth of the file beside it (the sessions grow by whole rounds).\n");
     let scaled = [
         "parse_value",
@@ -342,9 +350,13 @@ fn print_scale(rows: &[Row], peak: Peak) {
         println!();
     }
 
-    println!("\nTranscript rendering of the summarized prefix (`render_transcript`), beside copying");
+    println!(
+        "\nTranscript rendering of the summarized prefix (`render_transcript`), beside copying"
+    );
     println!("as many bytes into a fresh buffer (target ≥ 500 MB/s of output).\n");
-    println!("| session | summarized messages | transcript | render | MB/s | baseline: copy | copy MB/s | render / copy |");
+    println!(
+        "| session | summarized messages | transcript | render | MB/s | baseline: copy | copy MB/s | render / copy |"
+    );
     println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
     for r in rows {
         let bytes = r.fact("transcript_bytes");
@@ -362,7 +374,9 @@ fn print_scale(rows: &[Row], peak: Peak) {
         );
     }
 
-    println!("\nThe release `panto` binary as a process: median wall time of 5 runs (3 for files over");
+    println!(
+        "\nThe release `panto` binary as a process: median wall time of 5 runs (3 for files over"
+    );
     println!("500 MB) after one checked run, and peak resident memory (`ru_maxrss`). Baseline:");
     println!("parsing the lines of the effective context (what `panto` reads, backwards from the");
     println!("end) into `serde_json::Value`. `context --json` also prints the whole context.\n");
@@ -453,11 +467,15 @@ const TAIL: u64 = 10_000;
 pub fn memory(root: &Path, flags: &Flags) -> Result<()> {
     let dir = bench_dir(root, "memory")?;
     let runner = Runner::new(root, &dir)?;
-    println!("Peak memory of the `panto` processes when only the history grows: the same effective");
-    println!("context (the latest compaction, its kept round and {TAIL} more messages, byte for byte)");
+    println!(
+        "Peak memory of the `panto` processes when only the history grows: the same effective"
+    );
+    println!(
+        "context (the latest compaction, its kept round and {TAIL} more messages, byte for byte)"
+    );
     println!("behind histories of growing length. Median of 3 runs after one checked run.\n");
     println!(
-        "| history | file | effective context | `context --json` | peak memory | `compact --dry-run` | peak memory |"
+        "| messages before the latest compaction | file | effective context | `context --json` | peak memory | `compact --dry-run` | peak memory |"
     );
     println!("| --- | --- | --- | --- | --- | --- | --- |");
     let mut peaks = Vec::new();
@@ -492,8 +510,8 @@ pub fn memory(root: &Path, flags: &Flags) -> Result<()> {
         )?;
         let _ = fs::remove_file(&out);
         println!(
-            "| {} messages | {} | {} messages, {} | {} | {} | {} | {} |",
-            facts.messages - facts.effective_messages,
+            "| {} | {} | {} messages, {} | {} | {} | {} | {} |",
+            facts.messages + 1 - facts.effective_messages,
             fmt_bytes(facts.bytes),
             facts.effective_messages,
             fmt_bytes(eff),
@@ -519,7 +537,9 @@ pub fn memory(root: &Path, flags: &Flags) -> Result<()> {
         ),
     );
     if runner.peak == Peak::Polled {
-        println!("\n(/usr/bin/time was not found: peak memory was polled from /proc and is a lower bound.)");
+        println!(
+            "\n(/usr/bin/time was not found: peak memory was polled from /proc and is a lower bound.)"
+        );
     }
     Ok(())
 }

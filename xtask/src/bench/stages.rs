@@ -106,7 +106,8 @@ fn one(c: &mut Criterion, dir: &Path, label: &str) -> Result<()> {
     ensure!(messages as u64 == facts.messages, "{label}: message count");
     let ctx = replay(all.clone());
     ensure!(
-        ctx.skipped.is_empty() && ctx.compaction.as_ref().and_then(|c| c.id.clone()) == facts.latest_compaction,
+        ctx.skipped.is_empty()
+            && ctx.compaction.as_ref().and_then(|c| c.id.clone()) == facts.latest_compaction,
         "{label}: replay did not end at the latest compaction"
     );
     ensure!(
@@ -152,7 +153,9 @@ fn one(c: &mut Criterion, dir: &Path, label: &str) -> Result<()> {
 
     let mut g = c.benchmark_group(label);
     g.sampling_mode(SamplingMode::Flat);
-    g.bench_function("parse_value", |b| b.iter(|| parse_values(black_box(&bytes))));
+    g.bench_function("parse_value", |b| {
+        b.iter(|| parse_values(black_box(&bytes)))
+    });
     g.bench_function("parse_value_effective", |b| {
         b.iter(|| parse_values(black_box(effective)))
     });
@@ -161,9 +164,7 @@ fn one(c: &mut Criterion, dir: &Path, label: &str) -> Result<()> {
         b.iter_batched(|| all.clone(), replay, BatchSize::PerIteration)
     });
     drop(all);
-    g.bench_function("turns", |b| {
-        b.iter(|| turns(black_box(ctx.conversation())))
-    });
+    g.bench_function("turns", |b| b.iter(|| turns(black_box(ctx.conversation()))));
     g.bench_function("sizing", |b| {
         b.iter(|| UsageSizer::default().message_sizes(black_box(&ctx.messages)))
     });
@@ -172,7 +173,9 @@ fn one(c: &mut Criterion, dir: &Path, label: &str) -> Result<()> {
     });
     g.bench_function("pipeline", |b| b.iter(|| pipeline(black_box(&bytes))));
     let prefix = &ctx.messages[p.prefix()];
-    g.bench_function("render", |b| b.iter(|| render_transcript(black_box(prefix))));
+    g.bench_function("render", |b| {
+        b.iter(|| render_transcript(black_box(prefix)))
+    });
     g.bench_function("copy", |b| {
         b.iter(|| black_box(transcript.as_bytes()).to_vec())
     });
@@ -192,15 +195,23 @@ pub fn profile(args: &[String]) -> Result<()> {
     let (ctx, p) = pipeline(&bytes);
     let sizes = UsageSizer::default().message_sizes(&ctx.messages);
     let prefix = &ctx.messages[p.prefix()];
+    let transcript = if stage == "copy" {
+        render_transcript(prefix)
+    } else {
+        String::new()
+    };
     for _ in 0..reps {
         match stage.as_str() {
             "parse_value" => drop(black_box(parse_values(&bytes))),
             "decode" => drop(black_box(read_entries(&bytes))),
             "turns" => drop(black_box(turns(ctx.conversation()))),
-            "sizing" => drop(black_box(UsageSizer::default().message_sizes(&ctx.messages))),
+            "sizing" => drop(black_box(
+                UsageSizer::default().message_sizes(&ctx.messages),
+            )),
             "plan" => drop(black_box(plan(&ctx, &sizes, DEFAULT_KEEP_TOKENS))),
             "pipeline" => drop(black_box(pipeline(&bytes))),
             "render" => drop(black_box(render_transcript(prefix))),
+            "copy" => drop(black_box(black_box(transcript.as_bytes()).to_vec())),
             other => bail!("no profile for stage `{other}`"),
         }
     }
@@ -212,7 +223,10 @@ pub fn read_facts(path: &Path) -> Result<Facts> {
     let v: Value = serde_json::from_slice(
         &std::fs::read(path).with_context(|| format!("read {}", path.display()))?,
     )?;
-    let n = |k: &str| v[k].as_u64().with_context(|| format!("{}: {k}", path.display()));
+    let n = |k: &str| {
+        v[k].as_u64()
+            .with_context(|| format!("{}: {k}", path.display()))
+    };
     Ok(Facts {
         messages: n("messages")?,
         compactions: n("compactions")?,

@@ -57,7 +57,11 @@ fn scale_sessions_are_valid_and_replay_as_the_generator_counted() {
         .iter()
         .filter(|s| !matches!(s.source, panto_size::Source::Heuristic(_)))
         .count();
-    assert!(measured * 10 > ctx.messages.len() * 8, "{measured} of {}", ctx.messages.len());
+    assert!(
+        measured * 10 > ctx.messages.len() * 8,
+        "{measured} of {}",
+        ctx.messages.len()
+    );
 
     // Seeded: the same seed gives the same bytes, another seed other bytes.
     let again = dir.join("again.jsonl");
@@ -81,7 +85,10 @@ fn the_tail_is_the_same_whatever_the_history() {
     );
     assert!(fb.bytes > fa.bytes * 5);
     assert!(fb.compactions > fa.compactions);
-    let (ca, cb) = (replay(read_entries(&ba).unwrap()), replay(read_entries(&bb).unwrap()));
+    let (ca, cb) = (
+        replay(read_entries(&ba).unwrap()),
+        replay(read_entries(&bb).unwrap()),
+    );
     assert_eq!(ca, cb);
     assert_eq!(ca.messages.len() as u64, fa.effective_messages);
     assert_eq!(validate(cb.conversation()), vec![]);
