@@ -116,12 +116,63 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
     if chosen.is_empty() {
         chosen = SECTIONS.iter().collect();
     }
+    let start = Instant::now();
+    println!("Machine: {}.\n", machine());
+    println!(
+        "Load average at the start (1, 5, 15 min): {}.\n",
+        load_average()
+    );
     for (name, what, f) in chosen {
         println!("## {name}: {what}\n");
         f(root, &flags)?;
         println!();
     }
+    println!(
+        "Load average at the end (1, 5, 15 min): {}. The run took {}.",
+        load_average(),
+        fmt_duration(start.elapsed())
+    );
     Ok(())
+}
+
+/// Cores, CPU model, memory, kernel, compiler and commit, for the record.
+fn machine() -> String {
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let cpuinfo = fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let cpu = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .map(|l| l.trim_start_matches([' ', '\t', ':']).to_owned())
+        .unwrap_or_else(|| "unknown CPU".to_owned());
+    let meminfo = fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let memory = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|l| l.trim().trim_end_matches(" kB").parse::<u64>().ok())
+        .map_or_else(|| "unknown".to_owned(), |kib| fmt_bytes(kib * 1024));
+    let output = |program: &str, args: &[&str]| {
+        Command::new(program)
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+            .unwrap_or_else(|| "unknown".to_owned())
+    };
+    format!(
+        "{cores} cores ({cpu}), {memory} of memory, Linux {}, {}, commit {}",
+        output("uname", &["-r"]),
+        output("rustc", &["--version"]),
+        output("git", &["rev-parse", "--short", "HEAD"]),
+    )
+}
+
+/// The load averages from `/proc/loadavg`.
+fn load_average() -> String {
+    fs::read_to_string("/proc/loadavg")
+        .ok()
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(", "))
+        .unwrap_or_else(|| "unknown".to_owned())
 }
 
 /// Median, minimum and maximum of `reps` timed runs of `f`, after `warmup` untimed ones.
