@@ -280,9 +280,10 @@ fn print_scale(rows: &[Row], peak: Peak) {
     }
 
     println!(
-        "\nIn-process stages: criterion medians (10 samples, flat sampling), each with its ratio"
+        "\nIn-process stages: criterion medians of the measuring thread's CPU time (10 samples,"
     );
-    println!("to the baseline, parsing every line of the same file into `serde_json::Value`.");
+    println!("flat sampling), each with its ratio to the baseline, parsing every line of the same");
+    println!("file into `serde_json::Value` (measured right before the pipeline).");
     println!(
         "`decode` and `replay` cover the whole file; `turns`, `sizing` and `plan` the effective"
     );

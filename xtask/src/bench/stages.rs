@@ -15,7 +15,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
-use criterion::{BatchSize, Criterion, SamplingMode};
+use criterion::measurement::{Measurement, ValueFormatter};
+use criterion::{BatchSize, Criterion, SamplingMode, Throughput};
 use panto_compact::{DEFAULT_KEEP_TOKENS, Plan, plan};
 use panto_model::{EffectiveContext, Entry, Replayer, entries, read_entries, replay, turns};
 use panto_size::{Sizer, UsageSizer};
@@ -27,13 +28,13 @@ use super::generate::Facts;
 /// The stages, in the order criterion runs them; the parent reads their medians by these names.
 pub const STAGES: &[&str] = &[
     "parse_value",
+    "pipeline",
     "parse_value_effective",
     "decode",
     "replay",
     "turns",
     "sizing",
     "plan",
-    "pipeline",
     "render",
     "copy",
 ];
@@ -70,6 +71,96 @@ fn pipeline(bytes: &[u8]) -> (EffectiveContext, Plan) {
     (ctx, p)
 }
 
+/// criterion's measurement here: the CPU time of the measuring thread
+/// (`CLOCK_THREAD_CPUTIME_ID`), kernel time on its behalf (page faults) included.
+///
+/// On this shared two-core machine other builds often keep both cores busy; wall time then also
+/// counts the time the thread waited for a core, which moves by tens of percent from one minute
+/// to the next. CPU time does not, and for this single-threaded code on an idle machine it
+/// equals wall time.
+pub struct ThreadTime;
+
+fn thread_cpu_now() -> Duration {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    Duration::new(
+        t.tv_sec.max(0) as u64,
+        t.tv_nsec.clamp(0, 999_999_999) as u32,
+    )
+}
+
+impl Measurement for ThreadTime {
+    type Intermediate = Duration;
+    type Value = Duration;
+
+    fn start(&self) -> Duration {
+        thread_cpu_now()
+    }
+
+    fn end(&self, start: Duration) -> Duration {
+        thread_cpu_now().saturating_sub(start)
+    }
+
+    fn add(&self, a: &Duration, b: &Duration) -> Duration {
+        *a + *b
+    }
+
+    fn zero(&self) -> Duration {
+        Duration::ZERO
+    }
+
+    fn to_f64(&self, value: &Duration) -> f64 {
+        value.as_nanos() as f64
+    }
+
+    fn formatter(&self) -> &dyn ValueFormatter {
+        &Nanoseconds
+    }
+}
+
+/// Formats nanoseconds for criterion's report.
+struct Nanoseconds;
+
+impl ValueFormatter for Nanoseconds {
+    fn scale_values(&self, typical: f64, values: &mut [f64]) -> &'static str {
+        let (factor, unit) = if typical < 1e3 {
+            (1.0, "ns")
+        } else if typical < 1e6 {
+            (1e-3, "µs")
+        } else if typical < 1e9 {
+            (1e-6, "ms")
+        } else {
+            (1e-9, "s")
+        };
+        for v in values {
+            *v *= factor;
+        }
+        unit
+    }
+
+    fn scale_throughputs(
+        &self,
+        _: f64,
+        throughput: &Throughput,
+        values: &mut [f64],
+    ) -> &'static str {
+        let per = match throughput {
+            Throughput::Bytes(n) | Throughput::BytesDecimal(n) => *n as f64 / 1e6,
+            Throughput::Elements(n) => *n as f64,
+        };
+        for v in values {
+            *v = per / (*v / 1e9);
+        }
+        match throughput {
+            Throughput::Elements(_) => "elem/s",
+            _ => "MB/s",
+        }
+    }
+
+    fn scale_for_machines(&self, _: &mut [f64]) -> &'static str {
+        "ns"
+    }
+}
+
 /// The child's entry point: `DIR QUICK LABEL...`.
 pub fn child(args: &[String]) -> Result<()> {
     let [dir, quick, labels @ ..] = args else {
@@ -78,6 +169,7 @@ pub fn child(args: &[String]) -> Result<()> {
     let dir = Path::new(dir);
     let quick = quick == "quick";
     let mut c = Criterion::default()
+        .with_measurement(ThreadTime)
         .without_plots()
         .sample_size(10)
         .warm_up_time(Duration::from_millis(if quick { 100 } else { 300 }))
@@ -90,7 +182,7 @@ pub fn child(args: &[String]) -> Result<()> {
     Ok(())
 }
 
-fn one(c: &mut Criterion, dir: &Path, label: &str) -> Result<()> {
+fn one(c: &mut Criterion<ThreadTime>, dir: &Path, label: &str) -> Result<()> {
     let path = dir.join(format!("{label}.jsonl"));
     let bytes = std::fs::read(&path).with_context(|| format!("read {}", path.display()))?;
     let facts: Facts = read_facts(&dir.join(format!("{label}.gen.json")))?;
@@ -151,19 +243,25 @@ fn one(c: &mut Criterion, dir: &Path, label: &str) -> Result<()> {
         serde_json::to_vec_pretty(&record)?,
     )?;
 
+    // The baseline and the pipeline run first, one after the other, on a heap as clean as a
+    // fresh process's: the checks' values are dropped, and rebuilt afterwards for the stages.
+    drop((all, ctx, sizes, transcript));
     let mut g = c.benchmark_group(label);
     g.sampling_mode(SamplingMode::Flat);
     g.bench_function("parse_value", |b| {
         b.iter(|| parse_values(black_box(&bytes)))
     });
+    g.bench_function("pipeline", |b| b.iter(|| pipeline(black_box(&bytes))));
     g.bench_function("parse_value_effective", |b| {
         b.iter(|| parse_values(black_box(effective)))
     });
     g.bench_function("decode", |b| b.iter(|| read_entries(black_box(&bytes))));
+    let all = read_entries(&bytes).map_err(|e| anyhow::anyhow!("{label}: {e}"))?;
     g.bench_function("replay", |b| {
         b.iter_batched(|| all.clone(), replay, BatchSize::PerIteration)
     });
-    drop(all);
+    let ctx = replay(all);
+    let sizes = UsageSizer::default().message_sizes(&ctx.messages);
     g.bench_function("turns", |b| b.iter(|| turns(black_box(ctx.conversation()))));
     g.bench_function("sizing", |b| {
         b.iter(|| UsageSizer::default().message_sizes(black_box(&ctx.messages)))
@@ -171,8 +269,8 @@ fn one(c: &mut Criterion, dir: &Path, label: &str) -> Result<()> {
     g.bench_function("plan", |b| {
         b.iter(|| plan(black_box(&ctx), black_box(&sizes), DEFAULT_KEEP_TOKENS))
     });
-    g.bench_function("pipeline", |b| b.iter(|| pipeline(black_box(&bytes))));
     let prefix = &ctx.messages[p.prefix()];
+    let transcript = render_transcript(prefix);
     g.bench_function("render", |b| {
         b.iter(|| render_transcript(black_box(prefix)))
     });
