@@ -2,11 +2,11 @@
 //! as Markdown tables (`docs/benchmarks.md` holds the latest).
 //!
 //! Sections, in the order a full run takes them:
-//! - `scale`: seeded sessions of 1k to 1M messages ([`generate`]); every in-process stage
-//!   (decode, replay, turns, sizing, plan, rendering) measured with criterion beside the cost of
-//!   parsing the same bytes into `serde_json::Value` ([`stages`], in a child process), and the
-//!   release `panto context` and `panto compact --dry-run` as processes with their peak memory
-//!   ([`process`]);
+//! - `scale`: seeded sessions of 1k to 1M messages ([`generate`](mod@generate)); every
+//!   in-process stage (decode, replay, turns, sizing, plan, rendering) measured with criterion
+//!   beside the cost of parsing the same bytes into `serde_json::Value`
+//!   ([`stages`](mod@stages), in a child process), and the release `panto context` and
+//!   `panto compact --dry-run` as processes with their peak memory ([`process`](mod@process));
 //! - `memory`: the peak memory of those processes when only the history grows;
 //! - `session`: the effective context of a long session loads in time that does not grow with
 //!   the history, and append latency.

@@ -5,7 +5,8 @@
 //! says it wrote, records the facts the parent prints (`LABEL.facts.json`), and runs one
 //! criterion group per session: the baselines (every line parsed into `serde_json::Value`, and
 //! the lines of the effective context alone; a copy of as many bytes as the transcript) and the
-//! stages of panto on the same bytes. Criterion writes its estimates under `DIR/criterion`
+//! stages of panto on the same bytes, timed as the thread's CPU time ([`ThreadTime`]).
+//! Criterion writes its estimates under `DIR/criterion`
 //! (`CRITERION_HOME`), where the parent reads the medians; its own report goes to the child's
 //! stdout, which the parent sends to `DIR/criterion.log`. A child keeps the gigabytes of decoded
 //! sessions out of the parent, which then runs the `panto` processes on a quiet machine.
