@@ -1,11 +1,28 @@
-//! `cargo xtask bench [SECTION...]`: measurements, one section each, printed as Markdown tables.
+//! `cargo xtask bench [SECTION...] [--quick] [--keep]`: measurements, one section each, printed
+//! as Markdown tables (`docs/benchmarks.md` holds the latest).
 //!
-//! Sections: `session` (the effective context of a long session loads in time that does not
-//! grow with the history). More sections are added to [`SECTIONS`]. The measurements run in a
-//! release build: from a debug build of xtask, the command re-runs itself with
-//! `cargo run --release`. Generated data goes under `target/bench/`, never into the repository,
-//! and is deleted afterwards. Timings are medians over repetitions with `std::time::Instant`,
-//! after warm-up runs, with the file in the page cache.
+//! Sections, in the order a full run takes them:
+//! - `scale`: seeded sessions of 1k to 1M messages ([`generate`](mod@generate)); every
+//!   in-process stage (decode, replay, turns, sizing, plan, rendering) measured with criterion
+//!   beside the cost of parsing the same bytes into `serde_json::Value`
+//!   ([`stages`](mod@stages), in a child process), and the release `panto context` and
+//!   `panto compact --dry-run` as processes with their peak memory ([`process`](mod@process));
+//! - `memory`: the peak memory of those processes when only the history grows;
+//! - `session`: the effective context of a long session loads in time that does not grow with
+//!   the history, and append latency.
+//!
+//! The measurements run in a release build: from a debug build of xtask, the command re-runs
+//! itself with `cargo run --release`. Generated data goes under `target/bench/`, never into the
+//! repository, and is deleted afterwards (`--keep` keeps the generated sessions of `scale` and
+//! `memory` for the next run, which reuses them). Timings are medians over repetitions, with
+//! the files in the page cache. `--quick` stops the sessions at 100k messages and 100 MB.
+
+mod generate;
+mod process;
+mod scale;
+mod stages;
+#[cfg(test)]
+mod tests;
 
 use std::fs;
 use std::io::{BufWriter, Write};
@@ -23,20 +40,42 @@ use serde_json::json;
 /// A section: its name, what it measures, and the function that prints its table.
 type Section = (&'static str, &'static str, fn(&Path, &Flags) -> Result<()>);
 
-const SECTIONS: &[Section] = &[(
-    "session",
-    "effective-context load time over growing histories, and append latency",
-    session,
-)];
+const SECTIONS: &[Section] = &[
+    (
+        "scale",
+        "every stage over sessions of growing size, against parsing the same bytes",
+        scale::scale,
+    ),
+    (
+        "memory",
+        "peak memory of the panto processes when only the history grows",
+        scale::memory,
+    ),
+    (
+        "session",
+        "effective-context load time over growing histories, and append latency",
+        session,
+    ),
+];
 
 /// Flags shared by the sections.
 #[derive(Debug, Default)]
 pub struct Flags {
-    /// Smaller data for a quick look (the session history stops at 100 MB).
+    /// Smaller data for a quick look (sessions stop at 100k messages, the history at 100 MB).
     quick: bool,
+    /// Keep the generated sessions of `scale` and `memory` (and reuse kept ones).
+    keep: bool,
 }
 
 pub fn run(root: &Path, args: &[String]) -> Result<()> {
+    if args.first().map(String::as_str) == Some("__stages") {
+        // The criterion child of the `scale` section (already a release build).
+        return stages::child(&args[1..]);
+    }
+    if args.first().map(String::as_str) == Some("__profile") {
+        // One stage alone, for a profiler; run the release build directly.
+        return stages::profile(&args[1..]);
+    }
     if cfg!(debug_assertions) {
         // Timings of a debug build mean nothing: run the release build of this same command.
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
@@ -64,6 +103,7 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
     for a in args {
         match a.as_str() {
             "--quick" => flags.quick = true,
+            "--keep" => flags.keep = true,
             name => match SECTIONS.iter().find(|s| s.0 == name) {
                 Some(s) => chosen.push(s),
                 None => bail!(
@@ -76,12 +116,63 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
     if chosen.is_empty() {
         chosen = SECTIONS.iter().collect();
     }
+    let start = Instant::now();
+    println!("Machine: {}.\n", machine());
+    println!(
+        "Load average at the start (1, 5, 15 min): {}.\n",
+        load_average()
+    );
     for (name, what, f) in chosen {
         println!("## {name}: {what}\n");
         f(root, &flags)?;
         println!();
     }
+    println!(
+        "Load average at the end (1, 5, 15 min): {}. The run took {}.",
+        load_average(),
+        fmt_duration(start.elapsed())
+    );
     Ok(())
+}
+
+/// Cores, CPU model, memory, kernel, compiler and commit, for the record.
+fn machine() -> String {
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let cpuinfo = fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let cpu = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .map(|l| l.trim_start_matches([' ', '\t', ':']).to_owned())
+        .unwrap_or_else(|| "unknown CPU".to_owned());
+    let meminfo = fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let memory = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|l| l.trim().trim_end_matches(" kB").parse::<u64>().ok())
+        .map_or_else(|| "unknown".to_owned(), |kib| fmt_bytes(kib * 1024));
+    let output = |program: &str, args: &[&str]| {
+        Command::new(program)
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+            .unwrap_or_else(|| "unknown".to_owned())
+    };
+    format!(
+        "{cores} cores ({cpu}), {memory} of memory, Linux {}, {}, commit {}",
+        output("uname", &["-r"]),
+        output("rustc", &["--version"]),
+        output("git", &["rev-parse", "--short", "HEAD"]),
+    )
+}
+
+/// The load averages from `/proc/loadavg`.
+fn load_average() -> String {
+    fs::read_to_string("/proc/loadavg")
+        .ok()
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(", "))
+        .unwrap_or_else(|| "unknown".to_owned())
 }
 
 /// Median, minimum and maximum of `reps` timed runs of `f`, after `warmup` untimed ones.
@@ -275,6 +366,7 @@ fn session(root: &Path, flags: &Flags) -> Result<()> {
     );
     println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
     let opts = SessionOptions::default().fsync(false);
+    let mut largest = None;
     for &size in sizes {
         let path = dir.join(format!("history-{}m.jsonl", size / MIB));
         generate(&path, size, &block, &tail)?;
@@ -312,6 +404,18 @@ fn session(root: &Path, flags: &Flags) -> Result<()> {
             fmt_duration(full),
         );
         fs::remove_file(&path)?;
+        largest = Some((size, median));
+    }
+    if let Some((size, median)) = largest {
+        println!("\nTargets:\n");
+        scale::verdict(
+            median < Duration::from_millis(100),
+            &format!(
+                "effective-context load of a {} session with a recent compaction under 100 ms: {}",
+                fmt_bytes(size),
+                fmt_duration(median)
+            ),
+        );
     }
 
     println!(

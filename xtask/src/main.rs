@@ -21,8 +21,8 @@ commands:
   ci     fmt check, clippy -D warnings, tests, rustdoc -D warnings, tidy, deps (in that order)
   tidy   file headers, docs naming every crate, prompts referenced
   deps   the pure crates must not reach IO, async runtimes or HTTP
-  bench  [SECTION...] [--quick]  measurements as Markdown tables (release build);
-         sections: session
+  bench  [SECTION...] [--quick] [--keep]  measurements as Markdown tables (release build);
+         sections: scale, memory, session (docs/benchmarks.md)
   calibrate  the sizing heuristic against real sessions (PANTO_CALIBRATE_SESSIONS)
   e2e    [--provider NAME...] [--build-only]  panto against a real llama-server (docs/providers.md)
 ";

@@ -165,8 +165,10 @@ impl Iterator for Entries<'_> {
     }
 }
 
+/// The next newline. A vectorised search: a byte-at-a-time scan here cost a fifth of the
+/// instructions of decoding a session (`docs/benchmarks.md`).
 fn memchr_newline(bytes: &[u8]) -> Option<usize> {
-    bytes.iter().position(|&b| b == b'\n')
+    memchr::memchr(b'\n', bytes)
 }
 
 /// Decodes every line, stopping at the first bad one.
