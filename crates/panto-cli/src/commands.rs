@@ -208,20 +208,24 @@ fn context(config: &Config, path: &Path, as_json: bool) -> Result<()> {
     let estimated = panto_size::estimate_request(&config.system_prompt.value, &ctx.messages);
     let conversation_turns = turns(ctx.conversation()).len();
     if as_json {
-        let mut doc = json!({
-            "messages": ctx.messages,
-            "estimated_tokens": estimated,
-            "turns": conversation_turns,
-        });
-        if let Some(c) = &ctx.compaction {
-            doc["compaction"] = json!({
-                "id": c.id,
-                "trigger": c.trigger.as_ref().map(|t| t.as_str()),
-                "model": c.model,
-                "kept_messages": ctx.kept,
-            });
-        }
-        println!("{doc}");
+        // Written straight from the messages: no second copy of the context in memory.
+        let doc = ContextDoc {
+            messages: &ctx.messages,
+            estimated_tokens: estimated,
+            turns: conversation_turns,
+            compaction: ctx.compaction.as_ref().map(|c| {
+                json!({
+                    "id": c.id,
+                    "trigger": c.trigger.as_ref().map(|t| t.as_str()),
+                    "model": c.model,
+                    "kept_messages": ctx.kept,
+                })
+            }),
+        };
+        let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+        serde_json::to_writer(&mut out, &doc)?;
+        writeln!(out)?;
+        out.flush()?;
         return Ok(());
     }
     let mut out = std::io::stdout().lock();
@@ -252,6 +256,16 @@ fn context(config: &Config, path: &Path, as_json: bool) -> Result<()> {
         )?;
     }
     Ok(())
+}
+
+/// The `panto context --json` document (Contract 3); extra keys are allowed.
+#[derive(serde::Serialize)]
+struct ContextDoc<'a> {
+    messages: &'a [Message],
+    estimated_tokens: u64,
+    turns: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    compaction: Option<serde_json::Value>,
 }
 
 fn role_label(m: &Message) -> &'static str {
