@@ -91,6 +91,8 @@ pub fn describe_event(event: &CompactionEvent) -> String {
             report.plan.kept_turns,
             if report.truncated {
                 "; the summary reached the output limit and may be cut short"
+            } else if report.tokens_after >= report.tokens_before {
+                "; the summary is no shorter than what it replaced, so this compaction saved nothing"
             } else {
                 ""
             }
