@@ -12,6 +12,9 @@ mod providers;
 mod store;
 mod ui;
 
+#[cfg(test)]
+mod tests;
+
 use std::process::ExitCode;
 
 use clap::Parser;
