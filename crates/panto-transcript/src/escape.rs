@@ -231,32 +231,20 @@ pub(crate) fn write_token(out: &mut String, s: &str) {
 }
 
 /// Appends `value` as compact JSON through [`SafeJson`].
-pub(crate) fn write_json<T: serde::Serialize + ?Sized>(out: &mut String, value: &T) {
-    let mut ser = serde_json::Serializer::with_formatter(StringWriter(out), SafeJson);
-    // Serialising a `Value` or a `str` fails only when the writer fails or a map key is not a
-    // string; `StringWriter` never fails and `Value` keys are strings, so there is no error to
-    // report.
-    let _ = value.serialize(&mut ser);
-}
-
-/// An `io::Write` that appends to a `String`.
 ///
-/// `serde_json` writes only whole UTF-8 pieces (it splits strings at ASCII bytes), and so does
-/// [`SafeJson`], so every buffer is valid UTF-8; a buffer that were not would be written lossily
-/// rather than fail.
-struct StringWriter<'a>(&'a mut String);
-
-impl io::Write for StringWriter<'_> {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match std::str::from_utf8(buf) {
-            Ok(s) => self.0.push_str(s),
-            Err(_) => self.0.push_str(&String::from_utf8_lossy(buf)),
-        }
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
+/// The JSON is written into a byte buffer first and checked as UTF-8 once, rather than piece
+/// by piece as `serde_json` emits it (a quote, a key, a fragment of a string).
+pub(crate) fn write_json<T: serde::Serialize + ?Sized>(out: &mut String, value: &T) {
+    let mut buf = Vec::with_capacity(128);
+    let mut ser = serde_json::Serializer::with_formatter(&mut buf, SafeJson);
+    // Serialising a `Value` or a `str` fails only when the writer fails or a map key is not a
+    // string; a `Vec` never fails and `Value` keys are strings, so there is no error to report.
+    let _ = value.serialize(&mut ser);
+    // `serde_json` and [`SafeJson`] write only whole UTF-8 sequences, so this is always valid;
+    // were it not, it would be written lossily rather than fail.
+    match std::str::from_utf8(&buf) {
+        Ok(s) => out.push_str(s),
+        Err(_) => out.push_str(&String::from_utf8_lossy(&buf)),
     }
 }
 

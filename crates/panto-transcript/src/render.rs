@@ -73,7 +73,7 @@ fn estimate(messages: &[Message]) -> usize {
                 + match b {
                     ContentBlock::Text(t) => t.text.len(),
                     ContentBlock::Thinking(t) => t.thinking.len(),
-                    ContentBlock::ToolUse(u) => u.name.len() + u.id.len() + 32,
+                    ContentBlock::ToolUse(u) => u.name.len() + u.id.len() + json_len(&u.input),
                     ContentBlock::ToolResult(r) => {
                         r.tool_use_id.len()
                             + match &r.content {
@@ -87,6 +87,23 @@ fn estimate(messages: &[Message]) -> usize {
         }
     }
     n
+}
+
+/// An estimate of the compact JSON length of `v`: its strings, keys and punctuation.
+fn json_len(v: &serde_json::Value) -> usize {
+    use serde_json::Value;
+    match v {
+        Value::Null | Value::Bool(_) => 5,
+        Value::Number(_) => 8,
+        Value::String(s) => s.len() + 2,
+        Value::Array(items) => 2 + items.iter().map(|i| json_len(i) + 1).sum::<usize>(),
+        Value::Object(map) => {
+            2 + map
+                .iter()
+                .map(|(k, v)| k.len() + 4 + json_len(v))
+                .sum::<usize>()
+        }
+    }
 }
 
 /// Writes one item: the marker, then `: ` and the body when it is not empty, then a blank line.
