@@ -11,7 +11,7 @@ use panto_compact::{
 };
 use panto_model::{ContentBlock, EffectiveContext, Message, Role, turns};
 use panto_provider::{Provider, ProviderError, StreamEvent};
-use panto_session::{Loaded, Session, SessionError, SessionOptions};
+use panto_session::{Loaded, Session, SessionError, SessionOptions, WarningKind};
 use serde_json::json;
 
 use crate::cli::{Cli, Command, Common};
@@ -429,7 +429,9 @@ fn driver<'s>(
     session: &'s Session,
 ) -> Result<Driver<LockedLog<'s>>> {
     let writer = session.lock().map_err(session_error)?;
-    let loaded = writer.load_context().map_err(session_error)?;
+    let mut loaded = writer.load_context().map_err(session_error)?;
+    // A new conversation starts in an empty file: nothing to warn about here.
+    loaded.warnings.retain(|w| w.kind != WarningKind::EmptyFile);
     let ctx = report_warnings(session, loaded);
     let mut compactor = compactor(config)?;
     compactor.set_active(active);

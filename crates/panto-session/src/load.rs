@@ -62,6 +62,18 @@ pub(crate) fn load(path: &Path, file: &File, chunk: usize) -> Result<Loaded> {
         .metadata()
         .map_err(|e| SessionError::io(path, "read the metadata of", e))?
         .len();
+    if len == 0 {
+        return Ok(Loaded {
+            context: EffectiveContext::default(),
+            warnings: vec![Warning {
+                path: path.to_path_buf(),
+                offset: 0,
+                line: Some(1),
+                kind: WarningKind::EmptyFile,
+            }],
+            stats: LoadStats::default(),
+        });
+    }
     let io = |e| SessionError::io(path, "read", e);
     let mut back = BackLines::new(file, len, chunk);
     let mut pending = Vec::new();

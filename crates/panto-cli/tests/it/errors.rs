@@ -65,10 +65,14 @@ fn missing_directory_and_binary_files_are_bad_input() {
 fn an_empty_file_is_an_empty_session() {
     let sb = Sandbox::new();
     sb.write("empty.jsonl", "");
-    let doc = sb
-        .run(&["context", "empty.jsonl", "--json"])
-        .expect_code(0)
-        .json();
+    let run = sb.run(&["context", "empty.jsonl", "--json"]);
+    assert!(
+        run.stderr
+            .contains("empty.jsonl: line 1: the session file is empty"),
+        "{}",
+        run.stderr
+    );
+    let doc = run.expect_code(0).json();
     assert_eq!(doc["messages"], serde_json::json!([]));
     assert_eq!(doc["turns"], 0);
 }

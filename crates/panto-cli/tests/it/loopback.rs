@@ -63,6 +63,7 @@ async fn send_until_the_server_rejects_then_compact_once_and_retry() {
             .await;
             run.expect_code(0);
             assert!(run.stdout.starts_with("Reply "), "{p:?}: {}", run.stdout);
+            assert!(!run.stderr.contains("warning"), "{p:?}: {}", run.stderr);
             if compactions(&model.seen()) > 0 {
                 assert!(
                     run.stderr.contains("compacted with fake-model"),

@@ -3,7 +3,7 @@
 use std::fs;
 use std::time::Duration;
 
-use panto_model::Message;
+use panto_model::{Entry, Message};
 use panto_session::{Session, SessionError, SessionOptions};
 
 use crate::{opts, session_with, temp_session, user};
@@ -69,13 +69,26 @@ fn create_never_truncates_an_existing_file() {
 }
 
 #[test]
-fn an_empty_file_is_an_empty_session() {
+fn an_empty_file_is_an_empty_session_with_a_clear_warning() {
     let (_dir, path) = temp_session();
     let s = session_with(&path, b"");
     let loaded = s.load_context().unwrap();
     assert!(loaded.context.messages.is_empty());
-    assert!(loaded.warnings.is_empty());
-    assert_eq!(s.history().unwrap().count(), 0);
+    let warnings: Vec<String> = loaded.warnings.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        warnings,
+        [format!(
+            "{}: line 1: the session file is empty: no entries",
+            path.display()
+        )]
+    );
+    let mut history = s.history().unwrap();
+    assert_eq!(history.by_ref().count(), 0);
+    assert_eq!(history.warnings().len(), 1);
+    // After the first append the warning is gone.
+    s.append(&[Entry::Message(Message::user_text("hi"))])
+        .unwrap();
+    assert!(s.load_context().unwrap().warnings.is_empty());
     // And `create` makes exactly that.
     let (_dir2, path2) = temp_session();
     let created = Session::create(&path2, opts()).unwrap();

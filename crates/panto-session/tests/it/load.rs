@@ -115,6 +115,7 @@ proptest! {
                     let compaction = line.starts_with(r#"{"type":"compaction""#);
                     prop_assert!(compaction, "{}", line);
                 }
+                WarningKind::EmptyFile => prop_assert!(text.is_empty(), "not empty"),
                 other => prop_assert!(false, "unexpected warning {:?}", other),
             }
             prop_assert!(w.offset == 0 || text.as_bytes()[w.offset as usize - 1] == b'\n');
