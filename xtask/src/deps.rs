@@ -95,12 +95,7 @@ pub fn run(root: &Path) -> Result<()> {
     let mut failures = Vec::new();
     for (krate, forbidden, why) in RULES {
         let tree = normal_deps(root, krate)?;
-        for dep in tree.lines() {
-            let name = dep.split_whitespace().next().unwrap_or("");
-            if forbidden.contains(&name) {
-                failures.push(format!("{krate} reaches `{name}` ({why})"));
-            }
-        }
+        failures.extend(violations(krate, forbidden, why, &tree));
         eprintln!(
             "deps: {krate}: ok against {} forbidden crates",
             forbidden.len()
@@ -110,6 +105,20 @@ pub fn run(root: &Path) -> Result<()> {
         bail!("layering violated:\n  {}", failures.join("\n  "));
     }
     Ok(())
+}
+
+/// The forbidden crates that `tree` (one `name version` per line, as `cargo tree --prefix none`
+/// prints) contains, each as a sentence naming `krate` and the rule.
+fn violations(krate: &str, forbidden: &[&str], why: &str, tree: &str) -> Vec<String> {
+    let mut found: Vec<String> = tree
+        .lines()
+        .filter_map(|line| line.split_whitespace().next())
+        .filter(|name| forbidden.contains(name))
+        .map(|name| format!("{krate} reaches `{name}` ({why})"))
+        .collect();
+    found.sort();
+    found.dedup();
+    found
 }
 
 /// The crates `krate` depends on for its library with default features (no dev- or
@@ -137,4 +146,32 @@ fn normal_deps(root: &Path, krate: &str) -> Result<String> {
         );
     }
     Ok(String::from_utf8(out.stdout)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pure_crate_that_reaches_an_io_crate_fails() {
+        let tree = "panto-model v0.1.0 (/w/crates/panto-model)\nserde v1.0.0\ntokio v1.54.1\nmio v1.2.5\ntokio v1.54.1\n";
+        assert_eq!(
+            violations("panto-model", IO_CRATES, "pure", tree),
+            [
+                "panto-model reaches `mio` (pure)",
+                "panto-model reaches `tokio` (pure)"
+            ]
+        );
+        let clean = "panto-model v0.1.0 (/w/crates/panto-model)\nserde v1.0.0\nserde_json v1.0.0\n";
+        assert!(violations("panto-model", IO_CRATES, "pure", clean).is_empty());
+        // HTTP stacks are caught for the orchestration crate, and a runtime for the store.
+        assert_eq!(
+            violations("panto-compact", HTTP_CRATES, "no HTTP", "reqwest v0.12.0\n").len(),
+            1
+        );
+        assert_eq!(
+            violations("panto-session", HTTP_AND_RUNTIMES, "sync", "tokio v1.0.0\n").len(),
+            1
+        );
+    }
 }
