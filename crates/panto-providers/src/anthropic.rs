@@ -389,8 +389,16 @@ impl StreamParser for AnthropicStream {
                 if let Some(reason) = data.pointer("/delta/stop_reason").and_then(Value::as_str) {
                     self.stop_reason = Some(reason.to_owned());
                 }
-                if let Some(usage) = data.get("usage") {
-                    merge_usage(self.usage.get_or_insert_with(Usage::default), usage);
+                // The totals update the usage `message_start` opened. Without that, the input
+                // side is unknown (llama-server skips `message_start` when the first token is
+                // an incomplete UTF-8 sequence), and an output count alone would read as a
+                // request of zero input tokens, so the reply is kept without usage.
+                match (self.usage.as_mut(), data.get("usage")) {
+                    (Some(usage), Some(update)) => merge_usage(usage, update),
+                    (None, Some(_)) => tracing::warn!(
+                        "the stream had no `message_start` usage; the reply is kept without usage"
+                    ),
+                    (_, None) => {}
                 }
             }
             "message_stop" => return Ok(true),

@@ -195,6 +195,10 @@ impl Transport {
             let failure = match self.attempt(wire, &url, &body, stream, &mut sink).await {
                 Ok(mut message) => {
                     wire.settle(request, &mut message);
+                    // A server that names no model answered with the one asked for.
+                    if message.model.is_none() {
+                        message.model = Some(request.model.clone());
+                    }
                     return Ok(message);
                 }
                 Err(failure) => failure,

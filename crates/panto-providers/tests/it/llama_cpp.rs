@@ -177,6 +177,22 @@ async fn anthropic_messages() {
     );
 }
 
+/// llama-server sends `message_start` with the first decoded token; when that token is only
+/// part of a UTF-8 character (here the first bytes of an emoji), the event is never sent. The
+/// answer is complete, but the input side of its usage is unknown: the reply is kept without
+/// usage (an output count alone would read as a request of zero input tokens), and with the
+/// model that was asked for, since no event named one.
+#[tokio::test]
+async fn a_stream_without_message_start_keeps_its_text_but_claims_no_usage() {
+    let (result, events) = replay("messages-stream-no-message-start", messages).await;
+    let message = result.unwrap();
+    assert_eq!(message.text(), "\u{1f466}\u{1f466}");
+    assert_eq!(events.concat(), "text:\u{1f466}text:\u{1f466}");
+    assert_eq!(message.stop_reason.as_deref(), Some("max_tokens"));
+    assert_eq!(message.usage, None);
+    assert_eq!(message.model.as_deref(), Some("test-model"));
+}
+
 #[tokio::test]
 async fn openai_responses() {
     check(
