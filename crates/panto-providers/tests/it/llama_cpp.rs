@@ -193,6 +193,23 @@ async fn a_stream_without_message_start_keeps_its_text_but_claims_no_usage() {
     assert_eq!(message.model.as_deref(), Some("test-model"));
 }
 
+/// The same held-back first token on the other two endpoints: Chat Completions then never sends
+/// the `role` delta, and Responses sends `response.created` and `response.in_progress` a
+/// second time in the middle of the stream. Both answers are read whole, with their usage.
+#[tokio::test]
+async fn a_held_back_first_token_changes_nothing_on_chat_and_responses() {
+    let boys = "\u{1f466}\u{1f466}";
+    // Both captures asked for 6 tokens (Responses knows a cut answer only from the limit).
+    let mut request = hello();
+    request.max_output_tokens = 6;
+    let (result, events) = replay_request("chat-stream-emoji", chat, &request).await;
+    check(result, boys, "max_tokens", usage(1, 120, 6));
+    assert_eq!(events.concat(), "text:\u{1f466}text:\u{1f466}");
+    let (result, events) = replay_request("responses-stream-emoji", responses, &request).await;
+    check(result, boys, "max_tokens", usage(1, 120, 6));
+    assert_eq!(events.concat(), "text:\u{1f466}text:\u{1f466}");
+}
+
 #[tokio::test]
 async fn openai_responses() {
     check(
