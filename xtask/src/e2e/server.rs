@@ -24,7 +24,8 @@ pub struct ServerArgs(Vec<OsString>);
 
 impl ServerArgs {
     /// One model, one slot, one thread (two threads crawl when another process uses the CPU),
-    /// the model's own chat template, a context of `ctx` tokens.
+    /// the model's own chat template, a context of `ctx` tokens, and greedy sampling by default
+    /// (panto sends no temperature), so that a run answers like the run before it.
     pub fn single(gguf: &Path, ctx: u32) -> ServerArgs {
         ServerArgs(vec![]).arg("-m").arg(gguf).common(ctx)
     }
@@ -38,7 +39,7 @@ impl ServerArgs {
     fn common(self, ctx: u32) -> ServerArgs {
         self.arg("-c")
             .arg(ctx.to_string())
-            .args(["-np", "1", "-t", "1", "--jinja"])
+            .args(["-np", "1", "-t", "1", "--jinja", "--temp", "0"])
     }
 
     /// Adds one argument.
