@@ -11,7 +11,7 @@ use panto_compact::{
 };
 use panto_model::{ContentBlock, EffectiveContext, Message, Role, turns};
 use panto_provider::{Provider, ProviderError, StreamEvent};
-use panto_session::{Loaded, Session, SessionError, SessionOptions, WarningKind};
+use panto_session::{Loaded, Session, SessionError, SessionOptions};
 use serde_json::json;
 
 use crate::cli::{Cli, Command, Common};
@@ -429,10 +429,12 @@ fn driver<'s>(
     session: &'s Session,
 ) -> Result<Driver<LockedLog<'s>>> {
     let writer = session.lock().map_err(session_error)?;
-    let mut loaded = writer.load_context().map_err(session_error)?;
-    // A new conversation starts in an empty file: nothing to warn about here.
-    loaded.warnings.retain(|w| w.kind != WarningKind::EmptyFile);
-    let ctx = report_warnings(session, loaded);
+    // A conversation starts in an empty file (the one `open_or_create` just made, or one
+    // created by hand): its first append is the prompt about to be sent.
+    let ctx = match writer.load_context() {
+        Err(SessionError::Empty { .. }) => EffectiveContext::default(),
+        loaded => report_warnings(session, loaded.map_err(session_error)?),
+    };
     let mut compactor = compactor(config)?;
     compactor.set_active(active);
     Ok(Driver::new(compactor, LockedLog { writer }, ctx)

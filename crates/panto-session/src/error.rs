@@ -23,6 +23,15 @@ pub enum SessionError {
         /// The existing file.
         path: PathBuf,
     },
+    /// The file holds no bytes: no session has been written to it yet. [`crate::Session::create`]
+    /// makes such a file, and an agent starting a conversation in a file it just created may
+    /// take this error as the empty context (`panto send` and `panto chat` do); everything
+    /// that reads a session reports it.
+    #[error("{}: line 1: the session file is empty: no entries", path.display())]
+    Empty {
+        /// The session file.
+        path: PathBuf,
+    },
     /// The path names a directory.
     #[error("{}: is a directory, not a session file", path.display())]
     IsDirectory {

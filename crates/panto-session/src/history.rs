@@ -30,15 +30,6 @@ pub struct History {
 
 impl History {
     pub(crate) fn new(path: PathBuf, file: File) -> History {
-        let mut warnings = Vec::new();
-        if file.metadata().is_ok_and(|m| m.len() == 0) {
-            warnings.push(Warning {
-                path: path.clone(),
-                offset: 0,
-                line: Some(1),
-                kind: WarningKind::EmptyFile,
-            });
-        }
         History {
             path,
             reader: BufReader::with_capacity(64 * 1024, file),
@@ -46,7 +37,7 @@ impl History {
             offset: 0,
             line: 0,
             run: None,
-            warnings,
+            warnings: Vec::new(),
             done: false,
         }
     }

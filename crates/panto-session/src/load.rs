@@ -63,15 +63,8 @@ pub(crate) fn load(path: &Path, file: &File, chunk: usize) -> Result<Loaded> {
         .map_err(|e| SessionError::io(path, "read the metadata of", e))?
         .len();
     if len == 0 {
-        return Ok(Loaded {
-            context: EffectiveContext::default(),
-            warnings: vec![Warning {
-                path: path.to_path_buf(),
-                offset: 0,
-                line: Some(1),
-                kind: WarningKind::EmptyFile,
-            }],
-            stats: LoadStats::default(),
+        return Err(SessionError::Empty {
+            path: path.to_path_buf(),
         });
     }
     let io = |e| SessionError::io(path, "read", e);

@@ -27,7 +27,9 @@ pub struct Session {
 }
 
 impl Session {
-    /// Opens an existing session file. An empty file is a valid, empty session.
+    /// Opens an existing session file. An empty file opens (it is what [`Session::create`]
+    /// makes, and appending to it starts the session), but reading it reports
+    /// [`SessionError::Empty`].
     ///
     /// # Errors
     /// [`SessionError::NotFound`] when the file does not exist (creating a session is the
@@ -133,7 +135,7 @@ impl Session {
     ///
     /// # Errors
     /// [`SessionError::Malformed`] for a bad line in the part read, naming its true line number;
-    /// [`SessionError::NotFound`], [`SessionError::IsDirectory`], [`SessionError::NotAFile`] and
+    /// [`SessionError::Empty`] for a file without a single byte; [`SessionError::NotFound`], [`SessionError::IsDirectory`], [`SessionError::NotAFile`] and
     /// [`SessionError::Io`] from the file system.
     pub fn load_context(&self) -> Result<Loaded> {
         let file = open_read(&self.path)?;
@@ -144,9 +146,18 @@ impl Session {
     /// constant memory. The iterator yields an error (and then ends) at the first bad line.
     ///
     /// # Errors
-    /// When the file cannot be opened; see [`Session::load_context`].
+    /// When the file cannot be opened or is empty; see [`Session::load_context`].
     pub fn history(&self) -> Result<History> {
         let file = open_read(&self.path)?;
+        let len = file
+            .metadata()
+            .map_err(|e| SessionError::io(&self.path, "read the metadata of", e))?
+            .len();
+        if len == 0 {
+            return Err(SessionError::Empty {
+                path: self.path.clone(),
+            });
+        }
         Ok(History::new(self.path.clone(), file))
     }
 

@@ -40,10 +40,6 @@ pub enum WarningKind {
         /// Whether a `torn_write` record acknowledges them.
         acknowledged: bool,
     },
-    /// The file holds no bytes at all: an empty session. It is what [`crate::Session::create`]
-    /// makes, so it loads (as an empty context); the warning tells a reader that nothing is in
-    /// it, in case a file was emptied by mistake.
-    EmptyFile,
     /// An entry whose `type` this version of panto does not know: skipped by replay, kept in
     /// the file.
     UnknownType {
@@ -83,7 +79,6 @@ impl fmt::Display for Warning {
                 f,
                 "remains of an interrupted write at the end of the file ({len} bytes) skipped"
             ),
-            WarningKind::EmptyFile => write!(f, "the session file is empty: no entries"),
             WarningKind::UnknownType { kind } => {
                 write!(f, "entry of unknown type `{kind}` skipped")
             }

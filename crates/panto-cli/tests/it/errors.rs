@@ -62,19 +62,32 @@ fn missing_directory_and_binary_files_are_bad_input() {
 }
 
 #[test]
-fn an_empty_file_is_an_empty_session() {
+fn an_empty_file_is_bad_input_for_every_command_that_reads_it() {
     let sb = Sandbox::new();
     sb.write("empty.jsonl", "");
-    let run = sb.run(&["context", "empty.jsonl", "--json"]);
-    assert!(
-        run.stderr
-            .contains("empty.jsonl: line 1: the session file is empty"),
-        "{}",
-        run.stderr
-    );
-    let doc = run.expect_code(0).json();
-    assert_eq!(doc["messages"], serde_json::json!([]));
-    assert_eq!(doc["turns"], 0);
+    for args in [
+        &["context", "empty.jsonl", "--json"][..],
+        &["transcript", "empty.jsonl"],
+        &["compact", "empty.jsonl", "--provider", "offline"],
+        &[
+            "compact",
+            "empty.jsonl",
+            "--provider",
+            "offline",
+            "--dry-run",
+        ],
+    ] {
+        let run = sb.run(args);
+        run.expect_code(2);
+        assert!(
+            run.stderr
+                .contains("empty.jsonl: line 1: the session file is empty: no entries"),
+            "{args:?}: {}",
+            run.stderr
+        );
+    }
+    // Nothing was written to it.
+    assert_eq!(std::fs::read(sb.work().join("empty.jsonl")).unwrap(), b"");
 }
 
 #[test]

@@ -399,3 +399,22 @@ async fn the_project_compaction_prompt_wins_over_the_user_one() {
         seen[1].system
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn send_starts_the_conversation_in_an_empty_file() {
+    let p = Protocol::ALL[0];
+    let model = FakeModel::new(p, 1_000_000);
+    let server = model.clone().start().await;
+    let sb = Sandbox::new();
+    sb.write("started.jsonl", "");
+    sb.run(&["context", "started.jsonl"]).expect_code(2);
+    let run = panto(&sb, p, &server.uri(), &["send", "started.jsonl", "Hello?"]).await;
+    run.expect_code(0);
+    assert!(!run.stderr.contains("warning"), "{}", run.stderr);
+    let roles: Vec<Value> = entries(&sb, "started.jsonl")
+        .iter()
+        .map(|e| e["role"].clone())
+        .collect();
+    assert_eq!(roles, [json!("user"), json!("assistant")]);
+    sb.run(&["context", "started.jsonl"]).expect_code(0);
+}

@@ -69,30 +69,35 @@ fn create_never_truncates_an_existing_file() {
 }
 
 #[test]
-fn an_empty_file_is_an_empty_session_with_a_clear_warning() {
+fn an_empty_file_opens_reads_as_a_clear_error_and_starts_with_its_first_append() {
     let (_dir, path) = temp_session();
     let s = session_with(&path, b"");
-    let loaded = s.load_context().unwrap();
-    assert!(loaded.context.messages.is_empty());
-    let warnings: Vec<String> = loaded.warnings.iter().map(ToString::to_string).collect();
-    assert_eq!(
-        warnings,
-        [format!(
-            "{}: line 1: the session file is empty: no entries",
-            path.display()
-        )]
+    let want = format!(
+        "{}: line 1: the session file is empty: no entries",
+        path.display()
     );
-    let mut history = s.history().unwrap();
-    assert_eq!(history.by_ref().count(), 0);
-    assert_eq!(history.warnings().len(), 1);
-    // After the first append the warning is gone.
+    let err = s.load_context().unwrap_err();
+    assert!(matches!(err, SessionError::Empty { .. }), "{err:?}");
+    assert_eq!(err.to_string(), want);
+    assert_eq!(s.history().unwrap_err().to_string(), want);
+    assert_eq!(
+        s.lock().unwrap().load_context().unwrap_err().to_string(),
+        want
+    );
+    assert_eq!(fs::read(&path).unwrap(), b"");
+    // The first append starts the session.
     s.append(&[Entry::Message(Message::user_text("hi"))])
         .unwrap();
-    assert!(s.load_context().unwrap().warnings.is_empty());
-    // And `create` makes exactly that.
+    let loaded = s.load_context().unwrap();
+    assert_eq!(loaded.context.messages.len(), 1);
+    assert!(loaded.warnings.is_empty());
+    // `create` makes exactly that file.
     let (_dir2, path2) = temp_session();
     let created = Session::create(&path2, opts()).unwrap();
-    assert!(created.load_context().unwrap().context.messages.is_empty());
+    assert!(matches!(
+        created.load_context(),
+        Err(SessionError::Empty { .. })
+    ));
 }
 
 #[test]

@@ -87,6 +87,10 @@ fn check_error(err: &SessionError, bytes: &[u8]) -> Result<(), TestCaseError> {
             );
             Ok(())
         }
+        SessionError::Empty { .. } => {
+            prop_assert!(bytes.is_empty(), "{}", err);
+            Ok(())
+        }
         other => Err(TestCaseError::fail(format!("unexpected error {other}"))),
     }
 }
