@@ -4,8 +4,8 @@
 //!   the Contract 1 shapes; [`Entry`] is one line of a session file.
 //! - [`decode_line`] / [`entries`] read JSONL with errors that name line, column and field;
 //!   [`encode_line`] writes it back. Unknown fields survive the round trip.
-//! - [`turns`] splits messages into whole turns (Contract 2); [`validate`] reports protocol
-//!   problems as values.
+//! - [`turns`] splits messages into whole turns (Contract 2), pairing results with calls through
+//!   [`CallIndex`]; [`validate`] reports protocol problems as values.
 //! - [`replay`] turns entries into the [`EffectiveContext`]: the latest compaction block followed
 //!   by the entries after it.
 //!
@@ -17,6 +17,7 @@
 
 #[cfg(feature = "proptest")]
 pub mod arbitrary;
+mod calls;
 mod decode;
 mod entry;
 mod message;
@@ -25,6 +26,7 @@ mod serde_impl;
 mod turns;
 mod validate;
 
+pub use calls::CallIndex;
 pub use decode::{
     DecodeError, Entries, decode_line, encode_line, encode_lines, entries, from_json, read_entries,
     read_entries_lossy,

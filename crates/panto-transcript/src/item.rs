@@ -1,9 +1,7 @@
 //! Transcript items: what a transcript holds, one item per marker, and the walk from messages
 //! to items that both the renderer and [`transcript_items`] use.
 
-use std::collections::HashMap;
-
-use panto_model::{ContentBlock, ImageBlock, Message, Role, ToolResultContent};
+use panto_model::{CallIndex, ContentBlock, ImageBlock, Message, Role, ToolResultContent};
 use serde_json::Value;
 
 /// Who an image or an unknown block came from: a message author, or a tool (inside a result).
@@ -198,7 +196,7 @@ fn media_type(image: &ImageBlock) -> Option<&str> {
 /// Calls `f` with every item of `messages`, in order (see [`transcript_items`]).
 pub(crate) fn walk<'a>(messages: &'a [Message], mut f: impl FnMut(ItemRef<'a>)) {
     // Tool name by call id, for the calls seen so far; a later call with the same id wins.
-    let mut names: HashMap<&'a str, &'a str> = HashMap::new();
+    let mut names: CallIndex<'a, &'a str> = CallIndex::default();
     for message in messages {
         let role = message.role;
         for block in &message.content {
@@ -212,7 +210,7 @@ pub(crate) fn walk<'a>(messages: &'a [Message], mut f: impl FnMut(ItemRef<'a>)) 
                     text: &t.thinking,
                 }),
                 ContentBlock::ToolUse(u) => {
-                    names.insert(&u.id, &u.name);
+                    names.push(&u.id, &u.name);
                     f(ItemRef::ToolCall {
                         role,
                         id: &u.id,
@@ -223,7 +221,7 @@ pub(crate) fn walk<'a>(messages: &'a [Message], mut f: impl FnMut(ItemRef<'a>)) 
                 ContentBlock::ToolResult(r) => {
                     f(ItemRef::ToolResult {
                         id: &r.tool_use_id,
-                        name: names.get(r.tool_use_id.as_str()).copied(),
+                        name: names.latest(&r.tool_use_id),
                         is_error: r.failed(),
                         content: &r.content,
                     });
