@@ -1,8 +1,8 @@
 //! The append-only JSONL session store of panto (Contract 1 of the product brief).
 //!
 //! - [`Session`] is a session file: [`Session::open`] an existing one (an empty file opens,
-//!   and reading it is [`SessionError::Empty`]), [`Session::create`] a new one, [`Session::append`] entries as whole lines
-//!   under an exclusive lock with fsync, [`Session::load_context`] the effective context, and
+//!   and reading it is [`SessionError::Empty`]), [`Session::create`] a new one,
+//!   [`Session::append`] entries as whole lines under an exclusive lock with fsync, [`Session::load_context`] the effective context, and
 //!   [`Session::history`] to stream every entry with its line number.
 //! - [`Loaded`] is the effective context plus [`Warning`]s (torn last line, remains of an
 //!   interrupted write, unknown entry types, incomplete compactions) and [`LoadStats`].

@@ -56,8 +56,9 @@ struct Pending {
     kind: WarningKind,
 }
 
-/// Loads the effective context of the file at `path`, opened as `file`.
-pub(crate) fn load(path: &Path, file: &File, chunk: usize) -> Result<Loaded> {
+/// The length of the session file at `path`, opened as `file`, for a reader: an empty file is
+/// [`SessionError::Empty`].
+pub(crate) fn readable_len(path: &Path, file: &File) -> Result<u64> {
     let len = file
         .metadata()
         .map_err(|e| SessionError::io(path, "read the metadata of", e))?
@@ -67,6 +68,12 @@ pub(crate) fn load(path: &Path, file: &File, chunk: usize) -> Result<Loaded> {
             path: path.to_path_buf(),
         });
     }
+    Ok(len)
+}
+
+/// Loads the effective context of the file at `path`, opened as `file`.
+pub(crate) fn load(path: &Path, file: &File, chunk: usize) -> Result<Loaded> {
+    let len = readable_len(path, file)?;
     let io = |e| SessionError::io(path, "read", e);
     let mut back = BackLines::new(file, len, chunk);
     let mut pending = Vec::new();

@@ -10,7 +10,7 @@ use serde_json::Value;
 use crate::error::{Result, SessionError};
 use crate::history::History;
 use crate::lines::{BackLines, Line, TORN_WRITE, classify, looks_torn, torn_write_record};
-use crate::load::{Loaded, load};
+use crate::load::{Loaded, load, readable_len};
 use crate::lock::Lock;
 use crate::options::SessionOptions;
 use crate::warning::Warning;
@@ -135,8 +135,9 @@ impl Session {
     ///
     /// # Errors
     /// [`SessionError::Malformed`] for a bad line in the part read, naming its true line number;
-    /// [`SessionError::Empty`] for a file without a single byte; [`SessionError::NotFound`], [`SessionError::IsDirectory`], [`SessionError::NotAFile`] and
-    /// [`SessionError::Io`] from the file system.
+    /// [`SessionError::Empty`] for a file without a single byte; [`SessionError::NotFound`],
+    /// [`SessionError::IsDirectory`], [`SessionError::NotAFile`] and [`SessionError::Io`] from
+    /// the file system.
     pub fn load_context(&self) -> Result<Loaded> {
         let file = open_read(&self.path)?;
         load(&self.path, &file, self.options.read_chunk_value())
@@ -149,15 +150,7 @@ impl Session {
     /// When the file cannot be opened or is empty; see [`Session::load_context`].
     pub fn history(&self) -> Result<History> {
         let file = open_read(&self.path)?;
-        let len = file
-            .metadata()
-            .map_err(|e| SessionError::io(&self.path, "read the metadata of", e))?
-            .len();
-        if len == 0 {
-            return Err(SessionError::Empty {
-                path: self.path.clone(),
-            });
-        }
+        readable_len(&self.path, &file)?;
         Ok(History::new(self.path.clone(), file))
     }
 

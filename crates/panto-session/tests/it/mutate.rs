@@ -117,8 +117,9 @@ proptest! {
         fs::write(&path, &bytes).unwrap();
         let session = Session::open(&path, opts().read_chunk(chunk)).unwrap();
         let loaded = session.load_context();
-        let history: Result<Vec<Entry>, SessionError> =
-            session.history().unwrap().map(|r| r.map(|(_, e)| e)).collect();
+        let history: Result<Vec<Entry>, SessionError> = session
+            .history()
+            .and_then(|h| h.map(|r| r.map(|(_, e)| e)).collect());
         prop_assert_eq!(fs::read(&path).unwrap(), bytes.clone());
         if let Err(e) = &loaded {
             check_error(e, &bytes)?;
@@ -131,5 +132,26 @@ proptest! {
         if let (Ok(loaded), Ok(history)) = (&loaded, history) {
             prop_assert_eq!(essence(&loaded.context), essence(&panto_model::replay(history)));
         }
+    }
+}
+
+/// The shrunk failure of `damaged_files_load_or_fail_at_a_bad_line` once reading an empty file
+/// became an error: damage that truncates the whole file leaves nothing, and both readers
+/// report it as `SessionError::Empty` rather than one of them as an empty history.
+#[test]
+fn a_file_damaged_down_to_nothing_is_empty_for_both_readers() {
+    // The shrunk case's first damage, `Truncate` at an index that maps to 0, cut everything.
+    let mut bytes =
+        encode_line(&Entry::Message(panto_model::Message::user_text("hi"))).into_bytes();
+    bytes.truncate(0);
+    let (_dir, path) = temp_session();
+    fs::write(&path, &bytes).unwrap();
+    let session = Session::open(&path, opts()).unwrap();
+    for err in [
+        session.load_context().unwrap_err(),
+        session.history().unwrap_err(),
+    ] {
+        check_error(&err, &bytes).unwrap();
+        assert!(matches!(err, SessionError::Empty { .. }), "{err:?}");
     }
 }
