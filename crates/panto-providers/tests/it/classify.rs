@@ -120,7 +120,8 @@ fn serve(case: &Case) -> Vec<Classification> {
     vec![explain_response(case.protocol, case.status, None, &bytes)]
 }
 
-fn kind(error: &ProviderError) -> &'static str {
+/// The kind of `error`, as the fixtures name it in their `error` field.
+pub(crate) fn kind(error: &ProviderError) -> &'static str {
     match error {
         ProviderError::ContextOverflow { .. } => "context_overflow",
         ProviderError::RateLimited { .. } => "rate_limited",
@@ -226,7 +227,8 @@ fn check_file(path: &Path, strict: bool) -> (usize, Vec<String>) {
     (cases.len(), failures)
 }
 
-fn fixture(name: &str) -> PathBuf {
+/// A file under `tests/fixtures`.
+pub(crate) fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures")
         .join(name)

@@ -4,9 +4,9 @@
 //! 2xx status. The adapter's answer must be an overflow exactly when the case says so, of the
 //! kind the case names.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use panto_provider::{Provider, ProviderError};
+use panto_provider::Provider;
 use panto_providers::{
     AnthropicProvider, GeminiProvider, OpenAiChatProvider, OpenAiResponsesProvider, RetryPolicy,
 };
@@ -14,6 +14,7 @@ use serde_json::Value;
 use wiremock::matchers::method;
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
+use crate::classify::{fixture, kind};
 use crate::common::{self, hello, run};
 
 fn adapter(protocol: &str, base: &str, streaming: bool) -> Box<dyn Provider> {
@@ -54,21 +55,6 @@ fn response(case: &Value) -> ResponseTemplate {
         // A string body is served as raw text (a non-JSON answer).
         Value::String(s) => ResponseTemplate::new(status).set_body_raw(s.clone(), "text/plain"),
         body => ResponseTemplate::new(status).set_body_json(body),
-    }
-}
-
-fn kind(error: &ProviderError) -> &'static str {
-    match error {
-        ProviderError::ContextOverflow { .. } => "context_overflow",
-        ProviderError::RateLimited { .. } => "rate_limited",
-        ProviderError::Authentication { .. } => "authentication",
-        ProviderError::ModelNotFound { .. } => "model_not_found",
-        ProviderError::InvalidRequest { .. } => "invalid_request",
-        ProviderError::Server { .. } => "server",
-        ProviderError::Timeout { .. } => "timeout",
-        ProviderError::Connection { .. } => "connection",
-        ProviderError::MalformedResponse { .. } => "malformed_response",
-        _ => "other",
     }
 }
 
@@ -126,12 +112,6 @@ async fn check(path: &Path, strict_kind: bool) -> (usize, Vec<String>) {
         }
     }
     (served, wrong)
-}
-
-fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name)
 }
 
 #[tokio::test]

@@ -157,6 +157,8 @@ proptest! {
             session.append(&entries[w[0]..w[1]]).unwrap();
         }
         if entries.is_empty() {
+            // Its shrunk case (`ops = [Blank]`): a file that never got an entry is empty. The
+            // named test is `errors::an_empty_file_opens_reads_as_a_clear_error_and_starts_with_its_first_append`.
             let empty = matches!(session.load_context(), Err(SessionError::Empty { .. }));
             prop_assert!(empty);
             return Ok(());
