@@ -195,11 +195,21 @@ fn media_type(image: &ImageBlock) -> Option<&str> {
 
 /// Calls `f` with every item of `messages`, in order (see [`transcript_items`]).
 pub(crate) fn walk<'a>(messages: &'a [Message], mut f: impl FnMut(ItemRef<'a>)) {
+    walk_indexed(messages, |_, _, item| f(item));
+}
+
+/// Like [`walk`], also passing the index of the message and of the content block each item
+/// comes from (a tool result's inner images and unknown blocks carry the result's indices).
+pub(crate) fn walk_indexed<'a>(
+    messages: &'a [Message],
+    mut f: impl FnMut(usize, usize, ItemRef<'a>),
+) {
     // Tool name by call id, for the calls seen so far; a later call with the same id wins.
     let mut names: CallIndex<'a, &'a str> = CallIndex::default();
-    for message in messages {
+    for (m, message) in messages.iter().enumerate() {
         let role = message.role;
-        for block in &message.content {
+        for (b, block) in message.content.iter().enumerate() {
+            let mut f = |item| f(m, b, item);
             match block {
                 ContentBlock::Text(t) => f(ItemRef::Text {
                     role,

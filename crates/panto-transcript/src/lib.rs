@@ -110,7 +110,10 @@ mod syntax;
 pub use error::TranscriptError;
 pub use item::{Speaker, TranscriptItem, transcript_items};
 pub use parse::{ParsedRequest, parse_request, parse_transcript};
-pub use render::{render_request, render_transcript, render_transcript_into};
+pub use render::{
+    Elision, TurnTranscript, elision_marker, render_request, render_request_text, render_transcript,
+    render_transcript_elided, render_transcript_into, render_turns,
+};
 
 #[cfg(test)]
 mod tests;

@@ -4,10 +4,12 @@
 //! escaping copies unremarkable runs whole, and tool arguments are serialised straight into the
 //! buffer.
 
+use std::ops::Range;
+
 use panto_model::{ContentBlock, Message, ToolResultContent};
 
 use crate::escape::{Escaper, escape_into, write_json, write_token};
-use crate::item::{ItemRef, walk};
+use crate::item::{ItemRef, walk, walk_indexed};
 use crate::syntax::{
     Head, INTRO, INTRO_WITH_SUMMARY, SUMMARY_CLOSE, SUMMARY_OPEN, TRANSCRIPT_CLOSE, TRANSCRIPT_OPEN,
 };
@@ -37,15 +39,45 @@ pub fn render_transcript_into(out: &mut String, messages: &[Message]) {
 /// transcript section and at most one previous-summary section in the result, and gives back
 /// `previous_summary` and the items of `prefix` unchanged.
 pub fn render_request(prefix: &[Message], previous_summary: Option<&str>) -> String {
-    let summary_len = previous_summary.map_or(0, str::len);
-    let mut out = String::with_capacity(estimate(prefix) + summary_len + 512);
+    let mut out = String::with_capacity(envelope_capacity(previous_summary) + estimate(prefix));
+    open_request(&mut out, previous_summary);
+    render_transcript_into(&mut out, prefix);
+    close_request(&mut out);
+    out
+}
+
+/// [`render_request`] around a transcript already rendered (by [`render_turns`],
+/// [`render_transcript_elided`] or [`render_transcript`]): the same envelope, the transcript
+/// text copied in once, into a buffer reserved for the whole prompt up front.
+pub fn render_request_text(transcript: &str, previous_summary: Option<&str>) -> String {
+    let mut out = String::with_capacity(envelope_capacity(previous_summary) + transcript.len());
+    open_request(&mut out, previous_summary);
+    out.push_str(transcript);
+    close_request(&mut out);
+    out
+}
+
+/// An upper bound of the envelope's length: the fixed lines, and the summary with room for its
+/// escapes (at most one backslash per reserved line start or tag, so an eighth is ample for any
+/// text that is not made of markers alone; the buffer grows once if it is).
+fn envelope_capacity(previous_summary: Option<&str>) -> usize {
+    let fixed = INTRO_WITH_SUMMARY.len().max(INTRO.len())
+        + SUMMARY_OPEN.len()
+        + SUMMARY_CLOSE.len()
+        + TRANSCRIPT_OPEN.len()
+        + TRANSCRIPT_CLOSE.len()
+        + 16;
+    fixed + previous_summary.map_or(0, |s| s.len() + s.len() / 8)
+}
+
+fn open_request(out: &mut String, previous_summary: Option<&str>) {
     match previous_summary {
         Some(summary) => {
             out.push_str(INTRO_WITH_SUMMARY);
             out.push_str("\n\n");
             out.push_str(SUMMARY_OPEN);
             out.push('\n');
-            escape_into(&mut out, summary, true);
+            escape_into(out, summary, true);
             out.push('\n');
             out.push_str(SUMMARY_CLOSE);
             out.push_str("\n\n");
@@ -57,10 +89,215 @@ pub fn render_request(prefix: &[Message], previous_summary: Option<&str>) -> Str
     }
     out.push_str(TRANSCRIPT_OPEN);
     out.push('\n');
-    render_transcript_into(&mut out, prefix);
+}
+
+fn close_request(out: &mut String) {
     out.push_str(TRANSCRIPT_CLOSE);
     out.push('\n');
-    out
+}
+
+/// A transcript rendered turn by turn into one text, with the end of each turn's part, so that
+/// any run of consecutive turns is one slice of it (see [`render_turns`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TurnTranscript {
+    text: String,
+    ends: Vec<usize>,
+}
+
+impl TurnTranscript {
+    /// The whole text.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// The number of turns.
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    /// Whether there are no turns.
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    /// The transcript of turns `turns` (indices into the turn list it was rendered from),
+    /// exactly as [`render_transcript`] renders their messages.
+    ///
+    /// # Panics
+    /// When the range reaches past the last turn.
+    pub fn turns(&self, turns: Range<usize>) -> &str {
+        if turns.is_empty() {
+            return "";
+        }
+        let start = if turns.start == 0 {
+            0
+        } else {
+            self.ends[turns.start - 1]
+        };
+        &self.text[start..self.ends[turns.end - 1]]
+    }
+}
+
+/// Renders `messages` turn by turn: `turns` are consecutive ranges of `messages` (as
+/// `panto_model::turns` gives them), and the result holds their transcripts one after the
+/// other.
+///
+/// Invariant: `render_turns(m, &turns(m)).text() == render_transcript(m)`. A tool result is
+/// named after its call, and Contract 2 puts the call in the result's own turn, so rendering a
+/// turn alone names every result as rendering the whole transcript does.
+pub fn render_turns(messages: &[Message], turns: &[Range<usize>]) -> TurnTranscript {
+    let mut text = String::with_capacity(estimate(messages));
+    let mut ends = Vec::with_capacity(turns.len());
+    for turn in turns {
+        walk(&messages[turn.clone()], |item| write_item(&mut text, item));
+        ends.push(text.len());
+    }
+    TurnTranscript { text, ends }
+}
+
+/// One item body shortened by [`render_transcript_elided`]: its head and tail are in the
+/// transcript, with a marker between them saying how much was left out. The messages
+/// themselves are not changed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Elision {
+    /// The index of the message in the rendered slice.
+    pub message: usize,
+    /// The index of the content block in that message.
+    pub block: usize,
+    /// The body's length in bytes, as it would be rendered whole (for a tool call, its JSON).
+    pub bytes: usize,
+    /// How many of those bytes are in the transcript (head and tail together).
+    pub kept: usize,
+}
+
+impl Elision {
+    /// How many bytes were left out.
+    pub fn omitted(&self) -> usize {
+        self.bytes - self.kept
+    }
+}
+
+/// The marker line that stands where an elided body's middle was.
+pub fn elision_marker(omitted: usize) -> String {
+    format!(
+        "[\u{2026} {omitted} bytes of this item were left out of the transcript by panto; the session keeps them whole \u{2026}]"
+    )
+}
+
+/// Renders `messages` like [`render_transcript_into`], except that every item body longer than
+/// `max_body` bytes is elided: its first and last `max_body / 2` bytes (cut at character
+/// boundaries) stay, joined by [`elision_marker`] on a line of its own. Returns what was
+/// elided, in order.
+///
+/// The elided text goes through the same escaping as any body, so a cut can never forge a
+/// marker line or a tag. Images and unknown blocks have no body and are never elided.
+pub fn render_transcript_elided(
+    out: &mut String,
+    messages: &[Message],
+    max_body: usize,
+) -> Vec<Elision> {
+    let mut elided = Vec::new();
+    walk_indexed(messages, |message, block, item| {
+        match elide_item(item, max_body) {
+            Some((body, bytes, kept)) => {
+                write_elided(out, item, &body);
+                elided.push(Elision {
+                    message,
+                    block,
+                    bytes,
+                    kept,
+                });
+            }
+            None => write_item(out, item),
+        }
+    });
+    elided
+}
+
+/// The elided body of `item` when its body is longer than `max_body`: `(body, bytes, kept)`.
+fn elide_item(item: ItemRef<'_>, max_body: usize) -> Option<(String, usize, usize)> {
+    let cut = |text: &str| -> Option<(String, usize, usize)> {
+        if text.len() <= max_body {
+            return None;
+        }
+        let head = floor_boundary(text, max_body / 2);
+        let tail = ceil_boundary(text, text.len() - max_body / 2);
+        let omitted = tail - head;
+        let mut body = String::with_capacity(max_body + 128);
+        body.push_str(&text[..head]);
+        body.push('\n');
+        body.push_str(&elision_marker(omitted));
+        body.push('\n');
+        body.push_str(&text[tail..]);
+        Some((body, text.len(), text.len() - omitted))
+    };
+    match item {
+        ItemRef::Text { text, .. }
+        | ItemRef::Thinking { text, .. }
+        | ItemRef::Summary { text } => cut(text),
+        ItemRef::ToolCall { input, .. } => {
+            let mut json = String::new();
+            write_json(&mut json, input);
+            cut(&json)
+        }
+        ItemRef::ToolResult { content, .. } => match content {
+            ToolResultContent::Text(text) => cut(text),
+            ToolResultContent::Blocks(_) => cut(&content.text()),
+        },
+        ItemRef::Image { .. } | ItemRef::Unknown { .. } => None,
+    }
+}
+
+/// The largest character boundary of `text` at or before `i`.
+fn floor_boundary(text: &str, mut i: usize) -> usize {
+    while !text.is_char_boundary(i) {
+        i -= 1;
+    }
+    i
+}
+
+/// The smallest character boundary of `text` at or after `i`.
+fn ceil_boundary(text: &str, mut i: usize) -> usize {
+    while !text.is_char_boundary(i) {
+        i += 1;
+    }
+    i
+}
+
+/// Writes `item` with `body` (already elided) in place of its own.
+fn write_elided(out: &mut String, item: ItemRef<'_>, body: &str) {
+    match item {
+        ItemRef::ToolCall { role, id, name, .. } => {
+            out.push_str(Head::ToolCall(role).open());
+            out.push(' ');
+            write_token(out, name);
+            out.push_str(" (");
+            write_token(out, id);
+            out.push_str(")]: ");
+            escape_into(out, body, false);
+            out.push_str("\n\n");
+        }
+        ItemRef::ToolResult {
+            id, name, is_error, ..
+        } => {
+            tool_result_head(out, id, name, is_error);
+            text_body(out, body);
+        }
+        ItemRef::Text { role, .. } => {
+            out.push_str(Head::Text(role).open());
+            text_body(out, body);
+        }
+        ItemRef::Thinking { role, .. } => {
+            out.push_str(Head::Thinking(role).open());
+            text_body(out, body);
+        }
+        ItemRef::Summary { .. } => {
+            out.push_str(Head::Summary.open());
+            text_body(out, body);
+        }
+        ItemRef::Image { .. } | ItemRef::Unknown { .. } => write_item(out, item),
+    }
 }
 
 /// A cheap lower bound of the rendered size, so that the buffer grows at most a few times.
@@ -138,18 +375,7 @@ fn write_item(out: &mut String, item: ItemRef<'_>) {
             is_error,
             content,
         } => {
-            out.push_str(if is_error {
-                Head::ToolError.open()
-            } else {
-                Head::ToolResult.open()
-            });
-            if let Some(name) = name {
-                out.push(' ');
-                write_token(out, name);
-            }
-            out.push_str(" (");
-            write_token(out, id);
-            out.push(')');
+            tool_result_head(out, id, name, is_error);
             match content {
                 ToolResultContent::Text(text) => text_body(out, text),
                 ToolResultContent::Blocks(blocks) => blocks_body(out, blocks),
@@ -168,6 +394,22 @@ fn write_item(out: &mut String, item: ItemRef<'_>) {
             text_body(out, text);
         }
     }
+}
+
+/// Opens a tool result's marker: the head, the tool's name when known, and the call id.
+fn tool_result_head(out: &mut String, id: &str, name: Option<&str>, is_error: bool) {
+    out.push_str(if is_error {
+        Head::ToolError.open()
+    } else {
+        Head::ToolResult.open()
+    });
+    if let Some(name) = name {
+        out.push(' ');
+        write_token(out, name);
+    }
+    out.push_str(" (");
+    write_token(out, id);
+    out.push(')');
 }
 
 /// Closes the marker and writes an escaped text body and the blank line after it.

@@ -7,8 +7,9 @@ use panto_model::{
     ToolResultContent,
 };
 use panto_transcript::{
-    ParsedRequest, parse_request, parse_transcript, render_request, render_transcript,
-    render_transcript_into, transcript_items,
+    ParsedRequest, TranscriptItem, elision_marker, parse_request, parse_transcript,
+    render_request, render_request_text, render_transcript, render_transcript_elided,
+    render_transcript_into, render_turns, transcript_items,
 };
 use proptest::collection::vec;
 use proptest::prelude::*;
@@ -292,6 +293,62 @@ proptest! {
     }
 
     #[test]
+    fn turn_by_turn_rendering_is_the_transcript(session in arbitrary::session(6)) {
+        let turns = panto_model::turns(&session.messages);
+        let rendered = render_turns(&session.messages, &turns);
+        prop_assert_eq!(rendered.text(), render_transcript(&session.messages));
+        prop_assert_eq!(rendered.len(), turns.len());
+        // Every run of consecutive turns is the transcript of its messages.
+        for a in 0..turns.len() {
+            for b in a..=turns.len() {
+                let messages = match (turns.get(a), b.checked_sub(1).and_then(|l| turns.get(l))) {
+                    (Some(first), Some(last)) if b > a => &session.messages[first.start..last.end],
+                    _ => &session.messages[0..0],
+                };
+                prop_assert_eq!(rendered.turns(a..b), render_transcript(messages));
+            }
+        }
+    }
+
+    #[test]
+    fn request_around_a_rendered_transcript_is_the_request(
+        messages in messages(),
+        summary in prop::option::of(text()),
+    ) {
+        prop_assert_eq!(
+            render_request_text(&render_transcript(&messages), summary.as_deref()),
+            render_request(&messages, summary.as_deref())
+        );
+    }
+
+    #[test]
+    fn elision_keeps_structure_and_bounds_every_body(
+        messages in messages(),
+        max_body in 0usize..400,
+    ) {
+        let mut out = String::new();
+        let elided = render_transcript_elided(&mut out, &messages, max_body);
+        let whole = transcript_items(&messages);
+        let parsed = parse_transcript(&out);
+        // No item is lost or forged: the same markers, in order, with the same heads.
+        prop_assert_eq!(marker_lines(&out), whole.len());
+        prop_assert_eq!(parsed.len(), whole.len());
+        for (p, w) in parsed.iter().zip(&whole) {
+            prop_assert_eq!(std::mem::discriminant(p), std::mem::discriminant(w));
+        }
+        // Every elided body holds its head, the marker and its tail, within the bound.
+        for e in &elided {
+            prop_assert!(e.bytes > max_body);
+            prop_assert!(e.kept <= max_body);
+            prop_assert!(out.contains(&elision_marker(e.omitted())));
+        }
+        // Nothing is elided when no body is too long.
+        if elided.is_empty() {
+            prop_assert_eq!(out, render_transcript(&messages));
+        }
+    }
+
+    #[test]
     fn parsing_any_text_never_panics(text in text(), more in fragments()) {
         let text = format!("{text}{more}");
         let _ = parse_transcript(&text);
@@ -331,4 +388,42 @@ fn previous_summary_starting_with_a_marker_round_trips() {
             items: vec![],
         })
     );
+}
+
+#[test]
+fn an_elided_tool_result_keeps_its_head_and_tail() {
+    let body = format!("HEAD{}TAIL", "x".repeat(10_000));
+    let messages = vec![
+        Message::new(
+            Role::Assistant,
+            vec![ContentBlock::ToolUse(panto_model::ToolUseBlock {
+                id: "t1".into(),
+                name: "read".into(),
+                input: json!({"path": "big.log"}),
+                extra: Extra::new(),
+            })],
+        ),
+        Message::new(
+            Role::User,
+            vec![ContentBlock::ToolResult(ToolResultBlock {
+                tool_use_id: "t1".into(),
+                content: ToolResultContent::Text(body.clone()),
+                is_error: None,
+                extra: Extra::new(),
+            })],
+        ),
+    ];
+    let mut out = String::new();
+    let elided = render_transcript_elided(&mut out, &messages, 100);
+    assert_eq!(elided.len(), 1);
+    assert_eq!((elided[0].message, elided[0].block), (1, 0));
+    assert_eq!(elided[0].bytes, body.len());
+    assert_eq!(elided[0].kept, 100);
+    let items = parse_transcript(&out);
+    let TranscriptItem::ToolResult { name, text, .. } = &items[1] else {
+        panic!("{items:?}");
+    };
+    assert_eq!(name.as_deref(), Some("read"));
+    assert!(text.starts_with("HEAD") && text.ends_with("TAIL"), "{text}");
+    assert!(text.contains(&elision_marker(body.len() - 100)), "{text}");
 }
