@@ -1,19 +1,25 @@
 //! One compaction: plan, request with model fallback, and the atomic append of the result.
 
 use std::fmt;
+use std::ops::Range;
 use std::sync::Arc;
 
 use panto_model::{
-    CompactionEntry, EffectiveContext, Entry, Extra, KEPT_BY, Message, Trigger, replay,
+    CompactionEntry, EffectiveContext, Entry, Extra, KEPT_BY, Message, Trigger, replay, turns,
 };
-use panto_provider::{Provider, Request, StreamEvent};
-use panto_size::{Sizer, UsageSizer, estimate_request};
-use panto_transcript::render_request;
-use serde_json::Value;
+use panto_provider::{Provider, ProviderError, Request, StreamEvent};
+use panto_size::{
+    BLOCK_OVERHEAD, Heuristic, MESSAGE_OVERHEAD, Sizer, UsageSizer, estimate_request,
+};
+use panto_transcript::{
+    Elision, TurnTranscript, render_request_text, render_transcript_elided, render_turns,
+};
+use serde_json::{Value, json};
 use tracing::{Instrument, info_span};
 
 use crate::error::{AttemptFailure, CompactError};
 use crate::events::CompactionEvent;
+use crate::fold::{FoldBudget, FoldPlan, fold};
 use crate::ids::{IdGenerator, IdKind, UniqueIds};
 use crate::log::SessionLog;
 use crate::plan::{Plan, keep_budget, plan};
@@ -62,8 +68,13 @@ pub struct CompactConfig {
     /// The keep-verbatim budget in tokens ([`DEFAULT_KEEP_TOKENS`]). An overflow that reports
     /// the context limit caps it at a quarter of the limit for that compaction.
     pub keep_tokens: u64,
-    /// The output limit of the compaction request ([`DEFAULT_MAX_OUTPUT_TOKENS`]).
+    /// The output limit of the compaction request ([`DEFAULT_MAX_OUTPUT_TOKENS`]). A request
+    /// whose window is known gets less when input and output would not fit together.
     pub max_output_tokens: u32,
+    /// The model's context window in tokens, when configured. Used only when the provider did
+    /// not state the limit: to fold a prefix too large for one compaction request, and for the
+    /// overflow retry's progress check. `None` by default: correctness never depends on it.
+    pub context_window: Option<u64>,
 }
 
 impl Default for CompactConfig {
@@ -71,6 +82,7 @@ impl Default for CompactConfig {
         CompactConfig {
             keep_tokens: DEFAULT_KEEP_TOKENS,
             max_output_tokens: DEFAULT_MAX_OUTPUT_TOKENS,
+            context_window: None,
         }
     }
 }
@@ -82,8 +94,16 @@ pub struct CompactOptions {
     pub trigger: Trigger,
     /// Extra instructions (`/compact ARGS`), appended to the system prompt.
     pub instructions: Option<String>,
-    /// The context limit an overflow error reported, which caps the keep budget.
+    /// The context limit an overflow error reported, which caps the keep budget and bounds
+    /// every compaction request.
     pub context_limit: Option<u64>,
+    /// For an overflow: panto's estimate of the request that overflowed. The limit is below it,
+    /// so it bounds the compaction requests when the provider stated no limit.
+    pub overflowed_tokens: Option<u64>,
+    /// For an overflow: the provider's own count of that request, when it stated one. With
+    /// [`CompactOptions::overflowed_tokens`] it converts the reported limit into panto's
+    /// estimates when those run low.
+    pub provider_tokens: Option<u64>,
 }
 
 impl CompactOptions {
@@ -93,6 +113,8 @@ impl CompactOptions {
             trigger: Trigger::Manual,
             instructions,
             context_limit: None,
+            overflowed_tokens: None,
+            provider_tokens: None,
         }
     }
 
@@ -102,7 +124,51 @@ impl CompactOptions {
             trigger: Trigger::Overflow,
             instructions: None,
             context_limit,
+            overflowed_tokens: None,
+            provider_tokens: None,
         }
+    }
+
+    /// An automatic compaction after `error` (a context overflow) answered a request that panto
+    /// estimated at `estimated_tokens`: the provider's numbers and the estimate bound the
+    /// compaction requests.
+    pub fn after_overflow(error: &ProviderError, estimated_tokens: u64) -> CompactOptions {
+        let (limit, input) = match error {
+            ProviderError::ContextOverflow {
+                limit,
+                input_tokens,
+                ..
+            } => (*limit, *input_tokens),
+            _ => (None, None),
+        };
+        CompactOptions {
+            overflowed_tokens: Some(estimated_tokens),
+            provider_tokens: input,
+            ..CompactOptions::overflow(limit)
+        }
+    }
+
+    /// The limit known for the model, in panto's estimated tokens: the reported one (scaled
+    /// down when the provider counted the overflowed request higher than panto did), else the
+    /// configured window.
+    pub fn known_limit(&self, context_window: Option<u64>) -> Option<u64> {
+        let reported =
+            self.context_limit.map(
+                |limit| match (self.provider_tokens, self.overflowed_tokens) {
+                    (Some(counted), Some(estimated)) if counted > estimated && counted > 0 => {
+                        scale(limit, estimated, counted)
+                    }
+                    _ => limit,
+                },
+            );
+        reported.or(context_window)
+    }
+
+    /// The limit the compaction requests must fit: [`CompactOptions::known_limit`], else an
+    /// upper bound learned from the overflow (the limit is below the request that overflowed).
+    pub fn request_limit(&self, context_window: Option<u64>) -> Option<u64> {
+        self.known_limit(context_window)
+            .or(self.overflowed_tokens.map(|t| t.saturating_sub(1)))
     }
 
     fn instructions(&self) -> Option<&str> {
@@ -110,6 +176,19 @@ impl CompactOptions {
             .as_deref()
             .map(str::trim)
             .filter(|i| !i.is_empty())
+    }
+}
+
+/// `value * numerator / denominator`, rounded down, without overflow.
+fn scale(value: u64, numerator: u64, denominator: u64) -> u64 {
+    let scaled = u128::from(value) * u128::from(numerator) / u128::from(denominator.max(1));
+    u64::try_from(scaled).unwrap_or(u64::MAX)
+}
+
+fn min_known(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
 }
 
@@ -140,29 +219,76 @@ impl fmt::Display for NothingToCompact {
     }
 }
 
-/// A compaction ready to be sent: the plan and the prompts. Made by [`Compactor::prepare`].
+/// A compaction ready to be sent: the plan, the system prompt and the transcript of the
+/// summarized prefix, rendered once, turn by turn, and sized. Made by [`Compactor::prepare`].
 #[derive(Clone, Debug, PartialEq)]
 pub struct Prepared {
     /// What is summarized and what is kept.
     pub plan: Plan,
     /// The system prompt: COMPACTION.md plus any extra instructions.
     pub system: String,
-    /// The user prompt: the transcript of the summarized prefix and the previous summary.
-    pub user_prompt: String,
+    /// The transcript of the summarized prefix, turn by turn.
+    pub transcript: TurnTranscript,
+    /// The summarized prefix's turns, as ranges of the context's messages.
+    pub turns: Vec<Range<usize>>,
+    /// Estimated tokens of each turn's transcript.
+    pub turn_tokens: Vec<u64>,
+    /// The latest active summary, passed as `<previous-summary>` to the first request.
+    pub previous_summary: Option<String>,
     /// Estimated tokens of the context before compaction.
     pub tokens_before: u64,
+    /// The limit every compaction request must fit, when one is known (see
+    /// [`CompactOptions::request_limit`]).
+    pub limit: Option<u64>,
 }
 
 impl Prepared {
-    /// The compaction request for `model`: one user message, no tools.
-    pub fn request(&self, model: &str, max_output_tokens: u32) -> Request {
-        Request::new(
-            model,
-            self.system.clone(),
-            vec![Message::user_text(self.user_prompt.clone())],
-            max_output_tokens,
-        )
+    /// The user prompt of a compaction in one request: the whole prefix's transcript and the
+    /// previous summary. (A fold sends slices of the same transcript.)
+    pub fn user_prompt(&self) -> String {
+        render_request_text(self.transcript.text(), self.previous_summary.as_deref())
     }
+}
+
+/// One request of a fold, as it was answered.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct FoldStep {
+    /// The turns summarized, as indices into the prefix's turns.
+    pub turns: Range<usize>,
+    /// The messages summarized, as a range of the context's messages.
+    pub messages: Range<usize>,
+    /// The model that answered.
+    pub model: String,
+    /// Whether `compaction_model` failed and the active model answered.
+    pub fallback: bool,
+    /// panto's estimate of the request's input (system prompt and user prompt).
+    pub input_tokens: u64,
+    /// The output limit the request was sent with.
+    pub max_output_tokens: u32,
+    /// panto's estimate of the summary it returned.
+    pub summary_tokens: u64,
+    /// Item bodies elided in this request's transcript.
+    pub elided: usize,
+    /// Requests of this step the provider rejected as too large before this one fitted.
+    pub rejected: usize,
+}
+
+/// An item body left out of a compaction request's transcript because it could not fit any
+/// request. The session keeps it whole.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ElidedItem {
+    /// The index of the message in the context.
+    pub message: usize,
+    /// Its id, when it has one.
+    pub message_id: Option<String>,
+    /// The index of the content block in the message.
+    pub block: usize,
+    /// The body's size in bytes.
+    pub bytes: usize,
+    /// The bytes kept in the transcript (head and tail).
+    pub kept: usize,
 }
 
 /// What a finished compaction did.
@@ -192,6 +318,12 @@ pub struct CompactionReport {
     pub tokens_after: u64,
     /// The retention plan: turns and messages summarized and kept.
     pub plan: Plan,
+    /// The fold's requests, oldest turns first (one for a prefix that fits one request).
+    pub steps: Vec<FoldStep>,
+    /// Every request sent, the rejected and failed ones included.
+    pub requests: usize,
+    /// Item bodies elided in the transcripts (never in the session).
+    pub elided: Vec<ElidedItem>,
 }
 
 /// A compaction's result: what to append, and the context it produces.
@@ -325,11 +457,13 @@ impl Compactor {
         self.ids.next_id(kind)
     }
 
-    /// Plans a compaction of `context` and builds its prompts, without asking any model.
+    /// Plans a compaction of `context`, builds its system prompt and renders the transcript
+    /// of the summarized prefix (once, turn by turn, each turn sized), without asking any model.
     ///
-    /// The budget is `keep_tokens`, capped at a quarter of `options.context_limit`. An
-    /// overflow compaction must shrink the context, so when that budget would keep every turn
-    /// it keeps only the in-flight turn instead.
+    /// The budget is `keep_tokens`, capped at a quarter of the limit the requests must fit
+    /// ([`CompactOptions::request_limit`]) when one is known. An overflow compaction must shrink
+    /// the context, so when that budget would keep every turn it keeps only the in-flight turn
+    /// instead.
     ///
     /// # Errors
     /// [`NothingToCompact`] when nothing lies before the kept suffix.
@@ -339,7 +473,8 @@ impl Compactor {
         options: &CompactOptions,
     ) -> Result<Prepared, NothingToCompact> {
         let sizes = self.sizer.message_sizes(&context.messages);
-        let budget = keep_budget(self.config.keep_tokens, options.context_limit);
+        let limit = options.request_limit(self.config.context_window);
+        let budget = keep_budget(self.config.keep_tokens, limit);
         let mut p = plan(context, &sizes, budget);
         if p.is_empty() && options.trigger == Trigger::Overflow && p.kept_turns > 1 {
             p = plan(context, &sizes, 0);
@@ -352,12 +487,25 @@ impl Compactor {
             });
         }
         let system = self.prompt.system_prompt(options.instructions());
-        let user_prompt = render_request(&context.messages[p.prefix()], context.summary());
+        let prefix = &context.messages[p.prefix()];
+        let prefix_turns = turns(prefix);
+        let transcript = render_turns(prefix, &prefix_turns);
+        let turn_tokens = (0..prefix_turns.len())
+            .map(|t| Heuristic.text(transcript.turns(t..t + 1)))
+            .collect();
+        let turns = prefix_turns
+            .into_iter()
+            .map(|t| t.start + p.head..t.end + p.head)
+            .collect();
         Ok(Prepared {
+            tokens_before: estimate_request("", &context.messages),
             plan: p,
             system,
-            user_prompt,
-            tokens_before: estimate_request("", &context.messages),
+            transcript,
+            turns,
+            turn_tokens,
+            previous_summary: context.summary().map(str::to_owned),
+            limit,
         })
     }
 
@@ -429,7 +577,8 @@ impl Compactor {
         Ok(outcome)
     }
 
-    /// Plans, asks the models, and builds the append.
+    /// Plans, folds the prefix through as many requests as the window needs, and builds the
+    /// append.
     async fn produce(
         &mut self,
         context: &EffectiveContext,
@@ -442,45 +591,23 @@ impl Compactor {
                 return Ok(CompactOutcome::NothingToCompact(nothing));
             }
         };
-        let (first, second) = match &self.compaction_model {
-            Some(m) => (m.clone(), Some(self.active.clone())),
-            None => (self.active.clone(), None),
-        };
+        let first_model = self
+            .compaction_model
+            .as_ref()
+            .unwrap_or(&self.active)
+            .model
+            .clone();
         self.emit(CompactionEvent::Started {
             trigger: options.trigger.clone(),
-            model: first.model.clone(),
+            model: first_model,
             plan: prepared.plan.clone(),
             tokens_before: prepared.tokens_before,
         });
-        let max_output = self.config.max_output_tokens;
-        let attempt = match ask(&first, &prepared, max_output).await {
-            Ok(summary) => Ok((summary, first, None)),
-            Err(cause) => match second {
-                None => Err(CompactError::Compaction {
-                    model: first.model.clone(),
-                    cause,
-                }),
-                Some(active) => {
-                    tracing::warn!(model = %first.model, %cause, "compaction model failed, falling back to the active model");
-                    self.emit(CompactionEvent::FallingBack {
-                        failed_model: first.model.clone(),
-                        cause: cause.clone(),
-                        model: active.model.clone(),
-                    });
-                    match ask(&active, &prepared, max_output).await {
-                        Ok(summary) => Ok((summary, active, Some(cause))),
-                        Err(second) => Err(CompactError::BothModelsFailed {
-                            compaction_model: first.model.clone(),
-                            first: Box::new(cause),
-                            active_model: active.model.clone(),
-                            second: Box::new(second),
-                        }),
-                    }
-                }
-            },
-        };
-        let ((summary, truncated), used, fallback_cause) = match attempt {
-            Ok(ok) => ok,
+        match self.fold(context, &prepared).await {
+            Ok(folded) => {
+                let compacted = self.build(context, options, prepared, folded);
+                Ok(CompactOutcome::Compacted(Box::new(compacted)))
+            }
             Err(error) => {
                 self.emit(CompactionEvent::Failed {
                     trigger: options.trigger.clone(),
@@ -489,33 +616,259 @@ impl Compactor {
                     tokens_before: prepared.tokens_before,
                     error: error.to_string(),
                 });
-                return Err(error);
+                Err(error)
             }
-        };
-        let compacted = self.build(
-            context,
-            options,
-            prepared,
-            summary,
-            truncated,
-            &used,
-            fallback_cause,
+        }
+    }
+
+    /// Walks the fold: each chunk of whole turns is summarized with the summary so far as
+    /// `<previous-summary>`, oldest first; the last summary is the result. A request the
+    /// provider rejects as too large shrinks the limit (from the provider's numbers, else by
+    /// half) and re-plans the turns not yet summarized, at most [`MAX_SHRINKS`] times.
+    async fn fold(
+        &mut self,
+        context: &EffectiveContext,
+        prepared: &Prepared,
+    ) -> Result<Folded, CompactError> {
+        let max_output = u64::from(self.config.max_output_tokens);
+        let fixed = request_overhead(&prepared.system);
+        let mut limit = prepared.limit;
+        let mut running = prepared.previous_summary.clone();
+        let mut done = 0;
+        let mut shrinks = 0;
+        let mut rejected_here = 0;
+        let mut folded = Folded::default();
+        let mut plan = self.plan_rest(prepared, done, limit, fixed, running.as_deref())?;
+        self.emit(CompactionEvent::Folding {
+            steps: plan.requests(),
+            limit,
+            transcript_tokens: plan.total,
+        });
+        while done < prepared.turns.len() {
+            let chunk = plan.chunks[0].clone();
+            let step = folded.steps.len() + 1;
+            let steps = folded.steps.len() + plan.requests();
+            let turns = chunk.turns.start + done..chunk.turns.end + done;
+            let messages = prepared.turns[turns.start].start..prepared.turns[turns.end - 1].end;
+            let (transcript, elisions) = if chunk.needs_elision() {
+                elide_to_fit(&context.messages[messages.clone()], chunk.capacity).ok_or_else(
+                    || CompactError::TurnTooLarge {
+                        tokens: chunk.tokens,
+                        capacity: chunk.capacity,
+                    },
+                )?
+            } else {
+                (
+                    prepared.transcript.turns(turns.clone()).to_owned(),
+                    Vec::new(),
+                )
+            };
+            let user_prompt = render_request_text(&transcript, running.as_deref());
+            drop(transcript);
+            let input_tokens = fixed + Heuristic.text(&user_prompt);
+            let last = plan.chunks.len() == 1;
+            let output = match limit {
+                None => max_output,
+                Some(l) if last => max_output.min(l.saturating_sub(input_tokens)),
+                Some(l) => plan.output.min(l.saturating_sub(input_tokens)),
+            }
+            .max(1);
+            let output = u32::try_from(output).unwrap_or(u32::MAX);
+            if !elisions.is_empty() {
+                self.emit(CompactionEvent::Elided {
+                    step,
+                    items: elisions.len(),
+                    bytes: elisions.iter().map(|e| e.omitted() as u64).sum(),
+                });
+            }
+            self.emit(CompactionEvent::Step {
+                step,
+                steps,
+                turns: turns.len(),
+                input_tokens,
+                max_output_tokens: output,
+            });
+            let answer = self
+                .ask_with_fallback(&prepared.system, user_prompt, output, &mut folded.requests)
+                .await;
+            match answer {
+                Ok(answer) => {
+                    let summary_tokens = Heuristic.text(&answer.summary);
+                    folded.fallback_cause = answer.fallback_cause.clone().or(folded.fallback_cause);
+                    folded.steps.push(FoldStep {
+                        turns: turns.clone(),
+                        messages: messages.clone(),
+                        model: answer.used.model.clone(),
+                        fallback: answer.fallback_cause.is_some(),
+                        input_tokens,
+                        max_output_tokens: output,
+                        summary_tokens,
+                        elided: elisions.len(),
+                        rejected: rejected_here,
+                    });
+                    folded.elided.extend(elisions.into_iter().map(|e| {
+                        let message = messages.start + e.message;
+                        ElidedItem {
+                            message,
+                            message_id: context.messages[message].id.clone(),
+                            block: e.block,
+                            bytes: e.bytes,
+                            kept: e.kept,
+                        }
+                    }));
+                    folded.truncated = answer.truncated;
+                    folded.used = Some(answer.used);
+                    running = Some(answer.summary);
+                    done = turns.end;
+                    rejected_here = 0;
+                    if done < prepared.turns.len() {
+                        plan = self.plan_rest(prepared, done, limit, fixed, running.as_deref())?;
+                    }
+                }
+                Err(Failure::Overflow { error }) if shrinks < MAX_SHRINKS => {
+                    shrinks += 1;
+                    rejected_here += 1;
+                    let transcript_tokens = input_tokens
+                        .saturating_sub(fixed + running.as_deref().map_or(0, previous_tokens));
+                    let smaller = shrink(
+                        limit,
+                        &error,
+                        input_tokens,
+                        u64::from(output),
+                        transcript_tokens,
+                    );
+                    tracing::warn!(%error, step, limit = smaller, "compaction request overflowed, shrinking");
+                    limit = Some(smaller);
+                    plan = self.plan_rest(prepared, done, limit, fixed, running.as_deref())?;
+                    self.emit(CompactionEvent::Shrinking {
+                        step,
+                        limit: smaller,
+                        steps: folded.steps.len() + plan.requests(),
+                        cause: error.to_string(),
+                    });
+                }
+                Err(Failure::Overflow { error }) => {
+                    return Err(CompactError::FoldOverflow {
+                        step,
+                        steps,
+                        shrinks,
+                        estimated_tokens: input_tokens,
+                        limit,
+                        error,
+                    });
+                }
+                Err(Failure::Other(e)) => return Err(e),
+            }
+        }
+        folded.summary = running.unwrap_or_default();
+        Ok(folded)
+    }
+
+    /// The fold of the turns from `done` on, with `previous` as the first request's summary.
+    fn plan_rest(
+        &self,
+        prepared: &Prepared,
+        done: usize,
+        limit: Option<u64>,
+        fixed: u64,
+        previous: Option<&str>,
+    ) -> Result<FoldPlan, CompactError> {
+        let budget = FoldBudget::new(
+            limit,
+            fixed,
+            previous.map_or(0, previous_tokens),
+            u64::from(self.config.max_output_tokens),
         );
-        Ok(CompactOutcome::Compacted(Box::new(compacted)))
+        fold(&prepared.turn_tokens[done..], &budget).map_err(CompactError::NoRoom)
+    }
+
+    /// Asks `compaction_model` (when configured) for one summary, then the active model once
+    /// when it fails. Counts every request in `requests`.
+    async fn ask_with_fallback(
+        &mut self,
+        system: &str,
+        user_prompt: String,
+        max_output_tokens: u32,
+        requests: &mut usize,
+    ) -> Result<Answer, Failure> {
+        let (first, second) = match &self.compaction_model {
+            Some(m) => (m.clone(), Some(self.active.clone())),
+            None => (self.active.clone(), None),
+        };
+        let mut request = Request::new(
+            first.model.clone(),
+            system,
+            vec![Message::user_text(user_prompt)],
+            max_output_tokens,
+        );
+        *requests += 1;
+        let cause = match ask(&first, &request).await {
+            Ok((summary, truncated)) => {
+                return Ok(Answer {
+                    summary,
+                    truncated,
+                    used: first,
+                    fallback_cause: None,
+                });
+            }
+            Err(cause) => cause,
+        };
+        let Some(active) = second else {
+            return Err(match cause {
+                AttemptFailure::Provider(error) if error.is_context_overflow() => {
+                    Failure::Overflow { error }
+                }
+                cause => Failure::Other(CompactError::Compaction {
+                    model: first.model.clone(),
+                    cause,
+                }),
+            });
+        };
+        tracing::warn!(model = %first.model, %cause, "compaction model failed, falling back to the active model");
+        self.emit(CompactionEvent::FallingBack {
+            failed_model: first.model.clone(),
+            cause: cause.clone(),
+            model: active.model.clone(),
+        });
+        request.model.clone_from(&active.model);
+        *requests += 1;
+        match ask(&active, &request).await {
+            Ok((summary, truncated)) => Ok(Answer {
+                summary,
+                truncated,
+                used: active,
+                fallback_cause: Some(cause),
+            }),
+            Err(AttemptFailure::Provider(error)) if error.is_context_overflow() => {
+                Err(Failure::Overflow { error })
+            }
+            Err(second) => Err(Failure::Other(CompactError::BothModelsFailed {
+                compaction_model: first.model.clone(),
+                first: Box::new(cause),
+                active_model: active.model.clone(),
+                second: Box::new(second),
+            })),
+        }
     }
 
     /// Builds the append: the compaction entry, then the kept copies marked `kept_by`.
-    #[allow(clippy::too_many_arguments)]
     fn build(
         &mut self,
         context: &EffectiveContext,
         options: &CompactOptions,
         prepared: Prepared,
-        summary: String,
-        truncated: bool,
-        used: &ModelRef,
-        fallback_cause: Option<AttemptFailure>,
+        folded: Folded,
     ) -> Compacted {
+        let Folded {
+            summary,
+            truncated,
+            used,
+            fallback_cause,
+            steps,
+            requests,
+            elided,
+        } = folded;
+        let used = used.unwrap_or_else(|| self.active.clone());
         let id = self.ids.next_id(IdKind::Compaction);
         let copies: Vec<Message> = context.messages[prepared.plan.kept()]
             .iter()
@@ -549,6 +902,19 @@ impl Compactor {
             "summarized_messages".into(),
             (plan.prefix().len() as u64).into(),
         );
+        extra.insert("requests".into(), (requests as u64).into());
+        if steps.len() > 1 {
+            extra.insert("fold_steps".into(), (steps.len() as u64).into());
+        }
+        if !elided.is_empty() {
+            let items: Vec<Value> = elided
+                .iter()
+                .map(|e| {
+                    json!({"message": e.message_id, "block": e.block, "bytes": e.bytes, "kept": e.kept})
+                })
+                .collect();
+            extra.insert("elided".into(), Value::Array(items));
+        }
         if truncated {
             extra.insert("truncated".into(), true.into());
         }
@@ -584,6 +950,9 @@ impl Compactor {
                 tokens_before: prepared.tokens_before,
                 tokens_after,
                 plan,
+                steps,
+                requests,
+                elided,
             },
         }
     }
@@ -595,18 +964,134 @@ impl Compactor {
     }
 }
 
+/// How many times one fold shrinks its limit after a compaction request overflowed anyway.
+pub const MAX_SHRINKS: usize = 3;
+
+/// What a fold produced.
+#[derive(Default)]
+struct Folded {
+    summary: String,
+    truncated: bool,
+    used: Option<ModelRef>,
+    fallback_cause: Option<AttemptFailure>,
+    steps: Vec<FoldStep>,
+    requests: usize,
+    elided: Vec<ElidedItem>,
+}
+
+/// One summary, and who wrote it.
+struct Answer {
+    summary: String,
+    truncated: bool,
+    used: ModelRef,
+    fallback_cause: Option<AttemptFailure>,
+}
+
+/// Why one chunk got no summary: too large for the model that was asked last (the fold may
+/// shrink and try again), or anything else (the fold fails).
+enum Failure {
+    Overflow { error: ProviderError },
+    Other(CompactError),
+}
+
+/// The estimated tokens of a compaction request besides its user prompt's text: the system
+/// prompt, and the overhead of the system part and of the one user message.
+/// The envelope (the intro line and the tags, with room for a previous summary) counts too.
+fn request_overhead(system: &str) -> u64 {
+    Heuristic.text(system)
+        + 2 * MESSAGE_OVERHEAD
+        + BLOCK_OVERHEAD
+        + Heuristic.text(&render_request_text("", Some("")))
+}
+
+/// The estimated tokens a previous summary adds to a request.
+fn previous_tokens(summary: &str) -> u64 {
+    // Escaping adds at most one backslash per reserved line start; a token each is ample.
+    Heuristic.text(summary) + summary.lines().count() as u64 / 8 + 1
+}
+
+/// The limit after a compaction request of `input` estimated tokens (with output `output` and
+/// a transcript of `transcript` tokens) overflowed with `error`: from the provider's numbers
+/// when they explain the rejection, else the transcript room halved. Always below what failed.
+fn shrink(
+    limit: Option<u64>,
+    error: &ProviderError,
+    input: u64,
+    output: u64,
+    transcript: u64,
+) -> u64 {
+    let sent = input + output;
+    let (reported, counted) = match error {
+        ProviderError::ContextOverflow {
+            limit,
+            input_tokens,
+            ..
+        } => (*limit, *input_tokens),
+        _ => (None, None),
+    };
+    let from_numbers = reported.map(|l| match counted {
+        Some(n) if n > 0 => scale(l, input, n),
+        _ => l,
+    });
+    let halved = sent.saturating_sub(transcript / 2 + 1);
+    let smaller = match from_numbers {
+        Some(l) if l < sent => l.min(halved.max(l * 9 / 10)),
+        _ => halved,
+    };
+    min_known(limit, Some(smaller))
+        .unwrap_or(smaller)
+        .min(sent.saturating_sub(1))
+}
+
+/// The transcript of `messages` (one turn too large for any request) with its item bodies
+/// elided until it fits `capacity` estimated tokens: the largest body cap that fits, found by
+/// bisection. `None` when even the markers alone do not fit.
+fn elide_to_fit(messages: &[Message], capacity: u64) -> Option<(String, Vec<Elision>)> {
+    let render = |max_body: usize| {
+        let mut out = String::new();
+        let elided = render_transcript_elided(&mut out, messages, max_body);
+        (out, elided)
+    };
+    let fits = |text: &str| Heuristic.text(text) <= capacity;
+    let (smallest, elided) = render(0);
+    if !fits(&smallest) {
+        return None;
+    }
+    let (mut lo, mut hi) = (0usize, 1usize);
+    let mut best = (smallest, elided);
+    // Grow the cap until it no longer fits, then bisect between the last fit and the miss.
+    loop {
+        let (text, elided) = render(hi);
+        if !fits(&text) || elided.is_empty() {
+            if fits(&text) {
+                return Some((text, elided));
+            }
+            break;
+        }
+        lo = hi;
+        best = (text, elided);
+        hi *= 2;
+    }
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        let (text, elided) = render(mid);
+        if fits(&text) {
+            lo = mid;
+            best = (text, elided);
+        } else {
+            hi = mid;
+        }
+    }
+    Some(best)
+}
+
 /// Asks one model for the summary: `(summary, truncated)`.
-async fn ask(
-    model: &ModelRef,
-    prepared: &Prepared,
-    max_output_tokens: u32,
-) -> Result<(String, bool), AttemptFailure> {
-    let request = prepared.request(&model.model, max_output_tokens);
+async fn ask(model: &ModelRef, request: &Request) -> Result<(String, bool), AttemptFailure> {
     let span = info_span!("request", provider = model.provider.name(), model = %model.model);
     let mut ignore = |_: StreamEvent<'_>| {};
     let answer = model
         .provider
-        .complete(&request, &mut ignore)
+        .complete(request, &mut ignore)
         .instrument(span)
         .await
         .map_err(AttemptFailure::Provider)?;

@@ -106,7 +106,9 @@ impl<L: SessionLog> Driver<L> {
     /// sends the context to the active model, and appends the reply.
     ///
     /// On [`ProviderError::ContextOverflow`] it compacts (trigger `overflow`, the keep budget
-    /// capped at a quarter of the reported limit), then sends the compacted context once more.
+    /// capped at a quarter of the reported limit, every compaction request fitted below the
+    /// request that overflowed), then sends the compacted context once more, but only when it
+    /// is estimated smaller than the request that overflowed and within the known limit.
     /// Streamed text of both attempts goes to `stream`. Messages without an id get one.
     ///
     /// # Errors
@@ -115,6 +117,8 @@ impl<L: SessionLog> Driver<L> {
     ///   when it comes first; after a compaction when it answers the retry);
     /// - [`CompactError::OverflowNothingToCompact`], [`CompactError::OverflowCompactionFailed`]:
     ///   the overflow could not be compacted away; nothing was written;
+    /// - [`CompactError::OverflowNoProgress`]: the compacted request would not be smaller (the
+    ///   in-flight turn alone is too large), so it was not sent; the compaction stays written;
     /// - [`CompactError::OverflowAfterCompaction`]: the retry overflowed too (the compaction
     ///   stays written); it is not compacted again.
     pub async fn send(
@@ -144,18 +148,13 @@ impl<L: SessionLog> Driver<L> {
             Err(e) if e.is_context_overflow() => e,
             Err(e) => return Err(CompactError::Provider(e)),
         };
-        let limit = match &overflow {
-            ProviderError::ContextOverflow { limit, .. } => *limit,
-            _ => None,
-        };
         tracing::info!(%overflow, "context overflow, compacting once");
+        let overflowed_tokens = estimate_request(&self.system, &self.context.messages);
+        let options = CompactOptions::after_overflow(&overflow, overflowed_tokens);
+        let limit = options.known_limit(self.compactor.config().context_window);
         let report = match self
             .compactor
-            .compact(
-                &self.context,
-                &mut self.log,
-                CompactOptions::overflow(limit),
-            )
+            .compact(&self.context, &mut self.log, options)
             .await
         {
             Ok(CompactOutcome::Compacted(c)) => {
@@ -174,6 +173,17 @@ impl<L: SessionLog> Driver<L> {
             }
         };
 
+        // The progress check: retry only a request that is smaller than the one that failed,
+        // and within the known limit.
+        let estimated_tokens = estimate_request(&self.system, &self.context.messages);
+        if estimated_tokens >= overflowed_tokens || limit.is_some_and(|l| estimated_tokens > l) {
+            return Err(CompactError::OverflowNoProgress {
+                overflow,
+                estimated_tokens,
+                overflowed_tokens,
+                limit,
+            });
+        }
         match self.complete(&mut *stream, "retry").await {
             Ok(reply) => self.accept(reply, Some(report)),
             Err(ProviderError::ContextOverflow {

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use panto_provider::ProviderError;
 
 use crate::compactor::NothingToCompact;
+use crate::fold::FoldError;
 
 /// What a [`crate::SessionLog`] returns when an append fails.
 pub type LogError = Box<dyn std::error::Error + Send + Sync>;
@@ -83,6 +84,41 @@ pub enum CompactError {
         /// Why it failed too.
         second: Box<AttemptFailure>,
     },
+    /// No compaction request fits the window: the compaction prompt and the summary it must
+    /// carry leave no room for the conversation.
+    #[error(transparent)]
+    NoRoom(FoldError),
+    /// One turn of the summarized prefix does not fit any compaction request even with every
+    /// item body elided (a turn of very many items, say).
+    #[error(
+        "a turn of about {tokens} tokens does not fit a compaction request (room for about {capacity}) even with its item bodies elided"
+    )]
+    TurnTooLarge {
+        /// The turn's estimated transcript tokens.
+        tokens: u64,
+        /// The room a request had for it.
+        capacity: u64,
+    },
+    /// A compaction request still overflowed after the fold shrank its requests
+    /// [`crate::MAX_SHRINKS`] times; nothing was written.
+    #[error(
+        "compaction request {step} of {steps} (about {estimated_tokens} tokens{}) was rejected as too large, also after {shrinks} smaller tries: {error}",
+        LimitNote(*limit)
+    )]
+    FoldOverflow {
+        /// The step that did not fit, counting from 1.
+        step: usize,
+        /// The steps planned.
+        steps: usize,
+        /// How often the fold had shrunk its requests.
+        shrinks: usize,
+        /// panto's estimate of the last rejected request's input.
+        estimated_tokens: u64,
+        /// The limit the fold was fitting when it gave up.
+        limit: Option<u64>,
+        /// The provider's last answer.
+        error: ProviderError,
+    },
     /// The session log refused the append; nothing of the compaction is in effect.
     #[error("could not write to the session: {0}")]
     Log(#[source] LogError),
@@ -107,6 +143,23 @@ pub enum CompactError {
         /// The plan's verdict.
         nothing: NothingToCompact,
     },
+    /// After the overflow compaction, the rebuilt request is estimated no smaller than the one
+    /// that overflowed, or above the known limit: the in-flight turn alone is too large, so the
+    /// retry is not sent. The compaction stays written.
+    #[error(
+        "the newest turn is too large for the context window on its own: after compaction the request is still about {estimated_tokens} tokens (it was about {overflowed_tokens}{}), so it was not sent again",
+        LimitNote(*limit)
+    )]
+    OverflowNoProgress {
+        /// The overflow the first request ended with.
+        overflow: ProviderError,
+        /// panto's estimate of the rebuilt request.
+        estimated_tokens: u64,
+        /// panto's estimate of the request that overflowed.
+        overflowed_tokens: u64,
+        /// The limit known, in panto's estimates.
+        limit: Option<u64>,
+    },
     /// The request still overflowed after compaction; it is not compacted again.
     #[error(
         "the request still overflows after compaction: about {estimated_tokens} tokens remain{}; the newest turn may be too large on its own",
@@ -122,6 +175,17 @@ pub enum CompactError {
         /// The context limit the provider reported for the retry, when it did.
         limit: Option<u64>,
     },
+}
+
+struct LimitNote(Option<u64>);
+
+impl fmt::Display for LimitNote {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(l) => write!(f, ", limit about {l}"),
+            None => Ok(()),
+        }
+    }
 }
 
 struct ProviderNumbers(Option<u64>, Option<u64>);

@@ -9,8 +9,11 @@ use crate::plan::Plan;
 /// What a [`crate::Compactor`] reports while it works, through the callback given to
 /// [`crate::Compactor::on_event`].
 ///
-/// A compaction that has something to do reports `Started`, then at most one `FallingBack`,
-/// then exactly one of `Finished` or `Failed`. One with nothing to compact reports nothing.
+/// A compaction that has something to do reports `Started`, then `Folding` (how many requests
+/// it plans), then for each request `Step` (after `Elided` when the request's transcript had
+/// to be elided) with at most one `FallingBack`, and a `Shrinking` whenever a request was
+/// rejected as too large and the rest is re-planned; then exactly one of `Finished` or
+/// `Failed`. One with nothing to compact reports nothing.
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub enum CompactionEvent {
@@ -25,7 +28,50 @@ pub enum CompactionEvent {
         /// Estimated tokens of the context before compaction.
         tokens_before: u64,
     },
-    /// The compaction model failed; the active model is asked once instead.
+    /// The fold is planned: how many requests the summarized prefix takes.
+    Folding {
+        /// Requests planned (1 when the prefix fits one request).
+        steps: usize,
+        /// The limit each request must fit, in panto's estimated tokens, when known.
+        limit: Option<u64>,
+        /// Estimated tokens of the whole prefix's transcript.
+        transcript_tokens: u64,
+    },
+    /// One request of the fold is about to be sent.
+    Step {
+        /// This step, counting from 1.
+        step: usize,
+        /// The steps now planned.
+        steps: usize,
+        /// Turns of the prefix it summarizes.
+        turns: usize,
+        /// panto's estimate of its input.
+        input_tokens: u64,
+        /// Its output limit.
+        max_output_tokens: u32,
+    },
+    /// The step's transcript elides item bodies too large for any request.
+    Elided {
+        /// The step, counting from 1.
+        step: usize,
+        /// Item bodies elided.
+        items: usize,
+        /// Bytes left out of the transcript (the session keeps them).
+        bytes: u64,
+    },
+    /// A request was rejected as too large; the turns not yet summarized are re-planned for a
+    /// smaller limit.
+    Shrinking {
+        /// The step that was rejected.
+        step: usize,
+        /// The new limit, in panto's estimated tokens.
+        limit: u64,
+        /// The steps now planned in all.
+        steps: usize,
+        /// The provider's answer.
+        cause: String,
+    },
+    /// The compaction model failed on a step; the active model is asked once instead.
     FallingBack {
         /// The compaction model that failed.
         failed_model: String,

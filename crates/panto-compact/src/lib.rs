@@ -28,6 +28,7 @@ mod compactor;
 mod driver;
 mod error;
 mod events;
+mod fold;
 mod ids;
 mod log;
 mod plan;
@@ -37,11 +38,13 @@ pub mod testing;
 
 pub use compactor::{
     CompactConfig, CompactOptions, CompactOutcome, Compacted, CompactionReport, Compactor,
-    DEFAULT_KEEP_TOKENS, DEFAULT_MAX_OUTPUT_TOKENS, ModelRef, NothingToCompact, Prepared,
+    DEFAULT_KEEP_TOKENS, DEFAULT_MAX_OUTPUT_TOKENS, ElidedItem, FoldStep, MAX_SHRINKS, ModelRef,
+    NothingToCompact, Prepared,
 };
 pub use driver::{Driver, Reply};
 pub use error::{AttemptFailure, CompactError, LogError};
 pub use events::CompactionEvent;
+pub use fold::{Chunk, FoldBudget, FoldError, FoldPlan, MIN_ROOM, fold};
 pub use ids::{IdGenerator, IdKind, SequentialIds, UniqueIds};
 pub use log::{MemoryLog, SessionLog};
 pub use plan::{Plan, keep_budget, plan};

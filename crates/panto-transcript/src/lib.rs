@@ -111,8 +111,8 @@ pub use error::TranscriptError;
 pub use item::{Speaker, TranscriptItem, transcript_items};
 pub use parse::{ParsedRequest, parse_request, parse_transcript};
 pub use render::{
-    Elision, TurnTranscript, elision_marker, render_request, render_request_text, render_transcript,
-    render_transcript_elided, render_transcript_into, render_turns,
+    Elision, TurnTranscript, elision_marker, render_request, render_request_text,
+    render_transcript, render_transcript_elided, render_transcript_into, render_turns,
 };
 
 #[cfg(test)]

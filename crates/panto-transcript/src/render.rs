@@ -233,9 +233,9 @@ fn elide_item(item: ItemRef<'_>, max_body: usize) -> Option<(String, usize, usiz
         Some((body, text.len(), text.len() - omitted))
     };
     match item {
-        ItemRef::Text { text, .. }
-        | ItemRef::Thinking { text, .. }
-        | ItemRef::Summary { text } => cut(text),
+        ItemRef::Text { text, .. } | ItemRef::Thinking { text, .. } | ItemRef::Summary { text } => {
+            cut(text)
+        }
         ItemRef::ToolCall { input, .. } => {
             let mut json = String::new();
             write_json(&mut json, input);

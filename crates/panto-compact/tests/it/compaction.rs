@@ -114,12 +114,14 @@ async fn success_appends_the_entry_then_the_kept_copies_in_one_call() {
     }
     assert!(!prompt.contains("<previous-summary>"));
 
-    let seen = seen.lock().unwrap();
+    let seen = lifecycle(&seen.lock().unwrap());
     assert!(matches!(&seen[0], CompactionEvent::Started { model, .. } if model == "big"));
     assert!(
         matches!(&seen[1], CompactionEvent::Finished(r) if r.tokens_after == report.tokens_after)
     );
     assert_eq!(seen.len(), 2);
+    // One request: the prefix fits it.
+    assert_eq!((report.steps.len(), report.requests), (1, 1));
 }
 
 #[tokio::test]
@@ -158,7 +160,7 @@ async fn compaction_model_failure_falls_back_once_to_the_active_provider() {
         entry.extra["fallback_error"],
         json!("server error (HTTP 500): internal error")
     );
-    let seen = seen.lock().unwrap();
+    let seen = lifecycle(&seen.lock().unwrap());
     assert_eq!(seen.len(), 3);
     assert!(matches!(&seen[0], CompactionEvent::Started { model, .. } if model == "cheap"));
     assert!(
@@ -425,7 +427,7 @@ async fn an_overflow_limit_caps_the_budget_at_a_quarter() {
     let (_, mut log) = setup();
     let (main, main_ref) = model("main", "big");
     main.push_text("S1");
-    let mut c = compactor(main_ref, 20_000);
+    let mut c = compactor(main_ref, 20_000).with_prompt(short_prompt());
     let ctx = log.replay();
     let out = compacted(
         c.compact(&ctx, &mut log, CompactOptions::overflow(Some(1_200)))
@@ -527,4 +529,22 @@ fn each_step_runs_in_its_own_tracing_span() {
         *names.0.lock().unwrap(),
         ["compaction", "plan", "request", "write"]
     );
+}
+
+/// The events of a compaction's lifecycle (started, falling back, finished, failed), without
+/// the fold's progress events.
+fn lifecycle(events: &[CompactionEvent]) -> Vec<CompactionEvent> {
+    events
+        .iter()
+        .filter(|e| {
+            !matches!(
+                e,
+                CompactionEvent::Folding { .. }
+                    | CompactionEvent::Step { .. }
+                    | CompactionEvent::Elided { .. }
+                    | CompactionEvent::Shrinking { .. }
+            )
+        })
+        .cloned()
+        .collect()
 }

@@ -2,7 +2,7 @@
 //! that can end.
 
 use panto_compact::testing::{overflow, reply, server_error};
-use panto_compact::{BUILTIN_PROMPT, CompactError, CompactOutcome, Driver, MemoryLog};
+use panto_compact::{CompactError, CompactOutcome, Driver, MemoryLog};
 use panto_model::{Entry, Message, Trigger};
 use panto_provider::StreamEvent;
 use panto_size::estimate_request;
@@ -14,7 +14,13 @@ const SYSTEM: &str = "You are a careful coding agent.";
 fn driver(messages: &[Message], active: ModelRef, keep: u64) -> Driver<MemoryLog> {
     let log = log_of(messages);
     let ctx = log.replay();
-    Driver::new(compactor(active, keep), log, ctx).with_system(SYSTEM)
+    // The scripted overflows report small windows, which the built-in prompt alone exceeds.
+    Driver::new(
+        compactor(active, keep).with_prompt(short_prompt()),
+        log,
+        ctx,
+    )
+    .with_system(SYSTEM)
 }
 
 fn entry_messages(log: &MemoryLog) -> Vec<Message> {
@@ -78,7 +84,7 @@ async fn a_non_overflow_error_passes_through_without_compaction_and_keeps_the_pr
 #[tokio::test]
 async fn an_overflow_compacts_once_and_retries_the_same_request_once() {
     let (p, active) = model("main", "big");
-    p.push(Err(overflow(Some(1_700), Some(1_600))));
+    p.push(Err(overflow(None, Some(1_600))));
     p.push_text("S1");
     p.push_text("the answer");
     let history = rounds(0, 3);
@@ -93,7 +99,7 @@ async fn an_overflow_compacts_once_and_retries_the_same_request_once() {
     // First the conversation, then the compaction request, then the retry.
     assert_eq!(requests[0].system, SYSTEM);
     assert_eq!(requests[0].messages.len(), 13);
-    assert_eq!(requests[1].system, BUILTIN_PROMPT);
+    assert_eq!(requests[1].system, short_prompt().text());
     assert_eq!(requests[2].system, SYSTEM);
     assert_eq!(requests[2].model, requests[0].model);
     let retried = &requests[2].messages;
@@ -119,7 +125,8 @@ async fn an_overflow_compacts_once_and_retries_the_same_request_once() {
 #[tokio::test]
 async fn an_overflow_when_everything_fits_the_budget_keeps_only_the_in_flight_turn() {
     let (p, active) = model("main", "big");
-    p.push(Err(overflow(None, None)));
+    // The window is stated and large: every turn fits the budget it gives.
+    p.push(Err(overflow(None, Some(10_000))));
     p.push_text("S1");
     p.push_text("ok");
     let mut d = driver(&rounds(0, 2), active, 20_000);

@@ -7,13 +7,16 @@ mod compaction;
 mod crash;
 mod driver;
 mod example_session;
+mod fold;
 mod props;
 mod snapshots;
 
 use std::sync::Arc;
 
 use panto_compact::testing::ScriptedProvider;
-use panto_compact::{CompactConfig, Compactor, MemoryLog, ModelRef, SequentialIds};
+use panto_compact::{
+    CompactConfig, CompactionPrompt, Compactor, MemoryLog, ModelRef, SequentialIds,
+};
 use panto_model::{ContentBlock, Entry, Message, Role};
 use panto_size::Sizer;
 use serde_json::json;
@@ -105,6 +108,12 @@ pub fn compactor(active: ModelRef, keep: u64) -> Compactor {
             keep_tokens: keep,
             ..CompactConfig::default()
         })
+}
+
+/// A short compaction prompt, so that the small conversations of these tests leave the fold
+/// room in the windows their scripted overflows report (the built-in prompt alone is larger).
+pub fn short_prompt() -> CompactionPrompt {
+    CompactionPrompt::from_text("Summarize the transcript for the next model.").unwrap()
 }
 
 /// Drops the `kept_by` marker and the id, to compare a kept copy with its original.

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use panto_compact::testing::{ScriptedProvider, overflow, reply, server_error};
 use panto_compact::{
     CompactConfig, CompactError, CompactOptions, CompactOutcome, Compacted, Compactor, Driver,
-    MemoryLog, ModelRef, SequentialIds, SessionLog,
+    MAX_SHRINKS, MemoryLog, ModelRef, SequentialIds, SessionLog,
 };
 use panto_model::arbitrary::session;
 use panto_model::{
@@ -238,36 +238,35 @@ proptest! {
             .with_system("agent");
         let result = block_on(d.send(vec![Message::user_text("new prompt")], &mut |_| {}));
 
-        // What the script says should happen.
+        // What the script says should happen: one conversation request, and a second one
+        // only after an overflow that a compaction fixed.
         let at = |i: usize| script.get(i).copied().unwrap_or(Answer::Other);
-        let options = CompactOptions::overflow(Some(4_000));
-        let expected = match at(0) {
-            Answer::Overflow => {
-                let fresh = compactor(ModelRef::new(provider.clone(), "big"), keep);
-                if fresh.prepare(&sent, &options).is_err() {
-                    1
-                } else if matches!(at(1), Answer::Reply) {
-                    3
-                } else {
-                    2
-                }
-            }
-            _ => 1,
-        };
-        prop_assert_eq!(provider.calls(), expected);
         let conversation_requests = provider.requests().iter().filter(|r| r.system == "agent").count();
         prop_assert!(conversation_requests <= 2);
         let compactions = d.log().entries().iter().filter(|e| matches!(e, Entry::Compaction(c) if c.id.as_deref() != Some("c0"))).count();
         prop_assert!(compactions <= 1);
-        match (expected, &result) {
-            (1, Ok(_)) => prop_assert!(matches!(at(0), Answer::Reply | Answer::Empty)),
-            (1, Err(CompactError::Provider(_))) => prop_assert!(matches!(at(0), Answer::Other)),
-            (1, Err(CompactError::OverflowNothingToCompact { .. })) => {}
-            (2, Err(CompactError::OverflowCompactionFailed { .. })) => prop_assert_eq!(compactions, 0),
-            (3, Ok(r)) => prop_assert!(r.compaction.is_some()),
-            (3, Err(CompactError::OverflowAfterCompaction { .. })) => prop_assert!(matches!(at(2), Answer::Overflow)),
-            (3, Err(CompactError::Provider(_))) => prop_assert!(matches!(at(2), Answer::Other)),
-            (n, r) => prop_assert!(false, "{} calls but {:?}", n, r),
+        match &result {
+            Ok(r) if r.compaction.is_some() => prop_assert_eq!(conversation_requests, 2),
+            Ok(_) => {
+                prop_assert!(matches!(at(0), Answer::Reply | Answer::Empty));
+                prop_assert_eq!(conversation_requests, 1);
+            }
+            Err(CompactError::Provider(_)) => {}
+            Err(CompactError::OverflowNothingToCompact { .. }) => prop_assert_eq!(conversation_requests, 1),
+            Err(CompactError::OverflowCompactionFailed { .. }) => {
+                prop_assert_eq!(compactions, 0);
+                prop_assert_eq!(conversation_requests, 1);
+            }
+            Err(CompactError::OverflowNoProgress { .. }) => {
+                prop_assert_eq!(compactions, 1);
+                prop_assert_eq!(conversation_requests, 1);
+            }
+            Err(CompactError::OverflowAfterCompaction { .. }) => prop_assert_eq!(conversation_requests, 2),
+            Err(e) => prop_assert!(false, "unexpected {:?}", e),
+        }
+        if matches!(at(0), Answer::Overflow) && compactions == 1 {
+            let no_progress = matches!(result, Err(CompactError::OverflowNoProgress { .. }));
+            prop_assert!(no_progress || conversation_requests == 2);
         }
         // The prompt is in the log whatever happened.
         prop_assert!(d.log().entries().iter().any(|e| matches!(e, Entry::Message(m) if m.text() == "new prompt")));
@@ -298,6 +297,24 @@ proptest! {
             .collect();
         let first_ok = matches!(first, Answer::Reply);
         let second_ok = matches!(second, Answer::Reply);
+        // Every attempt at a summary asks the compaction model, then the active model once
+        // when it failed; a later attempt follows only a rejection for size (the fold shrinks).
+        let smalls = models.iter().filter(|m| *m == "small").count();
+        let bigs = models.len() - smalls;
+        prop_assert!(bigs <= smalls && smalls <= bigs + 1);
+        prop_assert!(smalls <= 1 + MAX_SHRINKS);
+        if smalls > 1 {
+            prop_assert!(matches!(second, Answer::Overflow) || matches!(first, Answer::Overflow));
+        }
+        if same_provider {
+            // One queue: the order is the order of the requests.
+            for pair in models.chunks(2) {
+                prop_assert_eq!(&pair[0], "small");
+                if let Some(b) = pair.get(1) {
+                    prop_assert_eq!(b, "big");
+                }
+            }
+        }
         match result {
             Ok(CompactOutcome::NothingToCompact(_)) => prop_assert!(models.is_empty()),
             Ok(CompactOutcome::Compacted(out)) => {
@@ -307,9 +324,9 @@ proptest! {
                 prop_assert_eq!(models, expect);
                 prop_assert_eq!(log.appends(), 1);
             }
-            Err(CompactError::BothModelsFailed { .. }) => {
+            Err(CompactError::BothModelsFailed { .. } | CompactError::FoldOverflow { .. } | CompactError::NoRoom(_)) => {
                 prop_assert!(!first_ok && !second_ok);
-                prop_assert_eq!(models, ["small", "big"]);
+                prop_assert!(models.len() >= 2 && bigs >= 1);
                 prop_assert_eq!(log.entries(), entries.as_slice());
             }
             Err(e) => prop_assert!(false, "unexpected error {:?}", e),

@@ -7,9 +7,9 @@ use panto_model::{
     ToolResultContent,
 };
 use panto_transcript::{
-    ParsedRequest, TranscriptItem, elision_marker, parse_request, parse_transcript,
-    render_request, render_request_text, render_transcript, render_transcript_elided,
-    render_transcript_into, render_turns, transcript_items,
+    ParsedRequest, TranscriptItem, elision_marker, parse_request, parse_transcript, render_request,
+    render_request_text, render_transcript, render_transcript_elided, render_transcript_into,
+    render_turns, transcript_items,
 };
 use proptest::collection::vec;
 use proptest::prelude::*;

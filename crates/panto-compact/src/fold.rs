@@ -1,0 +1,244 @@
+//! The fold plan (pure): how the summarized prefix is split into compaction requests that each
+//! fit the context window, oldest first, each carrying the summary so far.
+//!
+//! A prefix that fits one request is a fold of one chunk: the single-request compaction is the
+//! same code, not a special case.
+
+use std::fmt;
+use std::ops::Range;
+
+/// The least room (tokens beyond the fixed part and the previous summary) a fold works with: a
+/// window that leaves less cannot hold a useful transcript and a summary.
+pub const MIN_ROOM: u64 = 64;
+
+/// What the requests of a fold must fit, in panto's estimated tokens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct FoldBudget {
+    /// The context limit each request must fit, input and output together; `None` when no limit
+    /// is known (then the prefix goes in one request, as the seed's v1 does).
+    pub limit: Option<u64>,
+    /// The part of every request that does not depend on the chunk: the system prompt (with any
+    /// extra instructions), the envelope and the per-request overhead.
+    pub fixed: u64,
+    /// The previous summary the first request carries (0 when there is none).
+    pub previous: u64,
+    /// The configured output limit of a compaction request.
+    pub max_output: u64,
+}
+
+impl FoldBudget {
+    /// A budget: the limit (if known), the fixed part, the first request's previous summary and
+    /// the configured output limit.
+    pub fn new(limit: Option<u64>, fixed: u64, previous: u64, max_output: u64) -> FoldBudget {
+        FoldBudget {
+            limit,
+            fixed,
+            previous,
+            max_output,
+        }
+    }
+}
+
+/// One request of a fold: a run of whole turns of the prefix.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Chunk {
+    /// The turns, as indices into the prefix's turn list.
+    pub turns: Range<usize>,
+    /// Their estimated transcript tokens, rendered whole.
+    pub tokens: u64,
+    /// The most transcript tokens this request may carry. When `tokens > capacity`, the chunk
+    /// is a single turn too large for any request, and its item bodies are elided in the
+    /// transcript until it fits (the turn itself is never split).
+    pub capacity: u64,
+}
+
+impl Chunk {
+    /// Whether the chunk's transcript must be elided to fit.
+    pub fn needs_elision(&self) -> bool {
+        self.tokens > self.capacity
+    }
+}
+
+/// How a summarized prefix is folded into requests. Made by [`fold`].
+///
+/// Invariants (property-tested):
+/// - the chunks are non-empty, consecutive, and cover every turn exactly once, in order;
+/// - every request fits: `fixed + previous_k + min(tokens, capacity) + output <= limit`, where
+///   `previous_k` is the budget's `previous` for the first chunk and [`FoldPlan::reserve`] for
+///   the others (the running summary is at most the output of the request before);
+/// - a chunk over its capacity is a single turn;
+/// - `requests() <= bound()`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct FoldPlan {
+    /// The requests, oldest turns first.
+    pub chunks: Vec<Chunk>,
+    /// The output limit of every request before the last; the last may use more, up to the
+    /// configured limit, when the window leaves room.
+    pub output: u64,
+    /// The room each request after the first keeps for the running summary it carries.
+    pub reserve: u64,
+    /// The limit the plan was made for.
+    pub limit: Option<u64>,
+    /// The estimated transcript tokens of the whole prefix.
+    pub total: u64,
+}
+
+impl FoldPlan {
+    /// How many requests the fold sends when nothing fails.
+    pub fn requests(&self) -> usize {
+        self.chunks.len()
+    }
+
+    /// The bound on [`FoldPlan::requests`]: `1 + 2 * ceil(total / capacity)`, with `capacity` the
+    /// smallest chunk capacity. The chunks are packed greedily over whole turns, so two
+    /// consecutive chunks together always hold more than one capacity (else they would be one);
+    /// greedy packing of consecutive items is also the fewest chunks possible.
+    pub fn bound(&self) -> usize {
+        let capacity = self
+            .chunks
+            .iter()
+            .map(|c| c.capacity)
+            .min()
+            .unwrap_or(u64::MAX)
+            .max(1);
+        let bound = 1 + 2 * self.total.div_ceil(capacity);
+        usize::try_from(bound).unwrap_or(usize::MAX)
+    }
+}
+
+/// Why no fold fits the window.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FoldError {
+    /// The fixed part of a request (system prompt, envelope) and the summary it must carry
+    /// leave less than [`MIN_ROOM`] tokens of the limit.
+    NoRoom {
+        /// The limit.
+        limit: u64,
+        /// The fixed part of every request.
+        fixed: u64,
+        /// The summary the request would carry (the previous one, or the running one).
+        summary: u64,
+    },
+}
+
+impl fmt::Display for FoldError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FoldError::NoRoom {
+                limit,
+                fixed,
+                summary,
+            } => write!(
+                f,
+                "a compaction request does not fit a context of about {limit} tokens: the compaction prompt takes about {fixed} tokens and the summary it carries about {summary}, which leaves less than {MIN_ROOM} tokens for the conversation and the new summary"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for FoldError {}
+
+/// Folds a prefix whose turns have the estimated transcript sizes `turn_tokens` into requests
+/// that fit `budget`.
+///
+/// - No known limit: one request with every turn, output `max_output`.
+/// - Otherwise the room of a request is `limit - fixed - previous`, and the output of every
+///   request but the last is `min(max_output, room / 4)`. When the whole prefix and that output
+///   fit the room, the fold is one request. Else each later request keeps
+///   [`FoldPlan::reserve`] (one and a half outputs) for the running summary, and the turns are
+///   packed greedily, oldest first, into chunks that fit; a turn larger than any chunk's
+///   capacity goes alone into its own chunk, to be elided.
+///
+/// # Errors
+/// [`FoldError::NoRoom`] when a request cannot hold [`MIN_ROOM`] tokens besides its fixed part
+/// and the summary it carries.
+pub fn fold(turn_tokens: &[u64], budget: &FoldBudget) -> Result<FoldPlan, FoldError> {
+    let total = turn_tokens.iter().fold(0u64, |a, &t| a.saturating_add(t));
+    let all = |capacity, output| FoldPlan {
+        chunks: if turn_tokens.is_empty() {
+            Vec::new()
+        } else {
+            vec![Chunk {
+                turns: 0..turn_tokens.len(),
+                tokens: total,
+                capacity,
+            }]
+        },
+        output,
+        reserve: 0,
+        limit: budget.limit,
+        total,
+    };
+    let Some(limit) = budget.limit else {
+        return Ok(all(u64::MAX, budget.max_output));
+    };
+    let no_room = |summary| FoldError::NoRoom {
+        limit,
+        fixed: budget.fixed,
+        summary,
+    };
+    let room = limit
+        .saturating_sub(budget.fixed)
+        .saturating_sub(budget.previous);
+    if room < MIN_ROOM {
+        return Err(no_room(budget.previous));
+    }
+    let output = budget.max_output.min(room / 4).max(1);
+    if total.saturating_add(output) <= room {
+        return Ok(all(room - output, output));
+    }
+    let reserve = output + output / 2;
+    let first = room - output;
+    let later_room = limit.saturating_sub(budget.fixed).saturating_sub(reserve);
+    if later_room < MIN_ROOM {
+        return Err(no_room(reserve));
+    }
+    let later = later_room - output;
+    let capacity = |chunks: usize| if chunks == 0 { first } else { later };
+
+    let mut chunks: Vec<Chunk> = Vec::new();
+    let mut start = 0;
+    let mut sum = 0u64;
+    for (i, &tokens) in turn_tokens.iter().enumerate() {
+        let cap = capacity(chunks.len());
+        if start < i && sum.saturating_add(tokens) > cap {
+            chunks.push(Chunk {
+                turns: start..i,
+                tokens: sum,
+                capacity: cap,
+            });
+            start = i;
+            sum = 0;
+        }
+        sum = sum.saturating_add(tokens);
+        let cap = capacity(chunks.len());
+        if sum > cap {
+            // A turn too large for any chunk: alone, to be elided.
+            chunks.push(Chunk {
+                turns: i..i + 1,
+                tokens: sum,
+                capacity: cap,
+            });
+            start = i + 1;
+            sum = 0;
+        }
+    }
+    if start < turn_tokens.len() {
+        chunks.push(Chunk {
+            turns: start..turn_tokens.len(),
+            tokens: sum,
+            capacity: capacity(chunks.len()),
+        });
+    }
+    Ok(FoldPlan {
+        chunks,
+        output,
+        reserve,
+        limit: Some(limit),
+        total,
+    })
+}

@@ -1,0 +1,267 @@
+//! The fold: the pure plan's invariants over arbitrary prefixes and windows, and overflow
+//! recovery against a model of a provider with a fixed window, which must succeed whenever the
+//! in-flight turn and a summary fit and never send a request it knows cannot.
+
+use std::sync::{Arc, Mutex};
+
+use panto_compact::{
+    CompactConfig, CompactError, Compactor, Driver, FoldBudget, FoldError, MAX_SHRINKS, MemoryLog,
+    ModelRef, SequentialIds, fold,
+};
+use panto_model::{ContentBlock, Entry, Message, Role};
+use panto_provider::{BoxFuture, EventSink, Provider, ProviderError, Request};
+use panto_size::{Heuristic, estimate_request};
+use proptest::prelude::*;
+
+use crate::{block_on, short_prompt};
+
+/// Checks every invariant of a fold plan against its budget.
+fn check_plan(turns: &[u64], budget: &FoldBudget) -> Result<(), TestCaseError> {
+    let plan = match fold(turns, budget) {
+        Ok(plan) => plan,
+        Err(FoldError::NoRoom { .. }) => {
+            // Only when a request cannot hold the least room besides its fixed part.
+            let limit = budget.limit.unwrap();
+            prop_assert!(limit < budget.fixed + budget.previous + 4 * panto_compact::MIN_ROOM);
+            return Ok(());
+        }
+        Err(e) => return Err(TestCaseError::fail(format!("{e:?}"))),
+    };
+    // Consecutive, non-empty, covering every turn once, in order.
+    let mut next = 0;
+    for c in &plan.chunks {
+        prop_assert_eq!(c.turns.start, next);
+        prop_assert!(c.turns.end > c.turns.start);
+        prop_assert_eq!(c.tokens, turns[c.turns.clone()].iter().sum::<u64>());
+        next = c.turns.end;
+    }
+    prop_assert_eq!(next, turns.len());
+    prop_assert!(plan.requests() <= plan.bound());
+    match budget.limit {
+        None => prop_assert!(plan.requests() <= 1),
+        Some(limit) => {
+            for (k, c) in plan.chunks.iter().enumerate() {
+                let previous = if k == 0 {
+                    budget.previous
+                } else {
+                    plan.reserve
+                };
+                // Each request fits: input (with the chunk elided to its capacity when it is
+                // too large) and output together.
+                let carried = c.tokens.min(c.capacity);
+                prop_assert!(budget.fixed + previous + carried + plan.output <= limit);
+                if c.needs_elision() {
+                    prop_assert_eq!(c.turns.len(), 1);
+                }
+            }
+            // The summary the next request carries is at most the output before it.
+            prop_assert!(plan.reserve >= plan.output || plan.requests() <= 1);
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2_000))]
+
+    #[test]
+    fn the_fold_covers_the_prefix_in_fitting_chunks_of_whole_turns(
+        turns in prop::collection::vec(prop_oneof![0u64..50, 50u64..2_000, 2_000u64..200_000], 0..60),
+        limit in prop::option::of(prop_oneof![0u64..2_000, 2_000u64..32_000, 32_000u64..300_000]),
+        fixed in 0u64..4_000,
+        previous in prop_oneof![Just(0u64), 1u64..6_000],
+        max_output in 1u64..16_000,
+    ) {
+        check_plan(&turns, &FoldBudget::new(limit, fixed, previous, max_output))?;
+    }
+}
+
+#[test]
+fn a_prefix_that_fits_is_one_request_with_the_full_output() {
+    let plan = fold(
+        &[100, 200, 300],
+        &FoldBudget::new(Some(20_000), 1_500, 0, 8_192),
+    )
+    .unwrap();
+    assert_eq!(plan.requests(), 1);
+    assert_eq!(plan.chunks[0].turns, 0..3);
+}
+
+#[test]
+fn a_prefix_twice_the_window_takes_several_requests_within_the_bound() {
+    // A 4,096-token window, the built-in prompt's size, and 8,000 tokens of turns.
+    let turns = vec![400; 20];
+    let plan = fold(&turns, &FoldBudget::new(Some(4_096), 1_800, 0, 8_192)).unwrap();
+    assert!(plan.requests() >= 4, "{plan:?}");
+    assert!(plan.requests() <= plan.bound());
+    check_plan(&turns, &FoldBudget::new(Some(4_096), 1_800, 0, 8_192)).unwrap();
+}
+
+#[test]
+fn a_turn_larger_than_any_request_is_alone_and_elided() {
+    let plan = fold(
+        &[100, 50_000, 100],
+        &FoldBudget::new(Some(8_000), 1_000, 0, 2_000),
+    )
+    .unwrap();
+    let big = plan.chunks.iter().find(|c| c.turns == (1..2)).unwrap();
+    assert!(big.needs_elision());
+    assert!(
+        !plan
+            .chunks
+            .iter()
+            .any(|c| c.turns != (1..2) && c.needs_elision())
+    );
+}
+
+/// A model of a provider whose window is `window` tokens of its own count, which is panto's
+/// heuristic estimate times `factor` (real tokenizers count differently). It rejects any
+/// request whose input exceeds the window, stating the numbers or not, and answers a compaction
+/// request with a summary of `summary_words` words.
+struct Window {
+    window: u64,
+    factor: f64,
+    numbers: bool,
+    summary_words: usize,
+    seen: Mutex<Vec<(bool, u64, bool)>>,
+}
+
+impl Window {
+    fn count(&self, request: &Request) -> u64 {
+        let estimate = estimate_request(&request.system, &request.messages);
+        (estimate as f64 * self.factor).ceil() as u64
+    }
+}
+
+impl Provider for Window {
+    fn name(&self) -> &str {
+        "window"
+    }
+
+    fn complete<'a>(
+        &'a self,
+        request: &'a Request,
+        _events: EventSink<'a>,
+    ) -> BoxFuture<'a, Result<Message, ProviderError>> {
+        Box::pin(async move {
+            let counted = self.count(request);
+            let compaction = request.system != "agent";
+            let fits = counted <= self.window;
+            self.seen.lock().unwrap().push((compaction, counted, fits));
+            if !fits {
+                return Err(ProviderError::ContextOverflow {
+                    message: "prompt is too long".into(),
+                    input_tokens: self.numbers.then_some(counted),
+                    limit: self.numbers.then_some(self.window),
+                });
+            }
+            let text = if compaction {
+                vec!["summary"; self.summary_words].join(" ")
+            } else {
+                "the reply".to_owned()
+            };
+            Ok(Message::assistant_text(text))
+        })
+    }
+}
+
+prop_compose! {
+    /// A conversation of user prompts and assistant answers of random lengths, one of which may
+    /// carry a huge tool result.
+    fn conversation()(
+        lengths in prop::collection::vec(1usize..400, 4..40),
+        huge in prop::option::of((0usize..40, 2_000usize..20_000)),
+    ) -> Vec<Message> {
+        let mut messages = Vec::new();
+        for (i, words) in lengths.iter().enumerate() {
+            let text = format!("m{i} {}", vec!["word"; *words].join(" "));
+            match huge {
+                Some((at, size)) if at == i && i % 2 == 1 => {
+                    let id = format!("t{i}");
+                    messages.push(Message::new(Role::Assistant, vec![
+                        ContentBlock::text(text),
+                        ContentBlock::tool_use(&id, "read", serde_json::json!({"path": "log"})),
+                    ]));
+                    messages.push(Message::new(Role::User, vec![
+                        ContentBlock::tool_result(&id, vec!["line"; size].join("\n"), false),
+                    ]));
+                    messages.push(Message::assistant_text("read it"));
+                }
+                _ => messages.push(Message::new(
+                    if i % 2 == 0 { Role::User } else { Role::Assistant },
+                    vec![ContentBlock::text(text)],
+                )),
+            }
+        }
+        if messages.last().is_some_and(|m| m.role == Role::User) {
+            messages.push(Message::assistant_text("ok"));
+        }
+        messages
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(160))]
+
+    /// Recovery succeeds whenever the in-flight turn and a summary fit the window, and a retry
+    /// is only sent when it is estimated smaller than what overflowed and within the known
+    /// limit.
+    #[test]
+    fn recovery_succeeds_whenever_the_in_flight_turn_and_a_summary_fit(
+        history in conversation(),
+        prompt_words in 1usize..3_000,
+        window_share in 0.2f64..1.0,
+        factor in 0.6f64..1.1,
+        numbers in any::<bool>(),
+        keep in prop_oneof![Just(0u64), Just(2_000u64), Just(5_000u64), Just(20_000u64)],
+        summary_words in 5usize..60,
+    ) {
+        let prompt = Message::user_text(format!("new {}", vec!["ask"; prompt_words].join(" ")));
+        let mut all = history.clone();
+        all.push(prompt.clone());
+        let full = estimate_request("agent", &all);
+        let window = ((full as f64 * factor) * window_share) as u64;
+        let model = Arc::new(Window {
+            window,
+            factor,
+            numbers,
+            summary_words,
+            seen: Mutex::new(Vec::new()),
+        });
+        let log = MemoryLog::with_entries(history.into_iter().map(Entry::Message).collect());
+        let ctx = log.replay();
+        let active = ModelRef::new(model.clone(), "m");
+        let compactor = Compactor::new(active)
+            .with_ids(SequentialIds::new())
+            .with_prompt(short_prompt())
+            .with_config(CompactConfig { keep_tokens: keep, ..CompactConfig::default() });
+        let mut driver = Driver::new(compactor, log, ctx).with_system("agent");
+        let result = block_on(driver.send(vec![prompt.clone()], &mut |_| {}));
+        let seen = model.seen.lock().unwrap().clone();
+
+        // What a retry needs: the agent prompt, the in-flight turn and a summary, counted as
+        // the provider counts. With room to spare for estimates, recovery must succeed.
+        let in_flight = estimate_request("agent", std::slice::from_ref(&prompt));
+        let summary = Heuristic.text(&vec!["summary"; summary_words].join(" ")) + 60;
+        let needed = ((in_flight + summary) as f64 * factor) as u64;
+        let overflowed = seen.first().is_some_and(|s| !s.2);
+        if overflowed && 2 * needed <= window && window >= 600 {
+            prop_assert!(result.is_ok(), "window {window}, needed {needed}: {result:?}\n{seen:?}");
+        }
+        // At most one retry of the conversation, and a bounded number of rejected requests.
+        let conversation: Vec<_> = seen.iter().filter(|s| !s.0).collect();
+        prop_assert!(conversation.len() <= 2);
+        let rejected_compactions = seen.iter().filter(|s| s.0 && !s.2).count();
+        prop_assert!(rejected_compactions <= MAX_SHRINKS + 1, "{seen:?}");
+        // A retry is never sent when panto knew it could not help.
+        if let Err(CompactError::OverflowNoProgress { estimated_tokens, overflowed_tokens, limit, .. }) = &result {
+            prop_assert!(*estimated_tokens >= *overflowed_tokens || limit.is_some_and(|l| estimated_tokens > &l));
+            prop_assert_eq!(conversation.len(), 1);
+        }
+        if conversation.len() == 2 {
+            prop_assert!(conversation[1].1 < conversation[0].1, "{seen:?}");
+        }
+        // Whatever happened, the prompt is in the log.
+        prop_assert!(driver.log().entries().iter().any(|e| matches!(e, Entry::Message(m) if m.text() == prompt.text())));
+    }
+}
