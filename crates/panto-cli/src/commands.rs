@@ -88,6 +88,21 @@ fn root_cause(e: &CompactError) -> Option<&ProviderError> {
 fn hint(e: &CompactError, config: &Config) -> Option<String> {
     let kind = config.provider.value;
     let (key_var, url_var) = kind.env_vars().unwrap_or(("", ""));
+    if let CompactError::OverflowNoProgress { .. } = e {
+        return Some(
+            "shorten the newest message, or use a model with a larger context window".to_owned(),
+        );
+    }
+    if let CompactError::OverflowCompactionFailed { compaction, .. } = e
+        && matches!(
+            compaction.as_ref(),
+            CompactError::NoRoom(_) | CompactError::FoldOverflow { .. }
+        )
+    {
+        return Some(
+            "a shorter COMPACTION.md (user or .panto/), a smaller compaction_max_output_tokens, or a compaction_model with a larger window leaves more room".to_owned(),
+        );
+    }
     if let CompactError::OverflowAfterCompaction { .. } = e {
         return Some(
             "the newest message may be too large on its own: shorten it, or use a model with a larger context window".to_owned(),
@@ -168,6 +183,7 @@ fn compactor(config: &Config) -> Result<Compactor> {
         .with_config(CompactConfig {
             keep_tokens: config.keep_tokens.value,
             max_output_tokens: config.compaction_max_output_tokens.value,
+            context_window: config.context_window.value,
         })
         .on_event(print_event))
 }
@@ -319,7 +335,7 @@ fn transcript(config: &Config, path: &Path) -> Result<()> {
     match compactor.prepare(&ctx, &CompactOptions::manual(None)) {
         Ok(prepared) => {
             let mut out = std::io::stdout().lock();
-            out.write_all(prepared.user_prompt.as_bytes())?;
+            out.write_all(prepared.user_prompt().as_bytes())?;
             out.flush()?;
         }
         Err(nothing) => eprintln!("panto: {nothing}"),
@@ -369,6 +385,24 @@ async fn compact(
                     "truncated": r.truncated,
                     "dry_run": dry_run,
                     "id": r.id,
+                    "requests": r.requests,
+                    "steps": r.steps.iter().map(|s| json!({
+                        "turns": s.turns.len(),
+                        "messages": s.messages.len(),
+                        "model": s.model,
+                        "fallback": s.fallback,
+                        "input_tokens": s.input_tokens,
+                        "max_output_tokens": s.max_output_tokens,
+                        "summary_tokens": s.summary_tokens,
+                        "elided": s.elided,
+                        "rejected": s.rejected,
+                    })).collect::<Vec<_>>(),
+                    "elided": r.elided.iter().map(|e| json!({
+                        "message": e.message_id,
+                        "block": e.block,
+                        "bytes": e.bytes,
+                        "kept": e.kept,
+                    })).collect::<Vec<_>>(),
                 });
                 println!("{doc}");
             } else {

@@ -131,6 +131,7 @@ pub struct FileConfig {
     keep_tokens: Option<u64>,
     max_output_tokens: Option<u32>,
     compaction_max_output_tokens: Option<u32>,
+    context_window: Option<u64>,
     base_url: Option<String>,
     system_prompt: Option<String>,
     timeout_secs: Option<u64>,
@@ -168,6 +169,10 @@ pub struct Config {
     pub max_output_tokens: Setting<u32>,
     /// Output limit of a compaction request.
     pub compaction_max_output_tokens: Setting<u32>,
+    /// The model's context window in tokens, when known: it lets a manual compaction of a
+    /// conversation larger than the window fold it, and bounds overflow recovery when the
+    /// provider states no limit.
+    pub context_window: Setting<Option<u64>>,
     /// Base URL of the provider.
     pub base_url: Setting<Option<String>>,
     /// The agent's system prompt for `send` and `chat`.
@@ -228,6 +233,7 @@ impl Config {
             keep_tokens: Setting::default(DEFAULT_KEEP_TOKENS),
             max_output_tokens: Setting::default(4096),
             compaction_max_output_tokens: Setting::default(8192),
+            context_window: Setting::default(None),
             base_url: Setting::default(None),
             system_prompt: Setting::default(
                 "You are a helpful assistant. Answer concisely and accurately.".to_owned(),
@@ -288,6 +294,9 @@ impl Config {
         }
         if let Some(v) = f.compaction_max_output_tokens {
             self.compaction_max_output_tokens.set(v, src.clone());
+        }
+        if let Some(v) = f.context_window {
+            self.context_window.set(Some(v), src.clone());
         }
         if let Some(v) = f.base_url {
             self.base_url.set(Some(v), src.clone());
@@ -367,6 +376,11 @@ impl Config {
                 "compaction_max_output_tokens",
                 self.compaction_max_output_tokens.value.to_string(),
                 &self.compaction_max_output_tokens.source,
+            ),
+            (
+                "context_window",
+                opt(&self.context_window.value.map(|w| w.to_string())),
+                &self.context_window.source,
             ),
             ("base_url", opt(&self.base_url.value), &self.base_url.source),
             (

@@ -28,6 +28,9 @@ fn report(before: u64, after: u64, truncated: bool) -> CompactionEvent {
             kept_tokens: 100,
             budget: 200,
         },
+        steps: Vec::new(),
+        requests: 1,
+        elided: Vec::new(),
     }))
 }
 
@@ -43,4 +46,28 @@ fn a_compaction_line_says_before_and_after() {
 fn a_compaction_that_saved_nothing_says_so() {
     assert!(describe_event(&report(117, 307, false)).ends_with("so this compaction saved nothing"));
     assert!(describe_event(&report(1000, 300, true)).ends_with("may be cut short"));
+}
+
+#[test]
+fn a_fold_of_several_steps_is_announced_and_a_single_request_is_not() {
+    let folding = |steps| CompactionEvent::Folding {
+        steps,
+        limit: Some(4_000),
+        transcript_tokens: 9_000,
+    };
+    assert_eq!(
+        describe_event(&folding(4)),
+        "panto: compacting in 4 steps: about 9000 tokens of conversation to summarize, about 4000 tokens per request"
+    );
+    assert_eq!(describe_event(&folding(1)), "");
+    let shrink = CompactionEvent::Shrinking {
+        step: 2,
+        limit: 3_000,
+        steps: 5,
+        cause: "prompt is too long".into(),
+    };
+    assert_eq!(
+        describe_event(&shrink),
+        "panto: step 2 was too large for the model (prompt is too long); retrying with requests of about 3000 tokens, 5 steps in all"
+    );
 }

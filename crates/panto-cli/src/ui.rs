@@ -74,6 +74,34 @@ pub fn describe_event(event: &CompactionEvent) -> String {
             plan.kept_turns,
             tokens_before
         ),
+        CompactionEvent::Folding {
+            steps,
+            limit,
+            transcript_tokens,
+        } if *steps > 1 => format!(
+            "panto: compacting in {steps} steps: about {transcript_tokens} tokens of conversation to summarize{}",
+            limit.map_or(String::new(), |l| format!(", about {l} tokens per request"))
+        ),
+        CompactionEvent::Step {
+            step,
+            steps,
+            turns,
+            input_tokens,
+            max_output_tokens,
+        } if *steps > 1 => format!(
+            "panto: step {step}/{steps}: {turns} turns, about {input_tokens} tokens in, up to {max_output_tokens} out"
+        ),
+        CompactionEvent::Elided { step, items, bytes } => format!(
+            "panto: step {step}: {items} item(s) too large for any request were shortened in the transcript ({bytes} bytes left out; the session keeps them)"
+        ),
+        CompactionEvent::Shrinking {
+            step,
+            limit,
+            steps,
+            cause,
+        } => format!(
+            "panto: step {step} was too large for the model ({cause}); retrying with requests of about {limit} tokens, {steps} steps in all"
+        ),
         CompactionEvent::FallingBack {
             failed_model,
             cause,
@@ -82,9 +110,14 @@ pub fn describe_event(event: &CompactionEvent) -> String {
             "panto: compaction model {failed_model} failed ({cause}); retrying once with {model}"
         ),
         CompactionEvent::Finished(report) => format!(
-            "panto: compacted with {}{}: about {} -> {} tokens ({} turns summarized, {} kept){}",
+            "panto: compacted with {}{}{}: about {} -> {} tokens ({} turns summarized, {} kept){}",
             report.model,
             if report.fallback { " (fallback)" } else { "" },
+            if report.steps.len() > 1 {
+                format!(" in {} steps", report.steps.len())
+            } else {
+                String::new()
+            },
             report.tokens_before,
             report.tokens_after,
             report.plan.summarized_turns,

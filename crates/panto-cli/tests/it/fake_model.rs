@@ -80,6 +80,11 @@ pub struct FakeModel {
     pub missing_model: Option<String>,
     /// Every conversation request fails with this (status, body) instead of answering.
     pub fail_with: Option<(u16, Value)>,
+    /// Whether compaction requests are held to the limit too (a real window is one window).
+    pub limit_compactions: bool,
+    /// Whether the overflow error states the numbers (tokens and limit), as most providers
+    /// do, or only says the input is too long, as llama.cpp, Ollama and LM Studio do.
+    pub numbers: bool,
     pub log: Arc<Mutex<Vec<Seen>>>,
 }
 
@@ -90,6 +95,8 @@ impl FakeModel {
             limit,
             missing_model: None,
             fail_with: None,
+            limit_compactions: false,
+            numbers: true,
             log: Arc::default(),
         }
     }
@@ -110,6 +117,9 @@ impl FakeModel {
 
     fn overflow(&self, bytes: usize) -> ResponseTemplate {
         let (tokens, limit) = (bytes / 3, self.limit / 3);
+        if !self.numbers {
+            return ResponseTemplate::new(400).set_body_json(self.overflow_without_numbers());
+        }
         let body = match self.protocol {
             Protocol::Anthropic => {
                 json!({"type": "error", "error": {"type": "invalid_request_error",
@@ -127,6 +137,24 @@ impl FakeModel {
                 "message": format!("The input token count ({tokens}) exceeds the maximum number of tokens allowed ({limit}).")}}),
         };
         ResponseTemplate::new(400).set_body_json(body)
+    }
+
+    /// Overflow bodies that state no numbers, in each protocol's shape.
+    fn overflow_without_numbers(&self) -> Value {
+        match self.protocol {
+            Protocol::Anthropic => {
+                json!({"type": "error", "error": {"type": "invalid_request_error", "message": "prompt is too long"}})
+            }
+            Protocol::OpenAiChat => {
+                json!({"error": {"code": 400, "message": "the request exceeds the available context size, try increasing it", "type": "exceed_context_size_error"}})
+            }
+            Protocol::OpenAiResponses => {
+                json!({"error": {"message": "Your input exceeds the context window of this model. Please adjust your input and try again.",
+                "type": "invalid_request_error", "param": "input", "code": "context_length_exceeded"}})
+            }
+            Protocol::Gemini => json!({"error": {"code": 400, "status": "INVALID_ARGUMENT",
+                "message": "The input token count exceeds the maximum number of tokens allowed."}}),
+        }
     }
 
     fn not_found(&self, model: &str) -> ResponseTemplate {
@@ -205,6 +233,9 @@ impl Respond for FakeModel {
         let response = if self.missing_model.as_deref() == Some(model.as_str()) {
             seen.answer = "not_found";
             self.not_found(&model)
+        } else if compaction && self.limit_compactions && bytes > self.limit {
+            seen.answer = "overflow";
+            self.overflow(bytes)
         } else if compaction {
             let n = self
                 .log

@@ -7,3 +7,4 @@ mod loopback;
 mod offline;
 mod support;
 mod terminal;
+mod windows;
