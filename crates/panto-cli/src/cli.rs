@@ -134,6 +134,9 @@ pub struct Common {
     /// The keep-verbatim budget in tokens.
     #[arg(long, value_name = "N", global = true)]
     pub keep_tokens: Option<u64>,
+    /// The longest a model request may take, retries included (`timeout_secs`).
+    #[arg(long, value_name = "SECS", global = true)]
+    pub timeout_secs: Option<u64>,
 }
 
 impl Common {
@@ -145,6 +148,7 @@ impl Common {
             compaction_model: self.compaction_model.clone(),
             base_url: self.base_url.clone(),
             keep_tokens: self.keep_tokens,
+            timeout_secs: self.timeout_secs,
         }
     }
 }

@@ -3,6 +3,7 @@
 use std::io::{BufRead, Write};
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{Context as _, Result, anyhow};
 use panto_compact::{
@@ -10,15 +11,15 @@ use panto_compact::{
     Compactor, Driver, ModelRef,
 };
 use panto_model::{ContentBlock, EffectiveContext, Message, Role, turns};
-use panto_provider::{Provider, ProviderError, StreamEvent};
+use panto_provider::{About, Provider, ProviderError, StreamEvent, Wait};
 use panto_session::{Loaded, Session, SessionError, SessionOptions};
 use serde_json::json;
 
 use crate::cli::{Cli, Command, Common};
 use crate::config::{Config, Locations, ProviderKind};
-use crate::store::LockedLog;
+use crate::store::CheckedLog;
 use crate::ui::{Spinner, print_event};
-use crate::{bad_input, offline, providers};
+use crate::{Cancelled, bad_input, offline, providers};
 
 /// Runs one command.
 pub async fn run(cli: Cli) -> Result<()> {
@@ -49,9 +50,25 @@ fn load_config(cwd: &Path, common: &Common) -> Result<Config> {
 /// Session errors that are the user's to fix (a missing, malformed or wrong file) exit with 2.
 fn session_error(e: SessionError) -> anyhow::Error {
     match e {
-        SessionError::LockTimeout { .. } | SessionError::Io { .. } => anyhow!(e),
+        SessionError::LockTimeout { .. }
+        | SessionError::Io { .. }
+        | SessionError::Conflict { .. } => {
+            anyhow!(e)
+        }
         other => bad_input(other),
     }
+}
+
+/// Whether another writer's append made one of ours fail, anywhere in `e`'s chain.
+fn is_conflict(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(e);
+    while let Some(c) = cause {
+        if let Some(SessionError::Conflict { .. }) = c.downcast_ref::<SessionError>() {
+            return true;
+        }
+        cause = c.source();
+    }
+    false
 }
 
 /// Compaction errors about the prompt files are bad input; the rest are failures, with a hint
@@ -108,6 +125,11 @@ fn hint(e: &CompactError, config: &Config) -> Option<String> {
             "the newest message may be too large on its own: shorten it, or use a model with a larger context window".to_owned(),
         );
     }
+    if is_conflict(e) {
+        return Some(
+            "another writer appended to this session while panto waited for the model; to keep turns from interleaving, nothing of this answer was written (a message sent before it stays in the session). Run the command again to continue from the session as it is now".to_owned(),
+        );
+    }
     Some(match root_cause(e)? {
         ProviderError::Authentication { .. } => {
             format!("check the key in {key_var} (and that it belongs to this provider)")
@@ -127,24 +149,67 @@ fn hint(e: &CompactError, config: &Config) -> Option<String> {
         ProviderError::Timeout { .. } => {
             "try again, or raise `timeout_secs` in config.toml".to_owned()
         }
+        ProviderError::WaitExpired { wait, .. } => wait_hint(*wait, config),
+        ProviderError::RateLimited {
+            retry_after: Some(asked),
+            ..
+        } if asked.as_secs() > config.max_retry_wait_secs.value => format!(
+            "the provider asked to be retried in {}, longer than panto waits (`max_retry_wait_secs` = {} s); try again later",
+            About(*asked),
+            config.max_retry_wait_secs.value
+        ),
         ProviderError::RateLimited { .. } => "wait a moment and try again".to_owned(),
         _ => return None,
     })
 }
 
-fn session_options() -> SessionOptions {
-    SessionOptions::default()
+/// Which setting governs a wait that expired, and its value.
+fn wait_hint(wait: Wait, config: &Config) -> String {
+    let (key, value, what) = match wait {
+        Wait::Connect => (
+            "connect_timeout_secs",
+            config.connect_timeout_secs.value,
+            "connecting",
+        ),
+        Wait::FirstByte => (
+            "first_byte_timeout_secs",
+            config.first_byte_timeout_secs.value,
+            "the start of a streamed answer",
+        ),
+        Wait::Idle => (
+            "idle_timeout_secs",
+            config.idle_timeout_secs.value,
+            "the silence between stream events (keep-alive pings do not count)",
+        ),
+        _ => (
+            "timeout_secs",
+            config.timeout_secs.value,
+            "the whole request, retries included",
+        ),
+    };
+    let flag = if wait == Wait::Request {
+        " or --timeout-secs"
+    } else {
+        ""
+    };
+    format!(
+        "`{key}` ({value} s) bounds {what}; raise it in config.toml{flag} for a slower model or server"
+    )
 }
 
-fn open_session(path: &Path) -> Result<Session> {
-    Session::open(path, session_options()).map_err(session_error)
+fn session_options(config: &Config) -> SessionOptions {
+    SessionOptions::default().lock_timeout(Duration::from_secs(config.lock_timeout_secs.value))
+}
+
+fn open_session(config: &Config, path: &Path) -> Result<Session> {
+    Session::open(path, session_options(config)).map_err(session_error)
 }
 
 /// Opens the session, creating it when it does not exist (for `send` and `chat`).
-fn open_or_create(path: &Path) -> Result<Session> {
-    match Session::open(path, session_options()) {
+fn open_or_create(config: &Config, path: &Path) -> Result<Session> {
+    match Session::open(path, session_options(config)) {
         Err(SessionError::NotFound { .. }) => {
-            Session::create(path, session_options()).map_err(session_error)
+            Session::create(path, session_options(config)).map_err(session_error)
         }
         other => other.map_err(session_error),
     }
@@ -219,7 +284,7 @@ For a local OpenAI-compatible server: --provider openai --base-url http://127.0.
 // context
 
 fn context(config: &Config, path: &Path, as_json: bool) -> Result<()> {
-    let session = open_session(path)?;
+    let session = open_session(config, path)?;
     let ctx = load(&session)?;
     let estimated = panto_size::estimate_request(&config.system_prompt.value, &ctx.messages);
     let conversation_turns = turns(ctx.conversation()).len();
@@ -329,7 +394,7 @@ fn preview(m: &Message, width: usize) -> String {
 // transcript
 
 fn transcript(config: &Config, path: &Path) -> Result<()> {
-    let session = open_session(path)?;
+    let session = open_session(config, path)?;
     let ctx = load(&session)?;
     let compactor = compactor(config)?;
     match compactor.prepare(&ctx, &CompactOptions::manual(None)) {
@@ -353,7 +418,7 @@ async fn compact(
     dry_run: bool,
     as_json: bool,
 ) -> Result<()> {
-    let session = open_session(path)?;
+    let session = open_session(config, path)?;
     let mut compactor = compactor(config)?;
     let options = CompactOptions::manual(instructions);
     let mut spinner = Spinner::start("compacting");
@@ -361,10 +426,11 @@ async fn compact(
         let ctx = load(&session)?;
         compactor.summarize(&ctx, options).await
     } else {
-        let writer = session.lock().map_err(session_error)?;
-        let loaded = writer.load_context().map_err(session_error)?;
+        // No lock while the model summarizes: the append checks that nobody wrote meanwhile.
+        let loaded = session.load_context().map_err(session_error)?;
+        let end = loaded.stats.file_len;
         let ctx = report_warnings(&session, loaded);
-        let mut log = LockedLog { writer };
+        let mut log = CheckedLog::new(&session, end);
         compactor.compact(&ctx, &mut log, options).await
     };
     spinner.stop();
@@ -437,9 +503,13 @@ async fn compact(
 // ---------------------------------------------------------------------------------------------
 // send and chat
 
-/// Streams assistant text to stdout as it arrives; stops the spinner at the first event.
+/// Streams assistant text to stdout as it arrives; stops the spinner at the first part of the
+/// answer (a retry notice is not one: `ShowRetries` prints it above the spinner).
 fn stream_to_stdout(spinner: &mut Spinner) -> impl FnMut(StreamEvent<'_>) + Send + '_ {
     move |event| {
+        if matches!(event, StreamEvent::Retry(_)) {
+            return;
+        }
         spinner.stop();
         if let StreamEvent::Text(text) = event {
             let mut out = std::io::stdout().lock();
@@ -449,35 +519,68 @@ fn stream_to_stdout(spinner: &mut Spinner) -> impl FnMut(StreamEvent<'_>) + Send
     }
 }
 
+/// Resolves when the user presses Ctrl-C; never, where the signal cannot be listened to.
+async fn interrupted() {
+    if tokio::signal::ctrl_c().await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
 async fn send(config: &Config, path: &Path, message: String) -> Result<()> {
     let active = active_model(config, false)?;
-    let session = open_or_create(path)?;
+    let session = open_or_create(config, path)?;
     let mut driver = driver(config, active, &session)?;
     send_one(config, &mut driver, message).await
 }
 
-/// A conversation driver over `session`, holding its append lock until dropped.
+/// The effective context of `session` for a conversation, and the length of the file it was
+/// read from (where the conversation's next append must start).
+fn conversation(session: &Session) -> Result<(EffectiveContext, u64)> {
+    // A conversation starts in an empty file (the one `open_or_create` just made, or one
+    // created by hand): its first append is the prompt about to be sent.
+    match session.load_context() {
+        Err(SessionError::Empty { .. }) => Ok((EffectiveContext::default(), 0)),
+        loaded => {
+            let loaded = loaded.map_err(session_error)?;
+            let end = loaded.stats.file_len;
+            Ok((report_warnings(session, loaded), end))
+        }
+    }
+}
+
+/// A conversation driver over `session`. It holds no lock: each append checks that the file
+/// still ends where the driver last saw it.
 fn driver<'s>(
     config: &Config,
     active: ModelRef,
     session: &'s Session,
-) -> Result<Driver<LockedLog<'s>>> {
-    let writer = session.lock().map_err(session_error)?;
-    // A conversation starts in an empty file (the one `open_or_create` just made, or one
-    // created by hand): its first append is the prompt about to be sent.
-    let ctx = match writer.load_context() {
-        Err(SessionError::Empty { .. }) => EffectiveContext::default(),
-        loaded => report_warnings(session, loaded.map_err(session_error)?),
-    };
+) -> Result<Driver<CheckedLog<'s>>> {
     let mut compactor = compactor(config)?;
     compactor.set_active(active);
-    Ok(Driver::new(compactor, LockedLog { writer }, ctx)
+    conversation_driver(config, compactor, session)
+}
+
+/// A driver with `compactor` over the session as it is now.
+fn conversation_driver<'s>(
+    config: &Config,
+    compactor: Compactor,
+    session: &'s Session,
+) -> Result<Driver<CheckedLog<'s>>> {
+    let (ctx, end) = conversation(session)?;
+    Ok(Driver::new(compactor, CheckedLog::new(session, end), ctx)
         .with_system(config.system_prompt.value.clone())
         .with_max_output_tokens(config.max_output_tokens.value))
 }
 
-/// Sends one user message and prints the streamed reply.
-async fn send_one(config: &Config, driver: &mut Driver<LockedLog<'_>>, text: String) -> Result<()> {
+/// Sends one user message and prints the streamed reply. Ctrl-C cancels the request: the
+/// message stays in the session (it is appended before the request goes out) and no reply,
+/// whole or partial, is appended.
+async fn send_one(
+    config: &Config,
+    driver: &mut Driver<CheckedLog<'_>>,
+    text: String,
+) -> Result<()> {
+    let path = driver.log().session().path().to_path_buf();
     let mut spinner = Spinner::start("waiting for the model");
     let mut printed = false;
     let result = {
@@ -488,11 +591,24 @@ async fn send_one(config: &Config, driver: &mut Driver<LockedLog<'_>>, text: Str
             }
             sink(event);
         };
-        driver
-            .send(vec![Message::user_text(text)], &mut counting)
-            .await
+        let sending = driver.send(vec![Message::user_text(text)], &mut counting);
+        // Polled first, the send appends the message before Ctrl-C is listened to.
+        tokio::select! {
+            biased;
+            result = sending => Some(result),
+            () = interrupted() => None,
+        }
     };
     spinner.stop();
+    let Some(result) = result else {
+        if printed {
+            println!();
+        }
+        return Err(anyhow::Error::new(Cancelled(format!(
+            "cancelled: no reply was appended; your message stays in {}",
+            path.display()
+        ))));
+    };
     let reply = result.map_err(|e| failure(e, config))?;
     let mut out = std::io::stdout().lock();
     if !printed {
@@ -504,9 +620,42 @@ async fn send_one(config: &Config, driver: &mut Driver<LockedLog<'_>>, text: Str
     Ok(())
 }
 
+/// The driver again, over the session as it is now, when another writer appended since it
+/// last looked; says so on stderr.
+fn catch_up<'s>(
+    config: &Config,
+    driver: Driver<CheckedLog<'s>>,
+    session: &'s Session,
+) -> Result<Driver<CheckedLog<'s>>> {
+    if !driver.log().changed().map_err(session_error)? {
+        return Ok(driver);
+    }
+    let (compactor, _, _) = driver.into_parts();
+    let driver = conversation_driver(config, compactor, session)?;
+    eprintln!(
+        "panto: {} changed (another writer appended); continuing from it as it is now ({} messages)",
+        session.path().display(),
+        driver.context().messages.len()
+    );
+    Ok(driver)
+}
+
+/// Lines of standard input, read on their own thread so that Ctrl-C can end the wait.
+fn stdin_lines() -> tokio::sync::mpsc::Receiver<std::io::Result<String>> {
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    std::thread::spawn(move || {
+        for line in std::io::stdin().lock().lines() {
+            if tx.blocking_send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
 async fn chat(config: &Config, path: &Path) -> Result<()> {
     let active = active_model(config, false)?;
-    let session = open_or_create(path)?;
+    let session = open_or_create(config, path)?;
     let mut driver = driver(config, active, &session)?;
     let interactive = crate::ui::stderr_is_terminal();
     eprintln!(
@@ -514,14 +663,18 @@ async fn chat(config: &Config, path: &Path) -> Result<()> {
         path.display(),
         driver.context().messages.len()
     );
-    let stdin = std::io::stdin();
-    let mut lines = stdin.lock().lines();
+    let mut lines = stdin_lines();
     loop {
         if interactive {
             eprint!("> ");
             let _ = std::io::stderr().flush();
         }
-        let Some(line) = lines.next() else { break };
+        // Ctrl-C at the prompt ends the chat, as /exit does.
+        let line = tokio::select! {
+            line = lines.recv() => line,
+            () = interrupted() => None,
+        };
+        let Some(line) = line else { break };
         let line = line.context("cannot read standard input")?;
         let input = line.trim();
         if input.is_empty() {
@@ -534,10 +687,20 @@ async fn chat(config: &Config, path: &Path) -> Result<()> {
             && (rest.is_empty() || rest.starts_with(char::is_whitespace))
         {
             let instructions = Some(rest.trim().to_owned()).filter(|s| !s.is_empty());
+            driver = catch_up(config, driver, &session)?;
             let before = panto_size::estimate_request("", &driver.context().messages);
             let mut spinner = Spinner::start("compacting");
-            let outcome = driver.compact(instructions).await;
+            // Ctrl-C cancels the compaction; it is written in one append, or not at all.
+            let outcome = tokio::select! {
+                biased;
+                outcome = driver.compact(instructions) => Some(outcome),
+                () = interrupted() => None,
+            };
             spinner.stop();
+            let Some(outcome) = outcome else {
+                eprintln!("panto: compaction cancelled; nothing was written");
+                continue;
+            };
             match outcome {
                 Ok(CompactOutcome::Compacted(c)) => eprintln!(
                     "panto: compacted: about {} -> {} tokens",
@@ -552,7 +715,9 @@ async fn chat(config: &Config, path: &Path) -> Result<()> {
             eprintln!("panto: unknown command {input}; try /compact [instructions] or /exit");
             continue;
         }
-        // A failed turn is reported and the chat goes on; the prompt stays in the session.
+        // A failed or cancelled turn is reported and the chat goes on; the prompt stays in the
+        // session.
+        driver = catch_up(config, driver, &session)?;
         if let Err(e) = send_one(config, &mut driver, input.to_owned()).await {
             eprintln!("panto: {e:#}");
         }

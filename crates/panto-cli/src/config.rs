@@ -136,7 +136,11 @@ pub struct FileConfig {
     system_prompt: Option<String>,
     timeout_secs: Option<u64>,
     connect_timeout_secs: Option<u64>,
+    first_byte_timeout_secs: Option<u64>,
+    idle_timeout_secs: Option<u64>,
+    max_retry_wait_secs: Option<u64>,
     retries: Option<u32>,
+    lock_timeout_secs: Option<u64>,
 }
 
 /// Values given on the command line (`None` when the flag was not used).
@@ -152,6 +156,8 @@ pub struct Flags {
     pub base_url: Option<String>,
     /// `--keep-tokens`
     pub keep_tokens: Option<u64>,
+    /// `--timeout-secs`
+    pub timeout_secs: Option<u64>,
 }
 
 /// The resolved configuration.
@@ -177,12 +183,20 @@ pub struct Config {
     pub base_url: Setting<Option<String>>,
     /// The agent's system prompt for `send` and `chat`.
     pub system_prompt: Setting<String>,
-    /// Whole-request timeout in seconds.
+    /// The request deadline in seconds: every attempt and every wait between them included.
     pub timeout_secs: Setting<u64>,
-    /// Connection timeout in seconds.
+    /// The connect wait in seconds.
     pub connect_timeout_secs: Setting<u64>,
+    /// The first-byte wait in seconds (until a streaming answer begins).
+    pub first_byte_timeout_secs: Setting<u64>,
+    /// The idle wait in seconds (between two stream events; keep-alive pings do not count).
+    pub idle_timeout_secs: Setting<u64>,
+    /// The longest wait before a retry, and the longest `Retry-After` that is honoured.
+    pub max_retry_wait_secs: Setting<u64>,
     /// Retries of transient failures.
     pub retries: Setting<u32>,
+    /// How long an append waits for another writer's append lock, in seconds.
+    pub lock_timeout_secs: Setting<u64>,
     /// The layer files that exist, in order (user, project).
     pub files: Vec<PathBuf>,
     /// Where COMPACTION.md overrides are looked for, in order (user, project).
@@ -240,7 +254,11 @@ impl Config {
             ),
             timeout_secs: Setting::default(600),
             connect_timeout_secs: Setting::default(10),
+            first_byte_timeout_secs: Setting::default(120),
+            idle_timeout_secs: Setting::default(120),
+            max_retry_wait_secs: Setting::default(60),
             retries: Setting::default(3),
+            lock_timeout_secs: Setting::default(10),
             files: Vec::new(),
             prompt_paths: Vec::new(),
         };
@@ -310,8 +328,20 @@ impl Config {
         if let Some(v) = f.connect_timeout_secs {
             self.connect_timeout_secs.set(v, src.clone());
         }
+        if let Some(v) = f.first_byte_timeout_secs {
+            self.first_byte_timeout_secs.set(v, src.clone());
+        }
+        if let Some(v) = f.idle_timeout_secs {
+            self.idle_timeout_secs.set(v, src.clone());
+        }
+        if let Some(v) = f.max_retry_wait_secs {
+            self.max_retry_wait_secs.set(v, src.clone());
+        }
         if let Some(v) = f.retries {
             self.retries.set(v, src.clone());
+        }
+        if let Some(v) = f.lock_timeout_secs {
+            self.lock_timeout_secs.set(v, src.clone());
         }
     }
 
@@ -342,6 +372,9 @@ impl Config {
         }
         if let Some(v) = flags.keep_tokens {
             self.keep_tokens.set(v, Source::Flag("--keep-tokens"));
+        }
+        if let Some(v) = flags.timeout_secs {
+            self.timeout_secs.set(v, Source::Flag("--timeout-secs"));
         }
     }
 
@@ -399,9 +432,29 @@ impl Config {
                 &self.connect_timeout_secs.source,
             ),
             (
+                "first_byte_timeout_secs",
+                self.first_byte_timeout_secs.value.to_string(),
+                &self.first_byte_timeout_secs.source,
+            ),
+            (
+                "idle_timeout_secs",
+                self.idle_timeout_secs.value.to_string(),
+                &self.idle_timeout_secs.source,
+            ),
+            (
+                "max_retry_wait_secs",
+                self.max_retry_wait_secs.value.to_string(),
+                &self.max_retry_wait_secs.source,
+            ),
+            (
                 "retries",
                 self.retries.value.to_string(),
                 &self.retries.source,
+            ),
+            (
+                "lock_timeout_secs",
+                self.lock_timeout_secs.value.to_string(),
+                &self.lock_timeout_secs.source,
             ),
         ]
     }

@@ -1,7 +1,8 @@
 //! The `panto` binary: inspect a session, compact it, chat with automatic overflow recovery.
 //!
 //! Exit codes (Contract 3): 0 success; 1 a provider or compaction failure; 2 bad usage or bad
-//! input (the message names the file, the line and the field). Messages go to stderr; `--json`
+//! input (the message names the file, the line and the field); 130 a request cancelled with
+//! Ctrl-C, as for any process that SIGINT stops. Messages go to stderr; `--json`
 //! output is one JSON document on stdout.
 
 mod cli;
@@ -33,6 +34,19 @@ impl std::fmt::Display for BadInput {
 
 impl std::error::Error for BadInput {}
 
+/// The user interrupted a request with Ctrl-C: exit code 130, as a shell reports for a
+/// process that SIGINT stopped.
+#[derive(Debug)]
+pub struct Cancelled(pub String);
+
+impl std::fmt::Display for Cancelled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Cancelled {}
+
 /// Marks an error as bad input (exit code 2), keeping its whole message.
 pub fn bad_input(e: impl std::fmt::Display) -> anyhow::Error {
     anyhow::Error::new(BadInput(format!("{e:#}")))
@@ -56,6 +70,8 @@ fn main() -> ExitCode {
         Err(e) => {
             let code = if e.chain().any(|c| c.is::<BadInput>()) {
                 2
+            } else if e.chain().any(|c| c.is::<Cancelled>()) {
+                130
             } else {
                 1
             };

@@ -9,7 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Result, bail};
-use panto_provider::Provider;
+use panto_model::Message;
+use panto_provider::{BoxFuture, EventSink, Provider, ProviderError, Request, StreamEvent};
 use panto_providers::{
     AnthropicProvider, Config as AdapterConfig, Error, GeminiProvider, OpenAiChatProvider,
     OpenAiResponsesProvider,
@@ -17,6 +18,7 @@ use panto_providers::{
 
 use crate::bad_input;
 use crate::config::{Config, ProviderKind};
+use crate::ui;
 
 /// The provider adapter for `kind`.
 ///
@@ -72,13 +74,43 @@ fn adapter<P: Provider + 'static>(
     config: &Config,
 ) -> Result<Arc<dyn Provider>, Error> {
     let provider = new(tune(from_env?, config))?;
-    Ok(Arc::new(provider))
+    Ok(Arc::new(ShowRetries(provider)))
 }
 
-/// Applies the configured timeouts and retries.
+/// A provider whose retries are announced on stderr as they are scheduled, for chat requests
+/// and compaction requests alike; every event still reaches the caller's sink.
+struct ShowRetries<P>(P);
+
+impl<P: Provider> Provider for ShowRetries<P> {
+    fn name(&self) -> &str {
+        self.0.name()
+    }
+
+    fn complete<'a>(
+        &'a self,
+        request: &'a Request,
+        events: EventSink<'a>,
+    ) -> BoxFuture<'a, Result<Message, ProviderError>> {
+        Box::pin(async move {
+            let mut announce = |event: StreamEvent<'_>| {
+                if let StreamEvent::Retry(notice) = &event {
+                    ui::notice(&ui::describe_retry(notice));
+                }
+                events(event);
+            };
+            self.0.complete(request, &mut announce).await
+        })
+    }
+}
+
+/// Applies the configured waits and retries.
 fn tune(mut c: AdapterConfig, config: &Config) -> AdapterConfig {
-    c.connect_timeout = Duration::from_secs(config.connect_timeout_secs.value);
-    c.request_timeout = Duration::from_secs(config.timeout_secs.value);
+    let secs = Duration::from_secs;
+    c.connect_timeout = secs(config.connect_timeout_secs.value);
+    c.first_byte_timeout = secs(config.first_byte_timeout_secs.value);
+    c.idle_timeout = secs(config.idle_timeout_secs.value);
+    c.request_timeout = secs(config.timeout_secs.value);
     c.retry.max_retries = config.retries.value;
+    c.retry.max_delay = secs(config.max_retry_wait_secs.value);
     c
 }

@@ -1,11 +1,56 @@
 //! Terminal behaviour: a spinner on stderr while a provider call runs (only when stderr is a
-//! terminal), compaction progress lines, and `NO_COLOR`.
+//! terminal), compaction progress and retry lines printed above it, and `NO_COLOR`.
 
 use std::io::{IsTerminal, Write};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use panto_compact::CompactionEvent;
+use panto_provider::{About, ProviderError, RetryNotice};
+
+/// The spinner on screen, if any, so that lines printed meanwhile go above it.
+static SHOWN: Mutex<Option<ProgressBar>> = Mutex::new(None);
+
+/// Prints one line on stderr, above the spinner when one is drawn.
+pub fn notice(line: &str) {
+    let shown = SHOWN.lock().ok().and_then(|bar| bar.clone());
+    match shown {
+        Some(bar) => bar.println(line),
+        None => {
+            let mut err = std::io::stderr().lock();
+            let _ = writeln!(err, "{line}");
+        }
+    }
+}
+
+/// The line announcing a retry: `panto: retrying 2/3 in 4 s: connection failed: Connection
+/// refused (os error 111)`.
+pub fn describe_retry(notice: &RetryNotice<'_>) -> String {
+    format!(
+        "panto: retrying {}/{} in {}: {}",
+        notice.retry,
+        notice.max_retries,
+        About(notice.delay),
+        short_reason(notice.error)
+    )
+}
+
+/// An error in a few words: a connection failure by its root cause (the last part of the
+/// chain), anything else by its message, cut at 160 characters.
+fn short_reason(error: &ProviderError) -> String {
+    if let ProviderError::Connection { message } = error {
+        let root = message.rsplit(": ").next().unwrap_or(message);
+        return format!("connection failed: {root}");
+    }
+    let text = error.to_string();
+    if text.chars().count() > 160 {
+        let cut: String = text.chars().take(159).collect();
+        format!("{cut}…")
+    } else {
+        text
+    }
+}
 
 /// Whether decorations (spinner) may be drawn: stderr is a terminal.
 pub fn stderr_is_terminal() -> bool {
@@ -42,12 +87,18 @@ impl Spinner {
         bar.set_style(style);
         bar.set_message(message.to_owned());
         bar.enable_steady_tick(Duration::from_millis(100));
+        if let Ok(mut shown) = SHOWN.lock() {
+            *shown = Some(bar.clone());
+        }
         Spinner { bar: Some(bar) }
     }
 
     /// Removes the spinner from the screen.
     pub fn stop(&mut self) {
         if let Some(bar) = self.bar.take() {
+            if let Ok(mut shown) = SHOWN.lock() {
+                *shown = None;
+            }
             bar.finish_and_clear();
         }
     }
@@ -141,7 +192,6 @@ pub fn describe_event(event: &CompactionEvent) -> String {
 pub fn print_event(event: &CompactionEvent) {
     let line = describe_event(event);
     if !line.is_empty() {
-        let mut err = std::io::stderr().lock();
-        let _ = writeln!(err, "{line}");
+        notice(&line);
     }
 }

@@ -5,7 +5,9 @@
 //!   its usage and stop reason) or a [`ProviderError`]. Text arrives through an event callback
 //!   as it streams.
 //! - [`ProviderError`]: typed failures; [`ProviderError::ContextOverflow`] is the one that
-//!   triggers compaction.
+//!   triggers compaction, [`ProviderError::WaitExpired`] names the [`Wait`] that ran out.
+//! - [`StreamEvent`]: what the caller hears while a request runs, text as it streams and each
+//!   retry as it is scheduled ([`RetryNotice`]).
 //!
 //! The design choice to know: this crate sits low, with no HTTP and no async runtime, so that
 //! `panto-compact` depends on the trait and never links reqwest. The HTTP implementations live in
@@ -80,6 +82,73 @@ pub enum StreamEvent<'a> {
         /// The tool's name.
         name: &'a str,
     },
+    /// An attempt failed with a transient error and the request will be sent again after a
+    /// delay. Nothing of the failed attempt reached the sink.
+    Retry(RetryNotice<'a>),
+}
+
+/// A retry about to happen: which one, after how long, and why.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RetryNotice<'a> {
+    /// This retry's number, from 1.
+    pub retry: u32,
+    /// How many retries the policy allows in all.
+    pub max_retries: u32,
+    /// How long the provider waits before sending again.
+    pub delay: Duration,
+    /// The failure of the attempt before it.
+    pub error: &'a ProviderError,
+}
+
+impl<'a> RetryNotice<'a> {
+    /// A notice of retry `retry` of `max_retries`, after `delay`, because of `error`.
+    pub fn new(
+        retry: u32,
+        max_retries: u32,
+        delay: Duration,
+        error: &'a ProviderError,
+    ) -> RetryNotice<'a> {
+        RetryNotice {
+            retry,
+            max_retries,
+            delay,
+            error,
+        }
+    }
+}
+
+/// One of the named waits of a request, each with its own bound.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Wait {
+    /// Opening the TCP (and TLS) connection.
+    Connect,
+    /// From sending the request to the head of a streaming answer.
+    FirstByte,
+    /// Between two events of a streaming answer (keep-alive pings are not events), or two
+    /// chunks of a whole answer.
+    Idle,
+    /// The whole request, every attempt and every delay between attempts included.
+    Request,
+}
+
+impl Wait {
+    /// A short name: `connect`, `first-byte`, `idle` or `request`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Wait::Connect => "connect",
+            Wait::FirstByte => "first-byte",
+            Wait::Idle => "idle",
+            Wait::Request => "request",
+        }
+    }
+}
+
+impl fmt::Display for Wait {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// The callback that receives [`StreamEvent`]s.
@@ -148,7 +217,7 @@ impl<P: Provider + ?Sized> Provider for std::sync::Arc<P> {
 /// How a request to a provider failed.
 ///
 /// Messages are the provider's own words where it gave any; they never contain credentials.
-#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ProviderError {
     /// The request is too large for the model's context window; compacting the input can help.
@@ -162,7 +231,7 @@ pub enum ProviderError {
         limit: Option<u64>,
     },
     /// Too many requests or tokens per unit of time, or a quota.
-    #[error("rate limited: {message}{}", RetryIn(*retry_after))]
+    #[error("rate limited{}: {message}", RetryIn(*retry_after))]
     RateLimited {
         /// The provider's message.
         message: String,
@@ -203,6 +272,17 @@ pub enum ProviderError {
         /// What timed out.
         message: String,
     },
+    /// A named wait ran out: connecting, the first byte, the silence between stream events, or
+    /// the deadline of the whole request.
+    #[error("timed out: {message} ({wait} wait, {})", Seconds(*after))]
+    WaitExpired {
+        /// The wait that ran out.
+        wait: Wait,
+        /// Its bound.
+        after: Duration,
+        /// What did not arrive in time.
+        message: String,
+    },
     /// The connection could not be made or broke.
     #[error("connection failed: {message}")]
     Connection {
@@ -230,6 +310,11 @@ impl ProviderError {
     }
 
     /// Whether the same request may succeed if simply sent again later.
+    ///
+    /// Of the named waits only [`Wait::Connect`] is transient: a server that accepted the
+    /// request and then went silent is stuck or busy, and sending the same request again
+    /// would only double the wait; once the [`Wait::Request`] deadline has passed there is no
+    /// time left.
     pub fn is_transient(&self) -> bool {
         matches!(
             self,
@@ -237,6 +322,10 @@ impl ProviderError {
                 | ProviderError::Server { .. }
                 | ProviderError::Timeout { .. }
                 | ProviderError::Connection { .. }
+                | ProviderError::WaitExpired {
+                    wait: Wait::Connect,
+                    ..
+                }
         )
     }
 }
@@ -259,8 +348,45 @@ struct RetryIn(Option<Duration>);
 impl fmt::Display for RetryIn {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.0 {
-            Some(d) => write!(f, " (retry in {:.1}s)", d.as_secs_f64()),
+            Some(d) => write!(f, "; retry in {}", About(d)),
             None => Ok(()),
         }
     }
 }
+
+/// A bound in whole seconds, or tenths below ten seconds: `5 s`, `0.3 s`, `600 s`.
+struct Seconds(Duration);
+
+impl fmt::Display for Seconds {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = self.0.as_secs_f64();
+        if s < 10.0 && self.0.subsec_millis() != 0 {
+            write!(f, "{s:.1} s")
+        } else {
+            write!(f, "{:.0} s", s)
+        }
+    }
+}
+
+/// A duration for people, rounded to its largest sensible unit: `12 s`, `about 4 min`,
+/// `about 60 min`, `about 3 h`, `about 26 days`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct About(pub Duration);
+
+impl fmt::Display for About {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = self.0.as_secs_f64();
+        if s < 90.0 {
+            Seconds(self.0).fmt(f)
+        } else if s < 90.0 * 60.0 {
+            write!(f, "about {:.0} min", s / 60.0)
+        } else if s < 48.0 * 3600.0 {
+            write!(f, "about {:.0} h", s / 3600.0)
+        } else {
+            write!(f, "about {:.0} days", s / 86_400.0)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -19,12 +19,19 @@ pub struct Config {
     pub base_url: String,
     /// The key. Empty means no credentials are sent (keyless local servers).
     pub api_key: ApiKey,
-    /// The longest wait for a TCP (and TLS) connection.
+    /// The connect wait: the longest wait for a TCP (and TLS) connection. Default 10 s.
     pub connect_timeout: Duration,
-    /// The longest wait for a whole non-streaming answer, and for the head of a streaming one.
-    pub request_timeout: Duration,
-    /// The longest silence between two chunks of a streaming answer.
+    /// The first-byte wait: the longest wait from sending a streaming request to the head of
+    /// its answer (a non-streaming answer's head comes with the whole answer, so there only
+    /// `request_timeout` applies). Default 120 s.
+    pub first_byte_timeout: Duration,
+    /// The idle wait: the longest time between two events of a streaming answer, or two
+    /// chunks of a whole one. Keep-alive comments and `ping` events do not count as events.
+    /// Default 120 s.
     pub idle_timeout: Duration,
+    /// The request deadline: the longest a whole request may take, every attempt and every
+    /// delay between attempts included. Each other wait is cut short by it. Default 600 s.
+    pub request_timeout: Duration,
     /// How transient failures are retried.
     pub retry: RetryPolicy,
     /// Whether to ask for a streaming (SSE) answer, so that text arrives as it is generated.
@@ -37,9 +44,10 @@ impl Config {
         Config {
             base_url: base_url.into(),
             api_key: api_key.into(),
-            connect_timeout: Duration::from_secs(30),
-            request_timeout: Duration::from_secs(600),
+            connect_timeout: Duration::from_secs(10),
+            first_byte_timeout: Duration::from_secs(120),
             idle_timeout: Duration::from_secs(120),
+            request_timeout: Duration::from_secs(600),
             retry: RetryPolicy::default(),
             streaming: true,
         }
@@ -58,19 +66,22 @@ impl Config {
     }
 }
 
-/// How transient failures (rate limits, 5xx, 529, timeouts, broken connections) are retried.
+/// How transient failures (rate limits, 5xx, 529, refused or broken connections) are retried.
 ///
 /// The delay before retry `n` (from 0) is the server's hint when it gave one (`retry-after-ms`,
 /// `Retry-After` in seconds or as an HTTP date, or a delay the classifier read from the error
-/// body), otherwise `base_delay * 2^n` with jitter (uniform in its upper half). Every delay
-/// is capped at `max_delay`.
+/// body), otherwise `base_delay * 2^n` with jitter (uniform in its upper half), at most
+/// `max_delay`. A server that asks for a longer wait than `max_delay` is not retried at all:
+/// the error is returned at once, saying when the server asked to be retried. A delay that
+/// would pass the request deadline is not waited either.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RetryPolicy {
     /// Retries after the first attempt; 0 disables retrying.
     pub max_retries: u32,
     /// The delay before the first retry, doubled for each later one.
     pub base_delay: Duration,
-    /// The longest single delay.
+    /// The longest single delay, and the longest wait a server may ask for and still be
+    /// retried.
     pub max_delay: Duration,
 }
 

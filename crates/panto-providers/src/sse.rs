@@ -76,6 +76,12 @@ impl SseDecoder {
         self.skip_lf = false;
     }
 
+    /// Whether part of an event has arrived that is not yet dispatched: a field line, or the
+    /// start of a line that is not a comment. Keep-alive comments leave this false.
+    pub(crate) fn in_event(&self) -> bool {
+        self.has_data || !self.event.is_empty() || self.line.first().is_some_and(|&b| b != b':')
+    }
+
     fn end_line(&mut self, out: &mut Vec<SseEvent>) {
         let mut line = std::mem::take(&mut self.line);
         if !self.started {

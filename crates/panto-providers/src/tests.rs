@@ -13,7 +13,7 @@ use serde_json::json;
 
 use crate::config::{BaseUrl, Error, RetryPolicy, config_from_lookup};
 use crate::prepare::{INTERRUPTED, compaction_text, prepare};
-use crate::retry::{delay, parse_retry_after, retry_after};
+use crate::retry::{Refusal, delay, next_delay, parse_retry_after, retry_after};
 use crate::secret::ApiKey;
 use crate::sse::{SseDecoder, SseEvent};
 
@@ -495,6 +495,68 @@ fn retry_after_reads_seconds_fractions_dates_and_milliseconds() {
 }
 
 #[test]
+fn retry_after_dates_are_read_in_all_three_http_formats() {
+    // 1994-11-06 08:49:37 UTC, the example of RFC 9110, section 5.6.7.
+    let now = SystemTime::UNIX_EPOCH + Duration::from_secs(784_111_777 - 90);
+    for date in [
+        "Sun, 06 Nov 1994 08:49:37 GMT",
+        "Sunday, 06-Nov-94 08:49:37 GMT",
+        "Sun Nov  6 08:49:37 1994",
+    ] {
+        assert_eq!(
+            parse_retry_after(date, now),
+            Some(Duration::from_secs(90)),
+            "{date}"
+        );
+    }
+    // A date split at its comma over two field lines is joined back.
+    let mut headers = HeaderMap::new();
+    headers.append("retry-after", HeaderValue::from_static("Sun"));
+    headers.append(
+        "retry-after",
+        HeaderValue::from_static("06 Nov 1994 08:49:37 GMT"),
+    );
+    assert_eq!(retry_after(&headers, now), Some(Duration::from_secs(90)));
+}
+
+#[test]
+fn a_server_wait_beyond_the_cap_or_the_deadline_refuses_the_retry() {
+    let policy = RetryPolicy {
+        max_retries: 3,
+        base_delay: Duration::from_secs(1),
+        max_delay: Duration::from_secs(60),
+    };
+    let secs = Duration::from_secs;
+    let plenty = secs(600);
+    assert_eq!(
+        next_delay(&policy, 0, Some(secs(60)), 0.5, plenty),
+        Ok(secs(60))
+    );
+    assert_eq!(
+        next_delay(&policy, 0, Some(secs(3600)), 0.5, plenty),
+        Err(Refusal::AskedTooLong {
+            asked: secs(3600),
+            cap: secs(60)
+        })
+    );
+    assert_eq!(
+        next_delay(&policy, 0, Some(secs(4)), 0.5, secs(3)),
+        Err(Refusal::PastDeadline {
+            delay: secs(4),
+            left: secs(3)
+        })
+    );
+    // Backoff is measured against the deadline too.
+    assert_eq!(
+        next_delay(&policy, 2, None, 1.0, secs(2)),
+        Err(Refusal::PastDeadline {
+            delay: secs(4),
+            left: secs(2)
+        })
+    );
+}
+
+#[test]
 fn backoff_doubles_with_jitter_in_the_upper_half_and_is_capped() {
     let policy = RetryPolicy {
         max_retries: 5,
@@ -521,6 +583,30 @@ fn backoff_doubles_with_jitter_in_the_upper_half_and_is_capped() {
 }
 
 proptest! {
+    #[test]
+    fn a_granted_retry_fits_under_the_cap_and_the_deadline(
+        retry in 0u32..64, unit in 0.0f64..1.0, hint in proptest::option::of(0u64..200_000),
+        cap in 1u64..120_000, left in 0u64..300_000,
+    ) {
+        let policy = RetryPolicy {
+            max_retries: 3,
+            base_delay: Duration::from_millis(100),
+            max_delay: Duration::from_millis(cap),
+        };
+        let hint = hint.map(Duration::from_millis);
+        let left = Duration::from_millis(left);
+        match next_delay(&policy, retry, hint, unit, left) {
+            Ok(d) => {
+                prop_assert!(d <= policy.max_delay && d < left, "{d:?}");
+                if let Some(h) = hint {
+                    prop_assert_eq!(d, h);
+                }
+            }
+            Err(Refusal::AskedTooLong { asked, .. }) => prop_assert!(asked > policy.max_delay),
+            Err(Refusal::PastDeadline { delay, .. }) => prop_assert!(delay >= left),
+        }
+    }
+
     #[test]
     fn backoff_stays_within_half_and_whole_of_the_capped_exponential(
         retry in 0u32..64, unit in 0.0f64..1.0, base in 1u64..5_000, cap in 1u64..120_000,

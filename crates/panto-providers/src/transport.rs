@@ -1,20 +1,22 @@
 //! The HTTP exchange shared by every adapter: send, retry transient failures, read a JSON or
-//! SSE answer under timeouts, and hand error answers to the classifier.
+//! SSE answer under the named waits, and hand error answers to the classifier.
 //!
 //! The adapters only describe their protocol through [`Wire`] and [`StreamParser`]; everything
-//! that touches the network, the clock or the key lives here.
+//! that touches the network, the clock or the key lives here. One [`Clock`] per request holds
+//! its deadline: every wait of every attempt, and every delay between attempts, ends by it.
 
 use std::fmt;
+use std::future::Future;
 use std::time::{Duration, Instant, SystemTime};
 
 use panto_model::{ContentBlock, Message};
-use panto_provider::{ProviderError, Request, StreamEvent};
+use panto_provider::{About, ProviderError, Request, RetryNotice, StreamEvent, Wait};
 use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap};
 use serde_json::Value;
 
 use crate::classify::{self, Protocol};
 use crate::config::{BaseUrl, Config, Error};
-use crate::retry;
+use crate::retry::{self, Refusal};
 use crate::secret::ApiKey;
 use crate::sse::{SseDecoder, SseEvent};
 
@@ -91,6 +93,12 @@ impl Sink<'_> {
         (self.events)(StreamEvent::ToolCall { name });
     }
 
+    /// A retry is about to happen. It is news about the request, not part of the answer, so
+    /// it does not count as something emitted.
+    fn retry(&mut self, notice: RetryNotice<'_>) {
+        (self.events)(StreamEvent::Retry(notice));
+    }
+
     /// Replays a whole message (for answers that did not stream).
     fn message(&mut self, message: &Message) {
         for block in &message.content {
@@ -116,6 +124,62 @@ impl fmt::Debug for Transport {
         f.debug_struct("Transport")
             .field("config", &self.config)
             .finish_non_exhaustive()
+    }
+}
+
+/// The deadline of one request, shared by its attempts.
+#[derive(Clone, Copy, Debug)]
+struct Clock {
+    deadline: Instant,
+    total: Duration,
+}
+
+impl Clock {
+    fn start(total: Duration) -> Clock {
+        let now = Instant::now();
+        // A bound too large for the clock is no bound: a century stands in for it.
+        let deadline = now
+            .checked_add(total)
+            .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 86_400));
+        Clock { deadline, total }
+    }
+
+    /// What is left of the deadline.
+    fn left(&self) -> Duration {
+        self.deadline.saturating_duration_since(Instant::now())
+    }
+
+    /// Awaits `future` until `since + bound` (the `wait`), and no later than the deadline.
+    /// When the time runs out the error names whichever of the two ended first; `what` says
+    /// what did not arrive.
+    async fn within<F: Future>(
+        &self,
+        wait: Wait,
+        since: Instant,
+        bound: Duration,
+        what: &str,
+        future: F,
+    ) -> Result<F::Output, ProviderError> {
+        let (until, wait, bound) = match since.checked_add(bound) {
+            Some(own) if own < self.deadline => (own, wait, bound),
+            _ => (self.deadline, Wait::Request, self.total),
+        };
+        tokio::time::timeout_at(until.into(), future)
+            .await
+            .map_err(|_| expired(wait, bound, what))
+    }
+}
+
+/// The error of an expired wait.
+fn expired(wait: Wait, after: Duration, what: &str) -> ProviderError {
+    let message = match wait {
+        Wait::Request => format!("the request did not finish in time, retries included ({what})"),
+        _ => what.to_owned(),
+    };
+    ProviderError::WaitExpired {
+        wait,
+        after,
+        message,
     }
 }
 
@@ -189,10 +253,14 @@ impl Transport {
             emitted: false,
         };
         let policy = self.config.retry;
+        let clock = Clock::start(self.config.request_timeout);
         let mut retry = 0;
         loop {
             tracing::debug!(provider, %url, model = %request.model, stream, retry, "sending request");
-            let failure = match self.attempt(wire, &url, &body, stream, &mut sink).await {
+            let failure = match self
+                .attempt(wire, &url, &body, stream, &mut sink, &clock)
+                .await
+            {
                 Ok(mut message) => {
                     wire.settle(request, &mut message);
                     // A server that names no model answered with the one asked for.
@@ -212,10 +280,18 @@ impl Transport {
                 ProviderError::RateLimited { retry_after, .. } => *retry_after,
                 _ => None,
             });
-            let delay = retry::delay(&policy, retry, hint, fastrand::f64());
+            let delay = match retry::next_delay(&policy, retry, hint, fastrand::f64(), clock.left())
+            {
+                Ok(delay) => delay,
+                Err(refusal) => {
+                    tracing::debug!(provider, %error, ?refusal, "transient failure; not retried");
+                    return Err(not_retried(error, refusal));
+                }
+            };
             tracing::debug!(provider, %error, ?delay, retry, "transient failure; retrying");
-            tokio::time::sleep(delay).await;
             retry += 1;
+            sink.retry(RetryNotice::new(retry, policy.max_retries, delay, &error));
+            tokio::time::sleep(delay).await;
         }
     }
 
@@ -226,6 +302,7 @@ impl Transport {
         body: &[u8],
         stream: bool,
         sink: &mut Sink<'_>,
+        clock: &Clock,
     ) -> Result<Message, Failure> {
         let started = Instant::now();
         let mut headers = HeaderMap::new();
@@ -243,18 +320,27 @@ impl Transport {
             .headers(headers)
             .body(body.to_vec())
             .send();
-        let timeout = self.config.request_timeout;
-        let response = match tokio::time::timeout(timeout, send).await {
-            Err(_) => return Err(timed_out("no answer", timeout).into()),
-            Ok(Err(e)) => return Err(from_reqwest(&e).into()),
-            Ok(Ok(response)) => response,
+        // The head of a whole (non-streaming) answer comes with the answer itself, so only the
+        // deadline bounds it; a stream's head comes before the first token.
+        let first_byte = if stream {
+            self.config.first_byte_timeout
+        } else {
+            Duration::MAX
         };
+        let what = "the server accepted the request but sent no answer";
+        let response = match clock
+            .within(Wait::FirstByte, started, first_byte, what, send)
+            .await?
+        {
+            Err(e) => return Err(self.from_reqwest(&e).into()),
+            Ok(response) => response,
+        };
+        let mut response = response;
         let status = response.status();
         tracing::debug!(status = status.as_u16(), "answer received");
         if !status.is_success() {
             let retry_after = retry::retry_after(response.headers(), SystemTime::now());
-            let deadline = remaining(started, timeout);
-            let body = read_limited(response, deadline).await;
+            let body = read_limited(response, clock.left().min(self.config.idle_timeout)).await;
             let error =
                 classify::classify_response(wire.protocol(), status.as_u16(), retry_after, &body);
             return Err(Failure { error, retry_after });
@@ -266,16 +352,19 @@ impl Transport {
             .is_some_and(|v| v.to_ascii_lowercase().contains("json"));
         if stream && !is_json {
             return self
-                .read_stream(wire, response, sink)
+                .read_stream(wire, response, sink, clock)
                 .await
                 .map_err(Failure::from);
         }
-        let deadline = remaining(started, timeout);
-        let bytes = match tokio::time::timeout(deadline, response.bytes()).await {
-            Err(_) => return Err(timed_out("the answer did not arrive", timeout).into()),
-            Ok(Err(e)) => return Err(from_reqwest(&e).into()),
-            Ok(Ok(bytes)) => bytes,
-        };
+        let mut bytes = Vec::new();
+        let mut since = Instant::now();
+        while let Some(chunk) = self
+            .next_chunk(&mut response, clock, since, "the answer stopped arriving")
+            .await?
+        {
+            bytes.extend_from_slice(&chunk);
+            since = Instant::now();
+        }
         let message = parse_json_answer(wire, &bytes)?;
         sink.message(&message);
         Ok(message)
@@ -286,23 +375,32 @@ impl Transport {
         wire: &W,
         mut response: reqwest::Response,
         sink: &mut Sink<'_>,
+        clock: &Clock,
     ) -> Result<Message, ProviderError> {
-        let idle = self.config.idle_timeout;
         let mut decoder = SseDecoder::new();
         let mut parser = wire.stream();
         let mut events = Vec::new();
+        // The idle wait runs from the last progress: an event, or part of one. Keep-alive
+        // comments and pings prove the connection is alive, not that the answer is coming.
+        let mut progress = Instant::now();
+        let mut pinged = false;
         loop {
-            let chunk = match tokio::time::timeout(idle, response.chunk()).await {
-                Err(_) => return Err(timed_out("the stream went silent", idle)),
-                Ok(Err(e)) => return Err(from_reqwest(&e)),
-                Ok(Ok(chunk)) => chunk,
+            let what = if pinged {
+                "only keep-alive pings arrived, no stream event"
+            } else {
+                "the stream went silent"
             };
+            let chunk = self
+                .next_chunk(&mut response, clock, progress, what)
+                .await?;
             let ended = chunk.is_none();
             match chunk {
                 Some(bytes) => decoder.push(&bytes, &mut events),
                 None => decoder.finish(&mut events),
             }
+            let mut moved = decoder.in_event();
             for event in events.drain(..) {
+                moved |= !is_keep_alive(&event);
                 if parser.event(&event, sink)? {
                     return parser.finish(true);
                 }
@@ -310,8 +408,81 @@ impl Transport {
             if ended {
                 return parser.finish(false);
             }
+            if moved {
+                progress = Instant::now();
+                pinged = false;
+            } else {
+                pinged = true;
+            }
         }
     }
+
+    /// The next chunk of an answer's body, within the idle wait from `since`.
+    async fn next_chunk(
+        &self,
+        response: &mut reqwest::Response,
+        clock: &Clock,
+        since: Instant,
+        what: &str,
+    ) -> Result<Option<bytes::Bytes>, ProviderError> {
+        clock
+            .within(
+                Wait::Idle,
+                since,
+                self.config.idle_timeout,
+                what,
+                response.chunk(),
+            )
+            .await?
+            .map_err(|e| self.from_reqwest(&e))
+    }
+
+    /// Maps a reqwest failure onto the provider error kinds; the client's own connect timeout
+    /// is the connect wait.
+    fn from_reqwest(&self, e: &reqwest::Error) -> ProviderError {
+        if e.is_connect() && e.is_timeout() {
+            return ProviderError::WaitExpired {
+                wait: Wait::Connect,
+                after: self.config.connect_timeout,
+                message: format!("could not connect: {}", error_chain(e)),
+            };
+        }
+        from_reqwest(e)
+    }
+}
+
+/// Whether an event only keeps the connection alive (Anthropic's `ping`).
+fn is_keep_alive(event: &SseEvent) -> bool {
+    event.event == "ping"
+        || serde_json::from_str::<Value>(&event.data)
+            .is_ok_and(|v| v.get("type").and_then(Value::as_str) == Some("ping"))
+}
+
+/// The error of a transient failure that is not retried, saying why.
+fn not_retried(error: ProviderError, refusal: Refusal) -> ProviderError {
+    let note = match (refusal, &error) {
+        (
+            Refusal::AskedTooLong { asked, cap },
+            ProviderError::RateLimited {
+                retry_after: Some(said),
+                ..
+            },
+        ) if *said == asked => format!(
+            "not retried: the wait is longer than the {} retry cap",
+            About(cap)
+        ),
+        (Refusal::AskedTooLong { asked, cap }, _) => format!(
+            "not retried: the server asked to be retried in {}, longer than the {} retry cap",
+            About(asked),
+            About(cap)
+        ),
+        (Refusal::PastDeadline { delay, left }, _) => format!(
+            "not retried: waiting {} would pass the request deadline ({} left)",
+            About(delay),
+            About(left)
+        ),
+    };
+    map_message(error, |m| format!("{m} ({note})")).unwrap_or_else(|other| other)
 }
 
 /// Parses a complete JSON answer: malformed JSON, an error hidden in a 2xx body, or the message.
@@ -341,16 +512,6 @@ async fn read_limited(mut response: reqwest::Response, deadline: Duration) -> Ve
     };
     let _ = tokio::time::timeout(deadline, read).await;
     body
-}
-
-fn remaining(started: Instant, total: Duration) -> Duration {
-    total.saturating_sub(started.elapsed())
-}
-
-fn timed_out(what: &str, after: Duration) -> ProviderError {
-    ProviderError::Timeout {
-        message: format!("{what} within {:.1}s", after.as_secs_f64()),
-    }
 }
 
 /// Maps a reqwest failure onto the provider error kinds.
@@ -399,15 +560,33 @@ pub(crate) fn excerpt(bytes: &[u8]) -> String {
 
 /// The error with every occurrence of the key removed from its message.
 pub(crate) fn scrub(error: ProviderError, key: &ApiKey) -> ProviderError {
+    map_message(error, |m| key.scrub(&m)).unwrap_or_else(|other| {
+        // A kind this crate does not know: scrub its whole text if the key is in it.
+        let text = other.to_string();
+        if key.scrub(&text) == text {
+            other
+        } else {
+            ProviderError::MalformedResponse {
+                message: key.scrub(&text),
+            }
+        }
+    })
+}
+
+/// The error with `f` applied to its message, or the error itself (`Err`) for a kind this
+/// crate does not know.
+fn map_message(
+    error: ProviderError,
+    f: impl FnOnce(String) -> String,
+) -> Result<ProviderError, ProviderError> {
     use ProviderError as E;
-    let s = |m: String| key.scrub(&m);
-    match error {
+    Ok(match error {
         E::ContextOverflow {
             message,
             input_tokens,
             limit,
         } => E::ContextOverflow {
-            message: s(message),
+            message: f(message),
             input_tokens,
             limit,
         },
@@ -415,46 +594,46 @@ pub(crate) fn scrub(error: ProviderError, key: &ApiKey) -> ProviderError {
             message,
             retry_after,
         } => E::RateLimited {
-            message: s(message),
+            message: f(message),
             retry_after,
         },
         E::Authentication { message } => E::Authentication {
-            message: s(message),
+            message: f(message),
         },
         E::ModelNotFound { message } => E::ModelNotFound {
-            message: s(message),
+            message: f(message),
         },
         E::InvalidRequest { status, message } => E::InvalidRequest {
             status,
-            message: s(message),
+            message: f(message),
         },
         E::Server { status, message } => E::Server {
             status,
-            message: s(message),
+            message: f(message),
         },
         E::Timeout { message } => E::Timeout {
-            message: s(message),
+            message: f(message),
+        },
+        E::WaitExpired {
+            wait,
+            after,
+            message,
+        } => E::WaitExpired {
+            wait,
+            after,
+            message: f(message),
         },
         E::Connection { message } => E::Connection {
-            message: s(message),
+            message: f(message),
         },
         E::MalformedResponse { message } => E::MalformedResponse {
-            message: s(message),
+            message: f(message),
         },
         E::Unsupported { message } => E::Unsupported {
-            message: s(message),
+            message: f(message),
         },
-        other => {
-            let text = other.to_string();
-            if key.scrub(&text) == text {
-                other
-            } else {
-                E::MalformedResponse {
-                    message: key.scrub(&text),
-                }
-            }
-        }
-    }
+        other => return Err(other),
+    })
 }
 
 /// Parses the JSON payload of an SSE event.

@@ -67,6 +67,20 @@ pub enum SessionError {
         /// How long this process waited.
         waited: Duration,
     },
+    /// An append that expected the file to end where its caller last saw it end found it
+    /// changed: another writer appended in between. Nothing was written.
+    #[error(
+        "{}: the session changed while this writer was not holding the lock (it was {expected} bytes long, now {found}): another writer appended to it; nothing was written",
+        path.display()
+    )]
+    Conflict {
+        /// The session file.
+        path: PathBuf,
+        /// Where the caller expected the file to end.
+        expected: u64,
+        /// Where it ends.
+        found: u64,
+    },
     /// An entry given to append cannot be written.
     #[error("{}: cannot append entry {index}: {reason}", path.display())]
     Rejected {

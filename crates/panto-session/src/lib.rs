@@ -2,7 +2,9 @@
 //!
 //! - [`Session`] is a session file: [`Session::open`] an existing one (an empty file opens,
 //!   and reading it is [`SessionError::Empty`]), [`Session::create`] a new one,
-//!   [`Session::append`] entries as whole lines under an exclusive lock with fsync, [`Session::load_context`] the effective context, and
+//!   [`Session::append`] entries as whole lines under an exclusive lock with fsync,
+//!   [`Session::append_at`] them only if the file still ends where the caller last saw it
+//!   (else [`SessionError::Conflict`]), [`Session::load_context`] the effective context, and
 //!   [`Session::history`] to stream every entry with its line number.
 //! - [`Loaded`] is the effective context plus [`Warning`]s (torn last line, remains of an
 //!   interrupted write, unknown entry types, incomplete compactions) and [`LoadStats`].
@@ -32,7 +34,7 @@ pub use error::{LockHolder, Result, SessionError};
 pub use history::History;
 pub use load::{LoadStats, Loaded};
 pub use options::{IdSource, RandomIds, SequentialIds, SessionOptions};
-pub use store::{Session, Writer};
+pub use store::{Appended, Session, Writer};
 pub use warning::{Warning, WarningKind};
 
 #[cfg(test)]

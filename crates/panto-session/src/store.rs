@@ -102,6 +102,31 @@ impl Session {
         self.lock()?.append(entries)
     }
 
+    /// Appends like [`Session::append`], but only if the file still ends at byte `end`: the
+    /// length the caller last saw ([`crate::LoadStats::file_len`] of its load, or
+    /// [`Appended::end`] of its last append). The lock is held only for the check and the
+    /// write, so a caller may load, ask a model for minutes and then append, and still never
+    /// interleave its entries with another writer's.
+    ///
+    /// # Errors
+    /// [`SessionError::Conflict`] when the file has another length (nothing is written), and
+    /// every error of [`Session::append`].
+    pub fn append_at(&self, end: u64, entries: &[Entry]) -> Result<Appended> {
+        self.lock()?.append_at(end, entries)
+    }
+
+    /// The length of the file in bytes now: where the next append would start.
+    ///
+    /// # Errors
+    /// [`SessionError::NotFound`], [`SessionError::IsDirectory`], [`SessionError::NotAFile`] and
+    /// [`SessionError::Io`] from the file system.
+    pub fn end(&self) -> Result<u64> {
+        check_file(&self.path)?;
+        fs::metadata(&self.path)
+            .map(|m| m.len())
+            .map_err(|e| SessionError::io(&self.path, "read the metadata of", e))
+    }
+
     /// Takes the append lock and keeps it until the returned [`Writer`] is dropped, so that a
     /// caller can load, decide and append with no other process appending in between (a
     /// compaction must, or a message appended meanwhile would be left out of its context).
@@ -188,6 +213,17 @@ impl Session {
     }
 }
 
+/// What an append wrote: the id of every entry, and where the file ends after it (the `end`
+/// to give the next [`Session::append_at`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Appended {
+    /// Every entry's id, in order: its own, or the one it was given.
+    pub ids: Vec<String>,
+    /// The length of the file after the append.
+    pub end: u64,
+}
+
 /// The append lock of a session, held until dropped; see [`Session::lock`].
 #[derive(Debug)]
 pub struct Writer<'s> {
@@ -202,6 +238,40 @@ impl Writer<'_> {
     /// # Errors
     /// As [`Session::append`], except the lock timeout.
     pub fn append(&mut self, entries: &[Entry]) -> Result<Vec<String>> {
+        let len = self.end()?;
+        self.write(len, entries).map(|appended| appended.ids)
+    }
+
+    /// Appends under the held lock if the file still ends at byte `end`; see
+    /// [`Session::append_at`].
+    ///
+    /// # Errors
+    /// As [`Session::append_at`], except the lock timeout.
+    pub fn append_at(&mut self, end: u64, entries: &[Entry]) -> Result<Appended> {
+        let found = self.end()?;
+        if found != end {
+            return Err(SessionError::Conflict {
+                path: self.session.path.clone(),
+                expected: end,
+                found,
+            });
+        }
+        self.write(found, entries)
+    }
+
+    /// The length of the file in bytes; nobody else can append while the lock is held.
+    ///
+    /// # Errors
+    /// [`SessionError::Io`] when the file's metadata cannot be read.
+    pub fn end(&self) -> Result<u64> {
+        self.file
+            .metadata()
+            .map(|m| m.len())
+            .map_err(|e| SessionError::io(&self.session.path, "read the metadata of", e))
+    }
+
+    /// Writes `entries` after the `len` bytes of the file.
+    fn write(&mut self, len: u64, entries: &[Entry]) -> Result<Appended> {
         let path = &self.session.path;
         let options = &self.session.options;
         if let Some(index) = entries.iter().position(|e| e.type_name() == TORN_WRITE) {
@@ -212,15 +282,13 @@ impl Writer<'_> {
             });
         }
         if entries.is_empty() {
-            return Ok(Vec::new());
+            return Ok(Appended {
+                ids: Vec::new(),
+                end: len,
+            });
         }
         let mut entries = entries.to_vec();
         let ids = assign_ids(&mut entries, options);
-        let len = self
-            .file
-            .metadata()
-            .map_err(|e| SessionError::io(path, "read the metadata of", e))?
-            .len();
         let (newline, debris) = end_state(&self.file, len, options.read_chunk_value())
             .map_err(|e| SessionError::io(path, "read", e))?;
         let mut out = Vec::new();
@@ -240,7 +308,10 @@ impl Writer<'_> {
                 .sync_data()
                 .map_err(|e| SessionError::io(path, "flush", e))?;
         }
-        Ok(ids)
+        Ok(Appended {
+            ids,
+            end: len + out.len() as u64,
+        })
     }
 
     /// Loads the effective context while holding the lock; see [`Session::load_context`].

@@ -31,3 +31,29 @@ fn defaults_when_nothing_is_configured() {
     run.expect_code(0);
     insta::assert_snapshot!(scrub(&run.stdout, &sb));
 }
+
+#[test]
+fn the_request_deadline_has_a_flag_and_the_other_waits_have_keys() {
+    let sb = Sandbox::new();
+    sb.write(
+        ".panto/config.toml",
+        "timeout_secs = 30\nidle_timeout_secs = 7\nlock_timeout_secs = 2\n",
+    );
+    let run = sb.run(&["config", "--timeout-secs", "5"]);
+    run.expect_code(0);
+    let row = |key: &str| {
+        run.stdout
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(key))
+            .unwrap_or_else(|| panic!("no row {key}:\n{}", run.stdout))
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    assert_eq!(
+        row("timeout_secs"),
+        "timeout_secs = 5 # flag --timeout-secs"
+    );
+    assert!(row("idle_timeout_secs").starts_with("idle_timeout_secs = 7 # project file"));
+    assert!(row("lock_timeout_secs").starts_with("lock_timeout_secs = 2 # project file"));
+}

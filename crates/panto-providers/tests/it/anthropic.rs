@@ -365,7 +365,7 @@ async fn overloaded_before_anything_was_shown_is_retried() {
     answer(&server, sse_answer(simple_stream())).await;
     let (result, events) = run(&provider(&server, true), &hello()).await;
     assert_eq!(result.unwrap().text(), "Hi");
-    assert_eq!(events, ["text:Hi"]);
+    assert_eq!(events, ["retry:1/3:server", "text:Hi"]);
     assert_eq!(server.received_requests().await.unwrap().len(), 2);
 }
 

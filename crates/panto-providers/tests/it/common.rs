@@ -27,6 +27,7 @@ pub fn config(base: &str) -> Config {
         max_delay: Duration::from_secs(5),
     };
     config.request_timeout = Duration::from_secs(10);
+    config.first_byte_timeout = Duration::from_secs(10);
     config.idle_timeout = Duration::from_secs(10);
     config
 }
@@ -45,11 +46,28 @@ pub async fn run(
             StreamEvent::Text(t) => format!("text:{t}"),
             StreamEvent::Thinking(t) => format!("thinking:{t}"),
             StreamEvent::ToolCall { name } => format!("tool:{name}"),
+            StreamEvent::Retry(notice) => format!(
+                "retry:{}/{}:{}",
+                notice.retry,
+                notice.max_retries,
+                kind(notice.error)
+            ),
             other => format!("{other:?}"),
         });
     };
     let result = provider.complete(request, &mut sink).await;
     (result, events)
+}
+
+/// The kind of an error, in one word, for event logs.
+pub fn kind(error: &ProviderError) -> &'static str {
+    match error {
+        ProviderError::RateLimited { .. } => "rate-limited",
+        ProviderError::Server { .. } => "server",
+        ProviderError::Connection { .. } => "connection",
+        ProviderError::WaitExpired { .. } | ProviderError::Timeout { .. } => "timeout",
+        _ => "other",
+    }
 }
 
 /// A one-message request.

@@ -5,6 +5,7 @@ mod anthropic;
 mod classify;
 mod common;
 mod corpus_http;
+mod faults;
 mod gemini;
 mod llama_cpp;
 mod openai_chat;

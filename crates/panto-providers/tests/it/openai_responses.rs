@@ -260,16 +260,18 @@ async fn a_rate_limit_in_response_failed_is_not_overflow_and_is_retried_while_no
     let tpm = vec![(
         "response.failed",
         json!({"type": "response.failed", "sequence_number": 3, "response": {"id": "resp_6", "object": "response", "status": "failed",
-            "error": {"code": "rate_limit_exceeded", "message": "Rate limit reached for gpt-5.1 in organization org-AAA on tokens per min (TPM): Limit 30000, Used 22999, Requested 12528. Please try again in 11.054s."},
+            "error": {"code": "rate_limit_exceeded", "message": "Rate limit reached for gpt-5.1 in organization org-AAA on tokens per min (TPM): Limit 30000, Used 22999, Requested 12528. Please try again in 20ms."},
             "usage": null}}),
     )];
     let server = MockServer::start().await;
     answer(&server, sse_answer(&tpm)).await;
     let mut config = common::config(&server.uri());
+    // The delay the message asks for is within the cap, so it is waited and retried (a longer
+    // one would end the request at once: see `faults.rs`).
     config.retry = RetryPolicy {
         max_retries: 2,
         base_delay: std::time::Duration::from_millis(1),
-        max_delay: std::time::Duration::from_millis(5),
+        max_delay: std::time::Duration::from_millis(50),
     };
     let error = run(&OpenAiResponsesProvider::new(config).unwrap(), &hello())
         .await

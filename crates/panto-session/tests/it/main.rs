@@ -7,6 +7,7 @@ mod crash;
 mod errors;
 mod load;
 mod mutate;
+mod tail;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -1,0 +1,66 @@
+//! Unit tests of the error messages: durations for people, rate limits and named waits.
+
+use std::time::Duration;
+
+use crate::{About, ProviderError, Wait};
+
+#[test]
+fn durations_read_in_their_largest_sensible_unit() {
+    let cases = [
+        (Duration::from_millis(300), "0.3 s"),
+        (Duration::from_secs(4), "4 s"),
+        (Duration::from_millis(4_000), "4 s"),
+        (Duration::from_secs(60), "60 s"),
+        (Duration::from_secs(89), "89 s"),
+        (Duration::from_secs(240), "about 4 min"),
+        (Duration::from_secs(3600), "about 60 min"),
+        (Duration::from_secs(3 * 3600), "about 3 h"),
+        (Duration::from_secs(2_300_118_534), "about 26622 days"),
+    ];
+    for (duration, text) in cases {
+        assert_eq!(About(duration).to_string(), text, "{duration:?}");
+    }
+}
+
+#[test]
+fn a_rate_limit_says_when_to_retry_first() {
+    let error = ProviderError::RateLimited {
+        message: "Rate limit reached".into(),
+        retry_after: Some(Duration::from_secs(3600)),
+    };
+    assert_eq!(
+        error.to_string(),
+        "rate limited; retry in about 60 min: Rate limit reached"
+    );
+    let error = ProviderError::RateLimited {
+        message: "slow down".into(),
+        retry_after: None,
+    };
+    assert_eq!(error.to_string(), "rate limited: slow down");
+}
+
+#[test]
+fn an_expired_wait_names_itself_and_its_bound() {
+    let error = ProviderError::WaitExpired {
+        wait: Wait::Idle,
+        after: Duration::from_secs(120),
+        message: "the stream went silent".into(),
+    };
+    assert_eq!(
+        error.to_string(),
+        "timed out: the stream went silent (idle wait, 120 s)"
+    );
+}
+
+#[test]
+fn only_the_connect_wait_is_worth_retrying() {
+    let expired = |wait| ProviderError::WaitExpired {
+        wait,
+        after: Duration::from_secs(1),
+        message: String::new(),
+    };
+    assert!(expired(Wait::Connect).is_transient());
+    for wait in [Wait::FirstByte, Wait::Idle, Wait::Request] {
+        assert!(!expired(wait).is_transient(), "{wait}");
+    }
+}
