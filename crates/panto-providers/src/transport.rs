@@ -271,9 +271,10 @@ impl Transport {
                 .map_err(Failure::from);
         }
         let deadline = remaining(started, timeout);
-        let bytes = match tokio::time::timeout(deadline, response.bytes()).await {
+        let cap = self.config.max_response_bytes;
+        let bytes = match tokio::time::timeout(deadline, read_capped(response, cap)).await {
             Err(_) => return Err(timed_out("the answer did not arrive", timeout).into()),
-            Ok(Err(e)) => return Err(from_reqwest(&e).into()),
+            Ok(Err(e)) => return Err(e.into()),
             Ok(Ok(bytes)) => bytes,
         };
         let message = parse_json_answer(wire, &bytes)?;
@@ -291,12 +292,20 @@ impl Transport {
         let mut decoder = SseDecoder::new();
         let mut parser = wire.stream();
         let mut events = Vec::new();
+        let cap = self.config.max_response_bytes;
+        let mut received = 0u64;
         loop {
             let chunk = match tokio::time::timeout(idle, response.chunk()).await {
                 Err(_) => return Err(timed_out("the stream went silent", idle)),
                 Ok(Err(e)) => return Err(from_reqwest(&e)),
                 Ok(Ok(chunk)) => chunk,
             };
+            if let Some(bytes) = &chunk {
+                received += bytes.len() as u64;
+                if received > cap {
+                    return Err(too_large(cap));
+                }
+            }
             let ended = chunk.is_none();
             match chunk {
                 Some(bytes) => decoder.push(&bytes, &mut events),
@@ -343,6 +352,33 @@ async fn read_limited(mut response: reqwest::Response, deadline: Duration) -> Ve
     body
 }
 
+/// Reads a whole answer body, refusing one larger than `cap` bytes: by its `Content-Length`
+/// before reading anything, or as soon as more than `cap` bytes have arrived.
+async fn read_capped(mut response: reqwest::Response, cap: u64) -> Result<Vec<u8>, ProviderError> {
+    if response.content_length().is_some_and(|len| len > cap) {
+        return Err(too_large(cap));
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(|e| from_reqwest(&e))? {
+        if (body.len() + chunk.len()) as u64 > cap {
+            return Err(too_large(cap));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+/// The error for an answer over the size cap.
+fn too_large(cap: u64) -> ProviderError {
+    ProviderError::MalformedResponse {
+        message: format!(
+            "the answer is larger than the limit of {} bytes ({} MiB); it was not read further",
+            cap,
+            cap / (1024 * 1024)
+        ),
+    }
+}
+
 fn remaining(started: Instant, total: Duration) -> Duration {
     total.saturating_sub(started.elapsed())
 }
@@ -387,6 +423,10 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 }
 
 /// The start of a body, for error messages.
+///
+/// The cut may fall inside an echoed key; every error then passes through [`scrub`], which
+/// removes any piece of the key of 8 bytes or more, so what the cut leaves of a key is either
+/// removed or shorter than that (`ApiKey::scrub`).
 pub(crate) fn excerpt(bytes: &[u8]) -> String {
     const MAX: usize = 200;
     let text = String::from_utf8_lossy(&bytes[..bytes.len().min(MAX)]);

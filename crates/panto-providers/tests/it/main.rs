@@ -6,6 +6,7 @@ mod classify;
 mod common;
 mod corpus_http;
 mod gemini;
+mod limits;
 mod llama_cpp;
 mod openai_chat;
 mod openai_responses;
