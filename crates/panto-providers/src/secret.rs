@@ -200,7 +200,10 @@ impl ApiKey {
     }
 
     fn scrub_map(&self, map: &mut Map<String, Value>) {
-        if map.keys().any(|k| matches!(self.scrub_cow(k), Cow::Owned(_))) {
+        if map
+            .keys()
+            .any(|k| matches!(self.scrub_cow(k), Cow::Owned(_)))
+        {
             *map = std::mem::take(map)
                 .into_iter()
                 .map(|(k, v)| (self.scrub(&k), v))
@@ -237,7 +240,10 @@ fn fragment_ranges(key: &[u8], text: &[u8]) -> Vec<(usize, usize)> {
             i += bad + 1;
             continue;
         }
-        if windows.binary_search(&window(&text[i..i + MIN_FRAGMENT])).is_ok() {
+        if windows
+            .binary_search(&window(&text[i..i + MIN_FRAGMENT]))
+            .is_ok()
+        {
             push_range(&mut ranges, i, i + MIN_FRAGMENT);
         }
         i += 1;

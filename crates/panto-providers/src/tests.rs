@@ -786,7 +786,10 @@ fn guarded(key: &ApiKey, chunks: &[&str]) -> String {
 fn a_stream_guard_holds_back_only_what_could_become_a_piece_of_the_key() {
     let key = ApiKey::new("sk-live-0123456789");
     assert_eq!(
-        guarded(&key, &["the key is sk-", "live-01", "23", "456789", ", see?"]),
+        guarded(
+            &key,
+            &["the key is sk-", "live-01", "23", "456789", ", see?"]
+        ),
         "the key is <redacted>, see?"
     );
     // Ordinary text goes through unchanged.

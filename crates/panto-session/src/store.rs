@@ -55,12 +55,10 @@ impl Session {
         let mut open = fs::OpenOptions::new();
         open.write(true).create_new(true);
         careful(&mut open, true);
-        let file = open
-            .open(&path)
-            .map_err(|e| match e.kind() {
-                ErrorKind::AlreadyExists => SessionError::AlreadyExists { path: path.clone() },
-                _ => SessionError::io(&path, "create", e),
-            })?;
+        let file = open.open(&path).map_err(|e| match e.kind() {
+            ErrorKind::AlreadyExists => SessionError::AlreadyExists { path: path.clone() },
+            _ => SessionError::io(&path, "create", e),
+        })?;
         if options.fsync_enabled() {
             file.sync_all()
                 .map_err(|e| SessionError::io(&path, "flush", e))?;

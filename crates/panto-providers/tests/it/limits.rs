@@ -29,7 +29,10 @@ fn answer(text: &str) -> String {
 fn assert_too_large(result: &Result<panto_model::Message, ProviderError>) {
     match result {
         Err(ProviderError::MalformedResponse { message }) => {
-            assert!(message.contains("larger than the limit of 4096 bytes"), "{message}");
+            assert!(
+                message.contains("larger than the limit of 4096 bytes"),
+                "{message}"
+            );
         }
         other => panic!("expected the size cap, got {other:?}"),
     }
@@ -75,13 +78,18 @@ fn endless(head: &[u8], piece: &str) -> Vec<Step> {
 
 #[tokio::test]
 async fn a_chunked_answer_is_cut_off_as_soon_as_it_passes_the_cap() {
-    let head = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n";
+    let head =
+        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n";
     let server = RawServer::start(endless(head, &" ".repeat(1024))).await;
     let started = Instant::now();
     let (result, _) = run(&provider(&server.base, false), &hello()).await;
     assert_too_large(&result);
     // Long before the server would end the answer (or the 10 s request timeout).
-    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
 }
 
 #[tokio::test]
@@ -95,5 +103,9 @@ async fn a_stream_is_cut_off_as_soon_as_it_passes_the_cap() {
     let (result, events) = run(&provider(&server.base, true), &hello()).await;
     assert_too_large(&result);
     assert!(!events.is_empty(), "the text before the cap was shown");
-    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
 }

@@ -189,7 +189,10 @@ async fn a_key_that_straddles_the_cut_of_an_excerpt_leaves_no_piece_on_any_adapt
         for (server, streaming) in [(&whole, false), (&streamed, true)] {
             for p in adapters(&server.uri(), streaming) {
                 let error = run(&*p, &hello()).await.0.unwrap_err();
-                let what = format!("{} (streaming {streaming}, {before_cut} before the cut)", p.name());
+                let what = format!(
+                    "{} (streaming {streaming}, {before_cut} before the cut)",
+                    p.name()
+                );
                 assert!(
                     matches!(error, ProviderError::MalformedResponse { .. }),
                     "{what}: {error:?}"
@@ -205,23 +208,35 @@ async fn a_key_that_straddles_the_cut_of_an_excerpt_leaves_no_piece_on_any_adapt
 fn echoing_answers(echo: &str) -> [(&'static str, Value); 4] {
     let args = json!({ "path": echo }).to_string();
     [
-        ("anthropic", json!({"id": "msg_1", "type": "message", "role": "assistant", "model": "m",
+        (
+            "anthropic",
+            json!({"id": "msg_1", "type": "message", "role": "assistant", "model": "m",
             "content": [{"type": "text", "text": format!("your key is {echo}.")},
                         {"type": "tool_use", "id": "t1", "name": "read", "input": {"path": echo}}],
-            "stop_reason": "tool_use", "usage": {"input_tokens": 3, "output_tokens": 2}})),
-        ("openai", json!({"id": "c1", "object": "chat.completion", "model": "m",
+            "stop_reason": "tool_use", "usage": {"input_tokens": 3, "output_tokens": 2}}),
+        ),
+        (
+            "openai",
+            json!({"id": "c1", "object": "chat.completion", "model": "m",
             "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
                 "role": "assistant", "content": format!("your key is {echo}."),
                 "tool_calls": [{"id": "t1", "type": "function", "function": {"name": "read", "arguments": args}}]}}],
-            "usage": {"prompt_tokens": 3, "completion_tokens": 2}})),
-        ("openai-responses", json!({"id": "r1", "object": "response", "status": "completed", "model": "m",
+            "usage": {"prompt_tokens": 3, "completion_tokens": 2}}),
+        ),
+        (
+            "openai-responses",
+            json!({"id": "r1", "object": "response", "status": "completed", "model": "m",
             "output": [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": format!("your key is {echo}.")}]},
                        {"type": "function_call", "call_id": "t1", "name": "read", "arguments": args}],
-            "usage": {"input_tokens": 3, "output_tokens": 2}})),
-        ("gemini", json!({"candidates": [{"index": 0, "finishReason": "STOP", "content": {"role": "model", "parts": [
+            "usage": {"input_tokens": 3, "output_tokens": 2}}),
+        ),
+        (
+            "gemini",
+            json!({"candidates": [{"index": 0, "finishReason": "STOP", "content": {"role": "model", "parts": [
                 {"text": format!("your key is {echo}.")},
                 {"functionCall": {"name": "read", "args": {"path": echo}}}]}}],
-            "usageMetadata": {"promptTokenCount": 3, "candidatesTokenCount": 2}})),
+            "usageMetadata": {"promptTokenCount": 3, "candidatesTokenCount": 2}}),
+        ),
     ]
 }
 
@@ -242,7 +257,10 @@ async fn a_key_echoed_in_a_successful_answer_is_scrubbed_from_the_message_and_th
             let message = result.unwrap_or_else(|e| panic!("{name}: {e}"));
             let stored = panto_model::encode_line(&panto_model::Entry::Message(message.clone()));
             assert_no_piece(&format!("{name} message"), &stored);
-            assert!(message.text().contains("your key is <redacted>."), "{name}: {stored}");
+            assert!(
+                message.text().contains("your key is <redacted>."),
+                "{name}: {stored}"
+            );
             let Some(panto_model::ContentBlock::ToolUse(call)) = message.content.last() else {
                 panic!("{name}: no tool call in {stored}");
             };
@@ -255,7 +273,9 @@ async fn a_key_echoed_in_a_successful_answer_is_scrubbed_from_the_message_and_th
 #[tokio::test]
 async fn a_key_split_over_streamed_events_reaches_the_sink_in_no_piece() {
     // The key cut into pieces of 1 to 7 bytes, each in its own event, between other words.
-    let mut chunks = vec![json!({"choices": [{"index": 0, "delta": {"role": "assistant", "content": "key: "}}]})];
+    let mut chunks = vec![
+        json!({"choices": [{"index": 0, "delta": {"role": "assistant", "content": "key: "}}]}),
+    ];
     let mut rest = KEY;
     let mut size = 1;
     while !rest.is_empty() {
@@ -277,7 +297,10 @@ async fn a_key_split_over_streamed_events_reaches_the_sink_in_no_piece() {
     let p = OpenAiChatProvider::new(common::config(&server.uri())).unwrap();
     let (result, events) = run(&p, &hello()).await;
     let message = result.unwrap();
-    let shown: String = events.iter().map(|e| e.trim_start_matches("text:")).collect();
+    let shown: String = events
+        .iter()
+        .map(|e| e.trim_start_matches("text:"))
+        .collect();
     assert_eq!(shown, "key: <redacted> (done)");
     assert_eq!(message.text(), "key: <redacted> (done)");
 }

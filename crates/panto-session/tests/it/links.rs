@@ -20,7 +20,10 @@ fn lock_of(session: &Path) -> String {
 /// A session with one entry, and a precious file beside it.
 fn setup() -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
     let (dir, path) = temp_session();
-    Session::create(&path, opts()).unwrap().append(&[user("hi")]).unwrap();
+    Session::create(&path, opts())
+        .unwrap()
+        .append(&[user("hi")])
+        .unwrap();
     fs::remove_file(lock_of(&path)).unwrap();
     let precious = dir.path().join("credentials");
     fs::write(&precious, SECRET).unwrap();
@@ -52,16 +55,25 @@ fn a_dangling_lock_symlink_creates_nothing() {
     let target = dir.path().join("elsewhere/created-by-panto");
     fs::create_dir_all(target.parent().unwrap()).unwrap();
     symlink(&target, lock_of(&path)).unwrap();
-    let err = Session::open(&path, opts()).unwrap().append(&[user("x")]).unwrap_err();
+    let err = Session::open(&path, opts())
+        .unwrap()
+        .append(&[user("x")])
+        .unwrap_err();
     assert!(matches!(err, SessionError::Symlink { .. }), "{err:?}");
-    assert!(!target.exists(), "panto created the target of a dangling link");
+    assert!(
+        !target.exists(),
+        "panto created the target of a dangling link"
+    );
 }
 
 #[test]
 fn a_lock_with_another_hard_link_or_foreign_content_is_refused_untouched() {
     let (_dir, path, precious) = setup();
     fs::hard_link(&precious, lock_of(&path)).unwrap();
-    let err = Session::open(&path, opts()).unwrap().append(&[user("x")]).unwrap_err();
+    let err = Session::open(&path, opts())
+        .unwrap()
+        .append(&[user("x")])
+        .unwrap_err();
     assert_eq!(
         err.to_string(),
         format!(
@@ -73,13 +85,25 @@ fn a_lock_with_another_hard_link_or_foreign_content_is_refused_untouched() {
 
     fs::remove_file(lock_of(&path)).unwrap();
     fs::write(lock_of(&path), SECRET.repeat(3)).unwrap();
-    let err = Session::open(&path, opts()).unwrap().append(&[user("x")]).unwrap_err();
-    assert!(err.to_string().ends_with("it holds more than a process id"), "{err}");
-    assert_eq!(fs::read_to_string(lock_of(&path)).unwrap(), SECRET.repeat(3));
+    let err = Session::open(&path, opts())
+        .unwrap()
+        .append(&[user("x")])
+        .unwrap_err();
+    assert!(
+        err.to_string().ends_with("it holds more than a process id"),
+        "{err}"
+    );
+    assert_eq!(
+        fs::read_to_string(lock_of(&path)).unwrap(),
+        SECRET.repeat(3)
+    );
 
     fs::remove_file(lock_of(&path)).unwrap();
     fs::create_dir(lock_of(&path)).unwrap();
-    let err = Session::open(&path, opts()).unwrap().append(&[user("x")]).unwrap_err();
+    let err = Session::open(&path, opts())
+        .unwrap()
+        .append(&[user("x")])
+        .unwrap_err();
     assert!(err.to_string().ends_with("it is a directory"), "{err}");
 }
 
@@ -87,10 +111,19 @@ fn a_lock_with_another_hard_link_or_foreign_content_is_refused_untouched() {
 fn a_lock_that_is_a_fifo_is_refused_without_blocking() {
     let (_dir, path, _) = setup();
     let lock = lock_of(&path);
-    let status = std::process::Command::new("mkfifo").arg(&lock).status().unwrap();
+    let status = std::process::Command::new("mkfifo")
+        .arg(&lock)
+        .status()
+        .unwrap();
     assert!(status.success());
-    let err = Session::open(&path, opts()).unwrap().append(&[user("x")]).unwrap_err();
-    assert!(err.to_string().ends_with("it is not a regular file"), "{err}");
+    let err = Session::open(&path, opts())
+        .unwrap()
+        .append(&[user("x")])
+        .unwrap_err();
+    assert!(
+        err.to_string().ends_with("it is not a regular file"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -127,8 +160,14 @@ fn new_session_and_lock_files_are_private() {
 fn an_empty_lock_file_left_by_an_earlier_run_is_reused() {
     let (_dir, path, _) = setup();
     fs::write(lock_of(&path), "").unwrap();
-    Session::open(&path, opts()).unwrap().append(&[user("again")]).unwrap();
+    Session::open(&path, opts())
+        .unwrap()
+        .append(&[user("again")])
+        .unwrap();
     fs::write(lock_of(&path), "12345\n").unwrap();
-    Session::open(&path, opts()).unwrap().append(&[user("and again")]).unwrap();
+    Session::open(&path, opts())
+        .unwrap()
+        .append(&[user("and again")])
+        .unwrap();
     assert_eq!(fs::read_to_string(&path).unwrap().lines().count(), 3);
 }
