@@ -48,7 +48,10 @@ pub use fold::{Chunk, FoldBudget, FoldError, FoldPlan, MIN_ROOM, fold};
 pub use ids::{IdGenerator, IdKind, SequentialIds, UniqueIds};
 pub use log::{MemoryLog, SessionLog};
 pub use plan::{Plan, keep_budget, plan};
-pub use prompt::{ADDITIONAL_INSTRUCTIONS_HEADING, BUILTIN_PROMPT, CompactionPrompt};
+pub use prompt::{
+    ADDITIONAL_INSTRUCTIONS_HEADING, BUILTIN_PROMPT, CompactionPrompt, LayerFile, LayerFileError,
+    MAX_LAYER_FILE_BYTES, read_layer_file,
+};
 
 #[cfg(test)]
 mod tests;

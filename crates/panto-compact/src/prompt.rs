@@ -1,7 +1,8 @@
-//! The compaction system prompt: `COMPACTION.md` layering and the `/compact` instructions.
+//! The compaction system prompt: `COMPACTION.md` layering and the `/compact` instructions; and
+//! the careful reading of layered files (prompts and configurations) that it shares with the CLI.
 
 use std::fs;
-use std::io::ErrorKind;
+use std::io::{ErrorKind, Read};
 use std::path::{Path, PathBuf};
 
 use crate::error::CompactError;
@@ -49,13 +50,26 @@ impl CompactionPrompt {
     /// a directory, a dangling symlink, not UTF-8), and [`CompactError::PromptEmpty`] when it is
     /// empty or whitespace only. Both name the file.
     pub fn load<P: AsRef<Path>>(candidates: &[P]) -> Result<CompactionPrompt, CompactError> {
+        let layers: Vec<LayerFile> = candidates
+            .iter()
+            .map(|p| LayerFile::new(p.as_ref()))
+            .collect();
+        CompactionPrompt::load_layers(&layers)
+    }
+
+    /// As [`CompactionPrompt::load`], with each file read by [`read_layer_file`]: a project's
+    /// `COMPACTION.md` given [`LayerFile::within`] its project is refused when it is a link
+    /// that leaves the project.
+    ///
+    /// # Errors
+    /// As [`CompactionPrompt::load`]; a refused file is [`CompactError::PromptUnreadable`].
+    pub fn load_layers(layers: &[LayerFile]) -> Result<CompactionPrompt, CompactError> {
         let mut chosen = CompactionPrompt::builtin();
-        for path in candidates {
-            let path = path.as_ref();
-            if let Some(text) = read_override(path)? {
+        for layer in layers {
+            if let Some(text) = read_override(layer)? {
                 chosen = CompactionPrompt {
                     text,
-                    source: Some(path.to_path_buf()),
+                    source: Some(layer.path.clone()),
                 };
             }
         }
@@ -99,33 +113,129 @@ impl CompactionPrompt {
     }
 }
 
-/// Reads one override: `None` when nothing is at `path`.
-fn read_override(path: &Path) -> Result<Option<String>, CompactError> {
-    let unreadable = |reason: String| CompactError::PromptUnreadable {
-        path: path.to_path_buf(),
+/// Reads one override: `None` when nothing is at the path.
+fn read_override(file: &LayerFile) -> Result<Option<String>, CompactError> {
+    let text = read_layer_file(file).map_err(|e| CompactError::PromptUnreadable {
+        path: e.path,
+        reason: e.reason,
+    })?;
+    match text {
+        Some(text) if text.trim().is_empty() => Err(CompactError::PromptEmpty {
+            path: file.path.clone(),
+        }),
+        other => Ok(other),
+    }
+}
+
+/// The largest layer file that is read: 1 MiB. A prompt or a configuration is far smaller.
+pub const MAX_LAYER_FILE_BYTES: u64 = 1024 * 1024;
+
+/// One layered file, a `COMPACTION.md` or a `config.toml`: its path and, for a project's
+/// files, the folder it must stay inside.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LayerFile {
+    /// Where the file is looked for.
+    pub path: PathBuf,
+    /// The folder the file must resolve inside, symbolic links followed; `None` for files
+    /// the user keeps (a dotfile manager may link them from anywhere).
+    pub within: Option<PathBuf>,
+}
+
+impl LayerFile {
+    /// A file read wherever its links lead (the user's own files).
+    pub fn new(path: impl Into<PathBuf>) -> LayerFile {
+        LayerFile {
+            path: path.into(),
+            within: None,
+        }
+    }
+
+    /// The same file, refused unless it resolves inside `folder` (a project's files: a
+    /// repository may hold links to the user's secrets).
+    pub fn within(mut self, folder: impl Into<PathBuf>) -> LayerFile {
+        self.within = Some(folder.into());
+        self
+    }
+}
+
+/// A layer file that exists but is refused or cannot be read. The reason never quotes the
+/// file's content.
+#[derive(Debug, thiserror::Error)]
+#[error("{}: {reason}", path.display())]
+#[non_exhaustive]
+pub struct LayerFileError {
+    /// The file, as it was asked for.
+    pub path: PathBuf,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+/// Reads a layer file as UTF-8 text: `Ok(None)` when nothing is at its path.
+///
+/// Only a regular file of at most [`MAX_LAYER_FILE_BYTES`] is read. With
+/// [`LayerFile::within`], its real path (every symbolic link followed) must lie inside that
+/// folder, so a link in a repository to `~/.aws/credentials` is refused before a byte of it is
+/// read, and no later parse error can quote it.
+///
+/// # Errors
+/// [`LayerFileError`] naming the file: a link that leaves its folder or leads nowhere, a
+/// directory, a FIFO or device, a file too large, a read error, text that is not UTF-8.
+pub fn read_layer_file(file: &LayerFile) -> Result<Option<String>, LayerFileError> {
+    let path = &file.path;
+    let refuse = |reason: String| LayerFileError {
+        path: path.clone(),
         reason,
     };
-    // `symlink_metadata` so that a dangling link counts as present (and then fails to read).
-    match fs::symlink_metadata(path) {
+    // `symlink_metadata` so that a dangling link counts as present (and is then refused).
+    let link = match fs::symlink_metadata(path) {
         Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(unreadable(e.to_string())),
-        Ok(_) => {}
+        Err(e) => return Err(refuse(e.to_string())),
+        Ok(meta) => meta.file_type().is_symlink(),
+    };
+    let real = fs::canonicalize(path).map_err(|e| match (link, e.kind()) {
+        (true, ErrorKind::NotFound) => refuse("it is a symbolic link to nothing".to_owned()),
+        _ => refuse(e.to_string()),
+    })?;
+    if let Some(folder) = &file.within {
+        let folder = fs::canonicalize(folder).map_err(|e| refuse(e.to_string()))?;
+        if !real.starts_with(&folder) {
+            return Err(refuse(format!(
+                "it is a symbolic link that leads outside {}; panto reads a project's files only inside the project",
+                folder.display()
+            )));
+        }
     }
-    let meta = fs::metadata(path).map_err(|e| unreadable(e.to_string()))?;
-    if meta.is_dir() {
-        return Err(unreadable("it is a directory".to_owned()));
+    let check = |meta: &fs::Metadata| {
+        if meta.is_dir() {
+            Err(refuse("it is a directory".to_owned()))
+        } else if !meta.is_file() {
+            Err(refuse("it is not a regular file".to_owned()))
+        } else if meta.len() > MAX_LAYER_FILE_BYTES {
+            Err(refuse(format!(
+                "it is larger than {} KiB",
+                MAX_LAYER_FILE_BYTES / 1024
+            )))
+        } else {
+            Ok(())
+        }
+    };
+    // Checked before opening (a FIFO would block the open) and again on the open file.
+    check(&fs::metadata(&real).map_err(|e| refuse(e.to_string()))?)?;
+    let opened = fs::File::open(&real).map_err(|e| refuse(e.to_string()))?;
+    check(&opened.metadata().map_err(|e| refuse(e.to_string()))?)?;
+    let mut bytes = Vec::new();
+    opened
+        .take(MAX_LAYER_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| refuse(e.to_string()))?;
+    if bytes.len() as u64 > MAX_LAYER_FILE_BYTES {
+        return Err(refuse("it grew while it was read".to_owned()));
     }
-    let bytes = fs::read(path).map_err(|e| unreadable(e.to_string()))?;
-    let text = String::from_utf8(bytes).map_err(|e| {
-        unreadable(format!(
+    String::from_utf8(bytes).map(Some).map_err(|e| {
+        refuse(format!(
             "not valid UTF-8 (at byte {})",
             e.utf8_error().valid_up_to()
         ))
-    })?;
-    if text.trim().is_empty() {
-        return Err(CompactError::PromptEmpty {
-            path: path.to_path_buf(),
-        });
-    }
-    Ok(Some(text))
+    })
 }

@@ -129,6 +129,86 @@ fn the_budget_is_capped_at_a_quarter_of_a_reported_limit() {
     assert_eq!(DEFAULT_KEEP_TOKENS, 20_000);
 }
 
+#[cfg(unix)]
+#[test]
+fn a_project_prompt_that_links_outside_the_project_is_refused_naming_it() {
+    use std::os::unix::fs::symlink;
+    let dir = tempfile::tempdir().unwrap();
+    let project = dir.path().join("project");
+    fs::create_dir_all(project.join(".panto")).unwrap();
+    let secret = dir.path().join("credentials");
+    fs::write(&secret, "aws_secret_access_key = do-not-send\n").unwrap();
+    let prompt = project.join(".panto/COMPACTION.md");
+    symlink(&secret, &prompt).unwrap();
+    let layer = LayerFile::new(&prompt).within(&project);
+    let err = CompactionPrompt::load_layers(std::slice::from_ref(&layer)).unwrap_err();
+    let text = err.to_string();
+    assert!(
+        matches!(err, CompactError::PromptUnreadable { ref path, .. } if path == &prompt),
+        "{err:?}"
+    );
+    assert!(text.contains("symbolic link that leads outside"), "{text}");
+    assert!(!text.contains("do-not-send"), "{text}");
+    // The user's own files may be linked from anywhere (a dotfile manager does that).
+    assert_eq!(
+        CompactionPrompt::load(&[&prompt]).unwrap().text(),
+        "aws_secret_access_key = do-not-send\n"
+    );
+    // A link that stays inside the project is followed.
+    fs::remove_file(&prompt).unwrap();
+    fs::write(project.join("prompt.md"), "inside").unwrap();
+    symlink("../prompt.md", &prompt).unwrap();
+    let p = CompactionPrompt::load_layers(&[layer.clone()]).unwrap();
+    assert_eq!(p.text(), "inside");
+    // A `.panto` folder that is itself a link out of the project is refused the same way.
+    fs::remove_dir_all(project.join(".panto")).unwrap();
+    let outside = dir.path().join("outside");
+    fs::create_dir_all(&outside).unwrap();
+    fs::write(outside.join("COMPACTION.md"), "from outside").unwrap();
+    symlink(&outside, project.join(".panto")).unwrap();
+    let err = CompactionPrompt::load_layers(&[layer]).unwrap_err();
+    assert!(err.to_string().contains("leads outside"), "{err}");
+}
+
+#[cfg(unix)]
+#[test]
+fn layer_files_that_are_not_small_regular_files_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("fifo.md");
+    assert!(
+        std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let err = read_layer_file(&LayerFile::new(&fifo).within(dir.path())).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!("{}: it is not a regular file", fifo.display())
+    );
+
+    let big = dir.path().join("big.md");
+    fs::write(&big, vec![b'x'; MAX_LAYER_FILE_BYTES as usize + 1]).unwrap();
+    let err = read_layer_file(&LayerFile::new(&big)).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!("{}: it is larger than 1024 KiB", big.display())
+    );
+
+    let dangling = dir.path().join("dangling.md");
+    std::os::unix::fs::symlink(dir.path().join("nowhere"), &dangling).unwrap();
+    let err = read_layer_file(&LayerFile::new(&dangling)).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!("{}: it is a symbolic link to nothing", dangling.display())
+    );
+    assert_eq!(
+        read_layer_file(&LayerFile::new(dir.path().join("absent"))).unwrap(),
+        None
+    );
+}
+
 #[test]
 fn prompt_layering_last_present_file_wins() {
     let dir = tempfile::tempdir().unwrap();

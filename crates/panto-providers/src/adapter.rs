@@ -1,6 +1,7 @@
 //! What every adapter shares: the constructors from the environment, the configuration
 //! accessor, `Debug` without the key, and the `Provider` implementation that hands a request to
-//! the transport together with the adapter's wire description.
+//! the transport together with the adapter's wire description, and scrubs the key from the
+//! answer on its way back.
 //!
 //! Written once as a macro because the four adapters are distinct public types (with their own
 //! options, such as the output-limit field of Chat Completions) around the same two fields, a
@@ -57,10 +58,23 @@ macro_rules! adapter_common {
                 request: &'a Request,
                 events: EventSink<'a>,
             ) -> BoxFuture<'a, Result<Message, ProviderError>> {
-                Box::pin(
-                    self.transport
-                        .complete(&self.wire, self.name(), request, events),
-                )
+                Box::pin(async move {
+                    // The key is scrubbed from the answer, streamed and whole, before it
+                    // leaves the adapter: a server that echoes it cannot get it stored.
+                    let key = &self.transport.config().api_key;
+                    let mut guard = crate::secret::StreamGuard::new(key, events);
+                    let result = {
+                        let mut sink = |event: panto_provider::StreamEvent<'_>| guard.event(event);
+                        self.transport
+                            .complete(&self.wire, self.name(), request, &mut sink)
+                            .await
+                    };
+                    guard.finish();
+                    result.map(|mut message| {
+                        key.scrub_message(&mut message);
+                        message
+                    })
+                })
             }
         }
     };

@@ -36,7 +36,14 @@ pub struct Config {
     pub retry: RetryPolicy,
     /// Whether to ask for a streaming (SSE) answer, so that text arrives as it is generated.
     pub streaming: bool,
+    /// The most bytes of one answer that are read, streamed or not; a larger answer is a
+    /// [`panto_provider::ProviderError::MalformedResponse`], not an allocation. Default
+    /// [`DEFAULT_MAX_RESPONSE_BYTES`].
+    pub max_response_bytes: u64,
 }
+
+/// The default cap on the size of one answer: 64 MiB.
+pub const DEFAULT_MAX_RESPONSE_BYTES: u64 = 64 * 1024 * 1024;
 
 impl Config {
     /// A configuration with the default timeouts, retries and streaming on.
@@ -50,6 +57,7 @@ impl Config {
             request_timeout: Duration::from_secs(600),
             retry: RetryPolicy::default(),
             streaming: true,
+            max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
         }
     }
 

@@ -39,7 +39,7 @@ pub use classify::{
     Classification, Protocol, Verdict, classify_response, classify_stream_error,
     error_in_success_body, explain_response, explain_stream_error, explain_success_body,
 };
-pub use config::{Config, Error, RetryPolicy};
+pub use config::{Config, DEFAULT_MAX_RESPONSE_BYTES, Error, RetryPolicy};
 pub use gemini::GeminiProvider;
 pub use openai_chat::{MaxTokensField, OpenAiChatProvider};
 pub use openai_responses::OpenAiResponsesProvider;

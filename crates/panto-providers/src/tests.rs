@@ -14,7 +14,7 @@ use serde_json::json;
 use crate::config::{BaseUrl, Error, RetryPolicy, config_from_lookup};
 use crate::prepare::{INTERRUPTED, compaction_text, prepare};
 use crate::retry::{Refusal, delay, next_delay, parse_retry_after, retry_after};
-use crate::secret::ApiKey;
+use crate::secret::{ApiKey, MIN_FRAGMENT, StreamGuard};
 use crate::sse::{SseDecoder, SseEvent};
 
 // ---------------------------------------------------------------------------------------------
@@ -810,6 +810,137 @@ fn api_key_debug_is_redacted_and_scrub_removes_it() {
         "bad key <redacted>!"
     );
     assert_eq!(key.expose(), "sk-live-0123456789");
+}
+
+/// Whether `text` holds a piece of `key` of [`MIN_FRAGMENT`] bytes or more.
+fn has_piece(key: &str, text: &str) -> bool {
+    key.as_bytes()
+        .windows(MIN_FRAGMENT)
+        .any(|w| text.contains(std::str::from_utf8(w).unwrap()))
+}
+
+#[test]
+fn scrub_removes_pieces_of_the_key_of_eight_bytes_or_more() {
+    let key = ApiKey::new("sk-live-0123456789");
+    // The key cut at an excerpt's end, its middle, a piece of exactly eight bytes.
+    assert_eq!(key.scrub("body: sk-live-012345678"), "body: <redacted>");
+    assert_eq!(key.scrub("[live-0123456]"), "[<redacted>]");
+    assert_eq!(key.scrub("x 23456789 y"), "x <redacted> y");
+    // Seven bytes are not a piece; neither are other words.
+    assert_eq!(key.scrub("x 3456789 y"), "x 3456789 y");
+    assert_eq!(key.scrub("sk-live-01"), "<redacted>");
+    // Two keys in a row are one redaction; text around them survives, non-ASCII included.
+    assert_eq!(
+        key.scrub("é sk-live-0123456789sk-live-0123456789 ü"),
+        "é <redacted> ü"
+    );
+    // A key shorter than a piece is removed only whole.
+    let short = ApiKey::new("abc123");
+    assert_eq!(short.scrub("abc123 abc12"), "<redacted> abc12");
+    assert_eq!(ApiKey::none().scrub("anything"), "anything");
+}
+
+#[test]
+fn an_excerpt_cut_through_the_key_keeps_no_piece_of_it() {
+    let key = "sk-proj-AbCdEfGhIjKlMnOpQrStUvWxYz0123456789";
+    let api_key = ApiKey::new(key);
+    for before_cut in 1..key.len() {
+        let body = format!("{}{key} tail", "y".repeat(200 - before_cut));
+        let message = api_key.scrub(&crate::transport::excerpt(body.as_bytes()));
+        assert!(!has_piece(key, &message), "{before_cut}: {message}");
+    }
+}
+
+/// Runs `chunks` through a [`StreamGuard`], returning the text the caller saw.
+fn guarded(key: &ApiKey, chunks: &[&str]) -> String {
+    let mut seen = String::new();
+    let mut sink = |e: panto_provider::StreamEvent<'_>| {
+        if let panto_provider::StreamEvent::Text(t) = e {
+            seen.push_str(t);
+        }
+    };
+    let mut guard = StreamGuard::new(key, &mut sink);
+    for chunk in chunks {
+        guard.event(panto_provider::StreamEvent::Text(chunk));
+    }
+    guard.finish();
+    drop(guard);
+    seen
+}
+
+#[test]
+fn a_stream_guard_holds_back_only_what_could_become_a_piece_of_the_key() {
+    let key = ApiKey::new("sk-live-0123456789");
+    assert_eq!(
+        guarded(
+            &key,
+            &["the key is sk-", "live-01", "23", "456789", ", see?"]
+        ),
+        "the key is <redacted>, see?"
+    );
+    // Ordinary text goes through unchanged.
+    assert_eq!(guarded(&key, &["Hello", " world", "!"]), "Hello world!");
+    assert_eq!(key.stream_split("Hello world"), "Hello world".len());
+    assert_eq!(key.stream_split("a sk-li"), 2);
+}
+
+prop_compose! {
+    /// A key as providers make them: ASCII letters, digits, `-` and `_`.
+    fn arb_key()(key in "[A-Za-z0-9_-]{8,48}") -> String { key }
+}
+
+prop_compose! {
+    /// Text mixing free words with pieces of `key` of any length, and cut points for a stream.
+    fn text_with_pieces(key: String)(
+        parts in prop::collection::vec(
+            prop_oneof![
+                "[ -~é\n]{0,12}".prop_map(|s| (s, None)),
+                (0..key.len(), 1..=key.len()).prop_map(|(a, n)| (String::new(), Some((a, n)))),
+            ],
+            0..12,
+        ),
+        cuts in prop::collection::vec(0usize..400, 0..8),
+        key in Just(key),
+    ) -> (String, Vec<usize>) {
+        let mut text = String::new();
+        for (word, piece) in parts {
+            match piece {
+                Some((at, len)) => text.push_str(&key[at..(at + len).min(key.len())]),
+                None => text.push_str(&word),
+            }
+        }
+        (text, cuts)
+    }
+}
+
+proptest! {
+    #[test]
+    fn no_piece_of_the_key_survives_scrubbing_or_streaming(
+        (key, (text, cuts)) in arb_key().prop_flat_map(|k| (Just(k.clone()), text_with_pieces(k)))
+    ) {
+        let api_key = ApiKey::new(key.clone());
+        let scrubbed = api_key.scrub(&text);
+        prop_assert!(!has_piece(&key, &scrubbed), "{scrubbed}");
+        // The same text streamed in chunks cut anywhere (on character boundaries).
+        let mut bounds: Vec<usize> = cuts
+            .into_iter()
+            .map(|c| c % (text.len() + 1))
+            .filter(|&c| text.is_char_boundary(c))
+            .collect();
+        bounds.sort_unstable();
+        let mut chunks = Vec::new();
+        let mut at = 0;
+        for b in bounds {
+            chunks.push(&text[at..b]);
+            at = b;
+        }
+        chunks.push(&text[at..]);
+        let shown = guarded(&api_key, &chunks);
+        prop_assert!(!has_piece(&key, &shown), "{shown}");
+        if !has_piece(&key, &text) {
+            prop_assert_eq!(shown, text);
+        }
+    }
 }
 
 #[test]

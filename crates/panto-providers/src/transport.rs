@@ -356,12 +356,19 @@ impl Transport {
                 .await
                 .map_err(Failure::from);
         }
+        let cap = self.config.max_response_bytes;
+        if response.content_length().is_some_and(|len| len > cap) {
+            return Err(too_large(cap).into());
+        }
         let mut bytes = Vec::new();
         let mut since = Instant::now();
         while let Some(chunk) = self
             .next_chunk(&mut response, clock, since, "the answer stopped arriving")
             .await?
         {
+            if (bytes.len() + chunk.len()) as u64 > cap {
+                return Err(too_large(cap).into());
+            }
             bytes.extend_from_slice(&chunk);
             since = Instant::now();
         }
@@ -384,6 +391,8 @@ impl Transport {
         // comments and pings prove the connection is alive, not that the answer is coming.
         let mut progress = Instant::now();
         let mut pinged = false;
+        let cap = self.config.max_response_bytes;
+        let mut received = 0u64;
         loop {
             let what = if pinged {
                 "only keep-alive pings arrived, no stream event"
@@ -393,6 +402,12 @@ impl Transport {
             let chunk = self
                 .next_chunk(&mut response, clock, progress, what)
                 .await?;
+            if let Some(bytes) = &chunk {
+                received += bytes.len() as u64;
+                if received > cap {
+                    return Err(too_large(cap).into());
+                }
+            }
             let ended = chunk.is_none();
             match chunk {
                 Some(bytes) => decoder.push(&bytes, &mut events),
@@ -514,6 +529,17 @@ async fn read_limited(mut response: reqwest::Response, deadline: Duration) -> Ve
     body
 }
 
+/// The error for an answer over the size cap.
+fn too_large(cap: u64) -> ProviderError {
+    ProviderError::MalformedResponse {
+        message: format!(
+            "the answer is larger than the limit of {} bytes ({} MiB); it was not read further",
+            cap,
+            cap / (1024 * 1024)
+        ),
+    }
+}
+
 /// Maps a reqwest failure onto the provider error kinds.
 fn from_reqwest(e: &reqwest::Error) -> ProviderError {
     let message = error_chain(e);
@@ -548,6 +574,10 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 }
 
 /// The start of a body, for error messages.
+///
+/// The cut may fall inside an echoed key; every error then passes through [`scrub`], which
+/// removes any piece of the key of 8 bytes or more, so what the cut leaves of a key is either
+/// removed or shorter than that (`ApiKey::scrub`).
 pub(crate) fn excerpt(bytes: &[u8]) -> String {
     const MAX: usize = 200;
     let text = String::from_utf8_lossy(&bytes[..bytes.len().min(MAX)]);

@@ -45,6 +45,23 @@ pub enum SessionError {
         /// The path.
         path: PathBuf,
     },
+    /// The session file or its lock file is a symbolic link. panto never follows a link when
+    /// it writes, so a link planted at either path cannot make it write, create or truncate a
+    /// file elsewhere.
+    #[error("{}: is a symbolic link; panto does not follow links to files it writes", path.display())]
+    Symlink {
+        /// The link.
+        path: PathBuf,
+    },
+    /// The lock file (`<session file>.lock`) is not one panto can use: not a regular file, a
+    /// file with other hard links, or one holding more than a process id. It is left as it is.
+    #[error("{}: not a lock file panto can use: {reason}", path.display())]
+    NotALock {
+        /// The lock file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
     /// A line of the file is not a valid entry. The file is left untouched.
     ///
     /// The message reads `<path>: line 12, column 5: content[1].tool_use_id: missing field`;

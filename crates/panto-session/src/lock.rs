@@ -8,7 +8,7 @@
 //! holds means nothing and is overwritten by the next holder.
 
 use std::fs::{self, File};
-use std::io::{Seek, SeekFrom, Write};
+use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -30,15 +30,14 @@ pub(crate) struct Lock {
 
 impl Lock {
     /// Takes the lock of `session`, waiting up to `timeout`.
+    ///
+    /// # Errors
+    /// [`SessionError::Symlink`] when the lock path is a symbolic link (dangling or not),
+    /// [`SessionError::NotALock`] when it is something panto must not write into, both before
+    /// anything is written; [`SessionError::LockTimeout`] and [`SessionError::Io`].
     pub fn acquire(session: &Path, timeout: Duration) -> Result<Lock> {
         let path = lock_path(session);
-        let file = fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .map_err(|e| SessionError::io(&path, "open the lock file", e))?;
+        let file = open_lock_file(&path)?;
         let started = Instant::now();
         let mut pause = Duration::from_millis(1);
         loop {
@@ -50,7 +49,7 @@ impl Lock {
                         return Err(SessionError::LockTimeout {
                             path: session.to_path_buf(),
                             holder: LockHolder {
-                                pid: read_pid(&path),
+                                pid: read_pid(&file),
                                 lock_path: path,
                             },
                             waited: timeout,
@@ -70,7 +69,7 @@ impl Lock {
         Ok(lock)
     }
 
-    fn record_pid(&self) -> std::io::Result<()> {
+    fn record_pid(&self) -> io::Result<()> {
         let mut f = &self.file;
         f.set_len(0)?;
         f.seek(SeekFrom::Start(0))?;
@@ -88,6 +87,89 @@ impl Drop for Lock {
 }
 
 /// The pid recorded in a lock file, if it can be read.
-fn read_pid(path: &Path) -> Option<u32> {
-    fs::read_to_string(path).ok()?.trim().parse().ok()
+fn read_pid(file: &File) -> Option<u32> {
+    let mut text = String::new();
+    let mut f = file;
+    f.seek(SeekFrom::Start(0)).ok()?;
+    f.take(MAX_LOCK_LEN).read_to_string(&mut text).ok()?;
+    text.trim().parse().ok()
+}
+
+/// The most bytes a lock file holds: a process id and a newline, with room to spare.
+const MAX_LOCK_LEN: u64 = 32;
+
+/// Opens the lock file, creating it (mode 0600) when it is missing, without following a
+/// symbolic link and without truncating anything; then checks that it is a lock file: a
+/// regular file with no other hard link, holding at most a process id. Only such a file is
+/// ever emptied (when the pid is recorded and cleared), so no other file can lose a byte.
+fn open_lock_file(path: &Path) -> Result<File> {
+    let mut options = fs::OpenOptions::new();
+    options.read(true).write(true).create(true).truncate(false);
+    careful(&mut options, true);
+    let file = options.open(path).map_err(|e| match e.kind() {
+        io::ErrorKind::IsADirectory => SessionError::NotALock {
+            path: path.to_path_buf(),
+            reason: "it is a directory",
+        },
+        _ => careful_open_error(path, e, "open the lock file"),
+    })?;
+    let meta = file
+        .metadata()
+        .map_err(|e| SessionError::io(path, "read the metadata of", e))?;
+    let refuse = |reason| {
+        Err(SessionError::NotALock {
+            path: path.to_path_buf(),
+            reason,
+        })
+    };
+    if meta.is_dir() {
+        return refuse("it is a directory");
+    }
+    if !meta.is_file() {
+        return refuse("it is not a regular file");
+    }
+    #[cfg(unix)]
+    if std::os::unix::fs::MetadataExt::nlink(&meta) > 1 {
+        return refuse("it has other hard links, so emptying it would empty another file");
+    }
+    if meta.len() > MAX_LOCK_LEN {
+        return refuse("it holds more than a process id");
+    }
+    Ok(file)
+}
+
+/// Makes `options` open a path without following a symbolic link at its last component and
+/// without blocking on a FIFO; files it creates get mode 0600 (`create`), which the umask can
+/// only make stricter. Elsewhere than on Unix the options are left as they are.
+pub(crate) fn careful(options: &mut fs::OpenOptions, create: bool) {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK);
+        if create {
+            options.mode(0o600);
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = (options, create);
+}
+
+/// The error of a [`careful`] open: [`SessionError::Symlink`] for a link,
+/// [`SessionError::NotFound`], [`SessionError::IsDirectory`], or the system's error.
+pub(crate) fn careful_open_error(path: &Path, e: io::Error, action: &'static str) -> SessionError {
+    #[cfg(unix)]
+    if e.raw_os_error() == Some(libc::ELOOP) {
+        return SessionError::Symlink {
+            path: path.to_path_buf(),
+        };
+    }
+    match e.kind() {
+        io::ErrorKind::NotFound => SessionError::NotFound {
+            path: path.to_path_buf(),
+        },
+        io::ErrorKind::IsADirectory => SessionError::IsDirectory {
+            path: path.to_path_buf(),
+        },
+        _ => SessionError::io(path, action, e),
+    }
 }

@@ -11,7 +11,7 @@ use crate::error::{Result, SessionError};
 use crate::history::History;
 use crate::lines::{BackLines, Line, TORN_WRITE, classify, looks_torn, torn_write_record};
 use crate::load::{Loaded, load, readable_len};
-use crate::lock::Lock;
+use crate::lock::{Lock, careful, careful_open_error};
 use crate::options::SessionOptions;
 use crate::warning::Warning;
 
@@ -43,21 +43,22 @@ impl Session {
     }
 
     /// Creates a new, empty session file (and flushes its directory entry to disk when fsync
-    /// is on).
+    /// is on). On Unix the file gets mode 0600 (the umask can only make it stricter): a
+    /// conversation is nobody else's to read.
     ///
     /// # Errors
     /// [`SessionError::AlreadyExists`] when something is already at `path` (an existing session
     /// is never truncated), [`SessionError::Io`] when the file cannot be created.
     pub fn create(path: impl AsRef<Path>, options: SessionOptions) -> Result<Session> {
         let path = path.as_ref().to_path_buf();
-        let file = fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .map_err(|e| match e.kind() {
-                ErrorKind::AlreadyExists => SessionError::AlreadyExists { path: path.clone() },
-                _ => SessionError::io(&path, "create", e),
-            })?;
+        // `create_new` never follows a link; the mode keeps the new file private to its owner.
+        let mut open = fs::OpenOptions::new();
+        open.write(true).create_new(true);
+        careful(&mut open, true);
+        let file = open.open(&path).map_err(|e| match e.kind() {
+            ErrorKind::AlreadyExists => SessionError::AlreadyExists { path: path.clone() },
+            _ => SessionError::io(&path, "create", e),
+        })?;
         if options.fsync_enabled() {
             file.sync_all()
                 .map_err(|e| SessionError::io(&path, "flush", e))?;
@@ -132,16 +133,16 @@ impl Session {
     /// compaction must, or a message appended meanwhile would be left out of its context).
     /// Other appenders wait up to their lock timeout meanwhile.
     ///
+    /// The session file and its lock file are opened without following symbolic links and
+    /// without truncation (see `docs/session.md`).
+    ///
     /// # Errors
-    /// As [`Session::append`], before anything is written.
+    /// As [`Session::append`], before anything is written; also [`SessionError::Symlink`] when
+    /// the session file or its lock file is a symbolic link, and [`SessionError::NotALock`]
+    /// when the lock path holds something that is not a panto lock file. Neither is touched.
     pub fn lock(&self) -> Result<Writer<'_>> {
         let lock = Lock::acquire(&self.path, self.options.lock_timeout_value())?;
-        check_file(&self.path)?;
-        let file = fs::OpenOptions::new()
-            .read(true)
-            .append(true)
-            .open(&self.path)
-            .map_err(|e| open_error(&self.path, e, "open for appending"))?;
+        let file = open_append(&self.path)?;
         Ok(Writer {
             session: self,
             file,
@@ -442,6 +443,31 @@ fn open_error(path: &Path, e: io::Error, action: &'static str) -> SessionError {
         },
         _ => SessionError::io(path, action, e),
     }
+}
+
+/// Opens a session file for appending without following a symbolic link, then checks on the
+/// open file that it is a regular file, so nothing can swap the file between check and use.
+fn open_append(path: &Path) -> Result<File> {
+    let mut options = fs::OpenOptions::new();
+    options.read(true).append(true);
+    careful(&mut options, false);
+    let file = options
+        .open(path)
+        .map_err(|e| careful_open_error(path, e, "open for appending"))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| SessionError::io(path, "read the metadata of", e))?;
+    if meta.is_dir() {
+        return Err(SessionError::IsDirectory {
+            path: path.to_path_buf(),
+        });
+    }
+    if !meta.is_file() {
+        return Err(SessionError::NotAFile {
+            path: path.to_path_buf(),
+        });
+    }
+    Ok(file)
 }
 
 /// Opens a session file for reading after checking what it is.

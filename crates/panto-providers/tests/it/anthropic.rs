@@ -211,8 +211,10 @@ async fn streamed_answer_equals_the_whole_one_and_reaches_the_sink_as_it_arrives
         [
             "thinking:Let me ",
             "thinking:look.",
-            "text:Check",
-            "text:ing.",
+            // The key scrubber holds back a last byte that also occurs in the key ("k")
+            // until the next event shows that no piece of the key begins there.
+            "text:Chec",
+            "text:king.",
             "tool:read"
         ]
     );
@@ -253,7 +255,7 @@ async fn a_stream_cut_before_message_stop_is_an_error_not_a_shorter_message() {
     assert_malformed(&result);
     assert!(result.unwrap_err().to_string().contains("message_stop"));
     // The text was shown as it came, but the answer is not taken: nothing retried either.
-    assert!(events.contains(&"text:ing.".to_owned()));
+    assert!(events.contains(&"text:king.".to_owned()), "{events:?}");
     assert_eq!(server.received_requests().await.unwrap().len(), 1);
 }
 

@@ -221,7 +221,9 @@ async fn a_stream_without_a_finish_reason_is_cut_off() {
     .await;
     let (result, events) = run(&provider(&server, true), &hello()).await;
     assert_malformed(&result);
-    assert_eq!(events, ["text:Half an ans"]);
+    // The last byte, which also occurs in the key, is held back by the key scrubber until the
+    // stream ends, and shown then.
+    assert_eq!(events, ["text:Half an an", "text:s"]);
 }
 
 #[tokio::test]

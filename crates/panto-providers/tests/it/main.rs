@@ -7,6 +7,7 @@ mod common;
 mod corpus_http;
 mod faults;
 mod gemini;
+mod limits;
 mod llama_cpp;
 mod openai_chat;
 mod openai_responses;

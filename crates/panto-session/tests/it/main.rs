@@ -5,6 +5,7 @@ mod append;
 mod concurrent;
 mod crash;
 mod errors;
+mod links;
 mod load;
 mod mutate;
 mod tail;
