@@ -485,3 +485,34 @@ fn an_open_chat_does_not_block_a_send_and_catches_up_with_it() {
     assert!(entries[0].to_string().contains("From send."));
     assert!(entries[2].to_string().contains("From chat."));
 }
+
+#[test]
+fn a_held_lock_fails_after_the_configured_lock_timeout_naming_the_holder() {
+    use panto_session::{Session, SessionOptions};
+
+    let server = RawServer::start(slow_model);
+    let sb = Sandbox::new();
+    let path = sb.work().join("s.jsonl");
+    let session = Session::create(&path, SessionOptions::default()).unwrap();
+    // Another program holds the append lock the whole time.
+    let writer = session.lock().unwrap();
+    sb.write(".panto/config.toml", "lock_timeout_secs = 1\n");
+    let cmd = send_command(&sb, &server.base, "s.jsonl", "Blocked?", &[]);
+    let (run, elapsed) = timed(&sb, cmd);
+    drop(writer);
+    run.expect_code(1);
+    assert_between(elapsed, 1, 10);
+    assert!(
+        run.stderr
+            .contains(&format!("locked by process {}", std::process::id())),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("gave up after 1s"), "{}", run.stderr);
+    assert_eq!(
+        server.requests(),
+        0,
+        "the request went out without its prompt stored"
+    );
+    assert!(valid_entries(&sb, "s.jsonl").is_empty());
+}
