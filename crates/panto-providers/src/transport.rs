@@ -332,7 +332,7 @@ impl Transport {
             .within(Wait::FirstByte, started, first_byte, what, send)
             .await?
         {
-            Err(e) => return Err(self.from_reqwest(&e).into()),
+            Err(e) => return Err(self.reqwest_error(&e).into()),
             Ok(response) => response,
         };
         let mut response = response;
@@ -434,12 +434,12 @@ impl Transport {
                 response.chunk(),
             )
             .await?
-            .map_err(|e| self.from_reqwest(&e))
+            .map_err(|e| self.reqwest_error(&e))
     }
 
     /// Maps a reqwest failure onto the provider error kinds; the client's own connect timeout
     /// is the connect wait.
-    fn from_reqwest(&self, e: &reqwest::Error) -> ProviderError {
+    fn reqwest_error(&self, e: &reqwest::Error) -> ProviderError {
         if e.is_connect() && e.is_timeout() {
             return ProviderError::WaitExpired {
                 wait: Wait::Connect,

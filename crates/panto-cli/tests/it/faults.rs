@@ -15,6 +15,9 @@ use serde_json::Value;
 
 use crate::support::{Run, Sandbox};
 
+/// How a server answers one connection, after reading its request.
+type Answer = fn(&mut TcpStream);
+
 /// A loopback HTTP server that reads each request and hands the connection to `answer`, on a
 /// thread of its own. Counts the requests read.
 struct RawServer {
@@ -23,7 +26,7 @@ struct RawServer {
 }
 
 impl RawServer {
-    fn start(answer: fn(&mut TcpStream)) -> RawServer {
+    fn start(answer: Answer) -> RawServer {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let base = format!("http://{}/v1", listener.local_addr().unwrap());
         let requests = Arc::new(AtomicUsize::new(0));
@@ -207,7 +210,7 @@ fn assert_between(elapsed: Duration, low: u64, high: u64) {
 
 #[test]
 fn silent_servers_end_within_the_request_deadline_naming_it() {
-    let faults: [(fn(&mut TcpStream), &str); 3] = [
+    let faults: [(Answer, &str); 3] = [
         (silent, "the server accepted the request but sent no answer"),
         (head_then_silence, "the stream went silent"),
         (pings_only, "only keep-alive pings arrived"),
@@ -267,7 +270,7 @@ fn the_flag_sets_the_deadline_and_the_idle_wait_names_its_own_key() {
 
 #[test]
 fn a_long_retry_after_stops_at_once_saying_when_to_retry() {
-    let cases: [(fn(&mut TcpStream), &str); 2] = [
+    let cases: [(Answer, &str); 2] = [
         (an_hour, "retry in about 60 min"),
         (two_hours_as_a_date, "retry in about 2 h"),
     ];
