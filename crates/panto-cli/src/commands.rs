@@ -529,8 +529,41 @@ async fn interrupted() {
 async fn send(config: &Config, path: &Path, message: String) -> Result<()> {
     let active = active_model(config, false)?;
     let session = open_or_create(config, path)?;
-    let mut driver = driver(config, active, &session)?;
-    send_one(config, &mut driver, message).await
+    let driver = driver(config, active, &session)?;
+    turn(config, driver, &session, message).await?.1
+}
+
+/// How often a turn starts again when another writer appended between its load and its
+/// prompt's append.
+const PROMPT_CONFLICTS: usize = 3;
+
+/// One user turn over `session`: catches up with other writers, then sends. When another
+/// writer appended between the load and the append of the prompt, nothing has been sent yet,
+/// so the turn starts again from the session as it is now (a few times at most); a conflict
+/// when the reply is appended is reported (the prompt stays in the session). Returns the
+/// driver, for the next turn, and the outcome of this one.
+///
+/// # Errors
+/// When the session cannot be read again; the outcome of the turn is the inner result.
+async fn turn<'s>(
+    config: &Config,
+    driver: Driver<CheckedLog<'s>>,
+    session: &'s Session,
+    text: String,
+) -> Result<(Driver<CheckedLog<'s>>, Result<()>)> {
+    let mut driver = catch_up(config, driver, session)?;
+    let mut starts = 1;
+    loop {
+        let before = driver.log().end();
+        let result = send_one(config, &mut driver, text.clone()).await;
+        let prompt_refused =
+            result.is_err() && driver.log().conflicted() && driver.log().end() == before;
+        if !prompt_refused || starts > PROMPT_CONFLICTS {
+            return Ok((driver, result));
+        }
+        starts += 1;
+        driver = catch_up(config, driver, session)?;
+    }
 }
 
 /// The effective context of `session` for a conversation, and the length of the file it was
@@ -717,8 +750,9 @@ async fn chat(config: &Config, path: &Path) -> Result<()> {
         }
         // A failed or cancelled turn is reported and the chat goes on; the prompt stays in the
         // session.
-        driver = catch_up(config, driver, &session)?;
-        if let Err(e) = send_one(config, &mut driver, input.to_owned()).await {
+        let (next, result) = turn(config, driver, &session, input.to_owned()).await?;
+        driver = next;
+        if let Err(e) = result {
             eprintln!("panto: {e:#}");
         }
     }

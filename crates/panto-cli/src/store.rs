@@ -12,12 +12,27 @@ use panto_session::{Session, SessionError};
 pub struct CheckedLog<'s> {
     session: &'s Session,
     end: u64,
+    conflicted: bool,
 }
 
 impl<'s> CheckedLog<'s> {
     /// A log over `session` whose file was `end` bytes long when this command read it.
     pub fn new(session: &'s Session, end: u64) -> CheckedLog<'s> {
-        CheckedLog { session, end }
+        CheckedLog {
+            session,
+            end,
+            conflicted: false,
+        }
+    }
+
+    /// Where the file ended after this log's last append (or at its load).
+    pub fn end(&self) -> u64 {
+        self.end
+    }
+
+    /// Whether the last append failed because another writer had appended.
+    pub fn conflicted(&self) -> bool {
+        self.conflicted
     }
 
     /// The session.
@@ -36,8 +51,9 @@ impl<'s> CheckedLog<'s> {
 
 impl SessionLog for CheckedLog<'_> {
     fn append(&mut self, entries: &[Entry]) -> Result<(), LogError> {
-        let appended = self.session.append_at(self.end, entries)?;
-        self.end = appended.end;
+        let result = self.session.append_at(self.end, entries);
+        self.conflicted = matches!(result, Err(SessionError::Conflict { .. }));
+        self.end = result?.end;
         Ok(())
     }
 }

@@ -71,3 +71,59 @@ fn a_fold_of_several_steps_is_announced_and_a_single_request_is_not() {
         "panto: step 2 was too large for the model (prompt is too long); retrying with requests of about 3000 tokens, 5 steps in all"
     );
 }
+
+#[test]
+fn a_retry_line_says_which_when_and_why_in_few_words() {
+    use std::time::Duration;
+
+    use panto_provider::{ProviderError, RetryNotice};
+
+    use crate::ui::describe_retry;
+
+    let refused = ProviderError::Connection {
+        message: "could not connect: error sending request for url (http://127.0.0.1:9/v1/chat/completions): client error (Connect): tcp connect error: Connection refused (os error 111)".into(),
+    };
+    assert_eq!(
+        describe_retry(&RetryNotice::new(2, 3, Duration::from_secs(4), &refused)),
+        "panto: retrying 2/3 in 4 s: connection failed: Connection refused (os error 111)"
+    );
+    let busy = ProviderError::Server {
+        status: 503,
+        message: "busy".into(),
+    };
+    assert_eq!(
+        describe_retry(&RetryNotice::new(1, 3, Duration::from_millis(700), &busy)),
+        "panto: retrying 1/3 in 0.7 s: server error (HTTP 503): busy"
+    );
+}
+
+#[test]
+fn a_checked_log_appends_from_where_it_last_saw_the_file_and_flags_conflicts() {
+    use panto_compact::SessionLog;
+    use panto_model::{Entry, Message};
+    use panto_session::{Session, SessionOptions};
+
+    use crate::store::CheckedLog;
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.jsonl");
+    let session = Session::create(&path, SessionOptions::default().fsync(false)).unwrap();
+    let prompt = |text: &str| [Entry::Message(Message::user_text(text))];
+    let mut log = CheckedLog::new(&session, 0);
+    log.append(&prompt("one")).unwrap();
+    assert_eq!(log.end(), std::fs::metadata(&path).unwrap().len());
+    assert!(!log.changed().unwrap());
+    session.append(&prompt("another writer")).unwrap();
+    assert!(log.changed().unwrap());
+    let before = log.end();
+    let error = log.append(&prompt("late")).unwrap_err();
+    assert!(
+        error.to_string().contains("another writer appended"),
+        "{error}"
+    );
+    assert!(log.conflicted());
+    assert_eq!(log.end(), before);
+    let mut fresh = CheckedLog::new(&session, session.end().unwrap());
+    fresh.append(&prompt("caught up")).unwrap();
+    assert!(!fresh.conflicted());
+}

@@ -173,7 +173,7 @@ impl Clock {
 /// The error of an expired wait.
 fn expired(wait: Wait, after: Duration, what: &str) -> ProviderError {
     let message = match wait {
-        Wait::Request => format!("the request did not finish in time, retries included ({what})"),
+        Wait::Request => format!("{what}; the deadline of the whole request passed"),
         _ => what.to_owned(),
     };
     ProviderError::WaitExpired {

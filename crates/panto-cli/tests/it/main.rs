@@ -3,6 +3,7 @@
 mod config;
 mod errors;
 mod fake_model;
+mod faults;
 mod loopback;
 mod offline;
 mod support;

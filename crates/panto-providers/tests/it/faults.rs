@@ -91,41 +91,50 @@ async fn a_server_that_never_answers_ends_at_the_request_deadline_without_retrie
     }
 }
 
-#[tokio::test]
-async fn a_stream_head_that_never_comes_is_the_first_byte_wait() {
-    let server = RawServer::start(silent_server()).await;
-    let mut config = common::config(&server.base);
-    config.first_byte_timeout = Duration::from_secs(1);
-    let (error, _, elapsed) = fail(config).await;
-    assert_expired(&error, Wait::FirstByte, "sent no answer");
-    assert_between(elapsed, 1, 8);
-    assert_eq!(server.connections(), 1);
+/// One wait set to 1 s, the others long: that wait ends the request, and only it.
+fn one_short_wait(base: &str, wait: Wait, streaming: bool) -> Config {
+    let mut config = common::config(base).with_streaming(streaming);
+    let short = Duration::from_secs(1);
+    match wait {
+        Wait::FirstByte => config.first_byte_timeout = short,
+        Wait::Idle => config.idle_timeout = short,
+        other => panic!("no case for the {other} wait"),
+    }
+    config
 }
 
 #[tokio::test]
-async fn headers_then_silence_is_the_idle_wait() {
-    let server = RawServer::start(head_then_silence()).await;
-    let mut config = common::config(&server.base);
-    config.idle_timeout = Duration::from_secs(1);
-    let (error, _, elapsed) = fail(config).await;
-    assert_expired(&error, Wait::Idle, "the stream went silent");
-    assert_between(elapsed, 1, 8);
-    assert_eq!(server.connections(), 1);
-}
-
-#[tokio::test]
-async fn a_whole_answer_that_stops_after_its_head_is_the_idle_wait() {
-    let head = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 500\r\n\r\n{\"choices\"";
-    let server = RawServer::start(vec![
-        Step::Write(head.to_vec()),
-        Step::Sleep(Duration::from_secs(60)),
-    ])
-    .await;
-    let mut config = common::config(&server.base).with_streaming(false);
-    config.idle_timeout = Duration::from_secs(1);
-    let (error, _, elapsed) = fail(config).await;
-    assert_expired(&error, Wait::Idle, "the answer stopped arriving");
-    assert_between(elapsed, 1, 8);
+async fn each_wait_that_runs_out_names_itself_and_is_not_retried() {
+    let whole_head = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 500\r\n\r\n{\"choices\"";
+    let cases = [
+        (silent_server(), true, Wait::FirstByte, "sent no answer"),
+        (
+            head_then_silence(),
+            true,
+            Wait::Idle,
+            "the stream went silent",
+        ),
+        (
+            vec![
+                Step::Write(whole_head.to_vec()),
+                Step::Sleep(Duration::from_secs(60)),
+            ],
+            false,
+            Wait::Idle,
+            "the answer stopped arriving",
+        ),
+    ];
+    for (steps, streaming, wait, words) in cases {
+        let server = RawServer::start(steps).await;
+        let (error, _, elapsed) = fail(one_short_wait(&server.base, wait, streaming)).await;
+        assert_expired(&error, wait, words);
+        assert!(
+            error.to_string().contains(&format!("({wait} wait, 1 s)")),
+            "{error}"
+        );
+        assert_between(elapsed, 1, 8);
+        assert_eq!(server.connections(), 1, "{error}");
+    }
 }
 
 #[tokio::test]
