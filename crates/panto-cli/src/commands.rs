@@ -205,11 +205,15 @@ fn open_session(config: &Config, path: &Path) -> Result<Session> {
     Session::open(path, session_options(config)).map_err(session_error)
 }
 
-/// Opens the session, creating it when it does not exist (for `send` and `chat`).
+/// Opens the session, creating it when it does not exist (for `send` and `chat`). Another
+/// writer creating it at the same moment is fine: then it is opened.
 fn open_or_create(config: &Config, path: &Path) -> Result<Session> {
     match Session::open(path, session_options(config)) {
         Err(SessionError::NotFound { .. }) => {
-            Session::create(path, session_options(config)).map_err(session_error)
+            match Session::create(path, session_options(config)) {
+                Err(SessionError::AlreadyExists { .. }) => open_session(config, path),
+                created => created.map_err(session_error),
+            }
         }
         other => other.map_err(session_error),
     }

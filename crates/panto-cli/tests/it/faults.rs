@@ -421,7 +421,7 @@ fn two_sends_on_one_session_never_wait_for_each_other() {
         assert_eq!(
             texts.iter().filter(|t| t.contains(prompt)).count(),
             1,
-            "{texts:#?}"
+            "{texts:#?}\n{stderr:#?}"
         );
     }
     if codes.contains(&0) && codes.contains(&1) {
