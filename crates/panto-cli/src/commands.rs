@@ -1,4 +1,7 @@
-//! The commands: `context`, `transcript`, `compact`, `send`, `chat`, `config`.
+//! The commands: `context`, `transcript`, `compact`, `send`, `chat`, `config`, `trust`.
+//!
+//! Human-readable output goes through `ui::for_stdout` / `ui::say`, which neutralise control
+//! characters on a terminal; `--json` documents are written as they are.
 
 use std::io::{BufRead, Write};
 use std::path::Path;
@@ -15,14 +18,18 @@ use panto_session::{Loaded, Session, SessionError, SessionOptions};
 use serde_json::json;
 
 use crate::cli::{Cli, Command, Common};
-use crate::config::{Config, Locations, ProviderKind};
+use crate::config::{Config, Flags, Locations, Needs, ProviderKind, Trust, TrustFile, needs};
 use crate::store::LockedLog;
-use crate::ui::{Spinner, print_event};
+use crate::ui::{Spinner, for_stdout, print_event, say};
 use crate::{bad_input, offline, providers};
 
 /// Runs one command.
 pub async fn run(cli: Cli) -> Result<()> {
     let cwd = std::env::current_dir().context("cannot read the working directory")?;
+    // Trusting a project must work while its configuration is still unread (or broken).
+    if let Command::Trust { dir, revoke, .. } = &cli.command {
+        return trust(&cwd, dir.as_deref(), *revoke);
+    }
     let config = load_config(&cwd, cli.command.common())?;
     match cli.command {
         Command::Context { session, json, .. } => context(&config, &session, json),
@@ -39,11 +46,17 @@ pub async fn run(cli: Cli) -> Result<()> {
         } => send(&config, &session, message).await,
         Command::Chat { session, .. } => chat(&config, &session).await,
         Command::Config { .. } => show_config(&config),
+        Command::Trust { .. } => unreachable!("handled above"),
     }
 }
 
+/// Loads the configuration and says, in one line, what an untrusted project could not set.
 fn load_config(cwd: &Path, common: &Common) -> Result<Config> {
-    Config::load(&Locations::discover(cwd), &common.flags()).map_err(bad_input)
+    let config = Config::load(&Locations::discover(cwd), &common.flags()).map_err(bad_input)?;
+    if let Some(notice) = config.trust_notice() {
+        say(&format!("panto: note: {notice}"));
+    }
+    Ok(config)
 }
 
 /// Session errors that are the user's to fix (a missing, malformed or wrong file) exit with 2.
@@ -146,7 +159,7 @@ fn report_warnings(session: &Session, mut loaded: Loaded) -> EffectiveContext {
         let _ = session.resolve_lines(&mut loaded.warnings);
     }
     for w in &loaded.warnings {
-        eprintln!("panto: warning: {w}");
+        say(&format!("panto: warning: {w}"));
     }
     loaded.context
 }
@@ -161,7 +174,7 @@ fn compactor(config: &Config) -> Result<Compactor> {
         }
         _ => None,
     };
-    let prompt = CompactionPrompt::load(&config.prompt_paths).map_err(compact_error)?;
+    let prompt = CompactionPrompt::load_layers(&config.prompt_layers).map_err(compact_error)?;
     Ok(Compactor::new(active)
         .with_compaction_model(compaction_model)
         .with_prompt(prompt)
@@ -228,32 +241,29 @@ fn context(config: &Config, path: &Path, as_json: bool) -> Result<()> {
         out.flush()?;
         return Ok(());
     }
+    // Every line quotes the session (text, ids, the path): neutralised on a terminal.
     let mut out = std::io::stdout().lock();
-    writeln!(
-        out,
+    let header = format!(
         "{}: {} messages in {} turns, about {} tokens for the next request",
         path.display(),
         ctx.conversation().len(),
         conversation_turns,
         estimated
-    )?;
+    );
+    writeln!(out, "{}", for_stdout(&header))?;
     if let Some(c) = &ctx.compaction {
-        writeln!(
-            out,
+        let line = format!(
             "compacted ({}), {} kept messages follow the summary",
             c.id.as_deref().unwrap_or("no id"),
             ctx.kept
-        )?;
+        );
+        writeln!(out, "{}", for_stdout(&line))?;
     }
     let sizes = panto_size::UsageSizer::default();
     let sizes = panto_size::Sizer::message_sizes(&sizes, &ctx.messages);
     for (i, (m, size)) in ctx.messages.iter().zip(sizes).enumerate() {
-        writeln!(
-            out,
-            "{i:>4} {:<9} {size:>7}  {}",
-            role_label(m),
-            preview(m, 100)
-        )?;
+        let line = format!("{i:>4} {:<9} {size:>7}  {}", role_label(m), preview(m, 100));
+        writeln!(out, "{}", for_stdout(&line))?;
     }
     Ok(())
 }
@@ -319,10 +329,10 @@ fn transcript(config: &Config, path: &Path) -> Result<()> {
     match compactor.prepare(&ctx, &CompactOptions::manual(None)) {
         Ok(prepared) => {
             let mut out = std::io::stdout().lock();
-            out.write_all(prepared.user_prompt.as_bytes())?;
+            out.write_all(for_stdout(&prepared.user_prompt).as_bytes())?;
             out.flush()?;
         }
-        Err(nothing) => eprintln!("panto: {nothing}"),
+        Err(nothing) => say(&format!("panto: {nothing}")),
     }
     Ok(())
 }
@@ -373,9 +383,12 @@ async fn compact(
                 println!("{doc}");
             } else {
                 let mut out = std::io::stdout().lock();
-                writeln!(out, "{}", r.summary.trim_end())?;
+                writeln!(out, "{}", for_stdout(r.summary.trim_end()))?;
                 if dry_run {
-                    eprintln!("panto: dry run: nothing was written to {}", path.display());
+                    say(&format!(
+                        "panto: dry run: nothing was written to {}",
+                        path.display()
+                    ));
                 }
             }
         }
@@ -393,7 +406,7 @@ async fn compact(
                 });
                 println!("{doc}");
             } else {
-                eprintln!("panto: {nothing}");
+                say(&format!("panto: {nothing}"));
             }
         }
     }
@@ -409,7 +422,7 @@ fn stream_to_stdout(spinner: &mut Spinner) -> impl FnMut(StreamEvent<'_>) + Send
         spinner.stop();
         if let StreamEvent::Text(text) = event {
             let mut out = std::io::stdout().lock();
-            let _ = out.write_all(text.as_bytes());
+            let _ = out.write_all(for_stdout(text).as_bytes());
             let _ = out.flush();
         }
     }
@@ -463,7 +476,7 @@ async fn send_one(config: &Config, driver: &mut Driver<LockedLog<'_>>, text: Str
     let mut out = std::io::stdout().lock();
     if !printed {
         // The provider did not stream: print the whole answer now.
-        write!(out, "{}", reply.message.text())?;
+        write!(out, "{}", for_stdout(&reply.message.text()))?;
     }
     writeln!(out)?;
     out.flush()?;
@@ -475,11 +488,11 @@ async fn chat(config: &Config, path: &Path) -> Result<()> {
     let session = open_or_create(path)?;
     let mut driver = driver(config, active, &session)?;
     let interactive = crate::ui::stderr_is_terminal();
-    eprintln!(
+    say(&format!(
         "panto chat: {} ({} messages). /compact [instructions] compacts, /exit quits.",
         path.display(),
         driver.context().messages.len()
-    );
+    ));
     let stdin = std::io::stdin();
     let mut lines = stdin.lock().lines();
     loop {
@@ -505,22 +518,24 @@ async fn chat(config: &Config, path: &Path) -> Result<()> {
             let outcome = driver.compact(instructions).await;
             spinner.stop();
             match outcome {
-                Ok(CompactOutcome::Compacted(c)) => eprintln!(
+                Ok(CompactOutcome::Compacted(c)) => say(&format!(
                     "panto: compacted: about {} -> {} tokens",
                     before, c.report.tokens_after
-                ),
-                Ok(CompactOutcome::NothingToCompact(n)) => eprintln!("panto: {n}"),
-                Err(e) => eprintln!("panto: {e}"),
+                )),
+                Ok(CompactOutcome::NothingToCompact(n)) => say(&format!("panto: {n}")),
+                Err(e) => say(&format!("panto: {e}")),
             }
             continue;
         }
         if input.starts_with('/') && !input.starts_with("//") {
-            eprintln!("panto: unknown command {input}; try /compact [instructions] or /exit");
+            say(&format!(
+                "panto: unknown command {input}; try /compact [instructions] or /exit"
+            ));
             continue;
         }
         // A failed turn is reported and the chat goes on; the prompt stays in the session.
         if let Err(e) = send_one(config, &mut driver, input.to_owned()).await {
-            eprintln!("panto: {e:#}");
+            say(&format!("panto: {e:#}"));
         }
     }
     Ok(())
@@ -531,16 +546,111 @@ async fn chat(config: &Config, path: &Path) -> Result<()> {
 
 fn show_config(config: &Config) -> Result<()> {
     let mut out = std::io::stdout().lock();
+    let mut line = |text: String| writeln!(out, "{}", for_stdout(&text));
     for (key, value, source) in config.rows() {
-        writeln!(out, "{key:<29} = {value:<30} # {source}")?;
+        line(format!("{key:<29} = {value:<30} # {source}"))?;
     }
-    let prompt = CompactionPrompt::load(&config.prompt_paths).map_err(|e| failure(e, config))?;
+    let prompt =
+        CompactionPrompt::load_layers(&config.prompt_layers).map_err(|e| failure(e, config))?;
     let prompt_source = prompt
         .source()
         .map_or_else(|| "built-in".to_owned(), |p| p.display().to_string());
-    writeln!(out, "{:<29} = {prompt_source}", "compaction_prompt")?;
+    line(format!("{:<29} = {prompt_source}", "compaction_prompt"))?;
+    let (state, note) = match &config.trust {
+        Trust::NoProject => (
+            "no project",
+            "no .panto folder above the working directory".to_owned(),
+        ),
+        Trust::Trusted(root) => ("trusted", format!("project {}", root.display())),
+        Trust::Untrusted(root) => (
+            "untrusted",
+            format!(
+                "project {}: its file cannot set {}; `panto trust {}` allows it",
+                root.display(),
+                trust_keys().join(", "),
+                root.display()
+            ),
+        ),
+    };
+    line(format!("{:<29} = {state:<30} # {note}", "trust"))?;
+    for i in &config.ignored {
+        line(format!(
+            "# ignored: {} = {} from {} (the project is not trusted)",
+            i.key,
+            i.value,
+            i.file.display()
+        ))?;
+    }
     for p in &config.files {
-        writeln!(out, "# read {}", p.display())?;
+        line(format!("# read {}", p.display()))?;
+    }
+    Ok(())
+}
+
+/// The keys a project file may set only when the project is trusted.
+fn trust_keys() -> Vec<&'static str> {
+    crate::config::KEYS
+        .iter()
+        .filter(|(k, _)| matches!(needs(k), Needs::Trust(_)))
+        .map(|(k, _)| *k)
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// trust
+
+/// `panto trust [DIR] [--revoke]`: records (or removes) the project holding DIR in the trust
+/// file, then shows what the project's file now decides.
+fn trust(cwd: &Path, dir: Option<&Path>, revoke: bool) -> Result<()> {
+    let start = dir.map_or_else(|| cwd.to_path_buf(), |d| cwd.join(d));
+    let start = std::fs::canonicalize(&start)
+        .map_err(|e| bad_input(format!("{}: {e}", start.display())))?;
+    let locations = Locations::discover(&start);
+    let Some(root) = locations.project_root() else {
+        return Err(bad_input(format!(
+            "{}: no .panto folder here or above, so there is no project to trust",
+            start.display()
+        )));
+    };
+    let root =
+        std::fs::canonicalize(root).map_err(|e| bad_input(format!("{}: {e}", root.display())))?;
+    let file = locations.trust_file().ok_or_else(|| {
+        bad_input("there is no user configuration folder on this system; set PANTO_CONFIG_DIR")
+    })?;
+    // A trust file that cannot be read is never overwritten: its records would be lost.
+    let mut record = TrustFile::read(&file).map_err(bad_input)?;
+    let mut out = std::io::stdout().lock();
+    if revoke {
+        if record.remove(&root) {
+            record.write(&file)?;
+        }
+        let line = format!(
+            "{} is not trusted: its .panto/config.toml cannot set {} (recorded in {})",
+            root.display(),
+            trust_keys().join(", "),
+            file.display()
+        );
+        writeln!(out, "{}", for_stdout(&line))?;
+        return Ok(());
+    }
+    if record.add(root.clone()) {
+        record.write(&file)?;
+    }
+    let line = format!(
+        "{} is trusted: its .panto/config.toml may set {} (recorded in {})",
+        root.display(),
+        trust_keys().join(", "),
+        file.display()
+    );
+    writeln!(out, "{}", for_stdout(&line))?;
+    // What the project now decides, so the user sees where requests and the key will go.
+    let config = Config::load(&locations, &Flags::default()).map_err(bad_input)?;
+    for (key, value, source) in config.rows() {
+        if matches!(source, crate::config::Source::ProjectFile(_))
+            && matches!(needs(key), Needs::Trust(_))
+        {
+            writeln!(out, "{}", for_stdout(&format!("  it sets {key} = {value}")))?;
+        }
     }
     Ok(())
 }

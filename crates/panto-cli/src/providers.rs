@@ -75,10 +75,11 @@ fn adapter<P: Provider + 'static>(
     Ok(Arc::new(provider))
 }
 
-/// Applies the configured timeouts and retries.
+/// Applies the configured timeouts, retries and response cap.
 fn tune(mut c: AdapterConfig, config: &Config) -> AdapterConfig {
     c.connect_timeout = Duration::from_secs(config.connect_timeout_secs.value);
     c.request_timeout = Duration::from_secs(config.timeout_secs.value);
     c.retry.max_retries = config.retries.value;
+    c.max_response_bytes = config.max_response_mib.value.saturating_mul(1024 * 1024);
     c
 }

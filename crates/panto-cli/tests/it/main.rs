@@ -5,5 +5,7 @@ mod errors;
 mod fake_model;
 mod loopback;
 mod offline;
+mod safety;
 mod support;
 mod terminal;
+mod trust;
