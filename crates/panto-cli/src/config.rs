@@ -682,7 +682,7 @@ impl TrustFile {
     /// Whether `project` is trusted: its real path (links resolved) is recorded.
     pub fn contains(&self, project: &Path) -> bool {
         match std::fs::canonicalize(project) {
-            Ok(real) => self.trusted.iter().any(|t| *t == real),
+            Ok(real) => self.trusted.contains(&real),
             Err(_) => false,
         }
     }

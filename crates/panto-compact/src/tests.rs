@@ -158,7 +158,7 @@ fn a_project_prompt_that_links_outside_the_project_is_refused_naming_it() {
     fs::remove_file(&prompt).unwrap();
     fs::write(project.join("prompt.md"), "inside").unwrap();
     symlink("../prompt.md", &prompt).unwrap();
-    let p = CompactionPrompt::load_layers(&[layer.clone()]).unwrap();
+    let p = CompactionPrompt::load_layers(std::slice::from_ref(&layer)).unwrap();
     assert_eq!(p.text(), "inside");
     // A `.panto` folder that is itself a link out of the project is refused the same way.
     fs::remove_dir_all(project.join(".panto")).unwrap();
