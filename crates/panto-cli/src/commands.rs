@@ -619,30 +619,25 @@ fn trust(cwd: &Path, dir: Option<&Path>, revoke: bool) -> Result<()> {
     })?;
     // A trust file that cannot be read is never overwritten: its records would be lost.
     let mut record = TrustFile::read(&file).map_err(bad_input)?;
-    let mut out = std::io::stdout().lock();
-    if revoke {
-        if record.remove(&root) {
-            record.write(&file)?;
-        }
-        let line = format!(
-            "{} is not trusted: its .panto/config.toml cannot set {} (recorded in {})",
-            root.display(),
-            trust_keys().join(", "),
-            file.display()
-        );
-        writeln!(out, "{}", for_stdout(&line))?;
-        return Ok(());
-    }
-    if record.add(root.clone()) {
+    let (changed, state, verb) = if revoke {
+        (record.remove(&root), "not trusted", "cannot")
+    } else {
+        (record.add(root.clone()), "trusted", "may")
+    };
+    if changed {
         record.write(&file)?;
     }
+    let mut out = std::io::stdout().lock();
     let line = format!(
-        "{} is trusted: its .panto/config.toml may set {} (recorded in {})",
+        "{} is {state}: its .panto/config.toml {verb} set {} (recorded in {})",
         root.display(),
         trust_keys().join(", "),
         file.display()
     );
     writeln!(out, "{}", for_stdout(&line))?;
+    if revoke {
+        return Ok(());
+    }
     // What the project now decides, so the user sees where requests and the key will go.
     let config = Config::load(&locations, &Flags::default()).map_err(bad_input)?;
     for (key, value, source) in config.rows() {

@@ -19,29 +19,40 @@ fn credentials(sb: &Sandbox) -> std::path::PathBuf {
     path
 }
 
+/// A credentials file outside the project, linked from `rel` inside it.
+fn linked_from(sb: &Sandbox, rel: &str) -> std::path::PathBuf {
+    let secret = credentials(sb);
+    let link = sb.work().join(rel);
+    std::fs::create_dir_all(link.parent().unwrap()).unwrap();
+    symlink(&secret, link).unwrap();
+    secret
+}
+
+/// Asserts that nothing of the credentials was shown and that they keep their bytes.
+#[track_caller]
+fn assert_untouched(run: &crate::support::Run, secret: &std::path::Path) {
+    assert!(!run.stderr.contains("wJalr") && !run.stdout.contains("wJalr"));
+    assert_eq!(std::fs::read_to_string(secret).unwrap(), SECRET);
+}
+
 #[test]
 fn a_project_config_linked_outside_the_project_is_refused_without_quoting_it() {
     let sb = Sandbox::new();
-    let secret = credentials(&sb);
-    std::fs::create_dir_all(sb.work().join(".panto")).unwrap();
-    symlink(&secret, sb.work().join(".panto/config.toml")).unwrap();
+    let secret = linked_from(&sb, ".panto/config.toml");
     let run = sb.run(&["config"]);
     run.expect_code(2);
     assert_eq!(
         scrub(&run.stderr, &sb),
         "panto: [work]/.panto/config.toml: cannot read the configuration file: it is a symbolic link that leads outside [work]; panto reads a project's files only inside the project\n"
     );
-    assert!(!run.stderr.contains("wJalr") && !run.stdout.contains("wJalr"));
-    assert_eq!(std::fs::read_to_string(&secret).unwrap(), SECRET);
+    assert_untouched(&run, &secret);
 }
 
 #[test]
 fn a_project_compaction_prompt_linked_outside_the_project_is_refused() {
     let sb = Sandbox::new();
-    let secret = credentials(&sb);
     let session = sb.example("debugging.jsonl");
-    std::fs::create_dir_all(sb.work().join(".panto")).unwrap();
-    symlink(&secret, sb.work().join(".panto/COMPACTION.md")).unwrap();
+    let secret = linked_from(&sb, ".panto/COMPACTION.md");
     let run = sb.run(&[
         "compact",
         session.to_str().unwrap(),
@@ -57,17 +68,15 @@ fn a_project_compaction_prompt_linked_outside_the_project_is_refused() {
         "{}",
         run.stderr
     );
-    assert!(!run.stderr.contains("wJalr") && !run.stdout.contains("wJalr"));
-    assert_eq!(std::fs::read_to_string(&secret).unwrap(), SECRET);
+    assert_untouched(&run, &secret);
 }
 
 #[test]
 fn a_session_lock_linked_to_another_file_is_refused_and_the_file_keeps_its_bytes() {
     let sb = Sandbox::new();
-    let secret = credentials(&sb);
     let session = sb.example("debugging.jsonl");
     let before = std::fs::read(&session).unwrap();
-    symlink(&secret, sb.work().join("debugging.jsonl.lock")).unwrap();
+    let secret = linked_from(&sb, "debugging.jsonl.lock");
     let run = sb.run(&[
         "compact",
         session.to_str().unwrap(),
@@ -133,31 +142,26 @@ async fn answering(status: u16, body: serde_json::Value) -> MockServer {
     server
 }
 
+/// A Chat Completions server whose every answer is the reply `content`.
+async fn replying(content: impl Into<serde_json::Value>) -> MockServer {
+    let content = content.into();
+    answering(
+        200,
+        json!({"choices": [{"index": 0, "finish_reason": "stop",
+            "message": {"role": "assistant", "content": content}}]}),
+    )
+    .await
+}
+
 fn send_to(sb: &Sandbox, server: &MockServer) -> std::process::Command {
-    let base = format!("{}/v1", server.uri());
-    let mut cmd = sb.command(&[
-        "send",
-        "s.jsonl",
-        "hi",
-        "--provider",
-        "openai",
-        "--model",
-        "m",
-        "--base-url",
-        &base,
-    ]);
+    let mut cmd = sb.send_openai(&format!("{}/v1", server.uri()));
     cmd.env("OPENAI_API_KEY", "k-0123456789");
     cmd
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replies_and_provider_errors_on_a_terminal_show_no_raw_escapes() {
-    let reply = answering(
-        200,
-        json!({"choices": [{"index": 0, "finish_reason": "stop",
-        "message": {"role": "assistant", "content": HOSTILE}}]}),
-    )
-    .await;
+    let reply = replying(HOSTILE).await;
     let sb = Sandbox::new();
     let run = tokio::task::block_in_place(|| run_on_terminal(send_to(&sb, &reply), Tty::Stdout));
     run.expect_code(0);
@@ -181,12 +185,7 @@ async fn replies_and_provider_errors_on_a_terminal_show_no_raw_escapes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sessions_and_locks_that_panto_creates_are_private() {
-    let server = answering(
-        200,
-        json!({"choices": [{"index": 0, "finish_reason": "stop",
-        "message": {"role": "assistant", "content": "ok"}}]}),
-    )
-    .await;
+    let server = replying("ok").await;
     let sb = Sandbox::new();
     // Under a umask that lets everything through, as the user's shell might have.
     let inner = send_to(&sb, &server);
@@ -217,12 +216,7 @@ async fn sessions_and_locks_that_panto_creates_are_private() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_answer_over_the_configured_cap_is_an_error() {
     let big = "x".repeat(2 * 1024 * 1024);
-    let server = answering(
-        200,
-        json!({"choices": [{"index": 0, "finish_reason": "stop",
-        "message": {"role": "assistant", "content": big}}]}),
-    )
-    .await;
+    let server = replying(big).await;
     let sb = Sandbox::new();
     std::fs::write(
         sb.user_config.join("config.toml"),

@@ -68,6 +68,21 @@ impl Sandbox {
         cmd
     }
 
+    /// `panto send s.jsonl hi` to an OpenAI-compatible server at `base` (with its `/v1`).
+    pub fn send_openai(&self, base: &str) -> Command {
+        self.command(&[
+            "send",
+            "s.jsonl",
+            "hi",
+            "--provider",
+            "openai",
+            "--model",
+            "m",
+            "--base-url",
+            base,
+        ])
+    }
+
     /// Runs the binary and collects its output.
     pub fn run(&self, args: &[&str]) -> Run {
         self.run_with(self.command(args))

@@ -28,18 +28,7 @@ async fn slow_server() -> MockServer {
 
 /// Runs `send` against `server`, with stderr on a pseudo-terminal when `tty`; returns stderr.
 fn send(sb: &Sandbox, server: &str, tty: bool, no_color: bool) -> String {
-    let base = format!("{server}/v1");
-    let mut cmd = sb.command(&[
-        "send",
-        "s.jsonl",
-        "hi",
-        "--provider",
-        "openai",
-        "--model",
-        "m",
-        "--base-url",
-        &base,
-    ]);
+    let mut cmd = sb.send_openai(&format!("{server}/v1"));
     // The provider answers without streaming (a JSON body), so the spinner runs for the whole wait.
     cmd.stdout(Stdio::null());
     if no_color {
