@@ -23,7 +23,8 @@ Examples:
   panto chat notes.jsonl --provider openai --base-url http://127.0.0.1:8080/v1 --model local
 
 Configuration: <config dir>/panto/config.toml, then .panto/config.toml, then the environment,
-then flags (later wins); `panto config` shows each value and where it came from.";
+then flags (later wins); `panto config` shows each value and where it came from. A project's
+provider and base_url apply only once you trust it: `panto trust`.";
 
 /// The commands.
 #[derive(Debug, Subcommand)]
@@ -93,6 +94,20 @@ pub enum Command {
         #[command(flatten)]
         common: Common,
     },
+    /// Trust a project: let its .panto/config.toml choose where requests and your key go.
+    #[command(
+        after_help = "Examples:\n  panto trust\n  panto trust ~/src/my-project\n  panto trust --revoke ~/src/my-project\n\nAn untrusted project's provider, base_url and max_response_mib are ignored (with a note);\nits other settings apply. The record is <config dir>/panto/trusted.toml; see docs/trust.md."
+    )]
+    Trust {
+        /// The project folder, or any folder inside it (default: the working directory).
+        dir: Option<PathBuf>,
+        /// Stop trusting the project instead.
+        #[arg(long)]
+        revoke: bool,
+        /// Common options.
+        #[command(flatten)]
+        common: Common,
+    },
     /// Print each resolved configuration value and where it came from.
     #[command(after_help = "Example:\n  panto config --provider gemini")]
     Config {
@@ -111,7 +126,8 @@ impl Command {
             | Command::Compact { common, .. }
             | Command::Send { common, .. }
             | Command::Chat { common, .. }
-            | Command::Config { common } => common,
+            | Command::Config { common }
+            | Command::Trust { common, .. } => common,
         }
     }
 }

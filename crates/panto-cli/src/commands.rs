@@ -1,4 +1,7 @@
-//! The commands: `context`, `transcript`, `compact`, `send`, `chat`, `config`.
+//! The commands: `context`, `transcript`, `compact`, `send`, `chat`, `config`, `trust`.
+//!
+//! Human-readable output goes through `ui::for_stdout` / `ui::say`, which neutralise control
+//! characters on a terminal; `--json` documents are written as they are.
 
 use std::io::{BufRead, Write};
 use std::path::Path;
@@ -16,14 +19,18 @@ use panto_session::{Loaded, Session, SessionError, SessionOptions};
 use serde_json::json;
 
 use crate::cli::{Cli, Command, Common};
-use crate::config::{Config, Locations, ProviderKind};
+use crate::config::{Config, Flags, Locations, Needs, ProviderKind, Trust, TrustFile, needs};
 use crate::store::CheckedLog;
-use crate::ui::{Spinner, print_event};
+use crate::ui::{Spinner, for_stdout, print_event, say};
 use crate::{Cancelled, bad_input, offline, providers};
 
 /// Runs one command.
 pub async fn run(cli: Cli) -> Result<()> {
     let cwd = std::env::current_dir().context("cannot read the working directory")?;
+    // Trusting a project must work while its configuration is still unread (or broken).
+    if let Command::Trust { dir, revoke, .. } = &cli.command {
+        return trust(&cwd, dir.as_deref(), *revoke);
+    }
     let config = load_config(&cwd, cli.command.common())?;
     match cli.command {
         Command::Context { session, json, .. } => context(&config, &session, json),
@@ -40,11 +47,17 @@ pub async fn run(cli: Cli) -> Result<()> {
         } => send(&config, &session, message).await,
         Command::Chat { session, .. } => chat(&config, &session).await,
         Command::Config { .. } => show_config(&config),
+        Command::Trust { .. } => unreachable!("handled above"),
     }
 }
 
+/// Loads the configuration and says, in one line, what an untrusted project could not set.
 fn load_config(cwd: &Path, common: &Common) -> Result<Config> {
-    Config::load(&Locations::discover(cwd), &common.flags()).map_err(bad_input)
+    let config = Config::load(&Locations::discover(cwd), &common.flags()).map_err(bad_input)?;
+    if let Some(notice) = config.trust_notice() {
+        say(&format!("panto: note: {notice}"));
+    }
+    Ok(config)
 }
 
 /// Session errors that are the user's to fix (a missing, malformed or wrong file) exit with 2.
@@ -230,7 +243,7 @@ fn report_warnings(session: &Session, mut loaded: Loaded) -> EffectiveContext {
         let _ = session.resolve_lines(&mut loaded.warnings);
     }
     for w in &loaded.warnings {
-        eprintln!("panto: warning: {w}");
+        say(&format!("panto: warning: {w}"));
     }
     loaded.context
 }
@@ -245,7 +258,7 @@ fn compactor(config: &Config) -> Result<Compactor> {
         }
         _ => None,
     };
-    let prompt = CompactionPrompt::load(&config.prompt_paths).map_err(compact_error)?;
+    let prompt = CompactionPrompt::load_layers(&config.prompt_layers).map_err(compact_error)?;
     Ok(Compactor::new(active)
         .with_compaction_model(compaction_model)
         .with_prompt(prompt)
@@ -313,32 +326,29 @@ fn context(config: &Config, path: &Path, as_json: bool) -> Result<()> {
         out.flush()?;
         return Ok(());
     }
+    // Every line quotes the session (text, ids, the path): neutralised on a terminal.
     let mut out = std::io::stdout().lock();
-    writeln!(
-        out,
+    let header = format!(
         "{}: {} messages in {} turns, about {} tokens for the next request",
         path.display(),
         ctx.conversation().len(),
         conversation_turns,
         estimated
-    )?;
+    );
+    writeln!(out, "{}", for_stdout(&header))?;
     if let Some(c) = &ctx.compaction {
-        writeln!(
-            out,
+        let line = format!(
             "compacted ({}), {} kept messages follow the summary",
             c.id.as_deref().unwrap_or("no id"),
             ctx.kept
-        )?;
+        );
+        writeln!(out, "{}", for_stdout(&line))?;
     }
     let sizes = panto_size::UsageSizer::default();
     let sizes = panto_size::Sizer::message_sizes(&sizes, &ctx.messages);
     for (i, (m, size)) in ctx.messages.iter().zip(sizes).enumerate() {
-        writeln!(
-            out,
-            "{i:>4} {:<9} {size:>7}  {}",
-            role_label(m),
-            preview(m, 100)
-        )?;
+        let line = format!("{i:>4} {:<9} {size:>7}  {}", role_label(m), preview(m, 100));
+        writeln!(out, "{}", for_stdout(&line))?;
     }
     Ok(())
 }
@@ -404,10 +414,10 @@ fn transcript(config: &Config, path: &Path) -> Result<()> {
     match compactor.prepare(&ctx, &CompactOptions::manual(None)) {
         Ok(prepared) => {
             let mut out = std::io::stdout().lock();
-            out.write_all(prepared.user_prompt().as_bytes())?;
+            out.write_all(for_stdout(&prepared.user_prompt()).as_bytes())?;
             out.flush()?;
         }
-        Err(nothing) => eprintln!("panto: {nothing}"),
+        Err(nothing) => say(&format!("panto: {nothing}")),
     }
     Ok(())
 }
@@ -431,6 +441,7 @@ async fn compact(
         compactor.summarize(&ctx, options).await
     } else {
         // No lock while the model summarizes: the append checks that nobody wrote meanwhile.
+        writable(&session)?;
         let loaded = session.load_context().map_err(session_error)?;
         let end = loaded.stats.file_len;
         let ctx = report_warnings(&session, loaded);
@@ -477,9 +488,12 @@ async fn compact(
                 println!("{doc}");
             } else {
                 let mut out = std::io::stdout().lock();
-                writeln!(out, "{}", r.summary.trim_end())?;
+                writeln!(out, "{}", for_stdout(r.summary.trim_end()))?;
                 if dry_run {
-                    eprintln!("panto: dry run: nothing was written to {}", path.display());
+                    say(&format!(
+                        "panto: dry run: nothing was written to {}",
+                        path.display()
+                    ));
                 }
             }
         }
@@ -497,7 +511,7 @@ async fn compact(
                 });
                 println!("{doc}");
             } else {
-                eprintln!("panto: {nothing}");
+                say(&format!("panto: {nothing}"));
             }
         }
     }
@@ -517,7 +531,7 @@ fn stream_to_stdout(spinner: &mut Spinner) -> impl FnMut(StreamEvent<'_>) + Send
         spinner.stop();
         if let StreamEvent::Text(text) = event {
             let mut out = std::io::stdout().lock();
-            let _ = out.write_all(text.as_bytes());
+            let _ = out.write_all(for_stdout(text).as_bytes());
             let _ = out.flush();
         }
     }
@@ -592,9 +606,17 @@ fn driver<'s>(
     active: ModelRef,
     session: &'s Session,
 ) -> Result<Driver<CheckedLog<'s>>> {
+    writable(session)?;
     let mut compactor = compactor(config)?;
     compactor.set_active(active);
     conversation_driver(config, compactor, session)
+}
+
+/// Takes the append lock once and lets it go, so that a lock path panto must refuse (a link,
+/// not a regular file) is reported before any model is asked, not after its answer.
+fn writable(session: &Session) -> Result<()> {
+    drop(session.lock().map_err(session_error)?);
+    Ok(())
 }
 
 /// A driver with `compactor` over the session as it is now.
@@ -650,7 +672,7 @@ async fn send_one(
     let mut out = std::io::stdout().lock();
     if !printed {
         // The provider did not stream: print the whole answer now.
-        write!(out, "{}", reply.message.text())?;
+        write!(out, "{}", for_stdout(&reply.message.text()))?;
     }
     writeln!(out)?;
     out.flush()?;
@@ -669,11 +691,11 @@ fn catch_up<'s>(
     }
     let (compactor, _, _) = driver.into_parts();
     let driver = conversation_driver(config, compactor, session)?;
-    eprintln!(
+    say(&format!(
         "panto: {} changed (another writer appended); continuing from it as it is now ({} messages)",
         session.path().display(),
         driver.context().messages.len()
-    );
+    ));
     Ok(driver)
 }
 
@@ -695,11 +717,11 @@ async fn chat(config: &Config, path: &Path) -> Result<()> {
     let session = open_or_create(config, path)?;
     let mut driver = driver(config, active, &session)?;
     let interactive = crate::ui::stderr_is_terminal();
-    eprintln!(
+    say(&format!(
         "panto chat: {} ({} messages). /compact [instructions] compacts, /exit quits.",
         path.display(),
         driver.context().messages.len()
-    );
+    ));
     let mut lines = stdin_lines();
     loop {
         if interactive {
@@ -735,21 +757,23 @@ async fn chat(config: &Config, path: &Path) -> Result<()> {
             };
             spinner.stop();
             let Some(outcome) = outcome else {
-                eprintln!("panto: compaction cancelled; nothing was written");
+                say("panto: compaction cancelled; nothing was written");
                 continue;
             };
             match outcome {
-                Ok(CompactOutcome::Compacted(c)) => eprintln!(
+                Ok(CompactOutcome::Compacted(c)) => say(&format!(
                     "panto: compacted: about {} -> {} tokens",
                     before, c.report.tokens_after
-                ),
-                Ok(CompactOutcome::NothingToCompact(n)) => eprintln!("panto: {n}"),
-                Err(e) => eprintln!("panto: {e}"),
+                )),
+                Ok(CompactOutcome::NothingToCompact(n)) => say(&format!("panto: {n}")),
+                Err(e) => say(&format!("panto: {e}")),
             }
             continue;
         }
         if input.starts_with('/') && !input.starts_with("//") {
-            eprintln!("panto: unknown command {input}; try /compact [instructions] or /exit");
+            say(&format!(
+                "panto: unknown command {input}; try /compact [instructions] or /exit"
+            ));
             continue;
         }
         // A failed or cancelled turn is reported and the chat goes on; the prompt stays in the
@@ -757,7 +781,7 @@ async fn chat(config: &Config, path: &Path) -> Result<()> {
         let (next, result) = turn(config, driver, &session, input.to_owned()).await?;
         driver = next;
         if let Err(e) = result {
-            eprintln!("panto: {e:#}");
+            say(&format!("panto: {e:#}"));
         }
     }
     Ok(())
@@ -768,16 +792,106 @@ async fn chat(config: &Config, path: &Path) -> Result<()> {
 
 fn show_config(config: &Config) -> Result<()> {
     let mut out = std::io::stdout().lock();
+    let mut line = |text: String| writeln!(out, "{}", for_stdout(&text));
     for (key, value, source) in config.rows() {
-        writeln!(out, "{key:<29} = {value:<30} # {source}")?;
+        line(format!("{key:<29} = {value:<30} # {source}"))?;
     }
-    let prompt = CompactionPrompt::load(&config.prompt_paths).map_err(|e| failure(e, config))?;
+    let prompt =
+        CompactionPrompt::load_layers(&config.prompt_layers).map_err(|e| failure(e, config))?;
     let prompt_source = prompt
         .source()
         .map_or_else(|| "built-in".to_owned(), |p| p.display().to_string());
-    writeln!(out, "{:<29} = {prompt_source}", "compaction_prompt")?;
+    line(format!("{:<29} = {prompt_source}", "compaction_prompt"))?;
+    let (state, note) = match &config.trust {
+        Trust::NoProject => (
+            "no project",
+            "no .panto folder above the working directory".to_owned(),
+        ),
+        Trust::Trusted(root) => ("trusted", format!("project {}", root.display())),
+        Trust::Untrusted(root) => (
+            "untrusted",
+            format!(
+                "project {}: its file cannot set {}; `panto trust {}` allows it",
+                root.display(),
+                trust_keys().join(", "),
+                root.display()
+            ),
+        ),
+    };
+    line(format!("{:<29} = {state:<30} # {note}", "trust"))?;
+    for i in &config.ignored {
+        line(format!(
+            "# ignored: {} = {} from {} (the project is not trusted)",
+            i.key,
+            i.value,
+            i.file.display()
+        ))?;
+    }
     for p in &config.files {
-        writeln!(out, "# read {}", p.display())?;
+        line(format!("# read {}", p.display()))?;
+    }
+    Ok(())
+}
+
+/// The keys a project file may set only when the project is trusted.
+fn trust_keys() -> Vec<&'static str> {
+    crate::config::KEYS
+        .iter()
+        .filter(|(k, _)| matches!(needs(k), Needs::Trust(_)))
+        .map(|(k, _)| *k)
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// trust
+
+/// `panto trust [DIR] [--revoke]`: records (or removes) the project holding DIR in the trust
+/// file, then shows what the project's file now decides.
+fn trust(cwd: &Path, dir: Option<&Path>, revoke: bool) -> Result<()> {
+    let start = dir.map_or_else(|| cwd.to_path_buf(), |d| cwd.join(d));
+    let start = std::fs::canonicalize(&start)
+        .map_err(|e| bad_input(format!("{}: {e}", start.display())))?;
+    let locations = Locations::discover(&start);
+    let Some(root) = locations.project_root() else {
+        return Err(bad_input(format!(
+            "{}: no .panto folder here or above, so there is no project to trust",
+            start.display()
+        )));
+    };
+    let root =
+        std::fs::canonicalize(root).map_err(|e| bad_input(format!("{}: {e}", root.display())))?;
+    let file = locations.trust_file().ok_or_else(|| {
+        bad_input("there is no user configuration folder on this system; set PANTO_CONFIG_DIR")
+    })?;
+    // A trust file that cannot be read is never overwritten: its records would be lost.
+    let mut record = TrustFile::read(&file).map_err(bad_input)?;
+    let (changed, state, verb) = if revoke {
+        (record.remove(&root), "not trusted", "cannot")
+    } else {
+        (record.add(root.clone()), "trusted", "may")
+    };
+    if changed {
+        record.write(&file)?;
+    }
+    let mut out = std::io::stdout().lock();
+    let line = format!(
+        "{} is {state}: its .panto/config.toml {verb} set {} (recorded in {})",
+        root.display(),
+        trust_keys().join(", "),
+        file.display()
+    );
+    writeln!(out, "{}", for_stdout(&line))?;
+    if revoke {
+        return Ok(());
+    }
+    // What the project now decides, so the user sees where requests and the key will go.
+    let config = Config::load(&locations, &Flags::default()).map_err(bad_input)?;
+    for (key, value, source) in config.rows() {
+        if matches!(source, crate::config::Source::ProjectFile(_))
+            && matches!(needs(key), Needs::Trust(_))
+        {
+            writeln!(out, "{}", for_stdout(&format!("  it sets {key} = {value}")))?;
+        }
     }
     Ok(())
 }

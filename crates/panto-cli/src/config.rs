@@ -5,11 +5,18 @@
 //! in the current directory or its nearest ancestor that has a `.panto` folder. Later wins:
 //! defaults < user file < project file < environment < flags. Every resolved value remembers
 //! where it came from, for `panto config`.
+//!
+//! Trust (docs/trust.md): a project's file may set the keys that decide where a request, and
+//! with it the API key, goes (`provider`, `base_url`, and the response cap) only when the user
+//! has trusted the project with `panto trust`, recorded in `<user dir>/trusted.toml`. One table,
+//! [`KEYS`], says which keys need trust, and [`may_set`] applies it to every layer. Layer files
+//! are read with `panto_compact::read_layer_file`: a project's only inside the project.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
+use panto_compact::{LayerFile, read_layer_file};
 use serde::Deserialize;
 
 /// Which provider adapter to use.
@@ -86,6 +93,113 @@ pub enum Source {
     Flag(&'static str),
 }
 
+impl Source {
+    /// The layer this source belongs to.
+    pub fn layer(&self) -> Layer {
+        match self {
+            Source::Default => Layer::Default,
+            Source::UserFile(_) => Layer::UserFile,
+            Source::ProjectFile(_) => Layer::ProjectFile,
+            Source::Env(_) => Layer::Env,
+            Source::Flag(_) => Layer::Flag,
+        }
+    }
+}
+
+/// The configuration layers, lowest first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layer {
+    /// Built in.
+    Default,
+    /// `<user dir>/config.toml`.
+    UserFile,
+    /// The nearest `.panto/config.toml`.
+    ProjectFile,
+    /// Environment variables.
+    Env,
+    /// Command-line flags.
+    Flag,
+}
+
+/// What a layer needs before it may set a key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Needs {
+    /// Nothing: any layer may set it.
+    Nothing,
+    /// A project file may set it only in a trusted project; the text says why.
+    Trust(&'static str),
+}
+
+/// Every key a `config.toml` may hold and what a project needs to set it. The one place that
+/// decides which layer may set which key; [`may_set`] reads it, `panto config` explains it.
+pub const KEYS: &[(&str, Needs)] = &[
+    (
+        "provider",
+        Needs::Trust("it decides which API receives your key"),
+    ),
+    ("model", Needs::Nothing),
+    ("compaction_model", Needs::Nothing),
+    ("keep_tokens", Needs::Nothing),
+    ("max_output_tokens", Needs::Nothing),
+    ("compaction_max_output_tokens", Needs::Nothing),
+    ("context_window", Needs::Nothing),
+    (
+        "base_url",
+        Needs::Trust("it decides which server receives your key"),
+    ),
+    ("system_prompt", Needs::Nothing),
+    ("timeout_secs", Needs::Nothing),
+    ("connect_timeout_secs", Needs::Nothing),
+    ("first_byte_timeout_secs", Needs::Nothing),
+    ("idle_timeout_secs", Needs::Nothing),
+    ("max_retry_wait_secs", Needs::Nothing),
+    ("retries", Needs::Nothing),
+    ("lock_timeout_secs", Needs::Nothing),
+    (
+        "max_response_mib",
+        Needs::Trust("it is the limit that protects your memory from a hostile server"),
+    ),
+];
+
+/// What `key` needs (unknown keys need nothing: the file parser has refused them already).
+pub fn needs(key: &str) -> Needs {
+    KEYS.iter()
+        .find(|(k, _)| *k == key)
+        .map_or(Needs::Nothing, |(_, n)| *n)
+}
+
+/// Whether `layer` may set `key`, given whether the project is trusted: the table of key ×
+/// layer × trust. Only the project layer is ever refused; flags and the environment are the
+/// user's own, as is the user file.
+pub fn may_set(key: &str, layer: Layer, trusted: bool) -> bool {
+    match (layer, needs(key)) {
+        (Layer::ProjectFile, Needs::Trust(_)) => trusted,
+        _ => true,
+    }
+}
+
+/// Whether the project found from the working directory is trusted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Trust {
+    /// No `.panto` folder above the working directory.
+    NoProject,
+    /// The project (the folder holding `.panto`) is recorded in the trust file.
+    Trusted(PathBuf),
+    /// The project is not recorded: its routing keys are ignored.
+    Untrusted(PathBuf),
+}
+
+/// A value a project file set that was ignored because the project is not trusted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Ignored {
+    /// The key.
+    pub key: &'static str,
+    /// The value, as the file gave it.
+    pub value: String,
+    /// The file.
+    pub file: PathBuf,
+}
+
 impl fmt::Display for Source {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -141,6 +255,7 @@ pub struct FileConfig {
     max_retry_wait_secs: Option<u64>,
     retries: Option<u32>,
     lock_timeout_secs: Option<u64>,
+    max_response_mib: Option<u64>,
 }
 
 /// Values given on the command line (`None` when the flag was not used).
@@ -197,14 +312,24 @@ pub struct Config {
     pub retries: Setting<u32>,
     /// How long an append waits for another writer's append lock, in seconds.
     pub lock_timeout_secs: Setting<u64>,
+    /// The cap on the size of one provider answer, MiB.
+    pub max_response_mib: Setting<u64>,
     /// The layer files that exist, in order (user, project).
     pub files: Vec<PathBuf>,
-    /// Where COMPACTION.md overrides are looked for, in order (user, project).
-    pub prompt_paths: Vec<PathBuf>,
+    /// Where COMPACTION.md overrides are looked for, in order (user, project; the project's
+    /// confined to the project).
+    pub prompt_layers: Vec<LayerFile>,
+    /// Whether the project is trusted.
+    pub trust: Trust,
+    /// What an untrusted project's file set and was ignored.
+    pub ignored: Vec<Ignored>,
 }
 
 /// Default keep-verbatim budget, tokens.
 pub const DEFAULT_KEEP_TOKENS: u64 = 20_000;
+
+/// The file in the user folder that records the trusted projects.
+pub const TRUST_FILE: &str = "trusted.toml";
 
 /// The directories that configuration is read from.
 #[derive(Debug, Clone)]
@@ -213,6 +338,38 @@ pub struct Locations {
     pub user_dir: Option<PathBuf>,
     /// The nearest `.panto` folder from the working directory up, if any.
     pub project_dir: Option<PathBuf>,
+}
+
+impl Locations {
+    /// The project: the folder that holds the `.panto` folder.
+    pub fn project_root(&self) -> Option<&Path> {
+        self.project_dir.as_deref().and_then(Path::parent)
+    }
+
+    /// The trust file, `<user dir>/trusted.toml`.
+    pub fn trust_file(&self) -> Option<PathBuf> {
+        self.user_dir.as_ref().map(|d| d.join(TRUST_FILE))
+    }
+
+    /// Whether the project is trusted, from the trust file.
+    ///
+    /// # Errors
+    /// A trust file that cannot be read or parsed.
+    pub fn trust(&self) -> Result<Trust> {
+        let Some(root) = self.project_root() else {
+            return Ok(Trust::NoProject);
+        };
+        let trusted = match self.trust_file() {
+            Some(file) => TrustFile::read(&file)?.contains(root),
+            None => false,
+        };
+        let root = root.to_path_buf();
+        Ok(if trusted {
+            Trust::Trusted(root)
+        } else {
+            Trust::Untrusted(root)
+        })
+    }
 }
 
 impl Locations {
@@ -240,6 +397,7 @@ impl Config {
     /// A file that exists but cannot be read or parsed (the message names the file, the line and
     /// the key), or an environment value that is not valid.
     pub fn load(locations: &Locations, flags: &Flags) -> Result<Config> {
+        let trust = locations.trust()?;
         let mut cfg = Config {
             provider: Setting::default(ProviderKind::Offline),
             model: Setting::default(None),
@@ -259,25 +417,43 @@ impl Config {
             max_retry_wait_secs: Setting::default(60),
             retries: Setting::default(3),
             lock_timeout_secs: Setting::default(10),
+            max_response_mib: Setting::default(
+                panto_providers::DEFAULT_MAX_RESPONSE_BYTES / (1024 * 1024),
+            ),
             files: Vec::new(),
-            prompt_paths: Vec::new(),
+            prompt_layers: Vec::new(),
+            trust: trust.clone(),
+            ignored: Vec::new(),
         };
-        let layers = [
-            locations
-                .user_dir
-                .as_ref()
-                .map(|d| (d.clone(), Source::UserFile(d.join("config.toml")))),
-            locations
-                .project_dir
-                .as_ref()
-                .map(|d| (d.clone(), Source::ProjectFile(d.join("config.toml")))),
-        ];
-        for (dir, source) in layers.into_iter().flatten() {
-            cfg.prompt_paths.push(dir.join("COMPACTION.md"));
-            let path = dir.join("config.toml");
-            if let Some(file) = read_file(&path)? {
-                cfg.files.push(path);
-                cfg.apply_file(file, &source);
+        let user = locations.user_dir.as_ref().map(|d| {
+            (
+                LayerFile::new(d.join("config.toml")),
+                d.join("COMPACTION.md"),
+            )
+        });
+        let project = locations
+            .project_dir
+            .as_ref()
+            .zip(locations.project_root())
+            .map(|(d, root)| {
+                (
+                    LayerFile::new(d.join("config.toml")).within(root),
+                    d.join("COMPACTION.md"),
+                )
+            });
+        let trusted = matches!(trust, Trust::Trusted(_));
+        for (file, prompt) in [user, project].into_iter().flatten() {
+            cfg.prompt_layers.push(match &file.within {
+                Some(root) => LayerFile::new(prompt).within(root),
+                None => LayerFile::new(prompt),
+            });
+            let source = match file.within {
+                Some(_) => Source::ProjectFile(file.path.clone()),
+                None => Source::UserFile(file.path.clone()),
+            };
+            if let Some(parsed) = read_file(&file)? {
+                cfg.files.push(file.path.clone());
+                cfg.apply_file(parsed, &source, trusted);
             }
         }
         cfg.apply_env()?;
@@ -294,8 +470,46 @@ impl Config {
         Ok(cfg)
     }
 
-    fn apply_file(&mut self, f: FileConfig, src: &Source) {
-        if let Some(v) = f.provider {
+    /// The one-line notice for what an untrusted project's file set and was ignored, if any.
+    pub fn trust_notice(&self) -> Option<String> {
+        let (Trust::Untrusted(root), Some(first)) = (&self.trust, self.ignored.first()) else {
+            return None;
+        };
+        let keys: Vec<&str> = self.ignored.iter().map(|i| i.key).collect();
+        Some(format!(
+            "ignoring {} from {}: the project is not trusted; if you trust it to choose where requests and your key go, run `panto trust {}`",
+            keys.join(", "),
+            first.file.display(),
+            root.display()
+        ))
+    }
+
+    /// Takes a file's value for `key` when its layer may set it; otherwise records it as
+    /// ignored. Returns whether it was taken.
+    fn admit(
+        &mut self,
+        key: &'static str,
+        value: &dyn fmt::Display,
+        src: &Source,
+        trusted: bool,
+    ) -> bool {
+        if may_set(key, src.layer(), trusted) {
+            return true;
+        }
+        if let Source::ProjectFile(file) = src {
+            self.ignored.push(Ignored {
+                key,
+                value: value.to_string(),
+                file: file.clone(),
+            });
+        }
+        false
+    }
+
+    fn apply_file(&mut self, f: FileConfig, src: &Source, trusted: bool) {
+        if let Some(v) = f.provider
+            && self.admit("provider", &v, src, trusted)
+        {
             self.provider.set(v, src.clone());
         }
         if let Some(v) = f.model {
@@ -316,7 +530,9 @@ impl Config {
         if let Some(v) = f.context_window {
             self.context_window.set(Some(v), src.clone());
         }
-        if let Some(v) = f.base_url {
+        if let Some(v) = f.base_url
+            && self.admit("base_url", &v, src, trusted)
+        {
             self.base_url.set(Some(v), src.clone());
         }
         if let Some(v) = f.system_prompt {
@@ -342,6 +558,11 @@ impl Config {
         }
         if let Some(v) = f.lock_timeout_secs {
             self.lock_timeout_secs.set(v, src.clone());
+        }
+        if let Some(v) = f.max_response_mib
+            && self.admit("max_response_mib", &v, src, trusted)
+        {
+            self.max_response_mib.set(v, src.clone());
         }
     }
 
@@ -456,6 +677,11 @@ impl Config {
                 self.lock_timeout_secs.value.to_string(),
                 &self.lock_timeout_secs.source,
             ),
+            (
+                "max_response_mib",
+                self.max_response_mib.value.to_string(),
+                &self.max_response_mib.source,
+            ),
         ]
     }
 }
@@ -466,29 +692,151 @@ fn env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
 }
 
-/// Reads one layer file; `None` when it does not exist.
-fn read_file(path: &Path) -> Result<Option<FileConfig>> {
-    let text = match std::fs::read(path) {
-        Ok(bytes) => bytes,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => bail!(
-            "{}: cannot read the configuration file: {e}",
-            path.display()
-        ),
+/// Reads and parses one layer file; `None` when it does not exist. The file is read with
+/// `read_layer_file`, so a project's file that links out of the project is refused before it
+/// is read, and a parse error can only quote a file inside the project (or the user's own).
+fn read_file(file: &LayerFile) -> Result<Option<FileConfig>> {
+    let path = &file.path;
+    let Some(text) = read_layer_file(file).map_err(|e| {
+        anyhow::anyhow!(
+            "{}: cannot read the configuration file: {}",
+            path.display(),
+            e.reason
+        )
+    })?
+    else {
+        return Ok(None);
     };
-    let text = String::from_utf8(text)
-        .map_err(|_| anyhow::anyhow!("{}: the configuration file is not UTF-8", path.display()))?;
-    match toml::from_str::<FileConfig>(&text) {
-        Ok(cfg) => Ok(Some(cfg)),
-        Err(e) => {
-            let (line, col) = e.span().map(|s| line_col(&text, s.start)).unwrap_or((0, 0));
-            let what = e.message().trim_end_matches('\n');
-            if line > 0 {
-                bail!("{}: line {line}, column {col}: {what}", path.display())
-            }
-            bail!("{}: {what}", path.display())
+    parse_toml(path, &text).map(Some)
+}
+
+/// Parses a TOML file, naming the file, line and column of an error.
+fn parse_toml<T: serde::de::DeserializeOwned>(path: &Path, text: &str) -> Result<T> {
+    toml::from_str::<T>(text).map_err(|e| {
+        let (line, col) = e.span().map(|s| line_col(text, s.start)).unwrap_or((0, 0));
+        let what = e.message().trim_end_matches('\n');
+        if line > 0 {
+            anyhow::anyhow!("{}: line {line}, column {col}: {what}", path.display())
+        } else {
+            anyhow::anyhow!("{}: {what}", path.display())
+        }
+    })
+}
+
+/// The trust file: the projects whose `.panto/config.toml` may set the keys that need trust.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrustFile {
+    /// The trusted projects, as absolute paths with every link resolved.
+    #[serde(default)]
+    trusted: Vec<PathBuf>,
+}
+
+impl TrustFile {
+    /// Reads the trust file; an empty record when it does not exist.
+    ///
+    /// # Errors
+    /// A file that cannot be read or parsed (naming its line).
+    pub fn read(path: &Path) -> Result<TrustFile> {
+        let text = read_layer_file(&LayerFile::new(path)).map_err(|e| {
+            anyhow::anyhow!(
+                "{}: cannot read the trust file: {}",
+                path.display(),
+                e.reason
+            )
+        })?;
+        match text {
+            Some(text) => parse_toml(path, &text),
+            None => Ok(TrustFile::default()),
         }
     }
+
+    /// Whether `project` is trusted: its real path (links resolved) is recorded.
+    pub fn contains(&self, project: &Path) -> bool {
+        match std::fs::canonicalize(project) {
+            Ok(real) => self.trusted.contains(&real),
+            Err(_) => false,
+        }
+    }
+
+    /// Records `project` (a real path); false when it was already recorded.
+    pub fn add(&mut self, project: PathBuf) -> bool {
+        if self.trusted.contains(&project) {
+            return false;
+        }
+        self.trusted.push(project);
+        true
+    }
+
+    /// Removes `project`; false when it was not recorded.
+    pub fn remove(&mut self, project: &Path) -> bool {
+        let before = self.trusted.len();
+        self.trusted.retain(|t| t != project);
+        self.trusted.len() != before
+    }
+
+    /// The file's text.
+    ///
+    /// # Errors
+    /// A recorded path that is not UTF-8 (TOML cannot hold it).
+    pub fn render(&self) -> Result<String> {
+        let mut out = String::from(
+            "# Projects whose .panto/config.toml may choose where requests, and your API key, go\n\
+             # (provider, base_url, max_response_mib). Written by `panto trust DIR`; `panto trust\n\
+             # --revoke DIR` removes one. See docs/trust.md in the panto repository.\n\
+             trusted = [\n",
+        );
+        for p in &self.trusted {
+            let text = p
+                .to_str()
+                .with_context(|| format!("{}: the path is not UTF-8", p.display()))?;
+            out.push_str(&format!("    {},\n", toml::Value::String(text.to_owned())));
+        }
+        out.push_str("]\n");
+        Ok(out)
+    }
+
+    /// Writes the trust file: a new file (mode 0600, in a folder made 0700 when missing)
+    /// renamed over the old one, so a crash leaves the old record or the new one, whole.
+    ///
+    /// # Errors
+    /// When the folder or the file cannot be written.
+    pub fn write(&self, path: &Path) -> Result<()> {
+        let text = self.render()?;
+        let dir = path.parent().unwrap_or(Path::new("."));
+        create_private_dir(dir)?;
+        let tmp = dir.join(format!(".{TRUST_FILE}.{}.tmp", std::process::id()));
+        let written =
+            write_private(&tmp, text.as_bytes()).and_then(|()| std::fs::rename(&tmp, path));
+        if let Err(e) = written {
+            let _ = std::fs::remove_file(&tmp);
+            bail!("{}: cannot write the trust file: {e}", path.display());
+        }
+        Ok(())
+    }
+}
+
+/// Creates a folder of the user configuration (and its parents), mode 0700 on Unix.
+fn create_private_dir(dir: &Path) -> Result<()> {
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder
+        .create(dir)
+        .with_context(|| format!("{}: cannot create the configuration folder", dir.display()))
+}
+
+/// Writes a new file with mode 0600 on Unix (the umask can only make it stricter), flushed.
+fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let mut file = options.open(path)?;
+    file.write_all(bytes)?;
+    file.sync_all()
 }
 
 fn line_col(text: &str, offset: usize) -> (usize, usize) {

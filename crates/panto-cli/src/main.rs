@@ -75,7 +75,7 @@ fn main() -> ExitCode {
             } else {
                 1
             };
-            eprintln!("panto: {e:#}");
+            ui::say(&format!("panto: {e:#}"));
             ExitCode::from(code)
         }
     }

@@ -103,7 +103,7 @@ impl<P: Provider> Provider for ShowRetries<P> {
     }
 }
 
-/// Applies the configured waits and retries.
+/// Applies the configured waits, retries and response cap.
 fn tune(mut c: AdapterConfig, config: &Config) -> AdapterConfig {
     let secs = Duration::from_secs;
     c.connect_timeout = secs(config.connect_timeout_secs.value);
@@ -112,5 +112,6 @@ fn tune(mut c: AdapterConfig, config: &Config) -> AdapterConfig {
     c.request_timeout = secs(config.timeout_secs.value);
     c.retry.max_retries = config.retries.value;
     c.retry.max_delay = secs(config.max_retry_wait_secs.value);
+    c.max_response_bytes = config.max_response_mib.value.saturating_mul(1024 * 1024);
     c
 }

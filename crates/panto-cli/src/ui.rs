@@ -1,8 +1,11 @@
 //! Terminal behaviour: a spinner on stderr while a provider call runs (only when stderr is a
-//! terminal), compaction progress and retry lines printed above it, and `NO_COLOR`.
+//! terminal), compaction progress and retry lines printed above it, `NO_COLOR`, and the
+//! neutralising of control characters in human-readable text written to a terminal.
 
+use std::borrow::Cow;
 use std::io::{IsTerminal, Write};
 use std::sync::Mutex;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
@@ -14,6 +17,7 @@ static SHOWN: Mutex<Option<ProgressBar>> = Mutex::new(None);
 
 /// Prints one line on stderr, above the spinner when one is drawn.
 pub fn notice(line: &str) {
+    let line = for_stderr(line);
     let shown = SHOWN.lock().ok().and_then(|bar| bar.clone());
     match shown {
         Some(bar) => bar.println(line),
@@ -54,7 +58,70 @@ fn short_reason(error: &ProviderError) -> String {
 
 /// Whether decorations (spinner) may be drawn: stderr is a terminal.
 pub fn stderr_is_terminal() -> bool {
-    std::io::stderr().is_terminal()
+    static TERMINAL: OnceLock<bool> = OnceLock::new();
+    *TERMINAL.get_or_init(|| std::io::stderr().is_terminal())
+}
+
+/// Whether stdout is a terminal.
+pub fn stdout_is_terminal() -> bool {
+    static TERMINAL: OnceLock<bool> = OnceLock::new();
+    *TERMINAL.get_or_init(|| std::io::stdout().is_terminal())
+}
+
+/// Human-readable `text` for stdout: neutralised when stdout is a terminal, exact otherwise
+/// (a pipe or a file gets the bytes as they are; `--json` output never comes here).
+pub fn for_stdout(text: &str) -> Cow<'_, str> {
+    if stdout_is_terminal() {
+        neutralize(text)
+    } else {
+        Cow::Borrowed(text)
+    }
+}
+
+/// Human-readable `text` for stderr: neutralised when stderr is a terminal.
+pub fn for_stderr(text: &str) -> Cow<'_, str> {
+    if stderr_is_terminal() {
+        neutralize(text)
+    } else {
+        Cow::Borrowed(text)
+    }
+}
+
+/// Prints one message line on stderr, neutralised for a terminal.
+pub fn say(line: &str) {
+    let mut err = std::io::stderr().lock();
+    let _ = writeln!(err, "{}", for_stderr(line));
+}
+
+/// `text` with nothing a terminal would act on: every control character but newline and tab
+/// (C0, DEL and the C1 range, so ESC and CSI, and with them every escape sequence: colours,
+/// cursor moves, titles, OSC 52 clipboard writes) and the bidirectional-override characters
+/// that reorder what is shown, each written as a visible escape (`\x1b`, `\u{202e}`). A
+/// carriage return just before a newline is dropped (a CRLF line end), any other is escaped.
+pub fn neutralize(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(needs_escape) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '\r' && chars.peek() == Some(&'\n') {
+            continue;
+        }
+        if !needs_escape(c) {
+            out.push(c);
+        } else if u32::from(c) < 0x80 {
+            out.push_str(&format!("\\x{:02x}", u32::from(c)));
+        } else {
+            out.push_str(&format!("\\u{{{:x}}}", u32::from(c)));
+        }
+    }
+    Cow::Owned(out)
+}
+
+fn needs_escape(c: char) -> bool {
+    (c.is_control() && c != '\n' && c != '\t')
+        || matches!(c, '\u{61c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }
 
 /// Whether colour is allowed: not when `NO_COLOR` is set (to anything non-empty), per
@@ -188,7 +255,7 @@ pub fn describe_event(event: &CompactionEvent) -> String {
     }
 }
 
-/// Prints a compaction event on stderr.
+/// Prints a compaction event on stderr (it may quote a provider's error message).
 pub fn print_event(event: &CompactionEvent) {
     let line = describe_event(event);
     if !line.is_empty() {

@@ -220,7 +220,15 @@ fn an_unreachable_base_url_keeps_the_prompt_and_says_what_to_check() {
 #[test]
 fn every_command_has_an_example_in_its_help() {
     let sb = Sandbox::new();
-    for command in ["context", "transcript", "compact", "send", "chat", "config"] {
+    for command in [
+        "context",
+        "transcript",
+        "compact",
+        "send",
+        "chat",
+        "config",
+        "trust",
+    ] {
         let run = sb.run(&[command, "--help"]);
         run.expect_code(0);
         assert!(run.stdout.contains("Example"), "{command}: {}", run.stdout);

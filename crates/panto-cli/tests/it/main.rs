@@ -6,6 +6,8 @@ mod fake_model;
 mod faults;
 mod loopback;
 mod offline;
+mod safety;
 mod support;
 mod terminal;
+mod trust;
 mod windows;

@@ -1,8 +1,12 @@
 //! Running the `panto` binary in an isolated environment: its own working directory, its own
 //! user configuration folder, and no provider variables from the caller's environment.
 
+use std::fs::File;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+
+use rustix::pty::{OpenptFlags, grantpt, openpt, ptsname, unlockpt};
 
 use tempfile::TempDir;
 
@@ -64,6 +68,21 @@ impl Sandbox {
         cmd
     }
 
+    /// `panto send s.jsonl hi` to an OpenAI-compatible server at `base` (with its `/v1`).
+    pub fn send_openai(&self, base: &str) -> Command {
+        self.command(&[
+            "send",
+            "s.jsonl",
+            "hi",
+            "--provider",
+            "openai",
+            "--model",
+            "m",
+            "--base-url",
+            base,
+        ])
+    }
+
     /// Runs the binary and collects its output.
     pub fn run(&self, args: &[&str]) -> Run {
         self.run_with(self.command(args))
@@ -111,4 +130,62 @@ pub fn repo_root() -> PathBuf {
 pub fn scrub(text: &str, sandbox: &Sandbox) -> String {
     text.replace(&sandbox.work().display().to_string(), "[work]")
         .replace(&sandbox.dir.path().display().to_string(), "[sandbox]")
+}
+
+/// Which output of the binary goes to a pseudo-terminal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tty {
+    Stdout,
+    Stderr,
+}
+
+/// Runs `cmd` with stdout or stderr on a fresh pseudo-terminal and the other piped. Returns
+/// the run, whose field for the terminal's stream holds what the terminal received.
+pub fn run_on_terminal(mut cmd: Command, tty: Tty) -> Run {
+    // A terminal that can show colour.
+    cmd.env("TERM", "xterm-256color");
+    let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY).unwrap();
+    grantpt(&master).unwrap();
+    unlockpt(&master).unwrap();
+    let name = ptsname(&master, Vec::new()).unwrap();
+    let slave = File::options()
+        .read(true)
+        .write(true)
+        .open(name.to_str().unwrap())
+        .unwrap();
+    match tty {
+        Tty::Stdout => cmd.stdout(Stdio::from(slave)).stderr(Stdio::piped()),
+        Tty::Stderr => cmd.stderr(Stdio::from(slave)).stdout(Stdio::piped()),
+    };
+    let child = cmd.spawn().unwrap();
+    let mut master = File::from(master);
+    let reader = std::thread::spawn(move || {
+        let mut out = Vec::new();
+        let mut buf = [0u8; 4096];
+        // Reading ends with an error (EIO) once the child's side is closed.
+        while let Ok(n) = master.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            out.extend_from_slice(&buf[..n]);
+        }
+        out
+    });
+    let out = child.wait_with_output().unwrap();
+    drop(cmd);
+    let shown = String::from_utf8_lossy(&reader.join().unwrap()).into_owned();
+    let piped = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    let code = out.status.code().unwrap_or(-1);
+    match tty {
+        Tty::Stdout => Run {
+            code,
+            stdout: shown,
+            stderr: piped(&out.stderr),
+        },
+        Tty::Stderr => Run {
+            code,
+            stdout: piped(&out.stdout),
+            stderr: shown,
+        },
+    }
 }

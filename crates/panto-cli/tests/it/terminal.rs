@@ -1,16 +1,13 @@
 //! Terminal behaviour: a spinner on stderr while the provider works, only when stderr is a
 //! terminal (a pseudo-terminal here), coloured unless `NO_COLOR` is set.
 
-use std::fs::File;
-use std::io::Read;
 use std::process::Stdio;
 use std::time::Duration;
 
-use rustix::pty::{OpenptFlags, grantpt, openpt, ptsname, unlockpt};
 use wiremock::matchers::method;
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
-use crate::support::Sandbox;
+use crate::support::{Sandbox, Tty, run_on_terminal};
 
 /// A slow OpenAI-compatible server, so that the spinner has time to turn.
 async fn slow_server() -> MockServer {
@@ -31,18 +28,7 @@ async fn slow_server() -> MockServer {
 
 /// Runs `send` against `server`, with stderr on a pseudo-terminal when `tty`; returns stderr.
 fn send(sb: &Sandbox, server: &str, tty: bool, no_color: bool) -> String {
-    let base = format!("{server}/v1");
-    let mut cmd = sb.command(&[
-        "send",
-        "s.jsonl",
-        "hi",
-        "--provider",
-        "openai",
-        "--model",
-        "m",
-        "--base-url",
-        &base,
-    ]);
+    let mut cmd = sb.send_openai(&format!("{server}/v1"));
     // The provider answers without streaming (a JSON body), so the spinner runs for the whole wait.
     cmd.stdout(Stdio::null());
     if no_color {
@@ -53,34 +39,9 @@ fn send(sb: &Sandbox, server: &str, tty: bool, no_color: bool) -> String {
         assert!(out.status.success());
         return String::from_utf8_lossy(&out.stderr).into_owned();
     }
-    // A terminal that can show colour.
-    cmd.env("TERM", "xterm-256color");
-    let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY).unwrap();
-    grantpt(&master).unwrap();
-    unlockpt(&master).unwrap();
-    let name = ptsname(&master, Vec::new()).unwrap();
-    let slave = File::options()
-        .read(true)
-        .write(true)
-        .open(name.to_str().unwrap())
-        .unwrap();
-    let mut child = cmd.stderr(Stdio::from(slave)).spawn().unwrap();
-    let mut master = File::from(master);
-    let reader = std::thread::spawn(move || {
-        let mut out = Vec::new();
-        let mut buf = [0u8; 4096];
-        // Reading ends with an error (EIO) once the child's side is closed.
-        while let Ok(n) = master.read(&mut buf) {
-            if n == 0 {
-                break;
-            }
-            out.extend_from_slice(&buf[..n]);
-        }
-        out
-    });
-    assert!(child.wait().unwrap().success());
-    drop(cmd);
-    String::from_utf8_lossy(&reader.join().unwrap()).into_owned()
+    let run = run_on_terminal(cmd, Tty::Stderr);
+    run.expect_code(0);
+    run.stderr
 }
 
 fn has_colour(text: &str) -> bool {

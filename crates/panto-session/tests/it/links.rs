@@ -30,6 +30,14 @@ fn setup() -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
     (dir, path, precious)
 }
 
+/// The error of an append to the session at `path`.
+fn refused(path: &Path) -> SessionError {
+    Session::open(path, opts())
+        .unwrap()
+        .append(&[user("x")])
+        .unwrap_err()
+}
+
 #[test]
 fn a_lock_that_is_a_symlink_is_refused_and_its_target_keeps_its_bytes() {
     let (_dir, path, precious) = setup();
@@ -55,10 +63,7 @@ fn a_dangling_lock_symlink_creates_nothing() {
     let target = dir.path().join("elsewhere/created-by-panto");
     fs::create_dir_all(target.parent().unwrap()).unwrap();
     symlink(&target, lock_of(&path)).unwrap();
-    let err = Session::open(&path, opts())
-        .unwrap()
-        .append(&[user("x")])
-        .unwrap_err();
+    let err = refused(&path);
     assert!(matches!(err, SessionError::Symlink { .. }), "{err:?}");
     assert!(
         !target.exists(),
@@ -70,10 +75,7 @@ fn a_dangling_lock_symlink_creates_nothing() {
 fn a_lock_with_another_hard_link_or_foreign_content_is_refused_untouched() {
     let (_dir, path, precious) = setup();
     fs::hard_link(&precious, lock_of(&path)).unwrap();
-    let err = Session::open(&path, opts())
-        .unwrap()
-        .append(&[user("x")])
-        .unwrap_err();
+    let err = refused(&path);
     assert_eq!(
         err.to_string(),
         format!(
@@ -85,10 +87,7 @@ fn a_lock_with_another_hard_link_or_foreign_content_is_refused_untouched() {
 
     fs::remove_file(lock_of(&path)).unwrap();
     fs::write(lock_of(&path), SECRET.repeat(3)).unwrap();
-    let err = Session::open(&path, opts())
-        .unwrap()
-        .append(&[user("x")])
-        .unwrap_err();
+    let err = refused(&path);
     assert!(
         err.to_string().ends_with("it holds more than a process id"),
         "{err}"
@@ -100,10 +99,7 @@ fn a_lock_with_another_hard_link_or_foreign_content_is_refused_untouched() {
 
     fs::remove_file(lock_of(&path)).unwrap();
     fs::create_dir(lock_of(&path)).unwrap();
-    let err = Session::open(&path, opts())
-        .unwrap()
-        .append(&[user("x")])
-        .unwrap_err();
+    let err = refused(&path);
     assert!(err.to_string().ends_with("it is a directory"), "{err}");
 }
 
@@ -116,10 +112,7 @@ fn a_lock_that_is_a_fifo_is_refused_without_blocking() {
         .status()
         .unwrap();
     assert!(status.success());
-    let err = Session::open(&path, opts())
-        .unwrap()
-        .append(&[user("x")])
-        .unwrap_err();
+    let err = refused(&path);
     assert!(
         err.to_string().ends_with("it is not a regular file"),
         "{err}"
