@@ -35,8 +35,9 @@ use serde_json::{Value, json};
 use self::server::{Server, ServerArgs};
 use self::suite::{Compaction, Protocol, Setup, Target};
 
-/// The server's context window: small, so that a few long messages overflow it.
-const CTX: u32 = 2048;
+/// The server's context window: small, so that a few long messages overflow it, and large
+/// enough for the built-in COMPACTION.md (about 1,200 tokens) with room to fold a transcript.
+const CTX: u32 = 4096;
 /// How long a server may take to load the model.
 const HEALTH_TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -153,8 +154,9 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
     );
 
     type Scenario = fn(&Setup, Protocol) -> Result<Option<Compaction>>;
-    let scenarios: [(&str, Scenario); 7] = [
+    let scenarios: [(&str, Scenario); 8] = [
         ("overflow", |s, p| suite::overflow(s, p).map(Some)),
+        ("overflow-twice", |s, p| suite::overflow_twice(s, p).map(Some)),
         ("manual", |s, p| suite::manual(s, p).map(Some)),
         ("fallback", |s, p| suite::fallback(s, p).map(Some)),
         ("truncated", |s, p| suite::truncated(s, p).map(|()| None)),

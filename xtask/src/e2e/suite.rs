@@ -37,8 +37,8 @@ const COMMAND_TIMEOUT: Duration = Duration::from_secs(300);
 const MAX_NOTES: usize = 8;
 /// The server's error message for an oversized request.
 const OVERFLOW_LOG: &str = "exceeds the available context size";
-/// Marks the short COMPACTION.md of the scenarios that override the built-in prompt.
-const PROMPT_MARKER: &str = "E2E-COMPACTION-PROMPT";
+/// How many windows of notes the folding overflow scenario writes before its one `send`.
+const FOLD_WINDOWS: u64 = 2;
 /// The heading under which `/compact` instructions reach the compaction system prompt.
 const INSTRUCTIONS_HEADING: &str = "## Additional instructions for this compaction run";
 /// The instructions of the manual compaction.
@@ -53,15 +53,8 @@ max_output_tokens = 32
 compaction_max_output_tokens = 160
 system_prompt = \"You are a helpful assistant. Answer in one or two short sentences.\"
 timeout_secs = 300
-";
-
-/// The compaction system prompt of the overflow and fallback scenarios. The built-in prompt
-/// (about 1,200 tokens) plus a transcript of nearly a whole 2,048-token window cannot fit that
-/// window; a real deployment has a window a hundred times larger. The manual scenario uses the
-/// built-in prompt on a short session.
-const SHORT_COMPACTION_MD: &str = "\
-You summarize a conversation between a user and an assistant (E2E-COMPACTION-PROMPT).
-Write a short plain summary of the facts the user stated, in at most five sentences.
+first_byte_timeout_secs = 300
+idle_timeout_secs = 300
 ";
 
 /// One of the three protocols llama-server speaks.
@@ -401,7 +394,6 @@ pub fn note(i: usize, sentences: usize) -> String {
 /// retry, the replay, the usage and the server's side of it.
 pub fn overflow(setup: &Setup, p: Protocol) -> Result<Compaction> {
     let panto = setup.panto(p, "overflow", false)?;
-    fs::write(panto.dir.join(".panto/COMPACTION.md"), SHORT_COMPACTION_MD)?;
     let s = "overflow.jsonl";
     for message in [
         "Hello! My name is Ada and I am testing you today.",
@@ -429,30 +421,83 @@ pub fn overflow(setup: &Setup, p: Protocol) -> Result<Compaction> {
             );
             continue;
         }
-        ensure!(
-            run.stderr.contains("compacting (overflow)"),
-            "note {i}: the compaction was not reported as an overflow: {}",
-            run.stderr
-        );
-        overflowed_at = Some(i);
+        overflowed_at = Some((i, run));
         break;
     }
-    let i = overflowed_at.with_context(|| {
+    let (i, run) = overflowed_at.with_context(|| {
         format!("the server never rejected a request for its size in {MAX_NOTES} long notes")
     })?;
     ensure!(
         i >= 2,
         "the first long note overflowed: the notes are too long for the test"
     );
+    let (figures, note) = recovered(setup, &panto, s, &evidence, &run, i)?;
+    Ok(Compaction {
+        kind: "overflow",
+        figures,
+        note: format!("long note {i}: {note}"),
+    })
+}
 
-    // The session: one compaction by the real model, its copies, the reply to the retry.
+/// Overflow recovery on a conversation at least [`FOLD_WINDOWS`] windows long (written to the
+/// session directly, as an imported session would be): the built-in prompt, a prefix that no
+/// one request can hold, so the compaction folds it through several requests.
+pub fn overflow_twice(setup: &Setup, p: Protocol) -> Result<Compaction> {
+    let panto = setup.panto(p, "overflow-twice", false)?;
+    let s = "twice.jsonl";
+    // Notes of a third of the window each, with short answers: enough for FOLD_WINDOWS windows.
+    let notes = usize::try_from(3 * FOLD_WINDOWS + 1)?;
+    let mut lines = String::new();
+    for i in 1..=notes {
+        let user = serde_json::json!({"type": "message", "id": format!("u{i}"), "role": "user",
+            "content": [{"type": "text", "text": note(i, setup.note_sentences)}]});
+        let answer = serde_json::json!({"type": "message", "id": format!("a{i}"), "role": "assistant",
+            "content": [{"type": "text", "text": format!("Noted: note {i}.")}]});
+        lines.push_str(&format!("{user}\n{answer}\n"));
+    }
+    fs::write(panto.dir.join(s), lines)?;
+    let evidence = Evidence::mark(&setup.main);
+    let run = panto
+        .run(&["send", s, "Please remember note 99. Which note came first?"])?
+        .expect(0)?;
+    let (figures, note) = recovered(setup, &panto, s, &evidence, &run, 99)?;
+    let steps = run.stderr.matches("panto: step ").count();
+    ensure!(
+        steps >= 2,
+        "a conversation of {FOLD_WINDOWS} windows was compacted without folding: {}",
+        run.stderr
+    );
+    Ok(Compaction {
+        kind: "overflow x2",
+        figures,
+        note: format!("{notes} notes written, one send: {note}"),
+    })
+}
+
+/// Checks an overflow recovery that `run` (the `send` of note `i`) went through: one
+/// compaction by the real model with the built-in prompt, every request of its fold within the
+/// window, every old note summarized or kept, the retry's reply, a replay that fits, and one
+/// more turn. Returns the entry's figures and a note of the fold's requests and sizes.
+fn recovered(
+    setup: &Setup,
+    panto: &Panto<'_>,
+    s: &str,
+    evidence: &Evidence,
+    run: &Run,
+    i: usize,
+) -> Result<(Figures, String)> {
+    ensure!(
+        run.stderr.contains("compacting (overflow)"),
+        "note {i}: the compaction was not reported as an overflow: {}",
+        run.stderr
+    );
     let entries = panto.session(s)?;
     let (at, entry) = checks::single_compaction(&entries)?;
     let figures = checks::compaction_entry(
         entry,
         &Expect {
             trigger: "overflow",
-            provider: p.flag(),
+            provider: p_flag(panto),
             model: MODEL,
             fallback: false,
             instructions: None,
@@ -465,9 +510,9 @@ pub fn overflow(setup: &Setup, p: Protocol) -> Result<Compaction> {
         figures.after
     );
     ensure!(
-        figures.keep == setup.n_ctx / 4,
-        "the keep budget was {}, expected the server's window / 4 = {} (the default budget is \
-         capped by the limit the overflow reported)",
+        figures.keep <= setup.n_ctx / 4 && figures.keep >= setup.n_ctx / 8,
+        "the keep budget was {}, expected about the server's window / 4 = {} (the default \
+         budget is capped by the limit the overflow reported)",
         figures.keep,
         setup.n_ctx / 4
     );
@@ -483,13 +528,21 @@ pub fn overflow(setup: &Setup, p: Protocol) -> Result<Compaction> {
         entries.len() - next
     );
 
-    // The server's side: one rejection, one compaction prompt (with the short prompt and the
-    // oldest note in its transcript), and a retry that fit.
-    let log = evidence.new_log(&setup.main);
-    let rejections = log.matches(OVERFLOW_LOG).count();
+    // The server's side: the conversation's rejection, the fold's requests with the built-in
+    // prompt (a few rejected at most), every old note in some transcript or kept.
+    let requests = entry["requests"].as_u64().unwrap_or(0);
+    let steps = entry["fold_steps"].as_u64().unwrap_or(1);
     ensure!(
-        rejections == 1,
-        "the server rejected {rejections} requests for their size, expected 1"
+        requests >= steps && requests <= steps + 3,
+        "the fold sent {requests} requests for {steps} steps"
+    );
+    let log = evidence.new_log(&setup.main);
+    let rejections = log.matches(OVERFLOW_LOG).count() as u64;
+    ensure!(
+        rejections == 1 + (requests - steps),
+        "the server rejected {rejections} requests for their size, expected the conversation's \
+         and the fold's {} rejected ones",
+        requests - steps
     );
     let reported = log
         .lines()
@@ -501,18 +554,29 @@ pub fn overflow(setup: &Setup, p: Protocol) -> Result<Compaction> {
     let compaction_prompts: Vec<String> = evidence
         .new_prompts(&setup.main)
         .into_iter()
-        .filter(|t| t.contains(PROMPT_MARKER))
+        .filter(|t| t.contains(&setup.builtin_prompt_line) && t.contains("<transcript>"))
         .collect();
     ensure!(
-        compaction_prompts.len() == 1,
-        "the server rendered {} compaction prompts, expected 1",
+        compaction_prompts.len() as u64 >= steps,
+        "the server rendered {} compaction prompts for {steps} steps",
         compaction_prompts.len()
     );
-    ensure!(
-        compaction_prompts[0].contains("<transcript>")
-            && compaction_prompts[0].contains("Please remember note 1."),
-        "the compaction prompt the server rendered lacks the transcript of the old notes"
-    );
+    let kept: String = entries[at + 1..next].iter().map(checks::text).collect();
+    for n in 1..i {
+        let marker = format!("Please remember note {n}.");
+        ensure!(
+            compaction_prompts.iter().any(|t| t.contains(&marker)) || kept.contains(&marker),
+            "note {n} is in no compaction request and not kept"
+        );
+    }
+    let sizes: Vec<String> = run
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("panto: step "))
+        .filter_map(|l| l.split("about ").nth(1))
+        .filter_map(|l| l.split(' ').next())
+        .map(str::to_owned)
+        .collect();
 
     // Replay, then one more turn on the compacted session.
     let doc = panto.run(&["context", s, "--json"])?.expect(0)?.json()?;
@@ -546,14 +610,24 @@ pub fn overflow(setup: &Setup, p: Protocol) -> Result<Compaction> {
         !panto.session_text(s).contains(KEY),
         "the key reached the session file"
     );
-    Ok(Compaction {
-        kind: "overflow",
+    Ok((
         figures,
-        note: format!(
-            "long note {i} overflowed (server: request of {reported} tokens > {} ctx)",
-            setup.n_ctx
+        format!(
+            "server: request of {reported} tokens > {} ctx; {requests} compaction requests \
+             ({steps} steps, {} rejected){}",
+            setup.n_ctx,
+            requests - steps,
+            if sizes.is_empty() {
+                String::new()
+            } else {
+                format!(", step inputs about {} tokens", sizes.join(" / "))
+            }
         ),
-    })
+    ))
+}
+
+fn p_flag(panto: &Panto<'_>) -> &'static str {
+    panto.protocol.flag()
 }
 
 /// A manual compaction with instructions and the built-in prompt.
@@ -630,7 +704,6 @@ pub fn manual(setup: &Setup, p: Protocol) -> Result<Compaction> {
 /// A compaction model the router does not have: the active model writes the summary.
 pub fn fallback(setup: &Setup, p: Protocol) -> Result<Compaction> {
     let panto = setup.panto(p, "fallback", true)?;
-    fs::write(panto.dir.join(".panto/COMPACTION.md"), SHORT_COMPACTION_MD)?;
     let s = "fallback.jsonl";
     for message in ["My dog is called Rex.", "What is my dog called?"] {
         panto.run(&["send", s, message])?.expect(0)?;
