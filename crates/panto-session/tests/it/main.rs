@@ -48,7 +48,7 @@ pub fn unknown(kind: &str) -> Entry {
     fields.insert("note".into(), json!("from a newer panto"));
     Entry::Unknown(UnknownEntry {
         kind: kind.into(),
-        fields,
+        fields: fields.into(),
     })
 }
 
