@@ -13,7 +13,8 @@
 //! Foreign compactions: that atomicity applies to the compactions panto writes, which say so
 //! (`"copies_marked": true`, [`COPIES_MARKED`]) or whose first following message is a copy
 //! marked `kept_by`. Any other compaction was written by a program that does not mark its copies,
-//! and is read by Contract 1's rule: its summary, then the entries after it. The messages after
+//! and is read by Contract 1's rule: its summary, then the entries after it (a compaction that
+//! announces copies and is the last entry is interrupted, whoever wrote it). The messages after
 //! it that are copies (the `kept_messages` it announces, or all of them when it does not say)
 //! are marked `kept_by` in the effective context, as panto's own copies are in the file, so that
 //! sizing never trusts their usage, which was measured before the compaction.
@@ -210,12 +211,10 @@ impl Replayer {
 
     /// Ends the replay.
     pub fn finish(mut self) -> EffectiveContext {
+        // Whoever wrote it, a compaction that announced copies and is followed by none is an
+        // interrupted append: it said copies follow.
         if let Some(p) = self.pending.take() {
-            if !p.marked && p.copies.is_empty() {
-                self.activate_foreign(p.entry, 0);
-            } else {
-                self.abandon(p);
-            }
+            self.abandon(p);
         }
         self.ctx
     }

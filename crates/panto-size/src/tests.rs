@@ -290,6 +290,43 @@ fn the_estimate_with_only_kept_copies_is_heuristic() {
     assert_eq!(estimate_request(system, &messages), expected);
 }
 
+/// A compaction another program wrote, announcing its copies (`kept_messages`) or not, and
+/// copies without `kept_by` that carry the usage of their originals, measured before it.
+fn foreign_compaction(announce: &str) -> String {
+    let old = assistant("t1", 180_000, 530, "m");
+    let compaction =
+        format!(r#"{{"type":"compaction","id":"c1","summary":"we talked"{announce}}}"#);
+    session(&[PROMPT, &old, RESULT, &compaction, PROMPT, &old, RESULT])
+}
+
+#[test]
+fn usage_of_a_foreign_compactions_copies_is_not_trusted() {
+    for announce in [r#","kept_messages":3"#, ""] {
+        let messages = context(&foreign_compaction(announce));
+        assert_eq!(messages.len(), 4, "{announce}");
+        // About a hundred tokens, not the 180,530 that the stale copy measured.
+        let heuristic: u64 = messages.iter().map(|m| Heuristic.message(m)).sum();
+        let estimate = estimate_request("", &messages);
+        assert!(estimate <= heuristic + 530, "{announce}: {estimate}");
+        assert!(estimate < 1_000, "{announce}: {estimate}");
+    }
+}
+
+#[test]
+fn usage_before_the_latest_compaction_message_never_anchors_the_estimate() {
+    // A list with a compaction message after the last response with usage (as a caller may
+    // build one): that usage measured the context the compaction replaced.
+    let mut messages = context(&session(&[
+        PROMPT,
+        &assistant("t1", 90_000, 40, "m"),
+        RESULT,
+    ]));
+    messages.push(Message::compaction("summary"));
+    messages.push(Message::user_text("next"));
+    let estimate = estimate_request("", &messages);
+    assert!(estimate < 1_000, "{estimate}");
+}
+
 #[test]
 fn the_estimate_adds_what_follows_the_last_response() {
     let text = session(&[PROMPT, &assistant("t1", 5120, 40, "m"), RESULT]);

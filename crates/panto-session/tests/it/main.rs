@@ -5,6 +5,7 @@ mod append;
 mod concurrent;
 mod crash;
 mod errors;
+mod foreign;
 mod load;
 mod mutate;
 
