@@ -1,6 +1,7 @@
 //! Integration tests of the session store: appends, loading, crash cuts, concurrent writers,
 //! mutated files and the exact error messages.
 
+mod answers;
 mod append;
 mod concurrent;
 mod crash;
