@@ -31,7 +31,7 @@ const DIGIT: u8 = 8;
 /// Cost in tenths of a token of a space, tab, newline or carriage return.
 const SPACE: u8 = 2;
 /// Cost in tenths of a token of any other ASCII byte: punctuation, symbols, control characters.
-const SYMBOL: u8 = 11;
+pub(crate) const SYMBOL: u8 = 11;
 /// Cost in tenths of a token of a byte of a multi-byte UTF-8 character.
 const NON_ASCII: u8 = 5;
 
@@ -60,7 +60,7 @@ const fn cost_table() -> [u8; 256] {
 }
 
 /// The cost of a text in tenths of a token: one table lookup per byte.
-fn tenths(text: &str) -> u64 {
+pub(crate) fn tenths(text: &str) -> u64 {
     text.as_bytes()
         .iter()
         .map(|&b| u64::from(COST[usize::from(b)]))

@@ -459,3 +459,55 @@ fn sizers_work_through_references_and_boxes() {
         vec![Heuristic.message(&messages[0])]
     );
 }
+
+/// The cost of a parsed JSON value as sizing computed it when tool arguments were a `Value`
+/// tree: the reference the raw-text walk must reproduce, so the calibration still holds.
+fn value_tenths(value: &serde_json::Value) -> u64 {
+    use crate::heuristic::{SYMBOL, tenths};
+    use serde_json::Value;
+    let symbol = u64::from(SYMBOL);
+    match value {
+        Value::Null => tenths("null"),
+        Value::Bool(b) => tenths(if *b { "true" } else { "false" }),
+        Value::Number(n) => tenths(&n.to_string()),
+        Value::String(s) => 2 * symbol + tenths(s),
+        Value::Array(items) => {
+            let commas = items.len().saturating_sub(1) as u64;
+            (2 + commas) * symbol + items.iter().map(value_tenths).sum::<u64>()
+        }
+        Value::Object(map) => {
+            let n = map.len() as u64;
+            (2 + n.saturating_sub(1) + 3 * n) * symbol
+                + map
+                    .iter()
+                    .map(|(k, v)| tenths(k) + value_tenths(v))
+                    .sum::<u64>()
+        }
+    }
+}
+
+proptest::proptest! {
+    #[test]
+    fn tool_arguments_cost_what_their_value_cost(v in panto_model::arbitrary::json_value()) {
+        let want = value_tenths(&v);
+        let compact = serde_json::to_string(&v).unwrap();
+        let pretty = serde_json::to_string_pretty(&v).unwrap();
+        proptest::prop_assert_eq!(crate::heuristic::json_tenths(&compact), want);
+        proptest::prop_assert_eq!(crate::heuristic::json_tenths(&pretty), want);
+    }
+}
+
+#[test]
+fn escapes_cost_the_character_they_stand_for() {
+    use crate::heuristic::{json_tenths, tenths};
+    let quotes = 2 * u64::from(crate::heuristic::SYMBOL);
+    for (json, text) in [
+        (r#""a\nb""#, "a\nb"),
+        (r#""\u00e9\/\"""#, "é/\""),
+        (r#""\ud83d\ude00""#, "😀"),
+        // A lone surrogate costs what U+FFFD costs.
+        (r#""\ud83d""#, "\u{fffd}"),
+    ] {
+        assert_eq!(json_tenths(json), quotes + tenths(text), "{json}");
+    }
+}
