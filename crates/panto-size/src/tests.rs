@@ -492,15 +492,15 @@ proptest::proptest! {
         let want = value_tenths(&v);
         let compact = serde_json::to_string(&v).unwrap();
         let pretty = serde_json::to_string_pretty(&v).unwrap();
-        proptest::prop_assert_eq!(crate::heuristic::json_tenths(&compact), want);
-        proptest::prop_assert_eq!(crate::heuristic::json_tenths(&pretty), want);
+        proptest::prop_assert_eq!(heuristic::json_tenths(&compact), want);
+        proptest::prop_assert_eq!(heuristic::json_tenths(&pretty), want);
     }
 }
 
 #[test]
 fn escapes_cost_the_character_they_stand_for() {
     use crate::heuristic::{json_tenths, tenths};
-    let quotes = 2 * u64::from(crate::heuristic::SYMBOL);
+    let quotes = 2 * u64::from(heuristic::SYMBOL);
     for (json, text) in [
         (r#""a\nb""#, "a\nb"),
         (r#""\u00e9\/\"""#, "é/\""),
