@@ -378,3 +378,29 @@ fn a_compaction_whose_copies_are_not_marked_is_read_by_contract_1() {
     assert_eq!(ctx.summary(), None);
     assert_eq!(ctx.messages.len(), 3);
 }
+
+/// The shrunk failures of the replay and compaction crash proptests while foreign compactions
+/// were being added: an append cut right after its compaction line, no copy yet.
+#[test]
+fn a_compaction_announcing_copies_as_the_last_entry_is_an_interrupted_append() {
+    let text = r#"{"type":"message","id":"m1","role":"user","content":"old"}
+{"type":"compaction","id":"c1","summary":"s","kept_messages":1}
+"#;
+    for marker in ["", r#","copies_marked":true"#] {
+        let text = text.replace(
+            r#""kept_messages":1"#,
+            &format!(r#""kept_messages":1{marker}"#),
+        );
+        let ctx = replay(parse(&text));
+        assert_eq!(ctx.summary(), None, "{marker}");
+        assert_eq!(ctx.messages.len(), 1);
+        assert!(matches!(
+            ctx.skipped[..],
+            [Skipped::IncompleteCompaction {
+                index: 1,
+                expected: 1,
+                found: 0
+            }]
+        ));
+    }
+}
