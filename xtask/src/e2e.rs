@@ -156,7 +156,9 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
     type Scenario = fn(&Setup, Protocol) -> Result<Option<Compaction>>;
     let scenarios: [(&str, Scenario); 8] = [
         ("overflow", |s, p| suite::overflow(s, p).map(Some)),
-        ("overflow-twice", |s, p| suite::overflow_twice(s, p).map(Some)),
+        ("overflow-twice", |s, p| {
+            suite::overflow_twice(s, p).map(Some)
+        }),
         ("manual", |s, p| suite::manual(s, p).map(Some)),
         ("fallback", |s, p| suite::fallback(s, p).map(Some)),
         ("truncated", |s, p| suite::truncated(s, p).map(|()| None)),

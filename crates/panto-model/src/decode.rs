@@ -1,15 +1,19 @@
 //! JSONL decoding and encoding of session entries, with errors that name line, column and field.
 //!
 //! Decoding never panics. A bad line yields a [`DecodeError`] such as
-//! `line 12, column 57: content[1].tool_use_id: missing field`. The fast path decodes with
-//! plain `serde_json`; only a line that fails is decoded a second time with path tracking, so
-//! good input pays nothing for the precise errors.
+//! `line 12, column 57: content[1].tool_use_id: missing field`. The fast path checks the line is
+//! UTF-8 once and decodes it with plain `serde_json`; only a line that fails is decoded again:
+//! first with lone surrogate escapes in modelled strings read as U+FFFD (what `JSON.stringify`
+//! writes for a string cut inside an emoji; [`Decoded::replaced_surrogates`] says it happened),
+//! then, if it still fails, with path tracking to build the error. Good input pays nothing for
+//! either.
 
 use std::fmt;
 
 use serde::Deserialize;
 
 use crate::entry::Entry;
+use crate::serde_impl::lossy;
 
 /// Why one line of a session file could not be decoded.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -39,16 +43,60 @@ impl fmt::Display for DecodeError {
 
 impl std::error::Error for DecodeError {}
 
-/// Decodes one line (without its newline) into an entry.
+/// One decoded line: the entry, and whether decoding had to replace anything.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct Decoded {
+    /// The entry.
+    pub entry: Entry,
+    /// Whether a lone surrogate escape (`"\ud83d"`) in a string panto models (a text, an id, a
+    /// summary) was read as U+FFFD. Values panto only carries (tool arguments, unknown fields)
+    /// keep such escapes exactly and never set this.
+    pub replaced_surrogates: bool,
+}
+
+/// Decodes one line (without its newline) into an entry. A lone surrogate escape in a string
+/// panto models reads as U+FFFD ([`decode_line_checked`] says whether that happened).
 ///
 /// # Errors
 /// A [`DecodeError`] naming `line_number`, the column and the field when the line is not valid
 /// UTF-8, not JSON, or not a Contract 1 entry.
 pub fn decode_line(bytes: &[u8], line_number: usize) -> Result<Entry, DecodeError> {
-    match serde_json::from_slice::<Entry>(bytes) {
-        Ok(entry) => Ok(entry),
-        Err(_) => Err(explain(bytes, line_number)),
+    decode_line_checked(bytes, line_number).map(|d| d.entry)
+}
+
+/// Decodes one line (without its newline) into an entry, reporting what was replaced.
+///
+/// # Errors
+/// As [`decode_line`].
+pub fn decode_line_checked(bytes: &[u8], line_number: usize) -> Result<Decoded, DecodeError> {
+    let text = match std::str::from_utf8(bytes) {
+        Ok(text) => text,
+        Err(e) => {
+            return Err(DecodeError {
+                line: line_number,
+                column: e.valid_up_to() + 1,
+                path: String::new(),
+                message: "not valid UTF-8".to_owned(),
+            });
+        }
+    };
+    if let Ok(entry) = serde_json::from_str::<Entry>(text) {
+        return Ok(Decoded {
+            entry,
+            replaced_surrogates: false,
+        });
     }
+    // Only a `\u` escape can be a lone surrogate; without one the second attempt is skipped.
+    if memchr::memmem::find(bytes, b"\\u").is_some()
+        && let Ok(entry) = lossy(|| serde_json::from_str::<Entry>(text))
+    {
+        return Ok(Decoded {
+            entry,
+            replaced_surrogates: true,
+        });
+    }
+    Err(lossy(|| explain(bytes, line_number)))
 }
 
 /// Re-decodes a failing line with path tracking to build a precise error.
@@ -126,15 +174,18 @@ fn decode_tracked<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, DecodeEr
     })
 }
 
-/// Iterates over the entries of JSONL text. Blank lines are skipped; each item is an entry or the
-/// error of its line, so a caller stops at the first error with `collect::<Result<Vec<_>, _>>()`
-/// or keeps going to gather them all.
+/// Iterates over the entries of JSONL text. A UTF-8 byte-order mark at the start is skipped, as
+/// are blank lines; each item is an entry or the error of its line, so a caller stops at the
+/// first error with `collect::<Result<Vec<_>, _>>()` or keeps going to gather them all.
 pub fn entries(text: &[u8]) -> Entries<'_> {
     Entries {
-        rest: text,
+        rest: text.strip_prefix(BOM).unwrap_or(text),
         line: 0,
     }
 }
+
+/// The UTF-8 byte-order mark, which some editors and Windows tools put at the start of a file.
+pub const BOM: &[u8] = b"\xEF\xBB\xBF";
 
 /// Iterator returned by [`entries`].
 pub struct Entries<'a> {

@@ -82,6 +82,10 @@ impl Trigger {
 /// - `kept_messages`: how many message entries, each marked `"kept_by": <this id>`, follow this
 ///   entry as the duplicated kept turns. Replay honours the compaction only once all of them are
 ///   present, which makes the append of a compaction atomic with respect to a crash.
+/// - `copies_marked` (in `extra`): `true` on the compactions the store appends with their marked
+///   copies; with it, replay waits for the copies even when none has arrived yet. A compaction
+///   without it whose next message is not a marked copy was written by another program and is
+///   read by Contract 1's rule (see [`crate::replay()`]).
 #[derive(Clone, Debug, PartialEq)]
 pub struct CompactionEntry {
     /// The entry id.
@@ -105,6 +109,12 @@ pub struct CompactionEntry {
 }
 
 impl CompactionEntry {
+    /// Whether the entry says its kept copies follow it marked `kept_by`
+    /// ([`crate::COPIES_MARKED`]), which makes replay wait for all of them.
+    pub fn copies_marked(&self) -> bool {
+        self.extra.get(crate::replay::COPIES_MARKED) == Some(&serde_json::Value::Bool(true))
+    }
+
     /// A compaction entry with a summary and nothing else.
     pub fn new(summary: impl Into<String>) -> CompactionEntry {
         CompactionEntry {

@@ -3,7 +3,9 @@
 //! - [`Message`], [`ContentBlock`] (with the first-class [`CompactionBlock`]) and [`Usage`] are
 //!   the Contract 1 shapes; [`Entry`] is one line of a session file.
 //! - [`decode_line`] / [`entries`] read JSONL with errors that name line, column and field;
-//!   [`encode_line`] writes it back. Unknown fields survive the round trip.
+//!   [`encode_line`] writes it back. Unknown fields and tool arguments are kept as their exact
+//!   JSON text ([`RawJson`], [`Extra`]), so they survive the round trip byte for byte and no
+//!   nesting depth makes a line unreadable.
 //! - [`turns`] splits messages into whole turns (Contract 2), pairing results with calls through
 //!   [`CallIndex`]; [`validate`] reports protocol problems as values.
 //! - [`replay`] turns entries into the [`EffectiveContext`]: the latest compaction block followed
@@ -11,7 +13,8 @@
 //!
 //! The one design choice to know: a compaction is its own entry followed by duplicated kept turns
 //! marked `kept_by`, and replay honours it only when all of them are present, so an append cut
-//! short by a crash leaves the previous context intact.
+//! short by a crash leaves the previous context intact. A compaction written by another program,
+//! whose copies are not marked, is read by Contract 1's plain rule instead.
 //!
 //! This crate is pure: no IO, no async runtime, no network.
 
@@ -20,6 +23,7 @@ pub mod arbitrary;
 mod calls;
 mod decode;
 mod entry;
+mod json;
 mod message;
 mod replay;
 mod serde_impl;
@@ -28,15 +32,15 @@ mod validate;
 
 pub use calls::CallIndex;
 pub use decode::{
-    DecodeError, Entries, decode_line, encode_line, encode_lines, entries, from_json, read_entries,
-    read_entries_lossy,
+    BOM, DecodeError, Decoded, Entries, decode_line, decode_line_checked, encode_line,
+    encode_lines, entries, from_json, read_entries, read_entries_lossy,
 };
 pub use entry::{CompactionEntry, Entry, Trigger, UnknownEntry};
 pub use message::{
-    CompactionBlock, ContentBlock, Extra, ImageBlock, KEPT_BY, Message, OtherBlock, Role,
+    CompactionBlock, ContentBlock, Extra, ImageBlock, KEPT_BY, Message, OtherBlock, RawJson, Role,
     TextBlock, ThinkingBlock, ToolResultBlock, ToolResultContent, ToolUseBlock, Usage,
 };
-pub use replay::{EffectiveContext, Replayer, Skipped, replay};
+pub use replay::{COPIES_MARKED, EffectiveContext, Replayer, Skipped, replay};
 pub use turns::{allowed_cuts, turns};
 pub use validate::{Problem, validate};
 

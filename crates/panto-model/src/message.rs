@@ -1,13 +1,12 @@
 //! Messages, roles, content blocks and usage: the Contract 1 shapes in memory.
 //!
-//! Every struct keeps the fields it does not know in `extra`, so a value read from a session file
-//! and written back gives equal JSON. (De)serialisation is hand-written in [`crate::serde_impl`]
+//! Every struct keeps the fields it does not know in `extra` as their exact text, so a value read
+//! from a session file and written back gives the same bytes for them. (De)serialisation is hand-written in [`crate::serde_impl`]
 //! so that one pass over the bytes builds the typed value, with no intermediate buffering.
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
-/// A JSON object holding the fields a type does not model, kept so they survive a round trip.
-pub type Extra = Map<String, Value>;
+pub use crate::json::{Extra, RawJson};
 
 /// Who wrote a message. The system prompt is configuration, never part of the session.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -163,12 +162,16 @@ impl ContentBlock {
         })
     }
 
-    /// A tool call block.
-    pub fn tool_use(id: impl Into<String>, name: impl Into<String>, input: Value) -> ContentBlock {
+    /// A tool call block; `input` is a `Value` or exact JSON text ([`RawJson`]).
+    pub fn tool_use(
+        id: impl Into<String>,
+        name: impl Into<String>,
+        input: impl Into<RawJson>,
+    ) -> ContentBlock {
         ContentBlock::ToolUse(ToolUseBlock {
             id: id.into(),
             name: name.into(),
-            input,
+            input: input.into(),
             extra: Extra::new(),
         })
     }
@@ -228,8 +231,10 @@ pub struct ToolUseBlock {
     pub id: String,
     /// The tool name.
     pub name: String,
-    /// The arguments, any JSON value (normally an object).
-    pub input: Value,
+    /// The arguments, any JSON value (normally an object), kept as the exact text it was read
+    /// or built as: panto carries it without looking inside, so no nesting depth or number
+    /// spelling is lost. It dereferences to a `serde_json::Value` for code that looks inside.
+    pub input: RawJson,
     /// Unmodelled fields.
     pub extra: Extra,
 }

@@ -9,9 +9,25 @@
 //! the end of the entries comes first, a crash cut the append short: the compaction and its
 //! partial copies are ignored and reported, and replay goes on from the context before it. So a
 //! session cut at any byte of a compaction append replays to exactly the old or the new context.
+//!
+//! Foreign compactions: that atomicity applies to the compactions panto writes, which say so
+//! (`"copies_marked": true`, [`COPIES_MARKED`]) or whose first following message is a copy
+//! marked `kept_by`. Any other compaction was written by a program that does not mark its copies,
+//! and is read by Contract 1's rule: its summary, then the entries after it (a compaction that
+//! announces copies and is the last entry is interrupted, whoever wrote it). The messages after
+//! it that are copies (the `kept_messages` it announces, or all of them when it does not say)
+//! are marked `kept_by` in the effective context, as panto's own copies are in the file, so that
+//! sizing never trusts their usage, which was measured before the compaction.
+
+use serde_json::Value;
 
 use crate::entry::{CompactionEntry, Entry};
-use crate::message::Message;
+use crate::message::{KEPT_BY, Message};
+
+/// The field by which a compaction entry says that its kept copies follow it marked `kept_by`,
+/// so that replay honours it only once they are all present. The store sets it on every
+/// compaction appended together with its marked copies.
+pub const COPIES_MARKED: &str = "copies_marked";
 
 /// The context that the next request is built from.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -68,6 +84,9 @@ pub struct Replayer {
     ctx: EffectiveContext,
     pending: Option<Pending>,
     next_index: usize,
+    /// After a foreign compaction: how many more messages to mark as its copies (`u64::MAX`
+    /// when it did not say), and the `kept_by` to mark them with.
+    foreign: Option<(u64, String)>,
 }
 
 #[derive(Debug)]
@@ -76,6 +95,7 @@ struct Pending {
     entry: CompactionEntry,
     expected: u64,
     copies: Vec<Message>,
+    marked: bool,
 }
 
 impl Replayer {
@@ -107,6 +127,12 @@ impl Replayer {
                     self.pending = Some(p);
                     return;
                 }
+                Entry::Message(m) if !p.marked && p.copies.is_empty() => {
+                    // Its copies are not marked: a compaction another program wrote.
+                    self.activate_foreign(p.entry, p.expected);
+                    self.apply(index, Entry::Message(m));
+                    return;
+                }
                 other => {
                     self.abandon(p);
                     self.apply(index, other);
@@ -119,17 +145,34 @@ impl Replayer {
 
     fn apply(&mut self, index: usize, entry: Entry) {
         match entry {
-            Entry::Message(m) => self.ctx.messages.push(m),
+            Entry::Message(mut m) => {
+                if let Some((left, by)) = &mut self.foreign {
+                    if m.kept_by().is_none() {
+                        m.extra
+                            .insert(KEPT_BY.to_owned(), Value::String(by.clone()));
+                    }
+                    self.ctx.kept += 1;
+                    *left -= 1;
+                    if *left == 0 {
+                        self.foreign = None;
+                    }
+                }
+                self.ctx.messages.push(m);
+            }
             Entry::Compaction(c) => match c.kept_messages {
                 Some(n) if n > 0 => {
                     self.pending = Some(Pending {
                         index,
+                        marked: c.copies_marked(),
                         entry: c,
                         expected: n,
                         copies: Vec::new(),
                     });
                 }
-                _ => self.activate(c, Vec::new()),
+                Some(_) => self.activate(c, Vec::new()),
+                // Contract 1's minimal shape, which panto never writes: the copies that may
+                // follow cannot be told from new messages.
+                None => self.activate_foreign(c, u64::MAX),
             },
             Entry::Unknown(u) => self.ctx.skipped.push(Skipped::UnknownType {
                 index,
@@ -138,7 +181,17 @@ impl Replayer {
         }
     }
 
+    /// Activates a compaction whose next `copies` messages are its unmarked copies.
+    fn activate_foreign(&mut self, entry: CompactionEntry, copies: u64) {
+        let by = entry.id.clone().unwrap_or_default();
+        self.activate(entry, Vec::new());
+        if copies > 0 {
+            self.foreign = Some((copies, by));
+        }
+    }
+
     fn activate(&mut self, entry: CompactionEntry, copies: Vec<Message>) {
+        self.foreign = None;
         self.ctx.messages.clear();
         self.ctx
             .messages
@@ -158,6 +211,8 @@ impl Replayer {
 
     /// Ends the replay.
     pub fn finish(mut self) -> EffectiveContext {
+        // Whoever wrote it, a compaction that announced copies and is followed by none is an
+        // interrupted append: it said copies follow.
         if let Some(p) = self.pending.take() {
             self.abandon(p);
         }

@@ -6,22 +6,119 @@
 //! and the rest of the object is decoded straight into the typed value. When `type` comes later,
 //! the object is buffered once and decoded from the buffer, with the same rules.
 //!
-//! Round-trip rules: unknown keys go to `extra` as JSON values; a known optional key holding
-//! `null` is kept in `extra` too, so that writing the value back reproduces the input.
+//! Round-trip rules: unknown keys go to `extra` as their exact JSON text ([`RawJson`], never
+//! recursed into), as does a tool call's `input`; a known optional key holding `null` is kept in
+//! `extra` too, so that writing the value back reproduces the input.
+//!
+//! Lone surrogates: in [`lossy`] mode (the second attempt [`crate::decode_line`] makes after a
+//! line failed), the strings panto models are read as bytes, and a `\uXXXX` escape of a lone
+//! surrogate becomes U+FFFD instead of failing the line (object keys stay strict). Raw values
+//! keep the escape exactly in
+//! either mode. The mode is a thread-local flag rather than a seed threaded through every
+//! visitor, so the public `Deserialize` impls stay plain.
 
+use std::borrow::Cow;
+use std::cell::Cell;
 use std::fmt;
 use std::marker::PhantomData;
 
 use serde::de::{self, Deserializer, Error as _, MapAccess, SeqAccess, Visitor};
 use serde::ser::{SerializeMap, Serializer};
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::Value;
+use serde_json::value::RawValue;
 
 use crate::entry::{CompactionEntry, Entry, Trigger, UnknownEntry};
 use crate::message::{
-    CompactionBlock, ContentBlock, Extra, ImageBlock, Message, OtherBlock, Role, TextBlock,
-    ThinkingBlock, ToolResultBlock, ToolResultContent, ToolUseBlock, Usage,
+    CompactionBlock, ContentBlock, Extra, ImageBlock, Message, OtherBlock, RawJson, Role,
+    TextBlock, ThinkingBlock, ToolResultBlock, ToolResultContent, ToolUseBlock, Usage,
 };
+
+// ---------------------------------------------------------------------------------------------
+// Lossy mode
+
+thread_local! {
+    static LOSSY: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether strings are read in lossy mode on this thread.
+fn is_lossy() -> bool {
+    LOSSY.with(Cell::get)
+}
+
+/// Runs `f` with lone surrogates in modelled strings read as U+FFFD.
+pub(crate) fn lossy<T>(f: impl FnOnce() -> T) -> T {
+    struct Reset(bool);
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            LOSSY.with(|l| l.set(self.0));
+        }
+    }
+    let _reset = Reset(LOSSY.with(|l| l.replace(true)));
+    f()
+}
+
+/// Text from the bytes `serde_json` gives for a string in lossy mode: UTF-8 except that a lone
+/// surrogate escape is encoded as its three-byte (WTF-8) sequence, replaced here by U+FFFD.
+fn wtf8_lossy(bytes: &[u8]) -> Cow<'_, str> {
+    if let Ok(s) = std::str::from_utf8(bytes) {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(bytes.len());
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        match std::str::from_utf8(rest) {
+            Ok(s) => {
+                out.push_str(s);
+                break;
+            }
+            Err(e) => {
+                let (good, bad) = rest.split_at(e.valid_up_to());
+                // `good` is valid UTF-8 by the error's own account.
+                out.push_str(std::str::from_utf8(good).unwrap_or_default());
+                out.push(char::REPLACEMENT_CHARACTER);
+                // A surrogate is three bytes; anything else invalid is skipped as the error
+                // says (the caller checked the line is UTF-8, so that cannot happen).
+                let skip = if bad.len() >= 3 && bad[0] == 0xED && (0xA0..0xC0).contains(&bad[1]) {
+                    3
+                } else {
+                    e.error_len().unwrap_or(bad.len())
+                };
+                rest = &bad[skip.min(bad.len())..];
+            }
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// A string field panto models, read strictly or (in lossy mode) with lone surrogates replaced.
+struct Str(String);
+
+impl<'de> Deserialize<'de> for Str {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Str;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Str, E> {
+                Ok(Str(v.to_owned()))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Str, E> {
+                Ok(Str(v))
+            }
+            fn visit_bytes<E: de::Error>(self, v: &[u8]) -> Result<Str, E> {
+                Ok(Str(wtf8_lossy(v).into_owned()))
+            }
+        }
+        if is_lossy() {
+            d.deserialize_bytes(V)
+        } else {
+            d.deserialize_string(V)
+        }
+    }
+}
 
 // ---------------------------------------------------------------------------------------------
 // Keys
@@ -66,6 +163,8 @@ impl<'de> Deserialize<'de> for Key<'de> {
                 Ok(Key::Owned(v))
             }
         }
+        // Always strict, also in lossy mode: a key with a lone surrogate fails its line (path
+        // tracking sees only string keys, and no tool writes such keys).
         d.deserialize_str(KeyVisitor)
     }
 }
@@ -93,41 +192,100 @@ impl<'de, T: Tagged> Visitor<'de> for TaggedVisitor<T> {
             return Err(A::Error::missing_field("type"));
         };
         if first.as_str() == "type" {
-            let kind: String = map.next_value()?;
+            let kind = map.next_value::<Str>()?.0;
             return T::visit_body(kind, map);
         }
-        // `type` is not first: buffer the object once, then decode it from the buffer.
-        let mut all = Map::new();
-        let value: Value = map.next_value()?;
-        all.insert(first.into_owned(), value);
+        // `type` is not first: buffer the object once, each value as its raw text, then decode
+        // it from the buffer.
+        let mut all: Vec<(String, Box<RawValue>)> = Vec::new();
+        all.push((first.into_owned(), map.next_value()?));
         while let Some(key) = map.next_key::<Key<'de>>()? {
-            let value: Value = map.next_value()?;
-            all.insert(key.into_owned(), value);
+            all.push((key.into_owned(), map.next_value()?));
         }
-        let kind = match all.remove("type") {
-            Some(Value::String(s)) => s,
-            Some(other) => {
-                return Err(A::Error::custom(format_args!(
-                    "field `type`: invalid type: {}, expected a string",
-                    describe(&other)
-                )));
-            }
-            None => return Err(A::Error::missing_field("type")),
+        let Some(at) = all.iter().position(|(k, _)| k == "type") else {
+            return Err(A::Error::missing_field("type"));
         };
-        let inner = de::value::MapDeserializer::<_, serde_json::Error>::new(all.into_iter());
+        let (_, raw) = all.remove(at);
+        let kind = buffered_value::<Str>(&raw)
+            .map_err(|e| A::Error::custom(format_args!("field `type`: {}", without_position(&e))))?
+            .0;
         let mut track = serde_path_to_error::Track::new();
-        let tracked = serde_path_to_error::Deserializer::new(inner, &mut track);
+        let tracked = serde_path_to_error::Deserializer::new(Buffered(&all), &mut track);
         tracked
             .deserialize_map(BodyVisitor::<T>(kind, PhantomData))
             .map_err(|e| {
                 // Carry the path inside the buffered object out to the caller's path.
                 let path = track.path().to_string();
+                let e = without_position(&e);
                 if path.is_empty() || path == "." {
                     A::Error::custom(e)
                 } else {
                     A::Error::custom(format_args!("field `{path}`: {e}"))
                 }
             })
+    }
+}
+
+/// Decodes one buffered value from its raw text.
+fn buffered_value<'a, T: Deserialize<'a>>(raw: &'a RawValue) -> Result<T, serde_json::Error> {
+    let mut de = serde_json::Deserializer::from_str(raw.get());
+    let value = T::deserialize(&mut de)?;
+    de.end()?;
+    Ok(value)
+}
+
+/// A buffered object (keys with the raw text of their values) as a deserializer.
+struct Buffered<'de>(&'de [(String, Box<RawValue>)]);
+
+impl<'de> Deserializer<'de> for Buffered<'de> {
+    type Error = serde_json::Error;
+
+    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Self::Error> {
+        visitor.visit_map(BufferedAccess {
+            rest: self.0.iter(),
+            value: None,
+        })
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf
+        option unit unit_struct newtype_struct seq tuple tuple_struct map struct enum
+        identifier ignored_any
+    }
+}
+
+struct BufferedAccess<'a> {
+    rest: std::slice::Iter<'a, (String, Box<RawValue>)>,
+    value: Option<&'a RawValue>,
+}
+
+impl<'a> MapAccess<'a> for BufferedAccess<'a> {
+    type Error = serde_json::Error;
+
+    fn next_key_seed<K: de::DeserializeSeed<'a>>(
+        &mut self,
+        seed: K,
+    ) -> Result<Option<K::Value>, Self::Error> {
+        let Some((key, value)) = self.rest.next() else {
+            return Ok(None);
+        };
+        self.value = Some(value);
+        seed.deserialize(de::value::BorrowedStrDeserializer::new(key))
+            .map(Some)
+    }
+
+    fn next_value_seed<V: de::DeserializeSeed<'a>>(
+        &mut self,
+        seed: V,
+    ) -> Result<V::Value, Self::Error> {
+        let raw = self
+            .value
+            .take()
+            .ok_or_else(|| serde_json::Error::custom("value asked for before its key"))?;
+        let mut de = serde_json::Deserializer::from_str(raw.get());
+        let value = seed.deserialize(&mut de)?;
+        de.end()?;
+        Ok(value)
     }
 }
 
@@ -146,17 +304,6 @@ impl<'de, T: Tagged> Visitor<'de> for BodyVisitor<T> {
     }
 }
 
-fn describe(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "boolean",
-        Value::Number(_) => "number",
-        Value::String(_) => "string",
-        Value::Array(_) => "array",
-        Value::Object(_) => "object",
-    }
-}
-
 /// Reads an optional string field: `null` is kept in `extra` so it round-trips.
 fn opt_string<'de, A: MapAccess<'de>>(
     map: &mut A,
@@ -167,8 +314,8 @@ fn opt_string<'de, A: MapAccess<'de>>(
     if slot.is_some() || extra.contains_key(key) {
         return Err(A::Error::custom(format_args!("duplicate field `{key}`")));
     }
-    match map.next_value::<Option<String>>()? {
-        Some(s) => *slot = Some(s),
+    match map.next_value::<Option<Str>>()? {
+        Some(s) => *slot = Some(s.0),
         None => {
             extra.insert(key.to_owned(), Value::Null);
         }
@@ -195,6 +342,19 @@ fn opt_u64<'de, A: MapAccess<'de>>(
     Ok(())
 }
 
+/// Reads a required string field once.
+fn required_str<'de, A: MapAccess<'de>>(
+    map: &mut A,
+    slot: &mut Option<String>,
+    key: &'static str,
+) -> Result<(), A::Error> {
+    if slot.is_some() {
+        return Err(A::Error::duplicate_field(key));
+    }
+    *slot = Some(map.next_value::<Str>()?.0);
+    Ok(())
+}
+
 /// Reads a required field once.
 fn required<'de, A: MapAccess<'de>, T: Deserialize<'de>>(
     map: &mut A,
@@ -213,13 +373,17 @@ fn unknown<'de, A: MapAccess<'de>>(
     key: Key<'de>,
     extra: &mut Extra,
 ) -> Result<(), A::Error> {
-    let value: Value = map.next_value()?;
-    let key = key.into_owned();
-    if extra.contains_key(&key) {
-        return Err(A::Error::custom(format_args!("duplicate field `{key}`")));
-    }
-    extra.insert(key, value);
+    let value: RawJson = map.next_value()?;
+    extra.push_unchecked(key.into_owned(), value);
     Ok(())
+}
+
+/// The unknown fields of an object once it is read, after checking that no key came twice.
+fn checked<E: de::Error>(extra: Extra) -> Result<Extra, E> {
+    match extra.duplicate_key() {
+        Some(key) => Err(E::custom(format_args!("duplicate field `{key}`"))),
+        None => Ok(extra),
+    }
 }
 
 fn rest_into_extra<'de, A: MapAccess<'de>>(mut map: A) -> Result<Extra, A::Error> {
@@ -227,7 +391,16 @@ fn rest_into_extra<'de, A: MapAccess<'de>>(mut map: A) -> Result<Extra, A::Error
     while let Some(key) = map.next_key::<Key<'de>>()? {
         unknown(&mut map, key, &mut fields)?;
     }
-    Ok(fields)
+    checked(fields)
+}
+
+/// An error message without the position `serde_json` appends (the caller adds its own).
+fn without_position(e: &serde_json::Error) -> String {
+    let text = e.to_string();
+    match text.rfind(" at line ") {
+        Some(i) if e.line() > 0 => text[..i].to_owned(),
+        _ => text,
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -243,18 +416,21 @@ impl Tagged for ContentBlock {
                 let mut text = None;
                 while let Some(key) = map.next_key::<Key<'de>>()? {
                     match key.as_str() {
-                        "text" => required(&mut map, &mut text, "text")?,
+                        "text" => required_str(&mut map, &mut text, "text")?,
                         _ => unknown(&mut map, key, &mut extra)?,
                     }
                 }
                 let text = text.ok_or_else(|| A::Error::missing_field("text"))?;
-                Ok(ContentBlock::Text(TextBlock { text, extra }))
+                Ok(ContentBlock::Text(TextBlock {
+                    text,
+                    extra: checked(extra)?,
+                }))
             }
             "thinking" => {
                 let (mut thinking, mut signature) = (None, None);
                 while let Some(key) = map.next_key::<Key<'de>>()? {
                     match key.as_str() {
-                        "thinking" => required(&mut map, &mut thinking, "thinking")?,
+                        "thinking" => required_str(&mut map, &mut thinking, "thinking")?,
                         "signature" => {
                             opt_string(&mut map, &mut signature, "signature", &mut extra)?
                         }
@@ -265,15 +441,15 @@ impl Tagged for ContentBlock {
                 Ok(ContentBlock::Thinking(ThinkingBlock {
                     thinking,
                     signature,
-                    extra,
+                    extra: checked(extra)?,
                 }))
             }
             "tool_use" => {
                 let (mut id, mut name, mut input) = (None, None, None);
                 while let Some(key) = map.next_key::<Key<'de>>()? {
                     match key.as_str() {
-                        "id" => required(&mut map, &mut id, "id")?,
-                        "name" => required(&mut map, &mut name, "name")?,
+                        "id" => required_str(&mut map, &mut id, "id")?,
+                        "name" => required_str(&mut map, &mut name, "name")?,
                         "input" => required(&mut map, &mut input, "input")?,
                         _ => unknown(&mut map, key, &mut extra)?,
                     }
@@ -282,14 +458,14 @@ impl Tagged for ContentBlock {
                     id: id.ok_or_else(|| A::Error::missing_field("id"))?,
                     name: name.ok_or_else(|| A::Error::missing_field("name"))?,
                     input: input.ok_or_else(|| A::Error::missing_field("input"))?,
-                    extra,
+                    extra: checked(extra)?,
                 }))
             }
             "tool_result" => {
                 let (mut tool_use_id, mut content, mut is_error) = (None, None, None);
                 while let Some(key) = map.next_key::<Key<'de>>()? {
                     match key.as_str() {
-                        "tool_use_id" => required(&mut map, &mut tool_use_id, "tool_use_id")?,
+                        "tool_use_id" => required_str(&mut map, &mut tool_use_id, "tool_use_id")?,
                         "content" => required(&mut map, &mut content, "content")?,
                         "is_error" => {
                             if is_error.is_some() || extra.contains_key("is_error") {
@@ -310,7 +486,7 @@ impl Tagged for ContentBlock {
                         .ok_or_else(|| A::Error::missing_field("tool_use_id"))?,
                     content: content.ok_or_else(|| A::Error::missing_field("content"))?,
                     is_error,
-                    extra,
+                    extra: checked(extra)?,
                 }))
             }
             "image" => {
@@ -322,18 +498,24 @@ impl Tagged for ContentBlock {
                     }
                 }
                 let source = source.ok_or_else(|| A::Error::missing_field("source"))?;
-                Ok(ContentBlock::Image(ImageBlock { source, extra }))
+                Ok(ContentBlock::Image(ImageBlock {
+                    source,
+                    extra: checked(extra)?,
+                }))
             }
             "compaction" => {
                 let mut summary = None;
                 while let Some(key) = map.next_key::<Key<'de>>()? {
                     match key.as_str() {
-                        "summary" => required(&mut map, &mut summary, "summary")?,
+                        "summary" => required_str(&mut map, &mut summary, "summary")?,
                         _ => unknown(&mut map, key, &mut extra)?,
                     }
                 }
                 let summary = summary.ok_or_else(|| A::Error::missing_field("summary"))?;
-                Ok(ContentBlock::Compaction(CompactionBlock { summary, extra }))
+                Ok(ContentBlock::Compaction(CompactionBlock {
+                    summary,
+                    extra: checked(extra)?,
+                }))
             }
             _ => Ok(ContentBlock::Other(OtherBlock {
                 kind,
@@ -416,11 +598,27 @@ impl<'de> Deserialize<'de> for ToolResultContent {
             fn visit_string<E: de::Error>(self, v: String) -> Result<ToolResultContent, E> {
                 Ok(ToolResultContent::Text(v))
             }
+            fn visit_bytes<E: de::Error>(self, v: &[u8]) -> Result<ToolResultContent, E> {
+                Ok(ToolResultContent::Text(wtf8_lossy(v).into_owned()))
+            }
             fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<ToolResultContent, A::Error> {
                 Ok(ToolResultContent::Blocks(read_blocks(seq)?))
             }
         }
-        d.deserialize_any(V)
+        string_or_seq(d, V)
+    }
+}
+
+/// Reads a value that is a string or a list; in lossy mode the string comes as bytes
+/// (`serde_json` reads a list the same way in both modes).
+fn string_or_seq<'de, D: Deserializer<'de>, V: Visitor<'de>>(
+    d: D,
+    visitor: V,
+) -> Result<V::Value, D::Error> {
+    if is_lossy() {
+        d.deserialize_bytes(visitor)
+    } else {
+        d.deserialize_any(visitor)
     }
 }
 
@@ -456,11 +654,14 @@ impl<'de> Deserialize<'de> for MessageContent {
             fn visit_str<E: de::Error>(self, v: &str) -> Result<MessageContent, E> {
                 Ok(MessageContent(vec![ContentBlock::text(v)]))
             }
+            fn visit_bytes<E: de::Error>(self, v: &[u8]) -> Result<MessageContent, E> {
+                Ok(MessageContent(vec![ContentBlock::text(wtf8_lossy(v))]))
+            }
             fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<MessageContent, A::Error> {
                 Ok(MessageContent(read_blocks(seq)?))
             }
         }
-        d.deserialize_any(V)
+        string_or_seq(d, V)
     }
 }
 
@@ -517,7 +718,7 @@ impl<'de> Deserialize<'de> for Usage {
                         .ok_or_else(|| A::Error::missing_field("output_tokens"))?,
                     cache_read_input_tokens: read,
                     cache_creation_input_tokens: creation,
-                    extra,
+                    extra: checked(extra)?,
                 })
             }
         }
@@ -570,9 +771,9 @@ fn visit_message<'de, A: MapAccess<'de>>(mut map: A, bare: bool) -> Result<Messa
             }
             "type" if bare => {
                 // A bare message may say `"type":"message"`; anything else is kept.
-                let value: Value = map.next_value()?;
+                let value: RawJson = map.next_value()?;
                 if value.as_str() != Some("message") {
-                    extra.insert("type".to_owned(), value);
+                    extra.push_unchecked("type".to_owned(), value);
                 }
             }
             _ => unknown(&mut map, key, &mut extra)?,
@@ -585,7 +786,7 @@ fn visit_message<'de, A: MapAccess<'de>>(mut map: A, bare: bool) -> Result<Messa
         model,
         stop_reason,
         usage,
-        extra,
+        extra: checked(extra)?,
     })
 }
 
@@ -647,7 +848,7 @@ impl Tagged for Entry {
                 while let Some(key) = map.next_key::<Key<'de>>()? {
                     match key.as_str() {
                         "id" => opt_string(&mut map, &mut c.id, "id", &mut extra)?,
-                        "summary" => required(&mut map, &mut summary, "summary")?,
+                        "summary" => required_str(&mut map, &mut summary, "summary")?,
                         "trigger" => opt_string(&mut map, &mut trigger, "trigger", &mut extra)?,
                         "model" => opt_string(&mut map, &mut c.model, "model", &mut extra)?,
                         "instructions" => {
@@ -667,7 +868,7 @@ impl Tagged for Entry {
                 }
                 c.summary = summary.ok_or_else(|| A::Error::missing_field("summary"))?;
                 c.trigger = trigger.as_deref().map(Trigger::parse);
-                c.extra = extra;
+                c.extra = checked(extra)?;
                 Ok(Entry::Compaction(c))
             }
             _ => Ok(Entry::Unknown(UnknownEntry {

@@ -183,7 +183,7 @@ fn render_block(block: &ContentBlock) -> Option<Value> {
         // The wire layer never leaves one, but render it as text rather than drop it.
         ContentBlock::Compaction(c) => json!({"type": "text", "text": compaction_text(&c.summary)}),
         ContentBlock::Other(o) => {
-            let mut out = o.fields.clone();
+            let mut out = o.fields.to_map();
             out.insert("type".into(), json!(o.kind));
             Value::Object(out)
         }
@@ -370,9 +370,14 @@ impl StreamParser for AnthropicStream {
                     }
                     ("citations_delta", Building::Text(t)) => {
                         if let Some(citation) = delta.get("citation") {
-                            let list = t.extra.entry("citations").or_insert_with(|| json!([]));
-                            if let Some(list) = list.as_array_mut() {
+                            let list = match t.extra.get("citations") {
+                                None => Some(Vec::new()),
+                                Some(Value::Array(list)) => Some(list.clone()),
+                                Some(_) => None,
+                            };
+                            if let Some(mut list) = list {
                                 list.push(citation.clone());
+                                t.extra.insert("citations".into(), Value::Array(list));
                             }
                         }
                     }
@@ -447,7 +452,7 @@ fn finish_block(block: &mut Building) -> Result<(), ProviderError> {
     })?;
     json.clear();
     match block {
-        Building::ToolUse { block, .. } => block.input = input,
+        Building::ToolUse { block, .. } => block.input = input.into(),
         Building::Other { block, .. } => {
             block.fields.insert("input".into(), input);
         }

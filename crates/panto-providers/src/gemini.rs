@@ -197,8 +197,8 @@ fn render_parts(message: &Message, names: &HashMap<&str, &str>) -> Vec<Value> {
                 ));
             }
             ContentBlock::ToolUse(u) => {
-                let args = match &u.input {
-                    Value::Object(_) => u.input.clone(),
+                let args = match u.input.value() {
+                    Value::Object(_) => u.input.value().clone(),
                     Value::Null => json!({}),
                     other => json!({ "value": other }),
                 };
@@ -327,7 +327,11 @@ impl GeminiStream {
                 self.content.push(ContentBlock::ToolUse(ToolUseBlock {
                     id,
                     name: name.to_owned(),
-                    input: call.get("args").cloned().unwrap_or_else(|| json!({})),
+                    input: call
+                        .get("args")
+                        .cloned()
+                        .unwrap_or_else(|| json!({}))
+                        .into(),
                     extra,
                 }));
             } else if let Some(text) = part

@@ -368,7 +368,7 @@ pub(crate) fn parse_completion(body: &Value) -> Result<Message, ProviderError> {
         content.push(ContentBlock::ToolUse(ToolUseBlock {
             id,
             name: name.to_owned(),
-            input,
+            input: input.into(),
             extra: Extra::new(),
         }));
     }
@@ -503,7 +503,7 @@ impl StreamParser for ChatStream {
             content.push(ContentBlock::ToolUse(ToolUseBlock {
                 id,
                 name: call.name,
-                input: parse_arguments(&call.arguments),
+                input: parse_arguments(&call.arguments).into(),
                 extra: Extra::new(),
             }));
         }

@@ -247,7 +247,7 @@ fn parse_output(items: &[Value]) -> Result<Vec<ContentBlock>, ProviderError> {
                 content.push(ContentBlock::ToolUse(ToolUseBlock {
                     id: id.to_owned(),
                     name: name.to_owned(),
-                    input: parse_arguments(field("arguments").unwrap_or_default()),
+                    input: parse_arguments(field("arguments").unwrap_or_default()).into(),
                     extra: Extra::new(),
                 }));
             }

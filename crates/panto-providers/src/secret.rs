@@ -4,7 +4,7 @@
 use std::borrow::Cow;
 use std::fmt;
 
-use panto_model::{ContentBlock, Message, ToolResultContent};
+use panto_model::{ContentBlock, Extra, Message, RawJson, ToolResultContent};
 use panto_provider::{EventSink, StreamEvent};
 use serde_json::{Map, Value};
 
@@ -131,9 +131,9 @@ impl ApiKey {
         self.scrub_opt(&mut message.stop_reason);
         self.scrub_blocks(&mut message.content);
         if let Some(usage) = &mut message.usage {
-            self.scrub_map(&mut usage.extra);
+            self.scrub_extra(&mut usage.extra);
         }
-        self.scrub_map(&mut message.extra);
+        self.scrub_extra(&mut message.extra);
     }
 
     fn scrub_blocks(&self, blocks: &mut [ContentBlock]) {
@@ -141,18 +141,18 @@ impl ApiKey {
             match block {
                 ContentBlock::Text(t) => {
                     self.scrub_string(&mut t.text);
-                    self.scrub_map(&mut t.extra);
+                    self.scrub_extra(&mut t.extra);
                 }
                 ContentBlock::Thinking(t) => {
                     self.scrub_string(&mut t.thinking);
                     self.scrub_opt(&mut t.signature);
-                    self.scrub_map(&mut t.extra);
+                    self.scrub_extra(&mut t.extra);
                 }
                 ContentBlock::ToolUse(u) => {
                     self.scrub_string(&mut u.id);
                     self.scrub_string(&mut u.name);
-                    self.scrub_value(&mut u.input);
-                    self.scrub_map(&mut u.extra);
+                    self.scrub_raw(&mut u.input);
+                    self.scrub_extra(&mut u.extra);
                 }
                 ContentBlock::ToolResult(r) => {
                     self.scrub_string(&mut r.tool_use_id);
@@ -160,19 +160,19 @@ impl ApiKey {
                         ToolResultContent::Text(s) => self.scrub_string(s),
                         ToolResultContent::Blocks(b) => self.scrub_blocks(b),
                     }
-                    self.scrub_map(&mut r.extra);
+                    self.scrub_extra(&mut r.extra);
                 }
                 ContentBlock::Image(i) => {
                     self.scrub_value(&mut i.source);
-                    self.scrub_map(&mut i.extra);
+                    self.scrub_extra(&mut i.extra);
                 }
                 ContentBlock::Compaction(c) => {
                     self.scrub_string(&mut c.summary);
-                    self.scrub_map(&mut c.extra);
+                    self.scrub_extra(&mut c.extra);
                 }
                 ContentBlock::Other(o) => {
                     self.scrub_string(&mut o.kind);
-                    self.scrub_map(&mut o.fields);
+                    self.scrub_extra(&mut o.fields);
                 }
             }
         }
@@ -197,6 +197,43 @@ impl ApiKey {
             Value::Object(map) => self.scrub_map(map),
             _ => {}
         }
+    }
+
+    /// Scrubs a value kept as exact JSON text: only a value that holds a piece of the key is
+    /// rewritten (parsed, scrubbed string by string, and written again), so every other value
+    /// stays byte for byte.
+    fn scrub_raw(&self, raw: &mut RawJson) {
+        if matches!(self.scrub_cow(raw.json()), Cow::Borrowed(_)) {
+            return;
+        }
+        let mut value = raw.value().clone();
+        self.scrub_value(&mut value);
+        let clean = RawJson::from_value(&value);
+        *raw = if matches!(self.scrub_cow(clean.json()), Cow::Borrowed(_)) {
+            clean
+        } else {
+            // A piece hidden by escapes, or a value too deep to be parsed: keep nothing of it.
+            RawJson::from_value(&Value::String(REDACTED.to_owned()))
+        };
+    }
+
+    /// Scrubs the unmodelled fields of an entry: their keys and their values.
+    fn scrub_extra(&self, extra: &mut Extra) {
+        if extra.iter().all(|(k, v)| {
+            matches!(
+                (self.scrub_cow(k), self.scrub_cow(v.json())),
+                (Cow::Borrowed(_), Cow::Borrowed(_))
+            )
+        }) {
+            return;
+        }
+        *extra = std::mem::take(extra)
+            .into_iter()
+            .map(|(k, mut v)| {
+                self.scrub_raw(&mut v);
+                (self.scrub(&k), v)
+            })
+            .collect();
     }
 
     fn scrub_map(&self, map: &mut Map<String, Value>) {

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use panto_model::Entry;
 
 use crate::error::{Result, SessionError};
-use crate::lines::{After, Line, Run, Verdict, classify, judge};
+use crate::lines::{After, Line, Run, Verdict, classify, has_bom, judge};
 use crate::warning::{Warning, WarningKind};
 
 /// Iterator over every entry of a session file with its 1-based line number, returned by
@@ -26,6 +26,8 @@ pub struct History {
     run: Option<Run>,
     warnings: Vec<Warning>,
     done: bool,
+    /// Whether a line held more than whitespace (a file of blank lines is empty).
+    content: bool,
 }
 
 impl History {
@@ -39,6 +41,7 @@ impl History {
             run: None,
             warnings: Vec::new(),
             done: false,
+            content: false,
         }
     }
 
@@ -76,6 +79,26 @@ impl History {
         }
     }
 
+    fn warn(&mut self, offset: u64, kind: WarningKind) {
+        self.warnings.push(Warning {
+            path: self.path.clone(),
+            offset,
+            line: Some(self.line),
+            kind,
+        });
+    }
+
+    /// The end of the file: the pending run is at the end, and a file without content is empty.
+    fn end(&mut self) -> Result<Option<(usize, Entry)>> {
+        self.close_run(After::Nothing)?;
+        if !self.content {
+            return Err(SessionError::Empty {
+                path: self.path.clone(),
+            });
+        }
+        Ok(None)
+    }
+
     fn step(&mut self) -> Result<Option<(usize, Entry)>> {
         loop {
             self.buf.clear();
@@ -84,27 +107,38 @@ impl History {
                 .read_until(b'\n', &mut self.buf)
                 .map_err(|e| SessionError::io(&self.path, "read", e))?;
             if n == 0 {
-                self.close_run(After::Nothing)?;
-                return Ok(None);
+                return self.end();
             }
             let start = self.offset;
             self.offset += n as u64;
             self.line += 1;
-            if self.buf.last() != Some(&b'\n') {
-                // The tail: never parsed. Whatever run precedes it is at the end of the file.
-                self.close_run(After::Nothing)?;
-                self.warnings.push(Warning {
-                    path: self.path.clone(),
-                    offset: start,
-                    line: Some(self.line),
-                    kind: WarningKind::TornTail { len: n as u64 },
-                });
-                return Ok(None);
+            let tail = self.buf.last() != Some(&b'\n');
+            let len = if tail { n } else { n - 1 };
+            if has_bom(&self.buf[..len], start) {
+                self.warn(0, WarningKind::ByteOrderMark);
             }
-            let end = start + n as u64 - 1;
-            match classify(&self.buf[..n - 1], start) {
+            let end = start + len as u64;
+            let line = classify(&self.buf[..len], start);
+            self.content |= !line.is_blank();
+            match line {
                 Line::Blank => {}
-                Line::Bad { error, torn } => match &mut self.run {
+                Line::Bad {
+                    mut error, cr_only, ..
+                } if tail => {
+                    if cr_only {
+                        error.line = self.line;
+                        return Err(SessionError::Malformed {
+                            path: self.path.clone(),
+                            source: error,
+                        });
+                    }
+                    // A tail that is not a whole entry: kept, reported, never parsed.
+                    // Whatever run precedes it is at the end of the file.
+                    self.close_run(After::Nothing)?;
+                    self.warn(start, WarningKind::TornTail { len: n as u64 });
+                    return self.end();
+                }
+                Line::Bad { error, torn, .. } => match &mut self.run {
                     Some(run) => {
                         run.end = end;
                         run.all_torn &= torn;
@@ -120,8 +154,11 @@ impl History {
                     }
                 },
                 Line::Marker { covers_from } => self.close_run(After::Marker(covers_from))?,
-                Line::Entry(entry) => {
+                Line::Entry { entry, replaced } => {
                     self.close_run(After::Entry)?;
+                    if replaced {
+                        self.warn(start, WarningKind::LoneSurrogate);
+                    }
                     return Ok(Some((self.line, entry)));
                 }
             }

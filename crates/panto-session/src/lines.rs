@@ -2,8 +2,13 @@
 //! `torn_write` record, bad-line runs, and reading a file backwards in chunks.
 //!
 //! The framing rules (documented for users in `docs/session.md`):
-//! - A line ends with `\n`; a trailing `\r` is ignored; whitespace-only lines are skipped.
-//! - The bytes after the last `\n` (the *tail*) are never parsed.
+//! - A line ends with `\n`; a trailing `\r` is ignored; whitespace-only lines are skipped. A
+//!   UTF-8 byte-order mark at the start of the file is skipped with a warning.
+//! - The bytes after the last `\n` (the *tail*) are a last line when they decode as a whole
+//!   entry (JSON Lines lets the final newline be missing); otherwise they are a torn tail, kept,
+//!   reported and never parsed as an entry.
+//! - A line (or tail) that does not decode but whose bytes before a lone `\r` do is a file with
+//!   CR-only line endings: an error, never an empty context.
 //! - A *run* is a maximal sequence of non-blank lines that fail to decode. A run is skipped with
 //!   a warning when the next non-blank line is a valid `torn_write` record whose `offset` is the
 //!   run's first byte, or when no complete line follows it and every line of it looks like a
@@ -14,7 +19,7 @@
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom};
 
-use panto_model::{DecodeError, Entry, decode_line};
+use panto_model::{BOM, DecodeError, Entry, decode_line, decode_line_checked};
 use serde::de::IgnoredAny;
 
 /// The `type` of the record that acknowledges the remains of an interrupted write.
@@ -24,33 +29,44 @@ pub(crate) const TORN_WRITE: &str = "torn_write";
 pub(crate) enum Line {
     /// Empty or whitespace only: skipped.
     Blank,
-    /// A session entry.
-    Entry(Entry),
+    /// A session entry; `replaced` when a lone surrogate in a modelled string read as U+FFFD.
+    Entry { entry: Entry, replaced: bool },
     /// A valid `torn_write` record acknowledging the bytes from `covers_from` up to it.
     Marker { covers_from: u64 },
     /// A line that does not decode. `error.line` is 0 until the caller knows the line number.
-    Bad { error: DecodeError, torn: bool },
+    /// `cr_only` when it is entries separated by lone carriage returns.
+    Bad {
+        error: DecodeError,
+        torn: bool,
+        cr_only: bool,
+    },
+}
+
+impl Line {
+    /// Whether the line holds anything (a file of blank lines only is an empty session).
+    pub fn is_blank(&self) -> bool {
+        matches!(self, Line::Blank)
+    }
+}
+
+/// Whether the segment starting at `start` opens with the byte-order mark that readers skip.
+pub(crate) fn has_bom(bytes: &[u8], start: u64) -> bool {
+    start == 0 && bytes.starts_with(BOM)
 }
 
 /// Classifies the line that starts at byte `start` (given without its `\n`).
 pub(crate) fn classify(bytes: &[u8], start: u64) -> Line {
     let bytes = bytes.strip_suffix(b"\r").unwrap_or(bytes);
+    let bytes = if has_bom(bytes, start) {
+        &bytes[BOM.len()..]
+    } else {
+        bytes
+    };
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Line::Blank;
     }
-    if let Err(e) = std::str::from_utf8(bytes) {
-        return Line::Bad {
-            error: DecodeError {
-                line: 0,
-                column: e.valid_up_to() + 1,
-                path: String::new(),
-                message: "not valid UTF-8".to_owned(),
-            },
-            torn: looks_torn(bytes),
-        };
-    }
-    match decode_line(bytes, 0) {
-        Ok(Entry::Unknown(u)) if u.kind == TORN_WRITE => {
+    match decode_line_checked(bytes, 0).map(|d| (d.entry, d.replaced_surrogates)) {
+        Ok((Entry::Unknown(u), _)) if u.kind == TORN_WRITE => {
             let field = |name: &str| u.fields.get(name).and_then(serde_json::Value::as_u64);
             match (field("offset"), field("length")) {
                 (Some(offset), Some(length))
@@ -60,15 +76,44 @@ pub(crate) fn classify(bytes: &[u8], start: u64) -> Line {
                         covers_from: offset,
                     }
                 }
-                _ => Line::Entry(Entry::Unknown(u)),
+                _ => Line::Entry {
+                    entry: Entry::Unknown(u),
+                    replaced: false,
+                },
             }
         }
-        Ok(entry) => Line::Entry(entry),
-        Err(error) => Line::Bad {
-            torn: looks_torn(bytes),
-            error,
+        Ok((entry, replaced)) => Line::Entry { entry, replaced },
+        Err(error) => match cr_only(bytes) {
+            Some(error) => Line::Bad {
+                error,
+                torn: false,
+                cr_only: true,
+            },
+            None => Line::Bad {
+                torn: looks_torn(bytes),
+                error,
+                cr_only: false,
+            },
         },
     }
+}
+
+/// The error for a line that is entries separated by lone carriage returns (classic Mac line
+/// endings), when it is one: its bytes up to the first `\r` decode as an entry.
+fn cr_only(bytes: &[u8]) -> Option<DecodeError> {
+    let cr = memchr::memchr(b'\r', bytes)?;
+    let rest = &bytes[cr..];
+    if rest.iter().all(u8::is_ascii_whitespace) || decode_line(&bytes[..cr], 0).is_err() {
+        return None;
+    }
+    Some(DecodeError {
+        line: 0,
+        column: cr + 1,
+        path: String::new(),
+        message: "lines end with a carriage return alone (CR line endings); panto reads lines \
+                  ending with LF or CRLF"
+            .to_owned(),
+    })
 }
 
 /// Whether a line that failed to decode is shaped like a write cut off by a crash: a prefix of

@@ -12,10 +12,12 @@
 use std::fs::File;
 use std::path::Path;
 
-use panto_model::{EffectiveContext, Entry, Replayer, Skipped};
+use panto_model::{DecodeError, EffectiveContext, Entry, Replayer, Skipped};
 
 use crate::error::{Result, SessionError};
-use crate::lines::{After, BackLines, Line, Run, Verdict, classify, count_newlines, judge};
+use crate::lines::{
+    After, BackLines, Line, Run, Verdict, classify, count_newlines, has_bom, judge,
+};
 use crate::warning::{Warning, WarningKind};
 
 /// The result of [`crate::Session::load_context`].
@@ -78,29 +80,51 @@ pub(crate) fn load(path: &Path, file: &File, chunk: usize) -> Result<Loaded> {
     let mut back = BackLines::new(file, len, chunk);
     let mut pending = Vec::new();
 
-    let tail = back.prev().map_err(io)?;
-    if let Some(t) = tail.as_ref().filter(|t| t.hi > t.lo) {
-        pending.push(Pending {
-            offset: t.start,
-            nl_from: 0,
-            kind: WarningKind::TornTail {
-                len: (t.hi - t.lo) as u64,
-            },
-        });
-    }
-
     // Entries in reverse file order, with (start offset, newlines at or after it).
     let mut entries: Vec<(Entry, u64, u64)> = Vec::new();
     let mut after = After::Nothing;
     let mut run: Option<Run> = None;
     let mut newlines = 0u64;
     let mut reached_start = true;
+    // Whether any segment holds more than whitespace (a file of blank lines is empty).
+    let mut content = false;
+    // The first segment is the tail: the bytes after the last newline.
+    let mut is_tail = true;
     while let Some(seg) = back.prev().map_err(io)? {
-        newlines += 1;
+        let tail = std::mem::replace(&mut is_tail, false);
+        if tail && seg.hi == seg.lo {
+            continue;
+        }
+        if !tail {
+            newlines += 1;
+        }
+        let bytes = &back.bytes()[seg.lo..seg.hi];
+        if has_bom(bytes, seg.start) {
+            pending.push(Pending {
+                offset: 0,
+                nl_from: newlines,
+                kind: WarningKind::ByteOrderMark,
+            });
+        }
         let line_end = seg.start + (seg.hi - seg.lo) as u64;
-        match classify(&back.bytes()[seg.lo..seg.hi], seg.start) {
+        let line = classify(bytes, seg.start);
+        content |= !line.is_blank();
+        match line {
             Line::Blank => {}
-            Line::Bad { error, torn } => match &mut run {
+            Line::Bad { error, cr_only, .. } if tail => {
+                if cr_only {
+                    return Err(malformed(path, file, seg.start, error)?);
+                }
+                // A tail that is not a whole entry: kept, reported, never parsed.
+                pending.push(Pending {
+                    offset: seg.start,
+                    nl_from: 0,
+                    kind: WarningKind::TornTail {
+                        len: (seg.hi - seg.lo) as u64,
+                    },
+                });
+            }
+            Line::Bad { error, torn, .. } => match &mut run {
                 Some(r) => {
                     r.start = seg.start;
                     r.error = error;
@@ -121,9 +145,16 @@ pub(crate) fn load(path: &Path, file: &File, chunk: usize) -> Result<Loaded> {
                 close_run(path, file, run.take(), after, &mut pending)?;
                 after = After::Marker(covers_from);
             }
-            Line::Entry(entry) => {
+            Line::Entry { entry, replaced } => {
                 close_run(path, file, run.take(), after, &mut pending)?;
                 after = After::Entry;
+                if replaced {
+                    pending.push(Pending {
+                        offset: seg.start,
+                        nl_from: newlines,
+                        kind: WarningKind::LoneSurrogate,
+                    });
+                }
                 let candidate = matches!(entry, Entry::Compaction(_));
                 entries.push((entry, seg.start, newlines));
                 if candidate && takes_effect(&entries) {
@@ -135,6 +166,11 @@ pub(crate) fn load(path: &Path, file: &File, chunk: usize) -> Result<Loaded> {
     }
     if reached_start {
         close_run(path, file, run.take(), after, &mut pending)?;
+        if !content {
+            return Err(SessionError::Empty {
+                path: path.to_path_buf(),
+            });
+        }
     }
 
     let replay_from = entries.last().map_or(len, |(_, start, _)| *start);
@@ -245,15 +281,22 @@ fn close_run(
             });
             Ok(())
         }
-        Verdict::Fail => {
-            let before =
-                count_newlines(file, run.start).map_err(|e| SessionError::io(path, "read", e))?;
-            let mut source = run.error;
-            source.line = before as usize + 1;
-            Err(SessionError::Malformed {
-                path: path.to_path_buf(),
-                source,
-            })
-        }
+        Verdict::Fail => Err(malformed(path, file, run.start, run.error)?),
     }
+}
+
+/// The error of the bad line that starts at `start`, with its true line number (counted from
+/// the start of the file, on this error path only).
+pub(crate) fn malformed(
+    path: &Path,
+    file: &File,
+    start: u64,
+    mut source: DecodeError,
+) -> Result<SessionError> {
+    let before = count_newlines(file, start).map_err(|e| SessionError::io(path, "read", e))?;
+    source.line = before as usize + 1;
+    Ok(SessionError::Malformed {
+        path: path.to_path_buf(),
+        source,
+    })
 }

@@ -4,13 +4,13 @@ use std::fs::{self, File};
 use std::io::{self, ErrorKind, Read, Write};
 use std::path::{Path, PathBuf};
 
-use panto_model::{Entry, KEPT_BY, encode_line};
+use panto_model::{COPIES_MARKED, Entry, KEPT_BY, encode_line};
 use serde_json::Value;
 
 use crate::error::{Result, SessionError};
 use crate::history::History;
 use crate::lines::{BackLines, Line, TORN_WRITE, classify, looks_torn, torn_write_record};
-use crate::load::{Loaded, load, readable_len};
+use crate::load::{Loaded, load, malformed, readable_len};
 use crate::lock::{Lock, careful, careful_open_error};
 use crate::options::SessionOptions;
 use crate::warning::Warning;
@@ -290,8 +290,7 @@ impl Writer<'_> {
         }
         let mut entries = entries.to_vec();
         let ids = assign_ids(&mut entries, options);
-        let (newline, debris) = end_state(&self.file, len, options.read_chunk_value())
-            .map_err(|e| SessionError::io(path, "read", e))?;
+        let (newline, debris) = end_state(path, &self.file, len, options.read_chunk_value())?;
         let mut out = Vec::new();
         if newline {
             out.push(b'\n');
@@ -330,22 +329,34 @@ impl Writer<'_> {
 
 /// How the file ends: whether the next write must start with a newline (the file has a tail),
 /// and where the debris to acknowledge with a `torn_write` record starts: a tail that is not an
-/// entry, together with the cut-off lines just before it.
-fn end_state(file: &File, len: u64, chunk: usize) -> io::Result<(bool, Option<u64>)> {
+/// entry, together with the cut-off lines just before it. A tail that is a whole entry (a last
+/// line whose newline is missing, as JSON Lines allows) only gets its newline, which makes it a
+/// line like any other.
+///
+/// # Errors
+/// [`SessionError::Malformed`] for a file with CR-only line endings, which the `torn_write`
+/// record would otherwise acknowledge as debris: appending to it is refused, as reading it is.
+fn end_state(path: &Path, file: &File, len: u64, chunk: usize) -> Result<(bool, Option<u64>)> {
+    let io = |e| SessionError::io(path, "read", e);
     let mut back = BackLines::new(file, len, chunk);
-    let Some(tail) = back.prev()? else {
+    let Some(tail) = back.prev().map_err(io)? else {
         return Ok((false, None));
     };
     let has_tail = tail.hi > tail.lo;
     let mut debris = None;
     if has_tail {
         match classify(&back.bytes()[tail.lo..tail.hi], tail.start) {
+            Line::Bad {
+                error,
+                cr_only: true,
+                ..
+            } => return Err(malformed(path, file, tail.start, error)?),
             Line::Bad { .. } => debris = Some(tail.start),
-            // A tail that is a whole entry (only its newline was lost) becomes a line.
+            // A whole entry, a valid record or blanks: the newline makes it a line.
             _ => return Ok((true, None)),
         }
     }
-    while let Some(seg) = back.prev()? {
+    while let Some(seg) = back.prev().map_err(io)? {
         let bytes = &back.bytes()[seg.lo..seg.hi];
         let bytes = bytes.strip_suffix(b"\r").unwrap_or(bytes);
         if bytes.iter().all(u8::is_ascii_whitespace) {
@@ -359,8 +370,44 @@ fn end_state(file: &File, len: u64, chunk: usize) -> io::Result<(bool, Option<u6
     Ok((has_tail, debris))
 }
 
-/// Gives ids to the entries without one; returns every entry's id.
+/// Gives ids to the entries without one; returns every entry's id. Then marks each compaction
+/// whose kept copies all follow it in this call with `copies_marked`, so that replay waits for
+/// them even when a crash leaves none of them in the file.
 fn assign_ids(entries: &mut [Entry], options: &SessionOptions) -> Vec<String> {
+    let ids = assign_missing_ids(entries, options);
+    for i in 0..entries.len() {
+        let (head, rest) = entries.split_at_mut(i + 1);
+        if let Entry::Compaction(c) = &mut head[i]
+            && let Some(n) = c.kept_messages.filter(|&n| n > 0)
+            && copies_follow(rest, n, c.id.as_deref())
+        {
+            c.extra.insert(COPIES_MARKED.to_owned(), Value::Bool(true));
+        }
+    }
+    ids
+}
+
+/// Whether the next `n` messages of `rest` (entries of unknown type between them aside) are
+/// copies marked `kept_by` the compaction `id`, the way replay pairs them.
+fn copies_follow(rest: &[Entry], n: u64, id: Option<&str>) -> bool {
+    let mut found = 0;
+    for e in rest {
+        if found == n {
+            break;
+        }
+        match e {
+            Entry::Unknown(_) => {}
+            Entry::Message(m) if m.kept_by().is_some_and(|by| id.is_none_or(|id| id == by)) => {
+                found += 1;
+            }
+            _ => return false,
+        }
+    }
+    found == n
+}
+
+/// Gives ids to the entries without one; returns every entry's id.
+fn assign_missing_ids(entries: &mut [Entry], options: &SessionOptions) -> Vec<String> {
     let mut ids = Vec::with_capacity(entries.len());
     for i in 0..entries.len() {
         let (head, rest) = entries.split_at_mut(i + 1);

@@ -96,9 +96,9 @@ fn torn_write_record_is_a_marker_only_at_its_own_position() {
         classify(line, 16),
         Line::Marker { covers_from: 10 }
     ));
-    assert!(matches!(classify(line, 17), Line::Entry(_)));
+    assert!(matches!(classify(line, 17), Line::Entry { .. }));
     let negative = br#"{"type":"torn_write","offset":-1,"length":5}"#;
-    assert!(matches!(classify(negative, 5), Line::Entry(_)));
+    assert!(matches!(classify(negative, 5), Line::Entry { .. }));
 }
 
 #[test]
@@ -107,9 +107,9 @@ fn classify_blank_crlf_and_bad_utf8() {
     let msg = br#"{"type":"message","role":"user","content":[]}"#;
     let mut crlf = msg.to_vec();
     crlf.push(b'\r');
-    assert!(matches!(classify(&crlf, 0), Line::Entry(_)));
+    assert!(matches!(classify(&crlf, 0), Line::Entry { .. }));
     match classify(b"{\"a\xff\":1}", 0) {
-        Line::Bad { error, torn } => {
+        Line::Bad { error, torn, .. } => {
             assert_eq!(error.column, 4);
             assert_eq!(error.message, "not valid UTF-8");
             assert!(!torn);

@@ -3,8 +3,9 @@
 use std::fmt;
 use std::path::PathBuf;
 
-/// Something a read skipped without failing: a torn last line, the remains of an interrupted
-/// write, an entry of an unknown type, an incomplete compaction. The file is never changed.
+/// Something a read skipped or repaired without failing: a torn last line, the remains of an
+/// interrupted write, an entry of an unknown type, an incomplete compaction, a byte-order mark,
+/// a lone surrogate. The file is never changed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Warning {
     /// The session file.
@@ -54,6 +55,12 @@ pub enum WarningKind {
         /// Copies found.
         found: u64,
     },
+    /// The file starts with a UTF-8 byte-order mark (some Windows tools write one): skipped.
+    ByteOrderMark,
+    /// A string panto reads (a text, an id, a summary) holds a `\uXXXX` escape of a lone
+    /// surrogate, as `JSON.stringify` writes for a string cut inside an emoji: it reads as
+    /// U+FFFD. The line stays as written; values panto only carries keep the escape exactly.
+    LoneSurrogate,
 }
 
 impl fmt::Display for Warning {
@@ -85,6 +92,13 @@ impl fmt::Display for Warning {
             WarningKind::IncompleteCompaction { expected, found } => write!(
                 f,
                 "compaction with {found} of its {expected} kept copies ignored (an interrupted append)"
+            ),
+            WarningKind::ByteOrderMark => {
+                write!(f, "byte-order mark at the start of the file skipped")
+            }
+            WarningKind::LoneSurrogate => write!(
+                f,
+                "lone surrogate escape read as U+FFFD (a string cut inside a character)"
             ),
         }
     }

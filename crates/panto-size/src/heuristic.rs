@@ -7,10 +7,7 @@
 //! Block costs are rounded up to whole tokens, and nothing ever subtracts, so adding content
 //! never lowers a size. `docs/sizing.md` gives the calibration behind the numbers.
 
-use std::fmt::{self, Write as _};
-
-use panto_model::{ContentBlock, Message, ToolResultContent};
-use serde_json::Value;
+use panto_model::{ContentBlock, Message, RawJson, ToolResultContent};
 
 use crate::Sizer;
 
@@ -34,7 +31,7 @@ const DIGIT: u8 = 8;
 /// Cost in tenths of a token of a space, tab, newline or carriage return.
 const SPACE: u8 = 2;
 /// Cost in tenths of a token of any other ASCII byte: punctuation, symbols, control characters.
-const SYMBOL: u8 = 11;
+pub(crate) const SYMBOL: u8 = 11;
 /// Cost in tenths of a token of a byte of a multi-byte UTF-8 character.
 const NON_ASCII: u8 = 5;
 
@@ -63,7 +60,7 @@ const fn cost_table() -> [u8; 256] {
 }
 
 /// The cost of a text in tenths of a token: one table lookup per byte.
-fn tenths(text: &str) -> u64 {
+pub(crate) fn tenths(text: &str) -> u64 {
     text.as_bytes()
         .iter()
         .map(|&b| u64::from(COST[usize::from(b)]))
@@ -75,47 +72,89 @@ fn tokens(tenths: u64) -> u64 {
     tenths.div_ceil(10)
 }
 
-/// Sums the cost of whatever is written into it, so numbers are costed without allocating.
-struct Tally(u64);
-
-impl fmt::Write for Tally {
-    fn write_str(&mut self, s: &str) -> fmt::Result {
-        self.0 += tenths(s);
-        Ok(())
-    }
-}
-
-/// The cost of a JSON value in tenths of a token, as its compact serialisation would read, but
-/// with strings counted as their text rather than their escapes (models read the decoded text).
-fn json_tenths(value: &Value) -> u64 {
-    let symbol = u64::from(SYMBOL);
-    match value {
-        Value::Null => tenths("null"),
-        Value::Bool(true) => tenths("true"),
-        Value::Bool(false) => tenths("false"),
-        Value::Number(n) => {
-            let mut tally = Tally(0);
-            // Writing into a Tally cannot fail.
-            let _ = write!(tally, "{n}");
-            tally.0
+/// The cost of a JSON value given as its text ([`panto_model::RawJson`]) in tenths of a token:
+/// as its compact serialisation would read, but with strings counted as their text rather than
+/// their escapes (models read the decoded text). One pass over the bytes, no recursion, so any
+/// nesting depth costs what its bytes cost.
+///
+/// Outside strings whitespace is free and every other byte costs its class (structure is
+/// [`SYMBOL`], literals and numbers as spelled). Inside a string an escape costs the character it
+/// stands for: `\n` a space, `\"` a symbol, `\u00e9` two non-ASCII bytes, a surrogate pair
+/// four, a lone surrogate the three of U+FFFD.
+pub(crate) fn json_tenths(json: &str) -> u64 {
+    let b = json.as_bytes();
+    let cost = |byte: u8| u64::from(COST[usize::from(byte)]);
+    let hex = |i: usize| {
+        json.get(i..i + 4)
+            .and_then(|h| u32::from_str_radix(h, 16).ok())
+    };
+    let mut total = 0u64;
+    let mut in_string = false;
+    let mut i = 0;
+    while i < b.len() {
+        let byte = b[i];
+        i += 1;
+        if !in_string {
+            match byte {
+                b' ' | b'\t' | b'\n' | b'\r' => {}
+                b'"' => {
+                    in_string = true;
+                    total += cost(byte);
+                }
+                _ => total += cost(byte),
+            }
+            continue;
         }
-        Value::String(s) => 2 * symbol + tenths(s),
-        Value::Array(items) => {
-            let commas = items.len().saturating_sub(1) as u64;
-            (2 + commas) * symbol + items.iter().map(json_tenths).sum::<u64>()
+        match byte {
+            b'"' => {
+                in_string = false;
+                total += cost(byte);
+            }
+            b'\\' => {
+                let escaped = b.get(i).copied().unwrap_or(b'\\');
+                i += 1;
+                total += match escaped {
+                    b'n' => cost(b'\n'),
+                    b't' => cost(b'\t'),
+                    b'r' => cost(b'\r'),
+                    b'b' => cost(0x08),
+                    b'f' => cost(0x0c),
+                    b'u' => {
+                        let n = hex(i).unwrap_or(0xFFFD);
+                        i += 4;
+                        let pair = (0xD800..0xDC00).contains(&n)
+                            && b.get(i) == Some(&b'\\')
+                            && b.get(i + 1) == Some(&b'u')
+                            && hex(i + 2).is_some_and(|m| (0xDC00..0xE000).contains(&m));
+                        if pair {
+                            i += 6;
+                            4 * u64::from(NON_ASCII)
+                        } else {
+                            match char::from_u32(n) {
+                                Some(c) if c.is_ascii() => cost(c as u8),
+                                Some(c) => c.len_utf8() as u64 * u64::from(NON_ASCII),
+                                // A lone surrogate reads as U+FFFD.
+                                None => 3 * u64::from(NON_ASCII),
+                            }
+                        }
+                    }
+                    other => cost(other),
+                };
+            }
+            _ => total += cost(byte),
         }
-        Value::Object(map) => object_tenths(map.iter()),
     }
+    total
 }
 
 /// The cost of a JSON object given by its entries: braces, commas, quoted keys, colons, values.
-fn object_tenths<'a>(entries: impl ExactSizeIterator<Item = (&'a String, &'a Value)>) -> u64 {
+fn object_tenths<'a>(entries: impl ExactSizeIterator<Item = (&'a str, &'a RawJson)>) -> u64 {
     let symbol = u64::from(SYMBOL);
     let n = entries.len() as u64;
     let structure = (2 + n.saturating_sub(1) + 3 * n) * symbol;
     structure
         + entries
-            .map(|(k, v)| tenths(k) + json_tenths(v))
+            .map(|(k, v)| tenths(k) + json_tenths(v.json()))
             .sum::<u64>()
 }
 
@@ -165,7 +204,7 @@ fn block_tenths(block: &ContentBlock) -> u64 {
         ContentBlock::Text(t) => tenths(&t.text),
         ContentBlock::Thinking(t) => tenths(&t.thinking),
         ContentBlock::ToolUse(u) => {
-            10 * TOOL_CALL_OVERHEAD + tenths(&u.name) + json_tenths(&u.input)
+            10 * TOOL_CALL_OVERHEAD + tenths(&u.name) + json_tenths(u.input.json())
         }
         ContentBlock::ToolResult(r) => match &r.content {
             ToolResultContent::Text(s) => tenths(s),

@@ -70,8 +70,10 @@ pub fn turn_sizes(sizes: &[u64], turns: &[Range<usize>]) -> Vec<u64> {
 
 /// panto's estimate of the input size of the next request built from `system` and `messages`.
 ///
-/// With usage: take the last assistant message that has usage and is not a kept copy (nor a
-/// compaction message). If its input total is plausible (at least the [`PLAUSIBLE_FACTOR`]th
+/// With usage: take the last assistant message that has usage, comes after the latest
+/// compaction message and is not a kept copy (usage that predates the latest compaction is
+/// never trusted: a kept copy, marked `kept_by` in the file or by replay for a compaction
+/// another program wrote, carries the usage of its original). If its input total is plausible (at least the [`PLAUSIBLE_FACTOR`]th
 /// part of the heuristic's size of the messages before it), the estimate is that input total
 /// plus the [`UsageSizer`] sizes of that message and every message after it. The input total
 /// already holds the system prompt and tool definitions as they were then, so `system` is not
@@ -85,12 +87,16 @@ pub fn estimate_request(system: &str, messages: &[Message]) -> u64 {
     let sizer = UsageSizer::default();
     let (estimates, measured) = sizer.measure_with_estimates(messages);
     let sizes: Vec<u64> = measured.iter().map(|s| s.tokens).collect();
-    let anchor = messages.iter().rposition(|m| {
-        m.role == Role::Assistant
-            && m.usage.is_some()
-            && m.kept_by().is_none()
-            && m.compaction_summary().is_none()
-    });
+    // Usage recorded before the latest compaction measured a context that no longer exists:
+    // only messages after the latest compaction message that are not its copies may anchor.
+    let after = messages
+        .iter()
+        .rposition(|m| m.compaction_summary().is_some())
+        .map_or(0, |c| c + 1);
+    let anchor = messages[after..]
+        .iter()
+        .rposition(|m| m.role == Role::Assistant && m.usage.is_some() && m.kept_by().is_none())
+        .map(|i| after + i);
     if let Some(a) = anchor
         && let Some(usage) = &messages[a].usage
     {

@@ -290,6 +290,43 @@ fn the_estimate_with_only_kept_copies_is_heuristic() {
     assert_eq!(estimate_request(system, &messages), expected);
 }
 
+/// A compaction another program wrote, announcing its copies (`kept_messages`) or not, and
+/// copies without `kept_by` that carry the usage of their originals, measured before it.
+fn foreign_compaction(announce: &str) -> String {
+    let old = assistant("t1", 180_000, 530, "m");
+    let compaction =
+        format!(r#"{{"type":"compaction","id":"c1","summary":"we talked"{announce}}}"#);
+    session(&[PROMPT, &old, RESULT, &compaction, PROMPT, &old, RESULT])
+}
+
+#[test]
+fn usage_of_a_foreign_compactions_copies_is_not_trusted() {
+    for announce in [r#","kept_messages":3"#, ""] {
+        let messages = context(&foreign_compaction(announce));
+        assert_eq!(messages.len(), 4, "{announce}");
+        // About a hundred tokens, not the 180,530 that the stale copy measured.
+        let heuristic: u64 = messages.iter().map(|m| Heuristic.message(m)).sum();
+        let estimate = estimate_request("", &messages);
+        assert!(estimate <= heuristic + 530, "{announce}: {estimate}");
+        assert!(estimate < 1_000, "{announce}: {estimate}");
+    }
+}
+
+#[test]
+fn usage_before_the_latest_compaction_message_never_anchors_the_estimate() {
+    // A list with a compaction message after the last response with usage (as a caller may
+    // build one): that usage measured the context the compaction replaced.
+    let mut messages = context(&session(&[
+        PROMPT,
+        &assistant("t1", 90_000, 40, "m"),
+        RESULT,
+    ]));
+    messages.push(Message::compaction("summary"));
+    messages.push(Message::user_text("next"));
+    let estimate = estimate_request("", &messages);
+    assert!(estimate < 1_000, "{estimate}");
+}
+
 #[test]
 fn the_estimate_adds_what_follows_the_last_response() {
     let text = session(&[PROMPT, &assistant("t1", 5120, 40, "m"), RESULT]);
@@ -421,4 +458,56 @@ fn sizers_work_through_references_and_boxes() {
         sizes(boxed, &messages),
         vec![Heuristic.message(&messages[0])]
     );
+}
+
+/// The cost of a parsed JSON value as sizing computed it when tool arguments were a `Value`
+/// tree: the reference the raw-text walk must reproduce, so the calibration still holds.
+fn value_tenths(value: &serde_json::Value) -> u64 {
+    use crate::heuristic::{SYMBOL, tenths};
+    use serde_json::Value;
+    let symbol = u64::from(SYMBOL);
+    match value {
+        Value::Null => tenths("null"),
+        Value::Bool(b) => tenths(if *b { "true" } else { "false" }),
+        Value::Number(n) => tenths(&n.to_string()),
+        Value::String(s) => 2 * symbol + tenths(s),
+        Value::Array(items) => {
+            let commas = items.len().saturating_sub(1) as u64;
+            (2 + commas) * symbol + items.iter().map(value_tenths).sum::<u64>()
+        }
+        Value::Object(map) => {
+            let n = map.len() as u64;
+            (2 + n.saturating_sub(1) + 3 * n) * symbol
+                + map
+                    .iter()
+                    .map(|(k, v)| tenths(k) + value_tenths(v))
+                    .sum::<u64>()
+        }
+    }
+}
+
+proptest::proptest! {
+    #[test]
+    fn tool_arguments_cost_what_their_value_cost(v in panto_model::arbitrary::json_value()) {
+        let want = value_tenths(&v);
+        let compact = serde_json::to_string(&v).unwrap();
+        let pretty = serde_json::to_string_pretty(&v).unwrap();
+        proptest::prop_assert_eq!(heuristic::json_tenths(&compact), want);
+        proptest::prop_assert_eq!(heuristic::json_tenths(&pretty), want);
+    }
+}
+
+#[test]
+fn escapes_cost_the_character_they_stand_for() {
+    use crate::heuristic::{json_tenths, tenths};
+    let quotes = 2 * u64::from(heuristic::SYMBOL);
+    for (json, text) in [
+        (r#""a\nb""#, "a\nb"),
+        (r#""\u00e9\/\"""#, "é/\""),
+        (r#""\ud83d\ude00""#, "😀"),
+        // A lone surrogate costs what U+FFFD costs.
+        (r#""\ud83d""#, "\u{fffd}"),
+    ] {
+        assert_eq!(json_tenths(json), quotes + tenths(text), "{json}");
+    }
 }

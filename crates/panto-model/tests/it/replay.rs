@@ -3,8 +3,8 @@
 
 use panto_model::arbitrary::session;
 use panto_model::{
-    CompactionEntry, Entry, KEPT_BY, Message, encode_line, encode_lines, read_entries, replay,
-    turns,
+    COPIES_MARKED, CompactionEntry, Entry, KEPT_BY, Message, encode_line, encode_lines,
+    read_entries, replay, turns,
 };
 use proptest::prelude::*;
 use serde_json::json;
@@ -15,6 +15,8 @@ fn compaction_append(messages: &[Message], keep_from: usize, id: &str) -> Vec<En
     let mut c = CompactionEntry::new(format!("summary of {keep_from} messages"));
     c.id = Some(id.into());
     c.kept_messages = Some(kept.len() as u64);
+    // What the store sets on a compaction appended with its marked copies.
+    c.extra.insert(COPIES_MARKED.into(), json!(true));
     let mut out = vec![Entry::Compaction(c)];
     for m in kept {
         let mut copy = m.clone();

@@ -83,7 +83,7 @@ proptest! {
         block.insert("type".into(), Value::String("text".into()));
         block.insert("text".into(), Value::String("t".into()));
         block.insert("x_payload".into(), v);
-        block.extend(fields);
+        block.extend(fields.to_map());
         let line = serde_json::json!({"type": "message", "role": "user", "content": [block]});
         let decoded = decode_line(line.to_string().as_bytes(), 1).unwrap();
         let again: Value = serde_json::from_str(&encode_line(&decoded)).unwrap();

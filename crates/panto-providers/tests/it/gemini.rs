@@ -84,7 +84,7 @@ fn check_whole(message: &Message) {
         panic!("{message:?}")
     };
     assert_eq!(
-        (a.name.as_str(), &a.input),
+        (a.name.as_str(), a.input.value()),
         ("read", &json!({"path": "a.rs"}))
     );
     assert_eq!(a.extra.get("thoughtSignature"), Some(&json!("c2lnLTI=")));

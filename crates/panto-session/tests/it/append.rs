@@ -30,7 +30,8 @@ fn append_writes_whole_lines_and_returns_ids() {
     }
     assert_eq!(
         lines[2],
-        r#"{"type":"note","id":"e2","note":"from a newer panto"}"#
+        // Unknown fields keep their order; the id the store gives goes after them.
+        r#"{"type":"note","note":"from a newer panto","id":"e2"}"#
     );
 }
 
@@ -157,8 +158,11 @@ fn a_torn_tail_that_is_a_whole_entry_becomes_a_line() {
     let whole =
         "{\"type\":\"message\",\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"}]}";
     let s = session_with(&path, whole.as_bytes());
-    // Before: never parsed.
-    assert!(s.load_context().unwrap().context.messages.is_empty());
+    // Before: already the last line of the conversation (JSON Lines allows the final newline
+    // to be missing), with no warning.
+    let before = s.load_context().unwrap();
+    assert_eq!(before.context.messages.len(), 1);
+    assert!(before.warnings.is_empty());
     s.append(&[user("b")]).unwrap();
     let text = fs::read_to_string(&path).unwrap();
     assert!(text.starts_with(&format!("{whole}\n{{\"type\":\"message\",\"id\":\"m1\"")));

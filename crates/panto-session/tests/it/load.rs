@@ -260,7 +260,7 @@ fn unknown_entry_types_are_skipped_and_kept_in_the_file() {
     let text = fs::read_to_string(&path).unwrap();
     assert_eq!(
         text.lines().nth(1).unwrap(),
-        r#"{"type":"future_thing","id":"e2","note":"from a newer panto"}"#
+        r#"{"type":"future_thing","note":"from a newer panto","id":"e2"}"#
     );
     let history: Vec<(usize, Entry)> = s.history().unwrap().map(Result::unwrap).collect();
     assert_eq!(history[1].0, 2);

@@ -1,10 +1,12 @@
 //! Integration tests of the session store: appends, loading, crash cuts, concurrent writers,
 //! mutated files and the exact error messages.
 
+mod answers;
 mod append;
 mod concurrent;
 mod crash;
 mod errors;
+mod foreign;
 mod links;
 mod load;
 mod mutate;
@@ -50,7 +52,7 @@ pub fn unknown(kind: &str) -> Entry {
     fields.insert("note".into(), json!("from a newer panto"));
     Entry::Unknown(UnknownEntry {
         kind: kind.into(),
-        fields,
+        fields: fields.into(),
     })
 }
 

@@ -399,7 +399,7 @@ fn an_elided_tool_result_keeps_its_head_and_tail() {
             vec![ContentBlock::ToolUse(panto_model::ToolUseBlock {
                 id: "t1".into(),
                 name: "read".into(),
-                input: json!({"path": "big.log"}),
+                input: json!({"path": "big.log"}).into(),
                 extra: Extra::new(),
             })],
         ),
