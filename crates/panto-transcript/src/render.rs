@@ -6,7 +6,7 @@
 
 use std::ops::Range;
 
-use panto_model::{ContentBlock, Message, ToolResultContent};
+use panto_model::{ContentBlock, Message, Role, ToolResultContent};
 
 use crate::escape::{Escaper, escape_into, write_json, write_token};
 use crate::item::{ItemRef, walk, walk_indexed};
@@ -269,12 +269,7 @@ fn ceil_boundary(text: &str, mut i: usize) -> usize {
 fn write_elided(out: &mut String, item: ItemRef<'_>, body: &str) {
     match item {
         ItemRef::ToolCall { role, id, name, .. } => {
-            out.push_str(Head::ToolCall(role).open());
-            out.push(' ');
-            write_token(out, name);
-            out.push_str(" (");
-            write_token(out, id);
-            out.push_str(")]: ");
+            tool_call_head(out, role, name, id);
             escape_into(out, body, false);
             out.push_str("\n\n");
         }
@@ -360,12 +355,7 @@ fn write_item(out: &mut String, item: ItemRef<'_>) {
             name,
             input,
         } => {
-            out.push_str(Head::ToolCall(role).open());
-            out.push(' ');
-            write_token(out, name);
-            out.push_str(" (");
-            write_token(out, id);
-            out.push_str(")]: ");
+            tool_call_head(out, role, name, id);
             write_json(out, input);
             out.push_str("\n\n");
         }
@@ -394,6 +384,16 @@ fn write_item(out: &mut String, item: ItemRef<'_>) {
             text_body(out, text);
         }
     }
+}
+
+/// A tool call's marker line up to its body: the head, the name, the call id, and `]: `.
+fn tool_call_head(out: &mut String, role: Role, name: &str, id: &str) {
+    out.push_str(Head::ToolCall(role).open());
+    out.push(' ');
+    write_token(out, name);
+    out.push_str(" (");
+    write_token(out, id);
+    out.push_str(")]: ");
 }
 
 /// Opens a tool result's marker: the head, the tool's name when known, and the call id.
