@@ -241,6 +241,8 @@ fn setup(
         .with_context(|| format!("no tokens in /tokenize: {tokens}"))?;
     let per_sentence = (counted as u64).div_ceil(sample as u64).max(1);
     let note_sentences = usize::try_from((n_ctx / 3).div_ceil(per_sentence))?;
+    // Three of these and the short turns before them come to about 8% over the window.
+    let overflow_sentences = usize::try_from((n_ctx * 35 / 100).div_ceil(per_sentence))?;
 
     let builtin = fs::read_to_string(root.join("prompts/COMPACTION.md"))?;
     let builtin_prompt_line = builtin
@@ -266,6 +268,7 @@ fn setup(
         n_ctx,
         server_model,
         note_sentences,
+        overflow_sentences,
         builtin_prompt_line,
     })
 }
