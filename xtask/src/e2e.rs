@@ -8,7 +8,7 @@
 //!    (`provision.rs`; about 7.5 minutes on 2 cores the first time, nothing afterwards);
 //! 2. build `panto` (`cargo build -p panto-cli`);
 //! 3. start two servers on free loopback ports, each stopped by a guard whatever happens: one
-//!    model with a 2,048-token window (small, so that overflow comes quickly), and a router
+//!    model with a 4,096-token window (small, so that overflow comes quickly), and a router
 //!    (`--models-dir`) that knows `main-model` only, for the compaction-model fallback;
 //! 4. run the scenarios of `suite.rs` for each protocol and print what they measured.
 //!
