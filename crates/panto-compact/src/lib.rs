@@ -24,6 +24,7 @@
 //! No async runtime is linked: futures returned by the [`Provider`](panto_provider::Provider)
 //! trait are simply awaited.
 
+mod check;
 mod compactor;
 mod driver;
 mod error;
@@ -38,8 +39,10 @@ pub mod testing;
 
 pub use compactor::{
     CompactConfig, CompactOptions, CompactOutcome, Compacted, CompactionReport, Compactor,
-    DEFAULT_KEEP_TOKENS, DEFAULT_MAX_OUTPUT_TOKENS, ElidedItem, FoldStep, MAX_SHRINKS, ModelRef,
-    NothingToCompact, Prepared,
+    DEFAULT_KEEP_TOKENS, DEFAULT_MAX_OUTPUT_TOKENS, ElidedItem, FoldStep, LEDGER_FIELD,
+    MAX_SHRINKS, MIN_LEDGER_CHARS, ModelRef, NothingToCompact, Prepared, RECORD_ONLY_MODEL,
+    ledger_budget,
+    previous_ledger, with_ledger,
 };
 pub use driver::{Driver, Reply};
 pub use error::{AttemptFailure, CompactError, LogError};
