@@ -38,10 +38,17 @@ pub const MIN_LEDGER_CHARS: usize = 1_500;
 
 /// The ledger's budget in characters: an eighth of what it records (the prefix's transcript and
 /// the previous summary), at least [`MIN_LEDGER_CHARS`], and at most half the summary's output
-/// budget (`max_output_tokens` tokens at about four characters a token, halved).
-pub fn ledger_budget(max_output_tokens: u32, replaced_chars: usize) -> usize {
+/// budget (`max_output_tokens` tokens at about four characters a token, halved). When the
+/// window is known (`limit`, in tokens) it is also at most `limit / 8` characters (about a
+/// thirtieth of the window), so that the ledger never stands between a small window and the
+/// retry.
+pub fn ledger_budget(max_output_tokens: u32, replaced_chars: usize, limit: Option<u64>) -> usize {
     let most = (max_output_tokens as usize).saturating_mul(2);
-    (replaced_chars / 8).max(MIN_LEDGER_CHARS).min(most.max(1))
+    let window = limit.map_or(usize::MAX, |l| usize::try_from(l / 8).unwrap_or(usize::MAX));
+    (replaced_chars / 8)
+        .max(MIN_LEDGER_CHARS)
+        .min(most.max(1))
+        .min(window)
 }
 
 /// A summary with the ledger rendered after it: the model's text without any ledger it copied,
@@ -681,6 +688,7 @@ impl Compactor {
         let budget = ledger_budget(
             self.config.max_output_tokens,
             prepared.transcript.text().len() + prepared.previous_summary.as_deref().map_or(0, str::len),
+            prepared.limit,
         );
         let mut done = 0;
         let mut shrinks = 0;
@@ -1061,6 +1069,7 @@ impl Compactor {
         ledger.fit(ledger_budget(
             self.config.max_output_tokens,
             prepared.transcript.text().len() + previous.map_or(0, str::len),
+            prepared.limit,
         ));
         let summary = with_ledger(&record_only_text(failure, previous, &items), &ledger);
         let compacted = self.build(
