@@ -39,12 +39,12 @@ pub const MIN_LEDGER_CHARS: usize = 1_500;
 /// The ledger's budget in characters: an eighth of what it records (the prefix's transcript and
 /// the previous summary), at least [`MIN_LEDGER_CHARS`], and at most half the summary's output
 /// budget (`max_output_tokens` tokens at about four characters a token, halved). When the
-/// window is known (`limit`, in tokens) it is also at most `limit / 8` characters (about a
-/// thirtieth of the window), so that the ledger never stands between a small window and the
-/// retry.
+/// window is known or bounded (`limit`, in tokens) it is also at most `limit / 16` characters
+/// (about a sixtieth of the window), so that the ledger never stands between a small window and
+/// the retry.
 pub fn ledger_budget(max_output_tokens: u32, replaced_chars: usize, limit: Option<u64>) -> usize {
     let most = (max_output_tokens as usize).saturating_mul(2);
-    let window = limit.map_or(usize::MAX, |l| usize::try_from(l / 8).unwrap_or(usize::MAX));
+    let window = limit.map_or(usize::MAX, |l| usize::try_from(l / 16).unwrap_or(usize::MAX));
     (replaced_chars / 8)
         .max(MIN_LEDGER_CHARS)
         .min(most.max(1))
@@ -788,7 +788,9 @@ impl Compactor {
                     folded.used = Some(answer.used);
                     ledger = Ledger::merge(&ledger, &Ledger::from_items(&items));
                     ledger.fit(budget);
-                    running = Some(with_ledger(&answer.summary, &ledger));
+                    // The ledger goes with the final summary only: the next chunk's request
+                    // carries the model's text, so the fold's plan is not changed by it.
+                    running = Some(strip_ledger(&answer.summary).to_owned());
                     done = turns.end;
                     rejected_here = 0;
                     if done < prepared.turns.len() {
@@ -830,7 +832,7 @@ impl Compactor {
                 Err(Failure::Other(e)) => return Err(e),
             }
         }
-        folded.summary = running.unwrap_or_default();
+        folded.summary = with_ledger(&running.unwrap_or_default(), &ledger);
         folded.ledger = ledger;
         Ok(folded)
     }

@@ -193,7 +193,6 @@ impl<L: SessionLog> Driver<L> {
             }
         };
 
-        eprintln!("DEBUG summary {} {:?} kept {} est {}", report.summary.len(), &report.summary[..80],  report.plan.kept_turns, estimate_request(&self.system, &self.context.messages));
         // The progress check: retry only a request that is smaller than the one that failed,
         // and within the known limit.
         let estimated_tokens = estimate_request(&self.system, &self.context.messages);
