@@ -12,8 +12,8 @@ use panto_size::{
     BLOCK_OVERHEAD, Heuristic, MESSAGE_OVERHEAD, Sizer, UsageSizer, estimate_request,
 };
 use panto_transcript::{
-    Elision, Ledger, TranscriptItem, TurnTranscript, render_request_text,
-    render_transcript_elided, render_turns, strip_ledger, transcript_items,
+    Elision, Ledger, TranscriptItem, TurnTranscript, render_request_text, render_transcript_elided,
+    render_turns, strip_ledger, transcript_items,
 };
 use serde_json::{Value, json};
 use tracing::{Instrument, info_span};
@@ -44,7 +44,9 @@ pub const MIN_LEDGER_CHARS: usize = 1_500;
 /// the retry.
 pub fn ledger_budget(max_output_tokens: u32, replaced_chars: usize, limit: Option<u64>) -> usize {
     let most = (max_output_tokens as usize).saturating_mul(2);
-    let window = limit.map_or(usize::MAX, |l| usize::try_from(l / 16).unwrap_or(usize::MAX));
+    let window = limit.map_or(usize::MAX, |l| {
+        usize::try_from(l / 16).unwrap_or(usize::MAX)
+    });
     (replaced_chars / 8)
         .max(MIN_LEDGER_CHARS)
         .min(most.max(1))
@@ -64,7 +66,10 @@ pub fn with_ledger(summary: &str, ledger: &Ledger) -> String {
 /// The ledger stored on the compaction entry of `context`, if any (an unreadable one counts as
 /// none: the summary text still carries its rendering).
 pub fn previous_ledger(context: &EffectiveContext) -> Ledger {
-    let stored = context.compaction.as_ref().and_then(|c| c.extra.get(LEDGER_FIELD));
+    let stored = context
+        .compaction
+        .as_ref()
+        .and_then(|c| c.extra.get(LEDGER_FIELD));
     match stored.map(Ledger::from_json) {
         Some(Some(l)) => l,
         Some(None) => {
@@ -687,7 +692,8 @@ impl Compactor {
         let mut ledger = previous_ledger(context);
         let budget = ledger_budget(
             self.config.max_output_tokens,
-            prepared.transcript.text().len() + prepared.previous_summary.as_deref().map_or(0, str::len),
+            prepared.transcript.text().len()
+                + prepared.previous_summary.as_deref().map_or(0, str::len),
             prepared.limit,
         );
         let mut done = 0;
@@ -1068,12 +1074,16 @@ impl Compactor {
         let items = transcript_items(prefix);
         let previous = prepared.previous_summary.as_deref().map(strip_ledger);
         let mut ledger = Ledger::merge(&previous_ledger(context), &Ledger::from_items(&items));
-        ledger.fit(ledger_budget(
+        let budget = ledger_budget(
             self.config.max_output_tokens,
             prepared.transcript.text().len() + previous.map_or(0, str::len),
             prepared.limit,
-        ));
-        let summary = with_ledger(&record_only_text(failure, previous, &items), &ledger);
+        );
+        ledger.fit(budget);
+        let summary = with_ledger(
+            &record_only_text(failure, previous, &items, budget / 2),
+            &ledger,
+        );
         let compacted = self.build(
             context,
             options,
@@ -1108,7 +1118,12 @@ const LAST_WORDS_CHARS: usize = 2_000;
 
 /// The text of a record-only summary (before its ledger): a note that no model wrote it and
 /// why, the previous summary, and the assistant's last words in the prefix.
-fn record_only_text(failure: &CompactError, previous: Option<&str>, items: &[TranscriptItem]) -> String {
+fn record_only_text(
+    failure: &CompactError,
+    previous: Option<&str>,
+    items: &[TranscriptItem],
+    quote_chars: usize,
+) -> String {
     let mut out = format!(
         "No model could write this summary ({failure}); panto kept the conversation going with its own record of the summarized turns instead.\n"
     );
@@ -1125,7 +1140,10 @@ fn record_only_text(failure: &CompactError, previous: Option<&str>, items: &[Tra
         _ => None,
     });
     if let Some(text) = last {
-        let quoted: String = text.chars().take(LAST_WORDS_CHARS).collect();
+        let quoted: String = text
+            .chars()
+            .take(LAST_WORDS_CHARS.min(quote_chars))
+            .collect();
         out.push_str("\n## Where the work left off (the assistant's last words, quoted)\n");
         for line in quoted.lines() {
             out.push_str("> ");

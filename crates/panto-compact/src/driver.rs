@@ -168,10 +168,12 @@ impl<L: SessionLog> Driver<L> {
             }
             Err(e) if e.no_summary_obtained() => {
                 // No model could summarize: keep the conversation alive with panto's own record.
-                match self
-                    .compactor
-                    .compact_record_only(&self.context, &mut self.log, &options_again, &e)
-                {
+                match self.compactor.compact_record_only(
+                    &self.context,
+                    &mut self.log,
+                    &options_again,
+                    &e,
+                ) {
                     Ok(CompactOutcome::Compacted(c)) => {
                         let c = *c;
                         self.context = c.context;

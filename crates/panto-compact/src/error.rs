@@ -57,9 +57,9 @@ impl fmt::Display for AttemptFailure {
             AttemptFailure::EchoedPrompt => {
                 f.write_str("the model's summary is a copy of the compaction prompt")
             }
-            AttemptFailure::EchoedLastMessage => f.write_str(
-                "the model's summary is a copy of the last message of the transcript",
-            ),
+            AttemptFailure::EchoedLastMessage => {
+                f.write_str("the model's summary is a copy of the last message of the transcript")
+            }
             AttemptFailure::LongerThanReplaced {
                 summary_chars,
                 replaced_chars,

@@ -41,8 +41,7 @@ pub use compactor::{
     CompactConfig, CompactOptions, CompactOutcome, Compacted, CompactionReport, Compactor,
     DEFAULT_KEEP_TOKENS, DEFAULT_MAX_OUTPUT_TOKENS, ElidedItem, FoldStep, LEDGER_FIELD,
     MAX_SHRINKS, MIN_LEDGER_CHARS, ModelRef, NothingToCompact, Prepared, RECORD_ONLY_MODEL,
-    ledger_budget,
-    previous_ledger, with_ledger,
+    ledger_budget, previous_ledger, with_ledger,
 };
 pub use driver::{Driver, Reply};
 pub use error::{AttemptFailure, CompactError, LogError};

@@ -20,7 +20,8 @@ use crate::item::TranscriptItem;
 
 /// The heading that opens a rendered ledger. Everything from a line equal to it to the end of a
 /// summary is the ledger ([`strip_ledger`]).
-pub const LEDGER_HEADING: &str = "## Ledger (recorded by panto from the conversation, not by a model)";
+pub const LEDGER_HEADING: &str =
+    "## Ledger (recorded by panto from the conversation, not by a model)";
 
 /// The most characters any request but the most recent keeps; longer ones are shortened.
 pub const REQUEST_CHARS: usize = 600;
@@ -152,7 +153,12 @@ impl Ledger {
             };
             *r = clip(r, cap);
         }
-        for list in [&mut self.commands, &mut self.todos, &mut self.modified, &mut self.read] {
+        for list in [
+            &mut self.commands,
+            &mut self.todos,
+            &mut self.modified,
+            &mut self.read,
+        ] {
             for item in list.iter_mut() {
                 *item = clip(item, ITEM_CHARS);
             }
@@ -167,7 +173,10 @@ impl Ledger {
         let costs: [Vec<usize>; 7] = [
             self.requests.iter().map(|r| r.len() + 5).collect(),
             self.modified.iter().map(|f| f.len() + 4).collect(),
-            self.errors.iter().map(|e| error_line(e).len() + 3).collect(),
+            self.errors
+                .iter()
+                .map(|e| error_line(e).len() + 3)
+                .collect(),
             self.todos.iter().map(|t| t.len() + 3).collect(),
             self.answers.iter().map(|a| a.len() + 3).collect(),
             self.commands.iter().map(|c| c.len() + 5).collect(),
@@ -227,7 +236,12 @@ impl Ledger {
                 let _ = writeln!(out, "{}. {}", i + 1, one_line(r));
             }
         }
-        list(&mut out, "Files modified, most recent first", &self.modified, true);
+        list(
+            &mut out,
+            "Files modified, most recent first",
+            &self.modified,
+            true,
+        );
         if !self.errors.is_empty() {
             out.push_str("\nErrors, most recent first:\n");
             for e in &self.errors {
@@ -235,8 +249,18 @@ impl Ledger {
             }
         }
         list(&mut out, "Open todos", &self.todos, false);
-        list(&mut out, "The user's answers to questions", &self.answers, false);
-        list(&mut out, "Commands run, most recent first", &self.commands, true);
+        list(
+            &mut out,
+            "The user's answers to questions",
+            &self.answers,
+            false,
+        );
+        list(
+            &mut out,
+            "Commands run, most recent first",
+            &self.commands,
+            true,
+        );
         list(&mut out, "Files read, most recent first", &self.read, true);
         if self.left_out > 0 {
             let _ = writeln!(
@@ -288,7 +312,12 @@ fn list(out: &mut String, title: &str, items: &[String], code: bool) {
 }
 
 fn error_line(e: &LedgerError) -> String {
-    let mut line = format!("{} on {}: {}", code_span(&e.tool), code_span(&e.target), e.message);
+    let mut line = format!(
+        "{} on {}: {}",
+        code_span(&e.tool),
+        code_span(&e.target),
+        e.message
+    );
     if e.target.is_empty() {
         line = format!("{}: {}", code_span(&e.tool), e.message);
     }
@@ -393,7 +422,11 @@ fn kind(name: &str, input: &Value) -> Kind {
     if n.contains("edit") && input.get("command").and_then(Value::as_str).is_some() {
         // An editor tool with sub-commands (`view`, `create`, `str_replace`, ...).
         let sub = input["command"].as_str().unwrap_or("");
-        return if sub == "view" { Kind::Other } else { Kind::Modify };
+        return if sub == "view" {
+            Kind::Other
+        } else {
+            Kind::Modify
+        };
     }
     if SHELL.contains(&n) {
         return Kind::Shell;
@@ -509,9 +542,18 @@ fn error_message(text: &str) -> String {
         .collect();
     let telling = lines.iter().find(|l| {
         let lower = l.to_ascii_lowercase();
-        ["error", "fail", "panic", "not found", "no such", "denied", "exited with", "aborted"]
-            .iter()
-            .any(|w| lower.contains(w))
+        [
+            "error",
+            "fail",
+            "panic",
+            "not found",
+            "no such",
+            "denied",
+            "exited with",
+            "aborted",
+        ]
+        .iter()
+        .any(|w| lower.contains(w))
     });
     one_line(telling.or(lines.first()).copied().unwrap_or("(no output)"))
 }
@@ -526,7 +568,8 @@ pub(crate) fn is_request(text: &str) -> bool {
     if t.starts_with("<local-command-stdout>") || t.starts_with("<local-command-stderr>") {
         return false;
     }
-    let bare_command = t.starts_with('/') && !t.contains(char::is_whitespace) && !t[1..].contains('/');
+    let bare_command =
+        t.starts_with('/') && !t.contains(char::is_whitespace) && !t[1..].contains('/');
     !bare_command
 }
 
@@ -609,7 +652,11 @@ impl Walk {
     fn result(&mut self, id: &str, name: Option<&str>, is_error: bool, text: &str) {
         let (tool, kind, target) = match self.calls.iter().rev().find(|c| c.0 == id) {
             Some((_, tool, kind, target)) => (tool.clone(), *kind, target.clone()),
-            None => (name.unwrap_or("tool").to_owned(), Kind::Other, String::new()),
+            None => (
+                name.unwrap_or("tool").to_owned(),
+                Kind::Other,
+                String::new(),
+            ),
         };
         let l = &mut self.ledger;
         if kind == Kind::Question && !is_error && !text.trim().is_empty() {

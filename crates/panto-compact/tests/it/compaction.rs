@@ -10,6 +10,7 @@ use panto_compact::{
 };
 use panto_model::{Entry, KEPT_BY, Trigger, replay};
 use panto_provider::ProviderError;
+use panto_transcript::strip_ledger;
 use serde_json::json;
 
 use crate::*;
@@ -60,7 +61,10 @@ async fn success_appends_the_entry_then_the_kept_copies_in_one_call() {
         panic!("the append must open with the compaction entry")
     };
     assert_eq!(entry.id.as_deref(), Some("c1"));
-    assert_eq!(entry.summary, "S1: the user reads files 0 to 2.");
+    assert_eq!(
+        strip_ledger(&entry.summary),
+        "S1: the user reads files 0 to 2."
+    );
     assert_eq!(entry.trigger, Some(Trigger::Manual));
     assert_eq!(entry.model.as_deref(), Some("big"));
     assert_eq!(entry.instructions, None);
@@ -85,7 +89,9 @@ async fn success_appends_the_entry_then_the_kept_copies_in_one_call() {
     assert_eq!(log.replay(), out.context);
     assert_eq!(out.context.messages.len(), 4);
     assert_eq!(
-        out.context.messages[0].compaction_summary(),
+        out.context.messages[0]
+            .compaction_summary()
+            .map(strip_ledger),
         Some("S1: the user reads files 0 to 2.")
     );
     let report = &out.report;
@@ -302,7 +308,10 @@ async fn an_empty_summary_from_the_compaction_model_triggers_the_fallback() {
             .await
             .unwrap(),
     );
-    assert_eq!(out.report.summary, "S1 from the active model");
+    assert_eq!(
+        strip_ledger(&out.report.summary),
+        "S1 from the active model"
+    );
     assert_eq!(
         out.report.fallback_cause,
         Some(AttemptFailure::EmptySummary)
