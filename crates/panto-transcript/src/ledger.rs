@@ -184,8 +184,9 @@ impl Ledger {
         ];
         let mut taken = [0usize; 7];
         let mut blocked = [false; 7];
-        // The headings and the note on what was left out.
-        let mut used = LEDGER_HEADING.len() + 200;
+        // The heading, the line under it, a title per category and the note on what was
+        // left out.
+        let mut used = LEDGER_HEADING.len() + 150 + 45 * costs.len();
         while blocked.iter().any(|b| !b) {
             for (c, cost) in costs.iter().enumerate() {
                 if blocked[c] {
