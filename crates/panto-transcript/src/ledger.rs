@@ -141,8 +141,9 @@ impl Ledger {
 
     /// Keeps the ledger's rendering within about `budget` characters: items are shortened to
     /// their per-item budget (the most recent request keeps up to half the budget), then taken
-    /// most recent first, one from each category in turn (requests, modified files, errors,
-    /// todos, answers, commands, read files) while they fit. What does not fit is counted in
+    /// most recent first, one from each category in turn: first requests, modified files,
+    /// errors, todos and answers within 70% of the budget, then all of them with commands and
+    /// read files within the whole budget. What does not fit is counted in
     /// [`Ledger::left_out`].
     pub fn fit(&mut self, budget: usize) {
         for (i, r) in self.requests.iter_mut().enumerate() {
@@ -183,21 +184,29 @@ impl Ledger {
             self.read.iter().map(|f| f.len() + 4).collect(),
         ];
         let mut taken = [0usize; 7];
-        let mut blocked = [false; 7];
         // The heading, the line under it, a title per category and the note on what was
         // left out.
         let mut used = LEDGER_HEADING.len() + 150 + 45 * costs.len();
-        while blocked.iter().any(|b| !b) {
-            for (c, cost) in costs.iter().enumerate() {
-                if blocked[c] {
-                    continue;
-                }
-                match cost.get(taken[c]) {
-                    Some(&n) if used + n <= budget => {
-                        used += n;
-                        taken[c] += 1;
+        // First the user's words and the files changed, errors, todos and answers, within
+        // most of the budget; then every category, commands and files read included.
+        let first = budget.saturating_sub(budget.saturating_sub(used) * 3 / 10);
+        for (limit, categories) in [(first, 5), (budget, 7)] {
+            let mut blocked = [false; 7];
+            for b in blocked.iter_mut().skip(categories) {
+                *b = true;
+            }
+            while blocked.iter().any(|b| !b) {
+                for (c, cost) in costs.iter().enumerate() {
+                    if blocked[c] {
+                        continue;
                     }
-                    _ => blocked[c] = true,
+                    match cost.get(taken[c]) {
+                        Some(&n) if used + n <= limit => {
+                            used += n;
+                            taken[c] += 1;
+                        }
+                        _ => blocked[c] = true,
+                    }
                 }
             }
         }
@@ -561,7 +570,7 @@ fn error_message(text: &str) -> String {
 
 /// Whether a user text is a request: not empty, not a bare slash command (`/mode`), not an
 /// interruption notice or a command's captured output.
-pub(crate) fn is_request(text: &str) -> bool {
+pub fn is_request(text: &str) -> bool {
     let t = text.trim();
     if t.is_empty() || t.starts_with("[Request interrupted") {
         return false;
