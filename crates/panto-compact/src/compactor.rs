@@ -34,20 +34,26 @@ pub const DEFAULT_KEEP_TOKENS: u64 = 20_000;
 pub const DEFAULT_MAX_OUTPUT_TOKENS: u32 = 8_192;
 
 /// The smallest ledger budget, in characters, whatever the prefix's size.
-pub const MIN_LEDGER_CHARS: usize = 1_500;
+pub const MIN_LEDGER_CHARS: usize = 2_000;
 
-/// The ledger's budget in characters: an eighth of what it records (the prefix's transcript and
-/// the previous summary), at least [`MIN_LEDGER_CHARS`], and at most half the summary's output
+/// The ledger's budget in characters: the previous ledger's size (`previous_chars`, so that a
+/// chain never shrinks it) plus an eighth of what this compaction summarizes (`new_chars`: the
+/// prefix's transcript), at least [`MIN_LEDGER_CHARS`], and at most half the summary's output
 /// budget (`max_output_tokens` tokens at about four characters a token, halved). When the
 /// window is known or bounded (`limit`, in tokens) it is also at most `limit / 16` characters
 /// (about a sixtieth of the window), so that the ledger never stands between a small window and
 /// the retry.
-pub fn ledger_budget(max_output_tokens: u32, replaced_chars: usize, limit: Option<u64>) -> usize {
+pub fn ledger_budget(
+    max_output_tokens: u32,
+    previous_chars: usize,
+    new_chars: usize,
+    limit: Option<u64>,
+) -> usize {
     let most = (max_output_tokens as usize).saturating_mul(2);
     let window = limit.map_or(usize::MAX, |l| {
         usize::try_from(l / 16).unwrap_or(usize::MAX)
     });
-    (replaced_chars / 8)
+    (previous_chars + new_chars / 8)
         .max(MIN_LEDGER_CHARS)
         .min(most.max(1))
         .min(window)
@@ -61,6 +67,15 @@ pub fn with_ledger(summary: &str, ledger: &Ledger) -> String {
         return text.to_owned();
     }
     format!("{text}\n\n{}", ledger.render())
+}
+
+/// The length of a ledger's rendering, 0 for an empty one.
+fn rendered_len(ledger: &Ledger) -> usize {
+    if ledger.is_empty() {
+        0
+    } else {
+        ledger.render().len()
+    }
 }
 
 /// The ledger stored on the compaction entry of `context`, if any (an unreadable one counts as
@@ -692,8 +707,8 @@ impl Compactor {
         let mut ledger = previous_ledger(context);
         let budget = ledger_budget(
             self.config.max_output_tokens,
-            prepared.transcript.text().len()
-                + prepared.previous_summary.as_deref().map_or(0, str::len),
+            rendered_len(&ledger),
+            prepared.transcript.text().len(),
             prepared.limit,
         );
         let mut done = 0;
@@ -1073,12 +1088,14 @@ impl Compactor {
         let prefix = &context.messages[prepared.plan.prefix()];
         let items = transcript_items(prefix);
         let previous = prepared.previous_summary.as_deref().map(strip_ledger);
-        let mut ledger = Ledger::merge(&previous_ledger(context), &Ledger::from_items(&items));
+        let before = previous_ledger(context);
         let budget = ledger_budget(
             self.config.max_output_tokens,
-            prepared.transcript.text().len() + previous.map_or(0, str::len),
+            rendered_len(&before),
+            prepared.transcript.text().len(),
             prepared.limit,
         );
+        let mut ledger = Ledger::merge(&before, &Ledger::from_items(&items));
         ledger.fit(budget);
         let summary = with_ledger(
             &record_only_text(failure, previous, &items, budget / 2),

@@ -173,7 +173,7 @@ impl Ledger {
         }
         let costs: [Vec<usize>; 7] = [
             self.requests.iter().map(|r| r.len() + 5).collect(),
-            self.modified.iter().map(|f| f.len() + 4).collect(),
+            self.modified.iter().map(|f| f.len() + 5).collect(),
             self.errors
                 .iter()
                 .map(|e| error_line(e).len() + 3)
@@ -181,12 +181,13 @@ impl Ledger {
             self.todos.iter().map(|t| t.len() + 3).collect(),
             self.answers.iter().map(|a| a.len() + 3).collect(),
             self.commands.iter().map(|c| c.len() + 5).collect(),
-            self.read.iter().map(|f| f.len() + 4).collect(),
+            self.read.iter().map(|f| f.len() + 5).collect(),
         ];
+        // A category's title line costs once, with its first item.
+        const TITLE: usize = 40;
         let mut taken = [0usize; 7];
-        // The heading, the line under it, a title per category and the note on what was
-        // left out.
-        let mut used = LEDGER_HEADING.len() + 150 + 45 * costs.len();
+        // The heading, the line under it and the note on what was left out.
+        let mut used = LEDGER_HEADING.len() + 90 + 70;
         // First the user's words and the files changed, errors, todos and answers, within
         // most of the budget; then every category, commands and files read included.
         let first = budget.saturating_sub(budget.saturating_sub(used) * 3 / 10);
@@ -200,9 +201,10 @@ impl Ledger {
                     if blocked[c] {
                         continue;
                     }
+                    let title = if taken[c] == 0 { TITLE } else { 0 };
                     match cost.get(taken[c]) {
-                        Some(&n) if used + n <= limit => {
-                            used += n;
+                        Some(&n) if used + n + title <= limit => {
+                            used += n + title;
                             taken[c] += 1;
                         }
                         _ => blocked[c] = true,

@@ -557,3 +557,65 @@ fn lifecycle(events: &[CompactionEvent]) -> Vec<CompactionEvent> {
         .cloned()
         .collect()
 }
+
+#[tokio::test]
+async fn a_degenerate_summary_from_the_compaction_model_triggers_the_fallback() {
+    // The shapes issue 18 describes (written by hand): one phrase repeated to the output limit,
+    // an echo of COMPACTION.md, a copy of the last message of the transcript.
+    let echo: String = BUILTIN_PROMPT
+        .lines()
+        .take(30)
+        .collect::<Vec<_>>()
+        .join("\n");
+    // The last message of the summarized prefix, which the third answer copies.
+    let (_, log) = setup();
+    let ctx = log.replay();
+    let probe = compactor(model("p", "p").1, 300);
+    let prefix = probe
+        .prepare(&ctx, &CompactOptions::manual(None))
+        .unwrap()
+        .plan
+        .prefix();
+    let last = ctx.messages[prefix.end - 1].text();
+    assert!(last.len() >= 20, "{last}");
+    for (answer, expected) in [
+        (
+            "The user is reading the files. ".repeat(100),
+            "the model's summary repeats one phrase",
+        ),
+        (
+            echo,
+            "the model's summary is a copy of the compaction prompt",
+        ),
+        (
+            last.clone(),
+            "the model's summary is a copy of the last message of the transcript",
+        ),
+    ] {
+        let (_, mut log) = setup();
+        let (cheap, cheap_ref) = model("cheap-provider", "cheap");
+        let (main, main_ref) = model("main-provider", "big");
+        cheap.push_text(answer);
+        main.push_text("S1 from the active model");
+        let mut c = compactor(main_ref, 300)
+            .with_prompt(CompactionPrompt::builtin())
+            .with_compaction_model(Some(cheap_ref));
+        let ctx = log.replay();
+        let out = compacted(
+            c.compact(&ctx, &mut log, CompactOptions::manual(None))
+                .await
+                .unwrap(),
+        );
+        assert_eq!(
+            strip_ledger(&out.report.summary),
+            "S1 from the active model"
+        );
+        let cause = out
+            .report
+            .fallback_cause
+            .expect("the fallback ran")
+            .to_string();
+        assert!(cause.starts_with(expected), "{cause}");
+        assert_eq!((cheap.calls(), main.calls()), (1, 1));
+    }
+}
