@@ -233,12 +233,17 @@ fn the_offline_summary_is_bounded_on_a_long_session() {
     ]);
     run.expect_code(0);
     let summary = run.json()["summary"].as_str().unwrap().to_owned();
-    assert!(summary.len() < 16_000, "{} bytes", summary.len());
-    // Bounded, but it says what it left out.
+    // The offline text is bounded, and so is the ledger after it (half of the 8,192-token
+    // output budget, about 16,384 characters).
+    let (own, ledger) = summary.split_once("## Ledger").expect("the ledger follows");
+    assert!(own.len() < 4_000, "{} bytes", own.len());
+    assert!(ledger.len() < 16_500, "{} bytes", ledger.len());
+    // Bounded, but both say what they left out, and the most recent request is there.
     assert!(
-        summary.contains("more left out") && summary.contains("earlier items left out"),
+        own.contains("more left out") && ledger.contains("older items left out"),
         "{summary}"
     );
+    assert!(ledger.contains("Request 1499: change `item_1499`"), "{ledger}");
     assert!(
         summary.contains("Request 0: change `item_0`"),
         "the goal is the first prompt"
