@@ -422,9 +422,11 @@ type EventHandler = Box<dyn FnMut(&CompactionEvent) + Send>;
 /// callback.
 ///
 /// Model selection, the same for manual and automatic runs: `compaction_model` when configured,
-/// else the active model. When `compaction_model` fails for any reason (any provider error, an
-/// empty summary), the active model is asked once; when that fails too, the error carries both
-/// causes. Nothing is written unless a summary was obtained.
+/// else the active model. When `compaction_model` fails for any reason (any provider error, a
+/// summary that fails the checks: empty, one phrase repeated, an echo of the prompt or of the
+/// last message, longer than what it replaces), the active model is asked once; when that fails
+/// too, the error carries both causes. Nothing is written unless a summary was obtained. Every
+/// summary is followed by the ledger of what it replaces ([`with_ledger`]).
 pub struct Compactor {
     active: ModelRef,
     compaction_model: Option<ModelRef>,

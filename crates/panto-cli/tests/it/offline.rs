@@ -243,7 +243,10 @@ fn the_offline_summary_is_bounded_on_a_long_session() {
         own.contains("more left out") && ledger.contains("older items left out"),
         "{summary}"
     );
-    assert!(ledger.contains("Request 1499: change `item_1499`"), "{ledger}");
+    assert!(
+        ledger.contains("Request 1499: change `item_1499`"),
+        "{ledger}"
+    );
     assert!(
         summary.contains("Request 0: change `item_0`"),
         "the goal is the first prompt"
