@@ -187,7 +187,7 @@ pub fn summarize(
             _ => {}
         }
     }
-    spans.sort_by(|a, b| b.1.cmp(&a.1));
+    spans.sort_by_key(|s| std::cmp::Reverse(s.1));
     let mut recent: Vec<String> = Vec::new();
     for (span, _) in spans {
         push_unique(&mut recent, &span);

@@ -546,7 +546,15 @@ impl Compactor {
     ) -> Result<Prepared, NothingToCompact> {
         let sizes = self.sizer.message_sizes(&context.messages);
         let limit = options.request_limit(self.config.context_window);
-        let budget = keep_budget(self.config.keep_tokens, limit);
+        let mut budget = keep_budget(self.config.keep_tokens, limit);
+        if options.known_limit(self.config.context_window).is_none()
+            && let Some(bound) = limit
+        {
+            // Only a bound is known (the request that overflowed): the window may be far
+            // below it, so keep a tenth of it, which a window down to a fifth of the bound
+            // still holds beside an in-flight turn of the other half.
+            budget = budget.min(bound / 10);
+        }
         let mut p = plan(context, &sizes, budget);
         if p.is_empty() && options.trigger == Trigger::Overflow && p.kept_turns > 1 {
             p = plan(context, &sizes, 0);
@@ -675,7 +683,36 @@ impl Compactor {
             plan: prepared.plan.clone(),
             tokens_before: prepared.tokens_before,
         });
-        match self.fold(context, &prepared).await {
+        let mut prepared = prepared;
+        let mut result = self.fold(context, &prepared).await;
+        // An overflow compaction whose own requests taught it a smaller window than its plan
+        // assumed (the provider stated no limit) plans again within that window, once, when
+        // the kept turns and the summary would not fit it: else the retry could only overflow.
+        if let Ok(folded) = &result
+            && options.trigger == Trigger::Overflow
+            && let Some(learned) = folded.limit
+            && prepared.limit.is_none_or(|l| learned < l)
+            && kept_estimate(context, &prepared, &folded.summary) > learned
+        {
+            let tighter = CompactOptions {
+                context_limit: Some(learned),
+                provider_tokens: None,
+                ..options.clone()
+            };
+            if let Ok(again) = self.prepare(context, &tighter) {
+                tracing::info!(
+                    limit = learned,
+                    "the window is smaller than planned, planning again"
+                );
+                prepared = again;
+                let requests = folded.requests;
+                result = self.fold(context, &prepared).await.map(|mut f| {
+                    f.requests += requests;
+                    f
+                });
+            }
+        }
+        match result {
             Ok(folded) => {
                 let compacted = self.build(context, options, prepared, folded);
                 Ok(CompactOutcome::Compacted(Box::new(compacted)))
@@ -857,6 +894,7 @@ impl Compactor {
         }
         folded.summary = with_ledger(&running.unwrap_or_default(), &ledger);
         folded.ledger = ledger;
+        folded.limit = limit;
         Ok(folded)
     }
 
@@ -966,6 +1004,7 @@ impl Compactor {
             elided,
             ledger,
             degraded,
+            limit: _,
         } = folded;
         let used = used.unwrap_or_else(|| self.active.clone());
         let (model, provider) = match &degraded {
@@ -1188,6 +1227,15 @@ struct Folded {
     elided: Vec<ElidedItem>,
     ledger: Ledger,
     degraded: Option<String>,
+    /// The limit the fold ended with (lower than planned after a shrink).
+    limit: Option<u64>,
+}
+
+/// The estimated tokens of the context after a compaction: `summary` and the kept turns.
+fn kept_estimate(context: &EffectiveContext, prepared: &Prepared, summary: &str) -> u64 {
+    let mut after = vec![Message::compaction(summary)];
+    after.extend(context.messages[prepared.plan.kept()].iter().cloned());
+    estimate_request("", &after)
 }
 
 /// The body of a transcript item: what the summary must not merely copy.
