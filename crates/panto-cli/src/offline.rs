@@ -23,7 +23,7 @@ use std::fmt::Write as _;
 
 use panto_model::{Message, Role};
 use panto_provider::{BoxFuture, EventSink, Provider, ProviderError, Request, StreamEvent};
-use panto_transcript::{TranscriptItem, is_request, parse_request, strip_ledger};
+use panto_transcript::{TranscriptItem, clip, is_request, one_line, parse_request, strip_ledger};
 
 /// The model name the offline summarizer reports.
 pub const MODEL: &str = "offline-extractive";
@@ -374,21 +374,6 @@ fn push_unique(list: &mut Vec<String>, item: &str) {
     if !item.is_empty() && !list.iter().any(|x| x == item) {
         list.push(item.to_owned());
     }
-}
-
-/// Whitespace collapsed to single spaces.
-fn one_line(text: &str) -> String {
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
-}
-
-/// At most `max` characters, with an ellipsis when cut.
-fn clip(text: &str, max: usize) -> String {
-    if text.chars().count() <= max {
-        return text.to_owned();
-    }
-    let mut out: String = text.chars().take(max.saturating_sub(1)).collect();
-    out.push('…');
-    out
 }
 
 /// A summary written by someone else, carried over whole (bounded), with its headings moved one

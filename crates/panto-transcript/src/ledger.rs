@@ -367,13 +367,13 @@ fn chain(newer: &[String], older: &[String]) -> Vec<String> {
     out
 }
 
-/// Whitespace collapsed to single spaces.
-fn one_line(text: &str) -> String {
+/// `text` on one line: whitespace collapsed to single spaces.
+pub fn one_line(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-/// At most `max` characters, with an ellipsis when cut.
-fn clip(text: &str, max: usize) -> String {
+/// `text` cut to at most `max` characters, the last of them an ellipsis when it was cut.
+pub fn clip(text: &str, max: usize) -> String {
     if text.chars().count() <= max {
         return text.to_owned();
     }

@@ -113,7 +113,9 @@ mod syntax;
 
 pub use error::TranscriptError;
 pub use item::{Speaker, TranscriptItem, transcript_items};
-pub use ledger::{LEDGER_HEADING, Ledger, LedgerError, REQUEST_CHARS, is_request, strip_ledger};
+pub use ledger::{
+    LEDGER_HEADING, Ledger, LedgerError, REQUEST_CHARS, clip, is_request, one_line, strip_ledger,
+};
 pub use parse::{ParsedRequest, parse_request, parse_transcript};
 pub use render::{
     Elision, TurnTranscript, elision_marker, render_request, render_request_text,
