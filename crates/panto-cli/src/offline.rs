@@ -104,6 +104,7 @@ pub fn summarize_request(request: &Request) -> Result<String, ProviderError> {
         &parsed.items,
         parsed.previous_summary.as_deref(),
         instructions.as_deref(),
+        text.len(),
     ))
 }
 
@@ -134,11 +135,15 @@ const H_STATE_BEFORE: &str = "## Last state";
 const H_EARLIER: &str = "## Earlier summary";
 const OWN_MARK: &str = "<!-- panto offline summary -->";
 
-/// Builds the summary of transcript `items`, merged with `previous`.
+/// Builds the summary of transcript `items`, merged with `previous`. `replaced_chars` is the
+/// size of what the summary replaces (the request's user prompt): earlier summaries are carried
+/// whole when the summary stays shorter than that, else their beginning and their end (where
+/// a handoff lists the pending work) within what is left, at most 20,000 characters.
 pub fn summarize(
     items: &[TranscriptItem],
     previous: Option<&str>,
     instructions: Option<&str>,
+    replaced_chars: usize,
 ) -> String {
     let previous = previous.map(strip_ledger);
     let mut s = match previous {
@@ -197,6 +202,14 @@ pub fn summarize(
         push_unique(&mut recent, &old);
     }
     s.identifiers = recent;
+    if let Some(earlier) = s.earlier.take() {
+        // The room left once the other sections are written, with a margin for the heading.
+        let others = render(&s, instructions).len();
+        let room = replaced_chars
+            .saturating_sub(others + 300)
+            .min(EARLIER_CHARS);
+        s.earlier = Some(clip_middle(&earlier, room));
+    }
     render(&s, instructions)
 }
 
@@ -216,8 +229,7 @@ fn carry(earlier: &mut Option<String>, text: &str) {
     let text = carried_over(text);
     match earlier {
         Some(e) if !e.contains(&text) => {
-            let joined = format!("{e}\n\n{text}");
-            *e = clip_block(&joined, EARLIER_CHARS);
+            *e = format!("{e}\n\n{text}");
         }
         Some(_) => {}
         None => *earlier = Some(text),
@@ -390,7 +402,25 @@ fn carried_over(text: &str) -> String {
             }
         })
         .collect();
-    clip_block(&demoted.join("\n"), EARLIER_CHARS)
+    demoted.join("\n")
+}
+
+/// At most about `max` characters of `text`: whole, or its first two fifths and its last three
+/// fifths cut at line ends, with a line saying how much was left out between them (the end of
+/// a handoff is where the pending work is).
+fn clip_middle(text: &str, max: usize) -> String {
+    let total = text.chars().count();
+    if total <= max {
+        return text.to_owned();
+    }
+    let head_chars = max * 2 / 5;
+    let tail_chars = max.saturating_sub(head_chars + 60);
+    let head: String = text.chars().take(head_chars).collect();
+    let head = head.rfind('\n').map_or(head.as_str(), |i| &head[..i]);
+    let tail: String = text.chars().skip(total - tail_chars).collect();
+    let tail = tail.find('\n').map_or(tail.as_str(), |i| &tail[i + 1..]);
+    let left_out = total - head.chars().count() - tail.chars().count();
+    format!("{head}\n… ({left_out} characters of the earlier summary left out) …\n{tail}")
 }
 
 /// Like [`clip`], but cuts at the end of a line (or a word) when one is near.

@@ -252,3 +252,49 @@ fn the_offline_summary_is_bounded_on_a_long_session() {
         "the goal is the first prompt"
     );
 }
+
+#[test]
+fn an_earlier_summary_pasted_in_a_message_is_carried_whole_and_a_slash_command_is_no_goal() {
+    // The shape issue 18 describes: a session that opens with `/mode`, then an earlier
+    // agent's long handoff pasted as a message, whose pending tasks come at its end.
+    let sb = Sandbox::new();
+    let mut handoff =
+        String::from("This session is being continued from a previous conversation. Summary:\n");
+    for i in 0..300 {
+        handoff.push_str(&format!("## Part {i}\n- Detail {i} about `module_{i}`.\n"));
+    }
+    handoff.push_str("## Pending tasks\n- Port user-message-selector.ts to the theme API.\n");
+    assert!(handoff.len() > 10_000);
+    let mut text = String::new();
+    let lines = [
+        serde_json::json!({"type": "message", "role": "user", "content": [{"type": "text", "text": "/mode"}]}),
+        serde_json::json!({"type": "message", "role": "user", "content": [{"type": "text", "text": handoff}]}),
+        serde_json::json!({"type": "message", "role": "assistant", "content": [{"type": "text", "text": "Picking up the pending tasks."}]}),
+        serde_json::json!({"type": "message", "role": "user", "content": [{"type": "text", "text": "Start with the selector."}]}),
+        serde_json::json!({"type": "message", "role": "assistant", "content": [{"type": "text", "text": "Reading it now."}]}),
+        serde_json::json!({"type": "message", "role": "user", "content": [{"type": "text", "text": "Then the footer."}]}),
+    ];
+    for v in lines {
+        text.push_str(&v.to_string());
+        text.push('\n');
+    }
+    let path = sb.write("pasted.jsonl", &text);
+    let run = sb.run(&[
+        "compact",
+        path.to_str().unwrap(),
+        "--dry-run",
+        "--json",
+        "--keep-tokens",
+        "10",
+    ]);
+    run.expect_code(0);
+    let summary = run.json()["summary"].as_str().unwrap().to_owned();
+    let (own, ledger) = summary.split_once("## Ledger").unwrap();
+    assert!(
+        own.contains("- Port user-message-selector.ts to the theme API."),
+        "the pending tasks were lost:\n{own}"
+    );
+    assert!(!own.contains("## Goal\n/mode"), "{own}");
+    assert!(ledger.contains("Start with the selector."), "{ledger}");
+    assert!(!ledger.contains("1. /mode"), "{ledger}");
+}
