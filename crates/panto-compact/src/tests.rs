@@ -452,6 +452,24 @@ mod summary_checks {
     }
 
     #[test]
+    fn smollm2_copying_the_last_message_in_the_e2e_overflow_scenario_fails() {
+        // Captured in `cargo xtask e2e --provider openai` (target/e2e/openai/overflow): the
+        // transcript's last message was SmolLM2-135M's own earlier answer below, and its
+        // "summary" was rejected as a copy of it. The answer text itself is not logged by the
+        // server, so the copy here is that message, as the check's verdict says it was.
+        let last = "I'm glad to have you as a helpful assistant. I'm here to assist with creative writing tasks. What can I help you with today?";
+        let replaced = Replaced {
+            system: "You summarize a conversation between a user and an assistant (E2E-COMPACTION-PROMPT).\nWrite a short plain summary of the facts the user stated, in at most five sentences.\n",
+            last_message: last,
+            chars: 6_000,
+        };
+        assert_eq!(
+            check_summary(last, &replaced),
+            Err(AttemptFailure::EchoedLastMessage)
+        );
+    }
+
+    #[test]
     fn a_summary_longer_than_what_it_replaces_fails() {
         let summary: String = (0..400)
             .map(|i| format!("fact {i} about item{i}\n"))
