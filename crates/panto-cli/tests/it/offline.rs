@@ -209,7 +209,7 @@ fn send_without_a_provider_says_how_to_configure_one() {
 #[test]
 fn the_offline_summary_is_bounded_on_a_long_session() {
     let sb = Sandbox::new();
-    let mut text = String::new();
+    let mut lines = Vec::new();
     for i in 0..1500 {
         let user = serde_json::json!({"type": "message", "role": "user", "content": [{"type": "text", "text": format!("Request {i}: change `item_{i}` in src/mod_{i}.rs and keep going.")}]});
         let call = serde_json::json!({"type": "message", "role": "assistant", "content": [
@@ -217,22 +217,9 @@ fn the_offline_summary_is_bounded_on_a_long_session() {
             {"type": "tool_use", "id": format!("t{i}"), "name": format!("tool_{}", i % 40), "input": {"path": format!("src/mod_{i}.rs")}}]});
         let result = serde_json::json!({"type": "message", "role": "user", "content": [
             {"type": "tool_result", "tool_use_id": format!("t{i}"), "content": format!("error: failure number {i}"), "is_error": i % 3 == 0}]});
-        for v in [user, call, result] {
-            text.push_str(&v.to_string());
-            text.push('\n');
-        }
+        lines.extend([user, call, result]);
     }
-    let path = sb.write("long.jsonl", &text);
-    let run = sb.run(&[
-        "compact",
-        path.to_str().unwrap(),
-        "--dry-run",
-        "--json",
-        "--keep-tokens",
-        "100",
-    ]);
-    run.expect_code(0);
-    let summary = run.json()["summary"].as_str().unwrap().to_owned();
+    let summary = dry_run_summary(&sb, "long.jsonl", &lines, "100");
     // The offline text is bounded, and so is the ledger after it (half of the 8,192-token
     // output budget, about 16,384 characters).
     let (own, ledger) = summary.split_once("## Ledger").expect("the ledger follows");
@@ -265,7 +252,6 @@ fn an_earlier_summary_pasted_in_a_message_is_carried_whole_and_a_slash_command_i
     }
     handoff.push_str("## Pending tasks\n- Port user-message-selector.ts to the theme API.\n");
     assert!(handoff.len() > 10_000);
-    let mut text = String::new();
     let lines = [
         serde_json::json!({"type": "message", "role": "user", "content": [{"type": "text", "text": "/mode"}]}),
         serde_json::json!({"type": "message", "role": "user", "content": [{"type": "text", "text": handoff}]}),
@@ -274,21 +260,7 @@ fn an_earlier_summary_pasted_in_a_message_is_carried_whole_and_a_slash_command_i
         serde_json::json!({"type": "message", "role": "assistant", "content": [{"type": "text", "text": "Reading it now."}]}),
         serde_json::json!({"type": "message", "role": "user", "content": [{"type": "text", "text": "Then the footer."}]}),
     ];
-    for v in lines {
-        text.push_str(&v.to_string());
-        text.push('\n');
-    }
-    let path = sb.write("pasted.jsonl", &text);
-    let run = sb.run(&[
-        "compact",
-        path.to_str().unwrap(),
-        "--dry-run",
-        "--json",
-        "--keep-tokens",
-        "10",
-    ]);
-    run.expect_code(0);
-    let summary = run.json()["summary"].as_str().unwrap().to_owned();
+    let summary = dry_run_summary(&sb, "pasted.jsonl", &lines, "10");
     let (own, ledger) = summary.split_once("## Ledger").unwrap();
     assert!(
         own.contains("- Port user-message-selector.ts to the theme API."),
@@ -297,4 +269,21 @@ fn an_earlier_summary_pasted_in_a_message_is_carried_whole_and_a_slash_command_i
     assert!(!own.contains("## Goal\n/mode"), "{own}");
     assert!(ledger.contains("Start with the selector."), "{ledger}");
     assert!(!ledger.contains("1. /mode"), "{ledger}");
+}
+
+/// Writes `lines` as the session `name` and returns the summary of a dry-run compaction that
+/// keeps `keep` tokens.
+fn dry_run_summary(sb: &Sandbox, name: &str, lines: &[Value], keep: &str) -> String {
+    let text: String = lines.iter().map(|v| format!("{v}\n")).collect();
+    let path = sb.write(name, &text);
+    let run = sb.run(&[
+        "compact",
+        path.to_str().unwrap(),
+        "--dry-run",
+        "--json",
+        "--keep-tokens",
+        keep,
+    ]);
+    run.expect_code(0);
+    run.json()["summary"].as_str().unwrap().to_owned()
 }
