@@ -316,7 +316,7 @@ fn report(results: &[Outcome], build_note: &str, suite_time: Duration) {
 }
 
 /// Builds the `panto` binary and returns its path.
-fn build_panto(root: &Path) -> Result<PathBuf> {
+pub(crate) fn build_panto(root: &Path) -> Result<PathBuf> {
     eprintln!("e2e: cargo build -p panto-cli");
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
     let output = Command::new(cargo)

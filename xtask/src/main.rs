@@ -1,4 +1,4 @@
-//! Project automation: `cargo xtask ci | tidy | deps | bench`, and the commands later issues add.
+//! Project automation: `cargo xtask ci | tidy | deps | bench | calibrate | e2e | quality`.
 //!
 //! One small binary with subcommands and few dependencies, run through the `xtask` alias in
 //! `.cargo/config.toml`.
@@ -7,6 +7,7 @@ mod bench;
 mod calibrate;
 mod deps;
 mod e2e;
+mod quality;
 mod tidy;
 
 use std::path::{Path, PathBuf};
@@ -18,13 +19,15 @@ const USAGE: &str = "\
 usage: cargo xtask <command>
 
 commands:
-  ci     fmt check, clippy -D warnings, tests, rustdoc -D warnings, tidy, deps (in that order)
+  ci     fmt check, clippy -D warnings, tests, rustdoc -D warnings, tidy, deps, quality (in order)
   tidy   file headers, docs naming every crate, prompts referenced
   deps   the pure crates must not reach IO, async runtimes or HTTP
   bench  [SECTION...] [--quick] [--keep]  measurements as Markdown tables (release build);
          sections: scale, memory, session (docs/benchmarks.md)
   calibrate  the sizing heuristic against real sessions (PANTO_CALIBRATE_SESSIONS)
   e2e    [--provider NAME...] [--build-only]  panto against a real llama-server (docs/providers.md)
+  quality  [PANTO ARGS...]  facts kept by summaries of the real sessions (offline by default,
+         else `panto compact` with these arguments, e.g. --provider openai --model NAME)
 ";
 
 fn main() -> Result<()> {
@@ -37,6 +40,7 @@ fn main() -> Result<()> {
         Some("bench") => bench::run(&root, &args[1..]),
         Some("calibrate") => calibrate::run(&root),
         Some("e2e") => e2e::run(&root, &args[1..]),
+        Some("quality") => quality::run(&root, &args[1..]),
         Some("help" | "--help" | "-h") | None => {
             print!("{USAGE}");
             Ok(())
@@ -85,6 +89,8 @@ fn ci(root: &Path) -> Result<()> {
     tidy::run(root)?;
     eprintln!("==> deps");
     deps::run(root)?;
+    eprintln!("==> quality");
+    quality::run(root, &[])?;
     eprintln!("ci: all steps passed");
     Ok(())
 }

@@ -3,25 +3,27 @@
 //!
 //! It goes through the same pipeline as a real model: it receives the compaction request,
 //! reads the transcript back with `panto_transcript::parse_request`, and extracts:
-//! - the user's goal (the first prompt, or the goal of the previous summary),
-//! - the later requests,
-//! - the files and identifiers that tool calls and code spans touched,
+//! - any earlier summary it finds: the previous summary by another model, a summary block in
+//!   the transcript, or a summary the user pasted into a message, carried over whole (bounded),
+//! - the user's goal (the first request that is not a bare slash command, or the goal of the
+//!   previous summary),
+//! - the identifiers that code spans name, the most recent first,
 //! - the tools used with counts,
-//! - the errors seen and whether a later call of the same tool on the same target succeeded,
-//! - the last state of the work (the last assistant text),
+//! - where the work left off (the assistant's last text, quoted),
 //! - lines matching the key terms of `/compact` instructions,
 //!
-//! merged with the previous summary when it has the same sections (a summary by another model
-//! is carried over as a section of its own). Every section is bounded, so the summary is too.
-//! It cannot chat: any request that is not a compaction request is refused as unsupported.
+//! merged with the previous summary when it has the same sections. The user's requests, the
+//! files, the errors with their resolution, the commands, the todos and the answers are not
+//! repeated here: the compactor appends the ledger (`panto_transcript::Ledger`) to every
+//! summary, this one included. Every section is bounded, so the summary is too. It cannot chat:
+//! any request that is not a compaction request is refused as unsupported.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use panto_model::{Message, Role};
 use panto_provider::{BoxFuture, EventSink, Provider, ProviderError, Request, StreamEvent};
-use panto_transcript::{TranscriptItem, parse_request};
-use serde_json::Value;
+use panto_transcript::{TranscriptItem, clip, is_request, one_line, parse_request, strip_ledger};
 
 /// The model name the offline summarizer reports.
 pub const MODEL: &str = "offline-extractive";
@@ -31,16 +33,17 @@ const INSTRUCTIONS_HEADING: &str = panto_compact::ADDITIONAL_INSTRUCTIONS_HEADIN
 
 /// Caps that keep the summary bounded (characters or items).
 const GOAL_CHARS: usize = 700;
-const REQUEST_CHARS: usize = 240;
 const MAX_REQUESTS: usize = 12;
 const MAX_FILES: usize = 40;
 const MAX_IDENTIFIERS: usize = 30;
 const MAX_ERRORS: usize = 12;
-const ERROR_CHARS: usize = 200;
-const STATE_CHARS: usize = 900;
+const STATE_CHARS: usize = 1500;
 const MAX_FOCUS: usize = 10;
 const FOCUS_CHARS: usize = 240;
-const EARLIER_CHARS: usize = 3000;
+/// An earlier summary is carried whole up to this size (an agent's handoff can be long).
+const EARLIER_CHARS: usize = 20_000;
+/// A user message this long that reads like a summary is carried as one.
+const PASTED_SUMMARY_CHARS: usize = 1_500;
 
 /// A deterministic extractive summarizer.
 #[derive(Debug, Default)]
@@ -101,10 +104,12 @@ pub fn summarize_request(request: &Request) -> Result<String, ProviderError> {
         &parsed.items,
         parsed.previous_summary.as_deref(),
         instructions.as_deref(),
+        text.len(),
     ))
 }
 
-/// The sections of a summary, in the order they are written.
+/// The sections of a summary, in the order they are written. `requests`, `files` and `errors`
+/// are only carried from a summary written before the ledger took them over.
 #[derive(Debug, Default)]
 struct Summary {
     goal: Option<String>,
@@ -125,16 +130,22 @@ const H_IDENTIFIERS: &str = "## Identifiers";
 const H_TOOLS: &str = "## Tools used";
 const H_ERRORS: &str = "## Errors";
 const H_FOCUS: &str = "## Asked to keep";
-const H_STATE: &str = "## Last state";
+const H_STATE: &str = "## Where the work left off";
+const H_STATE_BEFORE: &str = "## Last state";
 const H_EARLIER: &str = "## Earlier summary";
 const OWN_MARK: &str = "<!-- panto offline summary -->";
 
-/// Builds the summary of transcript `items`, merged with `previous`.
+/// Builds the summary of transcript `items`, merged with `previous`. `replaced_chars` is the
+/// size of what the summary replaces (the request's user prompt): earlier summaries are carried
+/// whole when the summary stays shorter than that, else their beginning and their end (where
+/// a handoff lists the pending work) within what is left, at most 20,000 characters.
 pub fn summarize(
     items: &[TranscriptItem],
     previous: Option<&str>,
     instructions: Option<&str>,
+    replaced_chars: usize,
 ) -> String {
+    let previous = previous.map(strip_ledger);
     let mut s = match previous {
         Some(p) if p.starts_with(OWN_MARK) => parse_own(p),
         Some(p) => Summary {
@@ -143,101 +154,86 @@ pub fn summarize(
         },
         None => Summary::default(),
     };
-    let mut first_prompt = true;
-    // Errors waiting for a later success of the same tool on the same target.
-    let mut calls: HashMap<String, (String, String)> = HashMap::new(); // id -> (tool, target)
-    let mut open_errors: Vec<(String, String, String)> = Vec::new(); // (tool, target, line)
+    // Code spans with where they were last seen, to list the most recent first.
+    let mut spans: Vec<(String, usize)> = Vec::new();
     let terms = instructions.map(key_terms).unwrap_or_default();
-    for item in items {
+    for (at, item) in items.iter().enumerate() {
         match item {
             TranscriptItem::Text {
                 role: Role::User,
                 text,
             } => {
-                collect_code_spans(text, &mut s.identifiers);
-                let line = one_line(text);
-                if line.is_empty() {
-                    continue;
+                collect_code_spans(text, at, &mut spans);
+                if looks_like_summary(text) {
+                    carry(&mut s.earlier, text);
+                } else if is_request(text) && s.goal.is_none() && s.earlier.is_none() {
+                    s.goal = Some(clip(&one_line(text), GOAL_CHARS));
                 }
-                if first_prompt && s.goal.is_none() && s.earlier.is_none() {
-                    s.goal = Some(clip(&line, GOAL_CHARS));
-                } else {
-                    s.requests.push(clip(&line, REQUEST_CHARS));
-                }
-                first_prompt = false;
                 focus(&terms, "user", text, &mut s.focus);
             }
             TranscriptItem::Text {
                 role: Role::Assistant,
                 text,
             } => {
-                collect_code_spans(text, &mut s.identifiers);
+                collect_code_spans(text, at, &mut spans);
                 if !text.trim().is_empty() {
                     s.state = Some(clip_block(text.trim(), STATE_CHARS));
                 }
                 focus(&terms, "assistant", text, &mut s.focus);
             }
-            TranscriptItem::ToolCall {
-                id, name, input, ..
-            } => {
+            TranscriptItem::ToolCall { name, .. } => {
                 *s.tools.entry(name.clone()).or_insert(0) += 1;
-                let mut targets = Vec::new();
-                collect_paths(input, &mut targets);
-                for t in &targets {
-                    push_unique(&mut s.files, t);
-                }
-                let target = targets
-                    .first()
-                    .cloned()
-                    .unwrap_or_else(|| command_head(input));
-                calls.insert(id.clone(), (name.clone(), target));
             }
-            TranscriptItem::ToolResult {
-                id,
-                name,
-                is_error,
-                text,
-            } => {
-                let (tool, target) = calls.get(id).cloned().unwrap_or_else(|| {
-                    (
-                        name.clone().unwrap_or_else(|| "tool".to_owned()),
-                        String::new(),
-                    )
-                });
-                if *is_error {
-                    let first = text
-                        .lines()
-                        .find(|l| !l.trim().is_empty())
-                        .unwrap_or("")
-                        .trim();
-                    let line = if target.is_empty() {
-                        format!("`{tool}`: {}", clip(first, ERROR_CHARS))
-                    } else {
-                        format!("`{tool}` on `{target}`: {}", clip(first, ERROR_CHARS))
-                    };
-                    open_errors.push((tool, target, line));
-                } else {
-                    open_errors.retain(|(t, g, line)| {
-                        let resolved = *t == tool && *g == target;
-                        if resolved {
-                            s.errors.push(format!("{line} (resolved later)"));
-                        }
-                        !resolved
-                    });
-                }
+            TranscriptItem::ToolResult { text, .. } => {
                 focus(&terms, "tool result", text, &mut s.focus);
             }
             // A summary inside the transcript: carry it like a previous summary.
-            TranscriptItem::Summary { text } if s.earlier.is_none() => {
-                s.earlier = Some(carried_over(text));
-            }
+            TranscriptItem::Summary { text } => carry(&mut s.earlier, text),
             _ => {}
         }
     }
-    for (_, _, line) in open_errors {
-        s.errors.push(format!("{line} (not resolved in this part)"));
+    spans.sort_by_key(|s| std::cmp::Reverse(s.1));
+    let mut recent: Vec<String> = Vec::new();
+    for (span, _) in spans {
+        push_unique(&mut recent, &span);
+    }
+    // Identifiers from the previous summary come after the new ones.
+    for old in std::mem::take(&mut s.identifiers) {
+        push_unique(&mut recent, &old);
+    }
+    s.identifiers = recent;
+    if let Some(earlier) = s.earlier.take() {
+        // The room left once the other sections are written, with a margin for the heading.
+        let others = render(&s, instructions).len();
+        let room = replaced_chars
+            .saturating_sub(others + 300)
+            .min(EARLIER_CHARS);
+        s.earlier = Some(clip_middle(&earlier, room));
     }
     render(&s, instructions)
+}
+
+/// Whether a user message is a summary someone pasted in (an earlier agent's handoff): long,
+/// and either calling itself a summary near its start or organised under several headings.
+fn looks_like_summary(text: &str) -> bool {
+    if text.len() < PASTED_SUMMARY_CHARS {
+        return false;
+    }
+    let head: String = text.chars().take(300).collect::<String>().to_lowercase();
+    let headings = text.lines().filter(|l| l.starts_with('#')).count();
+    head.contains("summary") || head.contains("handoff") || headings >= 3
+}
+
+/// Adds an earlier summary to what is carried over.
+fn carry(earlier: &mut Option<String>, text: &str) {
+    let text = carried_over(text);
+    match earlier {
+        Some(e) if !e.contains(&text) => {
+            *e = format!("{e}\n\n{text}");
+        }
+        Some(_) => {}
+        None => *earlier = Some(text),
+    }
 }
 
 fn render(s: &Summary, instructions: Option<&str>) -> String {
@@ -371,7 +367,7 @@ fn parse_own(text: &str) -> Summary {
             flush(heading, &mut body, &mut s);
             heading = match line {
                 H_GOAL | H_REQUESTS | H_FILES | H_IDENTIFIERS | H_TOOLS | H_ERRORS | H_FOCUS
-                | H_STATE | H_EARLIER => line,
+                | H_STATE | H_STATE_BEFORE | H_EARLIER => line,
                 _ => "",
             };
         } else if !heading.is_empty() {
@@ -392,35 +388,6 @@ fn push_unique(list: &mut Vec<String>, item: &str) {
     }
 }
 
-/// Whitespace collapsed to single spaces.
-fn one_line(text: &str) -> String {
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
-}
-
-/// At most `max` characters, with an ellipsis when cut.
-fn clip(text: &str, max: usize) -> String {
-    if text.chars().count() <= max {
-        return text.to_owned();
-    }
-    let mut out: String = text.chars().take(max.saturating_sub(1)).collect();
-    out.push('…');
-    out
-}
-
-/// Keys of tool arguments that name files or folders.
-const PATH_KEYS: &[&str] = &[
-    "path",
-    "file",
-    "file_path",
-    "filepath",
-    "filename",
-    "notebook_path",
-    "dir",
-    "directory",
-    "cwd",
-    "target_file",
-];
-
 /// A summary written by someone else, carried over whole (bounded), with its headings moved one
 /// level down so they cannot be mistaken for this summary's own sections.
 fn carried_over(text: &str) -> String {
@@ -435,7 +402,25 @@ fn carried_over(text: &str) -> String {
             }
         })
         .collect();
-    clip_block(&demoted.join("\n"), EARLIER_CHARS)
+    demoted.join("\n")
+}
+
+/// At most about `max` characters of `text`: whole, or its first two fifths and its last three
+/// fifths cut at line ends, with a line saying how much was left out between them (the end of
+/// a handoff is where the pending work is).
+fn clip_middle(text: &str, max: usize) -> String {
+    let total = text.chars().count();
+    if total <= max {
+        return text.to_owned();
+    }
+    let head_chars = max * 2 / 5;
+    let tail_chars = max.saturating_sub(head_chars + 60);
+    let head: String = text.chars().take(head_chars).collect();
+    let head = head.rfind('\n').map_or(head.as_str(), |i| &head[..i]);
+    let tail: String = text.chars().skip(total - tail_chars).collect();
+    let tail = tail.find('\n').map_or(tail.as_str(), |i| &tail[i + 1..]);
+    let left_out = total - head.chars().count() - tail.chars().count();
+    format!("{head}\n… ({left_out} characters of the earlier summary left out) …\n{tail}")
 }
 
 /// Like [`clip`], but cuts at the end of a line (or a word) when one is near.
@@ -452,60 +437,8 @@ fn clip_block(text: &str, max: usize) -> String {
     format!("{}…", cut[..at].trim_end())
 }
 
-/// File-like values in tool arguments: path keys, and path-looking words of commands.
-fn collect_paths(input: &Value, out: &mut Vec<String>) {
-    match input {
-        Value::Object(map) => {
-            for (k, v) in map {
-                match (k.as_str(), v) {
-                    (k, Value::String(s)) if PATH_KEYS.contains(&k) => push_unique(out, s.trim()),
-                    ("command" | "cmd" | "script", Value::String(s)) => {
-                        for word in s.split(|c: char| c.is_whitespace() || c == '\'' || c == '"') {
-                            if looks_like_path(word) {
-                                push_unique(out, word.trim_end_matches([';', ',', ')']));
-                            }
-                        }
-                    }
-                    (_, v @ (Value::Object(_) | Value::Array(_))) => collect_paths(v, out),
-                    _ => {}
-                }
-            }
-        }
-        Value::Array(items) => items.iter().for_each(|v| collect_paths(v, out)),
-        _ => {}
-    }
-}
-
-const EXTENSIONS: &[&str] = &[
-    ".rs", ".py", ".js", ".ts", ".tsx", ".jsx", ".go", ".java", ".kt", ".c", ".h", ".cc", ".cpp",
-    ".hpp", ".cs", ".rb", ".php", ".swift", ".md", ".toml", ".json", ".jsonl", ".yaml", ".yml",
-    ".txt", ".sh", ".lock", ".sql", ".html", ".css", ".ex", ".exs", ".lua", ".proto",
-];
-
-fn looks_like_path(word: &str) -> bool {
-    let w = word.trim_end_matches([';', ',', ')']);
-    if w.len() < 3 || w.len() > 200 || w.starts_with('-') || w.contains("://") {
-        return false;
-    }
-    let has_ext = EXTENSIONS.iter().any(|e| w.ends_with(e));
-    (w.contains('/')
-        && w.chars()
-            .all(|c| c.is_alphanumeric() || "/._-~".contains(c)))
-        || has_ext
-}
-
-/// The program a command runs, as the target of a call with no file argument.
-fn command_head(input: &Value) -> String {
-    input
-        .get("command")
-        .or_else(|| input.get("cmd"))
-        .and_then(Value::as_str)
-        .map(|c| c.split_whitespace().take(2).collect::<Vec<_>>().join(" "))
-        .unwrap_or_default()
-}
-
 /// Inline code spans (`like_this`) that look like identifiers, paths or commands.
-fn collect_code_spans(text: &str, out: &mut Vec<String>) {
+fn collect_code_spans(text: &str, at: usize, out: &mut Vec<(String, usize)>) {
     let mut parts = text.split('`');
     parts.next();
     while let Some(span) = parts.next() {
@@ -515,7 +448,7 @@ fn collect_code_spans(text: &str, out: &mut Vec<String>) {
             && !span.contains(char::is_whitespace)
             && span.chars().any(char::is_alphanumeric);
         if word_like {
-            push_unique(out, span);
+            out.push((span.to_owned(), at));
         }
         // Skip the text between this span and the next.
         if parts.next().is_none() {

@@ -32,6 +32,7 @@ fn report(before: u64, after: u64, truncated: bool) -> CompactionEvent {
         steps: Vec::new(),
         requests: 1,
         elided: Vec::new(),
+        degraded: None,
     }))
 }
 

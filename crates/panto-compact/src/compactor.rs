@@ -12,11 +12,13 @@ use panto_size::{
     BLOCK_OVERHEAD, Heuristic, MESSAGE_OVERHEAD, Sizer, UsageSizer, estimate_request,
 };
 use panto_transcript::{
-    Elision, TurnTranscript, render_request_text, render_transcript_elided, render_turns,
+    Elision, Ledger, TranscriptItem, TurnTranscript, render_request_text, render_transcript_elided,
+    render_turns, strip_ledger, transcript_items,
 };
 use serde_json::{Value, json};
 use tracing::{Instrument, info_span};
 
+use crate::check::{Replaced, check_summary};
 use crate::error::{AttemptFailure, CompactError};
 use crate::events::CompactionEvent;
 use crate::fold::{FoldBudget, FoldPlan, fold};
@@ -30,6 +32,71 @@ pub const DEFAULT_KEEP_TOKENS: u64 = 20_000;
 
 /// The default output limit of a compaction request, in tokens.
 pub const DEFAULT_MAX_OUTPUT_TOKENS: u32 = 8_192;
+
+/// The smallest ledger budget, in characters, whatever the prefix's size.
+pub const MIN_LEDGER_CHARS: usize = 2_000;
+
+/// The ledger's budget in characters: the previous ledger's size (`previous_chars`, so that a
+/// chain never shrinks it) plus an eighth of what this compaction summarizes (`new_chars`: the
+/// prefix's transcript), at least [`MIN_LEDGER_CHARS`], and at most half the summary's output
+/// budget (`max_output_tokens` tokens at about four characters a token, halved). When the
+/// window is known or bounded (`limit`, in tokens) it is also at most `limit / 16` characters
+/// (about a sixtieth of the window), so that the ledger never stands between a small window and
+/// the retry.
+pub fn ledger_budget(
+    max_output_tokens: u32,
+    previous_chars: usize,
+    new_chars: usize,
+    limit: Option<u64>,
+) -> usize {
+    let most = (max_output_tokens as usize).saturating_mul(2);
+    let window = limit.map_or(usize::MAX, |l| {
+        usize::try_from(l / 16).unwrap_or(usize::MAX)
+    });
+    (previous_chars + new_chars / 8)
+        .max(MIN_LEDGER_CHARS)
+        .min(most.max(1))
+        .min(window)
+}
+
+/// A summary with the ledger rendered after it: the model's text without any ledger it copied,
+/// a blank line, then the ledger (when it records anything).
+pub fn with_ledger(summary: &str, ledger: &Ledger) -> String {
+    let text = strip_ledger(summary).trim_end();
+    if ledger.is_empty() {
+        return text.to_owned();
+    }
+    format!("{text}\n\n{}", ledger.render())
+}
+
+/// The length of a ledger's rendering, 0 for an empty one.
+fn rendered_len(ledger: &Ledger) -> usize {
+    if ledger.is_empty() {
+        0
+    } else {
+        ledger.render().len()
+    }
+}
+
+/// The ledger stored on the compaction entry of `context`, if any (an unreadable one counts as
+/// none: the summary text still carries its rendering).
+pub fn previous_ledger(context: &EffectiveContext) -> Ledger {
+    let stored = context
+        .compaction
+        .as_ref()
+        .and_then(|c| c.extra.get(LEDGER_FIELD));
+    match stored.map(Ledger::from_json) {
+        Some(Some(l)) => l,
+        Some(None) => {
+            tracing::warn!("the active compaction's ledger is unreadable; starting a new one");
+            Ledger::default()
+        }
+        None => Ledger::default(),
+    }
+}
+
+/// The field of the compaction entry that stores the ledger.
+pub const LEDGER_FIELD: &str = "ledger";
 
 /// A model to ask: a provider and a model name on it.
 ///
@@ -324,6 +391,9 @@ pub struct CompactionReport {
     pub requests: usize,
     /// Item bodies elided in the transcripts (never in the session).
     pub elided: Vec<ElidedItem>,
+    /// Set when no model could write the summary during overflow recovery, so the summary is
+    /// panto's own record ([`RECORD_ONLY_MODEL`]): why the models failed.
+    pub degraded: Option<String>,
 }
 
 /// A compaction's result: what to append, and the context it produces.
@@ -352,9 +422,11 @@ type EventHandler = Box<dyn FnMut(&CompactionEvent) + Send>;
 /// callback.
 ///
 /// Model selection, the same for manual and automatic runs: `compaction_model` when configured,
-/// else the active model. When `compaction_model` fails for any reason (any provider error, an
-/// empty summary), the active model is asked once; when that fails too, the error carries both
-/// causes. Nothing is written unless a summary was obtained.
+/// else the active model. When `compaction_model` fails for any reason (any provider error, a
+/// summary that fails the checks: empty, one phrase repeated, an echo of the prompt or of the
+/// last message, longer than what it replaces), the active model is asked once; when that fails
+/// too, the error carries both causes. Nothing is written unless a summary was obtained. Every
+/// summary is followed by the ledger of what it replaces ([`with_ledger`]).
 pub struct Compactor {
     active: ModelRef,
     compaction_model: Option<ModelRef>,
@@ -474,7 +546,15 @@ impl Compactor {
     ) -> Result<Prepared, NothingToCompact> {
         let sizes = self.sizer.message_sizes(&context.messages);
         let limit = options.request_limit(self.config.context_window);
-        let budget = keep_budget(self.config.keep_tokens, limit);
+        let mut budget = keep_budget(self.config.keep_tokens, limit);
+        if options.known_limit(self.config.context_window).is_none()
+            && let Some(bound) = limit
+        {
+            // Only a bound is known (the request that overflowed): the window may be far
+            // below it, so keep a tenth of it, which a window down to a fifth of the bound
+            // still holds beside an in-flight turn of the other half.
+            budget = budget.min(bound / 10);
+        }
         let mut p = plan(context, &sizes, budget);
         if p.is_empty() && options.trigger == Trigger::Overflow && p.kept_turns > 1 {
             p = plan(context, &sizes, 0);
@@ -603,7 +683,36 @@ impl Compactor {
             plan: prepared.plan.clone(),
             tokens_before: prepared.tokens_before,
         });
-        match self.fold(context, &prepared).await {
+        let mut prepared = prepared;
+        let mut result = self.fold(context, &prepared).await;
+        // An overflow compaction whose own requests taught it a smaller window than its plan
+        // assumed (the provider stated no limit) plans again within that window, once, when
+        // the kept turns and the summary would not fit it: else the retry could only overflow.
+        if let Ok(folded) = &result
+            && options.trigger == Trigger::Overflow
+            && let Some(learned) = folded.limit
+            && prepared.limit.is_none_or(|l| learned < l)
+            && kept_estimate(context, &prepared, &folded.summary) > learned
+        {
+            let tighter = CompactOptions {
+                context_limit: Some(learned),
+                provider_tokens: None,
+                ..options.clone()
+            };
+            if let Ok(again) = self.prepare(context, &tighter) {
+                tracing::info!(
+                    limit = learned,
+                    "the window is smaller than planned, planning again"
+                );
+                prepared = again;
+                let requests = folded.requests;
+                result = self.fold(context, &prepared).await.map(|mut f| {
+                    f.requests += requests;
+                    f
+                });
+            }
+        }
+        match result {
             Ok(folded) => {
                 let compacted = self.build(context, options, prepared, folded);
                 Ok(CompactOutcome::Compacted(Box::new(compacted)))
@@ -634,6 +743,13 @@ impl Compactor {
         let fixed = request_overhead(&prepared.system);
         let mut limit = prepared.limit;
         let mut running = prepared.previous_summary.clone();
+        let mut ledger = previous_ledger(context);
+        let budget = ledger_budget(
+            self.config.max_output_tokens,
+            rendered_len(&ledger),
+            prepared.transcript.text().len(),
+            prepared.limit,
+        );
         let mut done = 0;
         let mut shrinks = 0;
         let mut rejected_here = 0;
@@ -664,7 +780,12 @@ impl Compactor {
                 )
             };
             let user_prompt = render_request_text(&transcript, running.as_deref());
-            drop(transcript);
+            let items = transcript_items(&context.messages[messages.clone()]);
+            let replaced = Replaced {
+                system: &prepared.system,
+                last_message: items.last().map_or("", item_body),
+                chars: transcript.len() + running.as_deref().map_or(0, str::len),
+            };
             let input_tokens = fixed + Heuristic.text(&user_prompt);
             let last = plan.chunks.len() == 1;
             let output = match limit {
@@ -689,8 +810,15 @@ impl Compactor {
                 max_output_tokens: output,
             });
             let answer = self
-                .ask_with_fallback(&prepared.system, user_prompt, output, &mut folded.requests)
+                .ask_with_fallback(
+                    &prepared.system,
+                    user_prompt,
+                    output,
+                    &replaced,
+                    &mut folded.requests,
+                )
                 .await;
+            drop(transcript);
             match answer {
                 Ok(answer) => {
                     let summary_tokens = Heuristic.text(&answer.summary);
@@ -718,7 +846,11 @@ impl Compactor {
                     }));
                     folded.truncated = answer.truncated;
                     folded.used = Some(answer.used);
-                    running = Some(answer.summary);
+                    ledger = Ledger::merge(&ledger, &Ledger::from_items(&items));
+                    ledger.fit(budget);
+                    // The ledger goes with the final summary only: the next chunk's request
+                    // carries the model's text, so the fold's plan is not changed by it.
+                    running = Some(strip_ledger(&answer.summary).to_owned());
                     done = turns.end;
                     rejected_here = 0;
                     if done < prepared.turns.len() {
@@ -760,7 +892,9 @@ impl Compactor {
                 Err(Failure::Other(e)) => return Err(e),
             }
         }
-        folded.summary = running.unwrap_or_default();
+        folded.summary = with_ledger(&running.unwrap_or_default(), &ledger);
+        folded.ledger = ledger;
+        folded.limit = limit;
         Ok(folded)
     }
 
@@ -789,6 +923,7 @@ impl Compactor {
         system: &str,
         user_prompt: String,
         max_output_tokens: u32,
+        replaced: &Replaced<'_>,
         requests: &mut usize,
     ) -> Result<Answer, Failure> {
         let (first, second) = match &self.compaction_model {
@@ -802,7 +937,7 @@ impl Compactor {
             max_output_tokens,
         );
         *requests += 1;
-        let cause = match ask(&first, &request).await {
+        let cause = match ask(&first, &request, replaced).await {
             Ok((summary, truncated)) => {
                 return Ok(Answer {
                     summary,
@@ -832,7 +967,7 @@ impl Compactor {
         });
         request.model.clone_from(&active.model);
         *requests += 1;
-        match ask(&active, &request).await {
+        match ask(&active, &request, replaced).await {
             Ok((summary, truncated)) => Ok(Answer {
                 summary,
                 truncated,
@@ -867,8 +1002,15 @@ impl Compactor {
             steps,
             requests,
             elided,
+            ledger,
+            degraded,
+            limit: _,
         } = folded;
         let used = used.unwrap_or_else(|| self.active.clone());
+        let (model, provider) = match &degraded {
+            Some(_) => (RECORD_ONLY_MODEL.to_owned(), "panto".to_owned()),
+            None => (used.model.clone(), used.provider.name().to_owned()),
+        };
         let id = self.ids.next_id(IdKind::Compaction);
         let copies: Vec<Message> = context.messages[prepared.plan.kept()]
             .iter()
@@ -887,7 +1029,11 @@ impl Compactor {
 
         let plan = prepared.plan;
         let mut extra = Extra::new();
-        extra.insert("provider".into(), used.provider.name().into());
+        extra.insert("provider".into(), provider.as_str().into());
+        if let Some(cause) = &degraded {
+            extra.insert("degraded".into(), true.into());
+            extra.insert("degraded_error".into(), cause.as_str().into());
+        }
         extra.insert("fallback".into(), fallback_cause.is_some().into());
         if let Some(cause) = &fallback_cause {
             extra.insert("fallback_error".into(), cause.to_string().into());
@@ -918,12 +1064,15 @@ impl Compactor {
         if truncated {
             extra.insert("truncated".into(), true.into());
         }
+        if !ledger.is_empty() {
+            extra.insert(LEDGER_FIELD.into(), ledger.to_json());
+        }
         let instructions = options.instructions().map(str::to_owned);
         let entry = CompactionEntry {
             id: Some(id.clone()),
             summary: summary.clone(),
             trigger: Some(options.trigger.clone()),
-            model: Some(used.model.clone()),
+            model: Some(model.clone()),
             instructions: instructions.clone(),
             tokens_before: Some(prepared.tokens_before),
             tokens_after: Some(tokens_after),
@@ -941,8 +1090,8 @@ impl Compactor {
                 id,
                 summary,
                 trigger: options.trigger.clone(),
-                model: used.model.clone(),
-                provider: used.provider.name().to_owned(),
+                model,
+                provider,
                 fallback: fallback_cause.is_some(),
                 fallback_cause,
                 instructions,
@@ -953,8 +1102,63 @@ impl Compactor {
                 steps,
                 requests,
                 elided,
+                degraded,
             },
         }
+    }
+
+    /// Compacts `context` with no model: the summary is panto's own record (the previous
+    /// summary, the ledger of the prefix merged with the previous one, and the last words of the
+    /// assistant in the prefix), marked as such, and appended to `log` like any compaction.
+    /// Overflow recovery uses it when no model could write a summary (`failure`), so that the
+    /// conversation goes on instead of dying; the entry says `degraded: true`.
+    ///
+    /// # Errors
+    /// [`CompactError::Log`] when the append failed; nothing is in effect then.
+    pub fn compact_record_only<L: SessionLog + ?Sized>(
+        &mut self,
+        context: &EffectiveContext,
+        log: &mut L,
+        options: &CompactOptions,
+        failure: &CompactError,
+    ) -> Result<CompactOutcome, CompactError> {
+        let prepared = match self.prepare(context, options) {
+            Ok(p) => p,
+            Err(nothing) => return Ok(CompactOutcome::NothingToCompact(nothing)),
+        };
+        let prefix = &context.messages[prepared.plan.prefix()];
+        let items = transcript_items(prefix);
+        let previous = prepared.previous_summary.as_deref().map(strip_ledger);
+        let before = previous_ledger(context);
+        let budget = ledger_budget(
+            self.config.max_output_tokens,
+            rendered_len(&before),
+            prepared.transcript.text().len(),
+            prepared.limit,
+        );
+        let mut ledger = Ledger::merge(&before, &Ledger::from_items(&items));
+        ledger.fit(budget);
+        let summary = with_ledger(
+            &record_only_text(failure, previous, &items, budget / 2),
+            &ledger,
+        );
+        let compacted = self.build(
+            context,
+            options,
+            prepared,
+            Folded {
+                summary,
+                ledger,
+                degraded: Some(failure.to_string()),
+                ..Folded::default()
+            },
+        );
+        tracing::warn!(%failure, "no model could summarize; wrote panto's own record instead");
+        log.append(&compacted.entries).map_err(CompactError::Log)?;
+        self.emit(CompactionEvent::Finished(Box::new(
+            compacted.report.clone(),
+        )));
+        Ok(CompactOutcome::Compacted(Box::new(compacted)))
     }
 
     fn emit(&mut self, event: CompactionEvent) {
@@ -962,6 +1166,50 @@ impl Compactor {
             handler(&event);
         }
     }
+}
+
+/// The model name a record-only compaction reports ([`Compactor::compact_record_only`]).
+pub const RECORD_ONLY_MODEL: &str = "panto-record";
+
+/// The most characters of the assistant's last words a record-only summary quotes.
+const LAST_WORDS_CHARS: usize = 2_000;
+
+/// The text of a record-only summary (before its ledger): a note that no model wrote it and
+/// why, the previous summary, and the assistant's last words in the prefix.
+fn record_only_text(
+    failure: &CompactError,
+    previous: Option<&str>,
+    items: &[TranscriptItem],
+    quote_chars: usize,
+) -> String {
+    let mut out = format!(
+        "No model could write this summary ({failure}); panto kept the conversation going with its own record of the summarized turns instead.\n"
+    );
+    if let Some(p) = previous.filter(|p| !p.trim().is_empty()) {
+        out.push_str("\n## Earlier summary\n");
+        out.push_str(p.trim());
+        out.push('\n');
+    }
+    let last = items.iter().rev().find_map(|i| match i {
+        TranscriptItem::Text {
+            role: panto_model::Role::Assistant,
+            text,
+        } if !text.trim().is_empty() => Some(text.trim()),
+        _ => None,
+    });
+    if let Some(text) = last {
+        let quoted: String = text
+            .chars()
+            .take(LAST_WORDS_CHARS.min(quote_chars))
+            .collect();
+        out.push_str("\n## Where the work left off (the assistant's last words, quoted)\n");
+        for line in quoted.lines() {
+            out.push_str("> ");
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
 }
 
 /// How many times one fold shrinks its limit after a compaction request overflowed anyway.
@@ -977,6 +1225,28 @@ struct Folded {
     steps: Vec<FoldStep>,
     requests: usize,
     elided: Vec<ElidedItem>,
+    ledger: Ledger,
+    degraded: Option<String>,
+    /// The limit the fold ended with (lower than planned after a shrink).
+    limit: Option<u64>,
+}
+
+/// The estimated tokens of the context after a compaction: `summary` and the kept turns.
+fn kept_estimate(context: &EffectiveContext, prepared: &Prepared, summary: &str) -> u64 {
+    let mut after = vec![Message::compaction(summary)];
+    after.extend(context.messages[prepared.plan.kept()].iter().cloned());
+    estimate_request("", &after)
+}
+
+/// The body of a transcript item: what the summary must not merely copy.
+fn item_body(item: &TranscriptItem) -> &str {
+    match item {
+        TranscriptItem::Text { text, .. }
+        | TranscriptItem::Thinking { text, .. }
+        | TranscriptItem::ToolResult { text, .. }
+        | TranscriptItem::Summary { text } => text,
+        _ => "",
+    }
 }
 
 /// One summary, and who wrote it.
@@ -1086,7 +1356,11 @@ fn elide_to_fit(messages: &[Message], capacity: u64) -> Option<(String, Vec<Elis
 }
 
 /// Asks one model for the summary: `(summary, truncated)`.
-async fn ask(model: &ModelRef, request: &Request) -> Result<(String, bool), AttemptFailure> {
+async fn ask(
+    model: &ModelRef,
+    request: &Request,
+    replaced: &Replaced<'_>,
+) -> Result<(String, bool), AttemptFailure> {
     let span = info_span!("request", provider = model.provider.name(), model = %model.model);
     let mut ignore = |_: StreamEvent<'_>| {};
     let answer = model
@@ -1096,8 +1370,9 @@ async fn ask(model: &ModelRef, request: &Request) -> Result<(String, bool), Atte
         .await
         .map_err(AttemptFailure::Provider)?;
     let summary = answer.text().trim().to_owned();
-    if summary.is_empty() {
-        return Err(AttemptFailure::EmptySummary);
+    if let Err(failure) = check_summary(&summary, replaced) {
+        tracing::warn!(model = %model.model, %failure, "summary rejected");
+        return Err(failure);
     }
     let truncated = matches!(answer.stop_reason.as_deref(), Some("max_tokens" | "length"));
     Ok((summary, truncated))

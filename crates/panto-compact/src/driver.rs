@@ -152,6 +152,7 @@ impl<L: SessionLog> Driver<L> {
         let overflowed_tokens = estimate_request(&self.system, &self.context.messages);
         let options = CompactOptions::after_overflow(&overflow, overflowed_tokens);
         let limit = options.known_limit(self.compactor.config().context_window);
+        let options_again = options.clone();
         let report = match self
             .compactor
             .compact(&self.context, &mut self.log, options)
@@ -164,6 +165,27 @@ impl<L: SessionLog> Driver<L> {
             }
             Ok(CompactOutcome::NothingToCompact(nothing)) => {
                 return Err(CompactError::OverflowNothingToCompact { overflow, nothing });
+            }
+            Err(e) if e.no_summary_obtained() => {
+                // No model could summarize: keep the conversation alive with panto's own record.
+                match self.compactor.compact_record_only(
+                    &self.context,
+                    &mut self.log,
+                    &options_again,
+                    &e,
+                ) {
+                    Ok(CompactOutcome::Compacted(c)) => {
+                        let c = *c;
+                        self.context = c.context;
+                        c.report
+                    }
+                    _ => {
+                        return Err(CompactError::OverflowCompactionFailed {
+                            overflow,
+                            compaction: Box::new(e),
+                        });
+                    }
+                }
             }
             Err(e) => {
                 return Err(CompactError::OverflowCompactionFailed {

@@ -19,6 +19,30 @@ pub enum AttemptFailure {
     Provider(ProviderError),
     /// The model answered with no text, or only whitespace.
     EmptySummary,
+    /// The answer repeats one phrase: few of its word 4-grams are distinct.
+    RepetitiveSummary {
+        /// The share of distinct 4-grams, in percent.
+        distinct_percent: u32,
+    },
+    /// The answer is mostly a copy of the compaction prompt.
+    EchoedPrompt,
+    /// The answer is mostly a copy of the transcript's last message.
+    EchoedLastMessage,
+    /// The answer is longer than the transcript and previous summary it would replace.
+    LongerThanReplaced {
+        /// The answer's length in characters.
+        summary_chars: usize,
+        /// What it would replace, in characters.
+        replaced_chars: usize,
+    },
+}
+
+impl AttemptFailure {
+    /// Whether the model answered, but with a summary that failed the checks (as opposed to a
+    /// provider error).
+    pub fn is_rejected_summary(&self) -> bool {
+        !matches!(self, AttemptFailure::Provider(_))
+    }
 }
 
 impl fmt::Display for AttemptFailure {
@@ -26,6 +50,23 @@ impl fmt::Display for AttemptFailure {
         match self {
             AttemptFailure::Provider(e) => e.fmt(f),
             AttemptFailure::EmptySummary => f.write_str("the model returned an empty summary"),
+            AttemptFailure::RepetitiveSummary { distinct_percent } => write!(
+                f,
+                "the model's summary repeats one phrase (only {distinct_percent}% of its word sequences are distinct)"
+            ),
+            AttemptFailure::EchoedPrompt => {
+                f.write_str("the model's summary is a copy of the compaction prompt")
+            }
+            AttemptFailure::EchoedLastMessage => {
+                f.write_str("the model's summary is a copy of the last message of the transcript")
+            }
+            AttemptFailure::LongerThanReplaced {
+                summary_chars,
+                replaced_chars,
+            } => write!(
+                f,
+                "the model's summary ({summary_chars} characters) is longer than what it replaces ({replaced_chars} characters)"
+            ),
         }
     }
 }
@@ -34,7 +75,7 @@ impl std::error::Error for AttemptFailure {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             AttemptFailure::Provider(e) => Some(e),
-            AttemptFailure::EmptySummary => None,
+            _ => None,
         }
     }
 }
@@ -175,6 +216,22 @@ pub enum CompactError {
         /// The context limit the provider reported for the retry, when it did.
         limit: Option<u64>,
     },
+}
+
+impl CompactError {
+    /// Whether the compaction failed because no model wrote a usable summary (provider
+    /// failures, rejected summaries, requests that never fitted), as opposed to the prompt, the
+    /// log or the conversation itself.
+    pub fn no_summary_obtained(&self) -> bool {
+        matches!(
+            self,
+            CompactError::Compaction { .. }
+                | CompactError::BothModelsFailed { .. }
+                | CompactError::FoldOverflow { .. }
+                | CompactError::NoRoom(_)
+                | CompactError::TurnTooLarge { .. }
+        )
+    }
 }
 
 struct LimitNote(Option<u64>);

@@ -9,9 +9,13 @@
 //! - [`Compactor`] runs one compaction: plan, request (with `compaction_model` first and one
 //!   fallback to the active model, see [`ModelRef`]), then one [`SessionLog::append`] of the
 //!   compaction entry and the kept copies. It reports progress as [`CompactionEvent`]s.
+//!   A model's answer that fails the summary checks is a failed attempt; every summary is
+//!   followed by the ledger (`panto_transcript::Ledger`) of what it replaces, merged with the
+//!   one stored on the previous compaction entry ([`LEDGER_FIELD`], [`ledger_budget`]).
 //! - [`Driver`] is a conversation driver: it appends the new messages, sends the request, and on
 //!   [`ContextOverflow`](panto_provider::ProviderError::ContextOverflow) compacts once and retries
-//!   once.
+//!   once; when no model can summarize, it writes panto's own record instead
+//!   ([`Compactor::compact_record_only`]).
 //! - [`CompactError`] is the one error type; [`MemoryLog`] the in-memory [`SessionLog`].
 //! - With the `test-support` feature, the `testing` module offers a scripted fake provider.
 //!
@@ -24,6 +28,7 @@
 //! No async runtime is linked: futures returned by the [`Provider`](panto_provider::Provider)
 //! trait are simply awaited.
 
+mod check;
 mod compactor;
 mod driver;
 mod error;
@@ -38,8 +43,9 @@ pub mod testing;
 
 pub use compactor::{
     CompactConfig, CompactOptions, CompactOutcome, Compacted, CompactionReport, Compactor,
-    DEFAULT_KEEP_TOKENS, DEFAULT_MAX_OUTPUT_TOKENS, ElidedItem, FoldStep, MAX_SHRINKS, ModelRef,
-    NothingToCompact, Prepared,
+    DEFAULT_KEEP_TOKENS, DEFAULT_MAX_OUTPUT_TOKENS, ElidedItem, FoldStep, LEDGER_FIELD,
+    MAX_SHRINKS, MIN_LEDGER_CHARS, ModelRef, NothingToCompact, Prepared, RECORD_ONLY_MODEL,
+    ledger_budget, previous_ledger, with_ledger,
 };
 pub use driver::{Driver, Reply};
 pub use error::{AttemptFailure, CompactError, LogError};

@@ -387,3 +387,104 @@ fn compact_config_defaults() {
     let c = CompactConfig::default();
     assert_eq!((c.keep_tokens, c.max_output_tokens), (20_000, 8_192));
 }
+
+// The summary checks. The degenerate answers below are written by hand from the descriptions in
+// issue 18 (no captured model output was available in this worktree).
+mod summary_checks {
+    use crate::check::{Replaced, check_summary};
+    use crate::error::AttemptFailure;
+    use crate::prompt::BUILTIN_PROMPT;
+
+    const LAST: &str = "test result: FAILED. 3 passed; 1 failed\nthread 'parse_empty' panicked at src/parse.rs:41:5:\nassertion failed: tokens.is_empty()";
+
+    fn replaced(chars: usize) -> Replaced<'static> {
+        Replaced {
+            system: BUILTIN_PROMPT,
+            last_message: LAST,
+            chars,
+        }
+    }
+
+    #[test]
+    fn a_good_handoff_passes() {
+        let summary = "## Goal\nFix `parse_empty` in src/parse.rs without changing the public API.\n\n## Progress\n- The test fails: `assertion failed: tokens.is_empty()` at src/parse.rs:41.\n\n## Next steps\n- Make the tokenizer return no tokens for empty input.";
+        assert_eq!(check_summary(summary, &replaced(5_000)), Ok(()));
+    }
+
+    #[test]
+    fn an_empty_summary_fails() {
+        assert_eq!(
+            check_summary("", &replaced(5_000)),
+            Err(AttemptFailure::EmptySummary)
+        );
+    }
+
+    #[test]
+    fn one_phrase_repeated_to_the_output_limit_fails() {
+        // What SmolLM2-135M did: one phrase until the output limit.
+        let summary = "The user wants to fix the test. ".repeat(200);
+        assert!(matches!(
+            check_summary(summary.trim(), &replaced(50_000)),
+            Err(AttemptFailure::RepetitiveSummary { distinct_percent }) if distinct_percent < 25
+        ));
+    }
+
+    #[test]
+    fn an_echo_of_the_compaction_prompt_fails() {
+        // What Qwen2.5-Coder-0.5B did once: it wrote COMPACTION.md back.
+        let summary: String = BUILTIN_PROMPT
+            .lines()
+            .take(40)
+            .collect::<Vec<_>>()
+            .join("\n");
+        assert_eq!(
+            check_summary(&summary, &replaced(50_000)),
+            Err(AttemptFailure::EchoedPrompt)
+        );
+    }
+
+    #[test]
+    fn a_copy_of_the_last_tool_result_fails() {
+        assert_eq!(
+            check_summary(LAST, &replaced(50_000)),
+            Err(AttemptFailure::EchoedLastMessage)
+        );
+    }
+
+    #[test]
+    fn smollm2_copying_the_last_message_in_the_e2e_overflow_scenario_fails() {
+        // Captured in `cargo xtask e2e --provider openai` (target/e2e/openai/overflow): the
+        // transcript's last message was SmolLM2-135M's own earlier answer below, and its
+        // "summary" was rejected as a copy of it. The answer text itself is not logged by the
+        // server, so the copy here is that message, as the check's verdict says it was.
+        let last = "I'm glad to have you as a helpful assistant. I'm here to assist with creative writing tasks. What can I help you with today?";
+        let replaced = Replaced {
+            system: "You summarize a conversation between a user and an assistant (E2E-COMPACTION-PROMPT).\nWrite a short plain summary of the facts the user stated, in at most five sentences.\n",
+            last_message: last,
+            chars: 6_000,
+        };
+        assert_eq!(
+            check_summary(last, &replaced),
+            Err(AttemptFailure::EchoedLastMessage)
+        );
+    }
+
+    #[test]
+    fn a_summary_longer_than_what_it_replaces_fails() {
+        let summary: String = (0..400)
+            .map(|i| format!("fact {i} about item{i}\n"))
+            .collect();
+        assert!(matches!(
+            check_summary(&summary, &replaced(2_000)),
+            Err(AttemptFailure::LongerThanReplaced {
+                replaced_chars: 2_000,
+                ..
+            })
+        ));
+        // A short summary of a very short prefix is fine.
+        assert_eq!(
+            check_summary("## Goal\nSay hello to the user.", &replaced(10)),
+            Ok(())
+        );
+    }
+}

@@ -6,6 +6,9 @@
 //! - [`parse_transcript`] and [`parse_request`] invert them, giving [`TranscriptItem`]s (and the
 //!   previous summary, in a [`ParsedRequest`]). [`transcript_items`] gives the items of messages
 //!   directly. The offline summarizer works from the parsed request.
+//! - [`Ledger`] is the deterministic record of a summarized part (requests, files, errors,
+//!   commands, todos, answers), derived from items, merged under a budget and rendered after
+//!   every summary ([`LEDGER_HEADING`]).
 //!
 //! The one design choice to know: structure lives only at the start of lines (role markers) and
 //! on whole lines (envelope tags), and message text is escaped so that it can never produce
@@ -103,12 +106,16 @@
 mod error;
 mod escape;
 mod item;
+mod ledger;
 mod parse;
 mod render;
 mod syntax;
 
 pub use error::TranscriptError;
 pub use item::{Speaker, TranscriptItem, transcript_items};
+pub use ledger::{
+    LEDGER_HEADING, Ledger, LedgerError, REQUEST_CHARS, clip, is_request, one_line, strip_ledger,
+};
 pub use parse::{ParsedRequest, parse_request, parse_transcript};
 pub use render::{
     Elision, TurnTranscript, elision_marker, render_request, render_request_text,

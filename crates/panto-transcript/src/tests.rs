@@ -623,3 +623,149 @@ mod props {
         }
     }
 }
+
+mod ledger {
+    use panto_model::{ContentBlock, Message, Role};
+    use serde_json::json;
+
+    use crate::{LEDGER_HEADING, Ledger, strip_ledger, transcript_items};
+
+    fn session() -> Vec<Message> {
+        vec![
+            Message::user_text("/mode"),
+            Message::user_text("Fix the failing test in src/parse.rs"),
+            Message::new(
+                Role::Assistant,
+                vec![
+                    ContentBlock::tool_use("t1", "read", json!({"path": "src/lib.rs"})),
+                    ContentBlock::tool_use(
+                        "t2",
+                        "bash",
+                        json!({"command": "cd crate && cargo test -q"}),
+                    ),
+                ],
+            ),
+            Message::new(
+                Role::User,
+                vec![
+                    ContentBlock::tool_result("t1", "fn main() {}", false),
+                    ContentBlock::tool_result(
+                        "t2",
+                        "Compiling\nerror[E0425]: cannot find value `x`",
+                        true,
+                    ),
+                ],
+            ),
+            Message::new(
+                Role::Assistant,
+                vec![
+                    ContentBlock::tool_use(
+                        "t3",
+                        "edit",
+                        json!({"path": "src/parse.rs", "old": "a", "new": "b"}),
+                    ),
+                    ContentBlock::tool_use(
+                        "t4",
+                        "TodoWrite",
+                        json!({"todos": [
+                        {"content": "fix parse", "status": "completed"},
+                        {"content": "add a regression test", "status": "pending"}]}),
+                    ),
+                ],
+            ),
+            Message::new(
+                Role::User,
+                vec![
+                    ContentBlock::tool_result("t3", "ok", false),
+                    ContentBlock::tool_result("t4", "ok", false),
+                ],
+            ),
+            Message::new(
+                Role::Assistant,
+                vec![ContentBlock::tool_use(
+                    "t5",
+                    "bash",
+                    json!({"command": "cargo test -q 2>&1 | tail"}),
+                )],
+            ),
+            Message::new(
+                Role::User,
+                vec![ContentBlock::tool_result("t5", "test result: ok", false)],
+            ),
+            Message::user_text("[Request interrupted by user]"),
+            Message::user_text("Now commit it"),
+        ]
+    }
+
+    #[test]
+    fn the_ledger_records_requests_files_errors_commands_and_todos() {
+        let l = Ledger::from_items(&transcript_items(&session()));
+        assert_eq!(
+            l.requests,
+            ["Now commit it", "Fix the failing test in src/parse.rs"]
+        );
+        assert_eq!(l.modified, ["src/parse.rs"]);
+        assert_eq!(l.read, ["src/lib.rs"]);
+        assert_eq!(
+            l.commands,
+            ["cargo test -q 2>&1 | tail", "cd crate && cargo test -q"]
+        );
+        assert_eq!(l.todos, ["add a regression test (pending)"]);
+        assert_eq!(l.errors.len(), 1);
+        let e = &l.errors[0];
+        assert_eq!(e.message, "error[E0425]: cannot find value `x`");
+        // The later `cargo test` succeeded: the error is resolved, and the ledger says by what.
+        assert!(
+            e.resolved
+                .as_deref()
+                .unwrap()
+                .contains("cargo test -q 2>&1 | tail")
+        );
+        let text = l.render();
+        assert!(text.starts_with(LEDGER_HEADING));
+        assert!(text.contains("1. Fix the failing test in src/parse.rs\n2. Now commit it"));
+    }
+
+    #[test]
+    fn merging_keeps_recent_first_resolves_older_errors_and_round_trips_as_json() {
+        let all = session();
+        let older = Ledger::from_items(&transcript_items(&all[..4]));
+        assert!(older.errors[0].resolved.is_none());
+        let newer = Ledger::from_items(&transcript_items(&all[4..]));
+        let merged = Ledger::merge(&older, &newer);
+        assert_eq!(
+            merged.requests,
+            ["Now commit it", "Fix the failing test in src/parse.rs"]
+        );
+        assert!(merged.errors[0].resolved.is_some());
+        let stored = Ledger::from_json(&merged.to_json()).unwrap();
+        assert_eq!(stored.render(), merged.render());
+        // Unknown fields are tolerated.
+        let mut v = merged.to_json();
+        v["future"] = json!(1);
+        assert!(Ledger::from_json(&v).is_some());
+    }
+
+    #[test]
+    fn a_budget_keeps_the_most_recent_items_of_every_category() {
+        let mut l = Ledger::default();
+        l.requests = (0..100)
+            .rev()
+            .map(|i| format!("request number {i}"))
+            .collect();
+        l.modified = (0..100).rev().map(|i| format!("src/file{i}.rs")).collect();
+        l.fit(1_000);
+        assert!(l.render().len() <= 1_000, "{}", l.render().len());
+        assert_eq!(l.requests[0], "request number 99");
+        assert_eq!(l.modified[0], "src/file99.rs");
+        assert!(l.left_out > 0);
+    }
+
+    #[test]
+    fn a_copied_ledger_is_stripped_from_a_summary() {
+        let l = Ledger::from_items(&transcript_items(&session()));
+        let summary = format!("## Goal\nfix it\n\n{}", l.render());
+        assert_eq!(strip_ledger(&summary), "## Goal\nfix it");
+        assert_eq!(strip_ledger("no ledger"), "no ledger");
+    }
+}

@@ -209,7 +209,7 @@ fn send_without_a_provider_says_how_to_configure_one() {
 #[test]
 fn the_offline_summary_is_bounded_on_a_long_session() {
     let sb = Sandbox::new();
-    let mut text = String::new();
+    let mut lines = Vec::new();
     for i in 0..1500 {
         let user = serde_json::json!({"type": "message", "role": "user", "content": [{"type": "text", "text": format!("Request {i}: change `item_{i}` in src/mod_{i}.rs and keep going.")}]});
         let call = serde_json::json!({"type": "message", "role": "assistant", "content": [
@@ -217,30 +217,73 @@ fn the_offline_summary_is_bounded_on_a_long_session() {
             {"type": "tool_use", "id": format!("t{i}"), "name": format!("tool_{}", i % 40), "input": {"path": format!("src/mod_{i}.rs")}}]});
         let result = serde_json::json!({"type": "message", "role": "user", "content": [
             {"type": "tool_result", "tool_use_id": format!("t{i}"), "content": format!("error: failure number {i}"), "is_error": i % 3 == 0}]});
-        for v in [user, call, result] {
-            text.push_str(&v.to_string());
-            text.push('\n');
-        }
+        lines.extend([user, call, result]);
     }
-    let path = sb.write("long.jsonl", &text);
+    let summary = dry_run_summary(&sb, "long.jsonl", &lines, "100");
+    // The offline text is bounded, and so is the ledger after it (half of the 8,192-token
+    // output budget, about 16,384 characters).
+    let (own, ledger) = summary.split_once("## Ledger").expect("the ledger follows");
+    assert!(own.len() < 4_000, "{} bytes", own.len());
+    assert!(ledger.len() < 16_500, "{} bytes", ledger.len());
+    // Bounded, but both say what they left out, and the most recent request is there.
+    assert!(
+        own.contains("more left out") && ledger.contains("older items left out"),
+        "{summary}"
+    );
+    assert!(
+        ledger.contains("Request 1499: change `item_1499`"),
+        "{ledger}"
+    );
+    assert!(
+        summary.contains("Request 0: change `item_0`"),
+        "the goal is the first prompt"
+    );
+}
+
+#[test]
+fn an_earlier_summary_pasted_in_a_message_is_carried_whole_and_a_slash_command_is_no_goal() {
+    // The shape issue 18 describes: a session that opens with `/mode`, then an earlier
+    // agent's long handoff pasted as a message, whose pending tasks come at its end.
+    let sb = Sandbox::new();
+    let mut handoff =
+        String::from("This session is being continued from a previous conversation. Summary:\n");
+    for i in 0..300 {
+        handoff.push_str(&format!("## Part {i}\n- Detail {i} about `module_{i}`.\n"));
+    }
+    handoff.push_str("## Pending tasks\n- Port user-message-selector.ts to the theme API.\n");
+    assert!(handoff.len() > 10_000);
+    let lines = [
+        serde_json::json!({"type": "message", "role": "user", "content": [{"type": "text", "text": "/mode"}]}),
+        serde_json::json!({"type": "message", "role": "user", "content": [{"type": "text", "text": handoff}]}),
+        serde_json::json!({"type": "message", "role": "assistant", "content": [{"type": "text", "text": "Picking up the pending tasks."}]}),
+        serde_json::json!({"type": "message", "role": "user", "content": [{"type": "text", "text": "Start with the selector."}]}),
+        serde_json::json!({"type": "message", "role": "assistant", "content": [{"type": "text", "text": "Reading it now."}]}),
+        serde_json::json!({"type": "message", "role": "user", "content": [{"type": "text", "text": "Then the footer."}]}),
+    ];
+    let summary = dry_run_summary(&sb, "pasted.jsonl", &lines, "10");
+    let (own, ledger) = summary.split_once("## Ledger").unwrap();
+    assert!(
+        own.contains("- Port user-message-selector.ts to the theme API."),
+        "the pending tasks were lost:\n{own}"
+    );
+    assert!(!own.contains("## Goal\n/mode"), "{own}");
+    assert!(ledger.contains("Start with the selector."), "{ledger}");
+    assert!(!ledger.contains("1. /mode"), "{ledger}");
+}
+
+/// Writes `lines` as the session `name` and returns the summary of a dry-run compaction that
+/// keeps `keep` tokens.
+fn dry_run_summary(sb: &Sandbox, name: &str, lines: &[Value], keep: &str) -> String {
+    let text: String = lines.iter().map(|v| format!("{v}\n")).collect();
+    let path = sb.write(name, &text);
     let run = sb.run(&[
         "compact",
         path.to_str().unwrap(),
         "--dry-run",
         "--json",
         "--keep-tokens",
-        "100",
+        keep,
     ]);
     run.expect_code(0);
-    let summary = run.json()["summary"].as_str().unwrap().to_owned();
-    assert!(summary.len() < 16_000, "{} bytes", summary.len());
-    // Bounded, but it says what it left out.
-    assert!(
-        summary.contains("more left out") && summary.contains("earlier items left out"),
-        "{summary}"
-    );
-    assert!(
-        summary.contains("Request 0: change `item_0`"),
-        "the goal is the first prompt"
-    );
+    run.json()["summary"].as_str().unwrap().to_owned()
 }

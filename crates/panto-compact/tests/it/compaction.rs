@@ -10,6 +10,7 @@ use panto_compact::{
 };
 use panto_model::{Entry, KEPT_BY, Trigger, replay};
 use panto_provider::ProviderError;
+use panto_transcript::strip_ledger;
 use serde_json::json;
 
 use crate::*;
@@ -60,7 +61,10 @@ async fn success_appends_the_entry_then_the_kept_copies_in_one_call() {
         panic!("the append must open with the compaction entry")
     };
     assert_eq!(entry.id.as_deref(), Some("c1"));
-    assert_eq!(entry.summary, "S1: the user reads files 0 to 2.");
+    assert_eq!(
+        strip_ledger(&entry.summary),
+        "S1: the user reads files 0 to 2."
+    );
     assert_eq!(entry.trigger, Some(Trigger::Manual));
     assert_eq!(entry.model.as_deref(), Some("big"));
     assert_eq!(entry.instructions, None);
@@ -85,7 +89,9 @@ async fn success_appends_the_entry_then_the_kept_copies_in_one_call() {
     assert_eq!(log.replay(), out.context);
     assert_eq!(out.context.messages.len(), 4);
     assert_eq!(
-        out.context.messages[0].compaction_summary(),
+        out.context.messages[0]
+            .compaction_summary()
+            .map(strip_ledger),
         Some("S1: the user reads files 0 to 2.")
     );
     let report = &out.report;
@@ -302,7 +308,10 @@ async fn an_empty_summary_from_the_compaction_model_triggers_the_fallback() {
             .await
             .unwrap(),
     );
-    assert_eq!(out.report.summary, "S1 from the active model");
+    assert_eq!(
+        strip_ledger(&out.report.summary),
+        "S1 from the active model"
+    );
     assert_eq!(
         out.report.fallback_cause,
         Some(AttemptFailure::EmptySummary)
@@ -547,4 +556,66 @@ fn lifecycle(events: &[CompactionEvent]) -> Vec<CompactionEvent> {
         })
         .cloned()
         .collect()
+}
+
+#[tokio::test]
+async fn a_degenerate_summary_from_the_compaction_model_triggers_the_fallback() {
+    // The shapes issue 18 describes (written by hand): one phrase repeated to the output limit,
+    // an echo of COMPACTION.md, a copy of the last message of the transcript.
+    let echo: String = BUILTIN_PROMPT
+        .lines()
+        .take(30)
+        .collect::<Vec<_>>()
+        .join("\n");
+    // The last message of the summarized prefix, which the third answer copies.
+    let (_, log) = setup();
+    let ctx = log.replay();
+    let probe = compactor(model("p", "p").1, 300);
+    let prefix = probe
+        .prepare(&ctx, &CompactOptions::manual(None))
+        .unwrap()
+        .plan
+        .prefix();
+    let last = ctx.messages[prefix.end - 1].text();
+    assert!(last.len() >= 20, "{last}");
+    for (answer, expected) in [
+        (
+            "The user is reading the files. ".repeat(100),
+            "the model's summary repeats one phrase",
+        ),
+        (
+            echo,
+            "the model's summary is a copy of the compaction prompt",
+        ),
+        (
+            last.clone(),
+            "the model's summary is a copy of the last message of the transcript",
+        ),
+    ] {
+        let (_, mut log) = setup();
+        let (cheap, cheap_ref) = model("cheap-provider", "cheap");
+        let (main, main_ref) = model("main-provider", "big");
+        cheap.push_text(answer);
+        main.push_text("S1 from the active model");
+        let mut c = compactor(main_ref, 300)
+            .with_prompt(CompactionPrompt::builtin())
+            .with_compaction_model(Some(cheap_ref));
+        let ctx = log.replay();
+        let out = compacted(
+            c.compact(&ctx, &mut log, CompactOptions::manual(None))
+                .await
+                .unwrap(),
+        );
+        assert_eq!(
+            strip_ledger(&out.report.summary),
+            "S1 from the active model"
+        );
+        let cause = out
+            .report
+            .fallback_cause
+            .expect("the fallback ran")
+            .to_string();
+        assert!(cause.starts_with(expected), "{cause}");
+        assert_eq!((cheap.calls(), main.calls()), (1, 1));
+    }
 }

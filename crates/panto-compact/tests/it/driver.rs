@@ -2,14 +2,31 @@
 //! that can end.
 
 use panto_compact::testing::{overflow, reply, server_error};
-use panto_compact::{CompactError, CompactOutcome, Driver, MemoryLog};
+use panto_compact::{CompactError, CompactOutcome, Driver, MemoryLog, SessionLog};
 use panto_model::{Entry, Message, Trigger};
 use panto_provider::StreamEvent;
 use panto_size::estimate_request;
+use panto_transcript::strip_ledger;
 
 use crate::*;
 
 const SYSTEM: &str = "You are a careful coding agent.";
+
+/// A log that accepts `allowed` appends, then refuses every other one.
+struct RefuseAfter {
+    log: MemoryLog,
+    allowed: usize,
+}
+
+impl SessionLog for RefuseAfter {
+    fn append(&mut self, entries: &[Entry]) -> Result<(), panto_compact::LogError> {
+        if self.allowed == 0 {
+            return Err("the disk is full".into());
+        }
+        self.allowed -= 1;
+        self.log.append(entries)
+    }
+}
 
 fn driver(messages: &[Message], active: ModelRef, keep: u64) -> Driver<MemoryLog> {
     let log = log_of(messages);
@@ -103,7 +120,10 @@ async fn an_overflow_compacts_once_and_retries_the_same_request_once() {
     assert_eq!(requests[2].system, SYSTEM);
     assert_eq!(requests[2].model, requests[0].model);
     let retried = &requests[2].messages;
-    assert_eq!(retried[0].compaction_summary(), Some("S1"));
+    assert_eq!(
+        retried[0].compaction_summary().map(strip_ledger),
+        Some("S1")
+    );
     // Limit 1600 caps the budget at 400 tokens: the in-flight prompt and the two turns before.
     assert_eq!(retried.len(), 1 + 4);
     assert_eq!(strip(retried.last().unwrap()).text(), "r9-0 new question");
@@ -197,12 +217,65 @@ async fn a_non_overflow_error_on_the_retry_passes_through() {
 }
 
 #[tokio::test]
+async fn when_no_model_can_summarize_recovery_writes_panto_s_own_record_and_retries() {
+    let (p, active) = model("main", "big");
+    p.push(Err(overflow(Some(500), Some(100_000))));
+    p.push(Err(server_error()));
+    p.push_text("the reply");
+    let mut d = driver(&rounds(0, 3), active, 20_000);
+    let reply = d.send(vec![user("q")], &mut |_| {}).await.unwrap();
+    assert_eq!(reply.message.text(), "the reply");
+    let report = reply.compaction.expect("the record-only compaction");
+    assert_eq!(report.model, panto_compact::RECORD_ONLY_MODEL);
+    assert!(
+        report
+            .degraded
+            .as_deref()
+            .unwrap()
+            .contains("internal error")
+    );
+    // The record: marked as such, with the user's requests of the summarized turns.
+    assert!(
+        report
+            .summary
+            .starts_with("No model could write this summary")
+    );
+    assert!(
+        report.summary.contains("1. r0-0 please look at file 0"),
+        "{}",
+        report.summary
+    );
+    let Some(Entry::Compaction(entry)) = d
+        .log()
+        .entries()
+        .iter()
+        .rev()
+        .find(|e| matches!(e, Entry::Compaction(_)))
+    else {
+        panic!("a compaction entry was written")
+    };
+    assert_eq!(entry.extra["degraded"], true);
+    assert!(entry.extra["ledger"]["requests"].is_array());
+    // The retry went out with the record as the compaction block.
+    let retried = &p.requests()[2].messages;
+    assert!(
+        retried[0]
+            .compaction_summary()
+            .unwrap()
+            .contains("## Ledger")
+    );
+}
+
+#[tokio::test]
 async fn a_failed_compaction_during_recovery_carries_the_overflow_and_the_failure() {
     let (p, active) = model("main", "big");
     p.push(Err(overflow(Some(2_000), Some(1_600))));
     p.push(Err(server_error()));
     p.push_text("never asked");
-    let mut d = driver(&rounds(0, 3), active, 20_000);
+    // The model fails and so does the append of panto's own record: nothing can be written.
+    let (compactor, log, ctx) = driver(&rounds(0, 3), active, 20_000).into_parts();
+    let log = RefuseAfter { log, allowed: 1 };
+    let mut d = Driver::new(compactor, log, ctx).with_system(SYSTEM);
     let err = d.send(vec![user("q")], &mut |_| {}).await.unwrap_err();
     let CompactError::OverflowCompactionFailed {
         overflow: o,
@@ -220,9 +293,10 @@ async fn a_failed_compaction_during_recovery_carries_the_overflow_and_the_failur
          (HTTP 500): internal error"
     );
     assert_eq!(p.calls(), 2);
-    assert_eq!(d.log().entries().len(), 13);
+    assert_eq!(d.log().log.entries().len(), 13);
     assert!(
         !d.log()
+            .log
             .entries()
             .iter()
             .any(|e| matches!(e, Entry::Compaction(_)))
@@ -280,6 +354,11 @@ async fn manual_compaction_through_the_driver_updates_its_context() {
     assert_eq!(d.context().messages.len(), 4);
     assert_eq!(d.log().replay().messages, d.context().messages);
     d.send(vec![user("and now?")], &mut |_| {}).await.unwrap();
-    assert_eq!(p.requests()[1].messages[0].compaction_summary(), Some("S1"));
+    assert_eq!(
+        p.requests()[1].messages[0]
+            .compaction_summary()
+            .map(strip_ledger),
+        Some("S1")
+    );
     assert_eq!(d.log().replay().messages, d.context().messages);
 }

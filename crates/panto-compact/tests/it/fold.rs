@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use panto_compact::{
     CompactConfig, CompactError, Compactor, Driver, FoldBudget, FoldError, MAX_SHRINKS, MemoryLog,
-    ModelRef, SequentialIds, fold,
+    ModelRef, Reply, SequentialIds, fold,
 };
 use panto_model::{ContentBlock, Entry, Message, Role};
 use panto_provider::{BoxFuture, EventSink, Provider, ProviderError, Request};
@@ -217,10 +217,7 @@ proptest! {
         summary_words in 5usize..60,
     ) {
         let prompt = Message::user_text(format!("new {}", vec!["ask"; prompt_words].join(" ")));
-        let mut all = history.clone();
-        all.push(prompt.clone());
-        let full = estimate_request("agent", &all);
-        let window = ((full as f64 * factor) * window_share) as u64;
+        let window = window_for(&history, &prompt, factor * window_share);
         let model = Arc::new(Window {
             window,
             factor,
@@ -228,15 +225,7 @@ proptest! {
             summary_words,
             seen: Mutex::new(Vec::new()),
         });
-        let log = MemoryLog::with_entries(history.into_iter().map(Entry::Message).collect());
-        let ctx = log.replay();
-        let active = ModelRef::new(model.clone(), "m");
-        let compactor = Compactor::new(active)
-            .with_ids(SequentialIds::new())
-            .with_prompt(short_prompt())
-            .with_config(CompactConfig { keep_tokens: keep, ..CompactConfig::default() });
-        let mut driver = Driver::new(compactor, log, ctx).with_system("agent");
-        let result = block_on(driver.send(vec![prompt.clone()], &mut |_| {}));
+        let (driver, result) = recover(history, &prompt, model.clone(), keep);
         let seen = model.seen.lock().unwrap().clone();
 
         // What a retry needs: the agent prompt, the in-flight turn and a summary, counted as
@@ -264,4 +253,66 @@ proptest! {
         // Whatever happened, the prompt is in the log.
         prop_assert!(driver.log().entries().iter().any(|e| matches!(e, Entry::Message(m) if m.text() == prompt.text())));
     }
+}
+
+/// The window, in the provider's tokens, that is `share` of the estimate of `history` and
+/// `prompt`.
+fn window_for(history: &[Message], prompt: &Message, share: f64) -> u64 {
+    let mut all = history.to_vec();
+    all.push(prompt.clone());
+    (estimate_request("agent", &all) as f64 * share) as u64
+}
+
+/// Sends `prompt` after `history` to `model` through a driver keeping `keep` tokens.
+fn recover(
+    history: Vec<Message>,
+    prompt: &Message,
+    model: Arc<Window>,
+    keep: u64,
+) -> (Driver<MemoryLog>, Result<Reply, CompactError>) {
+    let log = MemoryLog::with_entries(history.into_iter().map(Entry::Message).collect());
+    let ctx = log.replay();
+    let compactor = Compactor::new(ModelRef::new(model, "m"))
+        .with_ids(SequentialIds::new())
+        .with_prompt(short_prompt())
+        .with_config(CompactConfig {
+            keep_tokens: keep,
+            ..CompactConfig::default()
+        });
+    let mut driver = Driver::new(compactor, log, ctx).with_system("agent");
+    let result = block_on(driver.send(vec![prompt.clone()], &mut |_| {}));
+    (driver, result)
+}
+
+/// The shrunk failures of the property above (saved in proptest-regressions/fold.txt): the
+/// provider states no limit, and the window is a fifth of the request that overflowed. The keep
+/// budget was a quarter of that request, more than the whole window; now it is a tenth.
+#[test]
+fn an_overflow_without_numbers_into_a_window_a_fifth_of_the_request_recovers() {
+    let history: Vec<Message> = (0..30)
+        .map(|i| {
+            let text = format!("m{i} {}", vec!["word"; 150].join(" "));
+            if i % 2 == 0 {
+                Message::user_text(text)
+            } else {
+                Message::assistant_text(text)
+            }
+        })
+        .collect();
+    let prompt = Message::user_text("new ask");
+    let window = window_for(&history, &prompt, 0.6 * 0.2);
+    let model = Arc::new(Window {
+        window,
+        factor: 0.6,
+        numbers: false,
+        summary_words: 5,
+        seen: Mutex::new(Vec::new()),
+    });
+    let (driver, result) = recover(history, &prompt, model.clone(), 20_000);
+    let seen = model.seen.lock().unwrap().clone();
+    assert!(result.is_ok(), "window {window}: {result:?}\n{seen:?}");
+    assert_eq!(
+        driver.context().messages.last().unwrap().text(),
+        "the reply"
+    );
 }

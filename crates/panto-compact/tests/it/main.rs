@@ -8,6 +8,7 @@ mod crash;
 mod driver;
 mod example_session;
 mod fold;
+mod ledger;
 mod props;
 mod snapshots;
 

@@ -1,0 +1,124 @@
+//! The ledger across chained compactions: facts planted in a conversation survive five chained
+//! compactions by a model that remembers nothing, because the ledger carries them.
+
+use std::sync::Arc;
+
+use panto_compact::testing::ScriptedProvider;
+use panto_compact::{
+    CompactConfig, CompactOptions, CompactOutcome, Compactor, LEDGER_FIELD, MemoryLog, ModelRef,
+    SequentialIds, SessionLog,
+};
+use panto_model::{ContentBlock, Entry, Message, Role};
+use panto_transcript::Ledger;
+use proptest::prelude::*;
+use serde_json::json;
+
+use crate::block_on;
+
+/// What a forgetful model answers to every compaction request: a valid, short summary that
+/// keeps none of the facts.
+const FORGETFUL: &str = "The session went on; the details are not recalled here.";
+
+/// One planted fact of each kind, numbered `k`, as the messages that state it: a request, an
+/// edit of a file, a failing command and its error.
+fn planted(k: usize) -> Vec<Message> {
+    let edit = format!("e{k}");
+    let run = format!("b{k}");
+    vec![
+        Message::user_text(format!(
+            "Planted request {k}: rename the option to `opt_{k}`"
+        )),
+        Message::new(
+            Role::Assistant,
+            vec![
+                ContentBlock::tool_use(
+                    &edit,
+                    "edit",
+                    json!({"path": format!("src/planted_{k}.rs")}),
+                ),
+                ContentBlock::tool_use(
+                    &run,
+                    "bash",
+                    json!({"command": format!("plant-check-{k} --all")}),
+                ),
+            ],
+        ),
+        Message::new(
+            Role::User,
+            vec![
+                ContentBlock::tool_result(&edit, "ok", false),
+                ContentBlock::tool_result(&run, format!("error: planted failure {k}"), true),
+            ],
+        ),
+        Message::assistant_text(format!("Noted fact {k}.")),
+    ]
+}
+
+/// Filler turns: the user says "continue", the assistant answers with `words` words.
+fn filler(turns: usize, words: usize) -> Vec<Message> {
+    (0..turns)
+        .flat_map(|i| {
+            [
+                Message::user_text("continue"),
+                Message::assistant_text(format!("step {i} {}", vec!["filler"; words].join(" "))),
+            ]
+        })
+        .collect()
+}
+
+prop_compose! {
+    /// Five rounds, each with one planted fact (numbered by round) between filler turns of
+    /// random counts and lengths, ending with filler so that the fact is summarized.
+    fn rounds()(plan in prop::collection::vec((0usize..4, 1usize..4, 1usize..80), 5..=5)) -> Vec<Vec<Message>> {
+        plan.into_iter()
+            .enumerate()
+            .map(|(k, (before, after, words))| {
+                let mut round = filler(before, words);
+                round.extend(planted(k));
+                round.extend(filler(after, words));
+                round
+            })
+            .collect()
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// Planted requests, modified files, errors and commands survive five chained compactions
+    /// through the ledger alone, in the text the next model reads and on the entry.
+    #[test]
+    fn planted_facts_survive_five_chained_compactions(rounds in rounds()) {
+        let provider = Arc::new(ScriptedProvider::new("main"));
+        let mut compactor = Compactor::new(ModelRef::new(provider.clone(), "forgetful"))
+            .with_ids(SequentialIds::new())
+            .with_config(CompactConfig { keep_tokens: 0, ..CompactConfig::default() });
+        let mut log = MemoryLog::new();
+        let mut planted_so_far = 0;
+        for round in &rounds {
+            let entries: Vec<Entry> = round.iter().cloned().map(Entry::Message).collect();
+            log.append(&entries).unwrap();
+            planted_so_far += round.iter().filter(|m| m.text().starts_with("Planted request")).count();
+            provider.push_text(FORGETFUL);
+            let ctx = log.replay();
+            let out = block_on(compactor.compact(&ctx, &mut log, CompactOptions::manual(None))).unwrap();
+            prop_assert!(matches!(out, CompactOutcome::Compacted(_)));
+        }
+        let ctx = log.replay();
+        let summary = ctx.summary().unwrap();
+        let stored = ctx.compaction.as_ref().unwrap().extra.get(LEDGER_FIELD).and_then(Ledger::from_json).unwrap();
+        for k in 0..planted_so_far {
+            let request = format!("Planted request {k}: rename the option to `opt_{k}`");
+            let file = format!("src/planted_{k}.rs");
+            let command = format!("plant-check-{k} --all");
+            let error = format!("error: planted failure {k}");
+            for fact in [&request, &file, &command, &error] {
+                prop_assert!(summary.contains(fact.as_str()), "{fact} lost:\n{summary}");
+            }
+            prop_assert!(stored.requests.contains(&request));
+            prop_assert!(stored.modified.contains(&file));
+            prop_assert!(stored.commands.contains(&command), "{:?}", stored);
+            prop_assert!(stored.errors.iter().any(|e| e.message == error && e.resolved.is_none()));
+        }
+    }
+}

@@ -1,0 +1,753 @@
+//! The ledger: a compact, deterministic record of what a summarized part of a conversation
+//! did, derived from its transcript items rather than from any model's answer.
+//!
+//! [`Ledger::from_items`] walks the items once: the user's requests (verbatim), the files
+//! modified and read, the errors tools reported and whether a later call on the same target
+//! succeeded, the distinct commands, the open todos of the latest todo list and the user's
+//! answers to the agent's questions. [`Ledger::merge`] combines an older ledger with a newer
+//! one (recency first) and [`Ledger::fit`] keeps it within a character budget, most recent
+//! items first, round-robin over the categories so that none of them is starved. The ledger is
+//! stored typed on the compaction entry (see `serde`) and rendered by [`Ledger::render`] into
+//! the text the next model reads.
+
+use std::fmt::Write as _;
+
+use panto_model::Role;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::item::TranscriptItem;
+
+/// The heading that opens a rendered ledger. Everything from a line equal to it to the end of a
+/// summary is the ledger ([`strip_ledger`]).
+pub const LEDGER_HEADING: &str =
+    "## Ledger (recorded by panto from the conversation, not by a model)";
+
+/// The most characters any request but the most recent keeps; longer ones are shortened.
+pub const REQUEST_CHARS: usize = 600;
+/// The most characters of a command, an error message, a todo or a path.
+const ITEM_CHARS: usize = 200;
+/// The most characters of one answer of the user.
+const ANSWER_CHARS: usize = 400;
+
+/// One error a tool reported.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+#[non_exhaustive]
+pub struct LedgerError {
+    /// The tool that failed.
+    pub tool: String,
+    /// What it was called on: a path, or the command (shortened).
+    pub target: String,
+    /// The most telling line of the error output.
+    pub message: String,
+    /// How often the same error occurred.
+    pub count: u32,
+    /// When a later call of the same tool on the same target succeeded: that call, described.
+    pub resolved: Option<String>,
+}
+
+/// The deterministic record of a summarized part of a conversation. Every list is most recent
+/// first and holds no duplicates.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+#[non_exhaustive]
+pub struct Ledger {
+    /// The user's messages that are not tool results, bare slash commands or interruptions.
+    pub requests: Vec<String>,
+    /// Files that tool calls created, edited or deleted.
+    pub modified: Vec<String>,
+    /// Files that tool calls read, listed or searched (and not modified).
+    pub read: Vec<String>,
+    /// Errors that tools reported.
+    pub errors: Vec<LedgerError>,
+    /// Distinct shell commands, first line only.
+    pub commands: Vec<String>,
+    /// The items of the latest todo list that are not done, in the list's order.
+    pub todos: Vec<String>,
+    /// The user's answers to the agent's questions (answers to question tools).
+    pub answers: Vec<String>,
+    /// How many items budgets have left out, over every merge so far.
+    pub left_out: u64,
+    /// Whether a todo list was seen (a newer list replaces an older one, even an empty one).
+    #[serde(skip)]
+    todo_list_seen: bool,
+    /// The targets of successful calls, with the call described: they resolve older errors
+    /// when this ledger is merged over an older one.
+    #[serde(skip)]
+    successes: Vec<(String, String)>,
+}
+
+impl Ledger {
+    /// Whether the ledger records nothing.
+    pub fn is_empty(&self) -> bool {
+        self.requests.is_empty()
+            && self.modified.is_empty()
+            && self.read.is_empty()
+            && self.errors.is_empty()
+            && self.commands.is_empty()
+            && self.todos.is_empty()
+            && self.answers.is_empty()
+    }
+
+    /// The ledger of `items` (a transcript, oldest first). Deterministic; not budgeted.
+    pub fn from_items(items: &[TranscriptItem]) -> Ledger {
+        let mut walk = Walk::default();
+        for item in items {
+            walk.item(item);
+        }
+        walk.finish()
+    }
+
+    /// `newer` over `older`: newer items first, duplicates removed, older errors resolved by
+    /// newer successes, the newer todo list when it saw one. Not budgeted; see [`Ledger::fit`].
+    pub fn merge(older: &Ledger, newer: &Ledger) -> Ledger {
+        let mut errors = newer.errors.clone();
+        for e in &older.errors {
+            let mut e = e.clone();
+            if e.resolved.is_none() {
+                e.resolved = newer
+                    .successes
+                    .iter()
+                    .find(|(key, _)| *key == error_key(&e.tool, &e.target))
+                    .map(|(_, how)| how.clone());
+            }
+            errors.push(e);
+        }
+        let modified = chain(&newer.modified, &older.modified);
+        let read = chain(&newer.read, &older.read)
+            .into_iter()
+            .filter(|f| !modified.contains(f))
+            .collect();
+        let mut successes = newer.successes.clone();
+        successes.extend(older.successes.iter().cloned());
+        Ledger {
+            requests: chain(&newer.requests, &older.requests),
+            modified,
+            read,
+            errors,
+            commands: chain(&newer.commands, &older.commands),
+            todos: if newer.todo_list_seen {
+                newer.todos.clone()
+            } else {
+                older.todos.clone()
+            },
+            answers: chain(&newer.answers, &older.answers),
+            left_out: older.left_out + newer.left_out,
+            todo_list_seen: newer.todo_list_seen || older.todo_list_seen,
+            successes,
+        }
+    }
+
+    /// Keeps the ledger's rendering within about `budget` characters: items are shortened to
+    /// their per-item budget (the most recent request keeps up to half the budget), then taken
+    /// most recent first, one from each category in turn: first requests, modified files,
+    /// errors, todos and answers within 70% of the budget, then all of them with commands and
+    /// read files within the whole budget. What does not fit is counted in
+    /// [`Ledger::left_out`].
+    pub fn fit(&mut self, budget: usize) {
+        for (i, r) in self.requests.iter_mut().enumerate() {
+            let cap = if i == 0 {
+                (budget / 2).max(REQUEST_CHARS)
+            } else {
+                REQUEST_CHARS
+            };
+            *r = clip(r, cap);
+        }
+        for list in [
+            &mut self.commands,
+            &mut self.todos,
+            &mut self.modified,
+            &mut self.read,
+        ] {
+            for item in list.iter_mut() {
+                *item = clip(item, ITEM_CHARS);
+            }
+        }
+        for a in &mut self.answers {
+            *a = clip(a, ANSWER_CHARS);
+        }
+        for e in &mut self.errors {
+            e.message = clip(&e.message, ITEM_CHARS);
+            e.target = clip(&e.target, ITEM_CHARS);
+        }
+        let costs: [Vec<usize>; 7] = [
+            self.requests.iter().map(|r| r.len() + 5).collect(),
+            self.modified.iter().map(|f| f.len() + 5).collect(),
+            self.errors
+                .iter()
+                .map(|e| error_line(e).len() + 3)
+                .collect(),
+            self.todos.iter().map(|t| t.len() + 3).collect(),
+            self.answers.iter().map(|a| a.len() + 3).collect(),
+            self.commands.iter().map(|c| c.len() + 5).collect(),
+            self.read.iter().map(|f| f.len() + 5).collect(),
+        ];
+        // A category's title line costs once, with its first item.
+        const TITLE: usize = 40;
+        let mut taken = [0usize; 7];
+        // The heading, the line under it and the note on what was left out.
+        let mut used = LEDGER_HEADING.len() + 90 + 70;
+        // First the user's words and the files changed, errors, todos and answers, within
+        // most of the budget; then every category, commands and files read included.
+        let first = budget.saturating_sub(budget.saturating_sub(used) * 3 / 10);
+        for (limit, categories) in [(first, 5), (budget, 7)] {
+            let mut blocked = [false; 7];
+            for b in blocked.iter_mut().skip(categories) {
+                *b = true;
+            }
+            while blocked.iter().any(|b| !b) {
+                for (c, cost) in costs.iter().enumerate() {
+                    if blocked[c] {
+                        continue;
+                    }
+                    let title = if taken[c] == 0 { TITLE } else { 0 };
+                    match cost.get(taken[c]) {
+                        Some(&n) if used + n + title <= limit => {
+                            used += n + title;
+                            taken[c] += 1;
+                        }
+                        _ => blocked[c] = true,
+                    }
+                }
+            }
+        }
+        let before = self.items();
+        self.requests.truncate(taken[0]);
+        self.modified.truncate(taken[1]);
+        self.errors.truncate(taken[2]);
+        self.todos.truncate(taken[3]);
+        self.answers.truncate(taken[4]);
+        self.commands.truncate(taken[5]);
+        self.read.truncate(taken[6]);
+        self.left_out += (before - self.items()) as u64;
+    }
+
+    fn items(&self) -> usize {
+        self.requests.len()
+            + self.modified.len()
+            + self.read.len()
+            + self.errors.len()
+            + self.commands.len()
+            + self.todos.len()
+            + self.answers.len()
+    }
+
+    /// The ledger as Markdown, opened by [`LEDGER_HEADING`]: requests oldest first (numbered),
+    /// every other list most recent first. Empty categories are left out.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        out.push_str(LEDGER_HEADING);
+        out.push('\n');
+        out.push_str(
+            "Quoted from the summarized turns: it holds what the summary above may have missed.\n",
+        );
+        if !self.requests.is_empty() {
+            out.push_str("\nThe user's requests, oldest first:\n");
+            for (i, r) in self.requests.iter().rev().enumerate() {
+                let _ = writeln!(out, "{}. {}", i + 1, one_line(r));
+            }
+        }
+        list(
+            &mut out,
+            "Files modified, most recent first",
+            &self.modified,
+            true,
+        );
+        if !self.errors.is_empty() {
+            out.push_str("\nErrors, most recent first:\n");
+            for e in &self.errors {
+                let _ = writeln!(out, "- {}", error_line(e));
+            }
+        }
+        list(&mut out, "Open todos", &self.todos, false);
+        list(
+            &mut out,
+            "The user's answers to questions",
+            &self.answers,
+            false,
+        );
+        list(
+            &mut out,
+            "Commands run, most recent first",
+            &self.commands,
+            true,
+        );
+        list(&mut out, "Files read, most recent first", &self.read, true);
+        if self.left_out > 0 {
+            let _ = writeln!(
+                out,
+                "\n({} older items left out to keep this record short.)",
+                self.left_out
+            );
+        }
+        out
+    }
+
+    /// The ledger stored on a compaction entry, read leniently: unknown fields are ignored, and
+    /// a value that is not a ledger gives `None`.
+    pub fn from_json(value: &Value) -> Option<Ledger> {
+        Ledger::deserialize(value).ok()
+    }
+
+    /// The ledger as the JSON stored on a compaction entry.
+    pub fn to_json(&self) -> Value {
+        serde_json::to_value(self).unwrap_or(Value::Null)
+    }
+}
+
+/// `summary` without a ledger rendered into it: everything from the first line equal to
+/// [`LEDGER_HEADING`] on is removed (a model may copy the ledger of its previous summary).
+pub fn strip_ledger(summary: &str) -> &str {
+    let mut at = 0;
+    for line in summary.split_inclusive('\n') {
+        if line.trim_end() == LEDGER_HEADING {
+            return summary[..at].trim_end();
+        }
+        at += line.len();
+    }
+    summary
+}
+
+fn list(out: &mut String, title: &str, items: &[String], code: bool) {
+    if items.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "\n{title}:");
+    for i in items {
+        if code {
+            let _ = writeln!(out, "- {}", code_span(i));
+        } else {
+            let _ = writeln!(out, "- {}", one_line(i));
+        }
+    }
+}
+
+fn error_line(e: &LedgerError) -> String {
+    let mut line = format!(
+        "{} on {}: {}",
+        code_span(&e.tool),
+        code_span(&e.target),
+        e.message
+    );
+    if e.target.is_empty() {
+        line = format!("{}: {}", code_span(&e.tool), e.message);
+    }
+    if e.count > 1 {
+        let _ = write!(line, " (×{})", e.count);
+    }
+    match &e.resolved {
+        Some(how) => {
+            let _ = write!(line, " (resolved: later {how} succeeded)");
+        }
+        None => line.push_str(" (not resolved in the summarized turns)"),
+    }
+    line
+}
+
+/// Text in backticks, with as many backticks as it needs.
+fn code_span(text: &str) -> String {
+    let text = one_line(text);
+    let ticks = if text.contains('`') { "``" } else { "`" };
+    let pad = if text.starts_with('`') || text.ends_with('`') {
+        " "
+    } else {
+        ""
+    };
+    format!("{ticks}{pad}{text}{pad}{ticks}")
+}
+
+fn chain(newer: &[String], older: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::with_capacity(newer.len() + older.len());
+    for item in newer.iter().chain(older) {
+        if !out.contains(item) {
+            out.push(item.clone());
+        }
+    }
+    out
+}
+
+/// `text` on one line: whitespace collapsed to single spaces.
+pub fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// `text` cut to at most `max` characters, the last of them an ellipsis when it was cut.
+pub fn clip(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        return text.to_owned();
+    }
+    let mut out: String = text.chars().take(max.saturating_sub(1)).collect();
+    out.push('…');
+    out
+}
+
+/// What kind of tool a call is, from its name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Modify,
+    Shell,
+    Todo,
+    Question,
+    Other,
+}
+
+fn kind(name: &str, input: &Value) -> Kind {
+    let n = name.to_ascii_lowercase();
+    let n = n.rsplit(['.', ':', '/']).next().unwrap_or(&n);
+    const MODIFY: &[&str] = &[
+        "edit",
+        "write",
+        "multiedit",
+        "multi_edit",
+        "str_replace",
+        "apply_patch",
+        "create",
+        "create_file",
+        "write_file",
+        "edit_file",
+        "notebookedit",
+        "notebook_edit",
+        "delete",
+        "delete_file",
+        "patch",
+        "replace",
+        "insert",
+    ];
+    const SHELL: &[&str] = &[
+        "bash",
+        "shell",
+        "sh",
+        "exec",
+        "exec_command",
+        "run",
+        "run_command",
+        "run_terminal_cmd",
+        "terminal",
+        "execute_command",
+        "local_shell",
+        "command",
+    ];
+    if MODIFY.contains(&n) {
+        return Kind::Modify;
+    }
+    if n.contains("edit") && input.get("command").and_then(Value::as_str).is_some() {
+        // An editor tool with sub-commands (`view`, `create`, `str_replace`, ...).
+        let sub = input["command"].as_str().unwrap_or("");
+        return if sub == "view" {
+            Kind::Other
+        } else {
+            Kind::Modify
+        };
+    }
+    if SHELL.contains(&n) {
+        return Kind::Shell;
+    }
+    if n.contains("todo") || n == "update_plan" {
+        return Kind::Todo;
+    }
+    if n.contains("question") || n.starts_with("ask") {
+        return Kind::Question;
+    }
+    Kind::Other
+}
+
+/// Keys of tool arguments that name files or folders.
+const PATH_KEYS: &[&str] = &[
+    "path",
+    "file",
+    "file_path",
+    "filepath",
+    "filename",
+    "notebook_path",
+    "target_file",
+    "dir",
+    "directory",
+];
+
+fn paths(input: &Value, out: &mut Vec<String>) {
+    match input {
+        Value::Object(map) => {
+            for (k, v) in map {
+                match v {
+                    Value::String(s) if PATH_KEYS.contains(&k.as_str()) && !s.trim().is_empty() => {
+                        push_unique(out, s.trim());
+                    }
+                    Value::String(s) if k == "patch" || k == "input" => patch_paths(s, out),
+                    Value::Object(_) | Value::Array(_) => paths(v, out),
+                    _ => {}
+                }
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|v| paths(v, out)),
+        Value::String(s) => patch_paths(s, out),
+        _ => {}
+    }
+}
+
+/// The files an `apply_patch` body names (`*** Update File: PATH` and its kin).
+fn patch_paths(text: &str, out: &mut Vec<String>) {
+    for line in text.lines() {
+        for prefix in ["*** Update File: ", "*** Add File: ", "*** Delete File: "] {
+            if let Some(p) = line.strip_prefix(prefix) {
+                push_unique(out, p.trim());
+            }
+        }
+    }
+}
+
+fn push_unique(list: &mut Vec<String>, item: &str) {
+    if !list.iter().any(|x| x == item) {
+        list.push(item.to_owned());
+    }
+}
+
+/// The command a shell call runs: its first non-empty line, trimmed.
+fn command(input: &Value) -> Option<String> {
+    let text = match input {
+        Value::String(s) => s.as_str(),
+        _ => ["command", "cmd", "script"]
+            .iter()
+            .find_map(|k| match input.get(*k) {
+                Some(Value::String(s)) => Some(s.as_str()),
+                Some(Value::Array(a)) => a.last().and_then(Value::as_str),
+                _ => None,
+            })?,
+    };
+    text.lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .map(str::to_owned)
+}
+
+/// What an error is about, for matching a later success: the program of a command (its words up
+/// to the first option, pipe or redirection, at most three, after any `cd DIR &&`), else the
+/// target itself.
+fn error_key(tool: &str, target: &str) -> String {
+    let mut rest = target.trim();
+    while let Some(after_cd) = rest.strip_prefix("cd ") {
+        match after_cd.split_once("&&") {
+            Some((_, tail)) => rest = tail.trim(),
+            None => break,
+        }
+    }
+    let words: Vec<&str> = rest
+        .split_whitespace()
+        .take_while(|w| !w.starts_with(|c: char| "-|;&><".contains(c)) && !w.contains('"'))
+        .take(3)
+        .collect();
+    let program = if words.is_empty() {
+        rest.to_owned()
+    } else {
+        words.join(" ")
+    };
+    format!("{}\u{0}{program}", tool.to_ascii_lowercase())
+}
+
+/// The most telling line of an error output: the first that mentions an error or a failure,
+/// else the first non-empty one.
+fn error_message(text: &str) -> String {
+    let lines: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    let telling = lines.iter().find(|l| {
+        let lower = l.to_ascii_lowercase();
+        [
+            "error",
+            "fail",
+            "panic",
+            "not found",
+            "no such",
+            "denied",
+            "exited with",
+            "aborted",
+        ]
+        .iter()
+        .any(|w| lower.contains(w))
+    });
+    one_line(telling.or(lines.first()).copied().unwrap_or("(no output)"))
+}
+
+/// Whether a user text is a request: not empty, not a bare slash command (`/mode`), not an
+/// interruption notice or a command's captured output.
+pub fn is_request(text: &str) -> bool {
+    let t = text.trim();
+    if t.is_empty() || t.starts_with("[Request interrupted") {
+        return false;
+    }
+    if t.starts_with("<local-command-stdout>") || t.starts_with("<local-command-stderr>") {
+        return false;
+    }
+    let bare_command =
+        t.starts_with('/') && !t.contains(char::is_whitespace) && !t[1..].contains('/');
+    !bare_command
+}
+
+/// The state of one walk over items, oldest first.
+#[derive(Default)]
+struct Walk {
+    /// Oldest first while walking; reversed by `finish`.
+    ledger: Ledger,
+    /// Call id -> (tool, kind, target).
+    calls: Vec<(String, String, Kind, String)>,
+}
+
+impl Walk {
+    fn item(&mut self, item: &TranscriptItem) {
+        match item {
+            TranscriptItem::Text {
+                role: Role::User,
+                text,
+            } if is_request(text) => self.ledger.requests.push(text.trim().to_owned()),
+            TranscriptItem::ToolCall {
+                id, name, input, ..
+            } => self.call(id, name, input),
+            TranscriptItem::ToolResult {
+                id,
+                name,
+                is_error,
+                text,
+            } => self.result(id, name.as_deref(), *is_error, text),
+            _ => {}
+        }
+    }
+
+    fn call(&mut self, id: &str, name: &str, input: &Value) {
+        let kind = kind(name, input);
+        let mut files = Vec::new();
+        paths(input, &mut files);
+        let l = &mut self.ledger;
+        let target = match kind {
+            Kind::Modify => {
+                for f in &files {
+                    l.read.retain(|r| r != f);
+                    l.modified.retain(|m| m != f);
+                    l.modified.push(f.clone());
+                }
+                files.first().cloned().unwrap_or_default()
+            }
+            Kind::Shell => {
+                let c = command(input).unwrap_or_default();
+                if !c.is_empty() {
+                    l.commands.retain(|x| *x != c);
+                    l.commands.push(c.clone());
+                }
+                c
+            }
+            Kind::Todo => {
+                if let Some(list) = input
+                    .get("todos")
+                    .or_else(|| input.get("plan"))
+                    .and_then(Value::as_array)
+                {
+                    l.todo_list_seen = true;
+                    l.todos = list.iter().filter_map(open_todo).collect();
+                }
+                String::new()
+            }
+            Kind::Question | Kind::Other => {
+                for f in &files {
+                    if !l.modified.contains(f) {
+                        l.read.retain(|r| r != f);
+                        l.read.push(f.clone());
+                    }
+                }
+                files.first().cloned().unwrap_or_default()
+            }
+        };
+        self.calls
+            .push((id.to_owned(), name.to_owned(), kind, target));
+    }
+
+    fn result(&mut self, id: &str, name: Option<&str>, is_error: bool, text: &str) {
+        let (tool, kind, target) = match self.calls.iter().rev().find(|c| c.0 == id) {
+            Some((_, tool, kind, target)) => (tool.clone(), *kind, target.clone()),
+            None => (
+                name.unwrap_or("tool").to_owned(),
+                Kind::Other,
+                String::new(),
+            ),
+        };
+        let l = &mut self.ledger;
+        if kind == Kind::Question && !is_error && !text.trim().is_empty() {
+            l.answers.push(text.trim().to_owned());
+            return;
+        }
+        let key = error_key(&tool, &target);
+        if is_error {
+            let message = error_message(text);
+            if let Some(e) = l.errors.iter_mut().find(|e| {
+                e.resolved.is_none() && error_key(&e.tool, &e.target) == key && e.message == message
+            }) {
+                e.count += 1;
+                return;
+            }
+            l.errors.push(LedgerError {
+                tool,
+                target,
+                message,
+                count: 1,
+                resolved: None,
+            });
+        } else {
+            let how = if target.is_empty() {
+                code_span(&tool)
+            } else {
+                format!("{} on {}", code_span(&tool), code_span(&clip(&target, 80)))
+            };
+            for e in &mut l.errors {
+                if e.resolved.is_none() && error_key(&e.tool, &e.target) == key {
+                    e.resolved = Some(how.clone());
+                }
+            }
+            l.successes.retain(|(k, _)| *k != key);
+            l.successes.push((key, how));
+        }
+    }
+
+    fn finish(self) -> Ledger {
+        let mut l = self.ledger;
+        for list in [
+            &mut l.requests,
+            &mut l.modified,
+            &mut l.read,
+            &mut l.commands,
+            &mut l.answers,
+        ] {
+            list.reverse();
+            let mut seen: Vec<String> = Vec::with_capacity(list.len());
+            list.retain(|x| {
+                let new = !seen.contains(x);
+                if new {
+                    seen.push(x.clone());
+                }
+                new
+            });
+        }
+        l.errors.reverse();
+        l.successes.reverse();
+        l
+    }
+}
+
+/// The text of a todo that is not done: `{"content"|"step"|"title", "status"}`.
+fn open_todo(todo: &Value) -> Option<String> {
+    let status = todo.get("status").and_then(Value::as_str).unwrap_or("");
+    if matches!(
+        status.to_ascii_lowercase().as_str(),
+        "completed" | "complete" | "done" | "cancelled" | "canceled"
+    ) {
+        return None;
+    }
+    let text = ["content", "step", "title", "text", "task"]
+        .iter()
+        .find_map(|k| todo.get(*k).and_then(Value::as_str))
+        .or(todo.as_str())?;
+    Some(if status.is_empty() {
+        text.to_owned()
+    } else {
+        format!("{text} ({status})")
+    })
+}
