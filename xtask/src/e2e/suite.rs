@@ -23,6 +23,8 @@ use super::server;
 
 /// The model name panto sends to the single-model server (which ignores it).
 pub const MODEL: &str = "smollm2-135m";
+/// The model a compaction names when panto wrote its own record (no model's summary held).
+const RECORD_ONLY_MODEL: &str = "panto-record";
 /// The model the router serves (`main-model.gguf` in its models folder).
 pub const ROUTED_MODEL: &str = "main-model";
 /// A compaction model the router does not have.
@@ -468,9 +470,16 @@ pub fn overflow_twice(setup: &Setup, p: Protocol) -> Result<Compaction> {
         .run(&["send", s, "Please remember note 99. Which note came first?"])?
         .expect(0)?;
     let (figures, note) = recovered(setup, &panto, s, &evidence, &run, 99, 1..notes + 1)?;
-    let steps = run.stderr.matches("panto: step ").count();
+    // The fold was planned in several requests (`panto: compacting in N steps`).
+    let planned = run
+        .stderr
+        .split("compacting in ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse::<u64>().ok())
+        .unwrap_or(1);
     ensure!(
-        steps >= 2,
+        planned >= 2,
         "a conversation of {FOLD_WINDOWS} windows was compacted without folding: {}",
         run.stderr
     );
@@ -501,16 +510,27 @@ fn recovered(
     );
     let entries = panto.session(s)?;
     let (at, entry) = checks::single_compaction(&entries)?;
+    // SmolLM2-135M often copies the last note instead of summarizing; panto rejects such a
+    // summary (docs/compaction.md, "2d") and, with no model left, writes its own record so the
+    // conversation goes on. Either outcome must hold every other check.
+    let degraded = entry["degraded"] == true;
     let figures = checks::compaction_entry(
         entry,
         &Expect {
             trigger: "overflow",
-            provider: p_flag(panto),
-            model: MODEL,
+            provider: if degraded { "panto" } else { p_flag(panto) },
+            model: if degraded { RECORD_ONLY_MODEL } else { MODEL },
             fallback: false,
             instructions: None,
         },
     )?;
+    if degraded {
+        let why = entry["degraded_error"].as_str().unwrap_or_default();
+        ensure!(
+            why.contains(MODEL),
+            "a record-only compaction must say why the model's summary was refused: {entry}"
+        );
+    }
     ensure!(
         figures.after < figures.before,
         "the compaction did not shrink the context: {} -> {}",
@@ -540,18 +560,26 @@ fn recovered(
     // prompt (a few rejected at most), every old note in some transcript or kept.
     let requests = entry["requests"].as_u64().unwrap_or(0);
     let steps = entry["fold_steps"].as_u64().unwrap_or(1);
-    ensure!(
-        requests >= steps && requests <= steps + 3,
-        "the fold sent {requests} requests for {steps} steps"
-    );
     let log = evidence.new_log(&setup.main);
     let rejections = log.matches(OVERFLOW_LOG).count() as u64;
-    ensure!(
-        rejections == 1 + (requests - steps),
-        "the server rejected {rejections} requests for their size, expected the conversation's \
-         and the fold's {} rejected ones",
-        requests - steps
-    );
+    if degraded {
+        // The fold stopped at the refused summary; the record counts no model request.
+        ensure!(
+            (1..=4).contains(&rejections),
+            "the server rejected {rejections} requests for their size"
+        );
+    } else {
+        ensure!(
+            requests >= steps && requests <= steps + 3,
+            "the fold sent {requests} requests for {steps} steps"
+        );
+        ensure!(
+            rejections == 1 + (requests - steps),
+            "the server rejected {rejections} requests for their size, expected the \
+             conversation's and the fold's {} rejected ones",
+            requests - steps
+        );
+    }
     let reported = log
         .lines()
         .find(|l| l.contains(OVERFLOW_LOG))
@@ -565,15 +593,20 @@ fn recovered(
         .filter(|t| t.contains(&setup.builtin_prompt_line) && t.contains("<transcript>"))
         .collect();
     ensure!(
-        compaction_prompts.len() as u64 >= steps,
+        compaction_prompts.len() as u64 >= if degraded { 1 } else { steps },
         "the server rendered {} compaction prompts for {steps} steps",
         compaction_prompts.len()
     );
+    // Every old note is in some compaction request, kept, or (for panto's own record) in the
+    // ledger of the user's requests that the summary carries.
     let kept: String = entries[at + 1..next].iter().map(checks::text).collect();
+    let summary = entry["summary"].as_str().unwrap_or_default();
     for n in old {
         let marker = format!("Please remember note {n}.");
         ensure!(
-            compaction_prompts.iter().any(|t| t.contains(&marker)) || kept.contains(&marker),
+            compaction_prompts.iter().any(|t| t.contains(&marker))
+                || kept.contains(&marker)
+                || (degraded && summary.contains(&marker)),
             "note {n} is in no compaction request and not kept"
         );
     }
@@ -624,13 +657,23 @@ fn recovered(
         !panto.session_text(s).contains(KEY),
         "the key reached the session file"
     );
+    let outcome = if degraded {
+        format!(
+            "the model's summary was refused, panto's own record written ({} compaction \
+             prompts rendered)",
+            compaction_prompts.len()
+        )
+    } else {
+        format!(
+            "{requests} compaction requests ({steps} steps, {} rejected)",
+            requests - steps
+        )
+    };
     Ok((
         figures,
         format!(
-            "server: request of {reported} tokens > {} ctx; {requests} compaction requests \
-             ({steps} steps, {} rejected){}",
+            "server: request of {reported} tokens > {} ctx; {outcome}{}",
             setup.n_ctx,
-            requests - steps,
             if sizes.is_empty() {
                 String::new()
             } else {
