@@ -11,7 +11,7 @@ use panto_compact::{
     CompactConfig, CompactionEvent, Compactor, Driver, LogError, ModelRef, SessionLog,
 };
 use panto_model::{ContentBlock, Entry, Message, Role, encode_line, read_entries, replay};
-use panto_provider::{BoxFuture, EventSink, Provider, ProviderError, Request};
+use panto_provider::{EventSink, Provider, ProviderError, Request, async_trait};
 use serde_json::json;
 
 /// Words in everything a request carries: the toy model's idea of tokens.
@@ -27,40 +27,38 @@ fn words(request: &Request) -> u64 {
 /// A chat model: overflows past 80 words; reads a file when asked to, else acknowledges.
 struct ToyModel;
 
+#[async_trait]
 impl Provider for ToyModel {
     fn name(&self) -> &str {
         "toy"
     }
 
-    fn complete<'a>(
-        &'a self,
-        request: &'a Request,
-        _events: EventSink<'a>,
-    ) -> BoxFuture<'a, Result<Message, ProviderError>> {
+    async fn complete(
+        &self,
+        request: &Request,
+        _events: EventSink<'_>,
+    ) -> Result<Message, ProviderError> {
         let size = words(request);
-        let last = request.messages.last().cloned();
-        Box::pin(async move {
-            if size > 80 {
-                return Err(ProviderError::ContextOverflow {
-                    message: "prompt is too long".into(),
-                    input_tokens: Some(size),
-                    limit: None,
-                });
-            }
-            let last = last.expect("a request has messages");
-            let text = last.text();
-            Ok(match text.strip_prefix("read ") {
-                Some(path) => Message::new(
-                    Role::Assistant,
-                    vec![ContentBlock::tool_use(
-                        format!("call-{path}"),
-                        "read",
-                        json!({ "path": path }),
-                    )],
-                ),
-                None if text.is_empty() => Message::assistant_text("I have read the file."),
-                None => Message::assistant_text(format!("Noted: {text}")),
-            })
+        if size > 80 {
+            return Err(ProviderError::ContextOverflow {
+                message: "prompt is too long".into(),
+                input_tokens: Some(size),
+                limit: None,
+            });
+        }
+        let last = request.messages.last().expect("a request has messages");
+        let text = last.text();
+        Ok(match text.strip_prefix("read ") {
+            Some(path) => Message::new(
+                Role::Assistant,
+                vec![ContentBlock::tool_use(
+                    format!("call-{path}"),
+                    "read",
+                    json!({ "path": path }),
+                )],
+            ),
+            None if text.is_empty() => Message::assistant_text("I have read the file."),
+            None => Message::assistant_text(format!("Noted: {text}")),
         })
     }
 }
@@ -68,16 +66,17 @@ impl Provider for ToyModel {
 /// A summarizer: keeps the user's lines of the transcript (an extractive summary).
 struct Summarizer;
 
+#[async_trait]
 impl Provider for Summarizer {
     fn name(&self) -> &str {
         "summarizer"
     }
 
-    fn complete<'a>(
-        &'a self,
-        request: &'a Request,
-        _events: EventSink<'a>,
-    ) -> BoxFuture<'a, Result<Message, ProviderError>> {
+    async fn complete(
+        &self,
+        request: &Request,
+        _events: EventSink<'_>,
+    ) -> Result<Message, ProviderError> {
         let prompt = request.messages[0].text();
         // Lines of the previous summary, then the user's lines of the transcript.
         let kept: Vec<&str> = prompt
@@ -85,7 +84,7 @@ impl Provider for Summarizer {
             .filter_map(|l| l.strip_prefix("- ").or(l.strip_prefix("[User]: ")))
             .collect();
         let summary = format!("The user said:\n- {}", kept.join("\n- "));
-        Box::pin(async move { Ok(Message::assistant_text(summary)) })
+        Ok(Message::assistant_text(summary))
     }
 }
 
