@@ -9,6 +9,7 @@ mod driver;
 mod example_session;
 mod fold;
 mod props;
+mod send;
 mod snapshots;
 
 use std::sync::Arc;
