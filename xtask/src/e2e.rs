@@ -242,11 +242,11 @@ fn setup(
     let per_sentence = (counted as u64).div_ceil(sample as u64).max(1);
     let note_sentences = usize::try_from((n_ctx / 3).div_ceil(per_sentence))?;
 
-    let builtin = fs::read_to_string(root.join("prompts/COMPACTION.md"))?;
+    let builtin = fs::read_to_string(root.join("crates/panto-compact/prompts/COMPACTION.md"))?;
     let builtin_prompt_line = builtin
         .lines()
         .find(|l| !l.trim().is_empty())
-        .context("prompts/COMPACTION.md is empty")?
+        .context("crates/panto-compact/prompts/COMPACTION.md is empty")?
         .to_owned();
     Ok(Setup {
         panto: panto.to_owned(),

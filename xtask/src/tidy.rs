@@ -2,7 +2,7 @@
 //!
 //! - every Rust file opens with a `//!` line saying what it is for;
 //! - `docs/architecture.md` names every crate of the workspace;
-//! - every file under `prompts/` is pulled in by some `include_str!`;
+//! - every file under a crate's `prompts/` folder is pulled in by some `include_str!`;
 //! - every crate's manifest inherits the workspace lints.
 //!
 //! The same checks run as an ordinary `#[test]`, so `cargo test` catches them too.
@@ -63,8 +63,11 @@ pub fn check(root: &Path) -> Vec<String> {
         }
     }
 
+    // Prompts ship inside the crate that embeds them, so that its package builds alone.
     let mut prompts = Vec::new();
-    walk(&root.join("prompts"), &mut prompts);
+    for krate in crate_names(root) {
+        walk(&root.join("crates").join(krate).join("prompts"), &mut prompts);
+    }
     for prompt in prompts {
         let name = prompt
             .file_name()
@@ -73,7 +76,8 @@ pub fn check(root: &Path) -> Vec<String> {
             .to_string();
         if !sources.contains(&format!("prompts/{name}\")")) {
             problems.push(format!(
-                "prompts/{name} is not pulled in by any include_str!(\".../prompts/{name}\")"
+                "{} is not pulled in by any include_str!(\"../prompts/{name}\")",
+                rel(root, &prompt)
             ));
         }
     }
