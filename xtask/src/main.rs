@@ -18,7 +18,8 @@ const USAGE: &str = "\
 usage: cargo xtask <command>
 
 commands:
-  ci     fmt check, clippy -D warnings, tests, rustdoc -D warnings, tidy, deps (in that order)
+  ci     fmt check, clippy -D warnings, tests, rustdoc -D warnings, cargo package (every crate
+         builds from its packaged form), tidy, deps (in that order)
   tidy   file headers, docs naming every crate, prompts referenced
   deps   the pure crates must not reach IO, async runtimes or HTTP
   bench  [SECTION...] [--quick] [--keep]  measurements as Markdown tables (release build);
@@ -80,6 +81,24 @@ fn ci(root: &Path) -> Result<()> {
         "doc",
         &["doc", "--workspace", "--no-deps", "--locked"],
         &[("RUSTDOCFLAGS", "-D warnings")],
+    )?;
+    // Every published crate must build from its packaged form (a prompt outside the crate, a
+    // path dependency without a version, a missing file would all pass the steps above).
+    // `--workspace` packages them together, so one crate may depend on another unpublished one;
+    // xtask is never published. `--allow-dirty` lets a contributor run ci before committing; on
+    // a clean clone it changes nothing.
+    step(
+        root,
+        "package",
+        &[
+            "package",
+            "--workspace",
+            "--exclude",
+            "xtask",
+            "--locked",
+            "--allow-dirty",
+        ],
+        &[],
     )?;
     eprintln!("==> tidy");
     tidy::run(root)?;

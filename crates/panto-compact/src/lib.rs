@@ -24,6 +24,8 @@
 //! No async runtime is linked: futures returned by the [`Provider`](panto_provider::Provider)
 //! trait are simply awaited.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 mod compactor;
 mod driver;
 mod error;

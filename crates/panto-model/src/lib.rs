@@ -18,6 +18,8 @@
 //!
 //! This crate is pure: no IO, no async runtime, no network.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 #[cfg(feature = "proptest")]
 pub mod arbitrary;
 mod calls;

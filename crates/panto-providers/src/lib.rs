@@ -21,6 +21,8 @@
 //! merged to alternate), and answers are converted back to `panto_model::Message` at the edge.
 //! The caller's messages are never modified.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 mod adapter;
 mod anthropic;
 mod classify;
