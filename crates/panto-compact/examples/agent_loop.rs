@@ -4,15 +4,17 @@
 //! It brings its own provider (a toy model with a 80-word context window that can call a
 //! `read` tool), its own summarizer (configured as `compaction_model`), and its own store (JSONL
 //! text in memory). The conversation outgrows the window; the driver compacts and retries.
+//! Every turn runs in `tokio::spawn` on the multi-thread runtime, as it would in a server.
+//! panto-compact is the only panto dependency it names.
 
 use std::sync::{Arc, Mutex};
 
+use panto_compact::serde_json::{self, json};
 use panto_compact::{
-    CompactConfig, CompactionEvent, Compactor, Driver, LogError, ModelRef, SessionLog,
+    CompactConfig, CompactionEvent, CompactionPrompt, Compactor, ContentBlock, Driver, Entry,
+    EventSink, LogError, Message, ModelRef, Provider, ProviderError, Request, Role, SessionLog,
+    async_trait, encode_line, read_entries, replay,
 };
-use panto_model::{ContentBlock, Entry, Message, Role, encode_line, read_entries, replay};
-use panto_provider::{EventSink, Provider, ProviderError, Request, async_trait};
-use serde_json::json;
 
 /// Words in everything a request carries: the toy model's idea of tokens.
 fn words(request: &Request) -> u64 {
@@ -100,10 +102,14 @@ impl SessionLog for Store {
     }
 }
 
-#[tokio::main(flavor = "current_thread")]
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let compactor = Compactor::new(ModelRef::new(Arc::new(ToyModel), "toy-1"))
         .with_compaction_model(Some(ModelRef::new(Arc::new(Summarizer), "summarizer-1")))
+        // The built-in prompt alone is larger than the toy model's whole window.
+        .with_prompt(CompactionPrompt::from_text(
+            "Summarize the transcript for the next model.",
+        )?)
         .with_config(CompactConfig {
             keep_tokens: 100,
             ..CompactConfig::default()
@@ -140,18 +146,25 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     ];
     for prompt in prompts {
         println!("> {prompt}");
-        let mut reply = agent
-            .send(vec![Message::user_text(prompt)], &mut |_| {})
-            .await?;
-        // The tool loop: answer every tool call, then send the results.
-        while let Some(ContentBlock::ToolUse(call)) = reply.message.content.first().cloned() {
-            println!("  (tool {} {})", call.name, call.input);
-            let result = Message::new(
-                Role::User,
-                vec![ContentBlock::tool_result(&call.id, "fn lex() {}", false)],
-            );
-            reply = agent.send(vec![result], &mut |_| {}).await?;
-        }
+        // Each turn is a task of its own, free to run on any worker thread: the driver moves
+        // in and comes back with the reply.
+        let turn = tokio::spawn(async move {
+            let mut reply = agent
+                .send(vec![Message::user_text(prompt)], &mut |_| {})
+                .await?;
+            // The tool loop: answer every tool call, then send the results.
+            while let Some(ContentBlock::ToolUse(call)) = reply.message.content.first().cloned() {
+                println!("  (tool {} {})", call.name, call.input);
+                let result = Message::new(
+                    Role::User,
+                    vec![ContentBlock::tool_result(&call.id, "fn lex() {}", false)],
+                );
+                reply = agent.send(vec![result], &mut |_| {}).await?;
+            }
+            Ok::<_, panto_compact::CompactError>((agent, reply))
+        });
+        let (back, reply) = turn.await??;
+        agent = back;
         println!("{}", reply.message.text());
     }
 
@@ -166,4 +179,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         context.summary().unwrap_or("(none)")
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    /// `cargo test` runs the example (`test = true` in the manifest), so it cannot rot.
+    #[test]
+    fn the_agent_loop_runs_to_the_end() {
+        super::main().expect("the example runs");
+    }
 }
