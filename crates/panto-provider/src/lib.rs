@@ -14,6 +14,21 @@
 //! `panto-providers`. The trait is written with [`macro@async_trait`] (re-exported here), so an
 //! implementer writes `async fn complete(..)`, the returned future is `Send`, and
 //! `dyn Provider` works.
+//!
+//! ```
+//! use panto_model::Message;
+//! use panto_provider::{ProviderError, Request};
+//!
+//! let request = Request::new("a-model", "You are terse.", vec![Message::user_text("hi")], 1_024);
+//! assert_eq!(request.messages.len(), 1);
+//! // The one error that compaction can cure.
+//! let overflow = ProviderError::ContextOverflow {
+//!     message: "prompt is too long".into(),
+//!     input_tokens: Some(210_000),
+//!     limit: Some(200_000),
+//! };
+//! assert!(overflow.is_context_overflow());
+//! ```
 
 use std::fmt;
 use std::time::Duration;
