@@ -14,6 +14,8 @@
 //!   once.
 //! - [`CompactError`] is the one error type; [`MemoryLog`] the in-memory [`SessionLog`].
 //! - With the `test-support` feature, the `testing` module offers a scripted fake provider.
+//! - With the `session` feature, [`SessionLog`] is implemented for `panto_session::Session`
+//!   (the JSONL file), and `CheckedLog` appends only where the caller last saw the file end.
 //!
 //! The design choice to know: storage is a one-method trait ([`SessionLog`]) whose single call
 //! carries the whole compaction (the entry, then every kept copy marked `kept_by`), and
@@ -88,6 +90,8 @@ mod ids;
 mod log;
 mod plan;
 mod prompt;
+#[cfg(feature = "session")]
+mod session;
 #[cfg(any(test, feature = "test-support"))]
 pub mod testing;
 
@@ -116,6 +120,10 @@ pub use panto_provider::{
 pub use panto_size as size;
 pub use panto_transcript as transcript;
 pub use serde_json;
+
+#[cfg(feature = "session")]
+#[cfg_attr(docsrs, doc(cfg(feature = "session")))]
+pub use session::CheckedLog;
 
 pub use prompt::{
     ADDITIONAL_INSTRUCTIONS_HEADING, BUILTIN_PROMPT, CompactionPrompt, LayerFile, LayerFileError,

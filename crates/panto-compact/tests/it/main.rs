@@ -10,6 +10,7 @@ mod example_session;
 mod fold;
 mod props;
 mod send;
+mod session;
 mod snapshots;
 
 use std::sync::Arc;
