@@ -279,3 +279,16 @@ fn a_writer_holds_the_lock_across_load_and_append() {
     w.append(&[user("b")]).unwrap();
     assert_eq!(w.load_context().unwrap().context.messages.len(), 2);
 }
+
+/// The shrunk case of `backwards_load_equals_full_forward_replay` (`ops = [Blank]`): a file of
+/// blank lines only holds no entry and is reported as empty, not loaded.
+#[test]
+fn a_file_of_blank_lines_only_is_empty() {
+    let (_dir, path) = temp_session();
+    fs::write(&path, "  \n").unwrap();
+    let session = Session::open(&path, opts()).unwrap();
+    assert!(matches!(
+        session.load_context(),
+        Err(SessionError::Empty { .. })
+    ));
+}
