@@ -244,11 +244,11 @@ fn setup(
     // Three of these and the short turns before them come to about 8% over the window.
     let overflow_sentences = usize::try_from((n_ctx * 35 / 100).div_ceil(per_sentence))?;
 
-    let builtin = fs::read_to_string(root.join("prompts/COMPACTION.md"))?;
+    let builtin = fs::read_to_string(root.join("crates/panto-compact/prompts/COMPACTION.md"))?;
     let builtin_prompt_line = builtin
         .lines()
         .find(|l| !l.trim().is_empty())
-        .context("prompts/COMPACTION.md is empty")?
+        .context("crates/panto-compact/prompts/COMPACTION.md is empty")?
         .to_owned();
     Ok(Setup {
         panto: panto.to_owned(),

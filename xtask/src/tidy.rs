@@ -2,8 +2,9 @@
 //!
 //! - every Rust file opens with a `//!` line saying what it is for;
 //! - `docs/architecture.md` names every crate of the workspace;
-//! - every file under `prompts/` is pulled in by some `include_str!`;
-//! - every crate's manifest inherits the workspace lints.
+//! - every file under a crate's `prompts/` folder is pulled in by some `include_str!`;
+//! - every crate's manifest inherits the workspace lints and sets what crates.io needs, and the
+//!   crate carries both licence files.
 //!
 //! The same checks run as an ordinary `#[test]`, so `cargo test` catches them too.
 
@@ -61,10 +62,29 @@ pub fn check(root: &Path) -> Vec<String> {
                 "crates/{krate}/Cargo.toml: add `[lints] workspace = true`"
             ));
         }
+        // What crates.io shows and needs: every crate is published.
+        for key in PACKAGE_KEYS {
+            if !text.lines().any(|l| l.starts_with(key)) {
+                problems.push(format!("crates/{krate}/Cargo.toml: add `{key}`"));
+            }
+        }
+        for licence in ["LICENSE-MIT", "LICENSE-APACHE"] {
+            if !root.join("crates").join(&krate).join(licence).is_file() {
+                problems.push(format!(
+                    "crates/{krate}/{licence} is missing (a link to the one at the root)"
+                ));
+            }
+        }
     }
 
+    // Prompts ship inside the crate that embeds them, so that its package builds alone.
     let mut prompts = Vec::new();
-    walk(&root.join("prompts"), &mut prompts);
+    for krate in crate_names(root) {
+        walk(
+            &root.join("crates").join(krate).join("prompts"),
+            &mut prompts,
+        );
+    }
     for prompt in prompts {
         let name = prompt
             .file_name()
@@ -73,12 +93,24 @@ pub fn check(root: &Path) -> Vec<String> {
             .to_string();
         if !sources.contains(&format!("prompts/{name}\")")) {
             problems.push(format!(
-                "prompts/{name} is not pulled in by any include_str!(\".../prompts/{name}\")"
+                "{} is not pulled in by any include_str!(\"../prompts/{name}\")",
+                rel(root, &prompt)
             ));
         }
     }
     problems
 }
+
+/// The package keys every crate's manifest sets (itself or from the workspace).
+const PACKAGE_KEYS: [&str; 7] = [
+    "description",
+    "license",
+    "repository",
+    "readme",
+    "keywords",
+    "categories",
+    "rust-version",
+];
 
 fn crate_names(root: &Path) -> Vec<String> {
     let mut names: Vec<String> = fs::read_dir(root.join("crates"))

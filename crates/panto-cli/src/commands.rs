@@ -20,9 +20,9 @@ use serde_json::json;
 
 use crate::cli::{Cli, Command, Common};
 use crate::config::{Config, Flags, Locations, Needs, ProviderKind, Trust, TrustFile, needs};
-use crate::store::CheckedLog;
 use crate::ui::{Spinner, for_stdout, print_event, say};
 use crate::{Cancelled, bad_input, offline, providers};
+use panto_compact::CheckedLog;
 
 /// Runs one command.
 pub async fn run(cli: Cli) -> Result<()> {

@@ -10,7 +10,6 @@ mod commands;
 mod config;
 mod offline;
 mod providers;
-mod store;
 mod ui;
 
 #[cfg(test)]

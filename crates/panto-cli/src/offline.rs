@@ -22,7 +22,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use panto_model::{Message, Role};
-use panto_provider::{BoxFuture, EventSink, Provider, ProviderError, Request, StreamEvent};
+use panto_provider::{EventSink, Provider, ProviderError, Request, StreamEvent, async_trait};
 use panto_transcript::{TranscriptItem, clip, is_request, one_line, parse_request, strip_ledger};
 
 /// The model name the offline summarizer reports.
@@ -56,24 +56,23 @@ impl OfflineSummarizer {
     }
 }
 
+#[async_trait]
 impl Provider for OfflineSummarizer {
     fn name(&self) -> &str {
         "offline"
     }
 
-    fn complete<'a>(
-        &'a self,
-        request: &'a Request,
-        events: EventSink<'a>,
-    ) -> BoxFuture<'a, Result<Message, ProviderError>> {
-        Box::pin(async move {
-            let summary = summarize_request(request)?;
-            events(StreamEvent::Text(&summary));
-            let mut message = Message::assistant_text(summary);
-            message.model = Some(MODEL.to_owned());
-            message.stop_reason = Some("end_turn".to_owned());
-            Ok(message)
-        })
+    async fn complete(
+        &self,
+        request: &Request,
+        events: EventSink<'_>,
+    ) -> Result<Message, ProviderError> {
+        let summary = summarize_request(request)?;
+        events(StreamEvent::Text(&summary));
+        let mut message = Message::assistant_text(summary);
+        message.model = Some(MODEL.to_owned());
+        message.stop_reason = Some("end_turn".to_owned());
+        Ok(message)
     }
 }
 

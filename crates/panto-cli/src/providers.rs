@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use anyhow::{Result, bail};
 use panto_model::Message;
-use panto_provider::{BoxFuture, EventSink, Provider, ProviderError, Request, StreamEvent};
+use panto_provider::{EventSink, Provider, ProviderError, Request, StreamEvent, async_trait};
 use panto_providers::{
     AnthropicProvider, Config as AdapterConfig, Error, GeminiProvider, OpenAiChatProvider,
     OpenAiResponsesProvider,
@@ -81,25 +81,24 @@ fn adapter<P: Provider + 'static>(
 /// and compaction requests alike; every event still reaches the caller's sink.
 struct ShowRetries<P>(P);
 
+#[async_trait]
 impl<P: Provider> Provider for ShowRetries<P> {
     fn name(&self) -> &str {
         self.0.name()
     }
 
-    fn complete<'a>(
-        &'a self,
-        request: &'a Request,
-        events: EventSink<'a>,
-    ) -> BoxFuture<'a, Result<Message, ProviderError>> {
-        Box::pin(async move {
-            let mut announce = |event: StreamEvent<'_>| {
-                if let StreamEvent::Retry(notice) = &event {
-                    ui::notice(&ui::describe_retry(notice));
-                }
-                events(event);
-            };
-            self.0.complete(request, &mut announce).await
-        })
+    async fn complete(
+        &self,
+        request: &Request,
+        events: EventSink<'_>,
+    ) -> Result<Message, ProviderError> {
+        let mut announce = |event: StreamEvent<'_>| {
+            if let StreamEvent::Retry(notice) = &event {
+                ui::notice(&ui::describe_retry(notice));
+            }
+            events(event);
+        };
+        self.0.complete(request, &mut announce).await
     }
 }
 

@@ -105,7 +105,7 @@ fn a_checked_log_appends_from_where_it_last_saw_the_file_and_flags_conflicts() {
     use panto_model::{Entry, Message};
     use panto_session::{Session, SessionOptions};
 
-    use crate::store::CheckedLog;
+    use panto_compact::CheckedLog;
 
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s.jsonl");

@@ -4,15 +4,17 @@
 //! It brings its own provider (a toy model with a 80-word context window that can call a
 //! `read` tool), its own summarizer (configured as `compaction_model`), and its own store (JSONL
 //! text in memory). The conversation outgrows the window; the driver compacts and retries.
+//! Every turn runs in `tokio::spawn` on the multi-thread runtime, as it would in a server.
+//! panto-compact is the only panto dependency it names.
 
 use std::sync::{Arc, Mutex};
 
+use panto_compact::serde_json::{self, json};
 use panto_compact::{
-    CompactConfig, CompactionEvent, Compactor, Driver, LogError, ModelRef, SessionLog,
+    CompactConfig, CompactionEvent, CompactionPrompt, Compactor, ContentBlock, Driver, Entry,
+    EventSink, LogError, Message, ModelRef, Provider, ProviderError, Request, Role, SessionLog,
+    async_trait, encode_line, read_entries, replay,
 };
-use panto_model::{ContentBlock, Entry, Message, Role, encode_line, read_entries, replay};
-use panto_provider::{BoxFuture, EventSink, Provider, ProviderError, Request};
-use serde_json::json;
 
 /// Words in everything a request carries: the toy model's idea of tokens.
 fn words(request: &Request) -> u64 {
@@ -27,40 +29,38 @@ fn words(request: &Request) -> u64 {
 /// A chat model: overflows past 80 words; reads a file when asked to, else acknowledges.
 struct ToyModel;
 
+#[async_trait]
 impl Provider for ToyModel {
     fn name(&self) -> &str {
         "toy"
     }
 
-    fn complete<'a>(
-        &'a self,
-        request: &'a Request,
-        _events: EventSink<'a>,
-    ) -> BoxFuture<'a, Result<Message, ProviderError>> {
+    async fn complete(
+        &self,
+        request: &Request,
+        _events: EventSink<'_>,
+    ) -> Result<Message, ProviderError> {
         let size = words(request);
-        let last = request.messages.last().cloned();
-        Box::pin(async move {
-            if size > 80 {
-                return Err(ProviderError::ContextOverflow {
-                    message: "prompt is too long".into(),
-                    input_tokens: Some(size),
-                    limit: None,
-                });
-            }
-            let last = last.expect("a request has messages");
-            let text = last.text();
-            Ok(match text.strip_prefix("read ") {
-                Some(path) => Message::new(
-                    Role::Assistant,
-                    vec![ContentBlock::tool_use(
-                        format!("call-{path}"),
-                        "read",
-                        json!({ "path": path }),
-                    )],
-                ),
-                None if text.is_empty() => Message::assistant_text("I have read the file."),
-                None => Message::assistant_text(format!("Noted: {text}")),
-            })
+        if size > 80 {
+            return Err(ProviderError::ContextOverflow {
+                message: "prompt is too long".into(),
+                input_tokens: Some(size),
+                limit: None,
+            });
+        }
+        let last = request.messages.last().expect("a request has messages");
+        let text = last.text();
+        Ok(match text.strip_prefix("read ") {
+            Some(path) => Message::new(
+                Role::Assistant,
+                vec![ContentBlock::tool_use(
+                    format!("call-{path}"),
+                    "read",
+                    json!({ "path": path }),
+                )],
+            ),
+            None if text.is_empty() => Message::assistant_text("I have read the file."),
+            None => Message::assistant_text(format!("Noted: {text}")),
         })
     }
 }
@@ -68,16 +68,17 @@ impl Provider for ToyModel {
 /// A summarizer: keeps the user's lines of the transcript (an extractive summary).
 struct Summarizer;
 
+#[async_trait]
 impl Provider for Summarizer {
     fn name(&self) -> &str {
         "summarizer"
     }
 
-    fn complete<'a>(
-        &'a self,
-        request: &'a Request,
-        _events: EventSink<'a>,
-    ) -> BoxFuture<'a, Result<Message, ProviderError>> {
+    async fn complete(
+        &self,
+        request: &Request,
+        _events: EventSink<'_>,
+    ) -> Result<Message, ProviderError> {
         let prompt = request.messages[0].text();
         // Lines of the previous summary, then the user's lines of the transcript.
         let kept: Vec<&str> = prompt
@@ -85,7 +86,7 @@ impl Provider for Summarizer {
             .filter_map(|l| l.strip_prefix("- ").or(l.strip_prefix("[User]: ")))
             .collect();
         let summary = format!("The user said:\n- {}", kept.join("\n- "));
-        Box::pin(async move { Ok(Message::assistant_text(summary)) })
+        Ok(Message::assistant_text(summary))
     }
 }
 
@@ -101,10 +102,14 @@ impl SessionLog for Store {
     }
 }
 
-#[tokio::main(flavor = "current_thread")]
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let compactor = Compactor::new(ModelRef::new(Arc::new(ToyModel), "toy-1"))
         .with_compaction_model(Some(ModelRef::new(Arc::new(Summarizer), "summarizer-1")))
+        // The built-in prompt alone is larger than the toy model's whole window.
+        .with_prompt(CompactionPrompt::from_text(
+            "Summarize the transcript for the next model.",
+        )?)
         .with_config(CompactConfig {
             keep_tokens: 100,
             ..CompactConfig::default()
@@ -141,18 +146,25 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     ];
     for prompt in prompts {
         println!("> {prompt}");
-        let mut reply = agent
-            .send(vec![Message::user_text(prompt)], &mut |_| {})
-            .await?;
-        // The tool loop: answer every tool call, then send the results.
-        while let Some(ContentBlock::ToolUse(call)) = reply.message.content.first().cloned() {
-            println!("  (tool {} {})", call.name, call.input);
-            let result = Message::new(
-                Role::User,
-                vec![ContentBlock::tool_result(&call.id, "fn lex() {}", false)],
-            );
-            reply = agent.send(vec![result], &mut |_| {}).await?;
-        }
+        // Each turn is a task of its own, free to run on any worker thread: the driver moves
+        // in and comes back with the reply.
+        let turn = tokio::spawn(async move {
+            let mut reply = agent
+                .send(vec![Message::user_text(prompt)], &mut |_| {})
+                .await?;
+            // The tool loop: answer every tool call, then send the results.
+            while let Some(ContentBlock::ToolUse(call)) = reply.message.content.first().cloned() {
+                println!("  (tool {} {})", call.name, call.input);
+                let result = Message::new(
+                    Role::User,
+                    vec![ContentBlock::tool_result(&call.id, "fn lex() {}", false)],
+                );
+                reply = agent.send(vec![result], &mut |_| {}).await?;
+            }
+            Ok::<_, panto_compact::CompactError>((agent, reply))
+        });
+        let (back, reply) = turn.await??;
+        agent = back;
         println!("{}", reply.message.text());
     }
 
@@ -167,4 +179,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         context.summary().unwrap_or("(none)")
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    /// `cargo test` runs the example (`test = true` in the manifest), so it cannot rot.
+    #[test]
+    fn the_agent_loop_runs_to_the_end() {
+        super::main().expect("the example runs");
+    }
 }

@@ -2,7 +2,7 @@
 
 use std::fmt;
 use std::ops::Range;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use panto_model::{
     CompactionEntry, EffectiveContext, Entry, Extra, KEPT_BY, Message, Trigger, replay, turns,
@@ -418,6 +418,22 @@ pub enum CompactOutcome {
 
 type EventHandler = Box<dyn FnMut(&CompactionEvent) + Send>;
 
+/// A value that is only ever reached through `&mut`, held so that the [`Compactor`] is `Sync`
+/// (and the futures that borrow it are `Send`) while its id generator and event handler need
+/// only be `Send`. The mutex is never locked: [`Mutex::get_mut`] needs no lock.
+struct Exclusive<T>(Mutex<T>);
+
+impl<T> Exclusive<T> {
+    fn new(value: T) -> Exclusive<T> {
+        Exclusive(Mutex::new(value))
+    }
+
+    fn get_mut(&mut self) -> &mut T {
+        // No lock is ever taken, so no panic can have poisoned it.
+        self.0.get_mut().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
 /// Runs compactions: holds the models, the prompt, the sizer, the id generator and the event
 /// callback.
 ///
@@ -433,8 +449,8 @@ pub struct Compactor {
     config: CompactConfig,
     prompt: CompactionPrompt,
     sizer: Box<dyn Sizer + Send + Sync>,
-    ids: Box<dyn IdGenerator>,
-    events: Option<EventHandler>,
+    ids: Exclusive<Box<dyn IdGenerator>>,
+    events: Exclusive<Option<EventHandler>>,
 }
 
 impl fmt::Debug for Compactor {
@@ -458,8 +474,8 @@ impl Compactor {
             config: CompactConfig::default(),
             prompt: CompactionPrompt::builtin(),
             sizer: Box::new(UsageSizer::default()),
-            ids: Box::new(UniqueIds::new()),
-            events: None,
+            ids: Exclusive::new(Box::new(UniqueIds::new())),
+            events: Exclusive::new(None),
         }
     }
 
@@ -489,13 +505,13 @@ impl Compactor {
 
     /// Sets the id generator (inject [`crate::SequentialIds`] for deterministic tests).
     pub fn with_ids(mut self, ids: impl IdGenerator + 'static) -> Compactor {
-        self.ids = Box::new(ids);
+        self.ids = Exclusive::new(Box::new(ids));
         self
     }
 
     /// Calls `handler` with every [`CompactionEvent`].
     pub fn on_event(mut self, handler: impl FnMut(&CompactionEvent) + Send + 'static) -> Compactor {
-        self.events = Some(Box::new(handler));
+        self.events = Exclusive::new(Some(Box::new(handler)));
         self
     }
 
@@ -526,7 +542,7 @@ impl Compactor {
 
     /// Makes the next id (used by the driver for messages appended without one).
     pub(crate) fn next_id(&mut self, kind: IdKind) -> String {
-        self.ids.next_id(kind)
+        self.ids.get_mut().next_id(kind)
     }
 
     /// Plans a compaction of `context`, builds its system prompt and renders the transcript
@@ -1011,12 +1027,12 @@ impl Compactor {
             Some(_) => (RECORD_ONLY_MODEL.to_owned(), "panto".to_owned()),
             None => (used.model.clone(), used.provider.name().to_owned()),
         };
-        let id = self.ids.next_id(IdKind::Compaction);
+        let id = self.ids.get_mut().next_id(IdKind::Compaction);
         let copies: Vec<Message> = context.messages[prepared.plan.kept()]
             .iter()
             .map(|m| {
                 let mut copy = m.clone();
-                copy.id = Some(self.ids.next_id(IdKind::Message));
+                copy.id = Some(self.ids.get_mut().next_id(IdKind::Message));
                 copy.extra
                     .insert(KEPT_BY.to_owned(), Value::from(id.as_str()));
                 copy
@@ -1162,7 +1178,7 @@ impl Compactor {
     }
 
     fn emit(&mut self, event: CompactionEvent) {
-        if let Some(handler) = &mut self.events {
+        if let Some(handler) = self.events.get_mut() {
             handler(&event);
         }
     }

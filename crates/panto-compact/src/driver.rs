@@ -248,20 +248,28 @@ impl<L: SessionLog> Driver<L> {
         Ok(outcome)
     }
 
-    async fn complete(
+    /// Sends the context now to the active model. The future borrows nothing of the driver
+    /// (it owns the request and a handle on the model), so it is `Send` whatever the log.
+    fn complete<'s>(
         &self,
-        stream: EventSink<'_>,
+        stream: EventSink<'s>,
         attempt: &'static str,
-    ) -> Result<Message, ProviderError> {
+    ) -> impl Future<Output = Result<Message, ProviderError>> + Send + 's {
         let request = self.request();
-        let active = self.compactor.active();
-        let span =
-            info_span!("send", attempt, provider = active.provider.name(), model = %active.model);
-        active
-            .provider
-            .complete(&request, stream)
-            .instrument(span)
-            .await
+        let active = self.compactor.active().clone();
+        async move {
+            let span = info_span!(
+                "send",
+                attempt,
+                provider = active.provider.name(),
+                model = %active.model
+            );
+            active
+                .provider
+                .complete(&request, stream)
+                .instrument(span)
+                .await
+        }
     }
 
     fn accept(

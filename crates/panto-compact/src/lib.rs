@@ -1,7 +1,7 @@
 //! Compaction orchestration for panto: decides what to keep, asks a model for the summary, writes
 //! the result atomically, and recovers from context overflow with exactly one retry.
 //!
-//! - [`plan()`] (pure) splits an [`EffectiveContext`](panto_model::EffectiveContext) into the
+//! - [`plan()`] (pure) splits an [`EffectiveContext`] into the
 //!   summarized prefix and the kept suffix: the longest run of whole turns within the
 //!   keep-verbatim budget, the in-flight turn always kept.
 //! - [`CompactionPrompt`] layers `COMPACTION.md` (built-in, user, project; last one wins) and
@@ -18,6 +18,8 @@
 //!   ([`Compactor::compact_record_only`]).
 //! - [`CompactError`] is the one error type; [`MemoryLog`] the in-memory [`SessionLog`].
 //! - With the `test-support` feature, the `testing` module offers a scripted fake provider.
+//! - With the `session` feature, [`SessionLog`] is implemented for `panto_session::Session`
+//!   (the JSONL file), and `CheckedLog` appends only where the caller last saw the file end.
 //!
 //! The design choice to know: storage is a one-method trait ([`SessionLog`]) whose single call
 //! carries the whole compaction (the entry, then every kept copy marked `kept_by`), and
@@ -25,8 +27,63 @@
 //! any byte of the append replays to exactly the old or exactly the new context, and this crate
 //! never needs to know how the log is stored.
 //!
-//! No async runtime is linked: futures returned by the [`Provider`](panto_provider::Provider)
-//! trait are simply awaited.
+//! No async runtime is linked: futures returned by the [`Provider`] trait are simply awaited,
+//! and the futures of [`Driver::send`], [`Driver::compact`] and [`Compactor::compact`] are
+//! `Send`, so a turn may run in a spawned task.
+//!
+//! One dependency is enough: the names needed to implement a [`Provider`] and a
+//! [`SessionLog`] and to run the loop are re-exported here, and the lower crates are reachable
+//! whole as [`model`], [`provider`], [`size`] and [`transcript`].
+//!
+//! ```
+//! use std::sync::Arc;
+//!
+//! use panto_compact::{
+//!     CompactConfig, CompactOutcome, Compactor, Driver, EventSink, MemoryLog, Message, ModelRef, Provider,
+//!     ProviderError, Request, async_trait,
+//! };
+//!
+//! /// A model that answers every request with the number of messages it saw.
+//! struct Counter;
+//!
+//! #[async_trait]
+//! impl Provider for Counter {
+//!     fn name(&self) -> &str {
+//!         "counter"
+//!     }
+//!
+//!     async fn complete(
+//!         &self,
+//!         request: &Request,
+//!         _events: EventSink<'_>,
+//!     ) -> Result<Message, ProviderError> {
+//!         Ok(Message::assistant_text(format!("{} messages", request.messages.len())))
+//!     }
+//! }
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let runtime = tokio::runtime::Builder::new_current_thread().build()?;
+//! runtime.block_on(async {
+//!     // A keep budget of one token keeps only the turn in flight verbatim.
+//!     let compactor = Compactor::new(ModelRef::new(Arc::new(Counter), "counter-1"))
+//!         .with_config(CompactConfig { keep_tokens: 1, ..CompactConfig::default() });
+//!     let mut agent = Driver::new(compactor, MemoryLog::new(), Default::default());
+//!     for prompt in ["hello", "and again"] {
+//!         let reply = agent.send(vec![Message::user_text(prompt)], &mut |_| {}).await?;
+//!         println!("{}", reply.message.text());
+//!     }
+//!     assert_eq!(agent.context().messages.len(), 4);
+//!     assert_eq!(agent.log().entries().len(), 4);
+//!     // `/compact`: the counter's answer becomes the summary, the newest turn is kept.
+//!     let outcome = agent.compact(None).await?;
+//!     assert!(matches!(outcome, CompactOutcome::Compacted(_)));
+//!     assert!(agent.context().summary().is_some());
+//!     Ok(())
+//! })
+//! # }
+//! ```
+
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod check;
 mod compactor;
@@ -38,6 +95,8 @@ mod ids;
 mod log;
 mod plan;
 mod prompt;
+#[cfg(feature = "session")]
+mod session;
 #[cfg(any(test, feature = "test-support"))]
 pub mod testing;
 
@@ -54,6 +113,24 @@ pub use fold::{Chunk, FoldBudget, FoldError, FoldPlan, MIN_ROOM, fold};
 pub use ids::{IdGenerator, IdKind, SequentialIds, UniqueIds};
 pub use log::{MemoryLog, SessionLog};
 pub use plan::{Plan, keep_budget, plan};
+// The lower crates, whole, and the names an agent needs most, so that depending on this crate
+// alone is enough to implement a provider and a store and to run the loop.
+pub use panto_model as model;
+pub use panto_model::{
+    ContentBlock, EffectiveContext, Entry, Message, Role, Usage, encode_line, read_entries, replay,
+};
+pub use panto_provider as provider;
+pub use panto_provider::{
+    EventSink, Provider, ProviderError, Request, StreamEvent, ToolSpec, async_trait,
+};
+pub use panto_size as size;
+pub use panto_transcript as transcript;
+pub use serde_json;
+
+#[cfg(feature = "session")]
+#[cfg_attr(docsrs, doc(cfg(feature = "session")))]
+pub use session::CheckedLog;
+
 pub use prompt::{
     ADDITIONAL_INSTRUCTIONS_HEADING, BUILTIN_PROMPT, CompactionPrompt, LayerFile, LayerFileError,
     MAX_LAYER_FILE_BYTES, read_layer_file,

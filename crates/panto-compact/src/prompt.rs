@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 
 use crate::error::CompactError;
 
-/// The built-in `prompts/COMPACTION.md`.
-pub const BUILTIN_PROMPT: &str = include_str!("../../../prompts/COMPACTION.md");
+/// The built-in `COMPACTION.md`, shipped inside this crate (`prompts/COMPACTION.md`).
+pub const BUILTIN_PROMPT: &str = include_str!("../prompts/COMPACTION.md");
 
 /// The heading under which `/compact ARGS` instructions are appended to the system prompt.
 pub const ADDITIONAL_INSTRUCTIONS_HEADING: &str =

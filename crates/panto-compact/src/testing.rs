@@ -17,7 +17,7 @@ use std::collections::VecDeque;
 use std::sync::{Mutex, MutexGuard};
 
 use panto_model::{ContentBlock, Message, Usage};
-use panto_provider::{BoxFuture, EventSink, Provider, ProviderError, Request, StreamEvent};
+use panto_provider::{EventSink, Provider, ProviderError, Request, StreamEvent, async_trait};
 
 /// A provider that answers from a queue of scripted results and records every request.
 ///
@@ -82,18 +82,19 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+#[async_trait]
 impl Provider for ScriptedProvider {
     fn name(&self) -> &str {
         &self.name
     }
 
-    fn complete<'a>(
-        &'a self,
-        request: &'a Request,
-        events: EventSink<'a>,
-    ) -> BoxFuture<'a, Result<Message, ProviderError>> {
+    async fn complete(
+        &self,
+        request: &Request,
+        events: EventSink<'_>,
+    ) -> Result<Message, ProviderError> {
         lock(&self.requests).push(request.clone());
-        let answer = lock(&self.answers)
+        lock(&self.answers)
             .pop_front()
             .unwrap_or_else(|| {
                 Err(ProviderError::Unsupported {
@@ -110,8 +111,7 @@ impl Provider for ScriptedProvider {
                     }
                 }
                 m
-            });
-        Box::pin(async move { answer })
+            })
     }
 }
 

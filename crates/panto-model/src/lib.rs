@@ -17,6 +17,27 @@
 //! whose copies are not marked, is read by Contract 1's plain rule instead.
 //!
 //! This crate is pure: no IO, no async runtime, no network.
+//!
+//! ```
+//! use panto_model::{Role, read_entries, replay, turns};
+//!
+//! let session = br#"{"type":"message","id":"m1","role":"user","content":[{"type":"text","text":"old question"}]}
+//! {"type":"message","id":"m2","role":"assistant","content":[{"type":"text","text":"old answer"}]}
+//! {"type":"compaction","id":"c1","summary":"The user asked an old question.","kept_messages":0}
+//! {"type":"message","id":"m3","role":"user","content":[{"type":"text","text":"new question"}]}
+//! "#;
+//! let entries = read_entries(session)?;
+//! let context = replay(entries);
+//! // The latest compaction's summary leads, followed by what came after it.
+//! assert_eq!(context.summary(), Some("The user asked an old question."));
+//! assert_eq!(context.messages.len(), 2);
+//! assert_eq!(context.messages[1].role, Role::User);
+//! assert_eq!(context.messages[1].text(), "new question");
+//! assert_eq!(turns(&context.messages).len(), 2);
+//! # Ok::<(), panto_model::DecodeError>(())
+//! ```
+
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 #[cfg(feature = "proptest")]
 pub mod arbitrary;

@@ -11,18 +11,32 @@
 //!
 //! The design choice to know: this crate sits low, with no HTTP and no async runtime, so that
 //! `panto-compact` depends on the trait and never links reqwest. The HTTP implementations live in
-//! `panto-providers`. The trait returns a boxed future, so `dyn Provider` works.
+//! `panto-providers`. The trait is written with [`macro@async_trait`] (re-exported here), so an
+//! implementer writes `async fn complete(..)`, the returned future is `Send`, and
+//! `dyn Provider` works.
+//!
+//! ```
+//! use panto_model::Message;
+//! use panto_provider::{ProviderError, Request};
+//!
+//! let request = Request::new("a-model", "You are terse.", vec![Message::user_text("hi")], 1_024);
+//! assert_eq!(request.messages.len(), 1);
+//! // The one error that compaction can cure.
+//! let overflow = ProviderError::ContextOverflow {
+//!     message: "prompt is too long".into(),
+//!     input_tokens: Some(210_000),
+//!     limit: Some(200_000),
+//! };
+//! assert!(overflow.is_context_overflow());
+//! ```
 
 use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
 use std::time::Duration;
 
 use panto_model::Message;
 use serde_json::Value;
 
-/// A boxed, sendable future, as [`Provider::complete`] returns.
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+pub use async_trait::async_trait;
 
 /// One request to a model.
 #[derive(Clone, Debug, PartialEq)]
@@ -157,7 +171,33 @@ pub type EventSink<'a> = &'a mut (dyn FnMut(StreamEvent<'_>) + Send);
 /// A model that answers requests.
 ///
 /// Implementations retry transient failures (rate limits, 5xx, timeouts, resets) themselves,
-/// and never retry a context overflow or another 4xx answer.
+/// and never retry a context overflow or another 4xx answer. Implement it with
+/// [`macro@async_trait`]:
+///
+/// ```
+/// use panto_model::Message;
+/// use panto_provider::{EventSink, Provider, ProviderError, Request, StreamEvent, async_trait};
+///
+/// struct Echo;
+///
+/// #[async_trait]
+/// impl Provider for Echo {
+///     fn name(&self) -> &str {
+///         "echo"
+///     }
+///
+///     async fn complete(
+///         &self,
+///         request: &Request,
+///         events: EventSink<'_>,
+///     ) -> Result<Message, ProviderError> {
+///         let text = format!("{} messages", request.messages.len());
+///         events(StreamEvent::Text(&text));
+///         Ok(Message::assistant_text(text))
+///     }
+/// }
+/// ```
+#[async_trait]
 pub trait Provider: Send + Sync {
     /// A short name for messages and events, like `anthropic` or `openai`.
     fn name(&self) -> &str;
@@ -168,49 +208,52 @@ pub trait Provider: Send + Sync {
     ///
     /// # Errors
     /// A [`ProviderError`] saying what kind of failure it was.
-    fn complete<'a>(
-        &'a self,
-        request: &'a Request,
-        events: EventSink<'a>,
-    ) -> BoxFuture<'a, Result<Message, ProviderError>>;
+    async fn complete(
+        &self,
+        request: &Request,
+        events: EventSink<'_>,
+    ) -> Result<Message, ProviderError>;
 }
 
+#[async_trait]
 impl<P: Provider + ?Sized> Provider for &P {
     fn name(&self) -> &str {
         (**self).name()
     }
-    fn complete<'a>(
-        &'a self,
-        request: &'a Request,
-        events: EventSink<'a>,
-    ) -> BoxFuture<'a, Result<Message, ProviderError>> {
-        (**self).complete(request, events)
+    async fn complete(
+        &self,
+        request: &Request,
+        events: EventSink<'_>,
+    ) -> Result<Message, ProviderError> {
+        (**self).complete(request, events).await
     }
 }
 
+#[async_trait]
 impl<P: Provider + ?Sized> Provider for Box<P> {
     fn name(&self) -> &str {
         (**self).name()
     }
-    fn complete<'a>(
-        &'a self,
-        request: &'a Request,
-        events: EventSink<'a>,
-    ) -> BoxFuture<'a, Result<Message, ProviderError>> {
-        (**self).complete(request, events)
+    async fn complete(
+        &self,
+        request: &Request,
+        events: EventSink<'_>,
+    ) -> Result<Message, ProviderError> {
+        (**self).complete(request, events).await
     }
 }
 
+#[async_trait]
 impl<P: Provider + ?Sized> Provider for std::sync::Arc<P> {
     fn name(&self) -> &str {
         (**self).name()
     }
-    fn complete<'a>(
-        &'a self,
-        request: &'a Request,
-        events: EventSink<'a>,
-    ) -> BoxFuture<'a, Result<Message, ProviderError>> {
-        (**self).complete(request, events)
+    async fn complete(
+        &self,
+        request: &Request,
+        events: EventSink<'_>,
+    ) -> Result<Message, ProviderError> {
+        (**self).complete(request, events).await
     }
 }
 

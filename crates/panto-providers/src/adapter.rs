@@ -48,32 +48,31 @@ macro_rules! adapter_common {
             }
         }
 
+        #[panto_provider::async_trait]
         impl Provider for $ty {
             fn name(&self) -> &str {
                 $name
             }
 
-            fn complete<'a>(
-                &'a self,
-                request: &'a Request,
-                events: EventSink<'a>,
-            ) -> BoxFuture<'a, Result<Message, ProviderError>> {
-                Box::pin(async move {
-                    // The key is scrubbed from the answer, streamed and whole, before it
-                    // leaves the adapter: a server that echoes it cannot get it stored.
-                    let key = &self.transport.config().api_key;
-                    let mut guard = crate::secret::StreamGuard::new(key, events);
-                    let result = {
-                        let mut sink = |event: panto_provider::StreamEvent<'_>| guard.event(event);
-                        self.transport
-                            .complete(&self.wire, self.name(), request, &mut sink)
-                            .await
-                    };
-                    guard.finish();
-                    result.map(|mut message| {
-                        key.scrub_message(&mut message);
-                        message
-                    })
+            async fn complete(
+                &self,
+                request: &Request,
+                events: EventSink<'_>,
+            ) -> Result<Message, ProviderError> {
+                // The key is scrubbed from the answer, streamed and whole, before it leaves
+                // the adapter: a server that echoes it cannot get it stored.
+                let key = &self.transport.config().api_key;
+                let mut guard = crate::secret::StreamGuard::new(key, events);
+                let result = {
+                    let mut sink = |event: panto_provider::StreamEvent<'_>| guard.event(event);
+                    self.transport
+                        .complete(&self.wire, self.name(), request, &mut sink)
+                        .await
+                };
+                guard.finish();
+                result.map(|mut message| {
+                    key.scrub_message(&mut message);
+                    message
                 })
             }
         }

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use panto_model::{
     ContentBlock, Extra, Message, Role, TextBlock, ThinkingBlock, ToolUseBlock, Usage,
 };
-use panto_provider::{BoxFuture, EventSink, Provider, ProviderError, Request};
+use panto_provider::{EventSink, Provider, ProviderError, Request};
 use reqwest::header::{HeaderMap, HeaderValue};
 use serde_json::{Map, Value, json};
 

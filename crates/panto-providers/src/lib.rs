@@ -20,6 +20,23 @@
 //! unanswered tool calls answered with a synthetic error result, orphan results as text, roles
 //! merged to alternate), and answers are converted back to `panto_model::Message` at the edge.
 //! The caller's messages are never modified.
+//!
+//! ```
+//! use panto_provider::Provider;
+//! use panto_providers::{AnthropicProvider, Config, OpenAiChatProvider};
+//!
+//! // A keyless local server speaking Chat Completions (llama.cpp, vLLM, Ollama, ...).
+//! let local = OpenAiChatProvider::new(Config::new("http://127.0.0.1:8080/v1", ""))?;
+//! assert_eq!(local.name(), "openai");
+//!
+//! // The key goes into a request header only; it never shows in `Debug`.
+//! let key = "sk-ant-example-0123456789";
+//! let anthropic = AnthropicProvider::new(Config::new("https://api.anthropic.com", key))?;
+//! assert!(!format!("{anthropic:?}").contains(key));
+//! # Ok::<(), panto_providers::Error>(())
+//! ```
+
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod adapter;
 mod anthropic;

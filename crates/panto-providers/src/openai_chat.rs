@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use panto_model::{ContentBlock, Extra, Message, Role, ThinkingBlock, ToolUseBlock, Usage};
-use panto_provider::{BoxFuture, EventSink, Provider, ProviderError, Request};
+use panto_provider::{EventSink, Provider, ProviderError, Request};
 use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue};
 use serde_json::{Map, Value, json};
 

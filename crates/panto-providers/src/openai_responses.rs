@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 
 use panto_model::{ContentBlock, Extra, Message, Role, ThinkingBlock, ToolUseBlock};
-use panto_provider::{BoxFuture, EventSink, Provider, ProviderError, Request};
+use panto_provider::{EventSink, Provider, ProviderError, Request};
 use reqwest::header::HeaderMap;
 use serde_json::{Map, Value, json};
 

@@ -20,6 +20,20 @@
 //! next append starts on a fresh line after it (see `docs/session.md` for the exact rules).
 //!
 //! Sync `std` IO only: no async runtime, no network.
+//!
+//! ```
+//! use panto_model::{Entry, Message};
+//! use panto_session::{Session, SessionOptions};
+//!
+//! let dir = tempfile::tempdir()?;
+//! let session = Session::create(dir.path().join("chat.jsonl"), SessionOptions::default())?;
+//! let ids = session.append(&[Entry::Message(Message::user_text("hello"))])?;
+//! assert_eq!(ids.len(), 1);
+//! let loaded = session.load_context()?;
+//! assert_eq!(loaded.context.messages[0].text(), "hello");
+//! assert!(loaded.warnings.is_empty());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 mod error;
 mod history;

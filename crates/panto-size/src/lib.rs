@@ -18,6 +18,19 @@
 //! heuristic-shaped. Nothing here fails: every input gets a size.
 //!
 //! This crate is pure: no IO, no async runtime, no network.
+//!
+//! ```
+//! use panto_model::{Message, Usage};
+//! use panto_size::{Sizer, UsageSizer, estimate_request};
+//!
+//! let mut answer = Message::assistant_text("Forty-two.");
+//! answer.usage = Some(Usage::new(1_200, 7));
+//! let messages = vec![Message::user_text("What is the answer?"), answer];
+//! let sizes = UsageSizer::default().message_sizes(&messages);
+//! // The answer's size is what the provider measured as its output.
+//! assert_eq!(sizes[1], 7);
+//! assert!(estimate_request("You are terse.", &messages) >= sizes.iter().sum::<u64>());
+//! ```
 
 mod heuristic;
 mod usage;

@@ -635,7 +635,9 @@ fn recovered(
     // The usage of the replies the server wrote (a written session's answers carry none).
     let served: Vec<Value> = entries
         .iter()
-        .filter(|e| e["role"] != "assistant" || !e["id"].as_str().is_some_and(|id| id.starts_with(WRITTEN)))
+        .filter(|e| {
+            e["role"] != "assistant" || !e["id"].as_str().is_some_and(|id| id.starts_with(WRITTEN))
+        })
         .cloned()
         .collect();
     checks::usage_recorded(&served)?;

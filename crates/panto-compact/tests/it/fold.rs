@@ -9,7 +9,7 @@ use panto_compact::{
     ModelRef, Reply, SequentialIds, fold,
 };
 use panto_model::{ContentBlock, Entry, Message, Role};
-use panto_provider::{BoxFuture, EventSink, Provider, ProviderError, Request};
+use panto_provider::{EventSink, Provider, ProviderError, Request, async_trait};
 use panto_size::{Heuristic, estimate_request};
 use proptest::prelude::*;
 
@@ -133,35 +133,34 @@ impl Window {
     }
 }
 
+#[async_trait]
 impl Provider for Window {
     fn name(&self) -> &str {
         "window"
     }
 
-    fn complete<'a>(
-        &'a self,
-        request: &'a Request,
-        _events: EventSink<'a>,
-    ) -> BoxFuture<'a, Result<Message, ProviderError>> {
-        Box::pin(async move {
-            let counted = self.count(request);
-            let compaction = request.system != "agent";
-            let fits = counted <= self.window;
-            self.seen.lock().unwrap().push((compaction, counted, fits));
-            if !fits {
-                return Err(ProviderError::ContextOverflow {
-                    message: "prompt is too long".into(),
-                    input_tokens: self.numbers.then_some(counted),
-                    limit: self.numbers.then_some(self.window),
-                });
-            }
-            let text = if compaction {
-                vec!["summary"; self.summary_words].join(" ")
-            } else {
-                "the reply".to_owned()
-            };
-            Ok(Message::assistant_text(text))
-        })
+    async fn complete(
+        &self,
+        request: &Request,
+        _events: EventSink<'_>,
+    ) -> Result<Message, ProviderError> {
+        let counted = self.count(request);
+        let compaction = request.system != "agent";
+        let fits = counted <= self.window;
+        self.seen.lock().unwrap().push((compaction, counted, fits));
+        if !fits {
+            return Err(ProviderError::ContextOverflow {
+                message: "prompt is too long".into(),
+                input_tokens: self.numbers.then_some(counted),
+                limit: self.numbers.then_some(self.window),
+            });
+        }
+        let text = if compaction {
+            vec!["summary"; self.summary_words].join(" ")
+        } else {
+            "the reply".to_owned()
+        };
+        Ok(Message::assistant_text(text))
     }
 }
 

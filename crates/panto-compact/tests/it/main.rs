@@ -10,6 +10,8 @@ mod example_session;
 mod fold;
 mod ledger;
 mod props;
+mod send;
+mod session;
 mod snapshots;
 
 use std::sync::Arc;
