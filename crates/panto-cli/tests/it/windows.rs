@@ -157,3 +157,109 @@ fn run(sb: &Sandbox, p: Protocol, server: &str, keep: &str) -> i32 {
     }
     run.code
 }
+
+/// A manual compaction of a conversation larger than the model's window (a session imported
+/// from elsewhere): with the window configured, the fold is planned in several requests from
+/// the start; without it, the first request is rejected and the fold learns the window from
+/// the error. `--dry-run --json` reports the steps and writes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn manual_compaction_of_a_conversation_larger_than_the_window_folds() {
+    let session = conversation();
+    for protocol in Protocol::ALL {
+        for configured in [true, false] {
+            // A window of a third of the conversation (141 KB of body, 3 bytes a token).
+            let mut model = FakeModel::new(protocol, 47_000);
+            model.limit_compactions = true;
+            let server = model.clone().start().await;
+            let sb = Sandbox::new();
+            sb.write("s.jsonl", &session);
+            if configured {
+                // In panto's estimate, which counts a little under the fake model's third of a
+                // token per byte of body.
+                sb.write(".panto/config.toml", "context_window = 12000\n");
+            }
+            let case = format!("{protocol:?} window configured {configured}");
+            let base = protocol.base_url(&server.uri());
+            let args = |extra: &[&'static str]| {
+                let mut all = vec!["compact", "s.jsonl", "--keep-tokens", "2000", "--json"];
+                all.extend_from_slice(extra);
+                all.extend(["--provider", protocol.flag(), "--model", MODEL]);
+                all
+            };
+            let mut dry = args(&["--dry-run"]);
+            dry.extend(["--base-url", &base]);
+            let mut cmd = sb.command(&dry);
+            cmd.env(protocol.key_var(), "test-key-123");
+            let run = tokio::task::block_in_place(|| sb.run_with(cmd));
+            assert_eq!(run.code, 0, "{case}: {}", run.stderr);
+            let doc: Value = serde_json::from_str(&run.stdout).unwrap();
+            let steps = doc["steps"].as_array().unwrap();
+            assert!(steps.len() >= 2, "{case}: {doc}");
+            if configured {
+                assert!(
+                    steps.iter().all(|s| s["input_tokens"].as_u64().unwrap()
+                        + s["max_output_tokens"].as_u64().unwrap()
+                        <= 12_000),
+                    "{case}: {doc}"
+                );
+            }
+            assert_eq!(
+                doc["requests"].as_u64().unwrap() as usize,
+                steps.len() + rejected(&model.seen()),
+                "{case}"
+            );
+            // The fold is shown: planned in steps from the start, or re-planned after a rejection.
+            let shown = if configured {
+                "compacting in "
+            } else {
+                "retrying with requests of about"
+            };
+            assert!(
+                run.stderr.contains(shown) && run.stderr.contains("step 1/"),
+                "{case}: {}",
+                run.stderr
+            );
+            // Nothing written by the dry run.
+            assert_eq!(
+                std::fs::read_to_string(sb.work().join("s.jsonl")).unwrap(),
+                session
+            );
+            if configured {
+                assert_eq!(
+                    rejected(&model.seen()),
+                    0,
+                    "{case}: the configured window is respected"
+                );
+            }
+
+            // The real compaction writes one entry with its request count.
+            let mut real = args(&[]);
+            real.extend(["--base-url", &base]);
+            let mut cmd = sb.command(&real);
+            cmd.env(protocol.key_var(), "test-key-123");
+            let run = tokio::task::block_in_place(|| sb.run_with(cmd));
+            assert_eq!(run.code, 0, "{case}: {}", run.stderr);
+            let text = std::fs::read_to_string(sb.work().join("s.jsonl")).unwrap();
+            let entries: Vec<Value> = text
+                .lines()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect();
+            let c: Vec<&Value> = entries
+                .iter()
+                .filter(|e| e["type"] == "compaction")
+                .collect();
+            assert_eq!(c.len(), 1, "{case}");
+            assert!(
+                c[0]["fold_steps"].as_u64().unwrap() >= 2,
+                "{case}: {}",
+                c[0]
+            );
+        }
+    }
+}
+
+fn rejected(seen: &[Seen]) -> usize {
+    seen.iter()
+        .filter(|s| s.compaction && s.answer == "overflow")
+        .count()
+}

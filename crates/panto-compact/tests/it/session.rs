@@ -28,7 +28,9 @@ async fn a_compaction_appended_to_a_session_file_loads_back_as_the_new_context()
     };
 
     let after = session.load_context().unwrap().context;
-    assert_eq!(after.summary(), Some("the summary"));
+    // The model's summary, then the ledger panto records beside it.
+    let summary = after.summary().unwrap();
+    assert!(summary.starts_with("the summary\n\n## Ledger"), "{summary}");
     assert_eq!(after.messages, compacted.context.messages);
     assert!(after.messages.len() < before.messages.len());
 }
