@@ -323,7 +323,16 @@ async fn chat_through_stdin_with_compact_instructions() {
             "Reply 3 from fake-model."
         ]
     );
-    assert!(stderr.contains("compacted: about"), "{stderr}");
+    // The compaction is told once, and every reply (and the compaction) is followed by the
+    // context meter.
+    assert_eq!(stderr.matches("compacted").count(), 1, "{stderr}");
+    assert!(stderr.contains("panto: compacted with"), "{stderr}");
+    assert_eq!(stderr.matches(" out; context about ").count(), 3, "{stderr}");
+    assert_eq!(
+        stderr.matches("tokens for the next request").count(),
+        4,
+        "{stderr}"
+    );
     let seen = model.seen();
     let c: Vec<&Seen> = seen.iter().filter(|s| s.compaction).collect();
     assert_eq!(c.len(), 1);
