@@ -349,7 +349,7 @@ pub fn write_context(
     let request = panto_size::estimate_request(&config.system_prompt.value, &ctx.messages);
     let conversation = panto_size::estimate_request("", &ctx.messages);
     let header = format!(
-        "{name}: {} in {}; about {request} tokens for the next request (system prompt included), about {conversation} of them conversation",
+        "{name}: {}, {}; about {request} tokens for the next request ({conversation} of conversation plus the system prompt)",
         count(ctx.conversation().len(), "message"),
         count(exchanges(ctx.conversation()), "exchange"),
     );

@@ -40,7 +40,7 @@ fn report(before: u64, after: u64, truncated: bool) -> CompactionEvent {
 fn a_compaction_line_says_before_and_after() {
     assert_eq!(
         describe_event(&report(1000, 300, false)),
-        "panto: compacted with m: conversation about 1000 -> 300 tokens (4 messages summarized, 2 kept verbatim)"
+        "panto: compacted with m: conversation about 1000 -> 300 tokens (4 messages summarized, 2 kept)"
     );
 }
 
@@ -57,7 +57,7 @@ fn the_start_of_a_compaction_counts_messages_and_says_what_its_size_measures() {
     };
     assert_eq!(
         describe_event(&started),
-        "panto: compacting (overflow) with m: summarizing 4 messages, keeping 2 messages verbatim; the conversation is about 1000 tokens"
+        "panto: compacting (overflow) with m: summarizing 4 messages, keeping 2; conversation about 1000 tokens"
     );
 }
 

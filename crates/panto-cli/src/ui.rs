@@ -216,10 +216,10 @@ pub fn describe_event(event: &CompactionEvent) -> String {
             plan,
             tokens_before,
         } => format!(
-            "panto: compacting ({}) with {model}: summarizing {}, keeping {} verbatim; the conversation is about {tokens_before} tokens",
+            "panto: compacting ({}) with {model}: summarizing {}, keeping {}; conversation about {tokens_before} tokens",
             trigger.as_str(),
             count(plan.prefix().len(), "message"),
-            count(plan.kept().len(), "message"),
+            plan.kept().len(),
         ),
         CompactionEvent::Folding {
             steps,
@@ -258,7 +258,7 @@ pub fn describe_event(event: &CompactionEvent) -> String {
             "panto: compaction model {failed_model} failed ({cause}); retrying once with {model}"
         ),
         CompactionEvent::Finished(report) => format!(
-            "panto: compacted with {}{}{}: conversation about {} -> {} tokens ({} summarized, {} kept verbatim){}",
+            "panto: compacted with {}{}{}: conversation about {} -> {} tokens ({} summarized, {} kept){}",
             report.model,
             if report.fallback { " (fallback)" } else { "" },
             if report.steps.len() > 1 {

@@ -200,6 +200,14 @@ pub struct Terminal {
     reader: Option<std::thread::JoinHandle<()>>,
 }
 
+impl Drop for Terminal {
+    /// A test that failed half-way leaves no program running.
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// The columns of the test terminal.
 pub const COLUMNS: usize = 120;
 
@@ -285,9 +293,36 @@ impl Terminal {
         }
     }
 
-    /// Waits for the program to end; its exit code and everything it drew.
+    /// Waits (up to 30 s) until the last line on the screen is an empty prompt `>`. Call it
+    /// after waiting for what the previous line caused, so that it is not the old prompt.
+    #[track_caller]
+    pub fn wait_for_prompt(&self) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while screen(&self.raw()).last().map(String::as_str) != Some(">") {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no prompt; the screen:\n{}",
+                screen(&self.raw()).join("\n")
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
+    /// Waits (up to 30 s) for the program to end; its exit code and everything it drew.
+    #[track_caller]
     pub fn finish(mut self) -> (i32, String) {
-        let status = self.child.wait().unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let status = loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                break status;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the program did not end; the screen:\n{}",
+                screen(&self.raw()).join("\n")
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
         if let Some(reader) = self.reader.take() {
             reader.join().unwrap();
         }

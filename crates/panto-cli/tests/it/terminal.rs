@@ -163,15 +163,15 @@ async fn chat_edits_lines_recalls_history_and_shows_the_meter_after_each_reply()
     let cmd = chat_command(&sb, &server.uri());
     let (code, raw) = tokio::task::block_in_place(|| {
         let mut term = Terminal::spawn(cmd);
-        term.wait_for("> ", 1);
+        term.wait_for_prompt();
         // "hllo", three times the left arrow, "e": the line is "hello".
         term.type_keys("hllo\u{1b}[D\u{1b}[D\u{1b}[De\r");
         term.wait_for("for the next request", 1);
-        term.wait_for("> ", 2);
+        term.wait_for_prompt();
         // The up arrow brings "hello" back from the history.
         term.type_keys("\u{1b}[A\r");
         term.wait_for("for the next request", 2);
-        term.wait_for("> ", 3);
+        term.wait_for_prompt();
         // Ctrl-D on an empty line quits.
         term.type_keys("\u{4}");
         term.finish()
@@ -213,22 +213,23 @@ async fn ctrl_c_cancels_the_reply_in_flight_and_returns_to_the_prompt() {
     let started = std::time::Instant::now();
     let (code, raw, after_cancel) = tokio::task::block_in_place(|| {
         let mut term = Terminal::spawn(cmd);
-        term.wait_for("> ", 1);
+        term.wait_for_prompt();
         term.type_keys("a slow question\r");
         term.wait_for("waiting for the model", 1);
         // Ctrl-C is listened to once the request is on its way.
         std::thread::sleep(Duration::from_millis(500));
         term.interrupt();
         term.wait_for("/retry sends it again", 1);
-        term.wait_for("> ", 2);
+        term.wait_for_prompt();
         let after_cancel = messages(&sb);
         // The message is still in the session: /retry sends the conversation again.
         term.type_keys("/retry\r");
         term.wait_for("for the next request", 1);
-        term.wait_for("> ", 3);
+        term.wait_for_prompt();
         // At the prompt Ctrl-C is a key: once warns, twice quits.
         term.type_keys("\u{3}");
         term.wait_for("press Ctrl-C again", 1);
+        term.wait_for_prompt();
         term.type_keys("\u{3}");
         let (code, raw) = term.finish();
         (code, raw, after_cancel)
@@ -299,4 +300,68 @@ async fn a_retry_line_printed_under_the_spinner_is_whole_and_no_frame_stays() {
         shown.join("\n")
     );
     no_spinner_left(&shown);
+}
+
+/// The chat a user sees when the context overflows and panto compacts: the capture in
+/// docs/chat.md is this screen, so the page shows what a user sees.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chat_through_an_overflow_looks_as_docs_chat_md_shows() {
+    use crate::fake_model::{FakeModel, Protocol};
+
+    let model = FakeModel::new(Protocol::OpenAiChat, 10_900);
+    let server = model.clone().start().await;
+    let sb = Sandbox::new();
+    // A conversation that already nears the window: the second prompt overflows it.
+    std::fs::rename(sb.example("debugging.jsonl"), sb.work().join("notes.jsonl")).unwrap();
+    let base = Protocol::OpenAiChat.base_url(&server.uri());
+    let mut cmd = sb.command(&[
+        "chat",
+        "notes.jsonl",
+        "--provider",
+        "openai",
+        "--model",
+        "fake-model",
+        "--base-url",
+        &base,
+        "--keep-tokens",
+        "60",
+    ]);
+    cmd.env("OPENAI_API_KEY", "k")
+        .env("PANTO_DATA_DIR", sb.dir.path().join("data"));
+    let prompts = [
+        "So the rounding moved to microseconds. Pin the old version, or change our tests?",
+        "Change the tests, and write down why. Then list the call sites to check by hand.",
+    ];
+    let raw = tokio::task::block_in_place(|| {
+        let mut term = Terminal::spawn(cmd);
+        term.wait_for_prompt();
+        for (i, prompt) in prompts.iter().enumerate() {
+            term.type_keys(&format!("{prompt}\r"));
+            term.wait_for("for the next request", i + 1);
+            term.wait_for_prompt();
+        }
+        term.type_keys("/summary\r");
+        term.wait_for("/summary", 1);
+        term.wait_for_prompt();
+        term.type_keys("/help\r");
+        term.wait_for("/retry ", 1);
+        term.wait_for_prompt();
+        term.type_keys("\u{4}");
+        let (code, raw) = term.finish();
+        assert_eq!(code, 0, "{}", screen(&raw).join("\n"));
+        raw
+    });
+    let shown = screen(&raw).join("\n");
+    no_spinner_left(&screen(&raw));
+    assert!(shown.contains("panto: compacted with fake-model"), "{shown}");
+    let doc = std::fs::read_to_string(crate::support::repo_root().join("docs/chat.md")).unwrap();
+    let capture = doc
+        .split("```text\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\n```").next())
+        .unwrap_or_default();
+    assert_eq!(
+        capture, shown,
+        "docs/chat.md no longer shows what the chat draws; the screen now:\n{shown}"
+    );
 }
