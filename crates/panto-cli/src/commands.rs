@@ -140,7 +140,7 @@ fn hint(e: &CompactError, config: &Config) -> Option<String> {
     }
     if is_conflict(e) {
         return Some(
-            "another writer appended to this session while panto waited for the model; to keep turns from interleaving, nothing of this answer was written (a message sent before it stays in the session). Run the command again to continue from the session as it is now".to_owned(),
+            "another writer appended to this session while panto waited for the model; to keep messages from interleaving, nothing of this answer was written (a message sent before it stays in the session). Run the command again to continue from the session as it is now".to_owned(),
         );
     }
     Some(match root_cause(e)? {
