@@ -202,7 +202,9 @@ pub fn summary(ctx: &EffectiveContext) -> Option<&str> {
 /// Whether the conversation ends with a message that has no reply yet (so `/retry` can send
 /// it again).
 pub fn awaits_reply(ctx: &EffectiveContext) -> bool {
-    ctx.conversation().last().is_some_and(|m| m.role == Role::User)
+    ctx.conversation()
+        .last()
+        .is_some_and(|m| m.role == Role::User)
 }
 
 /// Prints text and a newline on stdout, neutralised on a terminal.

@@ -628,7 +628,8 @@ async fn send(config: &Config, path: &Path, message: String) -> Result<()> {
 /// with its share of the model's window when the window is known (`context_window`, or
 /// learned from an overflow the provider reported).
 pub fn meter(config: &Config, driver: &Driver<CheckedLog<'_>>, reply: Option<&Reply>) -> String {
-    let next = panto_size::estimate_request(&config.system_prompt.value, &driver.context().messages);
+    let next =
+        panto_size::estimate_request(&config.system_prompt.value, &driver.context().messages);
     let window = config.context_window.value.or_else(|| {
         config
             .model
@@ -846,7 +847,10 @@ fn show_config(config: &Config) -> Result<()> {
 /// for the offline summarizer, which needs no key.
 pub fn key_state(key: Option<(&str, Option<bool>)>) -> (&'static str, String) {
     match key {
-        None => ("not needed", "the offline summarizer sends nothing".to_owned()),
+        None => (
+            "not needed",
+            "the offline summarizer sends nothing".to_owned(),
+        ),
         Some((var, Some(true))) => ("set", format!("in {var} (the value is never shown)")),
         Some((var, Some(false))) => (
             "empty",

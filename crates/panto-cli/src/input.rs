@@ -103,9 +103,7 @@ impl Prompt {
                 };
                 match line {
                     None => Ok(Input::End),
-                    Some(line) => Ok(Input::Line(
-                        line.context("cannot read standard input")?,
-                    )),
+                    Some(line) => Ok(Input::Line(line.context("cannot read standard input")?)),
                 }
             }
         }

@@ -148,12 +148,17 @@ fn chat_lines_are_messages_or_the_commands_help_lists() {
     check("/context", Line::Context);
     check("/summary", Line::Summary);
     check("/compact", Line::Compact(None));
-    check("/compact  focus on the parser ", Line::Compact(Some("focus on the parser")));
+    check(
+        "/compact  focus on the parser ",
+        Line::Compact(Some("focus on the parser")),
+    );
     check("/compacted", Line::Unknown("/compacted"));
     check("/retry", Line::Retry);
     check("/quit", Line::Exit);
     check("/exit", Line::Exit);
-    for command in ["/help", "/context", "/summary", "/compact", "/retry", "/exit"] {
+    for command in [
+        "/help", "/context", "/summary", "/compact", "/retry", "/exit",
+    ] {
         assert!(
             HELP.lines().any(|l| l.starts_with(command)),
             "{command} is missing from /help"

@@ -286,15 +286,15 @@ pub fn describe_event(event: &CompactionEvent) -> String {
 /// counted them (input with cache reads and writes, and output), then `next_request`, panto's
 /// estimate of the next request (system prompt included, as `panto context` counts it), and
 /// its share of `window` when the window is known.
-pub fn describe_meter(usage: Option<Option<&Usage>>, next_request: u64, window: Option<u64>) -> String {
+pub fn describe_meter(
+    usage: Option<Option<&Usage>>,
+    next_request: u64,
+    window: Option<u64>,
+) -> String {
     let answered = match usage {
         None => String::new(),
         Some(None) => "the provider reported no token counts; ".to_owned(),
-        Some(Some(u)) => format!(
-            "{} tokens in, {} out; ",
-            u.input_total(),
-            u.output_tokens
-        ),
+        Some(Some(u)) => format!("{} tokens in, {} out; ", u.input_total(), u.output_tokens),
     };
     let share = window.map_or(String::new(), |w| {
         format!(" ({} of the {w}-token window)", percent(next_request, w))

@@ -327,7 +327,11 @@ async fn chat_through_stdin_with_compact_instructions() {
     // context meter.
     assert_eq!(stderr.matches("compacted").count(), 1, "{stderr}");
     assert!(stderr.contains("panto: compacted with"), "{stderr}");
-    assert_eq!(stderr.matches(" out; context about ").count(), 3, "{stderr}");
+    assert_eq!(
+        stderr.matches(" out; context about ").count(),
+        3,
+        "{stderr}"
+    );
     assert_eq!(
         stderr.matches("tokens for the next request").count(),
         4,

@@ -83,8 +83,15 @@ fn config_says_whether_the_key_is_set_and_never_shows_it() {
         assert!(!run.stderr.contains(piece), "{piece} shown: {}", run.stderr);
     }
     let unset = sb.run(&["config", "--provider", "gemini"]);
-    let line = unset.stdout.lines().find(|l| l.starts_with("api_key ")).unwrap();
-    assert!(line.contains("= not set") && line.contains("GEMINI_API_KEY"), "{line}");
+    let line = unset
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("api_key "))
+        .unwrap();
+    assert!(
+        line.contains("= not set") && line.contains("GEMINI_API_KEY"),
+        "{line}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -107,7 +107,11 @@ async fn chat_server(slow_first: u64) -> MockServer {
 /// `panto chat c.jsonl` against `server`, with the history in the sandbox's data folder and a
 /// configured window of 1000 tokens.
 fn chat_command(sb: &Sandbox, server: &str) -> std::process::Command {
-    std::fs::write(sb.user_config.join("config.toml"), "context_window = 1000\n").unwrap();
+    std::fs::write(
+        sb.user_config.join("config.toml"),
+        "context_window = 1000\n",
+    )
+    .unwrap();
     let base = format!("{server}/v1");
     let mut cmd = sb.command(&[
         "chat",
@@ -194,10 +198,9 @@ async fn chat_edits_lines_recalls_history_and_shows_the_meter_after_each_reply()
         .collect();
     assert_eq!(meters.len(), 2, "{}", shown.join("\n"));
     assert!(
-        meters
-            .iter()
-            .all(|l| l.ends_with("tokens for the next request (1% of the 1000-token window)")
-                || l.ends_with("tokens for the next request (7% of the 1000-token window)")),
+        meters.iter().all(|l| l
+            .ends_with("tokens for the next request (1% of the 1000-token window)")
+            || l.ends_with("tokens for the next request (7% of the 1000-token window)")),
         "{meters:?}"
     );
     let history = std::fs::read_to_string(sb.dir.path().join("data/history")).unwrap();
@@ -252,7 +255,9 @@ async fn ctrl_c_cancels_the_reply_in_flight_and_returns_to_the_prompt() {
         ]
     );
     assert!(
-        shown.iter().any(|l| l.starts_with("panto: cancelled: no reply was appended")),
+        shown
+            .iter()
+            .any(|l| l.starts_with("panto: cancelled: no reply was appended")),
         "{}",
         shown.join("\n")
     );
@@ -283,10 +288,7 @@ async fn a_retry_line_printed_under_the_spinner_is_whole_and_no_frame_stays() {
     let shown = screen(&raw);
     assert_eq!(code, 0, "{}", shown.join("\n"));
     assert!(raw.contains("waiting for the model"), "no spinner: {raw:?}");
-    let retry: Vec<&String> = shown
-        .iter()
-        .filter(|l| l.contains("retrying"))
-        .collect();
+    let retry: Vec<&String> = shown.iter().filter(|l| l.contains("retrying")).collect();
     assert_eq!(retry.len(), 1, "{}", shown.join("\n"));
     assert!(
         retry[0].starts_with("panto: retrying 1/3 in ")
@@ -295,7 +297,9 @@ async fn a_retry_line_printed_under_the_spinner_is_whole_and_no_frame_stays() {
     );
     // On a terminal `send` shows the meter too.
     assert!(
-        shown.iter().any(|l| l.starts_with("panto: 5 tokens in, 1 out; context about ")),
+        shown
+            .iter()
+            .any(|l| l.starts_with("panto: 5 tokens in, 1 out; context about ")),
         "{}",
         shown.join("\n")
     );
@@ -353,7 +357,10 @@ async fn a_chat_through_an_overflow_looks_as_docs_chat_md_shows() {
     });
     let shown = screen(&raw).join("\n");
     no_spinner_left(&screen(&raw));
-    assert!(shown.contains("panto: compacted with fake-model"), "{shown}");
+    assert!(
+        shown.contains("panto: compacted with fake-model"),
+        "{shown}"
+    );
     let doc = std::fs::read_to_string(crate::support::repo_root().join("docs/chat.md")).unwrap();
     let capture = doc
         .split("```text\n")
