@@ -7,6 +7,20 @@ use panto_model::Trigger;
 
 use crate::ui::describe_event;
 
+/// A plan summarizing 4 messages (3 turns) and keeping 2 (2 turns).
+fn plan() -> Plan {
+    Plan {
+        head: 0,
+        keep_from: 4,
+        end: 6,
+        summarized_turns: 3,
+        kept_turns: 2,
+        summarized_tokens: 900,
+        kept_tokens: 100,
+        budget: 200,
+    }
+}
+
 fn report(before: u64, after: u64, truncated: bool) -> CompactionEvent {
     CompactionEvent::Finished(Box::new(CompactionReport {
         id: "c1".into(),
@@ -20,16 +34,7 @@ fn report(before: u64, after: u64, truncated: bool) -> CompactionEvent {
         truncated,
         tokens_before: before,
         tokens_after: after,
-        plan: Plan {
-            head: 0,
-            keep_from: 4,
-            end: 6,
-            summarized_turns: 3,
-            kept_turns: 2,
-            summarized_tokens: 900,
-            kept_tokens: 100,
-            budget: 200,
-        },
+        plan: plan(),
         steps: Vec::new(),
         requests: 1,
         elided: Vec::new(),
@@ -46,13 +51,10 @@ fn a_compaction_line_says_before_and_after() {
 
 #[test]
 fn the_start_of_a_compaction_counts_messages_and_says_what_its_size_measures() {
-    let CompactionEvent::Finished(r) = report(1000, 300, false) else {
-        unreachable!()
-    };
     let started = CompactionEvent::Started {
         trigger: Trigger::Overflow,
         model: "m".into(),
-        plan: r.plan,
+        plan: plan(),
         tokens_before: 1000,
     };
     assert_eq!(
@@ -63,13 +65,10 @@ fn the_start_of_a_compaction_counts_messages_and_says_what_its_size_measures() {
 
 #[test]
 fn a_failed_compaction_has_no_line_of_its_own_because_its_error_is_printed_once() {
-    let CompactionEvent::Finished(r) = report(1000, 300, false) else {
-        unreachable!()
-    };
     let failed = CompactionEvent::Failed {
         trigger: Trigger::Manual,
         fallback: false,
-        plan: r.plan,
+        plan: plan(),
         tokens_before: 1000,
         error: "server error".into(),
     };

@@ -2,10 +2,10 @@
 //! error, `panto config` tells whether the key is set without showing it, and the chat's
 //! commands read from a pipe.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 
-use crate::fake_model::{FakeModel, Protocol};
+use crate::fake_model::{FakeModel, Protocol, chat_command};
 use crate::support::Sandbox;
 
 /// A session of `n` exchanges, so that `panto context` prints more than a pipe holds.
@@ -99,32 +99,11 @@ async fn the_chat_commands_show_help_the_context_and_the_summary() {
     let p = Protocol::OpenAiChat;
     let server = FakeModel::new(p, 1_000_000).start().await;
     let sb = Sandbox::new();
-    let base = p.base_url(&server.uri());
-    let mut cmd = sb.command(&[
-        "chat",
-        "c.jsonl",
-        "--provider",
-        p.flag(),
-        "--model",
-        "fake-model",
-        "--base-url",
-        &base,
-        "--keep-tokens",
-        "10",
-    ]);
-    cmd.env(p.key_var(), "k")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let output = tokio::task::block_in_place(|| {
-        let mut child = cmd.spawn().unwrap();
-        let mut stdin = child.stdin.take().unwrap();
-        stdin
-            .write_all(b"/help\n/summary\nFirst question.\nSecond question.\n/compact\n/summary\n/context\n/retry\n/nope\n")
-            .unwrap();
-        drop(stdin);
-        child.wait_with_output().unwrap()
-    });
+    let cmd = chat_command(&sb, p, &server.uri());
+    let output = sb.chat_with_input(
+        cmd,
+        "/help\n/summary\nFirst question.\nSecond question.\n/compact\n/summary\n/context\n/retry\n/nope\n",
+    );
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{stderr}");

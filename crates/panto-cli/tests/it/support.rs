@@ -70,17 +70,29 @@ impl Sandbox {
 
     /// `panto send s.jsonl hi` to an OpenAI-compatible server at `base` (with its `/v1`).
     pub fn send_openai(&self, base: &str) -> Command {
-        self.command(&[
-            "send",
-            "s.jsonl",
-            "hi",
-            "--provider",
-            "openai",
-            "--model",
-            "m",
-            "--base-url",
-            base,
-        ])
+        self.openai(&["send", "s.jsonl", "hi"], base)
+    }
+
+    /// `panto ARGS` with model `m` of an OpenAI-compatible server at `base` (with its `/v1`).
+    pub fn openai(&self, args: &[&str], base: &str) -> Command {
+        let mut all = args.to_vec();
+        all.extend(["--provider", "openai", "--model", "m", "--base-url", base]);
+        self.command(&all)
+    }
+
+    /// Runs `cmd` (a `chat`) with `input` on its standard input, off the async runtime.
+    pub fn chat_with_input(&self, mut cmd: Command, input: &str) -> Output {
+        use std::io::Write;
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        tokio::task::block_in_place(|| {
+            let mut child = cmd.spawn().unwrap();
+            let mut stdin = child.stdin.take().unwrap();
+            stdin.write_all(input.as_bytes()).unwrap();
+            drop(stdin);
+            child.wait_with_output().unwrap()
+        })
     }
 
     /// Runs the binary and collects its output.
@@ -132,6 +144,20 @@ pub fn scrub(text: &str, sandbox: &Sandbox) -> String {
         .replace(&sandbox.dir.path().display().to_string(), "[sandbox]")
 }
 
+/// A fresh pseudo-terminal: the master's end, and the end a program is given.
+fn open_pty() -> (std::os::fd::OwnedFd, File) {
+    let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY).unwrap();
+    grantpt(&master).unwrap();
+    unlockpt(&master).unwrap();
+    let name = ptsname(&master, Vec::new()).unwrap();
+    let slave = File::options()
+        .read(true)
+        .write(true)
+        .open(name.to_str().unwrap())
+        .unwrap();
+    (master, slave)
+}
+
 /// Which output of the binary goes to a pseudo-terminal.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Tty {
@@ -144,15 +170,7 @@ pub enum Tty {
 pub fn run_on_terminal(mut cmd: Command, tty: Tty) -> Run {
     // A terminal that can show colour.
     cmd.env("TERM", "xterm-256color");
-    let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY).unwrap();
-    grantpt(&master).unwrap();
-    unlockpt(&master).unwrap();
-    let name = ptsname(&master, Vec::new()).unwrap();
-    let slave = File::options()
-        .read(true)
-        .write(true)
-        .open(name.to_str().unwrap())
-        .unwrap();
+    let (master, slave) = open_pty();
     match tty {
         Tty::Stdout => cmd.stdout(Stdio::from(slave)).stderr(Stdio::piped()),
         Tty::Stderr => cmd.stderr(Stdio::from(slave)).stdout(Stdio::piped()),
@@ -215,9 +233,7 @@ impl Terminal {
     /// Starts `cmd` with a fresh 120x40 pseudo-terminal as its standard streams.
     pub fn spawn(mut cmd: Command) -> Terminal {
         cmd.env("TERM", "xterm-256color");
-        let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY).unwrap();
-        grantpt(&master).unwrap();
-        unlockpt(&master).unwrap();
+        let (master, slave) = open_pty();
         let size = rustix::termios::Winsize {
             ws_row: 40,
             ws_col: COLUMNS as u16,
@@ -225,12 +241,6 @@ impl Terminal {
             ws_ypixel: 0,
         };
         rustix::termios::tcsetwinsize(&master, size).unwrap();
-        let name = ptsname(&master, Vec::new()).unwrap();
-        let slave = File::options()
-            .read(true)
-            .write(true)
-            .open(name.to_str().unwrap())
-            .unwrap();
         cmd.stdin(Stdio::from(slave.try_clone().unwrap()))
             .stdout(Stdio::from(slave.try_clone().unwrap()))
             .stderr(Stdio::from(slave));
@@ -279,33 +289,46 @@ impl Terminal {
         String::from_utf8_lossy(&self.seen.lock().unwrap()).into_owned()
     }
 
-    /// Waits (up to 30 s) until the terminal has received `needle` `times` times in all.
+    /// Waits (up to 30 s) until `done` holds for what the terminal received; else fails,
+    /// saying `what` was awaited and showing the screen.
     #[track_caller]
-    pub fn wait_for(&self, needle: &str, times: usize) {
+    fn wait_until(&self, what: &str, done: impl Fn(&str) -> bool) {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        while self.raw().matches(needle).count() < times {
+        while !done(&self.raw()) {
             assert!(
                 std::time::Instant::now() < deadline,
-                "{needle:?} did not appear {times} time(s); the screen:\n{}",
+                "{what}; the screen:\n{}",
                 screen(&self.raw()).join("\n")
             );
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
     }
 
-    /// Waits (up to 30 s) until the last line on the screen is an empty prompt `>`. Call it
-    /// after waiting for what the previous line caused, so that it is not the old prompt.
+    /// Waits until the terminal has received `needle` `times` times in all.
+    #[track_caller]
+    pub fn wait_for(&self, needle: &str, times: usize) {
+        self.wait_until(
+            &format!("{needle:?} did not appear {times} time(s)"),
+            |raw| raw.matches(needle).count() >= times,
+        );
+    }
+
+    /// Waits until the last line on the screen is an empty prompt `>`. Call it after waiting
+    /// for what the previous line caused, so that it is not the old prompt.
     #[track_caller]
     pub fn wait_for_prompt(&self) {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        while screen(&self.raw()).last().map(String::as_str) != Some(">") {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "no prompt; the screen:\n{}",
-                screen(&self.raw()).join("\n")
-            );
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
+        self.wait_until("no prompt", |raw| {
+            screen(raw).last().map(String::as_str) == Some(">")
+        });
+    }
+
+    /// Types `line` and Enter, waits until `shown` has appeared `times` times in all, then for
+    /// the next prompt.
+    #[track_caller]
+    pub fn enter(&mut self, line: &str, shown: &str, times: usize) {
+        self.type_keys(&format!("{line}\r"));
+        self.wait_for(shown, times);
+        self.wait_for_prompt();
     }
 
     /// Waits (up to 30 s) for the program to end; its exit code and everything it drew.

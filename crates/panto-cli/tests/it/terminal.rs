@@ -112,17 +112,7 @@ fn chat_command(sb: &Sandbox, server: &str) -> std::process::Command {
         "context_window = 1000\n",
     )
     .unwrap();
-    let base = format!("{server}/v1");
-    let mut cmd = sb.command(&[
-        "chat",
-        "c.jsonl",
-        "--provider",
-        "openai",
-        "--model",
-        "m",
-        "--base-url",
-        &base,
-    ]);
+    let mut cmd = sb.openai(&["chat", "c.jsonl"], &format!("{server}/v1"));
     cmd.env("OPENAI_API_KEY", "k")
         .env("PANTO_DATA_DIR", sb.dir.path().join("data"));
     cmd
@@ -169,13 +159,9 @@ async fn chat_edits_lines_recalls_history_and_shows_the_meter_after_each_reply()
         let mut term = Terminal::spawn(cmd);
         term.wait_for_prompt();
         // "hllo", three times the left arrow, "e": the line is "hello".
-        term.type_keys("hllo\u{1b}[D\u{1b}[D\u{1b}[De\r");
-        term.wait_for("for the next request", 1);
-        term.wait_for_prompt();
+        term.enter("hllo\u{1b}[D\u{1b}[D\u{1b}[De", "for the next request", 1);
         // The up arrow brings "hello" back from the history.
-        term.type_keys("\u{1b}[A\r");
-        term.wait_for("for the next request", 2);
-        term.wait_for_prompt();
+        term.enter("\u{1b}[A", "for the next request", 2);
         // Ctrl-D on an empty line quits.
         term.type_keys("\u{4}");
         term.finish()
@@ -226,9 +212,7 @@ async fn ctrl_c_cancels_the_reply_in_flight_and_returns_to_the_prompt() {
         term.wait_for_prompt();
         let after_cancel = messages(&sb);
         // The message is still in the session: /retry sends the conversation again.
-        term.type_keys("/retry\r");
-        term.wait_for("for the next request", 1);
-        term.wait_for_prompt();
+        term.enter("/retry", "for the next request", 1);
         // At the prompt Ctrl-C is a key: once warns, twice quits.
         term.type_keys("\u{3}");
         term.wait_for("press Ctrl-C again", 1);
@@ -340,16 +324,10 @@ async fn a_chat_through_an_overflow_looks_as_docs_chat_md_shows() {
         let mut term = Terminal::spawn(cmd);
         term.wait_for_prompt();
         for (i, prompt) in prompts.iter().enumerate() {
-            term.type_keys(&format!("{prompt}\r"));
-            term.wait_for("for the next request", i + 1);
-            term.wait_for_prompt();
+            term.enter(prompt, "for the next request", i + 1);
         }
-        term.type_keys("/summary\r");
-        term.wait_for("/summary", 1);
-        term.wait_for_prompt();
-        term.type_keys("/help\r");
-        term.wait_for("/retry ", 1);
-        term.wait_for_prompt();
+        term.enter("/summary", "/summary", 1);
+        term.enter("/help", "/retry ", 1);
         term.type_keys("\u{4}");
         let (code, raw) = term.finish();
         assert_eq!(code, 0, "{}", screen(&raw).join("\n"));
