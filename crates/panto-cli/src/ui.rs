@@ -285,7 +285,8 @@ pub fn describe_event(event: &CompactionEvent) -> String {
 /// The context meter after a reply: the tokens of the request just answered as the provider
 /// counted them (input with cache reads and writes, and output), then `next_request`, panto's
 /// estimate of the next request (system prompt included, as `panto context` counts it), and
-/// its share of `window` when the window is known.
+/// its share of `window` when the window is known. `usage` is `None` when no request was
+/// answered (after `/compact`), `Some(None)` when the provider reported no counts.
 pub fn describe_meter(
     usage: Option<Option<&Usage>>,
     next_request: u64,

@@ -135,3 +135,51 @@ async fn the_chat_commands_show_help_the_context_and_the_summary() {
     // Nothing in the chat's words counts the library's turns.
     assert!(!stderr.contains(" turn"), "{stderr}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_compaction_is_told_once() {
+    use wiremock::matchers::method;
+    use wiremock::{Mock, MockServer, ResponseTemplate};
+
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(401).set_body_json(serde_json::json!(
+            {"error": {"message": "incorrect API key provided", "type": "invalid_request_error"}}
+        )))
+        .mount(&server)
+        .await;
+    let sb = Sandbox::new();
+    sb.example("debugging.jsonl");
+    let before = std::fs::read(sb.work().join("debugging.jsonl")).unwrap();
+    let mut cmd = sb.openai(
+        &["compact", "debugging.jsonl", "--keep-tokens", "100"],
+        &format!("{}/v1", server.uri()),
+    );
+    cmd.env("OPENAI_API_KEY", "k");
+    let run = tokio::task::block_in_place(|| sb.run_with(cmd));
+    run.expect_code(1);
+    assert_eq!(
+        run.stderr.matches("incorrect API key provided").count(),
+        1,
+        "{}",
+        run.stderr
+    );
+    // The compactor's start line, then the error, once, and its hint.
+    let lines: Vec<&str> = run.stderr.lines().collect();
+    assert_eq!(lines.len(), 3, "{}", run.stderr);
+    assert!(
+        lines[0].starts_with("panto: compacting (manual)"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        lines[1].starts_with("panto: nothing was written to debugging.jsonl: "),
+        "{}",
+        run.stderr
+    );
+    assert!(lines[2].starts_with("hint: "), "{}", run.stderr);
+    assert_eq!(
+        std::fs::read(sb.work().join("debugging.jsonl")).unwrap(),
+        before
+    );
+}
