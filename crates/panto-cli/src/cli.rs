@@ -15,16 +15,19 @@ pub struct Cli {
     pub command: Command,
 }
 
+/// Examples are written for an 80-column terminal: no example line is wider than 79 columns
+/// (a longer command goes on with ` \\`), so help never wraps in the middle of a command.
+/// Prose is one line per paragraph, wrapped by clap to the terminal.
 const EXAMPLES: &str = "\
 Examples:
   panto context examples/sessions/debugging.jsonl
   panto compact examples/sessions/debugging.jsonl --dry-run
-  panto send notes.jsonl 'What did we decide about retries?' --provider anthropic --model claude-sonnet-4-5
-  panto chat notes.jsonl --provider openai --base-url http://127.0.0.1:8080/v1 --model local
+  panto send notes.jsonl 'What did we decide about retries?' \\
+      --provider anthropic --model claude-sonnet-4-5
+  panto chat notes.jsonl --provider openai \\
+      --base-url http://127.0.0.1:8080/v1 --model local
 
-Configuration: <config dir>/panto/config.toml, then .panto/config.toml, then the environment,
-then flags (later wins); `panto config` shows each value and where it came from. A project's
-provider and base_url apply only once you trust it: `panto trust`.";
+Configuration: <config dir>/panto/config.toml, then .panto/config.toml, then the environment, then flags (later wins); `panto config` shows each value and where it came from. A project's provider and base_url apply only once you trust it: `panto trust`.";
 
 /// The commands.
 #[derive(Debug, Subcommand)]
@@ -52,7 +55,7 @@ pub enum Command {
     },
     /// Compact the session now: summarize the older turns, keep the recent ones verbatim.
     #[command(
-        after_help = "Examples:\n  panto compact session.jsonl --dry-run\n  panto compact session.jsonl --instructions 'keep every detail about bugs #3 and #4'\n  panto compact session.jsonl --provider anthropic --model claude-sonnet-4-5 --compaction-model claude-haiku-4-5 --json"
+        after_help = "Examples:\n  panto compact session.jsonl --dry-run\n  panto compact session.jsonl \\\n      --instructions 'keep every detail about bugs #3 and #4'\n  panto compact session.jsonl --provider anthropic \\\n      --model claude-sonnet-4-5 --compaction-model claude-haiku-4-5 --json"
     )]
     Compact {
         /// The session file (JSONL).
@@ -70,9 +73,9 @@ pub enum Command {
         #[command(flatten)]
         common: Common,
     },
-    /// Send one user turn; on context overflow compact once and retry once; append the reply.
+    /// Send one message; on context overflow compact once and retry once; append the reply.
     #[command(
-        after_help = "Example:\n  panto send session.jsonl 'Now add a regression test.' --provider anthropic --model claude-sonnet-4-5"
+        after_help = "Example:\n  panto send session.jsonl 'Now add a regression test.' \\\n      --provider anthropic --model claude-sonnet-4-5"
     )]
     Send {
         /// The session file (JSONL); created when it does not exist.
@@ -83,9 +86,9 @@ pub enum Command {
         #[command(flatten)]
         common: Common,
     },
-    /// Chat interactively; `/compact [instructions]` compacts on demand, `/exit` quits.
+    /// Chat interactively; `/help` lists the commands, `/compact [instructions]` compacts.
     #[command(
-        after_help = "Example:\n  panto chat session.jsonl --provider openai --model gpt-4o\n  > /compact focus on the parser"
+        after_help = "Example:\n  panto chat session.jsonl --provider openai --model gpt-4o\n  > /compact focus on the parser\n\nIn the chat, /help lists the commands. After every reply a line gives the tokens of that request and the size of the next one (with its share of the window when the window is known). Ctrl-C cancels a reply and returns to the prompt; Ctrl-D, or Ctrl-C twice, quits."
     )]
     Chat {
         /// The session file (JSONL); created when it does not exist.
@@ -96,7 +99,7 @@ pub enum Command {
     },
     /// Trust a project: let its .panto/config.toml choose where requests and your key go.
     #[command(
-        after_help = "Examples:\n  panto trust\n  panto trust ~/src/my-project\n  panto trust --revoke ~/src/my-project\n\nAn untrusted project's provider, base_url and max_response_mib are ignored (with a note);\nits other settings apply. The record is <config dir>/panto/trusted.toml; see docs/trust.md."
+        after_help = "Examples:\n  panto trust\n  panto trust ~/src/my-project\n  panto trust --revoke ~/src/my-project\n\nAn untrusted project's provider, base_url and max_response_mib are ignored (with a note); its other settings apply. The record is <config dir>/panto/trusted.toml; see docs/trust.md."
     )]
     Trust {
         /// The project folder, or any folder inside it (default: the working directory).

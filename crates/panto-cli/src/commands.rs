@@ -3,7 +3,7 @@
 //! Human-readable output goes through `ui::for_stdout` / `ui::say`, which neutralise control
 //! characters on a terminal; `--json` documents are written as they are.
 
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,7 +11,7 @@ use std::time::Duration;
 use anyhow::{Context as _, Result, anyhow};
 use panto_compact::{
     AttemptFailure, CompactConfig, CompactError, CompactOptions, CompactOutcome, CompactionPrompt,
-    Compactor, Driver, ModelRef,
+    Compactor, Driver, ModelRef, NothingToCompact, Reply,
 };
 use panto_model::{ContentBlock, EffectiveContext, Message, Role, turns};
 use panto_provider::{About, Provider, ProviderError, StreamEvent, Wait};
@@ -20,7 +20,7 @@ use serde_json::json;
 
 use crate::cli::{Cli, Command, Common};
 use crate::config::{Config, Flags, Locations, Needs, ProviderKind, Trust, TrustFile, needs};
-use crate::ui::{Spinner, for_stdout, print_event, say};
+use crate::ui::{Spinner, count, for_stdout, print_event, say};
 use crate::{Cancelled, bad_input, offline, providers};
 use panto_compact::CheckedLog;
 
@@ -45,7 +45,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Send {
             session, message, ..
         } => send(&config, &session, message).await,
-        Command::Chat { session, .. } => chat(&config, &session).await,
+        Command::Chat { session, .. } => crate::chat::chat(&config, &session).await,
         Command::Config { .. } => show_config(&config),
         Command::Trust { .. } => unreachable!("handled above"),
     }
@@ -86,7 +86,7 @@ fn is_conflict(e: &(dyn std::error::Error + 'static)) -> bool {
 
 /// Compaction errors about the prompt files are bad input; the rest are failures, with a hint
 /// saying what to do next when the cause is clear.
-fn failure(e: CompactError, config: &Config) -> anyhow::Error {
+pub fn failure(e: CompactError, config: &Config) -> anyhow::Error {
     match e {
         CompactError::PromptUnreadable { .. } | CompactError::PromptEmpty { .. } => bad_input(e),
         other => match hint(&other, config) {
@@ -140,7 +140,7 @@ fn hint(e: &CompactError, config: &Config) -> Option<String> {
     }
     if is_conflict(e) {
         return Some(
-            "another writer appended to this session while panto waited for the model; to keep turns from interleaving, nothing of this answer was written (a message sent before it stays in the session). Run the command again to continue from the session as it is now".to_owned(),
+            "another writer appended to this session while panto waited for the model; to keep messages from interleaving, nothing of this answer was written (a message sent before it stays in the session). Run the command again to continue from the session as it is now".to_owned(),
         );
     }
     Some(match root_cause(e)? {
@@ -220,7 +220,7 @@ fn open_session(config: &Config, path: &Path) -> Result<Session> {
 
 /// Opens the session, creating it when it does not exist (for `send` and `chat`). Another
 /// writer creating it at the same moment is fine: then it is opened.
-fn open_or_create(config: &Config, path: &Path) -> Result<Session> {
+pub fn open_or_create(config: &Config, path: &Path) -> Result<Session> {
     match Session::open(path, session_options(config)) {
         Err(SessionError::NotFound { .. }) => {
             match Session::create(path, session_options(config)) {
@@ -271,7 +271,7 @@ fn compactor(config: &Config) -> Result<Compactor> {
 }
 
 /// The active model. With `summarize_only`, the offline summarizer is acceptable.
-fn active_model(config: &Config, summarize_only: bool) -> Result<ModelRef> {
+pub fn active_model(config: &Config, summarize_only: bool) -> Result<ModelRef> {
     let kind = config.provider.value;
     if kind == ProviderKind::Offline {
         if !summarize_only {
@@ -310,6 +310,7 @@ fn context(config: &Config, path: &Path, as_json: bool) -> Result<()> {
         let doc = ContextDoc {
             messages: &ctx.messages,
             estimated_tokens: estimated,
+            conversation_tokens: panto_size::estimate_request("", &ctx.messages),
             turns: conversation_turns,
             compaction: ctx.compaction.as_ref().map(|c| {
                 json!({
@@ -326,21 +327,38 @@ fn context(config: &Config, path: &Path, as_json: bool) -> Result<()> {
         out.flush()?;
         return Ok(());
     }
-    // Every line quotes the session (text, ids, the path): neutralised on a terminal.
     let mut out = std::io::stdout().lock();
+    write_context(&mut out, &path.display().to_string(), config, &ctx)?;
+    out.flush()?;
+    Ok(())
+}
+
+/// The human-readable context: a header with its size in both measures (the whole next
+/// request, then the conversation alone, which is what a compaction reports), the compaction
+/// it starts from, and one line per message with its estimated size. Every line quotes the
+/// session (text, ids, the path), so each is neutralised on a terminal.
+///
+/// # Errors
+/// When `out` cannot be written (a closed pipe, for example).
+pub fn write_context(
+    out: &mut impl Write,
+    name: &str,
+    config: &Config,
+    ctx: &EffectiveContext,
+) -> std::io::Result<()> {
+    let request = panto_size::estimate_request(&config.system_prompt.value, &ctx.messages);
+    let conversation = panto_size::estimate_request("", &ctx.messages);
     let header = format!(
-        "{}: {} messages in {} turns, about {} tokens for the next request",
-        path.display(),
-        ctx.conversation().len(),
-        conversation_turns,
-        estimated
+        "{name}: {}, {}; about {request} tokens for the next request ({conversation} of conversation plus the system prompt)",
+        count(ctx.conversation().len(), "message"),
+        count(exchanges(ctx.conversation()), "exchange"),
     );
     writeln!(out, "{}", for_stdout(&header))?;
     if let Some(c) = &ctx.compaction {
         let line = format!(
-            "compacted ({}), {} kept messages follow the summary",
+            "compacted ({}): the summary, then {} kept verbatim",
             c.id.as_deref().unwrap_or("no id"),
-            ctx.kept
+            count(ctx.kept, "message")
         );
         writeln!(out, "{}", for_stdout(&line))?;
     }
@@ -353,11 +371,29 @@ fn context(config: &Config, path: &Path, as_json: bool) -> Result<()> {
     Ok(())
 }
 
+/// The exchanges a person counts in `messages`: the prompts they typed (user messages with
+/// something other than tool results), each with whatever answered it. The library's turns
+/// count a prompt and its answer separately.
+pub fn exchanges(messages: &[Message]) -> usize {
+    messages
+        .iter()
+        .filter(|m| {
+            m.role == Role::User
+                && m.compaction_summary().is_none()
+                && m.content
+                    .iter()
+                    .any(|b| !matches!(b, ContentBlock::ToolResult(_)))
+        })
+        .count()
+}
+
 /// The `panto context --json` document (Contract 3); extra keys are allowed.
 #[derive(serde::Serialize)]
 struct ContextDoc<'a> {
     messages: &'a [Message],
     estimated_tokens: u64,
+    /// The conversation alone, without the system prompt: what `compact` reports.
+    conversation_tokens: u64,
     turns: usize,
     #[serde(skip_serializing_if = "Option::is_none")]
     compaction: Option<serde_json::Value>,
@@ -417,7 +453,7 @@ fn transcript(config: &Config, path: &Path) -> Result<()> {
             out.write_all(for_stdout(&prepared.user_prompt()).as_bytes())?;
             out.flush()?;
         }
-        Err(nothing) => say(&format!("panto: {nothing}")),
+        Err(nothing) => say(&format!("panto: {}", nothing_text(&nothing))),
     }
     Ok(())
 }
@@ -449,7 +485,9 @@ async fn compact(
         compactor.compact(&ctx, &mut log, options).await
     };
     spinner.stop();
-    let outcome = outcome.map_err(|e| failure(e, config))?;
+    let outcome = outcome
+        .map_err(|e| failure(e, config))
+        .with_context(|| format!("nothing was written to {}", path.display()))?;
     match outcome {
         CompactOutcome::Compacted(c) => {
             let r = &c.report;
@@ -465,6 +503,7 @@ async fn compact(
                     "fallback": r.fallback,
                     "truncated": r.truncated,
                     "dry_run": dry_run,
+                    "tokens_counted": "conversation",
                     "id": r.id,
                     "requests": r.requests,
                     "steps": r.steps.iter().map(|s| json!({
@@ -485,10 +524,11 @@ async fn compact(
                         "kept": e.kept,
                     })).collect::<Vec<_>>(),
                 });
-                println!("{doc}");
+                print_json(&doc)?;
             } else {
                 let mut out = std::io::stdout().lock();
                 writeln!(out, "{}", for_stdout(r.summary.trim_end()))?;
+                out.flush()?;
                 if dry_run {
                     say(&format!(
                         "panto: dry run: nothing was written to {}",
@@ -509,13 +549,34 @@ async fn compact(
                     "nothing_to_compact": true,
                     "message": nothing.to_string(),
                 });
-                println!("{doc}");
+                print_json(&doc)?;
             } else {
-                say(&format!("panto: {nothing}"));
+                say(&format!("panto: {}", nothing_text(&nothing)));
             }
         }
     }
     Ok(())
+}
+
+/// Writes one JSON document and a newline on stdout.
+fn print_json(doc: &serde_json::Value) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    serde_json::to_writer(&mut out, doc)?;
+    writeln!(out)?;
+    out.flush()?;
+    Ok(())
+}
+
+/// Why there was nothing to compact, in the words a person counts (not the library's turns).
+pub fn nothing_text(nothing: &NothingToCompact) -> String {
+    match nothing.turns {
+        0 => "nothing to compact: the conversation is empty".to_owned(),
+        1 => "nothing to compact: the conversation is only its newest message (with any tool results answering it), which is always kept verbatim".to_owned(),
+        _ => format!(
+            "nothing to compact: the whole conversation (about {} tokens) fits the keep-verbatim budget of {} tokens",
+            nothing.tokens, nothing.budget
+        ),
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -538,42 +599,72 @@ fn stream_to_stdout(spinner: &mut Spinner) -> impl FnMut(StreamEvent<'_>) + Send
 }
 
 /// Resolves when the user presses Ctrl-C; never, where the signal cannot be listened to.
-async fn interrupted() {
+pub async fn interrupted() {
     if tokio::signal::ctrl_c().await.is_err() {
         std::future::pending::<()>().await;
     }
 }
 
 async fn send(config: &Config, path: &Path, message: String) -> Result<()> {
+    if message.trim().is_empty() {
+        return Err(bad_input(
+            "MESSAGE is empty: nothing was sent or written; give the text to send",
+        ));
+    }
     let active = active_model(config, false)?;
     let session = open_or_create(config, path)?;
     let driver = driver(config, active, &session)?;
-    turn(config, driver, &session, message).await?.1
+    let (driver, reply) = turn(config, driver, &session, vec![Message::user_text(message)]).await?;
+    let reply = reply?;
+    // The meter is for a person watching; a script reading stderr gets only messages.
+    if crate::ui::stderr_is_terminal() {
+        say(&meter(config, &driver, Some(&reply)));
+    }
+    Ok(())
+}
+
+/// The context meter: the tokens of the request just answered, as the provider counted them,
+/// and the size of the next request (system prompt included, as `panto context` counts it),
+/// with its share of the model's window when the window is known (`context_window`, or
+/// learned from an overflow the provider reported).
+pub fn meter(config: &Config, driver: &Driver<CheckedLog<'_>>, reply: Option<&Reply>) -> String {
+    let next =
+        panto_size::estimate_request(&config.system_prompt.value, &driver.context().messages);
+    let window = config.context_window.value.or_else(|| {
+        config
+            .model
+            .value
+            .as_deref()
+            .and_then(providers::learned_window)
+    });
+    let usage = reply.map(|r| r.message.usage.as_ref());
+    crate::ui::describe_meter(usage, next, window)
 }
 
 /// How often a turn starts again when another writer appended between its load and its
 /// prompt's append.
 const PROMPT_CONFLICTS: usize = 3;
 
-/// One user turn over `session`: catches up with other writers, then sends. When another
-/// writer appended between the load and the append of the prompt, nothing has been sent yet,
-/// so the turn starts again from the session as it is now (a few times at most); a conflict
-/// when the reply is appended is reported (the prompt stays in the session). Returns the
-/// driver, for the next turn, and the outcome of this one.
+/// One user turn over `session` (`new` is the prompt, or nothing to resend the conversation
+/// as it stands): catches up with other writers, then sends. When another writer appended
+/// between the load and the append of the prompt, nothing has been sent yet, so the turn
+/// starts again from the session as it is now (a few times at most); a conflict when the reply
+/// is appended is reported (the prompt stays in the session). Returns the driver, for the
+/// next turn, and the outcome of this one.
 ///
 /// # Errors
 /// When the session cannot be read again; the outcome of the turn is the inner result.
-async fn turn<'s>(
+pub async fn turn<'s>(
     config: &Config,
     driver: Driver<CheckedLog<'s>>,
     session: &'s Session,
-    text: String,
-) -> Result<(Driver<CheckedLog<'s>>, Result<()>)> {
+    new: Vec<Message>,
+) -> Result<(Driver<CheckedLog<'s>>, Result<Reply>)> {
     let mut driver = catch_up(config, driver, session)?;
     let mut starts = 1;
     loop {
         let before = driver.log().end();
-        let result = send_one(config, &mut driver, text.clone()).await;
+        let result = send_one(config, &mut driver, new.clone()).await;
         let prompt_refused =
             result.is_err() && driver.log().conflicted() && driver.log().end() == before;
         if !prompt_refused || starts > PROMPT_CONFLICTS {
@@ -601,7 +692,7 @@ fn conversation(session: &Session) -> Result<(EffectiveContext, u64)> {
 
 /// A conversation driver over `session`. It holds no lock: each append checks that the file
 /// still ends where the driver last saw it.
-fn driver<'s>(
+pub fn driver<'s>(
     config: &Config,
     active: ModelRef,
     session: &'s Session,
@@ -631,14 +722,14 @@ fn conversation_driver<'s>(
         .with_max_output_tokens(config.max_output_tokens.value))
 }
 
-/// Sends one user message and prints the streamed reply. Ctrl-C cancels the request: the
-/// message stays in the session (it is appended before the request goes out) and no reply,
-/// whole or partial, is appended.
+/// Sends `new` (one user message, or nothing to resend the conversation) and prints the
+/// streamed reply. Ctrl-C cancels the request: the message stays in the session (it is
+/// appended before the request goes out) and no reply, whole or partial, is appended.
 async fn send_one(
     config: &Config,
     driver: &mut Driver<CheckedLog<'_>>,
-    text: String,
-) -> Result<()> {
+    new: Vec<Message>,
+) -> Result<Reply> {
     let path = driver.log().session().path().to_path_buf();
     let mut spinner = Spinner::start("waiting for the model");
     let mut printed = false;
@@ -650,7 +741,7 @@ async fn send_one(
             }
             sink(event);
         };
-        let sending = driver.send(vec![Message::user_text(text)], &mut counting);
+        let sending = driver.send(new, &mut counting);
         // Polled first, the send appends the message before Ctrl-C is listened to.
         tokio::select! {
             biased;
@@ -659,9 +750,10 @@ async fn send_one(
         }
     };
     spinner.stop();
+    let mut out = std::io::stdout().lock();
     let Some(result) = result else {
         if printed {
-            println!();
+            writeln!(out)?;
         }
         return Err(anyhow::Error::new(Cancelled(format!(
             "cancelled: no reply was appended; your message stays in {}",
@@ -669,19 +761,18 @@ async fn send_one(
         ))));
     };
     let reply = result.map_err(|e| failure(e, config))?;
-    let mut out = std::io::stdout().lock();
     if !printed {
         // The provider did not stream: print the whole answer now.
         write!(out, "{}", for_stdout(&reply.message.text()))?;
     }
     writeln!(out)?;
     out.flush()?;
-    Ok(())
+    Ok(reply)
 }
 
 /// The driver again, over the session as it is now, when another writer appended since it
 /// last looked; says so on stderr.
-fn catch_up<'s>(
+pub fn catch_up<'s>(
     config: &Config,
     driver: Driver<CheckedLog<'s>>,
     session: &'s Session,
@@ -699,94 +790,6 @@ fn catch_up<'s>(
     Ok(driver)
 }
 
-/// Lines of standard input, read on their own thread so that Ctrl-C can end the wait.
-fn stdin_lines() -> tokio::sync::mpsc::Receiver<std::io::Result<String>> {
-    let (tx, rx) = tokio::sync::mpsc::channel(1);
-    std::thread::spawn(move || {
-        for line in std::io::stdin().lock().lines() {
-            if tx.blocking_send(line).is_err() {
-                break;
-            }
-        }
-    });
-    rx
-}
-
-async fn chat(config: &Config, path: &Path) -> Result<()> {
-    let active = active_model(config, false)?;
-    let session = open_or_create(config, path)?;
-    let mut driver = driver(config, active, &session)?;
-    let interactive = crate::ui::stderr_is_terminal();
-    say(&format!(
-        "panto chat: {} ({} messages). /compact [instructions] compacts, /exit quits.",
-        path.display(),
-        driver.context().messages.len()
-    ));
-    let mut lines = stdin_lines();
-    loop {
-        if interactive {
-            eprint!("> ");
-            let _ = std::io::stderr().flush();
-        }
-        // Ctrl-C at the prompt ends the chat, as /exit does.
-        let line = tokio::select! {
-            line = lines.recv() => line,
-            () = interrupted() => None,
-        };
-        let Some(line) = line else { break };
-        let line = line.context("cannot read standard input")?;
-        let input = line.trim();
-        if input.is_empty() {
-            continue;
-        }
-        if input == "/exit" || input == "/quit" {
-            break;
-        }
-        if let Some(rest) = input.strip_prefix("/compact")
-            && (rest.is_empty() || rest.starts_with(char::is_whitespace))
-        {
-            let instructions = Some(rest.trim().to_owned()).filter(|s| !s.is_empty());
-            driver = catch_up(config, driver, &session)?;
-            let before = panto_size::estimate_request("", &driver.context().messages);
-            let mut spinner = Spinner::start("compacting");
-            // Ctrl-C cancels the compaction; it is written in one append, or not at all.
-            let outcome = tokio::select! {
-                biased;
-                outcome = driver.compact(instructions) => Some(outcome),
-                () = interrupted() => None,
-            };
-            spinner.stop();
-            let Some(outcome) = outcome else {
-                say("panto: compaction cancelled; nothing was written");
-                continue;
-            };
-            match outcome {
-                Ok(CompactOutcome::Compacted(c)) => say(&format!(
-                    "panto: compacted: about {} -> {} tokens",
-                    before, c.report.tokens_after
-                )),
-                Ok(CompactOutcome::NothingToCompact(n)) => say(&format!("panto: {n}")),
-                Err(e) => say(&format!("panto: {e}")),
-            }
-            continue;
-        }
-        if input.starts_with('/') && !input.starts_with("//") {
-            say(&format!(
-                "panto: unknown command {input}; try /compact [instructions] or /exit"
-            ));
-            continue;
-        }
-        // A failed or cancelled turn is reported and the chat goes on; the prompt stays in the
-        // session.
-        let (next, result) = turn(config, driver, &session, input.to_owned()).await?;
-        driver = next;
-        if let Err(e) = result {
-            say(&format!("panto: {e:#}"));
-        }
-    }
-    Ok(())
-}
-
 // ---------------------------------------------------------------------------------------------
 // config
 
@@ -796,6 +799,12 @@ fn show_config(config: &Config) -> Result<()> {
     for (key, value, source) in config.rows() {
         line(format!("{key:<29} = {value:<30} # {source}"))?;
     }
+    let kind = config.provider.value;
+    let key = kind
+        .env_vars()
+        .map(|(var, _)| (var, std::env::var_os(var).map(|v| !v.is_empty())));
+    let (state, note) = key_state(key);
+    line(format!("{:<29} = {state:<30} # {note}", "api_key"))?;
     let prompt =
         CompactionPrompt::load_layers(&config.prompt_layers).map_err(|e| failure(e, config))?;
     let prompt_source = prompt
@@ -831,6 +840,27 @@ fn show_config(config: &Config) -> Result<()> {
         line(format!("# read {}", p.display()))?;
     }
     Ok(())
+}
+
+/// What `panto config` says of the chosen provider's key: whether its variable is set, never
+/// its value. `key` is the variable and whether it holds something (`None`: unset), or `None`
+/// for the offline summarizer, which needs no key.
+pub fn key_state(key: Option<(&str, Option<bool>)>) -> (&'static str, String) {
+    match key {
+        None => (
+            "not needed",
+            "the offline summarizer sends nothing".to_owned(),
+        ),
+        Some((var, Some(true))) => ("set", format!("in {var} (the value is never shown)")),
+        Some((var, Some(false))) => (
+            "empty",
+            format!("{var} is set but empty; a local server needs no key, any other does"),
+        ),
+        Some((var, None)) => (
+            "not set",
+            format!("{var} is not set; a local server needs no key, any other does"),
+        ),
+    }
 }
 
 /// The keys a project file may set only when the project is trusted.

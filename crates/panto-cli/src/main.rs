@@ -5,9 +5,11 @@
 //! Ctrl-C, as for any process that SIGINT stops. Messages go to stderr; `--json`
 //! output is one JSON document on stdout.
 
+mod chat;
 mod cli;
 mod commands;
 mod config;
+mod input;
 mod offline;
 mod providers;
 mod ui;
@@ -66,6 +68,9 @@ fn main() -> ExitCode {
     };
     match runtime.block_on(commands::run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
+        // The reader of a pipe stopped reading (`panto context s.jsonl | head`): it has what
+        // it wanted, so the output command ends quietly.
+        Err(e) if ui::is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             let code = if e.chain().any(|c| c.is::<BadInput>()) {
                 2
@@ -74,7 +79,7 @@ fn main() -> ExitCode {
             } else {
                 1
             };
-            ui::say(&format!("panto: {e:#}"));
+            ui::say(&format!("panto: {}", ui::error_text(&e)));
             ExitCode::from(code)
         }
     }

@@ -5,7 +5,7 @@
 //! project file, user file), else the provider's official API. A keyless base URL that is not
 //! the official API (a local llama.cpp or Ollama server) works without a key.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Result, bail};
@@ -78,8 +78,25 @@ fn adapter<P: Provider + 'static>(
 }
 
 /// A provider whose retries are announced on stderr as they are scheduled, for chat requests
-/// and compaction requests alike; every event still reaches the caller's sink.
+/// and compaction requests alike; every event still reaches the caller's sink. It also
+/// remembers the window a context overflow reports, per model, for the context meter.
 struct ShowRetries<P>(P);
+
+/// The context windows providers reported in overflow errors during this run, by model.
+static LEARNED: Mutex<Vec<(String, u64)>> = Mutex::new(Vec::new());
+
+/// The context window of `model` as an overflow error reported it during this run, if any.
+pub fn learned_window(model: &str) -> Option<u64> {
+    let learned = LEARNED.lock().ok()?;
+    learned.iter().find(|(m, _)| m == model).map(|(_, w)| *w)
+}
+
+fn learn_window(model: &str, window: u64) {
+    if let Ok(mut learned) = LEARNED.lock() {
+        learned.retain(|(m, _)| m != model);
+        learned.push((model.to_owned(), window));
+    }
+}
 
 #[async_trait]
 impl<P: Provider> Provider for ShowRetries<P> {
@@ -98,7 +115,14 @@ impl<P: Provider> Provider for ShowRetries<P> {
             }
             events(event);
         };
-        self.0.complete(request, &mut announce).await
+        let result = self.0.complete(request, &mut announce).await;
+        if let Err(ProviderError::ContextOverflow {
+            limit: Some(limit), ..
+        }) = &result
+        {
+            learn_window(&request.model, *limit);
+        }
+        result
     }
 }
 

@@ -1,10 +1,25 @@
 //! Unit tests of the binary's pure parts: the progress lines printed for compaction events, the
-//! terminal neutralising of text, and the trust table.
+//! context meter, error and chat-line handling, the help layout, the terminal neutralising of
+//! text, and the trust table.
 
 use panto_compact::{CompactionEvent, CompactionReport, Plan};
 use panto_model::Trigger;
 
 use crate::ui::describe_event;
+
+/// A plan summarizing 4 messages (3 turns) and keeping 2 (2 turns).
+fn plan() -> Plan {
+    Plan {
+        head: 0,
+        keep_from: 4,
+        end: 6,
+        summarized_turns: 3,
+        kept_turns: 2,
+        summarized_tokens: 900,
+        kept_tokens: 100,
+        budget: 200,
+    }
+}
 
 fn report(before: u64, after: u64, truncated: bool) -> CompactionEvent {
     CompactionEvent::Finished(Box::new(CompactionReport {
@@ -19,16 +34,7 @@ fn report(before: u64, after: u64, truncated: bool) -> CompactionEvent {
         truncated,
         tokens_before: before,
         tokens_after: after,
-        plan: Plan {
-            head: 0,
-            keep_from: 4,
-            end: 6,
-            summarized_turns: 3,
-            kept_turns: 2,
-            summarized_tokens: 900,
-            kept_tokens: 100,
-            budget: 200,
-        },
+        plan: plan(),
         steps: Vec::new(),
         requests: 1,
         elided: Vec::new(),
@@ -40,8 +46,207 @@ fn report(before: u64, after: u64, truncated: bool) -> CompactionEvent {
 fn a_compaction_line_says_before_and_after() {
     assert_eq!(
         describe_event(&report(1000, 300, false)),
-        "panto: compacted with m: about 1000 -> 300 tokens (3 turns summarized, 2 kept)"
+        "panto: compacted with m: conversation about 1000 -> 300 tokens (4 messages summarized, 2 kept)"
     );
+}
+
+#[test]
+fn the_start_of_a_compaction_counts_messages_and_says_what_its_size_measures() {
+    let started = CompactionEvent::Started {
+        trigger: Trigger::Overflow,
+        model: "m".into(),
+        plan: plan(),
+        tokens_before: 1000,
+    };
+    assert_eq!(
+        describe_event(&started),
+        "panto: compacting (overflow) with m: summarizing 4 messages, keeping 2; conversation about 1000 tokens"
+    );
+}
+
+#[test]
+fn a_failed_compaction_has_no_line_of_its_own_because_its_error_is_printed_once() {
+    let failed = CompactionEvent::Failed {
+        trigger: Trigger::Manual,
+        fallback: false,
+        plan: plan(),
+        tokens_before: 1000,
+        error: "server error".into(),
+    };
+    assert_eq!(describe_event(&failed), "");
+}
+
+#[test]
+fn the_meter_gives_the_request_just_answered_and_the_next_ones_share_of_the_window() {
+    use panto_model::Usage;
+
+    use crate::ui::describe_meter;
+
+    let mut usage = Usage::new(5_000, 88);
+    usage.cache_read_input_tokens = Some(120);
+    assert_eq!(
+        describe_meter(Some(Some(&usage)), 5_300, Some(128_000)),
+        "panto: 5120 tokens in, 88 out; context about 5300 tokens for the next request (4% of the 128000-token window)"
+    );
+    assert_eq!(
+        describe_meter(Some(None), 40, Some(200_000)),
+        "panto: the provider reported no token counts; context about 40 tokens for the next request (<1% of the 200000-token window)"
+    );
+    // After `/compact` there is no reply, and without a known window there is no share.
+    assert_eq!(
+        describe_meter(None, 900, None),
+        "panto: context about 900 tokens for the next request"
+    );
+}
+
+#[test]
+fn an_error_quoted_by_every_layer_that_wraps_it_is_printed_once() {
+    use crate::ui::error_text;
+
+    #[derive(Debug)]
+    struct Layer(&'static str, std::io::Error);
+    impl std::fmt::Display for Layer {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "{}: {}", self.0, self.1)
+        }
+    }
+    impl std::error::Error for Layer {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.1)
+        }
+    }
+    let disk_full = std::io::Error::from_raw_os_error(28);
+    let os = disk_full.to_string();
+    let error = anyhow::Error::new(Layer("cannot append to s.jsonl", disk_full))
+        .context("could not write to the session");
+    let text = error_text(&error);
+    assert_eq!(text.matches(&os).count(), 1, "{text}");
+    assert_eq!(
+        text,
+        format!("could not write to the session: cannot append to s.jsonl: {os}")
+    );
+}
+
+#[test]
+fn a_closed_pipe_is_recognised_through_the_chain() {
+    use crate::ui::is_broken_pipe;
+    let pipe = anyhow::Error::new(std::io::Error::from(std::io::ErrorKind::BrokenPipe))
+        .context("writing the context");
+    assert!(is_broken_pipe(&pipe));
+    let other = anyhow::Error::new(std::io::Error::from(std::io::ErrorKind::PermissionDenied));
+    assert!(!is_broken_pipe(&other));
+}
+
+#[test]
+fn chat_lines_are_messages_or_the_commands_help_lists() {
+    use crate::chat::{HELP, Line, parse_line};
+    let check = |input: &str, expect: Line<'_>| assert_eq!(parse_line(input), expect, "{input:?}");
+    check("  ", Line::Nothing);
+    check(" hello there ", Line::Message("hello there"));
+    check("//etc/hosts is odd", Line::Message("/etc/hosts is odd"));
+    check("/help", Line::Help);
+    check("/context", Line::Context);
+    check("/summary", Line::Summary);
+    check("/compact", Line::Compact(None));
+    check(
+        "/compact  focus on the parser ",
+        Line::Compact(Some("focus on the parser")),
+    );
+    check("/compacted", Line::Unknown("/compacted"));
+    check("/retry", Line::Retry);
+    check("/quit", Line::Exit);
+    check("/exit", Line::Exit);
+    for command in [
+        "/help", "/context", "/summary", "/compact", "/retry", "/exit",
+    ] {
+        assert!(
+            HELP.lines().any(|l| l.starts_with(command)),
+            "{command} is missing from /help"
+        );
+    }
+}
+
+#[test]
+fn exchanges_count_the_prompts_a_person_typed() {
+    use panto_model::{ContentBlock, Message, Role};
+
+    use crate::commands::exchanges;
+
+    let messages = vec![
+        Message::compaction("earlier"),
+        Message::user_text("fix the test"),
+        Message::new(
+            Role::Assistant,
+            vec![ContentBlock::tool_use("t1", "read", serde_json::json!({}))],
+        ),
+        Message::new(
+            Role::User,
+            vec![ContentBlock::tool_result("t1", "fn main() {}", false)],
+        ),
+        Message::assistant_text("fixed"),
+        Message::user_text("thanks"),
+    ];
+    assert_eq!(exchanges(&messages), 2);
+    assert_eq!(exchanges(&[]), 0);
+}
+
+#[test]
+fn config_says_whether_the_key_variable_is_set_and_never_more() {
+    use crate::commands::key_state;
+    assert_eq!(key_state(Some(("OPENAI_API_KEY", Some(true)))).0, "set");
+    assert_eq!(key_state(Some(("OPENAI_API_KEY", Some(false)))).0, "empty");
+    let (state, note) = key_state(Some(("GEMINI_API_KEY", None)));
+    assert_eq!(state, "not set");
+    assert!(note.contains("GEMINI_API_KEY"), "{note}");
+    assert_eq!(key_state(None).0, "not needed");
+}
+
+#[test]
+fn nothing_to_compact_is_said_without_turns() {
+    use panto_compact::NothingToCompact;
+
+    use crate::commands::nothing_text;
+
+    for turns in 0..4 {
+        let text = nothing_text(&NothingToCompact {
+            turns,
+            tokens: 120,
+            budget: 20_000,
+        });
+        assert!(text.starts_with("nothing to compact: "), "{text}");
+        assert!(!text.contains("turn"), "{text}");
+    }
+}
+
+#[test]
+fn help_examples_fit_80_columns_so_no_command_is_wrapped() {
+    use clap::CommandFactory;
+
+    let mut root = crate::cli::Cli::command().term_width(80);
+    root.build();
+    let mut helps = vec![root.render_help().to_string()];
+    for sub in root.get_subcommands_mut() {
+        helps.push(sub.clone().term_width(80).render_help().to_string());
+    }
+    for help in helps {
+        let lines: Vec<&str> = help.lines().collect();
+        for (i, line) in lines.iter().enumerate() {
+            assert!(line.chars().count() <= 80, "too wide: {line:?}");
+            // A command line that goes on does so with `\`, onto an indented line.
+            if line.trim_start().starts_with("panto ") && i + 1 < lines.len() {
+                let next = lines[i + 1];
+                let fresh = next.trim().is_empty()
+                    || !next.starts_with(' ')
+                    || next.trim_start().starts_with("panto ")
+                    || next.trim_start().starts_with("> ");
+                if line.ends_with('\\') {
+                    assert!(next.starts_with("      "), "{line}\n{next}");
+                } else {
+                    assert!(fresh, "a command wrapped in the middle:\n{line}\n{next}");
+                }
+            }
+        }
+    }
 }
 
 #[test]

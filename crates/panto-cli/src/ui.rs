@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use panto_compact::CompactionEvent;
+use panto_model::Usage;
 use panto_provider::{About, ProviderError, RetryNotice};
 
 /// The spinner on screen, if any, so that lines printed meanwhile go above it.
@@ -87,10 +88,36 @@ pub fn for_stderr(text: &str) -> Cow<'_, str> {
     }
 }
 
-/// Prints one message line on stderr, neutralised for a terminal.
+/// Prints one message line on stderr, neutralised for a terminal, above the spinner when one
+/// is drawn (so the line is never torn by a spinner frame).
 pub fn say(line: &str) {
-    let mut err = std::io::stderr().lock();
-    let _ = writeln!(err, "{}", for_stderr(line));
+    notice(line);
+}
+
+/// An error as one message: its chain joined with `: `, leaving out each cause whose text the
+/// message already holds (an OS error quoted by every layer that wraps it is printed once).
+pub fn error_text(error: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in error.chain() {
+        let part = cause.to_string();
+        if part.is_empty() || text.contains(&part) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&part);
+    }
+    text
+}
+
+/// Whether `error` is a write to a closed pipe (`panto context s.jsonl | head`): the reader
+/// has all it wanted, so the command ends quietly.
+pub fn is_broken_pipe(error: &anyhow::Error) -> bool {
+    error.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }
 
 /// `text` with nothing a terminal would act on: every control character but newline and tab
@@ -177,7 +204,10 @@ impl Drop for Spinner {
     }
 }
 
-/// One stderr line for a compaction event.
+/// One stderr line for a compaction event, in the words a person counts: messages, not the
+/// library's turns. Sizes are of the conversation (the messages, without the agent's system
+/// prompt), and say so; the context meter after a reply gives the whole next request.
+/// `Failed` has no line: the error it carries is printed once, by whoever receives it.
 pub fn describe_event(event: &CompactionEvent) -> String {
     match event {
         CompactionEvent::Started {
@@ -186,11 +216,10 @@ pub fn describe_event(event: &CompactionEvent) -> String {
             plan,
             tokens_before,
         } => format!(
-            "panto: compacting ({}) with {model}: summarizing {} turns, keeping {} turns verbatim; about {} tokens now",
+            "panto: compacting ({}) with {model}: summarizing {}, keeping {}; conversation about {tokens_before} tokens",
             trigger.as_str(),
-            plan.summarized_turns,
-            plan.kept_turns,
-            tokens_before
+            count(plan.prefix().len(), "message"),
+            plan.kept().len(),
         ),
         CompactionEvent::Folding {
             steps,
@@ -203,14 +232,15 @@ pub fn describe_event(event: &CompactionEvent) -> String {
         CompactionEvent::Step {
             step,
             steps,
-            turns,
             input_tokens,
             max_output_tokens,
+            ..
         } if *steps > 1 => format!(
-            "panto: step {step}/{steps}: {turns} turns, about {input_tokens} tokens in, up to {max_output_tokens} out"
+            "panto: step {step}/{steps}: about {input_tokens} tokens in, up to {max_output_tokens} out"
         ),
         CompactionEvent::Elided { step, items, bytes } => format!(
-            "panto: step {step}: {items} item(s) too large for any request were shortened in the transcript ({bytes} bytes left out; the session keeps them)"
+            "panto: step {step}: {} too large for any request were shortened in the transcript ({bytes} bytes left out; the session keeps them)",
+            count(*items, "item")
         ),
         CompactionEvent::Shrinking {
             step,
@@ -228,7 +258,7 @@ pub fn describe_event(event: &CompactionEvent) -> String {
             "panto: compaction model {failed_model} failed ({cause}); retrying once with {model}"
         ),
         CompactionEvent::Finished(report) => format!(
-            "panto: compacted with {}{}{}: about {} -> {} tokens ({} turns summarized, {} kept){}",
+            "panto: compacted with {}{}{}: conversation about {} -> {} tokens ({} summarized, {} kept){}",
             report.model,
             if report.fallback { " (fallback)" } else { "" },
             if report.steps.len() > 1 {
@@ -238,8 +268,8 @@ pub fn describe_event(event: &CompactionEvent) -> String {
             },
             report.tokens_before,
             report.tokens_after,
-            report.plan.summarized_turns,
-            report.plan.kept_turns,
+            count(report.plan.prefix().len(), "message"),
+            report.plan.kept().len(),
             if report.truncated {
                 "; the summary reached the output limit and may be cut short"
             } else if report.tokens_after >= report.tokens_before {
@@ -248,10 +278,50 @@ pub fn describe_event(event: &CompactionEvent) -> String {
                 ""
             }
         ),
-        CompactionEvent::Failed { error, .. } => {
-            format!("panto: compaction failed, nothing was written: {error}")
-        }
         _ => String::new(),
+    }
+}
+
+/// The context meter after a reply: the tokens of the request just answered as the provider
+/// counted them (input with cache reads and writes, and output), then `next_request`, panto's
+/// estimate of the next request (system prompt included, as `panto context` counts it), and
+/// its share of `window` when the window is known. `usage` is `None` when no request was
+/// answered (after `/compact`), `Some(None)` when the provider reported no counts.
+pub fn describe_meter(
+    usage: Option<Option<&Usage>>,
+    next_request: u64,
+    window: Option<u64>,
+) -> String {
+    let answered = match usage {
+        None => String::new(),
+        Some(None) => "the provider reported no token counts; ".to_owned(),
+        Some(Some(u)) => format!("{} tokens in, {} out; ", u.input_total(), u.output_tokens),
+    };
+    let share = window.map_or(String::new(), |w| {
+        format!(" ({} of the {w}-token window)", percent(next_request, w))
+    });
+    format!("panto: {answered}context about {next_request} tokens for the next request{share}")
+}
+
+/// `part` as a share of `whole`, in whole percent; `<1%` for a little, never `0%` for some.
+fn percent(part: u64, whole: u64) -> String {
+    if whole == 0 {
+        return "?%".to_owned();
+    }
+    let share = u128::from(part) * 100 / u128::from(whole);
+    if share == 0 && part > 0 {
+        "<1%".to_owned()
+    } else {
+        format!("{share}%")
+    }
+}
+
+/// `n` things, in the plural unless one: `1 message`, `3 messages`.
+pub fn count(n: usize, thing: &str) -> String {
+    if n == 1 {
+        format!("1 {thing}")
+    } else {
+        format!("{n} {thing}s")
     }
 }
 

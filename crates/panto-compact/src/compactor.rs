@@ -379,9 +379,11 @@ pub struct CompactionReport {
     pub instructions: Option<String>,
     /// Whether the model stopped at the output limit (the summary may be cut short).
     pub truncated: bool,
-    /// Estimated tokens of the context before.
+    /// Estimated tokens of the conversation before: the context's messages, without the
+    /// agent's system prompt (`estimate_request("", messages)`), which is what is summarized.
     pub tokens_before: u64,
-    /// Estimated tokens of the context after (summary plus kept turns).
+    /// Estimated tokens of the conversation after (summary plus kept turns), measured as
+    /// `tokens_before` is.
     pub tokens_after: u64,
     /// The retention plan: turns and messages summarized and kept.
     pub plan: Plan,

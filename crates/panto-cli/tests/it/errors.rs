@@ -188,17 +188,7 @@ fn an_unreachable_base_url_keeps_the_prompt_and_says_what_to_check() {
         .unwrap()
         .port();
     let base = format!("http://127.0.0.1:{port}/v1");
-    let mut cmd = sb.command(&[
-        "send",
-        "u.jsonl",
-        "Keep this prompt.",
-        "--provider",
-        "openai",
-        "--model",
-        "m",
-        "--base-url",
-        &base,
-    ]);
+    let mut cmd = sb.openai(&["send", "u.jsonl", "Keep this prompt."], &base);
     // One attempt is enough to show the message; no retries to wait for.
     sb.write(".panto/config.toml", "retries = 0\n");
     cmd.env("OPENAI_API_KEY", "k");

@@ -88,6 +88,30 @@ pub struct FakeModel {
     pub log: Arc<Mutex<Vec<Seen>>>,
 }
 
+/// `panto chat c.jsonl` with `fake-model` at `server` over `protocol`, a keep budget of 10
+/// tokens, and the protocol's key set.
+pub fn chat_command(
+    sb: &crate::support::Sandbox,
+    protocol: Protocol,
+    server: &str,
+) -> std::process::Command {
+    let base = protocol.base_url(server);
+    let mut cmd = sb.command(&[
+        "chat",
+        "c.jsonl",
+        "--provider",
+        protocol.flag(),
+        "--model",
+        "fake-model",
+        "--base-url",
+        &base,
+        "--keep-tokens",
+        "10",
+    ]);
+    cmd.env(protocol.key_var(), "k");
+    cmd
+}
+
 impl FakeModel {
     pub fn new(protocol: Protocol, limit: usize) -> FakeModel {
         FakeModel {

@@ -2,11 +2,9 @@
 //! compaction and one retry, errors that must not compact, the compaction-model fallback, chat
 //! with `/compact`, and COMPACTION.md layering.
 
-use std::process::Stdio;
-
 use serde_json::{Value, json};
 
-use crate::fake_model::{FakeModel, Protocol, Seen};
+use crate::fake_model::{FakeModel, Protocol, Seen, chat_command};
 use crate::support::{Run, Sandbox};
 
 const MODEL: &str = "fake-model";
@@ -297,33 +295,11 @@ async fn chat_through_stdin_with_compact_instructions() {
     let model = FakeModel::new(p, 1_000_000);
     let server = model.clone().start().await;
     let sb = Sandbox::new();
-    let base = p.base_url(&server.uri());
-    let mut cmd = sb.command(&[
-        "chat",
-        "c.jsonl",
-        "--provider",
-        p.flag(),
-        "--model",
-        MODEL,
-        "--base-url",
-        &base,
-        "--keep-tokens",
-        "10",
-    ]);
-    cmd.env(p.key_var(), "k")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let output = tokio::task::block_in_place(|| {
-        use std::io::Write;
-        let mut child = cmd.spawn().unwrap();
-        let mut stdin = child.stdin.take().unwrap();
-        stdin
-            .write_all(b"First question about the parser.\nSecond question.\n/compact focus on the parser\nThird question.\n/exit\n")
-            .unwrap();
-        drop(stdin);
-        child.wait_with_output().unwrap()
-    });
+    let cmd = chat_command(&sb, p, &server.uri());
+    let output = sb.chat_with_input(
+        cmd,
+        "First question about the parser.\nSecond question.\n/compact focus on the parser\nThird question.\n/exit\n",
+    );
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{stderr}");
@@ -335,7 +311,20 @@ async fn chat_through_stdin_with_compact_instructions() {
             "Reply 3 from fake-model."
         ]
     );
-    assert!(stderr.contains("compacted: about"), "{stderr}");
+    // The compaction is told once, and every reply (and the compaction) is followed by the
+    // context meter.
+    assert_eq!(stderr.matches("compacted").count(), 1, "{stderr}");
+    assert!(stderr.contains("panto: compacted with"), "{stderr}");
+    assert_eq!(
+        stderr.matches(" out; context about ").count(),
+        3,
+        "{stderr}"
+    );
+    assert_eq!(
+        stderr.matches("tokens for the next request").count(),
+        4,
+        "{stderr}"
+    );
     let seen = model.seen();
     let c: Vec<&Seen> = seen.iter().filter(|s| s.compaction).collect();
     assert_eq!(c.len(), 1);

@@ -6,6 +6,7 @@ mod fake_model;
 mod faults;
 mod loopback;
 mod offline;
+mod output;
 mod safety;
 mod support;
 mod terminal;

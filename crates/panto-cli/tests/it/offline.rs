@@ -37,7 +37,11 @@ fn context_for_humans_lists_messages_with_sizes() {
     let path = sb.example("debugging.jsonl");
     let run = sb.run(&["context", path.to_str().unwrap()]);
     run.expect_code(0);
-    assert!(run.stdout.contains("27 messages in"), "{}", run.stdout);
+    assert!(
+        run.stdout.contains("27 messages, 3 exchanges;"),
+        "{}",
+        run.stdout
+    );
     assert!(run.stdout.contains("[bash {\"command\""), "{}", run.stdout);
 }
 

@@ -70,17 +70,29 @@ impl Sandbox {
 
     /// `panto send s.jsonl hi` to an OpenAI-compatible server at `base` (with its `/v1`).
     pub fn send_openai(&self, base: &str) -> Command {
-        self.command(&[
-            "send",
-            "s.jsonl",
-            "hi",
-            "--provider",
-            "openai",
-            "--model",
-            "m",
-            "--base-url",
-            base,
-        ])
+        self.openai(&["send", "s.jsonl", "hi"], base)
+    }
+
+    /// `panto ARGS` with model `m` of an OpenAI-compatible server at `base` (with its `/v1`).
+    pub fn openai(&self, args: &[&str], base: &str) -> Command {
+        let mut all = args.to_vec();
+        all.extend(["--provider", "openai", "--model", "m", "--base-url", base]);
+        self.command(&all)
+    }
+
+    /// Runs `cmd` (a `chat`) with `input` on its standard input, off the async runtime.
+    pub fn chat_with_input(&self, mut cmd: Command, input: &str) -> Output {
+        use std::io::Write;
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        tokio::task::block_in_place(|| {
+            let mut child = cmd.spawn().unwrap();
+            let mut stdin = child.stdin.take().unwrap();
+            stdin.write_all(input.as_bytes()).unwrap();
+            drop(stdin);
+            child.wait_with_output().unwrap()
+        })
     }
 
     /// Runs the binary and collects its output.
@@ -132,6 +144,20 @@ pub fn scrub(text: &str, sandbox: &Sandbox) -> String {
         .replace(&sandbox.dir.path().display().to_string(), "[sandbox]")
 }
 
+/// A fresh pseudo-terminal: the master's end, and the end a program is given.
+fn open_pty() -> (std::os::fd::OwnedFd, File) {
+    let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY).unwrap();
+    grantpt(&master).unwrap();
+    unlockpt(&master).unwrap();
+    let name = ptsname(&master, Vec::new()).unwrap();
+    let slave = File::options()
+        .read(true)
+        .write(true)
+        .open(name.to_str().unwrap())
+        .unwrap();
+    (master, slave)
+}
+
 /// Which output of the binary goes to a pseudo-terminal.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Tty {
@@ -144,15 +170,7 @@ pub enum Tty {
 pub fn run_on_terminal(mut cmd: Command, tty: Tty) -> Run {
     // A terminal that can show colour.
     cmd.env("TERM", "xterm-256color");
-    let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY).unwrap();
-    grantpt(&master).unwrap();
-    unlockpt(&master).unwrap();
-    let name = ptsname(&master, Vec::new()).unwrap();
-    let slave = File::options()
-        .read(true)
-        .write(true)
-        .open(name.to_str().unwrap())
-        .unwrap();
+    let (master, slave) = open_pty();
     match tty {
         Tty::Stdout => cmd.stdout(Stdio::from(slave)).stderr(Stdio::piped()),
         Tty::Stderr => cmd.stderr(Stdio::from(slave)).stdout(Stdio::piped()),
@@ -188,4 +206,245 @@ pub fn run_on_terminal(mut cmd: Command, tty: Tty) -> Run {
             stderr: shown,
         },
     }
+}
+
+/// A program running on a whole pseudo-terminal (standard input, output and error), as under
+/// a terminal emulator: keys are typed into it, Ctrl-C is delivered as the terminal driver
+/// delivers it (SIGINT), and what it drew is read back.
+pub struct Terminal {
+    child: std::process::Child,
+    keys: File,
+    seen: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+    reader: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Terminal {
+    /// A test that failed half-way leaves no program running.
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The columns of the test terminal.
+pub const COLUMNS: usize = 120;
+
+impl Terminal {
+    /// Starts `cmd` with a fresh 120x40 pseudo-terminal as its standard streams.
+    pub fn spawn(mut cmd: Command) -> Terminal {
+        cmd.env("TERM", "xterm-256color");
+        let (master, slave) = open_pty();
+        let size = rustix::termios::Winsize {
+            ws_row: 40,
+            ws_col: COLUMNS as u16,
+            ws_xpixel: 0,
+            ws_ypixel: 0,
+        };
+        rustix::termios::tcsetwinsize(&master, size).unwrap();
+        cmd.stdin(Stdio::from(slave.try_clone().unwrap()))
+            .stdout(Stdio::from(slave.try_clone().unwrap()))
+            .stderr(Stdio::from(slave));
+        let child = cmd.spawn().unwrap();
+        // The parent's copies of the terminal's end close with `cmd`, so reading ends once
+        // the child is gone.
+        drop(cmd);
+        let mut master = File::from(master);
+        let keys = master.try_clone().unwrap();
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = seen.clone();
+        let reader = std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            // Reading ends with an error (EIO) once the child's side is closed.
+            while let Ok(n) = master.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                sink.lock().unwrap().extend_from_slice(&buf[..n]);
+            }
+        });
+        Terminal {
+            child,
+            keys,
+            seen,
+            reader: Some(reader),
+        }
+    }
+
+    /// Types `keys` (text, or escape sequences such as `\x1b[D` for the left arrow).
+    pub fn type_keys(&mut self, keys: &str) {
+        use std::io::Write;
+        self.keys.write_all(keys.as_bytes()).unwrap();
+        self.keys.flush().unwrap();
+    }
+
+    /// Presses Ctrl-C while the program is not reading keys itself: the terminal driver turns
+    /// it into SIGINT for the program.
+    pub fn interrupt(&self) {
+        let pid = rustix::process::Pid::from_child(&self.child);
+        rustix::process::kill_process(pid, rustix::process::Signal::INT).unwrap();
+    }
+
+    /// Everything the terminal has received so far.
+    pub fn raw(&self) -> String {
+        String::from_utf8_lossy(&self.seen.lock().unwrap()).into_owned()
+    }
+
+    /// Waits (up to 30 s) until `done` holds for what the terminal received; else fails,
+    /// saying `what` was awaited and showing the screen.
+    #[track_caller]
+    fn wait_until(&self, what: &str, done: impl Fn(&str) -> bool) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !done(&self.raw()) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{what}; the screen:\n{}",
+                screen(&self.raw()).join("\n")
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
+    /// Waits until the terminal has received `needle` `times` times in all.
+    #[track_caller]
+    pub fn wait_for(&self, needle: &str, times: usize) {
+        self.wait_until(
+            &format!("{needle:?} did not appear {times} time(s)"),
+            |raw| raw.matches(needle).count() >= times,
+        );
+    }
+
+    /// Waits until the last line on the screen is an empty prompt `>`. Call it after waiting
+    /// for what the previous line caused, so that it is not the old prompt.
+    #[track_caller]
+    pub fn wait_for_prompt(&self) {
+        self.wait_until("no prompt", |raw| {
+            screen(raw).last().map(String::as_str) == Some(">")
+        });
+    }
+
+    /// Types `line` and Enter, waits until `shown` has appeared `times` times in all, then for
+    /// the next prompt.
+    #[track_caller]
+    pub fn enter(&mut self, line: &str, shown: &str, times: usize) {
+        self.type_keys(&format!("{line}\r"));
+        self.wait_for(shown, times);
+        self.wait_for_prompt();
+    }
+
+    /// Waits (up to 30 s) for the program to end; its exit code and everything it drew.
+    #[track_caller]
+    pub fn finish(mut self) -> (i32, String) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let status = loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                break status;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the program did not end; the screen:\n{}",
+                screen(&self.raw()).join("\n")
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        if let Some(reader) = self.reader.take() {
+            reader.join().unwrap();
+        }
+        (status.code().unwrap_or(-1), self.raw())
+    }
+}
+
+/// What a terminal `COLUMNS` wide would show after receiving `raw`: the lines of the screen
+/// (scrollback included), without trailing blanks. It follows the cursor through the moves
+/// and erasures programs use for spinners and line editing (`\r`, backspace, CSI `A` `B` `C`
+/// `D` `G` `K` `J`) and wraps long lines; colours and modes are ignored.
+pub fn screen(raw: &str) -> Vec<String> {
+    let mut lines: Vec<Vec<char>> = vec![Vec::new()];
+    let (mut row, mut col) = (0usize, 0usize);
+    let mut chars = raw.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\r' => col = 0,
+            '\n' => {
+                row += 1;
+                col = 0;
+            }
+            '\u{8}' => col = col.saturating_sub(1),
+            '\t' => col = (col / 8 + 1) * 8,
+            '\u{7}' => {}
+            '\u{1b}' => match chars.next() {
+                Some('[') => {
+                    let mut params = String::new();
+                    let mut end = ' ';
+                    for p in chars.by_ref() {
+                        if ('\u{40}'..='\u{7e}').contains(&p) {
+                            end = p;
+                            break;
+                        }
+                        params.push(p);
+                    }
+                    let n = |default: usize| params.parse::<usize>().unwrap_or(default);
+                    while lines.len() <= row {
+                        lines.push(Vec::new());
+                    }
+                    match end {
+                        'A' => row = row.saturating_sub(n(1)),
+                        'B' => row += n(1),
+                        'C' => col += n(1),
+                        'D' => col = col.saturating_sub(n(1)),
+                        'G' => col = n(1).saturating_sub(1),
+                        'K' => {
+                            let line = &mut lines[row];
+                            match n(0) {
+                                0 => line.truncate(col),
+                                1 => line.iter_mut().take(col + 1).for_each(|c| *c = ' '),
+                                _ => line.clear(),
+                            }
+                        }
+                        'J' if n(0) == 0 => {
+                            lines[row].truncate(col);
+                            lines.truncate(row + 1);
+                        }
+                        _ => {}
+                    }
+                }
+                // An OSC string ends with BEL or ESC \.
+                Some(']') => {
+                    while let Some(p) = chars.next() {
+                        if p == '\u{7}' || (p == '\u{1b}' && chars.next_if_eq(&'\\').is_some()) {
+                            break;
+                        }
+                    }
+                }
+                _ => {}
+            },
+            c if c.is_control() => {}
+            c => {
+                if col >= COLUMNS {
+                    row += 1;
+                    col = 0;
+                }
+                while lines.len() <= row {
+                    lines.push(Vec::new());
+                }
+                let line = &mut lines[row];
+                while line.len() < col {
+                    line.push(' ');
+                }
+                if col < line.len() {
+                    line[col] = c;
+                } else {
+                    line.push(c);
+                }
+                col += 1;
+            }
+        }
+    }
+    let mut shown: Vec<String> = lines
+        .into_iter()
+        .map(|l| l.into_iter().collect::<String>().trim_end().to_owned())
+        .collect();
+    while shown.last().is_some_and(|l| l.is_empty()) {
+        shown.pop();
+    }
+    shown
 }

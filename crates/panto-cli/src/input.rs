@@ -1,0 +1,172 @@
+//! Reading the chat's input: a line editor with history (rustyline) when standard input is a
+//! terminal, plain lines otherwise, and the Ctrl-C and Ctrl-D of the prompt.
+//!
+//! History lives in the user's data folder (`<data dir>/panto/history`, or
+//! `$PANTO_DATA_DIR/history`), created 0600; a history that cannot be read or written costs
+//! one note, never the chat.
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::path::PathBuf;
+
+use anyhow::{Context as _, Result};
+use rustyline::error::ReadlineError;
+use rustyline::{Config as EditorConfig, DefaultEditor};
+
+use crate::ui::say;
+
+/// What the prompt read.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Input {
+    /// A line the user entered (without its line end).
+    Line(String),
+    /// Ctrl-C at the prompt.
+    Interrupted,
+    /// Ctrl-D on an empty line, or the end of standard input.
+    End,
+}
+
+/// The chat's prompt.
+pub struct Prompt {
+    source: Source,
+}
+
+enum Source {
+    /// A terminal: line editing and history.
+    Editor {
+        editor: Box<DefaultEditor>,
+        history: Option<PathBuf>,
+    },
+    /// A pipe or a file: lines read on their own thread, so that Ctrl-C can end the wait.
+    Lines {
+        lines: tokio::sync::mpsc::Receiver<std::io::Result<String>>,
+        show_prompt: bool,
+    },
+}
+
+/// The prompt shown before each line.
+const PROMPT: &str = "> ";
+
+/// Where the chat history is kept: `$PANTO_DATA_DIR/history`, else
+/// `<platform data dir>/panto/history`.
+pub fn history_path() -> Option<PathBuf> {
+    let dir = match std::env::var_os("PANTO_DATA_DIR") {
+        Some(dir) if !dir.is_empty() => PathBuf::from(dir),
+        _ => directories::BaseDirs::new()?.data_dir().join("panto"),
+    };
+    Some(dir.join("history"))
+}
+
+impl Prompt {
+    /// A line editor when standard input and output are terminals, plain lines otherwise.
+    pub fn new() -> Prompt {
+        if std::io::stdin().is_terminal() && std::io::stdout().is_terminal() {
+            match editor() {
+                Ok(source) => return Prompt { source },
+                Err(e) => say(&format!(
+                    "panto: note: line editing is off ({e}); reading plain lines"
+                )),
+            }
+        }
+        Prompt {
+            source: Source::Lines {
+                lines: stdin_lines(),
+                show_prompt: crate::ui::stderr_is_terminal(),
+            },
+        }
+    }
+
+    /// Reads the next line. With the line editor this blocks the thread (nothing else runs
+    /// while the user types); Ctrl-C is then a key, not a signal.
+    ///
+    /// # Errors
+    /// When standard input cannot be read.
+    pub async fn read(&mut self) -> Result<Input> {
+        match &mut self.source {
+            Source::Editor { editor, history } => match editor.readline(PROMPT) {
+                Ok(line) => {
+                    remember(editor, history, &line);
+                    Ok(Input::Line(line))
+                }
+                Err(ReadlineError::Interrupted) => Ok(Input::Interrupted),
+                Err(ReadlineError::Eof) => Ok(Input::End),
+                Err(e) => Err(anyhow::Error::new(e).context("cannot read the terminal")),
+            },
+            Source::Lines { lines, show_prompt } => {
+                if *show_prompt {
+                    let mut err = std::io::stderr().lock();
+                    let _ = write!(err, "{PROMPT}");
+                    let _ = err.flush();
+                }
+                let line = tokio::select! {
+                    line = lines.recv() => line,
+                    () = crate::commands::interrupted() => return Ok(Input::Interrupted),
+                };
+                match line {
+                    None => Ok(Input::End),
+                    Some(line) => Ok(Input::Line(line.context("cannot read standard input")?)),
+                }
+            }
+        }
+    }
+}
+
+/// The line editor, with the history loaded.
+fn editor() -> Result<Source> {
+    let config = EditorConfig::builder()
+        .max_history_size(1000)
+        .map_err(anyhow::Error::new)?
+        .history_ignore_dups(true)
+        .map_err(anyhow::Error::new)?
+        .history_ignore_space(true)
+        .auto_add_history(false)
+        .build();
+    let mut editor = DefaultEditor::with_config(config)?;
+    let history = history_path();
+    if let Some(path) = &history
+        && path.exists()
+        && let Err(e) = editor.load_history(path)
+    {
+        say(&format!(
+            "panto: note: cannot read the chat history {}: {e}",
+            path.display()
+        ));
+    }
+    Ok(Source::Editor {
+        editor: Box::new(editor),
+        history,
+    })
+}
+
+/// Adds a non-empty line to the history and appends it to the history file. A file that
+/// cannot be written is reported once, and the history is then kept in memory only.
+fn remember(editor: &mut DefaultEditor, history: &mut Option<PathBuf>, line: &str) {
+    if line.trim().is_empty() || editor.add_history_entry(line).is_err() {
+        return;
+    }
+    let Some(path) = history.as_ref() else { return };
+    let written = match path.parent() {
+        Some(dir) => std::fs::create_dir_all(dir).map_err(ReadlineError::from),
+        None => Ok(()),
+    }
+    .and_then(|()| editor.append_history(path));
+    if let Err(e) = written {
+        say(&format!(
+            "panto: note: cannot write the chat history {}: {e}; it is kept for this chat only",
+            path.display()
+        ));
+        *history = None;
+    }
+}
+
+/// Lines of standard input, read on their own thread.
+fn stdin_lines() -> tokio::sync::mpsc::Receiver<std::io::Result<String>> {
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    std::thread::spawn(move || {
+        for line in std::io::stdin().lock().lines() {
+            if tx.blocking_send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
