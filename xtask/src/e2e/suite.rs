@@ -597,17 +597,24 @@ fn recovered(
         "the server rendered {} compaction prompts for {steps} steps",
         compaction_prompts.len()
     );
-    // Every old note is in some compaction request, kept, or (for panto's own record) in the
-    // ledger of the user's requests that the summary carries.
+    // Every old note is in some compaction request or kept.
     let kept: String = entries[at + 1..next].iter().map(checks::text).collect();
     let summary = entry["summary"].as_str().unwrap_or_default();
-    for n in old {
-        let marker = format!("Please remember note {n}.");
+    // A record written after the model's summary was refused covers what its ledger budget
+    // holds (a sixteenth of this small window), so the notes are checked only when a model
+    // summarized them all.
+    if !degraded {
+        for n in old {
+            let marker = format!("Please remember note {n}.");
+            ensure!(
+                compaction_prompts.iter().any(|t| t.contains(&marker)) || kept.contains(&marker),
+                "note {n} is in no compaction request and not kept"
+            );
+        }
+    } else {
         ensure!(
-            compaction_prompts.iter().any(|t| t.contains(&marker))
-                || kept.contains(&marker)
-                || (degraded && summary.contains(&marker)),
-            "note {n} is in no compaction request and not kept"
+            summary.contains("No model could write this summary"),
+            "a record-only compaction must say so in its summary: {summary}"
         );
     }
     let sizes: Vec<String> = run
