@@ -160,7 +160,7 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
             suite::overflow_twice(s, p).map(Some)
         }),
         ("manual", |s, p| suite::manual(s, p).map(Some)),
-        ("fallback", |s, p| suite::fallback(s, p).map(Some)),
+        ("fallback", suite::fallback),
         ("truncated", |s, p| suite::truncated(s, p).map(|()| None)),
         ("pings", |s, p| suite::pings(s, p).map(|()| None)),
         ("chat-pause", |s, p| suite::chat_pause(s, p).map(|()| None)),

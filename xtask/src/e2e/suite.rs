@@ -768,23 +768,43 @@ pub fn manual(setup: &Setup, p: Protocol) -> Result<Compaction> {
 }
 
 /// A compaction model the router does not have: the active model writes the summary.
-pub fn fallback(setup: &Setup, p: Protocol) -> Result<Compaction> {
+///
+/// SmolLM2 sometimes answers this request with one phrase repeated, which panto refuses
+/// (docs/compaction.md, "2d"): then both models failed, the command exits 1 naming both causes,
+/// and nothing is written. That outcome still shows the fallback, and is accepted as such.
+pub fn fallback(setup: &Setup, p: Protocol) -> Result<Option<Compaction>> {
     let panto = setup.panto(p, "fallback", true)?;
     let s = "fallback.jsonl";
     for message in ["My dog is called Rex.", "What is my dog called?"] {
         panto.run(&["send", s, message])?.expect(0)?;
     }
-    let run = panto
-        .run(&[
-            "compact",
-            s,
-            "--compaction-model",
-            MISSING_MODEL,
-            "--keep-tokens",
-            "20",
-            "--json",
-        ])?
-        .expect(0)?;
+    let before = panto.session_text(s);
+    let run = panto.run(&[
+        "compact",
+        s,
+        "--compaction-model",
+        MISSING_MODEL,
+        "--keep-tokens",
+        "20",
+        "--json",
+    ])?;
+    if run.code == Some(1) {
+        ensure!(
+            run.stderr
+                .contains(&format!("retrying once with {ROUTED_MODEL}"))
+                && run.stderr.contains(MISSING_MODEL)
+                && run.stderr.contains("not found")
+                && run.stderr.contains("summary"),
+            "the compaction failed without a fallback whose summary was refused: {}",
+            run.stderr
+        );
+        ensure!(
+            panto.session_text(s) == before,
+            "a failed compaction changed the session"
+        );
+        return Ok(None);
+    }
+    let run = run.expect(0)?;
     let doc = run.json()?;
     ensure!(
         doc["fallback"] == true && doc["model"] == ROUTED_MODEL,
@@ -815,11 +835,11 @@ pub fn fallback(setup: &Setup, p: Protocol) -> Result<Compaction> {
             r["model"]
         );
     }
-    Ok(Compaction {
+    Ok(Some(Compaction {
         kind: "fallback",
         figures,
         note: format!("{MISSING_MODEL} -> {ROUTED_MODEL}: {}", shorten(why)),
-    })
+    }))
 }
 
 /// `panto chat` with a pause longer than the server's 5 s keep-alive between two turns: the
