@@ -266,6 +266,8 @@ fn compactor(config: &Config) -> Result<Compactor> {
             keep_tokens: config.keep_tokens.value,
             max_output_tokens: config.compaction_max_output_tokens.value,
             context_window: config.context_window.value,
+            // The offline summarizer quotes the conversation: that is its whole job.
+            extractive_summaries: config.provider.value == ProviderKind::Offline,
         })
         .on_event(print_event))
 }

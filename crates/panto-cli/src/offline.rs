@@ -288,13 +288,24 @@ fn render(s: &Summary, instructions: Option<&str>) -> String {
     } else if !s.focus.is_empty() {
         section_list(&mut out, H_FOCUS, head(&s.focus, MAX_FOCUS));
     }
-    section_text(&mut out, H_STATE, s.state.as_deref());
+    section_quote(&mut out, H_STATE, s.state.as_deref());
     out
 }
 
 fn section_text(out: &mut String, heading: &str, text: Option<&str>) {
     if let Some(t) = text {
         let _ = writeln!(out, "\n{heading}\n{t}");
+    }
+}
+
+/// A section whose text is quoted word for word: every line marked `> `, so that the next
+/// model (and the summary checks) read it as a quote of the transcript, not as a summary.
+fn section_quote(out: &mut String, heading: &str, text: Option<&str>) {
+    if let Some(t) = text {
+        let _ = writeln!(out, "\n{heading}");
+        for line in t.lines() {
+            let _ = writeln!(out, "> {line}");
+        }
     }
 }
 

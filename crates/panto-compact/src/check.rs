@@ -16,6 +16,9 @@ pub(crate) struct Replaced<'a> {
     pub system: &'a str,
     /// The body of the transcript's last item.
     pub last_message: &'a str,
+    /// The summary the request carried as `<previous-summary>`: lines carried over from it are
+    /// kept material, never a copy of the last message.
+    pub previous: &'a str,
     /// The characters the summary stands in for: the transcript and the previous summary.
     pub chars: usize,
 }
@@ -30,10 +33,10 @@ pub(crate) fn check_summary(summary: &str, replaced: &Replaced<'_>) -> Result<()
             distinct_percent: distinct,
         });
     }
-    if copied_from(summary, replaced.system) {
+    if copied_from(summary, replaced.system, "") {
         return Err(AttemptFailure::EchoedPrompt);
     }
-    if copied_from(summary, replaced.last_message) {
+    if copied_from(summary, replaced.last_message, replaced.previous) {
         return Err(AttemptFailure::EchoedLastMessage);
     }
     let chars = summary.chars().count();
@@ -62,16 +65,25 @@ fn repetitive(text: &str) -> Option<u32> {
 /// Whether most of `summary` is copied from `source`: at least 80% of the characters of its
 /// substantial lines (20 characters or more, which must make up most of it) appear in `source`
 /// as they are.
-fn copied_from(summary: &str, source: &str) -> bool {
+fn copied_from(summary: &str, source: &str, carried: &str) -> bool {
     if source.trim().is_empty() {
         return false;
     }
     let normal = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
     let source = normal(source);
+    let carried = normal(carried);
     let mut total = 0usize;
     let mut copied = 0usize;
     for line in summary.lines() {
-        let line = normal(line.trim_start_matches(['-', '*', '#', '>', ' ']));
+        // A line marked as a quote is one: the prompt asks for a verbatim quote of where the
+        // work left off, and the offline summarizer writes one, so quoting is not copying.
+        if line.trim_start().starts_with('>') {
+            continue;
+        }
+        let line = normal(line.trim_start_matches(['-', '*', '#', ' ']));
+        if !carried.is_empty() && line.chars().count() >= 20 && carried.contains(line.as_str()) {
+            continue;
+        }
         if line.chars().count() < 20 {
             continue;
         }

@@ -142,6 +142,10 @@ pub struct CompactConfig {
     /// not state the limit: to fold a prefix too large for one compaction request, and for the
     /// overflow retry's progress check. `None` by default: correctness never depends on it.
     pub context_window: Option<u64>,
+    /// Whether the summarizer quotes the transcript by design (panto's offline summarizer):
+    /// then its summaries are not refused as echoes of the prompt or of the last message, the
+    /// check meant for models that copy instead of summarizing. `false` by default.
+    pub extractive_summaries: bool,
 }
 
 impl Default for CompactConfig {
@@ -150,6 +154,7 @@ impl Default for CompactConfig {
             keep_tokens: DEFAULT_KEEP_TOKENS,
             max_output_tokens: DEFAULT_MAX_OUTPUT_TOKENS,
             context_window: None,
+            extractive_summaries: false,
         }
     }
 }
@@ -799,9 +804,15 @@ impl Compactor {
             };
             let user_prompt = render_request_text(&transcript, running.as_deref());
             let items = transcript_items(&context.messages[messages.clone()]);
+            let extractive = self.config.extractive_summaries;
             let replaced = Replaced {
-                system: &prepared.system,
-                last_message: items.last().map_or("", item_body),
+                system: if extractive { "" } else { &prepared.system },
+                last_message: if extractive {
+                    ""
+                } else {
+                    items.last().map_or("", item_body)
+                },
+                previous: running.as_deref().unwrap_or(""),
                 chars: transcript.len() + running.as_deref().map_or(0, str::len),
             };
             let input_tokens = fixed + Heuristic.text(&user_prompt);

@@ -400,6 +400,7 @@ mod summary_checks {
     fn replaced(chars: usize) -> Replaced<'static> {
         Replaced {
             system: BUILTIN_PROMPT,
+            previous: "",
             last_message: LAST,
             chars,
         }
@@ -460,6 +461,7 @@ mod summary_checks {
         let last = "I'm glad to have you as a helpful assistant. I'm here to assist with creative writing tasks. What can I help you with today?";
         let replaced = Replaced {
             system: "You summarize a conversation between a user and an assistant (E2E-COMPACTION-PROMPT).\nWrite a short plain summary of the facts the user stated, in at most five sentences.\n",
+            previous: "",
             last_message: last,
             chars: 6_000,
         };
@@ -487,4 +489,22 @@ mod summary_checks {
             Ok(())
         );
     }
+}
+
+#[test]
+fn a_summary_that_quotes_the_last_message_as_a_quote_is_not_a_copy() {
+    use crate::check::{Replaced, check_summary};
+    let last = "I renamed parse_config to load_config in src/config.rs and every test passes now.";
+    let summary =
+        format!("## Goal\nRename the config loader.\n\n## Where the work left off\n> {last}\n");
+    let replaced = Replaced {
+        system: "Summarize.",
+        previous: "",
+        last_message: last,
+        chars: 10_000,
+    };
+    assert_eq!(check_summary(&summary, &replaced), Ok(()));
+    // The same words unquoted are a copy.
+    let copied = format!("{last}\n{last}\n");
+    assert!(check_summary(&copied, &replaced).is_err());
 }

@@ -291,3 +291,39 @@ fn dry_run_summary(sb: &Sandbox, name: &str, lines: &[Value], keep: &str) -> Str
     run.expect_code(0);
     run.json()["summary"].as_str().unwrap().to_owned()
 }
+
+/// The offline summarizer quotes the conversation by design, so a summary of it is never
+/// refused as an echo: here an earlier summary (carried whole) and the last message share the
+/// same pasted code, which the copy check would otherwise take for a summary that only copies.
+#[test]
+fn an_offline_summary_that_quotes_pasted_code_is_never_refused_as_a_copy() {
+    let code = "fn loads_the_example() {\n    let s = load(Path::new(\"tests/fixtures/a.jsonl\")).unwrap();\n    assert_eq!(s.messages.len(), 12, \"{:?}\", s);\n}\n".repeat(6);
+    let mut lines = vec![
+        serde_json::json!({"type": "compaction", "id": "c1", "summary": format!("## Goal\nFix the loader.\n\n## Files\n{code}"), "kept_messages": 0}),
+    ];
+    for i in 0..6 {
+        lines.push(serde_json::json!({"type": "message", "id": format!("u{i}"), "role": "user",
+            "content": [{"type": "text", "text": format!("Round {i}: look at this again.\n{code}")}]}));
+        lines.push(
+            serde_json::json!({"type": "message", "id": format!("a{i}"), "role": "assistant",
+            "content": [{"type": "text", "text": code.clone()}]}),
+        );
+    }
+    let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    let sb = Sandbox::new();
+    let path = sb.write("pasted.jsonl", &text);
+    let run = sb.run(&[
+        "compact",
+        path.to_str().unwrap(),
+        "--dry-run",
+        "--json",
+        "--keep-tokens",
+        "50",
+    ]);
+    run.expect_code(0);
+    assert!(
+        run.json()["summary"]
+            .as_str()
+            .is_some_and(|s| !s.is_empty())
+    );
+}
