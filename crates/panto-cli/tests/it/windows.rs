@@ -108,15 +108,7 @@ async fn recovery_fits_every_window_on_every_protocol() {
                         );
                     }
                     // The session records one compaction with its request count.
-                    let entries: Vec<Value> = std::fs::read_to_string(sb.work().join("s.jsonl"))
-                        .unwrap()
-                        .lines()
-                        .map(|l| serde_json::from_str(l).unwrap())
-                        .collect();
-                    let c: Vec<&Value> = entries
-                        .iter()
-                        .filter(|e| e["type"] == "compaction")
-                        .collect();
+                    let c = compactions(&sb);
                     assert_eq!(c.len(), 1, "{case}");
                     assert_eq!(
                         c[0]["requests"].as_u64(),
@@ -239,15 +231,7 @@ async fn manual_compaction_of_a_conversation_larger_than_the_window_folds() {
             cmd.env(protocol.key_var(), "test-key-123");
             let run = tokio::task::block_in_place(|| sb.run_with(cmd));
             assert_eq!(run.code, 0, "{case}: {}", run.stderr);
-            let text = std::fs::read_to_string(sb.work().join("s.jsonl")).unwrap();
-            let entries: Vec<Value> = text
-                .lines()
-                .map(|l| serde_json::from_str(l).unwrap())
-                .collect();
-            let c: Vec<&Value> = entries
-                .iter()
-                .filter(|e| e["type"] == "compaction")
-                .collect();
+            let c = compactions(&sb);
             assert_eq!(c.len(), 1, "{case}");
             assert!(
                 c[0]["fold_steps"].as_u64().unwrap() >= 2,
@@ -262,4 +246,14 @@ fn rejected(seen: &[Seen]) -> usize {
     seen.iter()
         .filter(|s| s.compaction && s.answer == "overflow")
         .count()
+}
+
+/// The compaction entries of the sandbox's session `s.jsonl`.
+fn compactions(sb: &Sandbox) -> Vec<Value> {
+    std::fs::read_to_string(sb.work().join("s.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|e| e["type"] == "compaction")
+        .collect()
 }
