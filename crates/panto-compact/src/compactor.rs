@@ -1403,6 +1403,7 @@ async fn ask(
         tracing::warn!(model = %model.model, %failure, "summary rejected");
         return Err(failure);
     }
-    let truncated = matches!(answer.stop_reason.as_deref(), Some("max_tokens" | "length"));
+    // The adapters normalise stop reasons (`panto_model::stop_reason`), so one spelling is enough.
+    let truncated = answer.stop_reason.as_deref() == Some(panto_model::stop_reason::MAX_TOKENS);
     Ok((summary, truncated))
 }

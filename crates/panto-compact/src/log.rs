@@ -6,8 +6,10 @@ use crate::error::LogError;
 
 /// An append-only session log.
 ///
-/// This is the only storage operation compaction needs. `panto-session` implements it over the
-/// JSONL file; [`MemoryLog`] keeps entries in memory.
+/// This is the only storage operation compaction needs. With the `session` feature this crate
+/// implements it over a `panto_session::Session` JSONL file (plain appends, or `CheckedLog`,
+/// which refuses to append after another writer's entries); [`MemoryLog`] keeps entries in
+/// memory.
 pub trait SessionLog {
     /// Appends `entries`, in order, at the end of the session, as one unit.
     ///

@@ -48,6 +48,7 @@ mod json;
 mod message;
 mod replay;
 mod serde_impl;
+pub mod stop_reason;
 mod turns;
 mod validate;
 

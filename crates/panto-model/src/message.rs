@@ -41,7 +41,9 @@ pub struct Message {
     pub content: Vec<ContentBlock>,
     /// The model that wrote an assistant message.
     pub model: Option<String>,
-    /// Why the model stopped (`end_turn`, `tool_use`, `max_tokens`, ...), as the provider said.
+    /// Why the model stopped, in the one vocabulary of [`stop_reason`](crate::stop_reason)
+    /// (`end_turn`, `tool_use`, `max_tokens`, ...): the adapters normalise each protocol's own
+    /// words to it, and a message read from a file keeps whatever text the file had.
     pub stop_reason: Option<String>,
     /// Token accounting of the request that produced an assistant message.
     pub usage: Option<Usage>,

@@ -203,7 +203,9 @@ pub trait Provider: Send + Sync {
     fn name(&self) -> &str;
 
     /// Sends `request` and returns the complete assistant message, with `usage`, `model` and
-    /// `stop_reason` filled where the provider reports them. Text is passed to `events` as it
+    /// `stop_reason` filled where the provider reports them; `stop_reason` is normalised to the
+    /// vocabulary of [`panto_model::stop_reason`] (an output cut at the limit is `max_tokens`
+    /// whatever the protocol called it). Text is passed to `events` as it
     /// arrives. A stream that ends early is an error, never a shorter message.
     ///
     /// # Errors

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use panto_model::Entry;
 
 use crate::error::{Result, SessionError};
-use crate::lines::{After, Line, Run, Verdict, classify, has_bom, judge};
+use crate::lines::{After, Line, LineNumber, Run, Verdict, classify, has_bom, judge};
 use crate::warning::{Warning, WarningKind};
 
 /// Iterator over every entry of a session file with its 1-based line number, returned by
@@ -23,7 +23,7 @@ pub struct History {
     buf: Vec<u8>,
     offset: u64,
     line: usize,
-    run: Option<Run>,
+    run: Option<Run<LineNumber>>,
     warnings: Vec<Warning>,
     done: bool,
     /// Whether a line held more than whitespace (a file of blank lines is empty).
@@ -60,7 +60,7 @@ impl History {
                 self.warnings.push(Warning {
                     path: self.path.clone(),
                     offset: run.start,
-                    line: Some(run.mark as usize),
+                    line: Some(run.first.0 as usize),
                     kind: WarningKind::Debris {
                         len: run.end - run.start,
                         acknowledged,
@@ -70,7 +70,7 @@ impl History {
             }
             Verdict::Fail => {
                 let mut source = run.error;
-                source.line = run.mark as usize;
+                source.line = run.first.0 as usize;
                 Err(SessionError::Malformed {
                     path: self.path.clone(),
                     source,
@@ -148,7 +148,7 @@ impl History {
                             start,
                             end,
                             error,
-                            mark: self.line as u64,
+                            first: LineNumber(self.line as u64),
                             all_torn: torn,
                         });
                     }

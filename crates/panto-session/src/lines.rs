@@ -145,20 +145,32 @@ pub(crate) fn torn_write_record(offset: u64, length: u64) -> String {
 }
 
 /// A run of consecutive bad lines, as far as it has been read.
+///
+/// `P` says where its first line is, in the terms of the reader that found it: reading forwards
+/// knows the line number ([`LineNumber`]); reading backwards knows only how many newlines lie at
+/// or after it ([`NewlinesAfter`]), which becomes a line number once the whole file is read.
 #[derive(Debug)]
-pub(crate) struct Run {
+pub(crate) struct Run<P> {
     /// Offset of its first line.
     pub start: u64,
     /// Offset just past its last line (before that line's newline).
     pub end: u64,
     /// The error of its first line (line number not yet filled in).
     pub error: DecodeError,
-    /// How many newlines lie at or after `start` (backwards reading) or the line number of the
-    /// first line (forwards reading); see the reader using it.
-    pub mark: u64,
+    /// Where its first line is.
+    pub first: P,
     /// Whether every line of it looks torn.
     pub all_torn: bool,
 }
+
+/// The 1-based line number of a line (forwards reading).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct LineNumber(pub u64);
+
+/// How many newlines of the file lie at or after a line's start (backwards reading): the line
+/// number is the file's newline count minus this, plus one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct NewlinesAfter(pub u64);
 
 /// What follows a run in the file: decides whether it is skipped or an error.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -180,7 +192,7 @@ pub(crate) enum Verdict {
 }
 
 /// Applies the run rule.
-pub(crate) fn judge(run: &Run, after: After) -> Verdict {
+pub(crate) fn judge<P>(run: &Run<P>, after: After) -> Verdict {
     match after {
         After::Marker(from) if from == run.start => Verdict::Skip { acknowledged: true },
         After::Nothing if run.all_torn => Verdict::Skip {
@@ -214,11 +226,14 @@ pub(crate) fn count_newlines(file: &File, len: u64) -> io::Result<u64> {
     }
 }
 
-/// A segment of the file found by [`BackLines::prev`]: its start offset and its range in
-/// [`BackLines::bytes`].
+/// A segment of the file found by [`BackLines::prev`]: a line without its newline, or the tail.
 pub(crate) struct Segment {
+    /// File offset of the segment's first byte.
     pub start: u64,
+    /// Index of that byte in [`BackLines::bytes`] (the segment is `bytes()[lo..hi]`).
     pub lo: usize,
+    /// Index just past the segment's last byte in [`BackLines::bytes`] (where its newline, if
+    /// any, is).
     pub hi: usize,
 }
 

@@ -16,7 +16,7 @@ use panto_model::{DecodeError, EffectiveContext, Entry, Replayer, Skipped};
 
 use crate::error::{Result, SessionError};
 use crate::lines::{
-    After, BackLines, Line, Run, Verdict, classify, count_newlines, has_bom, judge,
+    After, BackLines, Line, NewlinesAfter, Run, Verdict, classify, count_newlines, has_bom, judge,
 };
 use crate::warning::{Warning, WarningKind};
 
@@ -83,7 +83,7 @@ pub(crate) fn load(path: &Path, file: &File, chunk: usize) -> Result<Loaded> {
     // Entries in reverse file order, with (start offset, newlines at or after it).
     let mut entries: Vec<(Entry, u64, u64)> = Vec::new();
     let mut after = After::Nothing;
-    let mut run: Option<Run> = None;
+    let mut run: Option<Run<NewlinesAfter>> = None;
     let mut newlines = 0u64;
     let mut reached_start = true;
     // Whether any segment holds more than whitespace (a file of blank lines is empty).
@@ -128,7 +128,7 @@ pub(crate) fn load(path: &Path, file: &File, chunk: usize) -> Result<Loaded> {
                 Some(r) => {
                     r.start = seg.start;
                     r.error = error;
-                    r.mark = newlines;
+                    r.first = NewlinesAfter(newlines);
                     r.all_torn &= torn;
                 }
                 None => {
@@ -136,7 +136,7 @@ pub(crate) fn load(path: &Path, file: &File, chunk: usize) -> Result<Loaded> {
                         start: seg.start,
                         end: line_end,
                         error,
-                        mark: newlines,
+                        first: NewlinesAfter(newlines),
                         all_torn: torn,
                     });
                 }
@@ -264,7 +264,7 @@ fn takes_effect(entries: &[(Entry, u64, u64)]) -> bool {
 fn close_run(
     path: &Path,
     file: &File,
-    run: Option<Run>,
+    run: Option<Run<NewlinesAfter>>,
     after: After,
     pending: &mut Vec<Pending>,
 ) -> Result<()> {
@@ -273,7 +273,7 @@ fn close_run(
         Verdict::Skip { acknowledged } => {
             pending.push(Pending {
                 offset: run.start,
-                nl_from: run.mark,
+                nl_from: run.first.0,
                 kind: WarningKind::Debris {
                     len: run.end - run.start,
                     acknowledged,

@@ -2,7 +2,7 @@
 
 use std::io::Write;
 
-use crate::lines::{After, BackLines, Line, Run, Verdict, classify, judge, looks_torn};
+use crate::lines::{After, BackLines, Line, LineNumber, Run, Verdict, classify, judge, looks_torn};
 
 fn back_segments(content: &[u8], chunk: usize) -> Vec<(u64, Vec<u8>)> {
     let mut f = tempfile::tempfile().unwrap();
@@ -129,7 +129,7 @@ fn the_run_rule() {
             path: String::new(),
             message: "x".into(),
         },
-        mark: 0,
+        first: LineNumber(1),
         all_torn,
     };
     let skip = |v| matches!(v, Verdict::Skip { .. });
