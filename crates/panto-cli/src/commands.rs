@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result, anyhow};
 use panto_compact::{
-    AttemptFailure, CompactConfig, CompactError, CompactOptions, CompactOutcome, CompactionPrompt,
-    Compactor, Driver, ModelRef, NothingToCompact, Reply,
+    AttemptFailure, CompactError, CompactOutcome, CompactRun, CompactionPrompt, Compactor,
+    CompactorConfig, Driver, ModelRef, NothingToCompact, Reply,
 };
 use panto_model::{ContentBlock, EffectiveContext, Message, Role, turns};
 use panto_provider::{About, Provider, ProviderError, StreamEvent, Wait};
@@ -262,7 +262,7 @@ fn compactor(config: &Config) -> Result<Compactor> {
     Ok(Compactor::new(active)
         .with_compaction_model(compaction_model)
         .with_prompt(prompt)
-        .with_config(CompactConfig {
+        .with_config(CompactorConfig {
             keep_tokens: config.keep_tokens.value,
             max_output_tokens: config.compaction_max_output_tokens.value,
             context_window: config.context_window.value,
@@ -449,7 +449,7 @@ fn transcript(config: &Config, path: &Path) -> Result<()> {
     let session = open_session(config, path)?;
     let ctx = load(&session)?;
     let compactor = compactor(config)?;
-    match compactor.prepare(&ctx, &CompactOptions::manual(None)) {
+    match compactor.prepare(&ctx, &CompactRun::manual(None)) {
         Ok(prepared) => {
             let mut out = std::io::stdout().lock();
             out.write_all(for_stdout(&prepared.user_prompt()).as_bytes())?;
@@ -472,11 +472,11 @@ async fn compact(
 ) -> Result<()> {
     let session = open_session(config, path)?;
     let mut compactor = compactor(config)?;
-    let options = CompactOptions::manual(instructions);
+    let options = CompactRun::manual(instructions);
     let mut spinner = Spinner::start("compacting");
     let outcome = if dry_run {
         let ctx = load(&session)?;
-        compactor.summarize(&ctx, options).await
+        compactor.dry_run(&ctx, options).await
     } else {
         // No lock while the model summarizes: the append checks that nobody wrote meanwhile.
         writable(&session)?;

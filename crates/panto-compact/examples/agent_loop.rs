@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 
 use panto_compact::serde_json::{self, json};
 use panto_compact::{
-    CompactConfig, CompactionEvent, CompactionPrompt, Compactor, ContentBlock, Driver, Entry,
+    CompactionEvent, CompactionPrompt, Compactor, CompactorConfig, ContentBlock, Driver, Entry,
     EventSink, LogError, Message, ModelRef, Provider, ProviderError, Request, Role, SessionLog,
     async_trait, encode_line, read_entries, replay,
 };
@@ -110,9 +110,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .with_prompt(CompactionPrompt::from_text(
             "Summarize the transcript for the next model.",
         )?)
-        .with_config(CompactConfig {
+        .with_config(CompactorConfig {
             keep_tokens: 100,
-            ..CompactConfig::default()
+            ..CompactorConfig::default()
         })
         .on_event(|e| match e {
             CompactionEvent::Started {

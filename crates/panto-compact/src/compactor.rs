@@ -2,7 +2,7 @@
 
 use std::fmt;
 use std::ops::Range;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Mutex, PoisonError};
 
 use panto_model::{
     CompactionEntry, EffectiveContext, Entry, Extra, KEPT_BY, Message, Trigger, replay, turns,
@@ -19,277 +19,17 @@ use serde_json::{Value, json};
 use tracing::{Instrument, info_span};
 
 use crate::check::{Replaced, check_summary};
+use crate::config::{CompactRun, CompactorConfig, ModelRef, min_known, scale};
 use crate::error::{AttemptFailure, CompactError};
 use crate::events::CompactionEvent;
 use crate::fold::{FoldBudget, FoldPlan, fold};
 use crate::ids::{IdGenerator, IdKind, UniqueIds};
+use crate::ledger::{LEDGER_FIELD, ledger_budget, previous_ledger, rendered_len, with_ledger};
 use crate::log::SessionLog;
-use crate::plan::{Plan, keep_budget, plan};
+use crate::plan::{NothingToCompact, Plan, keep_budget, plan};
 use crate::prompt::CompactionPrompt;
-
-/// The default keep-verbatim budget, in tokens.
-pub const DEFAULT_KEEP_TOKENS: u64 = 20_000;
-
-/// The default output limit of a compaction request, in tokens.
-pub const DEFAULT_MAX_OUTPUT_TOKENS: u32 = 8_192;
-
-/// The smallest ledger budget, in characters, whatever the prefix's size.
-pub const MIN_LEDGER_CHARS: usize = 2_000;
-
-/// The ledger's budget in characters: the previous ledger's size (`previous_chars`, so that a
-/// chain never shrinks it) plus an eighth of what this compaction summarizes (`new_chars`: the
-/// prefix's transcript), at least [`MIN_LEDGER_CHARS`], and at most half the summary's output
-/// budget (`max_output_tokens` tokens at about four characters a token, halved). When the
-/// window is known or bounded (`limit`, in tokens) it is also at most `limit / 16` characters
-/// (about a sixtieth of the window), so that the ledger never stands between a small window and
-/// the retry.
-pub fn ledger_budget(
-    max_output_tokens: u32,
-    previous_chars: usize,
-    new_chars: usize,
-    limit: Option<u64>,
-) -> usize {
-    let most = (max_output_tokens as usize).saturating_mul(2);
-    let window = limit.map_or(usize::MAX, |l| {
-        usize::try_from(l / 16).unwrap_or(usize::MAX)
-    });
-    (previous_chars + new_chars / 8)
-        .max(MIN_LEDGER_CHARS)
-        .min(most.max(1))
-        .min(window)
-}
-
-/// A summary with the ledger rendered after it: the model's text without any ledger it copied,
-/// a blank line, then the ledger (when it records anything).
-pub fn with_ledger(summary: &str, ledger: &Ledger) -> String {
-    let text = strip_ledger(summary).trim_end();
-    if ledger.is_empty() {
-        return text.to_owned();
-    }
-    format!("{text}\n\n{}", ledger.render())
-}
-
-/// The length of a ledger's rendering, 0 for an empty one.
-fn rendered_len(ledger: &Ledger) -> usize {
-    if ledger.is_empty() {
-        0
-    } else {
-        ledger.render().len()
-    }
-}
-
-/// The ledger stored on the compaction entry of `context`, if any (an unreadable one counts as
-/// none: the summary text still carries its rendering).
-pub fn previous_ledger(context: &EffectiveContext) -> Ledger {
-    let stored = context
-        .compaction
-        .as_ref()
-        .and_then(|c| c.extra.get(LEDGER_FIELD));
-    match stored.map(Ledger::from_json) {
-        Some(Some(l)) => l,
-        Some(None) => {
-            tracing::warn!("the active compaction's ledger is unreadable; starting a new one");
-            Ledger::default()
-        }
-        None => Ledger::default(),
-    }
-}
-
-/// The field of the compaction entry that stores the ledger.
-pub const LEDGER_FIELD: &str = "ledger";
-
-/// A model to ask: a provider and a model name on it.
-///
-/// The active model and `compaction_model` may share a provider (another model name) or use
-/// different providers altogether.
-#[derive(Clone)]
-pub struct ModelRef {
-    /// The provider that serves the model.
-    pub provider: Arc<dyn Provider>,
-    /// The model name, as the provider knows it.
-    pub model: String,
-}
-
-impl ModelRef {
-    /// A model on a provider.
-    pub fn new(provider: Arc<dyn Provider>, model: impl Into<String>) -> ModelRef {
-        ModelRef {
-            provider,
-            model: model.into(),
-        }
-    }
-}
-
-impl fmt::Debug for ModelRef {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ModelRef")
-            .field("provider", &self.provider.name())
-            .field("model", &self.model)
-            .finish()
-    }
-}
-
-/// The numbers a compaction runs with.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CompactConfig {
-    /// The keep-verbatim budget in tokens ([`DEFAULT_KEEP_TOKENS`]). An overflow that reports
-    /// the context limit caps it at a quarter of the limit for that compaction.
-    pub keep_tokens: u64,
-    /// The output limit of the compaction request ([`DEFAULT_MAX_OUTPUT_TOKENS`]). A request
-    /// whose window is known gets less when input and output would not fit together.
-    pub max_output_tokens: u32,
-    /// The model's context window in tokens, when configured. Used only when the provider did
-    /// not state the limit: to fold a prefix too large for one compaction request, and for the
-    /// overflow retry's progress check. `None` by default: correctness never depends on it.
-    pub context_window: Option<u64>,
-    /// Whether the summarizer quotes the transcript by design (panto's offline summarizer):
-    /// then its summaries are not refused as echoes of the prompt or of the last message, the
-    /// check meant for models that copy instead of summarizing. `false` by default.
-    pub extractive_summaries: bool,
-}
-
-impl Default for CompactConfig {
-    fn default() -> CompactConfig {
-        CompactConfig {
-            keep_tokens: DEFAULT_KEEP_TOKENS,
-            max_output_tokens: DEFAULT_MAX_OUTPUT_TOKENS,
-            context_window: None,
-            extractive_summaries: false,
-        }
-    }
-}
-
-/// What one compaction run is asked to do.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CompactOptions {
-    /// What started it.
-    pub trigger: Trigger,
-    /// Extra instructions (`/compact ARGS`), appended to the system prompt.
-    pub instructions: Option<String>,
-    /// The context limit an overflow error reported, which caps the keep budget and bounds
-    /// every compaction request.
-    pub context_limit: Option<u64>,
-    /// For an overflow: panto's estimate of the request that overflowed. The limit is below it,
-    /// so it bounds the compaction requests when the provider stated no limit.
-    pub overflowed_tokens: Option<u64>,
-    /// For an overflow: the provider's own count of that request, when it stated one. With
-    /// [`CompactOptions::overflowed_tokens`] it converts the reported limit into panto's
-    /// estimates when those run low.
-    pub provider_tokens: Option<u64>,
-}
-
-impl CompactOptions {
-    /// A manual compaction (`/compact`, `panto compact`), with optional extra instructions.
-    pub fn manual(instructions: Option<String>) -> CompactOptions {
-        CompactOptions {
-            trigger: Trigger::Manual,
-            instructions,
-            context_limit: None,
-            overflowed_tokens: None,
-            provider_tokens: None,
-        }
-    }
-
-    /// An automatic compaction after a context overflow, with the limit the provider reported.
-    pub fn overflow(context_limit: Option<u64>) -> CompactOptions {
-        CompactOptions {
-            trigger: Trigger::Overflow,
-            instructions: None,
-            context_limit,
-            overflowed_tokens: None,
-            provider_tokens: None,
-        }
-    }
-
-    /// An automatic compaction after `error` (a context overflow) answered a request that panto
-    /// estimated at `estimated_tokens`: the provider's numbers and the estimate bound the
-    /// compaction requests.
-    pub fn after_overflow(error: &ProviderError, estimated_tokens: u64) -> CompactOptions {
-        let (limit, input) = match error {
-            ProviderError::ContextOverflow {
-                limit,
-                input_tokens,
-                ..
-            } => (*limit, *input_tokens),
-            _ => (None, None),
-        };
-        CompactOptions {
-            overflowed_tokens: Some(estimated_tokens),
-            provider_tokens: input,
-            ..CompactOptions::overflow(limit)
-        }
-    }
-
-    /// The limit known for the model, in panto's estimated tokens: the reported one (scaled
-    /// down when the provider counted the overflowed request higher than panto did), else the
-    /// configured window.
-    pub fn known_limit(&self, context_window: Option<u64>) -> Option<u64> {
-        let reported =
-            self.context_limit.map(
-                |limit| match (self.provider_tokens, self.overflowed_tokens) {
-                    (Some(counted), Some(estimated)) if counted > estimated && counted > 0 => {
-                        scale(limit, estimated, counted)
-                    }
-                    _ => limit,
-                },
-            );
-        reported.or(context_window)
-    }
-
-    /// The limit the compaction requests must fit: [`CompactOptions::known_limit`], else an
-    /// upper bound learned from the overflow (the limit is below the request that overflowed).
-    pub fn request_limit(&self, context_window: Option<u64>) -> Option<u64> {
-        self.known_limit(context_window)
-            .or(self.overflowed_tokens.map(|t| t.saturating_sub(1)))
-    }
-
-    fn instructions(&self) -> Option<&str> {
-        self.instructions
-            .as_deref()
-            .map(str::trim)
-            .filter(|i| !i.is_empty())
-    }
-}
-
-/// `value * numerator / denominator`, rounded down, without overflow.
-fn scale(value: u64, numerator: u64, denominator: u64) -> u64 {
-    let scaled = u128::from(value) * u128::from(numerator) / u128::from(denominator.max(1));
-    u64::try_from(scaled).unwrap_or(u64::MAX)
-}
-
-fn min_known(a: Option<u64>, b: Option<u64>) -> Option<u64> {
-    match (a, b) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    }
-}
-
-/// Why a compaction had nothing to do: every turn is kept verbatim. A normal outcome.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct NothingToCompact {
-    /// Turns in the conversation (after the compaction message, if any).
-    pub turns: usize,
-    /// Their estimated tokens.
-    pub tokens: u64,
-    /// The keep budget they fit.
-    pub budget: u64,
-}
-
-impl fmt::Display for NothingToCompact {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.turns {
-            0 => f.write_str("nothing to compact: the conversation is empty"),
-            1 => f.write_str(
-                "nothing to compact: the conversation is a single turn, which is always kept verbatim",
-            ),
-            n => write!(
-                f,
-                "nothing to compact: all {n} turns (about {} tokens) fit the keep-verbatim budget of {} tokens",
-                self.tokens, self.budget
-            ),
-        }
-    }
-}
+use crate::record::{RECORD_ONLY_MODEL, record_only_text};
+use crate::report::{CompactOutcome, Compacted, CompactionReport, ElidedItem, FoldStep};
 
 /// A compaction ready to be sent: the plan, the system prompt and the transcript of the
 /// summarized prefix, rendered once, turn by turn, and sized. Made by [`Compactor::prepare`].
@@ -310,7 +50,7 @@ pub struct Prepared {
     /// Estimated tokens of the context before compaction.
     pub tokens_before: u64,
     /// The limit every compaction request must fit, when one is known (see
-    /// [`CompactOptions::request_limit`]).
+    /// [`CompactRun::request_limit`]).
     pub limit: Option<u64>,
 }
 
@@ -320,107 +60,6 @@ impl Prepared {
     pub fn user_prompt(&self) -> String {
         render_request_text(self.transcript.text(), self.previous_summary.as_deref())
     }
-}
-
-/// One request of a fold, as it was answered.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct FoldStep {
-    /// The turns summarized, as indices into the prefix's turns.
-    pub turns: Range<usize>,
-    /// The messages summarized, as a range of the context's messages.
-    pub messages: Range<usize>,
-    /// The model that answered.
-    pub model: String,
-    /// Whether `compaction_model` failed and the active model answered.
-    pub fallback: bool,
-    /// panto's estimate of the request's input (system prompt and user prompt).
-    pub input_tokens: u64,
-    /// The output limit the request was sent with.
-    pub max_output_tokens: u32,
-    /// panto's estimate of the summary it returned.
-    pub summary_tokens: u64,
-    /// Item bodies elided in this request's transcript.
-    pub elided: usize,
-    /// Requests of this step the provider rejected as too large before this one fitted.
-    pub rejected: usize,
-}
-
-/// An item body left out of a compaction request's transcript because it could not fit any
-/// request. The session keeps it whole.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct ElidedItem {
-    /// The index of the message in the context.
-    pub message: usize,
-    /// Its id, when it has one.
-    pub message_id: Option<String>,
-    /// The index of the content block in the message.
-    pub block: usize,
-    /// The body's size in bytes.
-    pub bytes: usize,
-    /// The bytes kept in the transcript (head and tail).
-    pub kept: usize,
-}
-
-/// What a finished compaction did.
-#[derive(Clone, Debug, PartialEq)]
-pub struct CompactionReport {
-    /// The id of the compaction entry.
-    pub id: String,
-    /// The new summary.
-    pub summary: String,
-    /// What started it.
-    pub trigger: Trigger,
-    /// The model that wrote the summary.
-    pub model: String,
-    /// The name of its provider.
-    pub provider: String,
-    /// Whether `compaction_model` failed and the active model wrote the summary.
-    pub fallback: bool,
-    /// Why `compaction_model` failed, when the fallback ran.
-    pub fallback_cause: Option<AttemptFailure>,
-    /// The extra instructions of the run.
-    pub instructions: Option<String>,
-    /// Whether the model stopped at the output limit (the summary may be cut short).
-    pub truncated: bool,
-    /// Estimated tokens of the conversation before: the context's messages, without the
-    /// agent's system prompt (`estimate_request("", messages)`), which is what is summarized.
-    pub tokens_before: u64,
-    /// Estimated tokens of the conversation after (summary plus kept turns), measured as
-    /// `tokens_before` is.
-    pub tokens_after: u64,
-    /// The retention plan: turns and messages summarized and kept.
-    pub plan: Plan,
-    /// The fold's requests, oldest turns first (one for a prefix that fits one request).
-    pub steps: Vec<FoldStep>,
-    /// Every request sent, the rejected and failed ones included.
-    pub requests: usize,
-    /// Item bodies elided in the transcripts (never in the session).
-    pub elided: Vec<ElidedItem>,
-    /// Set when no model could write the summary during overflow recovery, so the summary is
-    /// panto's own record ([`RECORD_ONLY_MODEL`]): why the models failed.
-    pub degraded: Option<String>,
-}
-
-/// A compaction's result: what to append, and the context it produces.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Compacted {
-    /// The append: the compaction entry, then a copy of every kept message marked `kept_by`.
-    pub entries: Vec<Entry>,
-    /// The effective context after the append (the replay of `entries`).
-    pub context: EffectiveContext,
-    /// What was done.
-    pub report: CompactionReport,
-}
-
-/// The outcome of a compaction run that did not fail.
-#[derive(Clone, Debug, PartialEq)]
-pub enum CompactOutcome {
-    /// A summary was made (and, for [`Compactor::compact`], written).
-    Compacted(Box<Compacted>),
-    /// Every turn is kept verbatim; nothing was asked or written.
-    NothingToCompact(NothingToCompact),
 }
 
 type EventHandler = Box<dyn FnMut(&CompactionEvent) + Send>;
@@ -453,7 +92,7 @@ impl<T> Exclusive<T> {
 pub struct Compactor {
     active: ModelRef,
     compaction_model: Option<ModelRef>,
-    config: CompactConfig,
+    config: CompactorConfig,
     prompt: CompactionPrompt,
     sizer: Box<dyn Sizer + Send + Sync>,
     ids: Exclusive<Box<dyn IdGenerator>>,
@@ -478,7 +117,7 @@ impl Compactor {
         Compactor {
             active,
             compaction_model: None,
-            config: CompactConfig::default(),
+            config: CompactorConfig::default(),
             prompt: CompactionPrompt::builtin(),
             sizer: Box::new(UsageSizer::default()),
             ids: Exclusive::new(Box::new(UniqueIds::new())),
@@ -493,7 +132,7 @@ impl Compactor {
     }
 
     /// Sets the budget and output limit.
-    pub fn with_config(mut self, config: CompactConfig) -> Compactor {
+    pub fn with_config(mut self, config: CompactorConfig) -> Compactor {
         self.config = config;
         self
     }
@@ -538,7 +177,7 @@ impl Compactor {
     }
 
     /// The budget and output limit.
-    pub fn config(&self) -> CompactConfig {
+    pub fn config(&self) -> CompactorConfig {
         self.config
     }
 
@@ -556,7 +195,7 @@ impl Compactor {
     /// of the summarized prefix (once, turn by turn, each turn sized), without asking any model.
     ///
     /// The budget is `keep_tokens`, capped at a quarter of the limit the requests must fit
-    /// ([`CompactOptions::request_limit`]) when one is known. An overflow compaction must shrink
+    /// ([`CompactRun::request_limit`]) when one is known. An overflow compaction must shrink
     /// the context, so when that budget would keep every turn it keeps only the in-flight turn
     /// instead.
     ///
@@ -565,7 +204,7 @@ impl Compactor {
     pub fn prepare(
         &self,
         context: &EffectiveContext,
-        options: &CompactOptions,
+        options: &CompactRun,
     ) -> Result<Prepared, NothingToCompact> {
         let sizes = self.sizer.message_sizes(&context.messages);
         let limit = options.request_limit(self.config.context_window);
@@ -625,7 +264,7 @@ impl Compactor {
         &mut self,
         context: &EffectiveContext,
         log: &mut L,
-        options: CompactOptions,
+        options: CompactRun,
     ) -> Result<CompactOutcome, CompactError> {
         let span = info_span!("compaction", trigger = options.trigger.as_str());
         let compacted = match self
@@ -663,10 +302,10 @@ impl Compactor {
     ///
     /// # Errors
     /// [`CompactError::Compaction`] or [`CompactError::BothModelsFailed`].
-    pub async fn summarize(
+    pub async fn dry_run(
         &mut self,
         context: &EffectiveContext,
-        options: CompactOptions,
+        options: CompactRun,
     ) -> Result<CompactOutcome, CompactError> {
         let span = info_span!(
             "compaction",
@@ -685,7 +324,7 @@ impl Compactor {
     async fn produce(
         &mut self,
         context: &EffectiveContext,
-        options: &CompactOptions,
+        options: &CompactRun,
     ) -> Result<CompactOutcome, CompactError> {
         let prepared = match info_span!("plan").in_scope(|| self.prepare(context, options)) {
             Ok(p) => p,
@@ -717,7 +356,7 @@ impl Compactor {
             && prepared.limit.is_none_or(|l| learned < l)
             && kept_estimate(context, &prepared, &folded.summary) > learned
         {
-            let tighter = CompactOptions {
+            let tighter = CompactRun {
                 context_limit: Some(learned),
                 provider_tokens: None,
                 ..options.clone()
@@ -1019,7 +658,7 @@ impl Compactor {
     fn build(
         &mut self,
         context: &EffectiveContext,
-        options: &CompactOptions,
+        options: &CompactRun,
         prepared: Prepared,
         folded: Folded,
     ) -> Compacted {
@@ -1148,7 +787,7 @@ impl Compactor {
         &mut self,
         context: &EffectiveContext,
         log: &mut L,
-        options: &CompactOptions,
+        options: &CompactRun,
         failure: &CompactError,
     ) -> Result<CompactOutcome, CompactError> {
         let prepared = match self.prepare(context, options) {
@@ -1195,50 +834,6 @@ impl Compactor {
             handler(&event);
         }
     }
-}
-
-/// The model name a record-only compaction reports ([`Compactor::compact_record_only`]).
-pub const RECORD_ONLY_MODEL: &str = "panto-record";
-
-/// The most characters of the assistant's last words a record-only summary quotes.
-const LAST_WORDS_CHARS: usize = 2_000;
-
-/// The text of a record-only summary (before its ledger): a note that no model wrote it and
-/// why, the previous summary, and the assistant's last words in the prefix.
-fn record_only_text(
-    failure: &CompactError,
-    previous: Option<&str>,
-    items: &[TranscriptItem],
-    quote_chars: usize,
-) -> String {
-    let mut out = format!(
-        "No model could write this summary ({failure}); panto kept the conversation going with its own record of the summarized turns instead.\n"
-    );
-    if let Some(p) = previous.filter(|p| !p.trim().is_empty()) {
-        out.push_str("\n## Earlier summary\n");
-        out.push_str(p.trim());
-        out.push('\n');
-    }
-    let last = items.iter().rev().find_map(|i| match i {
-        TranscriptItem::Text {
-            role: panto_model::Role::Assistant,
-            text,
-        } if !text.trim().is_empty() => Some(text.trim()),
-        _ => None,
-    });
-    if let Some(text) = last {
-        let quoted: String = text
-            .chars()
-            .take(LAST_WORDS_CHARS.min(quote_chars))
-            .collect();
-        out.push_str("\n## Where the work left off (the assistant's last words, quoted)\n");
-        for line in quoted.lines() {
-            out.push_str("> ");
-            out.push_str(line);
-            out.push('\n');
-        }
-    }
-    out
 }
 
 /// How many times one fold shrinks its limit after a compaction request overflowed anyway.

@@ -5,12 +5,12 @@ use panto_provider::{EventSink, ProviderError, Request, ToolSpec};
 use panto_size::estimate_request;
 use tracing::{Instrument, info_span};
 
-use crate::compactor::{
-    CompactOptions, CompactOutcome, CompactionReport, Compactor, DEFAULT_MAX_OUTPUT_TOKENS,
-};
+use crate::compactor::Compactor;
+use crate::config::{CompactRun, DEFAULT_MAX_OUTPUT_TOKENS};
 use crate::error::CompactError;
 use crate::ids::IdKind;
 use crate::log::SessionLog;
+use crate::report::{CompactOutcome, CompactionReport};
 
 /// The answer to [`Driver::send`].
 #[derive(Clone, Debug, PartialEq)]
@@ -150,7 +150,7 @@ impl<L: SessionLog> Driver<L> {
         };
         tracing::info!(%overflow, "context overflow, compacting once");
         let overflowed_tokens = estimate_request(&self.system, &self.context.messages);
-        let options = CompactOptions::after_overflow(&overflow, overflowed_tokens);
+        let options = CompactRun::after_overflow(&overflow, overflowed_tokens);
         let limit = options.known_limit(self.compactor.config().context_window);
         let options_again = options.clone();
         let report = match self
@@ -239,7 +239,7 @@ impl<L: SessionLog> Driver<L> {
             .compact(
                 &self.context,
                 &mut self.log,
-                CompactOptions::manual(instructions),
+                CompactRun::manual(instructions),
             )
             .await?;
         if let CompactOutcome::Compacted(c) = &outcome {

@@ -5,8 +5,8 @@ use std::path::PathBuf;
 
 use panto_provider::ProviderError;
 
-use crate::compactor::NothingToCompact;
 use crate::fold::FoldError;
+use crate::plan::NothingToCompact;
 
 /// What a [`crate::SessionLog`] returns when an append fails.
 pub type LogError = Box<dyn std::error::Error + Send + Sync>;

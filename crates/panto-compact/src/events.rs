@@ -2,9 +2,9 @@
 
 use panto_model::Trigger;
 
-use crate::compactor::CompactionReport;
 use crate::error::AttemptFailure;
 use crate::plan::Plan;
+use crate::report::CompactionReport;
 
 /// What a [`crate::Compactor`] reports while it works, through the callback given to
 /// [`crate::Compactor::on_event`].

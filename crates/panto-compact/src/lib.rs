@@ -39,7 +39,7 @@
 //! use std::sync::Arc;
 //!
 //! use panto_compact::{
-//!     CompactConfig, CompactOutcome, Compactor, Driver, EventSink, MemoryLog, Message, ModelRef, Provider,
+//!     CompactorConfig, CompactOutcome, Compactor, Driver, EventSink, MemoryLog, Message, ModelRef, Provider,
 //!     ProviderError, Request, async_trait,
 //! };
 //!
@@ -66,7 +66,7 @@
 //! runtime.block_on(async {
 //!     // A keep budget of one token keeps only the turn in flight verbatim.
 //!     let compactor = Compactor::new(ModelRef::new(Arc::new(Counter), "counter-1"))
-//!         .with_config(CompactConfig { keep_tokens: 1, ..CompactConfig::default() });
+//!         .with_config(CompactorConfig { keep_tokens: 1, ..CompactorConfig::default() });
 //!     let mut agent = Driver::new(compactor, MemoryLog::new(), Default::default());
 //!     for prompt in ["hello", "and again"] {
 //!         let reply = agent.send(vec![Message::user_text(prompt)], &mut |_| {}).await?;
@@ -87,32 +87,37 @@
 
 mod check;
 mod compactor;
+mod config;
 mod driver;
 mod error;
 mod events;
 mod fold;
 mod ids;
+mod ledger;
 mod log;
 mod plan;
 mod prompt;
+mod record;
+mod report;
 #[cfg(feature = "session")]
 mod session;
 #[cfg(any(test, feature = "test-support"))]
 pub mod testing;
 
-pub use compactor::{
-    CompactConfig, CompactOptions, CompactOutcome, Compacted, CompactionReport, Compactor,
-    DEFAULT_KEEP_TOKENS, DEFAULT_MAX_OUTPUT_TOKENS, ElidedItem, FoldStep, LEDGER_FIELD,
-    MAX_SHRINKS, MIN_LEDGER_CHARS, ModelRef, NothingToCompact, Prepared, RECORD_ONLY_MODEL,
-    ledger_budget, previous_ledger, with_ledger,
+pub use compactor::{Compactor, MAX_SHRINKS, Prepared};
+pub use config::{
+    CompactRun, CompactorConfig, DEFAULT_KEEP_TOKENS, DEFAULT_MAX_OUTPUT_TOKENS, ModelRef,
 };
 pub use driver::{Driver, Reply};
 pub use error::{AttemptFailure, CompactError, LogError};
 pub use events::CompactionEvent;
 pub use fold::{Chunk, FoldBudget, FoldError, FoldPlan, MIN_ROOM, fold};
 pub use ids::{IdGenerator, IdKind, SequentialIds, UniqueIds};
+pub use ledger::{LEDGER_FIELD, MIN_LEDGER_CHARS, ledger_budget, previous_ledger, with_ledger};
 pub use log::{MemoryLog, SessionLog};
-pub use plan::{Plan, keep_budget, plan};
+pub use plan::{NothingToCompact, Plan, keep_budget, plan};
+pub use record::RECORD_ONLY_MODEL;
+pub use report::{CompactOutcome, Compacted, CompactionReport, ElidedItem, FoldStep};
 // The lower crates, whole, and the names an agent needs most, so that depending on this crate
 // alone is enough to implement a provider and a store and to run the loop.
 pub use panto_model as model;

@@ -2,6 +2,7 @@
 //!
 //! Pure: a function of the effective context, per-message sizes and a budget.
 
+use std::fmt;
 use std::ops::Range;
 
 use panto_model::{EffectiveContext, turns};
@@ -105,5 +106,32 @@ pub fn plan(context: &EffectiveContext, sizes: &[u64], budget: u64) -> Plan {
         summarized_tokens,
         kept_tokens,
         budget,
+    }
+}
+
+/// Why a compaction had nothing to do: every turn is kept verbatim. A normal outcome.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NothingToCompact {
+    /// Turns in the conversation (after the compaction message, if any).
+    pub turns: usize,
+    /// Their estimated tokens.
+    pub tokens: u64,
+    /// The keep budget they fit.
+    pub budget: u64,
+}
+
+impl fmt::Display for NothingToCompact {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.turns {
+            0 => f.write_str("nothing to compact: the conversation is empty"),
+            1 => f.write_str(
+                "nothing to compact: the conversation is a single turn, which is always kept verbatim",
+            ),
+            n => write!(
+                f,
+                "nothing to compact: all {n} turns (about {} tokens) fit the keep-verbatim budget of {} tokens",
+                self.tokens, self.budget
+            ),
+        }
     }
 }

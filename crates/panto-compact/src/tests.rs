@@ -384,7 +384,7 @@ fn model_refs_show_provider_and_model_only() {
 
 #[test]
 fn compact_config_defaults() {
-    let c = CompactConfig::default();
+    let c = CompactorConfig::default();
     assert_eq!((c.keep_tokens, c.max_output_tokens), (20_000, 8_192));
 }
 

@@ -5,8 +5,8 @@ use std::sync::{Arc, Mutex};
 
 use panto_compact::testing::{overflow, reply, server_error};
 use panto_compact::{
-    ADDITIONAL_INSTRUCTIONS_HEADING, AttemptFailure, BUILTIN_PROMPT, CompactError, CompactOptions,
-    CompactOutcome, Compacted, CompactionEvent, DEFAULT_MAX_OUTPUT_TOKENS, MemoryLog, ModelRef,
+    ADDITIONAL_INSTRUCTIONS_HEADING, AttemptFailure, BUILTIN_PROMPT, CompactError, CompactOutcome,
+    CompactRun, Compacted, CompactionEvent, DEFAULT_MAX_OUTPUT_TOKENS, MemoryLog, ModelRef,
 };
 use panto_model::{Entry, KEPT_BY, Trigger, replay};
 use panto_provider::ProviderError;
@@ -48,7 +48,7 @@ async fn success_appends_the_entry_then_the_kept_copies_in_one_call() {
     let (c, seen) = events(compactor(active, 300));
     let mut c = c;
     let out = compacted(
-        c.compact(&ctx, &mut log, CompactOptions::manual(None))
+        c.compact(&ctx, &mut log, CompactRun::manual(None))
             .await
             .unwrap(),
     );
@@ -141,7 +141,7 @@ async fn compaction_model_failure_falls_back_once_to_the_active_provider() {
     let mut c = c;
     let ctx = log.replay();
     let out = compacted(
-        c.compact(&ctx, &mut log, CompactOptions::manual(None))
+        c.compact(&ctx, &mut log, CompactRun::manual(None))
             .await
             .unwrap(),
     );
@@ -186,7 +186,7 @@ async fn compaction_model_on_the_same_provider_falls_back_by_name() {
     let mut c = compactor(big, 300).with_compaction_model(Some(small));
     let ctx = log.replay();
     let out = compacted(
-        c.compact(&ctx, &mut log, CompactOptions::manual(None))
+        c.compact(&ctx, &mut log, CompactRun::manual(None))
             .await
             .unwrap(),
     );
@@ -209,7 +209,7 @@ async fn both_models_failing_carries_both_causes_and_writes_nothing() {
     let before = log.entries().to_vec();
     let ctx = log.replay();
     let err = c
-        .compact(&ctx, &mut log, CompactOptions::manual(None))
+        .compact(&ctx, &mut log, CompactRun::manual(None))
         .await
         .unwrap_err();
     let CompactError::BothModelsFailed {
@@ -257,7 +257,7 @@ async fn active_model_failure_without_compaction_model_is_not_retried() {
     let mut c = compactor(main_ref, 300);
     let ctx = log.replay();
     let err = c
-        .compact(&ctx, &mut log, CompactOptions::manual(None))
+        .compact(&ctx, &mut log, CompactRun::manual(None))
         .await
         .unwrap_err();
     assert!(matches!(
@@ -277,7 +277,7 @@ async fn an_empty_summary_is_a_failed_compaction() {
     let mut c = compactor(main_ref, 300);
     let ctx = log.replay();
     let err = c
-        .compact(&ctx, &mut log, CompactOptions::manual(None))
+        .compact(&ctx, &mut log, CompactRun::manual(None))
         .await
         .unwrap_err();
     assert!(matches!(
@@ -304,7 +304,7 @@ async fn an_empty_summary_from_the_compaction_model_triggers_the_fallback() {
     let mut c = compactor(main_ref, 300).with_compaction_model(Some(cheap_ref));
     let ctx = log.replay();
     let out = compacted(
-        c.compact(&ctx, &mut log, CompactOptions::manual(None))
+        c.compact(&ctx, &mut log, CompactRun::manual(None))
             .await
             .unwrap(),
     );
@@ -345,7 +345,7 @@ async fn nothing_to_compact_is_a_normal_outcome_with_a_clear_message() {
         let mut c = c;
         let ctx = log.replay();
         let out = c
-            .compact(&ctx, &mut log, CompactOptions::manual(None))
+            .compact(&ctx, &mut log, CompactRun::manual(None))
             .await
             .unwrap();
         let CompactOutcome::NothingToCompact(n) = out else {
@@ -368,7 +368,7 @@ async fn a_refused_append_is_an_error_and_leaves_the_log_unchanged() {
     let mut c = c;
     let ctx = log.replay();
     let err = c
-        .compact(&ctx, &mut log, CompactOptions::manual(None))
+        .compact(&ctx, &mut log, CompactRun::manual(None))
         .await
         .unwrap_err();
     assert!(matches!(err, CompactError::Log(_)));
@@ -392,7 +392,7 @@ async fn extra_instructions_go_to_the_system_prompt_never_the_user_prompt() {
         c.compact(
             &ctx,
             &mut log,
-            CompactOptions::manual(Some(format!("  {instructions}\n"))),
+            CompactRun::manual(Some(format!("  {instructions}\n"))),
         )
         .await
         .unwrap(),
@@ -423,7 +423,7 @@ async fn blank_instructions_leave_the_prompt_alone() {
     let mut c = compactor(main_ref, 300);
     let ctx = log.replay();
     let out = compacted(
-        c.compact(&ctx, &mut log, CompactOptions::manual(Some(" \n".into())))
+        c.compact(&ctx, &mut log, CompactRun::manual(Some(" \n".into())))
             .await
             .unwrap(),
     );
@@ -439,7 +439,7 @@ async fn an_overflow_limit_caps_the_budget_at_a_quarter() {
     let mut c = compactor(main_ref, 20_000).with_prompt(short_prompt());
     let ctx = log.replay();
     let out = compacted(
-        c.compact(&ctx, &mut log, CompactOptions::overflow(Some(1_200)))
+        c.compact(&ctx, &mut log, CompactRun::overflow(Some(1_200)))
             .await
             .unwrap(),
     );
@@ -458,7 +458,7 @@ async fn a_summary_cut_at_the_output_limit_is_kept_and_flagged() {
     let mut c = compactor(main_ref, 300);
     let ctx = log.replay();
     let out = compacted(
-        c.compact(&ctx, &mut log, CompactOptions::manual(None))
+        c.compact(&ctx, &mut log, CompactRun::manual(None))
             .await
             .unwrap(),
     );
@@ -476,11 +476,7 @@ async fn a_dry_run_writes_nothing_and_returns_the_append() {
     main.push_text("S1");
     let mut c = compactor(main_ref, 300);
     let ctx = log.replay();
-    let out = compacted(
-        c.summarize(&ctx, CompactOptions::manual(None))
-            .await
-            .unwrap(),
-    );
+    let out = compacted(c.dry_run(&ctx, CompactRun::manual(None)).await.unwrap());
     assert_eq!(log.appends(), 0);
     assert_eq!(out.entries.len(), 4);
     let mut all = log.entries().to_vec();
@@ -524,7 +520,7 @@ fn each_step_runs_in_its_own_tracing_span() {
         let mut run = || {
             let (_, mut log) = setup();
             let ctx = log.replay();
-            block_on(c.compact(&ctx, &mut log, CompactOptions::manual(None))).unwrap();
+            block_on(c.compact(&ctx, &mut log, CompactRun::manual(None))).unwrap();
         };
         // Tests on other threads may register the same callsites while no subscriber is
         // interested; once this thread has registered them all, rebuilding the interest cache
@@ -572,7 +568,7 @@ async fn a_degenerate_summary_from_the_compaction_model_triggers_the_fallback() 
     let ctx = log.replay();
     let probe = compactor(model("p", "p").1, 300);
     let prefix = probe
-        .prepare(&ctx, &CompactOptions::manual(None))
+        .prepare(&ctx, &CompactRun::manual(None))
         .unwrap()
         .plan
         .prefix();
@@ -602,7 +598,7 @@ async fn a_degenerate_summary_from_the_compaction_model_triggers_the_fallback() 
             .with_compaction_model(Some(cheap_ref));
         let ctx = log.replay();
         let out = compacted(
-            c.compact(&ctx, &mut log, CompactOptions::manual(None))
+            c.compact(&ctx, &mut log, CompactRun::manual(None))
                 .await
                 .unwrap(),
         );

@@ -5,8 +5,8 @@
 use std::sync::{Arc, Mutex};
 
 use panto_compact::{
-    CompactConfig, CompactError, Compactor, Driver, FoldBudget, FoldError, MAX_SHRINKS, MemoryLog,
-    ModelRef, Reply, SequentialIds, fold,
+    CompactError, Compactor, CompactorConfig, Driver, FoldBudget, FoldError, MAX_SHRINKS,
+    MemoryLog, ModelRef, Reply, SequentialIds, fold,
 };
 use panto_model::{ContentBlock, Entry, Message, Role};
 use panto_provider::{EventSink, Provider, ProviderError, Request, async_trait};
@@ -274,9 +274,9 @@ fn recover(
     let compactor = Compactor::new(ModelRef::new(model, "m"))
         .with_ids(SequentialIds::new())
         .with_prompt(short_prompt())
-        .with_config(CompactConfig {
+        .with_config(CompactorConfig {
             keep_tokens: keep,
-            ..CompactConfig::default()
+            ..CompactorConfig::default()
         });
     let mut driver = Driver::new(compactor, log, ctx).with_system("agent");
     let result = block_on(driver.send(vec![prompt.clone()], &mut |_| {}));

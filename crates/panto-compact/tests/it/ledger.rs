@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use panto_compact::testing::ScriptedProvider;
 use panto_compact::{
-    CompactConfig, CompactOptions, CompactOutcome, Compactor, LEDGER_FIELD, MemoryLog, ModelRef,
+    CompactOutcome, CompactRun, Compactor, CompactorConfig, LEDGER_FIELD, MemoryLog, ModelRef,
     SequentialIds, SessionLog,
 };
 use panto_model::{ContentBlock, Entry, Message, Role};
@@ -92,7 +92,7 @@ proptest! {
         let provider = Arc::new(ScriptedProvider::new("main"));
         let mut compactor = Compactor::new(ModelRef::new(provider.clone(), "forgetful"))
             .with_ids(SequentialIds::new())
-            .with_config(CompactConfig { keep_tokens: 0, ..CompactConfig::default() });
+            .with_config(CompactorConfig { keep_tokens: 0, ..CompactorConfig::default() });
         let mut log = MemoryLog::new();
         let mut planted_so_far = 0;
         for round in &rounds {
@@ -101,7 +101,7 @@ proptest! {
             planted_so_far += round.iter().filter(|m| m.text().starts_with("Planted request")).count();
             provider.push_text(FORGETFUL);
             let ctx = log.replay();
-            let out = block_on(compactor.compact(&ctx, &mut log, CompactOptions::manual(None))).unwrap();
+            let out = block_on(compactor.compact(&ctx, &mut log, CompactRun::manual(None))).unwrap();
             prop_assert!(matches!(out, CompactOutcome::Compacted(_)));
         }
         let ctx = log.replay();

@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use panto_compact::testing::ScriptedProvider;
 use panto_compact::{
-    CompactConfig, CompactionPrompt, Compactor, MemoryLog, ModelRef, SequentialIds,
+    CompactionPrompt, Compactor, CompactorConfig, MemoryLog, ModelRef, SequentialIds,
 };
 use panto_model::{ContentBlock, Entry, Message, Role};
 use panto_size::Sizer;
@@ -107,9 +107,9 @@ pub fn compactor(active: ModelRef, keep: u64) -> Compactor {
     Compactor::new(active)
         .with_ids(SequentialIds::new())
         .with_sizer(Hundred)
-        .with_config(CompactConfig {
+        .with_config(CompactorConfig {
             keep_tokens: keep,
-            ..CompactConfig::default()
+            ..CompactorConfig::default()
         })
 }
 

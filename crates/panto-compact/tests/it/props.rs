@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use panto_compact::testing::{ScriptedProvider, overflow, reply, server_error};
 use panto_compact::{
-    CompactConfig, CompactError, CompactOptions, CompactOutcome, Compacted, Compactor, Driver,
+    CompactError, CompactOutcome, CompactRun, Compacted, Compactor, CompactorConfig, Driver,
     MAX_SHRINKS, MemoryLog, ModelRef, SequentialIds, SessionLog,
 };
 use panto_model::arbitrary::session;
@@ -47,9 +47,9 @@ prop_compose! {
 fn compactor(active: ModelRef, keep: u64) -> Compactor {
     Compactor::new(active)
         .with_ids(SequentialIds::new())
-        .with_config(CompactConfig {
+        .with_config(CompactorConfig {
             keep_tokens: keep,
-            ..CompactConfig::default()
+            ..CompactorConfig::default()
         })
 }
 
@@ -63,7 +63,7 @@ fn run(
     let mut c = compactor(ModelRef::new(provider.clone(), "big"), keep);
     let mut log = MemoryLog::with_entries(entries.to_vec());
     let old = log.replay();
-    let out = block_on(c.compact(&old, &mut log, CompactOptions::manual(None))).unwrap();
+    let out = block_on(c.compact(&old, &mut log, CompactRun::manual(None))).unwrap();
     let out = match out {
         CompactOutcome::Compacted(c) => Some(*c),
         CompactOutcome::NothingToCompact(_) => None,
@@ -204,7 +204,7 @@ proptest! {
             let ctx = log.replay();
             let active = ctx.summary().map(|s| strip_ledger(s).to_owned());
             let calls = provider.calls();
-            let out = block_on(c.compact(&ctx, &mut log, CompactOptions::manual(None))).unwrap();
+            let out = block_on(c.compact(&ctx, &mut log, CompactRun::manual(None))).unwrap();
             if matches!(out, CompactOutcome::NothingToCompact(_)) {
                 prop_assert_eq!(provider.calls(), calls);
                 continue;
@@ -290,7 +290,7 @@ proptest! {
             .with_compaction_model(Some(ModelRef::new(cheap.clone(), "small")));
         let mut log = MemoryLog::with_entries(entries.clone());
         let ctx = log.replay();
-        let result = block_on(c.compact(&ctx, &mut log, CompactOptions::manual(None)));
+        let result = block_on(c.compact(&ctx, &mut log, CompactRun::manual(None)));
         let models: Vec<String> = [cheap.requests(), if same_provider { vec![] } else { main.requests() }]
             .concat()
             .into_iter()
@@ -354,7 +354,7 @@ proptest! {
         let sizes = Heuristic.message_sizes(&ctx.messages);
         let head = usize::from(ctx.compaction.is_some());
         let ts = turns(&ctx.messages[head..]);
-        let (keep_from, kept_turns) = match c.prepare(&ctx, &CompactOptions::manual(None)) {
+        let (keep_from, kept_turns) = match c.prepare(&ctx, &CompactRun::manual(None)) {
             Ok(p) => (p.plan.keep_from, p.plan.kept_turns),
             Err(n) => (head, n.turns),
         };

@@ -4,7 +4,7 @@
 use std::future::Future;
 
 use panto_compact::testing::ScriptedProvider;
-use panto_compact::{CompactOptions, Compactor, Driver, MemoryLog, SessionLog};
+use panto_compact::{CompactRun, Compactor, Driver, MemoryLog, SessionLog};
 use panto_model::{EffectiveContext, Message};
 use panto_provider::StreamEvent;
 
@@ -43,10 +43,10 @@ fn compactor_compact_is_send<L: SessionLog + Send>(
     drop(assert_send(compactor.compact(
         context,
         log,
-        CompactOptions::manual(None),
+        CompactRun::manual(None),
     )));
     drop(assert_send(
-        compactor.summarize(context, CompactOptions::manual(None)),
+        compactor.dry_run(context, CompactRun::manual(None)),
     ));
 }
 

@@ -1,7 +1,7 @@
 //! The `session` feature: a compaction written to a real JSONL file through `SessionLog for
 //! Session` loads back as the context the compactor returned.
 
-use panto_compact::{CompactOptions, CompactOutcome, SessionLog};
+use panto_compact::{CompactOutcome, CompactRun, SessionLog};
 use panto_model::Entry;
 use panto_session::{Session, SessionOptions};
 
@@ -20,7 +20,7 @@ async fn a_compaction_appended_to_a_session_file_loads_back_as_the_new_context()
     provider.push_text("the summary");
     let mut compactor = compactor(active, 200);
     let outcome = compactor
-        .compact(&before, &mut session, CompactOptions::manual(None))
+        .compact(&before, &mut session, CompactRun::manual(None))
         .await
         .unwrap();
     let CompactOutcome::Compacted(compacted) = outcome else {

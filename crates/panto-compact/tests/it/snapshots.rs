@@ -1,7 +1,7 @@
 //! Snapshots of whole compaction requests: the system prompt with and without extra
 //! instructions, and the user prompt with and without a previous summary.
 
-use panto_compact::{CompactOptions, CompactOutcome, SessionLog};
+use panto_compact::{CompactOutcome, CompactRun, SessionLog};
 use panto_model::{ContentBlock, Entry, Message, Role};
 use panto_provider::Request;
 use serde_json::json;
@@ -77,7 +77,7 @@ async fn compaction_requests() {
 
     let ctx = log.replay();
     let first = c
-        .compact(&ctx, &mut log, CompactOptions::manual(None))
+        .compact(&ctx, &mut log, CompactRun::manual(None))
         .await
         .unwrap();
     assert!(matches!(first, CompactOutcome::Compacted(_)));
@@ -95,7 +95,7 @@ async fn compaction_requests() {
         .compact(
             &ctx,
             &mut log,
-            CompactOptions::manual(Some("Keep the exact test names.".into())),
+            CompactRun::manual(Some("Keep the exact test names.".into())),
         )
         .await
         .unwrap();

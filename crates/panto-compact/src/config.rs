@@ -1,0 +1,186 @@
+//! How a compaction is set up and asked: the models ([`ModelRef`]), the compactor's settings
+//! ([`CompactorConfig`], set once) and one run's request ([`CompactRun`]: trigger,
+//! instructions, what an overflow reported).
+
+use std::fmt;
+use std::sync::Arc;
+
+use panto_model::Trigger;
+use panto_provider::{Provider, ProviderError};
+
+/// The default keep-verbatim budget, in tokens.
+pub const DEFAULT_KEEP_TOKENS: u64 = 20_000;
+
+/// The default output limit of a compaction request, in tokens.
+pub const DEFAULT_MAX_OUTPUT_TOKENS: u32 = 8_192;
+
+/// A model to ask: a provider and a model name on it.
+///
+/// The active model and `compaction_model` may share a provider (another model name) or use
+/// different providers altogether.
+#[derive(Clone)]
+pub struct ModelRef {
+    /// The provider that serves the model.
+    pub provider: Arc<dyn Provider>,
+    /// The model name, as the provider knows it.
+    pub model: String,
+}
+
+impl ModelRef {
+    /// A model on a provider.
+    pub fn new(provider: Arc<dyn Provider>, model: impl Into<String>) -> ModelRef {
+        ModelRef {
+            provider,
+            model: model.into(),
+        }
+    }
+}
+
+impl fmt::Debug for ModelRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ModelRef")
+            .field("provider", &self.provider.name())
+            .field("model", &self.model)
+            .finish()
+    }
+}
+
+/// The settings of a [`Compactor`](crate::Compactor), given once when it is built
+/// ([`Compactor::with_config`](crate::Compactor::with_config)) and the same for every run:
+/// budgets, the window when known, the summarizer's kind. What differs from one run to the next
+/// is a [`CompactRun`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CompactorConfig {
+    /// The keep-verbatim budget in tokens ([`DEFAULT_KEEP_TOKENS`]). An overflow that reports
+    /// the context limit caps it at a quarter of the limit for that compaction.
+    pub keep_tokens: u64,
+    /// The output limit of the compaction request ([`DEFAULT_MAX_OUTPUT_TOKENS`]). A request
+    /// whose window is known gets less when input and output would not fit together.
+    pub max_output_tokens: u32,
+    /// The model's context window in tokens, when configured. Used only when the provider did
+    /// not state the limit: to fold a prefix too large for one compaction request, and for the
+    /// overflow retry's progress check. `None` by default: correctness never depends on it.
+    pub context_window: Option<u64>,
+    /// Whether the summarizer quotes the transcript by design (panto's offline summarizer):
+    /// then its summaries are not refused as echoes of the prompt or of the last message, the
+    /// check meant for models that copy instead of summarizing. `false` by default.
+    pub extractive_summaries: bool,
+}
+
+impl Default for CompactorConfig {
+    fn default() -> CompactorConfig {
+        CompactorConfig {
+            keep_tokens: DEFAULT_KEEP_TOKENS,
+            max_output_tokens: DEFAULT_MAX_OUTPUT_TOKENS,
+            context_window: None,
+            extractive_summaries: false,
+        }
+    }
+}
+
+/// One compaction run, as asked: what started it, the user's extra instructions, and what an
+/// overflow reported. Made per call ([`CompactRun::manual`], [`CompactRun::after_overflow`]);
+/// the settings that hold for every run are the [`CompactorConfig`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CompactRun {
+    /// What started it.
+    pub trigger: Trigger,
+    /// Extra instructions (`/compact ARGS`), appended to the system prompt.
+    pub instructions: Option<String>,
+    /// The context limit an overflow error reported, which caps the keep budget and bounds
+    /// every compaction request.
+    pub context_limit: Option<u64>,
+    /// For an overflow: panto's estimate of the request that overflowed. The limit is below it,
+    /// so it bounds the compaction requests when the provider stated no limit.
+    pub overflowed_tokens: Option<u64>,
+    /// For an overflow: the provider's own count of that request, when it stated one. With
+    /// [`CompactRun::overflowed_tokens`] it converts the reported limit into panto's
+    /// estimates when those run low.
+    pub provider_tokens: Option<u64>,
+}
+
+impl CompactRun {
+    /// A manual compaction (`/compact`, `panto compact`), with optional extra instructions.
+    pub fn manual(instructions: Option<String>) -> CompactRun {
+        CompactRun {
+            trigger: Trigger::Manual,
+            instructions,
+            context_limit: None,
+            overflowed_tokens: None,
+            provider_tokens: None,
+        }
+    }
+
+    /// An automatic compaction after a context overflow, with the limit the provider reported.
+    pub fn overflow(context_limit: Option<u64>) -> CompactRun {
+        CompactRun {
+            trigger: Trigger::Overflow,
+            instructions: None,
+            context_limit,
+            overflowed_tokens: None,
+            provider_tokens: None,
+        }
+    }
+
+    /// An automatic compaction after `error` (a context overflow) answered a request that panto
+    /// estimated at `estimated_tokens`: the provider's numbers and the estimate bound the
+    /// compaction requests.
+    pub fn after_overflow(error: &ProviderError, estimated_tokens: u64) -> CompactRun {
+        let (limit, input) = match error {
+            ProviderError::ContextOverflow {
+                limit,
+                input_tokens,
+                ..
+            } => (*limit, *input_tokens),
+            _ => (None, None),
+        };
+        CompactRun {
+            overflowed_tokens: Some(estimated_tokens),
+            provider_tokens: input,
+            ..CompactRun::overflow(limit)
+        }
+    }
+
+    /// The limit known for the model, in panto's estimated tokens: the reported one (scaled
+    /// down when the provider counted the overflowed request higher than panto did), else the
+    /// configured window.
+    pub fn known_limit(&self, context_window: Option<u64>) -> Option<u64> {
+        let reported =
+            self.context_limit.map(
+                |limit| match (self.provider_tokens, self.overflowed_tokens) {
+                    (Some(counted), Some(estimated)) if counted > estimated && counted > 0 => {
+                        scale(limit, estimated, counted)
+                    }
+                    _ => limit,
+                },
+            );
+        reported.or(context_window)
+    }
+
+    /// The limit the compaction requests must fit: [`CompactRun::known_limit`], else an
+    /// upper bound learned from the overflow (the limit is below the request that overflowed).
+    pub fn request_limit(&self, context_window: Option<u64>) -> Option<u64> {
+        self.known_limit(context_window)
+            .or(self.overflowed_tokens.map(|t| t.saturating_sub(1)))
+    }
+
+    pub(crate) fn instructions(&self) -> Option<&str> {
+        self.instructions
+            .as_deref()
+            .map(str::trim)
+            .filter(|i| !i.is_empty())
+    }
+}
+
+/// `value * numerator / denominator`, rounded down, without overflow.
+pub(crate) fn scale(value: u64, numerator: u64, denominator: u64) -> u64 {
+    let scaled = u128::from(value) * u128::from(numerator) / u128::from(denominator.max(1));
+    u64::try_from(scaled).unwrap_or(u64::MAX)
+}
+
+pub(crate) fn min_known(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}

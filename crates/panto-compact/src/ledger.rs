@@ -1,0 +1,71 @@
+//! The ledger on a compaction entry: its budget, where the previous one is stored, and the
+//! summary text with the ledger rendered after it. The ledger itself is built by
+//! `panto_transcript::ledger`.
+
+use panto_model::EffectiveContext;
+use panto_transcript::{Ledger, strip_ledger};
+
+/// The smallest ledger budget, in characters, whatever the prefix's size.
+pub const MIN_LEDGER_CHARS: usize = 2_000;
+
+/// The ledger's budget in characters: the previous ledger's size (`previous_chars`, so that a
+/// chain never shrinks it) plus an eighth of what this compaction summarizes (`new_chars`: the
+/// prefix's transcript), at least [`MIN_LEDGER_CHARS`], and at most half the summary's output
+/// budget (`max_output_tokens` tokens at about four characters a token, halved). When the
+/// window is known or bounded (`limit`, in tokens) it is also at most `limit / 16` characters
+/// (about a sixtieth of the window), so that the ledger never stands between a small window and
+/// the retry.
+pub fn ledger_budget(
+    max_output_tokens: u32,
+    previous_chars: usize,
+    new_chars: usize,
+    limit: Option<u64>,
+) -> usize {
+    let most = (max_output_tokens as usize).saturating_mul(2);
+    let window = limit.map_or(usize::MAX, |l| {
+        usize::try_from(l / 16).unwrap_or(usize::MAX)
+    });
+    (previous_chars + new_chars / 8)
+        .max(MIN_LEDGER_CHARS)
+        .min(most.max(1))
+        .min(window)
+}
+
+/// A summary with the ledger rendered after it: the model's text without any ledger it copied,
+/// a blank line, then the ledger (when it records anything).
+pub fn with_ledger(summary: &str, ledger: &Ledger) -> String {
+    let text = strip_ledger(summary).trim_end();
+    if ledger.is_empty() {
+        return text.to_owned();
+    }
+    format!("{text}\n\n{}", ledger.render())
+}
+
+/// The length of a ledger's rendering, 0 for an empty one.
+pub(crate) fn rendered_len(ledger: &Ledger) -> usize {
+    if ledger.is_empty() {
+        0
+    } else {
+        ledger.render().len()
+    }
+}
+
+/// The ledger stored on the compaction entry of `context`, if any (an unreadable one counts as
+/// none: the summary text still carries its rendering).
+pub fn previous_ledger(context: &EffectiveContext) -> Ledger {
+    let stored = context
+        .compaction
+        .as_ref()
+        .and_then(|c| c.extra.get(LEDGER_FIELD));
+    match stored.map(Ledger::from_json) {
+        Some(Some(l)) => l,
+        Some(None) => {
+            tracing::warn!("the active compaction's ledger is unreadable; starting a new one");
+            Ledger::default()
+        }
+        None => Ledger::default(),
+    }
+}
+
+/// The field of the compaction entry that stores the ledger.
+pub const LEDGER_FIELD: &str = "ledger";

@@ -1,0 +1,109 @@
+//! What a compaction run did: its report, the fold's steps and elisions, and the outcome.
+
+use std::ops::Range;
+
+use panto_model::{EffectiveContext, Entry, Trigger};
+
+use crate::error::AttemptFailure;
+use crate::plan::{NothingToCompact, Plan};
+
+/// One request of a fold, as it was answered.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct FoldStep {
+    /// The turns summarized, as indices into the prefix's turns.
+    pub turns: Range<usize>,
+    /// The messages summarized, as a range of the context's messages.
+    pub messages: Range<usize>,
+    /// The model that answered.
+    pub model: String,
+    /// Whether `compaction_model` failed and the active model answered.
+    pub fallback: bool,
+    /// panto's estimate of the request's input (system prompt and user prompt).
+    pub input_tokens: u64,
+    /// The output limit the request was sent with.
+    pub max_output_tokens: u32,
+    /// panto's estimate of the summary it returned.
+    pub summary_tokens: u64,
+    /// Item bodies elided in this request's transcript.
+    pub elided: usize,
+    /// Requests of this step the provider rejected as too large before this one fitted.
+    pub rejected: usize,
+}
+
+/// An item body left out of a compaction request's transcript because it could not fit any
+/// request. The session keeps it whole.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ElidedItem {
+    /// The index of the message in the context.
+    pub message: usize,
+    /// Its id, when it has one.
+    pub message_id: Option<String>,
+    /// The index of the content block in the message.
+    pub block: usize,
+    /// The body's size in bytes.
+    pub bytes: usize,
+    /// The bytes kept in the transcript (head and tail).
+    pub kept: usize,
+}
+
+/// What a finished compaction did.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CompactionReport {
+    /// The id of the compaction entry.
+    pub id: String,
+    /// The new summary.
+    pub summary: String,
+    /// What started it.
+    pub trigger: Trigger,
+    /// The model that wrote the summary.
+    pub model: String,
+    /// The name of its provider.
+    pub provider: String,
+    /// Whether `compaction_model` failed and the active model wrote the summary.
+    pub fallback: bool,
+    /// Why `compaction_model` failed, when the fallback ran.
+    pub fallback_cause: Option<AttemptFailure>,
+    /// The extra instructions of the run.
+    pub instructions: Option<String>,
+    /// Whether the model stopped at the output limit (the summary may be cut short).
+    pub truncated: bool,
+    /// Estimated tokens of the conversation before: the context's messages, without the
+    /// agent's system prompt (`estimate_request("", messages)`), which is what is summarized.
+    pub tokens_before: u64,
+    /// Estimated tokens of the conversation after (summary plus kept turns), measured as
+    /// `tokens_before` is.
+    pub tokens_after: u64,
+    /// The retention plan: turns and messages summarized and kept.
+    pub plan: Plan,
+    /// The fold's requests, oldest turns first (one for a prefix that fits one request).
+    pub steps: Vec<FoldStep>,
+    /// Every request sent, the rejected and failed ones included.
+    pub requests: usize,
+    /// Item bodies elided in the transcripts (never in the session).
+    pub elided: Vec<ElidedItem>,
+    /// Set when no model could write the summary during overflow recovery, so the summary is
+    /// panto's own record ([`RECORD_ONLY_MODEL`](crate::RECORD_ONLY_MODEL)): why the models failed.
+    pub degraded: Option<String>,
+}
+
+/// A compaction's result: what to append, and the context it produces.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Compacted {
+    /// The append: the compaction entry, then a copy of every kept message marked `kept_by`.
+    pub entries: Vec<Entry>,
+    /// The effective context after the append (the replay of `entries`).
+    pub context: EffectiveContext,
+    /// What was done.
+    pub report: CompactionReport,
+}
+
+/// The outcome of a compaction run that did not fail.
+#[derive(Clone, Debug, PartialEq)]
+pub enum CompactOutcome {
+    /// A summary was made (and, for [`Compactor::compact`](crate::Compactor::compact), written).
+    Compacted(Box<Compacted>),
+    /// Every turn is kept verbatim; nothing was asked or written.
+    NothingToCompact(NothingToCompact),
+}
