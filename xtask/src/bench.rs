@@ -60,14 +60,14 @@ const SECTIONS: &[Section] = &[
 
 /// Flags shared by the sections.
 #[derive(Debug, Default)]
-pub struct Flags {
+pub(crate) struct Flags {
     /// Smaller data for a quick look (sessions stop at 100k messages, the history at 100 MB).
     quick: bool,
     /// Keep the generated sessions of `scale` and `memory` (and reuse kept ones).
     keep: bool,
 }
 
-pub fn run(root: &Path, args: &[String]) -> Result<()> {
+pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
     if args.first().map(String::as_str) == Some("__stages") {
         // The criterion child of the `scale` section (already a release build).
         return stages::child(&args[1..]);
@@ -137,13 +137,15 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
 
 /// Cores, CPU model, memory, kernel, compiler and commit, for the record.
 fn machine() -> String {
-    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let cores = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
     let cpuinfo = fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let cpu = cpuinfo
         .lines()
         .find_map(|l| l.strip_prefix("model name"))
-        .map(|l| l.trim_start_matches([' ', '\t', ':']).to_owned())
-        .unwrap_or_else(|| "unknown CPU".to_owned());
+        .map_or_else(
+            || "unknown CPU".to_owned(),
+            |l| l.trim_start_matches([' ', '\t', ':']).to_owned(),
+        );
     let meminfo = fs::read_to_string("/proc/meminfo").unwrap_or_default();
     let memory = meminfo
         .lines()
@@ -156,8 +158,10 @@ fn machine() -> String {
             .output()
             .ok()
             .filter(|o| o.status.success())
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
-            .unwrap_or_else(|| "unknown".to_owned())
+            .map_or_else(
+                || "unknown".to_owned(),
+                |o| String::from_utf8_lossy(&o.stdout).trim().to_owned(),
+            )
     };
     format!(
         "{cores} cores ({cpu}), {memory} of memory, Linux {}, {}, commit {}",
@@ -169,10 +173,10 @@ fn machine() -> String {
 
 /// The load averages from `/proc/loadavg`.
 fn load_average() -> String {
-    fs::read_to_string("/proc/loadavg")
-        .ok()
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(", "))
-        .unwrap_or_else(|| "unknown".to_owned())
+    fs::read_to_string("/proc/loadavg").ok().map_or_else(
+        || "unknown".to_owned(),
+        |s| s.split_whitespace().take(3).collect::<Vec<_>>().join(", "),
+    )
 }
 
 /// Median, minimum and maximum of `reps` timed runs of `f`, after `warmup` untimed ones.

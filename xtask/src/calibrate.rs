@@ -20,9 +20,9 @@ use panto_model::{ContentBlock, Entry, Message, Role, ToolResultContent, read_en
 use panto_size::{Heuristic, PLAUSIBLE_FACTOR};
 
 /// The environment variable that points the calibration at another sessions folder.
-pub const SESSIONS_ENV: &str = "PANTO_CALIBRATE_SESSIONS";
+pub(crate) const SESSIONS_ENV: &str = "PANTO_CALIBRATE_SESSIONS";
 
-pub fn run(root: &Path) -> Result<()> {
+pub(crate) fn run(root: &Path) -> Result<()> {
     let dir = sessions_dir(root);
     if !dir.is_dir() {
         eprintln!(
@@ -48,7 +48,7 @@ pub fn run(root: &Path) -> Result<()> {
 }
 
 /// The folder of sessions to calibrate on.
-pub fn sessions_dir(root: &Path) -> PathBuf {
+pub(crate) fn sessions_dir(root: &Path) -> PathBuf {
     match std::env::var_os(SESSIONS_ENV) {
         Some(dir) => PathBuf::from(dir),
         None => root.join("../shared/data/sessions"),
@@ -57,7 +57,7 @@ pub fn sessions_dir(root: &Path) -> PathBuf {
 
 /// Why a span was left out of the statistics.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Skip {
+pub(crate) enum Skip {
     /// One of the two assistant messages has no usage.
     NoUsage,
     /// The two assistant messages name different models.
@@ -88,7 +88,7 @@ impl Skip {
 
 /// One usable span: the heuristic's estimate, the truth and the content bytes.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Span {
+pub(crate) struct Span {
     pub estimate: u64,
     pub truth: u64,
     pub bytes: u64,
@@ -108,12 +108,12 @@ impl Span {
 
 /// The calibration of one session file.
 #[derive(Clone, Debug, Default)]
-pub struct FileReport {
+pub(crate) struct FileReport {
     pub name: String,
     /// Spans with a positive truth, plausible or not.
     pub spans: Vec<Span>,
     pub skipped: BTreeMap<Skip, usize>,
-    /// (heuristic, output_tokens) of assistant messages with a plausible output.
+    /// (heuristic, `output_tokens`) of assistant messages with a plausible output.
     pub outputs: Vec<(u64, u64)>,
     /// Assistant messages whose output is below a quarter of the heuristic.
     pub implausible_outputs: usize,
@@ -121,7 +121,7 @@ pub struct FileReport {
 
 /// The calibration of a folder.
 #[derive(Clone, Debug, Default)]
-pub struct Report {
+pub(crate) struct Report {
     pub files: Vec<FileReport>,
 }
 
@@ -130,7 +130,7 @@ pub struct Report {
 /// # Errors
 /// When the folder or a file cannot be read, or a line is not a Contract 1 entry (the error
 /// names the file and the line).
-pub fn calibrate_dir(dir: &Path) -> Result<Report> {
+pub(crate) fn calibrate_dir(dir: &Path) -> Result<Report> {
     let mut paths: Vec<PathBuf> = fs::read_dir(dir)
         .with_context(|| format!("could not list {}", dir.display()))?
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -156,7 +156,7 @@ pub fn calibrate_dir(dir: &Path) -> Result<Report> {
 }
 
 /// Calibrates on the messages of one session.
-pub fn calibrate_messages(name: String, messages: &[Message]) -> FileReport {
+pub(crate) fn calibrate_messages(name: String, messages: &[Message]) -> FileReport {
     let h = Heuristic;
     let mut report = FileReport {
         name,
@@ -218,7 +218,7 @@ fn span(messages: &[Message], a: usize, b: usize) -> Result<Span, Skip> {
 
 /// The bytes of content a message carries: texts, tool names and arguments (as compact JSON),
 /// tool results, summaries. Images and signatures are not counted.
-pub fn content_bytes(message: &Message) -> u64 {
+pub(crate) fn content_bytes(message: &Message) -> u64 {
     message.content.iter().map(block_bytes).sum()
 }
 
@@ -243,7 +243,7 @@ fn block_bytes(block: &ContentBlock) -> u64 {
 
 /// Summary statistics of a set of ratios.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Stats {
+pub(crate) struct Stats {
     pub count: usize,
     /// Fraction of ratios strictly above 1 (the heuristic overestimates).
     pub over: f64,
@@ -262,7 +262,7 @@ fn percentile(sorted: &[f64], q: f64) -> f64 {
 }
 
 /// Statistics of ratios (estimate / truth).
-pub fn stats(ratios: impl IntoIterator<Item = f64>) -> Stats {
+pub(crate) fn stats(ratios: impl IntoIterator<Item = f64>) -> Stats {
     let mut v: Vec<f64> = ratios.into_iter().collect();
     v.sort_by(f64::total_cmp);
     let over = v.iter().filter(|&&r| r > 1.0).count();
@@ -281,7 +281,7 @@ pub fn stats(ratios: impl IntoIterator<Item = f64>) -> Stats {
 
 impl FileReport {
     /// The spans that pass the sizer's plausibility guard.
-    pub fn usable(&self) -> impl Iterator<Item = &Span> {
+    pub(crate) fn usable(&self) -> impl Iterator<Item = &Span> {
         self.spans.iter().filter(|s| s.plausible())
     }
 
@@ -292,21 +292,21 @@ impl FileReport {
 
 impl Report {
     fn usable(&self) -> impl Iterator<Item = &Span> {
-        self.files.iter().flat_map(|f| f.usable())
+        self.files.iter().flat_map(FileReport::usable)
     }
 
     /// Statistics over the usable spans of every file.
-    pub fn overall(&self) -> Stats {
+    pub(crate) fn overall(&self) -> Stats {
         stats(self.usable().map(Span::ratio))
     }
 
     /// Statistics over every span with a positive truth, implausible ones included.
-    pub fn overall_with_implausible(&self) -> Stats {
+    pub(crate) fn overall_with_implausible(&self) -> Stats {
         stats(self.files.iter().flat_map(|f| &f.spans).map(Span::ratio))
     }
 
     /// The Markdown tables for `docs/sizing.md`.
-    pub fn markdown(&self) -> String {
+    pub(crate) fn markdown(&self) -> String {
         let mut out = String::new();
         let _ = writeln!(
             out,

@@ -91,7 +91,7 @@ const RULES: &[(&str, &[&str], &str)] = &[
     ),
 ];
 
-pub fn run(root: &Path) -> Result<()> {
+pub(crate) fn run(root: &Path) -> Result<()> {
     let mut failures = Vec::new();
     for (krate, forbidden, why) in RULES {
         let tree = normal_deps(root, krate)?;

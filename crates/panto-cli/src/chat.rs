@@ -21,7 +21,7 @@ use crate::input::{Input, Prompt};
 use crate::ui::{Spinner, count, error_text, for_stdout, say};
 
 /// The chat's commands, one line each, as `/help` prints them.
-pub const HELP: &str = "\
+pub(crate) const HELP: &str = "\
 /help                   this list
 /context                the context that the next request sends, message by message
 /summary                the active compaction summary
@@ -32,7 +32,7 @@ Anything else is sent as your message; start it with // to send a line beginning
 
 /// What one line of input asks for.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Line<'a> {
+pub(crate) enum Line<'a> {
     /// Nothing (an empty line).
     Nothing,
     /// A message for the model.
@@ -54,7 +54,7 @@ pub enum Line<'a> {
 }
 
 /// Reads one line of input. A line starting with `//` is a message starting with `/`.
-pub fn parse_line(line: &str) -> Line<'_> {
+pub(crate) fn parse_line(line: &str) -> Line<'_> {
     let input = line.trim();
     if input.is_empty() {
         return Line::Nothing;
@@ -84,7 +84,7 @@ pub fn parse_line(line: &str) -> Line<'_> {
 /// # Errors
 /// A missing provider or model, a session that cannot be opened or read again, or standard
 /// input that cannot be read. A failed or cancelled reply is reported and the chat goes on.
-pub async fn chat(config: &Config, path: &Path) -> Result<()> {
+pub(crate) async fn chat(config: &Config, path: &Path) -> Result<()> {
     let active = active_model(config, false)?;
     let session = open_or_create(config, path)?;
     let mut driver = driver(config, active, &session)?;
@@ -194,14 +194,14 @@ pub async fn chat(config: &Config, path: &Path) -> Result<()> {
 }
 
 /// The active compaction summary, if the context starts from one.
-pub fn summary(ctx: &EffectiveContext) -> Option<&str> {
+pub(crate) fn summary(ctx: &EffectiveContext) -> Option<&str> {
     ctx.compaction.as_ref()?;
     ctx.messages.first()?.compaction_summary()
 }
 
 /// Whether the conversation ends with a message that has no reply yet (so `/retry` can send
 /// it again).
-pub fn awaits_reply(ctx: &EffectiveContext) -> bool {
+pub(crate) fn awaits_reply(ctx: &EffectiveContext) -> bool {
     ctx.conversation()
         .last()
         .is_some_and(|m| m.role == Role::User)

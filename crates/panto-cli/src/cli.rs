@@ -9,7 +9,7 @@ use crate::config::{Flags, ProviderKind};
 /// panto keeps long LLM-agent conversations alive by compacting them.
 #[derive(Debug, Parser)]
 #[command(name = "panto", version, about, long_about = None, after_help = EXAMPLES)]
-pub struct Cli {
+pub(crate) struct Cli {
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -31,13 +31,13 @@ Configuration: <config dir>/panto/config.toml, then .panto/config.toml, then the
 
 /// The commands.
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// Print the effective context that would be sent, and its size.
     #[command(after_help = "Example:\n  panto context session.jsonl --json | jq .estimated_tokens")]
     Context {
         /// The session file (JSONL).
         session: PathBuf,
-        /// One JSON document on stdout: {"messages": [...], "estimated_tokens": N, "turns": K}.
+        /// One JSON document on stdout: {"messages": [...], "`estimated_tokens"`: N, "turns": K}.
         #[arg(long)]
         json: bool,
         /// Common options.
@@ -122,7 +122,7 @@ pub enum Command {
 
 impl Command {
     /// The common options of any command.
-    pub fn common(&self) -> &Common {
+    pub(crate) fn common(&self) -> &Common {
         match self {
             Command::Context { common, .. }
             | Command::Transcript { common, .. }
@@ -137,7 +137,7 @@ impl Command {
 
 /// Options every command takes.
 #[derive(Debug, Args, Clone, Default)]
-pub struct Common {
+pub(crate) struct Common {
     /// The provider: anthropic, openai, openai-responses, gemini or offline.
     #[arg(long, value_parser = parse_provider, global = true)]
     pub provider: Option<ProviderKind>,
@@ -160,7 +160,7 @@ pub struct Common {
 
 impl Common {
     /// The flags layer of the configuration.
-    pub fn flags(&self) -> Flags {
+    pub(crate) fn flags(&self) -> Flags {
         Flags {
             provider: self.provider,
             model: self.model.clone(),

@@ -25,7 +25,7 @@ use crate::{Cancelled, bad_input, offline, providers};
 use panto_compact::CheckedLog;
 
 /// Runs one command.
-pub async fn run(cli: Cli) -> Result<()> {
+pub(crate) async fn run(cli: Cli) -> Result<()> {
     let cwd = std::env::current_dir().context("cannot read the working directory")?;
     // Trusting a project must work while its configuration is still unread (or broken).
     if let Command::Trust { dir, revoke, .. } = &cli.command {
@@ -86,7 +86,7 @@ fn is_conflict(e: &(dyn std::error::Error + 'static)) -> bool {
 
 /// Compaction errors about the prompt files are bad input; the rest are failures, with a hint
 /// saying what to do next when the cause is clear.
-pub fn failure(e: CompactError, config: &Config) -> anyhow::Error {
+pub(crate) fn failure(e: CompactError, config: &Config) -> anyhow::Error {
     match e {
         CompactError::PromptUnreadable { .. } | CompactError::PromptEmpty { .. } => bad_input(e),
         other => match hint(&other, config) {
@@ -220,7 +220,7 @@ fn open_session(config: &Config, path: &Path) -> Result<Session> {
 
 /// Opens the session, creating it when it does not exist (for `send` and `chat`). Another
 /// writer creating it at the same moment is fine: then it is opened.
-pub fn open_or_create(config: &Config, path: &Path) -> Result<Session> {
+pub(crate) fn open_or_create(config: &Config, path: &Path) -> Result<Session> {
     match Session::open(path, session_options(config)) {
         Err(SessionError::NotFound { .. }) => {
             match Session::create(path, session_options(config)) {
@@ -273,7 +273,7 @@ fn compactor(config: &Config) -> Result<Compactor> {
 }
 
 /// The active model. With `summarize_only`, the offline summarizer is acceptable.
-pub fn active_model(config: &Config, summarize_only: bool) -> Result<ModelRef> {
+pub(crate) fn active_model(config: &Config, summarize_only: bool) -> Result<ModelRef> {
     let kind = config.provider.value;
     if kind == ProviderKind::Offline {
         if !summarize_only {
@@ -317,7 +317,7 @@ fn context(config: &Config, path: &Path, as_json: bool) -> Result<()> {
             compaction: ctx.compaction.as_ref().map(|c| {
                 json!({
                     "id": c.id,
-                    "trigger": c.trigger.as_ref().map(|t| t.as_str()),
+                    "trigger": c.trigger.as_ref().map(panto_model::Trigger::as_str),
                     "model": c.model,
                     "kept_messages": ctx.kept,
                 })
@@ -342,7 +342,7 @@ fn context(config: &Config, path: &Path, as_json: bool) -> Result<()> {
 ///
 /// # Errors
 /// When `out` cannot be written (a closed pipe, for example).
-pub fn write_context(
+pub(crate) fn write_context(
     out: &mut impl Write,
     name: &str,
     config: &Config,
@@ -376,7 +376,7 @@ pub fn write_context(
 /// The exchanges a person counts in `messages`: the prompts they typed (user messages with
 /// something other than tool results), each with whatever answered it. The library's turns
 /// count a prompt and its answer separately.
-pub fn exchanges(messages: &[Message]) -> usize {
+pub(crate) fn exchanges(messages: &[Message]) -> usize {
     messages
         .iter()
         .filter(|m| {
@@ -570,7 +570,7 @@ fn print_json(doc: &serde_json::Value) -> Result<()> {
 }
 
 /// Why there was nothing to compact, in the words a person counts (not the library's turns).
-pub fn nothing_text(nothing: &NothingToCompact) -> String {
+pub(crate) fn nothing_text(nothing: &NothingToCompact) -> String {
     match nothing.turns {
         0 => "nothing to compact: the conversation is empty".to_owned(),
         1 => "nothing to compact: the conversation is only its newest message (with any tool results answering it), which is always kept verbatim".to_owned(),
@@ -601,7 +601,7 @@ fn stream_to_stdout(spinner: &mut Spinner) -> impl FnMut(StreamEvent<'_>) + Send
 }
 
 /// Resolves when the user presses Ctrl-C; never, where the signal cannot be listened to.
-pub async fn interrupted() {
+pub(crate) async fn interrupted() {
     if tokio::signal::ctrl_c().await.is_err() {
         std::future::pending::<()>().await;
     }
@@ -629,7 +629,11 @@ async fn send(config: &Config, path: &Path, message: String) -> Result<()> {
 /// and the size of the next request (system prompt included, as `panto context` counts it),
 /// with its share of the model's window when the window is known (`context_window`, or
 /// learned from an overflow the provider reported).
-pub fn meter(config: &Config, driver: &Driver<CheckedLog<'_>>, reply: Option<&Reply>) -> String {
+pub(crate) fn meter(
+    config: &Config,
+    driver: &Driver<CheckedLog<'_>>,
+    reply: Option<&Reply>,
+) -> String {
     let next =
         panto_size::estimate_request(&config.system_prompt.value, &driver.context().messages);
     let window = config.context_window.value.or_else(|| {
@@ -656,7 +660,7 @@ const PROMPT_CONFLICTS: usize = 3;
 ///
 /// # Errors
 /// When the session cannot be read again; the outcome of the turn is the inner result.
-pub async fn turn<'s>(
+pub(crate) async fn turn<'s>(
     config: &Config,
     driver: Driver<CheckedLog<'s>>,
     session: &'s Session,
@@ -694,7 +698,7 @@ fn conversation(session: &Session) -> Result<(EffectiveContext, u64)> {
 
 /// A conversation driver over `session`. It holds no lock: each append checks that the file
 /// still ends where the driver last saw it.
-pub fn driver<'s>(
+pub(crate) fn driver<'s>(
     config: &Config,
     active: ModelRef,
     session: &'s Session,
@@ -774,7 +778,7 @@ async fn send_one(
 
 /// The driver again, over the session as it is now, when another writer appended since it
 /// last looked; says so on stderr.
-pub fn catch_up<'s>(
+pub(crate) fn catch_up<'s>(
     config: &Config,
     driver: Driver<CheckedLog<'s>>,
     session: &'s Session,
@@ -847,7 +851,7 @@ fn show_config(config: &Config) -> Result<()> {
 /// What `panto config` says of the chosen provider's key: whether its variable is set, never
 /// its value. `key` is the variable and whether it holds something (`None`: unset), or `None`
 /// for the offline summarizer, which needs no key.
-pub fn key_state(key: Option<(&str, Option<bool>)>) -> (&'static str, String) {
+pub(crate) fn key_state(key: Option<(&str, Option<bool>)>) -> (&'static str, String) {
     match key {
         None => (
             "not needed",

@@ -22,12 +22,12 @@ use serde::Deserialize;
 /// Which provider adapter to use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum ProviderKind {
+pub(crate) enum ProviderKind {
     /// Anthropic Messages.
     Anthropic,
-    /// OpenAI Chat Completions and every OpenAI-compatible server.
+    /// `OpenAI` Chat Completions and every OpenAI-compatible server.
     Openai,
-    /// OpenAI Responses.
+    /// `OpenAI` Responses.
     OpenaiResponses,
     /// Google Gemini.
     Gemini,
@@ -37,7 +37,7 @@ pub enum ProviderKind {
 
 impl ProviderKind {
     /// The name used in files and flags.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             ProviderKind::Anthropic => "anthropic",
             ProviderKind::Openai => "openai",
@@ -48,7 +48,7 @@ impl ProviderKind {
     }
 
     /// Parses a flag or environment value.
-    pub fn parse(s: &str) -> Option<ProviderKind> {
+    pub(crate) fn parse(s: &str) -> Option<ProviderKind> {
         Some(match s {
             "anthropic" => ProviderKind::Anthropic,
             "openai" => ProviderKind::Openai,
@@ -60,7 +60,7 @@ impl ProviderKind {
     }
 
     /// The environment variables holding this provider's key and base URL.
-    pub fn env_vars(self) -> Option<(&'static str, &'static str)> {
+    pub(crate) fn env_vars(self) -> Option<(&'static str, &'static str)> {
         match self {
             ProviderKind::Anthropic => Some(("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL")),
             ProviderKind::Openai | ProviderKind::OpenaiResponses => {
@@ -80,7 +80,7 @@ impl fmt::Display for ProviderKind {
 
 /// Where a value came from.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Source {
+pub(crate) enum Source {
     /// Built in.
     Default,
     /// The user-level file.
@@ -95,7 +95,7 @@ pub enum Source {
 
 impl Source {
     /// The layer this source belongs to.
-    pub fn layer(&self) -> Layer {
+    pub(crate) fn layer(&self) -> Layer {
         match self {
             Source::Default => Layer::Default,
             Source::UserFile(_) => Layer::UserFile,
@@ -108,7 +108,7 @@ impl Source {
 
 /// The configuration layers, lowest first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Layer {
+pub(crate) enum Layer {
     /// Built in.
     Default,
     /// `<user dir>/config.toml`.
@@ -123,7 +123,7 @@ pub enum Layer {
 
 /// What a layer needs before it may set a key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Needs {
+pub(crate) enum Needs {
     /// Nothing: any layer may set it.
     Nothing,
     /// A project file may set it only in a trusted project; the text says why.
@@ -132,7 +132,7 @@ pub enum Needs {
 
 /// Every key a `config.toml` may hold and what a project needs to set it. The one place that
 /// decides which layer may set which key; [`may_set`] reads it, `panto config` explains it.
-pub const KEYS: &[(&str, Needs)] = &[
+pub(crate) const KEYS: &[(&str, Needs)] = &[
     (
         "provider",
         Needs::Trust("it decides which API receives your key"),
@@ -162,7 +162,7 @@ pub const KEYS: &[(&str, Needs)] = &[
 ];
 
 /// What `key` needs (unknown keys need nothing: the file parser has refused them already).
-pub fn needs(key: &str) -> Needs {
+pub(crate) fn needs(key: &str) -> Needs {
     KEYS.iter()
         .find(|(k, _)| *k == key)
         .map_or(Needs::Nothing, |(_, n)| *n)
@@ -171,7 +171,7 @@ pub fn needs(key: &str) -> Needs {
 /// Whether `layer` may set `key`, given whether the project is trusted: the table of key ×
 /// layer × trust. Only the project layer is ever refused; flags and the environment are the
 /// user's own, as is the user file.
-pub fn may_set(key: &str, layer: Layer, trusted: bool) -> bool {
+pub(crate) fn may_set(key: &str, layer: Layer, trusted: bool) -> bool {
     match (layer, needs(key)) {
         (Layer::ProjectFile, Needs::Trust(_)) => trusted,
         _ => true,
@@ -180,7 +180,7 @@ pub fn may_set(key: &str, layer: Layer, trusted: bool) -> bool {
 
 /// Whether the project found from the working directory is trusted.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Trust {
+pub(crate) enum Trust {
     /// No `.panto` folder above the working directory.
     NoProject,
     /// The project (the folder holding `.panto`) is recorded in the trust file.
@@ -191,7 +191,7 @@ pub enum Trust {
 
 /// A value a project file set that was ignored because the project is not trusted.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Ignored {
+pub(crate) struct Ignored {
     /// The key.
     pub key: &'static str,
     /// The value, as the file gave it.
@@ -214,7 +214,7 @@ impl fmt::Display for Source {
 
 /// A resolved value and its origin.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Setting<T> {
+pub(crate) struct Setting<T> {
     /// The value.
     pub value: T,
     /// Where it came from.
@@ -238,7 +238,7 @@ impl<T> Setting<T> {
 /// The keys a `config.toml` may hold. Unknown keys are an error naming the file and line.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct FileConfig {
+pub(crate) struct FileConfig {
     provider: Option<ProviderKind>,
     model: Option<String>,
     compaction_model: Option<String>,
@@ -260,7 +260,7 @@ pub struct FileConfig {
 
 /// Values given on the command line (`None` when the flag was not used).
 #[derive(Debug, Default, Clone)]
-pub struct Flags {
+pub(crate) struct Flags {
     /// `--provider`
     pub provider: Option<ProviderKind>,
     /// `--model`
@@ -277,7 +277,7 @@ pub struct Flags {
 
 /// The resolved configuration.
 #[derive(Debug, Clone)]
-pub struct Config {
+pub(crate) struct Config {
     /// The provider adapter.
     pub provider: Setting<ProviderKind>,
     /// The active chat model.
@@ -326,14 +326,14 @@ pub struct Config {
 }
 
 /// Default keep-verbatim budget, tokens.
-pub const DEFAULT_KEEP_TOKENS: u64 = 20_000;
+pub(crate) const DEFAULT_KEEP_TOKENS: u64 = 20_000;
 
 /// The file in the user folder that records the trusted projects.
-pub const TRUST_FILE: &str = "trusted.toml";
+pub(crate) const TRUST_FILE: &str = "trusted.toml";
 
 /// The directories that configuration is read from.
 #[derive(Debug, Clone)]
-pub struct Locations {
+pub(crate) struct Locations {
     /// `<config dir>/panto`, if a config dir exists on this platform.
     pub user_dir: Option<PathBuf>,
     /// The nearest `.panto` folder from the working directory up, if any.
@@ -342,12 +342,12 @@ pub struct Locations {
 
 impl Locations {
     /// The project: the folder that holds the `.panto` folder.
-    pub fn project_root(&self) -> Option<&Path> {
+    pub(crate) fn project_root(&self) -> Option<&Path> {
         self.project_dir.as_deref().and_then(Path::parent)
     }
 
     /// The trust file, `<user dir>/trusted.toml`.
-    pub fn trust_file(&self) -> Option<PathBuf> {
+    pub(crate) fn trust_file(&self) -> Option<PathBuf> {
         self.user_dir.as_ref().map(|d| d.join(TRUST_FILE))
     }
 
@@ -355,7 +355,7 @@ impl Locations {
     ///
     /// # Errors
     /// A trust file that cannot be read or parsed.
-    pub fn trust(&self) -> Result<Trust> {
+    pub(crate) fn trust(&self) -> Result<Trust> {
         let Some(root) = self.project_root() else {
             return Ok(Trust::NoProject);
         };
@@ -374,7 +374,7 @@ impl Locations {
 
 impl Locations {
     /// Finds the user and project folders from the environment and working directory.
-    pub fn discover(cwd: &Path) -> Locations {
+    pub(crate) fn discover(cwd: &Path) -> Locations {
         let user_dir = match std::env::var_os("PANTO_CONFIG_DIR") {
             Some(dir) if !dir.is_empty() => Some(PathBuf::from(dir)),
             _ => directories::BaseDirs::new().map(|b| b.config_dir().join("panto")),
@@ -396,7 +396,7 @@ impl Config {
     /// # Errors
     /// A file that exists but cannot be read or parsed (the message names the file, the line and
     /// the key), or an environment value that is not valid.
-    pub fn load(locations: &Locations, flags: &Flags) -> Result<Config> {
+    pub(crate) fn load(locations: &Locations, flags: &Flags) -> Result<Config> {
         let trust = locations.trust()?;
         let mut cfg = Config {
             provider: Setting::default(ProviderKind::Offline),
@@ -471,7 +471,7 @@ impl Config {
     }
 
     /// The one-line notice for what an untrusted project's file set and was ignored, if any.
-    pub fn trust_notice(&self) -> Option<String> {
+    pub(crate) fn trust_notice(&self) -> Option<String> {
         let (Trust::Untrusted(root), Some(first)) = (&self.trust, self.ignored.first()) else {
             return None;
         };
@@ -600,7 +600,7 @@ impl Config {
     }
 
     /// Each resolved value with its origin, for `panto config`.
-    pub fn rows(&self) -> Vec<(&'static str, String, &Source)> {
+    pub(crate) fn rows(&self) -> Vec<(&'static str, String, &Source)> {
         fn opt(v: &Option<String>) -> String {
             v.clone().unwrap_or_else(|| "(unset)".to_owned())
         }
@@ -713,7 +713,7 @@ fn read_file(file: &LayerFile) -> Result<Option<FileConfig>> {
 /// Parses a TOML file, naming the file, line and column of an error.
 fn parse_toml<T: serde::de::DeserializeOwned>(path: &Path, text: &str) -> Result<T> {
     toml::from_str::<T>(text).map_err(|e| {
-        let (line, col) = e.span().map(|s| line_col(text, s.start)).unwrap_or((0, 0));
+        let (line, col) = e.span().map_or((0, 0), |s| line_col(text, s.start));
         let what = e.message().trim_end_matches('\n');
         if line > 0 {
             anyhow::anyhow!("{}: line {line}, column {col}: {what}", path.display())
@@ -726,7 +726,7 @@ fn parse_toml<T: serde::de::DeserializeOwned>(path: &Path, text: &str) -> Result
 /// The trust file: the projects whose `.panto/config.toml` may set the keys that need trust.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct TrustFile {
+pub(crate) struct TrustFile {
     /// The trusted projects, as absolute paths with every link resolved.
     #[serde(default)]
     trusted: Vec<PathBuf>,
@@ -737,7 +737,7 @@ impl TrustFile {
     ///
     /// # Errors
     /// A file that cannot be read or parsed (naming its line).
-    pub fn read(path: &Path) -> Result<TrustFile> {
+    pub(crate) fn read(path: &Path) -> Result<TrustFile> {
         let text = read_layer_file(&LayerFile::new(path)).map_err(|e| {
             anyhow::anyhow!(
                 "{}: cannot read the trust file: {}",
@@ -752,7 +752,7 @@ impl TrustFile {
     }
 
     /// Whether `project` is trusted: its real path (links resolved) is recorded.
-    pub fn contains(&self, project: &Path) -> bool {
+    pub(crate) fn contains(&self, project: &Path) -> bool {
         match std::fs::canonicalize(project) {
             Ok(real) => self.trusted.contains(&real),
             Err(_) => false,
@@ -760,7 +760,7 @@ impl TrustFile {
     }
 
     /// Records `project` (a real path); false when it was already recorded.
-    pub fn add(&mut self, project: PathBuf) -> bool {
+    pub(crate) fn add(&mut self, project: PathBuf) -> bool {
         if self.trusted.contains(&project) {
             return false;
         }
@@ -769,7 +769,7 @@ impl TrustFile {
     }
 
     /// Removes `project`; false when it was not recorded.
-    pub fn remove(&mut self, project: &Path) -> bool {
+    pub(crate) fn remove(&mut self, project: &Path) -> bool {
         let before = self.trusted.len();
         self.trusted.retain(|t| t != project);
         self.trusted.len() != before
@@ -779,7 +779,7 @@ impl TrustFile {
     ///
     /// # Errors
     /// A recorded path that is not UTF-8 (TOML cannot hold it).
-    pub fn render(&self) -> Result<String> {
+    pub(crate) fn render(&self) -> Result<String> {
         let mut out = String::from(
             "# Projects whose .panto/config.toml may choose where requests, and your API key, go\n\
              # (provider, base_url, max_response_mib). Written by `panto trust DIR`; `panto trust\n\
@@ -801,7 +801,7 @@ impl TrustFile {
     ///
     /// # Errors
     /// When the folder or the file cannot be written.
-    pub fn write(&self, path: &Path) -> Result<()> {
+    pub(crate) fn write(&self, path: &Path) -> Result<()> {
         let text = self.render()?;
         let dir = path.parent().unwrap_or(Path::new("."));
         create_private_dir(dir)?;

@@ -16,7 +16,7 @@ use crate::ui::say;
 
 /// What the prompt read.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Input {
+pub(crate) enum Input {
     /// A line the user entered (without its line end).
     Line(String),
     /// Ctrl-C at the prompt.
@@ -26,7 +26,7 @@ pub enum Input {
 }
 
 /// The chat's prompt.
-pub struct Prompt {
+pub(crate) struct Prompt {
     source: Source,
 }
 
@@ -48,7 +48,7 @@ const PROMPT: &str = "> ";
 
 /// Where the chat history is kept: `$PANTO_DATA_DIR/history`, else
 /// `<platform data dir>/panto/history`.
-pub fn history_path() -> Option<PathBuf> {
+pub(crate) fn history_path() -> Option<PathBuf> {
     let dir = match std::env::var_os("PANTO_DATA_DIR") {
         Some(dir) if !dir.is_empty() => PathBuf::from(dir),
         _ => directories::BaseDirs::new()?.data_dir().join("panto"),
@@ -58,7 +58,7 @@ pub fn history_path() -> Option<PathBuf> {
 
 impl Prompt {
     /// A line editor when standard input and output are terminals, plain lines otherwise.
-    pub fn new() -> Prompt {
+    pub(crate) fn new() -> Prompt {
         if std::io::stdin().is_terminal() && std::io::stdout().is_terminal() {
             match editor() {
                 Ok(source) => return Prompt { source },
@@ -80,7 +80,7 @@ impl Prompt {
     ///
     /// # Errors
     /// When standard input cannot be read.
-    pub async fn read(&mut self) -> Result<Input> {
+    pub(crate) async fn read(&mut self) -> Result<Input> {
         match &mut self.source {
             Source::Editor { editor, history } => match editor.readline(PROMPT) {
                 Ok(line) => {

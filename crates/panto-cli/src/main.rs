@@ -5,6 +5,12 @@
 //! Ctrl-C, as for any process that SIGINT stops. Messages go to stderr; `--json`
 //! output is one JSON document on stdout.
 
+#![allow(
+    clippy::print_stdout,
+    clippy::print_stderr,
+    reason = "printing is what the binary is for"
+)]
+
 mod chat;
 mod cli;
 mod commands;
@@ -72,9 +78,15 @@ fn main() -> ExitCode {
         // it wanted, so the output command ends quietly.
         Err(e) if ui::is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            let code = if e.chain().any(|c| c.is::<BadInput>()) {
+            let code = if e
+                .chain()
+                .any(<dyn std::error::Error + 'static>::is::<BadInput>)
+            {
                 2
-            } else if e.chain().any(|c| c.is::<Cancelled>()) {
+            } else if e
+                .chain()
+                .any(<dyn std::error::Error + 'static>::is::<Cancelled>)
+            {
                 130
             } else {
                 1

@@ -26,7 +26,7 @@ use panto_provider::{EventSink, Provider, ProviderError, Request, StreamEvent, a
 use panto_transcript::{TranscriptItem, clip, is_request, one_line, parse_request, strip_ledger};
 
 /// The model name the offline summarizer reports.
-pub const MODEL: &str = "offline-extractive";
+pub(crate) const MODEL: &str = "offline-extractive";
 
 /// The heading under which `/compact` instructions are appended to the system prompt.
 const INSTRUCTIONS_HEADING: &str = panto_compact::ADDITIONAL_INSTRUCTIONS_HEADING;
@@ -47,11 +47,11 @@ const PASTED_SUMMARY_CHARS: usize = 1_500;
 
 /// A deterministic extractive summarizer.
 #[derive(Debug, Default)]
-pub struct OfflineSummarizer;
+pub(crate) struct OfflineSummarizer;
 
 impl OfflineSummarizer {
     /// A new summarizer.
-    pub fn new() -> OfflineSummarizer {
+    pub(crate) fn new() -> OfflineSummarizer {
         OfflineSummarizer
     }
 }
@@ -80,7 +80,7 @@ impl Provider for OfflineSummarizer {
 ///
 /// # Errors
 /// [`ProviderError::Unsupported`] when the request is not a compaction request.
-pub fn summarize_request(request: &Request) -> Result<String, ProviderError> {
+pub(crate) fn summarize_request(request: &Request) -> Result<String, ProviderError> {
     let refuse = |why: &str| ProviderError::Unsupported {
         message: format!(
             "the offline summarizer only writes compaction summaries ({why}); configure a provider to chat"
@@ -138,7 +138,7 @@ const OWN_MARK: &str = "<!-- panto offline summary -->";
 /// size of what the summary replaces (the request's user prompt): earlier summaries are carried
 /// whole when the summary stays shorter than that, else their beginning and their end (where
 /// a handoff lists the pending work) within what is left, at most 20,000 characters.
-pub fn summarize(
+pub(crate) fn summarize(
     items: &[TranscriptItem],
     previous: Option<&str>,
     instructions: Option<&str>,

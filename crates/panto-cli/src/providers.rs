@@ -25,7 +25,7 @@ use crate::ui;
 /// # Errors
 /// Bad input (exit 2) when the key is missing (the message names the variable), or the base URL
 /// or key cannot be used.
-pub fn build(kind: ProviderKind, config: &Config) -> Result<Arc<dyn Provider>> {
+pub(crate) fn build(kind: ProviderKind, config: &Config) -> Result<Arc<dyn Provider>> {
     let Some((_, url_var)) = kind.env_vars() else {
         bail!("the offline summarizer is not an HTTP provider");
     };
@@ -86,7 +86,7 @@ struct ShowRetries<P>(P);
 static LEARNED: Mutex<Vec<(String, u64)>> = Mutex::new(Vec::new());
 
 /// The context window of `model` as an overflow error reported it during this run, if any.
-pub fn learned_window(model: &str) -> Option<u64> {
+pub(crate) fn learned_window(model: &str) -> Option<u64> {
     let learned = LEARNED.lock().ok()?;
     learned.iter().find(|(m, _)| m == model).map(|(_, w)| *w)
 }

@@ -17,7 +17,7 @@ use panto_provider::{About, ProviderError, RetryNotice};
 static SHOWN: Mutex<Option<ProgressBar>> = Mutex::new(None);
 
 /// Prints one line on stderr, above the spinner when one is drawn.
-pub fn notice(line: &str) {
+pub(crate) fn notice(line: &str) {
     let line = for_stderr(line);
     let shown = SHOWN.lock().ok().and_then(|bar| bar.clone());
     match shown {
@@ -31,7 +31,7 @@ pub fn notice(line: &str) {
 
 /// The line announcing a retry: `panto: retrying 2/3 in 4 s: connection failed: Connection
 /// refused (os error 111)`.
-pub fn describe_retry(notice: &RetryNotice<'_>) -> String {
+pub(crate) fn describe_retry(notice: &RetryNotice<'_>) -> String {
     format!(
         "panto: retrying {}/{} in {}: {}",
         notice.retry,
@@ -58,20 +58,20 @@ fn short_reason(error: &ProviderError) -> String {
 }
 
 /// Whether decorations (spinner) may be drawn: stderr is a terminal.
-pub fn stderr_is_terminal() -> bool {
+pub(crate) fn stderr_is_terminal() -> bool {
     static TERMINAL: OnceLock<bool> = OnceLock::new();
     *TERMINAL.get_or_init(|| std::io::stderr().is_terminal())
 }
 
 /// Whether stdout is a terminal.
-pub fn stdout_is_terminal() -> bool {
+pub(crate) fn stdout_is_terminal() -> bool {
     static TERMINAL: OnceLock<bool> = OnceLock::new();
     *TERMINAL.get_or_init(|| std::io::stdout().is_terminal())
 }
 
 /// Human-readable `text` for stdout: neutralised when stdout is a terminal, exact otherwise
 /// (a pipe or a file gets the bytes as they are; `--json` output never comes here).
-pub fn for_stdout(text: &str) -> Cow<'_, str> {
+pub(crate) fn for_stdout(text: &str) -> Cow<'_, str> {
     if stdout_is_terminal() {
         neutralize(text)
     } else {
@@ -80,7 +80,7 @@ pub fn for_stdout(text: &str) -> Cow<'_, str> {
 }
 
 /// Human-readable `text` for stderr: neutralised when stderr is a terminal.
-pub fn for_stderr(text: &str) -> Cow<'_, str> {
+pub(crate) fn for_stderr(text: &str) -> Cow<'_, str> {
     if stderr_is_terminal() {
         neutralize(text)
     } else {
@@ -90,13 +90,13 @@ pub fn for_stderr(text: &str) -> Cow<'_, str> {
 
 /// Prints one message line on stderr, neutralised for a terminal, above the spinner when one
 /// is drawn (so the line is never torn by a spinner frame).
-pub fn say(line: &str) {
+pub(crate) fn say(line: &str) {
     notice(line);
 }
 
 /// An error as one message: its chain joined with `: `, leaving out each cause whose text the
 /// message already holds (an OS error quoted by every layer that wraps it is printed once).
-pub fn error_text(error: &anyhow::Error) -> String {
+pub(crate) fn error_text(error: &anyhow::Error) -> String {
     let mut text = String::new();
     for cause in error.chain() {
         let part = cause.to_string();
@@ -113,7 +113,7 @@ pub fn error_text(error: &anyhow::Error) -> String {
 
 /// Whether `error` is a write to a closed pipe (`panto context s.jsonl | head`): the reader
 /// has all it wanted, so the command ends quietly.
-pub fn is_broken_pipe(error: &anyhow::Error) -> bool {
+pub(crate) fn is_broken_pipe(error: &anyhow::Error) -> bool {
     error.chain().any(|c| {
         c.downcast_ref::<std::io::Error>()
             .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
@@ -125,7 +125,7 @@ pub fn is_broken_pipe(error: &anyhow::Error) -> bool {
 /// cursor moves, titles, OSC 52 clipboard writes) and the bidirectional-override characters
 /// that reorder what is shown, each written as a visible escape (`\x1b`, `\u{202e}`). A
 /// carriage return just before a newline is dropped (a CRLF line end), any other is escaped.
-pub fn neutralize(text: &str) -> Cow<'_, str> {
+pub(crate) fn neutralize(text: &str) -> Cow<'_, str> {
     if !text.chars().any(needs_escape) {
         return Cow::Borrowed(text);
     }
@@ -153,18 +153,18 @@ fn needs_escape(c: char) -> bool {
 
 /// Whether colour is allowed: not when `NO_COLOR` is set (to anything non-empty), per
 /// <https://no-color.org>. The spinner is the only coloured output, and only on a terminal.
-pub fn color_allowed() -> bool {
+pub(crate) fn color_allowed() -> bool {
     std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }
 
 /// A spinner on stderr, or nothing when stderr is not a terminal.
-pub struct Spinner {
+pub(crate) struct Spinner {
     bar: Option<ProgressBar>,
 }
 
 impl Spinner {
     /// Starts a spinner with `message`.
-    pub fn start(message: &str) -> Spinner {
+    pub(crate) fn start(message: &str) -> Spinner {
         if !stderr_is_terminal() {
             return Spinner { bar: None };
         }
@@ -188,7 +188,7 @@ impl Spinner {
     }
 
     /// Removes the spinner from the screen.
-    pub fn stop(&mut self) {
+    pub(crate) fn stop(&mut self) {
         if let Some(bar) = self.bar.take() {
             if let Ok(mut shown) = SHOWN.lock() {
                 *shown = None;
@@ -208,7 +208,7 @@ impl Drop for Spinner {
 /// library's turns. Sizes are of the conversation (the messages, without the agent's system
 /// prompt), and say so; the context meter after a reply gives the whole next request.
 /// `Failed` has no line: the error it carries is printed once, by whoever receives it.
-pub fn describe_event(event: &CompactionEvent) -> String {
+pub(crate) fn describe_event(event: &CompactionEvent) -> String {
     match event {
         CompactionEvent::Started {
             trigger,
@@ -287,7 +287,7 @@ pub fn describe_event(event: &CompactionEvent) -> String {
 /// estimate of the next request (system prompt included, as `panto context` counts it), and
 /// its share of `window` when the window is known. `usage` is `None` when no request was
 /// answered (after `/compact`), `Some(None)` when the provider reported no counts.
-pub fn describe_meter(
+pub(crate) fn describe_meter(
     usage: Option<Option<&Usage>>,
     next_request: u64,
     window: Option<u64>,
@@ -317,7 +317,7 @@ fn percent(part: u64, whole: u64) -> String {
 }
 
 /// `n` things, in the plural unless one: `1 message`, `3 messages`.
-pub fn count(n: usize, thing: &str) -> String {
+pub(crate) fn count(n: usize, thing: &str) -> String {
     if n == 1 {
         format!("1 {thing}")
     } else {
@@ -326,7 +326,7 @@ pub fn count(n: usize, thing: &str) -> String {
 }
 
 /// Prints a compaction event on stderr (it may quote a provider's error message).
-pub fn print_event(event: &CompactionEvent) {
+pub(crate) fn print_event(event: &CompactionEvent) {
     let line = describe_event(event);
     if !line.is_empty() {
         notice(&line);

@@ -7,6 +7,12 @@
 //! Every turn runs in `tokio::spawn` on the multi-thread runtime, as it would in a server.
 //! panto-compact is the only panto dependency it names.
 
+#![allow(
+    clippy::print_stdout,
+    clippy::print_stderr,
+    reason = "an example shows what it did"
+)]
+
 use std::sync::{Arc, Mutex};
 
 use panto_compact::serde_json::{self, json};

@@ -84,8 +84,7 @@ impl UniqueIds {
         static GENERATORS: AtomicU64 = AtomicU64::new(0);
         let nanos = SystemTime::now()
             .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0);
+            .map_or(0, |d| d.as_nanos() as u64);
         let pid = u64::from(std::process::id());
         let n = GENERATORS.fetch_add(1, Ordering::Relaxed);
         // Mix so that two generators made in the same nanosecond by one process still differ.

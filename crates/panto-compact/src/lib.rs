@@ -142,4 +142,8 @@ pub use prompt::{
 };
 
 #[cfg(test)]
+#[allow(
+    clippy::disallowed_methods,
+    reason = "tests read and write their fixtures directly"
+)]
 mod tests;

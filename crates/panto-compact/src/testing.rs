@@ -79,7 +79,7 @@ impl ScriptedProvider {
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A test that panicked while holding the lock must not hide the requests from the others.
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 #[async_trait]

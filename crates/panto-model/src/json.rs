@@ -117,9 +117,8 @@ pub(crate) fn replace_lone_surrogates(text: &str) -> String {
 impl From<Value> for RawJson {
     fn from(value: Value) -> RawJson {
         // Serialising a `Value` cannot fail: its keys are strings.
-        let raw = match serde_json::value::to_raw_value(&value) {
-            Ok(raw) => raw,
-            Err(_) => return RawJson::from(Value::Null),
+        let Ok(raw) = serde_json::value::to_raw_value(&value) else {
+            return RawJson::from(Value::Null);
         };
         let parsed = OnceLock::new();
         let _ = parsed.set(value);

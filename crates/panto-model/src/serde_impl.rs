@@ -432,7 +432,7 @@ impl Tagged for ContentBlock {
                     match key.as_str() {
                         "thinking" => required_str(&mut map, &mut thinking, "thinking")?,
                         "signature" => {
-                            opt_string(&mut map, &mut signature, "signature", &mut extra)?
+                            opt_string(&mut map, &mut signature, "signature", &mut extra)?;
                         }
                         _ => unknown(&mut map, key, &mut extra)?,
                     }
@@ -701,7 +701,7 @@ impl<'de> Deserialize<'de> for Usage {
                         "input_tokens" => required(&mut map, &mut input, "input_tokens")?,
                         "output_tokens" => required(&mut map, &mut output, "output_tokens")?,
                         "cache_read_input_tokens" => {
-                            opt_u64(&mut map, &mut read, "cache_read_input_tokens", &mut extra)?
+                            opt_u64(&mut map, &mut read, "cache_read_input_tokens", &mut extra)?;
                         }
                         "cache_creation_input_tokens" => opt_u64(
                             &mut map,
@@ -852,16 +852,16 @@ impl Tagged for Entry {
                         "trigger" => opt_string(&mut map, &mut trigger, "trigger", &mut extra)?,
                         "model" => opt_string(&mut map, &mut c.model, "model", &mut extra)?,
                         "instructions" => {
-                            opt_string(&mut map, &mut c.instructions, "instructions", &mut extra)?
+                            opt_string(&mut map, &mut c.instructions, "instructions", &mut extra)?;
                         }
                         "tokens_before" => {
-                            opt_u64(&mut map, &mut c.tokens_before, "tokens_before", &mut extra)?
+                            opt_u64(&mut map, &mut c.tokens_before, "tokens_before", &mut extra)?;
                         }
                         "tokens_after" => {
-                            opt_u64(&mut map, &mut c.tokens_after, "tokens_after", &mut extra)?
+                            opt_u64(&mut map, &mut c.tokens_after, "tokens_after", &mut extra)?;
                         }
                         "kept_messages" => {
-                            opt_u64(&mut map, &mut c.kept_messages, "kept_messages", &mut extra)?
+                            opt_u64(&mut map, &mut c.kept_messages, "kept_messages", &mut extra)?;
                         }
                         _ => unknown(&mut map, key, &mut extra)?,
                     }

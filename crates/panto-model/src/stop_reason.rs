@@ -2,7 +2,7 @@
 //!
 //! Every adapter maps its protocol's own words onto this one vocabulary (Anthropic's, which the
 //! session file already uses), so code that reacts to a stop reason checks one spelling:
-//! `max_tokens`, never also OpenAI's `length` or Gemini's `MAX_TOKENS`. A message read from a
+//! `max_tokens`, never also `OpenAI`'s `length` or Gemini's `MAX_TOKENS`. A message read from a
 //! session file that another program wrote may carry any text here; panto only compares it.
 
 /// The model finished its answer.

@@ -255,7 +255,7 @@ fn replay_starts_at_the_latest_compaction() {
 fn replay_ignores_a_compaction_missing_its_copies() {
     let old = vec![msg_entry(Role::User, "a"), msg_entry(Role::Assistant, "b")];
     // Cut after one of two copies, then a later append.
-    let mut entries = old.clone();
+    let mut entries = old;
     entries.push(compaction("c1", "S1", Some(2)));
     entries.push(kept_copy("a", "c1"));
     entries.push(msg_entry(Role::User, "next"));
@@ -309,7 +309,7 @@ fn tool_arguments_are_carried_without_recursing_into_them() {
     };
     assert_eq!(u.input.json(), deep);
     // Code that looks inside gets the text as a string past serde_json's depth limit.
-    assert_eq!(u.input.value(), &Value::String(deep.clone()));
+    assert_eq!(u.input.value(), &Value::String(deep));
 }
 
 #[test]

@@ -408,7 +408,7 @@ impl fmt::Display for Seconds {
         if s < 10.0 && self.0.subsec_millis() != 0 {
             write!(f, "{s:.1} s")
         } else {
-            write!(f, "{:.0} s", s)
+            write!(f, "{s:.0} s")
         }
     }
 }

@@ -231,7 +231,7 @@ fn parse_usage(usage: &Value) -> Usage {
     out
 }
 
-/// Overwrites `usage` with the fields present in `update` (message_delta carries totals).
+/// Overwrites `usage` with the fields present in `update` (`message_delta` carries totals).
 fn merge_usage(usage: &mut Usage, update: &Value) {
     let Some(map) = update.as_object() else {
         return;

@@ -261,9 +261,7 @@ pub(crate) fn config_from_lookup(
         .unwrap_or_else(|| spec.default_base_url.to_owned());
     let parsed = BaseUrl::parse(&base_url)?;
     let official = BaseUrl::parse(spec.default_base_url)?.host();
-    let key = lookup(spec.key_variable)
-        .map(ApiKey::new)
-        .unwrap_or_else(ApiKey::none);
+    let key = lookup(spec.key_variable).map_or_else(ApiKey::none, ApiKey::new);
     if key.is_empty() && parsed.host() == official {
         return Err(Error::MissingKey {
             variable: spec.key_variable,

@@ -345,9 +345,9 @@ impl GeminiStream {
                     .unwrap_or(false);
                 if let Some(sink) = sink.as_deref_mut() {
                     if thought {
-                        sink.thinking(text)
+                        sink.thinking(text);
                     } else {
-                        sink.text(text)
+                        sink.text(text);
                     }
                 }
                 self.add_text(text, thought, signature);

@@ -1,6 +1,6 @@
 //! HTTP adapters that implement `panto_provider::Provider`: Anthropic Messages
-//! ([`AnthropicProvider`]), OpenAI Chat Completions and every compatible server
-//! ([`OpenAiChatProvider`]), OpenAI Responses ([`OpenAiResponsesProvider`]) and Google Gemini
+//! ([`AnthropicProvider`]), `OpenAI` Chat Completions and every compatible server
+//! ([`OpenAiChatProvider`]), `OpenAI` Responses ([`OpenAiResponsesProvider`]) and Google Gemini
 //! ([`GeminiProvider`]).
 //!
 //! Each adapter is built from a [`Config`] (base URL, [`ApiKey`], timeouts, [`RetryPolicy`],

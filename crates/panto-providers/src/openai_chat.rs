@@ -1,5 +1,5 @@
-//! The OpenAI Chat Completions adapter: `POST {base}/v1/chat/completions`, for OpenAI and every
-//! compatible server (vLLM, llama.cpp, Ollama, LM Studio, OpenRouter, Groq, DeepSeek, ...).
+//! The `OpenAI` Chat Completions adapter: `POST {base}/v1/chat/completions`, for `OpenAI` and every
+//! compatible server (vLLM, llama.cpp, Ollama, LM Studio, `OpenRouter`, Groq, `DeepSeek`, ...).
 
 use std::collections::BTreeMap;
 
@@ -23,11 +23,11 @@ use crate::transport::{
 pub enum MaxTokensField {
     /// `max_tokens`: what compatible servers read.
     MaxTokens,
-    /// `max_completion_tokens`: what OpenAI's reasoning models require.
+    /// `max_completion_tokens`: what `OpenAI`'s reasoning models require.
     MaxCompletionTokens,
 }
 
-/// OpenAI Chat Completions, or any server that speaks it.
+/// `OpenAI` Chat Completions, or any server that speaks it.
 ///
 /// The output limit goes in `max_completion_tokens` when the base URL is `api.openai.com`
 /// (its reasoning models reject `max_tokens`) and in `max_tokens` everywhere else (most
@@ -206,7 +206,7 @@ fn user_message(parts: Vec<Value>) -> Option<Value> {
 }
 
 /// An assistant message: text joined, tool calls with JSON-string arguments. Thinking is not
-/// sent back (DeepSeek rejects `reasoning_content` in input, and others ignore it).
+/// sent back (`DeepSeek` rejects `reasoning_content` in input, and others ignore it).
 fn render_assistant(message: &Message) -> Option<Value> {
     let mut text = Vec::new();
     let mut calls = Vec::new();
@@ -269,7 +269,7 @@ fn stop_reason(reason: &str, has_calls: bool) -> String {
     .to_owned()
 }
 
-/// OpenAI usage on the Contract 1 names: `input_tokens` is the prompt minus its cached part,
+/// `OpenAI` usage on the Contract 1 names: `input_tokens` is the prompt minus its cached part,
 /// which goes to `cache_read_input_tokens` (absent when the server did not report caching).
 pub(crate) fn usage(prompt: u64, completion: u64, cached: Option<u64>) -> Usage {
     let cached = cached.map(|c| c.min(prompt));
@@ -308,7 +308,7 @@ fn content_text(content: &Value) -> String {
     }
 }
 
-/// Reasoning text: `reasoning_content` (DeepSeek, llama.cpp, vLLM) or `reasoning` (OpenRouter,
+/// Reasoning text: `reasoning_content` (`DeepSeek`, llama.cpp, vLLM) or `reasoning` (`OpenRouter`,
 /// Ollama).
 fn reasoning(message: &Value) -> Option<&str> {
     message

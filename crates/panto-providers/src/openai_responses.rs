@@ -1,4 +1,4 @@
-//! The OpenAI Responses adapter: `POST {base}/v1/responses`, stateless (`store: false`).
+//! The `OpenAI` Responses adapter: `POST {base}/v1/responses`, stateless (`store: false`).
 
 use std::collections::HashMap;
 
@@ -19,7 +19,7 @@ use crate::transport::{Sink, StreamParser, Transport, Wire, error_payload, event
 /// The extra field of a thinking block that holds a reasoning item's `encrypted_content`.
 const ENCRYPTED_CONTENT: &str = "encrypted_content";
 
-/// OpenAI Responses (and servers that speak it, such as llama.cpp's `/v1/responses`).
+/// `OpenAI` Responses (and servers that speak it, such as llama.cpp's `/v1/responses`).
 ///
 /// Requests are stateless (`store: false`): the whole conversation is sent each time. Reasoning
 /// items are sent back only when they carry `encrypted_content`, which the API returns when
@@ -96,8 +96,8 @@ impl Wire for ResponsesWire {
 }
 
 /// llama.cpp's `/v1/responses` says `completed` for an answer cut at `max_output_tokens`
-/// (OpenAI says `incomplete`), so the output count is the only sign: an answer that used the
-/// whole output limit stopped there. Harmless for OpenAI, whose `output_tokens` (reasoning
+/// (`OpenAI` says `incomplete`), so the output count is the only sign: an answer that used the
+/// whole output limit stopped there. Harmless for `OpenAI`, whose `output_tokens` (reasoning
 /// included) reaches the limit only when the answer was cut.
 fn settle_stop_reason(request: &Request, message: &mut Message) {
     let at_limit = message
@@ -358,7 +358,7 @@ impl ItemBuild {
         let mut item = self.item;
         match item.get("type").and_then(Value::as_str) {
             Some("message") => {
-                item["content"] = json!([{"type": "output_text", "text": self.text}])
+                item["content"] = json!([{"type": "output_text", "text": self.text}]);
             }
             Some("function_call") => item["arguments"] = json!(self.arguments),
             Some("reasoning") if !self.reasoning.is_empty() => {
@@ -372,7 +372,7 @@ impl ItemBuild {
 
 /// The state of one streamed answer.
 ///
-/// Items are found by `output_index` when the server sends it (OpenAI), else by item id
+/// Items are found by `output_index` when the server sends it (`OpenAI`), else by item id
 /// (llama.cpp sends only `item_id`).
 #[derive(Debug, Default)]
 pub(crate) struct ResponsesStream {
@@ -478,9 +478,8 @@ impl StreamParser for ResponsesStream {
     }
 
     fn finish(self, terminal: bool) -> Result<Message, ProviderError> {
-        let response = match (terminal, self.response) {
-            (true, Some(response)) => response,
-            _ => return Err(malformed("the stream ended before `response.completed`")),
+        let (true, Some(response)) = (terminal, self.response) else {
+            return Err(malformed("the stream ended before `response.completed`"));
         };
         let items = self.items.into_iter().map(ItemBuild::into_item).collect();
         message_from(&response, Some(items))

@@ -42,7 +42,7 @@ pub(crate) fn prepare(messages: &[Message], compaction: &dyn Fn(&str) -> String)
         for (b, block) in message.content.iter().enumerate() {
             match (message.role, block) {
                 (_, ContentBlock::Compaction(c)) => {
-                    content.push(ContentBlock::text(compaction(&c.summary)))
+                    content.push(ContentBlock::text(compaction(&c.summary)));
                 }
                 (_, ContentBlock::Text(t)) if t.text.is_empty() => {}
                 (Role::Assistant, ContentBlock::ToolUse(u)) => {

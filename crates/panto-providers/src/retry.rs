@@ -7,7 +7,7 @@ use reqwest::header::HeaderMap;
 
 use crate::config::RetryPolicy;
 
-/// The delay a server asked for, from `retry-after-ms` (milliseconds, sent by OpenAI and
+/// The delay a server asked for, from `retry-after-ms` (milliseconds, sent by `OpenAI` and
 /// Anthropic) or `Retry-After` (seconds, fractions accepted, or an HTTP date relative to
 /// `now`). A date in the past gives zero.
 ///

@@ -44,7 +44,7 @@ pub(crate) enum Line {
 
 impl Line {
     /// Whether the line holds anything (a file of blank lines only is an empty session).
-    pub fn is_blank(&self) -> bool {
+    pub(crate) fn is_blank(&self) -> bool {
         matches!(self, Line::Blank)
     }
 }
@@ -258,7 +258,7 @@ pub(crate) struct BackLines<'f> {
 
 impl<'f> BackLines<'f> {
     /// A reader positioned at `len`, the end of the file.
-    pub fn new(file: &'f File, len: u64, chunk: usize) -> BackLines<'f> {
+    pub(crate) fn new(file: &'f File, len: u64, chunk: usize) -> BackLines<'f> {
         BackLines {
             file,
             chunk: chunk.max(1),
@@ -271,12 +271,12 @@ impl<'f> BackLines<'f> {
     }
 
     /// The buffer that [`Segment`] ranges index.
-    pub fn bytes(&self) -> &[u8] {
+    pub(crate) fn bytes(&self) -> &[u8] {
         &self.buf
     }
 
     /// The previous segment, or `None` once the start of the file was passed.
-    pub fn prev(&mut self) -> io::Result<Option<Segment>> {
+    pub(crate) fn prev(&mut self) -> io::Result<Option<Segment>> {
         if self.done {
             return Ok(None);
         }

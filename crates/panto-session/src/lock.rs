@@ -3,7 +3,7 @@
 //!
 //! Why a sidecar and not the session file itself: on Windows `File::lock` is a mandatory
 //! byte-range lock that would make readers fail while a writer appends; readers never lock. The
-//! lock is the standard library's `File::try_lock` (flock on Unix, LockFileEx on Windows), so
+//! lock is the standard library's `File::try_lock` (flock on Unix, `LockFileEx` on Windows), so
 //! the operating system releases it when the holder dies: a pid left in a lock file that nobody
 //! holds means nothing and is overwritten by the next holder.
 
@@ -35,7 +35,7 @@ impl Lock {
     /// [`SessionError::Symlink`] when the lock path is a symbolic link (dangling or not),
     /// [`SessionError::NotALock`] when it is something panto must not write into, both before
     /// anything is written; [`SessionError::LockTimeout`] and [`SessionError::Io`].
-    pub fn acquire(session: &Path, timeout: Duration) -> Result<Lock> {
+    pub(crate) fn acquire(session: &Path, timeout: Duration) -> Result<Lock> {
         let path = lock_path(session);
         let file = open_lock_file(&path)?;
         let started = Instant::now();
@@ -55,6 +55,10 @@ impl Lock {
                             waited: timeout,
                         });
                     }
+                    #[expect(
+                        clippy::disallowed_methods,
+                        reason = "panto-session is synchronous (no runtime): waiting for the lock blocks its caller, for at most the lock timeout"
+                    )]
                     thread::sleep(pause.min(timeout - waited));
                     pause = (pause * 2).min(Duration::from_millis(50));
                 }

@@ -5,6 +5,12 @@
 //! today); 2000 rounds give 35 MB, where allocating fresh pages starts to dominate. This is a
 //! sanity check for development, not a benchmark: targets belong in `cargo xtask bench`.
 
+#![allow(
+    clippy::print_stdout,
+    clippy::print_stderr,
+    reason = "an example shows what it measured"
+)]
+
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 

@@ -189,7 +189,7 @@ const BASE64: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123
 
 /// What a generated session holds, as the generator counted it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Facts {
+pub(super) struct Facts {
     /// Message entries, kept copies included.
     pub messages: u64,
     /// Compaction entries.
@@ -219,7 +219,7 @@ struct Line {
 }
 
 /// Writes sessions; see the module docs.
-pub struct Generator {
+pub(super) struct Generator {
     rng: fastrand::Rng,
     prefix: &'static str,
     next_message: u64,
@@ -237,7 +237,7 @@ pub struct Generator {
 
 impl Generator {
     /// A generator writing to a new file at `path`, seeded with `seed`; ids start with `prefix`.
-    pub fn create(path: &Path, seed: u64, prefix: &'static str) -> Result<Generator> {
+    pub(super) fn create(path: &Path, seed: u64, prefix: &'static str) -> Result<Generator> {
         let file = File::create(path).with_context(|| format!("create {}", path.display()))?;
         Ok(Generator {
             rng: fastrand::Rng::with_seed(seed),
@@ -256,7 +256,7 @@ impl Generator {
 
     /// Goes on with another seed and id prefix (the same file): what follows is then
     /// independent of what came before.
-    pub fn reseed(&mut self, seed: u64, prefix: &'static str) {
+    pub(super) fn reseed(&mut self, seed: u64, prefix: &'static str) {
         self.rng = fastrand::Rng::with_seed(seed);
         self.prefix = prefix;
         self.next_message = 0;
@@ -266,12 +266,12 @@ impl Generator {
     }
 
     /// Message entries written so far (copies included).
-    pub fn messages(&self) -> u64 {
+    pub(super) fn messages(&self) -> u64 {
         self.facts.messages
     }
 
     /// Writes whole rounds until at least `total` message entries are in the file.
-    pub fn rounds_until(&mut self, total: u64) -> Result<()> {
+    pub(super) fn rounds_until(&mut self, total: u64) -> Result<()> {
         while self.facts.messages < total {
             self.round()?;
         }
@@ -280,7 +280,7 @@ impl Generator {
 
     /// Writes a compaction keeping the last round: the entry, then a copy of each of its
     /// messages marked `kept_by`. Does nothing before the first round.
-    pub fn compaction(&mut self) -> Result<()> {
+    pub(super) fn compaction(&mut self) -> Result<()> {
         if self.last_round.is_empty() {
             return Ok(());
         }
@@ -335,7 +335,7 @@ impl Generator {
     }
 
     /// Flushes the file and returns what was written.
-    pub fn finish(mut self) -> Result<Facts> {
+    pub(super) fn finish(mut self) -> Result<Facts> {
         self.out.flush()?;
         Ok(self.facts)
     }
@@ -623,7 +623,7 @@ impl Generator {
 /// The scale layout: `messages` message entries with two earlier compactions, after a quarter
 /// and after half of them, so the effective context is the second half (led by the latest
 /// compaction and its copies).
-pub fn scale_session(path: &Path, messages: u64, seed: u64) -> Result<Facts> {
+pub(super) fn scale_session(path: &Path, messages: u64, seed: u64) -> Result<Facts> {
     let mut g = Generator::create(path, seed, "m")?;
     g.rounds_until(messages / 4)?;
     g.compaction()?;
@@ -636,7 +636,7 @@ pub fn scale_session(path: &Path, messages: u64, seed: u64) -> Result<Facts> {
 /// A history of about `history` message entries (with a compaction every `every`), then a tail
 /// that is byte-identical whatever the history: one round, the latest compaction keeping it, and
 /// rounds up to `tail` more message entries.
-pub fn history_then_tail(path: &Path, history: u64, every: u64, tail: u64) -> Result<Facts> {
+pub(super) fn history_then_tail(path: &Path, history: u64, every: u64, tail: u64) -> Result<Facts> {
     let mut g = Generator::create(path, 11, "h")?;
     while g.messages() < history {
         let next = (g.messages() + every).min(history);

@@ -16,7 +16,7 @@ use anyhow::{Context, Result, bail};
 
 /// How peak memory is read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Peak {
+pub(super) enum Peak {
     /// `/usr/bin/time -f %M` (`ru_maxrss` of the child from `wait4`).
     GnuTime,
     /// `VmHWM` polled from `/proc/<pid>/status`.
@@ -25,7 +25,7 @@ pub enum Peak {
 
 /// One measured command: medians over the timed runs.
 #[derive(Clone, Copy, Debug)]
-pub struct Sample {
+pub(super) struct Sample {
     /// Median wall time.
     pub wall: Duration,
     /// Median peak resident memory, in bytes.
@@ -33,7 +33,7 @@ pub struct Sample {
 }
 
 /// Runs `panto` in a clean environment.
-pub struct Runner {
+pub(super) struct Runner {
     panto: PathBuf,
     config_dir: PathBuf,
     cwd: PathBuf,
@@ -48,7 +48,7 @@ impl Runner {
     ///
     /// # Errors
     /// When the build fails, or a `.panto` folder lies above the working directory.
-    pub fn new(root: &Path, dir: &Path) -> Result<Runner> {
+    pub(super) fn new(root: &Path, dir: &Path) -> Result<Runner> {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
         let status = Command::new(cargo)
             .args([
@@ -66,9 +66,8 @@ impl Runner {
         if !status.success() {
             bail!("building panto failed ({status})");
         }
-        let target = std::env::var_os("CARGO_TARGET_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| root.join("target"));
+        let target =
+            std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
         let panto = target.join("release").join("panto");
         let config_dir = dir.join("empty-config");
         let cwd = dir.join("cwd");
@@ -103,7 +102,7 @@ impl Runner {
     ///
     /// # Errors
     /// When the process cannot start or exits with a failure (its stderr is quoted).
-    pub fn once(&self, args: &[&str], stdout: Option<&Path>) -> Result<(Duration, u64)> {
+    pub(super) fn once(&self, args: &[&str], stdout: Option<&Path>) -> Result<(Duration, u64)> {
         let rss_file = self.scratch.join("peak.txt");
         let err_file = self.scratch.join("panto.stderr");
         let mut cmd = match self.peak {
@@ -166,7 +165,7 @@ impl Runner {
     ///
     /// # Errors
     /// As [`Runner::once`].
-    pub fn measure(&self, args: &[&str], output: &Path, reps: usize) -> Result<Sample> {
+    pub(super) fn measure(&self, args: &[&str], output: &Path, reps: usize) -> Result<Sample> {
         self.once(args, Some(output))?;
         let mut walls = Vec::with_capacity(reps);
         let mut peaks = Vec::with_capacity(reps);

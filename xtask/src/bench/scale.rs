@@ -191,7 +191,7 @@ fn check_compact_output(path: &Path, row_facts: &Value) -> Result<()> {
     Ok(())
 }
 
-pub fn scale(root: &Path, flags: &Flags) -> Result<()> {
+pub(super) fn scale(root: &Path, flags: &Flags) -> Result<()> {
     let dir = bench_dir(root, "scale")?;
     let sizes = sizes(flags);
     let mut gens = Vec::new();
@@ -444,7 +444,7 @@ fn print_scale(rows: &[Row], peak: Peak) {
 }
 
 /// Prints one target line.
-pub fn verdict(met: bool, what: &str) {
+pub(super) fn verdict(met: bool, what: &str) {
     println!("- {} {what}", if met { "**met**:" } else { "**MISSED**:" });
 }
 
@@ -465,7 +465,7 @@ fn histories(flags: &Flags) -> &'static [(&'static str, u64)] {
 /// Messages after the latest compaction in the memory section.
 const TAIL: u64 = 10_000;
 
-pub fn memory(root: &Path, flags: &Flags) -> Result<()> {
+pub(super) fn memory(root: &Path, flags: &Flags) -> Result<()> {
     let dir = bench_dir(root, "memory")?;
     let runner = Runner::new(root, &dir)?;
     println!(

@@ -27,7 +27,7 @@ use serde_json::{Value, json};
 use super::generate::Facts;
 
 /// The stages, in the order criterion runs them; the parent reads their medians by these names.
-pub const STAGES: &[&str] = &[
+pub(super) const STAGES: &[&str] = &[
     "parse_value",
     "pipeline",
     "parse_value_effective",
@@ -79,7 +79,7 @@ fn pipeline(bytes: &[u8]) -> (EffectiveContext, Plan) {
 /// counts the time the thread waited for a core, which moves by tens of percent from one minute
 /// to the next. CPU time does not, and for this single-threaded code on an idle machine it
 /// equals wall time.
-pub struct ThreadTime;
+pub(super) struct ThreadTime;
 
 fn thread_cpu_now() -> Duration {
     let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
@@ -163,7 +163,7 @@ impl ValueFormatter for Nanoseconds {
 }
 
 /// The child's entry point: `DIR QUICK LABEL...`.
-pub fn child(args: &[String]) -> Result<()> {
+pub(super) fn child(args: &[String]) -> Result<()> {
     let [dir, quick, labels @ ..] = args else {
         bail!("usage: xtask bench __stages DIR QUICK LABEL...");
     };
@@ -250,33 +250,33 @@ fn one(c: &mut Criterion<ThreadTime>, dir: &Path, label: &str) -> Result<()> {
     let mut g = c.benchmark_group(label);
     g.sampling_mode(SamplingMode::Flat);
     g.bench_function("parse_value", |b| {
-        b.iter(|| parse_values(black_box(&bytes)))
+        b.iter(|| parse_values(black_box(&bytes)));
     });
     g.bench_function("pipeline", |b| b.iter(|| pipeline(black_box(&bytes))));
     g.bench_function("parse_value_effective", |b| {
-        b.iter(|| parse_values(black_box(effective)))
+        b.iter(|| parse_values(black_box(effective)));
     });
     g.bench_function("decode", |b| b.iter(|| read_entries(black_box(&bytes))));
     let all = read_entries(&bytes).map_err(|e| anyhow::anyhow!("{label}: {e}"))?;
     g.bench_function("replay", |b| {
-        b.iter_batched(|| all.clone(), replay, BatchSize::PerIteration)
+        b.iter_batched(|| all.clone(), replay, BatchSize::PerIteration);
     });
     let ctx = replay(all);
     let sizes = UsageSizer::default().message_sizes(&ctx.messages);
     g.bench_function("turns", |b| b.iter(|| turns(black_box(ctx.conversation()))));
     g.bench_function("sizing", |b| {
-        b.iter(|| UsageSizer::default().message_sizes(black_box(&ctx.messages)))
+        b.iter(|| UsageSizer::default().message_sizes(black_box(&ctx.messages)));
     });
     g.bench_function("plan", |b| {
-        b.iter(|| plan(black_box(&ctx), black_box(&sizes), DEFAULT_KEEP_TOKENS))
+        b.iter(|| plan(black_box(&ctx), black_box(&sizes), DEFAULT_KEEP_TOKENS));
     });
     let prefix = &ctx.messages[p.prefix()];
     let transcript = render_transcript(prefix);
     g.bench_function("render", |b| {
-        b.iter(|| render_transcript(black_box(prefix)))
+        b.iter(|| render_transcript(black_box(prefix)));
     });
     g.bench_function("copy", |b| {
-        b.iter(|| black_box(transcript.as_bytes()).to_vec())
+        b.iter(|| black_box(transcript.as_bytes()).to_vec());
     });
     g.finish();
     Ok(())
@@ -285,7 +285,7 @@ fn one(c: &mut Criterion<ThreadTime>, dir: &Path, label: &str) -> Result<()> {
 /// `xtask bench __profile STAGE SESSION [REPS]`: runs one stage of [`STAGES`] over a session
 /// `REPS` times (1 by default), for a profiler such as `valgrind --tool=callgrind`
 /// (`docs/benchmarks.md` shows the command). Setup is the same as the benchmark's.
-pub fn profile(args: &[String]) -> Result<()> {
+pub(super) fn profile(args: &[String]) -> Result<()> {
     let [stage, path, rest @ ..] = args else {
         bail!("usage: xtask bench __profile STAGE SESSION [REPS]");
     };
@@ -318,7 +318,7 @@ pub fn profile(args: &[String]) -> Result<()> {
 }
 
 /// Reads the generator's facts that the parent saved beside a session.
-pub fn read_facts(path: &Path) -> Result<Facts> {
+pub(super) fn read_facts(path: &Path) -> Result<Facts> {
     let v: Value = serde_json::from_slice(
         &std::fs::read(path).with_context(|| format!("read {}", path.display()))?,
     )?;
@@ -340,7 +340,7 @@ pub fn read_facts(path: &Path) -> Result<Facts> {
 }
 
 /// Saves the generator's facts beside a session.
-pub fn write_facts(path: &Path, f: &Facts) -> Result<()> {
+pub(super) fn write_facts(path: &Path, f: &Facts) -> Result<()> {
     let v = json!({
         "messages": f.messages,
         "compactions": f.compactions,

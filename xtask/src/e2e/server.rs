@@ -20,19 +20,19 @@ use super::provision::tail;
 
 /// The arguments of one server configuration (the host and port are added by [`Server::start`]).
 #[derive(Clone, Debug)]
-pub struct ServerArgs(Vec<OsString>);
+pub(super) struct ServerArgs(Vec<OsString>);
 
 impl ServerArgs {
     /// One model, one slot, one thread (two threads crawl when another process uses the CPU),
     /// the model's own chat template, a context of `ctx` tokens, and greedy sampling by default
     /// (panto sends no temperature), so that a run answers like the run before it.
-    pub fn single(gguf: &Path, ctx: u32) -> ServerArgs {
+    pub(super) fn single(gguf: &Path, ctx: u32) -> ServerArgs {
         ServerArgs(vec![]).arg("-m").arg(gguf).common(ctx)
     }
 
     /// Router mode: every `NAME.gguf` in `dir` is a model called `NAME`, loaded on first use by
     /// a child server; an unknown name is answered with 400 `model 'x' not found`.
-    pub fn router(dir: &Path, ctx: u32) -> ServerArgs {
+    pub(super) fn router(dir: &Path, ctx: u32) -> ServerArgs {
         ServerArgs(vec![]).arg("--models-dir").arg(dir).common(ctx)
     }
 
@@ -43,13 +43,13 @@ impl ServerArgs {
     }
 
     /// Adds one argument.
-    pub fn arg(mut self, a: impl AsRef<OsStr>) -> ServerArgs {
+    pub(super) fn arg(mut self, a: impl AsRef<OsStr>) -> ServerArgs {
         self.0.push(a.as_ref().to_owned());
         self
     }
 
     /// Adds several arguments.
-    pub fn args<I: IntoIterator<Item = S>, S: AsRef<OsStr>>(mut self, all: I) -> ServerArgs {
+    pub(super) fn args<I: IntoIterator<Item = S>, S: AsRef<OsStr>>(mut self, all: I) -> ServerArgs {
         self.0
             .extend(all.into_iter().map(|a| a.as_ref().to_owned()));
         self
@@ -58,7 +58,7 @@ impl ServerArgs {
 
 /// A running server, stopped when dropped.
 #[derive(Debug)]
-pub struct Server {
+pub(super) struct Server {
     child: Child,
     name: String,
     /// The loopback port it listens on.
@@ -72,7 +72,12 @@ impl Server {
     ///
     /// # Errors
     /// When no port is free or the process cannot start.
-    pub fn start(binary: &Path, args: &ServerArgs, log: &Path, name: &str) -> Result<Server> {
+    pub(super) fn start(
+        binary: &Path,
+        args: &ServerArgs,
+        log: &Path,
+        name: &str,
+    ) -> Result<Server> {
         let port = free_port()?;
         let out =
             fs::File::create(log).with_context(|| format!("cannot create {}", log.display()))?;
@@ -96,7 +101,7 @@ impl Server {
     ///
     /// # Errors
     /// When the process exits first or `timeout` passes; the message quotes the server's log.
-    pub fn wait_healthy(&mut self, timeout: Duration) -> Result<Duration> {
+    pub(super) fn wait_healthy(&mut self, timeout: Duration) -> Result<Duration> {
         let started = Instant::now();
         loop {
             if let Some(status) = self.child.try_wait()? {
@@ -125,7 +130,7 @@ impl Server {
     }
 
     /// `http://127.0.0.1:PORT`.
-    pub fn origin(&self) -> String {
+    pub(super) fn origin(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
     }
 
@@ -160,14 +165,14 @@ impl Drop for Server {
 ///
 /// # Errors
 /// When the system has no free port.
-pub fn free_port() -> Result<u16> {
+pub(super) fn free_port() -> Result<u16> {
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).context("no free loopback port")?;
     Ok(listener.local_addr()?.port())
 }
 
 /// An HTTP answer.
 #[derive(Debug)]
-pub struct Response {
+pub(super) struct Response {
     /// The status code.
     pub status: u16,
     /// The status line and headers, as received.
@@ -178,7 +183,7 @@ pub struct Response {
 
 impl Response {
     /// The value of header `name` (case-insensitive), if present.
-    pub fn header(&self, name: &str) -> Option<&str> {
+    pub(super) fn header(&self, name: &str) -> Option<&str> {
         self.head.lines().skip(1).find_map(|line| {
             let (k, v) = line.split_once(':')?;
             k.trim().eq_ignore_ascii_case(name).then(|| v.trim())
@@ -189,7 +194,7 @@ impl Response {
     ///
     /// # Errors
     /// When the body is not JSON.
-    pub fn json(&self) -> Result<serde_json::Value> {
+    pub(super) fn json(&self) -> Result<serde_json::Value> {
         serde_json::from_slice(&self.body).with_context(|| {
             format!(
                 "the answer is not JSON: {}",
@@ -203,7 +208,12 @@ impl Response {
 ///
 /// # Errors
 /// When the connection fails or the answer is not HTTP.
-pub fn get(port: u16, path: &str, headers: &[(&str, &str)], timeout: Duration) -> Result<Response> {
+pub(super) fn get(
+    port: u16,
+    path: &str,
+    headers: &[(&str, &str)],
+    timeout: Duration,
+) -> Result<Response> {
     request(port, "GET", path, headers, None, timeout)
 }
 
@@ -211,7 +221,7 @@ pub fn get(port: u16, path: &str, headers: &[(&str, &str)], timeout: Duration) -
 ///
 /// # Errors
 /// When the connection fails, times out, or the answer is not HTTP.
-pub fn request(
+pub(super) fn request(
     port: u16,
     method: &str,
     path: &str,
@@ -248,7 +258,7 @@ pub fn request(
 ///
 /// # Errors
 /// When the answer has no status line or a malformed chunk.
-pub fn parse_response(raw: &[u8]) -> Result<Response> {
+pub(super) fn parse_response(raw: &[u8]) -> Result<Response> {
     let end = raw
         .windows(4)
         .position(|w| w == b"\r\n\r\n")

@@ -22,17 +22,17 @@ use super::checks::{self, Expect, Figures};
 use super::server;
 
 /// The model name panto sends to the single-model server (which ignores it).
-pub const MODEL: &str = "smollm2-135m";
+pub(super) const MODEL: &str = "smollm2-135m";
 /// The model a compaction names when panto wrote its own record (no model's summary held).
 const RECORD_ONLY_MODEL: &str = "panto-record";
 /// The model the router serves (`main-model.gguf` in its models folder).
-pub const ROUTED_MODEL: &str = "main-model";
+pub(super) const ROUTED_MODEL: &str = "main-model";
 /// A compaction model the router does not have.
-pub const MISSING_MODEL: &str = "no-such-model";
+pub(super) const MISSING_MODEL: &str = "no-such-model";
 /// The key both servers are started with (`--api-key`).
 /// It shares no run of 8 bytes with the paths the server reports (its model path lies under
 /// the `panto-e2e` cache), since panto scrubs any such piece of a key from what it stores.
-pub const KEY: &str = "Kq7v-x2mZ-e9Lt";
+pub(super) const KEY: &str = "Kq7v-x2mZ-e9Lt";
 /// A key the servers reject.
 const WRONG_KEY: &str = "wrong-e2e-key-4711";
 /// How long one `panto` command may take before it is killed and the scenario fails.
@@ -65,7 +65,7 @@ idle_timeout_secs = 300
 
 /// One of the three protocols llama-server speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Protocol {
+pub(super) enum Protocol {
     /// `/v1/chat/completions`.
     OpenAi,
     /// `/v1/messages`.
@@ -76,14 +76,14 @@ pub enum Protocol {
 
 impl Protocol {
     /// Every protocol, in the order the suite runs them.
-    pub const ALL: [Protocol; 3] = [
+    pub(super) const ALL: [Protocol; 3] = [
         Protocol::OpenAi,
         Protocol::Anthropic,
         Protocol::OpenAiResponses,
     ];
 
     /// The `--provider` value, also the provider name panto records.
-    pub fn flag(self) -> &'static str {
+    pub(super) fn flag(self) -> &'static str {
         match self {
             Protocol::OpenAi => "openai",
             Protocol::Anthropic => "anthropic",
@@ -92,12 +92,12 @@ impl Protocol {
     }
 
     /// Parses a `--provider` value.
-    pub fn parse(s: &str) -> Option<Protocol> {
+    pub(super) fn parse(s: &str) -> Option<Protocol> {
         Protocol::ALL.into_iter().find(|p| p.flag() == s)
     }
 
     /// The base URL a user would give for this protocol.
-    pub fn base_url(self, origin: &str) -> String {
+    pub(super) fn base_url(self, origin: &str) -> String {
         match self {
             Protocol::Anthropic => origin.to_owned(),
             Protocol::OpenAi | Protocol::OpenAiResponses => format!("{origin}/v1"),
@@ -105,7 +105,7 @@ impl Protocol {
     }
 
     /// The variable panto reads the key from.
-    pub fn key_var(self) -> &'static str {
+    pub(super) fn key_var(self) -> &'static str {
         match self {
             Protocol::Anthropic => "ANTHROPIC_API_KEY",
             Protocol::OpenAi | Protocol::OpenAiResponses => "OPENAI_API_KEY",
@@ -115,7 +115,7 @@ impl Protocol {
 
 /// A server the scenarios talk to.
 #[derive(Clone, Debug)]
-pub struct Target {
+pub(super) struct Target {
     /// `http://127.0.0.1:PORT`.
     pub origin: String,
     /// Its port.
@@ -128,7 +128,7 @@ pub struct Target {
 
 /// Everything the scenarios need.
 #[derive(Debug)]
-pub struct Setup {
+pub(super) struct Setup {
     /// The `panto` binary.
     pub panto: PathBuf,
     /// The run's work folder.
@@ -152,7 +152,7 @@ pub struct Setup {
 
 /// A compaction a scenario performed, for the report.
 #[derive(Debug)]
-pub struct Compaction {
+pub(super) struct Compaction {
     /// `overflow`, `manual` or `fallback`.
     pub kind: &'static str,
     /// The entry's figures.
@@ -372,7 +372,7 @@ fn prompt_files(dir: &Path) -> BTreeSet<PathBuf> {
 }
 
 /// A long user message: about a third of the window of plain, varied facts.
-pub fn note(i: usize, sentences: usize) -> String {
+pub(super) fn note(i: usize, sentences: usize) -> String {
     const COLOURS: [&str; 8] = [
         "red", "blue", "green", "yellow", "black", "white", "grey", "brown",
     ];
@@ -401,7 +401,7 @@ pub fn note(i: usize, sentences: usize) -> String {
 
 /// Sends until the real server rejects a request for its size; checks the one compaction, the
 /// retry, the replay, the usage and the server's side of it.
-pub fn overflow(setup: &Setup, p: Protocol) -> Result<Compaction> {
+pub(super) fn overflow(setup: &Setup, p: Protocol) -> Result<Compaction> {
     let panto = setup.panto(p, "overflow", false)?;
     let s = "overflow.jsonl";
     for message in [
@@ -451,7 +451,7 @@ pub fn overflow(setup: &Setup, p: Protocol) -> Result<Compaction> {
 /// Overflow recovery on a conversation at least [`FOLD_WINDOWS`] windows long (written to the
 /// session directly, as an imported session would be): the built-in prompt, a prefix that no
 /// one request can hold, so the compaction folds it through several requests.
-pub fn overflow_twice(setup: &Setup, p: Protocol) -> Result<Compaction> {
+pub(super) fn overflow_twice(setup: &Setup, p: Protocol) -> Result<Compaction> {
     let panto = setup.panto(p, "overflow-twice", false)?;
     let s = "twice.jsonl";
     // Notes of a third of the window each, with short answers: enough for FOLD_WINDOWS windows.
@@ -697,7 +697,7 @@ fn p_flag(panto: &Panto<'_>) -> &'static str {
 }
 
 /// A manual compaction with instructions and the built-in prompt.
-pub fn manual(setup: &Setup, p: Protocol) -> Result<Compaction> {
+pub(super) fn manual(setup: &Setup, p: Protocol) -> Result<Compaction> {
     let panto = setup.panto(p, "manual", false)?;
     let s = "manual.jsonl";
     for message in [
@@ -769,10 +769,10 @@ pub fn manual(setup: &Setup, p: Protocol) -> Result<Compaction> {
 
 /// A compaction model the router does not have: the active model writes the summary.
 ///
-/// SmolLM2 sometimes answers this request with one phrase repeated, which panto refuses
+/// `SmolLM2` sometimes answers this request with one phrase repeated, which panto refuses
 /// (docs/compaction.md, "2d"): then both models failed, the command exits 1 naming both causes,
 /// and nothing is written. That outcome still shows the fallback, and is accepted as such.
-pub fn fallback(setup: &Setup, p: Protocol) -> Result<Option<Compaction>> {
+pub(super) fn fallback(setup: &Setup, p: Protocol) -> Result<Option<Compaction>> {
     let panto = setup.panto(p, "fallback", true)?;
     let s = "fallback.jsonl";
     for message in ["My dog is called Rex.", "What is my dog called?"] {
@@ -844,7 +844,7 @@ pub fn fallback(setup: &Setup, p: Protocol) -> Result<Option<Compaction>> {
 
 /// `panto chat` with a pause longer than the server's 5 s keep-alive between two turns: the
 /// second turn must go through on the first attempt.
-pub fn chat_pause(setup: &Setup, p: Protocol) -> Result<()> {
+pub(super) fn chat_pause(setup: &Setup, p: Protocol) -> Result<()> {
     let mut panto = setup.panto(p, "chat", false)?;
     panto.log_filter = Some("panto_providers=debug".to_owned());
     let session = panto.dir.join("chat.jsonl");
@@ -887,7 +887,7 @@ pub fn chat_pause(setup: &Setup, p: Protocol) -> Result<()> {
 }
 
 /// A wrong key: exit 1 with a hint naming the variable, no compaction, the key nowhere.
-pub fn wrong_key(setup: &Setup, p: Protocol) -> Result<()> {
+pub(super) fn wrong_key(setup: &Setup, p: Protocol) -> Result<()> {
     let mut panto = setup.panto(p, "wrong-key", false)?;
     panto.key = WRONG_KEY.to_owned();
     let run = panto.run(&["send", "k.jsonl", "Hello?"])?.expect(1)?;
@@ -911,7 +911,7 @@ pub fn wrong_key(setup: &Setup, p: Protocol) -> Result<()> {
 
 /// An answer cut at the output limit is recorded as `max_tokens` (on `/v1/responses` the server
 /// says `completed` all the same; the adapter reads the cut from the output count).
-pub fn truncated(setup: &Setup, p: Protocol) -> Result<()> {
+pub(super) fn truncated(setup: &Setup, p: Protocol) -> Result<()> {
     let panto = setup.panto(p, "truncated", false)?;
     fs::write(
         panto.dir.join(".panto/config.toml"),
@@ -943,7 +943,7 @@ pub fn truncated(setup: &Setup, p: Protocol) -> Result<()> {
 
 /// The server sends `:` comment lines while it processes a long prompt (every second here), in
 /// the same streams panto reads: the long notes of the overflow scenario arrive behind them.
-pub fn pings(setup: &Setup, p: Protocol) -> Result<()> {
+pub(super) fn pings(setup: &Setup, p: Protocol) -> Result<()> {
     let text = note(100 + p as usize, setup.note_sentences);
     let message = serde_json::json!([{"role": "user", "content": text}]);
     let (path, body) = match p {

@@ -137,7 +137,7 @@ fn a_replay_that_differs_from_the_file_is_rejected() {
     dropped["messages"].as_array_mut().unwrap().pop();
     let mut reordered = good.clone();
     reordered["messages"].as_array_mut().unwrap().swap(1, 2);
-    let mut old_head = good.clone();
+    let mut old_head = good;
     old_head["messages"]
         .as_array_mut()
         .unwrap()

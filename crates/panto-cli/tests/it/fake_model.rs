@@ -10,7 +10,7 @@ use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
 
 /// The wire protocol the server speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Protocol {
+pub(crate) enum Protocol {
     Anthropic,
     OpenAiChat,
     OpenAiResponses,
@@ -18,7 +18,7 @@ pub enum Protocol {
 }
 
 impl Protocol {
-    pub const ALL: [Protocol; 4] = [
+    pub(crate) const ALL: [Protocol; 4] = [
         Protocol::Anthropic,
         Protocol::OpenAiChat,
         Protocol::OpenAiResponses,
@@ -26,7 +26,7 @@ impl Protocol {
     ];
 
     /// The `--provider` value.
-    pub fn flag(self) -> &'static str {
+    pub(crate) fn flag(self) -> &'static str {
         match self {
             Protocol::Anthropic => "anthropic",
             Protocol::OpenAiChat => "openai",
@@ -36,7 +36,7 @@ impl Protocol {
     }
 
     /// The key variable the binary reads.
-    pub fn key_var(self) -> &'static str {
+    pub(crate) fn key_var(self) -> &'static str {
         match self {
             Protocol::Anthropic => "ANTHROPIC_API_KEY",
             Protocol::OpenAiChat | Protocol::OpenAiResponses => "OPENAI_API_KEY",
@@ -45,7 +45,7 @@ impl Protocol {
     }
 
     /// The base URL to give the binary for a server at `uri`.
-    pub fn base_url(self, uri: &str) -> String {
+    pub(crate) fn base_url(self, uri: &str) -> String {
         match self {
             Protocol::Anthropic | Protocol::Gemini => uri.to_owned(),
             Protocol::OpenAiChat | Protocol::OpenAiResponses => format!("{uri}/v1"),
@@ -55,7 +55,7 @@ impl Protocol {
 
 /// One request the server saw.
 #[derive(Clone, Debug)]
-pub struct Seen {
+pub(crate) struct Seen {
     /// The model named by the request.
     pub model: String,
     /// The system prompt.
@@ -72,7 +72,7 @@ pub struct Seen {
 
 /// How the fake model behaves.
 #[derive(Clone)]
-pub struct FakeModel {
+pub(crate) struct FakeModel {
     pub protocol: Protocol,
     /// Conversation requests larger than this many bytes overflow.
     pub limit: usize,
@@ -90,7 +90,7 @@ pub struct FakeModel {
 
 /// `panto chat c.jsonl` with `fake-model` at `server` over `protocol`, a keep budget of 10
 /// tokens, and the protocol's key set.
-pub fn chat_command(
+pub(crate) fn chat_command(
     sb: &crate::support::Sandbox,
     protocol: Protocol,
     server: &str,
@@ -113,7 +113,7 @@ pub fn chat_command(
 }
 
 impl FakeModel {
-    pub fn new(protocol: Protocol, limit: usize) -> FakeModel {
+    pub(crate) fn new(protocol: Protocol, limit: usize) -> FakeModel {
         FakeModel {
             protocol,
             limit,
@@ -126,7 +126,7 @@ impl FakeModel {
     }
 
     /// Starts a server answering every POST with this model.
-    pub async fn start(self) -> MockServer {
+    pub(crate) async fn start(self) -> MockServer {
         let server = MockServer::start().await;
         Mock::given(method("POST"))
             .respond_with(self)
@@ -135,7 +135,7 @@ impl FakeModel {
         server
     }
 
-    pub fn seen(&self) -> Vec<Seen> {
+    pub(crate) fn seen(&self) -> Vec<Seen> {
         self.log.lock().unwrap().clone()
     }
 

@@ -150,7 +150,7 @@ fn httpdate_in(secs: u64) -> String {
     )
 }
 
-/// `panto send` against `base` with the OpenAI protocol and extra `args`.
+/// `panto send` against `base` with the `OpenAI` protocol and extra `args`.
 fn send_command(sb: &Sandbox, base: &str, session: &str, prompt: &str, args: &[&str]) -> Command {
     let mut all = vec![
         "send",

@@ -11,20 +11,20 @@ use rustix::pty::{OpenptFlags, grantpt, openpt, ptsname, unlockpt};
 use tempfile::TempDir;
 
 /// A sandbox: a working directory and a user configuration folder.
-pub struct Sandbox {
+pub(crate) struct Sandbox {
     pub dir: TempDir,
     pub user_config: PathBuf,
 }
 
 /// The outcome of one run.
-pub struct Run {
+pub(crate) struct Run {
     pub code: i32,
     pub stdout: String,
     pub stderr: String,
 }
 
 impl Sandbox {
-    pub fn new() -> Sandbox {
+    pub(crate) fn new() -> Sandbox {
         let dir = tempfile::tempdir().expect("temp dir");
         let user_config = dir.path().join("user-config");
         std::fs::create_dir_all(&user_config).unwrap();
@@ -33,12 +33,12 @@ impl Sandbox {
     }
 
     /// The working directory the binary runs in.
-    pub fn work(&self) -> PathBuf {
+    pub(crate) fn work(&self) -> PathBuf {
         self.dir.path().join("work")
     }
 
     /// Copies an example session of the repository into the sandbox, returning its path.
-    pub fn example(&self, name: &str) -> PathBuf {
+    pub(crate) fn example(&self, name: &str) -> PathBuf {
         let src = repo_root().join("examples/sessions").join(name);
         let dst = self.work().join(name);
         std::fs::copy(&src, &dst).unwrap_or_else(|e| panic!("copy {}: {e}", src.display()));
@@ -46,7 +46,7 @@ impl Sandbox {
     }
 
     /// Writes a file under the working directory.
-    pub fn write(&self, rel: &str, text: &str) -> PathBuf {
+    pub(crate) fn write(&self, rel: &str, text: &str) -> PathBuf {
         let path = self.work().join(rel);
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent).unwrap();
@@ -56,7 +56,7 @@ impl Sandbox {
     }
 
     /// A command for the binary with a clean environment.
-    pub fn command(&self, args: &[&str]) -> Command {
+    pub(crate) fn command(&self, args: &[&str]) -> Command {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_panto"));
         cmd.args(args)
             .current_dir(self.work())
@@ -69,19 +69,19 @@ impl Sandbox {
     }
 
     /// `panto send s.jsonl hi` to an OpenAI-compatible server at `base` (with its `/v1`).
-    pub fn send_openai(&self, base: &str) -> Command {
+    pub(crate) fn send_openai(&self, base: &str) -> Command {
         self.openai(&["send", "s.jsonl", "hi"], base)
     }
 
     /// `panto ARGS` with model `m` of an OpenAI-compatible server at `base` (with its `/v1`).
-    pub fn openai(&self, args: &[&str], base: &str) -> Command {
+    pub(crate) fn openai(&self, args: &[&str], base: &str) -> Command {
         let mut all = args.to_vec();
         all.extend(["--provider", "openai", "--model", "m", "--base-url", base]);
         self.command(&all)
     }
 
     /// Runs `cmd` (a `chat`) with `input` on its standard input, off the async runtime.
-    pub fn chat_with_input(&self, mut cmd: Command, input: &str) -> Output {
+    pub(crate) fn chat_with_input(&self, mut cmd: Command, input: &str) -> Output {
         use std::io::Write;
         cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -96,11 +96,11 @@ impl Sandbox {
     }
 
     /// Runs the binary and collects its output.
-    pub fn run(&self, args: &[&str]) -> Run {
+    pub(crate) fn run(&self, args: &[&str]) -> Run {
         self.run_with(self.command(args))
     }
 
-    pub fn run_with(&self, mut cmd: Command) -> Run {
+    pub(crate) fn run_with(&self, mut cmd: Command) -> Run {
         let out: Output = cmd.output().expect("run panto");
         Run {
             code: out.status.code().unwrap_or(-1),
@@ -113,7 +113,7 @@ impl Sandbox {
 impl Run {
     /// Asserts the exit code, showing the output when it differs.
     #[track_caller]
-    pub fn expect_code(&self, code: i32) -> &Run {
+    pub(crate) fn expect_code(&self, code: i32) -> &Run {
         assert_eq!(
             self.code, code,
             "exit code\n--- stdout\n{}\n--- stderr\n{}",
@@ -124,13 +124,13 @@ impl Run {
 
     /// Parses stdout as one JSON document.
     #[track_caller]
-    pub fn json(&self) -> serde_json::Value {
+    pub(crate) fn json(&self) -> serde_json::Value {
         serde_json::from_str(&self.stdout)
             .unwrap_or_else(|e| panic!("stdout is not one JSON document ({e}):\n{}", self.stdout))
     }
 }
 
-pub fn repo_root() -> PathBuf {
+pub(crate) fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .ancestors()
         .nth(2)
@@ -139,7 +139,7 @@ pub fn repo_root() -> PathBuf {
 }
 
 /// Replaces the sandbox path in text, so snapshots do not depend on it.
-pub fn scrub(text: &str, sandbox: &Sandbox) -> String {
+pub(crate) fn scrub(text: &str, sandbox: &Sandbox) -> String {
     text.replace(&sandbox.work().display().to_string(), "[work]")
         .replace(&sandbox.dir.path().display().to_string(), "[sandbox]")
 }
@@ -160,14 +160,14 @@ fn open_pty() -> (std::os::fd::OwnedFd, File) {
 
 /// Which output of the binary goes to a pseudo-terminal.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Tty {
+pub(crate) enum Tty {
     Stdout,
     Stderr,
 }
 
 /// Runs `cmd` with stdout or stderr on a fresh pseudo-terminal and the other piped. Returns
 /// the run, whose field for the terminal's stream holds what the terminal received.
-pub fn run_on_terminal(mut cmd: Command, tty: Tty) -> Run {
+pub(crate) fn run_on_terminal(mut cmd: Command, tty: Tty) -> Run {
     // A terminal that can show colour.
     cmd.env("TERM", "xterm-256color");
     let (master, slave) = open_pty();
@@ -211,7 +211,7 @@ pub fn run_on_terminal(mut cmd: Command, tty: Tty) -> Run {
 /// A program running on a whole pseudo-terminal (standard input, output and error), as under
 /// a terminal emulator: keys are typed into it, Ctrl-C is delivered as the terminal driver
 /// delivers it (SIGINT), and what it drew is read back.
-pub struct Terminal {
+pub(crate) struct Terminal {
     child: std::process::Child,
     keys: File,
     seen: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
@@ -227,11 +227,11 @@ impl Drop for Terminal {
 }
 
 /// The columns of the test terminal.
-pub const COLUMNS: usize = 120;
+pub(crate) const COLUMNS: usize = 120;
 
 impl Terminal {
     /// Starts `cmd` with a fresh 120x40 pseudo-terminal as its standard streams.
-    pub fn spawn(mut cmd: Command) -> Terminal {
+    pub(crate) fn spawn(mut cmd: Command) -> Terminal {
         cmd.env("TERM", "xterm-256color");
         let (master, slave) = open_pty();
         let size = rustix::termios::Winsize {
@@ -271,7 +271,7 @@ impl Terminal {
     }
 
     /// Types `keys` (text, or escape sequences such as `\x1b[D` for the left arrow).
-    pub fn type_keys(&mut self, keys: &str) {
+    pub(crate) fn type_keys(&mut self, keys: &str) {
         use std::io::Write;
         self.keys.write_all(keys.as_bytes()).unwrap();
         self.keys.flush().unwrap();
@@ -279,13 +279,13 @@ impl Terminal {
 
     /// Presses Ctrl-C while the program is not reading keys itself: the terminal driver turns
     /// it into SIGINT for the program.
-    pub fn interrupt(&self) {
+    pub(crate) fn interrupt(&self) {
         let pid = rustix::process::Pid::from_child(&self.child);
         rustix::process::kill_process(pid, rustix::process::Signal::INT).unwrap();
     }
 
     /// Everything the terminal has received so far.
-    pub fn raw(&self) -> String {
+    pub(crate) fn raw(&self) -> String {
         String::from_utf8_lossy(&self.seen.lock().unwrap()).into_owned()
     }
 
@@ -306,7 +306,7 @@ impl Terminal {
 
     /// Waits until the terminal has received `needle` `times` times in all.
     #[track_caller]
-    pub fn wait_for(&self, needle: &str, times: usize) {
+    pub(crate) fn wait_for(&self, needle: &str, times: usize) {
         self.wait_until(
             &format!("{needle:?} did not appear {times} time(s)"),
             |raw| raw.matches(needle).count() >= times,
@@ -316,7 +316,7 @@ impl Terminal {
     /// Waits until the last line on the screen is an empty prompt `>`. Call it after waiting
     /// for what the previous line caused, so that it is not the old prompt.
     #[track_caller]
-    pub fn wait_for_prompt(&self) {
+    pub(crate) fn wait_for_prompt(&self) {
         self.wait_until("no prompt", |raw| {
             screen(raw).last().map(String::as_str) == Some(">")
         });
@@ -325,7 +325,7 @@ impl Terminal {
     /// Types `line` and Enter, waits until `shown` has appeared `times` times in all, then for
     /// the next prompt.
     #[track_caller]
-    pub fn enter(&mut self, line: &str, shown: &str, times: usize) {
+    pub(crate) fn enter(&mut self, line: &str, shown: &str, times: usize) {
         self.type_keys(&format!("{line}\r"));
         self.wait_for(shown, times);
         self.wait_for_prompt();
@@ -333,7 +333,7 @@ impl Terminal {
 
     /// Waits (up to 30 s) for the program to end; its exit code and everything it drew.
     #[track_caller]
-    pub fn finish(mut self) -> (i32, String) {
+    pub(crate) fn finish(mut self) -> (i32, String) {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
         let status = loop {
             if let Some(status) = self.child.try_wait().unwrap() {
@@ -357,7 +357,7 @@ impl Terminal {
 /// (scrollback included), without trailing blanks. It follows the cursor through the moves
 /// and erasures programs use for spinners and line editing (`\r`, backspace, CSI `A` `B` `C`
 /// `D` `G` `K` `J`) and wraps long lines; colours and modes are ignored.
-pub fn screen(raw: &str) -> Vec<String> {
+pub(crate) fn screen(raw: &str) -> Vec<String> {
     let mut lines: Vec<Vec<char>> = vec![Vec::new()];
     let (mut row, mut col) = (0usize, 0usize);
     let mut chars = raw.chars().peekable();
@@ -443,7 +443,7 @@ pub fn screen(raw: &str) -> Vec<String> {
         .into_iter()
         .map(|l| l.into_iter().collect::<String>().trim_end().to_owned())
         .collect();
-    while shown.last().is_some_and(|l| l.is_empty()) {
+    while shown.last().is_some_and(String::is_empty) {
         shown.pop();
     }
     shown

@@ -194,7 +194,7 @@ proptest! {
             provider.push_text(s);
         }
         let mut c = compactor(ModelRef::new(provider.clone(), "big"), keep);
-        let mut log = MemoryLog::with_entries(first.clone());
+        let mut log = MemoryLog::with_entries(first);
         for k in 0..3 {
             if k > 0 {
                 let mut more = later[k - 1].messages.clone();

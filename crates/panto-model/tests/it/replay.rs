@@ -58,7 +58,7 @@ proptest! {
         let append = compaction_append(&s.messages, keep_from, "c1");
         let new_bytes: Vec<u8> = append.iter().flat_map(|e| encode_line(e).into_bytes()).collect();
         let old = replay(history.clone()).messages;
-        let mut all = history.clone();
+        let mut all = history;
         all.extend(append);
         let new = replay(all).messages;
         // Replay depends only on which appended lines are complete, so replay once per count.
@@ -74,7 +74,7 @@ proptest! {
             });
             prop_assert!(ok, "cut at {} of {}", cut, new_bytes.len());
         }
-        let mut file = old_bytes.clone();
+        let mut file = old_bytes;
         file.extend_from_slice(&new_bytes);
         prop_assert_eq!(replay(read_entries(&file).unwrap()).messages, new);
     }

@@ -41,7 +41,7 @@ fn check_invariants(messages: &[Message]) -> Result<(), TestCaseError> {
 proptest! {
     #[test]
     fn turns_are_the_turns_the_session_was_built_from(s in session(6)) {
-        prop_assert_eq!(turns(&s.messages), s.turns.clone());
+        prop_assert_eq!(turns(&s.messages), s.turns);
         check_invariants(&s.messages)?;
     }
 

@@ -13,6 +13,10 @@ mod rules;
 mod signals;
 
 #[cfg(test)]
+#[allow(
+    clippy::disallowed_methods,
+    reason = "tests read and write their fixtures directly"
+)]
 mod tests;
 
 use std::time::Duration;
@@ -29,9 +33,9 @@ use signals::Signals;
 pub enum Protocol {
     /// Anthropic Messages (also Bedrock and Vertex serving Claude).
     Anthropic,
-    /// OpenAI Chat Completions and every server that copies it.
+    /// `OpenAI` Chat Completions and every server that copies it.
     OpenAiChat,
-    /// OpenAI Responses.
+    /// `OpenAI` Responses.
     OpenAiResponses,
     /// Google Gemini (generativelanguage and Vertex).
     Gemini,
@@ -155,7 +159,7 @@ pub fn explain_stream_error(protocol: Protocol, payload: &Value) -> Classificati
     classify(protocol, signals.embedded_status, None, &signals)
 }
 
-/// Recognises a 2xx JSON body that is really an error (OpenRouter answering 200 with an `error`
+/// Recognises a 2xx JSON body that is really an error (`OpenRouter` answering 200 with an `error`
 /// object and no `choices`, a Responses body with `status: "failed"`, an Anthropic
 /// `{"type":"error"}`): `Some` with the classified error when it is one, `None` for a normal
 /// answer (including one whose `error` is `null` or empty).

@@ -139,7 +139,7 @@ pub(super) struct Sizes {
 
 impl Sizes {
     /// Reads the sizes out of normalised text.
-    pub fn read(text: &str) -> Sizes {
+    pub(super) fn read(text: &str) -> Sizes {
         let mut sizes = Sizes::default();
         for pattern in SIZE_PATTERNS {
             if let Some(found) = match_pattern(pattern, text) {
@@ -160,7 +160,7 @@ impl Sizes {
     }
 
     /// The input size: stated, or the whole request less the output, or the whole request.
-    pub fn input_tokens(&self) -> Option<u64> {
+    pub(super) fn input_tokens(&self) -> Option<u64> {
         self.input.or(match (self.total, self.output) {
             (Some(total), Some(output)) => total.checked_sub(output),
             (total, _) => total,
@@ -168,13 +168,13 @@ impl Sizes {
     }
 
     /// Whether the input size or the limit is known.
-    pub fn any(&self) -> bool {
+    pub(super) fn any(&self) -> bool {
         self.input_tokens().is_some() || self.limit.is_some()
     }
 
     /// Whether the requested output alone fills the window, or leaves it less than
     /// [`MIN_INPUT_ROOM`] tokens for the input; then compacting the input cannot help.
-    pub fn output_fills_window(&self) -> bool {
+    pub(super) fn output_fills_window(&self) -> bool {
         if self.input_room.is_some_and(|room| room < MIN_INPUT_ROOM) {
             return true;
         }

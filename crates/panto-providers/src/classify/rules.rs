@@ -159,7 +159,7 @@ pub(super) const RATE_LIMIT_CODES: &[&str] = &[
     "google.rpc.quotafailure",
     "google.rpc.retryinfo",
 ];
-/// OpenAI and Groq put the kind of rate limit in `type`.
+/// `OpenAI` and Groq put the kind of rate limit in `type`.
 pub(super) const OPENAI_RATE_TYPES: &[&str] = &["tokens", "requests", "tokens_usage_based"];
 pub(super) const RATE_LIMIT_WORDS: &[&str] = &[
     "rate limit",

@@ -42,7 +42,7 @@ pub(super) struct Signals {
 
 impl Signals {
     /// Reads the raw body of an HTTP answer.
-    pub fn from_body(body: &[u8]) -> Signals {
+    pub(super) fn from_body(body: &[u8]) -> Signals {
         let trimmed = trim_bytes(body);
         if trimmed.is_empty() {
             return Signals {
@@ -66,7 +66,7 @@ impl Signals {
     }
 
     /// Reads a JSON payload: an SSE event's data, or a 2xx body.
-    pub fn from_value(value: &Value) -> Signals {
+    pub(super) fn from_value(value: &Value) -> Signals {
         let mut walk = Walk::default();
         walk.value(value, 0, false);
         let message = display_message(value, 0).unwrap_or_else(|| compact_json(value));
@@ -249,7 +249,7 @@ fn embedded_json(s: &str) -> Option<Value> {
 }
 
 /// The provider's own message: `error.message`, a string `error`, a top-level `message`,
-/// `response.error.message` (OpenAI `response.failed`), `detail`, in that order, looking
+/// `response.error.message` (`OpenAI` `response.failed`), `detail`, in that order, looking
 /// inside JSON carried by strings. A gateway's generic message is completed with the upstream
 /// one (`metadata.raw`, or a sentence in `param`).
 fn display_message(value: &Value, depth: usize) -> Option<String> {
@@ -468,7 +468,7 @@ fn truncate_bytes(s: &str, max: usize) -> &str {
 const SECRET_PREFIXES: &[&str] = &["sk-", "sk_", "AIza", "xai-", "gsk_", "key="];
 
 /// Replaces anything that looks like an API key with `[redacted]`, so that no credential
-/// reaches an error message (OpenAI echoes a masked key; a proxy may echo a URL with `key=`).
+/// reaches an error message (`OpenAI` echoes a masked key; a proxy may echo a URL with `key=`).
 pub(super) fn redact_secrets(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     let mut rest = s;

@@ -398,8 +398,7 @@ fn text_of(case: &Value) -> String {
             .iter()
             .rev()
             .find(|e| e["data"].get("error").is_some() || e["data"].get("response").is_some())
-            .map(|e| e["data"].clone())
-            .unwrap_or(Value::Null),
+            .map_or(Value::Null, |e| e["data"].clone()),
         None => case["body"].clone(),
     };
     let signals = super::signals::Signals::from_value(&payload);

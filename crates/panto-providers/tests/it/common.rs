@@ -16,10 +16,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
 /// The key every test adapter uses; no output may ever contain it.
-pub const KEY: &str = "sk-test-SECRET-7f3a9c1e5b";
+pub(crate) const KEY: &str = "sk-test-SECRET-7f3a9c1e5b";
 
 /// A configuration for a loopback server: tiny retry delays, short timeouts.
-pub fn config(base: &str) -> Config {
+pub(crate) fn config(base: &str) -> Config {
     let mut config = Config::new(base, KEY);
     config.retry = RetryPolicy {
         max_retries: 3,
@@ -33,10 +33,10 @@ pub fn config(base: &str) -> Config {
 }
 
 /// What reached the event sink, one string per event.
-pub type Events = Vec<String>;
+pub(crate) type Events = Vec<String>;
 
 /// Runs one request, recording the events.
-pub async fn run(
+pub(crate) async fn run(
     provider: &dyn Provider,
     request: &Request,
 ) -> (Result<Message, ProviderError>, Events) {
@@ -60,7 +60,7 @@ pub async fn run(
 }
 
 /// The kind of an error, in one word, for event logs.
-pub fn kind(error: &ProviderError) -> &'static str {
+pub(crate) fn kind(error: &ProviderError) -> &'static str {
     match error {
         ProviderError::RateLimited { .. } => "rate-limited",
         ProviderError::Server { .. } => "server",
@@ -71,7 +71,7 @@ pub fn kind(error: &ProviderError) -> &'static str {
 }
 
 /// A one-message request.
-pub fn hello() -> Request {
+pub(crate) fn hello() -> Request {
     Request::new(
         "test-model",
         "Be brief.",
@@ -87,7 +87,7 @@ fn png() -> Value {
 /// A conversation that exercises every rendering rule: a compaction at the head, an image,
 /// signed and unsigned thinking, parallel tool calls, a result with text and an image, a failed
 /// result, an unknown block, an interrupted call, an orphan result, and tools.
-pub fn conversation() -> Request {
+pub(crate) fn conversation() -> Request {
     let messages = vec![
         Message::compaction(
             "The user is fixing a flaky test in src/lib.rs; the cause is a race in the cache.",
@@ -186,7 +186,7 @@ pub fn conversation() -> Request {
 }
 
 /// A stream of named events (`event:` then `data:`).
-pub fn sse(events: &[(&str, Value)]) -> String {
+pub(crate) fn sse(events: &[(&str, Value)]) -> String {
     events
         .iter()
         .map(|(name, data)| format!("event: {name}\ndata: {data}\n\n"))
@@ -194,7 +194,7 @@ pub fn sse(events: &[(&str, Value)]) -> String {
 }
 
 /// A stream of unnamed `data:` events; strings are sent as they are (`[DONE]`).
-pub fn data_stream(chunks: &[Value]) -> String {
+pub(crate) fn data_stream(chunks: &[Value]) -> String {
     chunks
         .iter()
         .map(|c| match c {
@@ -206,7 +206,7 @@ pub fn data_stream(chunks: &[Value]) -> String {
 
 /// The request a server received, as a JSON value for a snapshot: method, path and query, the
 /// headers that matter (the key replaced by `[api key]` after checking it), and the body.
-pub fn request_snapshot(request: &wiremock::Request) -> Value {
+pub(crate) fn request_snapshot(request: &wiremock::Request) -> Value {
     let mut headers = serde_json::Map::new();
     for name in [
         "content-type",
@@ -242,7 +242,7 @@ pub fn request_snapshot(request: &wiremock::Request) -> Value {
 }
 
 /// The JSON bodies a wiremock server received, in order.
-pub async fn bodies(server: &wiremock::MockServer) -> Vec<Value> {
+pub(crate) async fn bodies(server: &wiremock::MockServer) -> Vec<Value> {
     server
         .received_requests()
         .await
@@ -254,7 +254,7 @@ pub async fn bodies(server: &wiremock::MockServer) -> Vec<Value> {
 
 /// One step of a raw server's answer.
 #[derive(Clone, Debug)]
-pub enum Step {
+pub(crate) enum Step {
     /// Write these bytes.
     Write(Vec<u8>),
     /// Wait.
@@ -263,13 +263,13 @@ pub enum Step {
 
 /// A raw HTTP server on loopback that answers every connection with the same steps, then
 /// closes it. Counts connections.
-pub struct RawServer {
+pub(crate) struct RawServer {
     pub base: String,
     pub connections: Arc<AtomicUsize>,
 }
 
 impl RawServer {
-    pub async fn start(steps: Vec<Step>) -> RawServer {
+    pub(crate) async fn start(steps: Vec<Step>) -> RawServer {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         let connections = Arc::new(AtomicUsize::new(0));
@@ -301,13 +301,13 @@ impl RawServer {
         RawServer { base, connections }
     }
 
-    pub fn connections(&self) -> usize {
+    pub(crate) fn connections(&self) -> usize {
         self.connections.load(Ordering::SeqCst)
     }
 }
 
 /// Reads one request: headers, then `Content-Length` bytes of body.
-pub async fn read_request(socket: &mut tokio::net::TcpStream) {
+pub(crate) async fn read_request(socket: &mut tokio::net::TcpStream) {
     let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];
     loop {
@@ -340,19 +340,19 @@ pub async fn read_request(socket: &mut tokio::net::TcpStream) {
 }
 
 /// The head of a chunked streaming answer.
-pub fn sse_head() -> Vec<u8> {
+pub(crate) fn sse_head() -> Vec<u8> {
     b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
         .to_vec()
 }
 
 /// One HTTP/1.1 chunk holding `data`.
-pub fn chunk(data: &str) -> Vec<u8> {
+pub(crate) fn chunk(data: &str) -> Vec<u8> {
     format!("{:x}\r\n{data}\r\n", data.len()).into_bytes()
 }
 
 /// Asserts an error is a malformed-response error.
 #[track_caller]
-pub fn assert_malformed(result: &Result<Message, ProviderError>) {
+pub(crate) fn assert_malformed(result: &Result<Message, ProviderError>) {
     assert!(
         matches!(result, Err(ProviderError::MalformedResponse { .. })),
         "{result:?}"

@@ -1,4 +1,4 @@
-//! The OpenAI Chat Completions adapter: request shape, answers (JSON and SSE), errors.
+//! The `OpenAI` Chat Completions adapter: request shape, answers (JSON and SSE), errors.
 
 use panto_model::{ContentBlock, Message, Role, ThinkingBlock, Usage};
 use panto_provider::ProviderError;

@@ -1,4 +1,4 @@
-//! The OpenAI Responses adapter: request shape, answers (JSON and SSE), errors.
+//! The `OpenAI` Responses adapter: request shape, answers (JSON and SSE), errors.
 
 use panto_model::{ContentBlock, Extra, Message, Role, ThinkingBlock, Usage};
 use panto_provider::ProviderError;

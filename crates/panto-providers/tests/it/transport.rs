@@ -1,4 +1,4 @@
-//! Retries, Retry-After, timeouts and broken connections, through the OpenAI Chat adapter (the
+//! Retries, Retry-After, timeouts and broken connections, through the `OpenAI` Chat adapter (the
 //! transport is shared by every adapter).
 
 use std::time::{Duration, Instant};

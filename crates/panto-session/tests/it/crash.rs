@@ -75,8 +75,8 @@ fn check_every_cut(
     );
 
     let extra = user("after the crash");
-    let old_then = messages_of(&[history.clone(), vec![extra.clone()]].concat());
-    let new_then = messages_of(&[all.clone(), vec![extra.clone()]].concat());
+    let old_then = messages_of(&[history, vec![extra.clone()]].concat());
+    let new_then = messages_of(&[all, vec![extra.clone()]].concat());
     for cut in old_bytes.len()..=new_bytes.len() {
         // A new file each time: rewriting one file from zero length makes some file
         // systems flush it on close, which would make this test slow.

@@ -161,7 +161,7 @@ fn unknown_fields_survive_a_kept_copy_byte_for_byte() {
     );
     let s = session_with(&path, format!("{line}\n").as_bytes());
     let m = s.load_context().unwrap().context.messages[0].clone();
-    let mut copy = m.clone();
+    let mut copy = m;
     copy.id = Some("a2".into());
     copy.extra.insert(KEPT_BY.into(), json!("c1"));
     s.append(&[Entry::Message(copy)]).unwrap();

@@ -1,6 +1,16 @@
 //! Integration tests of the session store: appends, loading, crash cuts, concurrent writers,
 //! mutated files and the exact error messages.
 
+// Tests fail loudly and handle their own fixture files: unwrapping, reading and writing files
+// directly, and sleeping in a helper thread are what they are for.
+#![allow(
+    clippy::unwrap_used,
+    clippy::disallowed_methods,
+    clippy::print_stdout,
+    clippy::print_stderr,
+    reason = "test code: fails loudly, handles its own fixtures"
+)]
+
 mod answers;
 mod append;
 mod concurrent;

@@ -105,7 +105,7 @@ proptest! {
                 Err(other) => prop_assert!(false, "{}", other),
             }
         }
-        let texts: Vec<String> = forward(&s).messages.iter().map(|m| m.text()).collect();
+        let texts: Vec<String> = forward(&s).messages.iter().map(panto_model::Message::text).collect();
         prop_assert_eq!(texts, written);
     }
 }

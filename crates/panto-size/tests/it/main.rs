@@ -1,5 +1,15 @@
 //! Integration tests of panto-size: property tests over generated sessions.
 
+// Tests fail loudly and handle their own fixture files: unwrapping, reading and writing files
+// directly, and sleeping in a helper thread are what they are for.
+#![allow(
+    clippy::unwrap_used,
+    clippy::disallowed_methods,
+    clippy::print_stdout,
+    clippy::print_stderr,
+    reason = "test code: fails loudly, handles its own fixtures"
+)]
+
 mod examples;
 mod monotonic;
 mod synthetic;

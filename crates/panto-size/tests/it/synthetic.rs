@@ -14,7 +14,7 @@ use serde_json::Value;
 
 /// A generated conversation with consistent usage and the true size of every message.
 #[derive(Clone, Debug)]
-pub struct MeasuredSession {
+pub(crate) struct MeasuredSession {
     /// The messages; every assistant message carries usage derived from `truth`.
     pub messages: Vec<Message>,
     /// The true token count of each message.
@@ -46,13 +46,13 @@ fn draw(percent: impl Strategy<Value = u64>) -> impl Strategy<Value = Draw> {
 /// Each message gets a true count between half and twice the heuristic (real spans lie in that
 /// band); each assistant message reports the running sum as its input total, split between
 /// uncached input, cache reads and cache writes, and its own count as output.
-pub fn measured_session(max_rounds: usize) -> impl Strategy<Value = MeasuredSession> {
+pub(crate) fn measured_session(max_rounds: usize) -> impl Strategy<Value = MeasuredSession> {
     sized_session(max_rounds, (50u64..=200).boxed())
 }
 
 /// Like [`measured_session`], but true counts often sit just inside or just outside the edges
 /// of the plausible band, so small additions move spans across the guards.
-pub fn edge_session(max_rounds: usize) -> impl Strategy<Value = MeasuredSession> {
+pub(crate) fn edge_session(max_rounds: usize) -> impl Strategy<Value = MeasuredSession> {
     let low = 100 / PLAUSIBLE_FACTOR;
     let high = 100 * PLAUSIBLE_FACTOR;
     let percent = prop_oneof![low - 3..=low + 3, high - 8..=high + 2, 50u64..=200];
@@ -170,7 +170,7 @@ proptest! {
 
     #[test]
     fn missing_usage_falls_back(s in measured_session(6), pick in any::<prop::sample::Index>()) {
-        let mut messages = s.messages.clone();
+        let mut messages = s.messages;
         let asst = assistants(&messages);
         let b = asst[pick.index(asst.len())];
         messages[b].usage = None;
