@@ -9,37 +9,16 @@ use crate::ui::describe_event;
 
 /// A plan summarizing 4 messages (3 turns) and keeping 2 (2 turns).
 fn plan() -> Plan {
-    Plan {
-        head: 0,
-        keep_from: 4,
-        end: 6,
-        summarized_turns: 3,
-        kept_turns: 2,
-        summarized_tokens: 900,
-        kept_tokens: 100,
-        budget: 200,
-    }
+    Plan::new(0, 4, 6)
+        .with_turns(3, 2)
+        .with_tokens(900, 100, 200)
 }
 
 fn report(before: u64, after: u64, truncated: bool) -> CompactionEvent {
-    CompactionEvent::Finished(Box::new(CompactionReport {
-        id: "c1".into(),
-        summary: "s".into(),
-        trigger: Trigger::Manual,
-        model: "m".into(),
-        provider: "p".into(),
-        fallback: false,
-        fallback_cause: None,
-        instructions: None,
-        truncated,
-        tokens_before: before,
-        tokens_after: after,
-        plan: plan(),
-        steps: Vec::new(),
-        requests: 1,
-        elided: Vec::new(),
-        degraded: None,
-    }))
+    let mut report = CompactionReport::new("c1", "s", Trigger::Manual, "m", "p", plan())
+        .with_tokens(before, after);
+    report.truncated = truncated;
+    CompactionEvent::Finished(Box::new(report))
 }
 
 #[test]
@@ -208,11 +187,7 @@ fn nothing_to_compact_is_said_without_turns() {
     use crate::commands::nothing_text;
 
     for turns in 0..4 {
-        let text = nothing_text(&NothingToCompact {
-            turns,
-            tokens: 120,
-            budget: 20_000,
-        });
+        let text = nothing_text(&NothingToCompact::new(turns, 120, 20_000));
         assert!(text.starts_with("nothing to compact: "), "{text}");
         assert!(!text.contains("turn"), "{text}");
     }

@@ -110,10 +110,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .with_prompt(CompactionPrompt::from_text(
             "Summarize the transcript for the next model.",
         )?)
-        .with_config(CompactConfig {
-            keep_tokens: 100,
-            ..CompactConfig::default()
-        })
+        .with_config(CompactConfig::new().with_keep_tokens(100))
         .on_event(|e| match e {
             CompactionEvent::Started {
                 trigger,

@@ -103,6 +103,7 @@ pub const LEDGER_FIELD: &str = "ledger";
 /// The active model and `compaction_model` may share a provider (another model name) or use
 /// different providers altogether.
 #[derive(Clone)]
+#[non_exhaustive]
 pub struct ModelRef {
     /// The provider that serves the model.
     pub provider: Arc<dyn Provider>,
@@ -131,6 +132,7 @@ impl fmt::Debug for ModelRef {
 
 /// The numbers a compaction runs with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct CompactConfig {
     /// The keep-verbatim budget in tokens ([`DEFAULT_KEEP_TOKENS`]). An overflow that reports
     /// the context limit caps it at a quarter of the limit for that compaction.
@@ -148,6 +150,41 @@ pub struct CompactConfig {
     pub extractive_summaries: bool,
 }
 
+impl CompactConfig {
+    /// The defaults ([`CompactConfig::default`]), to change with the `with_*` setters.
+    pub fn new() -> CompactConfig {
+        CompactConfig::default()
+    }
+
+    /// The config with a keep-verbatim budget of `tokens`.
+    #[must_use]
+    pub fn with_keep_tokens(mut self, tokens: u64) -> CompactConfig {
+        self.keep_tokens = tokens;
+        self
+    }
+
+    /// The config with an output limit of `tokens` for compaction requests.
+    #[must_use]
+    pub fn with_max_output_tokens(mut self, tokens: u32) -> CompactConfig {
+        self.max_output_tokens = tokens;
+        self
+    }
+
+    /// The config with the model's context window, or `None` when it is not known.
+    #[must_use]
+    pub fn with_context_window(mut self, tokens: Option<u64>) -> CompactConfig {
+        self.context_window = tokens;
+        self
+    }
+
+    /// The config saying whether the summarizer quotes the transcript by design.
+    #[must_use]
+    pub fn with_extractive_summaries(mut self, extractive: bool) -> CompactConfig {
+        self.extractive_summaries = extractive;
+        self
+    }
+}
+
 impl Default for CompactConfig {
     fn default() -> CompactConfig {
         CompactConfig {
@@ -161,6 +198,7 @@ impl Default for CompactConfig {
 
 /// What one compaction run is asked to do.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct CompactOptions {
     /// What started it.
     pub trigger: Trigger,
@@ -220,6 +258,13 @@ impl CompactOptions {
         }
     }
 
+    /// The options with extra instructions for the system prompt.
+    #[must_use]
+    pub fn with_instructions(mut self, instructions: impl Into<String>) -> CompactOptions {
+        self.instructions = Some(instructions.into());
+        self
+    }
+
     /// The limit known for the model, in panto's estimated tokens: the reported one (scaled
     /// down when the provider counted the overflowed request higher than panto did), else the
     /// configured window.
@@ -266,6 +311,7 @@ fn min_known(a: Option<u64>, b: Option<u64>) -> Option<u64> {
 
 /// Why a compaction had nothing to do: every turn is kept verbatim. A normal outcome.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct NothingToCompact {
     /// Turns in the conversation (after the compaction message, if any).
     pub turns: usize,
@@ -273,6 +319,17 @@ pub struct NothingToCompact {
     pub tokens: u64,
     /// The keep budget they fit.
     pub budget: u64,
+}
+
+impl NothingToCompact {
+    /// The verdict for `turns` turns of about `tokens` tokens that fit `budget`.
+    pub fn new(turns: usize, tokens: u64, budget: u64) -> NothingToCompact {
+        NothingToCompact {
+            turns,
+            tokens,
+            budget,
+        }
+    }
 }
 
 impl fmt::Display for NothingToCompact {
@@ -294,6 +351,7 @@ impl fmt::Display for NothingToCompact {
 /// A compaction ready to be sent: the plan, the system prompt and the transcript of the
 /// summarized prefix, rendered once, turn by turn, and sized. Made by [`Compactor::prepare`].
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct Prepared {
     /// What is summarized and what is kept.
     pub plan: Plan,
@@ -365,6 +423,7 @@ pub struct ElidedItem {
 
 /// What a finished compaction did.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct CompactionReport {
     /// The id of the compaction entry.
     pub id: String,
@@ -403,8 +462,51 @@ pub struct CompactionReport {
     pub degraded: Option<String>,
 }
 
+impl CompactionReport {
+    /// The report of compaction `id` whose `summary` `model` on `provider` wrote in one
+    /// request, following `plan`: no fallback, no instructions, not truncated, nothing
+    /// elided, sizes 0 until set. A [`Compactor`] fills in every field; this is for code that
+    /// shows reports (a UI's tests, say).
+    pub fn new(
+        id: impl Into<String>,
+        summary: impl Into<String>,
+        trigger: Trigger,
+        model: impl Into<String>,
+        provider: impl Into<String>,
+        plan: Plan,
+    ) -> CompactionReport {
+        CompactionReport {
+            id: id.into(),
+            summary: summary.into(),
+            trigger,
+            model: model.into(),
+            provider: provider.into(),
+            fallback: false,
+            fallback_cause: None,
+            instructions: None,
+            truncated: false,
+            tokens_before: 0,
+            tokens_after: 0,
+            plan,
+            steps: Vec::new(),
+            requests: 1,
+            elided: Vec::new(),
+            degraded: None,
+        }
+    }
+
+    /// The report with the estimated size of the conversation before and after.
+    #[must_use]
+    pub fn with_tokens(mut self, before: u64, after: u64) -> CompactionReport {
+        self.tokens_before = before;
+        self.tokens_after = after;
+        self
+    }
+}
+
 /// A compaction's result: what to append, and the context it produces.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct Compacted {
     /// The append: the compaction entry, then a copy of every kept message marked `kept_by`.
     pub entries: Vec<Entry>,
@@ -1097,17 +1199,14 @@ impl Compactor {
             extra.insert(LEDGER_FIELD.into(), ledger.to_json());
         }
         let instructions = options.instructions().map(str::to_owned);
-        let entry = CompactionEntry {
-            id: Some(id.clone()),
-            summary: summary.clone(),
-            trigger: Some(options.trigger.clone()),
-            model: Some(model.clone()),
-            instructions: instructions.clone(),
-            tokens_before: Some(prepared.tokens_before),
-            tokens_after: Some(tokens_after),
-            kept_messages: Some(copies.len() as u64),
-            extra,
-        };
+        let mut entry = CompactionEntry::new(summary.clone())
+            .with_id(id.clone())
+            .with_trigger(options.trigger.clone())
+            .with_model(model.clone())
+            .with_tokens(prepared.tokens_before, tokens_after)
+            .with_kept_messages(copies.len() as u64)
+            .with_extra(extra);
+        entry.instructions.clone_from(&instructions);
         let mut entries = Vec::with_capacity(copies.len() + 1);
         entries.push(Entry::Compaction(entry));
         entries.extend(copies.into_iter().map(Entry::Message));

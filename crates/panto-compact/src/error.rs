@@ -93,6 +93,9 @@ pub enum CompactError {
         path: PathBuf,
         /// What is wrong with it.
         reason: String,
+        /// The operating-system error behind `reason`, when there is one.
+        #[source]
+        cause: Option<std::io::Error>,
     },
     /// A COMPACTION.md override is empty or whitespace only; an empty system prompt cannot work.
     #[error(
@@ -109,6 +112,7 @@ pub enum CompactError {
         /// The model that was asked.
         model: String,
         /// Why it failed.
+        #[source]
         cause: AttemptFailure,
     },
     /// `compaction_model` failed, and so did the one retry with the active model.
@@ -123,6 +127,7 @@ pub enum CompactError {
         /// The active model, tried second.
         active_model: String,
         /// Why it failed too.
+        #[source]
         second: Box<AttemptFailure>,
     },
     /// No compaction request fits the window: the compaction prompt and the summary it must
@@ -158,6 +163,7 @@ pub enum CompactError {
         /// The limit the fold was fitting when it gave up.
         limit: Option<u64>,
         /// The provider's last answer.
+        #[source]
         error: ProviderError,
     },
     /// The session log refused the append; nothing of the compaction is in effect.
@@ -174,12 +180,14 @@ pub enum CompactError {
         /// The overflow the request ended with.
         overflow: ProviderError,
         /// Why compaction failed.
+        #[source]
         compaction: Box<CompactError>,
     },
     /// A request overflowed and there was nothing to compact: the in-flight turn is all there is.
     #[error("the request overflowed the context window ({overflow}) and {nothing}")]
     OverflowNothingToCompact {
         /// The overflow the request ended with.
+        #[source]
         overflow: ProviderError,
         /// The plan's verdict.
         nothing: NothingToCompact,
@@ -193,6 +201,7 @@ pub enum CompactError {
     )]
     OverflowNoProgress {
         /// The overflow the first request ended with.
+        #[source]
         overflow: ProviderError,
         /// panto's estimate of the rebuilt request.
         estimated_tokens: u64,
@@ -208,6 +217,7 @@ pub enum CompactError {
     )]
     OverflowAfterCompaction {
         /// The error of the retry.
+        #[source]
         error: ProviderError,
         /// panto's estimate of the compacted request (system prompt and messages).
         estimated_tokens: u64,

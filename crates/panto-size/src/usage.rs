@@ -22,11 +22,19 @@ pub const PLAUSIBLE_FACTOR: u64 = 4;
 
 /// The size of one message and where it came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct MessageSize {
     /// Estimated tokens of the message as part of a request.
     pub tokens: u64,
     /// How the estimate was obtained.
     pub source: Source,
+}
+
+impl MessageSize {
+    /// A size of `tokens` obtained from `source`.
+    pub fn new(tokens: u64, source: Source) -> MessageSize {
+        MessageSize { tokens, source }
+    }
 }
 
 /// Where a size came from.

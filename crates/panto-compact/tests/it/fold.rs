@@ -274,10 +274,7 @@ fn recover(
     let compactor = Compactor::new(ModelRef::new(model, "m"))
         .with_ids(SequentialIds::new())
         .with_prompt(short_prompt())
-        .with_config(CompactConfig {
-            keep_tokens: keep,
-            ..CompactConfig::default()
-        });
+        .with_config(CompactConfig::new().with_keep_tokens(keep));
     let mut driver = Driver::new(compactor, log, ctx).with_system("agent");
     let result = block_on(driver.send(vec![prompt.clone()], &mut |_| {}));
     (driver, result)

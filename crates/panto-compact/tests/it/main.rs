@@ -107,10 +107,7 @@ pub fn compactor(active: ModelRef, keep: u64) -> Compactor {
     Compactor::new(active)
         .with_ids(SequentialIds::new())
         .with_sizer(Hundred)
-        .with_config(CompactConfig {
-            keep_tokens: keep,
-            ..CompactConfig::default()
-        })
+        .with_config(CompactConfig::new().with_keep_tokens(keep))
 }
 
 /// A short compaction prompt, so that the small conversations of these tests leave the fold

@@ -47,10 +47,7 @@ prop_compose! {
 fn compactor(active: ModelRef, keep: u64) -> Compactor {
     Compactor::new(active)
         .with_ids(SequentialIds::new())
-        .with_config(CompactConfig {
-            keep_tokens: keep,
-            ..CompactConfig::default()
-        })
+        .with_config(CompactConfig::new().with_keep_tokens(keep))
 }
 
 /// One manual compaction of `entries` with the default sizer; `None` when nothing to compact.
