@@ -107,6 +107,41 @@ fn an_error_quoted_by_every_layer_that_wraps_it_is_printed_once() {
 }
 
 #[test]
+fn a_compaction_error_whose_causes_are_reachable_prints_each_cause_once() {
+    use crate::ui::error_text;
+    use panto_compact::{AttemptFailure, CompactError};
+    use panto_provider::ProviderError;
+
+    let server = || ProviderError::Server {
+        status: 500,
+        message: "internal error".into(),
+    };
+    let overflow = ProviderError::ContextOverflow {
+        message: "prompt is too long".into(),
+        input_tokens: Some(2_000),
+        limit: Some(1_600),
+    };
+    let err = CompactError::OverflowCompactionFailed {
+        overflow,
+        compaction: Box::new(CompactError::Compaction {
+            model: "big".into(),
+            cause: AttemptFailure::Provider(server()),
+        }),
+    };
+    // The chain is four deep: recovery, compaction, attempt, provider.
+    let depth = std::iter::successors(std::error::Error::source(&err), |c| c.source()).count();
+    assert_eq!(depth, 3);
+    let text = error_text(&anyhow::Error::new(err));
+    assert_eq!(text.matches(&server().to_string()).count(), 1, "{text}");
+    assert_eq!(
+        text,
+        "the request overflowed the context window (context overflow: prompt is too long (2000 \
+         tokens, limit 1600)) and compaction failed: compaction with big failed: server error \
+         (HTTP 500): internal error"
+    );
+}
+
+#[test]
 fn a_closed_pipe_is_recognised_through_the_chain() {
     use crate::ui::is_broken_pipe;
     let pipe = anyhow::Error::new(std::io::Error::from(std::io::ErrorKind::BrokenPipe))

@@ -2,6 +2,7 @@
 //! providers, the crash-safety of the append, request snapshots, and property tests of the
 //! seed's eight correctness rules.
 
+mod causes;
 mod chained;
 mod compaction;
 mod crash;
