@@ -131,6 +131,26 @@ impl fmt::Debug for ModelRef {
 }
 
 /// The numbers a compaction runs with.
+///
+/// `#[non_exhaustive]`: start from [`CompactConfig::new`] (the defaults) and change what you
+/// need, so a new setting breaks no caller.
+///
+/// ```
+/// let config = panto_compact::CompactConfig::new()
+///     .with_keep_tokens(8_000)
+///     .with_context_window(Some(128_000));
+/// assert_eq!(config.keep_tokens, 8_000);
+/// assert_eq!(config.max_output_tokens, panto_compact::DEFAULT_MAX_OUTPUT_TOKENS);
+/// ```
+///
+/// ```compile_fail,E0639
+/// let config = panto_compact::CompactConfig {
+///     keep_tokens: 8_000,
+///     max_output_tokens: 4_000,
+///     context_window: None,
+///     extractive_summaries: false,
+/// };
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct CompactConfig {
@@ -514,6 +534,21 @@ pub struct Compacted {
     pub context: EffectiveContext,
     /// What was done.
     pub report: CompactionReport,
+}
+
+impl Compacted {
+    /// The append `entries`, the `context` their replay gives, and the `report` of the run.
+    pub fn new(
+        entries: Vec<Entry>,
+        context: EffectiveContext,
+        report: CompactionReport,
+    ) -> Compacted {
+        Compacted {
+            entries,
+            context,
+            report,
+        }
+    }
 }
 
 /// The outcome of a compaction run that did not fail.

@@ -439,6 +439,26 @@ impl OtherBlock {
 ///
 /// The input total of the request is `input_tokens + cache_read_input_tokens +
 /// cache_creation_input_tokens` (Anthropic splits cached input out of `input_tokens`).
+///
+/// Built with [`Usage::new`] and the setters:
+///
+/// ```
+/// let usage = panto_model::Usage::new(1_000, 200).with_cache_read(4_000);
+/// assert_eq!(usage.input_total(), 5_000);
+/// ```
+///
+/// The struct is `#[non_exhaustive]`, like every model struct that may gain fields: a struct
+/// literal does not compile outside this crate, so adding a field breaks no dependent.
+///
+/// ```compile_fail,E0639
+/// let usage = panto_model::Usage {
+///     input_tokens: 1_000,
+///     output_tokens: 200,
+///     cache_read_input_tokens: None,
+///     cache_creation_input_tokens: None,
+///     extra: panto_model::Extra::new(),
+/// };
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub struct Usage {

@@ -1,5 +1,6 @@
 //! Property tests of the model: round trip, turns, replay, validation, robustness.
 
+mod build;
 mod decode;
 mod replay;
 mod roundtrip;
