@@ -108,6 +108,7 @@ pub enum Fallback {
 /// never lowers that message's size nor the total of all sizes (it may move tokens between the
 /// messages of one measured span, whose total is fixed by usage).
 #[derive(Clone, Copy, Debug, Default)]
+#[non_exhaustive]
 pub struct UsageSizer {
     /// Used where usage is missing or cannot be trusted.
     pub fallback: Heuristic,
