@@ -262,13 +262,14 @@ fn compactor(config: &Config) -> Result<Compactor> {
     Ok(Compactor::new(active)
         .with_compaction_model(compaction_model)
         .with_prompt(prompt)
-        .with_config(CompactorConfig {
-            keep_tokens: config.keep_tokens.value,
-            max_output_tokens: config.compaction_max_output_tokens.value,
-            context_window: config.context_window.value,
-            // The offline summarizer quotes the conversation: that is its whole job.
-            extractive_summaries: config.provider.value == ProviderKind::Offline,
-        })
+        .with_config(
+            CompactorConfig::new()
+                .with_keep_tokens(config.keep_tokens.value)
+                .with_max_output_tokens(config.compaction_max_output_tokens.value)
+                .with_context_window(config.context_window.value)
+                // The offline summarizer quotes the conversation: that is its whole job.
+                .with_extractive_summaries(config.provider.value == ProviderKind::Offline),
+        )
         .on_event(print_event))
 }
 

@@ -9,37 +9,16 @@ use crate::ui::describe_event;
 
 /// A plan summarizing 4 messages (3 turns) and keeping 2 (2 turns).
 fn plan() -> Plan {
-    Plan {
-        head: 0,
-        keep_from: 4,
-        end: 6,
-        summarized_turns: 3,
-        kept_turns: 2,
-        summarized_tokens: 900,
-        kept_tokens: 100,
-        budget: 200,
-    }
+    Plan::new(0, 4, 6)
+        .with_turns(3, 2)
+        .with_tokens(900, 100, 200)
 }
 
 fn report(before: u64, after: u64, truncated: bool) -> CompactionEvent {
-    CompactionEvent::Finished(Box::new(CompactionReport {
-        id: "c1".into(),
-        summary: "s".into(),
-        trigger: Trigger::Manual,
-        model: "m".into(),
-        provider: "p".into(),
-        fallback: false,
-        fallback_cause: None,
-        instructions: None,
-        truncated,
-        tokens_before: before,
-        tokens_after: after,
-        plan: plan(),
-        steps: Vec::new(),
-        requests: 1,
-        elided: Vec::new(),
-        degraded: None,
-    }))
+    let mut report = CompactionReport::new("c1", "s", Trigger::Manual, "m", "p", plan())
+        .with_tokens(before, after);
+    report.truncated = truncated;
+    CompactionEvent::Finished(Box::new(report))
 }
 
 #[test]
@@ -128,6 +107,41 @@ fn an_error_quoted_by_every_layer_that_wraps_it_is_printed_once() {
 }
 
 #[test]
+fn a_compaction_error_whose_causes_are_reachable_prints_each_cause_once() {
+    use crate::ui::error_text;
+    use panto_compact::{AttemptFailure, CompactError};
+    use panto_provider::ProviderError;
+
+    let server = || ProviderError::Server {
+        status: 500,
+        message: "internal error".into(),
+    };
+    let overflow = ProviderError::ContextOverflow {
+        message: "prompt is too long".into(),
+        input_tokens: Some(2_000),
+        limit: Some(1_600),
+    };
+    let err = CompactError::OverflowCompactionFailed {
+        overflow,
+        compaction: Box::new(CompactError::Compaction {
+            model: "big".into(),
+            cause: AttemptFailure::Provider(server()),
+        }),
+    };
+    // The chain is four deep: recovery, compaction, attempt, provider.
+    let depth = std::iter::successors(std::error::Error::source(&err), |c| c.source()).count();
+    assert_eq!(depth, 3);
+    let text = error_text(&anyhow::Error::new(err));
+    assert_eq!(text.matches(&server().to_string()).count(), 1, "{text}");
+    assert_eq!(
+        text,
+        "the request overflowed the context window (context overflow: prompt is too long (2000 \
+         tokens, limit 1600)) and compaction failed: compaction with big failed: server error \
+         (HTTP 500): internal error"
+    );
+}
+
+#[test]
 fn a_closed_pipe_is_recognised_through_the_chain() {
     use crate::ui::is_broken_pipe;
     let pipe = anyhow::Error::new(std::io::Error::from(std::io::ErrorKind::BrokenPipe))
@@ -208,11 +222,7 @@ fn nothing_to_compact_is_said_without_turns() {
     use crate::commands::nothing_text;
 
     for turns in 0..4 {
-        let text = nothing_text(&NothingToCompact {
-            turns,
-            tokens: 120,
-            budget: 20_000,
-        });
+        let text = nothing_text(&NothingToCompact::new(turns, 120, 20_000));
         assert!(text.starts_with("nothing to compact: "), "{text}");
         assert!(!text.contains("turn"), "{text}");
     }

@@ -116,10 +116,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .with_prompt(CompactionPrompt::from_text(
             "Summarize the transcript for the next model.",
         )?)
-        .with_config(CompactorConfig {
-            keep_tokens: 100,
-            ..CompactorConfig::default()
-        })
+        .with_config(CompactorConfig::new().with_keep_tokens(100))
         .on_event(|e| match e {
             CompactionEvent::Started {
                 trigger,

@@ -34,6 +34,7 @@ use crate::report::{CompactOutcome, Compacted, CompactionReport, ElidedItem, Fol
 /// A compaction ready to be sent: the plan, the system prompt and the transcript of the
 /// summarized prefix, rendered once, turn by turn, and sized. Made by [`Compactor::prepare`].
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct Prepared {
     /// What is summarized and what is kept.
     pub plan: Plan,
@@ -736,17 +737,14 @@ impl Compactor {
             extra.insert(LEDGER_FIELD.into(), ledger.to_json());
         }
         let instructions = options.instructions().map(str::to_owned);
-        let entry = CompactionEntry {
-            id: Some(id.clone()),
-            summary: summary.clone(),
-            trigger: Some(options.trigger.clone()),
-            model: Some(model.clone()),
-            instructions: instructions.clone(),
-            tokens_before: Some(prepared.tokens_before),
-            tokens_after: Some(tokens_after),
-            kept_messages: Some(copies.len() as u64),
-            extra,
-        };
+        let mut entry = CompactionEntry::new(summary.clone())
+            .with_id(id.clone())
+            .with_trigger(options.trigger.clone())
+            .with_model(model.clone())
+            .with_tokens(prepared.tokens_before, tokens_after)
+            .with_kept_messages(copies.len() as u64)
+            .with_extra(extra);
+        entry.instructions.clone_from(&instructions);
         let mut entries = Vec::with_capacity(copies.len() + 1);
         entries.push(Entry::Compaction(entry));
         entries.extend(copies.into_iter().map(Entry::Message));

@@ -19,6 +19,7 @@ pub const DEFAULT_MAX_OUTPUT_TOKENS: u32 = 8_192;
 /// The active model and `compaction_model` may share a provider (another model name) or use
 /// different providers altogether.
 #[derive(Clone)]
+#[non_exhaustive]
 pub struct ModelRef {
     /// The provider that serves the model.
     pub provider: Arc<dyn Provider>,
@@ -49,7 +50,28 @@ impl fmt::Debug for ModelRef {
 /// ([`Compactor::with_config`](crate::Compactor::with_config)) and the same for every run:
 /// budgets, the window when known, the summarizer's kind. What differs from one run to the next
 /// is a [`CompactRun`].
+///
+/// `#[non_exhaustive]`: start from [`CompactorConfig::new`] (the defaults) and change what you
+/// need, so a new setting breaks no caller.
+///
+/// ```
+/// let config = panto_compact::CompactorConfig::new()
+///     .with_keep_tokens(8_000)
+///     .with_context_window(Some(128_000));
+/// assert_eq!(config.keep_tokens, 8_000);
+/// assert_eq!(config.max_output_tokens, panto_compact::DEFAULT_MAX_OUTPUT_TOKENS);
+/// ```
+///
+/// ```compile_fail,E0639
+/// let config = panto_compact::CompactorConfig {
+///     keep_tokens: 8_000,
+///     max_output_tokens: 4_000,
+///     context_window: None,
+///     extractive_summaries: false,
+/// };
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct CompactorConfig {
     /// The keep-verbatim budget in tokens ([`DEFAULT_KEEP_TOKENS`]). An overflow that reports
     /// the context limit caps it at a quarter of the limit for that compaction.
@@ -67,6 +89,41 @@ pub struct CompactorConfig {
     pub extractive_summaries: bool,
 }
 
+impl CompactorConfig {
+    /// The defaults ([`CompactorConfig::default`]), to change with the `with_*` setters.
+    pub fn new() -> CompactorConfig {
+        CompactorConfig::default()
+    }
+
+    /// The config with a keep-verbatim budget of `tokens`.
+    #[must_use]
+    pub fn with_keep_tokens(mut self, tokens: u64) -> CompactorConfig {
+        self.keep_tokens = tokens;
+        self
+    }
+
+    /// The config with an output limit of `tokens` for compaction requests.
+    #[must_use]
+    pub fn with_max_output_tokens(mut self, tokens: u32) -> CompactorConfig {
+        self.max_output_tokens = tokens;
+        self
+    }
+
+    /// The config with the model's context window, or `None` when it is not known.
+    #[must_use]
+    pub fn with_context_window(mut self, tokens: Option<u64>) -> CompactorConfig {
+        self.context_window = tokens;
+        self
+    }
+
+    /// The config saying whether the summarizer quotes the transcript by design.
+    #[must_use]
+    pub fn with_extractive_summaries(mut self, extractive: bool) -> CompactorConfig {
+        self.extractive_summaries = extractive;
+        self
+    }
+}
+
 impl Default for CompactorConfig {
     fn default() -> CompactorConfig {
         CompactorConfig {
@@ -82,6 +139,7 @@ impl Default for CompactorConfig {
 /// overflow reported. Made per call ([`CompactRun::manual`], [`CompactRun::after_overflow`]);
 /// the settings that hold for every run are the [`CompactorConfig`].
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct CompactRun {
     /// What started it.
     pub trigger: Trigger,
@@ -139,6 +197,13 @@ impl CompactRun {
             provider_tokens: input,
             ..CompactRun::overflow(limit)
         }
+    }
+
+    /// The options with extra instructions for the system prompt.
+    #[must_use]
+    pub fn with_instructions(mut self, instructions: impl Into<String>) -> CompactRun {
+        self.instructions = Some(instructions.into());
+        self
     }
 
     /// The limit known for the model, in panto's estimated tokens: the reported one (scaled

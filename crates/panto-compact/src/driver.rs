@@ -14,11 +14,22 @@ use crate::report::{CompactOutcome, CompactionReport};
 
 /// The answer to [`Driver::send`].
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct Reply {
     /// The assistant message, as appended to the log.
     pub message: Message,
     /// The compaction that overflow recovery ran before the reply, if any.
     pub compaction: Option<CompactionReport>,
+}
+
+impl Reply {
+    /// The reply `message`, with the compaction that overflow recovery ran before it, if any.
+    pub fn new(message: Message, compaction: Option<CompactionReport>) -> Reply {
+        Reply {
+            message,
+            compaction,
+        }
+    }
 }
 
 /// Drives a conversation over a [`SessionLog`]: keeps the effective context in step with the

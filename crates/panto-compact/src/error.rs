@@ -83,28 +83,24 @@ impl std::error::Error for AttemptFailure {
 /// Everything that can go wrong in this crate.
 ///
 /// Whenever a variant is returned by a compaction, nothing was written to the session.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug)]
 #[non_exhaustive]
 pub enum CompactError {
     /// A COMPACTION.md override exists but cannot be used (unreadable, a directory, not UTF-8).
-    #[error("cannot read compaction prompt {}: {reason}", path.display())]
     PromptUnreadable {
         /// The file.
         path: PathBuf,
         /// What is wrong with it.
         reason: String,
+        /// The operating-system error behind `reason`, when there is one.
+        cause: Option<std::io::Error>,
     },
     /// A COMPACTION.md override is empty or whitespace only; an empty system prompt cannot work.
-    #[error(
-        "compaction prompt {} is empty; write a prompt in it or delete it to use the built-in one",
-        path.display()
-    )]
     PromptEmpty {
         /// The file.
         path: PathBuf,
     },
     /// The only model tried (the active one, no `compaction_model` configured) failed.
-    #[error("compaction with {model} failed: {cause}")]
     Compaction {
         /// The model that was asked.
         model: String,
@@ -112,9 +108,6 @@ pub enum CompactError {
         cause: AttemptFailure,
     },
     /// `compaction_model` failed, and so did the one retry with the active model.
-    #[error(
-        "compaction failed with the compaction model {compaction_model} ({first}) and with the active model {active_model} ({second})"
-    )]
     BothModelsFailed {
         /// The configured compaction model.
         compaction_model: String,
@@ -127,13 +120,9 @@ pub enum CompactError {
     },
     /// No compaction request fits the window: the compaction prompt and the summary it must
     /// carry leave no room for the conversation.
-    #[error(transparent)]
     NoRoom(FoldError),
     /// One turn of the summarized prefix does not fit any compaction request even with every
     /// item body elided (a turn of very many items, say).
-    #[error(
-        "a turn of about {tokens} tokens does not fit a compaction request (room for about {capacity}) even with its item bodies elided"
-    )]
     TurnTooLarge {
         /// The turn's estimated transcript tokens.
         tokens: u64,
@@ -142,10 +131,6 @@ pub enum CompactError {
     },
     /// A compaction request still overflowed after the fold shrank its requests
     /// [`crate::MAX_SHRINKS`] times; nothing was written.
-    #[error(
-        "compaction request {step} of {steps} (about {estimated_tokens} tokens{}) was rejected as too large, also after {shrinks} smaller tries: {error}",
-        LimitNote(*limit)
-    )]
     FoldOverflow {
         /// The step that did not fit, counting from 1.
         step: usize,
@@ -161,15 +146,10 @@ pub enum CompactError {
         error: ProviderError,
     },
     /// The session log refused the append; nothing of the compaction is in effect.
-    #[error("could not write to the session: {0}")]
-    Log(#[source] LogError),
+    Log(LogError),
     /// A request failed with an error that compaction cannot help; passed through untouched.
-    #[error(transparent)]
     Provider(ProviderError),
     /// A request overflowed and the compaction meant to recover from it failed.
-    #[error(
-        "the request overflowed the context window ({overflow}) and compaction failed: {compaction}"
-    )]
     OverflowCompactionFailed {
         /// The overflow the request ended with.
         overflow: ProviderError,
@@ -177,7 +157,6 @@ pub enum CompactError {
         compaction: Box<CompactError>,
     },
     /// A request overflowed and there was nothing to compact: the in-flight turn is all there is.
-    #[error("the request overflowed the context window ({overflow}) and {nothing}")]
     OverflowNothingToCompact {
         /// The overflow the request ended with.
         overflow: ProviderError,
@@ -187,10 +166,6 @@ pub enum CompactError {
     /// After the overflow compaction, the rebuilt request is estimated no smaller than the one
     /// that overflowed, or above the known limit: the in-flight turn alone is too large, so the
     /// retry is not sent. The compaction stays written.
-    #[error(
-        "the newest turn is too large for the context window on its own: after compaction the request is still about {estimated_tokens} tokens (it was about {overflowed_tokens}{}), so it was not sent again",
-        LimitNote(*limit)
-    )]
     OverflowNoProgress {
         /// The overflow the first request ended with.
         overflow: ProviderError,
@@ -202,10 +177,6 @@ pub enum CompactError {
         limit: Option<u64>,
     },
     /// The request still overflowed after compaction; it is not compacted again.
-    #[error(
-        "the request still overflows after compaction: about {estimated_tokens} tokens remain{}; the newest turn may be too large on its own",
-        ProviderNumbers(*input_tokens, *limit)
-    )]
     OverflowAfterCompaction {
         /// The error of the retry.
         error: ProviderError,
@@ -216,6 +187,111 @@ pub enum CompactError {
         /// The context limit the provider reported for the retry, when it did.
         limit: Option<u64>,
     },
+}
+
+// Written out rather than derived: `source()` hands out the boxed inner errors themselves
+// (a `CompactError`, an `AttemptFailure`), which a derive would hand out as their boxes.
+impl fmt::Display for CompactError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CompactError::PromptUnreadable { path, reason, .. } => {
+                write!(
+                    f,
+                    "cannot read compaction prompt {}: {reason}",
+                    path.display()
+                )
+            }
+            CompactError::PromptEmpty { path } => write!(
+                f,
+                "compaction prompt {} is empty; write a prompt in it or delete it to use the built-in one",
+                path.display()
+            ),
+            CompactError::Compaction { model, cause } => {
+                write!(f, "compaction with {model} failed: {cause}")
+            }
+            CompactError::BothModelsFailed {
+                compaction_model,
+                first,
+                active_model,
+                second,
+            } => write!(
+                f,
+                "compaction failed with the compaction model {compaction_model} ({first}) and with the active model {active_model} ({second})"
+            ),
+            CompactError::NoRoom(e) => e.fmt(f),
+            CompactError::TurnTooLarge { tokens, capacity } => write!(
+                f,
+                "a turn of about {tokens} tokens does not fit a compaction request (room for about {capacity}) even with its item bodies elided"
+            ),
+            CompactError::FoldOverflow {
+                step,
+                steps,
+                shrinks,
+                estimated_tokens,
+                limit,
+                error,
+            } => write!(
+                f,
+                "compaction request {step} of {steps} (about {estimated_tokens} tokens{}) was rejected as too large, also after {shrinks} smaller tries: {error}",
+                LimitNote(*limit)
+            ),
+            CompactError::Log(e) => write!(f, "could not write to the session: {e}"),
+            CompactError::Provider(e) => e.fmt(f),
+            CompactError::OverflowCompactionFailed {
+                overflow,
+                compaction,
+            } => write!(
+                f,
+                "the request overflowed the context window ({overflow}) and compaction failed: {compaction}"
+            ),
+            CompactError::OverflowNothingToCompact { overflow, nothing } => write!(
+                f,
+                "the request overflowed the context window ({overflow}) and {nothing}"
+            ),
+            CompactError::OverflowNoProgress {
+                estimated_tokens,
+                overflowed_tokens,
+                limit,
+                ..
+            } => write!(
+                f,
+                "the newest turn is too large for the context window on its own: after compaction the request is still about {estimated_tokens} tokens (it was about {overflowed_tokens}{}), so it was not sent again",
+                LimitNote(*limit)
+            ),
+            CompactError::OverflowAfterCompaction {
+                estimated_tokens,
+                input_tokens,
+                limit,
+                ..
+            } => write!(
+                f,
+                "the request still overflows after compaction: about {estimated_tokens} tokens remain{}; the newest turn may be too large on its own",
+                ProviderNumbers(*input_tokens, *limit)
+            ),
+        }
+    }
+}
+
+impl std::error::Error for CompactError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            CompactError::PromptUnreadable { cause, .. } => cause
+                .as_ref()
+                .map(|e| e as &(dyn std::error::Error + 'static)),
+            CompactError::PromptEmpty { .. } | CompactError::TurnTooLarge { .. } => None,
+            CompactError::Compaction { cause, .. } => Some(cause),
+            CompactError::BothModelsFailed { second, .. } => Some(second.as_ref()),
+            // The two pass-through variants are their inner error: they have its causes.
+            CompactError::NoRoom(e) => e.source(),
+            CompactError::Provider(e) => e.source(),
+            CompactError::Log(e) => Some(e.as_ref()),
+            CompactError::OverflowCompactionFailed { compaction, .. } => Some(compaction.as_ref()),
+            CompactError::FoldOverflow { error, .. }
+            | CompactError::OverflowAfterCompaction { error, .. } => Some(error),
+            CompactError::OverflowNothingToCompact { overflow, .. }
+            | CompactError::OverflowNoProgress { overflow, .. } => Some(overflow),
+        }
+    }
 }
 
 impl CompactError {

@@ -5,6 +5,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 /// What an id is for, so generators can give readable prefixes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum IdKind {
     /// A compaction entry.
     Compaction,

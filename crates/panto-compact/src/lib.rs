@@ -66,7 +66,7 @@
 //! runtime.block_on(async {
 //!     // A keep budget of one token keeps only the turn in flight verbatim.
 //!     let compactor = Compactor::new(ModelRef::new(Arc::new(Counter), "counter-1"))
-//!         .with_config(CompactorConfig { keep_tokens: 1, ..CompactorConfig::default() });
+//!         .with_config(CompactorConfig::new().with_keep_tokens(1));
 //!     let mut agent = Driver::new(compactor, MemoryLog::new(), Default::default());
 //!     for prompt in ["hello", "and again"] {
 //!         let reply = agent.send(vec![Message::user_text(prompt)], &mut |_| {}).await?;

@@ -22,6 +22,7 @@ use panto_model::{EffectiveContext, turns};
 /// - the suffix is the longest that fits: when a turn precedes it, adding that turn would
 ///   exceed the budget.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Plan {
     /// Where the conversation starts: 1 when a compaction message leads the context, else 0.
     pub head: usize,
@@ -42,6 +43,39 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// A plan over `end` messages that summarizes `head..keep_from` and keeps `keep_from..end`,
+    /// with no turns, tokens or budget counted; [`Plan::with_turns`] and [`Plan::with_tokens`]
+    /// fill them in. [`plan()`] makes the plan of a context.
+    pub fn new(head: usize, keep_from: usize, end: usize) -> Plan {
+        Plan {
+            head,
+            keep_from,
+            end,
+            summarized_turns: 0,
+            kept_turns: 0,
+            summarized_tokens: 0,
+            kept_tokens: 0,
+            budget: 0,
+        }
+    }
+
+    /// The plan with the turns of the summarized prefix and of the kept suffix.
+    #[must_use]
+    pub fn with_turns(mut self, summarized: usize, kept: usize) -> Plan {
+        self.summarized_turns = summarized;
+        self.kept_turns = kept;
+        self
+    }
+
+    /// The plan with the estimated tokens of the prefix and of the suffix, and the budget.
+    #[must_use]
+    pub fn with_tokens(mut self, summarized: u64, kept: u64, budget: u64) -> Plan {
+        self.summarized_tokens = summarized;
+        self.kept_tokens = kept;
+        self.budget = budget;
+        self
+    }
+
     /// The summarized messages, as a range of `context.messages`.
     pub fn prefix(&self) -> Range<usize> {
         self.head..self.keep_from
@@ -111,6 +145,7 @@ pub fn plan(context: &EffectiveContext, sizes: &[u64], budget: u64) -> Plan {
 
 /// Why a compaction had nothing to do: every turn is kept verbatim. A normal outcome.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct NothingToCompact {
     /// Turns in the conversation (after the compaction message, if any).
     pub turns: usize,
@@ -118,6 +153,17 @@ pub struct NothingToCompact {
     pub tokens: u64,
     /// The keep budget they fit.
     pub budget: u64,
+}
+
+impl NothingToCompact {
+    /// The verdict for `turns` turns of about `tokens` tokens that fit `budget`.
+    pub fn new(turns: usize, tokens: u64, budget: u64) -> NothingToCompact {
+        NothingToCompact {
+            turns,
+            tokens,
+            budget,
+        }
+    }
 }
 
 impl fmt::Display for NothingToCompact {

@@ -118,6 +118,7 @@ fn read_override(file: &LayerFile) -> Result<Option<String>, CompactError> {
     let text = read_layer_file(file).map_err(|e| CompactError::PromptUnreadable {
         path: e.path,
         reason: e.reason,
+        cause: e.cause,
     })?;
     match text {
         Some(text) if text.trim().is_empty() => Err(CompactError::PromptEmpty {
@@ -169,6 +170,9 @@ pub struct LayerFileError {
     pub path: PathBuf,
     /// What is wrong with it.
     pub reason: String,
+    /// The operating-system error behind `reason`, when there is one.
+    #[source]
+    pub cause: Option<std::io::Error>,
 }
 
 /// Reads a layer file as UTF-8 text: `Ok(None)` when nothing is at its path.
@@ -186,19 +190,25 @@ pub fn read_layer_file(file: &LayerFile) -> Result<Option<String>, LayerFileErro
     let refuse = |reason: String| LayerFileError {
         path: path.clone(),
         reason,
+        cause: None,
+    };
+    let failed = |e: std::io::Error| LayerFileError {
+        path: path.clone(),
+        reason: e.to_string(),
+        cause: Some(e),
     };
     // `symlink_metadata` so that a dangling link counts as present (and is then refused).
     let link = match fs::symlink_metadata(path) {
         Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(refuse(e.to_string())),
+        Err(e) => return Err(failed(e)),
         Ok(meta) => meta.file_type().is_symlink(),
     };
     let real = fs::canonicalize(path).map_err(|e| match (link, e.kind()) {
         (true, ErrorKind::NotFound) => refuse("it is a symbolic link to nothing".to_owned()),
-        _ => refuse(e.to_string()),
+        _ => failed(e),
     })?;
     if let Some(folder) = &file.within {
-        let folder = fs::canonicalize(folder).map_err(|e| refuse(e.to_string()))?;
+        let folder = fs::canonicalize(folder).map_err(failed)?;
         if !real.starts_with(&folder) {
             return Err(refuse(format!(
                 "it is a symbolic link that leads outside {}; panto reads a project's files only inside the project",
@@ -221,14 +231,14 @@ pub fn read_layer_file(file: &LayerFile) -> Result<Option<String>, LayerFileErro
         }
     };
     // Checked before opening (a FIFO would block the open) and again on the open file.
-    check(&fs::metadata(&real).map_err(|e| refuse(e.to_string()))?)?;
-    let opened = fs::File::open(&real).map_err(|e| refuse(e.to_string()))?;
-    check(&opened.metadata().map_err(|e| refuse(e.to_string()))?)?;
+    check(&fs::metadata(&real).map_err(failed)?)?;
+    let opened = fs::File::open(&real).map_err(failed)?;
+    check(&opened.metadata().map_err(failed)?)?;
     let mut bytes = Vec::new();
     opened
         .take(MAX_LAYER_FILE_BYTES + 1)
         .read_to_end(&mut bytes)
-        .map_err(|e| refuse(e.to_string()))?;
+        .map_err(failed)?;
     if bytes.len() as u64 > MAX_LAYER_FILE_BYTES {
         return Err(refuse("it grew while it was read".to_owned()));
     }

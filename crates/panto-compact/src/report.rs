@@ -50,6 +50,7 @@ pub struct ElidedItem {
 
 /// What a finished compaction did.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct CompactionReport {
     /// The id of the compaction entry.
     pub id: String,
@@ -88,8 +89,51 @@ pub struct CompactionReport {
     pub degraded: Option<String>,
 }
 
+impl CompactionReport {
+    /// The report of compaction `id` whose `summary` `model` on `provider` wrote in one
+    /// request, following `plan`: no fallback, no instructions, not truncated, nothing
+    /// elided, sizes 0 until set. A [`Compactor`] fills in every field; this is for code that
+    /// shows reports (a UI's tests, say).
+    pub fn new(
+        id: impl Into<String>,
+        summary: impl Into<String>,
+        trigger: Trigger,
+        model: impl Into<String>,
+        provider: impl Into<String>,
+        plan: Plan,
+    ) -> CompactionReport {
+        CompactionReport {
+            id: id.into(),
+            summary: summary.into(),
+            trigger,
+            model: model.into(),
+            provider: provider.into(),
+            fallback: false,
+            fallback_cause: None,
+            instructions: None,
+            truncated: false,
+            tokens_before: 0,
+            tokens_after: 0,
+            plan,
+            steps: Vec::new(),
+            requests: 1,
+            elided: Vec::new(),
+            degraded: None,
+        }
+    }
+
+    /// The report with the estimated size of the conversation before and after.
+    #[must_use]
+    pub fn with_tokens(mut self, before: u64, after: u64) -> CompactionReport {
+        self.tokens_before = before;
+        self.tokens_after = after;
+        self
+    }
+}
+
 /// A compaction's result: what to append, and the context it produces.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct Compacted {
     /// The append: the compaction entry, then a copy of every kept message marked `kept_by`.
     pub entries: Vec<Entry>,
@@ -97,6 +141,21 @@ pub struct Compacted {
     pub context: EffectiveContext,
     /// What was done.
     pub report: CompactionReport,
+}
+
+impl Compacted {
+    /// The append `entries`, the `context` their replay gives, and the `report` of the run.
+    pub fn new(
+        entries: Vec<Entry>,
+        context: EffectiveContext,
+        report: CompactionReport,
+    ) -> Compacted {
+        Compacted {
+            entries,
+            context,
+            report,
+        }
+    }
 }
 
 /// The outcome of a compaction run that did not fail.

@@ -17,6 +17,7 @@ use crate::serde_impl::lossy;
 
 /// Why one line of a session file could not be decoded.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct DecodeError {
     /// 1-based line number in the file (or in the text given to the decoder).
     pub line: usize,
@@ -26,6 +27,24 @@ pub struct DecodeError {
     pub path: String,
     /// What is wrong, without position information.
     pub message: String,
+}
+
+impl DecodeError {
+    /// The error for `line` (1-based) at `column` (1-based bytes, 0 when unknown), at the field
+    /// `path` (empty for the whole line).
+    pub fn new(
+        line: usize,
+        column: usize,
+        path: impl Into<String>,
+        message: impl Into<String>,
+    ) -> DecodeError {
+        DecodeError {
+            line,
+            column,
+            path: path.into(),
+            message: message.into(),
+        }
+    }
 }
 
 impl fmt::Display for DecodeError {

@@ -41,6 +41,7 @@ impl From<Message> for Entry {
 
 /// What started a compaction.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Trigger {
     /// `/compact` or `panto compact`.
     Manual,
@@ -87,6 +88,7 @@ impl Trigger {
 ///   without it whose next message is not a marked copy was written by another program and is
 ///   read by Contract 1's rule (see [`crate::replay()`]).
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct CompactionEntry {
     /// The entry id.
     pub id: Option<String>,
@@ -129,13 +131,74 @@ impl CompactionEntry {
             extra: Extra::new(),
         }
     }
+
+    /// The entry with id `id`.
+    #[must_use]
+    pub fn with_id(mut self, id: impl Into<String>) -> CompactionEntry {
+        self.id = Some(id.into());
+        self
+    }
+
+    /// The entry with what started it.
+    #[must_use]
+    pub fn with_trigger(mut self, trigger: Trigger) -> CompactionEntry {
+        self.trigger = Some(trigger);
+        self
+    }
+
+    /// The entry naming the model that wrote the summary.
+    #[must_use]
+    pub fn with_model(mut self, model: impl Into<String>) -> CompactionEntry {
+        self.model = Some(model.into());
+        self
+    }
+
+    /// The entry with the extra instructions of its run.
+    #[must_use]
+    pub fn with_instructions(mut self, instructions: impl Into<String>) -> CompactionEntry {
+        self.instructions = Some(instructions.into());
+        self
+    }
+
+    /// The entry with the estimated context size before and after the compaction.
+    #[must_use]
+    pub fn with_tokens(mut self, before: u64, after: u64) -> CompactionEntry {
+        self.tokens_before = Some(before);
+        self.tokens_after = Some(after);
+        self
+    }
+
+    /// The entry saying that `kept` marked copies of kept messages follow it.
+    #[must_use]
+    pub fn with_kept_messages(mut self, kept: u64) -> CompactionEntry {
+        self.kept_messages = Some(kept);
+        self
+    }
+
+    /// The entry with `extra` as its unmodelled fields, written back verbatim.
+    #[must_use]
+    pub fn with_extra(mut self, extra: Extra) -> CompactionEntry {
+        self.extra = extra;
+        self
+    }
 }
 
 /// An entry whose `type` panto does not know.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct UnknownEntry {
     /// Its `type`.
     pub kind: String,
     /// Every other field.
     pub fields: Extra,
+}
+
+impl UnknownEntry {
+    /// An entry of type `kind` with the given fields (its `type` is not among them).
+    pub fn new(kind: impl Into<String>, fields: Extra) -> UnknownEntry {
+        UnknownEntry {
+            kind: kind.into(),
+            fields,
+        }
+    }
 }

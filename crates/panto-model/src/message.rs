@@ -32,6 +32,7 @@ impl Role {
 /// Invariant: `content` of a message read from a file may be empty (validation reports it);
 /// panto never writes a message with empty content.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct Message {
     /// The entry id, when the file carries one. panto fills it when it appends.
     pub id: Option<String>,
@@ -65,6 +66,34 @@ impl Message {
         }
     }
 
+    /// The message with entry id `id`.
+    #[must_use]
+    pub fn with_id(mut self, id: impl Into<String>) -> Message {
+        self.id = Some(id.into());
+        self
+    }
+
+    /// The message marked as written by `model`.
+    #[must_use]
+    pub fn with_model(mut self, model: impl Into<String>) -> Message {
+        self.model = Some(model.into());
+        self
+    }
+
+    /// The message with the provider's stop reason.
+    #[must_use]
+    pub fn with_stop_reason(mut self, stop_reason: impl Into<String>) -> Message {
+        self.stop_reason = Some(stop_reason.into());
+        self
+    }
+
+    /// The message with the token accounting of the request that produced it.
+    #[must_use]
+    pub fn with_usage(mut self, usage: Usage) -> Message {
+        self.usage = Some(usage);
+        self
+    }
+
     /// A user message holding one text block.
     pub fn user_text(text: impl Into<String>) -> Message {
         Message::new(Role::User, vec![ContentBlock::text(text)])
@@ -79,10 +108,7 @@ impl Message {
     pub fn compaction(summary: impl Into<String>) -> Message {
         Message::new(
             Role::User,
-            vec![ContentBlock::Compaction(CompactionBlock {
-                summary: summary.into(),
-                extra: Extra::new(),
-            })],
+            vec![ContentBlock::Compaction(CompactionBlock::new(summary))],
         )
     }
 
@@ -158,10 +184,7 @@ pub enum ContentBlock {
 impl ContentBlock {
     /// A text block.
     pub fn text(text: impl Into<String>) -> ContentBlock {
-        ContentBlock::Text(TextBlock {
-            text: text.into(),
-            extra: Extra::new(),
-        })
+        ContentBlock::Text(TextBlock::new(text))
     }
 
     /// A tool call block; `input` is a `Value` or exact JSON text ([`RawJson`]).
@@ -170,12 +193,7 @@ impl ContentBlock {
         name: impl Into<String>,
         input: impl Into<RawJson>,
     ) -> ContentBlock {
-        ContentBlock::ToolUse(ToolUseBlock {
-            id: id.into(),
-            name: name.into(),
-            input: input.into(),
-            extra: Extra::new(),
-        })
+        ContentBlock::ToolUse(ToolUseBlock::new(id, name, input))
     }
 
     /// A tool result block with string content.
@@ -184,12 +202,11 @@ impl ContentBlock {
         content: impl Into<String>,
         is_error: bool,
     ) -> ContentBlock {
-        ContentBlock::ToolResult(ToolResultBlock {
-            tool_use_id: tool_use_id.into(),
-            content: ToolResultContent::Text(content.into()),
-            is_error: Some(is_error),
-            extra: Extra::new(),
-        })
+        ContentBlock::ToolResult(ToolResultBlock::new(
+            tool_use_id,
+            ToolResultContent::Text(content.into()),
+            Some(is_error),
+        ))
     }
 
     /// The wire name of the block type.
@@ -208,6 +225,7 @@ impl ContentBlock {
 
 /// `{"type":"text","text":...}`
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct TextBlock {
     /// The text.
     pub text: String,
@@ -215,8 +233,19 @@ pub struct TextBlock {
     pub extra: Extra,
 }
 
+impl TextBlock {
+    /// A text block with no other fields.
+    pub fn new(text: impl Into<String>) -> TextBlock {
+        TextBlock {
+            text: text.into(),
+            extra: Extra::new(),
+        }
+    }
+}
+
 /// `{"type":"thinking","thinking":...,"signature":...}`
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct ThinkingBlock {
     /// The reasoning text.
     pub thinking: String,
@@ -226,8 +255,20 @@ pub struct ThinkingBlock {
     pub extra: Extra,
 }
 
+impl ThinkingBlock {
+    /// A thinking block, with the provider's signature when it gave one.
+    pub fn new(thinking: impl Into<String>, signature: Option<String>) -> ThinkingBlock {
+        ThinkingBlock {
+            thinking: thinking.into(),
+            signature,
+            extra: Extra::new(),
+        }
+    }
+}
+
 /// `{"type":"tool_use","id":...,"name":...,"input":{...}}`
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct ToolUseBlock {
     /// The call id that the matching tool result names.
     pub id: String,
@@ -241,8 +282,25 @@ pub struct ToolUseBlock {
     pub extra: Extra,
 }
 
+impl ToolUseBlock {
+    /// A tool call; `input` is a `Value` or exact JSON text ([`RawJson`]).
+    pub fn new(
+        id: impl Into<String>,
+        name: impl Into<String>,
+        input: impl Into<RawJson>,
+    ) -> ToolUseBlock {
+        ToolUseBlock {
+            id: id.into(),
+            name: name.into(),
+            input: input.into(),
+            extra: Extra::new(),
+        }
+    }
+}
+
 /// `{"type":"tool_result","tool_use_id":...,"content":...,"is_error":...}`
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct ToolResultBlock {
     /// The id of the tool call this answers.
     pub tool_use_id: String,
@@ -255,6 +313,20 @@ pub struct ToolResultBlock {
 }
 
 impl ToolResultBlock {
+    /// The answer to the tool call `tool_use_id`; `is_error` is `None` to leave the field out.
+    pub fn new(
+        tool_use_id: impl Into<String>,
+        content: ToolResultContent,
+        is_error: Option<bool>,
+    ) -> ToolResultBlock {
+        ToolResultBlock {
+            tool_use_id: tool_use_id.into(),
+            content,
+            is_error,
+            extra: Extra::new(),
+        }
+    }
+
     /// Whether the result reports a failure.
     pub fn failed(&self) -> bool {
         self.is_error == Some(true)
@@ -301,6 +373,7 @@ impl ToolResultContent {
 
 /// `{"type":"image","source":{...}}`
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct ImageBlock {
     /// The image source as the Anthropic API shapes it (`base64` with `media_type`, or `url`).
     pub source: Value,
@@ -309,6 +382,15 @@ pub struct ImageBlock {
 }
 
 impl ImageBlock {
+    /// An image with the given source (`{"type":"base64","media_type":...,"data":...}` or
+    /// `{"type":"url","url":...}`).
+    pub fn new(source: Value) -> ImageBlock {
+        ImageBlock {
+            source,
+            extra: Extra::new(),
+        }
+    }
+
     /// The media type named by the source, when it names one.
     pub fn media_type(&self) -> Option<&str> {
         self.source.get("media_type").and_then(Value::as_str)
@@ -317,6 +399,7 @@ impl ImageBlock {
 
 /// `{"type":"compaction","summary":...}`: the seed that replaces all earlier context.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct CompactionBlock {
     /// The summary text.
     pub summary: String,
@@ -324,8 +407,19 @@ pub struct CompactionBlock {
     pub extra: Extra,
 }
 
+impl CompactionBlock {
+    /// A compaction block holding `summary`.
+    pub fn new(summary: impl Into<String>) -> CompactionBlock {
+        CompactionBlock {
+            summary: summary.into(),
+            extra: Extra::new(),
+        }
+    }
+}
+
 /// A block of a type panto does not model, kept whole.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct OtherBlock {
     /// Its `type`.
     pub kind: String,
@@ -333,11 +427,42 @@ pub struct OtherBlock {
     pub fields: Extra,
 }
 
+impl OtherBlock {
+    /// A block of type `kind` with the given fields (its `type` is not among them).
+    pub fn new(kind: impl Into<String>, fields: Extra) -> OtherBlock {
+        OtherBlock {
+            kind: kind.into(),
+            fields,
+        }
+    }
+}
+
 /// Token accounting for one request, on the assistant message it produced.
 ///
 /// The input total of the request is `input_tokens + cache_read_input_tokens +
 /// cache_creation_input_tokens` (Anthropic splits cached input out of `input_tokens`).
+///
+/// Built with [`Usage::new`] and the setters:
+///
+/// ```
+/// let usage = panto_model::Usage::new(1_000, 200).with_cache_read(4_000);
+/// assert_eq!(usage.input_total(), 5_000);
+/// ```
+///
+/// The struct is `#[non_exhaustive]`, like every model struct that may gain fields: a struct
+/// literal does not compile outside this crate, so adding a field breaks no dependent.
+///
+/// ```compile_fail,E0639
+/// let usage = panto_model::Usage {
+///     input_tokens: 1_000,
+///     output_tokens: 200,
+///     cache_read_input_tokens: None,
+///     cache_creation_input_tokens: None,
+///     extra: panto_model::Extra::new(),
+/// };
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub struct Usage {
     /// Uncached input tokens.
     pub input_tokens: u64,
@@ -361,6 +486,21 @@ impl Usage {
         }
     }
 
+    /// The record with `tokens` input tokens read from the prompt cache (`None`: not reported).
+    #[must_use]
+    pub fn with_cache_read(mut self, tokens: impl Into<Option<u64>>) -> Usage {
+        self.cache_read_input_tokens = tokens.into();
+        self
+    }
+
+    /// The record with `tokens` input tokens written to the prompt cache (`None`: not
+    /// reported).
+    #[must_use]
+    pub fn with_cache_creation(mut self, tokens: impl Into<Option<u64>>) -> Usage {
+        self.cache_creation_input_tokens = tokens.into();
+        self
+    }
+
     /// The whole input of the request: uncached plus cache reads plus cache writes.
     pub fn input_total(&self) -> u64 {
         self.input_tokens
@@ -368,3 +508,28 @@ impl Usage {
             .saturating_add(self.cache_creation_input_tokens.unwrap_or(0))
     }
 }
+
+/// `with_extra` for the types that keep their unmodelled fields in `extra`.
+macro_rules! with_extra {
+    ($($ty:ident),*) => {$(
+        impl $ty {
+            /// The value with `extra` as its unmodelled fields, written back verbatim.
+            #[must_use]
+            pub fn with_extra(mut self, extra: Extra) -> $ty {
+                self.extra = extra;
+                self
+            }
+        }
+    )*};
+}
+
+with_extra!(
+    Message,
+    TextBlock,
+    ThinkingBlock,
+    ToolUseBlock,
+    ToolResultBlock,
+    ImageBlock,
+    CompactionBlock,
+    Usage
+);

@@ -31,6 +31,7 @@ pub const COPIES_MARKED: &str = "copies_marked";
 
 /// The context that the next request is built from.
 #[derive(Clone, Debug, Default, PartialEq)]
+#[non_exhaustive]
 pub struct EffectiveContext {
     /// The messages, led by the compaction message when [`Self::compaction`] is set.
     pub messages: Vec<Message>,
@@ -43,6 +44,15 @@ pub struct EffectiveContext {
 }
 
 impl EffectiveContext {
+    /// A context of `messages` with no active compaction: what replay gives for a session
+    /// that was never compacted.
+    pub fn new(messages: Vec<Message>) -> EffectiveContext {
+        EffectiveContext {
+            messages,
+            ..EffectiveContext::default()
+        }
+    }
+
     /// The messages after the compaction message (all of them when there is none).
     pub fn conversation(&self) -> &[Message] {
         let head = usize::from(self.compaction.is_some());

@@ -252,13 +252,7 @@ fn parse_usage(v: &Value) -> Option<Usage> {
     if v.as_object().is_none_or(Map::is_empty) {
         return None;
     }
-    Some(Usage {
-        input_tokens: prompt - cached.unwrap_or(0),
-        output_tokens: output,
-        cache_read_input_tokens: cached,
-        cache_creation_input_tokens: None,
-        extra: Extra::new(),
-    })
+    Some(Usage::new(prompt - cached.unwrap_or(0), output).with_cache_read(cached))
 }
 
 /// The state of one answer, fed chunk by chunk (a whole answer is one chunk).
@@ -324,16 +318,14 @@ impl GeminiStream {
                 if let Some(signature) = signature {
                     extra.insert(THOUGHT_SIGNATURE.into(), signature.clone());
                 }
-                self.content.push(ContentBlock::ToolUse(ToolUseBlock {
-                    id,
-                    name: name.to_owned(),
-                    input: call
-                        .get("args")
-                        .cloned()
-                        .unwrap_or_else(|| json!({}))
-                        .into(),
-                    extra,
-                }));
+                self.content.push(ContentBlock::ToolUse(
+                    ToolUseBlock::new(
+                        id,
+                        name,
+                        call.get("args").cloned().unwrap_or_else(|| json!({})),
+                    )
+                    .with_extra(extra),
+                ));
             } else if let Some(text) = part
                 .get("text")
                 .and_then(Value::as_str)
@@ -383,16 +375,9 @@ impl GeminiStream {
             extra.insert(THOUGHT_SIGNATURE.into(), signature.clone());
         }
         self.content.push(if thought {
-            ContentBlock::Thinking(ThinkingBlock {
-                thinking: text.to_owned(),
-                signature: None,
-                extra,
-            })
+            ContentBlock::Thinking(ThinkingBlock::new(text, None).with_extra(extra))
         } else {
-            ContentBlock::Text(TextBlock {
-                text: text.to_owned(),
-                extra,
-            })
+            ContentBlock::Text(TextBlock::new(text).with_extra(extra))
         });
     }
 }

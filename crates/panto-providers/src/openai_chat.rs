@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use panto_model::{ContentBlock, Extra, Message, Role, ThinkingBlock, ToolUseBlock, Usage};
+use panto_model::{ContentBlock, Message, Role, ThinkingBlock, ToolUseBlock, Usage};
 use panto_provider::{EventSink, Provider, ProviderError, Request};
 use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue};
 use serde_json::{Map, Value, json};
@@ -20,6 +20,7 @@ use crate::transport::{
 
 /// Which field carries the output limit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum MaxTokensField {
     /// `max_tokens`: what compatible servers read.
     MaxTokens,
@@ -273,13 +274,7 @@ fn stop_reason(reason: &str, has_calls: bool) -> String {
 /// which goes to `cache_read_input_tokens` (absent when the server did not report caching).
 pub(crate) fn usage(prompt: u64, completion: u64, cached: Option<u64>) -> Usage {
     let cached = cached.map(|c| c.min(prompt));
-    Usage {
-        input_tokens: prompt - cached.unwrap_or(0),
-        output_tokens: completion,
-        cache_read_input_tokens: cached,
-        cache_creation_input_tokens: None,
-        extra: Extra::new(),
-    }
+    Usage::new(prompt - cached.unwrap_or(0), completion).with_cache_read(cached)
 }
 
 fn parse_usage(v: &Value) -> Option<Usage> {
@@ -318,11 +313,7 @@ fn reasoning(message: &Value) -> Option<&str> {
 }
 
 fn thinking(text: String) -> ContentBlock {
-    ContentBlock::Thinking(ThinkingBlock {
-        thinking: text,
-        signature: None,
-        extra: Extra::new(),
-    })
+    ContentBlock::Thinking(ThinkingBlock::new(text, None))
 }
 
 /// Converts a non-streaming answer.
@@ -365,12 +356,7 @@ pub(crate) fn parse_completion(body: &Value) -> Result<Message, ProviderError> {
             .and_then(Value::as_str)
             .filter(|id| !id.is_empty())
             .map_or_else(|| fresh_id("call_"), str::to_owned);
-        content.push(ContentBlock::ToolUse(ToolUseBlock {
-            id,
-            name: name.to_owned(),
-            input: input.into(),
-            extra: Extra::new(),
-        }));
+        content.push(ContentBlock::ToolUse(ToolUseBlock::new(id, name, input)));
     }
     let has_calls = content
         .iter()
@@ -500,12 +486,11 @@ impl StreamParser for ChatStream {
             } else {
                 call.id
             };
-            content.push(ContentBlock::ToolUse(ToolUseBlock {
+            content.push(ContentBlock::ToolUse(ToolUseBlock::new(
                 id,
-                name: call.name,
-                input: parse_arguments(&call.arguments).into(),
-                extra: Extra::new(),
-            }));
+                call.name,
+                parse_arguments(&call.arguments),
+            )));
         }
         let has_calls = content
             .iter()

@@ -244,12 +244,11 @@ fn parse_output(items: &[Value]) -> Result<Vec<ContentBlock>, ProviderError> {
                 let id = field("call_id")
                     .or_else(|| field("id"))
                     .ok_or_else(|| malformed(format!("output[{i}] has no call_id")))?;
-                content.push(ContentBlock::ToolUse(ToolUseBlock {
-                    id: id.to_owned(),
-                    name: name.to_owned(),
-                    input: parse_arguments(field("arguments").unwrap_or_default()).into(),
-                    extra: Extra::new(),
-                }));
+                content.push(ContentBlock::ToolUse(ToolUseBlock::new(
+                    id,
+                    name,
+                    parse_arguments(field("arguments").unwrap_or_default()),
+                )));
             }
             "reasoning" => {
                 // Summaries (OpenAI) or full reasoning text (open models through llama.cpp).
@@ -270,11 +269,9 @@ fn parse_output(items: &[Value]) -> Result<Vec<ContentBlock>, ProviderError> {
                     extra.insert(ENCRYPTED_CONTENT.into(), e.clone());
                 }
                 if !thinking.is_empty() || !extra.is_empty() {
-                    content.push(ContentBlock::Thinking(ThinkingBlock {
-                        thinking: thinking.join("\n\n"),
-                        signature: None,
-                        extra,
-                    }));
+                    content.push(ContentBlock::Thinking(
+                        ThinkingBlock::new(thinking.join("\n\n"), None).with_extra(extra),
+                    ));
                 }
             }
             other => tracing::debug!(kind = other, "ignoring an output item"),

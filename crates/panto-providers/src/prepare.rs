@@ -15,9 +15,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use panto_model::{
-    ContentBlock, Extra, Message, Role, ToolResultBlock, ToolResultContent, ToolUseBlock,
-};
+use panto_model::{ContentBlock, Message, Role, ToolResultBlock, ToolResultContent, ToolUseBlock};
 
 /// The content of the synthetic result that answers a call the conversation never answered.
 pub(crate) const INTERRUPTED: &str = "tool call was interrupted before it returned a result";
@@ -91,12 +89,7 @@ pub(crate) fn prepare(messages: &[Message], compaction: &dyn Fn(&str) -> String)
 
 /// A synthetic error result for a call that was never answered.
 fn synthetic_result(id: &str) -> ContentBlock {
-    ContentBlock::ToolResult(ToolResultBlock {
-        tool_use_id: id.to_owned(),
-        content: ToolResultContent::Text(INTERRUPTED.to_owned()),
-        is_error: Some(true),
-        extra: Extra::new(),
-    })
+    ContentBlock::tool_result(id, INTERRUPTED, true)
 }
 
 /// Appends a message, merging it into the last one when the roles match; skips empty content.

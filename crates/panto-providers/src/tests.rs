@@ -5,7 +5,7 @@ use std::time::{Duration, SystemTime};
 
 use panto_model::arbitrary::session;
 use panto_model::{
-    ContentBlock, Extra, Message, Problem, Role, ToolResultBlock, ToolResultContent, validate,
+    ContentBlock, Message, Problem, Role, ToolResultBlock, ToolResultContent, validate,
 };
 use proptest::prelude::*;
 use reqwest::header::{HeaderMap, HeaderValue};
@@ -451,16 +451,14 @@ fn prepare_drops_misplaced_blocks_and_empty_text_then_merges_roles() {
 
 #[test]
 fn prepare_keeps_orphan_images() {
-    let image = ContentBlock::Image(panto_model::ImageBlock {
-        source: json!({"type": "url", "url": "https://example.com/a.png"}),
-        extra: Extra::new(),
-    });
-    let orphan = ContentBlock::ToolResult(ToolResultBlock {
-        tool_use_id: "x".into(),
-        content: ToolResultContent::Blocks(vec![ContentBlock::text("shot"), image.clone()]),
-        is_error: Some(true),
-        extra: Extra::new(),
-    });
+    let image = ContentBlock::Image(panto_model::ImageBlock::new(
+        json!({"type": "url", "url": "https://example.com/a.png"}),
+    ));
+    let orphan = ContentBlock::ToolResult(ToolResultBlock::new(
+        "x",
+        ToolResultContent::Blocks(vec![ContentBlock::text("shot"), image.clone()]),
+        Some(true),
+    ));
     let out = wire(&[Message::new(Role::User, vec![orphan])]);
     assert_eq!(out[0].content.len(), 2);
     assert!(out[0].text().contains("`x` (it failed)"));

@@ -132,11 +132,22 @@ impl SessionError {
 
 /// The holder of a session's append lock, as recorded in its lock file.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct LockHolder {
     /// The process id the holder wrote into the lock file, when it could be read.
     pub pid: Option<u32>,
     /// The lock file (`<session file>.lock`).
     pub lock_path: PathBuf,
+}
+
+impl LockHolder {
+    /// The holder recorded in `lock_path`, with the process id when it could be read.
+    pub fn new(pid: Option<u32>, lock_path: impl Into<PathBuf>) -> LockHolder {
+        LockHolder {
+            pid,
+            lock_path: lock_path.into(),
+        }
+    }
 }
 
 impl fmt::Display for LockHolder {

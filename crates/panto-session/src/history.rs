@@ -57,15 +57,15 @@ impl History {
         };
         match judge(&run, after) {
             Verdict::Skip { acknowledged } => {
-                self.warnings.push(Warning {
-                    path: self.path.clone(),
-                    offset: run.start,
-                    line: Some(run.first.0 as usize),
-                    kind: WarningKind::Debris {
+                self.warnings.push(Warning::new(
+                    self.path.clone(),
+                    run.start,
+                    Some(run.first.0 as usize),
+                    WarningKind::Debris {
                         len: run.end - run.start,
                         acknowledged,
                     },
-                });
+                ));
                 Ok(())
             }
             Verdict::Fail => {
@@ -80,12 +80,12 @@ impl History {
     }
 
     fn warn(&mut self, offset: u64, kind: WarningKind) {
-        self.warnings.push(Warning {
-            path: self.path.clone(),
+        self.warnings.push(Warning::new(
+            self.path.clone(),
             offset,
-            line: Some(self.line),
+            Some(self.line),
             kind,
-        });
+        ));
     }
 
     /// The end of the file: the pending run is at the end, and a file without content is empty.

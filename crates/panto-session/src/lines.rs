@@ -106,14 +106,13 @@ fn cr_only(bytes: &[u8]) -> Option<DecodeError> {
     if rest.iter().all(u8::is_ascii_whitespace) || decode_line(&bytes[..cr], 0).is_err() {
         return None;
     }
-    Some(DecodeError {
-        line: 0,
-        column: cr + 1,
-        path: String::new(),
-        message: "lines end with a carriage return alone (CR line endings); panto reads lines \
-                  ending with LF or CRLF"
-            .to_owned(),
-    })
+    Some(DecodeError::new(
+        0,
+        cr + 1,
+        "",
+        "lines end with a carriage return alone (CR line endings); panto reads lines ending \
+         with LF or CRLF",
+    ))
 }
 
 /// Whether a line that failed to decode is shaped like a write cut off by a crash: a prefix of

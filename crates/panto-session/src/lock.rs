@@ -48,10 +48,7 @@ impl Lock {
                     if waited >= timeout {
                         return Err(SessionError::LockTimeout {
                             path: session.to_path_buf(),
-                            holder: LockHolder {
-                                pid: read_pid(&file),
-                                lock_path: path,
-                            },
+                            holder: LockHolder::new(read_pid(&file), path),
                             waited: timeout,
                         });
                     }

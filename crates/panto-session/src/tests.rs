@@ -123,12 +123,7 @@ fn the_run_rule() {
     let run = |all_torn| Run {
         start: 7,
         end: 9,
-        error: panto_model::DecodeError {
-            line: 0,
-            column: 1,
-            path: String::new(),
-            message: "x".into(),
-        },
+        error: panto_model::DecodeError::new(0, 1, "", "x"),
         first: LineNumber(1),
         all_torn,
     };

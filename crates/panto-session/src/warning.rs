@@ -7,6 +7,7 @@ use std::path::PathBuf;
 /// interrupted write, an entry of an unknown type, an incomplete compaction, a byte-order mark,
 /// a lone surrogate. The file is never changed.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Warning {
     /// The session file.
     pub path: PathBuf,
@@ -19,6 +20,24 @@ pub struct Warning {
     pub line: Option<usize>,
     /// What was noticed.
     pub kind: WarningKind,
+}
+
+impl Warning {
+    /// A warning about the line of `path` that starts at byte `offset` (line `line`, when
+    /// known).
+    pub fn new(
+        path: impl Into<PathBuf>,
+        offset: u64,
+        line: Option<usize>,
+        kind: WarningKind,
+    ) -> Warning {
+        Warning {
+            path: path.into(),
+            offset,
+            line,
+            kind,
+        }
+    }
 }
 
 /// The kinds of [`Warning`].

@@ -412,10 +412,9 @@ fn message_costs_count_every_block_and_the_wire_structure() {
     // A tool result does not pay for its call id.
     let result = ContentBlock::tool_result("toolu_0123456789abcdef", "abcdefghij", false);
     assert_eq!(h.block(&result), BLOCK_OVERHEAD + 3);
-    let image = ContentBlock::Image(ImageBlock {
-        source: json!({"type": "base64", "media_type": "image/png", "data": "A".repeat(100_000)}),
-        extra: Extra::new(),
-    });
+    let image = ContentBlock::Image(ImageBlock::new(
+        json!({"type": "base64", "media_type": "image/png", "data": "A".repeat(100_000)}),
+    ));
     assert_eq!(h.block(&image), BLOCK_OVERHEAD + IMAGE_TOKENS);
     let summary = Message::compaction("abcdefghij");
     assert_eq!(
@@ -426,10 +425,7 @@ fn message_costs_count_every_block_and_the_wire_structure() {
     // letters and one symbol (5.9), {"data":"abc"} is 7 symbols and 7 letters (9.8).
     let mut fields = Extra::new();
     fields.insert("data".to_owned(), json!("abc"));
-    let other = ContentBlock::Other(OtherBlock {
-        kind: "redacted_thinking".to_owned(),
-        fields,
-    });
+    let other = ContentBlock::Other(OtherBlock::new("redacted_thinking", fields));
     assert_eq!(h.block(&other), BLOCK_OVERHEAD + 16);
 }
 

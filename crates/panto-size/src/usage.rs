@@ -22,11 +22,19 @@ pub const PLAUSIBLE_FACTOR: u64 = 4;
 
 /// The size of one message and where it came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct MessageSize {
     /// Estimated tokens of the message as part of a request.
     pub tokens: u64,
     /// How the estimate was obtained.
     pub source: Source,
+}
+
+impl MessageSize {
+    /// A size of `tokens` obtained from `source`.
+    pub fn new(tokens: u64, source: Source) -> MessageSize {
+        MessageSize { tokens, source }
+    }
 }
 
 /// Where a size came from.
@@ -100,6 +108,7 @@ pub enum Fallback {
 /// never lowers that message's size nor the total of all sizes (it may move tokens between the
 /// messages of one measured span, whose total is fixed by usage).
 #[derive(Clone, Copy, Debug, Default)]
+#[non_exhaustive]
 pub struct UsageSizer {
     /// Used where usage is missing or cannot be trusted.
     pub fallback: Heuristic,

@@ -64,12 +64,11 @@ fn session(rounds: usize) -> Vec<Message> {
             Role::User,
             vec![
                 ContentBlock::tool_result(format!("toolu_{r}_a"), code.clone(), false),
-                ContentBlock::ToolResult(ToolResultBlock {
-                    tool_use_id: format!("toolu_{r}_b"),
-                    content: ToolResultContent::Blocks(vec![ContentBlock::text(log.clone())]),
-                    is_error: Some(r % 3 == 0),
-                    extra: Default::default(),
-                }),
+                ContentBlock::ToolResult(ToolResultBlock::new(
+                    format!("toolu_{r}_b"),
+                    ToolResultContent::Blocks(vec![ContentBlock::text(log.clone())]),
+                    Some(r % 3 == 0),
+                )),
             ],
         ));
         messages.push(Message::assistant_text(prose.clone()));

@@ -14,11 +14,22 @@ use crate::syntax::{Attrs, Head, SUMMARY_CLOSE, SUMMARY_OPEN, TRANSCRIPT_CLOSE, 
 
 /// A compaction request's user prompt, read back by [`parse_request`].
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct ParsedRequest {
     /// The content of the `<previous-summary>` section, unescaped, when there is one.
     pub previous_summary: Option<String>,
     /// The items of the `<transcript>` section.
     pub items: Vec<TranscriptItem>,
+}
+
+impl ParsedRequest {
+    /// A request read back as `previous_summary` and the transcript's `items`.
+    pub fn new(previous_summary: Option<String>, items: Vec<TranscriptItem>) -> ParsedRequest {
+        ParsedRequest {
+            previous_summary,
+            items,
+        }
+    }
 }
 
 /// Reads transcript text (as [`crate::render_transcript`] writes it) back into items.

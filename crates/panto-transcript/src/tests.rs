@@ -43,34 +43,23 @@ fn image(media_type: Option<&str>) -> ContentBlock {
         Some(m) => json!({"type": "base64", "media_type": m, "data": "AAAA"}),
         None => json!({"type": "url", "url": "https://example.com/a.png"}),
     };
-    ContentBlock::Image(ImageBlock {
-        source,
-        extra: Extra::new(),
-    })
+    ContentBlock::Image(ImageBlock::new(source))
 }
 
 fn other(kind: &str) -> ContentBlock {
-    ContentBlock::Other(OtherBlock {
-        kind: kind.to_owned(),
-        fields: Extra::new(),
-    })
+    ContentBlock::Other(OtherBlock::new(kind, Extra::new()))
 }
 
 fn thinking(text: &str) -> ContentBlock {
-    ContentBlock::Thinking(ThinkingBlock {
-        thinking: text.to_owned(),
-        signature: Some("c2lnbmF0dXJl".to_owned()),
-        extra: Extra::new(),
-    })
+    ContentBlock::Thinking(ThinkingBlock::new(text, Some("c2lnbmF0dXJl".to_owned())))
 }
 
 fn result_blocks(id: &str, blocks: Vec<ContentBlock>, is_error: Option<bool>) -> ContentBlock {
-    ContentBlock::ToolResult(ToolResultBlock {
-        tool_use_id: id.to_owned(),
-        content: ToolResultContent::Blocks(blocks),
+    ContentBlock::ToolResult(ToolResultBlock::new(
+        id,
+        ToolResultContent::Blocks(blocks),
         is_error,
-        extra: Extra::new(),
-    })
+    ))
 }
 
 #[test]

@@ -274,10 +274,7 @@ fn recover(
     let compactor = Compactor::new(ModelRef::new(model, "m"))
         .with_ids(SequentialIds::new())
         .with_prompt(short_prompt())
-        .with_config(CompactorConfig {
-            keep_tokens: keep,
-            ..CompactorConfig::default()
-        });
+        .with_config(CompactorConfig::new().with_keep_tokens(keep));
     let mut driver = Driver::new(compactor, log, ctx).with_system("agent");
     let result = block_on(driver.send(vec![prompt.clone()], &mut |_| {}));
     (driver, result)

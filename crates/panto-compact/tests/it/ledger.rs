@@ -92,7 +92,7 @@ proptest! {
         let provider = Arc::new(ScriptedProvider::new("main"));
         let mut compactor = Compactor::new(ModelRef::new(provider.clone(), "forgetful"))
             .with_ids(SequentialIds::new())
-            .with_config(CompactorConfig { keep_tokens: 0, ..CompactorConfig::default() });
+            .with_config(CompactorConfig::new().with_keep_tokens(0));
         let mut log = MemoryLog::new();
         let mut planted_so_far = 0;
         for round in &rounds {

@@ -12,6 +12,7 @@
     reason = "test code: fails loudly, handles its own fixtures"
 )]
 
+mod causes;
 mod chained;
 mod compaction;
 mod crash;
@@ -117,10 +118,7 @@ pub fn compactor(active: ModelRef, keep: u64) -> Compactor {
     Compactor::new(active)
         .with_ids(SequentialIds::new())
         .with_sizer(Hundred)
-        .with_config(CompactorConfig {
-            keep_tokens: keep,
-            ..CompactorConfig::default()
-        })
+        .with_config(CompactorConfig::new().with_keep_tokens(keep))
 }
 
 /// A short compaction prompt, so that the small conversations of these tests leave the fold

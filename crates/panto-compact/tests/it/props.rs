@@ -47,10 +47,7 @@ prop_compose! {
 fn compactor(active: ModelRef, keep: u64) -> Compactor {
     Compactor::new(active)
         .with_ids(SequentialIds::new())
-        .with_config(CompactorConfig {
-            keep_tokens: keep,
-            ..CompactorConfig::default()
-        })
+        .with_config(CompactorConfig::new().with_keep_tokens(keep))
 }
 
 /// One manual compaction of `entries` with the default sizer; `None` when nothing to compact.

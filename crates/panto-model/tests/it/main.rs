@@ -10,6 +10,7 @@
     reason = "test code: fails loudly, handles its own fixtures"
 )]
 
+mod build;
 mod decode;
 mod replay;
 mod roundtrip;

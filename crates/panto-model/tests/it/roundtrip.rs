@@ -21,10 +21,7 @@ fn entries() -> impl Strategy<Value = Vec<Entry>> {
                 c.extra = extra;
                 out.push(Entry::Compaction(c));
             }
-            out.push(Entry::Unknown(UnknownEntry {
-                kind: "custom_note".into(),
-                fields: unknown,
-            }));
+            out.push(Entry::Unknown(UnknownEntry::new("custom_note", unknown)));
             out
         })
 }

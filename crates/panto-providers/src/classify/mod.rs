@@ -30,6 +30,7 @@ use signals::Signals;
 
 /// The wire protocol an adapter speaks; some rules apply to some protocols only.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Protocol {
     /// Anthropic Messages (also Bedrock and Vertex serving Claude).
     Anthropic,

@@ -98,15 +98,11 @@ async fn whole_answer_with_thinking_text_tool_use_unknown_blocks_and_cache_usage
     assert_eq!(
         message.content,
         vec![
-            ContentBlock::Thinking(ThinkingBlock {
-                thinking: "Let me look.".into(),
-                signature: Some("sig-1".into()),
-                extra: Default::default()
-            }),
-            ContentBlock::Other(OtherBlock {
-                kind: "redacted_thinking".into(),
-                fields: [("data".to_owned(), json!("opaque"))].into_iter().collect()
-            }),
+            ContentBlock::Thinking(ThinkingBlock::new("Let me look.", Some("sig-1".into()))),
+            ContentBlock::Other(OtherBlock::new(
+                "redacted_thinking",
+                [("data".to_owned(), json!("opaque"))].into_iter().collect()
+            )),
             ContentBlock::text("Checking."),
             ContentBlock::tool_use("toolu_9", "read", json!({"path": "a.rs"})),
         ]
@@ -221,15 +217,11 @@ async fn streamed_answer_equals_the_whole_one_and_reaches_the_sink_as_it_arrives
     let mut expected = Message::new(
         Role::Assistant,
         vec![
-            ContentBlock::Thinking(ThinkingBlock {
-                thinking: "Let me look.".into(),
-                signature: Some("sig-1".into()),
-                extra: Default::default(),
-            }),
-            ContentBlock::Other(OtherBlock {
-                kind: "redacted_thinking".into(),
-                fields: [("data".to_owned(), json!("opaque"))].into_iter().collect(),
-            }),
+            ContentBlock::Thinking(ThinkingBlock::new("Let me look.", Some("sig-1".into()))),
+            ContentBlock::Other(OtherBlock::new(
+                "redacted_thinking",
+                [("data".to_owned(), json!("opaque"))].into_iter().collect(),
+            )),
             ContentBlock::text("Checking."),
             ContentBlock::tool_use("toolu_9", "read", json!({"path": "a.rs"})),
         ],

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use panto_model::{
-    ContentBlock, Extra, ImageBlock, Message, OtherBlock, Role, ThinkingBlock, ToolResultBlock,
+    ContentBlock, ImageBlock, Message, OtherBlock, Role, ThinkingBlock, ToolResultBlock,
     ToolResultContent,
 };
 use panto_provider::{Provider, ProviderError, Request, StreamEvent, ToolSpec};
@@ -96,25 +96,20 @@ pub(crate) fn conversation() -> Request {
             Role::User,
             vec![
                 ContentBlock::text("Please look at the failing test again."),
-                ContentBlock::Image(ImageBlock {
-                    source: png(),
-                    extra: Extra::new(),
-                }),
+                ContentBlock::Image(ImageBlock::new(png())),
             ],
         ),
         Message::new(
             Role::Assistant,
             vec![
-                ContentBlock::Thinking(ThinkingBlock {
-                    thinking: "I should read the file first.".into(),
-                    signature: Some("sig-abc".into()),
-                    extra: Extra::new(),
-                }),
-                ContentBlock::Thinking(ThinkingBlock {
-                    thinking: "An unsigned thought from another provider.".into(),
-                    signature: None,
-                    extra: Extra::new(),
-                }),
+                ContentBlock::Thinking(ThinkingBlock::new(
+                    "I should read the file first.",
+                    Some("sig-abc".into()),
+                )),
+                ContentBlock::Thinking(ThinkingBlock::new(
+                    "An unsigned thought from another provider.",
+                    None,
+                )),
                 ContentBlock::text("Reading it."),
                 ContentBlock::tool_use("t1", "read", json!({"path": "src/lib.rs"})),
                 ContentBlock::tool_use("t2", "grep", json!({"pattern": "cache"})),
@@ -123,30 +118,26 @@ pub(crate) fn conversation() -> Request {
         Message::new(
             Role::User,
             vec![
-                ContentBlock::ToolResult(ToolResultBlock {
-                    tool_use_id: "t1".into(),
-                    content: ToolResultContent::Blocks(vec![
+                ContentBlock::ToolResult(ToolResultBlock::new(
+                    "t1",
+                    ToolResultContent::Blocks(vec![
                         ContentBlock::text("fn main() {}"),
-                        ContentBlock::Image(ImageBlock {
-                            source: png(),
-                            extra: Extra::new(),
-                        }),
+                        ContentBlock::Image(ImageBlock::new(png())),
                     ]),
-                    is_error: Some(false),
-                    extra: Extra::new(),
-                }),
+                    Some(false),
+                )),
                 ContentBlock::tool_result("t2", "no matches", true),
             ],
         ),
         Message::new(
             Role::Assistant,
             vec![
-                ContentBlock::Other(OtherBlock {
-                    kind: "redacted_thinking".into(),
-                    fields: [("data".to_owned(), json!("opaque-blob"))]
+                ContentBlock::Other(OtherBlock::new(
+                    "redacted_thinking",
+                    [("data".to_owned(), json!("opaque-blob"))]
                         .into_iter()
                         .collect(),
-                }),
+                )),
                 ContentBlock::text("The race is in the cache."),
                 ContentBlock::tool_use("t3", "run", json!({"cmd": "cargo test"})),
             ],

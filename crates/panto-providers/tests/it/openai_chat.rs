@@ -74,11 +74,7 @@ fn expected_message() -> Message {
     let mut m = Message::new(
         Role::Assistant,
         vec![
-            ContentBlock::Thinking(ThinkingBlock {
-                thinking: "Need the file.".into(),
-                signature: None,
-                extra: Default::default(),
-            }),
+            ContentBlock::Thinking(ThinkingBlock::new("Need the file.", None)),
             ContentBlock::text("Let me read it."),
             ContentBlock::tool_use("call_a", "read", json!({"path": "a.rs"})),
             ContentBlock::tool_use("call_b", "grep", json!({"pattern": "x"})),

@@ -50,11 +50,7 @@ fn expected_message() -> Message {
     let mut m = Message::new(
         Role::Assistant,
         vec![
-            ContentBlock::Thinking(ThinkingBlock {
-                thinking: "Need the file.".into(),
-                signature: None,
-                extra,
-            }),
+            ContentBlock::Thinking(ThinkingBlock::new("Need the file.", None).with_extra(extra)),
             ContentBlock::text("Let me read it."),
             ContentBlock::tool_use("call_a", "read", json!({"path": "a.rs"})),
         ],

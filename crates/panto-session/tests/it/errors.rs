@@ -240,3 +240,18 @@ fn a_lock_without_a_recorded_pid_says_so() {
     );
     drop(s);
 }
+
+#[test]
+fn a_malformed_line_hands_out_the_decode_error_as_its_cause() {
+    let (_dir, path) = temp_session();
+    let bad = r#"{"type":"message","role":"robot","content":[]}"#;
+    let s = session_with(&path, format!("{}{bad}\n{}", line(1), line(3)).as_bytes());
+    let err = s.load_context().unwrap_err();
+    let cause = std::error::Error::source(&err).expect("a malformed line has a cause");
+    let decode = cause
+        .downcast_ref::<panto_model::DecodeError>()
+        .expect("the cause is the decode error");
+    assert_eq!(decode.line, 2);
+    // The message names the file and then the cause, once.
+    assert_eq!(err.to_string(), format!("{}: {decode}", path.display()));
+}

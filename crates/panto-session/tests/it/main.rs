@@ -60,10 +60,7 @@ pub fn user(text: &str) -> Entry {
 pub fn unknown(kind: &str) -> Entry {
     let mut fields = serde_json::Map::new();
     fields.insert("note".into(), json!("from a newer panto"));
-    Entry::Unknown(UnknownEntry {
-        kind: kind.into(),
-        fields: fields.into(),
-    })
+    Entry::Unknown(UnknownEntry::new(kind, fields.into()))
 }
 
 /// A compaction entry announcing `announced` copies, then copies of `kept` marked `kept_by`.

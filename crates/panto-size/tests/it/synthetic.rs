@@ -143,14 +143,14 @@ proptest! {
         let sizes = UsageSizer::default().measure(&s.messages);
         let asst = assistants(&s.messages);
         for &a in &asst {
-            prop_assert_eq!(sizes[a], MessageSize { tokens: s.truth[a], source: Source::Output });
+            prop_assert_eq!(sizes[a], MessageSize::new(s.truth[a], Source::Output));
         }
         for (_, _, r) in spans(&s.messages) {
             let inferred: u64 = sizes[r.clone()].iter().map(|m| m.tokens).sum();
             let truth: u64 = s.truth[r.clone()].iter().sum();
             prop_assert_eq!(inferred, truth, "span {:?}", r);
             if r.len() == 1 {
-                prop_assert_eq!(sizes[r.start], MessageSize { tokens: truth, source: Source::Span });
+                prop_assert_eq!(sizes[r.start], MessageSize::new(truth, Source::Span));
             } else {
                 prop_assert!(sizes[r].iter().all(|m| m.source == Source::Share));
             }
@@ -212,7 +212,7 @@ proptest! {
                 prop_assert!(is_heuristic(&messages, &sizes, i, Fallback::ModelChanged));
             }
         }
-        prop_assert_eq!(sizes[b], MessageSize { tokens: s.truth[b], source: Source::Output });
+        prop_assert_eq!(sizes[b], MessageSize::new(s.truth[b], Source::Output));
     }
 
     #[test]
@@ -228,6 +228,6 @@ proptest! {
             }
         }
         // Its own output is still exact.
-        prop_assert_eq!(sizes[b], MessageSize { tokens: s.truth[b], source: Source::Output });
+        prop_assert_eq!(sizes[b], MessageSize::new(s.truth[b], Source::Output));
     }
 }

@@ -27,10 +27,10 @@ fn check(name: &str) {
     let request = render_request(prefix, context.summary());
     assert_eq!(
         parse_request(&request),
-        Ok(ParsedRequest {
-            previous_summary: context.summary().map(str::to_owned),
-            items: transcript_items(prefix),
-        }),
+        Ok(ParsedRequest::new(
+            context.summary().map(str::to_owned),
+            transcript_items(prefix)
+        )),
         "{name}: the request does not parse back"
     );
     assert!(!request.contains('⟦'), "{name}: the fixture must not use ⟦");
