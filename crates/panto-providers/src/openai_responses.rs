@@ -3,16 +3,19 @@
 use std::collections::HashMap;
 
 use panto_model::{ContentBlock, Extra, Message, Role, ThinkingBlock, ToolUseBlock};
-use panto_provider::{EventSink, Provider, ProviderError, Request};
-use reqwest::header::HeaderMap;
+use panto_provider::{EventSink, Provider, ProviderError, Request, ToolChoice};
+use reqwest::header::{AUTHORIZATION, HeaderMap};
 use serde_json::{Map, Value, json};
 
 use crate::adapter::adapter_common;
 use crate::classify::{self, Protocol};
 use crate::config::{self, BaseUrl, Config, Error};
-use crate::openai_chat::{OPENAI_ENV, arguments, bearer, parse_arguments, usage};
 use crate::prepare::{compaction_text, flatten_result, image_url, prepare};
 use crate::secret::ApiKey;
+use crate::shared::{
+    OPENAI_ENV, StopReasons, arguments, assistant, cached_prompt_usage, has_calls, key_header,
+    parse_arguments, stop_reason,
+};
 use crate::sse::SseEvent;
 use crate::transport::{Sink, StreamParser, Transport, Wire, error_payload, event_json, malformed};
 
@@ -25,6 +28,11 @@ const ENCRYPTED_CONTENT: &str = "encrypted_content";
 /// items are sent back only when they carry `encrypted_content`, which the API returns when
 /// asked ([`OpenAiResponsesProvider::with_encrypted_reasoning`]); otherwise the reasoning
 /// summary is kept in the session as thinking but not sent again.
+///
+/// Request options: `temperature`, `top_p`, `reasoning.effort` (`low`, `medium`, `high`) and
+/// `tool_choice` (`auto`, `none`, `required`, or one function; sent only when the request has
+/// tools). OpenAI's reasoning models refuse `temperature` and `top_p`.
+#[cfg_attr(docsrs, doc(cfg(feature = "openai-responses")))]
 pub struct OpenAiResponsesProvider {
     transport: Transport,
     wire: ResponsesWire,
@@ -32,7 +40,7 @@ pub struct OpenAiResponsesProvider {
 
 impl OpenAiResponsesProvider {
     /// The official API.
-    pub const DEFAULT_BASE_URL: &'static str = "https://api.openai.com/v1";
+    pub const DEFAULT_BASE_URL: &'static str = OPENAI_ENV.default_base_url;
 
     /// An adapter with this configuration.
     ///
@@ -75,7 +83,7 @@ impl Wire for ResponsesWire {
     }
 
     fn headers(&self, key: &ApiKey, headers: &mut HeaderMap) {
-        bearer(key, headers);
+        key_header(headers, AUTHORIZATION, "Bearer ", key);
     }
 
     fn body(&self, request: &Request, stream: bool) -> Value {
@@ -140,10 +148,36 @@ pub(crate) fn request_body(request: &Request, stream: bool, encrypted_reasoning:
             .collect();
         body.insert("tools".into(), Value::Array(tools));
     }
+    render_options(request, &mut body);
     if stream {
         body.insert("stream".into(), Value::Bool(true));
     }
     Value::Object(body)
+}
+
+/// The request options this protocol carries (see [`OpenAiResponsesProvider`]).
+fn render_options(request: &Request, body: &mut Map<String, Value>) {
+    let options = &request.options;
+    if let Some(t) = options.temperature {
+        body.insert("temperature".into(), json!(t));
+    }
+    if let Some(p) = options.top_p {
+        body.insert("top_p".into(), json!(p));
+    }
+    if let Some(effort) = options.reasoning_effort {
+        body.insert("reasoning".into(), json!({"effort": effort.as_str()}));
+    }
+    let choice = match options.tool_choice.as_ref() {
+        _ if request.tools.is_empty() => None,
+        Some(ToolChoice::Auto) => Some(json!("auto")),
+        Some(ToolChoice::None) => Some(json!("none")),
+        Some(ToolChoice::Required) => Some(json!("required")),
+        Some(ToolChoice::Tool(name)) => Some(json!({"type": "function", "name": name})),
+        _ => None,
+    };
+    if let Some(choice) = choice {
+        body.insert("tool_choice".into(), choice);
+    }
 }
 
 fn input_image(source: &Value) -> Option<Value> {
@@ -216,6 +250,15 @@ fn render_assistant(message: &Message, out: &mut Vec<Value>) {
     }
     flush(&mut text, out);
 }
+
+/// Statuses and incomplete reasons on the session file's stop reasons.
+const STOP_REASONS: StopReasons = StopReasons {
+    end: "completed",
+    map: &[
+        ("max_output_tokens", "max_tokens"),
+        ("content_filter", "refusal"),
+    ],
+};
 
 /// Content blocks from `output` items.
 fn parse_output(items: &[Value]) -> Result<Vec<ContentBlock>, ProviderError> {
@@ -293,40 +336,29 @@ fn message_from(response: &Value, items: Option<Vec<Value>>) -> Result<Message, 
         (Some(o), None) => o.clone(),
         (None, None) => return Err(malformed("the answer has no `output`")),
     };
-    let mut content = parse_output(&output)?;
-    let has_calls = content
-        .iter()
-        .any(|b| matches!(b, ContentBlock::ToolUse(_)));
-    if content.is_empty() {
-        content.push(ContentBlock::text(""));
-    }
-    let mut message = Message::new(Role::Assistant, content);
+    let content = parse_output(&output)?;
+    let calls = has_calls(&content);
+    let mut message = assistant(content);
     message.model = response
         .get("model")
         .and_then(Value::as_str)
         .map(str::to_owned);
-    message.stop_reason = Some(match response.get("status").and_then(Value::as_str) {
-        Some("incomplete") => {
-            match response
-                .pointer("/incomplete_details/reason")
-                .and_then(Value::as_str)
-            {
-                Some("max_output_tokens") => "max_tokens".to_owned(),
-                Some("content_filter") => "refusal".to_owned(),
-                Some(other) => other.to_owned(),
-                None => "incomplete".to_owned(),
-            }
-        }
-        _ if has_calls => "tool_use".to_owned(),
-        _ => "end_turn".to_owned(),
-    });
+    // A whole response is `completed` (a natural end) unless it says why it is incomplete.
+    let reason = match response.get("status").and_then(Value::as_str) {
+        Some("incomplete") => response
+            .pointer("/incomplete_details/reason")
+            .and_then(Value::as_str)
+            .unwrap_or("incomplete"),
+        _ => STOP_REASONS.end,
+    };
+    message.stop_reason = Some(stop_reason(&STOP_REASONS, reason, calls));
     message.usage = response.get("usage").and_then(|u| {
         let input = u.get("input_tokens")?.as_u64()?;
         let output = u.get("output_tokens").and_then(Value::as_u64).unwrap_or(0);
         let cached = u
             .pointer("/input_tokens_details/cached_tokens")
             .and_then(Value::as_u64);
-        Some(usage(input, output, cached))
+        Some(cached_prompt_usage(input, output, cached))
     });
     Ok(message)
 }

@@ -20,16 +20,15 @@ pub const KEY: &str = "sk-test-SECRET-7f3a9c1e5b";
 
 /// A configuration for a loopback server: tiny retry delays, short timeouts.
 pub fn config(base: &str) -> Config {
-    let mut config = Config::new(base, KEY);
-    config.retry = RetryPolicy {
-        max_retries: 3,
-        base_delay: Duration::from_millis(1),
-        max_delay: Duration::from_secs(5),
-    };
-    config.request_timeout = Duration::from_secs(10);
-    config.first_byte_timeout = Duration::from_secs(10);
-    config.idle_timeout = Duration::from_secs(10);
-    config
+    Config::new(base, KEY)
+        .with_retry(RetryPolicy::new(
+            3,
+            Duration::from_millis(1),
+            Duration::from_secs(5),
+        ))
+        .with_request_timeout(Duration::from_secs(10))
+        .with_first_byte_timeout(Duration::from_secs(10))
+        .with_idle_timeout(Duration::from_secs(10))
 }
 
 /// What reached the event sink, one string per event.
@@ -160,29 +159,17 @@ pub fn conversation() -> Request {
         ),
     ];
     let schema = |field: &str| json!({"type": "object", "properties": {field: {"type": "string"}}, "required": [field]});
-    Request {
-        model: "test-model".into(),
-        system: "You are a careful coding agent.".into(),
+    Request::new(
+        "test-model",
+        "You are a careful coding agent.",
         messages,
-        max_output_tokens: 1024,
-        tools: vec![
-            ToolSpec {
-                name: "read".into(),
-                description: "Read a file".into(),
-                input_schema: schema("path"),
-            },
-            ToolSpec {
-                name: "grep".into(),
-                description: "Search files".into(),
-                input_schema: schema("pattern"),
-            },
-            ToolSpec {
-                name: "run".into(),
-                description: "Run a command".into(),
-                input_schema: schema("cmd"),
-            },
-        ],
-    }
+        1024,
+    )
+    .with_tools(vec![
+        ToolSpec::new("read", "Read a file", schema("path")),
+        ToolSpec::new("grep", "Search files", schema("pattern")),
+        ToolSpec::new("run", "Run a command", schema("cmd")),
+    ])
 }
 
 /// A stream of named events (`event:` then `data:`).

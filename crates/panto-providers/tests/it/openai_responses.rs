@@ -268,11 +268,11 @@ async fn a_rate_limit_in_response_failed_is_not_overflow_and_is_retried_while_no
     let mut config = common::config(&server.uri());
     // The delay the message asks for is within the cap, so it is waited and retried (a longer
     // one would end the request at once: see `faults.rs`).
-    config.retry = RetryPolicy {
-        max_retries: 2,
-        base_delay: std::time::Duration::from_millis(1),
-        max_delay: std::time::Duration::from_millis(50),
-    };
+    config.retry = RetryPolicy::new(
+        2,
+        std::time::Duration::from_millis(1),
+        std::time::Duration::from_millis(50),
+    );
     let error = run(&OpenAiResponsesProvider::new(config).unwrap(), &hello())
         .await
         .0
