@@ -192,7 +192,9 @@ fn render_options(request: &Request, body: &mut Map<String, Value>) {
         Some(ToolChoice::Auto) => Some(json!({"mode": "AUTO"})),
         Some(ToolChoice::None) => Some(json!({"mode": "NONE"})),
         Some(ToolChoice::Required) => Some(json!({"mode": "ANY"})),
-        Some(ToolChoice::Tool(name)) => Some(json!({"mode": "ANY", "allowedFunctionNames": [name]})),
+        Some(ToolChoice::Tool(name)) => {
+            Some(json!({"mode": "ANY", "allowedFunctionNames": [name]}))
+        }
         _ => None,
     };
     if let Some(calling) = calling {

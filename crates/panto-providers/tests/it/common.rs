@@ -9,11 +9,16 @@ use panto_model::{
     ContentBlock, Extra, ImageBlock, Message, OtherBlock, Role, ThinkingBlock, ToolResultBlock,
     ToolResultContent,
 };
-use panto_provider::{Provider, ProviderError, Request, StreamEvent, ToolSpec};
+use panto_provider::{
+    Provider, ProviderError, ReasoningEffort, Request, RequestOptions, StreamEvent, ToolChoice,
+    ToolSpec,
+};
 use panto_providers::{Config, RetryPolicy};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
+use wiremock::matchers::method;
+use wiremock::{Mock, ResponseTemplate};
 
 /// The key every test adapter uses; no output may ever contain it.
 pub const KEY: &str = "sk-test-SECRET-7f3a9c1e5b";
@@ -344,4 +349,157 @@ pub fn assert_malformed(result: &Result<Message, ProviderError>) {
         matches!(result, Err(ProviderError::MalformedResponse { .. })),
         "{result:?}"
     );
+}
+
+/// A JSON answer with status 200.
+pub fn json_answer(body: Value) -> ResponseTemplate {
+    ResponseTemplate::new(200).set_body_json(body)
+}
+
+/// An SSE answer with status 200.
+pub fn sse_answer(text: String) -> ResponseTemplate {
+    ResponseTemplate::new(200).set_body_raw(text, "text/event-stream")
+}
+
+/// Tool choices and how a protocol writes each.
+pub type Choices = Vec<(ToolChoice, Value)>;
+
+/// One protocol as the shared scenarios of `protocols.rs` see it: how to build its adapter,
+/// where it posts, how it carries the key, and its answers for each scenario. Every answer
+/// that carries usage reports a prompt of 1,200 tokens of which 1,000 were cached (input 200
+/// on the Contract 1 names) and 30 output tokens.
+pub struct Protocol {
+    /// The name the overflow fixtures use (`protocol`).
+    pub name: &'static str,
+    /// The adapter for a configuration, or why it cannot be built.
+    pub make: fn(Config) -> Result<Box<dyn Provider>, panto_providers::Error>,
+    /// The base URL the adapter is given for a server at `uri`.
+    pub base: fn(&str) -> String,
+    /// The path it posts `hello()` to, streaming or not.
+    pub path: fn(bool) -> &'static str,
+    /// The header that carries the key, and what precedes the key in it.
+    pub key_header: (&'static str, &'static str),
+    /// Headers every request carries besides the key.
+    pub fixed_headers: &'static [(&'static str, &'static str)],
+    /// A whole answer that says `text` and ends naturally, with usage.
+    pub text_whole: fn(&str) -> Value,
+    /// The same answer streamed, `text` in two deltas split at its first space.
+    pub text_stream: fn(&str) -> String,
+    /// A stream that says `text` and is cut before the protocol's end marker.
+    pub cut_stream: fn(&str) -> String,
+    /// Words of the error a cut stream gives: the end marker it lacked.
+    pub end_marker: &'static str,
+    /// A whole answer calling `read` with `{"path": "a.rs"}` under id `call_1`, with usage.
+    pub tool_whole: fn() -> Value,
+    /// The same answer streamed, the arguments in two pieces.
+    pub tool_stream: fn() -> String,
+    /// Whole answers and the stop reason each must be read as.
+    pub stop_cases: fn() -> Vec<(Value, &'static str)>,
+    /// A transient failure before anything was shown, to a streaming request or not (retried,
+    /// then announced as `server`).
+    pub transient: fn(bool) -> ResponseTemplate,
+    /// Where the body carries each field of [`options_request`]'s options, and its value.
+    pub options_wire: fn() -> Vec<(&'static str, Value)>,
+    /// Where the body carries the tool choice, and the value of each choice but one tool.
+    pub choice_wire: (&'static str, fn() -> Choices),
+}
+
+/// `hello()` with a `read` tool, room for thinking, and every request option set: temperature
+/// 0.5, top-p 0.9, low reasoning effort, and the `read` tool forced.
+pub fn options_request() -> Request {
+    let mut request = hello()
+        .with_tools(vec![ToolSpec::new(
+            "read",
+            "Read a file",
+            json!({"type": "object", "properties": {"path": {"type": "string"}}}),
+        )])
+        .with_options(
+            RequestOptions::new()
+                .with_temperature(0.5)
+                .with_top_p(0.9)
+                .with_reasoning_effort(ReasoningEffort::Low)
+                .with_tool_choice(ToolChoice::Tool("read".into())),
+        );
+    request.max_output_tokens = 4096;
+    request
+}
+
+impl Protocol {
+    /// The adapter for a configuration that must be accepted.
+    pub fn build(&self, config: Config) -> Box<dyn Provider> {
+        (self.make)(config).unwrap_or_else(|e| panic!("{}: {e}", self.name))
+    }
+
+    /// The adapter for a server, with the fast test configuration.
+    pub fn provider(&self, server: &wiremock::MockServer, streaming: bool) -> Box<dyn Provider> {
+        self.build(config(&(self.base)(&server.uri())).with_streaming(streaming))
+    }
+
+    /// Answers every POST to the protocol's paths (streaming and not) with `response`.
+    pub async fn answer(&self, server: &wiremock::MockServer, response: ResponseTemplate) {
+        let paths = [(self.path)(false), (self.path)(true)];
+        Mock::given(method("POST"))
+            .and(move |r: &wiremock::Request| paths.contains(&r.url.path()))
+            .respond_with(response)
+            .mount(server)
+            .await;
+    }
+
+    /// The answer `text_whole` or `text_stream`, as a response.
+    pub fn text_answer(&self, text: &str, streaming: bool) -> ResponseTemplate {
+        if streaming {
+            sse_answer((self.text_stream)(text))
+        } else {
+            json_answer((self.text_whole)(text))
+        }
+    }
+}
+
+/// The protocols compiled in (one per adapter feature).
+pub fn protocols() -> Vec<&'static Protocol> {
+    vec![
+        #[cfg(feature = "anthropic")]
+        &crate::anthropic::PROTOCOL,
+        #[cfg(feature = "openai-chat")]
+        &crate::openai_chat::PROTOCOL,
+        #[cfg(feature = "openai-responses")]
+        &crate::openai_responses::PROTOCOL,
+        #[cfg(feature = "gemini")]
+        &crate::gemini::PROTOCOL,
+    ]
+}
+
+/// Splits `text` at its first space, the space kept with the first piece.
+pub fn halves(text: &str) -> (&str, &str) {
+    let at = text.find(' ').map_or(text.len(), |i| i + 1);
+    text.split_at(at)
+}
+
+/// The tool choices both OpenAI protocols name alike.
+pub fn openai_choices() -> Choices {
+    vec![
+        (ToolChoice::Auto, json!("auto")),
+        (ToolChoice::None, json!("none")),
+        (ToolChoice::Required, json!("required")),
+    ]
+}
+
+/// The response that carries a case: its status and body, or its events as an SSE stream.
+pub fn case_response(case: &Value) -> ResponseTemplate {
+    if let Some(events) = case.get("sse").and_then(Value::as_array) {
+        let mut text = String::new();
+        for e in events {
+            if let Some(name) = e.get("event").and_then(Value::as_str) {
+                text.push_str(&format!("event: {name}\n"));
+            }
+            text.push_str(&format!("data: {}\n\n", e["data"]));
+        }
+        return ResponseTemplate::new(200).set_body_raw(text, "text/event-stream");
+    }
+    let status = case["status"].as_u64().unwrap() as u16;
+    match &case["body"] {
+        // A string body is served as raw text (a non-JSON answer).
+        Value::String(s) => ResponseTemplate::new(status).set_body_raw(s.clone(), "text/plain"),
+        body => ResponseTemplate::new(status).set_body_json(body),
+    }
 }
