@@ -1,6 +1,17 @@
 //! Shared fixtures: a rich conversation, fast configurations, an event recorder, SSE builders,
 //! request snapshots, and a raw TCP server for byte-level control.
 
+// With some adapters compiled out, the helpers only their tests use go unused.
+#![cfg_attr(
+    not(all(
+        feature = "anthropic",
+        feature = "openai-chat",
+        feature = "openai-responses",
+        feature = "gemini"
+    )),
+    allow(dead_code)
+)]
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
