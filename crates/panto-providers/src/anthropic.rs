@@ -15,7 +15,7 @@ use crate::classify::{self, Protocol};
 use crate::config::{self, BaseUrl, Config, EnvSpec, Error};
 use crate::prepare::{compaction_text, prepare};
 use crate::secret::ApiKey;
-use crate::shared::{assistant, key_header, reasoning_budget};
+use crate::shared::{assistant, insert_sampling, key_header, reasoning_budget, tool_choice};
 use crate::sse::SseEvent;
 use crate::transport::{Sink, StreamParser, Transport, Wire, error_payload, event_json, malformed};
 
@@ -135,20 +135,14 @@ pub(crate) fn request_body(request: &Request, stream: bool) -> Value {
 /// The request options this protocol carries (see [`AnthropicProvider`]).
 fn render_options(request: &Request, body: &mut Map<String, Value>) {
     let options = &request.options;
-    if let Some(t) = options.temperature {
-        body.insert("temperature".into(), json!(t));
-    }
-    if let Some(p) = options.top_p {
-        body.insert("top_p".into(), json!(p));
-    }
-    let choice = match options.tool_choice.as_ref() {
-        _ if request.tools.is_empty() => None,
-        Some(ToolChoice::Auto) => Some(json!({"type": "auto"})),
-        Some(ToolChoice::None) => Some(json!({"type": "none"})),
-        Some(ToolChoice::Required) => Some(json!({"type": "any"})),
-        Some(ToolChoice::Tool(name)) => Some(json!({"type": "tool", "name": name})),
+    insert_sampling(options, body, "top_p");
+    let choice = tool_choice(request).and_then(|choice| match choice {
+        ToolChoice::Auto => Some(json!({"type": "auto"})),
+        ToolChoice::None => Some(json!({"type": "none"})),
+        ToolChoice::Required => Some(json!({"type": "any"})),
+        ToolChoice::Tool(name) => Some(json!({"type": "tool", "name": name})),
         _ => None,
-    };
+    });
     if let Some(choice) = choice {
         body.insert("tool_choice".into(), choice);
     }

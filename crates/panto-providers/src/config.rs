@@ -165,9 +165,9 @@ impl Config {
     /// protocol's headers (a header of the same name replaces the protocol's). A header named
     /// like a credential (`authorization`, or a name holding `auth`, `key`, `token`, `secret`,
     /// `cookie`, `password` or `session`) is sensitive: its value never shows in `Debug`
-    /// output, logs or errors, and is scrubbed from error messages like the key. A name or
-    /// value that cannot be sent is refused when the adapter is built
-    /// ([`Error::InvalidHeader`]).
+    /// output, logs or errors, and is scrubbed like the key from error messages and from the
+    /// returned message. A name or value that cannot be sent is refused when the adapter is
+    /// built ([`Error::InvalidHeader`]).
     pub fn with_header(mut self, name: impl Into<String>, value: impl Into<String>) -> Config {
         let name = name.into();
         let sensitive = crate::secret::is_sensitive_header(&name);

@@ -16,8 +16,8 @@ use crate::config::{self, BaseUrl, Config, EnvSpec, Error};
 use crate::prepare::{compaction_text, flatten_result, prepare};
 use crate::secret::ApiKey;
 use crate::shared::{
-    StopReasons, assistant, cached_prompt_usage, has_calls, key_header, reasoning_budget,
-    stop_reason,
+    StopReasons, assistant, cached_prompt_usage, has_calls, insert_sampling, key_header,
+    reasoning_budget, stop_reason, tool_choice,
 };
 use crate::sse::SseEvent;
 use crate::transport::{
@@ -174,12 +174,7 @@ fn render_options(request: &Request, body: &mut Map<String, Value>) {
     let options = &request.options;
     let mut generation = Map::new();
     generation.insert("maxOutputTokens".into(), json!(request.max_output_tokens));
-    if let Some(t) = options.temperature {
-        generation.insert("temperature".into(), json!(t));
-    }
-    if let Some(p) = options.top_p {
-        generation.insert("topP".into(), json!(p));
-    }
+    insert_sampling(options, &mut generation, "topP");
     if let Some(effort) = options.reasoning_effort {
         generation.insert(
             "thinkingConfig".into(),
@@ -187,16 +182,13 @@ fn render_options(request: &Request, body: &mut Map<String, Value>) {
         );
     }
     body.insert("generationConfig".into(), Value::Object(generation));
-    let calling = match options.tool_choice.as_ref() {
-        _ if request.tools.is_empty() => None,
-        Some(ToolChoice::Auto) => Some(json!({"mode": "AUTO"})),
-        Some(ToolChoice::None) => Some(json!({"mode": "NONE"})),
-        Some(ToolChoice::Required) => Some(json!({"mode": "ANY"})),
-        Some(ToolChoice::Tool(name)) => {
-            Some(json!({"mode": "ANY", "allowedFunctionNames": [name]}))
-        }
+    let calling = tool_choice(request).and_then(|choice| match choice {
+        ToolChoice::Auto => Some(json!({"mode": "AUTO"})),
+        ToolChoice::None => Some(json!({"mode": "NONE"})),
+        ToolChoice::Required => Some(json!({"mode": "ANY"})),
+        ToolChoice::Tool(name) => Some(json!({"mode": "ANY", "allowedFunctionNames": [name]})),
         _ => None,
-    };
+    });
     if let Some(calling) = calling {
         body.insert(
             "toolConfig".into(),

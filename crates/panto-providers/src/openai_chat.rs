@@ -14,8 +14,8 @@ use crate::config::{self, BaseUrl, Config, Error};
 use crate::prepare::{compaction_text, flatten_result, image_url, prepare};
 use crate::secret::ApiKey;
 use crate::shared::{
-    OPENAI_ENV, StopReasons, arguments, assistant, cached_prompt_usage, has_calls, key_header,
-    parse_arguments, stop_reason,
+    OPENAI_ENV, StopReasons, arguments, assistant, cached_prompt_usage, has_calls, insert_sampling,
+    key_header, parse_arguments, stop_reason, tool_choice,
 };
 use crate::sse::SseEvent;
 use crate::transport::{
@@ -152,25 +152,17 @@ pub(crate) fn request_body(request: &Request, stream: bool, field: MaxTokensFiel
 /// The request options this protocol carries (see [`OpenAiChatProvider`]).
 fn render_options(request: &Request, body: &mut Map<String, Value>) {
     let options = &request.options;
-    if let Some(t) = options.temperature {
-        body.insert("temperature".into(), json!(t));
-    }
-    if let Some(p) = options.top_p {
-        body.insert("top_p".into(), json!(p));
-    }
+    insert_sampling(options, body, "top_p");
     if let Some(effort) = options.reasoning_effort {
         body.insert("reasoning_effort".into(), json!(effort.as_str()));
     }
-    let choice = match options.tool_choice.as_ref() {
-        _ if request.tools.is_empty() => None,
-        Some(ToolChoice::Auto) => Some(json!("auto")),
-        Some(ToolChoice::None) => Some(json!("none")),
-        Some(ToolChoice::Required) => Some(json!("required")),
-        Some(ToolChoice::Tool(name)) => {
-            Some(json!({"type": "function", "function": {"name": name}}))
-        }
+    let choice = tool_choice(request).and_then(|choice| match choice {
+        ToolChoice::Auto => Some(json!("auto")),
+        ToolChoice::None => Some(json!("none")),
+        ToolChoice::Required => Some(json!("required")),
+        ToolChoice::Tool(name) => Some(json!({"type": "function", "function": {"name": name}})),
         _ => None,
-    };
+    });
     if let Some(choice) = choice {
         body.insert("tool_choice".into(), choice);
     }

@@ -3,9 +3,9 @@
 //! stop-reason mapping and the assembly of an assistant message.
 
 use panto_model::{ContentBlock, Message, Role, Usage};
-use panto_provider::ReasoningEffort;
+use panto_provider::{ReasoningEffort, Request, RequestOptions, ToolChoice};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 use crate::config::EnvSpec;
 use crate::secret::ApiKey;
@@ -108,4 +108,29 @@ pub(crate) fn reasoning_budget(effort: ReasoningEffort) -> u32 {
         // High, and any level added later, gets the largest budget.
         _ => 24_576,
     }
+}
+
+/// Puts the temperature and top-p the options set into `map` (the body, or Gemini's
+/// generation config), top-p under `top_p_name`.
+pub(crate) fn insert_sampling(
+    options: &RequestOptions,
+    map: &mut Map<String, Value>,
+    top_p_name: &str,
+) {
+    if let Some(t) = options.temperature {
+        map.insert("temperature".into(), json!(t));
+    }
+    if let Some(p) = options.top_p {
+        map.insert(top_p_name.into(), json!(p));
+    }
+}
+
+/// The tool choice to send: the request's, unless the request offers no tools (every protocol
+/// refuses a choice among no tools).
+pub(crate) fn tool_choice(request: &Request) -> Option<&ToolChoice> {
+    request
+        .options
+        .tool_choice
+        .as_ref()
+        .filter(|_| !request.tools.is_empty())
 }

@@ -270,6 +270,11 @@ impl Transport {
         &self.config
     }
 
+    /// The values of the sensitive extra headers.
+    pub(crate) fn secrets(&self) -> &[ApiKey] {
+        &self.secrets
+    }
+
     pub(crate) fn base(&self) -> &BaseUrl {
         &self.base
     }

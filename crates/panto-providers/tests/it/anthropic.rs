@@ -37,23 +37,11 @@ pub static PROTOCOL: Protocol = Protocol {
                "usage": {"input_tokens": 200, "output_tokens": 30, "cache_read_input_tokens": 1000}})
     },
     tool_stream: || {
+        let block = json!({"type": "tool_use", "id": "call_1", "name": "read", "input": {}});
+        let deltas = ["{\"path\":", "\"a.rs\"}"]
+            .map(|piece| json!({"type": "input_json_delta", "partial_json": piece}));
         let mut events = vec![start_event()];
-        events.push((
-            "content_block_start",
-            json!({"type": "content_block_start", "index": 0,
-            "content_block": {"type": "tool_use", "id": "call_1", "name": "read", "input": {}}}),
-        ));
-        for piece in ["{\"path\":", "\"a.rs\"}"] {
-            events.push((
-                "content_block_delta",
-                json!({"type": "content_block_delta", "index": 0,
-                "delta": {"type": "input_json_delta", "partial_json": piece}}),
-            ));
-        }
-        events.push((
-            "content_block_stop",
-            json!({"type": "content_block_stop", "index": 0}),
-        ));
+        events.extend(streamed_block(block, &deltas));
         events.extend(closing("tool_use"));
         sse(&events)
     },
@@ -115,17 +103,25 @@ fn start_event() -> (&'static str, Value) {
 
 /// `message_start`, then one text block streamed in `deltas`, stopped.
 fn opening(deltas: &[&str]) -> Vec<(&'static str, Value)> {
+    let deltas: Vec<Value> = deltas
+        .iter()
+        .map(|text| json!({"type": "text_delta", "text": text}))
+        .collect();
     let mut events = vec![start_event()];
-    events.push((
+    events.extend(streamed_block(json!({"type": "text", "text": ""}), &deltas));
+    events
+}
+
+/// Block 0: its start with `block`, one delta event per `deltas`, its stop.
+fn streamed_block(block: Value, deltas: &[Value]) -> Vec<(&'static str, Value)> {
+    let mut events = vec![(
         "content_block_start",
-        json!({"type": "content_block_start", "index": 0,
-        "content_block": {"type": "text", "text": ""}}),
-    ));
-    for text in deltas {
+        json!({"type": "content_block_start", "index": 0, "content_block": block}),
+    )];
+    for delta in deltas {
         events.push((
             "content_block_delta",
-            json!({"type": "content_block_delta", "index": 0,
-            "delta": {"type": "text_delta", "text": text}}),
+            json!({"type": "content_block_delta", "index": 0, "delta": delta}),
         ));
     }
     events.push((

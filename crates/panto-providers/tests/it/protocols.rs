@@ -305,6 +305,22 @@ async fn extra_headers_are_sent_and_a_sensitive_one_is_never_shown() {
         let requests = server.received_requests().await.unwrap();
         assert_eq!(requests[0].headers.get("x-team").unwrap(), "compaction");
         assert_eq!(requests[0].headers.get("x-gateway-token").unwrap(), TOKEN);
+        // A server that echoes the token in an answer cannot get it stored either.
+        server.reset().await;
+        let echoed = format!("Your gateway token is {TOKEN}.");
+        protocol
+            .answer(&server, protocol.text_answer(&echoed, false))
+            .await;
+        let config = common::config(&(protocol.base)(&server.uri()))
+            .with_streaming(false)
+            .with_header("X-Gateway-Token", TOKEN);
+        let message = run(&protocol.build(config), &hello()).await.0.unwrap();
+        assert!(
+            !message.text().contains(TOKEN),
+            "{}: {message:?}",
+            protocol.name
+        );
+        assert!(message.text().contains("<redacted>"), "{}", protocol.name);
     }
 }
 
