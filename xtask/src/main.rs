@@ -80,6 +80,22 @@ fn ci(root: &Path) -> Result<()> {
         ],
         &[],
     )?;
+    // Each adapter of panto-providers compiles alone (and the shared core with none), so a
+    // user who enables one feature gets a crate that builds.
+    for feature in ["", "anthropic", "openai-chat", "openai-responses", "gemini"] {
+        let mut args = vec![
+            "check",
+            "-p",
+            "panto-providers",
+            "--no-default-features",
+            "--locked",
+        ];
+        if !feature.is_empty() {
+            args.extend(["--features", feature]);
+        }
+        let name = format!("features [{feature}]");
+        step(root, &name, &args, &[])?;
+    }
     step(
         root,
         "test",

@@ -104,13 +104,13 @@ impl<L: SessionLog> Driver<L> {
 
     /// The request the context would be sent as now.
     pub fn request(&self) -> Request {
-        Request {
-            model: self.compactor.active().model.clone(),
-            system: self.system.clone(),
-            messages: self.context.messages.clone(),
-            max_output_tokens: self.max_output_tokens,
-            tools: self.tools.clone(),
-        }
+        Request::new(
+            self.compactor.active().model.clone(),
+            self.system.clone(),
+            self.context.messages.clone(),
+            self.max_output_tokens,
+        )
+        .with_tools(self.tools.clone())
     }
 
     /// Appends `new` (a user prompt, or tool results; may be empty to resend the context),

@@ -1,6 +1,7 @@
 //! The provider boundary: what panto asks a model for, what comes back, and how it fails.
 //!
-//! - [`Request`]: system prompt, messages (model types), model name, output limit, tools.
+//! - [`Request`]: system prompt, messages (model types), model name, output limit, tools, and
+//!   [`RequestOptions`] (temperature, top-p, [`ReasoningEffort`], [`ToolChoice`]).
 //! - [`Provider`]: one method, [`Provider::complete`], returning the assistant [`Message`] (with
 //!   its usage and stop reason) or a [`ProviderError`]. Text arrives through an event callback
 //!   as it streams.
@@ -37,9 +38,16 @@ use panto_model::Message;
 use serde_json::Value;
 
 pub use async_trait::async_trait;
+pub use options::{ReasoningEffort, RequestOptions, ToolChoice};
+
+mod options;
 
 /// One request to a model.
+///
+/// Built with [`Request::new`] and the `with_*` setters; the fields stay readable and writable,
+/// and new ones may be added without breaking callers.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct Request {
     /// The model name, as the provider knows it.
     pub model: String,
@@ -52,10 +60,12 @@ pub struct Request {
     pub max_output_tokens: u32,
     /// Tools the model may call.
     pub tools: Vec<ToolSpec>,
+    /// Sampling, reasoning and tool-choice options; all unset by default.
+    pub options: RequestOptions,
 }
 
 impl Request {
-    /// A request with no tools.
+    /// A request with no tools and no options.
     pub fn new(
         model: impl Into<String>,
         system: impl Into<String>,
@@ -68,12 +78,26 @@ impl Request {
             messages,
             max_output_tokens,
             tools: Vec::new(),
+            options: RequestOptions::default(),
         }
+    }
+
+    /// The same request offering `tools`.
+    pub fn with_tools(mut self, tools: Vec<ToolSpec>) -> Request {
+        self.tools = tools;
+        self
+    }
+
+    /// The same request with `options`.
+    pub fn with_options(mut self, options: RequestOptions) -> Request {
+        self.options = options;
+        self
     }
 }
 
 /// A tool the model may call.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct ToolSpec {
     /// The name the model uses in its calls.
     pub name: String,
@@ -81,6 +105,21 @@ pub struct ToolSpec {
     pub description: String,
     /// JSON Schema of the arguments.
     pub input_schema: Value,
+}
+
+impl ToolSpec {
+    /// A tool named `name`, described by `description`, whose arguments follow `input_schema`.
+    pub fn new(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        input_schema: Value,
+    ) -> ToolSpec {
+        ToolSpec {
+            name: name.into(),
+            description: description.into(),
+            input_schema,
+        }
+    }
 }
 
 /// Something that happened while an answer streamed in.

@@ -72,6 +72,9 @@ macro_rules! adapter_common {
                 guard.finish();
                 result.map(|mut message| {
                     key.scrub_message(&mut message);
+                    for secret in self.transport.secrets() {
+                        secret.scrub_message(&mut message);
+                    }
                     message
                 })
             }

@@ -3,11 +3,11 @@
 use std::collections::BTreeMap;
 
 use panto_model::{
-    ContentBlock, Extra, Message, OtherBlock, Role, TextBlock, ThinkingBlock, ToolResultContent,
+    ContentBlock, Extra, Message, OtherBlock, TextBlock, ThinkingBlock, ToolResultContent,
     ToolUseBlock, Usage,
 };
-use panto_provider::{EventSink, Provider, ProviderError, Request};
-use reqwest::header::{HeaderMap, HeaderValue};
+use panto_provider::{EventSink, Provider, ProviderError, Request, ToolChoice};
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::{Map, Value, json};
 
 use crate::adapter::adapter_common;
@@ -15,6 +15,7 @@ use crate::classify::{self, Protocol};
 use crate::config::{self, BaseUrl, Config, EnvSpec, Error};
 use crate::prepare::{compaction_text, prepare};
 use crate::secret::ApiKey;
+use crate::shared::{assistant, insert_sampling, key_header, reasoning_budget, tool_choice};
 use crate::sse::SseEvent;
 use crate::transport::{Sink, StreamParser, Transport, Wire, error_payload, event_json, malformed};
 
@@ -22,6 +23,13 @@ use crate::transport::{Sink, StreamParser, Transport, Wire, error_payload, event
 pub const ANTHROPIC_VERSION: &str = "2023-06-01";
 
 /// The Anthropic Messages API (and servers that speak it, such as llama.cpp's `/v1/messages`).
+///
+/// Request options: `temperature`, `top_p`, `tool_choice` (`auto`, `none`, `any`, or one
+/// `tool`; sent only when the request has tools) and the reasoning effort as extended
+/// thinking (`thinking.budget_tokens`: 1,024, 8,192 or 24,576 tokens, kept below
+/// `max_tokens`; not sent when `max_tokens` leaves less than the minimum of 1,024). The API
+/// itself refuses some combinations with thinking (a temperature other than 1, a forced tool).
+#[cfg_attr(docsrs, doc(cfg(feature = "anthropic")))]
 pub struct AnthropicProvider {
     transport: Transport,
     wire: AnthropicWire,
@@ -68,12 +76,7 @@ impl Wire for AnthropicWire {
     }
 
     fn headers(&self, key: &ApiKey, headers: &mut HeaderMap) {
-        if !key.is_empty()
-            && let Ok(mut value) = HeaderValue::from_str(key.expose())
-        {
-            value.set_sensitive(true);
-            headers.insert("x-api-key", value);
-        }
+        key_header(headers, HeaderName::from_static("x-api-key"), "", key);
         headers.insert(
             "anthropic-version",
             HeaderValue::from_static(ANTHROPIC_VERSION),
@@ -122,10 +125,38 @@ pub(crate) fn request_body(request: &Request, stream: bool) -> Value {
             .collect();
         body.insert("tools".into(), Value::Array(tools));
     }
+    render_options(request, &mut body);
     if stream {
         body.insert("stream".into(), Value::Bool(true));
     }
     Value::Object(body)
+}
+
+/// The request options this protocol carries (see [`AnthropicProvider`]).
+fn render_options(request: &Request, body: &mut Map<String, Value>) {
+    let options = &request.options;
+    insert_sampling(options, body, "top_p");
+    let choice = tool_choice(request).and_then(|choice| match choice {
+        ToolChoice::Auto => Some(json!({"type": "auto"})),
+        ToolChoice::None => Some(json!({"type": "none"})),
+        ToolChoice::Required => Some(json!({"type": "any"})),
+        ToolChoice::Tool(name) => Some(json!({"type": "tool", "name": name})),
+        _ => None,
+    });
+    if let Some(choice) = choice {
+        body.insert("tool_choice".into(), choice);
+    }
+    // The budget must be at least 1,024 tokens and below `max_tokens`.
+    let budget = options
+        .reasoning_effort
+        .map(|e| reasoning_budget(e).min(request.max_output_tokens.saturating_sub(1)))
+        .filter(|b| *b >= 1024);
+    if let Some(budget) = budget {
+        body.insert(
+            "thinking".into(),
+            json!({"type": "enabled", "budget_tokens": budget}),
+        );
+    }
 }
 
 fn render_message(message: &Message) -> Option<Value> {
@@ -211,16 +242,13 @@ pub(crate) fn parse_message(body: &Value) -> Result<Message, ProviderError> {
             .map_err(|e| malformed(format!("content[{i}] cannot be read: {e}")))?;
         blocks.push(block);
     }
-    let mut message = Message::new(Role::Assistant, blocks);
+    let mut message = assistant(blocks);
     message.model = body.get("model").and_then(Value::as_str).map(str::to_owned);
     message.stop_reason = body
         .get("stop_reason")
         .and_then(Value::as_str)
         .map(str::to_owned);
     message.usage = body.get("usage").map(parse_usage);
-    if message.content.is_empty() {
-        message.content.push(ContentBlock::text(""));
-    }
     Ok(message)
 }
 
@@ -426,10 +454,7 @@ impl StreamParser for AnthropicStream {
                 Building::Other { block, .. } => ContentBlock::Other(block),
             });
         }
-        if content.is_empty() {
-            content.push(ContentBlock::text(""));
-        }
-        let mut message = Message::new(Role::Assistant, content);
+        let mut message = assistant(content);
         message.model = self.model;
         message.usage = self.usage;
         message.stop_reason = self.stop_reason;

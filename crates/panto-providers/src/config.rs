@@ -1,6 +1,7 @@
 //! Adapter configuration: base URL, key, timeouts, retries, streaming; and reading it from the
 //! environment.
 
+use std::fmt;
 use std::time::Duration;
 
 use reqwest::Url;
@@ -9,8 +10,13 @@ use crate::secret::ApiKey;
 
 /// The configuration of one adapter. Every field is independent of the model.
 ///
-/// Invariant: `Debug` output never contains the key ([`ApiKey`] redacts itself).
-#[derive(Clone, Debug, PartialEq)]
+/// Built with [`Config::new`] and the `with_*` setters; the public fields stay readable and
+/// writable, and new settings may be added without breaking callers.
+///
+/// Invariant: `Debug` output never contains the key ([`ApiKey`] redacts itself) nor the value
+/// of a sensitive extra header ([`Config::with_header`]).
+#[derive(Clone)]
+#[non_exhaustive]
 pub struct Config {
     /// Where the API lives, for example `https://api.anthropic.com` or
     /// `http://127.0.0.1:8080/v1`. See `docs/providers.md` for how a path is interpreted: a
@@ -19,7 +25,8 @@ pub struct Config {
     pub base_url: String,
     /// The key. Empty means no credentials are sent (keyless local servers).
     pub api_key: ApiKey,
-    /// The connect wait: the longest wait for a TCP (and TLS) connection. Default 10 s.
+    /// The connect wait: the longest wait for a TCP (and TLS) connection. Default 10 s. A
+    /// caller's client ([`Config::with_client`]) keeps its own connect timeout instead.
     pub connect_timeout: Duration,
     /// The first-byte wait: the longest wait from sending a streaming request to the head of
     /// its answer (a non-streaming answer's head comes with the whole answer, so there only
@@ -40,6 +47,47 @@ pub struct Config {
     /// [`panto_provider::ProviderError::MalformedResponse`], not an allocation. Default
     /// [`DEFAULT_MAX_RESPONSE_BYTES`].
     pub max_response_bytes: u64,
+    /// The caller's HTTP client, used instead of one built from this configuration.
+    client: Option<reqwest::Client>,
+    /// Headers sent with every request, after the protocol's own.
+    headers: Vec<ExtraHeader>,
+}
+
+/// One header of [`Config::with_header`]. A sensitive value is held as an [`ApiKey`], so it
+/// redacts itself the same way.
+#[derive(Clone)]
+pub(crate) struct ExtraHeader {
+    pub(crate) name: String,
+    pub(crate) value: ApiKey,
+    pub(crate) sensitive: bool,
+}
+
+impl fmt::Debug for ExtraHeader {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.sensitive {
+            write!(f, "{}: <redacted>", self.name)
+        } else {
+            write!(f, "{}: {:?}", self.name, self.value.expose())
+        }
+    }
+}
+
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Config")
+            .field("base_url", &self.base_url)
+            .field("api_key", &self.api_key)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("first_byte_timeout", &self.first_byte_timeout)
+            .field("idle_timeout", &self.idle_timeout)
+            .field("request_timeout", &self.request_timeout)
+            .field("retry", &self.retry)
+            .field("streaming", &self.streaming)
+            .field("max_response_bytes", &self.max_response_bytes)
+            .field("headers", &self.headers)
+            .field("caller_client", &self.client.is_some())
+            .finish()
+    }
 }
 
 /// The default cap on the size of one answer: 64 MiB.
@@ -58,6 +106,8 @@ impl Config {
             retry: RetryPolicy::default(),
             streaming: true,
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+            client: None,
+            headers: Vec::new(),
         }
     }
 
@@ -72,6 +122,76 @@ impl Config {
         self.retry = retry;
         self
     }
+
+    /// The same configuration with `connect_timeout` set.
+    pub fn with_connect_timeout(mut self, timeout: Duration) -> Config {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// The same configuration with `first_byte_timeout` set.
+    pub fn with_first_byte_timeout(mut self, timeout: Duration) -> Config {
+        self.first_byte_timeout = timeout;
+        self
+    }
+
+    /// The same configuration with `idle_timeout` set.
+    pub fn with_idle_timeout(mut self, timeout: Duration) -> Config {
+        self.idle_timeout = timeout;
+        self
+    }
+
+    /// The same configuration with `request_timeout` set.
+    pub fn with_request_timeout(mut self, timeout: Duration) -> Config {
+        self.request_timeout = timeout;
+        self
+    }
+
+    /// The same configuration with `max_response_bytes` set.
+    pub fn with_max_response_bytes(mut self, bytes: u64) -> Config {
+        self.max_response_bytes = bytes;
+        self
+    }
+
+    /// The same configuration sending requests through `client` (its proxy, TLS roots, pool
+    /// and connect timeout) instead of a client built from this configuration. The waits,
+    /// the deadline, retries and the response cap still apply, since they are panto's own.
+    pub fn with_client(mut self, client: reqwest::Client) -> Config {
+        self.client = Some(client);
+        self
+    }
+
+    /// The same configuration sending the header `name: value` with every request, after the
+    /// protocol's headers (a header of the same name replaces the protocol's). A header named
+    /// like a credential (`authorization`, or a name holding `auth`, `key`, `token`, `secret`,
+    /// `cookie`, `password` or `session`) is sensitive: its value never shows in `Debug`
+    /// output, logs or errors, and is scrubbed like the key from error messages and from the
+    /// returned message. A name or value that cannot be sent is refused when the adapter is
+    /// built ([`Error::InvalidHeader`]).
+    pub fn with_header(mut self, name: impl Into<String>, value: impl Into<String>) -> Config {
+        let name = name.into();
+        let sensitive = crate::secret::is_sensitive_header(&name);
+        self.headers.push(ExtraHeader {
+            name,
+            value: ApiKey::new(value.into()),
+            sensitive,
+        });
+        self
+    }
+
+    /// The caller's client, when [`Config::with_client`] gave one.
+    pub fn client(&self) -> Option<&reqwest::Client> {
+        self.client.as_ref()
+    }
+
+    /// The names of the extra headers, in the order they were added.
+    pub fn header_names(&self) -> impl Iterator<Item = &str> {
+        self.headers.iter().map(|h| h.name.as_str())
+    }
+
+    pub(crate) fn extra_headers(&self) -> &[ExtraHeader] {
+        &self.headers
+    }
 }
 
 /// How transient failures (rate limits, 5xx, 529, refused or broken connections) are retried.
@@ -83,6 +203,7 @@ impl Config {
 /// the error is returned at once, saying when the server asked to be retried. A delay that
 /// would pass the request deadline is not waited either.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RetryPolicy {
     /// Retries after the first attempt; 0 disables retrying.
     pub max_retries: u32,
@@ -95,21 +216,41 @@ pub struct RetryPolicy {
 
 impl Default for RetryPolicy {
     fn default() -> RetryPolicy {
-        RetryPolicy {
-            max_retries: 3,
-            base_delay: Duration::from_secs(1),
-            max_delay: Duration::from_secs(60),
-        }
+        RetryPolicy::new(3, Duration::from_secs(1), Duration::from_secs(60))
     }
 }
 
 impl RetryPolicy {
+    /// Up to `max_retries` retries, the first after `base_delay`, none longer than `max_delay`.
+    pub fn new(max_retries: u32, base_delay: Duration, max_delay: Duration) -> RetryPolicy {
+        RetryPolicy {
+            max_retries,
+            base_delay,
+            max_delay,
+        }
+    }
+
     /// No retries at all.
     pub fn none() -> RetryPolicy {
-        RetryPolicy {
-            max_retries: 0,
-            ..RetryPolicy::default()
-        }
+        RetryPolicy::default().with_max_retries(0)
+    }
+
+    /// The same policy with `max_retries` set.
+    pub fn with_max_retries(mut self, max_retries: u32) -> RetryPolicy {
+        self.max_retries = max_retries;
+        self
+    }
+
+    /// The same policy with `base_delay` set.
+    pub fn with_base_delay(mut self, delay: Duration) -> RetryPolicy {
+        self.base_delay = delay;
+        self
+    }
+
+    /// The same policy with `max_delay` set.
+    pub fn with_max_delay(mut self, delay: Duration) -> RetryPolicy {
+        self.max_delay = delay;
+        self
     }
 }
 
@@ -141,6 +282,15 @@ pub enum Error {
     /// text); the message does not repeat it.
     #[error("the API key cannot be sent: {reason}")]
     InvalidKey {
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// An extra header ([`Config::with_header`]) cannot be sent; the message names the header
+    /// but never repeats its value.
+    #[error("the header `{name}` cannot be sent: {reason}")]
+    InvalidHeader {
+        /// The header's name, as given.
+        name: String,
         /// What is wrong with it.
         reason: &'static str,
     },

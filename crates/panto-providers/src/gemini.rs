@@ -3,11 +3,12 @@
 
 use std::collections::HashMap;
 
+use panto_model::stop_reason;
 use panto_model::{
     ContentBlock, Extra, Message, Role, TextBlock, ThinkingBlock, ToolUseBlock, Usage,
 };
-use panto_provider::{EventSink, Provider, ProviderError, Request};
-use reqwest::header::{HeaderMap, HeaderValue};
+use panto_provider::{EventSink, Provider, ProviderError, Request, ToolChoice};
+use reqwest::header::{HeaderMap, HeaderName};
 use serde_json::{Map, Value, json};
 
 use crate::adapter::adapter_common;
@@ -15,6 +16,10 @@ use crate::classify::{self, Protocol};
 use crate::config::{self, BaseUrl, Config, EnvSpec, Error};
 use crate::prepare::{compaction_text, flatten_result, prepare};
 use crate::secret::ApiKey;
+use crate::shared::{
+    StopReasons, assistant, cached_prompt_usage, has_calls, insert_sampling, key_header,
+    map_stop_reason, reasoning_budget, tool_choice,
+};
 use crate::sse::SseEvent;
 use crate::transport::{
     Sink, StreamParser, Transport, Wire, error_payload, event_json, fresh_id, malformed,
@@ -32,6 +37,13 @@ pub(crate) const CALL_ID_PREFIX: &str = "gemini_call_";
 ///
 /// The key travels in the `x-goog-api-key` header, never in the URL, so it cannot appear in
 /// an error message that quotes the URL.
+///
+/// Request options: `generationConfig.temperature` and `topP`, the reasoning effort as
+/// `generationConfig.thinkingConfig.thinkingBudget` (1,024, 8,192 or 24,576 tokens, which
+/// both the 2.5 and the 3 models read), and the tool choice as
+/// `toolConfig.functionCallingConfig` (`AUTO`, `NONE`, `ANY`, or `ANY` limited to one
+/// function by `allowedFunctionNames`; sent only when the request has tools).
+#[cfg_attr(docsrs, doc(cfg(feature = "gemini")))]
 pub struct GeminiProvider {
     transport: Transport,
     wire: GeminiWire,
@@ -89,12 +101,7 @@ impl Wire for GeminiWire {
     }
 
     fn headers(&self, key: &ApiKey, headers: &mut HeaderMap) {
-        if !key.is_empty()
-            && let Ok(mut value) = HeaderValue::from_str(key.expose())
-        {
-            value.set_sensitive(true);
-            headers.insert("x-goog-api-key", value);
-        }
+        key_header(headers, HeaderName::from_static("x-goog-api-key"), "", key);
     }
 
     fn body(&self, request: &Request, _stream: bool) -> Value {
@@ -158,11 +165,37 @@ pub(crate) fn request_body(request: &Request) -> Value {
             json!([{"functionDeclarations": declarations}]),
         );
     }
-    body.insert(
-        "generationConfig".into(),
-        json!({"maxOutputTokens": request.max_output_tokens}),
-    );
+    render_options(request, &mut body);
     Value::Object(body)
+}
+
+/// The generation config (the output limit and the sampling options) and the tool config of
+/// the request options (see [`GeminiProvider`]).
+fn render_options(request: &Request, body: &mut Map<String, Value>) {
+    let options = &request.options;
+    let mut generation = Map::new();
+    generation.insert("maxOutputTokens".into(), json!(request.max_output_tokens));
+    insert_sampling(options, &mut generation, "topP");
+    if let Some(effort) = options.reasoning_effort {
+        generation.insert(
+            "thinkingConfig".into(),
+            json!({"thinkingBudget": reasoning_budget(effort)}),
+        );
+    }
+    body.insert("generationConfig".into(), Value::Object(generation));
+    let calling = tool_choice(request).and_then(|choice| match choice {
+        ToolChoice::Auto => Some(json!({"mode": "AUTO"})),
+        ToolChoice::None => Some(json!({"mode": "NONE"})),
+        ToolChoice::Required => Some(json!({"mode": "ANY"})),
+        ToolChoice::Tool(name) => Some(json!({"mode": "ANY", "allowedFunctionNames": [name]})),
+        _ => None,
+    });
+    if let Some(calling) = calling {
+        body.insert(
+            "toolConfig".into(),
+            json!({"functionCallingConfig": calling}),
+        );
+    }
 }
 
 /// Adds the block's thought signature, if it carries one, to a part.
@@ -225,19 +258,19 @@ fn render_parts(message: &Message, names: &HashMap<&str, &str>) -> Vec<Value> {
     parts
 }
 
-/// Maps a finish reason onto the Anthropic stop reasons the session file uses.
-fn stop_reason(reason: &str, has_calls: bool) -> String {
-    match reason {
-        "STOP" if has_calls => "tool_use",
-        "STOP" => "end_turn",
-        "MAX_TOKENS" => "max_tokens",
-        "SAFETY" | "RECITATION" | "BLOCKLIST" | "PROHIBITED_CONTENT" | "SPII" | "IMAGE_SAFETY" => {
-            "refusal"
-        }
-        other => other,
-    }
-    .to_owned()
-}
+/// Finish reasons on the session file's stop reasons.
+const STOP_REASONS: StopReasons = StopReasons {
+    end: "STOP",
+    map: &[
+        ("MAX_TOKENS", stop_reason::MAX_TOKENS),
+        ("SAFETY", stop_reason::REFUSAL),
+        ("RECITATION", stop_reason::REFUSAL),
+        ("BLOCKLIST", stop_reason::REFUSAL),
+        ("PROHIBITED_CONTENT", stop_reason::REFUSAL),
+        ("SPII", stop_reason::REFUSAL),
+        ("IMAGE_SAFETY", stop_reason::REFUSAL),
+    ],
+};
 
 /// Gemini usage on the Contract 1 names: `input_tokens` is the prompt minus its cached part
 /// (`cachedContentTokenCount`, which goes to `cache_read_input_tokens`); `output_tokens` is
@@ -246,13 +279,13 @@ fn parse_usage(v: &Value) -> Option<Usage> {
     let count = |k: &str| v.get(k).and_then(Value::as_u64);
     let prompt =
         count("promptTokenCount").unwrap_or(0) + count("toolUsePromptTokenCount").unwrap_or(0);
-    let cached = count("cachedContentTokenCount").map(|c| c.min(prompt));
+    let cached = count("cachedContentTokenCount");
     let output =
         count("candidatesTokenCount").unwrap_or(0) + count("thoughtsTokenCount").unwrap_or(0);
     if v.as_object().is_none_or(Map::is_empty) {
         return None;
     }
-    Some(Usage::new(prompt - cached.unwrap_or(0), output).with_cache_read(cached))
+    Some(cached_prompt_usage(prompt, output, cached))
 }
 
 /// The state of one answer, fed chunk by chunk (a whole answer is one chunk).
@@ -402,17 +435,10 @@ impl StreamParser for GeminiStream {
         let Some(reason) = self.finish_reason else {
             return Err(malformed("the stream ended before a finishReason"));
         };
-        let has_calls = self
-            .content
-            .iter()
-            .any(|b| matches!(b, ContentBlock::ToolUse(_)));
-        let mut content = self.content;
-        if content.is_empty() {
-            content.push(ContentBlock::text(""));
-        }
-        let mut message = Message::new(Role::Assistant, content);
+        let calls = has_calls(&self.content);
+        let mut message = assistant(self.content);
         message.model = self.model;
-        message.stop_reason = Some(stop_reason(&reason, has_calls));
+        message.stop_reason = Some(map_stop_reason(&STOP_REASONS, &reason, calls));
         message.usage = self.usage;
         Ok(message)
     }

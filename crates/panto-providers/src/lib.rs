@@ -21,7 +21,18 @@
 //! merged to alternate), and answers are converted back to `panto_model::Message` at the edge.
 //! The caller's messages are never modified.
 //!
+//! Each adapter is a cargo feature (`anthropic`, `openai-chat`, `openai-responses`, `gemini`,
+//! all on by default), so a program that speaks one protocol compiles one; the classifier,
+//! [`Config`] and [`ApiKey`] are always there. TLS is rustls with the platform's certificate
+//! verifier by default (feature `rustls`), or the platform's own TLS library (feature
+//! `native-tls`); [`Config::with_client`] takes a caller's `reqwest::Client` instead, and
+//! [`Config::with_header`] adds headers. The options of a request (temperature, top-p,
+//! reasoning effort, tool choice) travel in `panto_provider::RequestOptions`; each adapter's
+//! documentation says which it sends and under which names.
+//!
 //! ```
+//! # #[cfg(all(feature = "anthropic", feature = "openai-chat"))]
+//! # fn main() -> Result<(), panto_providers::Error> {
 //! use panto_provider::Provider;
 //! use panto_providers::{AnthropicProvider, Config, OpenAiChatProvider};
 //!
@@ -29,36 +40,65 @@
 //! let local = OpenAiChatProvider::new(Config::new("http://127.0.0.1:8080/v1", ""))?;
 //! assert_eq!(local.name(), "openai");
 //!
-//! // The key goes into a request header only; it never shows in `Debug`.
+//! // The key goes into a request header only; it never shows in `Debug`, and neither does
+//! // the value of an extra header named like a credential.
 //! let key = "sk-ant-example-0123456789";
-//! let anthropic = AnthropicProvider::new(Config::new("https://api.anthropic.com", key))?;
-//! assert!(!format!("{anthropic:?}").contains(key));
-//! # Ok::<(), panto_providers::Error>(())
+//! let config = Config::new("https://api.anthropic.com", key)
+//!     .with_header("x-gateway-token", "gw-secret-value")
+//!     .with_header("x-team", "compaction");
+//! let anthropic = AnthropicProvider::new(config)?;
+//! let shown = format!("{anthropic:?}");
+//! assert!(!shown.contains(key) && !shown.contains("gw-secret-value"));
+//! assert!(shown.contains("compaction"));
+//! # Ok(())
+//! # }
+//! # #[cfg(not(all(feature = "anthropic", feature = "openai-chat")))]
+//! # fn main() {}
 //! ```
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
+// Helpers shared by some adapters go unused when those adapters are compiled out; the full
+// build (every adapter, the default) keeps the dead-code lint.
+#![cfg_attr(
+    not(all(
+        feature = "anthropic",
+        feature = "openai-chat",
+        feature = "openai-responses",
+        feature = "gemini"
+    )),
+    allow(dead_code, unused_imports, unused_macros)
+)]
 
 mod adapter;
+#[cfg(feature = "anthropic")]
 mod anthropic;
 mod classify;
 mod config;
+#[cfg(feature = "gemini")]
 mod gemini;
+#[cfg(feature = "openai-chat")]
 mod openai_chat;
+#[cfg(feature = "openai-responses")]
 mod openai_responses;
 mod prepare;
 mod retry;
 mod secret;
+mod shared;
 mod sse;
 mod transport;
 
+#[cfg(feature = "anthropic")]
 pub use anthropic::{ANTHROPIC_VERSION, AnthropicProvider};
 pub use classify::{
     Classification, Protocol, Verdict, classify_response, classify_stream_error,
     error_in_success_body, explain_response, explain_stream_error, explain_success_body,
 };
 pub use config::{Config, DEFAULT_MAX_RESPONSE_BYTES, Error, RetryPolicy};
+#[cfg(feature = "gemini")]
 pub use gemini::GeminiProvider;
+#[cfg(feature = "openai-chat")]
 pub use openai_chat::{MaxTokensField, OpenAiChatProvider};
+#[cfg(feature = "openai-responses")]
 pub use openai_responses::OpenAiResponsesProvider;
 pub use secret::ApiKey;
 

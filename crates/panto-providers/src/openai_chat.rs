@@ -3,16 +3,21 @@
 
 use std::collections::BTreeMap;
 
+use panto_model::stop_reason;
 use panto_model::{ContentBlock, Message, Role, ThinkingBlock, ToolUseBlock, Usage};
-use panto_provider::{EventSink, Provider, ProviderError, Request};
-use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue};
+use panto_provider::{EventSink, Provider, ProviderError, Request, ToolChoice};
+use reqwest::header::{AUTHORIZATION, HeaderMap};
 use serde_json::{Map, Value, json};
 
 use crate::adapter::adapter_common;
 use crate::classify::{self, Protocol};
-use crate::config::{self, BaseUrl, Config, EnvSpec, Error};
+use crate::config::{self, BaseUrl, Config, Error};
 use crate::prepare::{compaction_text, flatten_result, image_url, prepare};
 use crate::secret::ApiKey;
+use crate::shared::{
+    OPENAI_ENV, StopReasons, arguments, assistant, cached_prompt_usage, has_calls, insert_sampling,
+    key_header, map_stop_reason, parse_arguments, tool_choice,
+};
 use crate::sse::SseEvent;
 use crate::transport::{
     Sink, StreamParser, Transport, Wire, error_payload, event_json, fresh_id, malformed,
@@ -33,21 +38,19 @@ pub enum MaxTokensField {
 /// The output limit goes in `max_completion_tokens` when the base URL is `api.openai.com`
 /// (its reasoning models reject `max_tokens`) and in `max_tokens` everywhere else (most
 /// compatible servers read only that); [`OpenAiChatProvider::with_max_tokens_field`] overrides.
+///
+/// Request options: `temperature`, `top_p`, `reasoning_effort` (`low`, `medium`, `high`) and
+/// `tool_choice` (`auto`, `none`, `required`, or one function; sent only when the request has
+/// tools). A compatible server that does not know a field usually ignores it.
+#[cfg_attr(docsrs, doc(cfg(feature = "openai-chat")))]
 pub struct OpenAiChatProvider {
     transport: Transport,
     wire: ChatWire,
 }
 
-pub(crate) const OPENAI_ENV: EnvSpec = EnvSpec {
-    provider: "OpenAI",
-    key_variable: "OPENAI_API_KEY",
-    base_url_variable: "OPENAI_BASE_URL",
-    default_base_url: OpenAiChatProvider::DEFAULT_BASE_URL,
-};
-
 impl OpenAiChatProvider {
     /// The official API.
-    pub const DEFAULT_BASE_URL: &'static str = "https://api.openai.com/v1";
+    pub const DEFAULT_BASE_URL: &'static str = OPENAI_ENV.default_base_url;
 
     /// An adapter with this configuration.
     ///
@@ -75,16 +78,6 @@ impl OpenAiChatProvider {
 
 adapter_common!(OpenAiChatProvider, name: "openai", env: OPENAI_ENV, key: "OPENAI_API_KEY", url: "OPENAI_BASE_URL");
 
-/// `Authorization: Bearer <key>`, unless the key is empty.
-pub(crate) fn bearer(key: &ApiKey, headers: &mut HeaderMap) {
-    if !key.is_empty()
-        && let Ok(mut value) = HeaderValue::from_str(&format!("Bearer {}", key.expose()))
-    {
-        value.set_sensitive(true);
-        headers.insert(AUTHORIZATION, value);
-    }
-}
-
 /// The protocol description.
 #[derive(Debug)]
 pub(crate) struct ChatWire {
@@ -103,7 +96,7 @@ impl Wire for ChatWire {
     }
 
     fn headers(&self, key: &ApiKey, headers: &mut HeaderMap) {
-        bearer(key, headers);
+        key_header(headers, AUTHORIZATION, "Bearer ", key);
     }
 
     fn body(&self, request: &Request, stream: bool) -> Value {
@@ -150,11 +143,31 @@ pub(crate) fn request_body(request: &Request, stream: bool, field: MaxTokensFiel
             .collect();
         body.insert("tools".into(), Value::Array(tools));
     }
+    render_options(request, &mut body);
     if stream {
         body.insert("stream".into(), Value::Bool(true));
         body.insert("stream_options".into(), json!({"include_usage": true}));
     }
     Value::Object(body)
+}
+
+/// The request options this protocol carries (see [`OpenAiChatProvider`]).
+fn render_options(request: &Request, body: &mut Map<String, Value>) {
+    let options = &request.options;
+    insert_sampling(options, body, "top_p");
+    if let Some(effort) = options.reasoning_effort {
+        body.insert("reasoning_effort".into(), json!(effort.as_str()));
+    }
+    let choice = tool_choice(request).and_then(|choice| match choice {
+        ToolChoice::Auto => Some(json!("auto")),
+        ToolChoice::None => Some(json!("none")),
+        ToolChoice::Required => Some(json!("required")),
+        ToolChoice::Tool(name) => Some(json!({"type": "function", "function": {"name": name}})),
+        _ => None,
+    });
+    if let Some(choice) = choice {
+        body.insert("tool_choice".into(), choice);
+    }
 }
 
 /// A user message: one `tool` message per tool result (in order), then a user message with
@@ -239,43 +252,16 @@ fn render_assistant(message: &Message) -> Option<Value> {
     Some(Value::Object(out))
 }
 
-/// Tool arguments as the JSON string the API carries. A string input is arguments that did
-/// not parse when they arrived, sent back exactly as received.
-pub(crate) fn arguments(input: &Value) -> String {
-    match input {
-        Value::String(raw) => raw.clone(),
-        Value::Null => "{}".to_owned(),
-        other => other.to_string(),
-    }
-}
-
-/// Parses tool arguments; text that is not JSON is kept as a string so that it survives.
-pub(crate) fn parse_arguments(raw: &str) -> Value {
-    if raw.trim().is_empty() {
-        return json!({});
-    }
-    serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.to_owned()))
-}
-
-/// Maps a finish reason onto the Anthropic stop reasons the session file uses.
-fn stop_reason(reason: &str, has_calls: bool) -> String {
-    match reason {
-        "stop" if has_calls => "tool_use",
-        "stop" => "end_turn",
-        "length" => "max_tokens",
-        "tool_calls" | "function_call" => "tool_use",
-        "content_filter" => "refusal",
-        other => other,
-    }
-    .to_owned()
-}
-
-/// `OpenAI` usage on the Contract 1 names: `input_tokens` is the prompt minus its cached part,
-/// which goes to `cache_read_input_tokens` (absent when the server did not report caching).
-pub(crate) fn usage(prompt: u64, completion: u64, cached: Option<u64>) -> Usage {
-    let cached = cached.map(|c| c.min(prompt));
-    Usage::new(prompt - cached.unwrap_or(0), completion).with_cache_read(cached)
-}
+/// Finish reasons on the session file's stop reasons.
+const STOP_REASONS: StopReasons = StopReasons {
+    end: "stop",
+    map: &[
+        ("length", stop_reason::MAX_TOKENS),
+        ("tool_calls", stop_reason::TOOL_USE),
+        ("function_call", stop_reason::TOOL_USE),
+        ("content_filter", stop_reason::REFUSAL),
+    ],
+};
 
 fn parse_usage(v: &Value) -> Option<Usage> {
     let prompt = v.get("prompt_tokens")?.as_u64()?;
@@ -288,7 +274,7 @@ fn parse_usage(v: &Value) -> Option<Usage> {
         .pointer("/prompt_tokens_details/cached_tokens")
         .and_then(Value::as_u64)
         .or_else(|| v.get("prompt_cache_hit_tokens").and_then(Value::as_u64));
-    Some(usage(prompt, completion, cached))
+    Some(cached_prompt_usage(prompt, completion, cached))
 }
 
 /// Text of a `content` that may be a string or a list of text parts.
@@ -358,18 +344,13 @@ pub(crate) fn parse_completion(body: &Value) -> Result<Message, ProviderError> {
             .map_or_else(|| fresh_id("call_"), str::to_owned);
         content.push(ContentBlock::ToolUse(ToolUseBlock::new(id, name, input)));
     }
-    let has_calls = content
-        .iter()
-        .any(|b| matches!(b, ContentBlock::ToolUse(_)));
-    if content.is_empty() {
-        content.push(ContentBlock::text(""));
-    }
-    let mut out = Message::new(Role::Assistant, content);
+    let calls = has_calls(&content);
+    let mut out = assistant(content);
     out.model = body.get("model").and_then(Value::as_str).map(str::to_owned);
     out.stop_reason = choice
         .get("finish_reason")
         .and_then(Value::as_str)
-        .map(|r| stop_reason(r, has_calls));
+        .map(|r| map_stop_reason(&STOP_REASONS, r, calls));
     out.usage = body.get("usage").and_then(parse_usage);
     Ok(out)
 }
@@ -492,15 +473,12 @@ impl StreamParser for ChatStream {
                 parse_arguments(&call.arguments),
             )));
         }
-        let has_calls = content
-            .iter()
-            .any(|b| matches!(b, ContentBlock::ToolUse(_)));
-        if content.is_empty() {
-            content.push(ContentBlock::text(""));
-        }
-        let mut message = Message::new(Role::Assistant, content);
+        let calls = has_calls(&content);
+        let mut message = assistant(content);
         message.model = self.model;
-        message.stop_reason = self.finish_reason.map(|r| stop_reason(&r, has_calls));
+        message.stop_reason = self
+            .finish_reason
+            .map(|r| map_stop_reason(&STOP_REASONS, &r, calls));
         message.usage = self.usage;
         Ok(message)
     }

@@ -2,17 +2,21 @@
 
 use std::collections::HashMap;
 
+use panto_model::stop_reason;
 use panto_model::{ContentBlock, Extra, Message, Role, ThinkingBlock, ToolUseBlock};
-use panto_provider::{EventSink, Provider, ProviderError, Request};
-use reqwest::header::HeaderMap;
+use panto_provider::{EventSink, Provider, ProviderError, Request, ToolChoice};
+use reqwest::header::{AUTHORIZATION, HeaderMap};
 use serde_json::{Map, Value, json};
 
 use crate::adapter::adapter_common;
 use crate::classify::{self, Protocol};
 use crate::config::{self, BaseUrl, Config, Error};
-use crate::openai_chat::{OPENAI_ENV, arguments, bearer, parse_arguments, usage};
 use crate::prepare::{compaction_text, flatten_result, image_url, prepare};
 use crate::secret::ApiKey;
+use crate::shared::{
+    OPENAI_ENV, StopReasons, arguments, assistant, cached_prompt_usage, has_calls, insert_sampling,
+    key_header, map_stop_reason, parse_arguments, tool_choice,
+};
 use crate::sse::SseEvent;
 use crate::transport::{Sink, StreamParser, Transport, Wire, error_payload, event_json, malformed};
 
@@ -25,6 +29,11 @@ const ENCRYPTED_CONTENT: &str = "encrypted_content";
 /// items are sent back only when they carry `encrypted_content`, which the API returns when
 /// asked ([`OpenAiResponsesProvider::with_encrypted_reasoning`]); otherwise the reasoning
 /// summary is kept in the session as thinking but not sent again.
+///
+/// Request options: `temperature`, `top_p`, `reasoning.effort` (`low`, `medium`, `high`) and
+/// `tool_choice` (`auto`, `none`, `required`, or one function; sent only when the request has
+/// tools). `OpenAI`'s reasoning models refuse `temperature` and `top_p`.
+#[cfg_attr(docsrs, doc(cfg(feature = "openai-responses")))]
 pub struct OpenAiResponsesProvider {
     transport: Transport,
     wire: ResponsesWire,
@@ -32,7 +41,7 @@ pub struct OpenAiResponsesProvider {
 
 impl OpenAiResponsesProvider {
     /// The official API.
-    pub const DEFAULT_BASE_URL: &'static str = "https://api.openai.com/v1";
+    pub const DEFAULT_BASE_URL: &'static str = OPENAI_ENV.default_base_url;
 
     /// An adapter with this configuration.
     ///
@@ -75,7 +84,7 @@ impl Wire for ResponsesWire {
     }
 
     fn headers(&self, key: &ApiKey, headers: &mut HeaderMap) {
-        bearer(key, headers);
+        key_header(headers, AUTHORIZATION, "Bearer ", key);
     }
 
     fn body(&self, request: &Request, stream: bool) -> Value {
@@ -104,8 +113,8 @@ fn settle_stop_reason(request: &Request, message: &mut Message) {
         .usage
         .as_ref()
         .is_some_and(|u| u.output_tokens >= u64::from(request.max_output_tokens));
-    if at_limit && message.stop_reason.as_deref() == Some("end_turn") {
-        message.stop_reason = Some("max_tokens".to_owned());
+    if at_limit && message.stop_reason.as_deref() == Some(stop_reason::END_TURN) {
+        message.stop_reason = Some(stop_reason::MAX_TOKENS.to_owned());
     }
 }
 
@@ -140,10 +149,30 @@ pub(crate) fn request_body(request: &Request, stream: bool, encrypted_reasoning:
             .collect();
         body.insert("tools".into(), Value::Array(tools));
     }
+    render_options(request, &mut body);
     if stream {
         body.insert("stream".into(), Value::Bool(true));
     }
     Value::Object(body)
+}
+
+/// The request options this protocol carries (see [`OpenAiResponsesProvider`]).
+fn render_options(request: &Request, body: &mut Map<String, Value>) {
+    let options = &request.options;
+    insert_sampling(options, body, "top_p");
+    if let Some(effort) = options.reasoning_effort {
+        body.insert("reasoning".into(), json!({"effort": effort.as_str()}));
+    }
+    let choice = tool_choice(request).and_then(|choice| match choice {
+        ToolChoice::Auto => Some(json!("auto")),
+        ToolChoice::None => Some(json!("none")),
+        ToolChoice::Required => Some(json!("required")),
+        ToolChoice::Tool(name) => Some(json!({"type": "function", "name": name})),
+        _ => None,
+    });
+    if let Some(choice) = choice {
+        body.insert("tool_choice".into(), choice);
+    }
 }
 
 fn input_image(source: &Value) -> Option<Value> {
@@ -216,6 +245,15 @@ fn render_assistant(message: &Message, out: &mut Vec<Value>) {
     }
     flush(&mut text, out);
 }
+
+/// Statuses and incomplete reasons on the session file's stop reasons.
+const STOP_REASONS: StopReasons = StopReasons {
+    end: "completed",
+    map: &[
+        ("max_output_tokens", stop_reason::MAX_TOKENS),
+        ("content_filter", stop_reason::REFUSAL),
+    ],
+};
 
 /// Content blocks from `output` items.
 fn parse_output(items: &[Value]) -> Result<Vec<ContentBlock>, ProviderError> {
@@ -290,40 +328,29 @@ fn message_from(response: &Value, items: Option<Vec<Value>>) -> Result<Message, 
         (Some(o), None) => o.clone(),
         (None, None) => return Err(malformed("the answer has no `output`")),
     };
-    let mut content = parse_output(&output)?;
-    let has_calls = content
-        .iter()
-        .any(|b| matches!(b, ContentBlock::ToolUse(_)));
-    if content.is_empty() {
-        content.push(ContentBlock::text(""));
-    }
-    let mut message = Message::new(Role::Assistant, content);
+    let content = parse_output(&output)?;
+    let calls = has_calls(&content);
+    let mut message = assistant(content);
     message.model = response
         .get("model")
         .and_then(Value::as_str)
         .map(str::to_owned);
-    message.stop_reason = Some(match response.get("status").and_then(Value::as_str) {
-        Some("incomplete") => {
-            match response
-                .pointer("/incomplete_details/reason")
-                .and_then(Value::as_str)
-            {
-                Some("max_output_tokens") => "max_tokens".to_owned(),
-                Some("content_filter") => "refusal".to_owned(),
-                Some(other) => other.to_owned(),
-                None => "incomplete".to_owned(),
-            }
-        }
-        _ if has_calls => "tool_use".to_owned(),
-        _ => "end_turn".to_owned(),
-    });
+    // A whole response is `completed` (a natural end) unless it says why it is incomplete.
+    let reason = match response.get("status").and_then(Value::as_str) {
+        Some("incomplete") => response
+            .pointer("/incomplete_details/reason")
+            .and_then(Value::as_str)
+            .unwrap_or("incomplete"),
+        _ => STOP_REASONS.end,
+    };
+    message.stop_reason = Some(map_stop_reason(&STOP_REASONS, reason, calls));
     message.usage = response.get("usage").and_then(|u| {
         let input = u.get("input_tokens")?.as_u64()?;
         let output = u.get("output_tokens").and_then(Value::as_u64).unwrap_or(0);
         let cached = u
             .pointer("/input_tokens_details/cached_tokens")
             .and_then(Value::as_u64);
-        Some(usage(input, output, cached))
+        Some(cached_prompt_usage(input, output, cached))
     });
     Ok(message)
 }

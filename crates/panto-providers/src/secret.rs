@@ -8,6 +8,19 @@ use panto_model::{ContentBlock, Extra, Message, RawJson, ToolResultContent};
 use panto_provider::{EventSink, StreamEvent};
 use serde_json::{Map, Value};
 
+/// Whether a header of this name carries a credential, so that its value is treated like the
+/// key: `authorization` and `proxy-authorization`, or any name holding `auth`, `key`, `token`,
+/// `secret`, `cookie`, `password` or `session` (case-insensitive). Erring towards sensitive
+/// costs only a redacted `Debug` line.
+pub(crate) fn is_sensitive_header(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    [
+        "auth", "key", "token", "secret", "cookie", "password", "session",
+    ]
+    .iter()
+    .any(|word| name.contains(word))
+}
+
 /// An API key. Its `Debug` prints `ApiKey(<redacted>)` (or `ApiKey(<empty>)`), it has no
 /// `Display`, and the adapters only ever put it into a request header.
 ///

@@ -751,7 +751,7 @@ fn bad_base_urls_are_refused_without_echoing_secrets() {
     }
 }
 
-use crate::openai_chat::OPENAI_ENV;
+use crate::shared::OPENAI_ENV;
 
 fn lookup(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
     let map: HashMap<String, String> = vars
@@ -945,9 +945,9 @@ proptest! {
 fn keys_that_cannot_go_in_a_header_are_refused_without_being_repeated() {
     for key in ["sk-abc\u{7}def", "sk-caf\u{e9}", "sk-a b"] {
         let config = crate::Config::new("http://127.0.0.1:1", key);
-        let err = crate::AnthropicProvider::new(config).unwrap_err();
+        let err = crate::transport::Transport::new(config).unwrap_err();
         assert!(matches!(err, Error::InvalidKey { .. }), "{err}");
         assert!(!err.to_string().contains("sk-"), "{err}");
     }
-    assert!(crate::AnthropicProvider::new(crate::Config::new("http://127.0.0.1:1", "")).is_ok());
+    assert!(crate::transport::Transport::new(crate::Config::new("http://127.0.0.1:1", "")).is_ok());
 }

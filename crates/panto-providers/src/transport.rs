@@ -11,7 +11,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use panto_model::{ContentBlock, Message};
 use panto_provider::{About, ProviderError, Request, RetryNotice, StreamEvent, Wait};
-use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap};
+use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use serde_json::Value;
 
 use crate::classify::{self, Protocol};
@@ -117,6 +117,10 @@ pub(crate) struct Transport {
     client: reqwest::Client,
     config: Config,
     base: BaseUrl,
+    /// The extra headers of the configuration, checked, the sensitive ones marked so.
+    extra: HeaderMap,
+    /// The values of the sensitive extra headers, scrubbed from errors like the key.
+    secrets: Vec<ApiKey>,
 }
 
 impl fmt::Debug for Transport {
@@ -125,6 +129,27 @@ impl fmt::Debug for Transport {
             .field("config", &self.config)
             .finish_non_exhaustive()
     }
+}
+
+/// A client built from the configuration, with the TLS backend the crate's features chose:
+/// native-tls when that feature is on, otherwise rustls (its `ring` provider installed as the
+/// process default unless the program installed one first) with the platform's verifier, and
+/// plain HTTP only when neither is on.
+fn build_client(config: &Config) -> Result<reqwest::Client, Error> {
+    let builder = reqwest::Client::builder()
+        .connect_timeout(config.connect_timeout)
+        .user_agent(concat!("panto/", env!("CARGO_PKG_VERSION")));
+    #[cfg(feature = "native-tls")]
+    let builder = builder.tls_backend_native();
+    #[cfg(all(feature = "rustls", not(feature = "native-tls")))]
+    let builder = {
+        // Fails only when a provider is installed already, which is then the one used.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        builder.tls_backend_rustls()
+    };
+    builder.build().map_err(|e| Error::Client {
+        message: error_chain(&e),
+    })
 }
 
 /// The deadline of one request, shared by its attempts.
@@ -211,22 +236,43 @@ impl Transport {
                 reason: "it holds spaces, control characters or non-ASCII text",
             });
         }
-        let client = reqwest::Client::builder()
-            .connect_timeout(config.connect_timeout)
-            .user_agent(concat!("panto/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(|e| Error::Client {
-                message: error_chain(&e),
-            })?;
+        let client = match config.client() {
+            Some(client) => client.clone(),
+            None => build_client(&config)?,
+        };
+        let mut extra = HeaderMap::new();
+        let mut secrets = Vec::new();
+        for header in config.extra_headers() {
+            let invalid = |reason| Error::InvalidHeader {
+                name: header.name.clone(),
+                reason,
+            };
+            let name = HeaderName::from_bytes(header.name.as_bytes())
+                .map_err(|_| invalid("the name is not a valid header name"))?;
+            let mut value = HeaderValue::from_str(header.value.expose())
+                .map_err(|_| invalid("the value holds control characters or non-ASCII text"))?;
+            if header.sensitive {
+                value.set_sensitive(true);
+                secrets.push(header.value.clone());
+            }
+            extra.insert(name, value);
+        }
         Ok(Transport {
             client,
             config,
             base,
+            extra,
+            secrets,
         })
     }
 
     pub(crate) fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// The values of the sensitive extra headers.
+    pub(crate) fn secrets(&self) -> &[ApiKey] {
+        &self.secrets
     }
 
     pub(crate) fn base(&self) -> &BaseUrl {
@@ -271,7 +317,10 @@ impl Transport {
                 }
                 Err(failure) => failure,
             };
-            let error = scrub(failure.error, &self.config.api_key);
+            let error = self
+                .secrets
+                .iter()
+                .fold(scrub(failure.error, &self.config.api_key), scrub);
             if !error.is_transient() || sink.emitted || retry >= policy.max_retries {
                 tracing::debug!(provider, %error, "request failed");
                 return Err(error);
@@ -314,6 +363,9 @@ impl Transport {
             headers.insert(ACCEPT, "text/event-stream".parse().expect("static header"));
         }
         wire.headers(&self.config.api_key, &mut headers);
+        for (name, value) in &self.extra {
+            headers.insert(name, value.clone());
+        }
         let send = self
             .client
             .post(url)

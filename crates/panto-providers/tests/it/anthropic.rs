@@ -1,32 +1,145 @@
-//! The Anthropic Messages adapter: request shape, answers (JSON and SSE), errors.
+//! The Anthropic Messages adapter: its fixtures for the shared scenarios, and what only it
+//! does (request shape, thinking and server blocks, citations, error events).
 
 use panto_model::{ContentBlock, Message, OtherBlock, Role, ThinkingBlock, Usage};
-use panto_provider::ProviderError;
-use panto_providers::{AnthropicProvider, RetryPolicy};
+use panto_provider::{ProviderError, ToolChoice};
+use panto_providers::AnthropicProvider;
 use serde_json::{Value, json};
-use wiremock::matchers::{header, method, path};
-use wiremock::{Mock, MockServer, ResponseTemplate};
+use wiremock::{MockServer, ResponseTemplate};
 
-use crate::common::{self, KEY, assert_malformed, conversation, hello, run, sse};
+use crate::common::{
+    self, Protocol, assert_malformed, conversation, hello, json_answer, run, sse, sse_answer,
+};
 
-fn provider(server: &MockServer, streaming: bool) -> AnthropicProvider {
-    AnthropicProvider::new(common::config(&server.uri()).with_streaming(streaming)).unwrap()
+/// The Messages protocol for the shared scenarios of `protocols.rs`.
+pub(crate) static PROTOCOL: Protocol = Protocol {
+    name: "anthropic",
+    make: |config| Ok(Box::new(AnthropicProvider::new(config)?)),
+    base: |uri| uri.to_owned(),
+    path: |_| "/v1/messages",
+    key_header: ("x-api-key", ""),
+    fixed_headers: &[("anthropic-version", "2023-06-01")],
+    text_whole: |text| {
+        json!({"model": "claude-x", "content": [{"type": "text", "text": text}], "stop_reason": "end_turn",
+               "usage": {"input_tokens": 200, "output_tokens": 30, "cache_read_input_tokens": 1000}})
+    },
+    text_stream: |text| {
+        let (a, b) = common::halves(text);
+        let mut events = opening(&[a, b]);
+        events.extend(closing("end_turn"));
+        sse(&events)
+    },
+    cut_stream: |text| sse(&opening(&[text])),
+    end_marker: "message_stop",
+    tool_whole: || {
+        json!({"model": "claude-x", "stop_reason": "tool_use",
+               "content": [{"type": "tool_use", "id": "call_1", "name": "read", "input": {"path": "a.rs"}}],
+               "usage": {"input_tokens": 200, "output_tokens": 30, "cache_read_input_tokens": 1000}})
+    },
+    tool_stream: || {
+        let block = json!({"type": "tool_use", "id": "call_1", "name": "read", "input": {}});
+        let deltas = ["{\"path\":", "\"a.rs\"}"]
+            .map(|piece| json!({"type": "input_json_delta", "partial_json": piece}));
+        let mut events = vec![start_event()];
+        events.extend(streamed_block(block, &deltas));
+        events.extend(closing("tool_use"));
+        sse(&events)
+    },
+    // Anthropic's reasons are the session file's: they pass through unchanged.
+    stop_cases: || {
+        [
+            "end_turn",
+            "max_tokens",
+            "tool_use",
+            "refusal",
+            "pause_turn",
+        ]
+        .into_iter()
+        .map(|reason| {
+            (
+                json!({"content": [{"type": "text", "text": "x"}], "stop_reason": reason}),
+                reason,
+            )
+        })
+        .collect()
+    },
+    // Overloaded: as an error event opening the stream, or as HTTP 529.
+    transient: |streaming| {
+        let error = json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}});
+        if streaming {
+            sse_answer(sse(&[("error", error)]))
+        } else {
+            ResponseTemplate::new(529).set_body_json(error)
+        }
+    },
+    options_wire: || {
+        vec![
+            ("/temperature", json!(0.5)),
+            ("/top_p", json!(0.9)),
+            (
+                "/thinking",
+                json!({"type": "enabled", "budget_tokens": 1024}),
+            ),
+            ("/tool_choice", json!({"type": "tool", "name": "read"})),
+        ]
+    },
+    choice_wire: ("/tool_choice", || {
+        vec![
+            (ToolChoice::Auto, json!({"type": "auto"})),
+            (ToolChoice::None, json!({"type": "none"})),
+            (ToolChoice::Required, json!({"type": "any"})),
+        ]
+    }),
+};
+
+/// `message_start` with the input side of the usage.
+fn start_event() -> (&'static str, Value) {
+    (
+        "message_start",
+        json!({"type": "message_start", "message": {"model": "claude-x",
+            "usage": {"input_tokens": 200, "output_tokens": 1, "cache_read_input_tokens": 1000}}}),
+    )
 }
 
-async fn answer(server: &MockServer, response: ResponseTemplate) {
-    Mock::given(method("POST"))
-        .and(path("/v1/messages"))
-        .respond_with(response)
-        .mount(server)
-        .await;
+/// `message_start`, then one text block streamed in `deltas`, stopped.
+fn opening(deltas: &[&str]) -> Vec<(&'static str, Value)> {
+    let deltas: Vec<Value> = deltas
+        .iter()
+        .map(|text| json!({"type": "text_delta", "text": text}))
+        .collect();
+    let mut events = vec![start_event()];
+    events.extend(streamed_block(json!({"type": "text", "text": ""}), &deltas));
+    events
 }
 
-fn json_answer(body: Value) -> ResponseTemplate {
-    ResponseTemplate::new(200).set_body_json(body)
+/// Block 0: its start with `block`, one delta event per `deltas`, its stop.
+fn streamed_block(block: Value, deltas: &[Value]) -> Vec<(&'static str, Value)> {
+    let mut events = vec![(
+        "content_block_start",
+        json!({"type": "content_block_start", "index": 0, "content_block": block}),
+    )];
+    for delta in deltas {
+        events.push((
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 0, "delta": delta}),
+        ));
+    }
+    events.push((
+        "content_block_stop",
+        json!({"type": "content_block_stop", "index": 0}),
+    ));
+    events
 }
 
-fn sse_answer(text: String) -> ResponseTemplate {
-    ResponseTemplate::new(200).set_body_raw(text, "text/event-stream")
+/// `message_delta` with the stop reason and the output total, then `message_stop`.
+fn closing(reason: &str) -> Vec<(&'static str, Value)> {
+    vec![
+        (
+            "message_delta",
+            json!({"type": "message_delta", "delta": {"stop_reason": reason}, "usage": {"output_tokens": 30}}),
+        ),
+        ("message_stop", json!({"type": "message_stop"})),
+    ]
 }
 
 fn simple_stream() -> String {
@@ -58,8 +171,8 @@ fn simple_stream() -> String {
 #[tokio::test]
 async fn request_shape() {
     let server = MockServer::start().await;
-    answer(&server, sse_answer(simple_stream())).await;
-    let (result, _) = run(&provider(&server, true), &conversation()).await;
+    PROTOCOL.answer(&server, sse_answer(simple_stream())).await;
+    let (result, _) = run(&PROTOCOL.provider(&server, true), &conversation()).await;
     result.unwrap();
     let requests = server.received_requests().await.unwrap();
     insta::assert_json_snapshot!("anthropic_request", common::request_snapshot(&requests[0]));
@@ -68,23 +181,24 @@ async fn request_shape() {
 #[tokio::test]
 async fn whole_answer_with_thinking_text_tool_use_unknown_blocks_and_cache_usage() {
     let server = MockServer::start().await;
-    answer(
-        &server,
-        json_answer(json!({
-            "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-x",
-            "content": [
-                {"type": "thinking", "thinking": "Let me look.", "signature": "sig-1"},
-                {"type": "redacted_thinking", "data": "opaque"},
-                {"type": "text", "text": "Checking."},
-                {"type": "tool_use", "id": "toolu_9", "name": "read", "input": {"path": "a.rs"}}
-            ],
-            "stop_reason": "tool_use", "stop_sequence": null,
-            "usage": {"input_tokens": 12, "output_tokens": 30, "cache_read_input_tokens": 1000,
-                      "cache_creation_input_tokens": 50, "service_tier": "standard"}
-        })),
-    )
-    .await;
-    let (result, events) = run(&provider(&server, false), &hello()).await;
+    PROTOCOL
+        .answer(
+            &server,
+            json_answer(json!({
+                "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-x",
+                "content": [
+                    {"type": "thinking", "thinking": "Let me look.", "signature": "sig-1"},
+                    {"type": "redacted_thinking", "data": "opaque"},
+                    {"type": "text", "text": "Checking."},
+                    {"type": "tool_use", "id": "toolu_9", "name": "read", "input": {"path": "a.rs"}}
+                ],
+                "stop_reason": "tool_use", "stop_sequence": null,
+                "usage": {"input_tokens": 12, "output_tokens": 30, "cache_read_input_tokens": 1000,
+                          "cache_creation_input_tokens": 50, "service_tier": "standard"}
+            })),
+        )
+        .await;
+    let (result, events) = run(&PROTOCOL.provider(&server, false), &hello()).await;
     let message = result.unwrap();
     assert_eq!(message.role, Role::Assistant);
     assert_eq!(message.model.as_deref(), Some("claude-x"));
@@ -199,8 +313,8 @@ fn full_stream() -> String {
 #[tokio::test]
 async fn streamed_answer_equals_the_whole_one_and_reaches_the_sink_as_it_arrives() {
     let server = MockServer::start().await;
-    answer(&server, sse_answer(full_stream())).await;
-    let (result, events) = run(&provider(&server, true), &hello()).await;
+    PROTOCOL.answer(&server, sse_answer(full_stream())).await;
+    let (result, events) = run(&PROTOCOL.provider(&server, true), &hello()).await;
     let message = result.unwrap();
     assert_eq!(
         events,
@@ -238,26 +352,12 @@ async fn streamed_answer_equals_the_whole_one_and_reaches_the_sink_as_it_arrives
 }
 
 #[tokio::test]
-async fn a_stream_cut_before_message_stop_is_an_error_not_a_shorter_message() {
-    let full = full_stream();
-    let cut = &full[..full.find("event: message_delta").unwrap()];
-    let server = MockServer::start().await;
-    answer(&server, sse_answer(cut.to_owned())).await;
-    let (result, events) = run(&provider(&server, true), &hello()).await;
-    assert_malformed(&result);
-    assert!(result.unwrap_err().to_string().contains("message_stop"));
-    // The text was shown as it came, but the answer is not taken: nothing retried either.
-    assert!(events.contains(&"text:king.".to_owned()), "{events:?}");
-    assert_eq!(server.received_requests().await.unwrap().len(), 1);
-}
-
-#[tokio::test]
 async fn a_truncated_event_payload_is_malformed() {
     let full = simple_stream();
     let cut = &full[..full.find("\"Hi\"").unwrap()];
     let server = MockServer::start().await;
-    answer(&server, sse_answer(cut.to_owned())).await;
-    let (result, _) = run(&provider(&server, true), &hello()).await;
+    PROTOCOL.answer(&server, sse_answer(cut.to_owned())).await;
+    let (result, _) = run(&PROTOCOL.provider(&server, true), &hello()).await;
     assert_malformed(&result);
 }
 
@@ -269,12 +369,13 @@ async fn malformed_json_and_missing_content_are_malformed() {
         "<html>oops</html>",
     ] {
         let server = MockServer::start().await;
-        answer(
-            &server,
-            ResponseTemplate::new(200).set_body_raw(body, "application/json"),
-        )
-        .await;
-        let (result, _) = run(&provider(&server, false), &hello()).await;
+        PROTOCOL
+            .answer(
+                &server,
+                ResponseTemplate::new(200).set_body_raw(body, "application/json"),
+            )
+            .await;
+        let (result, _) = run(&PROTOCOL.provider(&server, false), &hello()).await;
         assert_malformed(&result);
         assert_eq!(server.received_requests().await.unwrap().len(), 1, "{body}");
     }
@@ -288,8 +389,10 @@ async fn overflow_and_its_look_alike_go_through_the_classifier() {
         "message": "max_tokens: 128001 > 64000, which is the maximum allowed number of output tokens for claude-opus-4-5-20251101"}});
     for (body, is_overflow) in [(overflow, true), (output_cap, false)] {
         let server = MockServer::start().await;
-        answer(&server, ResponseTemplate::new(400).set_body_json(body)).await;
-        let (result, _) = run(&provider(&server, true), &hello()).await;
+        PROTOCOL
+            .answer(&server, ResponseTemplate::new(400).set_body_json(body))
+            .await;
+        let (result, _) = run(&PROTOCOL.provider(&server, true), &hello()).await;
         let error = result.unwrap_err();
         assert_eq!(error.is_context_overflow(), is_overflow, "{error}");
         assert!(matches!(
@@ -318,8 +421,8 @@ async fn an_error_event_in_the_stream_is_classified() {
         ),
     ]);
     let server = MockServer::start().await;
-    answer(&server, sse_answer(stream)).await;
-    let (result, _) = run(&provider(&server, true), &hello()).await;
+    PROTOCOL.answer(&server, sse_answer(stream)).await;
+    let (result, _) = run(&PROTOCOL.provider(&server, true), &hello()).await;
     assert!(result.unwrap_err().is_context_overflow());
 }
 
@@ -332,8 +435,8 @@ async fn overloaded_mid_stream_after_text_is_surfaced_not_retried() {
         json!({"type": "error", "error": {"details": null, "type": "overloaded_error", "message": "Overloaded"}}),
     )]));
     let server = MockServer::start().await;
-    answer(&server, sse_answer(stream)).await;
-    let (result, events) = run(&provider(&server, true), &hello()).await;
+    PROTOCOL.answer(&server, sse_answer(stream)).await;
+    let (result, events) = run(&PROTOCOL.provider(&server, true), &hello()).await;
     // Transient (overloaded), yet surfaced: text was already shown.
     let error = result.unwrap_err();
     assert!(
@@ -345,59 +448,38 @@ async fn overloaded_mid_stream_after_text_is_surfaced_not_retried() {
 }
 
 #[tokio::test]
-async fn overloaded_before_anything_was_shown_is_retried() {
-    let server = MockServer::start().await;
-    let overloaded = sse(&[(
-        "error",
-        json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}),
-    )]);
-    Mock::given(method("POST"))
-        .respond_with(sse_answer(overloaded))
-        .up_to_n_times(1)
-        .mount(&server)
-        .await;
-    answer(&server, sse_answer(simple_stream())).await;
-    let (result, events) = run(&provider(&server, true), &hello()).await;
-    assert_eq!(result.unwrap().text(), "Hi");
-    assert_eq!(events, ["retry:1/3:server", "text:Hi"]);
-    assert_eq!(server.received_requests().await.unwrap().len(), 2);
-}
-
-#[tokio::test]
-async fn headers_carry_the_key_and_version_and_no_key_means_no_header() {
-    let server = MockServer::start().await;
-    Mock::given(method("POST"))
-        .and(header("x-api-key", KEY))
-        .and(header("anthropic-version", "2023-06-01"))
-        .respond_with(sse_answer(simple_stream()))
-        .expect(1)
-        .mount(&server)
-        .await;
-    run(&provider(&server, true), &hello()).await.0.unwrap();
-
-    let keyless = MockServer::start().await;
-    answer(&keyless, sse_answer(simple_stream())).await;
-    let mut config = common::config(&keyless.uri());
-    config.api_key = panto_providers::ApiKey::none();
-    config.retry = RetryPolicy::none();
-    run(&AnthropicProvider::new(config).unwrap(), &hello())
-        .await
-        .0
-        .unwrap();
-    let requests = keyless.received_requests().await.unwrap();
-    assert!(requests[0].headers.get("x-api-key").is_none());
-}
-
-#[tokio::test]
 async fn a_non_sse_json_answer_to_a_streaming_request_is_read_whole() {
     let server = MockServer::start().await;
-    answer(
-        &server,
+    PROTOCOL.answer(&server,
         json_answer(json!({"content": [{"type": "text", "text": "plain"}], "model": "m", "stop_reason": "end_turn",
                            "usage": {"input_tokens": 1, "output_tokens": 1}})),
     )
     .await;
-    let (result, events) = run(&provider(&server, true), &hello()).await;
+    let (result, events) = run(&PROTOCOL.provider(&server, true), &hello()).await;
     assert_eq!(result.unwrap().text(), "plain");
     assert_eq!(events, ["text:plain"]);
+}
+
+#[tokio::test]
+async fn thinking_is_sent_only_with_room_for_its_minimum_below_max_tokens() {
+    use panto_provider::{ReasoningEffort, RequestOptions};
+    let server = MockServer::start().await;
+    PROTOCOL
+        .answer(&server, json_answer((PROTOCOL.text_whole)("ok")))
+        .await;
+    let provider = PROTOCOL.provider(&server, false);
+    for (max_output_tokens, effort) in [(1024, ReasoningEffort::Low), (2000, ReasoningEffort::High)]
+    {
+        let mut request = hello().with_options(RequestOptions::new().with_reasoning_effort(effort));
+        request.max_output_tokens = max_output_tokens;
+        run(&provider, &request).await.0.unwrap();
+    }
+    let bodies = common::bodies(&server).await;
+    // 1,024 tokens leave no room for the minimum budget below `max_tokens`: nothing is sent.
+    assert_eq!(bodies[0].get("thinking"), None, "{}", bodies[0]);
+    // A high effort (24,576) is cut to fit below `max_tokens`.
+    assert_eq!(
+        bodies[1]["thinking"],
+        json!({"type": "enabled", "budget_tokens": 1999})
+    );
 }

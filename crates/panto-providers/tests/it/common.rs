@@ -1,6 +1,17 @@
 //! Shared fixtures: a rich conversation, fast configurations, an event recorder, SSE builders,
 //! request snapshots, and a raw TCP server for byte-level control.
 
+// With some adapters compiled out, the helpers only their tests use go unused.
+#![cfg_attr(
+    not(all(
+        feature = "anthropic",
+        feature = "openai-chat",
+        feature = "openai-responses",
+        feature = "gemini"
+    )),
+    allow(dead_code)
+)]
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -9,27 +20,31 @@ use panto_model::{
     ContentBlock, ImageBlock, Message, OtherBlock, Role, ThinkingBlock, ToolResultBlock,
     ToolResultContent,
 };
-use panto_provider::{Provider, ProviderError, Request, StreamEvent, ToolSpec};
+use panto_provider::{
+    Provider, ProviderError, ReasoningEffort, Request, RequestOptions, StreamEvent, ToolChoice,
+    ToolSpec,
+};
 use panto_providers::{Config, RetryPolicy};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
+use wiremock::matchers::method;
+use wiremock::{Mock, ResponseTemplate};
 
 /// The key every test adapter uses; no output may ever contain it.
 pub(crate) const KEY: &str = "sk-test-SECRET-7f3a9c1e5b";
 
 /// A configuration for a loopback server: tiny retry delays, short timeouts.
 pub(crate) fn config(base: &str) -> Config {
-    let mut config = Config::new(base, KEY);
-    config.retry = RetryPolicy {
-        max_retries: 3,
-        base_delay: Duration::from_millis(1),
-        max_delay: Duration::from_secs(5),
-    };
-    config.request_timeout = Duration::from_secs(10);
-    config.first_byte_timeout = Duration::from_secs(10);
-    config.idle_timeout = Duration::from_secs(10);
-    config
+    Config::new(base, KEY)
+        .with_retry(RetryPolicy::new(
+            3,
+            Duration::from_millis(1),
+            Duration::from_secs(5),
+        ))
+        .with_request_timeout(Duration::from_secs(10))
+        .with_first_byte_timeout(Duration::from_secs(10))
+        .with_idle_timeout(Duration::from_secs(10))
 }
 
 /// What reached the event sink, one string per event.
@@ -151,29 +166,17 @@ pub(crate) fn conversation() -> Request {
         ),
     ];
     let schema = |field: &str| json!({"type": "object", "properties": {field: {"type": "string"}}, "required": [field]});
-    Request {
-        model: "test-model".into(),
-        system: "You are a careful coding agent.".into(),
+    Request::new(
+        "test-model",
+        "You are a careful coding agent.",
         messages,
-        max_output_tokens: 1024,
-        tools: vec![
-            ToolSpec {
-                name: "read".into(),
-                description: "Read a file".into(),
-                input_schema: schema("path"),
-            },
-            ToolSpec {
-                name: "grep".into(),
-                description: "Search files".into(),
-                input_schema: schema("pattern"),
-            },
-            ToolSpec {
-                name: "run".into(),
-                description: "Run a command".into(),
-                input_schema: schema("cmd"),
-            },
-        ],
-    }
+        1024,
+    )
+    .with_tools(vec![
+        ToolSpec::new("read", "Read a file", schema("path")),
+        ToolSpec::new("grep", "Search files", schema("pattern")),
+        ToolSpec::new("run", "Run a command", schema("cmd")),
+    ])
 }
 
 /// A stream of named events (`event:` then `data:`).
@@ -348,4 +351,161 @@ pub(crate) fn assert_malformed(result: &Result<Message, ProviderError>) {
         matches!(result, Err(ProviderError::MalformedResponse { .. })),
         "{result:?}"
     );
+}
+
+/// A JSON answer with status 200.
+pub(crate) fn json_answer(body: Value) -> ResponseTemplate {
+    ResponseTemplate::new(200).set_body_json(body)
+}
+
+/// An SSE answer with status 200.
+pub(crate) fn sse_answer(text: String) -> ResponseTemplate {
+    ResponseTemplate::new(200).set_body_raw(text, "text/event-stream")
+}
+
+/// Tool choices and how a protocol writes each.
+pub(crate) type Choices = Vec<(ToolChoice, Value)>;
+
+/// One protocol as the shared scenarios of `protocols.rs` see it: how to build its adapter,
+/// where it posts, how it carries the key, and its answers for each scenario. Every answer
+/// that carries usage reports a prompt of 1,200 tokens of which 1,000 were cached (input 200
+/// on the Contract 1 names) and 30 output tokens.
+pub(crate) struct Protocol {
+    /// The name the overflow fixtures use (`protocol`).
+    pub name: &'static str,
+    /// The adapter for a configuration, or why it cannot be built.
+    pub make: fn(Config) -> Result<Box<dyn Provider>, panto_providers::Error>,
+    /// The base URL the adapter is given for a server at `uri`.
+    pub base: fn(&str) -> String,
+    /// The path it posts `hello()` to, streaming or not.
+    pub path: fn(bool) -> &'static str,
+    /// The header that carries the key, and what precedes the key in it.
+    pub key_header: (&'static str, &'static str),
+    /// Headers every request carries besides the key.
+    pub fixed_headers: &'static [(&'static str, &'static str)],
+    /// A whole answer that says `text` and ends naturally, with usage.
+    pub text_whole: fn(&str) -> Value,
+    /// The same answer streamed, `text` in two deltas split at its first space.
+    pub text_stream: fn(&str) -> String,
+    /// A stream that says `text` and is cut before the protocol's end marker.
+    pub cut_stream: fn(&str) -> String,
+    /// Words of the error a cut stream gives: the end marker it lacked.
+    pub end_marker: &'static str,
+    /// A whole answer calling `read` with `{"path": "a.rs"}` under id `call_1`, with usage.
+    pub tool_whole: fn() -> Value,
+    /// The same answer streamed, the arguments in two pieces.
+    pub tool_stream: fn() -> String,
+    /// Whole answers and the stop reason each must be read as.
+    pub stop_cases: fn() -> Vec<(Value, &'static str)>,
+    /// A transient failure before anything was shown, to a streaming request or not (retried,
+    /// then announced as `server`).
+    pub transient: fn(bool) -> ResponseTemplate,
+    /// Where the body carries each field of [`options_request`]'s options, and its value.
+    pub options_wire: fn() -> Vec<(&'static str, Value)>,
+    /// Where the body carries the tool choice, and the value of each choice but one tool.
+    pub choice_wire: (&'static str, fn() -> Choices),
+}
+
+/// `hello()` with a `read` tool, room for thinking, and every request option set: temperature
+/// 0.5, top-p 0.9, low reasoning effort, and the `read` tool forced.
+pub(crate) fn options_request() -> Request {
+    let mut request = hello()
+        .with_tools(vec![ToolSpec::new(
+            "read",
+            "Read a file",
+            json!({"type": "object", "properties": {"path": {"type": "string"}}}),
+        )])
+        .with_options(
+            RequestOptions::new()
+                .with_temperature(0.5)
+                .with_top_p(0.9)
+                .with_reasoning_effort(ReasoningEffort::Low)
+                .with_tool_choice(ToolChoice::Tool("read".into())),
+        );
+    request.max_output_tokens = 4096;
+    request
+}
+
+impl Protocol {
+    /// The adapter for a configuration that must be accepted.
+    pub(crate) fn build(&self, config: Config) -> Box<dyn Provider> {
+        (self.make)(config).unwrap_or_else(|e| panic!("{}: {e}", self.name))
+    }
+
+    /// The adapter for a server, with the fast test configuration.
+    pub(crate) fn provider(
+        &self,
+        server: &wiremock::MockServer,
+        streaming: bool,
+    ) -> Box<dyn Provider> {
+        self.build(config(&(self.base)(&server.uri())).with_streaming(streaming))
+    }
+
+    /// Answers every POST to the protocol's paths (streaming and not) with `response`.
+    pub(crate) async fn answer(&self, server: &wiremock::MockServer, response: ResponseTemplate) {
+        let paths = [(self.path)(false), (self.path)(true)];
+        Mock::given(method("POST"))
+            .and(move |r: &wiremock::Request| paths.contains(&r.url.path()))
+            .respond_with(response)
+            .mount(server)
+            .await;
+    }
+
+    /// The answer `text_whole` or `text_stream`, as a response.
+    pub(crate) fn text_answer(&self, text: &str, streaming: bool) -> ResponseTemplate {
+        if streaming {
+            sse_answer((self.text_stream)(text))
+        } else {
+            json_answer((self.text_whole)(text))
+        }
+    }
+}
+
+/// The protocols compiled in (one per adapter feature).
+pub(crate) fn protocols() -> Vec<&'static Protocol> {
+    vec![
+        #[cfg(feature = "anthropic")]
+        &crate::anthropic::PROTOCOL,
+        #[cfg(feature = "openai-chat")]
+        &crate::openai_chat::PROTOCOL,
+        #[cfg(feature = "openai-responses")]
+        &crate::openai_responses::PROTOCOL,
+        #[cfg(feature = "gemini")]
+        &crate::gemini::PROTOCOL,
+    ]
+}
+
+/// Splits `text` at its first space, the space kept with the first piece.
+pub(crate) fn halves(text: &str) -> (&str, &str) {
+    let at = text.find(' ').map_or(text.len(), |i| i + 1);
+    text.split_at(at)
+}
+
+/// The tool choices both `OpenAI` protocols name alike.
+pub(crate) fn openai_choices() -> Choices {
+    vec![
+        (ToolChoice::Auto, json!("auto")),
+        (ToolChoice::None, json!("none")),
+        (ToolChoice::Required, json!("required")),
+    ]
+}
+
+/// The response that carries a case: its status and body, or its events as an SSE stream.
+pub(crate) fn case_response(case: &Value) -> ResponseTemplate {
+    if let Some(events) = case.get("sse").and_then(Value::as_array) {
+        let mut text = String::new();
+        for e in events {
+            if let Some(name) = e.get("event").and_then(Value::as_str) {
+                text.push_str(&format!("event: {name}\n"));
+            }
+            text.push_str(&format!("data: {}\n\n", e["data"]));
+        }
+        return ResponseTemplate::new(200).set_body_raw(text, "text/event-stream");
+    }
+    let status = case["status"].as_u64().unwrap() as u16;
+    match &case["body"] {
+        // A string body is served as raw text (a non-JSON answer).
+        Value::String(s) => ResponseTemplate::new(status).set_body_raw(s.clone(), "text/plain"),
+        body => ResponseTemplate::new(status).set_body_json(body),
+    }
 }

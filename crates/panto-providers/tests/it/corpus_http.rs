@@ -12,10 +12,10 @@ use panto_providers::{
 };
 use serde_json::Value;
 use wiremock::matchers::method;
-use wiremock::{Mock, MockServer, ResponseTemplate};
+use wiremock::{Mock, MockServer};
 
 use crate::classify::{fixture, kind};
-use crate::common::{self, hello, run};
+use crate::common::{self, case_response, hello, run};
 
 fn adapter(protocol: &str, base: &str, streaming: bool) -> Box<dyn Provider> {
     let mut config = common::config(base);
@@ -35,26 +35,6 @@ fn base(protocol: &str, uri: &str) -> String {
     match protocol {
         "openai-chat" | "openai-responses" => format!("{uri}/v1"),
         _ => uri.to_owned(),
-    }
-}
-
-/// The response that carries a case: its status and body, or its events as an SSE stream.
-fn response(case: &Value) -> ResponseTemplate {
-    if let Some(events) = case.get("sse").and_then(Value::as_array) {
-        let mut text = String::new();
-        for e in events {
-            if let Some(name) = e.get("event").and_then(Value::as_str) {
-                text.push_str(&format!("event: {name}\n"));
-            }
-            text.push_str(&format!("data: {}\n\n", e["data"]));
-        }
-        return ResponseTemplate::new(200).set_body_raw(text, "text/event-stream");
-    }
-    let status = case["status"].as_u64().unwrap() as u16;
-    match &case["body"] {
-        // A string body is served as raw text (a non-JSON answer).
-        Value::String(s) => ResponseTemplate::new(status).set_body_raw(s.clone(), "text/plain"),
-        body => ResponseTemplate::new(status).set_body_json(body),
     }
 }
 
@@ -85,7 +65,7 @@ async fn check(path: &Path, strict_kind: bool) -> (usize, Vec<String>) {
         for &streaming in modes {
             server.reset().await;
             Mock::given(method("POST"))
-                .respond_with(response(&case))
+                .respond_with(case_response(&case))
                 .mount(&server)
                 .await;
             let p = adapter(protocol, &base(protocol, &server.uri()), streaming);

@@ -1,31 +1,107 @@
-//! The Gemini adapter: request shape, answers (JSON and SSE), ids, signatures, errors.
+//! The Gemini adapter: its fixtures for the shared scenarios, and what only it does (request
+//! shape, ids it must make, thought signatures, function names on results, a blocked prompt).
 
 use panto_model::{ContentBlock, Message, Role};
-use panto_provider::ProviderError;
+use panto_provider::{ProviderError, ToolChoice};
 use panto_providers::{GeminiProvider, RetryPolicy};
 use serde_json::{Value, json};
 use wiremock::matchers::{method, path, query_param};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
-use crate::common::{self, KEY, assert_malformed, conversation, data_stream, hello, run};
+use crate::common::{self, KEY, Protocol, conversation, data_stream, hello, run};
 
-fn provider(server: &MockServer, streaming: bool) -> GeminiProvider {
-    GeminiProvider::new(common::config(&server.uri()).with_streaming(streaming)).unwrap()
+/// The Gemini protocol for the shared scenarios of `protocols.rs` (model `test-model`).
+pub(crate) static PROTOCOL: Protocol = Protocol {
+    name: "gemini",
+    make: |config| Ok(Box::new(GeminiProvider::new(config)?)),
+    base: |uri| uri.to_owned(),
+    path: |streaming| {
+        if streaming {
+            "/v1beta/models/test-model:streamGenerateContent"
+        } else {
+            "/v1beta/models/test-model:generateContent"
+        }
+    },
+    key_header: ("x-goog-api-key", ""),
+    fixed_headers: &[],
+    text_whole: |text| with_usage(candidate(json!([{"text": text}]), Some("STOP"))),
+    text_stream: |text| {
+        let (a, b) = common::halves(text);
+        crlf_stream(&[
+            candidate(json!([{"text": a}]), None),
+            with_usage(candidate(json!([{"text": b}]), Some("STOP"))),
+        ])
+    },
+    cut_stream: |text| crlf_stream(&[candidate(json!([{"text": text}]), None)]),
+    end_marker: "finishReason",
+    tool_whole: || with_usage(candidate(read_call(), Some("STOP"))),
+    // Gemini sends a function call whole, in one chunk.
+    tool_stream: || {
+        crlf_stream(&[
+            candidate(read_call(), None),
+            with_usage(candidate(json!([{"text": ""}]), Some("STOP"))),
+        ])
+    },
+    stop_cases: || {
+        let text = json!([{"text": "x"}]);
+        vec![
+            (candidate(text.clone(), Some("STOP")), "end_turn"),
+            (candidate(read_call(), Some("STOP")), "tool_use"),
+            (candidate(text.clone(), Some("MAX_TOKENS")), "max_tokens"),
+            (candidate(text.clone(), Some("SAFETY")), "refusal"),
+            (
+                candidate(text.clone(), Some("PROHIBITED_CONTENT")),
+                "refusal",
+            ),
+            (
+                candidate(text, Some("MALFORMED_FUNCTION_CALL")),
+                "MALFORMED_FUNCTION_CALL",
+            ),
+        ]
+    },
+    transient: |_| {
+        ResponseTemplate::new(503).set_body_json(json!({"error": {"code": 503, "message": "The model is overloaded.", "status": "UNAVAILABLE"}}))
+    },
+    options_wire: || {
+        vec![
+            ("/generationConfig/temperature", json!(0.5)),
+            ("/generationConfig/topP", json!(0.9)),
+            (
+                "/generationConfig/thinkingConfig",
+                json!({"thinkingBudget": 1024}),
+            ),
+            (
+                "/toolConfig",
+                json!({"functionCallingConfig": {"mode": "ANY", "allowedFunctionNames": ["read"]}}),
+            ),
+        ]
+    },
+    choice_wire: ("/toolConfig/functionCallingConfig", || {
+        vec![
+            (ToolChoice::Auto, json!({"mode": "AUTO"})),
+            (ToolChoice::None, json!({"mode": "NONE"})),
+            (ToolChoice::Required, json!({"mode": "ANY"})),
+        ]
+    }),
+};
+
+fn read_call() -> Value {
+    json!([{"functionCall": {"id": "call_1", "name": "read", "args": {"path": "a.rs"}}}])
 }
 
-async fn answer(server: &MockServer, response: ResponseTemplate) {
-    Mock::given(method("POST"))
-        .respond_with(response)
-        .mount(server)
-        .await;
+/// The answer with the usage of the shared scenarios.
+fn with_usage(mut body: Value) -> Value {
+    body["usageMetadata"] = json!({"promptTokenCount": 1200, "cachedContentTokenCount": 1000, "candidatesTokenCount": 30});
+    body
+}
+
+/// A stream of `data:` chunks ending with CRLF pairs, as Gemini sends them.
+fn crlf_stream(chunks: &[Value]) -> String {
+    data_stream(chunks).replace("\n\n", "\r\n\r\n")
 }
 
 fn sse_answer(chunks: &[Value]) -> ResponseTemplate {
-    // Gemini ends its events with CRLF pairs.
-    ResponseTemplate::new(200).set_body_raw(
-        data_stream(chunks).replace("\n\n", "\r\n\r\n"),
-        "text/event-stream",
-    )
+    common::sse_answer(crlf_stream(chunks))
 }
 
 fn candidate(parts: Value, finish: Option<&str>) -> Value {
@@ -103,8 +179,8 @@ fn check_whole(message: &Message) {
 #[tokio::test]
 async fn request_shape() {
     let server = MockServer::start().await;
-    answer(&server, sse_answer(&[whole()])).await;
-    let (result, _) = run(&provider(&server, true), &conversation()).await;
+    PROTOCOL.answer(&server, sse_answer(&[whole()])).await;
+    let (result, _) = run(&PROTOCOL.provider(&server, true), &conversation()).await;
     result.unwrap();
     let requests = server.received_requests().await.unwrap();
     insta::assert_json_snapshot!("gemini_request", common::request_snapshot(&requests[0]));
@@ -121,7 +197,7 @@ async fn whole_answer_with_thoughts_signatures_calls_and_usage() {
         .await;
     let mut request = hello();
     request.model = "gemini-x".into();
-    let (result, events) = run(&provider(&server, false), &request).await;
+    let (result, events) = run(&PROTOCOL.provider(&server, false), &request).await;
     check_whole(&result.unwrap());
     assert_eq!(
         events,
@@ -161,7 +237,7 @@ async fn streamed_answer_equals_the_whole_one_and_uses_the_sse_endpoint() {
         .await;
     let mut request = hello();
     request.model = "models/gemini-x".into();
-    let (result, events) = run(&provider(&server, true), &request).await;
+    let (result, events) = run(&PROTOCOL.provider(&server, true), &request).await;
     check_whole(&result.unwrap());
     assert_eq!(
         events,
@@ -179,8 +255,10 @@ async fn streamed_answer_equals_the_whole_one_and_uses_the_sse_endpoint() {
 #[tokio::test]
 async fn signatures_and_function_names_go_back_on_the_next_request() {
     let server = MockServer::start().await;
-    answer(&server, ResponseTemplate::new(200).set_body_json(whole())).await;
-    let p = provider(&server, false);
+    PROTOCOL
+        .answer(&server, ResponseTemplate::new(200).set_body_json(whole()))
+        .await;
+    let p = PROTOCOL.provider(&server, false);
     let first = run(&p, &hello()).await.0.unwrap();
     let ids: Vec<String> = first.tool_use_ids().map(str::to_owned).collect();
     let mut next = hello();
@@ -212,46 +290,16 @@ async fn signatures_and_function_names_go_back_on_the_next_request() {
 }
 
 #[tokio::test]
-async fn a_stream_without_a_finish_reason_is_cut_off() {
+async fn a_blocked_prompt_is_an_error() {
     let server = MockServer::start().await;
-    answer(
-        &server,
-        sse_answer(&[candidate(json!([{"text": "Half an ans"}]), None)]),
-    )
-    .await;
-    let (result, events) = run(&provider(&server, true), &hello()).await;
-    assert_malformed(&result);
-    // The last byte, which also occurs in the key, is held back by the key scrubber until the
-    // stream ends, and shown then.
-    assert_eq!(events, ["text:Half an an", "text:s"]);
-}
-
-#[tokio::test]
-async fn finish_reasons_map_to_stop_reasons_and_a_blocked_prompt_is_an_error() {
-    for (finish, want) in [
-        ("STOP", "end_turn"),
-        ("MAX_TOKENS", "max_tokens"),
-        ("SAFETY", "refusal"),
-        ("MALFORMED_FUNCTION_CALL", "MALFORMED_FUNCTION_CALL"),
-    ] {
-        let server = MockServer::start().await;
-        answer(
+    PROTOCOL
+        .answer(
             &server,
             ResponseTemplate::new(200)
-                .set_body_json(candidate(json!([{"text": "x"}]), Some(finish))),
+                .set_body_json(json!({"promptFeedback": {"blockReason": "SAFETY"}})),
         )
         .await;
-        let m = run(&provider(&server, false), &hello()).await.0.unwrap();
-        assert_eq!(m.stop_reason.as_deref(), Some(want));
-    }
-    let server = MockServer::start().await;
-    answer(
-        &server,
-        ResponseTemplate::new(200)
-            .set_body_json(json!({"promptFeedback": {"blockReason": "SAFETY"}})),
-    )
-    .await;
-    let error = run(&provider(&server, false), &hello())
+    let error = run(&PROTOCOL.provider(&server, false), &hello())
         .await
         .0
         .unwrap_err();
@@ -273,7 +321,9 @@ async fn errors_reach_the_classifier() {
         (429, quota, false),
     ] {
         let server = MockServer::start().await;
-        answer(&server, ResponseTemplate::new(status).set_body_json(body)).await;
+        PROTOCOL
+            .answer(&server, ResponseTemplate::new(status).set_body_json(body))
+            .await;
         let mut config = common::config(&server.uri());
         config.retry = RetryPolicy::none();
         let error = run(&GeminiProvider::new(config).unwrap(), &hello())
@@ -290,9 +340,9 @@ async fn errors_reach_the_classifier() {
     }
     // An error chunk inside the stream.
     let server = MockServer::start().await;
-    answer(&server, sse_answer(&[json!({"error": {"code": 400, "message": "The input token count (132478) exceeds the maximum number of tokens allowed (131072).", "status": "INVALID_ARGUMENT"}})])).await;
+    PROTOCOL.answer(&server, sse_answer(&[json!({"error": {"code": 400, "message": "The input token count (132478) exceeds the maximum number of tokens allowed (131072).", "status": "INVALID_ARGUMENT"}})])).await;
     assert!(
-        run(&provider(&server, true), &hello())
+        run(&PROTOCOL.provider(&server, true), &hello())
             .await
             .0
             .unwrap_err()

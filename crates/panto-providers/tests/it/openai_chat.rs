@@ -1,31 +1,105 @@
-//! The `OpenAI` Chat Completions adapter: request shape, answers (JSON and SSE), errors.
+//! The `OpenAI` Chat Completions adapter: its fixtures for the shared scenarios, and what only
+//! it does (request shape, reasoning fields, argument strings, the output-limit field, the
+//! error shapes of compatible servers).
 
 use panto_model::{ContentBlock, Message, Role, ThinkingBlock, Usage};
 use panto_provider::ProviderError;
-use panto_providers::{ApiKey, MaxTokensField, OpenAiChatProvider, RetryPolicy};
+use panto_providers::{MaxTokensField, OpenAiChatProvider, RetryPolicy};
 use serde_json::{Value, json};
-use wiremock::matchers::{method, path};
-use wiremock::{Mock, MockServer, ResponseTemplate};
+use wiremock::{MockServer, ResponseTemplate};
 
-use crate::common::{self, assert_malformed, conversation, data_stream, hello, run};
+use crate::common::{self, Protocol, conversation, data_stream, hello, run};
 
-fn provider(server: &MockServer, streaming: bool) -> OpenAiChatProvider {
-    OpenAiChatProvider::new(
-        common::config(&format!("{}/v1", server.uri())).with_streaming(streaming),
-    )
-    .unwrap()
+/// The Chat Completions protocol for the shared scenarios of `protocols.rs`.
+pub(crate) static PROTOCOL: Protocol = Protocol {
+    name: "openai-chat",
+    make: |config| Ok(Box::new(OpenAiChatProvider::new(config)?)),
+    base: |uri| format!("{uri}/v1"),
+    path: |_| "/v1/chat/completions",
+    key_header: ("authorization", "Bearer "),
+    fixed_headers: &[],
+    text_whole: |text| completion(json!({"role": "assistant", "content": text}), "stop"),
+    text_stream: |text| {
+        let (a, b) = common::halves(text);
+        data_stream(&[
+            delta(json!({"content": a}), Value::Null),
+            delta(json!({"content": b}), Value::Null),
+            delta(json!({}), json!("stop")),
+            table_usage(),
+            json!("[DONE]"),
+        ])
+    },
+    cut_stream: |text| data_stream(&[delta(json!({"content": text}), Value::Null)]),
+    end_marker: "[DONE]",
+    tool_whole: || {
+        completion(
+            json!({"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+                   "function": {"name": "read", "arguments": "{\"path\":\"a.rs\"}"}}]}),
+            "tool_calls",
+        )
+    },
+    tool_stream: || {
+        data_stream(&[
+            delta(
+                json!({"tool_calls": [{"index": 0, "id": "call_1", "type": "function",
+                                       "function": {"name": "read", "arguments": "{\"path\":"}}]}),
+                Value::Null,
+            ),
+            delta(
+                json!({"tool_calls": [{"index": 0, "function": {"arguments": "\"a.rs\"}"}}]}),
+                Value::Null,
+            ),
+            delta(json!({}), json!("tool_calls")),
+            table_usage(),
+            json!("[DONE]"),
+        ])
+    },
+    stop_cases: || {
+        let text = json!({"role": "assistant", "content": "x"});
+        let call = json!({"role": "assistant", "content": "x", "tool_calls": [
+            {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}]});
+        vec![
+            (completion(text.clone(), "stop"), "end_turn"),
+            (completion(text.clone(), "length"), "max_tokens"),
+            (completion(text.clone(), "content_filter"), "refusal"),
+            (completion(call.clone(), "stop"), "tool_use"),
+            (completion(call, "tool_calls"), "tool_use"),
+            (completion(text, "weird"), "weird"),
+        ]
+    },
+    transient: |_| ResponseTemplate::new(503).set_body_json(json!({"error": {"message": "busy"}})),
+    options_wire: || {
+        vec![
+            ("/temperature", json!(0.5)),
+            ("/top_p", json!(0.9)),
+            ("/reasoning_effort", json!("low")),
+            (
+                "/tool_choice",
+                json!({"type": "function", "function": {"name": "read"}}),
+            ),
+        ]
+    },
+    choice_wire: ("/tool_choice", common::openai_choices),
+};
+
+/// An SSE answer of unnamed `data:` chunks.
+fn chunks_answer(chunks: &[Value]) -> ResponseTemplate {
+    common::sse_answer(data_stream(chunks))
 }
 
-async fn answer(server: &MockServer, response: ResponseTemplate) {
-    Mock::given(method("POST"))
-        .and(path("/v1/chat/completions"))
-        .respond_with(response)
-        .mount(server)
-        .await;
+/// The usage chunk of the shared scenarios.
+fn table_usage() -> Value {
+    json!({"id": "c1", "model": "gpt-x", "choices": [],
+           "usage": {"prompt_tokens": 1200, "completion_tokens": 30,
+                     "prompt_tokens_details": {"cached_tokens": 1000}}})
 }
 
-fn sse_answer(chunks: &[Value]) -> ResponseTemplate {
-    ResponseTemplate::new(200).set_body_raw(data_stream(chunks), "text/event-stream")
+/// A whole completion of `message`, finished for `finish`, with usage.
+fn completion(message: Value, finish: &str) -> Value {
+    json!({"id": "c1", "object": "chat.completion", "model": "gpt-x",
+           "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+           "usage": {"prompt_tokens": 1200, "completion_tokens": 30,
+                     "prompt_tokens_details": {"cached_tokens": 1000}}})
 }
 
 fn delta(delta: Value, finish: Value) -> Value {
@@ -91,8 +165,10 @@ fn expected_message() -> Message {
 #[tokio::test]
 async fn request_shape() {
     let server = MockServer::start().await;
-    answer(&server, sse_answer(&full_stream())).await;
-    let (result, _) = run(&provider(&server, true), &conversation()).await;
+    PROTOCOL
+        .answer(&server, chunks_answer(&full_stream()))
+        .await;
+    let (result, _) = run(&PROTOCOL.provider(&server, true), &conversation()).await;
     result.unwrap();
     let requests = server.received_requests().await.unwrap();
     insta::assert_json_snapshot!(
@@ -104,8 +180,7 @@ async fn request_shape() {
 #[tokio::test]
 async fn whole_answer_with_reasoning_tool_calls_and_cached_usage() {
     let server = MockServer::start().await;
-    answer(
-        &server,
+    PROTOCOL.answer(&server,
         ResponseTemplate::new(200).set_body_json(json!({
             "id": "c1", "object": "chat.completion", "model": "gpt-x",
             "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
@@ -119,7 +194,7 @@ async fn whole_answer_with_reasoning_tool_calls_and_cached_usage() {
         })),
     )
     .await;
-    let (result, events) = run(&provider(&server, false), &hello()).await;
+    let (result, events) = run(&PROTOCOL.provider(&server, false), &hello()).await;
     assert_eq!(result.unwrap(), expected_message());
     assert_eq!(
         events,
@@ -138,8 +213,10 @@ async fn whole_answer_with_reasoning_tool_calls_and_cached_usage() {
 #[tokio::test]
 async fn streamed_answer_equals_the_whole_one() {
     let server = MockServer::start().await;
-    answer(&server, sse_answer(&full_stream())).await;
-    let (result, events) = run(&provider(&server, true), &hello()).await;
+    PROTOCOL
+        .answer(&server, chunks_answer(&full_stream()))
+        .await;
+    let (result, events) = run(&PROTOCOL.provider(&server, true), &hello()).await;
     assert_eq!(result.unwrap(), expected_message());
     assert_eq!(
         events,
@@ -158,67 +235,32 @@ async fn streamed_answer_equals_the_whole_one() {
 }
 
 #[tokio::test]
-async fn a_stream_without_done_or_finish_reason_is_cut_off() {
-    let mut chunks = full_stream();
-    chunks.truncate(6);
-    let server = MockServer::start().await;
-    answer(&server, sse_answer(&chunks)).await;
-    let (result, events) = run(&provider(&server, true), &hello()).await;
-    assert_malformed(&result);
-    assert!(!events.is_empty());
-}
-
-#[tokio::test]
 async fn a_stream_with_a_finish_reason_but_no_done_is_complete() {
     let chunks = vec![
         delta(json!({"content": "ok"}), Value::Null),
         delta(json!({}), json!("stop")),
     ];
     let server = MockServer::start().await;
-    answer(&server, sse_answer(&chunks)).await;
-    let message = run(&provider(&server, true), &hello()).await.0.unwrap();
+    PROTOCOL.answer(&server, chunks_answer(&chunks)).await;
+    let message = run(&PROTOCOL.provider(&server, true), &hello())
+        .await
+        .0
+        .unwrap();
     assert_eq!(message.text(), "ok");
     assert_eq!(message.stop_reason.as_deref(), Some("end_turn"));
     assert_eq!(message.usage, None);
 }
 
 #[tokio::test]
-async fn finish_reasons_map_to_stop_reasons() {
-    for (finish, content_calls, want) in [
-        ("stop", false, "end_turn"),
-        ("length", false, "max_tokens"),
-        ("content_filter", false, "refusal"),
-        ("stop", true, "tool_use"),
-        ("weird", false, "weird"),
-    ] {
-        let mut message = json!({"role": "assistant", "content": "x"});
-        if content_calls {
-            message["tool_calls"] = json!([{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}]);
-        }
-        let server = MockServer::start().await;
-        answer(
-            &server,
-            ResponseTemplate::new(200).set_body_json(
-                json!({"choices": [{"index": 0, "message": message, "finish_reason": finish}]}),
-            ),
-        )
-        .await;
-        let m = run(&provider(&server, false), &hello()).await.0.unwrap();
-        assert_eq!(m.stop_reason.as_deref(), Some(want), "{finish}");
-    }
-}
-
-#[tokio::test]
 async fn unparsable_tool_arguments_survive_as_a_string_and_go_back_verbatim() {
     let server = MockServer::start().await;
-    answer(
-        &server,
+    PROTOCOL.answer(&server,
         ResponseTemplate::new(200).set_body_json(json!({"choices": [{"index": 0, "finish_reason": "tool_calls",
             "message": {"role": "assistant", "content": null, "tool_calls": [
                 {"id": "c9", "type": "function", "function": {"name": "f", "arguments": "{\"a\": 1,"}}]}}]})),
     )
     .await;
-    let p = provider(&server, false);
+    let p = PROTOCOL.provider(&server, false);
     let message = run(&p, &hello()).await.0.unwrap();
     assert_eq!(
         message.content,
@@ -260,11 +302,12 @@ async fn errors_reach_the_classifier_in_every_shape() {
     ];
     for (status, content_type, body, overflow) in cases {
         let server = MockServer::start().await;
-        answer(
-            &server,
-            ResponseTemplate::new(status).set_body_raw(body.clone(), content_type),
-        )
-        .await;
+        PROTOCOL
+            .answer(
+                &server,
+                ResponseTemplate::new(status).set_body_raw(body.clone(), content_type),
+            )
+            .await;
         let mut config = common::config(&format!("{}/v1", server.uri()));
         config.retry = RetryPolicy::none();
         config.streaming = false;
@@ -291,12 +334,13 @@ async fn an_error_in_a_200_body_is_an_error_not_a_message() {
     let body = json!({"error": {"message": "This endpoint's maximum context length is 131072 tokens. However, you requested about 141607 tokens (10535 of text input, 131072 in the output). Please reduce the length of either one, or use the \"middle-out\" transform to compress your prompt automatically.", "code": 400, "metadata": {"provider_name": "Chutes"}}});
     for streaming in [false, true] {
         let server = MockServer::start().await;
-        answer(
-            &server,
-            ResponseTemplate::new(200).set_body_json(body.clone()),
-        )
-        .await;
-        let error = run(&provider(&server, streaming), &hello())
+        PROTOCOL
+            .answer(
+                &server,
+                ResponseTemplate::new(200).set_body_json(body.clone()),
+            )
+            .await;
+        let error = run(&PROTOCOL.provider(&server, streaming), &hello())
             .await
             .0
             .unwrap_err();
@@ -330,12 +374,13 @@ async fn errors_inside_a_stream_reach_the_classifier() {
     ];
     for stream in streams {
         let server = MockServer::start().await;
-        answer(
-            &server,
-            ResponseTemplate::new(200).set_body_raw(stream.clone(), "text/event-stream"),
-        )
-        .await;
-        let (result, _) = run(&provider(&server, true), &hello()).await;
+        PROTOCOL
+            .answer(
+                &server,
+                ResponseTemplate::new(200).set_body_raw(stream.clone(), "text/event-stream"),
+            )
+            .await;
+        let (result, _) = run(&PROTOCOL.provider(&server, true), &hello()).await;
         let error = result.unwrap_err();
         assert!(error.is_context_overflow(), "{stream}: {error}");
         assert_eq!(server.received_requests().await.unwrap().len(), 1);
@@ -343,27 +388,35 @@ async fn errors_inside_a_stream_reach_the_classifier() {
 }
 
 #[tokio::test]
-async fn keyless_servers_get_no_authorization_header() {
+async fn a_base_url_without_a_version_gets_v1() {
     let server = MockServer::start().await;
-    answer(&server, sse_answer(&full_stream())).await;
-    let mut config = common::config(&server.uri());
-    config.api_key = ApiKey::none();
+    PROTOCOL
+        .answer(&server, chunks_answer(&full_stream()))
+        .await;
+    let config = common::config(&server.uri());
     run(&OpenAiChatProvider::new(config).unwrap(), &hello())
         .await
         .0
         .unwrap();
     let requests = server.received_requests().await.unwrap();
-    assert!(requests[0].headers.get("authorization").is_none());
-    // The base URL had no version: /v1 was added.
     assert_eq!(requests[0].url.path(), "/v1/chat/completions");
 }
 
 #[tokio::test]
 async fn the_output_limit_field_is_max_tokens_for_compatible_servers_and_can_be_switched() {
     let server = MockServer::start().await;
-    answer(&server, sse_answer(&full_stream())).await;
-    run(&provider(&server, true), &hello()).await.0.unwrap();
-    let p = provider(&server, true).with_max_tokens_field(MaxTokensField::MaxCompletionTokens);
+    PROTOCOL
+        .answer(&server, chunks_answer(&full_stream()))
+        .await;
+    run(&PROTOCOL.provider(&server, true), &hello())
+        .await
+        .0
+        .unwrap();
+    let p = OpenAiChatProvider::new(
+        common::config(&format!("{}/v1", server.uri())).with_streaming(true),
+    )
+    .unwrap()
+    .with_max_tokens_field(MaxTokensField::MaxCompletionTokens);
     run(&p, &hello()).await.0.unwrap();
     let bodies = common::bodies(&server).await;
     assert_eq!(bodies[0]["max_tokens"], json!(256));

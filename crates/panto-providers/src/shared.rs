@@ -1,0 +1,142 @@
+//! Protocol pieces more than one adapter uses, written once: the key header, the `OpenAI`
+//! environment, tool arguments as JSON strings, the cached-prompt usage arithmetic, the
+//! stop-reason mapping and the assembly of an assistant message.
+
+use panto_model::stop_reason;
+use panto_model::{ContentBlock, Message, Role, Usage};
+use panto_provider::{ReasoningEffort, Request, RequestOptions, ToolChoice};
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use serde_json::{Map, Value, json};
+
+use crate::config::EnvSpec;
+use crate::secret::ApiKey;
+
+/// Puts the key into header `name` (after `prefix`, such as `Bearer `), marked sensitive so
+/// that the HTTP stack never logs it. An empty key sends no header: keyless local servers.
+pub(crate) fn key_header(headers: &mut HeaderMap, name: HeaderName, prefix: &str, key: &ApiKey) {
+    if key.is_empty() {
+        return;
+    }
+    // The transport refuses, when it is built, a key that cannot go in a header.
+    if let Ok(mut value) = HeaderValue::from_str(&format!("{prefix}{}", key.expose())) {
+        value.set_sensitive(true);
+        headers.insert(name, value);
+    }
+}
+
+/// The environment of both `OpenAI` adapters (Chat Completions and Responses).
+pub(crate) const OPENAI_ENV: EnvSpec = EnvSpec {
+    provider: "OpenAI",
+    key_variable: "OPENAI_API_KEY",
+    base_url_variable: "OPENAI_BASE_URL",
+    default_base_url: "https://api.openai.com/v1",
+};
+
+/// Tool arguments as the JSON string the `OpenAI` protocols carry. A string input is arguments
+/// that did not parse when they arrived, sent back exactly as received.
+pub(crate) fn arguments(input: &Value) -> String {
+    match input {
+        Value::String(raw) => raw.clone(),
+        Value::Null => "{}".to_owned(),
+        other => other.to_string(),
+    }
+}
+
+/// Parses tool arguments; text that is not JSON is kept as a string so that it survives.
+pub(crate) fn parse_arguments(raw: &str) -> Value {
+    if raw.trim().is_empty() {
+        return json!({});
+    }
+    serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.to_owned()))
+}
+
+/// Usage on the Contract 1 names from a protocol that counts the cached part inside the
+/// prompt: `input_tokens` is the prompt minus its cached part, which goes to
+/// `cache_read_input_tokens` (absent when the server did not report caching). A cached count
+/// larger than the prompt is read as the whole prompt.
+pub(crate) fn cached_prompt_usage(prompt: u64, output: u64, cached: Option<u64>) -> Usage {
+    let cached = cached.map(|c| c.min(prompt));
+    let mut usage = Usage::new(prompt - cached.unwrap_or(0), output);
+    usage.cache_read_input_tokens = cached;
+    usage
+}
+
+/// How one protocol names its stop reasons, for [`stop_reason`].
+pub(crate) struct StopReasons {
+    /// The reason of a natural end, which is `tool_use` when the answer calls tools.
+    pub(crate) end: &'static str,
+    /// The protocol's other reasons and the session-file name of each.
+    pub(crate) map: &'static [(&'static str, &'static str)],
+}
+
+/// Maps a protocol's stop reason onto the one vocabulary of [`panto_model::stop_reason`]
+/// (Anthropic's names, which the session file uses); a reason with no mapping is kept as the
+/// protocol said it.
+pub(crate) fn map_stop_reason(reasons: &StopReasons, reason: &str, has_calls: bool) -> String {
+    if reason == reasons.end {
+        return if has_calls {
+            stop_reason::TOOL_USE
+        } else {
+            stop_reason::END_TURN
+        }
+        .to_owned();
+    }
+    reasons
+        .map
+        .iter()
+        .find(|(from, _)| *from == reason)
+        .map_or(reason, |(_, to)| to)
+        .to_owned()
+}
+
+/// Whether the content calls a tool.
+pub(crate) fn has_calls(content: &[ContentBlock]) -> bool {
+    content
+        .iter()
+        .any(|b| matches!(b, ContentBlock::ToolUse(_)))
+}
+
+/// The assistant message of an answer; an answer with no content gets one empty text block,
+/// since a message always has one.
+pub(crate) fn assistant(mut content: Vec<ContentBlock>) -> Message {
+    if content.is_empty() {
+        content.push(ContentBlock::text(""));
+    }
+    Message::new(Role::Assistant, content)
+}
+
+/// The thinking budget in tokens that stands for a reasoning effort in protocols that take a
+/// budget rather than a level (Anthropic, Gemini): 1,024, 8,192 or 24,576.
+pub(crate) fn reasoning_budget(effort: ReasoningEffort) -> u32 {
+    match effort {
+        ReasoningEffort::Low => 1024,
+        ReasoningEffort::Medium => 8192,
+        // High, and any level added later, gets the largest budget.
+        _ => 24_576,
+    }
+}
+
+/// Puts the temperature and top-p the options set into `map` (the body, or Gemini's
+/// generation config), top-p under `top_p_name`.
+pub(crate) fn insert_sampling(
+    options: &RequestOptions,
+    map: &mut Map<String, Value>,
+    top_p_name: &str,
+) {
+    if let Some(t) = options.temperature {
+        map.insert("temperature".into(), json!(t));
+    }
+    if let Some(p) = options.top_p {
+        map.insert(top_p_name.into(), json!(p));
+    }
+}
+
+/// The tool choice to send: the request's, unless the request offers no tools (every protocol
+/// refuses a choice among no tools).
+pub(crate) fn tool_choice(request: &Request) -> Option<&ToolChoice> {
+    request
+        .options
+        .tool_choice
+        .as_ref()
+        .filter(|_| !request.tools.is_empty())
+}
