@@ -1,6 +1,6 @@
 //! The conversation driver: send a request, and on context overflow compact once and retry once.
 
-use panto_model::{EffectiveContext, Entry, Message};
+use panto_model::{EffectiveContext, Entry, IdKind, Message};
 use panto_provider::{EventSink, ProviderError, Request, ToolSpec};
 use panto_size::estimate_request;
 use tracing::{Instrument, info_span};
@@ -9,7 +9,6 @@ use crate::compactor::{
     CompactOptions, CompactOutcome, CompactionReport, Compactor, DEFAULT_MAX_OUTPUT_TOKENS,
 };
 use crate::error::CompactError;
-use crate::ids::IdKind;
 use crate::log::SessionLog;
 
 /// The answer to [`Driver::send`].

@@ -91,7 +91,6 @@ mod driver;
 mod error;
 mod events;
 mod fold;
-mod ids;
 mod log;
 mod plan;
 mod prompt;
@@ -110,7 +109,6 @@ pub use driver::{Driver, Reply};
 pub use error::{AttemptFailure, CompactError, LogError};
 pub use events::CompactionEvent;
 pub use fold::{Chunk, FoldBudget, FoldError, FoldPlan, MIN_ROOM, fold};
-pub use ids::{IdGenerator, IdKind, SequentialIds, UniqueIds};
 pub use log::{MemoryLog, SessionLog};
 pub use plan::{Plan, keep_budget, plan};
 // The lower crates, whole, and the names an agent needs most, so that depending on this crate

@@ -17,10 +17,8 @@ mod snapshots;
 use std::sync::Arc;
 
 use panto_compact::testing::ScriptedProvider;
-use panto_compact::{
-    CompactConfig, CompactionPrompt, Compactor, MemoryLog, ModelRef, SequentialIds,
-};
-use panto_model::{ContentBlock, Entry, Message, Role};
+use panto_compact::{CompactConfig, CompactionPrompt, Compactor, MemoryLog, ModelRef};
+use panto_model::{ContentBlock, Entry, Message, Role, SequentialIds};
 use panto_size::Sizer;
 use serde_json::json;
 
@@ -105,7 +103,7 @@ pub fn model(name: &str, model: &str) -> (Arc<ScriptedProvider>, ModelRef) {
 /// A compactor over `active` with deterministic ids, [`Hundred`] sizes and `keep` tokens.
 pub fn compactor(active: ModelRef, keep: u64) -> Compactor {
     Compactor::new(active)
-        .with_ids(SequentialIds::new())
+        .with_ids(Arc::new(SequentialIds::new()))
         .with_sizer(Hundred)
         .with_config(CompactConfig {
             keep_tokens: keep,
