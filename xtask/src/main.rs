@@ -3,7 +3,7 @@
 //! One small binary with subcommands and few dependencies, run through the `xtask` alias in
 //! `.cargo/config.toml`. `bench`, `calibrate`, `e2e` and `quality` sit behind cargo features of
 //! the same names, so that `tidy`, `deps` and `ci` compile without the product crates; when a
-//! command's feature is off, xtask re-runs itself with it on ([`forward`]).
+//! command's feature is off, xtask re-runs itself with it on (`forward`).
 
 #[cfg(feature = "bench")]
 mod bench;
@@ -206,7 +206,7 @@ fn quality(root: &Path) -> Result<()> {
     quality::run(root, &[])
 }
 
-/// The `quality` step of ci, through [`forward`] when the feature is off (the test step has
+/// The `quality` step of ci, through `forward` when the feature is off (the test step has
 /// built what it needs by then).
 #[cfg(not(feature = "quality"))]
 fn quality(root: &Path) -> Result<()> {
