@@ -2,8 +2,13 @@
 //!
 //! For every span between two consecutive requests of a session (the messages between assistant
 //! message k and k+1), the truth is `input_total(k+1) - input_total(k) - output_tokens(k)`, and
-//! the heuristic's estimate is the sum of `Heuristic::message` over the span. Spans whose truth
-//! is not usable are skipped and counted by reason. A second table compares the heuristic with
+//! the heuristic's estimate is the sum of `Heuristic::message` over the span. The truth comes
+//! from `panto_size::measure_span` and the band from `panto_size::plausible`, the checks the
+//! sizer applies, so the calibration measures exactly the spans the sizer believes. Two rules
+//! are the calibration's own: a span after an implausible output is left out (the sizer
+//! substitutes the heuristic for that output, which would make the truth depend on the very
+//! estimate being measured), and so is a truth of zero (no ratio). Spans whose truth is not
+//! usable are skipped and counted by reason. A second table compares the heuristic with
 //! `output_tokens` for the assistant messages themselves. The output is Markdown, ready for
 //! `docs/sizing.md`.
 //!
@@ -17,7 +22,9 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use panto_model::{ContentBlock, Entry, Message, Role, ToolResultContent, read_entries, replay};
-use panto_size::{Heuristic, PLAUSIBLE_FACTOR};
+use panto_size::{Fallback, Heuristic, PLAUSIBLE_FACTOR, measure_span, plausible};
+
+use crate::table::Table;
 
 /// The environment variable that points the calibration at another sessions folder.
 pub(crate) const SESSIONS_ENV: &str = "PANTO_CALIBRATE_SESSIONS";
@@ -64,6 +71,8 @@ pub(crate) enum Skip {
     ModelChange,
     /// One of them is a kept copy (measured before a compaction).
     KeptCopy,
+    /// The span holds a compaction message.
+    Compaction,
     /// No message between the two requests.
     Empty,
     /// The earlier output is below a quarter of the heuristic, so the difference holds an
@@ -71,6 +80,8 @@ pub(crate) enum Skip {
     ImplausibleOutput,
     /// The truth is zero or negative (cache reset, trimmed context, a dropped message).
     NotPositive,
+    /// A guard panto-size added after this calibration was written.
+    OtherGuard,
 }
 
 impl Skip {
@@ -79,9 +90,23 @@ impl Skip {
             Skip::NoUsage => "no usage",
             Skip::ModelChange => "model change",
             Skip::KeptCopy => "kept copy",
+            Skip::Compaction => "compaction",
             Skip::Empty => "empty",
             Skip::ImplausibleOutput => "implausible output",
             Skip::NotPositive => "truth <= 0",
+            Skip::OtherGuard => "other guard",
+        }
+    }
+
+    /// The skip for a guard of `panto_size::measure_span`.
+    fn guard(reason: Fallback) -> Skip {
+        match reason {
+            Fallback::MissingUsage => Skip::NoUsage,
+            Fallback::ModelChanged => Skip::ModelChange,
+            Fallback::KeptCopy => Skip::KeptCopy,
+            Fallback::Compaction => Skip::Compaction,
+            Fallback::Decreasing => Skip::NotPositive,
+            _ => Skip::OtherGuard,
         }
     }
 }
@@ -101,8 +126,7 @@ impl Span {
 
     /// Whether the truth lies within `PLAUSIBLE_FACTOR` of the estimate (the sizer's guard).
     fn plausible(&self) -> bool {
-        self.truth * PLAUSIBLE_FACTOR >= self.estimate
-            && self.truth <= self.estimate * PLAUSIBLE_FACTOR
+        plausible(self.truth, self.estimate)
     }
 }
 
@@ -187,31 +211,22 @@ pub(crate) fn calibrate_messages(name: String, messages: &[Message]) -> FileRepo
 
 fn span(messages: &[Message], a: usize, b: usize) -> Result<Span, Skip> {
     let h = Heuristic;
-    let (first, second) = (&messages[a], &messages[b]);
-    let (Some(ua), Some(ub)) = (&first.usage, &second.usage) else {
-        return Err(Skip::NoUsage);
-    };
-    if first.model != second.model {
-        return Err(Skip::ModelChange);
-    }
-    if first.kept_by().is_some() || second.kept_by().is_some() {
-        return Err(Skip::KeptCopy);
-    }
+    let first = &messages[a];
+    let output = first.usage.as_ref().map_or(0, |u| u.output_tokens);
     let inner = &messages[a + 1..b];
     if inner.is_empty() {
         return Err(Skip::Empty);
     }
-    if ua.output_tokens * PLAUSIBLE_FACTOR < h.message(first) {
+    let truth = measure_span(messages, a, b, output).map_err(Skip::guard)?;
+    if output.saturating_mul(PLAUSIBLE_FACTOR) < h.message(first) {
         return Err(Skip::ImplausibleOutput);
     }
-    let truth =
-        i128::from(ub.input_total()) - i128::from(ua.input_total()) - i128::from(ua.output_tokens);
-    if truth <= 0 {
+    if truth == 0 {
         return Err(Skip::NotPositive);
     }
     Ok(Span {
         estimate: inner.iter().map(|m| h.message(m)).sum(),
-        truth: u64::try_from(truth).unwrap_or(u64::MAX),
+        truth,
         bytes: inner.iter().map(content_bytes).sum(),
     })
 }
@@ -313,14 +328,19 @@ impl Report {
             "Spans: the messages between two consecutive requests, heuristic vs \
              `input_total(k+1) - input_total(k) - output_tokens(k)`.\n"
         );
-        let _ = writeln!(
-            out,
-            "| file | spans | skipped | > truth | median | p10 | p90 | bytes/token p10 | p50 | p90 |"
-        );
-        let _ = writeln!(
-            out,
-            "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
-        );
+        let mut spans = Table::new([
+            "file",
+            "spans",
+            "skipped",
+            "> truth",
+            "median",
+            "p10",
+            "p90",
+            "bytes/token p10",
+            "p50",
+            "p90",
+        ])
+        .right([1, 3, 4, 5, 6, 7, 8, 9]);
         let mut all_skipped: BTreeMap<Skip, usize> = BTreeMap::new();
         let mut all_implausible = 0;
         for f in &self.files {
@@ -329,7 +349,7 @@ impl Report {
             }
             all_implausible += f.implausible_spans();
             span_row(
-                &mut out,
+                &mut spans,
                 &f.name,
                 f.usable(),
                 &f.skipped,
@@ -337,12 +357,13 @@ impl Report {
             );
         }
         span_row(
-            &mut out,
+            &mut spans,
             "**overall**",
             self.usable(),
             &all_skipped,
             all_implausible,
         );
+        let _ = write!(out, "{spans}");
         let with = self.overall_with_implausible();
         let _ = writeln!(
             out,
@@ -357,13 +378,18 @@ impl Report {
             "Assistant messages: heuristic vs `output_tokens` (outputs below a quarter of the \
              heuristic left out).\n"
         );
-        let _ = writeln!(
-            out,
-            "| file | messages | implausible outputs | > output | median | p10 | p90 |"
-        );
-        let _ = writeln!(out, "| --- | ---: | ---: | ---: | ---: | ---: | ---: |");
+        let mut table = Table::new([
+            "file",
+            "messages",
+            "implausible outputs",
+            "> output",
+            "median",
+            "p10",
+            "p90",
+        ])
+        .right(1..7);
         for f in &self.files {
-            output_row(&mut out, &f.name, &f.outputs, f.implausible_outputs);
+            output_row(&mut table, &f.name, &f.outputs, f.implausible_outputs);
         }
         let outputs: Vec<(u64, u64)> = self
             .files
@@ -371,13 +397,14 @@ impl Report {
             .flat_map(|f| f.outputs.iter().copied())
             .collect();
         let implausible: usize = self.files.iter().map(|f| f.implausible_outputs).sum();
-        output_row(&mut out, "**overall**", &outputs, implausible);
+        output_row(&mut table, "**overall**", &outputs, implausible);
+        let _ = write!(out, "{table}");
         out
     }
 }
 
 fn span_row<'a>(
-    out: &mut String,
+    table: &mut Table,
     name: &str,
     spans: impl Iterator<Item = &'a Span>,
     skipped: &BTreeMap<Skip, usize>,
@@ -402,10 +429,10 @@ fn span_row<'a>(
     } else {
         reasons.join(", ")
     };
-    let _ = writeln!(
-        out,
-        "| {name} | {} | {reasons} | {} | {} | {} | {} | {} | {} | {} |",
-        s.count,
+    table.row([
+        name.to_owned(),
+        s.count.to_string(),
+        reasons,
         percent(s.over),
         num(s.median),
         num(s.p10),
@@ -413,25 +440,25 @@ fn span_row<'a>(
         num(percentile(&bpt, 0.1)),
         num(percentile(&bpt, 0.5)),
         num(percentile(&bpt, 0.9)),
-    );
+    ]);
 }
 
-fn output_row(out: &mut String, name: &str, outputs: &[(u64, u64)], implausible: usize) {
+fn output_row(table: &mut Table, name: &str, outputs: &[(u64, u64)], implausible: usize) {
     let s = stats(
         outputs
             .iter()
             .filter(|(_, o)| *o > 0)
             .map(|&(h, o)| h as f64 / o as f64),
     );
-    let _ = writeln!(
-        out,
-        "| {name} | {} | {implausible} | {} | {} | {} | {} |",
-        s.count,
+    table.row([
+        name.to_owned(),
+        s.count.to_string(),
+        implausible.to_string(),
         percent(s.over),
         num(s.median),
         num(s.p10),
         num(s.p90),
-    );
+    ]);
 }
 
 fn num(x: f64) -> String {
@@ -535,6 +562,31 @@ mod tests {
         assert_eq!(f.implausible_outputs, 1);
         let table = report.markdown();
         assert!(table.contains("| a.jsonl | 1 | 2 model change, 1 empty, 1 implausible output, 1 truth <= 0, 1 off by >4x |"), "{table}");
+    }
+
+    /// The checks are panto-size's: a span holding a compaction message is left out, as the
+    /// sizer leaves it out (this calibration's own copy of the checks counted it), and a truth
+    /// near `u64::MAX` is judged without overflowing (the copy multiplied without saturating).
+    #[test]
+    fn spans_are_judged_by_the_sizers_checks() {
+        let lines = [
+            assistant(1000, 50, "m"),
+            r#"{"type":"message","role":"user","content":[{"type":"compaction","summary":"s"}]}"#
+                .to_owned(),
+            assistant(1200, 50, "m"),
+            RESULT.to_owned(),
+            assistant(u64::MAX / 2, 50, "m"),
+        ];
+        let messages: Vec<Message> = lines
+            .iter()
+            .map(|l| panto_model::from_json::<Message>(l.as_bytes()).unwrap())
+            .collect();
+        let f = calibrate_messages("c".to_owned(), &messages);
+        let skipped: Vec<(Skip, usize)> = f.skipped.iter().map(|(k, n)| (*k, *n)).collect();
+        assert_eq!(skipped, vec![(Skip::Compaction, 1)]);
+        assert_eq!(f.spans.len(), 1);
+        assert_eq!(f.spans[0].truth, u64::MAX / 2 - 1200 - 50);
+        assert_eq!(f.usable().count(), 0, "{:?}", f.spans);
     }
 
     #[test]

@@ -34,6 +34,7 @@ use serde_json::{Value, json};
 
 use self::server::{Server, ServerArgs};
 use self::suite::{Compaction, Protocol, Setup, Target};
+use crate::table::Table;
 
 /// The server's context window: small, so that a few long messages overflow it, and large
 /// enough for the built-in COMPACTION.md (about 1,200 tokens) with room to fold a transcript.
@@ -278,41 +279,47 @@ type Outcome = (Protocol, &'static str, Duration, Result<Option<Compaction>>);
 fn report(results: &[Outcome], build_note: &str, suite_time: Duration) {
     println!("\n## End-to-end against llama-server\n");
     println!("{build_note}; suite {:.0} s\n", suite_time.as_secs_f64());
-    println!("| protocol | scenario | result | time |");
-    println!("| --- | --- | --- | --- |");
+    let mut scenarios = Table::new(["protocol", "scenario", "result", "time"]);
     for (p, name, took, outcome) in results {
         let result = match outcome {
             Ok(_) => "ok".to_owned(),
-            Err(e) => format!("FAILED: {}", format!("{e:#}").replace('\n', " ")),
+            // The table keeps the error on one line.
+            Err(e) => format!("FAILED: {e:#}"),
         };
-        println!(
-            "| {} | {name} | {result} | {:.1} s |",
-            p.flag(),
-            took.as_secs_f64()
-        );
+        scenarios.row([
+            p.flag().to_owned(),
+            (*name).to_owned(),
+            result,
+            format!("{:.1} s", took.as_secs_f64()),
+        ]);
     }
-    println!(
-        "\n| protocol | compaction | tokens_before | tokens_after | keep_tokens | kept / summarized turns | summary chars | note |"
-    );
-    println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
+    println!("{scenarios}");
+    let mut compactions = Table::new([
+        "protocol",
+        "compaction",
+        "tokens_before",
+        "tokens_after",
+        "keep_tokens",
+        "kept / summarized turns",
+        "summary chars",
+        "note",
+    ]);
     for (p, _, _, outcome) in results {
         if let Ok(Some(c)) = outcome {
             let f = &c.figures;
-            println!(
-                "| {} | {} | {} | {} | {} | {} / {} | {} | {} |",
-                p.flag(),
-                c.kind,
-                f.before,
-                f.after,
-                f.keep,
-                f.turns.0,
-                f.turns.1,
-                f.summary_chars,
-                c.note
-            );
+            compactions.row([
+                p.flag().to_owned(),
+                c.kind.to_string(),
+                f.before.to_string(),
+                f.after.to_string(),
+                f.keep.to_string(),
+                format!("{} / {}", f.turns.0, f.turns.1),
+                f.summary_chars.to_string(),
+                c.note.clone(),
+            ]);
         }
     }
-    println!();
+    println!("{compactions}");
 }
 
 /// Builds the `panto` binary and returns its path.

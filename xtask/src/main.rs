@@ -1,7 +1,9 @@
 //! Project automation: `cargo xtask ci | tidy | deps | bench | calibrate | e2e | quality`.
 //!
 //! One small binary with subcommands and few dependencies, run through the `xtask` alias in
-//! `.cargo/config.toml`.
+//! `.cargo/config.toml`. `bench`, `calibrate`, `e2e` and `quality` sit behind cargo features of
+//! the same names, so that `tidy`, `deps` and `ci` compile without the product crates; when a
+//! command's feature is off, xtask re-runs itself with it on (`forward`).
 
 #![allow(
     clippy::print_stdout,
@@ -9,11 +11,18 @@
     reason = "xtask's reports are its output"
 )]
 
+#[cfg(feature = "bench")]
 mod bench;
+#[cfg(feature = "calibrate")]
 mod calibrate;
 mod deps;
+#[cfg(feature = "e2e")]
 mod e2e;
+#[cfg(feature = "quality")]
 mod quality;
+// The bench's tables still print their own Markdown; it joins this list when they use `Table`.
+#[cfg(any(feature = "calibrate", feature = "e2e", feature = "quality"))]
+mod table;
 mod tidy;
 
 use std::path::{Path, PathBuf};
@@ -44,10 +53,22 @@ fn main() -> Result<()> {
         Some("ci") => ci(&root),
         Some("tidy") => tidy::run(&root),
         Some("deps") => deps::run(&root),
+        #[cfg(feature = "bench")]
         Some("bench") => bench::run(&root, &args[1..]),
+        #[cfg(not(feature = "bench"))]
+        Some("bench") => forward(&root, "bench", &args[1..]),
+        #[cfg(feature = "calibrate")]
         Some("calibrate") => calibrate::run(&root),
+        #[cfg(not(feature = "calibrate"))]
+        Some("calibrate") => forward(&root, "calibrate", &args[1..]),
+        #[cfg(feature = "e2e")]
         Some("e2e") => e2e::run(&root, &args[1..]),
+        #[cfg(not(feature = "e2e"))]
+        Some("e2e") => forward(&root, "e2e", &args[1..]),
+        #[cfg(feature = "quality")]
         Some("quality") => quality::run(&root, &args[1..]),
+        #[cfg(not(feature = "quality"))]
+        Some("quality") => forward(&root, "quality", &args[1..]),
         Some("help" | "--help" | "-h") | None => {
             print!("{USAGE}");
             Ok(())
@@ -64,6 +85,55 @@ pub fn project_root() -> PathBuf {
         .to_path_buf()
 }
 
+/// The environment variable a forwarded run carries: the command and profile it was forwarded
+/// with, so that a build still lacking the feature fails instead of forwarding in a loop. (A
+/// forwarded debug `bench` re-runs itself as a release build without the feature, which
+/// forwards once more, as release.)
+#[cfg(not(all(
+    feature = "bench",
+    feature = "calibrate",
+    feature = "e2e",
+    feature = "quality"
+)))]
+const FORWARDED_ENV: &str = "PANTO_XTASK_FORWARDED";
+
+/// Runs `cargo xtask <command> <args>` again as `cargo run --package xtask --features <command>`
+/// (with `--release` when this is a release build), for a command this build was compiled
+/// without. Exits with the child's status, so a failure is reported once, by the child.
+#[cfg(not(all(
+    feature = "bench",
+    feature = "calibrate",
+    feature = "e2e",
+    feature = "quality"
+)))]
+fn forward(root: &Path, command: &str, args: &[String]) -> Result<()> {
+    let release = !cfg!(debug_assertions);
+    let signature = format!("{command} {}", if release { "release" } else { "debug" });
+    if std::env::var_os(FORWARDED_ENV).is_some_and(|s| s == signature.as_str()) {
+        bail!(
+            "xtask was re-run with `--features {command}` and still lacks the `{command}` command"
+        );
+    }
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let mut cmd = Command::new(cargo);
+    cmd.args(["run", "--package", "xtask", "--features", command]);
+    if release {
+        cmd.arg("--release");
+    }
+    cmd.arg("--")
+        .arg(command)
+        .args(args)
+        .current_dir(root)
+        .env(FORWARDED_ENV, &signature);
+    let status = cmd
+        .status()
+        .with_context(|| format!("could not run cargo for `xtask {command}`"))?;
+    if !status.success() {
+        std::process::exit(status.code().unwrap_or(1));
+    }
+    Ok(())
+}
+
 fn ci(root: &Path) -> Result<()> {
     step(root, "fmt", &["fmt", "--all", "--check"], &[])?;
     step(
@@ -74,6 +144,8 @@ fn ci(root: &Path) -> Result<()> {
             "--workspace",
             "--all-targets",
             "--locked",
+            "--features",
+            "xtask/full",
             "--",
             "-D",
             "warnings",
@@ -99,13 +171,26 @@ fn ci(root: &Path) -> Result<()> {
     step(
         root,
         "test",
-        &["test", "--workspace", "--locked"],
+        &[
+            "test",
+            "--workspace",
+            "--locked",
+            "--features",
+            "xtask/full",
+        ],
         &[("INSTA_UPDATE", "no")],
     )?;
     step(
         root,
         "doc",
-        &["doc", "--workspace", "--no-deps", "--locked"],
+        &[
+            "doc",
+            "--workspace",
+            "--no-deps",
+            "--locked",
+            "--features",
+            "xtask/full",
+        ],
         &[("RUSTDOCFLAGS", "-D warnings")],
     )?;
     // Every published crate must build from its packaged form (a prompt outside the crate, a
@@ -132,9 +217,22 @@ fn ci(root: &Path) -> Result<()> {
     eprintln!("==> deps");
     deps::run(root)?;
     eprintln!("==> quality");
-    quality::run(root, &[])?;
+    quality(root)?;
     eprintln!("ci: all steps passed");
     Ok(())
+}
+
+/// The `quality` step of ci, in this process when the feature is on.
+#[cfg(feature = "quality")]
+fn quality(root: &Path) -> Result<()> {
+    quality::run(root, &[])
+}
+
+/// The `quality` step of ci, through `forward` when the feature is off (the test step has
+/// built what it needs by then).
+#[cfg(not(feature = "quality"))]
+fn quality(root: &Path) -> Result<()> {
+    forward(root, "quality", &[])
 }
 
 fn step(root: &Path, name: &str, args: &[&str], env: &[(&str, &str)]) -> Result<()> {

@@ -17,7 +17,6 @@
 //! succeeds. With the offline summarizer the thresholds below are checked and a miss fails.
 
 use std::collections::{BTreeMap, HashSet};
-use std::fmt::Write as _;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -29,6 +28,7 @@ use panto_transcript::{TranscriptItem, parse_request};
 use serde_json::Value;
 
 use crate::calibrate::{SESSIONS_ENV, sessions_dir};
+use crate::table::Table;
 
 /// The categories of facts, in the order of the table.
 const CATEGORIES: &[&str] = &[
@@ -84,7 +84,13 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
         .collect();
     paths.sort();
     let mut total = Scores::default();
-    let mut sizes = String::new();
+    let mut sizes = Table::new([
+        "session",
+        "kept",
+        "transcript chars",
+        "summary chars",
+        "share",
+    ]);
     for path in &paths {
         for keep_share in KEEP_SHARES {
             let name = path.file_name().unwrap_or_default().to_string_lossy();
@@ -92,20 +98,20 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
                 eprintln!("quality: {name}, keeping 1/{keep_share}: nothing to compact");
                 continue;
             };
-            let _ = writeln!(
-                sizes,
-                "| {name} | 1/{keep_share} | {} | {} | {:.1}% |",
-                one.prefix_chars,
-                one.summary_chars,
-                100.0 * one.summary_chars as f64 / one.prefix_chars.max(1) as f64
-            );
+            sizes.row([
+                name.into_owned(),
+                format!("1/{keep_share}"),
+                one.prefix_chars.to_string(),
+                one.summary_chars.to_string(),
+                format!(
+                    "{:.1}%",
+                    100.0 * one.summary_chars as f64 / one.prefix_chars.max(1) as f64
+                ),
+            ]);
             total.add(&one);
         }
     }
     println!("{}", total.table(offline));
-    println!(
-        "\n| session | kept | transcript chars | summary chars | share |\n| --- | --- | --- | --- | --- |"
-    );
     print!("{sizes}");
     let share = total.summary_chars as f64 / total.prefix_chars.max(1) as f64;
     println!(
@@ -151,47 +157,45 @@ impl Scores {
         (n > 0).then(|| (s as f64 / n as f64, b as f64 / n as f64))
     }
 
-    fn table(&self, offline: bool) -> String {
+    fn table(&self, offline: bool) -> Table {
         let name = if offline {
             "offline summary"
         } else {
             "summary"
         };
-        let mut out = format!(
-            "| fact | facts | {name} | first + latest user messages cut to the same size |\n| --- | --- | --- | --- |\n"
-        );
+        let mut table = Table::new([
+            "fact",
+            "facts",
+            name,
+            "first + latest user messages cut to the same size",
+        ]);
         let (mut sum_s, mut sum_b, mut n) = (0.0, 0.0, 0);
         for c in CATEGORIES {
             let Some((s, b)) = self.share(c) else {
                 continue;
             };
             let facts = self.counts[c].0;
-            if facts < 10 {
-                let _ = writeln!(
-                    out,
-                    "| {c} | {facts} | {} of {facts} | {} of {facts} |",
-                    self.counts[c].1, self.counts[c].2
-                );
+            let (summary, baseline) = if facts < 10 {
+                (
+                    format!("{} of {facts}", self.counts[c].1),
+                    format!("{} of {facts}", self.counts[c].2),
+                )
             } else {
-                let _ = writeln!(
-                    out,
-                    "| {c} | {facts} | {:.0}% | {:.0}% |",
-                    100.0 * s,
-                    100.0 * b
-                );
-            }
+                (format!("{:.0}%", 100.0 * s), format!("{:.0}%", 100.0 * b))
+            };
+            table.row([c.to_string(), facts.to_string(), summary, baseline]);
             sum_s += s;
             sum_b += b;
             n += 1;
         }
         let n = f64::from(n.max(1));
-        let _ = write!(
-            out,
-            "| mean over categories | | {:.0}% | {:.0}% |",
-            100.0 * sum_s / n,
-            100.0 * sum_b / n
-        );
-        out
+        table.row([
+            "mean over categories".to_owned(),
+            String::new(),
+            format!("{:.0}%", 100.0 * sum_s / n),
+            format!("{:.0}%", 100.0 * sum_b / n),
+        ]);
+        table
     }
 
     fn misses(&self, share: f64) -> Vec<String> {

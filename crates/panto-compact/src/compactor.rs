@@ -2,10 +2,11 @@
 
 use std::fmt;
 use std::ops::Range;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use panto_model::{
-    CompactionEntry, EffectiveContext, Entry, Extra, KEPT_BY, Message, Trigger, replay, turns,
+    CompactionEntry, EffectiveContext, Entry, Extra, IdKind, IdSource, KEPT_BY, Message, Trigger,
+    UniqueIds, replay, turns,
 };
 use panto_provider::{Provider, ProviderError, Request, StreamEvent};
 use panto_size::{
@@ -23,7 +24,6 @@ use crate::config::{CompactRun, CompactorConfig, ModelRef, min_known, scale};
 use crate::error::{AttemptFailure, CompactError};
 use crate::events::CompactionEvent;
 use crate::fold::{FoldBudget, FoldPlan, fold};
-use crate::ids::{IdGenerator, IdKind, UniqueIds};
 use crate::ledger::{LEDGER_FIELD, ledger_budget, previous_ledger, rendered_len, with_ledger};
 use crate::log::SessionLog;
 use crate::plan::{NothingToCompact, Plan, keep_budget, plan};
@@ -66,8 +66,8 @@ impl Prepared {
 type EventHandler = Box<dyn FnMut(&CompactionEvent) + Send>;
 
 /// A value that is only ever reached through `&mut`, held so that the [`Compactor`] is `Sync`
-/// (and the futures that borrow it are `Send`) while its id generator and event handler need
-/// only be `Send`. The mutex is never locked: [`Mutex::get_mut`] needs no lock.
+/// (and the futures that borrow it are `Send`) while its event handler need only be `Send`.
+/// The mutex is never locked: [`Mutex::get_mut`] needs no lock.
 struct Exclusive<T>(Mutex<T>);
 
 impl<T> Exclusive<T> {
@@ -96,7 +96,7 @@ pub struct Compactor {
     config: CompactorConfig,
     prompt: CompactionPrompt,
     sizer: Box<dyn Sizer + Send + Sync>,
-    ids: Exclusive<Box<dyn IdGenerator>>,
+    ids: Arc<dyn IdSource>,
     events: Exclusive<Option<EventHandler>>,
 }
 
@@ -113,7 +113,8 @@ impl fmt::Debug for Compactor {
 
 impl Compactor {
     /// A compactor using `active` for summaries, the built-in prompt, the default budget and
-    /// output limit, [`UsageSizer`] and [`UniqueIds`].
+    /// output limit, [`UsageSizer`] and [`UniqueIds`] (the session store's default too, so one
+    /// file gets one id format).
     pub fn new(active: ModelRef) -> Compactor {
         Compactor {
             active,
@@ -121,7 +122,7 @@ impl Compactor {
             config: CompactorConfig::default(),
             prompt: CompactionPrompt::builtin(),
             sizer: Box::new(UsageSizer::default()),
-            ids: Exclusive::new(Box::new(UniqueIds::new())),
+            ids: Arc::new(UniqueIds),
             events: Exclusive::new(None),
         }
     }
@@ -150,9 +151,10 @@ impl Compactor {
         self
     }
 
-    /// Sets the id generator (inject [`crate::SequentialIds`] for deterministic tests).
-    pub fn with_ids(mut self, ids: impl IdGenerator + 'static) -> Compactor {
-        self.ids = Exclusive::new(Box::new(ids));
+    /// Sets the id source (inject [`panto_model::SequentialIds`] for deterministic tests; pass
+    /// the session's source to share one counter with it).
+    pub fn with_ids(mut self, ids: Arc<dyn IdSource>) -> Compactor {
+        self.ids = ids;
         self
     }
 
@@ -188,8 +190,8 @@ impl Compactor {
     }
 
     /// Makes the next id (used by the driver for messages appended without one).
-    pub(crate) fn next_id(&mut self, kind: IdKind) -> String {
-        self.ids.get_mut().next_id(kind)
+    pub(crate) fn next_id(&self, kind: IdKind) -> String {
+        self.ids.next_id(kind)
     }
 
     /// Plans a compaction of `context`, builds its system prompt and renders the transcript
@@ -680,12 +682,12 @@ impl Compactor {
             Some(_) => (RECORD_ONLY_MODEL.to_owned(), "panto".to_owned()),
             None => (used.model.clone(), used.provider.name().to_owned()),
         };
-        let id = self.ids.get_mut().next_id(IdKind::Compaction);
+        let id = self.ids.next_id(IdKind::Compaction);
         let copies: Vec<Message> = context.messages[prepared.plan.kept()]
             .iter()
             .map(|m| {
                 let mut copy = m.clone();
-                copy.id = Some(self.ids.get_mut().next_id(IdKind::Message));
+                copy.id = Some(self.ids.next_id(IdKind::Message));
                 copy.extra
                     .insert(KEPT_BY.to_owned(), Value::from(id.as_str()));
                 copy

@@ -1,6 +1,6 @@
 //! The conversation driver: send a request, and on context overflow compact once and retry once.
 
-use panto_model::{EffectiveContext, Entry, Message};
+use panto_model::{EffectiveContext, Entry, IdKind, Message};
 use panto_provider::{EventSink, ProviderError, Request, ToolSpec};
 use panto_size::estimate_request;
 use tracing::{Instrument, info_span};
@@ -8,7 +8,6 @@ use tracing::{Instrument, info_span};
 use crate::compactor::Compactor;
 use crate::config::{CompactRun, DEFAULT_MAX_OUTPUT_TOKENS};
 use crate::error::CompactError;
-use crate::ids::IdKind;
 use crate::log::SessionLog;
 use crate::report::{CompactOutcome, CompactionReport};
 

@@ -1,5 +1,5 @@
 //! Unit tests: the retention plan on literal conversations, the budget cap, prompt layering,
-//! ids and the in-memory log.
+//! and the in-memory log.
 
 use std::fs;
 use std::sync::Arc;
@@ -322,33 +322,6 @@ fn the_builtin_prompt_names_the_envelope_the_transcript_crate_renders() {
         );
     }
     assert!(BUILTIN_PROMPT.contains("never orders for you"));
-}
-
-#[test]
-fn sequential_ids_are_deterministic_and_unique_ids_do_not_repeat() {
-    let mut s = SequentialIds::new();
-    let got: Vec<String> = [IdKind::Compaction, IdKind::Message, IdKind::Message]
-        .into_iter()
-        .map(|k| s.next_id(k))
-        .collect();
-    assert_eq!(got, ["c1", "m2", "m3"]);
-    assert_eq!(SequentialIds::starting_at(7).next_id(IdKind::Message), "m7");
-
-    let mut a = UniqueIds::new();
-    let mut b = UniqueIds::new();
-    let mut seen = std::collections::HashSet::new();
-    for _ in 0..500 {
-        assert!(seen.insert(a.next_id(IdKind::Message)));
-        assert!(seen.insert(b.next_id(IdKind::Message)));
-    }
-    assert!(a.next_id(IdKind::Compaction).starts_with("c-"));
-
-    let mut counter = 0;
-    let mut closure = move |_: IdKind| {
-        counter += 1;
-        format!("x{counter}")
-    };
-    assert_eq!(IdGenerator::next_id(&mut closure, IdKind::Message), "x1");
 }
 
 #[test]

@@ -10,13 +10,17 @@
 //!   [`CallIndex`]; [`validate`] reports protocol problems as values.
 //! - [`replay`] turns entries into the [`EffectiveContext`]: the latest compaction block followed
 //!   by the entries after it.
+//! - [`IdSource`] names entries that have none, one format for every entry of a session file:
+//!   [`UniqueIds`] by default, [`SequentialIds`] in tests.
 //!
 //! The one design choice to know: a compaction is its own entry followed by duplicated kept turns
 //! marked `kept_by`, and replay honours it only when all of them are present, so an append cut
 //! short by a crash leaves the previous context intact. A compaction written by another program,
 //! whose copies are not marked, is read by Contract 1's plain rule instead.
 //!
-//! This crate is pure: no IO, no async runtime, no network.
+//! This crate is pure: no IO, no async runtime, no network. The one exception to determinism is
+//! [`UniqueIds`], which reads the clock and the process id (never a file) and which nothing in
+//! the crate calls itself.
 //!
 //! ```
 //! use panto_model::{Role, read_entries, replay, turns};
@@ -44,6 +48,7 @@ pub mod arbitrary;
 mod calls;
 mod decode;
 mod entry;
+mod ids;
 mod json;
 mod message;
 mod replay;
@@ -58,6 +63,7 @@ pub use decode::{
     encode_lines, entries, from_json, read_entries, read_entries_lossy,
 };
 pub use entry::{CompactionEntry, Entry, Trigger, UnknownEntry};
+pub use ids::{IdKind, IdSource, SequentialIds, UniqueIds};
 pub use message::{
     CompactionBlock, ContentBlock, Extra, ImageBlock, KEPT_BY, Message, OtherBlock, RawJson, Role,
     TextBlock, ThinkingBlock, ToolResultBlock, ToolResultContent, ToolUseBlock, Usage,

@@ -1,4 +1,4 @@
-//! Unit tests for decoding, turns, validation and replay, driven by small literal sessions.
+//! Unit tests for decoding, turns, validation, replay and ids, driven by small literal sessions.
 
 use serde_json::{Value, json};
 
@@ -403,4 +403,63 @@ fn a_compaction_announcing_copies_as_the_last_entry_is_an_interrupted_append() {
             }]
         ));
     }
+}
+
+// Ids.
+
+#[test]
+fn sequential_ids_count_across_kinds_from_where_they_start() {
+    let s = SequentialIds::new();
+    let got: Vec<String> = [IdKind::Compaction, IdKind::Message, IdKind::Other]
+        .into_iter()
+        .map(|k| s.next_id(k))
+        .collect();
+    assert_eq!(got, ["c1", "m2", "e3"]);
+    assert_eq!(SequentialIds::starting_at(7).next_id(IdKind::Message), "m7");
+    assert_eq!(SequentialIds::starting_at(0).next_id(IdKind::Message), "m1");
+}
+
+#[test]
+fn unique_ids_have_one_shape_and_do_not_repeat() {
+    let mut seen = std::collections::HashSet::new();
+    for kind in [IdKind::Message, IdKind::Compaction, IdKind::Other] {
+        for _ in 0..500 {
+            let id = UniqueIds.next_id(kind);
+            assert_eq!(id.len(), 29, "{id}");
+            assert!(id.starts_with(kind.letter()), "{id}");
+            assert!(id[1..].bytes().all(|b| b.is_ascii_hexdigit()), "{id}");
+            assert!(seen.insert(id));
+        }
+    }
+}
+
+#[test]
+fn unique_ids_lead_with_the_time_so_they_sort_by_it() {
+    let early = ids::unique_id(IdKind::Message, 0x0193_a1b2_c3d4, u64::MAX);
+    let late = ids::unique_id(IdKind::Message, 0x0193_a1b2_c3d5, 0);
+    assert_eq!(early, "m0193a1b2c3d4ffffffffffffffff");
+    assert!(early < late);
+    // Only the low 48 bits of the clock are kept, so the length never changes.
+    assert_eq!(ids::unique_id(IdKind::Compaction, u64::MAX, 1).len(), 29);
+}
+
+#[test]
+fn every_entry_kind_has_its_letter() {
+    let lines = [
+        (r#"{"type":"message","role":"user","content":[]}"#, 'm'),
+        (r#"{"type":"compaction","summary":"s"}"#, 'c'),
+        (r#"{"type":"bookmark","at":3}"#, 'e'),
+    ];
+    for (line, letter) in lines {
+        let entry = decode_line(line.as_bytes(), 1).expect("a valid line");
+        assert_eq!(IdKind::of(&entry).letter(), letter, "{line}");
+    }
+}
+
+#[test]
+fn shared_sources_count_once() {
+    let shared: std::sync::Arc<dyn IdSource> = std::sync::Arc::new(SequentialIds::new());
+    let boxed: Box<dyn IdSource> = Box::new(std::sync::Arc::clone(&shared));
+    assert_eq!(shared.next_id(IdKind::Message), "m1");
+    assert_eq!(boxed.next_id(IdKind::Message), "m2");
 }

@@ -8,9 +8,10 @@
 //!   [`Session::history`] to stream every entry with its line number.
 //! - [`Loaded`] is the effective context plus [`Warning`]s (torn last line, remains of an
 //!   interrupted write, unknown entry types, incomplete compactions) and [`LoadStats`].
-//! - [`SessionOptions`] sets fsync, the lock timeout, the [`IdSource`] that names entries
-//!   appended without an id ([`RandomIds`] by default, [`SequentialIds`] for tests) and the
-//!   backwards read step. [`SessionError`] is every failure, each naming the file.
+//! - [`SessionOptions`] sets fsync, the lock timeout, the [`panto_model::IdSource`] that names
+//!   entries appended without an id ([`panto_model::UniqueIds`] by default,
+//!   [`panto_model::SequentialIds`] for tests) and the backwards read step. [`SessionError`]
+//!   is every failure, each naming the file.
 //!
 //! The one design choice to know: loading reads the file **backwards**, in chunks, from the
 //! end to the latest compaction that takes effect (its kept copies all follow it), and replays
@@ -47,7 +48,7 @@ mod warning;
 pub use error::{LockHolder, Result, SessionError};
 pub use history::History;
 pub use load::{LoadStats, Loaded};
-pub use options::{IdSource, RandomIds, SequentialIds, SessionOptions};
+pub use options::SessionOptions;
 pub use store::{Appended, Session, Writer};
 pub use warning::{Warning, WarningKind};
 

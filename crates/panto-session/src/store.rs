@@ -4,7 +4,7 @@ use std::fs::{self, File};
 use std::io::{self, ErrorKind, Read, Write};
 use std::path::{Path, PathBuf};
 
-use panto_model::{COPIES_MARKED, Entry, KEPT_BY, encode_line};
+use panto_model::{COPIES_MARKED, Entry, IdKind, KEPT_BY, encode_line};
 use serde_json::Value;
 
 use crate::error::{Result, SessionError};
@@ -80,7 +80,7 @@ impl Session {
     /// A fresh id from the session's id source, for callers that must know an entry's id
     /// before appending it (a compaction whose kept copies point at it with `kept_by`).
     pub fn new_id(&self, entry: &Entry) -> String {
-        self.options.id_source().next_id(entry)
+        self.options.id_source().next_id(IdKind::of(entry))
     }
 
     /// Appends entries as whole lines in one write, under the append lock, flushed to disk
@@ -416,7 +416,7 @@ fn assign_missing_ids(entries: &mut [Entry], options: &SessionOptions) -> Vec<St
             ids.push(id.to_owned());
             continue;
         }
-        let id = options.id_source().next_id(entry);
+        let id = options.id_source().next_id(IdKind::of(entry));
         match entry {
             Entry::Message(m) => m.id = Some(id.clone()),
             Entry::Compaction(c) => {

@@ -43,7 +43,9 @@ pub use heuristic::{
     BLOCK_OVERHEAD, COMPACTION_OVERHEAD, Heuristic, IMAGE_TOKENS, MESSAGE_OVERHEAD,
     TOOL_CALL_OVERHEAD,
 };
-pub use usage::{Fallback, MessageSize, PLAUSIBLE_FACTOR, Source, UsageSizer};
+pub use usage::{
+    Fallback, MessageSize, PLAUSIBLE_FACTOR, Source, UsageSizer, measure_span, plausible,
+};
 
 /// Gives each message of a conversation a size in tokens.
 ///

@@ -507,3 +507,34 @@ fn escapes_cost_the_character_they_stand_for() {
         assert_eq!(json_tenths(json), quotes + tenths(text), "{json}");
     }
 }
+
+#[test]
+fn measure_span_is_rule_two_without_the_band() {
+    let messages = context(&session(&[
+        PROMPT,
+        &assistant("t1", 1000, 40, "m"),
+        RESULT,
+        &assistant("t2", 10_040, 20, "m"),
+        RESULT,
+        &assistant("t3", 10_000, 20, "other"),
+    ]));
+    // The 9000 tokens the sizer finds implausible are still measured; the band says no.
+    assert_eq!(measure_span(&messages, 1, 3, 40), Ok(9000));
+    assert!(!plausible(9000, Heuristic.message(&messages[2])));
+    assert_eq!(measure_span(&messages, 1, 3, 9040), Ok(0));
+    assert_eq!(
+        measure_span(&messages, 1, 3, 9041),
+        Err(Fallback::Decreasing)
+    );
+    assert_eq!(
+        measure_span(&messages, 3, 5, 20),
+        Err(Fallback::ModelChanged)
+    );
+    assert_eq!(
+        measure_span(&messages, 0, 1, 0),
+        Err(Fallback::MissingUsage)
+    );
+    // The band saturates instead of overflowing.
+    assert!(plausible(u64::MAX, u64::MAX / 2));
+    assert!(!plausible(u64::MAX, 1));
+}

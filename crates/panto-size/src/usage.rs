@@ -224,6 +224,33 @@ fn check_span(
     size_a: u64,
     estimate: u64,
 ) -> Result<u64, Fallback> {
+    let measured = measure_span(messages, a, b, size_a)?;
+    if !plausible(measured, estimate) {
+        return Err(Fallback::Implausible);
+    }
+    Ok(measured)
+}
+
+/// Rule 2 of [`UsageSizer`] without its plausibility band: the size of the span strictly
+/// between the assistant messages `messages[a]` and `messages[b]` (`a < b`), measured as
+/// `input_total(b) - input_total(a) - size_a`, where `size_a` is what `messages[a]` itself is
+/// taken to cost. `cargo xtask calibrate` measures the heuristic with it, so the calibration
+/// and the sizer believe the same spans; [`plausible`] is the band.
+///
+/// # Errors
+/// The guard that rejects the span, checked in this order: [`Fallback::MissingUsage`],
+/// [`Fallback::KeptCopy`], [`Fallback::ModelChanged`], [`Fallback::Compaction`],
+/// [`Fallback::Decreasing`].
+///
+/// # Panics
+/// When `b` is not an index of `messages` or `a >= b`.
+pub fn measure_span(
+    messages: &[Message],
+    a: usize,
+    b: usize,
+    size_a: u64,
+) -> Result<u64, Fallback> {
+    assert!(a < b, "measure_span: a span needs a < b");
     let (first, second) = (&messages[a], &messages[b]);
     let (Some(ua), Some(ub)) = (&first.usage, &second.usage) else {
         return Err(Fallback::MissingUsage);
@@ -240,11 +267,7 @@ fn check_span(
     {
         return Err(Fallback::Compaction);
     }
-    let measured = difference(ua, ub, size_a).ok_or(Fallback::Decreasing)?;
-    if !plausible(measured, estimate) {
-        return Err(Fallback::Implausible);
-    }
-    Ok(measured)
+    difference(ua, ub, size_a).ok_or(Fallback::Decreasing)
 }
 
 /// `input_total(later) - input_total(earlier) - size_earlier`, when it is not negative.
@@ -255,8 +278,9 @@ fn difference(earlier: &Usage, later: &Usage, size_earlier: u64) -> Option<u64> 
         .checked_sub(size_earlier)
 }
 
-/// Whether a measured size lies within [`PLAUSIBLE_FACTOR`] of the heuristic's estimate.
-pub(crate) fn plausible(measured: u64, estimate: u64) -> bool {
+/// Whether a measured size lies within [`PLAUSIBLE_FACTOR`] of the heuristic's estimate, either
+/// way (the band of rule 2 of [`UsageSizer`]; saturating, so no size overflows it).
+pub fn plausible(measured: u64, estimate: u64) -> bool {
     measured.saturating_mul(PLAUSIBLE_FACTOR) >= estimate
         && measured <= estimate.saturating_mul(PLAUSIBLE_FACTOR)
 }

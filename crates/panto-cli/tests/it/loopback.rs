@@ -106,6 +106,18 @@ async fn send_until_the_server_rejects_then_compact_once_and_retry() {
 
         // The session: one compaction entry with trigger overflow, its kept copies, the reply.
         let all = entries(&sb, "s.jsonl");
+        // One id format for every entry, whoever named it (the driver, the compactor or the
+        // store): the kind letter, then 28 hex digits.
+        for e in &all {
+            let id = e["id"].as_str().unwrap_or_default();
+            let letter = if e["type"] == "compaction" { 'c' } else { 'm' };
+            assert!(
+                id.len() == 29
+                    && id.starts_with(letter)
+                    && id[1..].bytes().all(|b| b.is_ascii_hexdigit()),
+                "{p:?}: {id}"
+            );
+        }
         let c: Vec<&Value> = all.iter().filter(|e| e["type"] == "compaction").collect();
         assert_eq!(c.len(), 1, "{p:?}");
         assert_eq!(c[0]["trigger"], "overflow");

@@ -6,9 +6,9 @@ use std::sync::{Arc, Mutex};
 
 use panto_compact::{
     CompactError, Compactor, CompactorConfig, Driver, FoldBudget, FoldError, MAX_SHRINKS,
-    MemoryLog, ModelRef, Reply, SequentialIds, fold,
+    MemoryLog, ModelRef, Reply, fold,
 };
-use panto_model::{ContentBlock, Entry, Message, Role};
+use panto_model::{ContentBlock, Entry, Message, Role, SequentialIds};
 use panto_provider::{EventSink, Provider, ProviderError, Request, async_trait};
 use panto_size::{Heuristic, estimate_request};
 use proptest::prelude::*;
@@ -272,7 +272,7 @@ fn recover(
     let log = MemoryLog::with_entries(history.into_iter().map(Entry::Message).collect());
     let ctx = log.replay();
     let compactor = Compactor::new(ModelRef::new(model, "m"))
-        .with_ids(SequentialIds::new())
+        .with_ids(Arc::new(SequentialIds::new()))
         .with_prompt(short_prompt())
         .with_config(CompactorConfig::new().with_keep_tokens(keep));
     let mut driver = Driver::new(compactor, log, ctx).with_system("agent");

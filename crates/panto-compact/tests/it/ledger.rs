@@ -6,9 +6,9 @@ use std::sync::Arc;
 use panto_compact::testing::ScriptedProvider;
 use panto_compact::{
     CompactOutcome, CompactRun, Compactor, CompactorConfig, LEDGER_FIELD, MemoryLog, ModelRef,
-    SequentialIds, SessionLog,
+    SessionLog,
 };
-use panto_model::{ContentBlock, Entry, Message, Role};
+use panto_model::{ContentBlock, Entry, Message, Role, SequentialIds};
 use panto_transcript::Ledger;
 use proptest::prelude::*;
 use serde_json::json;
@@ -91,7 +91,7 @@ proptest! {
     fn planted_facts_survive_five_chained_compactions(rounds in rounds()) {
         let provider = Arc::new(ScriptedProvider::new("main"));
         let mut compactor = Compactor::new(ModelRef::new(provider.clone(), "forgetful"))
-            .with_ids(SequentialIds::new())
+            .with_ids(Arc::new(SequentialIds::new()))
             .with_config(CompactorConfig::new().with_keep_tokens(0));
         let mut log = MemoryLog::new();
         let mut planted_so_far = 0;

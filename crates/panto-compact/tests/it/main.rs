@@ -28,10 +28,8 @@ mod snapshots;
 use std::sync::Arc;
 
 use panto_compact::testing::ScriptedProvider;
-use panto_compact::{
-    CompactionPrompt, Compactor, CompactorConfig, MemoryLog, ModelRef, SequentialIds,
-};
-use panto_model::{ContentBlock, Entry, Message, Role};
+use panto_compact::{CompactionPrompt, Compactor, CompactorConfig, MemoryLog, ModelRef};
+use panto_model::{ContentBlock, Entry, Message, Role, SequentialIds};
 use panto_size::Sizer;
 use serde_json::json;
 
@@ -116,7 +114,7 @@ pub fn model(name: &str, model: &str) -> (Arc<ScriptedProvider>, ModelRef) {
 /// A compactor over `active` with deterministic ids, [`Hundred`] sizes and `keep` tokens.
 pub fn compactor(active: ModelRef, keep: u64) -> Compactor {
     Compactor::new(active)
-        .with_ids(SequentialIds::new())
+        .with_ids(Arc::new(SequentialIds::new()))
         .with_sizer(Hundred)
         .with_config(CompactorConfig::new().with_keep_tokens(keep))
 }

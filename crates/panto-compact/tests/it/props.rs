@@ -7,12 +7,12 @@ use std::sync::Arc;
 use panto_compact::testing::{ScriptedProvider, overflow, reply, server_error};
 use panto_compact::{
     CompactError, CompactOutcome, CompactRun, Compacted, Compactor, CompactorConfig, Driver,
-    MAX_SHRINKS, MemoryLog, ModelRef, SequentialIds, SessionLog,
+    MAX_SHRINKS, MemoryLog, ModelRef, SessionLog,
 };
 use panto_model::arbitrary::session;
 use panto_model::{
-    CompactionEntry, ContentBlock, EffectiveContext, Entry, Message, Problem, allowed_cuts, replay,
-    turns, validate,
+    CompactionEntry, ContentBlock, EffectiveContext, Entry, Message, Problem, SequentialIds,
+    allowed_cuts, replay, turns, validate,
 };
 use panto_provider::{ProviderError, Request};
 use panto_size::{Heuristic, Sizer};
@@ -46,7 +46,7 @@ prop_compose! {
 
 fn compactor(active: ModelRef, keep: u64) -> Compactor {
     Compactor::new(active)
-        .with_ids(SequentialIds::new())
+        .with_ids(Arc::new(SequentialIds::new()))
         .with_config(CompactorConfig::new().with_keep_tokens(keep))
 }
 

@@ -26,9 +26,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use panto_model::{
-    CompactionEntry, EffectiveContext, Entry, KEPT_BY, Message, UnknownEntry, replay,
+    CompactionEntry, EffectiveContext, Entry, KEPT_BY, Message, SequentialIds, UnknownEntry, replay,
 };
-use panto_session::{SequentialIds, Session, SessionOptions};
+use panto_session::{Session, SessionOptions};
 use serde_json::json;
 
 /// Options for tests: no fsync, deterministic ids.
