@@ -48,7 +48,10 @@ impl Table {
     ///
     /// # Panics
     /// When the row does not have one cell per column (a bug in the caller).
-    pub(crate) fn row<S: fmt::Display>(&mut self, cells: impl IntoIterator<Item = S>) -> &mut Table {
+    pub(crate) fn row<S: fmt::Display>(
+        &mut self,
+        cells: impl IntoIterator<Item = S>,
+    ) -> &mut Table {
         let row: Vec<String> = cells.into_iter().map(|c| cell(&c)).collect();
         assert_eq!(
             row.len(),

@@ -1,7 +1,7 @@
 //! The conversation driver: send a request, and on context overflow compact once and retry once.
 
 use panto_model::{EffectiveContext, Entry, IdKind, Message};
-use panto_provider::{EventSink, ProviderError, Request, ToolSpec};
+use panto_provider::{EventSink, ProviderError, Request, RequestOptions, ToolSpec};
 use panto_size::estimate_request;
 use tracing::{Instrument, info_span};
 
@@ -46,6 +46,7 @@ pub struct Driver<L> {
     context: EffectiveContext,
     system: String,
     tools: Vec<ToolSpec>,
+    options: RequestOptions,
     max_output_tokens: u32,
 }
 
@@ -59,6 +60,7 @@ impl<L: SessionLog> Driver<L> {
             context,
             system: String::new(),
             tools: Vec::new(),
+            options: RequestOptions::default(),
             max_output_tokens: DEFAULT_MAX_OUTPUT_TOKENS,
         }
     }
@@ -72,6 +74,14 @@ impl<L: SessionLog> Driver<L> {
     /// Sets the tools offered to the model.
     pub fn with_tools(mut self, tools: Vec<ToolSpec>) -> Driver<L> {
         self.tools = tools;
+        self
+    }
+
+    /// Sets the options of conversation requests (temperature, reasoning effort, tool choice,
+    /// ...), which each adapter maps to its protocol. Compaction requests do not carry them: a
+    /// summary is asked for with the provider's defaults.
+    pub fn with_request_options(mut self, options: RequestOptions) -> Driver<L> {
+        self.options = options;
         self
     }
 
@@ -110,6 +120,7 @@ impl<L: SessionLog> Driver<L> {
             self.max_output_tokens,
         )
         .with_tools(self.tools.clone())
+        .with_options(self.options.clone())
     }
 
     /// Appends `new` (a user prompt, or tool results; may be empty to resend the context),

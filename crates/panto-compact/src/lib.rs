@@ -124,7 +124,8 @@ pub use panto_model::{
 };
 pub use panto_provider as provider;
 pub use panto_provider::{
-    EventSink, Provider, ProviderError, Request, StreamEvent, ToolSpec, async_trait,
+    EventSink, Provider, ProviderError, ReasoningEffort, Request, RequestOptions, StreamEvent,
+    ToolChoice, ToolSpec, async_trait,
 };
 pub use panto_size as size;
 pub use panto_transcript as transcript;

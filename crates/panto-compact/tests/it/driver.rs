@@ -2,7 +2,9 @@
 //! that can end.
 
 use panto_compact::testing::{overflow, reply, server_error};
-use panto_compact::{CompactError, CompactOutcome, Driver, MemoryLog, SessionLog};
+use panto_compact::{
+    CompactError, CompactOutcome, Driver, MemoryLog, ReasoningEffort, RequestOptions, SessionLog,
+};
 use panto_model::{Entry, Message, Trigger};
 use panto_provider::StreamEvent;
 use panto_size::estimate_request;
@@ -74,6 +76,27 @@ async fn a_reply_is_appended_after_the_prompt_and_streamed() {
     assert_eq!(logged[4].text(), "hello");
     assert_eq!(logged[5], r.message);
     assert_eq!(d.log().replay().messages, d.context().messages);
+}
+
+#[tokio::test]
+async fn request_options_reach_the_conversation_requests_and_the_retry_but_not_the_compaction() {
+    let (p, active) = model("main", "big");
+    p.push(Err(overflow(None, Some(1_600))));
+    p.push_text("S1");
+    p.push_text("the answer");
+    let options = RequestOptions::default()
+        .with_temperature(0.2)
+        .with_reasoning_effort(ReasoningEffort::Low);
+    let mut d = driver(&rounds(0, 3), active, 20_000).with_request_options(options.clone());
+    d.send(vec![user("r9-0 new question")], &mut |_| {})
+        .await
+        .unwrap();
+    let requests = p.requests();
+    assert_eq!(requests.len(), 3);
+    assert_eq!(requests[0].options, options);
+    // The summary is asked for with the provider's defaults.
+    assert_eq!(requests[1].options, RequestOptions::default());
+    assert_eq!(requests[2].options, options);
 }
 
 #[tokio::test]
