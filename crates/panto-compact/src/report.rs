@@ -92,7 +92,7 @@ pub struct CompactionReport {
 impl CompactionReport {
     /// The report of compaction `id` whose `summary` `model` on `provider` wrote in one
     /// request, following `plan`: no fallback, no instructions, not truncated, nothing
-    /// elided, sizes 0 until set. A [`Compactor`] fills in every field; this is for code that
+    /// elided, sizes 0 until set. A [`Compactor`](crate::Compactor) fills in every field; this is for code that
     /// shows reports (a UI's tests, say).
     pub fn new(
         id: impl Into<String>,
