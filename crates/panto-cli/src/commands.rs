@@ -14,7 +14,7 @@ use panto_compact::{
     Compactor, Driver, ModelRef, NothingToCompact, Reply,
 };
 use panto_model::{ContentBlock, EffectiveContext, Message, Role, turns};
-use panto_provider::{About, Provider, ProviderError, StreamEvent, Wait};
+use panto_provider::{About, ProviderError, StreamEvent, Wait};
 use panto_session::{Loaded, Session, SessionError, SessionOptions};
 use serde_json::json;
 
@@ -279,8 +279,8 @@ pub fn active_model(config: &Config, summarize_only: bool) -> Result<ModelRef> {
         if !summarize_only {
             return Err(bad_input(NO_PROVIDER));
         }
-        let provider: Arc<dyn Provider> = Arc::new(offline::OfflineSummarizer::new());
-        return Ok(ModelRef::new(provider, offline::MODEL));
+        let provider = Arc::new(offline::OfflineSummarizer::new());
+        return Ok(ModelRef::with_source(provider, offline::MODEL));
     }
     let model = config.model.value.clone().ok_or_else(|| {
         bad_input(format!(
@@ -452,7 +452,7 @@ fn transcript(config: &Config, path: &Path) -> Result<()> {
     match compactor.prepare(&ctx, &CompactOptions::manual(None)) {
         Ok(prepared) => {
             let mut out = std::io::stdout().lock();
-            out.write_all(for_stdout(&prepared.user_prompt()).as_bytes())?;
+            out.write_all(for_stdout(&prepared.into_user_prompt()).as_bytes())?;
             out.flush()?;
         }
         Err(nothing) => say(&format!("panto: {}", nothing_text(&nothing))),

@@ -26,6 +26,7 @@ use crate::ids::{IdGenerator, IdKind, UniqueIds};
 use crate::log::SessionLog;
 use crate::plan::{Plan, keep_budget, plan};
 use crate::prompt::CompactionPrompt;
+use crate::source::{RequestSource, SourceSummarizer};
 
 /// The default keep-verbatim budget, in tokens.
 pub const DEFAULT_KEEP_TOKENS: u64 = 20_000;
@@ -108,6 +109,9 @@ pub struct ModelRef {
     pub provider: Arc<dyn Provider>,
     /// The model name, as the provider knows it.
     pub model: String,
+    /// The same provider as a [`SourceSummarizer`], when it reads compaction requests from
+    /// their items (see [`ModelRef::with_source`]).
+    source: Option<Arc<dyn SourceSummarizer>>,
 }
 
 impl ModelRef {
@@ -116,6 +120,21 @@ impl ModelRef {
         ModelRef {
             provider,
             model: model.into(),
+            source: None,
+        }
+    }
+
+    /// A model on a provider that summarizes compaction requests from the transcript items
+    /// they were rendered from ([`SourceSummarizer`]): the compactor calls
+    /// [`SourceSummarizer::summarize_source`] instead of [`Provider::complete`] for them.
+    pub fn with_source<P>(provider: Arc<P>, model: impl Into<String>) -> ModelRef
+    where
+        P: Provider + SourceSummarizer + 'static,
+    {
+        ModelRef {
+            provider: provider.clone(),
+            model: model.into(),
+            source: Some(provider),
         }
     }
 }
@@ -319,6 +338,13 @@ impl Prepared {
     /// previous summary. (A fold sends slices of the same transcript.)
     pub fn user_prompt(&self) -> String {
         render_request_text(self.transcript.text(), self.previous_summary.as_deref())
+    }
+
+    /// [`Prepared::user_prompt`], built in the transcript's own buffer instead of a copy of it
+    /// ([`TurnTranscript::into_request`]).
+    pub fn into_user_prompt(self) -> String {
+        self.transcript
+            .into_request(0, self.previous_summary.as_deref())
     }
 }
 
@@ -567,7 +593,8 @@ impl Compactor {
         context: &EffectiveContext,
         options: &CompactOptions,
     ) -> Result<Prepared, NothingToCompact> {
-        let sizes = self.sizer.message_sizes(&context.messages);
+        // One sizing pass gives both the plan's sizes and `tokens_before`.
+        let (sizes, tokens_before) = self.sizer.sizes_and_request(&context.messages);
         let limit = options.request_limit(self.config.context_window);
         let mut budget = keep_budget(self.config.keep_tokens, limit);
         if options.known_limit(self.config.context_window).is_none()
@@ -601,7 +628,7 @@ impl Compactor {
             .map(|t| t.start + p.head..t.end + p.head)
             .collect();
         Ok(Prepared {
-            tokens_before: estimate_request("", &context.messages),
+            tokens_before,
             plan: p,
             system,
             transcript,
@@ -707,7 +734,7 @@ impl Compactor {
             tokens_before: prepared.tokens_before,
         });
         let mut prepared = prepared;
-        let mut result = self.fold(context, &prepared).await;
+        let mut result = self.fold(context, &mut prepared).await;
         // An overflow compaction whose own requests taught it a smaller window than its plan
         // assumed (the provider stated no limit) plans again within that window, once, when
         // the kept turns and the summary would not fit it: else the retry could only overflow.
@@ -729,7 +756,7 @@ impl Compactor {
                 );
                 prepared = again;
                 let requests = folded.requests;
-                result = self.fold(context, &prepared).await.map(|mut f| {
+                result = self.fold(context, &mut prepared).await.map(|mut f| {
                     f.requests += requests;
                     f
                 });
@@ -760,7 +787,7 @@ impl Compactor {
     async fn fold(
         &mut self,
         context: &EffectiveContext,
-        prepared: &Prepared,
+        prepared: &mut Prepared,
     ) -> Result<Folded, CompactError> {
         let max_output = u64::from(self.config.max_output_tokens);
         let fixed = request_overhead(&prepared.system);
@@ -789,33 +816,52 @@ impl Compactor {
             let steps = folded.steps.len() + plan.requests();
             let turns = chunk.turns.start + done..chunk.turns.end + done;
             let messages = prepared.turns[turns.start].start..prepared.turns[turns.end - 1].end;
-            let (transcript, elisions) = if chunk.needs_elision() {
-                elide_to_fit(&context.messages[messages.clone()], chunk.capacity).ok_or_else(
-                    || CompactError::TurnTooLarge {
-                        tokens: chunk.tokens,
-                        capacity: chunk.capacity,
-                    },
-                )?
-            } else {
-                (
-                    prepared.transcript.turns(turns.clone()).to_owned(),
-                    Vec::new(),
-                )
-            };
-            let user_prompt = render_request_text(&transcript, running.as_deref());
-            let items = transcript_items(&context.messages[messages.clone()]);
+            let chunk_messages = &context.messages[messages.clone()];
+            // The chunk's transcript is a slice of the one rendered by `prepare`, unless a
+            // body must be elided. The last request of the fold is built in that transcript's
+            // own buffer (moved, not copied); an earlier one copies its slice once.
+            let (user_prompt, transcript_len, transcript_tokens, elisions) =
+                if chunk.needs_elision() {
+                    let (text, elisions) = elide_to_fit(chunk_messages, chunk.capacity)
+                        .ok_or_else(|| CompactError::TurnTooLarge {
+                            tokens: chunk.tokens,
+                            capacity: chunk.capacity,
+                        })?;
+                    let prompt = render_request_text(&text, running.as_deref());
+                    (prompt, text.len(), Heuristic.text(&text), elisions)
+                } else {
+                    if prepared.transcript.len() != prepared.turns.len() {
+                        // An earlier last request took the transcript and overflowed.
+                        prepared.transcript = render_prefix(context, &prepared.turns);
+                    }
+                    let len = prepared.transcript.turns(turns.clone()).len();
+                    let tokens = prepared.turn_tokens[turns.clone()].iter().sum();
+                    let prompt = if turns.end == prepared.turns.len() {
+                        std::mem::take(&mut prepared.transcript)
+                            .into_request(turns.start, running.as_deref())
+                    } else {
+                        render_request_text(
+                            prepared.transcript.turns(turns.clone()),
+                            running.as_deref(),
+                        )
+                    };
+                    (prompt, len, tokens, Vec::new())
+                };
             let extractive = self.config.extractive_summaries;
+            let last_message = if extractive {
+                String::new()
+            } else {
+                last_body(chunk_messages)
+            };
             let replaced = Replaced {
                 system: if extractive { "" } else { &prepared.system },
-                last_message: if extractive {
-                    ""
-                } else {
-                    items.last().map_or("", item_body)
-                },
+                last_message: &last_message,
                 previous: running.as_deref().unwrap_or(""),
-                chars: transcript.len() + running.as_deref().map_or(0, str::len),
+                chars: transcript_len + running.as_deref().map_or(0, str::len),
             };
-            let input_tokens = fixed + Heuristic.text(&user_prompt);
+            // Sized from the turns' sizes of `prepare`, as the fold's plan sized them: the
+            // prompt is never sized again.
+            let input_tokens = fixed + running.as_deref().map_or(0, previous_tokens) + transcript_tokens;
             let last = plan.chunks.len() == 1;
             let output = match limit {
                 None => max_output,
@@ -838,16 +884,17 @@ impl Compactor {
                 input_tokens,
                 max_output_tokens: output,
             });
+            let source = RequestSource::new(chunk_messages, running.as_deref());
             let answer = self
                 .ask_with_fallback(
                     &prepared.system,
                     user_prompt,
                     output,
                     &replaced,
+                    source,
                     &mut folded.requests,
                 )
                 .await;
-            drop(transcript);
             match answer {
                 Ok(answer) => {
                     let summary_tokens = Heuristic.text(&answer.summary);
@@ -875,7 +922,7 @@ impl Compactor {
                     }));
                     folded.truncated = answer.truncated;
                     folded.used = Some(answer.used);
-                    ledger = Ledger::merge(&ledger, &Ledger::from_items(&items));
+                    ledger = Ledger::merge(&ledger, &Ledger::from_messages(chunk_messages));
                     ledger.fit(budget);
                     // The ledger goes with the final summary only: the next chunk's request
                     // carries the model's text, so the fold's plan is not changed by it.
@@ -953,6 +1000,7 @@ impl Compactor {
         user_prompt: String,
         max_output_tokens: u32,
         replaced: &Replaced<'_>,
+        source: RequestSource<'_>,
         requests: &mut usize,
     ) -> Result<Answer, Failure> {
         let (first, second) = match &self.compaction_model {
@@ -966,7 +1014,7 @@ impl Compactor {
             max_output_tokens,
         );
         *requests += 1;
-        let cause = match ask(&first, &request, replaced).await {
+        let cause = match ask(&first, &request, replaced, source).await {
             Ok((summary, truncated)) => {
                 return Ok(Answer {
                     summary,
@@ -996,7 +1044,7 @@ impl Compactor {
         });
         request.model.clone_from(&active.model);
         *requests += 1;
-        match ask(&active, &request, replaced).await {
+        match ask(&active, &request, replaced, source).await {
             Ok((summary, truncated)) => Ok(Answer {
                 summary,
                 truncated,
@@ -1267,15 +1315,30 @@ fn kept_estimate(context: &EffectiveContext, prepared: &Prepared, summary: &str)
     estimate_request("", &after)
 }
 
-/// The body of a transcript item: what the summary must not merely copy.
-fn item_body(item: &TranscriptItem) -> &str {
-    match item {
-        TranscriptItem::Text { text, .. }
-        | TranscriptItem::Thinking { text, .. }
-        | TranscriptItem::ToolResult { text, .. }
-        | TranscriptItem::Summary { text } => text,
-        _ => "",
+/// The body of the last transcript item of `messages`: what the summary must not merely copy.
+fn last_body(messages: &[Message]) -> String {
+    let Some(last) = messages.len().checked_sub(1) else {
+        return String::new();
+    };
+    // The last item comes from the last message; its tool names do not matter here.
+    match transcript_items(&messages[last..]).pop() {
+        Some(
+            TranscriptItem::Text { text, .. }
+            | TranscriptItem::Thinking { text, .. }
+            | TranscriptItem::ToolResult { text, .. }
+            | TranscriptItem::Summary { text },
+        ) => text,
+        _ => String::new(),
     }
+}
+
+/// The transcript of the summarized prefix whose turns are `turns` (ranges of the context's
+/// messages), rendered turn by turn.
+fn render_prefix(context: &EffectiveContext, turns: &[Range<usize>]) -> TurnTranscript {
+    let head = turns.first().map_or(0, |t| t.start);
+    let end = turns.last().map_or(head, |t| t.end);
+    let relative: Vec<Range<usize>> = turns.iter().map(|t| t.start - head..t.end - head).collect();
+    render_turns(&context.messages[head..end], &relative)
 }
 
 /// One summary, and who wrote it.
@@ -1389,15 +1452,21 @@ async fn ask(
     model: &ModelRef,
     request: &Request,
     replaced: &Replaced<'_>,
+    source: RequestSource<'_>,
 ) -> Result<(String, bool), AttemptFailure> {
     let span = info_span!("request", provider = model.provider.name(), model = %model.model);
-    let mut ignore = |_: StreamEvent<'_>| {};
-    let answer = model
-        .provider
-        .complete(request, &mut ignore)
-        .instrument(span)
-        .await
-        .map_err(AttemptFailure::Provider)?;
+    let answer = match &model.source {
+        Some(summarizer) => span.in_scope(|| summarizer.summarize_source(request, source)),
+        None => {
+            let mut ignore = |_: StreamEvent<'_>| {};
+            model
+                .provider
+                .complete(request, &mut ignore)
+                .instrument(span)
+                .await
+        }
+    }
+    .map_err(AttemptFailure::Provider)?;
     let summary = answer.text().trim().to_owned();
     if let Err(failure) = check_summary(&summary, replaced) {
         tracing::warn!(model = %model.model, %failure, "summary rejected");

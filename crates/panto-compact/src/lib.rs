@@ -97,6 +97,7 @@ mod plan;
 mod prompt;
 #[cfg(feature = "session")]
 mod session;
+mod source;
 #[cfg(any(test, feature = "test-support"))]
 pub mod testing;
 
@@ -113,6 +114,7 @@ pub use fold::{Chunk, FoldBudget, FoldError, FoldPlan, MIN_ROOM, fold};
 pub use ids::{IdGenerator, IdKind, SequentialIds, UniqueIds};
 pub use log::{MemoryLog, SessionLog};
 pub use plan::{Plan, keep_budget, plan};
+pub use source::{RequestSource, SourceSummarizer};
 // The lower crates, whole, and the names an agent needs most, so that depending on this crate
 // alone is enough to implement a provider and a store and to run the loop.
 pub use panto_model as model;

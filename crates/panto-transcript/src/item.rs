@@ -100,8 +100,14 @@ pub enum TranscriptItem {
 /// named after the latest tool call with its id that comes before it in `messages`.
 pub fn transcript_items(messages: &[Message]) -> Vec<TranscriptItem> {
     let mut items = Vec::new();
-    walk(messages, |item| items.push(item.to_owned_item()));
+    for_each_item(messages, |item| items.push(item));
     items
+}
+
+/// Calls `f` with each item of [`transcript_items`]`(messages)`, in order, one at a time: the
+/// items of a long prefix are never all held at once.
+pub fn for_each_item(messages: &[Message], mut f: impl FnMut(TranscriptItem)) {
+    walk(messages, |item| f(item.to_owned_item()));
 }
 
 /// A borrowed [`TranscriptItem`], as the walk produces it.

@@ -12,7 +12,7 @@
 
 use std::fmt::Write as _;
 
-use panto_model::Role;
+use panto_model::{Message, Role};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -96,6 +96,14 @@ impl Ledger {
         for item in items {
             walk.item(item);
         }
+        walk.finish()
+    }
+
+    /// [`Ledger::from_items`] of the transcript items of `messages`, read one at a time
+    /// ([`crate::for_each_item`]) instead of all held at once.
+    pub fn from_messages(messages: &[Message]) -> Ledger {
+        let mut walk = Walk::default();
+        crate::for_each_item(messages, |item| walk.item(&item));
         walk.finish()
     }
 
