@@ -27,7 +27,7 @@ use std::fmt::Write as _;
 use panto_compact::{RequestSource, SourceSummarizer};
 use panto_model::{ContentBlock, Message, Role};
 use panto_provider::{EventSink, Provider, ProviderError, Request, StreamEvent, async_trait};
-use panto_transcript::{TranscriptItem, clip, is_request, one_line, parse_request, strip_ledger};
+use panto_transcript::{ItemView, TranscriptItem, clip, is_request, one_line, parse_request, strip_ledger};
 
 /// The model name the offline summarizer reports.
 pub const MODEL: &str = "offline-extractive";
@@ -195,7 +195,7 @@ pub fn summarize(
     replaced_chars: usize,
 ) -> String {
     summarize_walk(
-        |f| items.iter().for_each(f),
+        |f| items.iter().for_each(|item| f(&item.view())),
         previous,
         instructions,
         replaced_chars,
@@ -205,7 +205,7 @@ pub fn summarize(
 /// [`summarize`] of the items that `walk` passes to the function it is given, in order, one
 /// at a time (so that the items of a long prefix need not be held at once).
 fn summarize_walk(
-    walk: impl FnOnce(&mut dyn FnMut(&TranscriptItem)),
+    walk: impl FnOnce(&mut dyn FnMut(&ItemView<'_>)),
     previous: Option<&str>,
     instructions: Option<&str>,
     replaced_chars: usize,
@@ -226,7 +226,7 @@ fn summarize_walk(
     walk(&mut |item| {
         at += 1;
         match item {
-            TranscriptItem::Text {
+            ItemView::Text {
                 role: Role::User,
                 text,
             } => {
@@ -238,7 +238,7 @@ fn summarize_walk(
                 }
                 focus(&terms, "user", text, &mut s.focus);
             }
-            TranscriptItem::Text {
+            ItemView::Text {
                 role: Role::Assistant,
                 text,
             } => {
@@ -248,14 +248,14 @@ fn summarize_walk(
                 }
                 focus(&terms, "assistant", text, &mut s.focus);
             }
-            TranscriptItem::ToolCall { name, .. } => {
-                *s.tools.entry(name.clone()).or_insert(0) += 1;
+            ItemView::ToolCall { name, .. } => {
+                *s.tools.entry((*name).to_owned()).or_insert(0) += 1;
             }
-            TranscriptItem::ToolResult { text, .. } => {
+            ItemView::ToolResult { text, .. } => {
                 focus(&terms, "tool result", text, &mut s.focus);
             }
             // A summary inside the transcript: carry it like a previous summary.
-            TranscriptItem::Summary { text } => carry(&mut s.earlier, text),
+            ItemView::Summary { text } => carry(&mut s.earlier, text),
             _ => {}
         }
     });

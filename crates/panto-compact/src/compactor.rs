@@ -324,6 +324,9 @@ pub struct Prepared {
     pub turns: Vec<Range<usize>>,
     /// Estimated tokens of each turn's transcript.
     pub turn_tokens: Vec<u64>,
+    /// The same estimate before rounding, in tenths of a token ([`Heuristic::text_tenths`]),
+    /// so that the size of a run of turns is exact without sizing its text again.
+    pub turn_tenths: Vec<u64>,
     /// The latest active summary, passed as `<previous-summary>` to the first request.
     pub previous_summary: Option<String>,
     /// Estimated tokens of the context before compaction.
@@ -620,9 +623,10 @@ impl Compactor {
         let prefix = &context.messages[p.prefix()];
         let prefix_turns = turns(prefix);
         let transcript = render_turns(prefix, &prefix_turns);
-        let turn_tokens = (0..prefix_turns.len())
-            .map(|t| Heuristic.text(transcript.turns(t..t + 1)))
+        let turn_tenths: Vec<u64> = (0..prefix_turns.len())
+            .map(|t| Heuristic.text_tenths(transcript.turns(t..t + 1)))
             .collect();
+        let turn_tokens = turn_tenths.iter().map(|t| t.div_ceil(10)).collect();
         let turns = prefix_turns
             .into_iter()
             .map(|t| t.start + p.head..t.end + p.head)
@@ -634,6 +638,7 @@ impl Compactor {
             transcript,
             turns,
             turn_tokens,
+            turn_tenths,
             previous_summary: context.summary().map(str::to_owned),
             limit,
         })
@@ -820,7 +825,7 @@ impl Compactor {
             // The chunk's transcript is a slice of the one rendered by `prepare`, unless a
             // body must be elided. The last request of the fold is built in that transcript's
             // own buffer (moved, not copied); an earlier one copies its slice once.
-            let (user_prompt, transcript_len, transcript_tokens, elisions) =
+            let (user_prompt, transcript_len, prompt_tokens, elisions) =
                 if chunk.needs_elision() {
                     let (text, elisions) = elide_to_fit(chunk_messages, chunk.capacity)
                         .ok_or_else(|| CompactError::TurnTooLarge {
@@ -828,14 +833,19 @@ impl Compactor {
                             capacity: chunk.capacity,
                         })?;
                     let prompt = render_request_text(&text, running.as_deref());
-                    (prompt, text.len(), Heuristic.text(&text), elisions)
+                    let tokens = Heuristic.text(&prompt);
+                    (prompt, text.len(), tokens, elisions)
                 } else {
                     if prepared.transcript.len() != prepared.turns.len() {
                         // An earlier last request took the transcript and overflowed.
                         prepared.transcript = render_prefix(context, &prepared.turns);
                     }
                     let len = prepared.transcript.turns(turns.clone()).len();
-                    let tokens = prepared.turn_tokens[turns.clone()].iter().sum();
+                    // Exact: the envelope's cost and the turns' add up to the prompt's.
+                    let envelope = render_request_text("", running.as_deref());
+                    let tenths = Heuristic.text_tenths(&envelope)
+                        + prepared.turn_tenths[turns.clone()].iter().sum::<u64>();
+                    let tokens = tenths.div_ceil(10);
                     let prompt = if turns.end == prepared.turns.len() {
                         std::mem::take(&mut prepared.transcript)
                             .into_request(turns.start, running.as_deref())
@@ -859,9 +869,9 @@ impl Compactor {
                 previous: running.as_deref().unwrap_or(""),
                 chars: transcript_len + running.as_deref().map_or(0, str::len),
             };
-            // Sized from the turns' sizes of `prepare`, as the fold's plan sized them: the
-            // prompt is never sized again.
-            let input_tokens = fixed + running.as_deref().map_or(0, previous_tokens) + transcript_tokens;
+            // The prompt is sized from the turns' sizes of `prepare` (an elided one, new text,
+            // is sized here).
+            let input_tokens = fixed + prompt_tokens;
             let last = plan.chunks.len() == 1;
             let output = match limit {
                 None => max_output,

@@ -3,7 +3,7 @@
 
 use panto_model::Message;
 use panto_provider::{ProviderError, Request};
-use panto_transcript::{TranscriptItem, for_each_item};
+use panto_transcript::{ItemView, for_each_item};
 
 /// What one compaction request was rendered from: the messages it summarizes and the previous
 /// summary it carries as `<previous-summary>`.
@@ -28,10 +28,10 @@ impl<'a> RequestSource<'a> {
         }
     }
 
-    /// Calls `f` with each transcript item of the messages, in order, one at a time: what
-    /// `panto_transcript::parse_request` would read back from the request's text, without the
-    /// parse and without holding every item at once.
-    pub fn for_each_item(&self, f: impl FnMut(TranscriptItem)) {
+    /// Calls `f` with each transcript item of the messages, in order, one at a time and
+    /// borrowed: what `panto_transcript::parse_request` would read back from the request's
+    /// text, without the parse, without copies and without holding every item at once.
+    pub fn for_each_item(&self, f: impl FnMut(ItemView<'a>)) {
         for_each_item(self.messages, f);
     }
 }

@@ -648,7 +648,7 @@ impl panto_compact::SourceSummarizer for FromSource {
         source: panto_compact::RequestSource<'_>,
     ) -> Result<Message, ProviderError> {
         let mut items = Vec::new();
-        source.for_each_item(|item| items.push(item));
+        source.for_each_item(|item| items.push(item.to_item()));
         let summary = format!("S: {} items were summarized.", items.len());
         self.seen.lock().unwrap().push((
             items,

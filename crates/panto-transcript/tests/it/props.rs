@@ -336,7 +336,7 @@ proptest! {
     #[test]
     fn items_one_at_a_time_are_the_transcript_items(messages in messages()) {
         let mut items = Vec::new();
-        for_each_item(&messages, |item| items.push(item));
+        for_each_item(&messages, |item| items.push(item.to_item()));
         prop_assert_eq!(&items, &transcript_items(&messages));
         prop_assert_eq!(Ledger::from_messages(&messages), Ledger::from_items(&items));
     }
