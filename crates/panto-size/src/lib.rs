@@ -117,6 +117,18 @@ pub fn estimate_request(system: &str, messages: &[Message]) -> u64 {
     request_estimate(&sizer, system, messages, &estimates, &sizes)
 }
 
+/// [`estimate_request`] with `system` and with no system prompt, in that order, from one
+/// sizing pass.
+pub fn estimate_request_with(system: &str, messages: &[Message]) -> (u64, u64) {
+    let sizer = UsageSizer::default();
+    let (estimates, measured) = sizer.measure_with_estimates(messages);
+    let sizes: Vec<u64> = measured.iter().map(|s| s.tokens).collect();
+    (
+        request_estimate(&sizer, system, messages, &estimates, &sizes),
+        request_estimate(&sizer, "", messages, &estimates, &sizes),
+    )
+}
+
 /// [`estimate_request`] from the heuristic `estimates` and the `sizes` that `sizer` gave
 /// `messages`.
 pub(crate) fn request_estimate(

@@ -7,7 +7,7 @@ use panto_model::arbitrary::session;
 use panto_model::{KEPT_BY, Message, Role, Usage};
 use panto_size::{
     Fallback, Heuristic, MessageSize, PLAUSIBLE_FACTOR, Sizer, Source, UsageSizer,
-    estimate_request,
+    estimate_request, estimate_request_with,
 };
 use proptest::collection::vec;
 use proptest::prelude::*;
@@ -145,6 +145,11 @@ proptest! {
         let (sizes, request) = sizer.sizes_and_request(&s.messages);
         prop_assert_eq!(sizes, sizer.message_sizes(&s.messages));
         prop_assert_eq!(request, estimate_request("", &s.messages));
+        let system = "You are a careful coding agent.";
+        prop_assert_eq!(
+            estimate_request_with(system, &s.messages),
+            (estimate_request(system, &s.messages), request)
+        );
     }
 
     #[test]
