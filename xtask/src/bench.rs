@@ -98,7 +98,10 @@ pub struct Flags {
 }
 
 pub fn run(root: &Path, args: &[String]) -> Result<()> {
-    if args.iter().any(|a| matches!(a.as_str(), "--help" | "-h" | "help")) {
+    if args
+        .iter()
+        .any(|a| matches!(a.as_str(), "--help" | "-h" | "help"))
+    {
         print!("{USAGE}");
         return Ok(());
     }

@@ -27,7 +27,9 @@ use std::fmt::Write as _;
 use panto_compact::{RequestSource, SourceSummarizer};
 use panto_model::{ContentBlock, Message, Role};
 use panto_provider::{EventSink, Provider, ProviderError, Request, StreamEvent, async_trait};
-use panto_transcript::{ItemView, TranscriptItem, clip, is_request, one_line, parse_request, strip_ledger};
+use panto_transcript::{
+    ItemView, TranscriptItem, clip, is_request, one_line, parse_request, strip_ledger,
+};
 
 /// The model name the offline summarizer reports.
 pub const MODEL: &str = "offline-extractive";

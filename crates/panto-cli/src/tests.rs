@@ -445,6 +445,9 @@ mod offline_source {
         let error = OfflineSummarizer::new()
             .summarize_source(&request, RequestSource::new(&messages, None))
             .unwrap_err();
-        assert!(error.to_string().contains("exactly one user message"), "{error}");
+        assert!(
+            error.to_string().contains("exactly one user message"),
+            "{error}"
+        );
     }
 }

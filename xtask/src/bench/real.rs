@@ -52,7 +52,11 @@ struct Paired {
 /// Median, minimum and maximum of `values`.
 fn spread<T: Copy + PartialOrd>(mut values: Vec<T>) -> [T; 3] {
     values.sort_by(|a, b| a.partial_cmp(b).expect("comparable"));
-    [values[values.len() / 2], values[0], values[values.len() - 1]]
+    [
+        values[values.len() / 2],
+        values[0],
+        values[values.len() - 1],
+    ]
 }
 
 /// Runs `args` and the baseline parse `reps` times, alternating (the parse first), after one
@@ -97,7 +101,10 @@ fn check(label: &str, out: &Path, messages: usize) -> Result<()> {
         .with_context(|| format!("{label} printed no JSON document"))?;
     if label.contains("context") {
         let n = doc["messages"].as_array().map_or(0, Vec::len);
-        ensure!(n == messages, "context has {n} messages, expected {messages}");
+        ensure!(
+            n == messages,
+            "context has {n} messages, expected {messages}"
+        );
     } else {
         let summarized = doc["summarized_turns"].as_u64().unwrap_or(0);
         ensure!(
@@ -117,7 +124,10 @@ pub fn process(root: &Path, _flags: &Flags) -> Result<()> {
             source.display()
         );
     };
-    let messages = session.split(|&b| b == b'\n').filter(|l| !l.is_empty()).count();
+    let messages = session
+        .split(|&b| b == b'\n')
+        .filter(|l| !l.is_empty())
+        .count();
     let dir = bench_dir(root, "process")?;
     let runner = Runner::new(root, &dir)?;
     ensure!(

@@ -624,7 +624,13 @@ async fn a_degenerate_summary_from_the_compaction_model_triggers_the_fallback() 
 /// the items, and its provider side fails (the compactor must not call it).
 #[derive(Default)]
 struct FromSource {
-    seen: Mutex<Vec<(Vec<panto_transcript::TranscriptItem>, Option<String>, String)>>,
+    seen: Mutex<
+        Vec<(
+            Vec<panto_transcript::TranscriptItem>,
+            Option<String>,
+            String,
+        )>,
+    >,
 }
 
 #[panto_provider::async_trait]

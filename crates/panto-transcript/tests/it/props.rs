@@ -8,9 +8,8 @@ use panto_model::{
 };
 use panto_transcript::{
     Ledger, ParsedRequest, TranscriptItem, elision_marker, for_each_item, parse_request,
-    parse_transcript, render_request,
-    render_request_text, render_transcript, render_transcript_elided, render_transcript_into,
-    render_turns, transcript_items,
+    parse_transcript, render_request, render_request_text, render_transcript,
+    render_transcript_elided, render_transcript_into, render_turns, transcript_items,
 };
 use proptest::collection::vec;
 use proptest::prelude::*;
