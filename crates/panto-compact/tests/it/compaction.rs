@@ -620,17 +620,18 @@ async fn a_degenerate_summary_from_the_compaction_model_triggers_the_fallback() 
     }
 }
 
+/// What [`FromSource`] was given: the items, the previous summary and the request's text.
+type Seen = (
+    Vec<panto_transcript::TranscriptItem>,
+    Option<String>,
+    String,
+);
+
 /// A summarizer that reads a request's source: it records what it was given and answers from
 /// the items, and its provider side fails (the compactor must not call it).
 #[derive(Default)]
 struct FromSource {
-    seen: Mutex<
-        Vec<(
-            Vec<panto_transcript::TranscriptItem>,
-            Option<String>,
-            String,
-        )>,
-    >,
+    seen: Mutex<Vec<Seen>>,
 }
 
 #[panto_provider::async_trait]
