@@ -9,7 +9,9 @@
 //!   `panto compact --dry-run` as processes with their peak memory ([`process`](mod@process));
 //! - `memory`: the peak memory of those processes when only the history grows;
 //! - `session`: the effective context of a long session loads in time that does not grow with
-//!   the history, and append latency.
+//!   the history, and append latency;
+//! - `process`: the real pi session ×1, ×10 and ×100 through the `panto` processes, each run's
+//!   CPU time paired with a process parsing the same lines ([`real`](mod@real)).
 //!
 //! The measurements run in a release build: from a debug build of xtask, the command re-runs
 //! itself with `cargo run --release`. Generated data goes under `target/bench/`, never into the
@@ -19,6 +21,7 @@
 
 mod generate;
 mod process;
+mod real;
 mod scale;
 mod stages;
 #[cfg(test)]
@@ -56,7 +59,34 @@ const SECTIONS: &[Section] = &[
         "effective-context load time over growing histories, and append latency",
         session,
     ),
+    (
+        "process",
+        "the real pi session ×1, ×10 and ×100 through the panto processes, paired with a parse",
+        real::process,
+    ),
 ];
+
+/// What `cargo xtask bench --help` prints.
+const USAGE: &str = "\
+usage: cargo xtask bench [SECTION...] [--quick] [--keep]
+
+Runs the measurements of docs/benchmarks.md in a release build and prints them as Markdown.
+With no SECTION, every section runs (about 10 minutes).
+
+sections:
+  scale    every stage over generated sessions of 1k to 1M messages, against parsing the same
+           bytes into serde_json::Value, and the panto processes with their peak memory
+  memory   peak memory of the panto processes when only the history grows
+  session  effective-context load time over growing histories, and append latency
+  process  the real pi session (../shared/data/sessions/pi-large.jsonl) ×1, ×10, ×100 through
+           panto context --json, panto transcript and panto compact --dry-run --provider
+           offline, each run paired with a process parsing the same lines (CPU time by perf)
+
+options:
+  --quick  sessions up to 100k messages, histories up to 100 MB
+  --keep   keep the generated sessions under target/bench/ and reuse them next run
+  --help   print this
+";
 
 /// Flags shared by the sections.
 #[derive(Debug, Default)]
@@ -68,6 +98,17 @@ pub(crate) struct Flags {
 }
 
 pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
+    if args
+        .iter()
+        .any(|a| matches!(a.as_str(), "--help" | "-h" | "help"))
+    {
+        print!("{USAGE}");
+        return Ok(());
+    }
+    if args.first().map(String::as_str) == Some("__parse") {
+        // The baseline process of the `process` section.
+        return real::parse(&args[1..]);
+    }
     if args.first().map(String::as_str) == Some("__stages") {
         // The criterion child of the `scale` section (already a release build).
         return stages::child(&args[1..]);
@@ -106,10 +147,7 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
             "--keep" => flags.keep = true,
             name => match SECTIONS.iter().find(|s| s.0 == name) {
                 Some(s) => chosen.push(s),
-                None => bail!(
-                    "unknown bench section `{name}`; sections: {}",
-                    SECTIONS.iter().map(|s| s.0).collect::<Vec<_>>().join(", ")
-                ),
+                None => bail!("unknown bench argument `{name}`\n\n{USAGE}"),
             },
         }
     }

@@ -14,7 +14,7 @@ use panto_compact::{
     CompactorConfig, Driver, ModelRef, NothingToCompact, Reply,
 };
 use panto_model::{ContentBlock, EffectiveContext, Message, Role, turns};
-use panto_provider::{About, Provider, ProviderError, StreamEvent, Wait};
+use panto_provider::{About, ProviderError, StreamEvent, Wait};
 use panto_session::{Loaded, Session, SessionError, SessionOptions};
 use serde_json::json;
 
@@ -280,8 +280,8 @@ pub(crate) fn active_model(config: &Config, summarize_only: bool) -> Result<Mode
         if !summarize_only {
             return Err(bad_input(NO_PROVIDER));
         }
-        let provider: Arc<dyn Provider> = Arc::new(offline::OfflineSummarizer::new());
-        return Ok(ModelRef::new(provider, offline::MODEL));
+        let provider = Arc::new(offline::OfflineSummarizer::new());
+        return Ok(ModelRef::with_source(provider, offline::MODEL));
     }
     let model = config.model.value.clone().ok_or_else(|| {
         bad_input(format!(
@@ -306,14 +306,16 @@ For a local OpenAI-compatible server: --provider openai --base-url http://127.0.
 fn context(config: &Config, path: &Path, as_json: bool) -> Result<()> {
     let session = open_session(config, path)?;
     let ctx = load(&session)?;
-    let estimated = panto_size::estimate_request(&config.system_prompt.value, &ctx.messages);
+    // One sizing pass for both estimates.
+    let (estimated, conversation_tokens) =
+        panto_size::estimate_request_with(&config.system_prompt.value, &ctx.messages);
     let conversation_turns = turns(ctx.conversation()).len();
     if as_json {
         // Written straight from the messages: no second copy of the context in memory.
         let doc = ContextDoc {
             messages: &ctx.messages,
             estimated_tokens: estimated,
-            conversation_tokens: panto_size::estimate_request("", &ctx.messages),
+            conversation_tokens,
             turns: conversation_turns,
             compaction: ctx.compaction.as_ref().map(|c| {
                 json!({
@@ -328,6 +330,7 @@ fn context(config: &Config, path: &Path, as_json: bool) -> Result<()> {
         serde_json::to_writer(&mut out, &doc)?;
         writeln!(out)?;
         out.flush()?;
+        exiting(ctx);
         return Ok(());
     }
     let mut out = std::io::stdout().lock();
@@ -453,12 +456,20 @@ fn transcript(config: &Config, path: &Path) -> Result<()> {
     match compactor.prepare(&ctx, &CompactRun::manual(None)) {
         Ok(prepared) => {
             let mut out = std::io::stdout().lock();
-            out.write_all(for_stdout(&prepared.user_prompt()).as_bytes())?;
+            out.write_all(for_stdout(&prepared.into_user_prompt()).as_bytes())?;
             out.flush()?;
         }
         Err(nothing) => say(&format!("panto: {}", nothing_text(&nothing))),
     }
+    exiting(ctx);
     Ok(())
+}
+
+/// Lets go of a loaded context without freeing it message by message: the command is done
+/// and the process exits next, which returns the memory at once (on a long session the frees
+/// cost about a tenth of the command's time).
+fn exiting(ctx: EffectiveContext) {
+    std::mem::forget(ctx);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -477,7 +488,9 @@ async fn compact(
     let mut spinner = Spinner::start("compacting");
     let outcome = if dry_run {
         let ctx = load(&session)?;
-        compactor.dry_run(&ctx, options).await
+        let outcome = compactor.dry_run(&ctx, options).await;
+        exiting(ctx);
+        outcome
     } else {
         // No lock while the model summarizes: the append checks that nobody wrote meanwhile.
         writable(&session)?;

@@ -1,8 +1,11 @@
 //! The offline summarizer: a deterministic, extractive `Provider` that writes a compaction
 //! summary with no network and no model, so that `panto compact` works on a fresh machine.
 //!
-//! It goes through the same pipeline as a real model: it receives the compaction request,
-//! reads the transcript back with `panto_transcript::parse_request`, and extracts:
+//! It goes through the same pipeline as a real model: the compactor builds the same request,
+//! and, as a [`SourceSummarizer`], the summarizer reads the transcript items of the messages
+//! the request was rendered from (it never parses back the text rendered a moment earlier;
+//! only a request from elsewhere, through [`Provider::complete`], is read back with
+//! `panto_transcript::parse_request`), and extracts:
 //! - any earlier summary it finds: the previous summary by another model, a summary block in
 //!   the transcript, or a summary the user pasted into a message, carried over whole (bounded),
 //! - the user's goal (the first request that is not a bare slash command, or the goal of the
@@ -21,9 +24,12 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use panto_model::{Message, Role};
+use panto_compact::{RequestSource, SourceSummarizer};
+use panto_model::{ContentBlock, Message, Role};
 use panto_provider::{EventSink, Provider, ProviderError, Request, StreamEvent, async_trait};
-use panto_transcript::{TranscriptItem, clip, is_request, one_line, parse_request, strip_ledger};
+use panto_transcript::{
+    ItemView, TranscriptItem, clip, is_request, one_line, parse_request, strip_ledger,
+};
 
 /// The model name the offline summarizer reports.
 pub(crate) const MODEL: &str = "offline-extractive";
@@ -62,6 +68,9 @@ impl Provider for OfflineSummarizer {
         "offline"
     }
 
+    /// A compaction request that comes without its source (from a caller other than the
+    /// compactor, which uses [`SourceSummarizer::summarize_source`]): its transcript is read
+    /// back from the text.
     async fn complete(
         &self,
         request: &Request,
@@ -69,40 +78,83 @@ impl Provider for OfflineSummarizer {
     ) -> Result<Message, ProviderError> {
         let summary = summarize_request(request)?;
         events(StreamEvent::Text(&summary));
-        let mut message = Message::assistant_text(summary);
-        message.model = Some(MODEL.to_owned());
-        message.stop_reason = Some("end_turn".to_owned());
-        Ok(message)
+        Ok(answer(summary))
     }
 }
 
-/// Summarizes a compaction request.
+impl SourceSummarizer for OfflineSummarizer {
+    /// The compactor's path: the summary is written from the items of the messages the request
+    /// was rendered from, and the request's text is not read back.
+    fn summarize_source(
+        &self,
+        request: &Request,
+        source: RequestSource<'_>,
+    ) -> Result<Message, ProviderError> {
+        let message = compaction_message(request)?;
+        // The size of what the summary replaces, counted without copying the prompt.
+        let chars = message
+            .content
+            .iter()
+            .map(|b| match b {
+                ContentBlock::Text(t) => t.text.len(),
+                _ => 0,
+            })
+            .sum();
+        let summary = summarize_walk(
+            |f| source.for_each_item(|item| f(&item)),
+            source.previous_summary,
+            instructions(request).as_deref(),
+            chars,
+        );
+        Ok(answer(summary))
+    }
+}
+
+/// The assistant message that carries `summary`.
+fn answer(summary: String) -> Message {
+    let mut message = Message::assistant_text(summary);
+    message.model = Some(MODEL.to_owned());
+    message.stop_reason = Some("end_turn".to_owned());
+    message
+}
+
+/// The error for a request the offline summarizer cannot answer.
+fn refuse(why: &str) -> ProviderError {
+    ProviderError::Unsupported {
+        message: format!(
+            "the offline summarizer only writes compaction summaries ({why}); configure a provider to chat"
+        ),
+    }
+}
+
+/// The one user message of a compaction request.
+fn compaction_message(request: &Request) -> Result<&Message, ProviderError> {
+    match request.messages.as_slice() {
+        [message] if message.role == Role::User => Ok(message),
+        _ => Err(refuse("a compaction request has exactly one user message")),
+    }
+}
+
+/// The `/compact` instructions appended to the system prompt, when there are any.
+fn instructions(request: &Request) -> Option<String> {
+    request
+        .system
+        .split_once(INSTRUCTIONS_HEADING)
+        .map(|(_, rest)| rest.trim().to_owned())
+        .filter(|s| !s.is_empty())
+}
+
+/// Summarizes a compaction request from its text (read back with `parse_request`).
 ///
 /// # Errors
 /// [`ProviderError::Unsupported`] when the request is not a compaction request.
 pub(crate) fn summarize_request(request: &Request) -> Result<String, ProviderError> {
-    let refuse = |why: &str| ProviderError::Unsupported {
-        message: format!(
-            "the offline summarizer only writes compaction summaries ({why}); configure a provider to chat"
-        ),
-    };
-    let [message] = request.messages.as_slice() else {
-        return Err(refuse("a compaction request has exactly one user message"));
-    };
-    if message.role != Role::User {
-        return Err(refuse("a compaction request has exactly one user message"));
-    }
-    let text = message.text();
+    let text = compaction_message(request)?.text();
     let parsed = parse_request(&text).map_err(|e| refuse(&e.to_string()))?;
-    let instructions = request
-        .system
-        .split_once(INSTRUCTIONS_HEADING)
-        .map(|(_, rest)| rest.trim().to_owned())
-        .filter(|s| !s.is_empty());
     Ok(summarize(
         &parsed.items,
         parsed.previous_summary.as_deref(),
-        instructions.as_deref(),
+        instructions(request).as_deref(),
         text.len(),
     ))
 }
@@ -144,6 +196,22 @@ pub(crate) fn summarize(
     instructions: Option<&str>,
     replaced_chars: usize,
 ) -> String {
+    summarize_walk(
+        |f| items.iter().for_each(|item| f(&item.view())),
+        previous,
+        instructions,
+        replaced_chars,
+    )
+}
+
+/// [`summarize`] of the items that `walk` passes to the function it is given, in order, one
+/// at a time (so that the items of a long prefix need not be held at once).
+fn summarize_walk(
+    walk: impl FnOnce(&mut dyn FnMut(&ItemView<'_>)),
+    previous: Option<&str>,
+    instructions: Option<&str>,
+    replaced_chars: usize,
+) -> String {
     let previous = previous.map(strip_ledger);
     let mut s = match previous {
         Some(p) if p.starts_with(OWN_MARK) => parse_own(p),
@@ -156,9 +224,11 @@ pub(crate) fn summarize(
     // Code spans with where they were last seen, to list the most recent first.
     let mut spans: Vec<(String, usize)> = Vec::new();
     let terms = instructions.map(key_terms).unwrap_or_default();
-    for (at, item) in items.iter().enumerate() {
+    let mut at = 0;
+    walk(&mut |item| {
+        at += 1;
         match item {
-            TranscriptItem::Text {
+            ItemView::Text {
                 role: Role::User,
                 text,
             } => {
@@ -170,7 +240,7 @@ pub(crate) fn summarize(
                 }
                 focus(&terms, "user", text, &mut s.focus);
             }
-            TranscriptItem::Text {
+            ItemView::Text {
                 role: Role::Assistant,
                 text,
             } => {
@@ -180,17 +250,17 @@ pub(crate) fn summarize(
                 }
                 focus(&terms, "assistant", text, &mut s.focus);
             }
-            TranscriptItem::ToolCall { name, .. } => {
-                *s.tools.entry(name.clone()).or_insert(0) += 1;
+            ItemView::ToolCall { name, .. } => {
+                *s.tools.entry((*name).to_owned()).or_insert(0) += 1;
             }
-            TranscriptItem::ToolResult { text, .. } => {
+            ItemView::ToolResult { text, .. } => {
                 focus(&terms, "tool result", text, &mut s.focus);
             }
             // A summary inside the transcript: carry it like a previous summary.
-            TranscriptItem::Summary { text } => carry(&mut s.earlier, text),
+            ItemView::Summary { text } => carry(&mut s.earlier, text),
             _ => {}
         }
-    }
+    });
     spans.sort_by_key(|s| std::cmp::Reverse(s.1));
     let mut recent: Vec<String> = Vec::new();
     for (span, _) in spans {

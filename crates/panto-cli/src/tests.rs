@@ -400,3 +400,64 @@ fn the_trust_table_names_every_key_a_config_file_may_hold() {
     let table: Vec<&str> = crate::config::KEYS.iter().map(|(k, _)| *k).collect();
     assert_eq!(accepted, table);
 }
+
+mod offline_source {
+    use panto_compact::{RequestSource, SourceSummarizer};
+    use panto_model::{ContentBlock, Message, Role};
+    use panto_provider::Request;
+    use panto_transcript::render_request;
+    use serde_json::json;
+
+    use crate::offline::{OfflineSummarizer, summarize_request};
+
+    fn conversation() -> Vec<Message> {
+        vec![
+            Message::user_text("Fix the failing test in `src/parse.rs` please"),
+            Message::new(
+                Role::Assistant,
+                vec![
+                    ContentBlock::text("Reading `parse_line` first."),
+                    ContentBlock::tool_use("t1", "read", json!({"path": "src/parse.rs"})),
+                ],
+            ),
+            Message::new(
+                Role::User,
+                vec![ContentBlock::tool_result("t1", "fn parse_line() {}", false)],
+            ),
+            Message::assistant_text("Fixed: `parse_line` skipped the last field."),
+        ]
+    }
+
+    #[test]
+    fn the_summary_from_the_source_is_the_summary_from_the_text() {
+        let messages = conversation();
+        for previous in [None, Some("## Goal\nAn earlier goal.")] {
+            let text = render_request(&messages, previous);
+            let request = Request::new(
+                "offline-extractive",
+                "Summarize.",
+                vec![Message::user_text(text)],
+                1000,
+            );
+            let from_text = summarize_request(&request).unwrap();
+            let from_source = OfflineSummarizer::new()
+                .summarize_source(&request, RequestSource::new(&messages, previous))
+                .unwrap();
+            assert_eq!(from_source.text(), from_text);
+            assert!(from_text.contains("parse_line"), "{from_text}");
+        }
+    }
+
+    #[test]
+    fn a_request_that_is_not_a_compaction_is_refused_from_the_source_too() {
+        let messages = conversation();
+        let request = Request::new("offline-extractive", "", Vec::new(), 1000);
+        let error = OfflineSummarizer::new()
+            .summarize_source(&request, RequestSource::new(&messages, None))
+            .unwrap_err();
+        assert!(
+            error.to_string().contains("exactly one user message"),
+            "{error}"
+        );
+    }
+}

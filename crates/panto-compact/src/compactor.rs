@@ -30,6 +30,7 @@ use crate::plan::{NothingToCompact, Plan, keep_budget, plan};
 use crate::prompt::CompactionPrompt;
 use crate::record::{RECORD_ONLY_MODEL, record_only_text};
 use crate::report::{CompactOutcome, Compacted, CompactionReport, ElidedItem, FoldStep};
+use crate::source::RequestSource;
 
 /// A compaction ready to be sent: the plan, the system prompt and the transcript of the
 /// summarized prefix, rendered once, turn by turn, and sized. Made by [`Compactor::prepare`].
@@ -46,6 +47,9 @@ pub struct Prepared {
     pub turns: Vec<Range<usize>>,
     /// Estimated tokens of each turn's transcript.
     pub turn_tokens: Vec<u64>,
+    /// The same estimate before rounding, in tenths of a token ([`Heuristic::text_tenths`]),
+    /// so that the size of a run of turns is exact without sizing its text again.
+    pub turn_tenths: Vec<u64>,
     /// The latest active summary, passed as `<previous-summary>` to the first request.
     pub previous_summary: Option<String>,
     /// Estimated tokens of the context before compaction.
@@ -60,6 +64,13 @@ impl Prepared {
     /// previous summary. (A fold sends slices of the same transcript.)
     pub fn user_prompt(&self) -> String {
         render_request_text(self.transcript.text(), self.previous_summary.as_deref())
+    }
+
+    /// [`Prepared::user_prompt`], built in the transcript's own buffer instead of a copy of it
+    /// ([`TurnTranscript::into_request`]).
+    pub fn into_user_prompt(self) -> String {
+        self.transcript
+            .into_request(0, self.previous_summary.as_deref())
     }
 }
 
@@ -209,7 +220,8 @@ impl Compactor {
         context: &EffectiveContext,
         options: &CompactRun,
     ) -> Result<Prepared, NothingToCompact> {
-        let sizes = self.sizer.message_sizes(&context.messages);
+        // One sizing pass gives both the plan's sizes and `tokens_before`.
+        let (sizes, tokens_before) = self.sizer.sizes_and_request(&context.messages);
         let limit = options.request_limit(self.config.context_window);
         let mut budget = keep_budget(self.config.keep_tokens, limit);
         if options.known_limit(self.config.context_window).is_none()
@@ -235,20 +247,22 @@ impl Compactor {
         let prefix = &context.messages[p.prefix()];
         let prefix_turns = turns(prefix);
         let transcript = render_turns(prefix, &prefix_turns);
-        let turn_tokens = (0..prefix_turns.len())
-            .map(|t| Heuristic.text(transcript.turns(t..t + 1)))
+        let turn_tenths: Vec<u64> = (0..prefix_turns.len())
+            .map(|t| Heuristic.text_tenths(transcript.turns(t..t + 1)))
             .collect();
+        let turn_tokens = turn_tenths.iter().map(|t| t.div_ceil(10)).collect();
         let turns = prefix_turns
             .into_iter()
             .map(|t| t.start + p.head..t.end + p.head)
             .collect();
         Ok(Prepared {
-            tokens_before: estimate_request("", &context.messages),
+            tokens_before,
             plan: p,
             system,
             transcript,
             turns,
             turn_tokens,
+            turn_tenths,
             previous_summary: context.summary().map(str::to_owned),
             limit,
         })
@@ -349,7 +363,7 @@ impl Compactor {
             tokens_before: prepared.tokens_before,
         });
         let mut prepared = prepared;
-        let mut result = self.fold(context, &prepared).await;
+        let mut result = self.fold(context, &mut prepared).await;
         // An overflow compaction whose own requests taught it a smaller window than its plan
         // assumed (the provider stated no limit) plans again within that window, once, when
         // the kept turns and the summary would not fit it: else the retry could only overflow.
@@ -371,7 +385,7 @@ impl Compactor {
                 );
                 prepared = again;
                 let requests = folded.requests;
-                result = self.fold(context, &prepared).await.map(|mut f| {
+                result = self.fold(context, &mut prepared).await.map(|mut f| {
                     f.requests += requests;
                     f
                 });
@@ -402,7 +416,7 @@ impl Compactor {
     async fn fold(
         &mut self,
         context: &EffectiveContext,
-        prepared: &Prepared,
+        prepared: &mut Prepared,
     ) -> Result<Folded, CompactError> {
         let max_output = u64::from(self.config.max_output_tokens);
         let fixed = request_overhead(&prepared.system);
@@ -431,33 +445,57 @@ impl Compactor {
             let steps = folded.steps.len() + plan.requests();
             let turns = chunk.turns.start + done..chunk.turns.end + done;
             let messages = prepared.turns[turns.start].start..prepared.turns[turns.end - 1].end;
-            let (transcript, elisions) = if chunk.needs_elision() {
-                elide_to_fit(&context.messages[messages.clone()], chunk.capacity).ok_or_else(
-                    || CompactError::TurnTooLarge {
-                        tokens: chunk.tokens,
-                        capacity: chunk.capacity,
-                    },
-                )?
-            } else {
-                (
-                    prepared.transcript.turns(turns.clone()).to_owned(),
-                    Vec::new(),
-                )
-            };
-            let user_prompt = render_request_text(&transcript, running.as_deref());
-            let items = transcript_items(&context.messages[messages.clone()]);
+            let chunk_messages = &context.messages[messages.clone()];
+            // The chunk's transcript is a slice of the one rendered by `prepare`, unless a
+            // body must be elided. The last request of the fold is built in that transcript's
+            // own buffer (moved, not copied); an earlier one copies its slice once.
+            let (user_prompt, transcript_len, prompt_tokens, elisions) =
+                if chunk.needs_elision() {
+                    let (text, elisions) = elide_to_fit(chunk_messages, chunk.capacity)
+                        .ok_or_else(|| CompactError::TurnTooLarge {
+                            tokens: chunk.tokens,
+                            capacity: chunk.capacity,
+                        })?;
+                    let prompt = render_request_text(&text, running.as_deref());
+                    let tokens = Heuristic.text(&prompt);
+                    (prompt, text.len(), tokens, elisions)
+                } else {
+                    if prepared.transcript.len() != prepared.turns.len() {
+                        // An earlier last request took the transcript and overflowed.
+                        prepared.transcript = render_prefix(context, &prepared.turns);
+                    }
+                    let len = prepared.transcript.turns(turns.clone()).len();
+                    // Exact: the envelope's cost and the turns' add up to the prompt's.
+                    let envelope = render_request_text("", running.as_deref());
+                    let tenths = Heuristic.text_tenths(&envelope)
+                        + prepared.turn_tenths[turns.clone()].iter().sum::<u64>();
+                    let tokens = tenths.div_ceil(10);
+                    let prompt = if turns.end == prepared.turns.len() {
+                        std::mem::take(&mut prepared.transcript)
+                            .into_request(turns.start, running.as_deref())
+                    } else {
+                        render_request_text(
+                            prepared.transcript.turns(turns.clone()),
+                            running.as_deref(),
+                        )
+                    };
+                    (prompt, len, tokens, Vec::new())
+                };
             let extractive = self.config.extractive_summaries;
+            let last_message = if extractive {
+                String::new()
+            } else {
+                last_body(chunk_messages)
+            };
             let replaced = Replaced {
                 system: if extractive { "" } else { &prepared.system },
-                last_message: if extractive {
-                    ""
-                } else {
-                    items.last().map_or("", item_body)
-                },
+                last_message: &last_message,
                 previous: running.as_deref().unwrap_or(""),
-                chars: transcript.len() + running.as_deref().map_or(0, str::len),
+                chars: transcript_len + running.as_deref().map_or(0, str::len),
             };
-            let input_tokens = fixed + Heuristic.text(&user_prompt);
+            // The prompt is sized from the turns' sizes of `prepare` (an elided one, new text,
+            // is sized here).
+            let input_tokens = fixed + prompt_tokens;
             let last = plan.chunks.len() == 1;
             let output = match limit {
                 None => max_output,
@@ -480,16 +518,17 @@ impl Compactor {
                 input_tokens,
                 max_output_tokens: output,
             });
+            let source = RequestSource::new(chunk_messages, running.as_deref());
             let answer = self
                 .ask_with_fallback(
                     &prepared.system,
                     user_prompt,
                     output,
                     &replaced,
+                    source,
                     &mut folded.requests,
                 )
                 .await;
-            drop(transcript);
             match answer {
                 Ok(answer) => {
                     let summary_tokens = Heuristic.text(&answer.summary);
@@ -517,7 +556,7 @@ impl Compactor {
                     }));
                     folded.truncated = answer.truncated;
                     folded.used = Some(answer.used);
-                    ledger = Ledger::merge(&ledger, &Ledger::from_items(&items));
+                    ledger = Ledger::merge(&ledger, &Ledger::from_messages(chunk_messages));
                     ledger.fit(budget);
                     // The ledger goes with the final summary only: the next chunk's request
                     // carries the model's text, so the fold's plan is not changed by it.
@@ -595,6 +634,7 @@ impl Compactor {
         user_prompt: String,
         max_output_tokens: u32,
         replaced: &Replaced<'_>,
+        source: RequestSource<'_>,
         requests: &mut usize,
     ) -> Result<Answer, Failure> {
         let (first, second) = match &self.compaction_model {
@@ -608,7 +648,7 @@ impl Compactor {
             max_output_tokens,
         );
         *requests += 1;
-        let cause = match ask(&first, &request, replaced).await {
+        let cause = match ask(&first, &request, replaced, source).await {
             Ok((summary, truncated)) => {
                 return Ok(Answer {
                     summary,
@@ -638,7 +678,7 @@ impl Compactor {
         });
         request.model.clone_from(&active.model);
         *requests += 1;
-        match ask(&active, &request, replaced).await {
+        match ask(&active, &request, replaced, source).await {
             Ok((summary, truncated)) => Ok(Answer {
                 summary,
                 truncated,
@@ -862,15 +902,30 @@ fn kept_estimate(context: &EffectiveContext, prepared: &Prepared, summary: &str)
     estimate_request("", &after)
 }
 
-/// The body of a transcript item: what the summary must not merely copy.
-fn item_body(item: &TranscriptItem) -> &str {
-    match item {
-        TranscriptItem::Text { text, .. }
-        | TranscriptItem::Thinking { text, .. }
-        | TranscriptItem::ToolResult { text, .. }
-        | TranscriptItem::Summary { text } => text,
-        _ => "",
+/// The body of the last transcript item of `messages`: what the summary must not merely copy.
+fn last_body(messages: &[Message]) -> String {
+    let Some(last) = messages.len().checked_sub(1) else {
+        return String::new();
+    };
+    // The last item comes from the last message; its tool names do not matter here.
+    match transcript_items(&messages[last..]).pop() {
+        Some(
+            TranscriptItem::Text { text, .. }
+            | TranscriptItem::Thinking { text, .. }
+            | TranscriptItem::ToolResult { text, .. }
+            | TranscriptItem::Summary { text },
+        ) => text,
+        _ => String::new(),
     }
+}
+
+/// The transcript of the summarized prefix whose turns are `turns` (ranges of the context's
+/// messages), rendered turn by turn.
+fn render_prefix(context: &EffectiveContext, turns: &[Range<usize>]) -> TurnTranscript {
+    let head = turns.first().map_or(0, |t| t.start);
+    let end = turns.last().map_or(head, |t| t.end);
+    let relative: Vec<Range<usize>> = turns.iter().map(|t| t.start - head..t.end - head).collect();
+    render_turns(&context.messages[head..end], &relative)
 }
 
 /// One summary, and who wrote it.
@@ -984,15 +1039,21 @@ async fn ask(
     model: &ModelRef,
     request: &Request,
     replaced: &Replaced<'_>,
+    source: RequestSource<'_>,
 ) -> Result<(String, bool), AttemptFailure> {
     let span = info_span!("request", provider = model.provider.name(), model = %model.model);
-    let mut ignore = |_: StreamEvent<'_>| {};
-    let answer = model
-        .provider
-        .complete(request, &mut ignore)
-        .instrument(span)
-        .await
-        .map_err(AttemptFailure::Provider)?;
+    let answer = match &model.source {
+        Some(summarizer) => span.in_scope(|| summarizer.summarize_source(request, source)),
+        None => {
+            let mut ignore = |_: StreamEvent<'_>| {};
+            model
+                .provider
+                .complete(request, &mut ignore)
+                .instrument(span)
+                .await
+        }
+    }
+    .map_err(AttemptFailure::Provider)?;
     let summary = answer.text().trim().to_owned();
     if let Err(failure) = check_summary(&summary, replaced) {
         tracing::warn!(model = %model.model, %failure, "summary rejected");

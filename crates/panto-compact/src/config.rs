@@ -8,6 +8,8 @@ use std::sync::Arc;
 use panto_model::Trigger;
 use panto_provider::{Provider, ProviderError};
 
+use crate::source::SourceSummarizer;
+
 /// The default keep-verbatim budget, in tokens.
 pub const DEFAULT_KEEP_TOKENS: u64 = 20_000;
 
@@ -25,6 +27,9 @@ pub struct ModelRef {
     pub provider: Arc<dyn Provider>,
     /// The model name, as the provider knows it.
     pub model: String,
+    /// The same provider as a [`SourceSummarizer`], when it reads compaction requests from
+    /// their items (see [`ModelRef::with_source`]).
+    pub(crate) source: Option<Arc<dyn SourceSummarizer>>,
 }
 
 impl ModelRef {
@@ -33,6 +38,21 @@ impl ModelRef {
         ModelRef {
             provider,
             model: model.into(),
+            source: None,
+        }
+    }
+
+    /// A model on a provider that summarizes compaction requests from the transcript items
+    /// they were rendered from ([`SourceSummarizer`]): the compactor calls
+    /// [`SourceSummarizer::summarize_source`] instead of [`Provider::complete`] for them.
+    pub fn with_source<P>(provider: Arc<P>, model: impl Into<String>) -> ModelRef
+    where
+        P: Provider + SourceSummarizer + 'static,
+    {
+        ModelRef {
+            provider: provider.clone(),
+            model: model.into(),
+            source: Some(provider),
         }
     }
 }

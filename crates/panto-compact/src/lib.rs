@@ -100,6 +100,7 @@ mod record;
 mod report;
 #[cfg(feature = "session")]
 mod session;
+mod source;
 #[cfg(any(test, feature = "test-support"))]
 pub mod testing;
 
@@ -116,6 +117,7 @@ pub use log::{MemoryLog, SessionLog};
 pub use plan::{NothingToCompact, Plan, keep_budget, plan};
 pub use record::RECORD_ONLY_MODEL;
 pub use report::{CompactOutcome, Compacted, CompactionReport, ElidedItem, FoldStep};
+pub use source::{RequestSource, SourceSummarizer};
 // The lower crates, whole, and the names an agent needs most, so that depending on this crate
 // alone is enough to implement a provider and a store and to run the loop.
 pub use panto_model as model;

@@ -187,6 +187,12 @@ impl Heuristic {
         tokens(tenths(text))
     }
 
+    /// The cost of `text` before rounding, in tenths of a token: additive, so the pieces of a
+    /// text sum to the whole, and `text(t)` is `text_tenths(t)` divided by ten, rounded up.
+    pub fn text_tenths(&self, text: &str) -> u64 {
+        tenths(text)
+    }
+
     /// Estimated tokens of one content block, including [`BLOCK_OVERHEAD`].
     pub fn block(&self, block: &ContentBlock) -> u64 {
         BLOCK_OVERHEAD + tokens(block_tenths(block))

@@ -54,17 +54,31 @@ pub use usage::{
 pub trait Sizer {
     /// The estimated tokens of each message of `messages` as part of a request, in order.
     fn message_sizes(&self, messages: &[Message]) -> Vec<u64>;
+
+    /// [`Sizer::message_sizes`] and the estimate of a request made of `messages` alone
+    /// ([`estimate_request`] with no system prompt), for callers that need both. This default
+    /// sizes the messages twice; [`UsageSizer`] gives both from one pass (its own fallback
+    /// standing in for the default one).
+    fn sizes_and_request(&self, messages: &[Message]) -> (Vec<u64>, u64) {
+        (self.message_sizes(messages), estimate_request("", messages))
+    }
 }
 
 impl<S: Sizer + ?Sized> Sizer for &S {
     fn message_sizes(&self, messages: &[Message]) -> Vec<u64> {
         (**self).message_sizes(messages)
     }
+    fn sizes_and_request(&self, messages: &[Message]) -> (Vec<u64>, u64) {
+        (**self).sizes_and_request(messages)
+    }
 }
 
 impl<S: Sizer + ?Sized> Sizer for Box<S> {
     fn message_sizes(&self, messages: &[Message]) -> Vec<u64> {
         (**self).message_sizes(messages)
+    }
+    fn sizes_and_request(&self, messages: &[Message]) -> (Vec<u64>, u64) {
+        (**self).sizes_and_request(messages)
     }
 }
 
@@ -102,6 +116,30 @@ pub fn estimate_request(system: &str, messages: &[Message]) -> u64 {
     let sizer = UsageSizer::default();
     let (estimates, measured) = sizer.measure_with_estimates(messages);
     let sizes: Vec<u64> = measured.iter().map(|s| s.tokens).collect();
+    request_estimate(&sizer, system, messages, &estimates, &sizes)
+}
+
+/// [`estimate_request`] with `system` and with no system prompt, in that order, from one
+/// sizing pass.
+pub fn estimate_request_with(system: &str, messages: &[Message]) -> (u64, u64) {
+    let sizer = UsageSizer::default();
+    let (estimates, measured) = sizer.measure_with_estimates(messages);
+    let sizes: Vec<u64> = measured.iter().map(|s| s.tokens).collect();
+    (
+        request_estimate(&sizer, system, messages, &estimates, &sizes),
+        request_estimate(&sizer, "", messages, &estimates, &sizes),
+    )
+}
+
+/// [`estimate_request`] from the heuristic `estimates` and the `sizes` that `sizer` gave
+/// `messages`.
+pub(crate) fn request_estimate(
+    sizer: &UsageSizer,
+    system: &str,
+    messages: &[Message],
+    estimates: &[u64],
+    sizes: &[u64],
+) -> u64 {
     // Usage recorded before the latest compaction measured a context that no longer exists:
     // only messages after the latest compaction message that are not its copies may anchor.
     let after = messages

@@ -21,6 +21,66 @@
 
 use std::io;
 
+/// Where rendering writes: the text itself (a `String`), or only its length ([`Len`]), so
+/// that one pass can measure exactly what the next one writes.
+pub(crate) trait Sink {
+    /// Appends `s`.
+    fn push_str(&mut self, s: &str);
+
+    /// Appends `c`.
+    fn push(&mut self, c: char) {
+        self.push_str(c.encode_utf8(&mut [0; 4]));
+    }
+
+    /// Appends `value` as compact JSON through [`SafeJson`].
+    fn push_json<T: serde::Serialize + ?Sized>(&mut self, value: &T);
+}
+
+impl Sink for String {
+    fn push_str(&mut self, s: &str) {
+        String::push_str(self, s);
+    }
+
+    fn push(&mut self, c: char) {
+        String::push(self, c);
+    }
+
+    fn push_json<T: serde::Serialize + ?Sized>(&mut self, value: &T) {
+        write_json(self, value);
+    }
+}
+
+/// A [`Sink`] that only counts the bytes written to it.
+#[derive(Debug, Default)]
+pub(crate) struct Len(pub(crate) usize);
+
+impl Sink for Len {
+    fn push_str(&mut self, s: &str) {
+        self.0 += s.len();
+    }
+
+    fn push(&mut self, c: char) {
+        self.0 += c.len_utf8();
+    }
+
+    fn push_json<T: serde::Serialize + ?Sized>(&mut self, value: &T) {
+        let mut ser = serde_json::Serializer::with_formatter(&mut *self, SafeJson);
+        // As in `write_json`: serialising a `Value` or a `str` cannot fail here.
+        let _ = value.serialize(&mut ser);
+    }
+}
+
+impl io::Write for Len {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0 += buf.len();
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
 /// Words that, after `[` at a line start, could read as a role marker. Matched ASCII
 /// case-insensitively as prefixes, so `[Users` and `[TOOLING` are escaped too. `system` is not
 /// a marker of this format; it is reserved so that text cannot pose as a system prompt either.
@@ -146,7 +206,7 @@ impl Escaper {
     }
 
     /// Appends `s`, escaped, to `out`.
-    pub(crate) fn push(&mut self, out: &mut String, s: &str) {
+    pub(crate) fn push(&mut self, out: &mut impl Sink, s: &str) {
         let b = s.as_bytes();
         let mut copied = 0;
         let this = *self;
@@ -174,7 +234,7 @@ impl Escaper {
 }
 
 /// Appends `s` escaped as one whole text (see the module docs).
-pub(crate) fn escape_into(out: &mut String, s: &str, line_start: bool) {
+pub(crate) fn escape_into(out: &mut impl Sink, s: &str, line_start: bool) {
     Escaper::new(line_start).push(out, s);
 }
 
@@ -222,11 +282,11 @@ pub(crate) fn is_plain_byte(b: u8) -> bool {
 }
 
 /// Appends a name or id: bare when it is a plain token, else as a safe JSON string.
-pub(crate) fn write_token(out: &mut String, s: &str) {
+pub(crate) fn write_token(out: &mut impl Sink, s: &str) {
     if is_plain_token(s) {
         out.push_str(s);
     } else {
-        write_json(out, &s);
+        out.push_json(s);
     }
 }
 

@@ -1,6 +1,8 @@
 //! Transcript items: what a transcript holds, one item per marker, and the walk from messages
 //! to items that both the renderer and [`transcript_items`] use.
 
+use std::borrow::Cow;
+
 use panto_model::{CallIndex, ContentBlock, ImageBlock, Message, Role, ToolResultContent};
 use serde_json::Value;
 
@@ -100,8 +102,164 @@ pub enum TranscriptItem {
 /// named after the latest tool call with its id that comes before it in `messages`.
 pub fn transcript_items(messages: &[Message]) -> Vec<TranscriptItem> {
     let mut items = Vec::new();
-    walk(messages, |item| items.push(item.to_owned_item()));
+    walk(messages, |item| items.push(item.view().to_item()));
     items
+}
+
+/// Calls `f` with each item of [`transcript_items`]`(messages)`, in order, one at a time and
+/// borrowed from the messages: the items of a long prefix are never copied nor all held at once.
+pub fn for_each_item<'a>(messages: &'a [Message], mut f: impl FnMut(ItemView<'a>)) {
+    walk(messages, |item| f(item.view()));
+}
+
+/// A [`TranscriptItem`] borrowed from what it comes from (messages, by [`for_each_item`], or an
+/// item, by [`TranscriptItem::view`]): the same variants and fields, without copies of the text.
+/// Only the text of a tool result whose content is a list of blocks is joined into a new string.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum ItemView<'a> {
+    /// [`TranscriptItem::Text`].
+    Text {
+        /// The author.
+        role: Role,
+        /// The text.
+        text: &'a str,
+    },
+    /// [`TranscriptItem::Thinking`].
+    Thinking {
+        /// The author.
+        role: Role,
+        /// The reasoning text.
+        text: &'a str,
+    },
+    /// [`TranscriptItem::ToolCall`].
+    ToolCall {
+        /// The author.
+        role: Role,
+        /// The call id.
+        id: &'a str,
+        /// The tool name.
+        name: &'a str,
+        /// The arguments.
+        input: &'a Value,
+    },
+    /// [`TranscriptItem::ToolResult`].
+    ToolResult {
+        /// The call id it answers.
+        id: &'a str,
+        /// The tool's name, when the call is known.
+        name: Option<&'a str>,
+        /// Whether the tool reported an error.
+        is_error: bool,
+        /// The text of the content.
+        text: Cow<'a, str>,
+    },
+    /// [`TranscriptItem::Image`].
+    Image {
+        /// Where the image came from.
+        from: Speaker,
+        /// Its media type, when known.
+        media_type: Option<&'a str>,
+    },
+    /// [`TranscriptItem::Unknown`].
+    Unknown {
+        /// Where the block came from.
+        from: Speaker,
+        /// The block's `type`.
+        kind: &'a str,
+    },
+    /// [`TranscriptItem::Summary`].
+    Summary {
+        /// The summary text.
+        text: &'a str,
+    },
+}
+
+impl ItemView<'_> {
+    /// The owned item.
+    pub fn to_item(&self) -> TranscriptItem {
+        match self {
+            ItemView::Text { role, text } => TranscriptItem::Text {
+                role: *role,
+                text: (*text).to_owned(),
+            },
+            ItemView::Thinking { role, text } => TranscriptItem::Thinking {
+                role: *role,
+                text: (*text).to_owned(),
+            },
+            ItemView::ToolCall {
+                role,
+                id,
+                name,
+                input,
+            } => TranscriptItem::ToolCall {
+                role: *role,
+                id: (*id).to_owned(),
+                name: (*name).to_owned(),
+                input: (*input).clone(),
+            },
+            ItemView::ToolResult {
+                id,
+                name,
+                is_error,
+                text,
+            } => TranscriptItem::ToolResult {
+                id: (*id).to_owned(),
+                name: name.map(str::to_owned),
+                is_error: *is_error,
+                text: text.clone().into_owned(),
+            },
+            ItemView::Image { from, media_type } => TranscriptItem::Image {
+                from: *from,
+                media_type: media_type.map(str::to_owned),
+            },
+            ItemView::Unknown { from, kind } => TranscriptItem::Unknown {
+                from: *from,
+                kind: (*kind).to_owned(),
+            },
+            ItemView::Summary { text } => TranscriptItem::Summary {
+                text: (*text).to_owned(),
+            },
+        }
+    }
+}
+
+impl TranscriptItem {
+    /// This item, borrowed.
+    pub fn view(&self) -> ItemView<'_> {
+        match self {
+            TranscriptItem::Text { role, text } => ItemView::Text { role: *role, text },
+            TranscriptItem::Thinking { role, text } => ItemView::Thinking { role: *role, text },
+            TranscriptItem::ToolCall {
+                role,
+                id,
+                name,
+                input,
+            } => ItemView::ToolCall {
+                role: *role,
+                id,
+                name,
+                input,
+            },
+            TranscriptItem::ToolResult {
+                id,
+                name,
+                is_error,
+                text,
+            } => ItemView::ToolResult {
+                id,
+                name: name.as_deref(),
+                is_error: *is_error,
+                text: Cow::Borrowed(text),
+            },
+            TranscriptItem::Image { from, media_type } => ItemView::Image {
+                from: *from,
+                media_type: media_type.as_deref(),
+            },
+            TranscriptItem::Unknown { from, kind } => ItemView::Unknown { from: *from, kind },
+            TranscriptItem::Summary { text } => ItemView::Summary { text },
+        }
+    }
 }
 
 /// A borrowed [`TranscriptItem`], as the walk produces it.
@@ -140,50 +298,39 @@ pub(crate) enum ItemRef<'a> {
     },
 }
 
-impl ItemRef<'_> {
-    fn to_owned_item(self) -> TranscriptItem {
+impl<'a> ItemRef<'a> {
+    fn view(self) -> ItemView<'a> {
         match self {
-            ItemRef::Text { role, text } => TranscriptItem::Text {
-                role,
-                text: text.to_owned(),
-            },
-            ItemRef::Thinking { role, text } => TranscriptItem::Thinking {
-                role,
-                text: text.to_owned(),
-            },
+            ItemRef::Text { role, text } => ItemView::Text { role, text },
+            ItemRef::Thinking { role, text } => ItemView::Thinking { role, text },
             ItemRef::ToolCall {
                 role,
                 id,
                 name,
                 input,
-            } => TranscriptItem::ToolCall {
+            } => ItemView::ToolCall {
                 role,
-                id: id.to_owned(),
-                name: name.to_owned(),
-                input: input.clone(),
+                id,
+                name,
+                input,
             },
             ItemRef::ToolResult {
                 id,
                 name,
                 is_error,
                 content,
-            } => TranscriptItem::ToolResult {
-                id: id.to_owned(),
-                name: name.map(str::to_owned),
+            } => ItemView::ToolResult {
+                id,
+                name,
                 is_error,
-                text: content.text(),
+                text: match content {
+                    ToolResultContent::Text(text) => Cow::Borrowed(text),
+                    ToolResultContent::Blocks(_) => Cow::Owned(content.text()),
+                },
             },
-            ItemRef::Image { from, media_type } => TranscriptItem::Image {
-                from,
-                media_type: media_type.map(str::to_owned),
-            },
-            ItemRef::Unknown { from, kind } => TranscriptItem::Unknown {
-                from,
-                kind: kind.to_owned(),
-            },
-            ItemRef::Summary { text } => TranscriptItem::Summary {
-                text: text.to_owned(),
-            },
+            ItemRef::Image { from, media_type } => ItemView::Image { from, media_type },
+            ItemRef::Unknown { from, kind } => ItemView::Unknown { from, kind },
+            ItemRef::Summary { text } => ItemView::Summary { text },
         }
     }
 }

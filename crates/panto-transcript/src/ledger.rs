@@ -12,11 +12,11 @@
 
 use std::fmt::Write as _;
 
-use panto_model::Role;
+use panto_model::{Message, Role};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::item::TranscriptItem;
+use crate::item::{ItemView, TranscriptItem};
 
 /// The heading that opens a rendered ledger. Everything from a line equal to it to the end of a
 /// summary is the ledger ([`strip_ledger`]).
@@ -94,8 +94,16 @@ impl Ledger {
     pub fn from_items(items: &[TranscriptItem]) -> Ledger {
         let mut walk = Walk::default();
         for item in items {
-            walk.item(item);
+            walk.item(&item.view());
         }
+        walk.finish()
+    }
+
+    /// [`Ledger::from_items`] of the transcript items of `messages`, read one at a time
+    /// ([`crate::for_each_item`]) instead of all held at once.
+    pub fn from_messages(messages: &[Message]) -> Ledger {
+        let mut walk = Walk::default();
+        crate::for_each_item(messages, |item| walk.item(&item));
         walk.finish()
     }
 
@@ -595,21 +603,21 @@ struct Walk {
 }
 
 impl Walk {
-    fn item(&mut self, item: &TranscriptItem) {
+    fn item(&mut self, item: &ItemView<'_>) {
         match item {
-            TranscriptItem::Text {
+            ItemView::Text {
                 role: Role::User,
                 text,
             } if is_request(text) => self.ledger.requests.push(text.trim().to_owned()),
-            TranscriptItem::ToolCall {
+            ItemView::ToolCall {
                 id, name, input, ..
             } => self.call(id, name, input),
-            TranscriptItem::ToolResult {
+            ItemView::ToolResult {
                 id,
                 name,
                 is_error,
                 text,
-            } => self.result(id, name.as_deref(), *is_error, text),
+            } => self.result(id, *name, *is_error, text),
             _ => {}
         }
     }

@@ -112,7 +112,7 @@ mod render;
 mod syntax;
 
 pub use error::TranscriptError;
-pub use item::{Speaker, TranscriptItem, transcript_items};
+pub use item::{ItemView, Speaker, TranscriptItem, for_each_item, transcript_items};
 pub use ledger::{
     LEDGER_HEADING, Ledger, LedgerError, REQUEST_CHARS, clip, is_request, one_line, strip_ledger,
 };

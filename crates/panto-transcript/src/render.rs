@@ -8,7 +8,7 @@ use std::ops::Range;
 
 use panto_model::{ContentBlock, Message, Role, ToolResultContent};
 
-use crate::escape::{Escaper, escape_into, write_json, write_token};
+use crate::escape::{Escaper, Len, Sink, escape_into, write_json, write_token};
 use crate::item::{ItemRef, walk, walk_indexed};
 use crate::syntax::{
     Head, INTRO, INTRO_WITH_SUMMARY, SUMMARY_CLOSE, SUMMARY_OPEN, TRANSCRIPT_CLOSE, TRANSCRIPT_OPEN,
@@ -26,7 +26,7 @@ pub fn render_transcript(messages: &[Message]) -> String {
 
 /// Appends the transcript of `messages` to `out`, leaving what `out` held untouched.
 pub fn render_transcript_into(out: &mut String, messages: &[Message]) {
-    out.reserve(estimate(messages));
+    out.reserve_exact(rendered_len(messages));
     walk(messages, |item| write_item(out, item));
 }
 
@@ -39,9 +39,11 @@ pub fn render_transcript_into(out: &mut String, messages: &[Message]) {
 /// transcript section and at most one previous-summary section in the result, and gives back
 /// `previous_summary` and the items of `prefix` unchanged.
 pub fn render_request(prefix: &[Message], previous_summary: Option<&str>) -> String {
-    let mut out = String::with_capacity(envelope_capacity(previous_summary) + estimate(prefix));
+    let mut head = Len::default();
+    open_request(&mut head, previous_summary);
+    let mut out = String::with_capacity(head.0 + rendered_len(prefix) + CLOSE_LEN);
     open_request(&mut out, previous_summary);
-    render_transcript_into(&mut out, prefix);
+    walk(prefix, |item| write_item(&mut out, item));
     close_request(&mut out);
     out
 }
@@ -50,27 +52,16 @@ pub fn render_request(prefix: &[Message], previous_summary: Option<&str>) -> Str
 /// [`render_transcript_elided`] or [`render_transcript`]): the same envelope, the transcript
 /// text copied in once, into a buffer reserved for the whole prompt up front.
 pub fn render_request_text(transcript: &str, previous_summary: Option<&str>) -> String {
-    let mut out = String::with_capacity(envelope_capacity(previous_summary) + transcript.len());
+    let mut head = Len::default();
+    open_request(&mut head, previous_summary);
+    let mut out = String::with_capacity(head.0 + transcript.len() + CLOSE_LEN);
     open_request(&mut out, previous_summary);
     out.push_str(transcript);
     close_request(&mut out);
     out
 }
 
-/// An upper bound of the envelope's length: the fixed lines, and the summary with room for its
-/// escapes (at most one backslash per reserved line start or tag, so an eighth is ample for any
-/// text that is not made of markers alone; the buffer grows once if it is).
-fn envelope_capacity(previous_summary: Option<&str>) -> usize {
-    let fixed = INTRO_WITH_SUMMARY.len().max(INTRO.len())
-        + SUMMARY_OPEN.len()
-        + SUMMARY_CLOSE.len()
-        + TRANSCRIPT_OPEN.len()
-        + TRANSCRIPT_CLOSE.len()
-        + 16;
-    fixed + previous_summary.map_or(0, |s| s.len() + s.len() / 8)
-}
-
-fn open_request(out: &mut String, previous_summary: Option<&str>) {
+fn open_request(out: &mut impl Sink, previous_summary: Option<&str>) {
     match previous_summary {
         Some(summary) => {
             out.push_str(INTRO_WITH_SUMMARY);
@@ -91,7 +82,10 @@ fn open_request(out: &mut String, previous_summary: Option<&str>) {
     out.push('\n');
 }
 
-fn close_request(out: &mut String) {
+/// The length of what [`close_request`] writes.
+const CLOSE_LEN: usize = TRANSCRIPT_CLOSE.len() + 1;
+
+fn close_request(out: &mut impl Sink) {
     out.push_str(TRANSCRIPT_CLOSE);
     out.push('\n');
 }
@@ -136,6 +130,29 @@ impl TurnTranscript {
         };
         &self.text[start..self.ends[turns.end - 1]]
     }
+
+    /// The user prompt of a compaction request over turns `from..` (as [`render_request_text`]
+    /// of [`TurnTranscript::turns`] gives it), built in this transcript's own buffer: the
+    /// earlier turns' text is dropped and the envelope written around the rest, so the
+    /// transcript is never copied into a second buffer. For the last request of a fold.
+    ///
+    /// # Panics
+    /// When `from` is past the last turn.
+    pub fn into_request(self, from: usize, previous_summary: Option<&str>) -> String {
+        assert!(from <= self.ends.len(), "turn {from} is past the last turn");
+        let start = if from == 0 { 0 } else { self.ends[from - 1] };
+        let mut head = String::new();
+        open_request(&mut head, previous_summary);
+        let mut text = self.text;
+        let end = text.len();
+        // At most one reallocation, to the prompt's exact size, then one move of the kept
+        // turns: the envelope's head replaces the dropped ones.
+        let len = head.len() + (end - start) + CLOSE_LEN;
+        text.reserve_exact(len.saturating_sub(end));
+        text.replace_range(..start, &head);
+        close_request(&mut text);
+        text
+    }
 }
 
 /// Renders `messages` turn by turn: `turns` are consecutive ranges of `messages` (as
@@ -146,7 +163,7 @@ impl TurnTranscript {
 /// named after its call, and Contract 2 puts the call in the result's own turn, so rendering a
 /// turn alone names every result as rendering the whole transcript does.
 pub fn render_turns(messages: &[Message], turns: &[Range<usize>]) -> TurnTranscript {
-    let mut text = String::with_capacity(estimate(messages));
+    let mut text = String::with_capacity(rendered_len(messages));
     let mut ends = Vec::with_capacity(turns.len());
     for turn in turns {
         walk(&messages[turn.clone()], |item| write_item(&mut text, item));
@@ -295,51 +312,16 @@ fn write_elided(out: &mut String, item: ItemRef<'_>, body: &str) {
     }
 }
 
-/// A cheap lower bound of the rendered size, so that the buffer grows at most a few times.
-fn estimate(messages: &[Message]) -> usize {
-    const PER_ITEM: usize = 24;
-    let mut n = 0;
-    for m in messages {
-        for b in &m.content {
-            n += PER_ITEM
-                + match b {
-                    ContentBlock::Text(t) => t.text.len(),
-                    ContentBlock::Thinking(t) => t.thinking.len(),
-                    ContentBlock::ToolUse(u) => u.name.len() + u.id.len() + json_len(&u.input),
-                    ContentBlock::ToolResult(r) => {
-                        r.tool_use_id.len()
-                            + match &r.content {
-                                ToolResultContent::Text(s) => s.len(),
-                                ToolResultContent::Blocks(bs) => bs.len() * PER_ITEM,
-                            }
-                    }
-                    ContentBlock::Compaction(c) => c.summary.len(),
-                    ContentBlock::Image(_) | ContentBlock::Other(_) => 16,
-                };
-        }
-    }
-    n
-}
-
-/// An estimate of the compact JSON length of `v`: its strings, keys and punctuation.
-fn json_len(v: &serde_json::Value) -> usize {
-    use serde_json::Value;
-    match v {
-        Value::Null | Value::Bool(_) => 5,
-        Value::Number(_) => 8,
-        Value::String(s) => s.len() + 2,
-        Value::Array(items) => 2 + items.iter().map(|i| json_len(i) + 1).sum::<usize>(),
-        Value::Object(map) => {
-            2 + map
-                .iter()
-                .map(|(k, v)| k.len() + 4 + json_len(v))
-                .sum::<usize>()
-        }
-    }
+/// The exact length of the transcript of `messages`: the rendering pass, writing nothing, so
+/// that the text is allocated once at its size and never grows.
+fn rendered_len(messages: &[Message]) -> usize {
+    let mut len = Len::default();
+    walk(messages, |item| write_item(&mut len, item));
+    len.0
 }
 
 /// Writes one item: the marker, then `: ` and the body when it is not empty, then a blank line.
-fn write_item(out: &mut String, item: ItemRef<'_>) {
+fn write_item(out: &mut impl Sink, item: ItemRef<'_>) {
     match item {
         ItemRef::Text { role, text } => {
             out.push_str(Head::Text(role).open());
@@ -356,7 +338,7 @@ fn write_item(out: &mut String, item: ItemRef<'_>) {
             input,
         } => {
             tool_call_head(out, role, name, id);
-            write_json(out, input);
+            out.push_json(input);
             out.push_str("\n\n");
         }
         ItemRef::ToolResult {
@@ -387,7 +369,7 @@ fn write_item(out: &mut String, item: ItemRef<'_>) {
 }
 
 /// A tool call's marker line up to its body: the head, the name, the call id, and `]: `.
-fn tool_call_head(out: &mut String, role: Role, name: &str, id: &str) {
+fn tool_call_head(out: &mut impl Sink, role: Role, name: &str, id: &str) {
     out.push_str(Head::ToolCall(role).open());
     out.push(' ');
     write_token(out, name);
@@ -397,7 +379,7 @@ fn tool_call_head(out: &mut String, role: Role, name: &str, id: &str) {
 }
 
 /// Opens a tool result's marker: the head, the tool's name when known, and the call id.
-fn tool_result_head(out: &mut String, id: &str, name: Option<&str>, is_error: bool) {
+fn tool_result_head(out: &mut impl Sink, id: &str, name: Option<&str>, is_error: bool) {
     out.push_str(if is_error {
         Head::ToolError.open()
     } else {
@@ -413,7 +395,7 @@ fn tool_result_head(out: &mut String, id: &str, name: Option<&str>, is_error: bo
 }
 
 /// Closes the marker and writes an escaped text body and the blank line after it.
-fn text_body(out: &mut String, text: &str) {
+fn text_body(out: &mut impl Sink, text: &str) {
     out.push_str("]:");
     if !text.is_empty() {
         out.push(' ');
@@ -425,7 +407,7 @@ fn text_body(out: &mut String, text: &str) {
 /// Like [`text_body`] for the text blocks of a tool result, without building the joined
 /// string. The body is exactly [`ToolResultContent::text`]: a newline goes before a text block
 /// only once something has been written, so leading empty blocks add nothing.
-fn blocks_body(out: &mut String, blocks: &[ContentBlock]) {
+fn blocks_body(out: &mut impl Sink, blocks: &[ContentBlock]) {
     out.push_str("]:");
     let mut written = false;
     let mut escaper = Escaper::new(false);

@@ -1,4 +1,5 @@
-//! Runs the release `panto` binary as a process and measures its wall time and peak memory.
+//! Runs the release `panto` binary (or another program) as a process and measures its wall
+//! time, its CPU time (with `perf stat`, when perf is there) and its peak memory.
 //!
 //! Peak memory is the child's `ru_maxrss` as reported by GNU time (`/usr/bin/time -f %M`),
 //! which reads it from `wait4` for that one child: exact, and unaffected by other processes.
@@ -32,6 +33,17 @@ pub(super) struct Sample {
     pub peak: u64,
 }
 
+/// One run of a process.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Run {
+    /// Wall time.
+    pub wall: Duration,
+    /// CPU time of the process and its threads (`perf stat`'s task-clock), when perf is there.
+    pub cpu: Option<Duration>,
+    /// Peak resident memory, in bytes.
+    pub peak: u64,
+}
+
 /// Runs `panto` in a clean environment.
 pub(super) struct Runner {
     panto: PathBuf,
@@ -40,6 +52,8 @@ pub(super) struct Runner {
     scratch: PathBuf,
     /// How peak memory is read.
     pub peak: Peak,
+    /// Whether `perf stat` can count the CPU time of a run.
+    pub perf: bool,
 }
 
 impl Runner {
@@ -88,12 +102,19 @@ impl Runner {
             .stderr(Stdio::null())
             .status()
             .is_ok_and(|s| s.success());
+        let perf = Command::new("perf")
+            .args(["stat", "-x,", "-e", "task-clock", "-o", "/dev/null", "true"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
         Ok(Runner {
             panto,
             config_dir,
             cwd,
             scratch: dir.to_path_buf(),
             peak: if gnu { Peak::GnuTime } else { Peak::Polled },
+            perf,
         })
     }
 
@@ -103,17 +124,41 @@ impl Runner {
     /// # Errors
     /// When the process cannot start or exits with a failure (its stderr is quoted).
     pub(super) fn once(&self, args: &[&str], stdout: Option<&Path>) -> Result<(Duration, u64)> {
+        let run = self.run(&self.panto, args, stdout, false)?;
+        Ok((run.wall, run.peak))
+    }
+
+    /// Runs `program ARGS` once in the clean environment, its CPU time counted by `perf stat`
+    /// when `cpu` is set and perf is there; stdout goes to `stdout` (a file) or is discarded.
+    ///
+    /// # Errors
+    /// When the process cannot start or exits with a failure (its stderr is quoted).
+    pub(super) fn run(
+        &self,
+        program: &Path,
+        args: &[&str],
+        stdout: Option<&Path>,
+        cpu: bool,
+    ) -> Result<Run> {
         let rss_file = self.scratch.join("peak.txt");
         let err_file = self.scratch.join("panto.stderr");
-        let mut cmd = match self.peak {
-            Peak::GnuTime => {
-                let mut c = Command::new("/usr/bin/time");
-                c.arg("-f").arg("%M").arg("-o").arg(&rss_file);
-                c.arg(&self.panto);
-                c
-            }
-            Peak::Polled => Command::new(&self.panto),
-        };
+        let cpu_file = self.scratch.join("cpu.txt");
+        let perf = cpu && self.perf;
+        let mut wrappers: Vec<std::ffi::OsString> = Vec::new();
+        if perf {
+            // perf counts the CPU time of everything below it; GNU time adds about a
+            // millisecond to it, and reads the peak of `program` alone.
+            wrappers.extend(["perf", "stat", "-x,", "-e", "task-clock", "-o"].map(Into::into));
+            wrappers.push(cpu_file.clone().into());
+            wrappers.push("--".into());
+        }
+        if self.peak == Peak::GnuTime {
+            wrappers.extend(["/usr/bin/time", "-f", "%M", "-o"].map(Into::into));
+            wrappers.push(rss_file.clone().into());
+        }
+        wrappers.push(program.into());
+        let mut cmd = Command::new(&wrappers[0]);
+        cmd.args(&wrappers[1..]);
         cmd.args(args)
             .current_dir(&self.cwd)
             .env("PANTO_CONFIG_DIR", &self.config_dir)
@@ -127,7 +172,7 @@ impl Runner {
         let start = Instant::now();
         let mut child = cmd
             .spawn()
-            .with_context(|| format!("could not run {}", self.panto.display()))?;
+            .with_context(|| format!("could not run {}", program.display()))?;
         let mut polled = 0u64;
         let status = match self.peak {
             Peak::GnuTime => child.wait()?,
@@ -144,7 +189,11 @@ impl Runner {
         let wall = start.elapsed();
         if !status.success() {
             let err = fs::read_to_string(&err_file).unwrap_or_default();
-            bail!("panto {} failed ({status}):\n{err}", args.join(" "));
+            bail!(
+                "{} {} failed ({status}):\n{err}",
+                program.display(),
+                args.join(" ")
+            );
         }
         let kib = match self.peak {
             Peak::GnuTime => {
@@ -157,7 +206,21 @@ impl Runner {
             }
             Peak::Polled => polled,
         };
-        Ok((wall, kib * 1024))
+        let cpu = if perf {
+            Some(task_clock(&fs::read_to_string(&cpu_file)?)?)
+        } else {
+            None
+        };
+        Ok(Run {
+            wall,
+            cpu,
+            peak: kib * 1024,
+        })
+    }
+
+    /// The release `panto` binary.
+    pub(super) fn panto(&self) -> &Path {
+        &self.panto
     }
 
     /// One untimed run whose stdout is kept in `output` (for checking it), then `reps` timed
@@ -188,4 +251,15 @@ fn vm_hwm_kib(pid: u32) -> Option<u64> {
     let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
     line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// The task-clock of a `perf stat -x,` report (in milliseconds there).
+pub(super) fn task_clock(report: &str) -> Result<Duration> {
+    let ms = report
+        .lines()
+        .find(|l| l.contains(",task-clock"))
+        .and_then(|l| l.split(',').next())
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .with_context(|| format!("no task-clock in the perf report: {report:?}"))?;
+    Ok(Duration::from_secs_f64(ms / 1000.0))
 }

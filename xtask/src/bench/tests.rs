@@ -94,3 +94,34 @@ fn the_tail_is_the_same_whatever_the_history() {
     assert_eq!(validate(cb.conversation()), vec![]);
     let _ = fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn perf_task_clock_is_read_from_its_csv_report() {
+    let report = "# started on Tue Dec  1 18:13:03 2026\n\n45.92,msec,task-clock,45917320,100.00,0.319,CPUs utilized\n";
+    let cpu = super::process::task_clock(report).unwrap();
+    assert_eq!(cpu.as_micros(), 45_920);
+    let error = super::process::task_clock("# started\n").unwrap_err();
+    assert!(error.to_string().contains("no task-clock"), "{error}");
+}
+
+#[test]
+fn bench_help_prints_the_usage_without_running_anything() {
+    // `--help` is answered before the release build is started or any argument is read.
+    let root = temp_dir("help");
+    super::run(&root, &["--help".to_owned()]).unwrap();
+    super::run(&root, &["scale".to_owned(), "-h".to_owned()]).unwrap();
+    assert!(super::USAGE.contains("process"));
+    assert!(!root.join("target").exists());
+}
+
+#[test]
+fn the_parse_baseline_counts_the_lines_and_names_a_bad_one() {
+    let dir = temp_dir("parse");
+    let good = dir.join("good.jsonl");
+    fs::write(&good, "{\"a\":1}\n\n[2]\n").unwrap();
+    super::real::parse(&[good.display().to_string()]).unwrap();
+    let bad = dir.join("bad.jsonl");
+    fs::write(&bad, "{\"a\":1}\nnot json\n").unwrap();
+    let error = super::real::parse(&[bad.display().to_string()]).unwrap_err();
+    assert!(error.to_string().contains("line 2"), "{error}");
+}

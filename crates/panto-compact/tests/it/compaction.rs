@@ -615,3 +615,71 @@ async fn a_degenerate_summary_from_the_compaction_model_triggers_the_fallback() 
         assert_eq!((cheap.calls(), main.calls()), (1, 1));
     }
 }
+
+/// What [`FromSource`] was given: the items, the previous summary and the request's text.
+type Seen = (
+    Vec<panto_transcript::TranscriptItem>,
+    Option<String>,
+    String,
+);
+
+/// A summarizer that reads a request's source: it records what it was given and answers from
+/// the items, and its provider side fails (the compactor must not call it).
+#[derive(Default)]
+struct FromSource {
+    seen: Mutex<Vec<Seen>>,
+}
+
+#[panto_provider::async_trait]
+impl panto_provider::Provider for FromSource {
+    fn name(&self) -> &str {
+        "source"
+    }
+    async fn complete(
+        &self,
+        _request: &panto_provider::Request,
+        _events: panto_provider::EventSink<'_>,
+    ) -> Result<Message, ProviderError> {
+        Err(server_error())
+    }
+}
+
+impl panto_compact::SourceSummarizer for FromSource {
+    fn summarize_source(
+        &self,
+        request: &panto_provider::Request,
+        source: panto_compact::RequestSource<'_>,
+    ) -> Result<Message, ProviderError> {
+        let mut items = Vec::new();
+        source.for_each_item(|item| items.push(item.to_item()));
+        let summary = format!("S: {} items were summarized.", items.len());
+        self.seen.lock().unwrap().push((
+            items,
+            source.previous_summary.map(str::to_owned),
+            request.messages[0].text(),
+        ));
+        Ok(reply(summary))
+    }
+}
+
+#[tokio::test]
+async fn a_source_summarizer_reads_the_items_the_request_was_rendered_from() {
+    let (messages, log) = setup();
+    let summarizer = Arc::new(FromSource::default());
+    let active = ModelRef::with_source(summarizer.clone(), "local");
+    let ctx = log.replay();
+    let mut c = compactor(active, 300);
+    let out = compacted(c.dry_run(&ctx, CompactRun::manual(None)).await.unwrap());
+    let seen = summarizer.seen.lock().unwrap();
+    let [(items, previous, text)] = seen.as_slice() else {
+        panic!("expected one request, got {}", seen.len());
+    };
+    // The items of the summarized messages, whole; the same as the request's text reads back.
+    let plan = &out.report.plan;
+    let summarized = &messages[plan.head..plan.keep_from];
+    assert_eq!(items, &panto_transcript::transcript_items(summarized));
+    assert_eq!(&panto_transcript::parse_request(text).unwrap().items, items);
+    assert_eq!(previous, &None);
+    let expect = format!("S: {} items were summarized.", items.len());
+    assert!(out.report.summary.starts_with(&expect));
+}

@@ -6,7 +6,8 @@ use std::ops::Range;
 use panto_model::arbitrary::session;
 use panto_model::{KEPT_BY, Message, Role, Usage};
 use panto_size::{
-    Fallback, Heuristic, MessageSize, PLAUSIBLE_FACTOR, Source, UsageSizer, estimate_request,
+    Fallback, Heuristic, MessageSize, PLAUSIBLE_FACTOR, Sizer, Source, UsageSizer,
+    estimate_request, estimate_request_with,
 };
 use proptest::collection::vec;
 use proptest::prelude::*;
@@ -137,6 +138,19 @@ fn spans_around(spans: &[(usize, usize, Range<usize>)], b: usize) -> Vec<Range<u
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn one_pass_gives_the_sizes_and_the_request_estimate(s in measured_session(6)) {
+        let sizer = UsageSizer::default();
+        let (sizes, request) = sizer.sizes_and_request(&s.messages);
+        prop_assert_eq!(sizes, sizer.message_sizes(&s.messages));
+        prop_assert_eq!(request, estimate_request("", &s.messages));
+        let system = "You are a careful coding agent.";
+        prop_assert_eq!(
+            estimate_request_with(system, &s.messages),
+            (estimate_request(system, &s.messages), request)
+        );
+    }
 
     #[test]
     fn inference_is_exact_on_consistent_usage(s in measured_session(6)) {

@@ -7,9 +7,9 @@ use panto_model::{
     ToolResultContent,
 };
 use panto_transcript::{
-    ParsedRequest, TranscriptItem, elision_marker, parse_request, parse_transcript, render_request,
-    render_request_text, render_transcript, render_transcript_elided, render_transcript_into,
-    render_turns, transcript_items,
+    Ledger, ParsedRequest, TranscriptItem, elision_marker, for_each_item, parse_request,
+    parse_transcript, render_request, render_request_text, render_transcript,
+    render_transcript_elided, render_transcript_into, render_turns, transcript_items,
 };
 use proptest::collection::vec;
 use proptest::prelude::*;
@@ -289,6 +289,36 @@ proptest! {
                 prop_assert_eq!(rendered.turns(a..b), render_transcript(messages));
             }
         }
+    }
+
+    #[test]
+    fn a_request_built_in_the_transcripts_buffer_is_the_request_around_its_slice(
+        session in arbitrary::session(6),
+        summary in prop::option::of(text()),
+        from in 0usize..8,
+    ) {
+        let turns = panto_model::turns(&session.messages);
+        let rendered = render_turns(&session.messages, &turns);
+        let from = from.min(turns.len());
+        let expect = render_request_text(rendered.turns(from..turns.len()), summary.as_deref());
+        prop_assert_eq!(rendered.into_request(from, summary.as_deref()), expect);
+    }
+
+    #[test]
+    fn a_request_around_a_transcript_is_allocated_at_its_exact_size(
+        messages in messages(),
+        summary in prop::option::of(text()),
+    ) {
+        let request = render_request_text(&render_transcript(&messages), summary.as_deref());
+        prop_assert_eq!(request.capacity(), request.len());
+    }
+
+    #[test]
+    fn items_one_at_a_time_are_the_transcript_items(messages in messages()) {
+        let mut items = Vec::new();
+        for_each_item(&messages, |item| items.push(item.to_item()));
+        prop_assert_eq!(&items, &transcript_items(&messages));
+        prop_assert_eq!(Ledger::from_messages(&messages), Ledger::from_items(&items));
     }
 
     #[test]

@@ -1,0 +1,236 @@
+//! The `process` section of `cargo xtask bench`: the real pi session of
+//! `../shared/data/sessions/pi-large.jsonl` repeated 1, 10 and 100 times, and the release
+//! `panto context --json`, `panto transcript` and `panto compact --dry-run --provider offline`
+//! run on it as whole processes, each run paired with a process that parses the same lines
+//! into `serde_json::Value` (`xtask bench __parse FILE`): CPU time (perf's task-clock), the
+//! ratio of each pair, and peak memory.
+
+use std::fs;
+use std::io::{BufWriter, Write};
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail, ensure};
+use serde_json::Value;
+
+use super::process::{Peak, Run, Runner};
+use super::scale::verdict;
+use super::{Flags, bench_dir, fmt_bytes, fmt_duration};
+
+/// The real session, relative to the repository root.
+const SESSION: &str = "../shared/data/sessions/pi-large.jsonl";
+
+/// How many times the session is repeated, and the paired runs at that size.
+const SIZES: &[(u64, usize)] = &[(1, 21), (10, 11), (100, 7)];
+
+/// The measured commands: a label and the arguments after the session path is put in.
+const COMMANDS: &[(&str, &[&str])] = &[
+    ("`panto context --json`", &["context", "{}", "--json"]),
+    ("`panto transcript`", &["transcript", "{}"]),
+    (
+        "`panto compact --dry-run --provider offline`",
+        &[
+            "compact",
+            "{}",
+            "--dry-run",
+            "--provider",
+            "offline",
+            "--json",
+        ],
+    ),
+];
+
+/// The figures of one command at one size.
+struct Paired {
+    cpu: [Duration; 3],
+    base: [Duration; 3],
+    ratio: [f64; 3],
+    peak: u64,
+    base_peak: u64,
+}
+
+/// Median, minimum and maximum of `values`.
+fn spread<T: Copy + PartialOrd>(mut values: Vec<T>) -> [T; 3] {
+    values.sort_by(|a, b| a.partial_cmp(b).expect("comparable"));
+    [
+        values[values.len() / 2],
+        values[0],
+        values[values.len() - 1],
+    ]
+}
+
+/// Runs `args` and the baseline parse `reps` times, alternating (the parse first), after one
+/// untimed run of each whose output is kept in `out` for checking.
+fn paired(runner: &Runner, args: &[&str], file: &str, out: &Path, reps: usize) -> Result<Paired> {
+    let xtask = std::env::current_exe().context("no path of the running xtask")?;
+    let parse = ["bench", "__parse", file];
+    runner.run(&xtask, &parse, None, true)?;
+    runner.run(runner.panto(), args, Some(out), true)?;
+    let mut runs: Vec<(Run, Run)> = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        let base = runner.run(&xtask, &parse, None, true)?;
+        let run = runner.run(runner.panto(), args, None, true)?;
+        runs.push((base, run));
+    }
+    let cpu = |r: &Run| r.cpu.unwrap_or(r.wall);
+    Ok(Paired {
+        cpu: spread(runs.iter().map(|(_, r)| cpu(r)).collect()),
+        base: spread(runs.iter().map(|(b, _)| cpu(b)).collect()),
+        ratio: spread(
+            runs.iter()
+                .map(|(b, r)| cpu(r).as_secs_f64() / cpu(b).as_secs_f64())
+                .collect(),
+        ),
+        peak: spread(runs.iter().map(|(_, r)| r.peak).collect())[0],
+        base_peak: spread(runs.iter().map(|(b, _)| b.peak).collect())[0],
+    })
+}
+
+/// Checks the first run's output: a context with every message, a compaction that summarized.
+fn check(label: &str, out: &Path, messages: usize) -> Result<()> {
+    let bytes = fs::read(out)?;
+    if label.contains("transcript") {
+        let text = String::from_utf8_lossy(&bytes);
+        ensure!(
+            text.lines().any(|l| l == "<transcript>") && text.contains("\n[User"),
+            "panto transcript printed no transcript"
+        );
+        return Ok(());
+    }
+    let doc: Value = serde_json::from_slice(&bytes)
+        .with_context(|| format!("{label} printed no JSON document"))?;
+    if label.contains("context") {
+        let n = doc["messages"].as_array().map_or(0, Vec::len);
+        ensure!(
+            n == messages,
+            "context has {n} messages, expected {messages}"
+        );
+    } else {
+        let summarized = doc["summarized_turns"].as_u64().unwrap_or(0);
+        ensure!(
+            summarized > 0 && doc["summary"].is_string(),
+            "the dry run summarized nothing: {doc}"
+        );
+    }
+    Ok(())
+}
+
+/// The `process` section.
+pub(super) fn process(root: &Path, _flags: &Flags) -> Result<()> {
+    let source = root.join(SESSION);
+    let Ok(session) = fs::read(&source) else {
+        bail!(
+            "the real session {} is absent: the process section needs it",
+            source.display()
+        );
+    };
+    let messages = session
+        .split(|&b| b == b'\n')
+        .filter(|l| !l.is_empty())
+        .count();
+    let dir = bench_dir(root, "process")?;
+    let runner = Runner::new(root, &dir)?;
+    ensure!(
+        runner.peak == Peak::GnuTime,
+        "the process section needs GNU time at /usr/bin/time for exact peaks"
+    );
+    println!(
+        "The real pi session (`{SESSION}`, {}, {messages} lines) repeated 1, 10 and 100 times.",
+        fmt_bytes(session.len() as u64)
+    );
+    println!(
+        "Whole processes: each run of a command is paired with a run of `xtask bench __parse` (read"
+    );
+    println!(
+        "the file, parse every line into `serde_json::Value`), the parse first. CPU is {}; the",
+        if runner.perf {
+            "`perf stat`'s task-clock (user and system, every thread)"
+        } else {
+            "wall time (perf is not available)"
+        }
+    );
+    println!(
+        "ratio is the command's over its pair's, median (min to max) of the pairs. Peak memory:"
+    );
+    println!("`ru_maxrss` of the process, median.\n");
+    println!(
+        "| size | file | command | runs | CPU | parse CPU | **ratio** (min to max) | peak memory | × file | parse peak |"
+    );
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    let mut worst: Vec<(&str, u64, f64, u64, u64)> = Vec::new();
+    for &(times, reps) in SIZES {
+        let path = dir.join(format!("pi-x{times}.jsonl"));
+        {
+            let mut w = BufWriter::new(fs::File::create(&path)?);
+            for _ in 0..times {
+                w.write_all(&session)?;
+            }
+            w.flush()?;
+        }
+        let file = path.to_str().context("non-UTF-8 path")?;
+        let len = fs::metadata(&path)?.len();
+        for &(label, template) in COMMANDS {
+            let args: Vec<&str> = template
+                .iter()
+                .map(|a| if *a == "{}" { file } else { a })
+                .collect();
+            let out = dir.join("out.txt");
+            let p = paired(&runner, &args, file, &out, reps)?;
+            check(label, &out, messages * times as usize)?;
+            let _ = fs::remove_file(&out);
+            println!(
+                "| ×{times} | {} | {label} | {reps} | {} | {} | **{:.2}×** ({:.2}× to {:.2}×) | {} | {:.2}× | {} |",
+                fmt_bytes(len),
+                fmt_duration(p.cpu[0]),
+                fmt_duration(p.base[0]),
+                p.ratio[0],
+                p.ratio[1],
+                p.ratio[2],
+                fmt_bytes(p.peak),
+                p.peak as f64 / len as f64,
+                fmt_bytes(p.base_peak),
+            );
+            worst.push((label, times, p.ratio[0], p.peak, len));
+        }
+        fs::remove_file(&path)?;
+    }
+    println!("\nTargets:\n");
+    for &(label, times, ratio, peak, len) in &worst {
+        if times != 100 {
+            continue;
+        }
+        verdict(
+            ratio <= 1.5,
+            &format!("{label} at ×100 at most 1.5× the parse: {ratio:.2}×"),
+        );
+        if label.contains("compact") {
+            verdict(
+                peak < 2 * len,
+                &format!(
+                    "{label} at ×100 peaks under twice the file ({}): {}",
+                    fmt_bytes(len),
+                    fmt_bytes(peak)
+                ),
+            );
+        }
+    }
+    Ok(())
+}
+
+/// `xtask bench __parse FILE`: the baseline process, parsing every line of FILE into a
+/// `serde_json::Value` and dropping it; prints the number of lines.
+pub(super) fn parse(args: &[String]) -> Result<()> {
+    let [file] = args else {
+        bail!("usage: xtask bench __parse FILE");
+    };
+    let bytes = fs::read(file).with_context(|| format!("could not read {file}"))?;
+    let mut lines = 0u64;
+    for line in bytes.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+        let value: Value = serde_json::from_slice(line)
+            .with_context(|| format!("{file}: line {} is not JSON", lines + 1))?;
+        drop(value);
+        lines += 1;
+    }
+    println!("{lines}");
+    Ok(())
+}
