@@ -13,11 +13,12 @@ use panto_compact::CompactOutcome;
 use panto_model::{EffectiveContext, Message, Role};
 
 use crate::commands::{
-    active_model, catch_up, driver, failure, interrupted, meter, nothing_text, open_or_create,
-    turn, write_context,
+    active_model, catch_up, driver, failure, meter, nothing_text, open_or_create, turn,
+    write_context,
 };
 use crate::config::Config;
 use crate::input::{Input, Prompt};
+use crate::ui::interrupted;
 use crate::ui::{Spinner, count, error_text, for_stdout, say};
 
 /// The chat's commands, one line each, as `/help` prints them.

@@ -18,47 +18,10 @@ use panto_provider::{About, ProviderError, StreamEvent, Wait};
 use panto_session::{Loaded, Session, SessionError, SessionOptions};
 use serde_json::json;
 
-use crate::cli::{Cli, Command, Common};
 use crate::config::{Config, Flags, Locations, Needs, ProviderKind, Trust, TrustFile, needs};
-use crate::ui::{Spinner, count, for_stdout, print_event, say};
+use crate::ui::{Spinner, count, for_stdout, interrupted, print_event, say};
 use crate::{Cancelled, bad_input, offline, providers};
 use panto_compact::CheckedLog;
-
-/// Runs one command.
-pub(crate) async fn run(cli: Cli) -> Result<()> {
-    let cwd = std::env::current_dir().context("cannot read the working directory")?;
-    // Trusting a project must work while its configuration is still unread (or broken).
-    if let Command::Trust { dir, revoke, .. } = &cli.command {
-        return trust(&cwd, dir.as_deref(), *revoke);
-    }
-    let config = load_config(&cwd, cli.command.common())?;
-    match cli.command {
-        Command::Context { session, json, .. } => context(&config, &session, json),
-        Command::Transcript { session, .. } => transcript(&config, &session),
-        Command::Compact {
-            session,
-            instructions,
-            dry_run,
-            json,
-            ..
-        } => compact(&config, &session, instructions, dry_run, json).await,
-        Command::Send {
-            session, message, ..
-        } => send(&config, &session, message).await,
-        Command::Chat { session, .. } => crate::chat::chat(&config, &session).await,
-        Command::Config { .. } => show_config(&config),
-        Command::Trust { .. } => unreachable!("handled above"),
-    }
-}
-
-/// Loads the configuration and says, in one line, what an untrusted project could not set.
-fn load_config(cwd: &Path, common: &Common) -> Result<Config> {
-    let config = Config::load(&Locations::discover(cwd), &common.flags()).map_err(bad_input)?;
-    if let Some(notice) = config.trust_notice() {
-        say(&format!("panto: note: {notice}"));
-    }
-    Ok(config)
-}
 
 /// Session errors that are the user's to fix (a missing, malformed or wrong file) exit with 2.
 fn session_error(e: SessionError) -> anyhow::Error {
@@ -303,7 +266,7 @@ For a local OpenAI-compatible server: --provider openai --base-url http://127.0.
 // ---------------------------------------------------------------------------------------------
 // context
 
-fn context(config: &Config, path: &Path, as_json: bool) -> Result<()> {
+pub(crate) fn context(config: &Config, path: &Path, as_json: bool) -> Result<()> {
     let session = open_session(config, path)?;
     let ctx = load(&session)?;
     // One sizing pass for both estimates.
@@ -449,7 +412,7 @@ fn preview(m: &Message, width: usize) -> String {
 // ---------------------------------------------------------------------------------------------
 // transcript
 
-fn transcript(config: &Config, path: &Path) -> Result<()> {
+pub(crate) fn transcript(config: &Config, path: &Path) -> Result<()> {
     let session = open_session(config, path)?;
     let ctx = load(&session)?;
     let compactor = compactor(config)?;
@@ -475,7 +438,7 @@ fn exiting(ctx: EffectiveContext) {
 // ---------------------------------------------------------------------------------------------
 // compact
 
-async fn compact(
+pub(crate) async fn compact(
     config: &Config,
     path: &Path,
     instructions: Option<String>,
@@ -614,14 +577,7 @@ fn stream_to_stdout(spinner: &mut Spinner) -> impl FnMut(StreamEvent<'_>) + Send
     }
 }
 
-/// Resolves when the user presses Ctrl-C; never, where the signal cannot be listened to.
-pub(crate) async fn interrupted() {
-    if tokio::signal::ctrl_c().await.is_err() {
-        std::future::pending::<()>().await;
-    }
-}
-
-async fn send(config: &Config, path: &Path, message: String) -> Result<()> {
+pub(crate) async fn send(config: &Config, path: &Path, message: String) -> Result<()> {
     if message.trim().is_empty() {
         return Err(bad_input(
             "MESSAGE is empty: nothing was sent or written; give the text to send",
@@ -813,7 +769,7 @@ pub(crate) fn catch_up<'s>(
 // ---------------------------------------------------------------------------------------------
 // config
 
-fn show_config(config: &Config) -> Result<()> {
+pub(crate) fn show_config(config: &Config) -> Result<()> {
     let mut out = std::io::stdout().lock();
     let mut line = |text: String| writeln!(out, "{}", for_stdout(&text));
     for (key, value, source) in config.rows() {
@@ -897,7 +853,7 @@ fn trust_keys() -> Vec<&'static str> {
 
 /// `panto trust [DIR] [--revoke]`: records (or removes) the project holding DIR in the trust
 /// file, then shows what the project's file now decides.
-fn trust(cwd: &Path, dir: Option<&Path>, revoke: bool) -> Result<()> {
+pub(crate) fn trust(cwd: &Path, dir: Option<&Path>, revoke: bool) -> Result<()> {
     let start = dir.map_or_else(|| cwd.to_path_buf(), |d| cwd.join(d));
     let start = std::fs::canonicalize(&start)
         .map_err(|e| bad_input(format!("{}: {e}", start.display())))?;

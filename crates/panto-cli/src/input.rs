@@ -99,7 +99,7 @@ impl Prompt {
                 }
                 let line = tokio::select! {
                     line = lines.recv() => line,
-                    () = crate::commands::interrupted() => return Ok(Input::Interrupted),
+                    () = crate::ui::interrupted() => return Ok(Input::Interrupted),
                 };
                 match line {
                     None => Ok(Input::End),

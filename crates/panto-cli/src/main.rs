@@ -27,7 +27,14 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-use crate::cli::Cli;
+use std::path::Path;
+
+use anyhow::{Context as _, Result};
+
+use crate::cli::{Cli, Command, Common};
+use crate::commands::{compact, context, send, show_config, transcript, trust};
+use crate::config::{Config, Locations};
+use crate::ui::say;
 
 /// An error that is the user's to fix (bad usage, bad input, missing configuration): exit 2.
 #[derive(Debug)]
@@ -72,7 +79,7 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match runtime.block_on(commands::run(cli)) {
+    match runtime.block_on(run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         // The reader of a pipe stopped reading (`panto context s.jsonl | head`): it has what
         // it wanted, so the output command ends quietly.
@@ -91,10 +98,46 @@ fn main() -> ExitCode {
             } else {
                 1
             };
-            ui::say(&format!("panto: {}", ui::error_text(&e)));
+            say(&format!("panto: {}", ui::error_text(&e)));
             ExitCode::from(code)
         }
     }
+}
+
+/// Runs one command.
+pub(crate) async fn run(cli: Cli) -> Result<()> {
+    let cwd = std::env::current_dir().context("cannot read the working directory")?;
+    // Trusting a project must work while its configuration is still unread (or broken).
+    if let Command::Trust { dir, revoke, .. } = &cli.command {
+        return trust(&cwd, dir.as_deref(), *revoke);
+    }
+    let config = load_config(&cwd, cli.command.common())?;
+    match cli.command {
+        Command::Context { session, json, .. } => context(&config, &session, json),
+        Command::Transcript { session, .. } => transcript(&config, &session),
+        Command::Compact {
+            session,
+            instructions,
+            dry_run,
+            json,
+            ..
+        } => compact(&config, &session, instructions, dry_run, json).await,
+        Command::Send {
+            session, message, ..
+        } => send(&config, &session, message).await,
+        Command::Chat { session, .. } => chat::chat(&config, &session).await,
+        Command::Config { .. } => show_config(&config),
+        Command::Trust { .. } => unreachable!("handled above"),
+    }
+}
+
+/// Loads the configuration and says, in one line, what an untrusted project could not set.
+fn load_config(cwd: &Path, common: &Common) -> Result<Config> {
+    let config = Config::load(&Locations::discover(cwd), &common.flags()).map_err(bad_input)?;
+    if let Some(notice) = config.trust_notice() {
+        say(&format!("panto: note: {notice}"));
+    }
+    Ok(config)
 }
 
 /// Logs go to stderr, filtered by `PANTO_LOG` (for example `PANTO_LOG=debug`); off by default.

@@ -332,3 +332,10 @@ pub(crate) fn print_event(event: &CompactionEvent) {
         notice(&line);
     }
 }
+
+/// Resolves when the user presses Ctrl-C; never, where the signal cannot be listened to.
+pub(crate) async fn interrupted() {
+    if tokio::signal::ctrl_c().await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}

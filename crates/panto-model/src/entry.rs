@@ -2,6 +2,11 @@
 
 use crate::message::{Extra, Message};
 
+/// The field by which a compaction entry says that its kept copies follow it marked `kept_by`,
+/// so that replay honours it only once they are all present. The store sets it on every
+/// compaction appended together with its marked copies.
+pub const COPIES_MARKED: &str = "copies_marked";
+
 /// One line of a session file.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Entry {
@@ -114,7 +119,7 @@ impl CompactionEntry {
     /// Whether the entry says its kept copies follow it marked `kept_by`
     /// ([`crate::COPIES_MARKED`]), which makes replay wait for all of them.
     pub fn copies_marked(&self) -> bool {
-        self.extra.get(crate::replay::COPIES_MARKED) == Some(&serde_json::Value::Bool(true))
+        self.extra.get(COPIES_MARKED) == Some(&serde_json::Value::Bool(true))
     }
 
     /// A compaction entry with a summary and nothing else.

@@ -62,13 +62,13 @@ pub use decode::{
     BOM, DecodeError, Decoded, Entries, decode_line, decode_line_checked, encode_line,
     encode_lines, entries, from_json, read_entries, read_entries_lossy,
 };
-pub use entry::{CompactionEntry, Entry, Trigger, UnknownEntry};
+pub use entry::{COPIES_MARKED, CompactionEntry, Entry, Trigger, UnknownEntry};
 pub use ids::{IdKind, IdSource, SequentialIds, UniqueIds};
 pub use message::{
     CompactionBlock, ContentBlock, Extra, ImageBlock, KEPT_BY, Message, OtherBlock, RawJson, Role,
     TextBlock, ThinkingBlock, ToolResultBlock, ToolResultContent, ToolUseBlock, Usage,
 };
-pub use replay::{COPIES_MARKED, EffectiveContext, Replayer, Skipped, replay};
+pub use replay::{EffectiveContext, Replayer, Skipped, replay};
 pub use turns::{allowed_cuts, turns};
 pub use validate::{Problem, validate};
 

@@ -11,7 +11,7 @@
 //! session cut at any byte of a compaction append replays to exactly the old or the new context.
 //!
 //! Foreign compactions: that atomicity applies to the compactions panto writes, which say so
-//! (`"copies_marked": true`, [`COPIES_MARKED`]) or whose first following message is a copy
+//! (`"copies_marked": true`, [`COPIES_MARKED`](crate::COPIES_MARKED)) or whose first following message is a copy
 //! marked `kept_by`. Any other compaction was written by a program that does not mark its copies,
 //! and is read by Contract 1's rule: its summary, then the entries after it (a compaction that
 //! announces copies and is the last entry is interrupted, whoever wrote it). The messages after
@@ -23,11 +23,6 @@ use serde_json::Value;
 
 use crate::entry::{CompactionEntry, Entry};
 use crate::message::{KEPT_BY, Message};
-
-/// The field by which a compaction entry says that its kept copies follow it marked `kept_by`,
-/// so that replay honours it only once they are all present. The store sets it on every
-/// compaction appended together with its marked copies.
-pub const COPIES_MARKED: &str = "copies_marked";
 
 /// The context that the next request is built from.
 #[derive(Clone, Debug, Default, PartialEq)]

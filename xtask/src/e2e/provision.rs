@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
-use super::server::{Server, ServerArgs};
+use super::server::{Server, ServerArgs, tail};
 
 /// The `llama-cpp-python` release whose sdist vendors the llama.cpp we build.
 pub(super) const LLAMA_CPP_PYTHON: &str = "0.3.36";
@@ -141,13 +141,6 @@ fn run_logged(cmd: &mut Command, what: &str, log: &Path) -> Result<()> {
         );
     }
     Ok(())
-}
-
-/// The last `lines` lines of a text file (empty when it cannot be read).
-pub(super) fn tail(path: &Path, lines: usize) -> String {
-    let text = fs::read_to_string(path).unwrap_or_default();
-    let all: Vec<&str> = text.lines().collect();
-    all[all.len().saturating_sub(lines)..].join("\n")
 }
 
 /// The first file in `dir` whose name starts with `prefix` and ends with `suffix`.

@@ -16,8 +16,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
-use super::provision::tail;
-
 /// The arguments of one server configuration (the host and port are added by [`Server::start`]).
 #[derive(Clone, Debug)]
 pub(super) struct ServerArgs(Vec<OsString>);
@@ -304,4 +302,11 @@ fn dechunk(mut data: &[u8]) -> Result<Vec<u8>> {
         out.extend_from_slice(&data[..size]);
         data = data.get(size + 2..).unwrap_or_default();
     }
+}
+
+/// The last `lines` lines of a text file (empty when it cannot be read).
+pub(super) fn tail(path: &Path, lines: usize) -> String {
+    let text = fs::read_to_string(path).unwrap_or_default();
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
 }
