@@ -40,6 +40,8 @@ use panto_model::{
 use panto_session::{Session, SessionOptions};
 use serde_json::json;
 
+use crate::table::Table;
+
 /// A section: its name, what it measures, and the function that prints its table.
 type Section = (&'static str, &'static str, fn(&Path, &Flags) -> Result<()>);
 
@@ -403,12 +405,8 @@ fn session(root: &Path, flags: &Flags) -> Result<()> {
     println!(
         "cache. Full replay: `history()` streamed through `panto_model::Replayer`, one run.\n"
     );
-    println!(
-        "| history | file size | bytes read | entries replayed | load median | load min | load max | full replay |"
-    );
-    println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
     let opts = SessionOptions::default().fsync(false);
-    let mut largest = None;
+    let mut loads = Vec::new();
     for &size in sizes {
         let path = dir.join(format!("history-{}m.jsonl", size / MIB));
         generate(&path, size, &block, &tail)?;
@@ -434,21 +432,19 @@ fn session(root: &Path, flags: &Flags) -> Result<()> {
         if n != 209 {
             bail!("full replay disagrees: {n} messages");
         }
-        println!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} |",
-            fmt_bytes(size),
-            fmt_bytes(len),
-            fmt_bytes(loaded.stats.bytes_read),
-            loaded.stats.entries,
-            fmt_duration(median),
-            fmt_duration(min),
-            fmt_duration(max),
-            fmt_duration(full),
-        );
         fs::remove_file(&path)?;
-        largest = Some((size, median));
+        loads.push(Load {
+            size,
+            len,
+            bytes_read: loaded.stats.bytes_read,
+            entries: loaded.stats.entries,
+            load: [median, min, max],
+            full,
+        });
     }
-    if let Some((size, median)) = largest {
+    print!("{}", load_table(&loads));
+    if let Some(largest) = loads.last() {
+        let (size, median) = (largest.size, largest.load[0]);
         println!("\nTargets:\n");
         scale::verdict(
             median < Duration::from_millis(100),
@@ -463,23 +459,75 @@ fn session(root: &Path, flags: &Flags) -> Result<()> {
     println!(
         "\nAppend of one message to a session of 1 MiB (lock, end check, one write), median of 200.\n"
     );
-    println!("| fsync | median | min | max |");
-    println!("| --- | --- | --- | --- |");
+    let mut appends = Vec::new();
     for fsync in [false, true] {
         let path = dir.join("append.jsonl");
         generate(&path, MIB, &block, &tail)?;
         let s = Session::open(&path, SessionOptions::default().fsync(fsync))?;
         let msg = [Entry::Message(Message::user_text("one more prompt"))];
         let (median, min, max, _) = time(5, 200, || Ok(s.append(&msg)?))?;
-        println!(
-            "| {} | {} | {} | {} |",
-            if fsync { "on" } else { "off" },
-            fmt_duration(median),
-            fmt_duration(min),
-            fmt_duration(max)
-        );
+        appends.push((fsync, [median, min, max]));
         fs::remove_file(&path)?;
         let _ = fs::remove_file(dir.join("append.jsonl.lock"));
     }
+    print!("{}", append_table(&appends));
     Ok(())
+}
+
+/// The load of one session size: its sizes, what the backwards load read, and the times.
+struct Load {
+    /// The history size asked for.
+    size: u64,
+    /// The size of the generated file.
+    len: u64,
+    bytes_read: u64,
+    entries: usize,
+    /// Median, min and max of the effective-context load.
+    load: [Duration; 3],
+    /// One full replay.
+    full: Duration,
+}
+
+/// The load table: one row per session size.
+fn load_table(rows: &[Load]) -> Table {
+    let mut t = Table::new([
+        "history",
+        "file size",
+        "bytes read",
+        "entries replayed",
+        "load median",
+        "load min",
+        "load max",
+        "full replay",
+    ])
+    .right(1..8);
+    for r in rows {
+        let [median, min, max] = r.load.map(fmt_duration);
+        t.row([
+            fmt_bytes(r.size),
+            fmt_bytes(r.len),
+            fmt_bytes(r.bytes_read),
+            r.entries.to_string(),
+            median,
+            min,
+            max,
+            fmt_duration(r.full),
+        ]);
+    }
+    t
+}
+
+/// The append table: fsync off or on, and the median, min and max of one append.
+fn append_table(rows: &[(bool, [Duration; 3])]) -> Table {
+    let mut t = Table::new(["fsync", "median", "min", "max"]).right(1..4);
+    for &(fsync, times) in rows {
+        let [median, min, max] = times.map(fmt_duration);
+        t.row([
+            if fsync { "on" } else { "off" }.to_owned(),
+            median,
+            min,
+            max,
+        ]);
+    }
+    t
 }

@@ -21,7 +21,12 @@ mod e2e;
 #[cfg(feature = "quality")]
 mod quality;
 // The bench's tables still print their own Markdown; it joins this list when they use `Table`.
-#[cfg(any(feature = "calibrate", feature = "e2e", feature = "quality"))]
+#[cfg(any(
+    feature = "bench",
+    feature = "calibrate",
+    feature = "e2e",
+    feature = "quality"
+))]
 mod table;
 mod tidy;
 

@@ -34,8 +34,9 @@ impl Table {
     ///
     /// # Panics
     /// When an index is not a column (a bug in the caller).
-    // Only calibrate's tables align right so far; an e2e-only build does not call it.
-    #[cfg_attr(not(feature = "calibrate"), allow(dead_code))]
+    // Only the bench's and calibrate's tables align right so far; an e2e-only build does not
+    // call it.
+    #[cfg_attr(not(any(feature = "bench", feature = "calibrate")), allow(dead_code))]
     pub(crate) fn right(mut self, columns: impl IntoIterator<Item = usize>) -> Table {
         for c in columns {
             assert!(c < self.right.len(), "table: no column {c}");

@@ -16,6 +16,7 @@ use serde_json::Value;
 use super::process::{Peak, Run, Runner};
 use super::scale::verdict;
 use super::{Flags, bench_dir, fmt_bytes, fmt_duration};
+use crate::table::Table;
 
 /// The real session, relative to the repository root.
 const SESSION: &str = "../shared/data/sessions/pi-large.jsonl";
@@ -41,12 +42,65 @@ const COMMANDS: &[(&str, &[&str])] = &[
 ];
 
 /// The figures of one command at one size.
-struct Paired {
-    cpu: [Duration; 3],
-    base: [Duration; 3],
-    ratio: [f64; 3],
-    peak: u64,
-    base_peak: u64,
+pub(super) struct Paired {
+    /// The command's CPU time: median, min and max.
+    pub cpu: [Duration; 3],
+    /// The paired parse's CPU time: median, min and max.
+    pub base: [Duration; 3],
+    /// The command's CPU time over its pair's: median, min and max.
+    pub ratio: [f64; 3],
+    /// The command's median peak memory, in bytes.
+    pub peak: u64,
+    /// The parse's median peak memory, in bytes.
+    pub base_peak: u64,
+}
+
+/// One command at one size: a row of the process table.
+pub(super) struct Measured {
+    /// How many times the session is repeated.
+    pub times: u64,
+    /// Bytes of the repeated session.
+    pub len: u64,
+    pub label: &'static str,
+    /// The paired runs.
+    pub reps: usize,
+    pub pair: Paired,
+}
+
+/// The process table: each command at each size beside its paired parse.
+pub(super) fn process_table(rows: &[Measured]) -> Table {
+    let mut t = Table::new([
+        "size",
+        "file",
+        "command",
+        "runs",
+        "CPU",
+        "parse CPU",
+        "**ratio** (min to max)",
+        "peak memory",
+        "× file",
+        "parse peak",
+    ])
+    .right([1, 3, 4, 5, 6, 7, 8, 9]);
+    for m in rows {
+        let p = &m.pair;
+        t.row([
+            format!("×{}", m.times),
+            fmt_bytes(m.len),
+            m.label.to_owned(),
+            m.reps.to_string(),
+            fmt_duration(p.cpu[0]),
+            fmt_duration(p.base[0]),
+            format!(
+                "**{:.2}×** ({:.2}× to {:.2}×)",
+                p.ratio[0], p.ratio[1], p.ratio[2]
+            ),
+            fmt_bytes(p.peak),
+            format!("{:.2}×", p.peak as f64 / m.len as f64),
+            fmt_bytes(p.base_peak),
+        ]);
+    }
+    t
 }
 
 /// Median, minimum and maximum of `values`.
@@ -153,11 +207,7 @@ pub(super) fn process(root: &Path, _flags: &Flags) -> Result<()> {
         "ratio is the command's over its pair's, median (min to max) of the pairs. Peak memory:"
     );
     println!("`ru_maxrss` of the process, median.\n");
-    println!(
-        "| size | file | command | runs | CPU | parse CPU | **ratio** (min to max) | peak memory | × file | parse peak |"
-    );
-    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
-    let mut worst: Vec<(&str, u64, f64, u64, u64)> = Vec::new();
+    let mut measured = Vec::new();
     for &(times, reps) in SIZES {
         let path = dir.join(format!("pi-x{times}.jsonl"));
         {
@@ -175,30 +225,23 @@ pub(super) fn process(root: &Path, _flags: &Flags) -> Result<()> {
                 .map(|a| if *a == "{}" { file } else { a })
                 .collect();
             let out = dir.join("out.txt");
-            let p = paired(&runner, &args, file, &out, reps)?;
+            let pair = paired(&runner, &args, file, &out, reps)?;
             check(label, &out, messages * times as usize)?;
             let _ = fs::remove_file(&out);
-            println!(
-                "| ×{times} | {} | {label} | {reps} | {} | {} | **{:.2}×** ({:.2}× to {:.2}×) | {} | {:.2}× | {} |",
-                fmt_bytes(len),
-                fmt_duration(p.cpu[0]),
-                fmt_duration(p.base[0]),
-                p.ratio[0],
-                p.ratio[1],
-                p.ratio[2],
-                fmt_bytes(p.peak),
-                p.peak as f64 / len as f64,
-                fmt_bytes(p.base_peak),
-            );
-            worst.push((label, times, p.ratio[0], p.peak, len));
+            measured.push(Measured {
+                times,
+                len,
+                label,
+                reps,
+                pair,
+            });
         }
         fs::remove_file(&path)?;
     }
+    print!("{}", process_table(&measured));
     println!("\nTargets:\n");
-    for &(label, times, ratio, peak, len) in &worst {
-        if times != 100 {
-            continue;
-        }
+    for m in measured.iter().filter(|m| m.times == 100) {
+        let (label, ratio, peak, len) = (m.label, m.pair.ratio[0], m.pair.peak, m.len);
         verdict(
             ratio <= 1.5,
             &format!("{label} at ×100 at most 1.5× the parse: {ratio:.2}×"),

@@ -14,6 +14,7 @@ use super::generate::{Facts, history_then_tail, scale_session};
 use super::process::{Peak, Runner, Sample};
 use super::stages::{STAGES, read_facts, write_facts};
 use super::{Flags, bench_dir, fmt_bytes, fmt_duration};
+use crate::table::Table;
 
 /// Bump when the generator's output changes, so that kept sessions are not reused.
 const GENERATOR_VERSION: u32 = 1;
@@ -136,14 +137,15 @@ fn run_stages(dir: &Path, labels: &[&str], flags: &Flags) -> Result<()> {
 }
 
 /// Everything the tables need about one session.
-struct Row {
-    label: &'static str,
-    gen_facts: Facts,
-    facts: Value,
+pub(super) struct Row {
+    pub label: &'static str,
+    pub gen_facts: Facts,
+    /// What the in-process replay counted (`LABEL.facts.json`).
+    pub facts: Value,
     /// Criterion medians in ns, in [`STAGES`] order.
-    medians: Vec<f64>,
-    context: Sample,
-    compact: Sample,
+    pub medians: Vec<f64>,
+    pub context: Sample,
+    pub compact: Sample,
 }
 
 impl Row {
@@ -255,29 +257,7 @@ fn print_scale(rows: &[Row], peak: Peak) {
     );
     println!("the messages, so the effective context is the second half. A *message* is a");
     println!("message entry, kept copies included.\n");
-    println!(
-        "| session | messages | file | tool calls | thinking blocks | compactions (kept copies) | effective context | turns | summarized / kept turns | transcript |"
-    );
-    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
-    for r in rows {
-        let g = &r.gen_facts;
-        println!(
-            "| {} | {} | {} | {} | {} | {} ({}) | {} messages, {} | {} | {} / {} | {} |",
-            r.label,
-            g.messages,
-            fmt_bytes(g.bytes),
-            g.tool_calls,
-            g.thinking_blocks,
-            g.compactions,
-            g.kept_copies,
-            r.fact("effective_messages"),
-            fmt_bytes(r.fact("effective_bytes")),
-            r.fact("turns"),
-            r.fact("summarized_turns"),
-            r.fact("kept_turns"),
-            fmt_bytes(r.fact("transcript_bytes")),
-        );
-    }
+    print!("{}", sessions_table(rows));
 
     println!(
         "\nIn-process stages: criterion medians of the measuring thread's CPU time (10 samples,"
@@ -289,91 +269,19 @@ fn print_scale(rows: &[Row], peak: Peak) {
     );
     println!("context. `pipeline` is what runs before a compaction request: decode and replay");
     println!("streamed, sizing, and the plan (which segments the turns itself).\n");
-    println!(
-        "| session | baseline: parse → Value | decode | replay | turns | sizing | plan | **pipeline** |"
-    );
-    println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
-    for r in rows {
-        let base = r.stage("parse_value");
-        let cell = |s: &str| {
-            let t = r.stage(s);
-            format!("{} ({})", fmt_duration(secs(t)), ratio(t, base))
-        };
-        println!(
-            "| {} | {} ({:.0} MB/s) | {} | {} | {} | {} | {} | **{}** |",
-            r.label,
-            fmt_duration(secs(base)),
-            mbps(r.gen_facts.bytes, base),
-            cell("decode"),
-            cell("replay"),
-            cell("turns"),
-            cell("sizing"),
-            cell("plan"),
-            cell("pipeline"),
-        );
-    }
+    print!("{}", pipeline_table(rows));
 
     println!(
         "\nScaling: time at ten times the messages over time at the smaller size (target ≤ 11),"
     );
     println!("with the growth of the file beside it (the sessions grow by whole rounds).\n");
-    let scaled = [
-        "parse_value",
-        "decode",
-        "replay",
-        "turns",
-        "sizing",
-        "plan",
-        "pipeline",
-        "render",
-    ];
-    print!("| step | file growth |");
-    for s in scaled {
-        print!(" {s} |");
-    }
-    println!();
-    print!("| --- | --- |");
-    for _ in scaled {
-        print!(" --- |");
-    }
-    println!();
-    for w in rows.windows(2) {
-        let (a, b) = (&w[0], &w[1]);
-        print!(
-            "| {} → {} | {:.2}× |",
-            a.label,
-            b.label,
-            b.gen_facts.bytes as f64 / a.gen_facts.bytes as f64
-        );
-        for s in scaled {
-            print!(" {:.2}× |", b.stage(s) / a.stage(s));
-        }
-        println!();
-    }
+    print!("{}", growth_table(rows));
 
     println!(
         "\nTranscript rendering of the summarized prefix (`render_transcript`), beside copying"
     );
     println!("as many bytes into a fresh buffer (target ≥ 500 MB/s of output).\n");
-    println!(
-        "| session | summarized messages | transcript | render | MB/s | baseline: copy | copy MB/s | render / copy |"
-    );
-    println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
-    for r in rows {
-        let bytes = r.fact("transcript_bytes");
-        let (render, copy) = (r.stage("render"), r.stage("copy"));
-        println!(
-            "| {} | {} | {} | {} | {:.0} | {} | {:.0} | {} |",
-            r.label,
-            r.fact("summarized_messages"),
-            fmt_bytes(bytes),
-            fmt_duration(secs(render)),
-            mbps(bytes, render),
-            fmt_duration(secs(copy)),
-            mbps(bytes, copy),
-            ratio(render, copy),
-        );
-    }
+    print!("{}", render_table(rows));
 
     println!(
         "\nThe release `panto` binary as a process: median wall time of 5 runs (3 for files over"
@@ -381,28 +289,7 @@ fn print_scale(rows: &[Row], peak: Peak) {
     println!("500 MB) after one checked run, and peak resident memory (`ru_maxrss`). Baseline:");
     println!("parsing the lines of the effective context (what `panto` reads, backwards from the");
     println!("end) into `serde_json::Value`. `context --json` also prints the whole context.\n");
-    println!(
-        "| session | effective context | baseline: parse effective | `context --json` | ratio | peak memory | memory / effective | `compact --dry-run` | ratio | peak memory |"
-    );
-    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
-    for r in rows {
-        let base = r.stage("parse_value_effective");
-        let eff = r.fact("effective_bytes");
-        let wall = |s: &Sample| s.wall.as_secs_f64() * 1e9;
-        println!(
-            "| {} | {} | {} | {} | {} | {} | {:.1}× | {} | {} | {} |",
-            r.label,
-            fmt_bytes(eff),
-            fmt_duration(secs(base)),
-            fmt_duration(r.context.wall),
-            ratio(wall(&r.context), base),
-            peak_str(peak, r.context.peak),
-            r.context.peak as f64 / eff as f64,
-            fmt_duration(r.compact.wall),
-            ratio(wall(&r.compact), base),
-            peak_str(peak, r.compact.peak),
-        );
-    }
+    print!("{}", process_table(rows, peak));
 
     println!("\nTargets:\n");
     let worst_pipeline = rows
@@ -443,6 +330,173 @@ fn print_scale(rows: &[Row], peak: Peak) {
     );
 }
 
+/// What each generated session holds, as the generator and the in-process replay counted it.
+pub(super) fn sessions_table(rows: &[Row]) -> Table {
+    let mut t = Table::new([
+        "session",
+        "messages",
+        "file",
+        "tool calls",
+        "thinking blocks",
+        "compactions (kept copies)",
+        "effective context",
+        "turns",
+        "summarized / kept turns",
+        "transcript",
+    ])
+    .right(1..10);
+    for r in rows {
+        let g = &r.gen_facts;
+        t.row([
+            r.label.to_owned(),
+            g.messages.to_string(),
+            fmt_bytes(g.bytes),
+            g.tool_calls.to_string(),
+            g.thinking_blocks.to_string(),
+            format!("{} ({})", g.compactions, g.kept_copies),
+            format!(
+                "{} messages, {}",
+                r.fact("effective_messages"),
+                fmt_bytes(r.fact("effective_bytes"))
+            ),
+            r.fact("turns").to_string(),
+            format!("{} / {}", r.fact("summarized_turns"), r.fact("kept_turns")),
+            fmt_bytes(r.fact("transcript_bytes")),
+        ]);
+    }
+    t
+}
+
+/// The in-process stages of each session, each beside its ratio to the baseline parse.
+pub(super) fn pipeline_table(rows: &[Row]) -> Table {
+    let mut t = Table::new([
+        "session",
+        "baseline: parse → Value",
+        "decode",
+        "replay",
+        "turns",
+        "sizing",
+        "plan",
+        "**pipeline**",
+    ])
+    .right(1..8);
+    for r in rows {
+        let base = r.stage("parse_value");
+        let cell = |stage: &str| {
+            let ns = r.stage(stage);
+            format!("{} ({})", fmt_duration(secs(ns)), ratio(ns, base))
+        };
+        t.row([
+            r.label.to_owned(),
+            format!(
+                "{} ({:.0} MB/s)",
+                fmt_duration(secs(base)),
+                mbps(r.gen_facts.bytes, base)
+            ),
+            cell("decode"),
+            cell("replay"),
+            cell("turns"),
+            cell("sizing"),
+            cell("plan"),
+            format!("**{}**", cell("pipeline")),
+        ]);
+    }
+    t
+}
+
+/// The stages whose growth from one session to the next the growth table shows.
+const SCALED: [&str; 8] = [
+    "parse_value",
+    "decode",
+    "replay",
+    "turns",
+    "sizing",
+    "plan",
+    "pipeline",
+    "render",
+];
+
+/// The growth of the file and of each stage from one session to the next.
+pub(super) fn growth_table(rows: &[Row]) -> Table {
+    let mut t =
+        Table::new(["step", "file growth"].into_iter().chain(SCALED)).right(1..SCALED.len() + 2);
+    for w in rows.windows(2) {
+        let (a, b) = (&w[0], &w[1]);
+        let mut cells = vec![
+            format!("{} → {}", a.label, b.label),
+            ratio(b.gen_facts.bytes as f64, a.gen_facts.bytes as f64),
+        ];
+        cells.extend(SCALED.iter().map(|s| ratio(b.stage(s), a.stage(s))));
+        t.row(cells);
+    }
+    t
+}
+
+/// Rendering the summarized prefix of each session, beside copying as many bytes.
+pub(super) fn render_table(rows: &[Row]) -> Table {
+    let mut t = Table::new([
+        "session",
+        "summarized messages",
+        "transcript",
+        "render",
+        "MB/s",
+        "baseline: copy",
+        "copy MB/s",
+        "render / copy",
+    ])
+    .right(1..8);
+    for r in rows {
+        let bytes = r.fact("transcript_bytes");
+        let (render, copy) = (r.stage("render"), r.stage("copy"));
+        t.row([
+            r.label.to_owned(),
+            r.fact("summarized_messages").to_string(),
+            fmt_bytes(bytes),
+            fmt_duration(secs(render)),
+            format!("{:.0}", mbps(bytes, render)),
+            fmt_duration(secs(copy)),
+            format!("{:.0}", mbps(bytes, copy)),
+            ratio(render, copy),
+        ]);
+    }
+    t
+}
+
+/// The `panto` processes on each session, beside parsing its effective context.
+pub(super) fn process_table(rows: &[Row], peak: Peak) -> Table {
+    let mut t = Table::new([
+        "session",
+        "effective context",
+        "baseline: parse effective",
+        "`context --json`",
+        "ratio",
+        "peak memory",
+        "memory / effective",
+        "`compact --dry-run`",
+        "ratio",
+        "peak memory",
+    ])
+    .right(1..10);
+    let wall = |s: &Sample| s.wall.as_secs_f64() * 1e9;
+    for r in rows {
+        let base = r.stage("parse_value_effective");
+        let eff = r.fact("effective_bytes");
+        t.row([
+            r.label.to_owned(),
+            fmt_bytes(eff),
+            fmt_duration(secs(base)),
+            fmt_duration(r.context.wall),
+            ratio(wall(&r.context), base),
+            peak_str(peak, r.context.peak),
+            format!("{:.1}×", r.context.peak as f64 / eff as f64),
+            fmt_duration(r.compact.wall),
+            ratio(wall(&r.compact), base),
+            peak_str(peak, r.compact.peak),
+        ]);
+    }
+    t
+}
+
 /// Prints one target line.
 pub(super) fn verdict(met: bool, what: &str) {
     println!("- {} {what}", if met { "**met**:" } else { "**MISSED**:" });
@@ -465,6 +519,44 @@ fn histories(flags: &Flags) -> &'static [(&'static str, u64)] {
 /// Messages after the latest compaction in the memory section.
 const TAIL: u64 = 10_000;
 
+/// One history of the memory section: its session and the two commands measured on it.
+pub(super) struct History {
+    pub facts: Facts,
+    pub context: Sample,
+    pub compact: Sample,
+}
+
+/// The peak memory of the `panto` processes behind each history.
+pub(super) fn memory_table(rows: &[History], peak: Peak) -> Table {
+    let mut t = Table::new([
+        "messages before the latest compaction",
+        "file",
+        "effective context",
+        "`context --json`",
+        "peak memory",
+        "`compact --dry-run`",
+        "peak memory",
+    ])
+    .right(0..7);
+    for h in rows {
+        let f = &h.facts;
+        t.row([
+            (f.messages + 1 - f.effective_messages).to_string(),
+            fmt_bytes(f.bytes),
+            format!(
+                "{} messages, {}",
+                f.effective_messages,
+                fmt_bytes(f.bytes - f.latest_compaction_offset)
+            ),
+            fmt_duration(h.context.wall),
+            peak_str(peak, h.context.peak),
+            fmt_duration(h.compact.wall),
+            peak_str(peak, h.compact.peak),
+        ]);
+    }
+    t
+}
+
 pub(super) fn memory(root: &Path, flags: &Flags) -> Result<()> {
     let dir = bench_dir(root, "memory")?;
     let runner = Runner::new(root, &dir)?;
@@ -475,11 +567,7 @@ pub(super) fn memory(root: &Path, flags: &Flags) -> Result<()> {
         "context (the latest compaction, its kept round and {TAIL} more messages, byte for byte)"
     );
     println!("behind histories of growing length. Median of 3 runs after one checked run.\n");
-    println!(
-        "| messages before the latest compaction | file | effective context | `context --json` | peak memory | `compact --dry-run` | peak memory |"
-    );
-    println!("| --- | --- | --- | --- | --- | --- | --- |");
-    let mut peaks = Vec::new();
+    let mut measured = Vec::new();
     let mut effective_bytes: Option<u64> = None;
     for &(label, history) in histories(flags) {
         let facts = session(&dir, label, |p| history_then_tail(p, history, 20_000, TAIL))?;
@@ -510,24 +598,16 @@ pub(super) fn memory(root: &Path, flags: &Flags) -> Result<()> {
             3,
         )?;
         let _ = fs::remove_file(&out);
-        println!(
-            "| {} | {} | {} messages, {} | {} | {} | {} | {} |",
-            facts.messages + 1 - facts.effective_messages,
-            fmt_bytes(facts.bytes),
-            facts.effective_messages,
-            fmt_bytes(eff),
-            fmt_duration(context.wall),
-            peak_str(runner.peak, context.peak),
-            fmt_duration(compact.wall),
-            peak_str(runner.peak, compact.peak),
-        );
-        peaks.push(context.peak);
+        measured.push(History {
+            facts,
+            context,
+            compact,
+        });
         cleanup(&dir, label, flags);
     }
-    let (lo, hi) = (
-        peaks.iter().copied().min().unwrap_or(0),
-        peaks.iter().copied().max().unwrap_or(0),
-    );
+    print!("{}", memory_table(&measured, runner.peak));
+    let peaks = measured.iter().map(|h| h.context.peak);
+    let (lo, hi) = (peaks.clone().min().unwrap_or(0), peaks.max().unwrap_or(0));
     println!("\nTargets:\n");
     verdict(
         hi as f64 <= lo as f64 * 1.25,
