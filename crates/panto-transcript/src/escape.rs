@@ -308,6 +308,64 @@ pub(crate) fn write_json<T: serde::Serialize + ?Sized>(out: &mut String, value: 
     }
 }
 
+/// Appends `raw`, the text of one JSON value, compactly and without parsing it: the whitespace
+/// outside strings is dropped, and inside strings NEL, LS, PS and a `<` that opens a reserved
+/// tag (also when its `/` is written `\/`) are written as `\u` escapes, as [`SafeJson`] does.
+/// Everything else is the text as given: numbers keep their spelling (`1e2`, `100000000000000000000`),
+/// strings their escapes (`\u00e9`, lone surrogates), objects their key order and repeated keys.
+///
+/// For text that `serde_json` wrote (compact or pretty), this is exactly [`write_json`] of the
+/// value the text reads as; for other spellings of the same value it differs only where the
+/// text differs from `serde_json`'s spelling, and the transcript then shows what the session
+/// holds. Nothing here can forge a marker line: a compact JSON value has no line terminator
+/// outside its escapes.
+pub(crate) fn write_raw_json(out: &mut impl Sink, raw: &str) {
+    let b = raw.as_bytes();
+    let mut copied = 0;
+    let mut in_string = false;
+    let mut i = 0;
+    while i < b.len() {
+        let (len, replacement): (usize, &str) = match b[i] {
+            b' ' | b'\t' | b'\n' | b'\r' if !in_string => {
+                let mut j = i + 1;
+                while j < b.len() && matches!(b[j], b' ' | b'\t' | b'\n' | b'\r') {
+                    j += 1;
+                }
+                (j - i, "")
+            }
+            b'"' => {
+                in_string = !in_string;
+                i += 1;
+                continue;
+            }
+            // An escape: the byte after the backslash is part of it (`\"` does not close).
+            b'\\' if in_string => {
+                i += 2;
+                continue;
+            }
+            0xC2 if b.get(i + 1) == Some(&0x85) => (2, "\\u0085"),
+            0xE2 if b.get(i + 1) == Some(&0x80) && b.get(i + 2) == Some(&0xA8) => (3, "\\u2028"),
+            0xE2 if b.get(i + 1) == Some(&0x80) && b.get(i + 2) == Some(&0xA9) => (3, "\\u2029"),
+            b'<' if json_tag_at(b, i + 1)
+                || (b.get(i + 1) == Some(&b'\\')
+                    && b.get(i + 2) == Some(&b'/')
+                    && json_tag_at(b, i + 2)) =>
+            {
+                (1, "\\u003c")
+            }
+            _ => {
+                i += 1;
+                continue;
+            }
+        };
+        out.push_str(&raw[copied..i]);
+        out.push_str(replacement);
+        i += len;
+        copied = i;
+    }
+    out.push_str(&raw[copied..]);
+}
+
 /// The compact JSON formatter, except that string contents write NEL, LS, PS and a `<` that
 /// opens a reserved tag as `\u` escapes (equivalent JSON, so the value reads back unchanged).
 struct SafeJson;

@@ -640,7 +640,7 @@ impl Walk {
             } if is_request(text) => self.ledger.requests.push(text.trim().to_owned()),
             ItemView::ToolCall {
                 id, name, input, ..
-            } => self.call(id, name, input),
+            } => self.call(id, name, &input.value()),
             ItemView::ToolResult {
                 id,
                 name,
@@ -812,6 +812,7 @@ mod tests {
                 ItemView::ToolCall {
                     id, name, input, ..
                 } => {
+                    let input = &*input.value();
                     let kind = kind(name, input);
                     let mut files = Vec::new();
                     paths(input, &mut files);
