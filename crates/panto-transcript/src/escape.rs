@@ -322,48 +322,55 @@ pub(crate) fn write_json<T: serde::Serialize + ?Sized>(out: &mut String, value: 
 pub(crate) fn write_raw_json(out: &mut impl Sink, raw: &str) {
     let b = raw.as_bytes();
     let mut copied = 0;
-    let mut in_string = false;
     let mut i = 0;
     while i < b.len() {
-        let (len, replacement): (usize, &str) = match b[i] {
-            b' ' | b'\t' | b'\n' | b'\r' if !in_string => {
-                let mut j = i + 1;
-                while j < b.len() && matches!(b[j], b' ' | b'\t' | b'\n' | b'\r') {
-                    j += 1;
-                }
-                (j - i, "")
-            }
+        match b[i] {
             b'"' => {
-                in_string = !in_string;
+                // A string, to its closing quote: runs between quotes and backslashes are
+                // searched for the three bytes that may open something to escape, and an
+                // escape is skipped whole (`\"` does not close the string).
                 i += 1;
-                continue;
+                loop {
+                    let end = memchr::memchr2(b'"', b'\\', &b[i..]).map_or(b.len(), |k| i + k);
+                    for k in memchr::memchr3_iter(b'<', 0xC2, 0xE2, &b[i..end]) {
+                        let at = i + k;
+                        if let Some((len, replacement)) = raw_special(b, at) {
+                            out.push_str(&raw[copied..at]);
+                            out.push_str(replacement);
+                            copied = at + len;
+                        }
+                    }
+                    if end >= b.len() || b[end] == b'"' {
+                        i = end + 1;
+                        break;
+                    }
+                    i = (end + 2).min(b.len());
+                }
             }
-            // An escape: the byte after the backslash is part of it (`\"` does not close).
-            b'\\' if in_string => {
-                i += 2;
-                continue;
+            b' ' | b'\t' | b'\n' | b'\r' => {
+                out.push_str(&raw[copied..i]);
+                while i < b.len() && matches!(b[i], b' ' | b'\t' | b'\n' | b'\r') {
+                    i += 1;
+                }
+                copied = i;
             }
-            0xC2 if b.get(i + 1) == Some(&0x85) => (2, "\\u0085"),
-            0xE2 if b.get(i + 1) == Some(&0x80) && b.get(i + 2) == Some(&0xA8) => (3, "\\u2028"),
-            0xE2 if b.get(i + 1) == Some(&0x80) && b.get(i + 2) == Some(&0xA9) => (3, "\\u2029"),
-            b'<' if json_tag_at(b, i + 1)
-                || (b.get(i + 1) == Some(&b'\\')
-                    && b.get(i + 2) == Some(&b'/')
-                    && json_tag_at(b, i + 2)) =>
-            {
-                (1, "\\u003c")
-            }
-            _ => {
-                i += 1;
-                continue;
-            }
-        };
-        out.push_str(&raw[copied..i]);
-        out.push_str(replacement);
-        i += len;
-        copied = i;
+            _ => i += 1,
+        }
     }
-    out.push_str(&raw[copied..]);
+    out.push_str(&raw[copied.min(b.len())..]);
+}
+
+/// What [`write_raw_json`] writes for the bytes at `b[at..]` inside a string, when they need
+/// an escape: their length and the escape.
+fn raw_special(b: &[u8], at: usize) -> Option<(usize, &'static str)> {
+    match (b[at], b.get(at + 1), b.get(at + 2)) {
+        (0xC2, Some(0x85), _) => Some((2, "\\u0085")),
+        (0xE2, Some(0x80), Some(0xA8)) => Some((3, "\\u2028")),
+        (0xE2, Some(0x80), Some(0xA9)) => Some((3, "\\u2029")),
+        (b'<', Some(b'\\'), Some(b'/')) if json_tag_at(b, at + 2) => Some((1, "\\u003c")),
+        (b'<', _, _) if json_tag_at(b, at + 1) => Some((1, "\\u003c")),
+        _ => None,
+    }
 }
 
 /// The compact JSON formatter, except that string contents write NEL, LS, PS and a `<` that
