@@ -3,9 +3,7 @@
 
 use std::borrow::Cow;
 
-use panto_model::{
-    CallIndex, ContentBlock, ImageBlock, Message, RawJson, Role, ToolResultContent,
-};
+use panto_model::{CallIndex, ContentBlock, ImageBlock, Message, RawJson, Role, ToolResultContent};
 use serde_json::Value;
 
 /// Who an image or an unknown block came from: a message author, or a tool (inside a result).

@@ -864,7 +864,11 @@ mod tests {
                 } => {
                     let (tool, kind, target) = match calls.iter().rev().find(|c| c.0 == id) {
                         Some((_, tool, kind, target)) => (tool.clone(), *kind, target.clone()),
-                        None => (name.unwrap_or("tool").to_owned(), Kind::Other, String::new()),
+                        None => (
+                            name.unwrap_or("tool").to_owned(),
+                            Kind::Other,
+                            String::new(),
+                        ),
                     };
                     if kind == Kind::Question && !is_error && !text.trim().is_empty() {
                         l.answers.push(text.trim().to_owned());
@@ -973,10 +977,12 @@ mod tests {
                 is_error,
                 text: text.to_owned(),
             });
-        let request = prop::sample::select(vec!["fix it", "/mode", "again", " fix it "])
-            .prop_map(|text| TranscriptItem::Text {
-                role: Role::User,
-                text: text.to_owned(),
+        let request =
+            prop::sample::select(vec!["fix it", "/mode", "again", " fix it "]).prop_map(|text| {
+                TranscriptItem::Text {
+                    role: Role::User,
+                    text: text.to_owned(),
+                }
             });
         prop_oneof![3 => call, 1 => todos, 4 => result, 1 => request]
     }

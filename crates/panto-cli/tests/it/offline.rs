@@ -300,8 +300,16 @@ fn a_handoff_pasted_twice_is_carried_once_and_two_different_ones_both() {
     let sb = Sandbox::new();
     let summary = dry_run_summary(&sb, "pasted-twice.jsonl", &lines, "10");
     let (own, _) = summary.split_once("## Ledger").unwrap();
-    assert_eq!(own.matches("Summary of the first session:").count(), 1, "{own}");
-    assert_eq!(own.matches("Summary of the second session:").count(), 1, "{own}");
+    assert_eq!(
+        own.matches("Summary of the first session:").count(),
+        1,
+        "{own}"
+    );
+    assert_eq!(
+        own.matches("Summary of the second session:").count(),
+        1,
+        "{own}"
+    );
 }
 
 /// Writes `lines` as the session `name` and returns the summary of a dry-run compaction that
