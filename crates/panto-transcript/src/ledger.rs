@@ -48,6 +48,19 @@ pub struct LedgerError {
     pub resolved: Option<String>,
 }
 
+impl LedgerError {
+    /// The first occurrence of an error, not resolved.
+    fn first(tool: String, target: String, message: String) -> LedgerError {
+        LedgerError {
+            tool,
+            target,
+            message,
+            count: 1,
+            resolved: None,
+        }
+    }
+}
+
 /// The deterministic record of a summarized part of a conversation. Every list is most recent
 /// first and holds no duplicates.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -560,6 +573,15 @@ fn error_key(tool: &str, target: &str) -> String {
     format!("{}\u{0}{program}", tool.to_ascii_lowercase())
 }
 
+/// A successful call, described for the errors it resolves: the tool, and its target shortened.
+fn success(tool: &str, target: &str) -> String {
+    if target.is_empty() {
+        code_span(tool)
+    } else {
+        format!("{} on {}", code_span(tool), code_span(&clip(target, 80)))
+    }
+}
+
 /// The most telling line of an error output: the first that mentions an error or a failure,
 /// else the first non-empty one.
 fn error_message(text: &str) -> String {
@@ -719,19 +741,9 @@ impl Walk {
                 return;
             }
             open.insert(message.clone(), l.errors.len());
-            l.errors.push(LedgerError {
-                tool,
-                target,
-                message,
-                count: 1,
-                resolved: None,
-            });
+            l.errors.push(LedgerError::first(tool, target, message));
         } else {
-            let how = if target.is_empty() {
-                code_span(&tool)
-            } else {
-                format!("{} on {}", code_span(&tool), code_span(&clip(&target, 80)))
-            };
+            let how = success(&tool, &target);
             if let Some(open) = self.unresolved.remove(&key) {
                 for at in open.into_values() {
                     l.errors[at].resolved = Some(how.clone());
@@ -760,7 +772,7 @@ impl Walk {
             .into_iter()
             .map(|(key, (ordinal, how))| (ordinal, key, how))
             .collect();
-        successes.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+        successes.sort_unstable_by_key(|s| std::cmp::Reverse(s.0));
         l.successes = successes
             .into_iter()
             .map(|(_, key, how)| (key, how))
@@ -885,19 +897,9 @@ mod tests {
                             e.count += 1;
                             continue;
                         }
-                        l.errors.push(LedgerError {
-                            tool,
-                            target,
-                            message,
-                            count: 1,
-                            resolved: None,
-                        });
+                        l.errors.push(LedgerError::first(tool, target, message));
                     } else {
-                        let how = if target.is_empty() {
-                            code_span(&tool)
-                        } else {
-                            format!("{} on {}", code_span(&tool), code_span(&clip(&target, 80)))
-                        };
+                        let how = success(&tool, &target);
                         for e in &mut l.errors {
                             if e.resolved.is_none() && error_key(&e.tool, &e.target) == key {
                                 e.resolved = Some(how.clone());
