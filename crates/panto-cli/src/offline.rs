@@ -21,7 +21,7 @@
 //! summary, this one included. Every section is bounded, so the summary is too. It cannot chat:
 //! any request that is not a compaction request is refused as unsupported.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::fmt::Write as _;
 
 use panto_compact::{RequestSource, SourceSummarizer};
@@ -221,6 +221,7 @@ fn summarize_walk(
         },
         None => Summary::default(),
     };
+    let mut carried = Carried::from(s.earlier.as_deref());
     // Code spans with where they were last seen, to list the most recent first.
     let mut spans: Vec<(String, usize)> = Vec::new();
     let terms = instructions.map(key_terms).unwrap_or_default();
@@ -234,7 +235,7 @@ fn summarize_walk(
             } => {
                 collect_code_spans(text, at, &mut spans);
                 if looks_like_summary(text) {
-                    carry(&mut s.earlier, text);
+                    carry(&mut s.earlier, &mut carried, text);
                 } else if is_request(text) && s.goal.is_none() && s.earlier.is_none() {
                     s.goal = Some(clip(&one_line(text), GOAL_CHARS));
                 }
@@ -257,7 +258,7 @@ fn summarize_walk(
                 focus(&terms, "tool result", text, &mut s.focus);
             }
             // A summary inside the transcript: carry it like a previous summary.
-            ItemView::Summary { text } => carry(&mut s.earlier, text),
+            ItemView::Summary { text } => carry(&mut s.earlier, &mut carried, text),
             _ => {}
         }
     });
@@ -293,15 +294,47 @@ fn looks_like_summary(text: &str) -> bool {
     head.contains("summary") || head.contains("handoff") || headings >= 3
 }
 
-/// Adds an earlier summary to what is carried over.
-fn carry(earlier: &mut Option<String>, text: &str) {
+/// What tells whether an earlier summary is carried over already, without searching all of
+/// them: the summaries carried, whole, and the length of the first one (the previous summary,
+/// when there is one) at the start of the carried text.
+#[derive(Default)]
+struct Carried {
+    first: usize,
+    seen: HashSet<String>,
+}
+
+impl Carried {
+    /// Starts from `earlier` as carried before the walk (the previous summary).
+    fn from(earlier: Option<&str>) -> Carried {
+        let mut carried = Carried::default();
+        if let Some(e) = earlier {
+            carried.first = e.len();
+            carried.seen.insert(e.to_owned());
+        }
+        carried
+    }
+}
+
+/// Adds an earlier summary to what is carried over, unless it is carried already: the same
+/// text as one carried, or a part of the first one (a summary block that the previous summary
+/// carried). It is not searched for inside every other one: with hundreds of summaries pasted
+/// into a long conversation, that made the walk quadratic.
+fn carry(earlier: &mut Option<String>, carried: &mut Carried, text: &str) {
     let text = carried_over(text);
     match earlier {
-        Some(e) if !e.contains(&text) => {
-            *e = format!("{e}\n\n{text}");
+        Some(e) => {
+            if carried.seen.contains(&text) || e[..carried.first].contains(text.as_str()) {
+                return;
+            }
+            e.push_str("\n\n");
+            e.push_str(&text);
+            carried.seen.insert(text);
         }
-        Some(_) => {}
-        None => *earlier = Some(text),
+        None => {
+            carried.first = text.len();
+            carried.seen.insert(text.clone());
+            *earlier = Some(text);
+        }
     }
 }
 

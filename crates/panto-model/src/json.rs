@@ -7,6 +7,7 @@
 //! values, so no nesting depth makes a line unreadable. Code that wants to look inside gets a
 //! `serde_json::Value`, parsed on first use and kept.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::ops::{Deref, Index};
 use std::sync::OnceLock;
@@ -60,6 +61,16 @@ impl RawJson {
     /// reads as a string holding its JSON text: loading, sizing and copying never need the tree.
     pub fn value(&self) -> &Value {
         self.parsed.get_or_init(|| parse_value(self.raw.get()))
+    }
+
+    /// The value as [`RawJson::value`] reads it, without keeping it: the kept value when there
+    /// is one, else a fresh parse that the caller drops when done. For a one-off look inside a
+    /// value that need not stay in memory beside its text.
+    pub fn to_value(&self) -> Cow<'_, Value> {
+        match self.parsed.get() {
+            Some(value) => Cow::Borrowed(value),
+            None => Cow::Owned(parse_value(self.raw.get())),
+        }
     }
 }
 

@@ -308,6 +308,71 @@ pub(crate) fn write_json<T: serde::Serialize + ?Sized>(out: &mut String, value: 
     }
 }
 
+/// Appends `raw`, the text of one JSON value, compactly and without parsing it: the whitespace
+/// outside strings is dropped, and inside strings NEL, LS, PS and a `<` that opens a reserved
+/// tag (also when its `/` is written `\/`) are written as `\u` escapes, as [`SafeJson`] does.
+/// Everything else is the text as given: numbers keep their spelling (`1e2`, `100000000000000000000`),
+/// strings their escapes (`\u00e9`, lone surrogates), objects their key order and repeated keys.
+///
+/// For text that `serde_json` wrote (compact or pretty), this is exactly [`write_json`] of the
+/// value the text reads as; for other spellings of the same value it differs only where the
+/// text differs from `serde_json`'s spelling, and the transcript then shows what the session
+/// holds. Nothing here can forge a marker line: a compact JSON value has no line terminator
+/// outside its escapes.
+pub(crate) fn write_raw_json(out: &mut impl Sink, raw: &str) {
+    let b = raw.as_bytes();
+    let mut copied = 0;
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'"' => {
+                // A string, to its closing quote: runs between quotes and backslashes are
+                // searched for the three bytes that may open something to escape, and an
+                // escape is skipped whole (`\"` does not close the string).
+                i += 1;
+                loop {
+                    let end = memchr::memchr2(b'"', b'\\', &b[i..]).map_or(b.len(), |k| i + k);
+                    for k in memchr::memchr3_iter(b'<', 0xC2, 0xE2, &b[i..end]) {
+                        let at = i + k;
+                        if let Some((len, replacement)) = raw_special(b, at) {
+                            out.push_str(&raw[copied..at]);
+                            out.push_str(replacement);
+                            copied = at + len;
+                        }
+                    }
+                    if end >= b.len() || b[end] == b'"' {
+                        i = end + 1;
+                        break;
+                    }
+                    i = (end + 2).min(b.len());
+                }
+            }
+            b' ' | b'\t' | b'\n' | b'\r' => {
+                out.push_str(&raw[copied..i]);
+                while i < b.len() && matches!(b[i], b' ' | b'\t' | b'\n' | b'\r') {
+                    i += 1;
+                }
+                copied = i;
+            }
+            _ => i += 1,
+        }
+    }
+    out.push_str(&raw[copied.min(b.len())..]);
+}
+
+/// What [`write_raw_json`] writes for the bytes at `b[at..]` inside a string, when they need
+/// an escape: their length and the escape.
+fn raw_special(b: &[u8], at: usize) -> Option<(usize, &'static str)> {
+    match (b[at], b.get(at + 1), b.get(at + 2)) {
+        (0xC2, Some(0x85), _) => Some((2, "\\u0085")),
+        (0xE2, Some(0x80), Some(0xA8)) => Some((3, "\\u2028")),
+        (0xE2, Some(0x80), Some(0xA9)) => Some((3, "\\u2029")),
+        (b'<', Some(b'\\'), Some(b'/')) if json_tag_at(b, at + 2) => Some((1, "\\u003c")),
+        (b'<', _, _) if json_tag_at(b, at + 1) => Some((1, "\\u003c")),
+        _ => None,
+    }
+}
+
 /// The compact JSON formatter, except that string contents write NEL, LS, PS and a `<` that
 /// opens a reserved tag as `\u` escapes (equivalent JSON, so the value reads back unchanged).
 struct SafeJson;

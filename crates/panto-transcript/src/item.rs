@@ -3,7 +3,7 @@
 
 use std::borrow::Cow;
 
-use panto_model::{CallIndex, ContentBlock, ImageBlock, Message, Role, ToolResultContent};
+use panto_model::{CallIndex, ContentBlock, ImageBlock, Message, RawJson, Role, ToolResultContent};
 use serde_json::Value;
 
 /// Who an image or an unknown block came from: a message author, or a tool (inside a result).
@@ -140,8 +140,8 @@ pub enum ItemView<'a> {
         id: &'a str,
         /// The tool name.
         name: &'a str,
-        /// The arguments.
-        input: &'a Value,
+        /// The arguments: the message's JSON text, or a parsed item's value.
+        input: ToolInput<'a>,
     },
     /// [`TranscriptItem::ToolResult`].
     ToolResult {
@@ -196,7 +196,7 @@ impl ItemView<'_> {
                 role: *role,
                 id: (*id).to_owned(),
                 name: (*name).to_owned(),
-                input: (*input).clone(),
+                input: input.value().into_owned(),
             },
             ItemView::ToolResult {
                 id,
@@ -239,7 +239,7 @@ impl TranscriptItem {
                 role: *role,
                 id,
                 name,
-                input,
+                input: ToolInput::Value(input),
             },
             TranscriptItem::ToolResult {
                 id,
@@ -262,6 +262,37 @@ impl TranscriptItem {
     }
 }
 
+/// The arguments of a tool call, borrowed: the JSON text of a message's call ([`RawJson`],
+/// never parsed to be viewed), or the value of an item.
+#[derive(Clone, Copy, Debug)]
+pub enum ToolInput<'a> {
+    /// A message's call: its exact JSON text.
+    Text(&'a RawJson),
+    /// An item's value.
+    Value(&'a Value),
+}
+
+impl<'a> ToolInput<'a> {
+    /// The arguments as a value: borrowed when there is one already, else parsed from the text
+    /// for this use only ([`RawJson::to_value`]), so that reading it keeps nothing beside the text.
+    pub fn value(&self) -> Cow<'a, Value> {
+        match *self {
+            ToolInput::Text(raw) => raw.to_value(),
+            ToolInput::Value(value) => Cow::Borrowed(value),
+        }
+    }
+}
+
+/// Two inputs are equal when their values are: a text and the value it reads as are equal.
+impl PartialEq for ToolInput<'_> {
+    fn eq(&self, other: &ToolInput<'_>) -> bool {
+        match (self, other) {
+            (ToolInput::Text(a), ToolInput::Text(b)) => a == b || a.to_value() == b.to_value(),
+            _ => self.value() == other.value(),
+        }
+    }
+}
+
 /// A borrowed [`TranscriptItem`], as the walk produces it.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum ItemRef<'a> {
@@ -277,7 +308,7 @@ pub(crate) enum ItemRef<'a> {
         role: Role,
         id: &'a str,
         name: &'a str,
-        input: &'a Value,
+        input: &'a RawJson,
     },
     ToolResult {
         id: &'a str,
@@ -312,7 +343,7 @@ impl<'a> ItemRef<'a> {
                 role,
                 id,
                 name,
-                input,
+                input: ToolInput::Text(input),
             },
             ItemRef::ToolResult {
                 id,

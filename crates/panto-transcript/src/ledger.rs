@@ -10,6 +10,7 @@
 //! stored typed on the compaction entry (see `serde`) and rendered by [`Ledger::render`] into
 //! the text the next model reads.
 
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 
 use panto_model::{Message, Role};
@@ -45,6 +46,19 @@ pub struct LedgerError {
     pub count: u32,
     /// When a later call of the same tool on the same target succeeded: that call, described.
     pub resolved: Option<String>,
+}
+
+impl LedgerError {
+    /// The first occurrence of an error, not resolved.
+    fn first(tool: String, target: String, message: String) -> LedgerError {
+        LedgerError {
+            tool,
+            target,
+            message,
+            count: 1,
+            resolved: None,
+        }
+    }
 }
 
 /// The deterministic record of a summarized part of a conversation. Every list is most recent
@@ -110,22 +124,26 @@ impl Ledger {
     /// `newer` over `older`: newer items first, duplicates removed, older errors resolved by
     /// newer successes, the newer todo list when it saw one. Not budgeted; see [`Ledger::fit`].
     pub fn merge(older: &Ledger, newer: &Ledger) -> Ledger {
+        // The first success of a key in `newer` (its most recent) resolves the older errors.
+        let mut resolving: HashMap<&str, &str> = HashMap::with_capacity(newer.successes.len());
+        for (key, how) in &newer.successes {
+            resolving.entry(key.as_str()).or_insert(how.as_str());
+        }
         let mut errors = newer.errors.clone();
         for e in &older.errors {
             let mut e = e.clone();
             if e.resolved.is_none() {
-                e.resolved = newer
-                    .successes
-                    .iter()
-                    .find(|(key, _)| *key == error_key(&e.tool, &e.target))
-                    .map(|(_, how)| how.clone());
+                e.resolved = resolving
+                    .get(error_key(&e.tool, &e.target).as_str())
+                    .map(|how| (*how).to_owned());
             }
             errors.push(e);
         }
         let modified = chain(&newer.modified, &older.modified);
+        let is_modified: HashSet<&str> = modified.iter().map(String::as_str).collect();
         let read = chain(&newer.read, &older.read)
             .into_iter()
-            .filter(|f| !modified.contains(f))
+            .filter(|f| !is_modified.contains(f.as_str()))
             .collect();
         let mut successes = newer.successes.clone();
         successes.extend(older.successes.iter().cloned());
@@ -366,13 +384,16 @@ fn code_span(text: &str) -> String {
 }
 
 fn chain(newer: &[String], older: &[String]) -> Vec<String> {
-    let mut out: Vec<String> = Vec::with_capacity(newer.len() + older.len());
-    for item in newer.iter().chain(older) {
-        if !out.contains(item) {
-            out.push(item.clone());
-        }
-    }
-    out
+    unique(newer.iter().chain(older))
+}
+
+/// The first occurrence of each item of `items`, in order.
+fn unique<'a>(items: impl Iterator<Item = &'a String>) -> Vec<String> {
+    let mut seen: HashSet<&str> = HashSet::new();
+    items
+        .filter(|item| seen.insert(item.as_str()))
+        .cloned()
+        .collect()
 }
 
 /// `text` on one line: whitespace collapsed to single spaces.
@@ -552,6 +573,15 @@ fn error_key(tool: &str, target: &str) -> String {
     format!("{}\u{0}{program}", tool.to_ascii_lowercase())
 }
 
+/// A successful call, described for the errors it resolves: the tool, and its target shortened.
+fn success(tool: &str, target: &str) -> String {
+    if target.is_empty() {
+        code_span(tool)
+    } else {
+        format!("{} on {}", code_span(tool), code_span(&clip(target, 80)))
+    }
+}
+
 /// The most telling line of an error output: the first that mentions an error or a failure,
 /// else the first non-empty one.
 fn error_message(text: &str) -> String {
@@ -594,12 +624,33 @@ pub fn is_request(text: &str) -> bool {
 }
 
 /// The state of one walk over items, oldest first.
+///
+/// Every step costs about the size of the item it reads, whatever the length of the walk so
+/// far: the lists that must hold no duplicates (requests, files, commands, answers) are
+/// appended to and made unique once, by `finish`; errors are found by their key through maps
+/// rather than by comparing every earlier error.
 #[derive(Default)]
 struct Walk {
-    /// Oldest first while walking; reversed by `finish`.
+    /// Oldest first while walking; reversed by `finish`. Its `modified`, `read`, `commands`
+    /// and `successes` are filled by `finish`.
     ledger: Ledger,
-    /// Call id -> (tool, kind, target).
-    calls: Vec<(String, String, Kind, String)>,
+    /// Call id -> the latest call with that id: (tool, kind, target).
+    calls: HashMap<String, (String, Kind, String)>,
+    /// Every modified file, oldest first, repeats included.
+    modified: Vec<String>,
+    /// The same files, for the test a read makes.
+    modified_set: HashSet<String>,
+    /// Every file read while it had not been modified, oldest first, repeats included.
+    read: Vec<String>,
+    /// Every shell command, oldest first, repeats included.
+    commands: Vec<String>,
+    /// The unresolved errors: error key -> message -> index in `ledger.errors`. There is at
+    /// most one unresolved error per key and message (a repeat counts on it).
+    unresolved: HashMap<String, HashMap<String, usize>>,
+    /// Error key -> (the ordinal of its latest success, that call described).
+    successes: HashMap<String, (usize, String)>,
+    /// How many successful results the walk has seen.
+    succeeded: usize,
 }
 
 impl Walk {
@@ -611,7 +662,7 @@ impl Walk {
             } if is_request(text) => self.ledger.requests.push(text.trim().to_owned()),
             ItemView::ToolCall {
                 id, name, input, ..
-            } => self.call(id, name, input),
+            } => self.call(id, name, &input.value()),
             ItemView::ToolResult {
                 id,
                 name,
@@ -626,21 +677,19 @@ impl Walk {
         let kind = kind(name, input);
         let mut files = Vec::new();
         paths(input, &mut files);
-        let l = &mut self.ledger;
         let target = match kind {
             Kind::Modify => {
+                // A file modified is no longer listed as read (`finish` drops it there).
                 for f in &files {
-                    l.read.retain(|r| r != f);
-                    l.modified.retain(|m| m != f);
-                    l.modified.push(f.clone());
+                    self.modified.push(f.clone());
+                    self.modified_set.insert(f.clone());
                 }
                 files.first().cloned().unwrap_or_default()
             }
             Kind::Shell => {
                 let c = command(input).unwrap_or_default();
                 if !c.is_empty() {
-                    l.commands.retain(|x| *x != c);
-                    l.commands.push(c.clone());
+                    self.commands.push(c.clone());
                 }
                 c
             }
@@ -650,6 +699,7 @@ impl Walk {
                     .or_else(|| input.get("plan"))
                     .and_then(Value::as_array)
                 {
+                    let l = &mut self.ledger;
                     l.todo_list_seen = true;
                     l.todos = list.iter().filter_map(open_todo).collect();
                 }
@@ -657,21 +707,20 @@ impl Walk {
             }
             Kind::Question | Kind::Other => {
                 for f in &files {
-                    if !l.modified.contains(f) {
-                        l.read.retain(|r| r != f);
-                        l.read.push(f.clone());
+                    if !self.modified_set.contains(f) {
+                        self.read.push(f.clone());
                     }
                 }
                 files.first().cloned().unwrap_or_default()
             }
         };
         self.calls
-            .push((id.to_owned(), name.to_owned(), kind, target));
+            .insert(id.to_owned(), (name.to_owned(), kind, target));
     }
 
     fn result(&mut self, id: &str, name: Option<&str>, is_error: bool, text: &str) {
-        let (tool, kind, target) = match self.calls.iter().rev().find(|c| c.0 == id) {
-            Some((_, tool, kind, target)) => (tool.clone(), *kind, target.clone()),
+        let (tool, kind, target) = match self.calls.get(id) {
+            Some((tool, kind, target)) => (tool.clone(), *kind, target.clone()),
             None => (
                 name.unwrap_or("tool").to_owned(),
                 Kind::Other,
@@ -686,56 +735,48 @@ impl Walk {
         let key = error_key(&tool, &target);
         if is_error {
             let message = error_message(text);
-            if let Some(e) = l.errors.iter_mut().find(|e| {
-                e.resolved.is_none() && error_key(&e.tool, &e.target) == key && e.message == message
-            }) {
-                e.count += 1;
+            let open = self.unresolved.entry(key).or_default();
+            if let Some(&at) = open.get(&message) {
+                l.errors[at].count += 1;
                 return;
             }
-            l.errors.push(LedgerError {
-                tool,
-                target,
-                message,
-                count: 1,
-                resolved: None,
-            });
+            open.insert(message.clone(), l.errors.len());
+            l.errors.push(LedgerError::first(tool, target, message));
         } else {
-            let how = if target.is_empty() {
-                code_span(&tool)
-            } else {
-                format!("{} on {}", code_span(&tool), code_span(&clip(&target, 80)))
-            };
-            for e in &mut l.errors {
-                if e.resolved.is_none() && error_key(&e.tool, &e.target) == key {
-                    e.resolved = Some(how.clone());
+            let how = success(&tool, &target);
+            if let Some(open) = self.unresolved.remove(&key) {
+                for at in open.into_values() {
+                    l.errors[at].resolved = Some(how.clone());
                 }
             }
-            l.successes.retain(|(k, _)| *k != key);
-            l.successes.push((key, how));
+            self.succeeded += 1;
+            self.successes.insert(key, (self.succeeded, how));
         }
     }
 
     fn finish(self) -> Ledger {
         let mut l = self.ledger;
-        for list in [
-            &mut l.requests,
-            &mut l.modified,
-            &mut l.read,
-            &mut l.commands,
-            &mut l.answers,
-        ] {
-            list.reverse();
-            let mut seen: Vec<String> = Vec::with_capacity(list.len());
-            list.retain(|x| {
-                let new = !seen.contains(x);
-                if new {
-                    seen.push(x.clone());
-                }
-                new
-            });
-        }
+        l.requests = unique(l.requests.iter().rev());
+        l.answers = unique(l.answers.iter().rev());
+        l.modified = unique(self.modified.iter().rev());
+        l.read = unique(
+            self.read
+                .iter()
+                .rev()
+                .filter(|f| !self.modified_set.contains(*f)),
+        );
+        l.commands = unique(self.commands.iter().rev());
         l.errors.reverse();
-        l.successes.reverse();
+        let mut successes: Vec<(usize, String, String)> = self
+            .successes
+            .into_iter()
+            .map(|(key, (ordinal, how))| (ordinal, key, how))
+            .collect();
+        successes.sort_unstable_by_key(|s| std::cmp::Reverse(s.0));
+        l.successes = successes
+            .into_iter()
+            .map(|(_, key, how)| (key, how))
+            .collect();
         l
     }
 }
@@ -758,4 +799,256 @@ fn open_todo(todo: &Value) -> Option<String> {
     } else {
         format!("{text} ({status})")
     })
+}
+
+#[cfg(test)]
+mod tests {
+    //! The walk against the plain one it replaced (every step comparing with every earlier
+    //! error, success and list item), kept here as the reference of what a ledger records.
+
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    use super::*;
+
+    /// The ledger of `items` as the first walk computed it: quadratic, obviously right.
+    fn reference(items: &[TranscriptItem]) -> Ledger {
+        let mut l = Ledger::default();
+        let mut calls: Vec<(String, String, Kind, String)> = Vec::new();
+        for item in items {
+            match item.view() {
+                ItemView::Text {
+                    role: Role::User,
+                    text,
+                } if is_request(text) => l.requests.push(text.trim().to_owned()),
+                ItemView::ToolCall {
+                    id, name, input, ..
+                } => {
+                    let input = &*input.value();
+                    let kind = kind(name, input);
+                    let mut files = Vec::new();
+                    paths(input, &mut files);
+                    let target = match kind {
+                        Kind::Modify => {
+                            for f in &files {
+                                l.read.retain(|r| r != f);
+                                l.modified.retain(|m| m != f);
+                                l.modified.push(f.clone());
+                            }
+                            files.first().cloned().unwrap_or_default()
+                        }
+                        Kind::Shell => {
+                            let c = command(input).unwrap_or_default();
+                            if !c.is_empty() {
+                                l.commands.retain(|x| *x != c);
+                                l.commands.push(c.clone());
+                            }
+                            c
+                        }
+                        Kind::Todo => {
+                            if let Some(list) = input
+                                .get("todos")
+                                .or_else(|| input.get("plan"))
+                                .and_then(Value::as_array)
+                            {
+                                l.todo_list_seen = true;
+                                l.todos = list.iter().filter_map(open_todo).collect();
+                            }
+                            String::new()
+                        }
+                        Kind::Question | Kind::Other => {
+                            for f in &files {
+                                if !l.modified.contains(f) {
+                                    l.read.retain(|r| r != f);
+                                    l.read.push(f.clone());
+                                }
+                            }
+                            files.first().cloned().unwrap_or_default()
+                        }
+                    };
+                    calls.push((id.to_owned(), name.to_owned(), kind, target));
+                }
+                ItemView::ToolResult {
+                    id,
+                    name,
+                    is_error,
+                    text,
+                } => {
+                    let (tool, kind, target) = match calls.iter().rev().find(|c| c.0 == id) {
+                        Some((_, tool, kind, target)) => (tool.clone(), *kind, target.clone()),
+                        None => (
+                            name.unwrap_or("tool").to_owned(),
+                            Kind::Other,
+                            String::new(),
+                        ),
+                    };
+                    if kind == Kind::Question && !is_error && !text.trim().is_empty() {
+                        l.answers.push(text.trim().to_owned());
+                        continue;
+                    }
+                    let key = error_key(&tool, &target);
+                    if is_error {
+                        let message = error_message(&text);
+                        if let Some(e) = l.errors.iter_mut().find(|e| {
+                            e.resolved.is_none()
+                                && error_key(&e.tool, &e.target) == key
+                                && e.message == message
+                        }) {
+                            e.count += 1;
+                            continue;
+                        }
+                        l.errors.push(LedgerError::first(tool, target, message));
+                    } else {
+                        let how = success(&tool, &target);
+                        for e in &mut l.errors {
+                            if e.resolved.is_none() && error_key(&e.tool, &e.target) == key {
+                                e.resolved = Some(how.clone());
+                            }
+                        }
+                        l.successes.retain(|(k, _)| *k != key);
+                        l.successes.push((key, how));
+                    }
+                }
+                _ => {}
+            }
+        }
+        for list in [
+            &mut l.requests,
+            &mut l.modified,
+            &mut l.read,
+            &mut l.commands,
+            &mut l.answers,
+        ] {
+            list.reverse();
+            let mut seen: Vec<String> = Vec::new();
+            list.retain(|x| {
+                let new = !seen.contains(x);
+                if new {
+                    seen.push(x.clone());
+                }
+                new
+            });
+        }
+        l.errors.reverse();
+        l.successes.reverse();
+        l
+    }
+
+    /// Items drawn from small pools, so that ids, targets, messages and successes repeat.
+    fn item() -> impl Strategy<Value = TranscriptItem> {
+        let id = (0..6u8).prop_map(|i| format!("t{i}"));
+        let call = (
+            id.clone(),
+            prop::sample::select(vec!["bash", "Bash", "read", "edit", "grep", "ask_user"]),
+            prop::sample::select(vec![
+                "cargo test",
+                "cd a && cargo test -q",
+                "cargo test --release",
+                "ls -la",
+                "make",
+            ]),
+            prop::sample::select(vec!["a.rs", "b.rs", "src/c.rs"]),
+        )
+            .prop_map(|(id, name, command, path)| TranscriptItem::ToolCall {
+                role: Role::Assistant,
+                id,
+                name: name.to_owned(),
+                input: if name.eq_ignore_ascii_case("bash") {
+                    json!({ "command": command })
+                } else {
+                    json!({ "path": path, "pattern": command })
+                },
+            });
+        let todos = prop::sample::select(vec!["pending", "completed"]).prop_map(|status| {
+            TranscriptItem::ToolCall {
+                role: Role::Assistant,
+                id: "todo".to_owned(),
+                name: "TodoWrite".to_owned(),
+                input: json!({"todos": [{"content": "a", "status": status}]}),
+            }
+        });
+        let result = (
+            id,
+            proptest::option::of(prop::sample::select(vec!["bash", "read"])),
+            any::<bool>(),
+            prop::sample::select(vec!["error: x", "failed y", "ok", "", "note\nerror: x"]),
+        )
+            .prop_map(|(id, name, is_error, text)| TranscriptItem::ToolResult {
+                id,
+                name: name.map(str::to_owned),
+                is_error,
+                text: text.to_owned(),
+            });
+        let request =
+            prop::sample::select(vec!["fix it", "/mode", "again", " fix it "]).prop_map(|text| {
+                TranscriptItem::Text {
+                    role: Role::User,
+                    text: text.to_owned(),
+                }
+            });
+        prop_oneof![3 => call, 1 => todos, 4 => result, 1 => request]
+    }
+
+    proptest! {
+        #[test]
+        fn the_walk_records_what_the_reference_walk_records(
+            items in prop::collection::vec(item(), 0..80),
+        ) {
+            prop_assert_eq!(Ledger::from_items(&items), reference(&items));
+        }
+
+        #[test]
+        fn a_merge_resolves_as_the_first_matching_success(
+            older in prop::collection::vec(item(), 0..40),
+            newer in prop::collection::vec(item(), 0..40),
+        ) {
+            let (older, newer) = (reference(&older), reference(&newer));
+            let merged = Ledger::merge(&older, &newer);
+            for (e, m) in older.errors.iter().zip(&merged.errors[newer.errors.len()..]) {
+                let expect = e.resolved.clone().or_else(|| {
+                    newer
+                        .successes
+                        .iter()
+                        .find(|(key, _)| *key == error_key(&e.tool, &e.target))
+                        .map(|(_, how)| how.clone())
+                });
+                prop_assert_eq!(&m.resolved, &expect);
+            }
+            prop_assert_eq!(merged.errors.len(), older.errors.len() + newer.errors.len());
+        }
+    }
+
+    #[test]
+    fn a_repeated_error_counts_until_a_success_then_starts_again() {
+        let call = |id: &str| TranscriptItem::ToolCall {
+            role: Role::Assistant,
+            id: id.to_owned(),
+            name: "bash".to_owned(),
+            input: json!({"command": "cargo test -q"}),
+        };
+        let result = |id: &str, is_error: bool| TranscriptItem::ToolResult {
+            id: id.to_owned(),
+            name: None,
+            is_error,
+            text: if is_error { "error: x" } else { "ok" }.to_owned(),
+        };
+        let items = [
+            call("1"),
+            result("1", true),
+            call("2"),
+            result("2", true),
+            call("3"),
+            result("3", false),
+            call("4"),
+            result("4", true),
+        ];
+        let l = Ledger::from_items(&items);
+        assert_eq!(l, reference(&items));
+        let counts: Vec<(u32, bool)> = l
+            .errors
+            .iter()
+            .map(|e| (e.count, e.resolved.is_some()))
+            .collect();
+        assert_eq!(counts, [(1, false), (2, true)]);
+    }
 }

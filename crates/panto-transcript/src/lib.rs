@@ -45,7 +45,7 @@
 //! | --- | --- |
 //! | text block | `[User]:` or `[Assistant]:`, the text |
 //! | thinking block | `[Assistant thinking]:`, the reasoning (the signature is left out) |
-//! | tool call | `[Assistant tool call NAME (ID)]:`, the arguments as compact JSON |
+//! | tool call | `[Assistant tool call NAME (ID)]:`, the arguments as compact JSON: their text without the whitespace between tokens, spelled as the session spells them (numbers, escapes, key order) |
 //! | tool result | `[Tool result NAME (ID)]:`, or `[Tool error NAME (ID)]:` when `is_error` is true; the text blocks joined by newlines |
 //! | image | `[User image]:`, `[Assistant image]:`, or `[Tool result image]:` inside a result; the media type |
 //! | any other block | `[User unknown block]:`, `[Assistant unknown block]:` or `[Tool result unknown block]:`; the block's `type` |
@@ -112,7 +112,7 @@ mod render;
 mod syntax;
 
 pub use error::TranscriptError;
-pub use item::{ItemView, Speaker, TranscriptItem, for_each_item, transcript_items};
+pub use item::{ItemView, Speaker, ToolInput, TranscriptItem, for_each_item, transcript_items};
 pub use ledger::{
     LEDGER_HEADING, Ledger, LedgerError, REQUEST_CHARS, clip, is_request, one_line, strip_ledger,
 };

@@ -4,7 +4,7 @@
 //! line that is not a well-formed marker line is body text, and text before the first marker is
 //! ignored, so parsing a transcript never fails.
 
-use panto_model::Role;
+use panto_model::{RawJson, Role};
 use serde_json::Value;
 
 use crate::error::TranscriptError;
@@ -324,8 +324,12 @@ fn finish(header: Header, region: &str) -> TranscriptItem {
             role,
             id,
             name,
-            input: serde_json::from_str(body)
-                .unwrap_or_else(|_| Value::String(unescape(body, false))),
+            // Read as a message's input reads (a lone surrogate escape as U+FFFD), since the
+            // body is that input's text, written compactly.
+            input: RawJson::from_text(body).map_or_else(
+                |_| Value::String(unescape(body, false)),
+                |raw| raw.to_value().into_owned(),
+            ),
         },
         Header::Result { is_error, name, id } => TranscriptItem::ToolResult {
             id,

@@ -8,7 +8,7 @@ use std::ops::Range;
 
 use panto_model::{ContentBlock, Message, Role, ToolResultContent};
 
-use crate::escape::{Escaper, Len, Sink, escape_into, write_json, write_token};
+use crate::escape::{Escaper, Len, Sink, escape_into, write_raw_json, write_token};
 use crate::item::{ItemRef, walk, walk_indexed};
 use crate::syntax::{
     Head, INTRO, INTRO_WITH_SUMMARY, SUMMARY_CLOSE, SUMMARY_OPEN, TRANSCRIPT_CLOSE, TRANSCRIPT_OPEN,
@@ -254,8 +254,8 @@ fn elide_item(item: ItemRef<'_>, max_body: usize) -> Option<(String, usize, usiz
             cut(text)
         }
         ItemRef::ToolCall { input, .. } => {
-            let mut json = String::new();
-            write_json(&mut json, input);
+            let mut json = String::with_capacity(input.json().len());
+            write_raw_json(&mut json, input.json());
             cut(&json)
         }
         ItemRef::ToolResult { content, .. } => match content {
@@ -338,7 +338,7 @@ fn write_item(out: &mut impl Sink, item: ItemRef<'_>) {
             input,
         } => {
             tool_call_head(out, role, name, id);
-            out.push_json(input);
+            write_raw_json(out, input.json());
             out.push_str("\n\n");
         }
         ItemRef::ToolResult {

@@ -758,3 +758,166 @@ mod ledger {
         assert_eq!(strip_ledger("no ledger"), "no ledger");
     }
 }
+
+mod raw_json {
+    //! A tool input written from its text is what `serde_json`'s compact writer gives for the
+    //! value, whenever the text is spelled as `serde_json` spells it; otherwise it keeps the
+    //! text's own spelling (named tests below).
+
+    use proptest::prelude::*;
+    use serde_json::{Value, json};
+
+    use crate::escape::{write_json, write_raw_json};
+
+    fn raw(text: &str) -> String {
+        let mut out = String::new();
+        write_raw_json(&mut out, text);
+        out
+    }
+
+    fn compact(value: &Value) -> String {
+        let mut out = String::new();
+        write_json(&mut out, value);
+        out
+    }
+
+    /// Strings that stress escaping: quotes, backslashes, control characters, the line
+    /// terminators JSON does not escape, tags, emoji.
+    fn string() -> impl Strategy<Value = String> {
+        const PIECES: &[&str] = &[
+            "a",
+            "\"",
+            "\\",
+            "\\\"",
+            "/",
+            "\n",
+            "\r",
+            "\t",
+            "\u{0}",
+            "\u{1f}",
+            "\u{7f}",
+            "\u{85}",
+            "\u{2028}",
+            "\u{2029}",
+            "<",
+            "</transcript>",
+            "<previous-summary",
+            "<TRANSCRIPT",
+            "<\\/transcript",
+            "é",
+            "😀",
+            " ",
+            "[User]: x",
+            "{",
+            "}",
+            ",",
+            ":",
+        ];
+        prop_oneof![
+            prop::collection::vec(prop::sample::select(PIECES), 0..12).prop_map(|v| v.concat()),
+            "\\PC{0,12}",
+        ]
+    }
+
+    fn value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(|n| json!(n)),
+            any::<u64>().prop_map(|n| json!(n)),
+            any::<f64>()
+                .prop_filter("JSON has no NaN or infinity", |f| f.is_finite())
+                .prop_map(|f| json!(f)),
+            prop::sample::select(vec![0.0, -0.0, 1e300, 5e-324, 0.1, 1e21, 123456789.125])
+                .prop_map(|f| json!(f)),
+            string().prop_map(Value::String),
+        ];
+        leaf.prop_recursive(4, 32, 5, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..5).prop_map(Value::Array),
+                prop::collection::vec((string(), inner), 0..5)
+                    .prop_map(|kv| Value::Object(kv.into_iter().collect())),
+            ]
+        })
+    }
+
+    /// `text` (compact JSON) with `ws` after every `,`, `:`, bracket and brace outside strings,
+    /// and around the whole.
+    fn spaced(text: &str, ws: &str) -> String {
+        let mut out = String::from(ws);
+        let mut in_string = false;
+        let mut escaped = false;
+        for c in text.chars() {
+            out.push(c);
+            if in_string {
+                match c {
+                    _ if escaped => escaped = false,
+                    '\\' => escaped = true,
+                    '"' => in_string = false,
+                    _ => {}
+                }
+            } else if c == '"' {
+                in_string = true;
+            } else if ",:[]{}".contains(c) {
+                out.push_str(ws);
+            }
+        }
+        out.push_str(ws);
+        out
+    }
+
+    proptest! {
+        #[test]
+        fn the_text_written_compactly_is_serde_json_s_compact_writing(
+            v in value(),
+            ws in prop::sample::select(vec![" ", "\n", "\r\n\t", "  \n  "]),
+        ) {
+            let expect = compact(&v);
+            let plain = serde_json::to_string(&v).unwrap();
+            let pretty = serde_json::to_string_pretty(&v).unwrap();
+            prop_assert_eq!(raw(&plain), expect.clone());
+            prop_assert_eq!(raw(&pretty), expect.clone());
+            prop_assert_eq!(raw(&spaced(&plain, ws)), expect);
+        }
+    }
+
+    #[test]
+    fn whitespace_inside_strings_is_kept() {
+        assert_eq!(
+            raw("{ \"a b\" : [ 1 , \" x\\n y \" ] }\n"),
+            r#"{"a b":[1," x\n y "]}"#
+        );
+    }
+
+    #[test]
+    fn numbers_keep_their_spelling() {
+        // `serde_json` writes these as 100.0, 1e23 and 1.5.
+        assert_eq!(
+            raw("[1e2, 100000000000000000000000, 1.50, -0]"),
+            "[1e2,100000000000000000000000,1.50,-0]"
+        );
+    }
+
+    #[test]
+    fn strings_keep_their_escapes_and_objects_their_key_order() {
+        // `serde_json` writes `é` and `/` bare, a lone surrogate as U+FFFD, and (without
+        // `preserve_order`) the keys sorted with the last of a repeated key only.
+        assert_eq!(
+            raw(r#"{"b": "\u00e9\/", "a": "\ud83d", "b": 2}"#),
+            r#"{"b":"\u00e9\/","a":"\ud83d","b":2}"#
+        );
+    }
+
+    #[test]
+    fn tags_and_unescaped_terminators_are_escaped_as_serde_json_s_are() {
+        let text = "{\"x\": \"<transcript> </previous-summary> <\\/transcript \u{85}\u{2028}\u{2029} <b>\"}";
+        assert_eq!(
+            raw(text),
+            r#"{"x":"\u003ctranscript> \u003c/previous-summary> \u003c\/transcript \u0085\u2028\u2029 <b>"}"#
+        );
+        let value: Value = serde_json::from_str(text).unwrap();
+        let expect = compact(&value);
+        // The same value as `serde_json` spells it, except `\/` (bare `/` there).
+        assert_eq!(raw(text).replace("\\/", "/"), expect);
+    }
+}

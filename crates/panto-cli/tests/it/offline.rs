@@ -275,6 +275,43 @@ fn an_earlier_summary_pasted_in_a_message_is_carried_whole_and_a_slash_command_i
     assert!(!ledger.contains("1. /mode"), "{ledger}");
 }
 
+#[test]
+fn a_handoff_pasted_twice_is_carried_once_and_two_different_ones_both() {
+    let handoff = |name: &str| {
+        let mut h = format!("Summary of the {name} session:\n");
+        for i in 0..80 {
+            h.push_str(&format!("## Part {i}\n- Detail {i} of {name}.\n"));
+        }
+        h
+    };
+    let user = |text: &str| serde_json::json!({"type": "message", "role": "user", "content": [{"type": "text", "text": text}]});
+    let assistant = |text: &str| serde_json::json!({"type": "message", "role": "assistant", "content": [{"type": "text", "text": text}]});
+    let lines = [
+        user(&handoff("first")),
+        assistant("Noted."),
+        user(&handoff("first")),
+        assistant("Noted again."),
+        user(&handoff("second")),
+        assistant("Noted too."),
+        user("Go on."),
+        assistant("Going on."),
+        user("Then stop."),
+    ];
+    let sb = Sandbox::new();
+    let summary = dry_run_summary(&sb, "pasted-twice.jsonl", &lines, "10");
+    let (own, _) = summary.split_once("## Ledger").unwrap();
+    assert_eq!(
+        own.matches("Summary of the first session:").count(),
+        1,
+        "{own}"
+    );
+    assert_eq!(
+        own.matches("Summary of the second session:").count(),
+        1,
+        "{own}"
+    );
+}
+
 /// Writes `lines` as the session `name` and returns the summary of a dry-run compaction that
 /// keeps `keep` tokens.
 fn dry_run_summary(sb: &Sandbox, name: &str, lines: &[Value], keep: &str) -> String {
