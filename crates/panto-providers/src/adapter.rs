@@ -59,10 +59,12 @@ macro_rules! adapter_common {
                 request: &Request,
                 events: EventSink<'_>,
             ) -> Result<Message, ProviderError> {
-                // The key is scrubbed from the answer, streamed and whole, before it leaves
-                // the adapter: a server that echoes it cannot get it stored.
+                // The key and the sensitive header values are scrubbed from the answer,
+                // streamed and whole, before it leaves the adapter: a server that echoes them
+                // cannot get them shown or stored.
                 let key = &self.transport.config().api_key;
-                let mut guard = crate::secret::StreamGuard::new(key, events);
+                let secrets = std::iter::once(key).chain(self.transport.secrets());
+                let mut guard = crate::secret::StreamGuard::new(secrets, events);
                 let result = {
                     let mut sink = |event: panto_provider::StreamEvent<'_>| guard.event(event);
                     self.transport

@@ -341,24 +341,29 @@ impl From<&str> for ApiKey {
 }
 
 /// The caller's event sink behind a scrubber: streamed text and reasoning reach the caller
-/// only after the key, whole or in part, is removed from them.
+/// only after every secret (the key, and the values of sensitive extra headers), whole or in
+/// part, is removed from them.
 ///
 /// A piece of the key may arrive split over several events, so the end of each event that
 /// could still become such a piece is held back ([`ApiKey::stream_split`]) until the next event
-/// shows what follows it (or the stream ends, [`StreamGuard::finish`]). A piece is therefore
+/// shows what follows it (or the stream ends, [`StreamGuard::finish`]); with several secrets,
+/// the earliest cut any of them asks for. A piece is therefore
 /// always scrubbed whole, and no piece of 8 bytes or more reaches the caller across events
 /// either. Ordinary text holds back a few bytes at most.
 pub(crate) struct StreamGuard<'k, 'e> {
-    key: &'k ApiKey,
+    secrets: Vec<&'k ApiKey>,
     events: EventSink<'e>,
     held_text: String,
     held_thinking: String,
 }
 
 impl<'k, 'e> StreamGuard<'k, 'e> {
-    pub(crate) fn new(key: &'k ApiKey, events: EventSink<'e>) -> StreamGuard<'k, 'e> {
+    pub(crate) fn new(
+        secrets: impl IntoIterator<Item = &'k ApiKey>,
+        events: EventSink<'e>,
+    ) -> StreamGuard<'k, 'e> {
         StreamGuard {
-            key,
+            secrets: secrets.into_iter().collect(),
             events,
             held_text: String::new(),
             held_thinking: String::new(),
@@ -384,7 +389,7 @@ impl<'k, 'e> StreamGuard<'k, 'e> {
             }
             StreamEvent::ToolCall { name } => {
                 self.finish();
-                let name = self.key.scrub_cow(name);
+                let name = self.scrub(name);
                 (self.events)(StreamEvent::ToolCall { name: &name });
             }
             other => {
@@ -408,22 +413,46 @@ impl<'k, 'e> StreamGuard<'k, 'e> {
             &mut self.held_thinking
         };
         held.push_str(more);
-        let rest = held.split_off(self.key.stream_split(held));
+        let split = self
+            .secrets
+            .iter()
+            .map(|k| k.stream_split(held))
+            .min()
+            .unwrap_or(held.len());
+        let rest = held.split_off(split);
         let ready = std::mem::replace(held, rest);
-        self.key.scrub(&ready)
+        scrub_all(&self.secrets, &ready)
+    }
+
+    /// `text` without any of the secrets.
+    fn scrub(&self, text: &str) -> String {
+        scrub_all(&self.secrets, text)
     }
 
     fn release_text(&mut self) {
         if !self.held_text.is_empty() {
-            let text = self.key.scrub(&std::mem::take(&mut self.held_text));
+            let held = std::mem::take(&mut self.held_text);
+            let text = self.scrub(&held);
             (self.events)(StreamEvent::Text(&text));
         }
     }
 
     fn release_thinking(&mut self) {
         if !self.held_thinking.is_empty() {
-            let text = self.key.scrub(&std::mem::take(&mut self.held_thinking));
+            let held = std::mem::take(&mut self.held_thinking);
+            let text = self.scrub(&held);
             (self.events)(StreamEvent::Thinking(&text));
         }
     }
+}
+
+/// `text` with every secret scrubbed from it, one after the other.
+fn scrub_all(secrets: &[&ApiKey], text: &str) -> String {
+    let mut out = Cow::Borrowed(text);
+    for secret in secrets {
+        if let Cow::Owned(clean) = secret.scrub_cow(&out) {
+            out = Cow::Owned(clean);
+        }
+    }
+    out.into_owned()
 }

@@ -857,7 +857,7 @@ fn guarded(key: &ApiKey, chunks: &[&str]) -> String {
             seen.push_str(t);
         }
     };
-    let mut guard = StreamGuard::new(key, &mut sink);
+    let mut guard = StreamGuard::new([key], &mut sink);
     for chunk in chunks {
         guard.event(panto_provider::StreamEvent::Text(chunk));
     }
@@ -950,4 +950,32 @@ fn keys_that_cannot_go_in_a_header_are_refused_without_being_repeated() {
         assert!(!err.to_string().contains("sk-"), "{err}");
     }
     assert!(crate::transport::Transport::new(crate::Config::new("http://127.0.0.1:1", "")).is_ok());
+}
+
+#[test]
+fn a_stream_is_scrubbed_of_every_secret_at_every_cut() {
+    let key = ApiKey::new("sk-live-0123456789abcdef");
+    let header = ApiKey::new("gw-secret-4242-abcdef");
+    let text = "the key sk-live-0123456789abcdef and the token gw-secret-4242-abcdef, then more";
+    for cut in 1..text.len() {
+        for second in cut..text.len() {
+            let mut seen = String::new();
+            let mut sink = |e: panto_provider::StreamEvent<'_>| {
+                if let panto_provider::StreamEvent::Text(t) = e {
+                    seen.push_str(t);
+                }
+            };
+            let mut guard = StreamGuard::new([&key, &header], &mut sink);
+            for chunk in [&text[..cut], &text[cut..second], &text[second..]] {
+                guard.event(panto_provider::StreamEvent::Text(chunk));
+            }
+            guard.finish();
+            drop(guard);
+            assert!(
+                !seen.contains("0123456789") && !seen.contains("4242-abc"),
+                "{cut}/{second}: {seen}"
+            );
+            assert!(seen.ends_with(", then more"), "{cut}/{second}: {seen}");
+        }
+    }
 }

@@ -321,6 +321,33 @@ async fn extra_headers_are_sent_and_a_sensitive_one_is_never_shown() {
             protocol.name
         );
         assert!(message.text().contains("<redacted>"), "{}", protocol.name);
+        // Nor can it get it shown while the answer streams, in any cut of the stream.
+        server.reset().await;
+        protocol
+            .answer(&server, protocol.text_answer(&echoed, true))
+            .await;
+        let config =
+            common::config(&(protocol.base)(&server.uri())).with_header("X-Gateway-Token", TOKEN);
+        let (message, events) = run(&protocol.build(config), &hello()).await;
+        let streamed: String = events
+            .iter()
+            .filter_map(|e| e.strip_prefix("text:"))
+            .collect();
+        assert!(
+            !streamed.contains(TOKEN) && !streamed.contains(&TOKEN[..8]),
+            "{}: {events:?}",
+            protocol.name
+        );
+        assert!(
+            streamed.contains("<redacted>"),
+            "{}: {events:?}",
+            protocol.name
+        );
+        assert!(
+            !message.unwrap().text().contains(TOKEN),
+            "{}",
+            protocol.name
+        );
     }
 }
 
