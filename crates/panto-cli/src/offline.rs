@@ -21,7 +21,7 @@
 //! summary, this one included. Every section is bounded, so the summary is too. It cannot chat:
 //! any request that is not a compaction request is refused as unsupported.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write as _;
 
 use panto_compact::{RequestSource, SourceSummarizer};
@@ -223,7 +223,7 @@ fn summarize_walk(
     };
     let mut carried = Carried::from(s.earlier.as_deref());
     // Code spans with where they were last seen, to list the most recent first.
-    let mut spans: Vec<(String, usize)> = Vec::new();
+    let mut spans = Spans::default();
     let terms = instructions.map(key_terms).unwrap_or_default();
     let mut at = 0;
     walk(&mut |item| {
@@ -251,9 +251,12 @@ fn summarize_walk(
                 }
                 focus(&terms, "assistant", text, &mut s.focus);
             }
-            ItemView::ToolCall { name, .. } => {
-                *s.tools.entry((*name).to_owned()).or_insert(0) += 1;
-            }
+            ItemView::ToolCall { name, .. } => match s.tools.get_mut(*name) {
+                Some(n) => *n += 1,
+                None => {
+                    s.tools.insert((*name).to_owned(), 1);
+                }
+            },
             ItemView::ToolResult { text, .. } => {
                 focus(&terms, "tool result", text, &mut s.focus);
             }
@@ -262,11 +265,7 @@ fn summarize_walk(
             _ => {}
         }
     });
-    spans.sort_by_key(|s| std::cmp::Reverse(s.1));
-    let mut recent: Vec<String> = Vec::new();
-    for (span, _) in spans {
-        push_unique(&mut recent, &span);
-    }
+    let mut recent = spans.most_recent_first();
     // Identifiers from the previous summary come after the new ones.
     for old in std::mem::take(&mut s.identifiers) {
         push_unique(&mut recent, &old);
@@ -550,8 +549,40 @@ fn clip_block(text: &str, max: usize) -> String {
     format!("{}…", cut[..at].trim_end())
 }
 
+/// The distinct code spans of a walk, each with where it was last seen: the item's position
+/// and, to order the spans of one item as they appear, the order of its first sighting there.
+/// One entry per distinct span, however often it recurs (a long session names the same few
+/// identifiers thousands of times).
+#[derive(Default)]
+pub(crate) struct Spans {
+    seen: HashMap<String, (usize, usize)>,
+    sightings: usize,
+}
+
+impl Spans {
+    /// Records `span`, seen in item `at` (items come in order).
+    pub(crate) fn push(&mut self, span: &str, at: usize) {
+        self.sightings += 1;
+        match self.seen.get_mut(span) {
+            // A later item moves it; a repeat within the same item keeps the first sighting.
+            Some(last) if last.0 < at => *last = (at, self.sightings),
+            Some(_) => {}
+            None => {
+                self.seen.insert(span.to_owned(), (at, self.sightings));
+            }
+        }
+    }
+
+    /// The spans, the most recently seen first (within one item, in the order they appear).
+    pub(crate) fn most_recent_first(self) -> Vec<String> {
+        let mut spans: Vec<(String, (usize, usize))> = self.seen.into_iter().collect();
+        spans.sort_unstable_by_key(|(_, (at, sighting))| (std::cmp::Reverse(*at), *sighting));
+        spans.into_iter().map(|(span, _)| span).collect()
+    }
+}
+
 /// Inline code spans (`like_this`) that look like identifiers, paths or commands.
-fn collect_code_spans(text: &str, at: usize, out: &mut Vec<(String, usize)>) {
+fn collect_code_spans(text: &str, at: usize, out: &mut Spans) {
     let mut parts = text.split('`');
     parts.next();
     while let Some(span) = parts.next() {
@@ -561,7 +592,7 @@ fn collect_code_spans(text: &str, at: usize, out: &mut Vec<(String, usize)>) {
             && !span.contains(char::is_whitespace)
             && span.chars().any(char::is_alphanumeric);
         if word_like {
-            out.push((span.to_owned(), at));
+            out.push(span, at);
         }
         // Skip the text between this span and the next.
         if parts.next().is_none() {

@@ -461,3 +461,50 @@ mod offline_source {
         );
     }
 }
+
+/// The spans of a walk come out as the list they replaced gave them: every sighting kept, sorted
+/// by item (latest first, stable), each span at its first place in that order.
+#[test]
+fn code_spans_are_listed_most_recent_first_as_the_full_list_gave_them() {
+    use crate::offline::Spans;
+    fn reference(sightings: &[(&str, usize)]) -> Vec<String> {
+        let mut all: Vec<(String, usize)> = sightings
+            .iter()
+            .map(|(s, at)| ((*s).to_owned(), *at))
+            .collect();
+        all.sort_by_key(|s| std::cmp::Reverse(s.1));
+        let mut out: Vec<String> = Vec::new();
+        for (span, _) in all {
+            if !out.contains(&span) {
+                out.push(span);
+            }
+        }
+        out
+    }
+    const WORDS: [&str; 6] = ["a1", "b2", "c3", "d4", "e5", "f6"];
+    // A small linear congruential sequence: many walks with repeats within and across items.
+    let mut state = 7u64;
+    let mut next = |n: u64| {
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (state >> 33) % n
+    };
+    for _ in 0..500 {
+        let mut sightings = Vec::new();
+        let mut at = 1;
+        for _ in 0..next(20) {
+            at += next(3) as usize;
+            sightings.push((WORDS[next(6) as usize], at));
+        }
+        let mut spans = Spans::default();
+        for (span, at) in &sightings {
+            spans.push(span, *at);
+        }
+        assert_eq!(
+            spans.most_recent_first(),
+            reference(&sightings),
+            "{sightings:?}"
+        );
+    }
+}

@@ -27,7 +27,9 @@ use serde_json::{Map, Value};
 #[derive(Clone)]
 pub struct RawJson {
     raw: Box<RawValue>,
-    parsed: OnceLock<Value>,
+    /// Boxed, so that a value never looked at costs a pointer beside its text rather than a
+    /// whole `Value` (a loaded context holds one per tool call and per unknown field).
+    parsed: OnceLock<Box<Value>>,
 }
 
 impl RawJson {
@@ -60,7 +62,8 @@ impl RawJson {
     /// nested deeper than `serde_json` parses (128 levels), which no provider adapter produces,
     /// reads as a string holding its JSON text: loading, sizing and copying never need the tree.
     pub fn value(&self) -> &Value {
-        self.parsed.get_or_init(|| parse_value(self.raw.get()))
+        self.parsed
+            .get_or_init(|| Box::new(parse_value(self.raw.get())))
     }
 
     /// The value as [`RawJson::value`] reads it, without keeping it: the kept value when there
@@ -68,7 +71,7 @@ impl RawJson {
     /// value that need not stay in memory beside its text.
     pub fn to_value(&self) -> Cow<'_, Value> {
         match self.parsed.get() {
-            Some(value) => Cow::Borrowed(value),
+            Some(value) => Cow::Borrowed(&**value),
             None => Cow::Owned(parse_value(self.raw.get())),
         }
     }
@@ -132,7 +135,7 @@ impl From<Value> for RawJson {
             return RawJson::from(Value::Null);
         };
         let parsed = OnceLock::new();
-        let _ = parsed.set(value);
+        let _ = parsed.set(Box::new(value));
         RawJson { raw, parsed }
     }
 }
@@ -195,12 +198,36 @@ impl<'de> Deserialize<'de> for RawJson {
 /// It reads like a `serde_json::Map`: [`Extra::get`] and indexing give a `&Value` (parsed on
 /// first use), [`Extra::insert`] takes a `Value`. Keys are unique; inserting an existing key
 /// replaces its value in place. Equality compares keys, order and text.
-#[derive(Clone, Default, PartialEq, Eq)]
+#[derive(Clone, Default)]
 pub struct Extra {
-    fields: Vec<(String, RawJson)>,
+    /// `None` while there are no fields: every message and block has an `Extra` and most are
+    /// empty, so an empty one is one pointer wide and allocates nothing.
+    #[allow(
+        clippy::box_collection,
+        reason = "a thin pointer: a bare `Vec` is three words in every message and block"
+    )]
+    fields: Option<Box<Vec<(String, RawJson)>>>,
 }
 
+impl PartialEq for Extra {
+    fn eq(&self, other: &Extra) -> bool {
+        self.fields() == other.fields()
+    }
+}
+
+impl Eq for Extra {}
+
 impl Extra {
+    /// The fields, in order.
+    fn fields(&self) -> &[(String, RawJson)] {
+        self.fields.as_deref().map_or(&[], Vec::as_slice)
+    }
+
+    /// The fields, to change them.
+    fn fields_mut(&mut self) -> &mut Vec<(String, RawJson)> {
+        self.fields.get_or_insert_with(Box::default)
+    }
+
     /// No fields.
     pub fn new() -> Extra {
         Extra::default()
@@ -208,16 +235,16 @@ impl Extra {
 
     /// How many fields.
     pub fn len(&self) -> usize {
-        self.fields.len()
+        self.fields().len()
     }
 
     /// Whether there are none.
     pub fn is_empty(&self) -> bool {
-        self.fields.is_empty()
+        self.fields().is_empty()
     }
 
     fn position(&self, key: &str) -> Option<usize> {
-        self.fields.iter().position(|(k, _)| k == key)
+        self.fields().iter().position(|(k, _)| k == key)
     }
 
     /// Whether `key` is present.
@@ -232,7 +259,7 @@ impl Extra {
 
     /// The value of `key`, as its exact text.
     pub fn get_raw(&self, key: &str) -> Option<&RawJson> {
-        self.position(key).map(|i| &self.fields[i].1)
+        self.position(key).map(|i| &self.fields()[i].1)
     }
 
     /// Sets `key` to `value`, returning the value it replaced. A new key goes last.
@@ -243,9 +270,9 @@ impl Extra {
     /// Sets `key` to exact JSON text, returning the value it replaced. A new key goes last.
     pub fn insert_raw(&mut self, key: String, value: RawJson) -> Option<RawJson> {
         match self.position(&key) {
-            Some(i) => Some(std::mem::replace(&mut self.fields[i].1, value)),
+            Some(i) => Some(std::mem::replace(&mut self.fields_mut()[i].1, value)),
             None => {
-                self.fields.push((key, value));
+                self.fields_mut().push((key, value));
                 None
             }
         }
@@ -254,37 +281,37 @@ impl Extra {
     /// Appends a field without looking for an earlier one of the same key; the decoder checks
     /// for duplicates once the object is read ([`Extra::duplicate_key`]).
     pub(crate) fn push_unchecked(&mut self, key: String, value: RawJson) {
-        self.fields.push((key, value));
+        self.fields_mut().push((key, value));
     }
 
     /// A key present twice, if any: O(n log n), so a wide object costs no more than sorting.
     pub(crate) fn duplicate_key(&self) -> Option<&str> {
-        if self.fields.len() < 2 {
+        if self.fields().len() < 2 {
             return None;
         }
-        let mut keys: Vec<&str> = self.fields.iter().map(|(k, _)| k.as_str()).collect();
+        let mut keys: Vec<&str> = self.fields().iter().map(|(k, _)| k.as_str()).collect();
         keys.sort_unstable();
         keys.windows(2).find(|w| w[0] == w[1]).map(|w| w[0])
     }
 
     /// Removes every field.
     pub fn clear(&mut self) {
-        self.fields.clear();
+        self.fields = None;
     }
 
     /// Removes `key`, returning its value.
     pub fn remove(&mut self, key: &str) -> Option<RawJson> {
-        self.position(key).map(|i| self.fields.remove(i).1)
+        self.position(key).map(|i| self.fields_mut().remove(i).1)
     }
 
     /// The fields in order, values as exact text.
     pub fn iter(&self) -> impl ExactSizeIterator<Item = (&str, &RawJson)> {
-        self.fields.iter().map(|(k, v)| (k.as_str(), v))
+        self.fields().iter().map(|(k, v)| (k.as_str(), v))
     }
 
     /// The fields as a `serde_json::Map` (parsed values), for building other JSON.
     pub fn to_map(&self) -> Map<String, Value> {
-        self.fields
+        self.fields()
             .iter()
             .map(|(k, v)| (k.clone(), v.value().clone()))
             .collect()
@@ -294,7 +321,7 @@ impl Extra {
 impl fmt::Debug for Extra {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_map()
-            .entries(self.fields.iter().map(|(k, v)| (k, v)))
+            .entries(self.fields().iter().map(|(k, v)| (k, v)))
             .finish()
     }
 }
@@ -345,7 +372,7 @@ impl IntoIterator for Extra {
     type IntoIter = std::vec::IntoIter<(String, RawJson)>;
 
     fn into_iter(self) -> Self::IntoIter {
-        self.fields.into_iter()
+        self.fields.map_or_else(Vec::new, |f| *f).into_iter()
     }
 }
 
@@ -357,6 +384,6 @@ impl<'a> IntoIterator for &'a Extra {
     >;
 
     fn into_iter(self) -> Self::IntoIter {
-        self.fields.iter().map(|(k, v)| (k.as_str(), v))
+        self.fields().iter().map(|(k, v)| (k.as_str(), v))
     }
 }

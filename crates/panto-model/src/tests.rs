@@ -463,3 +463,59 @@ fn shared_sources_count_once() {
     assert_eq!(shared.next_id(IdKind::Message), "m1");
     assert_eq!(boxed.next_id(IdKind::Message), "m2");
 }
+
+/// A loaded context holds every message, so the fixed size of a message and of a block is
+/// memory per message of the whole session (docs/benchmarks.md, profile 6): an empty `Extra`
+/// is one pointer, a `RawJson` keeps its parsed value behind one, and a block list is as long
+/// as the blocks it holds.
+#[cfg(target_pointer_width = "64")]
+#[test]
+fn messages_and_blocks_stay_small() {
+    use std::mem::size_of;
+    assert_eq!(size_of::<Extra>(), 8);
+    assert_eq!(size_of::<RawJson>(), 32);
+    assert!(
+        size_of::<ContentBlock>() <= 88,
+        "{}",
+        size_of::<ContentBlock>()
+    );
+    assert!(size_of::<Message>() <= 168, "{}", size_of::<Message>());
+    for (line, blocks) in [
+        (
+            r#"{"type":"message","role":"user","content":[{"type":"text","text":"a"}]}"#,
+            1,
+        ),
+        (
+            r#"{"type":"message","role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}"#,
+            2,
+        ),
+        (
+            r#"{"type":"message","role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"},{"type":"text","text":"c"},{"type":"text","text":"d"},{"type":"text","text":"e"}]}"#,
+            5,
+        ),
+    ] {
+        let Entry::Message(m) = serde_json::from_str::<Entry>(line).unwrap() else {
+            panic!("not a message: {line}");
+        };
+        assert_eq!(m.content.len(), blocks);
+        assert_eq!(m.content.capacity(), blocks, "{line}");
+    }
+}
+
+/// An `Extra` whose fields were all removed equals one that never had any.
+#[test]
+fn an_emptied_extra_equals_a_new_one() {
+    let mut extra = Extra::new();
+    extra.insert("a".to_owned(), json!(1));
+    assert_ne!(extra, Extra::new());
+    assert_eq!(
+        extra.remove("a").map(|v| v.json().to_owned()),
+        Some("1".to_owned())
+    );
+    assert_eq!(extra, Extra::new());
+    assert!(extra.is_empty());
+    extra.insert("b".to_owned(), json!(2));
+    extra.clear();
+    assert_eq!(extra, Extra::new());
+    assert_eq!(extra.into_iter().count(), 0);
+}

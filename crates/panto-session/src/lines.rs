@@ -240,12 +240,14 @@ pub(crate) struct Segment {
 ///
 /// The first segment returned is the tail (the bytes after the last newline, possibly empty);
 /// every later one is a complete line without its newline, from the last to the first. Memory
-/// holds one chunk plus the longest line met; bytes before the last segment returned are never
+/// holds two chunks plus the longest line met, twice; bytes before the last segment returned are never
 /// read unless asked for.
 pub(crate) struct BackLines<'f> {
     file: &'f File,
     chunk: usize,
     buf: Vec<u8>,
+    /// The previous buffer, reused by the next step.
+    spare: Vec<u8>,
     /// File offset of `buf[0]`.
     buf_start: u64,
     /// File offset where the next segment ends (exclusive).
@@ -262,6 +264,7 @@ impl<'f> BackLines<'f> {
             file,
             chunk: chunk.max(1),
             buf: Vec::new(),
+            spare: Vec::new(),
             buf_start: len,
             pos: len,
             done: false,
@@ -308,10 +311,14 @@ impl<'f> BackLines<'f> {
         let step = self.chunk.max(keep) as u64;
         let new_start = self.buf_start.saturating_sub(step);
         let n = (self.buf_start - new_start) as usize;
-        let mut fresh = vec![0u8; n + keep];
+        // The two buffers take turns, so that a long read allocates (and faults in) two
+        // chunks' worth of memory once rather than a fresh chunk per step.
+        let mut fresh = std::mem::take(&mut self.spare);
+        fresh.clear();
+        fresh.resize(n + keep, 0);
         read_at(self.file, &mut fresh[..n], new_start)?;
         fresh[n..].copy_from_slice(&self.buf[..keep]);
-        self.buf = fresh;
+        self.spare = std::mem::replace(&mut self.buf, fresh);
         self.buf_start = new_start;
         self.bytes_read += n as u64;
         Ok(())

@@ -34,6 +34,22 @@ pub(crate) trait Sink {
 
     /// Appends `value` as compact JSON through [`SafeJson`].
     fn push_json<T: serde::Serialize + ?Sized>(&mut self, value: &T);
+
+    /// Appends `s` escaped by `escaper` ([`Escaper::push`]).
+    fn push_escaped(&mut self, escaper: &mut Escaper, s: &str)
+    where
+        Self: Sized,
+    {
+        escaper.push(self, s);
+    }
+
+    /// Appends the JSON text `raw` compactly ([`write_raw_json`]).
+    fn push_raw_json(&mut self, raw: &str)
+    where
+        Self: Sized,
+    {
+        write_raw_json(self, raw);
+    }
 }
 
 impl Sink for String {
@@ -68,6 +84,62 @@ impl Sink for Len {
         // As in `write_json`: serialising a `Value` or a `str` cannot fail here.
         let _ = value.serialize(&mut ser);
     }
+}
+
+/// A [`Sink`] that counts an upper bound of the bytes written to it, without escaping:
+/// escaping a text adds at most one backslash per `[` or `<` it holds, and writing JSON text
+/// compactly at most five bytes per `<` (`\u003c`), four per NEL and three per LS or PS (their
+/// first bytes, `C2` and `E2`, are counted wherever they are), and drops whitespace. Names, ids
+/// and other JSON are short and counted exactly. One cheap pass over the bytes, so that the
+/// buffer a transcript is rendered into is reserved once, large enough, before the one pass
+/// that writes it.
+#[derive(Debug, Default)]
+pub(crate) struct Bound(pub(crate) usize);
+
+impl Sink for Bound {
+    fn push_str(&mut self, s: &str) {
+        self.0 += s.len();
+    }
+
+    fn push_json<T: serde::Serialize + ?Sized>(&mut self, value: &T) {
+        let mut len = Len::default();
+        len.push_json(value);
+        self.0 += len.0;
+    }
+
+    fn push_escaped(&mut self, _escaper: &mut Escaper, s: &str) {
+        self.0 += s.len() + escape_bound(s.as_bytes());
+    }
+
+    fn push_raw_json(&mut self, raw: &str) {
+        self.0 += raw.len() + raw_json_bound(raw.as_bytes());
+    }
+}
+
+/// The most bytes escaping can add to text `b`: one per `[` or `<`. Counted in byte lanes
+/// over chunks short enough that a lane cannot overflow, which compilers vectorise.
+fn escape_bound(b: &[u8]) -> usize {
+    b.chunks(u8::MAX as usize)
+        .map(|c| {
+            let n = c
+                .iter()
+                .fold(0u8, |n, &x| n + u8::from(x == b'[' || x == b'<'));
+            usize::from(n)
+        })
+        .sum()
+}
+
+/// The most bytes [`write_raw_json`] can add to JSON text `b`: five per `<`, four per `C2`
+/// (NEL's first byte), three per `E2` (LS's and PS's).
+fn raw_json_bound(b: &[u8]) -> usize {
+    b.chunks(4096)
+        .map(|c| {
+            let n = c.iter().fold(0u16, |n, &x| {
+                n + 5 * u16::from(x == b'<') + 4 * u16::from(x == 0xC2) + 3 * u16::from(x == 0xE2)
+            });
+            usize::from(n)
+        })
+        .sum()
 }
 
 impl io::Write for Len {
@@ -235,7 +307,7 @@ impl Escaper {
 
 /// Appends `s` escaped as one whole text (see the module docs).
 pub(crate) fn escape_into(out: &mut impl Sink, s: &str, line_start: bool) {
-    Escaper::new(line_start).push(out, s);
+    out.push_escaped(&mut Escaper::new(line_start), s);
 }
 
 /// The inverse of [`escape_into`]: removes the backslash that escaping added at each place.

@@ -1,6 +1,6 @@
 //! Rendering: messages to the transcript text, and the user prompt of a compaction request.
 //!
-//! Everything is written into one `String`, reserved up front from the sizes of the texts;
+//! Everything is written into one `String`, reserved up front from an upper bound of its size;
 //! escaping copies unremarkable runs whole, and tool arguments are serialised straight into the
 //! buffer.
 
@@ -8,7 +8,7 @@ use std::ops::Range;
 
 use panto_model::{ContentBlock, Message, Role, ToolResultContent};
 
-use crate::escape::{Escaper, Len, Sink, escape_into, write_raw_json, write_token};
+use crate::escape::{Bound, Escaper, Len, Sink, escape_into, write_raw_json, write_token};
 use crate::item::{ItemRef, walk, walk_indexed};
 use crate::syntax::{
     Head, INTRO, INTRO_WITH_SUMMARY, SUMMARY_CLOSE, SUMMARY_OPEN, TRANSCRIPT_CLOSE, TRANSCRIPT_OPEN,
@@ -26,7 +26,7 @@ pub fn render_transcript(messages: &[Message]) -> String {
 
 /// Appends the transcript of `messages` to `out`, leaving what `out` held untouched.
 pub fn render_transcript_into(out: &mut String, messages: &[Message]) {
-    out.reserve_exact(rendered_len(messages));
+    out.reserve_exact(rendered_bound(messages));
     walk(messages, |item| write_item(out, item));
 }
 
@@ -41,7 +41,7 @@ pub fn render_transcript_into(out: &mut String, messages: &[Message]) {
 pub fn render_request(prefix: &[Message], previous_summary: Option<&str>) -> String {
     let mut head = Len::default();
     open_request(&mut head, previous_summary);
-    let mut out = String::with_capacity(head.0 + rendered_len(prefix) + CLOSE_LEN);
+    let mut out = String::with_capacity(head.0 + rendered_bound(prefix) + CLOSE_LEN);
     open_request(&mut out, previous_summary);
     walk(prefix, |item| write_item(&mut out, item));
     close_request(&mut out);
@@ -145,8 +145,9 @@ impl TurnTranscript {
         open_request(&mut head, previous_summary);
         let mut text = self.text;
         let end = text.len();
-        // At most one reallocation, to the prompt's exact size, then one move of the kept
-        // turns: the envelope's head replaces the dropped ones.
+        // At most one reallocation (none when the bound the text was reserved with leaves room
+        // for the envelope), then one move of the kept turns: the envelope's head replaces the
+        // dropped ones.
         let len = head.len() + (end - start) + CLOSE_LEN;
         text.reserve_exact(len.saturating_sub(end));
         text.replace_range(..start, &head);
@@ -163,7 +164,7 @@ impl TurnTranscript {
 /// named after its call, and Contract 2 puts the call in the result's own turn, so rendering a
 /// turn alone names every result as rendering the whole transcript does.
 pub fn render_turns(messages: &[Message], turns: &[Range<usize>]) -> TurnTranscript {
-    let mut text = String::with_capacity(rendered_len(messages));
+    let mut text = String::with_capacity(rendered_bound(messages));
     let mut ends = Vec::with_capacity(turns.len());
     for turn in turns {
         walk(&messages[turn.clone()], |item| write_item(&mut text, item));
@@ -312,12 +313,14 @@ fn write_elided(out: &mut String, item: ItemRef<'_>, body: &str) {
     }
 }
 
-/// The exact length of the transcript of `messages`: the rendering pass, writing nothing, so
-/// that the text is allocated once at its size and never grows.
-fn rendered_len(messages: &[Message]) -> usize {
-    let mut len = Len::default();
-    walk(messages, |item| write_item(&mut len, item));
-    len.0
+/// An upper bound of the length of the transcript of `messages` (see [`Bound`]): the
+/// rendering walk, counting instead of escaping, so that the text is allocated once, large
+/// enough, and never grows. It exceeds the length by the brackets and angle brackets that
+/// escaping leaves alone, typically well under 1%.
+pub(crate) fn rendered_bound(messages: &[Message]) -> usize {
+    let mut bound = Bound::default();
+    walk(messages, |item| write_item(&mut bound, item));
+    bound.0
 }
 
 /// Writes one item: the marker, then `: ` and the body when it is not empty, then a blank line.
@@ -338,7 +341,7 @@ fn write_item(out: &mut impl Sink, item: ItemRef<'_>) {
             input,
         } => {
             tool_call_head(out, role, name, id);
-            write_raw_json(out, input.json());
+            out.push_raw_json(input.json());
             out.push_str("\n\n");
         }
         ItemRef::ToolResult {
@@ -416,12 +419,12 @@ fn blocks_body(out: &mut impl Sink, blocks: &[ContentBlock]) {
             continue;
         };
         if written {
-            escaper.push(out, "\n");
+            out.push_escaped(&mut escaper, "\n");
         } else if !t.text.is_empty() {
             out.push(' ');
             written = true;
         }
-        escaper.push(out, &t.text);
+        out.push_escaped(&mut escaper, &t.text);
     }
     out.push_str("\n\n");
 }

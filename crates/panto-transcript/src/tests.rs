@@ -545,11 +545,11 @@ fn request_with_summary_after_transcript_is_accepted() {
 }
 
 mod props {
-    //! Escaping is a bijection, piece by piece as well as whole.
+    //! Escaping is a bijection, piece by piece as well as whole, and its bound holds.
 
     use proptest::prelude::*;
 
-    use crate::escape::{Escaper, escape_into, unescape};
+    use crate::escape::{Bound, Escaper, escape_into, unescape};
 
     const FRAGMENTS: &[&str] = &[
         "[",
@@ -604,6 +604,18 @@ mod props {
             e.push(&mut got, "");
             e.push(&mut got, &b);
             prop_assert_eq!(got, expect);
+        }
+
+        #[test]
+        fn the_bound_of_escaped_text_covers_what_is_written(
+            s in text(),
+            line_start in any::<bool>(),
+        ) {
+            let mut escaped = String::new();
+            escape_into(&mut escaped, &s, line_start);
+            let mut bound = Bound::default();
+            escape_into(&mut bound, &s, line_start);
+            prop_assert!(bound.0 >= escaped.len(), "bound {} for {:?}", bound.0, s);
         }
 
         #[test]
@@ -767,7 +779,11 @@ mod raw_json {
     use proptest::prelude::*;
     use serde_json::{Value, json};
 
-    use crate::escape::{write_json, write_raw_json};
+    use panto_model::arbitrary;
+
+    use crate::escape::{Bound, Sink, write_json, write_raw_json};
+    use crate::render::rendered_bound;
+    use crate::render_transcript;
 
     fn raw(text: &str) -> String {
         let mut out = String::new();
@@ -878,6 +894,24 @@ mod raw_json {
             prop_assert_eq!(raw(&plain), expect.clone());
             prop_assert_eq!(raw(&pretty), expect.clone());
             prop_assert_eq!(raw(&spaced(&plain, ws)), expect);
+        }
+
+        #[test]
+        fn the_bound_of_json_text_covers_what_is_written(
+            v in value(),
+            ws in prop::sample::select(vec![" ", "\n", "\r\n\t", "  \n  "]),
+        ) {
+            let text = spaced(&serde_json::to_string(&v).unwrap(), ws);
+            let mut bound = Bound::default();
+            bound.push_raw_json(&text);
+            prop_assert!(bound.0 >= raw(&text).len(), "bound {} for {:?}", bound.0, text);
+        }
+
+        #[test]
+        fn the_bound_of_a_transcript_covers_its_length(session in arbitrary::session(6)) {
+            let text = render_transcript(&session.messages);
+            let bound = rendered_bound(&session.messages);
+            prop_assert!(bound >= text.len(), "bound {bound} for {} bytes", text.len());
         }
     }
 
