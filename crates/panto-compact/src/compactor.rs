@@ -14,7 +14,7 @@ use panto_size::{
 };
 use panto_transcript::{
     Elision, Ledger, TranscriptItem, TurnTranscript, render_request_text, render_transcript_elided,
-    render_turns, strip_ledger, transcript_items,
+    render_turns, render_turns_with, strip_ledger, transcript_items,
 };
 use serde_json::{Value, json};
 use tracing::{Instrument, info_span};
@@ -246,10 +246,10 @@ impl Compactor {
         let system = self.prompt.system_prompt(options.instructions());
         let prefix = &context.messages[p.prefix()];
         let prefix_turns = turns(prefix);
-        let transcript = render_turns(prefix, &prefix_turns);
-        let turn_tenths: Vec<u64> = (0..prefix_turns.len())
-            .map(|t| Heuristic.text_tenths(transcript.turns(t..t + 1)))
-            .collect();
+        let mut turn_tenths = Vec::with_capacity(prefix_turns.len());
+        let transcript = render_turns_with(prefix, &prefix_turns, |turn| {
+            turn_tenths.push(Heuristic.text_tenths(turn));
+        });
         let turn_tokens = turn_tenths.iter().map(|t| t.div_ceil(10)).collect();
         let turns = prefix_turns
             .into_iter()

@@ -164,10 +164,23 @@ impl TurnTranscript {
 /// named after its call, and Contract 2 puts the call in the result's own turn, so rendering a
 /// turn alone names every result as rendering the whole transcript does.
 pub fn render_turns(messages: &[Message], turns: &[Range<usize>]) -> TurnTranscript {
+    render_turns_with(messages, turns, |_| {})
+}
+
+/// [`render_turns`], calling `each` with the text of every turn, in order, right after it is
+/// written: a pass over the turns' texts (sizing them, say) that reads them while they are
+/// still in the cache instead of reading the whole transcript back from memory.
+pub fn render_turns_with(
+    messages: &[Message],
+    turns: &[Range<usize>],
+    mut each: impl FnMut(&str),
+) -> TurnTranscript {
     let mut text = String::with_capacity(rendered_bound(messages));
     let mut ends = Vec::with_capacity(turns.len());
     for turn in turns {
+        let start = text.len();
         walk(&messages[turn.clone()], |item| write_item(&mut text, item));
+        each(&text[start..]);
         ends.push(text.len());
     }
     TurnTranscript { text, ends }

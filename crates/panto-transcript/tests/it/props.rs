@@ -9,7 +9,8 @@ use panto_model::{
 use panto_transcript::{
     Ledger, ParsedRequest, TranscriptItem, elision_marker, for_each_item, parse_request,
     parse_transcript, render_request, render_request_text, render_transcript,
-    render_transcript_elided, render_transcript_into, render_turns, transcript_items,
+    render_transcript_elided, render_transcript_into, render_turns, render_turns_with,
+    transcript_items,
 };
 use proptest::collection::vec;
 use proptest::prelude::*;
@@ -279,6 +280,14 @@ proptest! {
         let rendered = render_turns(&session.messages, &turns);
         prop_assert_eq!(rendered.text(), render_transcript(&session.messages));
         prop_assert_eq!(rendered.len(), turns.len());
+        // The texts handed out while rendering are the turns' parts, in order.
+        let mut handed = Vec::new();
+        let again = render_turns_with(&session.messages, &turns, |t| handed.push(t.to_owned()));
+        prop_assert_eq!(&again, &rendered);
+        prop_assert_eq!(handed.len(), turns.len());
+        for (i, t) in handed.iter().enumerate() {
+            prop_assert_eq!(t.as_str(), rendered.turns(i..i + 1));
+        }
         // Every run of consecutive turns is the transcript of its messages.
         for a in 0..turns.len() {
             for b in a..=turns.len() {
