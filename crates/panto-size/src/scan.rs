@@ -140,6 +140,26 @@ struct Step {
     in_string: bool,
 }
 
+/// [`ESCAPE_KIND`] of `n`, `t` and `r`: escapes that cost a space instead of a letter.
+const LETTER_ESCAPE: u8 = 1;
+/// [`ESCAPE_KIND`] of `b` and `f`: escapes that cost a symbol instead of a letter.
+const CONTROL_ESCAPE: u8 = 2;
+/// [`ESCAPE_KIND`] of `u`: an escape whose cost depends on the bytes after it.
+const UNICODE_ESCAPE: u8 = 4;
+
+/// What a byte after a backslash makes of the escape, for a count without a branch; 0 when the
+/// escape costs what the byte costs.
+static ESCAPE_KIND: [u8; 256] = {
+    let mut kinds = [0; 256];
+    kinds[b'n' as usize] = LETTER_ESCAPE;
+    kinds[b't' as usize] = LETTER_ESCAPE;
+    kinds[b'r' as usize] = LETTER_ESCAPE;
+    kinds[b'b' as usize] = CONTROL_ESCAPE;
+    kinds[b'f' as usize] = CONTROL_ESCAPE;
+    kinds[b'u' as usize] = UNICODE_ESCAPE;
+    kinds
+};
+
 /// The correction of the first `len` bytes (1 to [`CHUNK`]) of `chunk`, entered inside a string
 /// or not and never inside an escape, when it has only the escapes whose cost does not depend on
 /// the bytes after them. `None` when it has a `\u` escape or a backslash outside a string:
@@ -174,16 +194,16 @@ fn chunk_step(chunk: &[u8; CHUNK], len: usize, in_string: bool) -> Option<Step> 
     if backslashes & !inside & valid != 0 {
         return None;
     }
-    let (mut letter_escapes, mut control_escapes, mut unicode) = (0, 0, false);
+    let (mut letter_escapes, mut control_escapes, mut unicode) = (0, 0, 0);
     let mut rest = escaped & valid;
     while rest != 0 {
-        let b = chunk[rest.trailing_zeros() as usize];
+        let kind = ESCAPE_KIND[usize::from(chunk[rest.trailing_zeros() as usize])];
         rest &= rest - 1;
-        letter_escapes += u64::from(matches!(b, b'n' | b't' | b'r'));
-        control_escapes += u64::from(matches!(b, b'b' | b'f'));
-        unicode |= b == b'u';
+        letter_escapes += u64::from(kind & LETTER_ESCAPE);
+        control_escapes += u64::from((kind & CONTROL_ESCAPE) >> 1);
+        unicode |= kind & UNICODE_ESCAPE;
     }
-    if unicode {
+    if unicode != 0 {
         return None;
     }
     let outside = !inside & valid;
