@@ -161,14 +161,16 @@ static ESCAPE_KIND: [u8; 256] = {
 };
 
 /// The correction of the first `len` bytes (1 to [`CHUNK`]) of `chunk`, entered inside a string
-/// or not and never inside an escape, when it has only the escapes whose cost does not depend on
-/// the bytes after them. `None` when it has a `\u` escape or a backslash outside a string:
-/// [`walk`] takes those bytes instead.
+/// or not and never inside an escape. `None` when they hold a `\u` escape, a backslash outside a
+/// string or nothing but a backslash that ends the text: [`walk`] takes those bytes instead.
 ///
-/// Inside a string a backslash escapes the byte after it, so the escaped bytes are found as in
-/// simdjson: a run of backslashes escapes every other byte from its second on, and the byte after
-/// it when its length is odd. The quotes that are not escaped open and close strings, and the
-/// parity of those up to a byte says whether it lies inside one.
+/// The masks take every backslash to escape the byte after it, so the escaped bytes are found as
+/// in simdjson: a run of backslashes escapes every other byte from its second on, and the byte
+/// after it when its length is odd. The quotes that are not escaped open and close strings, and
+/// the parity of those up to a byte says whether it lies inside one. That is the walk exactly
+/// until the first backslash outside a string (which escapes nothing) or the first `\u` (which
+/// takes four more bytes, whatever they are); so finding one of those is enough to hand the
+/// chunk over.
 #[inline(always)]
 fn chunk_step(chunk: &[u8; CHUNK], len: usize, in_string: bool) -> Option<Step> {
     let classes = classify(chunk);
@@ -178,7 +180,7 @@ fn chunk_step(chunk: &[u8; CHUNK], len: usize, in_string: bool) -> Option<Step> 
     let odd_starts = backslashes & !EVEN & !follows;
     let escaped = (EVEN ^ (odd_starts.wrapping_add(backslashes) << 1)) & follows;
     let escaping = backslashes & !escaped;
-    // Bit j says whether the byte after byte j is inside a string.
+    // Bit j says whether the text just after byte j is inside a string.
     let inside = prefix_xor(quotes & !escaped) ^ if in_string { !0 } else { 0 };
     let mut valid = u64::MAX >> (CHUNK - len);
     let mut len = len;
