@@ -234,6 +234,10 @@ fn chunk_step(chunk: &[u8; CHUNK], len: usize, in_string: bool) -> Option<Step> 
 /// whitespace outside strings is free, and an escape costs the character it stands for.
 pub(crate) fn json_tenths(json: &str) -> u64 {
     let bytes = json.as_bytes();
+    if bytes.len() < CHUNK {
+        // Too short for the masks to pay for themselves.
+        return walk(json, &mut 0, &mut false, bytes.len());
+    }
     let mut plus = tenths(bytes);
     let mut minus = 0;
     let mut at = 0;
