@@ -9,7 +9,7 @@
 
 use panto_model::{ContentBlock, Message, RawJson, ToolResultContent};
 
-use crate::Sizer;
+use crate::{Sizer, scan};
 
 /// Tokens every message costs before its blocks: role markers and turn delimiters.
 pub const MESSAGE_OVERHEAD: u64 = 10;
@@ -25,18 +25,19 @@ pub const IMAGE_TOKENS: u64 = 1600;
 pub const COMPACTION_OVERHEAD: u64 = 50;
 
 /// Cost in tenths of a token of an ASCII letter.
-const LETTER: u8 = 3;
+pub(crate) const LETTER: u8 = 3;
 /// Cost in tenths of a token of an ASCII digit.
-const DIGIT: u8 = 8;
+pub(crate) const DIGIT: u8 = 8;
 /// Cost in tenths of a token of a space, tab, newline or carriage return.
-const SPACE: u8 = 2;
+pub(crate) const SPACE: u8 = 2;
 /// Cost in tenths of a token of any other ASCII byte: punctuation, symbols, control characters.
 pub(crate) const SYMBOL: u8 = 11;
 /// Cost in tenths of a token of a byte of a multi-byte UTF-8 character.
-const NON_ASCII: u8 = 5;
+pub(crate) const NON_ASCII: u8 = 5;
 
-/// The cost of every byte value, in tenths of a token.
-static COST: [u8; 256] = cost_table();
+/// The cost of every byte value, in tenths of a token: the definition the scans in
+/// [`crate::scan`] compute by byte class.
+pub(crate) static COST: [u8; 256] = cost_table();
 
 const fn cost_table() -> [u8; 256] {
     let mut table = [0u8; 256];
@@ -59,12 +60,10 @@ const fn cost_table() -> [u8; 256] {
     table
 }
 
-/// The cost of a text in tenths of a token: one table lookup per byte.
+/// The cost of a text in tenths of a token: the sum of its bytes' [`COST`]s, counted by class
+/// sixteen bytes at a time ([`scan::tenths`]).
 pub(crate) fn tenths(text: &str) -> u64 {
-    text.as_bytes()
-        .iter()
-        .map(|&b| u64::from(COST[usize::from(b)]))
-        .sum()
+    scan::tenths(text.as_bytes())
 }
 
 /// Whole tokens from tenths, rounded up.
@@ -74,77 +73,16 @@ fn tokens(tenths: u64) -> u64 {
 
 /// The cost of a JSON value given as its text ([`panto_model::RawJson`]) in tenths of a token:
 /// as its compact serialisation would read, but with strings counted as their text rather than
-/// their escapes (models read the decoded text). One pass over the bytes, no recursion, so any
-/// nesting depth costs what its bytes cost.
+/// their escapes (models read the decoded text). No recursion, so any nesting depth costs what
+/// its bytes cost.
 ///
 /// Outside strings whitespace is free and every other byte costs its class (structure is
 /// [`SYMBOL`], literals and numbers as spelled). Inside a string an escape costs the character it
 /// stands for: `\n` a space, `\"` a symbol, `\u00e9` two non-ASCII bytes, a surrogate pair
-/// four, a lone surrogate the three of U+FFFD.
+/// four, a lone surrogate the three of U+FFFD. [`scan::json_tenths`] finds the strings and
+/// escapes 64 bytes at a time.
 pub(crate) fn json_tenths(json: &str) -> u64 {
-    let b = json.as_bytes();
-    let cost = |byte: u8| u64::from(COST[usize::from(byte)]);
-    let hex = |i: usize| {
-        json.get(i..i + 4)
-            .and_then(|h| u32::from_str_radix(h, 16).ok())
-    };
-    let mut total = 0u64;
-    let mut in_string = false;
-    let mut i = 0;
-    while i < b.len() {
-        let byte = b[i];
-        i += 1;
-        if !in_string {
-            match byte {
-                b' ' | b'\t' | b'\n' | b'\r' => {}
-                b'"' => {
-                    in_string = true;
-                    total += cost(byte);
-                }
-                _ => total += cost(byte),
-            }
-            continue;
-        }
-        match byte {
-            b'"' => {
-                in_string = false;
-                total += cost(byte);
-            }
-            b'\\' => {
-                let escaped = b.get(i).copied().unwrap_or(b'\\');
-                i += 1;
-                total += match escaped {
-                    b'n' => cost(b'\n'),
-                    b't' => cost(b'\t'),
-                    b'r' => cost(b'\r'),
-                    b'b' => cost(0x08),
-                    b'f' => cost(0x0c),
-                    b'u' => {
-                        let n = hex(i).unwrap_or(0xFFFD);
-                        i += 4;
-                        let pair = (0xD800..0xDC00).contains(&n)
-                            && b.get(i) == Some(&b'\\')
-                            && b.get(i + 1) == Some(&b'u')
-                            && hex(i + 2).is_some_and(|m| (0xDC00..0xE000).contains(&m));
-                        if pair {
-                            i += 6;
-                            4 * u64::from(NON_ASCII)
-                        } else {
-                            match char::from_u32(n) {
-                                Some(c) if c.is_ascii() => cost(c as u8),
-                                Some(c) => c.len_utf8() as u64 * u64::from(NON_ASCII),
-                                // A lone surrogate reads as U+FFFD.
-                                None => 3 * u64::from(NON_ASCII),
-                            }
-                        }
-                    }
-                    other => cost(other),
-                };
-            }
-            _ => total += cost(byte),
-        }
-    }
-    total
+    scan::json_tenths(json)
 }
 
 /// The cost of a JSON object given by its entries: braces, commas, quoted keys, colons, values.
@@ -158,7 +96,8 @@ fn object_tenths<'a>(entries: impl ExactSizeIterator<Item = (&'a str, &'a RawJso
             .sum::<u64>()
 }
 
-/// The fallback heuristic: cheap (one table lookup per byte), monotonic, conservative.
+/// The fallback heuristic: cheap (byte classes counted sixteen bytes at a time), monotonic,
+/// conservative.
 ///
 /// A text costs, per byte, 0.3 token for an ASCII letter, 0.8 for a digit, 0.2 for whitespace,
 /// 1.1 for any other ASCII byte and 0.5 for each byte of a non-ASCII character. A message costs
@@ -225,8 +164,47 @@ fn block_tenths(block: &ContentBlock) -> u64 {
     }
 }
 
+/// How many messages [`Heuristic::message_sizes`] reads ahead and sizes per batch.
+const READ_AHEAD: usize = 16;
+
 impl Sizer for Heuristic {
+    /// The sizes of [`Heuristic::message`], computed a batch of sixteen messages at a time with
+    /// the start of every block of the next batch read beforehand.
+    ///
+    /// Sizing a long conversation is bound by memory, not by the scans: each block's text lies
+    /// somewhere else on the heap, and a scan waits for it. Reading the starts of a batch
+    /// together lets those loads overlap each other and the sizing of the batch before.
     fn message_sizes(&self, messages: &[Message]) -> Vec<u64> {
-        messages.iter().map(|m| self.message(m)).collect()
+        let mut sizes = Vec::with_capacity(messages.len());
+        let mut batches = messages.chunks(READ_AHEAD).peekable();
+        while let Some(batch) = batches.next() {
+            if let Some(next) = batches.peek() {
+                let touched = next.iter().flat_map(|m| &m.content).map(touch);
+                std::hint::black_box(touched.fold(0, |a, b| a ^ b));
+            }
+            sizes.extend(batch.iter().map(|m| self.message(m)));
+        }
+        sizes
     }
+}
+
+/// One byte of each cache line of the start of what [`block_tenths`] reads of a block, folded
+/// into one: a read that brings the start into cache. Longer texts are left to the hardware
+/// prefetcher, which follows a scan once it runs.
+fn touch(block: &ContentBlock) -> u8 {
+    const CACHE_LINE: usize = 64;
+    const START: usize = 1024;
+    let text = match block {
+        ContentBlock::Text(t) => &t.text,
+        ContentBlock::Thinking(t) => &t.thinking,
+        ContentBlock::ToolUse(u) => u.input.json(),
+        ContentBlock::ToolResult(r) => match &r.content {
+            ToolResultContent::Text(s) => s,
+            ToolResultContent::Blocks(_) => "",
+        },
+        ContentBlock::Compaction(c) => &c.summary,
+        ContentBlock::Image(_) | ContentBlock::Other(_) => "",
+    };
+    let start = &text.as_bytes()[..text.len().min(START)];
+    start.iter().step_by(CACHE_LINE).fold(0, |a, &b| a ^ b)
 }

@@ -33,6 +33,7 @@
 //! ```
 
 mod heuristic;
+mod scan;
 mod usage;
 
 use std::ops::Range;

@@ -538,3 +538,272 @@ fn measure_span_is_rule_two_without_the_band() {
     assert!(plausible(u64::MAX, u64::MAX / 2));
     assert!(!plausible(u64::MAX, 1));
 }
+
+/// The cost of a text as it was computed before [`crate::scan`]: one table lookup per byte. The
+/// reference the class-counting scan must reproduce exactly.
+fn reference_tenths(text: &[u8]) -> u64 {
+    text.iter()
+        .map(|&b| u64::from(heuristic::COST[usize::from(b)]))
+        .sum()
+}
+
+/// The cost of a JSON text as it was computed before [`crate::scan`]: a byte-at-a-time state
+/// machine. The reference the chunked walk must reproduce exactly, on any text.
+fn reference_json_tenths(json: &str) -> u64 {
+    use crate::heuristic::{COST, NON_ASCII};
+    let b = json.as_bytes();
+    let cost = |byte: u8| u64::from(COST[usize::from(byte)]);
+    let hex = |i: usize| {
+        json.get(i..i + 4)
+            .and_then(|h| u32::from_str_radix(h, 16).ok())
+    };
+    let mut total = 0u64;
+    let mut in_string = false;
+    let mut i = 0;
+    while i < b.len() {
+        let byte = b[i];
+        i += 1;
+        if !in_string {
+            match byte {
+                b' ' | b'\t' | b'\n' | b'\r' => {}
+                b'"' => {
+                    in_string = true;
+                    total += cost(byte);
+                }
+                _ => total += cost(byte),
+            }
+            continue;
+        }
+        match byte {
+            b'"' => {
+                in_string = false;
+                total += cost(byte);
+            }
+            b'\\' => {
+                let escaped = b.get(i).copied().unwrap_or(b'\\');
+                i += 1;
+                total += match escaped {
+                    b'n' => cost(b'\n'),
+                    b't' => cost(b'\t'),
+                    b'r' => cost(b'\r'),
+                    b'b' => cost(0x08),
+                    b'f' => cost(0x0c),
+                    b'u' => {
+                        let n = hex(i).unwrap_or(0xFFFD);
+                        i += 4;
+                        let pair = (0xD800..0xDC00).contains(&n)
+                            && b.get(i) == Some(&b'\\')
+                            && b.get(i + 1) == Some(&b'u')
+                            && hex(i + 2).is_some_and(|m| (0xDC00..0xE000).contains(&m));
+                        if pair {
+                            i += 6;
+                            4 * u64::from(NON_ASCII)
+                        } else {
+                            match char::from_u32(n) {
+                                Some(c) if c.is_ascii() => cost(c as u8),
+                                Some(c) => c.len_utf8() as u64 * u64::from(NON_ASCII),
+                                None => 3 * u64::from(NON_ASCII),
+                            }
+                        }
+                    }
+                    other => cost(other),
+                };
+            }
+            _ => total += cost(byte),
+        }
+    }
+    total
+}
+
+/// One character of every byte class, several of each width.
+fn class_char() -> impl proptest::strategy::Strategy<Value = char> {
+    use proptest::prelude::*;
+    prop_oneof![
+        Just('a'),
+        Just('Z'),
+        Just('`'),
+        Just('@'),
+        Just('['),
+        Just('{'),
+        Just('0'),
+        Just('9'),
+        Just('/'),
+        Just(':'),
+        Just(' '),
+        Just('\t'),
+        Just('\n'),
+        Just('\r'),
+        Just('\u{0}'),
+        Just('\u{b}'),
+        Just('\u{c}'),
+        Just('\u{1f}'),
+        Just('\u{7f}'),
+        Just('é'),
+        Just('中'),
+        Just('😀'),
+        any::<char>(),
+    ]
+}
+
+/// A piece of text: a run of one character (some longer than a block of the scan), or any text.
+fn text_piece() -> impl proptest::strategy::Strategy<Value = String> {
+    use proptest::prelude::*;
+    prop_oneof![
+        6 => (class_char(), 0usize..40).prop_map(|(c, n)| c.to_string().repeat(n)),
+        3 => any::<String>(),
+        1 => (class_char(), 4070usize..4200).prop_map(|(c, n)| c.to_string().repeat(n)),
+    ]
+}
+
+/// Text of many pieces, of lengths that cross the scan's rows, chunks and blocks.
+fn mixed_text() -> impl proptest::strategy::Strategy<Value = String> {
+    use proptest::prelude::*;
+    proptest::collection::vec(text_piece(), 0..16).prop_map(|pieces| pieces.concat())
+}
+
+/// A piece of JSON-like text: every kind of escape (`\u` ones valid, surrogate halves alone and
+/// in pairs, with bad or missing digits), quotes and backslashes alone, whitespace, structure,
+/// literals, and runs of text.
+fn json_piece() -> impl proptest::strategy::Strategy<Value = String> {
+    use proptest::prelude::*;
+    prop_oneof![
+        3 => prop_oneof![
+            Just("\""), Just("\\"), Just("\\\\"), Just("\\\""), Just("\\n"), Just("\\t"),
+            Just("\\r"), Just("\\b"), Just("\\f"), Just("\\/"), Just("\\a"), Just("\\é"),
+            Just("\\ "), Just("\\u"),
+        ]
+        .prop_map(str::to_owned),
+        2 => (0u32..0x1_0000, any::<bool>()).prop_map(|(n, upper)| if upper {
+            format!("\\u{n:04X}")
+        } else {
+            format!("\\u{n:04x}")
+        }),
+        2 => (0xD800u32..0xE000).prop_map(|n| format!("\\u{n:04x}")),
+        2 => (0xD800u32..0xDC00, 0xDC00u32..0xE000).prop_map(|(h, l)| format!("\\u{h:04x}\\u{l:04X}")),
+        2 => "\\\\u[0-9a-fA-F+\\-\"\\\\ zé]{0,5}",
+        2 => "[ \t\n\r]{1,6}",
+        2 => "[{}\\[\\]:,]{1,4}",
+        1 => "true|false|null|-?[0-9]{1,6}(\\.[0-9]{1,3})?([eE][+-]?[0-9]{1,2})?",
+        4 => text_piece(),
+    ]
+}
+
+/// JSON-like text: mostly not valid JSON, which the walk must cost exactly as the reference does.
+fn json_like() -> impl proptest::strategy::Strategy<Value = String> {
+    use proptest::prelude::*;
+    proptest::collection::vec(json_piece(), 0..48).prop_map(|pieces| pieces.concat())
+}
+
+/// Valid JSON with long strings (escaped by `serde_json`: quotes, backslashes, control
+/// characters) between nested structure.
+fn long_json() -> impl proptest::strategy::Strategy<Value = serde_json::Value> {
+    use proptest::prelude::*;
+    use serde_json::Value;
+    let leaf = prop_oneof![
+        3 => mixed_text().prop_map(Value::String),
+        1 => panto_model::arbitrary::json_value(),
+    ];
+    leaf.prop_recursive(3, 24, 6, |inner| {
+        prop_oneof![
+            proptest::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+            proptest::collection::vec((mixed_text(), inner), 0..6)
+                .prop_map(|kv| Value::Object(kv.into_iter().collect())),
+        ]
+    })
+}
+
+proptest::proptest! {
+    #[test]
+    fn text_scan_costs_what_the_table_costs(text in mixed_text()) {
+        proptest::prop_assert_eq!(heuristic::tenths(&text), reference_tenths(text.as_bytes()));
+    }
+
+    #[test]
+    fn json_walk_costs_what_the_byte_walk_costs_on_any_text(json in json_like()) {
+        proptest::prop_assert_eq!(heuristic::json_tenths(&json), reference_json_tenths(&json));
+    }
+
+    #[test]
+    fn json_walk_costs_what_the_byte_walk_costs_on_long_values(value in long_json()) {
+        for json in [
+            serde_json::to_string(&value).unwrap(),
+            serde_json::to_string_pretty(&value).unwrap(),
+        ] {
+            proptest::prop_assert_eq!(heuristic::json_tenths(&json), reference_json_tenths(&json));
+        }
+    }
+}
+
+#[test]
+fn every_byte_value_costs_its_table_entry_at_every_run_length() {
+    // Runs of one byte fill every lane of every row the same way, up to several full blocks, so
+    // a class test that disagrees with the table or a lane counter that overflows shows here.
+    for b in 0..=u8::MAX {
+        for n in [1, 15, 16, 17, 31, 4079, 4080, 4081, 8177, 12_300] {
+            let run = vec![b; n];
+            assert_eq!(
+                scan::tenths(&run),
+                n as u64 * u64::from(heuristic::COST[usize::from(b)]),
+                "byte {b:#04x} times {n}"
+            );
+        }
+    }
+}
+
+#[test]
+fn escapes_cost_the_same_at_every_offset_of_a_chunk() {
+    // Each escape (and a quote, and a backslash ending the text) at every position across the
+    // first two 64-byte chunks, inside a string and outside one.
+    let escapes = [
+        "\\n",
+        "\\t",
+        "\\r",
+        "\\b",
+        "\\f",
+        "\\\"",
+        "\\\\",
+        "\\/",
+        "\\x",
+        "\\é",
+        "\\u00e9",
+        "\\u0041",
+        "\\ud83d\\ude00",
+        "\\ud83d",
+        "\\ude00",
+        "\\uzzzz",
+        "\\u+0041",
+        "\\u12\"",
+        "\\\\\\",
+        "\"",
+        " \t",
+        "\\",
+    ];
+    for escape in escapes {
+        for offset in 0..140 {
+            let pad = "a".repeat(offset);
+            for json in [
+                format!("{{\"k\": \"{pad}{escape}{}\"}}", "b".repeat(70)),
+                format!("{{\"k\": \"{pad}{escape}"),
+                format!("[1, {pad}{escape} 2, \"x\"]"),
+                format!("\"{pad}\" {escape} \"tail\\n\""),
+            ] {
+                assert_eq!(
+                    heuristic::json_tenths(&json),
+                    reference_json_tenths(&json),
+                    "{json}"
+                );
+            }
+        }
+    }
+}
+
+proptest::proptest! {
+    #[test]
+    fn heuristic_sizes_read_ahead_give_each_message_its_own_size(
+        session in panto_model::arbitrary::session(12),
+    ) {
+        // Sessions of up to 12 rounds span several read-ahead batches and end inside one.
+        let one_by_one: Vec<u64> = session.messages.iter().map(|m| Heuristic.message(m)).collect();
+        proptest::prop_assert_eq!(Heuristic.message_sizes(&session.messages), one_by_one);
+    }
+}

@@ -125,7 +125,7 @@ impl UsageSizer {
         &self,
         messages: &[Message],
     ) -> (Vec<u64>, Vec<MessageSize>) {
-        let estimates: Vec<u64> = messages.iter().map(|m| self.fallback.message(m)).collect();
+        let estimates = self.fallback.message_sizes(messages);
         let mut sizes: Vec<MessageSize> = messages
             .iter()
             .zip(&estimates)
