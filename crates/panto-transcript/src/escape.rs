@@ -346,12 +346,24 @@ pub(crate) fn is_plain_token(s: &str) -> bool {
 
 /// A byte allowed in a bare token.
 pub(crate) fn is_plain_byte(b: u8) -> bool {
-    b.is_ascii_alphanumeric()
-        || matches!(
-            b,
-            b'_' | b'-' | b'.' | b':' | b'/' | b'@' | b'+' | b'=' | b'#'
-        )
+    PLAIN_BYTES[usize::from(b)]
 }
+
+/// [`is_plain_byte`] as a table: every tool call and result checks its id and name, twice.
+static PLAIN_BYTES: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut i = 0;
+    while i < 256 {
+        let b = i as u8;
+        table[i] = b.is_ascii_alphanumeric()
+            || matches!(
+                b,
+                b'_' | b'-' | b'.' | b':' | b'/' | b'@' | b'+' | b'=' | b'#'
+            );
+        i += 1;
+    }
+    table
+};
 
 /// Appends a name or id: bare when it is a plain token, else as a safe JSON string.
 pub(crate) fn write_token(out: &mut impl Sink, s: &str) {
@@ -398,25 +410,33 @@ pub(crate) fn write_raw_json(out: &mut impl Sink, raw: &str) {
     while i < b.len() {
         match b[i] {
             b'"' => {
-                // A string, to its closing quote: runs between quotes and backslashes are
-                // searched for the three bytes that may open something to escape, and an
-                // escape is skipped whole (`\"` does not close the string).
+                // A string, to its closing quote: a plain loop over a table of the bytes that
+                // stop it (the quote, a backslash, and the three bytes that may open something
+                // to escape), because arguments with code in them have an escape every few
+                // bytes, too often for `memchr` to pay. An escape is skipped whole (`\"` does
+                // not close the string).
                 i += 1;
                 loop {
-                    let end = memchr::memchr2(b'"', b'\\', &b[i..]).map_or(b.len(), |k| i + k);
-                    for k in memchr::memchr3_iter(b'<', 0xC2, 0xE2, &b[i..end]) {
-                        let at = i + k;
-                        if let Some((len, replacement)) = raw_special(b, at) {
-                            out.push_str(&raw[copied..at]);
-                            out.push_str(replacement);
-                            copied = at + len;
+                    while i < b.len() && !STOPS_IN_STRING[usize::from(b[i])] {
+                        i += 1;
+                    }
+                    match b.get(i) {
+                        None => break,
+                        Some(b'"') => {
+                            i += 1;
+                            break;
                         }
+                        Some(b'\\') => i = (i + 2).min(b.len()),
+                        Some(_) => match raw_special(b, i) {
+                            Some((len, replacement)) => {
+                                out.push_str(&raw[copied..i]);
+                                out.push_str(replacement);
+                                i += len;
+                                copied = i;
+                            }
+                            None => i += 1,
+                        },
                     }
-                    if end >= b.len() || b[end] == b'"' {
-                        i = end + 1;
-                        break;
-                    }
-                    i = (end + 2).min(b.len());
                 }
             }
             b' ' | b'\t' | b'\n' | b'\r' => {
@@ -431,6 +451,18 @@ pub(crate) fn write_raw_json(out: &mut impl Sink, raw: &str) {
     }
     out.push_str(&raw[copied.min(b.len())..]);
 }
+
+/// The bytes that end a plain run inside a JSON string for [`write_raw_json`]: the closing
+/// quote, a backslash, `<`, and the first bytes of NEL (`C2`) and of LS and PS (`E2`).
+static STOPS_IN_STRING: [bool; 256] = {
+    let mut table = [false; 256];
+    table[b'"' as usize] = true;
+    table[b'\\' as usize] = true;
+    table[b'<' as usize] = true;
+    table[0xC2] = true;
+    table[0xE2] = true;
+    table
+};
 
 /// What [`write_raw_json`] writes for the bytes at `b[at..]` inside a string, when they need
 /// an escape: their length and the escape.
