@@ -12,12 +12,14 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
+use std::rc::Rc;
 
 use panto_model::{Message, Role};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::item::{ItemView, TranscriptItem};
+use crate::args;
+use crate::item::{ItemView, ToolInput, TranscriptItem};
 
 /// The heading that opens a rendered ledger. Everything from a line equal to it to the end of a
 /// summary is the ledger ([`strip_ledger`]).
@@ -108,7 +110,7 @@ impl Ledger {
     pub fn from_items(items: &[TranscriptItem]) -> Ledger {
         let mut walk = Walk::default();
         for item in items {
-            walk.item(&item.view());
+            walk.item(item.view());
         }
         walk.finish()
     }
@@ -117,7 +119,7 @@ impl Ledger {
     /// ([`crate::for_each_item`]) instead of all held at once.
     pub fn from_messages(messages: &[Message]) -> Ledger {
         let mut walk = Walk::default();
-        crate::for_each_item(messages, |item| walk.item(&item));
+        crate::for_each_item(messages, |item| walk.item(item));
         walk.finish()
     }
 
@@ -481,8 +483,8 @@ fn kind(name: &str, input: &Value) -> Kind {
     Kind::Other
 }
 
-/// Keys of tool arguments that name files or folders.
-const PATH_KEYS: &[&str] = &[
+/// Keys of tool arguments whose strings name files or folders, at any depth.
+pub(crate) const PATH_KEYS: &[&str] = &[
     "path",
     "file",
     "file_path",
@@ -494,7 +496,23 @@ const PATH_KEYS: &[&str] = &[
     "directory",
 ];
 
-fn paths(input: &Value, out: &mut Vec<String>) {
+/// Keys of tool arguments whose strings are read as patches ([`patch_paths`]), at any depth.
+pub(crate) const PATCH_KEYS: &[&str] = &["patch", "input"];
+
+/// Keys of the command a shell call runs, at the top level, in order of preference.
+pub(crate) const COMMAND_KEYS: &[&str] = &["command", "cmd", "script"];
+
+/// Keys of a todo call's list, at the top level, in order of preference.
+pub(crate) const TODO_LIST_KEYS: &[&str] = &["todos", "plan"];
+
+/// The key of a todo's status.
+pub(crate) const TODO_STATUS: &str = "status";
+
+/// Keys of a todo's text, in order of preference.
+pub(crate) const TODO_TEXT_KEYS: &[&str] = &["content", "step", "title", "text", "task"];
+
+/// The files and folders `input` names, each once, in the order met.
+fn paths<'v>(input: &'v Value, out: &mut Vec<&'v str>) {
     match input {
         Value::Object(map) => {
             for (k, v) in map {
@@ -502,7 +520,7 @@ fn paths(input: &Value, out: &mut Vec<String>) {
                     Value::String(s) if PATH_KEYS.contains(&k.as_str()) && !s.trim().is_empty() => {
                         push_unique(out, s.trim());
                     }
-                    Value::String(s) if k == "patch" || k == "input" => patch_paths(s, out),
+                    Value::String(s) if PATCH_KEYS.contains(&k.as_str()) => patch_paths(s, out),
                     Value::Object(_) | Value::Array(_) => paths(v, out),
                     _ => {}
                 }
@@ -515,7 +533,7 @@ fn paths(input: &Value, out: &mut Vec<String>) {
 }
 
 /// The files an `apply_patch` body names (`*** Update File: PATH` and its kin).
-fn patch_paths(text: &str, out: &mut Vec<String>) {
+fn patch_paths<'v>(text: &'v str, out: &mut Vec<&'v str>) {
     for line in text.lines() {
         for prefix in ["*** Update File: ", "*** Add File: ", "*** Delete File: "] {
             if let Some(p) = line.strip_prefix(prefix) {
@@ -525,34 +543,49 @@ fn patch_paths(text: &str, out: &mut Vec<String>) {
     }
 }
 
-fn push_unique(list: &mut Vec<String>, item: &str) {
-    if !list.iter().any(|x| x == item) {
-        list.push(item.to_owned());
+fn push_unique<'v>(list: &mut Vec<&'v str>, item: &'v str) {
+    if !list.contains(&item) {
+        list.push(item);
     }
 }
 
 /// The command a shell call runs: its first non-empty line, trimmed.
-fn command(input: &Value) -> Option<String> {
+fn command(input: &Value) -> Option<&str> {
     let text = match input {
         Value::String(s) => s.as_str(),
-        _ => ["command", "cmd", "script"]
-            .iter()
-            .find_map(|k| match input.get(*k) {
-                Some(Value::String(s)) => Some(s.as_str()),
-                Some(Value::Array(a)) => a.last().and_then(Value::as_str),
-                _ => None,
-            })?,
+        _ => COMMAND_KEYS.iter().find_map(|k| match input.get(*k) {
+            Some(Value::String(s)) => Some(s.as_str()),
+            Some(Value::Array(a)) => a.last().and_then(Value::as_str),
+            _ => None,
+        })?,
     };
-    text.lines()
-        .map(str::trim)
-        .find(|l| !l.is_empty())
-        .map(str::to_owned)
+    text.lines().map(str::trim).find(|l| !l.is_empty())
+}
+
+/// The open todos of a todo call's list, when it has one.
+fn todo_list(input: &Value) -> Option<Vec<String>> {
+    let list = TODO_LIST_KEYS
+        .iter()
+        .find_map(|k| input.get(*k))
+        .and_then(Value::as_array)?;
+    Some(list.iter().filter_map(open_todo).collect())
 }
 
 /// What an error is about, for matching a later success: the program of a command (its words up
 /// to the first option, pipe or redirection, at most three, after any `cd DIR &&`), else the
 /// target itself.
 fn error_key(tool: &str, target: &str) -> String {
+    let mut key = String::new();
+    write_error_key(tool, target, &mut key);
+    key
+}
+
+/// [`error_key`] written into `out`, which it clears first.
+fn write_error_key(tool: &str, target: &str, out: &mut String) {
+    out.clear();
+    out.push_str(tool);
+    out.make_ascii_lowercase();
+    out.push('\u{0}');
     let mut rest = target.trim();
     while let Some(after_cd) = rest.strip_prefix("cd ") {
         match after_cd.split_once("&&") {
@@ -560,17 +593,20 @@ fn error_key(tool: &str, target: &str) -> String {
             None => break,
         }
     }
-    let words: Vec<&str> = rest
+    let program = out.len();
+    let words = rest
         .split_whitespace()
         .take_while(|w| !w.starts_with(|c: char| "-|;&><".contains(c)) && !w.contains('"'))
-        .take(3)
-        .collect();
-    let program = if words.is_empty() {
-        rest.to_owned()
-    } else {
-        words.join(" ")
-    };
-    format!("{}\u{0}{program}", tool.to_ascii_lowercase())
+        .take(3);
+    for (i, word) in words.enumerate() {
+        if i > 0 {
+            out.push(' ');
+        }
+        out.push_str(word);
+    }
+    if out.len() == program {
+        out.push_str(rest);
+    }
 }
 
 /// A successful call, described for the errors it resolves: the tool, and its target shortened.
@@ -628,33 +664,100 @@ pub fn is_request(text: &str) -> bool {
 /// Every step costs about the size of the item it reads, whatever the length of the walk so
 /// far: the lists that must hold no duplicates (requests, files, commands, answers) are
 /// appended to and made unique once, by `finish`; errors are found by their key through maps
-/// rather than by comparing every earlier error.
+/// rather than by comparing every earlier error. The strings a walk keeps (files, targets,
+/// error keys) are stored once each and referred to by number ([`Names`]), so a result, which
+/// only looks its call up, copies nothing; a success is described only when it resolves an
+/// error or is the latest of its key.
 #[derive(Default)]
-struct Walk {
+struct Walk<'a> {
     /// Oldest first while walking; reversed by `finish`. Its `modified`, `read`, `commands`
     /// and `successes` are filled by `finish`.
     ledger: Ledger,
-    /// Call id -> the latest call with that id: (tool, kind, target).
-    calls: HashMap<String, (String, Kind, String)>,
+    /// Call id -> the latest call with that id.
+    calls: HashMap<&'a str, Call<'a>>,
+    /// Files, targets and error keys.
+    names: Names,
     /// Every modified file, oldest first, repeats included.
-    modified: Vec<String>,
-    /// The same files, for the test a read makes.
-    modified_set: HashSet<String>,
+    modified: Vec<Name>,
     /// Every file read while it had not been modified, oldest first, repeats included.
-    read: Vec<String>,
+    read: Vec<Name>,
     /// Every shell command, oldest first, repeats included.
-    commands: Vec<String>,
+    commands: Vec<Name>,
     /// The unresolved errors: error key -> message -> index in `ledger.errors`. There is at
     /// most one unresolved error per key and message (a repeat counts on it).
-    unresolved: HashMap<String, HashMap<String, usize>>,
-    /// Error key -> (the ordinal of its latest success, that call described).
-    successes: HashMap<String, (usize, String)>,
+    unresolved: HashMap<Name, HashMap<String, usize>>,
+    /// By error key: the ordinal of its latest success and that call's tool and target.
+    successes: Vec<Option<(usize, &'a str, Name)>>,
     /// How many successful results the walk has seen.
     succeeded: usize,
+    /// Room to write an error key in before looking it up.
+    key: String,
 }
 
-impl Walk {
-    fn item(&mut self, item: &ItemView<'_>) {
+/// A tool call, as its results need it.
+#[derive(Clone, Copy)]
+struct Call<'a> {
+    tool: &'a str,
+    kind: Kind,
+    target: Name,
+    /// `error_key(tool, target)`.
+    key: Name,
+}
+
+/// The number of a string in [`Names`].
+type Name = usize;
+
+/// Distinct strings, each stored once and numbered in the order met; the empty string is
+/// number 0. It also records which of them are files modified so far.
+struct Names {
+    numbers: HashMap<Rc<str>, Name>,
+    strings: Vec<Rc<str>>,
+    modified: Vec<bool>,
+}
+
+impl Default for Names {
+    fn default() -> Names {
+        let empty: Rc<str> = Rc::from("");
+        Names {
+            numbers: HashMap::from([(Rc::clone(&empty), 0)]),
+            strings: vec![empty],
+            modified: vec![false],
+        }
+    }
+}
+
+impl Names {
+    const EMPTY: Name = 0;
+
+    /// The number of `s`, numbering it when it is new.
+    fn number(&mut self, s: &str) -> Name {
+        if let Some(&n) = self.numbers.get(s) {
+            return n;
+        }
+        let n = self.strings.len();
+        let s: Rc<str> = Rc::from(s);
+        self.strings.push(Rc::clone(&s));
+        self.numbers.insert(s, n);
+        self.modified.push(false);
+        n
+    }
+
+    fn get(&self, n: Name) -> &str {
+        &self.strings[n]
+    }
+
+    /// The strings of `names`, each once, in order.
+    fn unique(&self, names: impl Iterator<Item = Name>) -> Vec<String> {
+        let mut seen = vec![false; self.strings.len()];
+        names
+            .filter(|&n| !std::mem::replace(&mut seen[n], true))
+            .map(|n| self.get(n).to_owned())
+            .collect()
+    }
+}
+
+impl<'a> Walk<'a> {
+    fn item(&mut self, item: ItemView<'a>) {
         match item {
             ItemView::Text {
                 role: Role::User,
@@ -662,120 +765,153 @@ impl Walk {
             } if is_request(text) => self.ledger.requests.push(text.trim().to_owned()),
             ItemView::ToolCall {
                 id, name, input, ..
-            } => self.call(id, name, &input.value()),
+            } => match input {
+                ToolInput::Value(input) => self.call(id, name, input),
+                // Read without the strings the ledger never looks at when that is exact, else
+                // in full.
+                ToolInput::Text(raw) => match args::read(raw.json()) {
+                    Some(input) => self.call(id, name, &input),
+                    None => self.call(id, name, &raw.to_value()),
+                },
+            },
             ItemView::ToolResult {
                 id,
                 name,
                 is_error,
                 text,
-            } => self.result(id, *name, *is_error, text),
+            } => self.result(id, name, is_error, &text),
             _ => {}
         }
     }
 
-    fn call(&mut self, id: &str, name: &str, input: &Value) {
+    fn call(&mut self, id: &'a str, name: &'a str, input: &Value) {
         let kind = kind(name, input);
         let mut files = Vec::new();
         paths(input, &mut files);
+        let names = &mut self.names;
         let target = match kind {
             Kind::Modify => {
                 // A file modified is no longer listed as read (`finish` drops it there).
                 for f in &files {
-                    self.modified.push(f.clone());
-                    self.modified_set.insert(f.clone());
+                    let f = names.number(f);
+                    self.modified.push(f);
+                    names.modified[f] = true;
                 }
-                files.first().cloned().unwrap_or_default()
+                files.first().map_or(Names::EMPTY, |f| names.number(f))
             }
             Kind::Shell => {
                 let c = command(input).unwrap_or_default();
-                if !c.is_empty() {
-                    self.commands.push(c.clone());
+                let c = names.number(c);
+                if c != Names::EMPTY {
+                    self.commands.push(c);
                 }
                 c
             }
             Kind::Todo => {
-                if let Some(list) = input
-                    .get("todos")
-                    .or_else(|| input.get("plan"))
-                    .and_then(Value::as_array)
-                {
+                if let Some(todos) = todo_list(input) {
                     let l = &mut self.ledger;
                     l.todo_list_seen = true;
-                    l.todos = list.iter().filter_map(open_todo).collect();
+                    l.todos = todos;
                 }
-                String::new()
+                Names::EMPTY
             }
             Kind::Question | Kind::Other => {
                 for f in &files {
-                    if !self.modified_set.contains(f) {
-                        self.read.push(f.clone());
+                    let f = names.number(f);
+                    if !names.modified[f] {
+                        self.read.push(f);
                     }
                 }
-                files.first().cloned().unwrap_or_default()
+                files.first().map_or(Names::EMPTY, |f| names.number(f))
             }
         };
-        self.calls
-            .insert(id.to_owned(), (name.to_owned(), kind, target));
+        write_error_key(name, names.get(target), &mut self.key);
+        let key = names.number(&self.key);
+        self.calls.insert(
+            id,
+            Call {
+                tool: name,
+                kind,
+                target,
+                key,
+            },
+        );
     }
 
-    fn result(&mut self, id: &str, name: Option<&str>, is_error: bool, text: &str) {
-        let (tool, kind, target) = match self.calls.get(id) {
-            Some((tool, kind, target)) => (tool.clone(), *kind, target.clone()),
-            None => (
-                name.unwrap_or("tool").to_owned(),
-                Kind::Other,
-                String::new(),
-            ),
+    fn result(&mut self, id: &str, name: Option<&'a str>, is_error: bool, text: &str) {
+        let call = match self.calls.get(id) {
+            Some(call) => *call,
+            None => {
+                let tool = name.unwrap_or("tool");
+                write_error_key(tool, "", &mut self.key);
+                Call {
+                    tool,
+                    kind: Kind::Other,
+                    target: Names::EMPTY,
+                    key: self.names.number(&self.key),
+                }
+            }
         };
         let l = &mut self.ledger;
-        if kind == Kind::Question && !is_error && !text.trim().is_empty() {
+        if call.kind == Kind::Question && !is_error && !text.trim().is_empty() {
             l.answers.push(text.trim().to_owned());
             return;
         }
-        let key = error_key(&tool, &target);
         if is_error {
             let message = error_message(text);
-            let open = self.unresolved.entry(key).or_default();
+            let open = self.unresolved.entry(call.key).or_default();
             if let Some(&at) = open.get(&message) {
                 l.errors[at].count += 1;
                 return;
             }
             open.insert(message.clone(), l.errors.len());
-            l.errors.push(LedgerError::first(tool, target, message));
+            let target = self.names.get(call.target).to_owned();
+            l.errors
+                .push(LedgerError::first(call.tool.to_owned(), target, message));
         } else {
-            let how = success(&tool, &target);
-            if let Some(open) = self.unresolved.remove(&key) {
+            if !self.unresolved.is_empty()
+                && let Some(open) = self.unresolved.remove(&call.key)
+            {
+                let how = success(call.tool, self.names.get(call.target));
                 for at in open.into_values() {
                     l.errors[at].resolved = Some(how.clone());
                 }
             }
             self.succeeded += 1;
-            self.successes.insert(key, (self.succeeded, how));
+            if self.successes.len() <= call.key {
+                self.successes.resize(call.key + 1, None);
+            }
+            self.successes[call.key] = Some((self.succeeded, call.tool, call.target));
         }
     }
 
     fn finish(self) -> Ledger {
+        let names = &self.names;
         let mut l = self.ledger;
         l.requests = unique(l.requests.iter().rev());
         l.answers = unique(l.answers.iter().rev());
-        l.modified = unique(self.modified.iter().rev());
-        l.read = unique(
+        l.modified = names.unique(self.modified.iter().rev().copied());
+        l.read = names.unique(
             self.read
                 .iter()
                 .rev()
-                .filter(|f| !self.modified_set.contains(*f)),
+                .copied()
+                .filter(|&f| !names.modified[f]),
         );
-        l.commands = unique(self.commands.iter().rev());
+        l.commands = names.unique(self.commands.iter().rev().copied());
         l.errors.reverse();
-        let mut successes: Vec<(usize, String, String)> = self
+        let mut successes: Vec<(usize, Name, &str, Name)> = self
             .successes
-            .into_iter()
-            .map(|(key, (ordinal, how))| (ordinal, key, how))
+            .iter()
+            .enumerate()
+            .filter_map(|(key, s)| s.map(|(ordinal, tool, target)| (ordinal, key, tool, target)))
             .collect();
         successes.sort_unstable_by_key(|s| std::cmp::Reverse(s.0));
         l.successes = successes
             .into_iter()
-            .map(|(_, key, how)| (key, how))
+            .map(|(_, key, tool, target)| {
+                (names.get(key).to_owned(), success(tool, names.get(target)))
+            })
             .collect();
         l
     }
@@ -783,14 +919,14 @@ impl Walk {
 
 /// The text of a todo that is not done: `{"content"|"step"|"title", "status"}`.
 fn open_todo(todo: &Value) -> Option<String> {
-    let status = todo.get("status").and_then(Value::as_str).unwrap_or("");
+    let status = todo.get(TODO_STATUS).and_then(Value::as_str).unwrap_or("");
     if matches!(
         status.to_ascii_lowercase().as_str(),
         "completed" | "complete" | "done" | "cancelled" | "canceled"
     ) {
         return None;
     }
-    let text = ["content", "step", "title", "text", "task"]
+    let text = TODO_TEXT_KEYS
         .iter()
         .find_map(|k| todo.get(*k).and_then(Value::as_str))
         .or(todo.as_str())?;
@@ -811,6 +947,115 @@ mod tests {
 
     use super::*;
 
+    /// The readers of tool arguments as they were when they read the full value, kept as the
+    /// reference of what the walk decides from pruned arguments.
+    mod full {
+        use serde_json::Value;
+
+        use super::super::PATH_KEYS;
+
+        pub(super) fn paths(input: &Value, out: &mut Vec<String>) {
+            match input {
+                Value::Object(map) => {
+                    for (k, v) in map {
+                        match v {
+                            Value::String(s)
+                                if PATH_KEYS.contains(&k.as_str()) && !s.trim().is_empty() =>
+                            {
+                                push_unique(out, s.trim());
+                            }
+                            Value::String(s) if k == "patch" || k == "input" => patch_paths(s, out),
+                            Value::Object(_) | Value::Array(_) => paths(v, out),
+                            _ => {}
+                        }
+                    }
+                }
+                Value::Array(items) => items.iter().for_each(|v| paths(v, out)),
+                Value::String(s) => patch_paths(s, out),
+                _ => {}
+            }
+        }
+
+        /// The files an `apply_patch` body names (`*** Update File: PATH` and its kin).
+        pub(super) fn patch_paths(text: &str, out: &mut Vec<String>) {
+            for line in text.lines() {
+                for prefix in ["*** Update File: ", "*** Add File: ", "*** Delete File: "] {
+                    if let Some(p) = line.strip_prefix(prefix) {
+                        push_unique(out, p.trim());
+                    }
+                }
+            }
+        }
+
+        pub(super) fn push_unique(list: &mut Vec<String>, item: &str) {
+            if !list.iter().any(|x| x == item) {
+                list.push(item.to_owned());
+            }
+        }
+
+        /// The command a shell call runs: its first non-empty line, trimmed.
+        pub(super) fn command(input: &Value) -> Option<String> {
+            let text = match input {
+                Value::String(s) => s.as_str(),
+                _ => ["command", "cmd", "script"]
+                    .iter()
+                    .find_map(|k| match input.get(*k) {
+                        Some(Value::String(s)) => Some(s.as_str()),
+                        Some(Value::Array(a)) => a.last().and_then(Value::as_str),
+                        _ => None,
+                    })?,
+            };
+            text.lines()
+                .map(str::trim)
+                .find(|l| !l.is_empty())
+                .map(str::to_owned)
+        }
+
+        /// What an error is about, for matching a later success: the program of a command (its words up
+        /// to the first option, pipe or redirection, at most three, after any `cd DIR &&`), else the
+        /// target itself.
+        pub(super) fn error_key(tool: &str, target: &str) -> String {
+            let mut rest = target.trim();
+            while let Some(after_cd) = rest.strip_prefix("cd ") {
+                match after_cd.split_once("&&") {
+                    Some((_, tail)) => rest = tail.trim(),
+                    None => break,
+                }
+            }
+            let words: Vec<&str> = rest
+                .split_whitespace()
+                .take_while(|w| !w.starts_with(|c: char| "-|;&><".contains(c)) && !w.contains('"'))
+                .take(3)
+                .collect();
+            let program = if words.is_empty() {
+                rest.to_owned()
+            } else {
+                words.join(" ")
+            };
+            format!("{}\u{0}{program}", tool.to_ascii_lowercase())
+        }
+
+        /// The text of a todo that is not done: `{"content"|"step"|"title", "status"}`.
+        pub(super) fn open_todo(todo: &Value) -> Option<String> {
+            let status = todo.get("status").and_then(Value::as_str).unwrap_or("");
+            if matches!(
+                status.to_ascii_lowercase().as_str(),
+                "completed" | "complete" | "done" | "cancelled" | "canceled"
+            ) {
+                return None;
+            }
+            let text = ["content", "step", "title", "text", "task"]
+                .iter()
+                .find_map(|k| todo.get(*k).and_then(Value::as_str))
+                .or(todo.as_str())?;
+            Some(if status.is_empty() {
+                text.to_owned()
+            } else {
+                format!("{text} ({status})")
+            })
+        }
+    }
+
     /// The ledger of `items` as the first walk computed it: quadratic, obviously right.
     fn reference(items: &[TranscriptItem]) -> Ledger {
         let mut l = Ledger::default();
@@ -827,7 +1072,7 @@ mod tests {
                     let input = &*input.value();
                     let kind = kind(name, input);
                     let mut files = Vec::new();
-                    paths(input, &mut files);
+                    full::paths(input, &mut files);
                     let target = match kind {
                         Kind::Modify => {
                             for f in &files {
@@ -838,7 +1083,7 @@ mod tests {
                             files.first().cloned().unwrap_or_default()
                         }
                         Kind::Shell => {
-                            let c = command(input).unwrap_or_default();
+                            let c = full::command(input).unwrap_or_default();
                             if !c.is_empty() {
                                 l.commands.retain(|x| *x != c);
                                 l.commands.push(c.clone());
@@ -852,7 +1097,7 @@ mod tests {
                                 .and_then(Value::as_array)
                             {
                                 l.todo_list_seen = true;
-                                l.todos = list.iter().filter_map(open_todo).collect();
+                                l.todos = list.iter().filter_map(full::open_todo).collect();
                             }
                             String::new()
                         }
@@ -886,12 +1131,12 @@ mod tests {
                         l.answers.push(text.trim().to_owned());
                         continue;
                     }
-                    let key = error_key(&tool, &target);
+                    let key = full::error_key(&tool, &target);
                     if is_error {
                         let message = error_message(&text);
                         if let Some(e) = l.errors.iter_mut().find(|e| {
                             e.resolved.is_none()
-                                && error_key(&e.tool, &e.target) == key
+                                && full::error_key(&e.tool, &e.target) == key
                                 && e.message == message
                         }) {
                             e.count += 1;
@@ -901,7 +1146,7 @@ mod tests {
                     } else {
                         let how = success(&tool, &target);
                         for e in &mut l.errors {
-                            if e.resolved.is_none() && error_key(&e.tool, &e.target) == key {
+                            if e.resolved.is_none() && full::error_key(&e.tool, &e.target) == key {
                                 e.resolved = Some(how.clone());
                             }
                         }
@@ -1009,7 +1254,7 @@ mod tests {
                     newer
                         .successes
                         .iter()
-                        .find(|(key, _)| *key == error_key(&e.tool, &e.target))
+                        .find(|(key, _)| *key == full::error_key(&e.tool, &e.target))
                         .map(|(_, how)| how.clone())
                 });
                 prop_assert_eq!(&m.resolved, &expect);
