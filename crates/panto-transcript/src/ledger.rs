@@ -14,7 +14,7 @@ use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 use std::rc::Rc;
 
-use panto_model::{Message, Role};
+use panto_model::{CallIndex, Message, Role};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -423,46 +423,57 @@ enum Kind {
     Other,
 }
 
+/// Names (their last segment, ASCII case aside) of the tools that modify files.
+const MODIFY: &[&str] = &[
+    "edit",
+    "write",
+    "multiedit",
+    "multi_edit",
+    "str_replace",
+    "apply_patch",
+    "create",
+    "create_file",
+    "write_file",
+    "edit_file",
+    "notebookedit",
+    "notebook_edit",
+    "delete",
+    "delete_file",
+    "patch",
+    "replace",
+    "insert",
+];
+
+/// Names (their last segment, ASCII case aside) of the tools that run shell commands.
+const SHELL: &[&str] = &[
+    "bash",
+    "shell",
+    "sh",
+    "exec",
+    "exec_command",
+    "run",
+    "run_command",
+    "run_terminal_cmd",
+    "terminal",
+    "execute_command",
+    "local_shell",
+    "command",
+];
+
 fn kind(name: &str, input: &Value) -> Kind {
-    let n = name.to_ascii_lowercase();
-    let n = n.rsplit(['.', ':', '/']).next().unwrap_or(&n);
-    const MODIFY: &[&str] = &[
-        "edit",
-        "write",
-        "multiedit",
-        "multi_edit",
-        "str_replace",
-        "apply_patch",
-        "create",
-        "create_file",
-        "write_file",
-        "edit_file",
-        "notebookedit",
-        "notebook_edit",
-        "delete",
-        "delete_file",
-        "patch",
-        "replace",
-        "insert",
-    ];
-    const SHELL: &[&str] = &[
-        "bash",
-        "shell",
-        "sh",
-        "exec",
-        "exec_command",
-        "run",
-        "run_command",
-        "run_terminal_cmd",
-        "terminal",
-        "execute_command",
-        "local_shell",
-        "command",
-    ];
-    if MODIFY.contains(&n) {
+    // The last segment of the name, compared in place without regard to ASCII case (which
+    // is what comparing its lowercase copy with these lowercase words does).
+    let n = name.rsplit(['.', ':', '/']).next().unwrap_or(name);
+    let is = |word: &str| n.eq_ignore_ascii_case(word);
+    let has = |word: &str| {
+        n.as_bytes()
+            .windows(word.len())
+            .any(|w| w.eq_ignore_ascii_case(word.as_bytes()))
+    };
+    if MODIFY.iter().any(|m| is(m)) {
         return Kind::Modify;
     }
-    if n.contains("edit") && input.get("command").and_then(Value::as_str).is_some() {
+    if has("edit") && input.get("command").and_then(Value::as_str).is_some() {
         // An editor tool with sub-commands (`view`, `create`, `str_replace`, ...).
         let sub = input["command"].as_str().unwrap_or("");
         return if sub == "view" {
@@ -471,33 +482,43 @@ fn kind(name: &str, input: &Value) -> Kind {
             Kind::Modify
         };
     }
-    if SHELL.contains(&n) {
+    if SHELL.iter().any(|s| is(s)) {
         return Kind::Shell;
     }
-    if n.contains("todo") || n == "update_plan" {
+    if has("todo") || is("update_plan") {
         return Kind::Todo;
     }
-    if n.contains("question") || n.starts_with("ask") {
+    let ask = n
+        .as_bytes()
+        .get(..3)
+        .is_some_and(|p| p.eq_ignore_ascii_case(b"ask"));
+    if has("question") || ask {
         return Kind::Question;
     }
     Kind::Other
 }
 
-/// Keys of tool arguments whose strings name files or folders, at any depth.
-pub(crate) const PATH_KEYS: &[&str] = &[
-    "path",
-    "file",
-    "file_path",
-    "filepath",
-    "filename",
-    "notebook_path",
-    "target_file",
-    "dir",
-    "directory",
-];
+/// Whether strings under `key` in tool arguments name files or folders, at any depth.
+pub(crate) fn is_path_key(key: &str) -> bool {
+    matches!(
+        key,
+        "path"
+            | "file"
+            | "file_path"
+            | "filepath"
+            | "filename"
+            | "notebook_path"
+            | "target_file"
+            | "dir"
+            | "directory"
+    )
+}
 
-/// Keys of tool arguments whose strings are read as patches ([`patch_paths`]), at any depth.
-pub(crate) const PATCH_KEYS: &[&str] = &["patch", "input"];
+/// Whether strings under `key` in tool arguments are read as patches ([`patch_paths`]), at any
+/// depth.
+pub(crate) fn is_patch_key(key: &str) -> bool {
+    matches!(key, "patch" | "input")
+}
 
 /// Keys of the command a shell call runs, at the top level, in order of preference.
 pub(crate) const COMMAND_KEYS: &[&str] = &["command", "cmd", "script"];
@@ -511,41 +532,34 @@ pub(crate) const TODO_STATUS: &str = "status";
 /// Keys of a todo's text, in order of preference.
 pub(crate) const TODO_TEXT_KEYS: &[&str] = &["content", "step", "title", "text", "task"];
 
-/// The files and folders `input` names, each once, in the order met.
-fn paths<'v>(input: &'v Value, out: &mut Vec<&'v str>) {
+/// Calls `found` with each file or folder `input` names, in the order met (repeats included).
+fn paths<'v>(input: &'v Value, found: &mut impl FnMut(&'v str)) {
     match input {
         Value::Object(map) => {
             for (k, v) in map {
                 match v {
-                    Value::String(s) if PATH_KEYS.contains(&k.as_str()) && !s.trim().is_empty() => {
-                        push_unique(out, s.trim());
-                    }
-                    Value::String(s) if PATCH_KEYS.contains(&k.as_str()) => patch_paths(s, out),
-                    Value::Object(_) | Value::Array(_) => paths(v, out),
+                    Value::String(s) if is_path_key(k) && !s.trim().is_empty() => found(s.trim()),
+                    Value::String(s) if is_patch_key(k) => patch_paths(s, found),
+                    Value::Object(_) | Value::Array(_) => paths(v, found),
                     _ => {}
                 }
             }
         }
-        Value::Array(items) => items.iter().for_each(|v| paths(v, out)),
-        Value::String(s) => patch_paths(s, out),
+        Value::Array(items) => items.iter().for_each(|v| paths(v, found)),
+        Value::String(s) => patch_paths(s, found),
         _ => {}
     }
 }
 
-/// The files an `apply_patch` body names (`*** Update File: PATH` and its kin).
-fn patch_paths<'v>(text: &'v str, out: &mut Vec<&'v str>) {
+/// Calls `found` with each file an `apply_patch` body names (`*** Update File: PATH` and its
+/// kin).
+fn patch_paths<'v>(text: &'v str, found: &mut impl FnMut(&'v str)) {
     for line in text.lines() {
         for prefix in ["*** Update File: ", "*** Add File: ", "*** Delete File: "] {
             if let Some(p) = line.strip_prefix(prefix) {
-                push_unique(out, p.trim());
+                found(p.trim());
             }
         }
-    }
-}
-
-fn push_unique<'v>(list: &mut Vec<&'v str>, item: &'v str) {
-    if !list.contains(&item) {
-        list.push(item);
     }
 }
 
@@ -673,8 +687,8 @@ struct Walk<'a> {
     /// Oldest first while walking; reversed by `finish`. Its `modified`, `read`, `commands`
     /// and `successes` are filled by `finish`.
     ledger: Ledger,
-    /// Call id -> the latest call with that id.
-    calls: HashMap<&'a str, Call<'a>>,
+    /// The calls so far, for their results.
+    calls: CallIndex<'a, Call<'a>>,
     /// Files, targets and error keys.
     names: Names,
     /// Every modified file, oldest first, repeats included.
@@ -692,6 +706,10 @@ struct Walk<'a> {
     succeeded: usize,
     /// Room to write an error key in before looking it up.
     key: String,
+    /// By target: the latest tool seen with it and `error_key(tool, target)`.
+    keys: Vec<Option<(&'a str, Name)>>,
+    /// The files of the call being read, each once.
+    files: Vec<Name>,
 }
 
 /// A tool call, as its results need it.
@@ -786,22 +804,28 @@ impl<'a> Walk<'a> {
 
     fn call(&mut self, id: &'a str, name: &'a str, input: &Value) {
         let kind = kind(name, input);
-        let mut files = Vec::new();
-        paths(input, &mut files);
         let names = &mut self.names;
+        let files = &mut self.files;
+        files.clear();
+        if matches!(kind, Kind::Modify | Kind::Question | Kind::Other) {
+            paths(input, &mut |f| {
+                let f = names.number(f);
+                if !files.contains(&f) {
+                    files.push(f);
+                }
+            });
+        }
         let target = match kind {
             Kind::Modify => {
                 // A file modified is no longer listed as read (`finish` drops it there).
-                for f in &files {
-                    let f = names.number(f);
+                for &f in files.iter() {
                     self.modified.push(f);
                     names.modified[f] = true;
                 }
-                files.first().map_or(Names::EMPTY, |f| names.number(f))
+                files.first().copied().unwrap_or(Names::EMPTY)
             }
             Kind::Shell => {
-                let c = command(input).unwrap_or_default();
-                let c = names.number(c);
+                let c = names.number(command(input).unwrap_or_default());
                 if c != Names::EMPTY {
                     self.commands.push(c);
                 }
@@ -816,18 +840,16 @@ impl<'a> Walk<'a> {
                 Names::EMPTY
             }
             Kind::Question | Kind::Other => {
-                for f in &files {
-                    let f = names.number(f);
+                for &f in files.iter() {
                     if !names.modified[f] {
                         self.read.push(f);
                     }
                 }
-                files.first().map_or(Names::EMPTY, |f| names.number(f))
+                files.first().copied().unwrap_or(Names::EMPTY)
             }
         };
-        write_error_key(name, names.get(target), &mut self.key);
-        let key = names.number(&self.key);
-        self.calls.insert(
+        let key = self.key(name, target);
+        self.calls.push(
             id,
             Call {
                 tool: name,
@@ -838,17 +860,32 @@ impl<'a> Walk<'a> {
         );
     }
 
+    /// The number of `error_key(tool, target)`, computed once per tool and target in a row.
+    fn key(&mut self, tool: &'a str, target: Name) -> Name {
+        if self.keys.len() <= target {
+            self.keys.resize(target + 1, None);
+        }
+        match self.keys[target] {
+            Some((seen, key)) if seen == tool => key,
+            _ => {
+                write_error_key(tool, self.names.get(target), &mut self.key);
+                let key = self.names.number(&self.key);
+                self.keys[target] = Some((tool, key));
+                key
+            }
+        }
+    }
+
     fn result(&mut self, id: &str, name: Option<&'a str>, is_error: bool, text: &str) {
-        let call = match self.calls.get(id) {
-            Some(call) => *call,
+        let call = match self.calls.latest(id) {
+            Some(call) => call,
             None => {
                 let tool = name.unwrap_or("tool");
-                write_error_key(tool, "", &mut self.key);
                 Call {
                     tool,
                     kind: Kind::Other,
                     target: Names::EMPTY,
-                    key: self.names.number(&self.key),
+                    key: self.key(tool, Names::EMPTY),
                 }
             }
         };
@@ -952,7 +989,47 @@ mod tests {
     mod full {
         use serde_json::Value;
 
-        use super::super::PATH_KEYS;
+        use super::super::{Kind, MODIFY, SHELL};
+
+        /// Keys of tool arguments that name files or folders.
+        const PATH_KEYS: &[&str] = &[
+            "path",
+            "file",
+            "file_path",
+            "filepath",
+            "filename",
+            "notebook_path",
+            "target_file",
+            "dir",
+            "directory",
+        ];
+
+        pub(super) fn kind(name: &str, input: &Value) -> Kind {
+            let n = name.to_ascii_lowercase();
+            let n = n.rsplit(['.', ':', '/']).next().unwrap_or(&n);
+            if MODIFY.contains(&n) {
+                return Kind::Modify;
+            }
+            if n.contains("edit") && input.get("command").and_then(Value::as_str).is_some() {
+                // An editor tool with sub-commands (`view`, `create`, `str_replace`, ...).
+                let sub = input["command"].as_str().unwrap_or("");
+                return if sub == "view" {
+                    Kind::Other
+                } else {
+                    Kind::Modify
+                };
+            }
+            if SHELL.contains(&n) {
+                return Kind::Shell;
+            }
+            if n.contains("todo") || n == "update_plan" {
+                return Kind::Todo;
+            }
+            if n.contains("question") || n.starts_with("ask") {
+                return Kind::Question;
+            }
+            Kind::Other
+        }
 
         pub(super) fn paths(input: &Value, out: &mut Vec<String>) {
             match input {
@@ -1070,7 +1147,7 @@ mod tests {
                     id, name, input, ..
                 } => {
                     let input = &*input.value();
-                    let kind = kind(name, input);
+                    let kind = full::kind(name, input);
                     let mut files = Vec::new();
                     full::paths(input, &mut files);
                     let target = match kind {
