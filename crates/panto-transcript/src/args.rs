@@ -25,6 +25,7 @@
 //! give, pruned.
 
 use std::borrow::Cow;
+use std::sync::OnceLock;
 
 use serde_json::{Map, Value};
 
@@ -43,7 +44,15 @@ const MAX_MAGNITUDE: usize = 300;
 /// `text` parsed as tool arguments, pruned (see the module docs); `None` when the full parse
 /// must decide.
 pub(crate) fn read(text: &str) -> Option<Value> {
+    static SORTED: OnceLock<bool> = OnceLock::new();
+    let sorted = *SORTED.get_or_init(|| {
+        let mut map = Map::new();
+        map.insert("b".to_owned(), Value::Null);
+        map.insert("a".to_owned(), Value::Null);
+        map.keys().next().is_some_and(|k| k == "a")
+    });
     let mut p = Parser {
+        sorted,
         text,
         bytes: text.as_bytes(),
         at: 0,
@@ -80,6 +89,17 @@ impl Place {
             }
     }
 
+    /// Whether a reader looks `key` up in an object here (rather than only iterating over the
+    /// object): such a key stays even when its value is `null`, so that it hides what the
+    /// reader would look up next.
+    fn looks_up(self, key: &str) -> bool {
+        match self {
+            Place::Top => COMMAND_KEYS.contains(&key) || TODO_LIST_KEYS.contains(&key),
+            Place::Todo => key == TODO_STATUS || TODO_TEXT_KEYS.contains(&key),
+            Place::TodoList | Place::Inner => false,
+        }
+    }
+
     /// Where the value under `key` of an object here sits.
     fn under(self, key: &str) -> Place {
         if self == Place::Top && TODO_LIST_KEYS.contains(&key) {
@@ -100,6 +120,9 @@ impl Place {
 }
 
 struct Parser<'a> {
+    /// Whether a `serde_json` object iterates in key order whatever the order of insertion (its
+    /// default map), so that leaving a key out changes no other key's place.
+    sorted: bool,
     text: &'a str,
     bytes: &'a [u8],
     at: usize,
@@ -172,7 +195,16 @@ impl<'a> Parser<'a> {
                     return None;
                 }
                 let value = self.value(place.under(&key), place.keeps(&key))?;
-                map.insert(key.into_owned(), value);
+                if value.is_null() && self.sorted && !place.looks_up(&key) {
+                    // Iterating over the object sees nothing here, and nothing looks the key
+                    // up: it is left out, only hiding an earlier value under the same key, as
+                    // the later one does in `serde_json`.
+                    if let Some(earlier) = map.get_mut(&*key) {
+                        *earlier = Value::Null;
+                    }
+                } else {
+                    map.insert(key.into_owned(), value);
+                }
                 self.space();
                 match *self.bytes.get(self.at)? {
                     b',' => self.at += 1,

@@ -10,11 +10,12 @@
 //! stored typed on the compaction entry (see `serde`) and rendered by [`Ledger::render`] into
 //! the text the next model reads.
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 use std::rc::Rc;
 
-use panto_model::{CallIndex, Message, Role};
+use panto_model::{CallIndex, ContentBlock, Message, RawJson, Role, ToolResultContent};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -116,10 +117,28 @@ impl Ledger {
     }
 
     /// [`Ledger::from_items`] of the transcript items of `messages`, read one at a time
-    /// ([`crate::for_each_item`]) instead of all held at once.
+    /// instead of all held at once.
     pub fn from_messages(messages: &[Message]) -> Ledger {
+        // The items of `crate::for_each_item` that the walk reads, taken from the blocks
+        // directly: a user's text, a call, a result. A result's name is left out: the walk
+        // names a result by its call, and one whose call it has not met has no name in the
+        // items either. A result's text is joined from its blocks only when it is read.
         let mut walk = Walk::default();
-        crate::for_each_item(messages, |item| walk.item(item));
+        for message in messages {
+            for block in &message.content {
+                match block {
+                    ContentBlock::Text(t) if message.role == Role::User => walk.request(&t.text),
+                    ContentBlock::ToolUse(u) => walk.call_json(&u.id, &u.name, &u.input),
+                    ContentBlock::ToolResult(r) => {
+                        walk.result(&r.tool_use_id, None, r.failed(), || match &r.content {
+                            ToolResultContent::Text(text) => Cow::Borrowed(text.as_str()),
+                            content => Cow::Owned(content.text()),
+                        });
+                    }
+                    _ => {}
+                }
+            }
+        }
         walk.finish()
     }
 
@@ -780,25 +799,35 @@ impl<'a> Walk<'a> {
             ItemView::Text {
                 role: Role::User,
                 text,
-            } if is_request(text) => self.ledger.requests.push(text.trim().to_owned()),
+            } => self.request(text),
             ItemView::ToolCall {
                 id, name, input, ..
             } => match input {
                 ToolInput::Value(input) => self.call(id, name, input),
-                // Read without the strings the ledger never looks at when that is exact, else
-                // in full.
-                ToolInput::Text(raw) => match args::read(raw.json()) {
-                    Some(input) => self.call(id, name, &input),
-                    None => self.call(id, name, &raw.to_value()),
-                },
+                ToolInput::Text(raw) => self.call_json(id, name, raw),
             },
             ItemView::ToolResult {
                 id,
                 name,
                 is_error,
                 text,
-            } => self.result(id, name, is_error, &text),
+            } => self.result(id, name, is_error, || text),
             _ => {}
+        }
+    }
+
+    fn request(&mut self, text: &str) {
+        if is_request(text) {
+            self.ledger.requests.push(text.trim().to_owned());
+        }
+    }
+
+    /// A call whose arguments are JSON text: read without the strings the ledger never looks
+    /// at when that is exact ([`args::read`]), else in full.
+    fn call_json(&mut self, id: &'a str, name: &'a str, input: &RawJson) {
+        match args::read(input.json()) {
+            Some(value) => self.call(id, name, &value),
+            None => self.call(id, name, &input.to_value()),
         }
     }
 
@@ -876,7 +905,14 @@ impl<'a> Walk<'a> {
         }
     }
 
-    fn result(&mut self, id: &str, name: Option<&'a str>, is_error: bool, text: &str) {
+    /// A result; its text is asked for only when it is read.
+    fn result<'t>(
+        &mut self,
+        id: &str,
+        name: Option<&'a str>,
+        is_error: bool,
+        text: impl FnOnce() -> Cow<'t, str>,
+    ) {
         let call = match self.calls.latest(id) {
             Some(call) => call,
             None => {
@@ -890,12 +926,8 @@ impl<'a> Walk<'a> {
             }
         };
         let l = &mut self.ledger;
-        if call.kind == Kind::Question && !is_error && !text.trim().is_empty() {
-            l.answers.push(text.trim().to_owned());
-            return;
-        }
         if is_error {
-            let message = error_message(text);
+            let message = error_message(&text());
             let open = self.unresolved.entry(call.key).or_default();
             if let Some(&at) = open.get(&message) {
                 l.errors[at].count += 1;
@@ -905,21 +937,29 @@ impl<'a> Walk<'a> {
             let target = self.names.get(call.target).to_owned();
             l.errors
                 .push(LedgerError::first(call.tool.to_owned(), target, message));
-        } else {
-            if !self.unresolved.is_empty()
-                && let Some(open) = self.unresolved.remove(&call.key)
-            {
-                let how = success(call.tool, self.names.get(call.target));
-                for at in open.into_values() {
-                    l.errors[at].resolved = Some(how.clone());
-                }
-            }
-            self.succeeded += 1;
-            if self.successes.len() <= call.key {
-                self.successes.resize(call.key + 1, None);
-            }
-            self.successes[call.key] = Some((self.succeeded, call.tool, call.target));
+            return;
         }
+        if call.kind == Kind::Question {
+            // An answer to a question, unless it is empty (then a plain success).
+            let text = text();
+            if !text.trim().is_empty() {
+                l.answers.push(text.trim().to_owned());
+                return;
+            }
+        }
+        if !self.unresolved.is_empty()
+            && let Some(open) = self.unresolved.remove(&call.key)
+        {
+            let how = success(call.tool, self.names.get(call.target));
+            for at in open.into_values() {
+                l.errors[at].resolved = Some(how.clone());
+            }
+        }
+        self.succeeded += 1;
+        if self.successes.len() <= call.key {
+            self.successes.resize(call.key + 1, None);
+        }
+        self.successes[call.key] = Some((self.succeeded, call.tool, call.target));
     }
 
     fn finish(self) -> Ledger {
