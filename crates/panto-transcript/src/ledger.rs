@@ -1413,4 +1413,417 @@ mod tests {
             .collect();
         assert_eq!(counts, [(1, false), (2, true)]);
     }
+
+    /// JSON as text may spell it: objects keep repeated keys, numbers keep their spelling.
+    #[derive(Clone, Debug)]
+    enum Json {
+        Null,
+        Bool(bool),
+        Number(&'static str),
+        String(String),
+        Array(Vec<Json>),
+        Object(Vec<(String, Json)>),
+    }
+
+    /// Writes `json` as text, choosing the whitespace and the escapes from `choices` (cycled):
+    /// characters written plainly or as `\uXXXX`, `/` as `\/`, characters beyond the BMP as
+    /// surrogate pairs, and, when `lone` is true, a lone surrogate escape in some strings.
+    fn write_json(json: &Json, choices: &[u8], lone: bool, out: &mut String) {
+        let mut at = 0usize;
+        let mut choose = |n: u8| {
+            at += 1;
+            choices[at % choices.len()] % n
+        };
+        write_with(json, &mut choose, lone, out);
+    }
+
+    fn write_with(json: &Json, choose: &mut impl FnMut(u8) -> u8, lone: bool, out: &mut String) {
+        out.push_str(["", " ", "\n", "\t ", "\r\n"][usize::from(choose(5))]);
+        match json {
+            Json::Null => out.push_str("null"),
+            Json::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+            Json::Number(n) => out.push_str(n),
+            Json::String(s) => write_string(s, choose, lone, out),
+            Json::Array(items) => {
+                out.push('[');
+                for (i, item) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    write_with(item, choose, lone, out);
+                }
+                out.push_str(if choose(2) == 0 { "]" } else { " ]" });
+            }
+            Json::Object(entries) => {
+                out.push('{');
+                for (i, (k, v)) in entries.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    write_string(k, choose, false, out);
+                    out.push_str(if choose(2) == 0 { ":" } else { " : " });
+                    write_with(v, choose, lone, out);
+                }
+                out.push_str(if choose(2) == 0 { "}" } else { "\n}" });
+            }
+        }
+    }
+
+    fn write_string(s: &str, choose: &mut impl FnMut(u8) -> u8, lone: bool, out: &mut String) {
+        out.push('"');
+        for c in s.chars() {
+            let escape = choose(4) == 0;
+            match c {
+                '"' => out.push_str(if escape { "\\u0022" } else { "\\\"" }),
+                '\\' => out.push_str(if escape { "\\u005C" } else { "\\\\" }),
+                '\n' => out.push_str(if escape { "\\u000a" } else { "\\n" }),
+                '\t' => out.push_str("\\t"),
+                '/' if escape => out.push_str("\\/"),
+                c if (c as u32) < 0x20 => {
+                    let _ = write!(out, "\\u{:04x}", c as u32);
+                }
+                c if escape => {
+                    let mut units = [0u16; 2];
+                    for unit in c.encode_utf16(&mut units) {
+                        let _ = write!(out, "\\u{unit:04X}");
+                    }
+                }
+                c => out.push(c),
+            }
+        }
+        if lone && choose(3) == 0 {
+            out.push_str(["\\ud800", "\\uDC01", "\\ud83d x"][usize::from(choose(3))]);
+        }
+        out.push('"');
+    }
+
+    /// Keys the readers look for, their near misses, and keys of big contents.
+    const KEYS: &[&str] = &[
+        "path",
+        "file",
+        "file_path",
+        "filepath",
+        "filename",
+        "notebook_path",
+        "target_file",
+        "dir",
+        "directory",
+        "patch",
+        "input",
+        "command",
+        "cmd",
+        "script",
+        "todos",
+        "plan",
+        "status",
+        "content",
+        "step",
+        "title",
+        "text",
+        "task",
+        "Path",
+        "oldText",
+        "newText",
+        "old_string",
+        "new_string",
+        "timeout",
+        "",
+    ];
+
+    /// Strings that name files, commands, patches and todo states, with their whitespace.
+    const STRINGS: &[&str] = &[
+        "src/a.rs",
+        " src/b.rs ",
+        "",
+        "  ",
+        "view",
+        "cargo test\nmore",
+        "\n  cd x && make -j\n",
+        "*** Begin Patch\n*** Update File: src/c.rs\n*** Add File: d.rs\n*** End Patch",
+        "pending",
+        "completed",
+        "Done",
+        "in_progress",
+        "fix \"it\" \\ now/then",
+        "é ü 😀",
+        "tab\there\u{1}",
+    ];
+
+    /// Numbers as text, some beyond what an `f64` holds.
+    const NUMBERS: &[&str] = &[
+        "0",
+        "-12",
+        "3.25",
+        "1e5",
+        "1E+2",
+        "-0.5e-3",
+        "2e-400",
+        "1e400",
+        "123456789012345678901234567890",
+    ];
+
+    /// A string of the pools, or a big one (an edit's text, with escapes on every line).
+    fn string() -> impl Strategy<Value = Json> {
+        prop_oneof![
+            6 => prop::sample::select(STRINGS).prop_map(|s| Json::String(s.to_owned())),
+            1 => (1usize..3000, prop::sample::select(STRINGS)).prop_map(|(n, s)| {
+                Json::String(format!("{}{s}", "line \"q\" \\ x\n".repeat(n / 14 + 1)))
+            }),
+        ]
+    }
+
+    /// Any JSON, with the keys the readers look for (and near misses) at every depth.
+    fn json() -> impl Strategy<Value = Json> {
+        let leaf = prop_oneof![
+            1 => Just(Json::Null),
+            1 => any::<bool>().prop_map(Json::Bool),
+            2 => prop::sample::select(NUMBERS).prop_map(Json::Number),
+            8 => string(),
+        ];
+        leaf.prop_recursive(4, 40, 6, |inner| {
+            prop_oneof![
+                1 => prop::collection::vec(inner.clone(), 0..5).prop_map(Json::Array),
+                3 => prop::collection::vec((prop::sample::select(KEYS), inner), 0..6)
+                    .prop_map(|entries| {
+                        Json::Object(entries.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())
+                    }),
+            ]
+        })
+    }
+
+    /// A todo list: objects with a status, a text under any of its keys and other fields, or
+    /// plain strings.
+    fn todos() -> impl Strategy<Value = Json> {
+        let field = prop::sample::select(vec![
+            "status", "content", "step", "title", "text", "task", "path", "note",
+        ]);
+        let text_key = prop::sample::select(TODO_TEXT_KEYS);
+        let todo = prop_oneof![
+            3 => (
+                prop::option::of(string()),
+                text_key,
+                string(),
+                prop::collection::vec((field, prop_oneof![4 => string(), 1 => json()]), 0..3),
+                any::<bool>(),
+            )
+                .prop_map(|(status, text_key, text, more, status_last)| {
+                    let mut entries = vec![(text_key.to_owned(), text)];
+                    entries.extend(more.into_iter().map(|(k, v)| (k.to_owned(), v)));
+                    if let Some(status) = status {
+                        let at = if status_last { entries.len() } else { 0 };
+                        entries.insert(at, ("status".to_owned(), status));
+                    }
+                    Json::Object(entries)
+                }),
+            1 => string(),
+        ];
+        prop::collection::vec(todo, 0..4).prop_map(Json::Array)
+    }
+
+    /// Tool arguments: mostly an object whose keys the readers look for, some holding todo
+    /// lists, with repeated keys, nesting, strings in arrays and at the top, and big contents.
+    fn arguments() -> impl Strategy<Value = Json> {
+        let value = prop_oneof![3 => json(), 1 => todos()];
+        let key = prop_oneof![
+            2 => prop::sample::select(KEYS),
+            1 => prop::sample::select(vec!["todos", "plan", "command", "path"]),
+        ];
+        prop_oneof![
+            1 => json(),
+            4 => prop::collection::vec((key, value), 0..6).prop_map(
+                |entries| {
+                    Json::Object(entries.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())
+                }
+            ),
+        ]
+    }
+
+    /// Tool names of every kind.
+    const NAMES: &[&str] = &[
+        "edit",
+        "str_replace_editor",
+        "mcp.Edit",
+        "bash",
+        "TodoWrite",
+        "update_plan",
+        "AskUserQuestion",
+        "read",
+        "grep",
+    ];
+
+    /// What the readers decide from `input`: for each name its kind, then the files, the
+    /// command and the todo list. The walk's readers read `pruned`; the reference ones `full`.
+    fn decisions(pruned: &Value) -> (Vec<Kind>, Vec<String>, Option<String>, Option<Vec<String>>) {
+        let mut files: Vec<String> = Vec::new();
+        paths(pruned, &mut |f| {
+            if !files.iter().any(|x| x == f) {
+                files.push(f.to_owned());
+            }
+        });
+        (
+            NAMES.iter().map(|n| kind(n, pruned)).collect(),
+            files,
+            command(pruned).map(str::to_owned),
+            todo_list(pruned),
+        )
+    }
+
+    fn full_decisions(
+        full: &Value,
+    ) -> (Vec<Kind>, Vec<String>, Option<String>, Option<Vec<String>>) {
+        let mut files = Vec::new();
+        full::paths(full, &mut files);
+        let todos = full
+            .get("todos")
+            .or_else(|| full.get("plan"))
+            .and_then(Value::as_array)
+            .map(|list| list.iter().filter_map(full::open_todo).collect());
+        (
+            NAMES.iter().map(|n| full::kind(n, full)).collect(),
+            files,
+            full::command(full),
+            todos,
+        )
+    }
+
+    /// Checks that the walk decides on the pruned arguments of `text` what the reference
+    /// readers decide on its full value, and says whether the pruned reading was used.
+    fn check_arguments(text: &str) -> Result<bool, TestCaseError> {
+        let raw = RawJson::from_text(text).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let full = raw.to_value();
+        let Some(pruned) = args::read(text) else {
+            return Ok(false);
+        };
+        prop_assert_eq!(
+            decisions(&pruned),
+            full_decisions(&full),
+            "arguments {}",
+            text
+        );
+        Ok(true)
+    }
+
+    proptest! {
+        #[test]
+        fn pruned_arguments_decide_what_the_full_value_decides(
+            json in arguments(),
+            choices in prop::collection::vec(any::<u8>(), 1..64),
+            lone in prop::bool::weighted(0.2),
+        ) {
+            let mut text = String::new();
+            write_json(&json, &choices, lone, &mut text);
+            check_arguments(&text)?;
+            // As `serde_json` writes it, the pruned reading is taken, unless a number may be
+            // too big or a lone surrogate makes `serde_json` refuse the text.
+            let compact = raw_compact(&text);
+            let big = NUMBERS[6..].iter().any(|n| compact.contains(n));
+            prop_assert!(check_arguments(&compact)? || big || lone, "{}", compact);
+        }
+
+        #[test]
+        fn a_ledger_from_argument_texts_is_the_reference_ledger(
+            calls in prop::collection::vec(
+                (arguments(), prop::collection::vec(any::<u8>(), 1..16), prop::sample::select(NAMES),
+                 0..4usize, any::<bool>(), prop::sample::select(vec!["error: x", "ok", "", "failed"])),
+                0..12,
+            ),
+        ) {
+            let mut messages = Vec::new();
+            for (json, choices, name, id, is_error, result) in calls {
+                let mut text = String::new();
+                write_json(&json, &choices, false, &mut text);
+                let raw = RawJson::from_text(text).map_err(|e| TestCaseError::fail(e.to_string()))?;
+                messages.push(Message::new(Role::Assistant, vec![ContentBlock::tool_use(format!("t{id}"), name, raw)]));
+                messages.push(Message::new(Role::User, vec![ContentBlock::tool_result(format!("t{id}"), result, is_error)]));
+            }
+            let items = crate::transcript_items(&messages);
+            prop_assert_eq!(Ledger::from_messages(&messages), reference(&items));
+        }
+    }
+
+    /// `text` with the whitespace between tokens removed, as `serde_json` writes it.
+    fn raw_compact(text: &str) -> String {
+        let value: Value = match serde_json::from_str(text) {
+            Ok(value) => value,
+            Err(_) => return text.to_owned(),
+        };
+        value.to_string()
+    }
+
+    /// Texts on which the pruned reading must step aside, each read as the full parse reads it.
+    #[test]
+    fn unusual_arguments_are_left_to_the_full_parse() {
+        let deep = format!("{}\"*** Add File: z\"{}", "[".repeat(130), "]".repeat(130));
+        let fairly_deep = format!("{}{{\"path\":\"p\"}}{}", "[".repeat(101), "]".repeat(101));
+        for text in [
+            // Beyond `serde_json`'s nesting limit: the full value is the text as a string.
+            deep.as_str(),
+            fairly_deep.as_str(),
+            // Out of an f64's range: the full value is the text as a string.
+            r#"{"path":"a","n":1e400}"#,
+            r#"{"path":"a","n":1e0005}"#,
+            // A key `serde_json` reads as a raw value.
+            r#"{"$serde_json::private::RawValue":"{\"path\":\"b\"}"}"#,
+            // A lone surrogate in a string that is kept, and in a key.
+            r#"{"path":"a\ud800"}"#,
+            r#"{"pa\ud800th":"a"}"#,
+            // A pair in a string that is kept.
+            r#"{"path":"\ud83d\ude00.rs"}"#,
+            // A lone surrogate in a string of an array (a shrunk case of the property).
+            r#"["\u0070\u0065\u006E\u0064\u0069\u006E\u0067\uDC01"]"#,
+        ] {
+            assert_eq!(args::read(text), None, "{text}");
+            check_arguments(text).unwrap();
+        }
+        for text in [
+            "",
+            "{",
+            r#"{"path":"a",}"#,
+            r#"[1,]"#,
+            r#"{"path":"a"} x"#,
+            "\"a\u{1}\"",
+            r#""\x""#,
+            r#""\u12G4""#,
+            "01",
+            "-",
+            "1.",
+            "1e",
+            "nul",
+        ] {
+            assert_eq!(args::read(text), None, "{text}");
+        }
+    }
+
+    /// Texts the pruned reading takes, with what it keeps.
+    #[test]
+    fn pruned_arguments_keep_what_the_readers_read() {
+        for (text, expect) in [
+            (
+                r#"{"path":" a.rs ","oldText":"x\n\"y\"","newText":"z","timeout":30}"#,
+                json!({"path": " a.rs "}),
+            ),
+            // A later repeat of a key wins, even when it is left out.
+            (r#"{"x":{"path":"p"},"x":"big"}"#, json!({"x": null})),
+            (r#"{"path":"p","path":7}"#, json!({"path": null})),
+            // A key that is looked up stays as null and hides the next one.
+            (
+                r#"{"todos":5,"plan":[{"step":"s","status":"pending","note":"n"}]}"#,
+                json!({"todos": null, "plan": [{"step": "s", "status": "pending"}]}),
+            ),
+            // Strings in arrays and at the top stay; surrogates in a string left out are fine.
+            (r#"["a",{"content":"c"}, ["b"]]"#, json!(["a", {}, ["b"]])),
+            (r#""*** Add File: q""#, json!("*** Add File: q")),
+            (
+                r#"{"content":"\ud800","command":["ls","-la"]}"#,
+                json!({"command": ["ls", "-la"]}),
+            ),
+            (
+                r#"{"cmd":"a\u0041\/\t","n":-1.5E+3}"#,
+                json!({"cmd": "aA/\t"}),
+            ),
+        ] {
+            assert_eq!(args::read(text), Some(expect), "{text}");
+            check_arguments(text).unwrap();
+        }
+    }
 }
