@@ -3,11 +3,15 @@
 //! a written file's content), so that reading a long session does not copy every file an agent
 //! wrote.
 //!
-//! [`read`] gives the value `serde_json` would give, except that every number, boolean and
-//! string the ledger's readers cannot see is `null`: same objects, same keys in the same order
-//! (duplicates included, the last one winning), same arrays. The readers (`kind`, `paths`,
-//! `command` and the todo list in `ledger.rs`) treat `null` as they treat any value that is not
-//! a string, an object or an array, so they decide on it what they decide on the full value.
+//! [`read`] gives the value `serde_json` would give, pruned: every number, boolean and string
+//! the ledger's readers cannot see is `null`, and such a `null` is left out of its object unless
+//! a reader looks its key up; arrays, and objects with the keys left in them, iterate as in the
+//! full value (a repeated key's last value wins, and hides an earlier one even when it is left
+//! out). The readers (`kind`, `paths`, `command` and the todo list in `ledger.rs`) treat `null`
+//! as they treat any value that is not a string, an object or an array, and a key that is
+//! missing as one they find `null` under, so they decide on it what they decide on the full
+//! value. Leaving a key out is done only when `serde_json`'s objects iterate in key order (its
+//! default map, checked once): in insertion order, a key left out could move a later repeat.
 //! Which strings are kept, by where they sit:
 //!
 //! - the arguments themselves, when they are a string;
@@ -22,7 +26,7 @@
 //! raw control character, a surrogate escape in a string that is kept or in a key, a number
 //! that might not fit an `f64`, nesting deeper than [`MAX_DEPTH`], a key `serde_json` gives a
 //! meaning of its own, text that is not JSON. So a `Some` is always what the full parse would
-//! give, pruned.
+//! give, pruned; the tests of `ledger.rs` compare the readers' decisions on both.
 
 use std::borrow::Cow;
 use std::sync::OnceLock;
