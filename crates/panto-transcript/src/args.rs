@@ -179,6 +179,19 @@ impl<'a> Parser<'a> {
         (self.depth <= MAX_DEPTH).then_some(())
     }
 
+    /// After an entry or an element: `false` for a comma (another follows), `true` for
+    /// `close`, `None` for anything else.
+    fn closes(&mut self, close: u8) -> Option<bool> {
+        self.space();
+        let next = *self.bytes.get(self.at)?;
+        self.at += 1;
+        match next {
+            b',' => Some(false),
+            c if c == close => Some(true),
+            _ => None,
+        }
+    }
+
     fn object(&mut self, place: Place) -> Option<Value> {
         self.enter()?;
         let mut map = Map::new();
@@ -209,14 +222,8 @@ impl<'a> Parser<'a> {
                 } else {
                     map.insert(key.into_owned(), value);
                 }
-                self.space();
-                match *self.bytes.get(self.at)? {
-                    b',' => self.at += 1,
-                    b'}' => {
-                        self.at += 1;
-                        break;
-                    }
-                    _ => return None,
+                if self.closes(b'}')? {
+                    break;
                 }
             }
         }
@@ -231,14 +238,8 @@ impl<'a> Parser<'a> {
         if !self.eat(b']') {
             loop {
                 items.push(self.value(place.element(), true)?);
-                self.space();
-                match *self.bytes.get(self.at)? {
-                    b',' => self.at += 1,
-                    b']' => {
-                        self.at += 1;
-                        break;
-                    }
-                    _ => return None,
+                if self.closes(b']')? {
+                    break;
                 }
             }
         }

@@ -1032,7 +1032,7 @@ mod tests {
         use super::super::{Kind, MODIFY, SHELL};
 
         /// Keys of tool arguments that name files or folders.
-        const PATH_KEYS: &[&str] = &[
+        pub(super) const PATH_KEYS: &[&str] = &[
             "path",
             "file",
             "file_path",
@@ -1151,26 +1151,6 @@ mod tests {
             };
             format!("{}\u{0}{program}", tool.to_ascii_lowercase())
         }
-
-        /// The text of a todo that is not done: `{"content"|"step"|"title", "status"}`.
-        pub(super) fn open_todo(todo: &Value) -> Option<String> {
-            let status = todo.get("status").and_then(Value::as_str).unwrap_or("");
-            if matches!(
-                status.to_ascii_lowercase().as_str(),
-                "completed" | "complete" | "done" | "cancelled" | "canceled"
-            ) {
-                return None;
-            }
-            let text = ["content", "step", "title", "text", "task"]
-                .iter()
-                .find_map(|k| todo.get(*k).and_then(Value::as_str))
-                .or(todo.as_str())?;
-            Some(if status.is_empty() {
-                text.to_owned()
-            } else {
-                format!("{text} ({status})")
-            })
-        }
     }
 
     /// The ledger of `items` as the first walk computed it: quadratic, obviously right.
@@ -1214,7 +1194,7 @@ mod tests {
                                 .and_then(Value::as_array)
                             {
                                 l.todo_list_seen = true;
-                                l.todos = list.iter().filter_map(full::open_todo).collect();
+                                l.todos = list.iter().filter_map(open_todo).collect();
                             }
                             String::new()
                         }
@@ -1498,37 +1478,31 @@ mod tests {
     }
 
     /// Keys the readers look for, their near misses, and keys of big contents.
-    const KEYS: &[&str] = &[
-        "path",
-        "file",
-        "file_path",
-        "filepath",
-        "filename",
-        "notebook_path",
-        "target_file",
-        "dir",
-        "directory",
-        "patch",
-        "input",
-        "command",
-        "cmd",
-        "script",
-        "todos",
-        "plan",
-        "status",
-        "content",
-        "step",
-        "title",
-        "text",
-        "task",
-        "Path",
-        "oldText",
-        "newText",
-        "old_string",
-        "new_string",
-        "timeout",
-        "",
-    ];
+    fn keys() -> Vec<&'static str> {
+        let others = [
+            "patch",
+            "input",
+            "command",
+            "cmd",
+            "script",
+            "todos",
+            "plan",
+            "status",
+            "content",
+            "step",
+            "title",
+            "text",
+            "task",
+            "Path",
+            "oldText",
+            "newText",
+            "old_string",
+            "new_string",
+            "timeout",
+            "",
+        ];
+        full::PATH_KEYS.iter().copied().chain(others).collect()
+    }
 
     /// Strings that name files, commands, patches and todo states, with their whitespace.
     const STRINGS: &[&str] = &[
@@ -1583,7 +1557,7 @@ mod tests {
         leaf.prop_recursive(4, 40, 6, |inner| {
             prop_oneof![
                 1 => prop::collection::vec(inner.clone(), 0..5).prop_map(Json::Array),
-                3 => prop::collection::vec((prop::sample::select(KEYS), inner), 0..6)
+                3 => prop::collection::vec((prop::sample::select(keys()), inner), 0..6)
                     .prop_map(|entries| {
                         Json::Object(entries.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())
                     }),
@@ -1625,7 +1599,7 @@ mod tests {
     fn arguments() -> impl Strategy<Value = Json> {
         let value = prop_oneof![3 => json(), 1 => todos()];
         let key = prop_oneof![
-            2 => prop::sample::select(KEYS),
+            2 => prop::sample::select(keys()),
             1 => prop::sample::select(vec!["todos", "plan", "command", "path"]),
         ];
         prop_oneof![
@@ -1677,7 +1651,7 @@ mod tests {
             .get("todos")
             .or_else(|| full.get("plan"))
             .and_then(Value::as_array)
-            .map(|list| list.iter().filter_map(full::open_todo).collect());
+            .map(|list| list.iter().filter_map(open_todo).collect());
         (
             NAMES.iter().map(|n| full::kind(n, full)).collect(),
             files,
