@@ -654,13 +654,14 @@ fn success(tool: &str, target: &str) -> String {
 /// The most telling line of an error output: the first that mentions an error or a failure,
 /// else the first non-empty one.
 fn error_message(text: &str) -> String {
-    let lines: Vec<&str> = text
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .collect();
-    let telling = lines.iter().find(|l| {
-        let lower = l.to_ascii_lowercase();
+    let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
+    let first = lines.clone().next();
+    // Each line lowercased into the same buffer, not a new one per line.
+    let mut lower = String::new();
+    let telling = lines.find(|l| {
+        lower.clear();
+        lower.push_str(l);
+        lower.make_ascii_lowercase();
         [
             "error",
             "fail",
@@ -674,7 +675,7 @@ fn error_message(text: &str) -> String {
         .iter()
         .any(|w| lower.contains(w))
     });
-    one_line(telling.or(lines.first()).copied().unwrap_or("(no output)"))
+    one_line(telling.or(first).unwrap_or("(no output)"))
 }
 
 /// Whether a user text is a request: not empty, not a bare slash command (`/mode`), not an
