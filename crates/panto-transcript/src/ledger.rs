@@ -482,7 +482,10 @@ const SHELL: &[&str] = &[
 fn kind(name: &str, input: &Value) -> Kind {
     // The last segment of the name, compared in place without regard to ASCII case (which
     // is what comparing its lowercase copy with these lowercase words does).
-    let n = name.rsplit(['.', ':', '/']).next().unwrap_or(name);
+    let n = match name.bytes().rposition(|b| matches!(b, b'.' | b':' | b'/')) {
+        Some(at) => &name[at + 1..],
+        None => name,
+    };
     let is = |word: &str| n.eq_ignore_ascii_case(word);
     let has = |word: &str| {
         n.as_bytes()
