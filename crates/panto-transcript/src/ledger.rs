@@ -1699,6 +1699,16 @@ mod tests {
         }
 
         #[test]
+        fn a_tool_kind_is_what_the_lowercase_name_decided(
+            name in "(([a-zA-Z]{0,4}|mcp__x)[.:/]){0,2}(edit|Edit|BASH|Sh|todo_Write|AskUser|a|\
+                     ask|my_Question|update_PLAN|str_replace_editor|Write_File|ÉDIT|[a-zA-Zé_]{0,8})",
+            sub in prop::sample::select(vec![json!({"command": "view"}), json!({"command": "create"}),
+                                             json!({"command": 1}), json!({})]),
+        ) {
+            prop_assert_eq!(kind(&name, &sub), full::kind(&name, &sub), "{}", name);
+        }
+
+        #[test]
         fn a_ledger_from_argument_texts_is_the_reference_ledger(
             calls in prop::collection::vec(
                 (arguments(), prop::collection::vec(any::<u8>(), 1..16), prop::sample::select(NAMES),
