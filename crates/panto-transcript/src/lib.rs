@@ -103,6 +103,7 @@
 //!
 //! This crate is pure: no IO, no async runtime, no network.
 
+mod args;
 mod error;
 mod escape;
 mod item;
