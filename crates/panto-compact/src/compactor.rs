@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use panto_model::{
     CompactionEntry, EffectiveContext, Entry, Extra, IdKind, IdSource, KEPT_BY, Message, Trigger,
-    UniqueIds, replay, turns,
+    UniqueIds, replay,
 };
 use panto_provider::{Provider, ProviderError, Request, StreamEvent};
 use panto_size::{
@@ -26,7 +26,7 @@ use crate::events::CompactionEvent;
 use crate::fold::{FoldBudget, FoldPlan, fold};
 use crate::ledger::{LEDGER_FIELD, ledger_budget, previous_ledger, rendered_len, with_ledger};
 use crate::log::SessionLog;
-use crate::plan::{NothingToCompact, Plan, keep_budget, plan};
+use crate::plan::{NothingToCompact, Plan, keep_budget, plan_and_turns};
 use crate::prompt::CompactionPrompt;
 use crate::record::{RECORD_ONLY_MODEL, record_only_text};
 use crate::report::{CompactOutcome, Compacted, CompactionReport, ElidedItem, FoldStep};
@@ -232,9 +232,9 @@ impl Compactor {
             // still holds beside an in-flight turn of the other half.
             budget = budget.min(bound / 10);
         }
-        let mut p = plan(context, &sizes, budget);
+        let (mut p, mut all_turns) = plan_and_turns(context, &sizes, budget);
         if p.is_empty() && options.trigger == Trigger::Overflow && p.kept_turns > 1 {
-            p = plan(context, &sizes, 0);
+            (p, all_turns) = plan_and_turns(context, &sizes, 0);
         }
         if p.is_empty() {
             return Err(NothingToCompact {
@@ -245,7 +245,9 @@ impl Compactor {
         }
         let system = self.prompt.system_prompt(options.instructions());
         let prefix = &context.messages[p.prefix()];
-        let prefix_turns = turns(prefix);
+        // The plan's first turns are the prefix's (see `plan_and_turns`).
+        all_turns.truncate(p.summarized_turns);
+        let prefix_turns = all_turns;
         let mut turn_tenths = Vec::with_capacity(prefix_turns.len());
         let transcript = render_turns_with(prefix, &prefix_turns, |turn| {
             turn_tenths.push(Heuristic.text_tenths(turn));

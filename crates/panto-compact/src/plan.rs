@@ -108,6 +108,19 @@ pub fn keep_budget(keep_tokens: u64, context_limit: Option<u64>) -> u64 {
 /// unbounded, so a turn without sizes is never kept unless it is the one in flight: when sizing
 /// data is missing the plan keeps less, never more.
 pub fn plan(context: &EffectiveContext, sizes: &[u64], budget: u64) -> Plan {
+    plan_and_turns(context, sizes, budget).0
+}
+
+/// [`plan()`], with the turns of the conversation it segmented (`panto_model::turns` of the
+/// messages after the head, relative to it). The summarized prefix ends where a turn starts,
+/// and whether a cut is allowed depends only on the messages before it, so the first
+/// `summarized_turns` of them are the turns of the prefix alone: the caller need not
+/// segment it again.
+pub(crate) fn plan_and_turns(
+    context: &EffectiveContext,
+    sizes: &[u64],
+    budget: u64,
+) -> (Plan, Vec<Range<usize>>) {
     let head = usize::from(context.compaction.is_some()).min(context.messages.len());
     let end = context.messages.len();
     let size = |i: usize| sizes.get(i).copied().unwrap_or(u64::MAX);
@@ -131,7 +144,7 @@ pub fn plan(context: &EffectiveContext, sizes: &[u64], budget: u64) -> Plan {
         keep_from = head + turn.start;
     }
     let summarized_tokens = (head..keep_from).map(size).fold(0u64, u64::saturating_add);
-    Plan {
+    let plan = Plan {
         head,
         keep_from,
         end,
@@ -140,7 +153,8 @@ pub fn plan(context: &EffectiveContext, sizes: &[u64], budget: u64) -> Plan {
         summarized_tokens,
         kept_tokens,
         budget,
-    }
+    };
+    (plan, turns)
 }
 
 /// Why a compaction had nothing to do: every turn is kept verbatim. A normal outcome.

@@ -481,3 +481,30 @@ fn a_summary_that_quotes_the_last_message_as_a_quote_is_not_a_copy() {
     let copied = format!("{last}\n{last}\n");
     assert!(check_summary(&copied, &replaced).is_err());
 }
+
+mod plan_turns {
+    use panto_model::{EffectiveContext, arbitrary, replay, turns};
+    use panto_size::{Heuristic, Sizer};
+    use proptest::prelude::*;
+
+    use crate::plan::plan_and_turns;
+
+    proptest! {
+        /// The plan's first turns are the turns of the summarized prefix on its own, which is
+        /// what `Compactor::prepare` renders instead of segmenting the prefix again.
+        #[test]
+        fn the_plans_first_turns_are_the_prefixs_turns(
+            session in arbitrary::session(8),
+            budget in 0u64..3000,
+        ) {
+            let context: EffectiveContext = replay(
+                session.messages.into_iter().map(panto_model::Entry::Message).collect::<Vec<_>>(),
+            );
+            let sizes = Heuristic.message_sizes(&context.messages);
+            let (plan, all) = plan_and_turns(&context, &sizes, budget);
+            let prefix = &context.messages[plan.prefix()];
+            let own = turns(prefix);
+            prop_assert_eq!(&all[..plan.summarized_turns], own.as_slice());
+        }
+    }
+}
