@@ -1746,17 +1746,16 @@ mod tests {
         for text in [
             // Beyond `serde_json`'s nesting limit: the full value is the text as a string.
             deep.as_str(),
-            fairly_deep.as_str(),
             // Out of an f64's range: the full value is the text as a string.
             r#"{"path":"a","n":1e400}"#,
-            r#"{"path":"a","n":1e0005}"#,
             // A key `serde_json` reads as a raw value.
             r#"{"$serde_json::private::RawValue":"{\"path\":\"b\"}"}"#,
-            // A lone surrogate in a string that is kept, and in a key.
+            // Deeper than this reading goes, though within `serde_json`'s limit.
+            fairly_deep.as_str(),
+            // A lone surrogate in a string that is kept, and in a key: the full parse reads it
+            // as U+FFFD.
             r#"{"path":"a\ud800"}"#,
             r#"{"pa\ud800th":"a"}"#,
-            // A pair in a string that is kept.
-            r#"{"path":"\ud83d\ude00.rs"}"#,
             // A lone surrogate in a string of an array (a shrunk case of the property).
             r#"["\u0070\u0065\u006E\u0064\u0069\u006E\u0067\uDC01"]"#,
         ] {
@@ -1782,32 +1781,49 @@ mod tests {
         }
     }
 
-    /// Texts the pruned reading takes, with what it keeps.
+    /// Texts the pruned reading takes, with what it keeps: every key, number and container,
+    /// and the strings the readers read; the other strings are `null`.
     #[test]
     fn pruned_arguments_keep_what_the_readers_read() {
         for (text, expect) in [
             (
                 r#"{"path":" a.rs ","oldText":"x\n\"y\"","newText":"z","timeout":30}"#,
-                json!({"path": " a.rs "}),
+                json!({"path": " a.rs ", "oldText": null, "newText": null, "timeout": 30}),
             ),
-            // A later repeat of a key wins, even when it is left out.
+            // A later repeat of a key wins, as in the full value.
             (r#"{"x":{"path":"p"},"x":"big"}"#, json!({"x": null})),
-            (r#"{"path":"p","path":7}"#, json!({"path": null})),
-            // A key that is looked up stays as null and hides the next one.
+            (r#"{"path":"p","path":7}"#, json!({"path": 7})),
             (
                 r#"{"todos":5,"plan":[{"step":"s","status":"pending","note":"n"}]}"#,
-                json!({"todos": null, "plan": [{"step": "s", "status": "pending"}]}),
+                json!({"todos": 5, "plan": [{"step": "s", "status": "pending", "note": null}]}),
             ),
-            // Strings in arrays and at the top stay; surrogates in a string left out are fine.
-            (r#"["a",{"content":"c"}, ["b"]]"#, json!(["a", {}, ["b"]])),
+            // Strings in arrays and at the top stay.
+            (
+                r#"["a",{"content":"c"}, ["b"]]"#,
+                json!(["a", {"content": null}, ["b"]]),
+            ),
             (r#""*** Add File: q""#, json!("*** Add File: q")),
             (
-                r#"{"content":"\ud800","command":["ls","-la"]}"#,
-                json!({"command": ["ls", "-la"]}),
+                r#"{"content":"big","command":["ls","-la"]}"#,
+                json!({"content": null, "command": ["ls", "-la"]}),
             ),
             (
-                r#"{"cmd":"a\u0041\/\t","n":-1.5E+3}"#,
-                json!({"cmd": "aA/\t"}),
+                r#"{"cmd":"a\u0041\/\t","n":-1.5E+3,"pair":"\ud83d\ude00"}"#,
+                json!({"cmd": "aA/\t", "n": -1500.0, "pair": null}),
+            ),
+            (
+                r#"{"path":"a","n":1e0005}"#,
+                json!({"path": "a", "n": 100000.0}),
+            ),
+            // A string left out is skipped as text: a lone surrogate in it does not matter.
+            (
+                r#"{"content":"\ud800","command":["ls","-la"]}"#,
+                json!({"content": null, "command": ["ls", "-la"]}),
+            ),
+            // Under a key whose strings are left out, objects and arrays are still read.
+            (
+                r#"{"edits":[{"file_path":"f","old_string":"o"}],"n":{"x":"y"}}"#,
+                json!({"edits": [{"file_path": "f", "old_string": null}], "n": {"x": null}}),
             ),
         ] {
             assert_eq!(args::read(text), Some(expect), "{text}");
