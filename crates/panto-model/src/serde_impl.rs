@@ -624,23 +624,9 @@ fn string_or_seq<'de, D: Deserializer<'de>, V: Visitor<'de>>(
 
 /// Reads a list of blocks into a vector of exactly their number: most messages hold one or two
 /// blocks, and a loaded context holds every message, so spare capacity would cost as much as
-/// the blocks themselves. Up to four blocks are collected before the vector is allocated.
+/// the blocks themselves.
 fn read_blocks<'de, A: SeqAccess<'de>>(mut seq: A) -> Result<Vec<ContentBlock>, A::Error> {
-    let mut first: [Option<ContentBlock>; 4] = Default::default();
-    let mut n = 0;
-    while n < first.len() {
-        match seq.next_element::<ContentBlock>()? {
-            Some(b) => first[n] = Some(b),
-            None => {
-                let mut blocks = Vec::with_capacity(n);
-                blocks.extend(first.into_iter().flatten());
-                return Ok(blocks);
-            }
-        }
-        n += 1;
-    }
-    let mut blocks = Vec::with_capacity(first.len() + seq.size_hint().unwrap_or(4).min(64));
-    blocks.extend(first.into_iter().flatten());
+    let mut blocks = Vec::new();
     while let Some(b) = seq.next_element::<ContentBlock>()? {
         blocks.push(b);
     }

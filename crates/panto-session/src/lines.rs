@@ -240,8 +240,8 @@ pub(crate) struct Segment {
 ///
 /// The first segment returned is the tail (the bytes after the last newline, possibly empty);
 /// every later one is a complete line without its newline, from the last to the first. Memory
-/// holds two chunks plus the longest line met, twice; bytes before the last segment returned are never
-/// read unless asked for.
+/// holds two buffers, each of a chunk plus the longest line met; bytes before the last segment
+/// returned are never read unless asked for.
 pub(crate) struct BackLines<'f> {
     file: &'f File,
     chunk: usize,
