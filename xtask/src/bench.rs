@@ -286,7 +286,7 @@ fn round(i: usize) -> Vec<Entry> {
         "Round {i}: please look at the failing test in module {} and fix it.",
         i % 97
     ));
-    prompt.id = Some(format!("u{i}"));
+    prompt.id = Some(format!("u{i}").into());
     let mut call = Message::new(
         Role::Assistant,
         vec![
@@ -298,7 +298,7 @@ fn round(i: usize) -> Vec<Entry> {
             ),
         ],
     );
-    call.id = Some(format!("a{i}"));
+    call.id = Some(format!("a{i}").into());
     call.model = Some("claude-sonnet-4-5".into());
     call.stop_reason = Some("tool_use".into());
     call.usage = Some(Usage::new(5_000 + i as u64 % 50_000, 88));
@@ -309,11 +309,11 @@ fn round(i: usize) -> Vec<Entry> {
         Role::User,
         vec![ContentBlock::tool_result(format!("toolu_{i}"), body, false)],
     );
-    result.id = Some(format!("r{i}"));
+    result.id = Some(format!("r{i}").into());
     let mut answer = Message::assistant_text(format!(
         "Fixed round {i}: the assertion compared the wrong fields."
     ));
-    answer.id = Some(format!("b{i}"));
+    answer.id = Some(format!("b{i}").into());
     answer.usage = Some(Usage::new(6_000 + i as u64 % 50_000, 40));
     [prompt, call, result, answer]
         .into_iter()
@@ -332,7 +332,7 @@ fn compaction(id: &str, kept: &[Entry]) -> Vec<Entry> {
     for e in kept {
         if let Entry::Message(m) = e {
             let mut copy = m.clone();
-            copy.id = Some(format!("{}-{id}", m.id.as_deref().unwrap_or("x")));
+            copy.id = Some(format!("{}-{id}", m.id.as_deref().unwrap_or("x")).into());
             copy.extra.insert(KEPT_BY.into(), json!(id));
             out.push(Entry::Message(copy));
         }

@@ -113,8 +113,8 @@ impl SourceSummarizer for OfflineSummarizer {
 /// The assistant message that carries `summary`.
 fn answer(summary: String) -> Message {
     let mut message = Message::assistant_text(summary);
-    message.model = Some(MODEL.to_owned());
-    message.stop_reason = Some("end_turn".to_owned());
+    message.model = Some(MODEL.into());
+    message.stop_reason = Some("end_turn".into());
     message
 }
 

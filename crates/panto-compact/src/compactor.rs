@@ -550,7 +550,7 @@ impl Compactor {
                         let message = messages.start + e.message;
                         ElidedItem {
                             message,
-                            message_id: context.messages[message].id.clone(),
+                            message_id: context.messages[message].id.as_deref().map(str::to_owned),
                             block: e.block,
                             bytes: e.bytes,
                             kept: e.kept,
@@ -729,7 +729,7 @@ impl Compactor {
             .iter()
             .map(|m| {
                 let mut copy = m.clone();
-                copy.id = Some(self.ids.next_id(IdKind::Message));
+                copy.id = Some(self.ids.next_id(IdKind::Message).into());
                 copy.extra
                     .insert(KEPT_BY.to_owned(), Value::from(id.as_str()));
                 copy

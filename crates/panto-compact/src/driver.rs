@@ -151,7 +151,7 @@ impl<L: SessionLog> Driver<L> {
             let mut entries = Vec::with_capacity(new.len());
             for mut m in new {
                 if m.id.is_none() {
-                    m.id = Some(self.compactor.next_id(IdKind::Message));
+                    m.id = Some(self.compactor.next_id(IdKind::Message).into());
                 }
                 entries.push(Entry::Message(m));
             }
@@ -299,7 +299,7 @@ impl<L: SessionLog> Driver<L> {
         compaction: Option<CompactionReport>,
     ) -> Result<Reply, CompactError> {
         if reply.id.is_none() {
-            reply.id = Some(self.compactor.next_id(IdKind::Message));
+            reply.id = Some(self.compactor.next_id(IdKind::Message).into());
         }
         self.log
             .append(&[Entry::Message(reply.clone())])

@@ -103,7 +103,7 @@ impl Provider for ScriptedProvider {
             })
             .map(|mut m| {
                 if m.model.is_none() {
-                    m.model = Some(request.model.clone());
+                    m.model = Some(request.model.as_str().into());
                 }
                 for block in &m.content {
                     if let ContentBlock::Text(t) = block {
@@ -118,7 +118,7 @@ impl Provider for ScriptedProvider {
 /// An assistant reply holding `text`, stopped at `end_turn`, with a small usage record.
 pub fn reply(text: impl Into<String>) -> Message {
     let mut m = Message::assistant_text(text);
-    m.stop_reason = Some("end_turn".to_owned());
+    m.stop_reason = Some("end_turn".into());
     m.usage = Some(Usage::new(1_000, 100));
     m
 }

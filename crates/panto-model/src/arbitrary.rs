@@ -12,7 +12,7 @@ use proptest::prelude::*;
 use serde_json::{Value, json};
 
 use crate::message::{
-    ContentBlock, Extra, ImageBlock, Message, Role, ThinkingBlock, ToolResultBlock,
+    ContentBlock, Extra, ImageBlock, Message, Name, Role, ThinkingBlock, ToolResultBlock,
     ToolResultContent, Usage,
 };
 
@@ -141,8 +141,8 @@ prop_compose! {
         }
         let mut assistant = Message::new(Role::Assistant, content);
         assistant.usage = usage;
-        assistant.model = model;
-        assistant.stop_reason = Some(if result_blocks.is_empty() { "end_turn" } else { "tool_use" }.to_owned());
+        assistant.model = model.map(Name::from);
+        assistant.stop_reason = Some(if result_blocks.is_empty() { "end_turn" } else { "tool_use" }.into());
         // Spread the results over 1..=n user messages, in a shuffled order.
         let n = result_blocks.len();
         let mut results = Vec::new();
@@ -189,7 +189,7 @@ pub fn session(max_rounds: usize) -> impl Strategy<Value = Session> {
                         if step.assistant.content.is_empty() {
                             step.assistant.content.push(ContentBlock::text("done"));
                         }
-                        step.assistant.stop_reason = Some("end_turn".to_owned());
+                        step.assistant.stop_reason = Some("end_turn".into());
                         step.results.clear();
                     }
                     let start = messages.len();

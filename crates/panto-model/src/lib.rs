@@ -1,7 +1,8 @@
 //! The message model of panto: what a conversation is, independent of any provider or storage.
 //!
 //! - [`Message`], [`ContentBlock`] (with the first-class [`CompactionBlock`]) and [`Usage`] are
-//!   the Contract 1 shapes; [`Entry`] is one line of a session file.
+//!   the Contract 1 shapes; [`Entry`] is one line of a session file. Their short names (ids,
+//!   models, stop reasons, tool names) are [`Name`]s, kept in place when they fit.
 //! - [`decode_line`] / [`entries`] read JSONL with errors that name line, column and field;
 //!   [`encode_line`] writes it back. Unknown fields and tool arguments are kept as their exact
 //!   JSON text ([`RawJson`], [`Extra`]), so they survive the round trip byte for byte and no
@@ -51,6 +52,7 @@ mod entry;
 mod ids;
 mod json;
 mod message;
+mod name;
 mod replay;
 mod serde_impl;
 pub mod stop_reason;
@@ -65,8 +67,8 @@ pub use decode::{
 pub use entry::{COPIES_MARKED, CompactionEntry, Entry, Trigger, UnknownEntry};
 pub use ids::{IdKind, IdSource, SequentialIds, UniqueIds};
 pub use message::{
-    CompactionBlock, ContentBlock, Extra, ImageBlock, KEPT_BY, Message, OtherBlock, RawJson, Role,
-    TextBlock, ThinkingBlock, ToolResultBlock, ToolResultContent, ToolUseBlock, Usage,
+    CompactionBlock, ContentBlock, Extra, ImageBlock, KEPT_BY, Message, Name, OtherBlock, RawJson,
+    Role, TextBlock, ThinkingBlock, ToolResultBlock, ToolResultContent, ToolUseBlock, Usage,
 };
 pub use replay::{EffectiveContext, Replayer, Skipped, replay};
 pub use turns::{allowed_cuts, turns};

@@ -7,6 +7,7 @@
 use serde_json::Value;
 
 pub use crate::json::{Extra, RawJson};
+pub use crate::name::Name;
 
 /// Who wrote a message. The system prompt is configuration, never part of the session.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -35,17 +36,17 @@ impl Role {
 #[non_exhaustive]
 pub struct Message {
     /// The entry id, when the file carries one. panto fills it when it appends.
-    pub id: Option<String>,
+    pub id: Option<Name>,
     /// The author.
     pub role: Role,
     /// The content blocks, in order.
     pub content: Vec<ContentBlock>,
     /// The model that wrote an assistant message.
-    pub model: Option<String>,
+    pub model: Option<Name>,
     /// Why the model stopped, in the one vocabulary of [`stop_reason`](crate::stop_reason)
     /// (`end_turn`, `tool_use`, `max_tokens`, ...): the adapters normalise each protocol's own
     /// words to it, and a message read from a file keeps whatever text the file had.
-    pub stop_reason: Option<String>,
+    pub stop_reason: Option<Name>,
     /// Token accounting of the request that produced an assistant message.
     pub usage: Option<Usage>,
     /// Fields panto does not model, kept verbatim.
@@ -68,21 +69,21 @@ impl Message {
 
     /// The message with entry id `id`.
     #[must_use]
-    pub fn with_id(mut self, id: impl Into<String>) -> Message {
+    pub fn with_id(mut self, id: impl Into<Name>) -> Message {
         self.id = Some(id.into());
         self
     }
 
     /// The message marked as written by `model`.
     #[must_use]
-    pub fn with_model(mut self, model: impl Into<String>) -> Message {
+    pub fn with_model(mut self, model: impl Into<Name>) -> Message {
         self.model = Some(model.into());
         self
     }
 
     /// The message with the provider's stop reason.
     #[must_use]
-    pub fn with_stop_reason(mut self, stop_reason: impl Into<String>) -> Message {
+    pub fn with_stop_reason(mut self, stop_reason: impl Into<Name>) -> Message {
         self.stop_reason = Some(stop_reason.into());
         self
     }
@@ -190,7 +191,7 @@ impl ContentBlock {
     /// A tool call block; `input` is a `Value` or exact JSON text ([`RawJson`]).
     pub fn tool_use(
         id: impl Into<String>,
-        name: impl Into<String>,
+        name: impl Into<Name>,
         input: impl Into<RawJson>,
     ) -> ContentBlock {
         ContentBlock::ToolUse(ToolUseBlock::new(id, name, input))
@@ -273,7 +274,7 @@ pub struct ToolUseBlock {
     /// The call id that the matching tool result names.
     pub id: String,
     /// The tool name.
-    pub name: String,
+    pub name: Name,
     /// The arguments, any JSON value (normally an object), kept as the exact text it was read
     /// or built as: panto carries it without looking inside, so no nesting depth or number
     /// spelling is lost. It dereferences to a `serde_json::Value` for code that looks inside.
@@ -286,7 +287,7 @@ impl ToolUseBlock {
     /// A tool call; `input` is a `Value` or exact JSON text ([`RawJson`]).
     pub fn new(
         id: impl Into<String>,
-        name: impl Into<String>,
+        name: impl Into<Name>,
         input: impl Into<RawJson>,
     ) -> ToolUseBlock {
         ToolUseBlock {

@@ -91,31 +91,41 @@ fn wtf8_lossy(bytes: &[u8]) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
-/// A string field panto models, read strictly or (in lossy mode) with lone surrogates replaced.
-struct Str(String);
+/// A string field panto models, read strictly or (in lossy mode) with lone surrogates replaced:
+/// a `String`, or a [`Name`], which keeps a short one without an allocation.
+struct Str<T = String>(T);
 
-impl<'de> Deserialize<'de> for Str {
+impl<'de, T> Deserialize<'de> for Str<T>
+where
+    T: for<'a> From<&'a str> + From<String>,
+{
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Str;
+        struct V<T>(PhantomData<T>);
+        impl<'de, T> Visitor<'de> for V<T>
+        where
+            T: for<'a> From<&'a str> + From<String>,
+        {
+            type Value = Str<T>;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
                 f.write_str("a string")
             }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<Str, E> {
-                Ok(Str(v.to_owned()))
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Str<T>, E> {
+                Ok(Str(T::from(v)))
             }
-            fn visit_string<E: de::Error>(self, v: String) -> Result<Str, E> {
-                Ok(Str(v))
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Str<T>, E> {
+                Ok(Str(T::from(v)))
             }
-            fn visit_bytes<E: de::Error>(self, v: &[u8]) -> Result<Str, E> {
-                Ok(Str(wtf8_lossy(v).into_owned()))
+            fn visit_bytes<E: de::Error>(self, v: &[u8]) -> Result<Str<T>, E> {
+                Ok(Str(match wtf8_lossy(v) {
+                    Cow::Borrowed(s) => T::from(s),
+                    Cow::Owned(s) => T::from(s),
+                }))
             }
         }
         if is_lossy() {
-            d.deserialize_bytes(V)
+            d.deserialize_bytes(V(PhantomData))
         } else {
-            d.deserialize_string(V)
+            d.deserialize_string(V(PhantomData))
         }
     }
 }
@@ -305,16 +315,19 @@ impl<'de, T: Tagged> Visitor<'de> for BodyVisitor<T> {
 }
 
 /// Reads an optional string field: `null` is kept in `extra` so it round-trips.
-fn opt_string<'de, A: MapAccess<'de>>(
+fn opt_string<'de, A: MapAccess<'de>, T>(
     map: &mut A,
-    slot: &mut Option<String>,
+    slot: &mut Option<T>,
     key: &str,
     extra: &mut Extra,
-) -> Result<(), A::Error> {
+) -> Result<(), A::Error>
+where
+    T: for<'a> From<&'a str> + From<String>,
+{
     if slot.is_some() || extra.contains_key(key) {
         return Err(A::Error::custom(format_args!("duplicate field `{key}`")));
     }
-    match map.next_value::<Option<Str>>()? {
+    match map.next_value::<Option<Str<T>>>()? {
         Some(s) => *slot = Some(s.0),
         None => {
             extra.insert(key.to_owned(), Value::Null);
@@ -343,15 +356,18 @@ fn opt_u64<'de, A: MapAccess<'de>>(
 }
 
 /// Reads a required string field once.
-fn required_str<'de, A: MapAccess<'de>>(
+fn required_str<'de, A: MapAccess<'de>, T>(
     map: &mut A,
-    slot: &mut Option<String>,
+    slot: &mut Option<T>,
     key: &'static str,
-) -> Result<(), A::Error> {
+) -> Result<(), A::Error>
+where
+    T: for<'a> From<&'a str> + From<String>,
+{
     if slot.is_some() {
         return Err(A::Error::duplicate_field(key));
     }
-    *slot = Some(map.next_value::<Str>()?.0);
+    *slot = Some(map.next_value::<Str<T>>()?.0);
     Ok(())
 }
 

@@ -502,6 +502,38 @@ fn messages_and_blocks_stay_small() {
     }
 }
 
+/// The short names of a message read from a file (its id, model and stop reason, a call's
+/// tool name) take no allocation of their own, escaped or not; a long one keeps its text.
+#[test]
+fn short_names_read_from_a_file_are_stored_in_place() {
+    let line = r#"{"type":"message","id":"m1","role":"assistant","model":"claude-sonnet-4-5","stop_reason":"tool\u005fuse","content":[{"type":"tool_use","id":"toolu_017qEkVzzPb7b7o4FkgJLF23","name":"read","input":{}}]}"#;
+    let Entry::Message(m) = serde_json::from_str::<Entry>(line).unwrap() else {
+        panic!("not a message");
+    };
+    for name in [&m.id, &m.model, &m.stop_reason] {
+        let name = name.as_ref().unwrap();
+        assert!(name.is_inline(), "{name}");
+    }
+    assert_eq!(m.stop_reason.as_deref(), Some("tool_use"));
+    let ContentBlock::ToolUse(u) = &m.content[0] else {
+        panic!("not a call");
+    };
+    assert!(u.name.is_inline());
+    assert_eq!(u.name, "read");
+    assert_eq!(u.id, "toolu_017qEkVzzPb7b7o4FkgJLF23");
+    let long = r#"{"type":"message","role":"assistant","model":"claude-sonnet-4-5-20250929-with-a-suffix","content":[]}"#;
+    let Entry::Message(m) = serde_json::from_str::<Entry>(long).unwrap() else {
+        panic!("not a message");
+    };
+    let model = m.model.unwrap();
+    assert!(!model.is_inline());
+    assert_eq!(model, "claude-sonnet-4-5-20250929-with-a-suffix");
+    let written = encode_line(&Entry::Message(
+        Message::new(Role::User, vec![]).with_id("m9"),
+    ));
+    assert!(written.contains(r#""id":"m9""#), "{written}");
+}
+
 /// An `Extra` whose fields were all removed equals one that never had any.
 #[test]
 fn an_emptied_extra_equals_a_new_one() {

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use panto_model::{
-    ContentBlock, Extra, Message, OtherBlock, TextBlock, ThinkingBlock, ToolResultContent,
+    ContentBlock, Extra, Message, Name, OtherBlock, TextBlock, ThinkingBlock, ToolResultContent,
     ToolUseBlock, Usage,
 };
 use panto_provider::{EventSink, Provider, ProviderError, Request, ToolChoice};
@@ -243,11 +243,11 @@ pub(crate) fn parse_message(body: &Value) -> Result<Message, ProviderError> {
         blocks.push(block);
     }
     let mut message = assistant(blocks);
-    message.model = body.get("model").and_then(Value::as_str).map(str::to_owned);
+    message.model = body.get("model").and_then(Value::as_str).map(Name::from);
     message.stop_reason = body
         .get("stop_reason")
         .and_then(Value::as_str)
-        .map(str::to_owned);
+        .map(Name::from);
     message.usage = body.get("usage").map(parse_usage);
     Ok(message)
 }
@@ -455,9 +455,9 @@ impl StreamParser for AnthropicStream {
             });
         }
         let mut message = assistant(content);
-        message.model = self.model;
+        message.model = self.model.map(Name::from);
         message.usage = self.usage;
-        message.stop_reason = self.stop_reason;
+        message.stop_reason = self.stop_reason.map(Name::from);
         Ok(message)
     }
 }

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use panto_model::stop_reason;
 use panto_model::{
-    ContentBlock, Extra, Message, Role, TextBlock, ThinkingBlock, ToolUseBlock, Usage,
+    ContentBlock, Extra, Message, Name, Role, TextBlock, ThinkingBlock, ToolUseBlock, Usage,
 };
 use panto_provider::{EventSink, Provider, ProviderError, Request, ToolChoice};
 use reqwest::header::{HeaderMap, HeaderName};
@@ -437,7 +437,7 @@ impl StreamParser for GeminiStream {
         };
         let calls = has_calls(&self.content);
         let mut message = assistant(self.content);
-        message.model = self.model;
+        message.model = self.model.map(Name::from);
         message.stop_reason = Some(map_stop_reason(&STOP_REASONS, &reason, calls));
         message.usage = self.usage;
         Ok(message)

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use panto_model::stop_reason;
-use panto_model::{ContentBlock, Message, Role, ThinkingBlock, ToolUseBlock, Usage};
+use panto_model::{ContentBlock, Message, Name, Role, ThinkingBlock, ToolUseBlock, Usage};
 use panto_provider::{EventSink, Provider, ProviderError, Request, ToolChoice};
 use reqwest::header::{AUTHORIZATION, HeaderMap};
 use serde_json::{Map, Value, json};
@@ -346,7 +346,7 @@ pub(crate) fn parse_completion(body: &Value) -> Result<Message, ProviderError> {
     }
     let calls = has_calls(&content);
     let mut out = assistant(content);
-    out.model = body.get("model").and_then(Value::as_str).map(str::to_owned);
+    out.model = body.get("model").and_then(Value::as_str).map(Name::from);
     out.stop_reason = choice
         .get("finish_reason")
         .and_then(Value::as_str)
@@ -475,7 +475,7 @@ impl StreamParser for ChatStream {
         }
         let calls = has_calls(&content);
         let mut message = assistant(content);
-        message.model = self.model;
+        message.model = self.model.map(Name::from);
         message.stop_reason = self
             .finish_reason
             .map(|r| map_stop_reason(&STOP_REASONS, &r, calls));

@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 
 use panto_model::stop_reason;
-use panto_model::{ContentBlock, Extra, Message, Role, ThinkingBlock, ToolUseBlock};
+use panto_model::{ContentBlock, Extra, Message, Name, Role, ThinkingBlock, ToolUseBlock};
 use panto_provider::{EventSink, Provider, ProviderError, Request, ToolChoice};
 use reqwest::header::{AUTHORIZATION, HeaderMap};
 use serde_json::{Map, Value, json};
@@ -114,7 +114,7 @@ fn settle_stop_reason(request: &Request, message: &mut Message) {
         .as_ref()
         .is_some_and(|u| u.output_tokens >= u64::from(request.max_output_tokens));
     if at_limit && message.stop_reason.as_deref() == Some(stop_reason::END_TURN) {
-        message.stop_reason = Some(stop_reason::MAX_TOKENS.to_owned());
+        message.stop_reason = Some(stop_reason::MAX_TOKENS.into());
     }
 }
 
@@ -334,7 +334,7 @@ fn message_from(response: &Value, items: Option<Vec<Value>>) -> Result<Message, 
     message.model = response
         .get("model")
         .and_then(Value::as_str)
-        .map(str::to_owned);
+        .map(Name::from);
     // A whole response is `completed` (a natural end) unless it says why it is incomplete.
     let reason = match response.get("status").and_then(Value::as_str) {
         Some("incomplete") => response

@@ -4,7 +4,7 @@
 use std::borrow::Cow;
 use std::fmt;
 
-use panto_model::{ContentBlock, Extra, Message, RawJson, ToolResultContent};
+use panto_model::{ContentBlock, Extra, Message, Name, RawJson, ToolResultContent};
 use panto_provider::{EventSink, StreamEvent};
 use serde_json::{Map, Value};
 
@@ -139,9 +139,9 @@ impl ApiKey {
         if self.0.len() < 4 {
             return;
         }
-        self.scrub_opt(&mut message.id);
-        self.scrub_opt(&mut message.model);
-        self.scrub_opt(&mut message.stop_reason);
+        self.scrub_opt_name(&mut message.id);
+        self.scrub_opt_name(&mut message.model);
+        self.scrub_opt_name(&mut message.stop_reason);
         self.scrub_blocks(&mut message.content);
         if let Some(usage) = &mut message.usage {
             self.scrub_extra(&mut usage.extra);
@@ -163,7 +163,7 @@ impl ApiKey {
                 }
                 ContentBlock::ToolUse(u) => {
                     self.scrub_string(&mut u.id);
-                    self.scrub_string(&mut u.name);
+                    self.scrub_name(&mut u.name);
                     self.scrub_raw(&mut u.input);
                     self.scrub_extra(&mut u.extra);
                 }
@@ -200,6 +200,18 @@ impl ApiKey {
     fn scrub_opt(&self, s: &mut Option<String>) {
         if let Some(s) = s {
             self.scrub_string(s);
+        }
+    }
+
+    fn scrub_name(&self, s: &mut Name) {
+        if let Cow::Owned(clean) = self.scrub_cow(s) {
+            *s = clean.into();
+        }
+    }
+
+    fn scrub_opt_name(&self, s: &mut Option<Name>) {
+        if let Some(s) = s {
+            self.scrub_name(s);
         }
     }
 

@@ -3,7 +3,7 @@
 //! stop-reason mapping and the assembly of an assistant message.
 
 use panto_model::stop_reason;
-use panto_model::{ContentBlock, Message, Role, Usage};
+use panto_model::{ContentBlock, Message, Name, Role, Usage};
 use panto_provider::{ReasoningEffort, Request, RequestOptions, ToolChoice};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::{Map, Value, json};
@@ -72,21 +72,21 @@ pub(crate) struct StopReasons {
 /// Maps a protocol's stop reason onto the one vocabulary of [`panto_model::stop_reason`]
 /// (Anthropic's names, which the session file uses); a reason with no mapping is kept as the
 /// protocol said it.
-pub(crate) fn map_stop_reason(reasons: &StopReasons, reason: &str, has_calls: bool) -> String {
+pub(crate) fn map_stop_reason(reasons: &StopReasons, reason: &str, has_calls: bool) -> Name {
     if reason == reasons.end {
         return if has_calls {
             stop_reason::TOOL_USE
         } else {
             stop_reason::END_TURN
         }
-        .to_owned();
+        .into();
     }
     reasons
         .map
         .iter()
         .find(|(from, _)| *from == reason)
         .map_or(reason, |(_, to)| to)
-        .to_owned()
+        .into()
 }
 
 /// Whether the content calls a tool.

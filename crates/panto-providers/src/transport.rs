@@ -311,7 +311,7 @@ impl Transport {
                     wire.settle(request, &mut message);
                     // A server that names no model answered with the one asked for.
                     if message.model.is_none() {
-                        message.model = Some(request.model.clone());
+                        message.model = Some(request.model.as_str().into());
                     }
                     return Ok(message);
                 }

@@ -418,7 +418,7 @@ fn assign_missing_ids(entries: &mut [Entry], options: &SessionOptions) -> Vec<St
         }
         let id = options.id_source().next_id(IdKind::of(entry));
         match entry {
-            Entry::Message(m) => m.id = Some(id.clone()),
+            Entry::Message(m) => m.id = Some(id.as_str().into()),
             Entry::Compaction(c) => {
                 c.id = Some(id.clone());
                 point_copies(rest, c.kept_messages.unwrap_or(0), &id);

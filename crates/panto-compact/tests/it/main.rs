@@ -97,7 +97,7 @@ pub fn log_of(messages: &[Message]) -> MemoryLog {
             .enumerate()
             .map(|(i, m)| {
                 let mut m = m.clone();
-                m.id = Some(format!("h{}", i + 1));
+                m.id = Some(format!("h{}", i + 1).into());
                 Entry::Message(m)
             })
             .collect(),

@@ -137,7 +137,7 @@ proptest! {
         prop_assert_eq!(got.len(), answers.len() + 1);
         for (i, want) in answers.iter().enumerate() {
             let mut want = want.clone();
-            want.id = Some(ids[i + 1].clone());
+            want.id = Some(ids[i + 1].as_str().into());
             prop_assert_eq!(&got[i + 1], &want);
         }
         prop_assert_eq!(forward(&s), loaded.context.clone());

@@ -82,7 +82,7 @@ fn sized_session(
             let mut running = system;
             for ((m, d), &t) in messages.iter_mut().zip(&draws).zip(&truth) {
                 if m.role == Role::Assistant {
-                    m.model = Some("model-m".to_owned());
+                    m.model = Some("model-m".into());
                     m.usage = Some(split_usage(running, t, d));
                 }
                 running += t;
@@ -219,7 +219,7 @@ proptest! {
         let mut messages = s.messages.clone();
         let asst = assistants(&messages);
         let b = asst[pick.index(asst.len())];
-        messages[b].model = Some("model-other".to_owned());
+        messages[b].model = Some("model-other".into());
         let sizes = UsageSizer::default().measure(&messages);
         for r in spans_around(&spans(&messages), b) {
             for i in r {
