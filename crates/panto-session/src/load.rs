@@ -12,7 +12,7 @@
 use std::fs::File;
 use std::path::Path;
 
-use panto_model::{DecodeError, EffectiveContext, Entry, Replayer, Skipped};
+use panto_model::{DecodeError, EffectiveContext, Entry, Message, Replayer, Skipped};
 
 use crate::error::{Result, SessionError};
 use crate::lines::{
@@ -81,7 +81,7 @@ pub(crate) fn load(path: &Path, file: &File, chunk: usize) -> Result<Loaded> {
     let mut pending = Vec::new();
 
     // Entries in reverse file order, with (start offset, newlines at or after it).
-    let mut entries: Vec<(Entry, u64, u64)> = Vec::new();
+    let mut entries = Collected::default();
     let mut after = After::Nothing;
     let mut run: Option<Run<NewlinesAfter>> = None;
     let mut newlines = 0u64;
@@ -156,7 +156,7 @@ pub(crate) fn load(path: &Path, file: &File, chunk: usize) -> Result<Loaded> {
                     });
                 }
                 let candidate = matches!(entry, Entry::Compaction(_));
-                entries.push((entry, seg.start, newlines));
+                entries.push(entry, seg.start, newlines);
                 if candidate && takes_effect(&entries) {
                     reached_start = false;
                     break;
@@ -173,14 +173,8 @@ pub(crate) fn load(path: &Path, file: &File, chunk: usize) -> Result<Loaded> {
         }
     }
 
-    let replay_from = entries.last().map_or(len, |(_, start, _)| *start);
-    let mut positions = Vec::with_capacity(entries.len());
-    let mut replayer = Replayer::new();
-    for (entry, start, nl_from) in entries.into_iter().rev() {
-        positions.push((start, nl_from));
-        replayer.push(entry);
-    }
-    let context = replayer.finish();
+    let replay_from = entries.slots.last().map_or(len, |s| s.start);
+    let (context, positions) = entries.replay();
     for skipped in &context.skipped {
         let (index, kind) = match skipped {
             Skipped::UnknownType { index, kind } => {
@@ -235,28 +229,135 @@ pub(crate) fn load(path: &Path, file: &File, chunk: usize) -> Result<Loaded> {
 /// Whether the compaction at the end of `entries` (reverse file order) takes effect: the same
 /// `Replayer` is run over it and the entries after it until it has seen as many non-unknown
 /// entries as copies announced; it took effect unless it was reported incomplete.
-fn takes_effect(entries: &[(Entry, u64, u64)]) -> bool {
-    let Some((Entry::Compaction(c), _, _)) = entries.last() else {
+fn takes_effect(entries: &Collected) -> bool {
+    if entries.slots.last().is_none_or(|s| s.message) {
+        return false;
+    }
+    let Some(Entry::Compaction(c)) = entries.others.last() else {
         return false;
     };
     let need = c.kept_messages.unwrap_or(0);
     let mut replayer = Replayer::new();
     replayer.push(Entry::Compaction(c.clone()));
     let mut seen = 0u64;
-    for (entry, _, _) in entries.iter().rev().skip(1) {
+    for entry in entries.after_earliest() {
         if seen >= need {
             break;
         }
         if !matches!(entry, Entry::Unknown(_)) {
             seen += 1;
         }
-        replayer.push(entry.clone());
+        replayer.push(entry);
     }
     !replayer
         .finish()
         .skipped
         .iter()
         .any(|s| matches!(s, Skipped::IncompleteCompaction { index: 0, .. }))
+}
+
+/// The entries read so far, in reverse file order. The messages are kept in a vector of their
+/// own, so that a context read without a compaction (the long one that needs compacting) is
+/// that vector itself, reversed in place: no second copy of every message is built, moved and
+/// paged in, as replaying entries into a new vector would.
+#[derive(Default)]
+struct Collected {
+    /// The message entries, in reverse file order.
+    messages: Vec<Message>,
+    /// The other entries, in reverse file order.
+    others: Vec<Entry>,
+    /// Every entry, in reverse file order.
+    slots: Vec<Slot>,
+}
+
+/// Where an entry of [`Collected`] is and what it is.
+struct Slot {
+    /// Its start offset.
+    start: u64,
+    /// Newlines at or after it.
+    nl_from: u64,
+    /// Whether it is in `messages` (else in `others`).
+    message: bool,
+}
+
+impl Collected {
+    fn push(&mut self, entry: Entry, start: u64, nl_from: u64) {
+        let message = match entry {
+            Entry::Message(m) => {
+                self.messages.push(m);
+                true
+            }
+            other => {
+                self.others.push(other);
+                false
+            }
+        };
+        self.slots.push(Slot {
+            start,
+            nl_from,
+            message,
+        });
+    }
+
+    /// Copies of the entries after the earliest one read, in file order.
+    fn after_earliest(&self) -> impl Iterator<Item = Entry> + '_ {
+        let earliest_is_message = self.slots.last().is_some_and(|s| s.message);
+        let mut m = self.messages.len() - usize::from(earliest_is_message);
+        let mut o = self.others.len() - usize::from(!earliest_is_message);
+        self.slots.iter().rev().skip(1).map(move |s| {
+            if s.message {
+                m -= 1;
+                Entry::Message(self.messages[m].clone())
+            } else {
+                o -= 1;
+                self.others[o].clone()
+            }
+        })
+    }
+
+    /// Replays the entries in file order: the effective context, and each replayed entry's
+    /// (start offset, newlines at or after it).
+    fn replay(self) -> (EffectiveContext, Vec<(u64, u64)>) {
+        let positions = self
+            .slots
+            .iter()
+            .rev()
+            .map(|s| (s.start, s.nl_from))
+            .collect();
+        if self.others.iter().all(|e| matches!(e, Entry::Unknown(_))) {
+            // No compaction: replay keeps every message in order and skips each unknown entry
+            // (what `Replayer` does before any compaction, which the load proptests compare).
+            let mut messages = self.messages;
+            messages.reverse();
+            let mut others = self.others.into_iter().rev();
+            let mut context = EffectiveContext::new(messages);
+            for (index, slot) in self.slots.iter().rev().enumerate() {
+                if !slot.message
+                    && let Some(Entry::Unknown(u)) = others.next()
+                {
+                    context.skipped.push(Skipped::UnknownType {
+                        index,
+                        kind: u.kind,
+                    });
+                }
+            }
+            return (context, positions);
+        }
+        let mut replayer = Replayer::new();
+        let mut messages = self.messages.into_iter().rev();
+        let mut others = self.others.into_iter().rev();
+        for slot in self.slots.iter().rev() {
+            let entry = if slot.message {
+                messages.next().map(Entry::Message)
+            } else {
+                others.next()
+            };
+            if let Some(entry) = entry {
+                replayer.push(entry);
+            }
+        }
+        (replayer.finish(), positions)
+    }
 }
 
 /// Applies the run rule to a finished run: a warning, or the error of its first line with the

@@ -110,6 +110,10 @@ proptest! {
         let loaded = session.load_context().unwrap();
         let full = forward(&session);
         prop_assert_eq!(essence(&loaded.context), essence(&full));
+        if loaded.stats.replay_from == 0 {
+            // Every entry was replayed, so what was skipped is what a full replay skips.
+            prop_assert_eq!(&loaded.context.skipped, &full.skipped);
+        }
         // Every reported position is the start of a line holding what the warning says.
         let text = fs::read_to_string(&path).unwrap();
         for w in &loaded.warnings {
