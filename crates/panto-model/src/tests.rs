@@ -551,3 +551,37 @@ fn an_emptied_extra_equals_a_new_one() {
     assert_eq!(extra, Extra::new());
     assert_eq!(extra.into_iter().count(), 0);
 }
+
+proptest::proptest! {
+    /// `CallIndex` answers what a scan of every call so far, latest first, answers, for ids
+    /// that share a tail, a prefix, or neither, and for lookups of calls far older than the
+    /// recent ones it scans first.
+    #[test]
+    fn a_call_index_finds_the_latest_call_with_an_id(
+        ops in proptest::collection::vec((proptest::bool::ANY, 0usize..6, 0usize..3), 0..120),
+    ) {
+        let ids: Vec<String> = (0..6)
+            .map(|i| match i % 3 {
+                0 => format!("toolu_{i}_same_tail"),
+                1 => format!("call_{i}"),
+                _ => format!("{i}-shared-prefix-0123456789abcdef"),
+            })
+            .collect();
+        let mut index = CallIndex::default();
+        let mut all: Vec<(&str, usize)> = Vec::new();
+        for (n, &(push, id, pad)) in ops.iter().enumerate() {
+            if push {
+                index.push(&ids[id], n);
+                all.push((&ids[id], n));
+                // Calls of other ids, so the one looked up may be older than the recent scan.
+                for _ in 0..pad * 9 {
+                    index.push("toolu_filler", usize::MAX);
+                    all.push(("toolu_filler", usize::MAX));
+                }
+            } else {
+                let want = all.iter().rev().find(|(c, _)| *c == ids[id]).map(|&(_, v)| v);
+                proptest::prop_assert_eq!(index.latest(&ids[id]), want);
+            }
+        }
+    }
+}
