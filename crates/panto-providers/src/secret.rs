@@ -3,8 +3,9 @@
 
 use std::borrow::Cow;
 use std::fmt;
+use std::ops::Deref;
 
-use panto_model::{ContentBlock, Extra, Message, Name, RawJson, ToolResultContent};
+use panto_model::{ContentBlock, Extra, Message, RawJson, ToolResultContent};
 use panto_provider::{EventSink, StreamEvent};
 use serde_json::{Map, Value};
 
@@ -139,9 +140,9 @@ impl ApiKey {
         if self.0.len() < 4 {
             return;
         }
-        self.scrub_opt_name(&mut message.id);
-        self.scrub_opt_name(&mut message.model);
-        self.scrub_opt_name(&mut message.stop_reason);
+        self.scrub_opt(&mut message.id);
+        self.scrub_opt(&mut message.model);
+        self.scrub_opt(&mut message.stop_reason);
         self.scrub_blocks(&mut message.content);
         if let Some(usage) = &mut message.usage {
             self.scrub_extra(&mut usage.extra);
@@ -163,7 +164,7 @@ impl ApiKey {
                 }
                 ContentBlock::ToolUse(u) => {
                     self.scrub_string(&mut u.id);
-                    self.scrub_name(&mut u.name);
+                    self.scrub_string(&mut u.name);
                     self.scrub_raw(&mut u.input);
                     self.scrub_extra(&mut u.extra);
                 }
@@ -191,27 +192,16 @@ impl ApiKey {
         }
     }
 
-    fn scrub_string(&self, s: &mut String) {
-        if let Cow::Owned(clean) = self.scrub_cow(s) {
-            *s = clean;
-        }
-    }
-
-    fn scrub_opt(&self, s: &mut Option<String>) {
-        if let Some(s) = s {
-            self.scrub_string(s);
-        }
-    }
-
-    fn scrub_name(&self, s: &mut Name) {
+    /// Scrubs a string or a [`Name`](panto_model::Name) in place (rebuilt only when it held a piece of the key).
+    fn scrub_string<T: Deref<Target = str> + From<String>>(&self, s: &mut T) {
         if let Cow::Owned(clean) = self.scrub_cow(s) {
             *s = clean.into();
         }
     }
 
-    fn scrub_opt_name(&self, s: &mut Option<Name>) {
+    fn scrub_opt<T: Deref<Target = str> + From<String>>(&self, s: &mut Option<T>) {
         if let Some(s) = s {
-            self.scrub_name(s);
+            self.scrub_string(s);
         }
     }
 
