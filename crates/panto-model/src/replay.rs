@@ -109,6 +109,23 @@ impl Replayer {
         Replayer::default()
     }
 
+    /// Applies `messages` as the next message entries, in order, as [`Replayer::push`] of each
+    /// would. A replayer that has applied nothing but unknown entries so far takes the vector
+    /// itself as the context's messages instead of moving them one by one into a new one: a
+    /// reader that has decoded a long history without a compaction hands it over whole.
+    pub fn push_messages(&mut self, messages: Vec<Message>) {
+        // Nothing applied but unknown entries: an active compaction leads the messages with
+        // its own, so no messages and none pending is all it takes.
+        if self.ctx.messages.is_empty() && self.pending.is_none() {
+            self.next_index += messages.len();
+            self.ctx.messages = messages;
+        } else {
+            for m in messages {
+                self.push(Entry::Message(m));
+            }
+        }
+    }
+
     /// Applies the next entry.
     pub fn push(&mut self, entry: Entry) {
         let index = self.next_index;

@@ -585,3 +585,50 @@ proptest::proptest! {
         }
     }
 }
+
+/// One of a few entries that put a replayer in each of its states: fresh, after an unknown
+/// entry, with a compaction pending its copies, active, or foreign (copies not marked).
+fn state_entry(kind: usize, n: usize) -> Entry {
+    match kind {
+        0 => msg_entry(Role::User, &format!("plain {n}")),
+        1 => serde_json::from_str::<Entry>(r#"{"type":"note","text":"x"}"#).unwrap(),
+        2 => compaction("c1", "s", Some(2)),
+        3 => kept_copy(&format!("copy {n}"), "c1"),
+        4 => compaction("c2", "s", None),
+        _ => compaction("c3", "s", Some(0)),
+    }
+}
+
+proptest::proptest! {
+    /// `Replayer::push_messages` gives what pushing each message gives, whatever state the
+    /// replayer is in (the vector is taken whole only by a fresh one).
+    #[test]
+    fn pushing_messages_at_once_replays_like_pushing_each(
+        before in proptest::collection::vec(0usize..6, 0..6),
+        batch in proptest::collection::vec(proptest::bool::ANY, 0..6),
+        after in proptest::collection::vec(0usize..6, 0..4),
+    ) {
+        let before: Vec<Entry> = before.iter().enumerate().map(|(n, &k)| state_entry(k, n)).collect();
+        let batch: Vec<Message> = batch
+            .iter()
+            .enumerate()
+            .map(|(n, &copy)| match state_entry(if copy { 3 } else { 0 }, 10 + n) {
+                Entry::Message(m) => m,
+                _ => unreachable!(),
+            })
+            .collect();
+        let after: Vec<Entry> = after.iter().enumerate().map(|(n, &k)| state_entry(k, 20 + n)).collect();
+        let mut one_by_one = before.clone();
+        one_by_one.extend(batch.iter().cloned().map(Entry::Message));
+        one_by_one.extend(after.iter().cloned());
+        let mut replayer = Replayer::new();
+        for e in before {
+            replayer.push(e);
+        }
+        replayer.push_messages(batch);
+        for e in after {
+            replayer.push(e);
+        }
+        proptest::prop_assert_eq!(replayer.finish(), replay(one_by_one));
+    }
+}

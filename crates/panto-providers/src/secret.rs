@@ -192,7 +192,8 @@ impl ApiKey {
         }
     }
 
-    /// Scrubs a string or a [`Name`](panto_model::Name) in place (rebuilt only when it held a piece of the key).
+    /// Scrubs a string or a [`Name`](panto_model::Name) in place, rebuilt only when it held a
+    /// piece of the key.
     fn scrub_string<T: Deref<Target = str> + From<String>>(&self, s: &mut T) {
         if let Cow::Owned(clean) = self.scrub_cow(s) {
             *s = clean.into();

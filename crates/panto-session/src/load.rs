@@ -174,7 +174,7 @@ pub(crate) fn load(path: &Path, file: &File, chunk: usize) -> Result<Loaded> {
     }
 
     let replay_from = entries.slots.last().map_or(len, |s| s.start);
-    let (context, positions) = entries.replay();
+    let context = entries.replay();
     for skipped in &context.skipped {
         let (index, kind) = match skipped {
             Skipped::UnknownType { index, kind } => {
@@ -194,7 +194,7 @@ pub(crate) fn load(path: &Path, file: &File, chunk: usize) -> Result<Loaded> {
             // A kind added to panto-model later: reported by the context itself.
             _ => continue,
         };
-        if let Some(&(offset, nl_from)) = positions.get(index) {
+        if let Some((offset, nl_from)) = entries.position(index) {
             pending.push(Pending {
                 offset,
                 nl_from,
@@ -220,7 +220,7 @@ pub(crate) fn load(path: &Path, file: &File, chunk: usize) -> Result<Loaded> {
             file_len: len,
             bytes_read: back.bytes_read,
             replay_from: if reached_start { 0 } else { replay_from },
-            entries: positions.len(),
+            entries: entries.slots.len(),
         },
         context,
     })
@@ -299,11 +299,10 @@ impl Collected {
         });
     }
 
-    /// Copies of the entries after the earliest one read, in file order.
+    /// Copies of the entries after the earliest one read, in file order; the earliest is one of
+    /// `others` (a candidate compaction, see [`takes_effect`]).
     fn after_earliest(&self) -> impl Iterator<Item = Entry> + '_ {
-        let earliest_is_message = self.slots.last().is_some_and(|s| s.message);
-        let mut m = self.messages.len() - usize::from(earliest_is_message);
-        let mut o = self.others.len() - usize::from(!earliest_is_message);
+        let (mut m, mut o) = (self.messages.len(), self.others.len().saturating_sub(1));
         self.slots.iter().rev().skip(1).map(move |s| {
             if s.message {
                 m -= 1;
@@ -315,37 +314,20 @@ impl Collected {
         })
     }
 
-    /// Replays the entries in file order: the effective context, and each replayed entry's
-    /// (start offset, newlines at or after it).
-    fn replay(self) -> (EffectiveContext, Vec<(u64, u64)>) {
-        let positions = self
-            .slots
-            .iter()
-            .rev()
-            .map(|s| (s.start, s.nl_from))
-            .collect();
-        if self.others.iter().all(|e| matches!(e, Entry::Unknown(_))) {
-            // No compaction: replay keeps every message in order and skips each unknown entry
-            // (what `Replayer` does before any compaction, which the load proptests compare).
-            let mut messages = self.messages;
-            messages.reverse();
-            let mut others = self.others.into_iter().rev();
-            let mut context = EffectiveContext::new(messages);
-            for (index, slot) in self.slots.iter().rev().enumerate() {
-                if !slot.message
-                    && let Some(Entry::Unknown(u)) = others.next()
-                {
-                    context.skipped.push(Skipped::UnknownType {
-                        index,
-                        kind: u.kind,
-                    });
-                }
-            }
-            return (context, positions);
-        }
+    /// Replays the entries in file order. Without other entries (a history never compacted,
+    /// the long one that needs compacting) the messages read backwards are reversed in place
+    /// and handed to the replayer whole ([`Replayer::push_messages`]). The entries are taken;
+    /// their slots stay, for [`Collected::position`].
+    fn replay(&mut self) -> EffectiveContext {
         let mut replayer = Replayer::new();
-        let mut messages = self.messages.into_iter().rev();
-        let mut others = self.others.into_iter().rev();
+        let mut messages = std::mem::take(&mut self.messages);
+        if self.others.is_empty() {
+            messages.reverse();
+            replayer.push_messages(messages);
+            return replayer.finish();
+        }
+        let mut messages = messages.into_iter().rev();
+        let mut others = std::mem::take(&mut self.others).into_iter().rev();
         for slot in self.slots.iter().rev() {
             let entry = if slot.message {
                 messages.next().map(Entry::Message)
@@ -356,7 +338,14 @@ impl Collected {
                 replayer.push(entry);
             }
         }
-        (replayer.finish(), positions)
+        replayer.finish()
+    }
+
+    /// The (start offset, newlines at or after it) of the replayed entry at `index` in file
+    /// order.
+    fn position(&self, index: usize) -> Option<(u64, u64)> {
+        let slot = self.slots.get(self.slots.len().checked_sub(index + 1)?)?;
+        Some((slot.start, slot.nl_from))
     }
 }
 
