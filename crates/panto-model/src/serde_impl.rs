@@ -92,19 +92,18 @@ fn wtf8_lossy(bytes: &[u8]) -> Cow<'_, str> {
 }
 
 /// A string field panto models, read strictly or (in lossy mode) with lone surrogates replaced:
-/// a `String`, or a [`Name`], which keeps a short one without an allocation.
+/// a `String`, or a [`Name`](crate::Name), which keeps a short one without an allocation.
 struct Str<T = String>(T);
 
-impl<'de, T> Deserialize<'de> for Str<T>
-where
-    T: for<'a> From<&'a str> + From<String>,
-{
+/// What a [`Str`] can build: a `String` or a [`Name`](crate::Name), from borrowed or owned text.
+trait Text: for<'a> From<&'a str> + From<String> {}
+
+impl<T: for<'a> From<&'a str> + From<String>> Text for T {}
+
+impl<'de, T: Text> Deserialize<'de> for Str<T> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct V<T>(PhantomData<T>);
-        impl<'de, T> Visitor<'de> for V<T>
-        where
-            T: for<'a> From<&'a str> + From<String>,
-        {
+        impl<'de, T: Text> Visitor<'de> for V<T> {
             type Value = Str<T>;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
                 f.write_str("a string")
@@ -315,15 +314,12 @@ impl<'de, T: Tagged> Visitor<'de> for BodyVisitor<T> {
 }
 
 /// Reads an optional string field: `null` is kept in `extra` so it round-trips.
-fn opt_string<'de, A: MapAccess<'de>, T>(
+fn opt_string<'de, A: MapAccess<'de>, T: Text>(
     map: &mut A,
     slot: &mut Option<T>,
     key: &str,
     extra: &mut Extra,
-) -> Result<(), A::Error>
-where
-    T: for<'a> From<&'a str> + From<String>,
-{
+) -> Result<(), A::Error> {
     if slot.is_some() || extra.contains_key(key) {
         return Err(A::Error::custom(format_args!("duplicate field `{key}`")));
     }
@@ -356,14 +352,11 @@ fn opt_u64<'de, A: MapAccess<'de>>(
 }
 
 /// Reads a required string field once.
-fn required_str<'de, A: MapAccess<'de>, T>(
+fn required_str<'de, A: MapAccess<'de>, T: Text>(
     map: &mut A,
     slot: &mut Option<T>,
     key: &'static str,
-) -> Result<(), A::Error>
-where
-    T: for<'a> From<&'a str> + From<String>,
-{
+) -> Result<(), A::Error> {
     if slot.is_some() {
         return Err(A::Error::duplicate_field(key));
     }
