@@ -13,8 +13,8 @@ use panto_size::{
     BLOCK_OVERHEAD, Heuristic, MESSAGE_OVERHEAD, Sizer, UsageSizer, estimate_request,
 };
 use panto_transcript::{
-    Elision, Ledger, TranscriptItem, TurnTranscript, render_request_text, render_transcript_elided,
-    render_turns, render_turns_with, strip_ledger, transcript_items,
+    Elision, Ledger, TranscriptItem, TurnTranscript, render_request_text, render_request_turns,
+    render_transcript_elided, render_turns, strip_ledger, transcript_items,
 };
 use serde_json::{Value, json};
 use tracing::{Instrument, info_span};
@@ -249,7 +249,10 @@ impl Compactor {
         all_turns.truncate(p.summarized_turns);
         let prefix_turns = all_turns;
         let mut turn_tenths = Vec::with_capacity(prefix_turns.len());
-        let transcript = render_turns_with(prefix, &prefix_turns, |turn| {
+        // Rendered after the first request's head, so that a fold in one request builds it
+        // where the transcript lies (`into_request`).
+        let previous_summary = context.summary();
+        let transcript = render_request_turns(prefix, &prefix_turns, previous_summary, |turn| {
             turn_tenths.push(Heuristic.text_tenths(turn));
         });
         let turn_tokens = turn_tenths.iter().map(|t| t.div_ceil(10)).collect();
@@ -265,7 +268,7 @@ impl Compactor {
             turns,
             turn_tokens,
             turn_tenths,
-            previous_summary: context.summary().map(str::to_owned),
+            previous_summary: previous_summary.map(str::to_owned),
             limit,
         })
     }

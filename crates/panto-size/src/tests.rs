@@ -1,8 +1,10 @@
 //! Unit tests: the heuristic's costs, and the usage sizer's rules on small literal sessions.
 
 use panto_model::{
-    ContentBlock, Entry, Extra, ImageBlock, Message, OtherBlock, Role, Usage, read_entries, replay,
+    ContentBlock, Entry, Extra, ImageBlock, KEPT_BY, Message, OtherBlock, Role, Usage,
+    read_entries, replay,
 };
+use proptest::arbitrary::any;
 use serde_json::json;
 
 use crate::*;
@@ -805,5 +807,111 @@ proptest::proptest! {
         // Sessions of up to 12 rounds span several read-ahead batches and end inside one.
         let one_by_one: Vec<u64> = session.messages.iter().map(|m| Heuristic.message(m)).collect();
         proptest::prop_assert_eq!(Heuristic.message_sizes(&session.messages), one_by_one);
+    }
+}
+
+/// The usage sizer's rules as first written, message by message from the public
+/// [`measure_span`] and [`plausible`]: a reference for the sizer, which finds the compaction
+/// messages once instead of asking each message again for every rule.
+fn reference_measure(messages: &[Message]) -> Vec<MessageSize> {
+    let estimates = Heuristic.message_sizes(messages);
+    let heuristic = |i: usize, reason| MessageSize {
+        tokens: estimates[i],
+        source: Source::Heuristic(reason),
+    };
+    let mut sizes: Vec<MessageSize> = (0..messages.len())
+        .map(|i| {
+            if messages[i].compaction_summary().is_some() {
+                heuristic(i, Fallback::Compaction)
+            } else {
+                heuristic(i, Fallback::Unbracketed)
+            }
+        })
+        .collect();
+    let mut previous: Option<usize> = None;
+    for (b, message) in messages.iter().enumerate() {
+        if message.role != Role::Assistant {
+            continue;
+        }
+        sizes[b] = match &message.usage {
+            _ if message.compaction_summary().is_some() => heuristic(b, Fallback::Compaction),
+            None => heuristic(b, Fallback::MissingUsage),
+            Some(u) if u.output_tokens.saturating_mul(PLAUSIBLE_FACTOR) < estimates[b] => {
+                heuristic(b, Fallback::ImplausibleOutput)
+            }
+            Some(u) => MessageSize {
+                tokens: u.output_tokens,
+                source: Source::Output,
+            },
+        };
+        if let Some(a) = previous.replace(b)
+            && a + 1 < b
+        {
+            let estimate: u64 = estimates[a + 1..b].iter().sum();
+            let measured = measure_span(messages, a, b, sizes[a].tokens).and_then(|m| {
+                if plausible(m, estimate) {
+                    Ok(m)
+                } else {
+                    Err(Fallback::Implausible)
+                }
+            });
+            match measured {
+                Err(reason) => {
+                    for s in &mut sizes[a + 1..b] {
+                        s.source = Source::Heuristic(reason);
+                    }
+                }
+                Ok(m) if a + 2 == b => {
+                    sizes[a + 1] = MessageSize {
+                        tokens: m,
+                        source: Source::Span,
+                    };
+                }
+                Ok(m) => {
+                    let mut running = 0u128;
+                    let mut given = 0u128;
+                    for i in a + 1..b {
+                        running += u128::from(estimates[i]);
+                        let upto = u128::from(m) * running / u128::from(estimate.max(1));
+                        sizes[i] = MessageSize {
+                            tokens: u64::try_from(upto - given).unwrap(),
+                            source: Source::Share,
+                        };
+                        given = upto;
+                    }
+                }
+            }
+        }
+    }
+    sizes
+}
+
+proptest::proptest! {
+    #[test]
+    fn the_usage_sizer_gives_what_its_rules_give_message_by_message(
+        session in panto_model::arbitrary::session(8),
+        compactions in proptest::collection::vec(
+            (any::<proptest::sample::Index>(), any::<bool>()),
+            0..4,
+        ),
+        kept in proptest::collection::vec(any::<proptest::sample::Index>(), 0..3),
+    ) {
+        // Compaction messages anywhere (a user message headed by a summary, or an assistant
+        // message whose first block is one), and kept copies, so that every guard is met.
+        let mut messages = session.messages;
+        for (at, assistant) in compactions {
+            let mut m = Message::compaction("earlier work");
+            if assistant {
+                m.role = Role::Assistant;
+                m.usage = Some(Usage::new(1000, 10));
+            }
+            let at = at.index(messages.len() + 1);
+            messages.insert(at, m);
+        }
+        for at in kept {
+            let i = at.index(messages.len());
+            messages[i].extra.insert(KEPT_BY.to_owned(), json!("c1"));
+        }
+        proptest::prop_assert_eq!(UsageSizer::default().measure(&messages), reference_measure(&messages));
     }
 }

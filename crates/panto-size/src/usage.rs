@@ -6,6 +6,8 @@
 //! summing exactly to the measured span. Wherever a guard says the measurement cannot be
 //! trusted, the heuristic sizes the message instead, and [`Source`] says why.
 
+use std::ops::Range;
+
 use panto_model::{Message, Role, Usage};
 
 use crate::Sizer;
@@ -126,26 +128,41 @@ impl UsageSizer {
         messages: &[Message],
     ) -> (Vec<u64>, Vec<MessageSize>) {
         let estimates = self.fallback.message_sizes(messages);
+        // Which messages are compaction messages, found in the one pass that starts the sizes,
+        // so that no rule reads a message's blocks again to ask.
+        let mut compactions = Vec::new();
         let mut sizes: Vec<MessageSize> = messages
             .iter()
             .zip(&estimates)
-            .map(|(m, &tokens)| MessageSize {
-                tokens,
-                source: Source::Heuristic(if m.compaction_summary().is_some() {
-                    Fallback::Compaction
-                } else {
-                    Fallback::Unbracketed
-                }),
+            .enumerate()
+            .map(|(i, (m, &tokens))| {
+                let compaction = m.compaction_summary().is_some();
+                if compaction {
+                    compactions.push(i);
+                }
+                MessageSize {
+                    tokens,
+                    source: Source::Heuristic(if compaction {
+                        Fallback::Compaction
+                    } else {
+                        Fallback::Unbracketed
+                    }),
+                }
             })
             .collect();
+        let spans = Spans {
+            messages,
+            estimates: &estimates,
+            compactions: &compactions,
+        };
         let mut previous: Option<usize> = None;
         for (i, message) in messages.iter().enumerate() {
             if message.role != Role::Assistant {
                 continue;
             }
-            sizes[i] = own_size(message, estimates[i]);
+            sizes[i] = own_size(message, estimates[i], spans.has_compaction(i..i + 1));
             if let Some(a) = previous {
-                span(messages, &estimates, a, i, &mut sizes);
+                spans.size(a, i, &mut sizes);
             }
             previous = Some(i);
         }
@@ -154,12 +171,12 @@ impl UsageSizer {
 }
 
 /// Rule 1: the size of an assistant message.
-fn own_size(message: &Message, estimate: u64) -> MessageSize {
+fn own_size(message: &Message, estimate: u64, compaction: bool) -> MessageSize {
     let heuristic = |reason| MessageSize {
         tokens: estimate,
         source: Source::Heuristic(reason),
     };
-    if message.compaction_summary().is_some() {
+    if compaction {
         return heuristic(Fallback::Compaction);
     }
     match &message.usage {
@@ -174,61 +191,75 @@ fn own_size(message: &Message, estimate: u64) -> MessageSize {
     }
 }
 
-/// Rules 2 and 3: sizes the messages strictly between assistant messages `a` and `b`.
-fn span(messages: &[Message], estimates: &[u64], a: usize, b: usize, sizes: &mut [MessageSize]) {
-    let inner = a + 1..b;
-    if inner.is_empty() {
-        return;
-    }
-    let estimate: u64 = estimates[inner.clone()].iter().sum();
-    let measured = match check_span(messages, a, b, sizes[a].tokens, estimate) {
-        Ok(measured) => measured,
-        Err(reason) => {
-            for s in &mut sizes[inner] {
-                s.source = Source::Heuristic(reason);
-            }
-            return;
-        }
-    };
-    if inner.len() == 1 {
-        sizes[a + 1] = MessageSize {
-            tokens: measured,
-            source: Source::Span,
-        };
-        return;
-    }
-    // Cumulative rounding: part i is floor(T * C_i / H) - floor(T * C_{i-1} / H), where C_i is
-    // the running sum of estimates. The parts sum to T exactly, and a part never shrinks when
-    // its own estimate grows.
-    let total = u128::from(measured);
-    let whole = u128::from(estimate.max(1));
-    let mut running = 0u128;
-    let mut given = 0u128;
-    for i in inner {
-        running += u128::from(estimates[i]);
-        let upto = total * running / whole;
-        sizes[i] = MessageSize {
-            // Cannot exceed `measured`, which is a u64.
-            tokens: u64::try_from(upto - given).unwrap_or(u64::MAX),
-            source: Source::Share,
-        };
-        given = upto;
-    }
+/// What rules 2 and 3 read: the messages, the heuristic's estimate of each, and the indices
+/// of the compaction messages among them, in order.
+struct Spans<'a> {
+    messages: &'a [Message],
+    estimates: &'a [u64],
+    compactions: &'a [usize],
 }
 
-/// The measured size of the span between `a` and `b`, or the guard that rejects it.
-fn check_span(
-    messages: &[Message],
-    a: usize,
-    b: usize,
-    size_a: u64,
-    estimate: u64,
-) -> Result<u64, Fallback> {
-    let measured = measure_span(messages, a, b, size_a)?;
-    if !plausible(measured, estimate) {
-        return Err(Fallback::Implausible);
+impl Spans<'_> {
+    /// Whether a compaction message lies in `range`.
+    fn has_compaction(&self, range: Range<usize>) -> bool {
+        let first = self.compactions.partition_point(|&c| c < range.start);
+        self.compactions.get(first).is_some_and(|&c| c < range.end)
     }
-    Ok(measured)
+
+    /// Rules 2 and 3: sizes the messages strictly between assistant messages `a` and `b`.
+    fn size(&self, a: usize, b: usize, sizes: &mut [MessageSize]) {
+        let inner = a + 1..b;
+        if inner.is_empty() {
+            return;
+        }
+        let estimate: u64 = self.estimates[inner.clone()].iter().sum();
+        let measured = guarded_span(
+            &self.messages[a],
+            &self.messages[b],
+            self.has_compaction(a..b + 1),
+            sizes[a].tokens,
+        )
+        .and_then(|measured| {
+            if plausible(measured, estimate) {
+                Ok(measured)
+            } else {
+                Err(Fallback::Implausible)
+            }
+        });
+        let measured = match measured {
+            Ok(measured) => measured,
+            Err(reason) => {
+                for s in &mut sizes[inner] {
+                    s.source = Source::Heuristic(reason);
+                }
+                return;
+            }
+        };
+        if inner.len() == 1 {
+            sizes[a + 1] = MessageSize {
+                tokens: measured,
+                source: Source::Span,
+            };
+            return;
+        }
+        // Cumulative rounding: part i is floor(T * C_i / H) - floor(T * C_{i-1} / H), where
+        // C_i is the running sum of estimates. The parts sum to T exactly, and a part never
+        // shrinks when its own estimate grows.
+        let total = u128::from(measured);
+        let whole = u128::from(estimate.max(1));
+        let mut running = 0u128;
+        let mut given = 0u128;
+        for i in inner {
+            running += u128::from(self.estimates[i]);
+            let upto = total * running / whole;
+            sizes[i] = MessageSize {
+                // Cannot exceed `measured`, which is a u64.
+                tokens: u64::try_from(upto - given).unwrap_or(u64::MAX),
+                source: Source::Share,
+            };
+            given = upto;
+        }
+    }
 }
 
 /// Rule 2 of [`UsageSizer`] without its plausibility band: the size of the span strictly
@@ -251,7 +282,20 @@ pub fn measure_span(
     size_a: u64,
 ) -> Result<u64, Fallback> {
     assert!(a < b, "measure_span: a span needs a < b");
-    let (first, second) = (&messages[a], &messages[b]);
+    let compaction = messages[a..=b]
+        .iter()
+        .any(|m| m.compaction_summary().is_some());
+    guarded_span(&messages[a], &messages[b], compaction, size_a)
+}
+
+/// [`measure_span`] between `first` and `second`, told whether a compaction message lies
+/// between them (the two included).
+fn guarded_span(
+    first: &Message,
+    second: &Message,
+    compaction: bool,
+    size_a: u64,
+) -> Result<u64, Fallback> {
     let (Some(ua), Some(ub)) = (&first.usage, &second.usage) else {
         return Err(Fallback::MissingUsage);
     };
@@ -261,10 +305,7 @@ pub fn measure_span(
     if first.model != second.model {
         return Err(Fallback::ModelChanged);
     }
-    if messages[a..=b]
-        .iter()
-        .any(|m| m.compaction_summary().is_some())
-    {
+    if compaction {
         return Err(Fallback::Compaction);
     }
     difference(ua, ub, size_a).ok_or(Fallback::Decreasing)

@@ -86,13 +86,15 @@ impl Sink for Len {
     }
 }
 
-/// A [`Sink`] that counts an upper bound of the bytes written to it, without escaping:
-/// escaping a text adds at most one backslash per `[` or `<` it holds, and writing JSON text
-/// compactly at most five bytes per `<` (`\u003c`), four per NEL and three per LS or PS (their
-/// first bytes, `C2` and `E2`, are counted wherever they are), and drops whitespace. Names, ids
-/// and other JSON are short and counted exactly. One cheap pass over the bytes, so that the
-/// buffer a transcript is rendered into is reserved once, large enough, before the one pass
-/// that writes it.
+/// A [`Sink`] that counts an upper bound of the bytes written to it, without escaping and
+/// without reading the texts: escaping a text adds at most one backslash per `[` or `<` it
+/// holds, so at most its own length; writing JSON text compactly adds at most five bytes per
+/// `<` (`\u003c`), four per NEL and three per LS or PS (their first bytes, `C2` and `E2`, are
+/// counted wherever they are), and drops whitespace. Names, ids and other JSON are short and
+/// counted exactly. Texts are most of a transcript and are counted from their lengths alone, so
+/// the bound reads only JSON and the short parts; it is the size a transcript's buffer is
+/// reserved with, untouched memory where it is loose, given back once the text is written
+/// ([`crate::render`]).
 #[derive(Debug, Default)]
 pub(crate) struct Bound(pub(crate) usize);
 
@@ -108,25 +110,12 @@ impl Sink for Bound {
     }
 
     fn push_escaped(&mut self, _escaper: &mut Escaper, s: &str) {
-        self.0 += s.len() + escape_bound(s.as_bytes());
+        self.0 += 2 * s.len();
     }
 
     fn push_raw_json(&mut self, raw: &str) {
         self.0 += raw.len() + raw_json_bound(raw.as_bytes());
     }
-}
-
-/// The most bytes escaping can add to text `b`: one per `[` or `<`. Counted in byte lanes
-/// over chunks short enough that a lane cannot overflow, which compilers vectorise.
-fn escape_bound(b: &[u8]) -> usize {
-    b.chunks(u8::MAX as usize)
-        .map(|c| {
-            let n = c
-                .iter()
-                .fold(0u8, |n, &x| n + u8::from(x == b'[' || x == b'<'));
-            usize::from(n)
-        })
-        .sum()
 }
 
 /// The most bytes [`write_raw_json`] can add to JSON text `b`: five per `<`, four per `C2`

@@ -120,8 +120,8 @@ pub use ledger::{
 pub use parse::{ParsedRequest, parse_request, parse_transcript};
 pub use render::{
     Elision, TurnTranscript, elision_marker, render_request, render_request_text,
-    render_transcript, render_transcript_elided, render_transcript_into, render_turns,
-    render_turns_with,
+    render_request_turns, render_transcript, render_transcript_elided, render_transcript_into,
+    render_turns, render_turns_with,
 };
 
 #[cfg(test)]

@@ -28,6 +28,7 @@ pub fn render_transcript(messages: &[Message]) -> String {
 pub fn render_transcript_into(out: &mut String, messages: &[Message]) {
     out.reserve_exact(rendered_bound(messages));
     walk(messages, |item| write_item(out, item));
+    out.shrink_to_fit();
 }
 
 /// The user prompt of a compaction request: one line saying what the material is, the latest
@@ -45,6 +46,7 @@ pub fn render_request(prefix: &[Message], previous_summary: Option<&str>) -> Str
     open_request(&mut out, previous_summary);
     walk(prefix, |item| write_item(&mut out, item));
     close_request(&mut out);
+    out.shrink_to_fit();
     out
 }
 
@@ -92,16 +94,23 @@ fn close_request(out: &mut impl Sink) {
 
 /// A transcript rendered turn by turn into one text, with the end of each turn's part, so that
 /// any run of consecutive turns is one slice of it (see [`render_turns`]).
+///
+/// Rendered by [`render_request_turns`], the text is preceded in its buffer by the head of a
+/// request's envelope, which [`TurnTranscript::text`] leaves out and
+/// [`TurnTranscript::into_request`] uses as it is.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct TurnTranscript {
+    /// The envelope's head (`text[..head]`), then the turns.
     text: String,
+    head: usize,
+    /// Where each turn's part ends in `text`.
     ends: Vec<usize>,
 }
 
 impl TurnTranscript {
     /// The whole text.
     pub fn text(&self) -> &str {
-        &self.text
+        &self.text[self.head..]
     }
 
     /// The number of turns.
@@ -114,6 +123,15 @@ impl TurnTranscript {
         self.ends.is_empty()
     }
 
+    /// Where the part of turn `turn` starts in `text`.
+    fn start_of(&self, turn: usize) -> usize {
+        if turn == 0 {
+            self.head
+        } else {
+            self.ends[turn - 1]
+        }
+    }
+
     /// The transcript of turns `turns` (indices into the turn list it was rendered from),
     /// exactly as [`render_transcript`] renders their messages.
     ///
@@ -123,31 +141,28 @@ impl TurnTranscript {
         if turns.is_empty() {
             return "";
         }
-        let start = if turns.start == 0 {
-            0
-        } else {
-            self.ends[turns.start - 1]
-        };
-        &self.text[start..self.ends[turns.end - 1]]
+        &self.text[self.start_of(turns.start)..self.ends[turns.end - 1]]
     }
 
     /// The user prompt of a compaction request over turns `from..` (as [`render_request_text`]
     /// of [`TurnTranscript::turns`] gives it), built in this transcript's own buffer: the
     /// earlier turns' text is dropped and the envelope written around the rest, so the
-    /// transcript is never copied into a second buffer. For the last request of a fold.
+    /// transcript is never copied into a second buffer. For the last request of a fold. When
+    /// the buffer already holds a head of the same length before turn `from` (rendered by
+    /// [`render_request_turns`] with the same `previous_summary`, and `from` is 0), the text
+    /// does not move: the head is written over it and the close after the text.
     ///
     /// # Panics
     /// When `from` is past the last turn.
     pub fn into_request(self, from: usize, previous_summary: Option<&str>) -> String {
         assert!(from <= self.ends.len(), "turn {from} is past the last turn");
-        let start = if from == 0 { 0 } else { self.ends[from - 1] };
+        let start = self.start_of(from);
         let mut head = String::new();
         open_request(&mut head, previous_summary);
         let mut text = self.text;
         let end = text.len();
-        // At most one reallocation (none when the bound the text was reserved with leaves room
-        // for the envelope), then one move of the kept turns: the envelope's head replaces the
-        // dropped ones.
+        // At most one reallocation, then one move of the kept turns, unless the head takes
+        // the place of what it replaces exactly (the envelope's own head): then nothing moves.
         let len = head.len() + (end - start) + CLOSE_LEN;
         text.reserve_exact(len.saturating_sub(end));
         text.replace_range(..start, &head);
@@ -173,9 +188,37 @@ pub fn render_turns(messages: &[Message], turns: &[Range<usize>]) -> TurnTranscr
 pub fn render_turns_with(
     messages: &[Message],
     turns: &[Range<usize>],
+    each: impl FnMut(&str),
+) -> TurnTranscript {
+    render_after(String::new(), messages, turns, each)
+}
+
+/// [`render_turns_with`] for a compaction request: the buffer starts with the head of the
+/// envelope for `previous_summary`, so that [`TurnTranscript::into_request`] of turn 0 with
+/// the same summary writes the close after the text and moves nothing. The text, the turns
+/// and what `each` is given are those of [`render_turns_with`].
+pub fn render_request_turns(
+    messages: &[Message],
+    turns: &[Range<usize>],
+    previous_summary: Option<&str>,
+    each: impl FnMut(&str),
+) -> TurnTranscript {
+    let mut head = String::new();
+    open_request(&mut head, previous_summary);
+    render_after(head, messages, turns, each)
+}
+
+/// Renders the turns after `head`, in a buffer reserved once for the head, the transcript's
+/// bound and an envelope's close.
+fn render_after(
+    head: String,
+    messages: &[Message],
+    turns: &[Range<usize>],
     mut each: impl FnMut(&str),
 ) -> TurnTranscript {
-    let mut text = String::with_capacity(rendered_bound(messages));
+    let mut text = head;
+    let head = text.len();
+    text.reserve_exact(rendered_bound(messages) + CLOSE_LEN);
     let mut ends = Vec::with_capacity(turns.len());
     for turn in turns {
         let start = text.len();
@@ -183,7 +226,10 @@ pub fn render_turns_with(
         each(&text[start..]);
         ends.push(text.len());
     }
-    TurnTranscript { text, ends }
+    // What the bound reserved beyond the text was never written; room for the envelope's
+    // close stays, for `into_request`.
+    text.shrink_to(text.len() + CLOSE_LEN);
+    TurnTranscript { text, head, ends }
 }
 
 /// One item body shortened by [`render_transcript_elided`]: its head and tail are in the
@@ -328,8 +374,10 @@ fn write_elided(out: &mut String, item: ItemRef<'_>, body: &str) {
 
 /// An upper bound of the length of the transcript of `messages` (see [`Bound`]): the
 /// rendering walk, counting instead of escaping, so that the text is allocated once, large
-/// enough, and never grows. It exceeds the length by the brackets and angle brackets that
-/// escaping leaves alone, typically well under 1%.
+/// enough, and never grows. Texts count twice their length (each byte could take a backslash)
+/// and are never read, so the bound costs a walk over the JSON and the short parts only; the
+/// buffer it reserves is given back past the text once the text is written, and memory that
+/// is reserved but never written is never touched.
 pub(crate) fn rendered_bound(messages: &[Message]) -> usize {
     let mut bound = Bound::default();
     walk(messages, |item| write_item(&mut bound, item));

@@ -8,7 +8,7 @@ use panto_model::{
 };
 use panto_transcript::{
     Ledger, ParsedRequest, TranscriptItem, elision_marker, for_each_item, parse_request,
-    parse_transcript, render_request, render_request_text, render_transcript,
+    parse_transcript, render_request, render_request_text, render_request_turns, render_transcript,
     render_transcript_elided, render_transcript_into, render_turns, render_turns_with,
     transcript_items,
 };
@@ -314,6 +314,39 @@ proptest! {
     }
 
     #[test]
+    fn a_transcript_rendered_after_a_request_head_is_the_transcript_and_gives_the_request(
+        session in arbitrary::session(6),
+        rendered_for in prop::option::of(text()),
+        other in prop::option::of(text()),
+        same in any::<bool>(),
+        from in 0usize..8,
+    ) {
+        let turns = panto_model::turns(&session.messages);
+        let plain = render_turns(&session.messages, &turns);
+        let mut handed = Vec::new();
+        let headed = render_request_turns(
+            &session.messages,
+            &turns,
+            rendered_for.as_deref(),
+            |t| handed.push(t.to_owned()),
+        );
+        prop_assert_eq!(headed.text(), plain.text());
+        prop_assert_eq!(headed.len(), turns.len());
+        prop_assert_eq!(handed.len(), turns.len());
+        for (a, turn) in handed.iter().enumerate() {
+            prop_assert_eq!(turn.as_str(), plain.turns(a..a + 1));
+            for b in a..=turns.len() {
+                prop_assert_eq!(headed.turns(a..b), plain.turns(a..b));
+            }
+        }
+        // The request of any turn on, for the summary it was rendered for or another.
+        let summary = if same { rendered_for.clone() } else { other };
+        let from = from.min(turns.len());
+        let expect = render_request_text(plain.turns(from..turns.len()), summary.as_deref());
+        prop_assert_eq!(headed.into_request(from, summary.as_deref()), expect);
+    }
+
+    #[test]
     fn a_request_around_a_transcript_is_allocated_at_its_exact_size(
         messages in messages(),
         summary in prop::option::of(text()),
@@ -440,4 +473,31 @@ fn an_elided_tool_result_keeps_its_head_and_tail() {
     assert_eq!(name.as_deref(), Some("read"));
     assert!(text.starts_with("HEAD") && text.ends_with("TAIL"), "{text}");
     assert!(text.contains(&elision_marker(body.len() - 100)), "{text}");
+}
+
+/// The request of a transcript rendered after its own envelope's head is built where the
+/// transcript lies: the text does not move, and only the close is written after it.
+#[test]
+fn a_request_rendered_for_its_summary_is_built_without_moving_the_transcript() {
+    let messages = vec![
+        Message::user_text("Fix the parser"),
+        Message::new(
+            Role::Assistant,
+            vec![ContentBlock::text("Done: the parser is fixed.")],
+        ),
+        Message::user_text("Thanks"),
+    ];
+    let turns = panto_model::turns(&messages);
+    for summary in [None, Some("We were fixing the parser.")] {
+        let headed = render_request_turns(&messages, &turns, summary, |_| {});
+        let at = headed.text().as_ptr();
+        let head = render_request_text("", summary);
+        let head = &head[..head.find("<transcript>\n").unwrap() + "<transcript>\n".len()];
+        let request = headed.into_request(0, summary);
+        assert_eq!(request.as_ptr().wrapping_add(head.len()), at);
+        assert_eq!(
+            request,
+            render_request_text(&render_transcript(&messages), summary)
+        );
+    }
 }
