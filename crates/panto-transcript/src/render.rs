@@ -97,15 +97,24 @@ fn close_request(out: &mut impl Sink) {
 ///
 /// Rendered by [`render_request_turns`], the text is preceded in its buffer by the head of a
 /// request's envelope, which [`TurnTranscript::text`] leaves out and
-/// [`TurnTranscript::into_request`] uses as it is.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// [`TurnTranscript::into_request`] uses as it is. Two transcripts are equal when their texts
+/// and turns are, whatever precedes them in the buffer.
+#[derive(Clone, Debug, Default)]
 pub struct TurnTranscript {
     /// The envelope's head (`text[..head]`), then the turns.
     text: String,
     head: usize,
-    /// Where each turn's part ends in `text`.
+    /// Where each turn's part ends in [`TurnTranscript::text`].
     ends: Vec<usize>,
 }
+
+impl PartialEq for TurnTranscript {
+    fn eq(&self, other: &TurnTranscript) -> bool {
+        self.text() == other.text() && self.ends == other.ends
+    }
+}
+
+impl Eq for TurnTranscript {}
 
 impl TurnTranscript {
     /// The whole text.
@@ -123,13 +132,9 @@ impl TurnTranscript {
         self.ends.is_empty()
     }
 
-    /// Where the part of turn `turn` starts in `text`.
+    /// Where the part of turn `turn` starts in [`TurnTranscript::text`].
     fn start_of(&self, turn: usize) -> usize {
-        if turn == 0 {
-            self.head
-        } else {
-            self.ends[turn - 1]
-        }
+        if turn == 0 { 0 } else { self.ends[turn - 1] }
     }
 
     /// The transcript of turns `turns` (indices into the turn list it was rendered from),
@@ -141,7 +146,7 @@ impl TurnTranscript {
         if turns.is_empty() {
             return "";
         }
-        &self.text[self.start_of(turns.start)..self.ends[turns.end - 1]]
+        &self.text()[self.start_of(turns.start)..self.ends[turns.end - 1]]
     }
 
     /// The user prompt of a compaction request over turns `from..` (as [`render_request_text`]
@@ -156,7 +161,7 @@ impl TurnTranscript {
     /// When `from` is past the last turn.
     pub fn into_request(self, from: usize, previous_summary: Option<&str>) -> String {
         assert!(from <= self.ends.len(), "turn {from} is past the last turn");
-        let start = self.start_of(from);
+        let start = self.head + self.start_of(from);
         let mut head = String::new();
         open_request(&mut head, previous_summary);
         let mut text = self.text;
@@ -216,20 +221,24 @@ fn render_after(
     turns: &[Range<usize>],
     mut each: impl FnMut(&str),
 ) -> TurnTranscript {
+    let head_len = head.len();
     let mut text = head;
-    let head = text.len();
     text.reserve_exact(rendered_bound(messages) + CLOSE_LEN);
     let mut ends = Vec::with_capacity(turns.len());
     for turn in turns {
         let start = text.len();
         walk(&messages[turn.clone()], |item| write_item(&mut text, item));
         each(&text[start..]);
-        ends.push(text.len());
+        ends.push(text.len() - head_len);
     }
     // What the bound reserved beyond the text was never written; room for the envelope's
     // close stays, for `into_request`.
     text.shrink_to(text.len() + CLOSE_LEN);
-    TurnTranscript { text, head, ends }
+    TurnTranscript {
+        text,
+        head: head_len,
+        ends,
+    }
 }
 
 /// One item body shortened by [`render_transcript_elided`]: its head and tail are in the

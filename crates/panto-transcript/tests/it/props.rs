@@ -331,6 +331,8 @@ proptest! {
             |t| handed.push(t.to_owned()),
         );
         prop_assert_eq!(headed.text(), plain.text());
+        // Equal as transcripts: what precedes the text in the buffer is not part of it.
+        prop_assert_eq!(&headed, &plain);
         prop_assert_eq!(headed.len(), turns.len());
         prop_assert_eq!(handed.len(), turns.len());
         for (a, turn) in handed.iter().enumerate() {
