@@ -13,8 +13,7 @@ use panto_compact::CompactOutcome;
 use panto_model::{EffectiveContext, Message, Role};
 
 use crate::commands::{
-    active_model, catch_up, driver, failure, meter, nothing_text, open_or_create, turn,
-    write_context,
+    active_model, catch_up, driver, failure, meter, nothing_text, session_name, turn, write_context,
 };
 use crate::config::Config;
 use crate::input::{Input, Prompt};
@@ -87,8 +86,7 @@ pub(crate) fn parse_line(line: &str) -> Line<'_> {
 /// input that cannot be read. A failed or cancelled reply is reported and the chat goes on.
 pub(crate) async fn chat(config: &Config, path: &Path) -> Result<()> {
     let active = active_model(config, false)?;
-    let session = open_or_create(config, path)?;
-    let mut driver = driver(config, active, &session)?;
+    let mut driver = driver(config, active, &session_name(path)).await?;
     say(&format!(
         "panto chat: {} ({}). /help lists the commands; Ctrl-C cancels a reply, Ctrl-D quits.",
         path.display(),
@@ -123,19 +121,14 @@ pub(crate) async fn chat(config: &Config, path: &Path) -> Result<()> {
                 continue;
             }
             Line::Context => {
-                driver = catch_up(config, driver, &session)?;
+                driver = catch_up(driver).await?;
                 let mut out = std::io::stdout().lock();
-                write_context(
-                    &mut out,
-                    &session.path().display().to_string(),
-                    config,
-                    driver.context(),
-                )?;
+                write_context(&mut out, driver.log().session(), config, driver.context())?;
                 out.flush()?;
                 continue;
             }
             Line::Summary => {
-                driver = catch_up(config, driver, &session)?;
+                driver = catch_up(driver).await?;
                 match summary(driver.context()) {
                     Some(text) => print_out(text.trim_end())?,
                     None => say("panto: no summary yet: this session has not been compacted"),
@@ -143,7 +136,7 @@ pub(crate) async fn chat(config: &Config, path: &Path) -> Result<()> {
                 continue;
             }
             Line::Compact(instructions) => {
-                driver = catch_up(config, driver, &session)?;
+                driver = catch_up(driver).await?;
                 let mut spinner = Spinner::start("compacting");
                 // Ctrl-C cancels the compaction; it is written in one append, or not at all.
                 let outcome = tokio::select! {
@@ -167,7 +160,7 @@ pub(crate) async fn chat(config: &Config, path: &Path) -> Result<()> {
                 continue;
             }
             Line::Retry => {
-                driver = catch_up(config, driver, &session)?;
+                driver = catch_up(driver).await?;
                 if !awaits_reply(driver.context()) {
                     say("panto: nothing to resend: the last message already has its reply");
                     continue;
@@ -176,7 +169,7 @@ pub(crate) async fn chat(config: &Config, path: &Path) -> Result<()> {
             }
             Line::Message(text) => vec![Message::user_text(text)],
         };
-        let (next, result) = turn(config, driver, &session, new).await?;
+        let (next, result) = turn(config, driver, new).await?;
         driver = next;
         match result {
             Ok(reply) => say(&meter(config, &driver, Some(&reply))),

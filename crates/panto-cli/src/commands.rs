@@ -11,26 +11,29 @@ use std::time::Duration;
 use anyhow::{Context as _, Result, anyhow};
 use panto_compact::{
     AttemptFailure, CompactError, CompactOutcome, CompactRun, CompactionPrompt, Compactor,
-    CompactorConfig, Driver, ModelRef, NothingToCompact, Reply,
+    CompactorConfig, Driver, Loaded, ModelRef, NothingToCompact, Reply, SessionLog, Store,
+    StoreError,
 };
 use panto_model::{ContentBlock, EffectiveContext, Message, Role, turns};
 use panto_provider::{About, ProviderError, StreamEvent, Wait};
-use panto_session::{Loaded, Session, SessionError, SessionOptions};
+use panto_session::{JsonlStore, SessionOptions};
 use serde_json::json;
 
 use crate::config::{Config, Flags, Locations, Needs, ProviderKind, Trust, TrustFile, needs};
 use crate::ui::{Spinner, count, for_stdout, interrupted, print_event, say};
 use crate::{Cancelled, bad_input, offline, providers};
-use panto_compact::CheckedLog;
 
-/// Session errors that are the user's to fix (a missing, malformed or wrong file) exit with 2.
-fn session_error(e: SessionError) -> anyhow::Error {
+/// The store the commands read and write sessions in, chosen by the configuration.
+pub(crate) type AnyStore = Arc<dyn Store>;
+
+/// A conversation driver over one session of the configured store.
+pub(crate) type CliDriver = Driver<AnyStore>;
+
+/// Store errors that are the user's to fix (a missing, malformed or refused session) exit with
+/// 2; a conflict or a store that failed is a failure (1).
+fn store_error(e: StoreError) -> anyhow::Error {
     match e {
-        SessionError::LockTimeout { .. }
-        | SessionError::Io { .. }
-        | SessionError::Conflict { .. } => {
-            anyhow!(e)
-        }
+        StoreError::Conflict { .. } | StoreError::Unavailable { .. } => anyhow!(e),
         other => bad_input(other),
     }
 }
@@ -39,7 +42,9 @@ fn session_error(e: SessionError) -> anyhow::Error {
 fn is_conflict(e: &(dyn std::error::Error + 'static)) -> bool {
     let mut cause = Some(e);
     while let Some(c) = cause {
-        if let Some(SessionError::Conflict { .. }) = c.downcast_ref::<SessionError>() {
+        if c.downcast_ref::<StoreError>()
+            .is_some_and(StoreError::is_conflict)
+        {
             return true;
         }
         cause = c.source();
@@ -177,38 +182,33 @@ fn session_options(config: &Config) -> SessionOptions {
     SessionOptions::default().lock_timeout(Duration::from_secs(config.lock_timeout_secs.value))
 }
 
-fn open_session(config: &Config, path: &Path) -> Result<Session> {
-    Session::open(path, session_options(config)).map_err(session_error)
+/// The store of the configuration: the JSONL session files, each SESSION a path.
+pub(crate) fn open_store(config: &Config) -> AnyStore {
+    Arc::new(JsonlStore::new("", session_options(config)))
 }
 
-/// Opens the session, creating it when it does not exist (for `send` and `chat`). Another
-/// writer creating it at the same moment is fine: then it is opened.
-pub(crate) fn open_or_create(config: &Config, path: &Path) -> Result<Session> {
-    match Session::open(path, session_options(config)) {
-        Err(SessionError::NotFound { .. }) => {
-            match Session::create(path, session_options(config)) {
-                Err(SessionError::AlreadyExists { .. }) => open_session(config, path),
-                created => created.map_err(session_error),
-            }
-        }
-        other => other.map_err(session_error),
-    }
+/// The name of the session a command was given (for the JSONL store, the path).
+pub(crate) fn session_name(path: &Path) -> String {
+    path.to_string_lossy().into_owned()
 }
 
-/// Loads the effective context and prints the load warnings on stderr.
-fn load(session: &Session) -> Result<EffectiveContext> {
-    let loaded = session.load_context().map_err(session_error)?;
-    Ok(report_warnings(session, loaded))
-}
-
-fn report_warnings(session: &Session, mut loaded: Loaded) -> EffectiveContext {
-    if !loaded.warnings.is_empty() {
-        let _ = session.resolve_lines(&mut loaded.warnings);
-    }
-    for w in &loaded.warnings {
+/// Prints the warnings of a load on stderr.
+fn report_warnings(warnings: &[String]) {
+    for w in warnings {
         say(&format!("panto: warning: {w}"));
     }
-    loaded.context
+}
+
+/// Loads a session for a command that reads it: a missing or empty session is bad input.
+async fn load_existing(store: &AnyStore, name: &str) -> Result<Loaded> {
+    let loaded = store.load(name).await.map_err(store_error)?;
+    if loaded.empty {
+        return Err(bad_input(format!(
+            "{name}: the session is empty: no entries yet"
+        )));
+    }
+    report_warnings(&loaded.warnings);
+    Ok(loaded)
 }
 
 /// The compactor for `config`: active model, compaction model, prompt layers, budget, events.
@@ -266,9 +266,9 @@ For a local OpenAI-compatible server: --provider openai --base-url http://127.0.
 // ---------------------------------------------------------------------------------------------
 // context
 
-pub(crate) fn context(config: &Config, path: &Path, as_json: bool) -> Result<()> {
-    let session = open_session(config, path)?;
-    let ctx = load(&session)?;
+pub(crate) async fn context(config: &Config, path: &Path, as_json: bool) -> Result<()> {
+    let store = open_store(config);
+    let ctx = load_existing(&store, &session_name(path)).await?.context;
     // One sizing pass for both estimates.
     let (estimated, conversation_tokens) =
         panto_size::estimate_request_with(&config.system_prompt.value, &ctx.messages);
@@ -412,9 +412,9 @@ fn preview(m: &Message, width: usize) -> String {
 // ---------------------------------------------------------------------------------------------
 // transcript
 
-pub(crate) fn transcript(config: &Config, path: &Path) -> Result<()> {
-    let session = open_session(config, path)?;
-    let ctx = load(&session)?;
+pub(crate) async fn transcript(config: &Config, path: &Path) -> Result<()> {
+    let store = open_store(config);
+    let ctx = load_existing(&store, &session_name(path)).await?.context;
     let compactor = compactor(config)?;
     match compactor.prepare(&ctx, &CompactRun::manual(None)) {
         Ok(prepared) => {
@@ -445,23 +445,22 @@ pub(crate) async fn compact(
     dry_run: bool,
     as_json: bool,
 ) -> Result<()> {
-    let session = open_session(config, path)?;
+    let store = open_store(config);
+    let name = session_name(path);
     let mut compactor = compactor(config)?;
     let options = CompactRun::manual(instructions);
     let mut spinner = Spinner::start("compacting");
     let outcome = if dry_run {
-        let ctx = load(&session)?;
+        let ctx = load_existing(&store, &name).await?.context;
         let outcome = compactor.dry_run(&ctx, options).await;
         exiting(ctx);
         outcome
     } else {
         // No lock while the model summarizes: the append checks that nobody wrote meanwhile.
-        writable(&session)?;
-        let loaded = session.load_context().map_err(session_error)?;
-        let end = loaded.stats.file_len;
-        let ctx = report_warnings(&session, loaded);
-        let mut log = CheckedLog::new(&session, end);
-        compactor.compact(&ctx, &mut log, options).await
+        store.prepare_append(&name).await.map_err(store_error)?;
+        let loaded = load_existing(&store, &name).await?;
+        let mut log = SessionLog::new(store.clone(), name.as_str(), loaded.head);
+        compactor.compact(&loaded.context, &mut log, options).await
     };
     spinner.stop();
     let outcome = outcome
@@ -584,9 +583,8 @@ pub(crate) async fn send(config: &Config, path: &Path, message: String) -> Resul
         ));
     }
     let active = active_model(config, false)?;
-    let session = open_or_create(config, path)?;
-    let driver = driver(config, active, &session)?;
-    let (driver, reply) = turn(config, driver, &session, vec![Message::user_text(message)]).await?;
+    let driver = driver(config, active, &session_name(path)).await?;
+    let (driver, reply) = turn(config, driver, vec![Message::user_text(message)]).await?;
     let reply = reply?;
     // The meter is for a person watching; a script reading stderr gets only messages.
     if crate::ui::stderr_is_terminal() {
@@ -599,11 +597,7 @@ pub(crate) async fn send(config: &Config, path: &Path, message: String) -> Resul
 /// and the size of the next request (system prompt included, as `panto context` counts it),
 /// with its share of the model's window when the window is known (`context_window`, or
 /// learned from an overflow the provider reported).
-pub(crate) fn meter(
-    config: &Config,
-    driver: &Driver<CheckedLog<'_>>,
-    reply: Option<&Reply>,
-) -> String {
+pub(crate) fn meter(config: &Config, driver: &CliDriver, reply: Option<&Reply>) -> String {
     let next =
         panto_size::estimate_request(&config.system_prompt.value, &driver.context().messages);
     let window = config.context_window.value.or_else(|| {
@@ -621,79 +615,49 @@ pub(crate) fn meter(
 /// prompt's append.
 const PROMPT_CONFLICTS: usize = 3;
 
-/// One user turn over `session` (`new` is the prompt, or nothing to resend the conversation
-/// as it stands): catches up with other writers, then sends. When another writer appended
-/// between the load and the append of the prompt, nothing has been sent yet, so the turn
-/// starts again from the session as it is now (a few times at most); a conflict when the reply
-/// is appended is reported (the prompt stays in the session). Returns the driver, for the
-/// next turn, and the outcome of this one.
+/// One user turn (`new` is the prompt, or nothing to resend the conversation as it stands):
+/// catches up with other writers, then sends. When another writer appended between the load
+/// and the append of the prompt, nothing has been sent yet, so the turn starts again from the
+/// session as it is now (a few times at most); a conflict when the reply is appended is
+/// reported (the prompt stays in the session). Returns the driver, for the next turn, and the
+/// outcome of this one.
 ///
 /// # Errors
 /// When the session cannot be read again; the outcome of the turn is the inner result.
-pub(crate) async fn turn<'s>(
+pub(crate) async fn turn(
     config: &Config,
-    driver: Driver<CheckedLog<'s>>,
-    session: &'s Session,
+    driver: CliDriver,
     new: Vec<Message>,
-) -> Result<(Driver<CheckedLog<'s>>, Result<Reply>)> {
-    let mut driver = catch_up(config, driver, session)?;
+) -> Result<(CliDriver, Result<Reply>)> {
+    let mut driver = catch_up(driver).await?;
     let mut starts = 1;
     loop {
-        let before = driver.log().end();
+        let before = driver.log().head();
         let result = send_one(config, &mut driver, new.clone()).await;
         let prompt_refused =
-            result.is_err() && driver.log().conflicted() && driver.log().end() == before;
+            result.is_err() && driver.log().conflicted() && driver.log().head() == before;
         if !prompt_refused || starts > PROMPT_CONFLICTS {
             return Ok((driver, result));
         }
         starts += 1;
-        driver = catch_up(config, driver, session)?;
+        driver = catch_up(driver).await?;
     }
 }
 
-/// The effective context of `session` for a conversation, and the length of the file it was
-/// read from (where the conversation's next append must start).
-fn conversation(session: &Session) -> Result<(EffectiveContext, u64)> {
-    // A conversation starts in an empty file (the one `open_or_create` just made, or one
-    // created by hand): its first append is the prompt about to be sent.
-    match session.load_context() {
-        Err(SessionError::Empty { .. }) => Ok((EffectiveContext::default(), 0)),
-        loaded => {
-            let loaded = loaded.map_err(session_error)?;
-            let end = loaded.stats.file_len;
-            Ok((report_warnings(session, loaded), end))
-        }
-    }
-}
-
-/// A conversation driver over `session`. It holds no lock: each append checks that the file
-/// still ends where the driver last saw it.
-pub(crate) fn driver<'s>(
-    config: &Config,
-    active: ModelRef,
-    session: &'s Session,
-) -> Result<Driver<CheckedLog<'s>>> {
-    writable(session)?;
+/// A conversation driver over session `name` of the configured store, loaded now (a session
+/// that does not exist yet is the empty conversation: the prompt's append creates it). It
+/// holds no lock: each append checks that the session still ends where the driver last saw it.
+pub(crate) async fn driver(config: &Config, active: ModelRef, name: &str) -> Result<CliDriver> {
+    let store = open_store(config);
+    // A lock path panto must refuse is reported before any model is asked, not after.
+    store.prepare_append(name).await.map_err(store_error)?;
     let mut compactor = compactor(config)?;
     compactor.set_active(active);
-    conversation_driver(config, compactor, session)
-}
-
-/// Takes the append lock once and lets it go, so that a lock path panto must refuse (a link,
-/// not a regular file) is reported before any model is asked, not after its answer.
-fn writable(session: &Session) -> Result<()> {
-    drop(session.lock().map_err(session_error)?);
-    Ok(())
-}
-
-/// A driver with `compactor` over the session as it is now.
-fn conversation_driver<'s>(
-    config: &Config,
-    compactor: Compactor,
-    session: &'s Session,
-) -> Result<Driver<CheckedLog<'s>>> {
-    let (ctx, end) = conversation(session)?;
-    Ok(Driver::new(compactor, CheckedLog::new(session, end), ctx)
+    let (driver, warnings) = Driver::open(compactor, store, name)
+        .await
+        .map_err(store_error)?;
+    report_warnings(&warnings);
+    Ok(driver
         .with_system(config.system_prompt.value.clone())
         .with_max_output_tokens(config.max_output_tokens.value))
 }
@@ -701,12 +665,8 @@ fn conversation_driver<'s>(
 /// Sends `new` (one user message, or nothing to resend the conversation) and prints the
 /// streamed reply. Ctrl-C cancels the request: the message stays in the session (it is
 /// appended before the request goes out) and no reply, whole or partial, is appended.
-async fn send_one(
-    config: &Config,
-    driver: &mut Driver<CheckedLog<'_>>,
-    new: Vec<Message>,
-) -> Result<Reply> {
-    let path = driver.log().session().path().to_path_buf();
+async fn send_one(config: &Config, driver: &mut CliDriver, new: Vec<Message>) -> Result<Reply> {
+    let name = driver.log().session().to_owned();
     let mut spinner = Spinner::start("waiting for the model");
     let mut printed = false;
     let result = {
@@ -732,8 +692,7 @@ async fn send_one(
             writeln!(out)?;
         }
         return Err(anyhow::Error::new(Cancelled(format!(
-            "cancelled: no reply was appended; your message stays in {}",
-            path.display()
+            "cancelled: no reply was appended; your message stays in {name}"
         ))));
     };
     let reply = result.map_err(|e| failure(e, config))?;
@@ -748,19 +707,15 @@ async fn send_one(
 
 /// The driver again, over the session as it is now, when another writer appended since it
 /// last looked; says so on stderr.
-pub(crate) fn catch_up<'s>(
-    config: &Config,
-    driver: Driver<CheckedLog<'s>>,
-    session: &'s Session,
-) -> Result<Driver<CheckedLog<'s>>> {
-    if !driver.log().changed().map_err(session_error)? {
+pub(crate) async fn catch_up(mut driver: CliDriver) -> Result<CliDriver> {
+    if !driver.log().changed().await.map_err(store_error)? {
         return Ok(driver);
     }
-    let (compactor, _, _) = driver.into_parts();
-    let driver = conversation_driver(config, compactor, session)?;
+    let warnings = driver.reload().await.map_err(store_error)?;
+    report_warnings(&warnings);
     say(&format!(
         "panto: {} changed (another writer appended); continuing from it as it is now ({} messages)",
-        session.path().display(),
+        driver.log().session(),
         driver.context().messages.len()
     ));
     Ok(driver)

@@ -113,8 +113,8 @@ pub(crate) async fn run(cli: Cli) -> Result<()> {
     }
     let config = load_config(&cwd, cli.command.common())?;
     match cli.command {
-        Command::Context { session, json, .. } => context(&config, &session, json),
-        Command::Transcript { session, .. } => transcript(&config, &session),
+        Command::Context { session, json, .. } => context(&config, &session, json).await,
+        Command::Transcript { session, .. } => transcript(&config, &session).await,
         Command::Compact {
             session,
             instructions,

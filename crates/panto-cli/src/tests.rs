@@ -315,37 +315,6 @@ fn a_retry_line_says_which_when_and_why_in_few_words() {
 }
 
 #[test]
-fn a_checked_log_appends_from_where_it_last_saw_the_file_and_flags_conflicts() {
-    use panto_compact::SessionLog;
-    use panto_model::{Entry, Message};
-    use panto_session::{Session, SessionOptions};
-
-    use panto_compact::CheckedLog;
-
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("s.jsonl");
-    let session = Session::create(&path, SessionOptions::default().fsync(false)).unwrap();
-    let prompt = |text: &str| [Entry::Message(Message::user_text(text))];
-    let mut log = CheckedLog::new(&session, 0);
-    log.append(&prompt("one")).unwrap();
-    assert_eq!(log.end(), std::fs::metadata(&path).unwrap().len());
-    assert!(!log.changed().unwrap());
-    session.append(&prompt("another writer")).unwrap();
-    assert!(log.changed().unwrap());
-    let before = log.end();
-    let error = log.append(&prompt("late")).unwrap_err();
-    assert!(
-        error.to_string().contains("another writer appended"),
-        "{error}"
-    );
-    assert!(log.conflicted());
-    assert_eq!(log.end(), before);
-    let mut fresh = CheckedLog::new(&session, session.end().unwrap());
-    fresh.append(&prompt("caught up")).unwrap();
-    assert!(!fresh.conflicted());
-}
-
-#[test]
 fn neutralize_escapes_controls_and_bidi_overrides_but_keeps_text_newlines_and_tabs() {
     use crate::ui::neutralize;
     let check = |input: &str, expect: &str| assert_eq!(neutralize(input), expect, "{input:?}");

@@ -2,8 +2,8 @@
 //! `cargo run -p panto-compact --example agent_loop`.
 //!
 //! It brings its own provider (a toy model with a 80-word context window that can call a
-//! `read` tool), its own summarizer (configured as `compaction_model`), and its own store (JSONL
-//! text in memory). The conversation outgrows the window; the driver compacts and retries.
+//! `read` tool) and its own summarizer (configured as `compaction_model`); its sessions live in
+//! the in-memory store (an agent passes the JSONL, SQLite or PostgreSQL store instead). The conversation outgrows the window; the driver compacts and retries.
 //! Every turn runs in `tokio::spawn` on the multi-thread runtime, as it would in a server.
 //! panto-compact is the only panto dependency it names.
 
@@ -13,13 +13,12 @@
     reason = "an example shows what it did"
 )]
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use panto_compact::serde_json::{self, json};
 use panto_compact::{
-    CompactionEvent, CompactionPrompt, Compactor, CompactorConfig, ContentBlock, Driver, Entry,
-    EventSink, LogError, Message, ModelRef, Provider, ProviderError, Request, Role, SessionLog,
-    async_trait, encode_line, read_entries, replay,
+    CompactionEvent, CompactionPrompt, Compactor, CompactorConfig, ContentBlock, Driver, EventSink,
+    MemoryStore, Message, ModelRef, Provider, ProviderError, Request, Role, Store, async_trait,
 };
 
 /// Words in everything a request carries: the toy model's idea of tokens.
@@ -96,18 +95,6 @@ impl Provider for Summarizer {
     }
 }
 
-/// The store: JSONL text; each append is one write of whole lines.
-#[derive(Clone, Default)]
-struct Store(Arc<Mutex<String>>);
-
-impl SessionLog for Store {
-    fn append(&mut self, entries: &[Entry]) -> Result<(), LogError> {
-        let chunk: String = entries.iter().map(encode_line).collect();
-        self.0.lock().map_err(|e| e.to_string())?.push_str(&chunk);
-        Ok(())
-    }
-}
-
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let compactor = Compactor::new(ModelRef::new(Arc::new(ToyModel), "toy-1"))
@@ -135,9 +122,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             ),
             other => eprintln!("  [{other:?}]"),
         });
-    let store = Store::default();
-    let mut agent = Driver::new(compactor, store.clone(), Default::default())
-        .with_system("You are a terse assistant.");
+    let store = MemoryStore::new();
+    let (agent, _warnings) = Driver::open(compactor, store.clone(), "knot").await?;
+    let mut agent = agent.with_system("You are a terse assistant.");
 
     let prompts = [
         "my project is a parser for a small configuration language called knot",
@@ -171,13 +158,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("{}", reply.message.text());
     }
 
-    // The store replays to the same context the driver holds.
-    let text = store.0.lock().map_err(|e| e.to_string())?.clone();
-    let context = replay(read_entries(text.as_bytes())?);
+    // The store loads the same context the driver holds.
+    let context = store.load("knot").await?.context;
     assert_eq!(context.messages, agent.context().messages);
     println!(
-        "\nsession: {} lines; effective context: {} messages, led by the summary:\n{}",
-        text.lines().count(),
+        "\nsession: {} entries; effective context: {} messages, led by the summary:\n{}",
+        store.records("knot").len(),
         context.messages.len(),
         context.summary().unwrap_or("(none)")
     );

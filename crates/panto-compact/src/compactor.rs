@@ -5,13 +5,14 @@ use std::ops::Range;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use panto_model::{
-    CompactionEntry, EffectiveContext, Entry, Extra, IdKind, IdSource, KEPT_BY, Message, Trigger,
-    UniqueIds, replay,
+    COPIES_MARKED, CompactionEntry, EffectiveContext, Entry, Extra, IdKind, IdSource, KEPT_BY,
+    Message, Trigger, UniqueIds, replay,
 };
 use panto_provider::{Provider, ProviderError, Request, StreamEvent};
 use panto_size::{
     BLOCK_OVERHEAD, Heuristic, MESSAGE_OVERHEAD, Sizer, UsageSizer, estimate_request,
 };
+use panto_store::{SessionLog, Store};
 use panto_transcript::{
     Elision, Ledger, TranscriptItem, TurnTranscript, render_request_text, render_request_turns,
     render_transcript_elided, render_turns, strip_ledger, transcript_items,
@@ -25,7 +26,6 @@ use crate::error::{AttemptFailure, CompactError};
 use crate::events::CompactionEvent;
 use crate::fold::{FoldBudget, FoldPlan, fold};
 use crate::ledger::{LEDGER_FIELD, ledger_budget, previous_ledger, rendered_len, with_ledger};
-use crate::log::SessionLog;
 use crate::plan::{NothingToCompact, Plan, keep_budget, plan_and_turns};
 use crate::prompt::CompactionPrompt;
 use crate::record::{RECORD_ONLY_MODEL, record_only_text};
@@ -273,19 +273,21 @@ impl Compactor {
         })
     }
 
-    /// Compacts `context` and appends the result to `log` in one call.
+    /// Compacts `context` and appends the result to `log` in one conditional append.
     ///
-    /// `context` must be the replay of `log`. On success the log's new effective context is
-    /// [`Compacted::context`]: the summary block followed by the kept turns.
+    /// `context` must be the replay of `log` at its head. On success the log's new effective
+    /// context is [`Compacted::context`]: the summary block followed by the kept turns.
     ///
     /// # Errors
     /// [`CompactError::Compaction`] or [`CompactError::BothModelsFailed`] when no summary could
-    /// be obtained, [`CompactError::Log`] when the append failed. In every error case nothing
-    /// of the compaction is in effect.
-    pub async fn compact<L: SessionLog + ?Sized>(
+    /// be obtained, [`CompactError::Store`] when the append failed (a
+    /// [`StoreError::Conflict`](panto_store::StoreError::Conflict) when another writer
+    /// appended since `log` last saw the session). In every error case nothing of the
+    /// compaction is in effect.
+    pub async fn compact<S: Store>(
         &mut self,
         context: &EffectiveContext,
-        log: &mut L,
+        log: &mut SessionLog<S>,
         options: CompactRun,
     ) -> Result<CompactOutcome, CompactError> {
         let span = info_span!("compaction", trigger = options.trigger.as_str());
@@ -297,12 +299,12 @@ impl Compactor {
             CompactOutcome::Compacted(c) => c,
             nothing @ CompactOutcome::NothingToCompact(_) => return Ok(nothing),
         };
-        let written = span.in_scope(|| {
-            info_span!("write", entries = compacted.entries.len())
-                .in_scope(|| log.append(&compacted.entries))
-        });
+        let written = log
+            .append(&compacted.entries)
+            .instrument(info_span!(parent: &span, "write", entries = compacted.entries.len()))
+            .await;
         if let Err(e) = written {
-            let error = CompactError::Log(e);
+            let error = CompactError::Store(e);
             let report = &compacted.report;
             self.emit(CompactionEvent::Failed {
                 trigger: report.trigger.clone(),
@@ -745,6 +747,11 @@ impl Compactor {
 
         let plan = prepared.plan;
         let mut extra = Extra::new();
+        if !copies.is_empty() {
+            // The copies follow in the same append: replay waits for all of them, so a crash
+            // that cuts the append replays to the old context (whatever the store).
+            extra.insert(COPIES_MARKED.into(), true.into());
+        }
         extra.insert("provider".into(), provider.as_str().into());
         if let Some(cause) = &degraded {
             extra.insert("degraded".into(), true.into());
@@ -827,11 +834,11 @@ impl Compactor {
     /// conversation goes on instead of dying; the entry says `degraded: true`.
     ///
     /// # Errors
-    /// [`CompactError::Log`] when the append failed; nothing is in effect then.
-    pub fn compact_record_only<L: SessionLog + ?Sized>(
+    /// [`CompactError::Store`] when the append failed; nothing is in effect then.
+    pub async fn compact_record_only<S: Store>(
         &mut self,
         context: &EffectiveContext,
-        log: &mut L,
+        log: &mut SessionLog<S>,
         options: &CompactRun,
         failure: &CompactError,
     ) -> Result<CompactOutcome, CompactError> {
@@ -867,7 +874,9 @@ impl Compactor {
             },
         );
         tracing::warn!(%failure, "no model could summarize; wrote panto's own record instead");
-        log.append(&compacted.entries).map_err(CompactError::Log)?;
+        log.append(&compacted.entries)
+            .await
+            .map_err(CompactError::Store)?;
         self.emit(CompactionEvent::Finished(Box::new(
             compacted.report.clone(),
         )));

@@ -3,12 +3,12 @@
 use panto_model::{EffectiveContext, Entry, IdKind, Message};
 use panto_provider::{EventSink, ProviderError, Request, RequestOptions, ToolSpec};
 use panto_size::estimate_request;
+use panto_store::{Loaded, SessionLog, Store, StoreError};
 use tracing::{Instrument, info_span};
 
 use crate::compactor::Compactor;
 use crate::config::{CompactRun, DEFAULT_MAX_OUTPUT_TOKENS};
 use crate::error::CompactError;
-use crate::log::SessionLog;
 use crate::report::{CompactOutcome, CompactionReport};
 
 /// The answer to [`Driver::send`].
@@ -31,18 +31,23 @@ impl Reply {
     }
 }
 
-/// Drives a conversation over a [`SessionLog`]: keeps the effective context in step with the
-/// log, sends requests with the active model, and recovers from context overflow.
+/// Drives a conversation over one session of a [`Store`] (through its [`SessionLog`]): keeps
+/// the effective context in step with the log, sends requests with the active model, and
+/// recovers from context overflow.
 ///
 /// Invariants:
 /// - new messages are appended to the log before the request is sent, so a failure never
-///   loses them; the assistant reply is appended only after success;
+///   loses them; the assistant reply is appended only after success, and when that append
+///   fails the reply is handed back ([`CompactError::ReplyNotAppended`]), never dropped;
+/// - every append is conditional on the session as this driver last saw it: another writer's
+///   entries are a conflict ([`StoreError::Conflict`]), never interleaved with this one's;
+///   [`Driver::reload`] catches up;
 /// - at most one compaction and one retry per [`Driver::send`], whatever the provider answers;
 /// - the turn in flight (the new prompt, or the tool results being answered) is kept verbatim.
 #[derive(Debug)]
-pub struct Driver<L> {
+pub struct Driver<S> {
     compactor: Compactor,
-    log: L,
+    log: SessionLog<S>,
     context: EffectiveContext,
     system: String,
     tools: Vec<ToolSpec>,
@@ -50,10 +55,10 @@ pub struct Driver<L> {
     max_output_tokens: u32,
 }
 
-impl<L: SessionLog> Driver<L> {
+impl<S: Store> Driver<S> {
     /// A driver over `log`, whose replay is `context`. No system prompt, no tools, and an
     /// output limit of [`DEFAULT_MAX_OUTPUT_TOKENS`] until set.
-    pub fn new(compactor: Compactor, log: L, context: EffectiveContext) -> Driver<L> {
+    pub fn new(compactor: Compactor, log: SessionLog<S>, context: EffectiveContext) -> Driver<S> {
         Driver {
             compactor,
             log,
@@ -66,13 +71,13 @@ impl<L: SessionLog> Driver<L> {
     }
 
     /// Sets the agent's system prompt.
-    pub fn with_system(mut self, system: impl Into<String>) -> Driver<L> {
+    pub fn with_system(mut self, system: impl Into<String>) -> Driver<S> {
         self.system = system.into();
         self
     }
 
     /// Sets the tools offered to the model.
-    pub fn with_tools(mut self, tools: Vec<ToolSpec>) -> Driver<L> {
+    pub fn with_tools(mut self, tools: Vec<ToolSpec>) -> Driver<S> {
         self.tools = tools;
         self
     }
@@ -80,13 +85,13 @@ impl<L: SessionLog> Driver<L> {
     /// Sets the options of conversation requests (temperature, reasoning effort, tool choice,
     /// ...), which each adapter maps to its protocol. Compaction requests do not carry them: a
     /// summary is asked for with the provider's defaults.
-    pub fn with_request_options(mut self, options: RequestOptions) -> Driver<L> {
+    pub fn with_request_options(mut self, options: RequestOptions) -> Driver<S> {
         self.options = options;
         self
     }
 
     /// Sets the output limit of conversation requests.
-    pub fn with_max_output_tokens(mut self, max_output_tokens: u32) -> Driver<L> {
+    pub fn with_max_output_tokens(mut self, max_output_tokens: u32) -> Driver<S> {
         self.max_output_tokens = max_output_tokens;
         self
     }
@@ -96,9 +101,85 @@ impl<L: SessionLog> Driver<L> {
         &self.context
     }
 
-    /// The log.
-    pub fn log(&self) -> &L {
+    /// A driver over `session` of `store`, loaded now (a session that does not exist yet is
+    /// the empty conversation; the first append creates it), with the load's warnings.
+    ///
+    /// # Errors
+    /// As [`SessionLog::open`].
+    pub async fn open(
+        compactor: Compactor,
+        store: S,
+        session: impl Into<String>,
+    ) -> Result<(Driver<S>, Vec<String>), StoreError> {
+        let (log, loaded) = SessionLog::open(store, session).await?;
+        Ok((Driver::new(compactor, log, loaded.context), loaded.warnings))
+    }
+
+    /// Reads the session again (after a conflict: another writer appended) and goes on from it
+    /// as it is now. Returns the load's warnings.
+    ///
+    /// # Errors
+    /// As [`SessionLog::reload`]; the driver is unchanged then.
+    pub async fn reload(&mut self) -> Result<Vec<String>, StoreError> {
+        let Loaded {
+            context, warnings, ..
+        } = self.log.reload().await?;
+        self.context = context;
+        Ok(warnings)
+    }
+
+    /// Appends `messages` (a reply handed back by [`CompactError::ReplyNotAppended`], or tool
+    /// results, say) to the session and the context, without sending anything. Messages
+    /// without an id get one.
+    ///
+    /// # Errors
+    /// As [`SessionLog::append`]; nothing is appended then.
+    pub async fn append(&mut self, messages: Vec<Message>) -> Result<(), StoreError> {
+        let mut entries = Vec::with_capacity(messages.len());
+        for mut m in messages {
+            if m.id.is_none() {
+                m.id = Some(self.compactor.next_id(IdKind::Message).into());
+            }
+            entries.push(Entry::Message(m));
+        }
+        self.log.append(&entries).await?;
+        self.context
+            .messages
+            .extend(entries.into_iter().filter_map(|e| match e {
+                Entry::Message(m) => Some(m),
+                _ => None,
+            }));
+        Ok(())
+    }
+
+    /// The log: the session and where this driver last saw it end.
+    pub fn log(&self) -> &SessionLog<S> {
         &self.log
+    }
+
+    /// The agent's system prompt.
+    pub fn system(&self) -> &str {
+        &self.system
+    }
+
+    /// The tools offered to the model.
+    pub fn tools(&self) -> &[ToolSpec] {
+        &self.tools
+    }
+
+    /// The options of conversation requests.
+    pub fn request_options(&self) -> &RequestOptions {
+        &self.options
+    }
+
+    /// The output limit of conversation requests.
+    pub fn max_output_tokens(&self) -> u32 {
+        self.max_output_tokens
+    }
+
+    /// The compactor.
+    pub fn compactor(&self) -> &Compactor {
+        &self.compactor
     }
 
     /// The compactor (to change the active model, for example).
@@ -107,7 +188,7 @@ impl<L: SessionLog> Driver<L> {
     }
 
     /// The compactor, the log and the context.
-    pub fn into_parts(self) -> (Compactor, L, EffectiveContext) {
+    pub fn into_parts(self) -> (Compactor, SessionLog<S>, EffectiveContext) {
         (self.compactor, self.log, self.context)
     }
 
@@ -133,7 +214,10 @@ impl<L: SessionLog> Driver<L> {
     /// Streamed text of both attempts goes to `stream`. Messages without an id get one.
     ///
     /// # Errors
-    /// - [`CompactError::Log`]: the log refused an append;
+    /// - [`CompactError::Store`]: the store refused the append of `new` (a
+    ///   [`StoreError::Conflict`] when another writer appended since this driver last saw the
+    ///   session: nothing was sent or written; [`Driver::reload`] and send again);
+    /// - [`CompactError::ReplyNotAppended`]: the reply could not be appended; it is handed back;
     /// - [`CompactError::Provider`]: any error other than an overflow, untouched (no compaction
     ///   when it comes first; after a compaction when it answers the retry);
     /// - [`CompactError::OverflowNothingToCompact`], [`CompactError::OverflowCompactionFailed`]:
@@ -148,24 +232,11 @@ impl<L: SessionLog> Driver<L> {
         stream: EventSink<'_>,
     ) -> Result<Reply, CompactError> {
         if !new.is_empty() {
-            let mut entries = Vec::with_capacity(new.len());
-            for mut m in new {
-                if m.id.is_none() {
-                    m.id = Some(self.compactor.next_id(IdKind::Message).into());
-                }
-                entries.push(Entry::Message(m));
-            }
-            self.log.append(&entries).map_err(CompactError::Log)?;
-            self.context
-                .messages
-                .extend(entries.into_iter().filter_map(|e| match e {
-                    Entry::Message(m) => Some(m),
-                    _ => None,
-                }));
+            self.append(new).await.map_err(CompactError::Store)?;
         }
 
         let overflow = match self.complete(&mut *stream, "first").await {
-            Ok(reply) => return self.accept(reply, None),
+            Ok(reply) => return self.accept(reply, None).await,
             Err(e) if e.is_context_overflow() => e,
             Err(e) => return Err(CompactError::Provider(e)),
         };
@@ -189,12 +260,11 @@ impl<L: SessionLog> Driver<L> {
             }
             Err(e) if e.no_summary_obtained() => {
                 // No model could summarize: keep the conversation alive with panto's own record.
-                match self.compactor.compact_record_only(
-                    &self.context,
-                    &mut self.log,
-                    &options_again,
-                    &e,
-                ) {
+                match self
+                    .compactor
+                    .compact_record_only(&self.context, &mut self.log, &options_again, &e)
+                    .await
+                {
                     Ok(CompactOutcome::Compacted(c)) => {
                         let c = *c;
                         self.context = c.context;
@@ -228,7 +298,7 @@ impl<L: SessionLog> Driver<L> {
             });
         }
         match self.complete(&mut *stream, "retry").await {
-            Ok(reply) => self.accept(reply, Some(report)),
+            Ok(reply) => self.accept(reply, Some(report)).await,
             Err(ProviderError::ContextOverflow {
                 message,
                 input_tokens,
@@ -293,7 +363,8 @@ impl<L: SessionLog> Driver<L> {
         }
     }
 
-    fn accept(
+    /// Appends the reply; when the append fails, hands the reply back with the error.
+    async fn accept(
         &mut self,
         mut reply: Message,
         compaction: Option<CompactionReport>,
@@ -301,9 +372,13 @@ impl<L: SessionLog> Driver<L> {
         if reply.id.is_none() {
             reply.id = Some(self.compactor.next_id(IdKind::Message).into());
         }
-        self.log
-            .append(&[Entry::Message(reply.clone())])
-            .map_err(CompactError::Log)?;
+        if let Err(error) = self.log.append(&[Entry::Message(reply.clone())]).await {
+            return Err(CompactError::ReplyNotAppended {
+                reply: Box::new(reply),
+                compaction: compaction.map(Box::new),
+                error,
+            });
+        }
         self.context.messages.push(reply.clone());
         Ok(Reply {
             message: reply,

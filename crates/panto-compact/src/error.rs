@@ -3,13 +3,13 @@
 use std::fmt;
 use std::path::PathBuf;
 
+use panto_model::Message;
 use panto_provider::ProviderError;
+use panto_store::StoreError;
 
 use crate::fold::FoldError;
 use crate::plan::NothingToCompact;
-
-/// What a [`crate::SessionLog`] returns when an append fails.
-pub type LogError = Box<dyn std::error::Error + Send + Sync>;
+use crate::report::CompactionReport;
 
 /// Why one attempt at a summary (with one model) failed.
 #[derive(Clone, Debug, PartialEq)]
@@ -145,8 +145,22 @@ pub enum CompactError {
         /// The provider's last answer.
         error: ProviderError,
     },
-    /// The session log refused the append; nothing of the compaction is in effect.
-    Log(LogError),
+    /// The store refused the append (another writer appended meanwhile:
+    /// [`StoreError::Conflict`]; or it failed); nothing of that append is in effect.
+    Store(StoreError),
+    /// The reply was obtained but could not be appended to the session (another writer
+    /// appended while the model answered, or the store failed). The reply is handed back, not
+    /// dropped: the caller decides (for example [`Driver::reload`](crate::Driver::reload),
+    /// then [`Driver::append`](crate::Driver::append) it). A compaction that ran before it
+    /// stays written.
+    ReplyNotAppended {
+        /// The reply, as it would have been appended (with its id).
+        reply: Box<Message>,
+        /// The compaction that overflow recovery wrote before the reply, if any.
+        compaction: Option<Box<CompactionReport>>,
+        /// Why the append failed.
+        error: StoreError,
+    },
     /// A request failed with an error that compaction cannot help; passed through untouched.
     Provider(ProviderError),
     /// A request overflowed and the compaction meant to recover from it failed.
@@ -235,7 +249,11 @@ impl fmt::Display for CompactError {
                 "compaction request {step} of {steps} (about {estimated_tokens} tokens{}) was rejected as too large, also after {shrinks} smaller tries: {error}",
                 LimitNote(*limit)
             ),
-            CompactError::Log(e) => write!(f, "could not write to the session: {e}"),
+            CompactError::Store(e) => write!(f, "could not write to the session: {e}"),
+            CompactError::ReplyNotAppended { error, .. } => write!(
+                f,
+                "the reply could not be written to the session, so it was not added to the conversation: {error}"
+            ),
             CompactError::Provider(e) => e.fmt(f),
             CompactError::OverflowCompactionFailed {
                 overflow,
@@ -284,7 +302,7 @@ impl std::error::Error for CompactError {
             // The two pass-through variants are their inner error: they have its causes.
             CompactError::NoRoom(e) => e.source(),
             CompactError::Provider(e) => e.source(),
-            CompactError::Log(e) => Some(e.as_ref()),
+            CompactError::Store(e) | CompactError::ReplyNotAppended { error: e, .. } => Some(e),
             CompactError::OverflowCompactionFailed { compaction, .. } => Some(compaction.as_ref()),
             CompactError::FoldOverflow { error, .. }
             | CompactError::OverflowAfterCompaction { error, .. } => Some(error),

@@ -7,8 +7,8 @@
 //! - [`CompactionPrompt`] layers `COMPACTION.md` (built-in, user, project; last one wins) and
 //!   appends `/compact` instructions to it.
 //! - [`Compactor`] runs one compaction: plan, request (with `compaction_model` first and one
-//!   fallback to the active model, see [`ModelRef`]), then one [`SessionLog::append`] of the
-//!   compaction entry and the kept copies. It reports progress as [`CompactionEvent`]s.
+//!   fallback to the active model, see [`ModelRef`]), then one conditional
+//!   [`SessionLog::append`] of the compaction entry and the kept copies. It reports progress as [`CompactionEvent`]s.
 //!   A model's answer that fails the summary checks is a failed attempt; every summary is
 //!   followed by the ledger (`panto_transcript::Ledger`) of what it replaces, merged with the
 //!   one stored on the previous compaction entry ([`LEDGER_FIELD`], [`ledger_budget`]).
@@ -16,23 +16,25 @@
 //!   [`ContextOverflow`](panto_provider::ProviderError::ContextOverflow) compacts once and retries
 //!   once; when no model can summarize, it writes panto's own record instead
 //!   ([`Compactor::compact_record_only`]).
-//! - [`CompactError`] is the one error type; [`MemoryLog`] the in-memory [`SessionLog`].
+//! - [`CompactError`] is the one error type.
+//! - Storage is any [`Store`] (re-exported from `panto-store`: the JSONL files of
+//!   `panto-session`, SQLite, PostgreSQL, or the in-memory [`MemoryStore`]); the driver and the
+//!   compactor write through a [`SessionLog`], one session as this writer last saw it.
 //! - With the `test-support` feature, the `testing` module offers a scripted fake provider.
-//! - With the `session` feature, [`SessionLog`] is implemented for `panto_session::Session`
-//!   (the JSONL file), and `CheckedLog` appends only where the caller last saw the file end.
 //!
-//! The design choice to know: storage is a one-method trait ([`SessionLog`]) whose single call
-//! carries the whole compaction (the entry, then every kept copy marked `kept_by`), and
-//! `panto_model::replay` honours a compaction only when all its copies follow it. So a crash at
-//! any byte of the append replays to exactly the old or exactly the new context, and this crate
-//! never needs to know how the log is stored.
+//! The design choice to know: a compaction is one conditional append ([`SessionLog::append`])
+//! carrying the whole compaction (the entry, marked `copies_marked`, then every kept copy
+//! marked `kept_by`), and `panto_model::replay` honours a compaction only when all its copies
+//! follow it. The compactor writes every field replay depends on, so a crash at any byte of
+//! the append replays to exactly the old or exactly the new context whatever the store, and an
+//! append made stale by another writer writes nothing.
 //!
 //! No async runtime is linked: futures returned by the [`Provider`] trait are simply awaited,
 //! and the futures of [`Driver::send`], [`Driver::compact`] and [`Compactor::compact`] are
 //! `Send`, so a turn may run in a spawned task.
 //!
-//! One dependency is enough: the names needed to implement a [`Provider`] and a
-//! [`SessionLog`] and to run the loop are re-exported here, and the lower crates are reachable
+//! One dependency is enough: the names needed to implement a [`Provider`] and a [`Store`] and
+//! to run the loop are re-exported here, and the lower crates are reachable
 //! whole as [`model`], [`provider`], [`size`] and [`transcript`].
 //!
 //! ```
@@ -67,7 +69,7 @@
 //!     // A keep budget of one token keeps only the turn in flight verbatim.
 //!     let compactor = Compactor::new(ModelRef::new(Arc::new(Counter), "counter-1"))
 //!         .with_config(CompactorConfig::new().with_keep_tokens(1));
-//!     let mut agent = Driver::new(compactor, MemoryLog::new(), Default::default());
+//!     let mut agent = Driver::new(compactor, MemoryLog::memory(), Default::default());
 //!     for prompt in ["hello", "and again"] {
 //!         let reply = agent.send(vec![Message::user_text(prompt)], &mut |_| {}).await?;
 //!         println!("{}", reply.message.text());
@@ -93,13 +95,10 @@ mod error;
 mod events;
 mod fold;
 mod ledger;
-mod log;
 mod plan;
 mod prompt;
 mod record;
 mod report;
-#[cfg(feature = "session")]
-mod session;
 mod source;
 #[cfg(any(test, feature = "test-support"))]
 pub mod testing;
@@ -109,11 +108,10 @@ pub use config::{
     CompactRun, CompactorConfig, DEFAULT_KEEP_TOKENS, DEFAULT_MAX_OUTPUT_TOKENS, ModelRef,
 };
 pub use driver::{Driver, Reply};
-pub use error::{AttemptFailure, CompactError, LogError};
+pub use error::{AttemptFailure, CompactError};
 pub use events::CompactionEvent;
 pub use fold::{Chunk, FoldBudget, FoldError, FoldPlan, MIN_ROOM, fold};
 pub use ledger::{LEDGER_FIELD, MIN_LEDGER_CHARS, ledger_budget, previous_ledger, with_ledger};
-pub use log::{MemoryLog, SessionLog};
 pub use plan::{NothingToCompact, Plan, keep_budget, plan};
 pub use record::RECORD_ONLY_MODEL;
 pub use report::{CompactOutcome, Compacted, CompactionReport, ElidedItem, FoldStep};
@@ -130,12 +128,12 @@ pub use panto_provider::{
     ToolChoice, ToolSpec, async_trait,
 };
 pub use panto_size as size;
+pub use panto_store as store;
+pub use panto_store::{
+    Head, Loaded, MemoryLog, MemoryStore, Record, SessionLog, Store, StoreError,
+};
 pub use panto_transcript as transcript;
 pub use serde_json;
-
-#[cfg(feature = "session")]
-#[cfg_attr(docsrs, doc(cfg(feature = "session")))]
-pub use session::CheckedLog;
 
 pub use prompt::{
     ADDITIONAL_INSTRUCTIONS_HEADING, BUILTIN_PROMPT, CompactionPrompt, LayerFile, LayerFileError,

@@ -325,28 +325,6 @@ fn the_builtin_prompt_names_the_envelope_the_transcript_crate_renders() {
 }
 
 #[test]
-fn memory_log_counts_appends_and_can_refuse_them() {
-    let mut log = MemoryLog::new();
-    log.append(&[Entry::Message(Message::user_text("a"))])
-        .unwrap();
-    log.refuse_appends(Some("read-only".into()));
-    let err = log
-        .append(&[Entry::Message(Message::user_text("b"))])
-        .unwrap_err();
-    assert_eq!(err.to_string(), "read-only");
-    log.refuse_appends(None);
-    // Through the blanket impl for `&mut L`, as generic callers use it.
-    let mut borrowed: &mut MemoryLog = &mut log;
-    SessionLog::append(&mut borrowed, &[]).unwrap();
-    assert_eq!((log.entries().len(), log.appends()), (1, 2));
-    assert_eq!(
-        log.to_jsonl(),
-        "{\"type\":\"message\",\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"}]}\n"
-    );
-    assert_eq!(log.replay().messages.len(), 1);
-}
-
-#[test]
 fn model_refs_show_provider_and_model_only() {
     let r = ModelRef::new(Arc::new(ScriptedProvider::new("anthropic")), "claude-x");
     assert_eq!(

@@ -45,6 +45,46 @@ impl History {
         }
     }
 
+    /// A reader of the file from byte `offset`, a line start (a position an earlier read
+    /// ended at). Its line numbers count from that line; a caller that reports them adds the
+    /// lines before it.
+    pub(crate) fn starting_at(
+        path: PathBuf,
+        mut file: File,
+        offset: u64,
+    ) -> std::io::Result<History> {
+        use std::io::{Seek, SeekFrom};
+        file.seek(SeekFrom::Start(offset))?;
+        let mut history = History::new(path, file);
+        history.offset = offset;
+        // What came before had content (or the caller would have started at 0).
+        history.content = offset > 0;
+        Ok(history)
+    }
+
+    /// The next entry's line number, exact text (without the newline) and the position after
+    /// its line, or `None` at the end.
+    pub(crate) fn next_raw(&mut self) -> Result<Option<(usize, &[u8], u64)>> {
+        if self.done {
+            return Ok(None);
+        }
+        match self.step() {
+            Ok(Some((line, _))) => {
+                let raw = self.buf.strip_suffix(b"\n").unwrap_or(&self.buf);
+                let raw = raw.strip_suffix(b"\r").unwrap_or(raw);
+                Ok(Some((line, raw, self.offset)))
+            }
+            Ok(None) => {
+                self.done = true;
+                Ok(None)
+            }
+            Err(e) => {
+                self.done = true;
+                Err(e)
+            }
+        }
+    }
+
     /// What was skipped so far (all of it once the iterator has ended), in file order.
     pub fn warnings(&self) -> &[Warning] {
         &self.warnings

@@ -38,6 +38,7 @@
 
 mod error;
 mod history;
+mod jsonl;
 mod lines;
 mod load;
 mod lock;
@@ -47,6 +48,7 @@ mod warning;
 
 pub use error::{LockHolder, Result, SessionError};
 pub use history::History;
+pub use jsonl::JsonlStore;
 pub use load::{LoadStats, Loaded};
 pub use options::SessionOptions;
 pub use store::{Appended, Session, Writer};

@@ -4,7 +4,7 @@ use std::fs::{self, File};
 use std::io::{self, ErrorKind, Read, Write};
 use std::path::{Path, PathBuf};
 
-use panto_model::{COPIES_MARKED, Entry, IdKind, KEPT_BY, encode_line};
+use panto_model::{Entry, IdKind, KEPT_BY, encode_line};
 use serde_json::Value;
 
 use crate::error::{Result, SessionError};
@@ -65,6 +65,34 @@ impl Session {
             sync_parent(&path)?;
         }
         Ok(Session { path, options })
+    }
+
+    /// A session at `path` that may not exist yet (the store's first append creates it).
+    pub(crate) fn unchecked(path: PathBuf, options: SessionOptions) -> Session {
+        Session { path, options }
+    }
+
+    /// The file, opened for reading after checking what it is.
+    pub(crate) fn open_for_reading(&self) -> Result<File> {
+        open_read(&self.path)
+    }
+
+    /// How many lines start before byte `offset` (a line start): the number of newlines before
+    /// it, for naming a line found by a read that started there.
+    pub(crate) fn lines_before(&self, offset: u64) -> Result<usize> {
+        let file = open_read(&self.path)?;
+        let mut reader = io::BufReader::with_capacity(1 << 20, &file).take(offset);
+        let mut buf = vec![0u8; 1 << 20];
+        let mut newlines = 0usize;
+        loop {
+            let n = reader
+                .read(&mut buf)
+                .map_err(|e| SessionError::io(&self.path, "read", e))?;
+            if n == 0 {
+                return Ok(newlines);
+            }
+            newlines += memchr::memchr_iter(b'\n', &buf[..n]).count();
+        }
     }
 
     /// The session file.
@@ -273,25 +301,77 @@ impl Writer<'_> {
 
     /// Writes `entries` after the `len` bytes of the file.
     fn write(&mut self, len: u64, entries: &[Entry]) -> Result<Appended> {
-        let path = &self.session.path;
-        let options = &self.session.options;
         if let Some(index) = entries.iter().position(|e| e.type_name() == TORN_WRITE) {
-            return Err(SessionError::Rejected {
-                path: path.clone(),
-                index,
-                reason: format!("the type `{TORN_WRITE}` is reserved for the store"),
-            });
-        }
-        if entries.is_empty() {
-            return Ok(Appended {
-                ids: Vec::new(),
-                end: len,
-            });
+            return Err(self.reserved(index));
         }
         let mut entries = entries.to_vec();
-        let ids = assign_ids(&mut entries, options);
+        let ids = assign_missing_ids(&mut entries, &self.session.options);
+        let text: String = entries.iter().map(encode_line).collect();
+        let end = self.write_text(len, text.as_bytes())?;
+        Ok(Appended { ids, end })
+    }
+
+    /// Appends `lines` (each one entry's exact text, without its newline) under the held lock
+    /// if the file still ends at byte `end`; returns where the file ends after them. The
+    /// lines are written as they are: no id is given, nothing is re-encoded.
+    ///
+    /// # Errors
+    /// As [`Writer::append_at`]; also [`SessionError::Rejected`] for a line that is not one
+    /// entry or is of the store's reserved `torn_write` type.
+    pub fn append_lines_at(&mut self, end: u64, lines: &[&str]) -> Result<u64> {
+        let found = self.end()?;
+        if found != end {
+            return Err(SessionError::Conflict {
+                path: self.session.path.clone(),
+                expected: end,
+                found,
+            });
+        }
+        let mut text = Vec::new();
+        for (index, line) in lines.iter().enumerate() {
+            if line.contains(['\n', '\r']) {
+                return Err(SessionError::Rejected {
+                    path: self.session.path.clone(),
+                    index,
+                    reason: "a line break inside an entry's line".to_owned(),
+                });
+            }
+            match panto_model::decode_line(line.as_bytes(), index + 1) {
+                Ok(entry) if entry.type_name() == TORN_WRITE => return Err(self.reserved(index)),
+                Ok(_) => {}
+                Err(e) => {
+                    return Err(SessionError::Rejected {
+                        path: self.session.path.clone(),
+                        index,
+                        reason: e.to_string(),
+                    });
+                }
+            }
+            text.extend_from_slice(line.as_bytes());
+            text.push(b'\n');
+        }
+        self.write_text(found, &text)
+    }
+
+    fn reserved(&self, index: usize) -> SessionError {
+        SessionError::Rejected {
+            path: self.session.path.clone(),
+            index,
+            reason: format!("the type `{TORN_WRITE}` is reserved for the store"),
+        }
+    }
+
+    /// Writes whole lines `text` after the `len` bytes of the file (after a newline, and a
+    /// `torn_write` record for debris, when the file ends with a torn line); flushes when fsync
+    /// is on. Returns where the file ends. Writing nothing writes nothing.
+    fn write_text(&mut self, len: u64, text: &[u8]) -> Result<u64> {
+        if text.is_empty() {
+            return Ok(len);
+        }
+        let path = &self.session.path;
+        let options = &self.session.options;
         let (newline, debris) = end_state(path, &self.file, len, options.read_chunk_value())?;
-        let mut out = Vec::new();
+        let mut out = Vec::with_capacity(text.len() + 1);
         if newline {
             out.push(b'\n');
         }
@@ -299,19 +379,14 @@ impl Writer<'_> {
             let record_start = len + u64::from(newline);
             out.extend_from_slice(torn_write_record(from, record_start - 1 - from).as_bytes());
         }
-        for e in &entries {
-            out.extend_from_slice(encode_line(e).as_bytes());
-        }
+        out.extend_from_slice(text);
         write_whole(&self.file, &out).map_err(|e| SessionError::io(path, "append to", e))?;
         if options.fsync_enabled() {
             self.file
                 .sync_data()
                 .map_err(|e| SessionError::io(path, "flush", e))?;
         }
-        Ok(Appended {
-            ids,
-            end: len + out.len() as u64,
-        })
+        Ok(len + out.len() as u64)
     }
 
     /// Loads the effective context while holding the lock; see [`Session::load_context`].
@@ -368,42 +443,6 @@ fn end_state(path: &Path, file: &File, len: u64, chunk: usize) -> Result<(bool, 
         debris = Some(seg.start);
     }
     Ok((has_tail, debris))
-}
-
-/// Gives ids to the entries without one; returns every entry's id. Then marks each compaction
-/// whose kept copies all follow it in this call with `copies_marked`, so that replay waits for
-/// them even when a crash leaves none of them in the file.
-fn assign_ids(entries: &mut [Entry], options: &SessionOptions) -> Vec<String> {
-    let ids = assign_missing_ids(entries, options);
-    for i in 0..entries.len() {
-        let (head, rest) = entries.split_at_mut(i + 1);
-        if let Entry::Compaction(c) = &mut head[i]
-            && let Some(n) = c.kept_messages.filter(|&n| n > 0)
-            && copies_follow(rest, n, c.id.as_deref())
-        {
-            c.extra.insert(COPIES_MARKED.to_owned(), Value::Bool(true));
-        }
-    }
-    ids
-}
-
-/// Whether the next `n` messages of `rest` (entries of unknown type between them aside) are
-/// copies marked `kept_by` the compaction `id`, the way replay pairs them.
-fn copies_follow(rest: &[Entry], n: u64, id: Option<&str>) -> bool {
-    let mut found = 0;
-    for e in rest {
-        if found == n {
-            break;
-        }
-        match e {
-            Entry::Unknown(_) => {}
-            Entry::Message(m) if m.kept_by().is_some_and(|by| id.is_none_or(|id| id == by)) => {
-                found += 1;
-            }
-            _ => return false,
-        }
-    }
-    found == n
 }
 
 /// Gives ids to the entries without one; returns every entry's id.

@@ -81,7 +81,7 @@ fn an_empty_file_is_bad_input_for_every_command_that_reads_it() {
         run.expect_code(2);
         assert!(
             run.stderr
-                .contains("empty.jsonl: line 1: the session file is empty: no entries"),
+                .contains("empty.jsonl: the session is empty: no entries yet"),
             "{args:?}: {}",
             run.stderr
         );

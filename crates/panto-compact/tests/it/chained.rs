@@ -1,7 +1,7 @@
 //! Three chained compactions: only the latest summary is passed on, and turns kept by one
 //! compaction are summarized by the next, so no message of the conversation is ever lost.
 
-use panto_compact::{CompactOutcome, CompactRun, SessionLog};
+use panto_compact::{CompactOutcome, CompactRun};
 use panto_model::{ContentBlock, Entry, Message};
 use panto_transcript::strip_ledger;
 
@@ -43,7 +43,7 @@ async fn three_chained_compactions_pass_only_the_latest_summary_and_lose_nothing
             // The conversation goes on: two more rounds after each compaction.
             let more = rounds(3 + 2 * (k - 1), 5 + 2 * (k - 1));
             let entries: Vec<Entry> = more.iter().cloned().map(Entry::Message).collect();
-            log.append(&entries).unwrap();
+            log.append(&entries).await.unwrap();
             all.extend(more);
         }
         let ctx = log.replay();

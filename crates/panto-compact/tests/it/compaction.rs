@@ -206,7 +206,7 @@ async fn both_models_failing_carries_both_causes_and_writes_nothing() {
     }));
     let (c, seen) = events(compactor(main_ref, 300).with_compaction_model(Some(cheap_ref)));
     let mut c = c;
-    let before = log.entries().to_vec();
+    let before = log.entries();
     let ctx = log.replay();
     let err = c
         .compact(&ctx, &mut log, CompactRun::manual(None))
@@ -371,7 +371,7 @@ async fn a_refused_append_is_an_error_and_leaves_the_log_unchanged() {
         .compact(&ctx, &mut log, CompactRun::manual(None))
         .await
         .unwrap_err();
-    assert!(matches!(err, CompactError::Log(_)));
+    assert!(matches!(err, CompactError::Store(_)));
     assert_eq!(err.to_string(), "could not write to the session: disk full");
     assert_eq!(log.entries().len(), 12);
     let seen = seen.lock().unwrap();
@@ -479,7 +479,7 @@ async fn a_dry_run_writes_nothing_and_returns_the_append() {
     let out = compacted(c.dry_run(&ctx, CompactRun::manual(None)).await.unwrap());
     assert_eq!(log.appends(), 0);
     assert_eq!(out.entries.len(), 4);
-    let mut all = log.entries().to_vec();
+    let mut all = log.entries();
     all.extend(out.entries.clone());
     assert_eq!(replay(all), out.context);
     assert!(

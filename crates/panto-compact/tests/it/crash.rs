@@ -92,7 +92,7 @@ fn a_second_compaction_cut_at_any_byte_replays_to_the_first_or_the_second() {
     let ctx = log.replay();
     block_on(c.compact(&ctx, &mut log, CompactRun::manual(None))).unwrap();
     let more: Vec<Entry> = rounds(3, 5).into_iter().map(Entry::Message).collect();
-    let mut log = MemoryLog::with_entries([log.entries().to_vec(), more].concat());
+    let mut log = MemoryLog::with_entries([log.entries(), more].concat());
     let old_bytes = log.to_jsonl().into_bytes();
     let ctx = log.replay();
     let old = ctx.messages.clone();

@@ -2,8 +2,13 @@
 //! that can end.
 
 use panto_compact::testing::{overflow, reply, server_error};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use panto_compact::store::{Page, Record};
 use panto_compact::{
-    CompactError, CompactOutcome, Driver, MemoryLog, ReasoningEffort, RequestOptions, SessionLog,
+    CompactError, CompactOutcome, Driver, Head, Loaded, MemoryLog, MemoryStore, ReasoningEffort,
+    RequestOptions, SessionLog, Store, StoreError, async_trait,
 };
 use panto_model::{Entry, Message, Trigger};
 use panto_provider::StreamEvent;
@@ -14,23 +19,45 @@ use crate::*;
 
 const SYSTEM: &str = "You are a careful coding agent.";
 
-/// A log that accepts `allowed` appends, then refuses every other one.
+/// A store that accepts `allowed` appends, then refuses every other one.
 struct RefuseAfter {
-    log: MemoryLog,
-    allowed: usize,
+    store: MemoryStore,
+    allowed: AtomicUsize,
 }
 
-impl SessionLog for RefuseAfter {
-    fn append(&mut self, entries: &[Entry]) -> Result<(), panto_compact::LogError> {
-        if self.allowed == 0 {
-            return Err("the disk is full".into());
+#[async_trait]
+impl Store for RefuseAfter {
+    fn location(&self) -> String {
+        self.store.location()
+    }
+    async fn load(&self, session: &str) -> Result<Loaded, StoreError> {
+        self.store.load(session).await
+    }
+    async fn head(&self, session: &str) -> Result<Head, StoreError> {
+        self.store.head(session).await
+    }
+    async fn append_records(
+        &self,
+        session: &str,
+        at: Head,
+        records: &[Record],
+    ) -> Result<Head, StoreError> {
+        let left = self.allowed.load(Ordering::SeqCst);
+        if left == 0 {
+            return Err(StoreError::unavailable(session, "the disk is full"));
         }
-        self.allowed -= 1;
-        self.log.append(entries)
+        self.allowed.store(left - 1, Ordering::SeqCst);
+        self.store.append_records(session, at, records).await
+    }
+    async fn read(&self, session: &str, from: Head, max: usize) -> Result<Page, StoreError> {
+        self.store.read(session, from, max).await
+    }
+    async fn list(&self) -> Result<Vec<String>, StoreError> {
+        self.store.list().await
     }
 }
 
-fn driver(messages: &[Message], active: ModelRef, keep: u64) -> Driver<MemoryLog> {
+fn driver(messages: &[Message], active: ModelRef, keep: u64) -> Driver<MemoryStore> {
     let log = log_of(messages);
     let ctx = log.replay();
     // The scripted overflows report small windows, which the built-in prompt alone exceeds.
@@ -268,9 +295,8 @@ async fn when_no_model_can_summarize_recovery_writes_panto_s_own_record_and_retr
         "{}",
         report.summary
     );
-    let Some(Entry::Compaction(entry)) = d
-        .log()
-        .entries()
+    let entries = d.log().entries();
+    let Some(Entry::Compaction(entry)) = entries
         .iter()
         .rev()
         .find(|e| matches!(e, Entry::Compaction(_)))
@@ -297,7 +323,14 @@ async fn a_failed_compaction_during_recovery_carries_the_overflow_and_the_failur
     p.push_text("never asked");
     // The model fails and so does the append of panto's own record: nothing can be written.
     let (compactor, log, ctx) = driver(&rounds(0, 3), active, 20_000).into_parts();
-    let log = RefuseAfter { log, allowed: 1 };
+    let log = SessionLog::new(
+        RefuseAfter {
+            store: log.store().clone(),
+            allowed: AtomicUsize::new(1),
+        },
+        log.session(),
+        log.head(),
+    );
     let mut d = Driver::new(compactor, log, ctx).with_system(SYSTEM);
     let err = d.send(vec![user("q")], &mut |_| {}).await.unwrap_err();
     let CompactError::OverflowCompactionFailed {
@@ -316,14 +349,9 @@ async fn a_failed_compaction_during_recovery_carries_the_overflow_and_the_failur
          (HTTP 500): internal error"
     );
     assert_eq!(p.calls(), 2);
-    assert_eq!(d.log().log.entries().len(), 13);
-    assert!(
-        !d.log()
-            .log
-            .entries()
-            .iter()
-            .any(|e| matches!(e, Entry::Compaction(_)))
-    );
+    let entries = d.log().store().store.entries(d.log().session());
+    assert_eq!(entries.len(), 13);
+    assert!(!entries.iter().any(|e| matches!(e, Entry::Compaction(_))));
 }
 
 #[tokio::test]
@@ -384,4 +412,88 @@ async fn manual_compaction_through_the_driver_updates_its_context() {
         Some("S1")
     );
     assert_eq!(d.log().replay().messages, d.context().messages);
+}
+
+#[tokio::test]
+async fn a_prompt_appended_by_a_stale_driver_is_a_conflict_and_nothing_is_sent() {
+    let (p, active) = model("main", "big");
+    p.push_text("never asked");
+    let mut d = driver(&rounds(0, 1), active, 300);
+    // Another writer (another process, another host) appends to the same session.
+    let mut other = SessionLog::new(d.log().store().clone(), d.log().session(), d.log().head());
+    other
+        .append(&[Entry::Message(user("theirs"))])
+        .await
+        .unwrap();
+    let err = d.send(vec![user("mine")], &mut |_| {}).await.unwrap_err();
+    let CompactError::Store(e) = &err else {
+        panic!("expected a store conflict, got {err:?}")
+    };
+    assert!(e.is_conflict());
+    assert_eq!(p.calls(), 0, "nothing was sent");
+    assert!(d.log().conflicted());
+    // The driver catches up and goes on from the session as it is now.
+    d.reload().await.unwrap();
+    assert_eq!(d.context().messages.last().unwrap().text(), "theirs");
+    let reply = d.send(vec![user("mine")], &mut |_| {}).await.unwrap();
+    assert_eq!(reply.message.text(), "never asked");
+    let texts: Vec<String> = entry_messages(d.log()).iter().map(Message::text).collect();
+    assert_eq!(texts[texts.len() - 3..], ["theirs", "mine", "never asked"]);
+}
+
+/// A model that, while it answers, lets another writer append to the session.
+struct Racing {
+    store: MemoryStore,
+}
+
+#[async_trait]
+impl panto_compact::Provider for Racing {
+    fn name(&self) -> &str {
+        "racing"
+    }
+
+    async fn complete(
+        &self,
+        _request: &panto_compact::Request,
+        _events: panto_compact::EventSink<'_>,
+    ) -> Result<Message, panto_compact::ProviderError> {
+        let head = self.store.head("s").await.unwrap();
+        let mut other = SessionLog::new(self.store.clone(), "s", head);
+        other
+            .append(&[Entry::Message(user("theirs"))])
+            .await
+            .unwrap();
+        Ok(Message::assistant_text("paid for"))
+    }
+}
+
+#[tokio::test]
+async fn a_reply_that_cannot_be_appended_is_handed_back_and_can_be_appended_after_a_reload() {
+    let store = MemoryStore::new();
+    let active = ModelRef::new(
+        Arc::new(Racing {
+            store: store.clone(),
+        }),
+        "m",
+    );
+    let (log, loaded) = SessionLog::open(store.clone(), "s").await.unwrap();
+    let mut d = Driver::new(compactor(active, 300), log, loaded.context);
+    let err = d.send(vec![user("mine")], &mut |_| {}).await.unwrap_err();
+    let CompactError::ReplyNotAppended { reply, error, .. } = err else {
+        panic!("expected the reply handed back, got {err:?}")
+    };
+    assert!(error.is_conflict());
+    assert_eq!(reply.text(), "paid for");
+    // The caller decides: here it catches up and keeps the answer.
+    d.reload().await.unwrap();
+    d.append(vec![*reply]).await.unwrap();
+    let texts: Vec<String> = store
+        .entries("s")
+        .iter()
+        .filter_map(|e| match e {
+            Entry::Message(m) => Some(m.text()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(texts, ["mine", "theirs", "paid for"]);
 }

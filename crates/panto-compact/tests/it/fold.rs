@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use panto_compact::{
     CompactError, Compactor, CompactorConfig, Driver, FoldBudget, FoldError, MAX_SHRINKS,
-    MemoryLog, ModelRef, Reply, fold,
+    MemoryLog, MemoryStore, ModelRef, Reply, fold,
 };
 use panto_model::{ContentBlock, Entry, Message, Role, SequentialIds};
 use panto_provider::{EventSink, Provider, ProviderError, Request, async_trait};
@@ -268,7 +268,7 @@ fn recover(
     prompt: &Message,
     model: Arc<Window>,
     keep: u64,
-) -> (Driver<MemoryLog>, Result<Reply, CompactError>) {
+) -> (Driver<MemoryStore>, Result<Reply, CompactError>) {
     let log = MemoryLog::with_entries(history.into_iter().map(Entry::Message).collect());
     let ctx = log.replay();
     let compactor = Compactor::new(ModelRef::new(model, "m"))

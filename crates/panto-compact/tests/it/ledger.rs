@@ -6,7 +6,6 @@ use std::sync::Arc;
 use panto_compact::testing::ScriptedProvider;
 use panto_compact::{
     CompactOutcome, CompactRun, Compactor, CompactorConfig, LEDGER_FIELD, MemoryLog, ModelRef,
-    SessionLog,
 };
 use panto_model::{ContentBlock, Entry, Message, Role, SequentialIds};
 use panto_transcript::Ledger;
@@ -93,11 +92,11 @@ proptest! {
         let mut compactor = Compactor::new(ModelRef::new(provider.clone(), "forgetful"))
             .with_ids(Arc::new(SequentialIds::new()))
             .with_config(CompactorConfig::new().with_keep_tokens(0));
-        let mut log = MemoryLog::new();
+        let mut log = MemoryLog::memory();
         let mut planted_so_far = 0;
         for round in &rounds {
             let entries: Vec<Entry> = round.iter().cloned().map(Entry::Message).collect();
-            log.append(&entries).unwrap();
+            block_on(log.append(&entries)).unwrap();
             planted_so_far += round.iter().filter(|m| m.text().starts_with("Planted request")).count();
             provider.push_text(FORGETFUL);
             let ctx = log.replay();

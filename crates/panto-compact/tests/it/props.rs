@@ -7,7 +7,7 @@ use std::sync::Arc;
 use panto_compact::testing::{ScriptedProvider, overflow, reply, server_error};
 use panto_compact::{
     CompactError, CompactOutcome, CompactRun, Compacted, Compactor, CompactorConfig, Driver,
-    MAX_SHRINKS, MemoryLog, ModelRef, SessionLog,
+    MAX_SHRINKS, MemoryLog, ModelRef,
 };
 use panto_model::arbitrary::session;
 use panto_model::{
@@ -196,7 +196,7 @@ proptest! {
             if k > 0 {
                 let mut more = later[k - 1].messages.clone();
                 rename_ids(&mut more, &format!("b{k}_"));
-                log.append(&more.into_iter().map(Entry::Message).collect::<Vec<_>>()).unwrap();
+                block_on(log.append(&more.into_iter().map(Entry::Message).collect::<Vec<_>>())).unwrap();
             }
             let ctx = log.replay();
             let active = ctx.summary().map(|s| strip_ledger(s).to_owned());

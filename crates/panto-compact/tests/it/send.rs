@@ -4,7 +4,7 @@
 use std::future::Future;
 
 use panto_compact::testing::ScriptedProvider;
-use panto_compact::{CompactRun, Compactor, Driver, MemoryLog, SessionLog};
+use panto_compact::{CompactRun, Compactor, Driver, MemoryLog, SessionLog, Store};
 use panto_model::{EffectiveContext, Message};
 use panto_provider::StreamEvent;
 
@@ -19,10 +19,10 @@ fn assert_send<F: Future + Send>(future: F) -> F {
 fn assert_send_value<T: Send>(_: &T) {}
 
 // The functions below are never called: they exist so that the compiler checks the futures'
-// `Send` bounds for any log that is itself `Send`.
+// `Send` bounds for any store (a `Store` is `Send + Sync`).
 
 #[allow(dead_code)]
-fn driver_send_is_send<L: SessionLog + Send>(driver: &mut Driver<L>) {
+fn driver_send_is_send<S: Store>(driver: &mut Driver<S>) {
     let mut sink = |_: StreamEvent<'_>| {};
     drop(assert_send(
         driver.send(vec![Message::user_text("hi")], &mut sink),
@@ -30,15 +30,15 @@ fn driver_send_is_send<L: SessionLog + Send>(driver: &mut Driver<L>) {
 }
 
 #[allow(dead_code)]
-fn driver_compact_is_send<L: SessionLog + Send>(driver: &mut Driver<L>) {
+fn driver_compact_is_send<S: Store>(driver: &mut Driver<S>) {
     drop(assert_send(driver.compact(None)));
 }
 
 #[allow(dead_code)]
-fn compactor_compact_is_send<L: SessionLog + Send>(
+fn compactor_compact_is_send<S: Store>(
     compactor: &mut Compactor,
     context: &EffectiveContext,
-    log: &mut L,
+    log: &mut SessionLog<S>,
 ) {
     drop(assert_send(compactor.compact(
         context,
@@ -55,7 +55,7 @@ fn a_driver_and_its_parts_may_move_between_threads() {
     let (_, active) = model("fake", "m1");
     let driver = Driver::new(
         Compactor::new(active),
-        MemoryLog::new(),
+        MemoryLog::memory(),
         EffectiveContext::default(),
     );
     assert_send_value(&driver);

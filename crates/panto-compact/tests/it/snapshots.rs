@@ -1,7 +1,7 @@
 //! Snapshots of whole compaction requests: the system prompt with and without extra
 //! instructions, and the user prompt with and without a previous summary.
 
-use panto_compact::{CompactOutcome, CompactRun, SessionLog};
+use panto_compact::{CompactOutcome, CompactRun};
 use panto_model::{ContentBlock, Entry, Message, Role};
 use panto_provider::Request;
 use serde_json::json;
@@ -89,7 +89,7 @@ async fn compaction_requests() {
         user("Commit it."),
     ];
     let entries: Vec<Entry> = more.into_iter().map(Entry::Message).collect();
-    log.append(&entries).unwrap();
+    log.append(&entries).await.unwrap();
     let ctx = log.replay();
     let second = c
         .compact(

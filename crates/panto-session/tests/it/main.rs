@@ -20,13 +20,15 @@ mod foreign;
 mod links;
 mod load;
 mod mutate;
+mod store;
 mod tail;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use panto_model::{
-    CompactionEntry, EffectiveContext, Entry, KEPT_BY, Message, SequentialIds, UnknownEntry, replay,
+    COPIES_MARKED, CompactionEntry, EffectiveContext, Entry, KEPT_BY, Message, SequentialIds,
+    UnknownEntry, replay,
 };
 use panto_session::{Session, SessionOptions};
 use serde_json::json;
@@ -73,6 +75,10 @@ pub fn compaction_group(
     let mut c = CompactionEntry::new(summary);
     c.id = id.map(str::to_owned);
     c.kept_messages = announced;
+    // As the compactor writes it: a compaction whose copies all follow it says so.
+    if !kept.is_empty() && announced == Some(kept.len() as u64) {
+        c.extra.insert(COPIES_MARKED.into(), json!(true));
+    }
     let mut out = vec![Entry::Compaction(c)];
     for m in kept {
         let mut copy = m.clone();

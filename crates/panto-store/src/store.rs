@@ -1,0 +1,207 @@
+//! The `Store` trait: load, conditional append, paged history and listing, async; with the
+//! values it returns.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use panto_model::{EffectiveContext, Entry};
+
+use crate::error::StoreError;
+use crate::record::Record;
+
+/// Where a session ends, as a writer last saw it: the condition of the next append, and a
+/// position in the history. Opaque to callers; each store decides what it counts (the JSONL
+/// store the file's length in bytes, a database the number of entries). Positions of one
+/// session only grow.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Head(u64);
+
+impl Head {
+    /// The head of a session with nothing in it (or of one that does not exist yet: appending
+    /// at it creates the session).
+    pub const EMPTY: Head = Head(0);
+
+    /// A head at store position `position`.
+    pub const fn new(position: u64) -> Head {
+        Head(position)
+    }
+
+    /// The store position.
+    pub const fn get(self) -> u64 {
+        self.0
+    }
+}
+
+/// A session's effective context as a store loaded it, with where the session ended.
+#[derive(Clone, Debug, Default, PartialEq)]
+#[non_exhaustive]
+pub struct Loaded {
+    /// The effective context: `panto_model::replay` of every entry of the session.
+    pub context: EffectiveContext,
+    /// Where the session ended when it was read: the condition of the next append.
+    pub head: Head,
+    /// What the read noticed and skipped or repaired (a torn last line, an unknown entry type,
+    /// an interrupted compaction), each a sentence naming where.
+    pub warnings: Vec<String>,
+    /// Whether the session exists but holds no entry at all (a file just created, say): an
+    /// agent starts a conversation in it, a command that only reads it may refuse it.
+    pub empty: bool,
+}
+
+impl Loaded {
+    /// A loaded session: its context, head and warnings.
+    pub fn new(context: EffectiveContext, head: Head, warnings: Vec<String>) -> Loaded {
+        Loaded {
+            context,
+            head,
+            warnings,
+            empty: false,
+        }
+    }
+}
+
+/// A page of a session's history: records in order, and where the next page starts.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Page {
+    /// The records, oldest first. Empty when the history has no more.
+    pub records: Vec<Record>,
+    /// The position after the last record: the `from` of the next [`Store::read`].
+    pub next: Head,
+}
+
+impl Page {
+    /// A page of `records` ending before `next`.
+    pub fn new(records: Vec<Record>, next: Head) -> Page {
+        Page { records, next }
+    }
+}
+
+/// Where a conversation's entries are kept: a JSONL file per session, an SQLite file, a
+/// PostgreSQL database. The `Driver`, the `Compactor` and every `panto` command use a store
+/// only through this trait.
+///
+/// What a store must keep, for replay to be right (see `docs/session.md`, "What a store
+/// keeps"):
+/// - every record's text, byte for byte, in the order appended; it never changes or removes
+///   one, and [`Store::read`] gives them back unchanged;
+/// - the records of one [`Store::append_records`] call as one unit: after a crash, either all
+///   of them or a prefix of them (replay ignores a compaction whose marked copies are not all
+///   there, so a prefix is safe) — a transactional store keeps all or none;
+/// - the condition: an append at a head that is not the session's current one writes nothing
+///   and returns [`StoreError::Conflict`]. Conflicts are decided by the store (a file's length,
+///   a unique sequence number), never by a lock held while a model answers.
+///
+/// [`Store::load`] equals `panto_model::replay` of every record; a store makes it cost the
+/// entries after the latest compaction that takes effect, not the whole history
+/// ([`crate::takes_effect`] and [`crate::replay_tail`] help).
+///
+/// Session names are the store's: a path for the JSONL store, any text for a database.
+#[async_trait]
+pub trait Store: Send + Sync {
+    /// Where the store is, for messages: a path, or a database URL without its password.
+    fn location(&self) -> String;
+
+    /// Loads the effective context of `session` and where the session ends. A session that
+    /// exists but holds no entry loads as the empty context.
+    ///
+    /// # Errors
+    /// [`StoreError::NotFound`] when there is no such session, [`StoreError::Invalid`] for an
+    /// entry that cannot be read (naming it), [`StoreError::Unavailable`] otherwise.
+    async fn load(&self, session: &str) -> Result<Loaded, StoreError>;
+
+    /// Where `session` ends now ([`Head::EMPTY`] for one that does not exist): a cheap way to
+    /// learn whether another writer appended.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`], or [`StoreError::Invalid`] for a session name the store
+    /// refuses.
+    async fn head(&self, session: &str) -> Result<Head, StoreError>;
+
+    /// Appends `records`, in order, as one unit, only if `session` still ends at `at`; returns
+    /// where it ends after them. Appending at [`Head::EMPTY`] to a session that does not exist
+    /// creates it. Appending no records writes nothing.
+    ///
+    /// # Errors
+    /// [`StoreError::Conflict`] when the session ends elsewhere (nothing is written),
+    /// [`StoreError::Invalid`] for records the store cannot take, [`StoreError::Unavailable`]
+    /// otherwise (nothing of the unit takes effect).
+    async fn append_records(
+        &self,
+        session: &str,
+        at: Head,
+        records: &[Record],
+    ) -> Result<Head, StoreError>;
+
+    /// Reads up to `max` records of `session`'s history from position `from` ([`Head::EMPTY`]
+    /// for the first), oldest first, for export and checks.
+    ///
+    /// # Errors
+    /// [`StoreError::NotFound`], [`StoreError::Invalid`] for a stored line that is not an
+    /// entry (naming it), [`StoreError::Unavailable`].
+    async fn read(&self, session: &str, from: Head, max: usize) -> Result<Page, StoreError>;
+
+    /// The names of the sessions in the store, sorted.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`].
+    async fn list(&self) -> Result<Vec<String>, StoreError>;
+
+    /// Appends `entries` encoded as panto writes them ([`Record::encode`]); see
+    /// [`Store::append_records`].
+    ///
+    /// # Errors
+    /// As [`Store::append_records`].
+    async fn append(&self, session: &str, at: Head, entries: &[Entry]) -> Result<Head, StoreError> {
+        let records: Vec<Record> = entries.iter().map(Record::encode).collect();
+        self.append_records(session, at, &records).await
+    }
+
+    /// Gets ready for appends to `session` and checks, before a model is asked, that they could
+    /// be written at all: the JSONL store creates a missing file (so its folder and name are
+    /// checked now, and another program sees the session) and tries its lock once (it refuses a
+    /// lock path that is a link). It never writes an entry. The default does nothing.
+    ///
+    /// # Errors
+    /// What an append would fail with for a reason other than a conflict.
+    async fn prepare_append(&self, session: &str) -> Result<(), StoreError> {
+        let _ = session;
+        Ok(())
+    }
+}
+
+macro_rules! forward {
+    ($($ty:ty),*) => {$(
+        #[async_trait]
+        impl<S: Store + ?Sized> Store for $ty {
+            fn location(&self) -> String {
+                (**self).location()
+            }
+            async fn load(&self, session: &str) -> Result<Loaded, StoreError> {
+                (**self).load(session).await
+            }
+            async fn head(&self, session: &str) -> Result<Head, StoreError> {
+                (**self).head(session).await
+            }
+            async fn append_records(
+                &self,
+                session: &str,
+                at: Head,
+                records: &[Record],
+            ) -> Result<Head, StoreError> {
+                (**self).append_records(session, at, records).await
+            }
+            async fn read(&self, session: &str, from: Head, max: usize) -> Result<Page, StoreError> {
+                (**self).read(session, from, max).await
+            }
+            async fn list(&self) -> Result<Vec<String>, StoreError> {
+                (**self).list().await
+            }
+            async fn prepare_append(&self, session: &str) -> Result<(), StoreError> {
+                (**self).prepare_append(session).await
+            }
+        }
+    )*};
+}
+
+forward!(&S, Arc<S>, Box<S>);
