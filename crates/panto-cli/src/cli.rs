@@ -73,6 +73,21 @@ pub(crate) enum Command {
         #[command(flatten)]
         common: Common,
     },
+    /// Print the whole ledger the latest compaction recorded: requests, files, errors,
+    /// commands, todos and answers of everything summarized so far.
+    #[command(
+        after_help = "Examples:\n  panto ledger session.jsonl\n  panto ledger session.jsonl --json | jq '.errors[] | select(.resolved == null)'\n\nThe summary a model reads shows the most telling part of the ledger; this prints all of it, as stored on the compaction entry."
+    )]
+    Ledger {
+        /// The session file (JSONL).
+        session: PathBuf,
+        /// The ledger as the JSON stored on the compaction entry.
+        #[arg(long)]
+        json: bool,
+        /// Common options.
+        #[command(flatten)]
+        common: Common,
+    },
     /// Send one message; on context overflow compact once and retry once; append the reply.
     #[command(
         after_help = "Example:\n  panto send session.jsonl 'Now add a regression test.' \\\n      --provider anthropic --model claude-sonnet-4-5"
@@ -127,6 +142,7 @@ impl Command {
             Command::Context { common, .. }
             | Command::Transcript { common, .. }
             | Command::Compact { common, .. }
+            | Command::Ledger { common, .. }
             | Command::Send { common, .. }
             | Command::Chat { common, .. }
             | Command::Config { common }

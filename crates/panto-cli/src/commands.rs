@@ -428,6 +428,39 @@ pub(crate) async fn transcript(config: &Config, path: &Path) -> Result<()> {
     Ok(())
 }
 
+// ---------------------------------------------------------------------------------------------
+// ledger
+
+/// `panto ledger SESSION [--json]`: the whole record stored on the active compaction entry
+/// (what the summary's rendering may have left out included).
+pub(crate) async fn ledger(config: &Config, path: &Path, as_json: bool) -> Result<()> {
+    let store = open_store(config);
+    let name = session_name(path);
+    let ctx = load_existing(&store, &name).await?.context;
+    if ctx.compaction.is_none() {
+        say(&format!(
+            "panto: {name} has not been compacted, so there is no ledger yet (the conversation is all in the context: `panto context {name}`)"
+        ));
+        if as_json {
+            print_json(&serde_json::Value::Null)?;
+        }
+        return Ok(());
+    }
+    let ledger = panto_compact::previous_ledger(&ctx);
+    if as_json {
+        print_json(&ledger.to_json())?;
+        return Ok(());
+    }
+    let mut out = std::io::stdout().lock();
+    if ledger.is_empty() {
+        writeln!(out, "the ledger of {} records nothing", for_stdout(&name))?;
+    } else {
+        out.write_all(for_stdout(&ledger.render()).as_bytes())?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
 /// Lets go of a loaded context without freeing it message by message: the command is done
 /// and the process exits next, which returns the memory at once (on a long session the frees
 /// cost about a tenth of the command's time).

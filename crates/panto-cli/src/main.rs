@@ -32,7 +32,7 @@ use std::path::Path;
 use anyhow::{Context as _, Result};
 
 use crate::cli::{Cli, Command, Common};
-use crate::commands::{compact, context, send, show_config, transcript, trust};
+use crate::commands::{compact, context, ledger, send, show_config, transcript, trust};
 use crate::config::{Config, Locations};
 use crate::ui::say;
 
@@ -122,6 +122,7 @@ pub(crate) async fn run(cli: Cli) -> Result<()> {
             json,
             ..
         } => compact(&config, &session, instructions, dry_run, json).await,
+        Command::Ledger { session, json, .. } => ledger(&config, &session, json).await,
         Command::Send {
             session, message, ..
         } => send(&config, &session, message).await,

@@ -4,11 +4,13 @@ use panto_model::{EffectiveContext, Entry, IdKind, Message};
 use panto_provider::{EventSink, ProviderError, Request, RequestOptions, ToolSpec};
 use panto_size::estimate_request;
 use panto_store::{Loaded, SessionLog, Store, StoreError};
+use panto_transcript::Ledger;
 use tracing::{Instrument, info_span};
 
 use crate::compactor::Compactor;
 use crate::config::{CompactRun, DEFAULT_MAX_OUTPUT_TOKENS};
 use crate::error::CompactError;
+use crate::ledger::previous_ledger;
 use crate::report::{CompactOutcome, CompactionReport};
 
 /// The answer to [`Driver::send`].
@@ -150,6 +152,14 @@ impl<S: Store> Driver<S> {
                 _ => None,
             }));
         Ok(())
+    }
+
+    /// The whole ledger the latest compaction of the context recorded (empty when the context
+    /// starts from none): the requests, files, errors, commands, todos and answers of
+    /// everything summarized so far, of which a summary shows only the most telling part. An
+    /// agent can offer it to its model as a tool, or show it to a person.
+    pub fn ledger(&self) -> Ledger {
+        previous_ledger(&self.context)
     }
 
     /// The log: the session and where this driver last saw it end.

@@ -133,6 +133,7 @@ pub use panto_store::{
     Head, Loaded, MemoryLog, MemoryStore, Record, SessionLog, Store, StoreError,
 };
 pub use panto_transcript as transcript;
+pub use panto_transcript::Ledger;
 pub use serde_json;
 
 pub use prompt::{

@@ -364,3 +364,50 @@ fn an_offline_summary_that_quotes_pasted_code_is_never_refused_as_a_copy() {
             .is_some_and(|s| !s.is_empty())
     );
 }
+
+#[test]
+fn ledger_prints_the_whole_record_of_the_latest_compaction() {
+    let sb = Sandbox::new();
+    let path = sb.example("debugging.jsonl");
+    let session = path.to_str().unwrap();
+    // Before any compaction there is no ledger, and the command says where the turns are.
+    let run = sb.run(&["ledger", session]);
+    run.expect_code(0);
+    assert!(
+        run.stderr.contains("has not been compacted"),
+        "{}",
+        run.stderr
+    );
+    sb.run(&[
+        "compact",
+        session,
+        "--provider",
+        "offline",
+        "--keep-tokens",
+        "1500",
+    ])
+    .expect_code(0);
+    let run = sb.run(&["ledger", session, "--json"]);
+    run.expect_code(0);
+    let doc = run.json();
+    let requests = doc["requests"].as_array().unwrap();
+    assert!(!requests.is_empty(), "{doc}");
+    // The same record as the one stored on the entry, and readable for a person.
+    let stored = std::fs::read_to_string(&path).unwrap();
+    let entry: Value = stored
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .rfind(|e| e["type"] == "compaction")
+        .unwrap();
+    assert_eq!(entry["ledger"], doc);
+    let run = sb.run(&["ledger", session]);
+    run.expect_code(0);
+    assert!(run.stdout.starts_with("## Ledger"), "{}", run.stdout);
+    let first = requests[0].as_str().unwrap();
+    assert!(
+        run.stdout
+            .contains(first.split_whitespace().next().unwrap()),
+        "{}",
+        run.stdout
+    );
+}

@@ -497,3 +497,20 @@ async fn a_reply_that_cannot_be_appended_is_handed_back_and_can_be_appended_afte
         .collect();
     assert_eq!(texts, ["mine", "theirs", "paid for"]);
 }
+
+#[tokio::test]
+async fn the_driver_hands_out_the_whole_ledger_of_its_latest_compaction() {
+    let (p, active) = model("main", "big");
+    let mut d = driver(&rounds(0, 4), active, 300);
+    assert!(d.ledger().is_empty(), "no compaction yet");
+    p.push_text("the summary");
+    d.compact(None).await.unwrap();
+    let ledger = d.ledger();
+    // The requests of the summarized rounds, as the entry stores them.
+    assert!(
+        ledger.requests.iter().any(|r| r.starts_with("r0-0")),
+        "{ledger:?}"
+    );
+    let stored = d.context().compaction.as_ref().unwrap().extra["ledger"].clone();
+    assert_eq!(ledger.to_json(), stored);
+}
