@@ -140,6 +140,7 @@ fn hint(e: &CompactError, config: &Config) -> Option<String> {
             config.max_retry_wait_secs.value
         ),
         ProviderError::RateLimited { .. } => "wait a moment and try again".to_owned(),
+        ProviderError::QuotaExceeded { .. } => "the provider's account has no quota or credit left for this request: check the account's plan and billing (trying again will not help until they change)".to_owned(),
         _ => return None,
     })
 }

@@ -1,7 +1,7 @@
 //! A minimal agent loop on panto-compact, runnable offline:
 //! `cargo run -p panto-compact --example agent_loop`.
 //!
-//! It brings its own provider (a toy model with a 80-word context window that can call a
+//! It brings its own provider (a toy model with a 300-word context window that can call a
 //! `read` tool) and its own summarizer (configured as `compaction_model`); its sessions live in
 //! the in-memory store (an agent passes the JSONL, SQLite or PostgreSQL store instead). The conversation outgrows the window; the driver compacts and retries.
 //! Every turn runs in `tokio::spawn` on the multi-thread runtime, as it would in a server.
@@ -31,7 +31,11 @@ fn words(request: &Request) -> u64 {
     (text.split_whitespace().count() + request.system.split_whitespace().count()) as u64
 }
 
-/// A chat model: overflows past 80 words; reads a file when asked to, else acknowledges.
+/// The toy model's context window, in words.
+const WINDOW: u64 = 300;
+
+/// A chat model: overflows past [`WINDOW`] words; reads a file when asked to, else
+/// acknowledges.
 struct ToyModel;
 
 #[async_trait]
@@ -46,7 +50,7 @@ impl Provider for ToyModel {
         _events: EventSink<'_>,
     ) -> Result<Message, ProviderError> {
         let size = words(request);
-        if size > 80 {
+        if size > WINDOW {
             return Err(ProviderError::ContextOverflow {
                 message: "prompt is too long".into(),
                 input_tokens: Some(size),
@@ -93,6 +97,13 @@ impl Provider for Summarizer {
         let summary = format!("The user said:\n- {}", kept.join("\n- "));
         Ok(Message::assistant_text(summary))
     }
+}
+
+/// What the `read` tool returns: a file of about 160 words.
+fn file_text() -> String {
+    (1..=20)
+        .map(|i| format!("line {i}: let token = next_token(&mut input);\n"))
+        .collect()
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -147,7 +158,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 println!("  (tool {} {})", call.name, call.input);
                 let result = Message::new(
                     Role::User,
-                    vec![ContentBlock::tool_result(&call.id, "fn lex() {}", false)],
+                    vec![ContentBlock::tool_result(&call.id, file_text(), false)],
                 );
                 reply = agent.send(vec![result], &mut |_| {}).await?;
             }

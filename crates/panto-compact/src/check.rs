@@ -1,6 +1,7 @@
 //! The checks a model's summary must pass before it counts: not empty, not one phrase
-//! repeated, not an echo of the prompt or of the last message, not longer than what it
-//! replaces. A summary that fails is a failed attempt, so the model fallback applies.
+//! repeated, not an echo of the prompt or of the last message, not a copy of the previous
+//! summary that leaves the new turns out, not longer than what it replaces. A summary that
+//! fails is a failed attempt, so the model fallback applies.
 
 use std::collections::HashSet;
 
@@ -9,6 +10,27 @@ use crate::error::AttemptFailure;
 /// Below this many characters a summary is never "longer than what it replaces": a short
 /// handoff of a very short prefix is fine.
 const LONGER_SLACK_CHARS: usize = 1_000;
+
+/// The fewest characters of a line that count as substantial (shorter ones are headings,
+/// labels and fragments that any two summaries share).
+const SUBSTANTIAL_CHARS: usize = 20;
+
+/// An answer repeats the previous summary when at least this share (percent) of its
+/// substantial lines' characters are lines of it.
+const REPEATED_PERCENT: usize = 80;
+
+/// ... and covers the new turns too little when what it adds is under this share (percent) of
+/// their transcript's characters ...
+const NEW_PERCENT: usize = 1;
+
+/// ... and under this many characters: an account this long is a real one whatever the chunk's
+/// size (a model summarizing a chunk of megabytes cannot write 1% of it in its output).
+const NEW_CHARS_ENOUGH: usize = 1_000;
+
+/// Below this many characters of new transcript an answer is never a copy-through: carrying
+/// the previous summary forward unchanged loses little of so short a chunk, and the ledger
+/// records its facts.
+const COPY_MIN_TRANSCRIPT_CHARS: usize = 1_000;
 
 /// What a summary replaces and what it must not copy.
 pub(crate) struct Replaced<'a> {
@@ -21,6 +43,13 @@ pub(crate) struct Replaced<'a> {
     pub previous: &'a str,
     /// The characters the summary stands in for: the transcript and the previous summary.
     pub chars: usize,
+}
+
+impl Replaced<'_> {
+    /// The characters of the transcript alone.
+    fn transcript_chars(&self) -> usize {
+        self.chars.saturating_sub(self.previous.len())
+    }
 }
 
 /// Checks `summary` (trimmed) against what it replaces.
@@ -38,6 +67,9 @@ pub(crate) fn check_summary(summary: &str, replaced: &Replaced<'_>) -> Result<()
     }
     if copied_from(summary, replaced.last_message, replaced.previous) {
         return Err(AttemptFailure::EchoedLastMessage);
+    }
+    if let Some(failure) = repeats_previous(summary, replaced) {
+        return Err(failure);
     }
     let chars = summary.chars().count();
     if chars > replaced.chars && chars > LONGER_SLACK_CHARS {
@@ -60,6 +92,66 @@ fn repetitive(text: &str) -> Option<u32> {
     let distinct: HashSet<&[&str]> = grams.iter().copied().collect();
     let percent = (100 * distinct.len() / grams.len()) as u32;
     (percent < 25).then_some(percent)
+}
+
+/// The failure of an answer that carries the previous summary through without covering the new
+/// turns: the previous summary has a substantial line, the new transcript is at least
+/// [`COPY_MIN_TRANSCRIPT_CHARS`], at least [`REPEATED_PERCENT`] of the characters of the
+/// answer's substantial lines (of [`SUBSTANTIAL_CHARS`] or more, markers and whitespace aside)
+/// are lines found in the previous summary, and the characters of its lines not found there
+/// (headings aside) are under [`NEW_PERCENT`] of the new transcript's characters and under
+/// [`NEW_CHARS_ENOUGH`].
+///
+/// A summary that carries the previous one forward and adds a real account of the new turns
+/// passes: 1% of what it replaces is a line or two for a short chunk and a paragraph for a long
+/// one, and 1,000 characters are enough for any chunk.
+fn repeats_previous(summary: &str, replaced: &Replaced<'_>) -> Option<AttemptFailure> {
+    let transcript = replaced.transcript_chars();
+    if transcript < COPY_MIN_TRANSCRIPT_CHARS {
+        return None;
+    }
+    let previous = normal(replaced.previous);
+    if !replaced
+        .previous
+        .lines()
+        .any(|l| marked_line(l).chars().count() >= SUBSTANTIAL_CHARS)
+    {
+        return None;
+    }
+    let (mut substantial, mut repeated, mut new) = (0usize, 0usize, 0usize);
+    for raw in summary.lines() {
+        let line = marked_line(raw);
+        if line.is_empty() {
+            continue;
+        }
+        let found = previous.contains(line.as_str());
+        if line.chars().count() >= SUBSTANTIAL_CHARS {
+            substantial += line.len();
+            if found {
+                repeated += line.len();
+            }
+        }
+        if !found && !raw.trim_start().starts_with('#') {
+            new += line.len();
+        }
+    }
+    let mostly_repeated = substantial > 0 && repeated * 100 >= substantial * REPEATED_PERCENT;
+    let barely_new = new * 100 < transcript * NEW_PERCENT && new < NEW_CHARS_ENOUGH;
+    (mostly_repeated && barely_new).then(|| AttemptFailure::RepeatedPreviousSummary {
+        repeated_percent: u32::try_from(repeated * 100 / substantial).unwrap_or(100),
+        new_chars: new,
+        transcript_chars: transcript,
+    })
+}
+
+/// A line without its list or heading markers, its whitespace collapsed.
+fn marked_line(line: &str) -> String {
+    normal(line.trim_start_matches(['-', '*', '#', ' ', '\t']))
+}
+
+/// `text` with every run of whitespace one space.
+fn normal(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 /// Whether most of `summary` is copied from `source`: at least 80% of the characters of its

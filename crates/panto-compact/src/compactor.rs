@@ -24,7 +24,7 @@ use crate::check::{Replaced, check_summary};
 use crate::config::{CompactRun, CompactorConfig, ModelRef, min_known, scale};
 use crate::error::{AttemptFailure, CompactError};
 use crate::events::CompactionEvent;
-use crate::fold::{FoldBudget, FoldPlan, fold};
+use crate::fold::{FoldBudget, FoldPlan, MIN_OUTPUT_TOKENS, fold};
 use crate::ledger::{LEDGER_FIELD, ledger_budget, previous_ledger, rendered_len, with_ledger};
 use crate::plan::{NothingToCompact, Plan, keep_budget, plan_and_turns};
 use crate::prompt::CompactionPrompt;
@@ -243,7 +243,8 @@ impl Compactor {
                 budget: p.budget,
             });
         }
-        let system = self.prompt.system_prompt(options.instructions());
+        // The short built-in form when the window is small (and the user layered no prompt).
+        let system = self.prompt.system_prompt_for(options.instructions(), limit);
         let prefix = &context.messages[p.prefix()];
         // The plan's first turns are the prefix's (see `plan_and_turns`).
         all_turns.truncate(p.summarized_turns);
@@ -425,14 +426,19 @@ impl Compactor {
         context: &EffectiveContext,
         prepared: &mut Prepared,
     ) -> Result<Folded, CompactError> {
-        let max_output = u64::from(self.config.max_output_tokens);
+        // No request allows less than the floor; the plan makes room for it.
+        let max_output = u64::from(self.config.max_output_tokens.max(MIN_OUTPUT_TOKENS));
         let fixed = request_overhead(&prepared.system);
+        // `fixed` counts the envelope for the plan; a prompt's own size counts it again.
+        let base = fixed.saturating_sub(envelope_tokens());
         let mut limit = prepared.limit;
         let mut running = prepared.previous_summary.clone();
         let mut ledger = previous_ledger(context);
+        // The budget of the ledger's rendering after the final summary; the record itself
+        // (`ledger`, stored on the entry) is merged whole.
         let budget = ledger_budget(
             self.config.max_output_tokens,
-            rendered_len(&ledger),
+            rendered_len(context),
             prepared.transcript.text().len(),
             prepared.limit,
         );
@@ -497,19 +503,26 @@ impl Compactor {
             let replaced = Replaced {
                 system: if extractive { "" } else { &prepared.system },
                 last_message: &last_message,
-                previous: running.as_deref().unwrap_or(""),
+                // A summarizer that quotes by design carries the previous summary whole: it
+                // is not held to the copy-through check either.
+                previous: if extractive {
+                    ""
+                } else {
+                    running.as_deref().unwrap_or("")
+                },
                 chars: transcript_len + running.as_deref().map_or(0, str::len),
             };
             // The prompt is sized from the turns' sizes of `prepare` (an elided one, new text,
             // is sized here).
-            let input_tokens = fixed + prompt_tokens;
+            let input_tokens = base + prompt_tokens;
             let last = plan.chunks.len() == 1;
+            // The plan leaves every request at least the floor (`FoldPlan`'s invariants).
             let output = match limit {
                 None => max_output,
                 Some(l) if last => max_output.min(l.saturating_sub(input_tokens)),
                 Some(l) => plan.output.min(l.saturating_sub(input_tokens)),
             }
-            .max(1);
+            .max(u64::from(MIN_OUTPUT_TOKENS));
             let output = u32::try_from(output).unwrap_or(u32::MAX);
             if !elisions.is_empty() {
                 self.emit(CompactionEvent::Elided {
@@ -561,10 +574,8 @@ impl Compactor {
                             kept: e.kept,
                         }
                     }));
-                    folded.truncated = answer.truncated;
                     folded.used = Some(answer.used);
                     ledger = Ledger::merge(&ledger, &Ledger::from_messages(chunk_messages));
-                    ledger.fit(budget);
                     // The ledger goes with the final summary only: the next chunk's request
                     // carries the model's text, so the fold's plan is not changed by it.
                     running = Some(strip_ledger(&answer.summary).to_owned());
@@ -609,7 +620,7 @@ impl Compactor {
                 Err(Failure::Other(e)) => return Err(e),
             }
         }
-        folded.summary = with_ledger(&running.unwrap_or_default(), &ledger);
+        folded.summary = with_ledger(&running.unwrap_or_default(), &ledger, budget);
         folded.ledger = ledger;
         folded.limit = limit;
         Ok(folded)
@@ -628,7 +639,7 @@ impl Compactor {
             limit,
             fixed,
             previous.map_or(0, previous_tokens),
-            u64::from(self.config.max_output_tokens),
+            u64::from(self.config.max_output_tokens.max(MIN_OUTPUT_TOKENS)),
         );
         fold(&prepared.turn_tokens[done..], &budget).map_err(CompactError::NoRoom)
     }
@@ -656,10 +667,9 @@ impl Compactor {
         );
         *requests += 1;
         let cause = match ask(&first, &request, replaced, source).await {
-            Ok((summary, truncated)) => {
+            Ok(summary) => {
                 return Ok(Answer {
                     summary,
-                    truncated,
                     used: first,
                     fallback_cause: None,
                 });
@@ -686,9 +696,8 @@ impl Compactor {
         request.model.clone_from(&active.model);
         *requests += 1;
         match ask(&active, &request, replaced, source).await {
-            Ok((summary, truncated)) => Ok(Answer {
+            Ok(summary) => Ok(Answer {
                 summary,
-                truncated,
                 used: active,
                 fallback_cause: Some(cause),
             }),
@@ -714,7 +723,6 @@ impl Compactor {
     ) -> Compacted {
         let Folded {
             summary,
-            truncated,
             used,
             fallback_cause,
             steps,
@@ -784,9 +792,6 @@ impl Compactor {
                 .collect();
             extra.insert("elided".into(), Value::Array(items));
         }
-        if truncated {
-            extra.insert("truncated".into(), true.into());
-        }
         if !ledger.is_empty() {
             extra.insert(LEDGER_FIELD.into(), ledger.to_json());
         }
@@ -815,7 +820,7 @@ impl Compactor {
                 fallback: fallback_cause.is_some(),
                 fallback_cause,
                 instructions,
-                truncated,
+                truncated: false,
                 tokens_before: prepared.tokens_before,
                 tokens_after,
                 plan,
@@ -852,15 +857,15 @@ impl Compactor {
         let before = previous_ledger(context);
         let budget = ledger_budget(
             self.config.max_output_tokens,
-            rendered_len(&before),
+            rendered_len(context),
             prepared.transcript.text().len(),
             prepared.limit,
         );
-        let mut ledger = Ledger::merge(&before, &Ledger::from_items(&items));
-        ledger.fit(budget);
+        let ledger = Ledger::merge(&before, &Ledger::from_items(&items));
         let summary = with_ledger(
             &record_only_text(failure, previous, &items, budget / 2),
             &ledger,
+            budget,
         );
         let compacted = self.build(
             context,
@@ -897,7 +902,6 @@ pub const MAX_SHRINKS: usize = 3;
 #[derive(Default)]
 struct Folded {
     summary: String,
-    truncated: bool,
     used: Option<ModelRef>,
     fallback_cause: Option<AttemptFailure>,
     steps: Vec<FoldStep>,
@@ -945,7 +949,6 @@ fn render_prefix(context: &EffectiveContext, turns: &[Range<usize>]) -> TurnTran
 /// One summary, and who wrote it.
 struct Answer {
     summary: String,
-    truncated: bool,
     used: ModelRef,
     fallback_cause: Option<AttemptFailure>,
 }
@@ -961,10 +964,13 @@ enum Failure {
 /// prompt, and the overhead of the system part and of the one user message.
 /// The envelope (the intro line and the tags, with room for a previous summary) counts too.
 fn request_overhead(system: &str) -> u64 {
-    Heuristic.text(system)
-        + 2 * MESSAGE_OVERHEAD
-        + BLOCK_OVERHEAD
-        + Heuristic.text(&render_request_text("", Some("")))
+    Heuristic.text(system) + 2 * MESSAGE_OVERHEAD + BLOCK_OVERHEAD + envelope_tokens()
+}
+
+/// The estimated tokens of the request envelope with room for a previous summary (counted in
+/// [`request_overhead`]).
+fn envelope_tokens() -> u64 {
+    Heuristic.text(&render_request_text("", Some("")))
 }
 
 /// The estimated tokens a previous summary adds to a request.
@@ -1048,13 +1054,14 @@ fn elide_to_fit(messages: &[Message], capacity: u64) -> Option<(String, Vec<Elis
     Some(best)
 }
 
-/// Asks one model for the summary: `(summary, truncated)`.
+/// Asks one model for the summary, which must have ended by itself (not at the output limit)
+/// and pass the checks.
 async fn ask(
     model: &ModelRef,
     request: &Request,
     replaced: &Replaced<'_>,
     source: RequestSource<'_>,
-) -> Result<(String, bool), AttemptFailure> {
+) -> Result<String, AttemptFailure> {
     let span = info_span!("request", provider = model.provider.name(), model = %model.model);
     let answer = match &model.source {
         Some(summarizer) => span.in_scope(|| summarizer.summarize_source(request, source)),
@@ -1068,12 +1075,20 @@ async fn ask(
         }
     }
     .map_err(AttemptFailure::Provider)?;
+    // The adapters normalise stop reasons (`panto_model::stop_reason`), so one spelling is
+    // enough. An answer cut at the limit may end anywhere, the account of the newest turns
+    // first: it is not a summary.
+    if answer.stop_reason.as_deref() == Some(panto_model::stop_reason::MAX_TOKENS) {
+        let failure = AttemptFailure::TruncatedSummary {
+            max_output_tokens: request.max_output_tokens,
+        };
+        tracing::warn!(model = %model.model, %failure, "summary rejected");
+        return Err(failure);
+    }
     let summary = answer.text().trim().to_owned();
     if let Err(failure) = check_summary(&summary, replaced) {
         tracing::warn!(model = %model.model, %failure, "summary rejected");
         return Err(failure);
     }
-    // The adapters normalise stop reasons (`panto_model::stop_reason`), so one spelling is enough.
-    let truncated = answer.stop_reason.as_deref() == Some(panto_model::stop_reason::MAX_TOKENS);
-    Ok((summary, truncated))
+    Ok(summary)
 }

@@ -104,8 +104,9 @@ pub struct CompactorConfig {
     /// overflow retry's progress check. `None` by default: correctness never depends on it.
     pub context_window: Option<u64>,
     /// Whether the summarizer quotes the transcript by design (panto's offline summarizer):
-    /// then its summaries are not refused as echoes of the prompt or of the last message, the
-    /// check meant for models that copy instead of summarizing. `false` by default.
+    /// then its summaries are not refused as echoes of the prompt or of the last message, nor
+    /// as copies of the previous summary, the checks meant for models that copy instead of
+    /// summarizing. `false` by default.
     pub extractive_summaries: bool,
 }
 

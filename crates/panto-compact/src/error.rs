@@ -35,6 +35,23 @@ pub enum AttemptFailure {
         /// What it would replace, in characters.
         replaced_chars: usize,
     },
+    /// The answer stopped at the output limit (`stop_reason` `max_tokens`), so it may be cut
+    /// anywhere.
+    TruncatedSummary {
+        /// The output limit of the request.
+        max_output_tokens: u32,
+    },
+    /// The answer mostly repeats the `<previous-summary>` it was given and says next to nothing
+    /// of the new turns it replaces (see `docs/compaction.md`, "Checked summaries").
+    RepeatedPreviousSummary {
+        /// The share of the answer's substantial lines, by characters, found in the previous
+        /// summary, in percent.
+        repeated_percent: u32,
+        /// The characters of the answer not found in the previous summary.
+        new_chars: usize,
+        /// The characters of the transcript of the turns it replaces.
+        transcript_chars: usize,
+    },
 }
 
 impl AttemptFailure {
@@ -66,6 +83,18 @@ impl fmt::Display for AttemptFailure {
             } => write!(
                 f,
                 "the model's summary ({summary_chars} characters) is longer than what it replaces ({replaced_chars} characters)"
+            ),
+            AttemptFailure::TruncatedSummary { max_output_tokens } => write!(
+                f,
+                "the model's summary stopped at the output limit of {max_output_tokens} tokens, so it may be cut short"
+            ),
+            AttemptFailure::RepeatedPreviousSummary {
+                repeated_percent,
+                new_chars,
+                transcript_chars,
+            } => write!(
+                f,
+                "the model's summary repeats the previous summary ({repeated_percent}% of it) and adds only {new_chars} characters about {transcript_chars} characters of new conversation"
             ),
         }
     }

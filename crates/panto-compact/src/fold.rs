@@ -7,9 +7,23 @@
 use std::fmt;
 use std::ops::Range;
 
-/// The least room (tokens beyond the fixed part and the previous summary) a fold works with: a
-/// window that leaves less cannot hold a useful transcript and a summary.
+/// The least transcript (in tokens) a fold request carries besides its fixed part, the summary
+/// it carries and its output: a window that leaves less cannot hold a useful transcript.
 pub const MIN_ROOM: u64 = 64;
+
+/// The least output any compaction request allows, in tokens: 256.
+///
+/// Enough for a brief handoff (about 150 words: what the short built-in prompt asks for) and
+/// far from the 1-token requests it replaces, while small windows keep room for the transcript:
+/// it binds only where a quarter of the room is less, below about 1,000 tokens of room, and
+/// there every token given to the output is taken from the chunk and from the next request's
+/// reserve for the running summary (one and a half outputs). At Ollama's default window of
+/// 2,048 tokens with the short prompt, a first compaction allows 352 tokens of output and 1,058
+/// of transcript (530 for each later request); a floor of 512 would leave later requests 139
+/// tokens of transcript, folding a prefix in four times as many requests. When room is short a
+/// fold makes its chunks smaller, never the output; a configured `max_output_tokens` below the
+/// floor is raised to it, and an answer that stops at the limit is a failed attempt.
+pub const MIN_OUTPUT_TOKENS: u32 = 256;
 
 /// What the requests of a fold must fit, in panto's estimated tokens.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -23,7 +37,8 @@ pub struct FoldBudget {
     pub fixed: u64,
     /// The previous summary the first request carries (0 when there is none).
     pub previous: u64,
-    /// The configured output limit of a compaction request.
+    /// The configured output limit of a compaction request (raised to [`MIN_OUTPUT_TOKENS`]
+    /// when below it).
     pub max_output: u64,
 }
 
@@ -65,6 +80,7 @@ impl Chunk {
 ///
 /// Invariants (property-tested):
 /// - the chunks are non-empty, consecutive, and cover every turn exactly once, in order;
+/// - every request allows at least [`MIN_OUTPUT_TOKENS`] of output: `output >= MIN_OUTPUT_TOKENS`;
 /// - every request fits: `fixed + previous_k + min(tokens, capacity) + output <= limit`, where
 ///   `previous_k` is the budget's `previous` for the first chunk and [`FoldPlan::reserve`] for
 ///   the others (the running summary is at most the output of the request before);
@@ -114,7 +130,8 @@ impl FoldPlan {
 #[non_exhaustive]
 pub enum FoldError {
     /// The fixed part of a request (system prompt, envelope) and the summary it must carry
-    /// leave less than [`MIN_ROOM`] tokens of the limit.
+    /// leave less than [`MIN_ROOM`] tokens of transcript beside [`MIN_OUTPUT_TOKENS`] of
+    /// output.
     NoRoom {
         /// The limit.
         limit: u64,
@@ -134,7 +151,7 @@ impl fmt::Display for FoldError {
                 summary,
             } => write!(
                 f,
-                "a compaction request does not fit a context of about {limit} tokens: the compaction prompt takes about {fixed} tokens and the summary it carries about {summary}, which leaves less than {MIN_ROOM} tokens for the conversation and the new summary"
+                "a compaction request does not fit a context of about {limit} tokens: the compaction prompt takes about {fixed} tokens and the summary it carries about {summary}, which leaves less than {MIN_ROOM} tokens for the conversation beside the {MIN_OUTPUT_TOKENS} tokens the new summary needs at least"
             ),
         }
     }
@@ -145,17 +162,19 @@ impl std::error::Error for FoldError {}
 /// Folds a prefix whose turns have the estimated transcript sizes `turn_tokens` into requests
 /// that fit `budget`.
 ///
+/// - `max_output` below [`MIN_OUTPUT_TOKENS`] counts as the floor: no request allows less.
 /// - No known limit: one request with every turn, output `max_output`.
 /// - Otherwise the room of a request is `limit - fixed - previous`, and the output of every
-///   request but the last is `min(max_output, room / 4)`. When the whole prefix and that output
-///   fit the room, the fold is one request. Else each later request keeps
-///   [`FoldPlan::reserve`] (one and a half outputs) for the running summary, and the turns are
-///   packed greedily, oldest first, into chunks that fit; a turn larger than any chunk's
-///   capacity goes alone into its own chunk, to be elided.
+///   request but the last is `min(max_output, room / 4)`, at least [`MIN_OUTPUT_TOKENS`]. When
+///   the whole prefix and that output fit the room, the fold is one request. Else each later
+///   request keeps [`FoldPlan::reserve`] (one and a half outputs) for the running summary, and
+///   the turns are packed greedily, oldest first, into chunks that fit; a turn larger than any
+///   chunk's capacity goes alone into its own chunk, to be elided. A short room makes the
+///   chunks smaller, never the output.
 ///
 /// # Errors
-/// [`FoldError::NoRoom`] when a request cannot hold [`MIN_ROOM`] tokens besides its fixed part
-/// and the summary it carries.
+/// [`FoldError::NoRoom`] when a request cannot hold [`MIN_ROOM`] tokens of transcript and
+/// [`MIN_OUTPUT_TOKENS`] of output besides its fixed part and the summary it carries.
 pub fn fold(turn_tokens: &[u64], budget: &FoldBudget) -> Result<FoldPlan, FoldError> {
     let total = turn_tokens.iter().fold(0u64, |a, &t| a.saturating_add(t));
     let all = |capacity, output| FoldPlan {
@@ -173,8 +192,10 @@ pub fn fold(turn_tokens: &[u64], budget: &FoldBudget) -> Result<FoldPlan, FoldEr
         limit: budget.limit,
         total,
     };
+    let floor = u64::from(MIN_OUTPUT_TOKENS);
+    let max_output = budget.max_output.max(floor);
     let Some(limit) = budget.limit else {
-        return Ok(all(u64::MAX, budget.max_output));
+        return Ok(all(u64::MAX, max_output));
     };
     let no_room = |summary| FoldError::NoRoom {
         limit,
@@ -184,17 +205,17 @@ pub fn fold(turn_tokens: &[u64], budget: &FoldBudget) -> Result<FoldPlan, FoldEr
     let room = limit
         .saturating_sub(budget.fixed)
         .saturating_sub(budget.previous);
-    if room < MIN_ROOM {
+    if room < floor + MIN_ROOM {
         return Err(no_room(budget.previous));
     }
-    let output = budget.max_output.min(room / 4).max(1);
+    let output = max_output.min(room / 4).max(floor);
     if total.saturating_add(output) <= room {
         return Ok(all(room - output, output));
     }
     let reserve = output + output / 2;
     let first = room - output;
     let later_room = limit.saturating_sub(budget.fixed).saturating_sub(reserve);
-    if later_room < MIN_ROOM {
+    if later_room < output + MIN_ROOM {
         return Err(no_room(reserve));
     }
     let later = later_room - output;

@@ -1,20 +1,23 @@
-//! The ledger on a compaction entry: its budget, where the previous one is stored, and the
-//! summary text with the ledger rendered after it. The ledger itself is built by
-//! `panto_transcript::ledger`.
+//! The ledger on a compaction entry: where the previous record is stored, the budget of its
+//! rendering, and the summary text with that rendering after it. The ledger itself is built,
+//! merged and rendered by `panto_transcript::Ledger`; the record on the entry is whole (up to
+//! `panto_transcript::LEDGER_CAP_BYTES`), only the rendering is budgeted.
 
 use panto_model::EffectiveContext;
 use panto_transcript::{Ledger, strip_ledger};
 
-/// The smallest ledger budget, in characters, whatever the prefix's size.
+/// The smallest rendering budget, in characters, whatever the prefix's size.
 pub const MIN_LEDGER_CHARS: usize = 2_000;
 
-/// The ledger's budget in characters: the previous ledger's size (`previous_chars`, so that a
+/// The budget, in characters, of the ledger's rendering after the summary
+/// ([`Ledger::render_within`]): the previous rendering's size (`previous_chars`, so that a
 /// chain never shrinks it) plus an eighth of what this compaction summarizes (`new_chars`: the
 /// prefix's transcript), at least [`MIN_LEDGER_CHARS`], and at most half the summary's output
 /// budget (`max_output_tokens` tokens at about four characters a token, halved). When the
 /// window is known or bounded (`limit`, in tokens) it is also at most `limit / 16` characters
-/// (about a sixtieth of the window), so that the ledger never stands between a small window and
-/// the retry.
+/// (about a sixtieth of the window), so that the rendering never stands between a small window
+/// and the retry. It bounds only what the next model reads: the record stored on the entry
+/// keeps every item.
 pub fn ledger_budget(
     max_output_tokens: u32,
     previous_chars: usize,
@@ -32,22 +35,22 @@ pub fn ledger_budget(
 }
 
 /// A summary with the ledger rendered after it: the model's text without any ledger it copied,
-/// a blank line, then the ledger (when it records anything).
-pub fn with_ledger(summary: &str, ledger: &Ledger) -> String {
+/// a blank line, then the ledger's rendering within `budget` characters
+/// ([`Ledger::render_within`], which also says what it left out and where the whole record
+/// is), when the ledger records anything.
+pub fn with_ledger(summary: &str, ledger: &Ledger, budget: usize) -> String {
     let text = strip_ledger(summary).trim_end();
     if ledger.is_empty() {
         return text.to_owned();
     }
-    format!("{text}\n\n{}", ledger.render())
+    format!("{text}\n\n{}", ledger.render_within(budget))
 }
 
-/// The length of a ledger's rendering, 0 for an empty one.
-pub(crate) fn rendered_len(ledger: &Ledger) -> usize {
-    if ledger.is_empty() {
-        0
-    } else {
-        ledger.render().len()
-    }
+/// The length of the ledger rendered into the active summary of `context`, 0 when it has none.
+pub(crate) fn rendered_len(context: &EffectiveContext) -> usize {
+    context
+        .summary()
+        .map_or(0, |s| s.len() - strip_ledger(s).len())
 }
 
 /// The ledger stored on the compaction entry of `context`, if any (an unreadable one counts as

@@ -110,7 +110,7 @@ pub use config::{
 pub use driver::{Driver, Reply};
 pub use error::{AttemptFailure, CompactError};
 pub use events::CompactionEvent;
-pub use fold::{Chunk, FoldBudget, FoldError, FoldPlan, MIN_ROOM, fold};
+pub use fold::{Chunk, FoldBudget, FoldError, FoldPlan, MIN_OUTPUT_TOKENS, MIN_ROOM, fold};
 pub use ledger::{LEDGER_FIELD, MIN_LEDGER_CHARS, ledger_budget, previous_ledger, with_ledger};
 pub use plan::{NothingToCompact, Plan, keep_budget, plan};
 pub use record::RECORD_ONLY_MODEL;
@@ -137,8 +137,8 @@ pub use panto_transcript::Ledger;
 pub use serde_json;
 
 pub use prompt::{
-    ADDITIONAL_INSTRUCTIONS_HEADING, BUILTIN_PROMPT, CompactionPrompt, LayerFile, LayerFileError,
-    MAX_LAYER_FILE_BYTES, read_layer_file,
+    ADDITIONAL_INSTRUCTIONS_HEADING, BUILTIN_PROMPT, BUILTIN_SHORT_PROMPT, CompactionPrompt,
+    LayerFile, LayerFileError, MAX_LAYER_FILE_BYTES, SHORT_PROMPT_BELOW, read_layer_file,
 };
 
 #[cfg(test)]

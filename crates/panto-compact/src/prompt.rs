@@ -1,5 +1,6 @@
-//! The compaction system prompt: `COMPACTION.md` layering and the `/compact` instructions; and
-//! the careful reading of layered files (prompts and configurations) that it shares with the CLI.
+//! The compaction system prompt: `COMPACTION.md` layering, the short built-in form for small
+//! windows and the `/compact` instructions; and the careful reading of layered files (prompts
+//! and configurations) that it shares with the CLI.
 
 use std::fs;
 use std::io::{ErrorKind, Read};
@@ -10,17 +11,38 @@ use crate::error::CompactError;
 /// The built-in `COMPACTION.md`, shipped inside this crate (`prompts/COMPACTION.md`).
 pub const BUILTIN_PROMPT: &str = include_str!("../prompts/COMPACTION.md");
 
+/// The short form of the built-in prompt (`prompts/COMPACTION-SHORT.md`): the same task,
+/// sections and ledger note in brief, about 500 tokens by panto's estimate where the long one
+/// takes about 2,000. Used for small windows ([`SHORT_PROMPT_BELOW`]).
+pub const BUILTIN_SHORT_PROMPT: &str = include_str!("../prompts/COMPACTION-SHORT.md");
+
+/// The request limit, in panto's estimated tokens, below which a compaction uses
+/// [`BUILTIN_SHORT_PROMPT`] instead of [`BUILTIN_PROMPT`] (when no `COMPACTION.md` was layered):
+/// 8,192.
+///
+/// Below it the long prompt, about 2,000 tokens, takes a quarter of the window or more, and what
+/// it takes is what the transcript and the carried summary lack: at a 4,096-token window (the
+/// default context of llama.cpp's server) the first fold request keeps about 1,470 tokens for
+/// the transcript with the long prompt and 2,590 with the short one (736 and 1,298 for each
+/// later request); at Ollama's default of 2,048 the long prompt alone fills the window, the
+/// short one leaves 1,058. Above it the long prompt's guidance costs less than a quarter of the
+/// window, and the windows of today's hosted models are far above.
+pub const SHORT_PROMPT_BELOW: u64 = 8_192;
+
 /// The heading under which `/compact ARGS` instructions are appended to the system prompt.
 pub const ADDITIONAL_INSTRUCTIONS_HEADING: &str =
     "## Additional instructions for this compaction run";
 
-/// The base compaction system prompt, and where it came from.
+/// The base compaction system prompt, where it came from, and whether the user layered it.
 ///
 /// Invariant: the text is never empty or whitespace only.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CompactionPrompt {
     text: String,
     source: Option<PathBuf>,
+    /// Whether the text is the user's (a layered file or text given by the program), not the
+    /// built-in prompt.
+    layered: bool,
 }
 
 impl Default for CompactionPrompt {
@@ -35,6 +57,7 @@ impl CompactionPrompt {
         CompactionPrompt {
             text: BUILTIN_PROMPT.to_owned(),
             source: None,
+            layered: false,
         }
     }
 
@@ -70,6 +93,7 @@ impl CompactionPrompt {
                 chosen = CompactionPrompt {
                     text,
                     source: Some(layer.path.clone()),
+                    layered: true,
                 };
             }
         }
@@ -87,12 +111,40 @@ impl CompactionPrompt {
                 path: PathBuf::new(),
             });
         }
-        Ok(CompactionPrompt { text, source: None })
+        Ok(CompactionPrompt {
+            text,
+            source: None,
+            layered: true,
+        })
     }
 
-    /// The prompt text.
+    /// The prompt text (the long form, for the built-in prompt).
     pub fn text(&self) -> &str {
         &self.text
+    }
+
+    /// Whether the prompt is the user's own: a layered `COMPACTION.md` or text given with
+    /// [`CompactionPrompt::from_text`]. A user's prompt is always used as it is.
+    pub fn is_layered(&self) -> bool {
+        self.layered
+    }
+
+    /// Whether a run whose requests must fit `limit` tokens (`None`: no limit known) uses the
+    /// short built-in form: the prompt is the built-in one, the limit is known or bounded, and
+    /// it is below [`SHORT_PROMPT_BELOW`].
+    pub fn uses_short_form(&self, limit: Option<u64>) -> bool {
+        !self.layered && limit.is_some_and(|l| l < SHORT_PROMPT_BELOW)
+    }
+
+    /// The prompt text for a run whose requests must fit `limit` tokens:
+    /// [`BUILTIN_SHORT_PROMPT`] when [`CompactionPrompt::uses_short_form`], else
+    /// [`CompactionPrompt::text`].
+    pub fn text_for(&self, limit: Option<u64>) -> &str {
+        if self.uses_short_form(limit) {
+            BUILTIN_SHORT_PROMPT
+        } else {
+            &self.text
+        }
     }
 
     /// The file it was read from; `None` for the built-in prompt or a prompt given as text.
@@ -100,15 +152,24 @@ impl CompactionPrompt {
         self.source.as_deref()
     }
 
-    /// The system prompt of one compaction run: the prompt, then, when `instructions` has any
-    /// non-blank text, a section headed [`ADDITIONAL_INSTRUCTIONS_HEADING`] holding it.
+    /// The system prompt of one compaction run with no known limit: the prompt, then, when
+    /// `instructions` has any non-blank text, a section headed
+    /// [`ADDITIONAL_INSTRUCTIONS_HEADING`] holding it.
     pub fn system_prompt(&self, instructions: Option<&str>) -> String {
+        self.system_prompt_for(instructions, None)
+    }
+
+    /// The system prompt of one compaction run whose requests must fit `limit` tokens: as
+    /// [`CompactionPrompt::system_prompt`], from [`CompactionPrompt::text_for`] `limit` (the
+    /// short built-in form below [`SHORT_PROMPT_BELOW`]).
+    pub fn system_prompt_for(&self, instructions: Option<&str>, limit: Option<u64>) -> String {
+        let text = self.text_for(limit);
         match instructions.map(str::trim).filter(|i| !i.is_empty()) {
             Some(extra) => format!(
                 "{}\n\n{ADDITIONAL_INSTRUCTIONS_HEADING}\n\n{extra}\n",
-                self.text.trim_end()
+                text.trim_end()
             ),
-            None => self.text.clone(),
+            None => text.to_owned(),
         }
     }
 }

@@ -68,7 +68,9 @@ pub struct CompactionReport {
     pub fallback_cause: Option<AttemptFailure>,
     /// The extra instructions of the run.
     pub instructions: Option<String>,
-    /// Whether the model stopped at the output limit (the summary may be cut short).
+    /// Always `false`: a summary that stopped at the output limit is a failed attempt
+    /// ([`AttemptFailure::TruncatedSummary`]), never written. Kept so that readers of the report
+    /// (and of `panto compact --json`, which carries it) keep finding the field.
     pub truncated: bool,
     /// Estimated tokens of the conversation before: the context's messages, without the
     /// agent's system prompt (`estimate_request("", messages)`), which is what is summarized.

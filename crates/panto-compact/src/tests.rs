@@ -325,6 +325,66 @@ fn the_builtin_prompt_names_the_envelope_the_transcript_crate_renders() {
 }
 
 #[test]
+fn the_short_prompt_keeps_the_long_one_s_sections_and_its_ledger_note_in_brief() {
+    // The headings the summary must use: the one fenced block of each prompt.
+    let format = |p: &'static str| -> &'static str {
+        let start = p.find("```\n").unwrap() + 4;
+        let end = start + p[start..].find("```").unwrap();
+        &p[start..end]
+    };
+    assert_eq!(format(BUILTIN_PROMPT).lines().count(), 9);
+    assert_eq!(format(BUILTIN_SHORT_PROMPT), format(BUILTIN_PROMPT));
+    for p in [BUILTIN_PROMPT, BUILTIN_SHORT_PROMPT] {
+        assert!(p.contains(panto_transcript::LEDGER_HEADING));
+        for tag in [
+            "<previous-summary>",
+            "<transcript>",
+            "[Tool error NAME (ID)]:",
+        ] {
+            assert!(p.contains(tag), "{tag}");
+        }
+    }
+    // A few hundred tokens, where the long one takes about 2,000.
+    let short = panto_size::Heuristic.text(BUILTIN_SHORT_PROMPT);
+    let long = panto_size::Heuristic.text(BUILTIN_PROMPT);
+    assert!(short < 600 && long > 3 * short, "{short} {long}");
+}
+
+#[test]
+fn the_short_form_is_chosen_below_the_threshold_for_the_built_in_prompt_only() {
+    let builtin = CompactionPrompt::builtin();
+    assert!(!builtin.is_layered());
+    assert_eq!(builtin.text_for(None), BUILTIN_PROMPT);
+    assert_eq!(builtin.text_for(Some(SHORT_PROMPT_BELOW)), BUILTIN_PROMPT);
+    assert_eq!(
+        builtin.text_for(Some(SHORT_PROMPT_BELOW - 1)),
+        BUILTIN_SHORT_PROMPT
+    );
+    assert!(builtin.uses_short_form(Some(2_048)));
+    assert_eq!(
+        builtin.system_prompt_for(Some("keep bug #3"), Some(2_048)),
+        format!(
+            "{}\n\n{ADDITIONAL_INSTRUCTIONS_HEADING}\n\nkeep bug #3\n",
+            BUILTIN_SHORT_PROMPT.trim_end()
+        )
+    );
+    assert_eq!(builtin.system_prompt(None), BUILTIN_PROMPT);
+    // A prompt the user gave, as text or as a layered file, is never replaced.
+    let text = CompactionPrompt::from_text("mine").unwrap();
+    assert!(text.is_layered() && !text.uses_short_form(Some(2_048)));
+    assert_eq!(text.system_prompt_for(None, Some(1_000)), "mine");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("COMPACTION.md");
+    fs::write(&file, "my file").unwrap();
+    let layered = CompactionPrompt::load(&[&file]).unwrap();
+    assert!(layered.is_layered());
+    assert_eq!(layered.text_for(Some(2_048)), "my file");
+    // A layer that is absent leaves the built-in prompt, short form included.
+    let absent = CompactionPrompt::load(&[dir.path().join("absent.md")]).unwrap();
+    assert!(absent.uses_short_form(Some(4_096)));
+}
+
+#[test]
 fn model_refs_show_provider_and_model_only() {
     let r = ModelRef::new(Arc::new(ScriptedProvider::new("anthropic")), "claude-x");
     assert_eq!(
@@ -439,6 +499,136 @@ mod summary_checks {
             check_summary("## Goal\nSay hello to the user.", &replaced(10)),
             Ok(())
         );
+    }
+}
+
+mod copy_through {
+    use crate::check::{Replaced, check_summary};
+    use crate::error::AttemptFailure;
+
+    /// A previous summary as a model writes one.
+    const PREVIOUS: &str = "## Goal\n- Port the settings loader from YAML to TOML without changing `config::Settings`.\n\n## Decisions\n- Keep serde defaults; reject unknown keys with a clear error.\n\n## Progress\n- `src/settings/load.rs` reads TOML; the YAML path is still there behind a flag.\n\n## Next steps\n- Remove the YAML path once the migration test passes.";
+
+    /// What the summary replaces: the previous summary and a chunk of `transcript` characters.
+    fn replaced(transcript: usize) -> Replaced<'static> {
+        Replaced {
+            system: "Summarize the transcript.",
+            previous: PREVIOUS,
+            last_message: "",
+            chars: transcript + PREVIOUS.len(),
+        }
+    }
+
+    #[test]
+    fn the_previous_summary_handed_back_fails() {
+        let failure = check_summary(PREVIOUS, &replaced(8_000)).unwrap_err();
+        assert_eq!(
+            failure,
+            AttemptFailure::RepeatedPreviousSummary {
+                repeated_percent: 100,
+                new_chars: 0,
+                transcript_chars: 8_000,
+            }
+        );
+        assert_eq!(
+            failure.to_string(),
+            "the model's summary repeats the previous summary (100% of it) and adds only 0 characters about 8000 characters of new conversation"
+        );
+        // Reflowed, re-bulleted and with a heading of its own, it is the same copy.
+        let reflowed = format!(
+            "## Summary\n{}",
+            PREVIOUS.replace("- ", "* ").replace(' ', "  ")
+        );
+        assert!(matches!(
+            check_summary(&reflowed, &replaced(8_000)),
+            Err(AttemptFailure::RepeatedPreviousSummary { .. })
+        ));
+    }
+
+    #[test]
+    fn one_new_line_about_a_long_chunk_is_still_a_copy() {
+        let answer = format!("{PREVIOUS}\n- The user said to go on.");
+        assert!(matches!(
+            check_summary(&answer, &replaced(20_000)),
+            Err(AttemptFailure::RepeatedPreviousSummary {
+                repeated_percent: 92,
+                new_chars: 23,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn the_previous_summary_carried_forward_with_an_account_of_the_new_turns_passes() {
+        // A long previous summary, as a chain of compactions grows one.
+        let previous: String = (0..30)
+            .map(|i| {
+                format!("- Decision {i}: keep module {i} as it is; its tests cover the parser.\n")
+            })
+            .collect::<String>()
+            + PREVIOUS;
+        let replaced = |transcript: usize| Replaced {
+            system: "Summarize the transcript.",
+            previous: &previous,
+            last_message: "",
+            chars: transcript + previous.len(),
+        };
+        // What the prompt asks for: every fact still true carried over, the new turns added.
+        let answer = format!(
+            "{previous}\n- The migration test `tests/migrate.rs` now passes on the three sample files; `cargo test -p settings` is green.\n- The user asked to keep the YAML reader for one more release, behind `--legacy-yaml`, and to log a warning when it is used.\n- `src/settings/legacy.rs` holds the YAML path now; the warning is emitted once per process."
+        );
+        assert_eq!(check_summary(&answer, &replaced(20_000)), Ok(()));
+        // The same account of a chunk five times larger is too thin: under 1% of it.
+        assert!(matches!(
+            check_summary(&answer, &replaced(100_000)),
+            Err(AttemptFailure::RepeatedPreviousSummary { .. })
+        ));
+    }
+
+    #[test]
+    fn an_account_of_a_thousand_characters_covers_any_chunk() {
+        // A chain's long previous summary, and a chunk of a megabyte: 1% of it is more than a
+        // model writes, so 1,000 characters of new account are enough.
+        let previous: String = (0..100)
+            .map(|i| {
+                format!("- Decision {i}: keep module {i} as it is; its tests cover the parser.\n")
+            })
+            .collect();
+        let replaced = Replaced {
+            system: "Summarize the transcript.",
+            previous: &previous,
+            last_message: "",
+            chars: 1_000_000 + previous.len(),
+        };
+        let line = |i: usize| {
+            format!("\n- Step {i:02} of the migration moved table {i:02} and its readers to TOML.")
+        };
+        let account: String = (0..16).map(line).collect();
+        // Without its markers: 16 lines of 64 characters.
+        assert_eq!(account.len(), 16 * (64 + 3));
+        let answer = format!("{previous}{account}");
+        assert_eq!(check_summary(&answer, &replaced), Ok(()));
+        // Shorter, it is a copy-through of so long a chunk.
+        let short: String = (0..10).map(line).collect();
+        assert!(matches!(
+            check_summary(&format!("{previous}{short}"), &replaced),
+            Err(AttemptFailure::RepeatedPreviousSummary { new_chars: 640, .. })
+        ));
+    }
+
+    #[test]
+    fn a_rewritten_summary_and_a_copy_of_a_short_chunk_pass() {
+        let rewritten = "## Goal\n- Move settings to TOML, public API of `config::Settings` unchanged.\n\n## Progress\n- Loader reads TOML; YAML kept behind a flag until the migration test passes.";
+        assert_eq!(check_summary(rewritten, &replaced(50_000)), Ok(()));
+        // Under 1,000 characters of new turns, carrying the summary unchanged is allowed.
+        assert_eq!(check_summary(PREVIOUS, &replaced(900)), Ok(()));
+        // Without a previous summary there is nothing to repeat.
+        let first = Replaced {
+            previous: "",
+            chars: 8_000,
+            ..replaced(0)
+        };
+        assert_eq!(check_summary(PREVIOUS, &first), Ok(()));
     }
 }
 

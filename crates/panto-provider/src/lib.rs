@@ -6,7 +6,8 @@
 //!   its usage and stop reason) or a [`ProviderError`]. Text arrives through an event callback
 //!   as it streams.
 //! - [`ProviderError`]: typed failures; [`ProviderError::ContextOverflow`] is the one that
-//!   triggers compaction, [`ProviderError::WaitExpired`] names the [`Wait`] that ran out.
+//!   triggers compaction, [`ProviderError::WaitExpired`] names the [`Wait`] that ran out,
+//!   [`ProviderError::QuotaExceeded`] (the account's quota or billing) is never retried.
 //! - [`StreamEvent`]: what the caller hears while a request runs, text as it streams and each
 //!   retry as it is scheduled ([`RetryNotice`]).
 //!
@@ -314,13 +315,22 @@ pub enum ProviderError {
         /// The context limit the provider reported, when it did.
         limit: Option<u64>,
     },
-    /// Too many requests or tokens per unit of time, or a quota.
+    /// Too many requests or tokens per unit of time (a rate limit, or a quota that refills by
+    /// the minute, hour or day): the same request may succeed after a wait.
     #[error("rate limited{}: {message}", RetryIn(*retry_after))]
     RateLimited {
         /// The provider's message.
         message: String,
         /// How long the provider asked to wait.
         retry_after: Option<Duration>,
+    },
+    /// The account cannot pay for the request: its quota or credits are used up, a spending
+    /// limit is reached, billing is not set up, or its plan does not include the model. Not
+    /// transient: the same request fails until someone changes the account's plan or billing.
+    #[error("quota or billing limit reached: {message}")]
+    QuotaExceeded {
+        /// The provider's message.
+        message: String,
     },
     /// The key is missing, wrong or not allowed.
     #[error("authentication failed: {message}")]

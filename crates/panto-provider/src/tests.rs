@@ -1,4 +1,5 @@
-//! Unit tests of the error messages: durations for people, rate limits and named waits.
+//! Unit tests of the error messages: durations for people, rate limits, quotas and named
+//! waits.
 
 use std::time::Duration;
 
@@ -37,6 +38,26 @@ fn a_rate_limit_says_when_to_retry_first() {
         retry_after: None,
     };
     assert_eq!(error.to_string(), "rate limited: slow down");
+}
+
+#[test]
+fn a_quota_or_billing_error_is_not_worth_retrying() {
+    let error = ProviderError::QuotaExceeded {
+        message: "You exceeded your current quota, please check your plan and billing details."
+            .into(),
+    };
+    assert!(!error.is_transient());
+    assert!(!error.is_context_overflow());
+    assert_eq!(
+        error.to_string(),
+        "quota or billing limit reached: You exceeded your current quota, please check your plan and billing details."
+    );
+    // A rate limit is, however long it asks to wait (the transport decides against long waits).
+    let rate = ProviderError::RateLimited {
+        message: "slow down".into(),
+        retry_after: None,
+    };
+    assert!(rate.is_transient());
 }
 
 #[test]

@@ -679,6 +679,9 @@ fn map_message(
             message: f(message),
             retry_after,
         },
+        E::QuotaExceeded { message } => E::QuotaExceeded {
+            message: f(message),
+        },
         E::Authentication { message } => E::Authentication {
             message: f(message),
         },

@@ -1,14 +1,14 @@
-//! The ledger: a compact, deterministic record of what a summarized part of a conversation
-//! did, derived from its transcript items rather than from any model's answer.
+//! The ledger: a deterministic record of what a summarized part of a conversation did,
+//! derived from its transcript items rather than from any model's answer.
 //!
 //! [`Ledger::from_items`] walks the items once: the user's requests (verbatim), the files
 //! modified and read, the errors tools reported and whether a later call on the same target
 //! succeeded, the distinct commands, the open todos of the latest todo list and the user's
 //! answers to the agent's questions. [`Ledger::merge`] combines an older ledger with a newer
-//! one (recency first) and [`Ledger::fit`] keeps it within a character budget, most recent
-//! items first, round-robin over the categories so that none of them is starved. The ledger is
-//! stored typed on the compaction entry (see `serde`) and rendered by [`Ledger::render`] into
-//! the text the next model reads.
+//! one (recency first) into the record stored typed on the compaction entry (see `serde`):
+//! every item, bounded only by [`LEDGER_CAP_BYTES`] of JSON ([`Ledger::cap`], in `record`).
+//! What the next model reads is a rendering of that record within a budget
+//! ([`Ledger::render_within`], most telling first); [`Ledger::render`] writes all of it.
 
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
@@ -21,6 +21,7 @@ use serde_json::Value;
 
 use crate::args;
 use crate::item::{ItemView, ToolInput, TranscriptItem};
+pub use crate::record::{LEDGER_CAP_BYTES, LedgerCounts};
 
 /// The heading that opens a rendered ledger. Everything from a line equal to it to the end of a
 /// summary is the ledger ([`strip_ledger`]).
@@ -30,9 +31,9 @@ pub const LEDGER_HEADING: &str =
 /// The most characters any request but the most recent keeps; longer ones are shortened.
 pub const REQUEST_CHARS: usize = 600;
 /// The most characters of a command, an error message, a todo or a path.
-const ITEM_CHARS: usize = 200;
+pub(crate) const ITEM_CHARS: usize = 200;
 /// The most characters of one answer of the user.
-const ANSWER_CHARS: usize = 400;
+pub(crate) const ANSWER_CHARS: usize = 400;
 
 /// One error a tool reported.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -84,8 +85,15 @@ pub struct Ledger {
     pub todos: Vec<String>,
     /// The user's answers to the agent's questions (answers to question tools).
     pub answers: Vec<String>,
-    /// How many items budgets have left out, over every merge so far.
+    /// How many items the record no longer holds, over every merge so far: the oldest items
+    /// dropped past [`LEDGER_CAP_BYTES`], and (in records an older panto wrote) the items its
+    /// rendering budget cut from the record. One number, so that older readers still load it.
     pub left_out: u64,
+    /// The items dropped past [`LEDGER_CAP_BYTES`], by category. Their sum is at most
+    /// [`Ledger::left_out`]; the difference is what an older panto cut without counting by
+    /// category.
+    #[serde(skip_serializing_if = "LedgerCounts::is_empty")]
+    pub dropped: LedgerCounts,
     /// Whether a todo list was seen (a newer list replaces an older one, even an empty one).
     #[serde(skip)]
     todo_list_seen: bool,
@@ -143,7 +151,10 @@ impl Ledger {
     }
 
     /// `newer` over `older`: newer items first, duplicates removed, older errors resolved by
-    /// newer successes, the newer todo list when it saw one. Not budgeted; see [`Ledger::fit`].
+    /// newer successes, the newer todo list when it saw one. The result is the record: every
+    /// item of both, unless together they pass [`LEDGER_CAP_BYTES`] of JSON, when the oldest
+    /// items of the least telling categories are dropped and counted ([`Ledger::cap`]). What
+    /// a model reads is chosen later, by [`Ledger::render_within`].
     pub fn merge(older: &Ledger, newer: &Ledger) -> Ledger {
         // The first success of a key in `newer` (its most recent) resolves the older errors.
         let mut resolving: HashMap<&str, &str> = HashMap::with_capacity(newer.successes.len());
@@ -168,7 +179,7 @@ impl Ledger {
             .collect();
         let mut successes = newer.successes.clone();
         successes.extend(older.successes.iter().cloned());
-        Ledger {
+        let mut merged = Ledger {
             requests: chain(&newer.requests, &older.requests),
             modified,
             read,
@@ -180,97 +191,17 @@ impl Ledger {
                 older.todos.clone()
             },
             answers: chain(&newer.answers, &older.answers),
-            left_out: older.left_out + newer.left_out,
+            left_out: older.left_out.saturating_add(newer.left_out),
+            dropped: older.dropped.plus(&newer.dropped),
             todo_list_seen: newer.todo_list_seen || older.todo_list_seen,
             successes,
-        }
+        };
+        merged.cap(LEDGER_CAP_BYTES);
+        merged
     }
 
-    /// Keeps the ledger's rendering within about `budget` characters: items are shortened to
-    /// their per-item budget (the most recent request keeps up to half the budget), then taken
-    /// most recent first, one from each category in turn: first requests, modified files,
-    /// errors, todos and answers within 70% of the budget, then all of them with commands and
-    /// read files within the whole budget. What does not fit is counted in
-    /// [`Ledger::left_out`].
-    pub fn fit(&mut self, budget: usize) {
-        for (i, r) in self.requests.iter_mut().enumerate() {
-            let cap = if i == 0 {
-                (budget / 2).max(REQUEST_CHARS)
-            } else {
-                REQUEST_CHARS
-            };
-            *r = clip(r, cap);
-        }
-        for list in [
-            &mut self.commands,
-            &mut self.todos,
-            &mut self.modified,
-            &mut self.read,
-        ] {
-            for item in list.iter_mut() {
-                *item = clip(item, ITEM_CHARS);
-            }
-        }
-        for a in &mut self.answers {
-            *a = clip(a, ANSWER_CHARS);
-        }
-        for e in &mut self.errors {
-            e.message = clip(&e.message, ITEM_CHARS);
-            e.target = clip(&e.target, ITEM_CHARS);
-        }
-        let costs: [Vec<usize>; 7] = [
-            self.requests.iter().map(|r| r.len() + 5).collect(),
-            self.modified.iter().map(|f| f.len() + 5).collect(),
-            self.errors
-                .iter()
-                .map(|e| error_line(e).len() + 3)
-                .collect(),
-            self.todos.iter().map(|t| t.len() + 3).collect(),
-            self.answers.iter().map(|a| a.len() + 3).collect(),
-            self.commands.iter().map(|c| c.len() + 5).collect(),
-            self.read.iter().map(|f| f.len() + 5).collect(),
-        ];
-        // A category's title line costs once, with its first item.
-        const TITLE: usize = 40;
-        let mut taken = [0usize; 7];
-        // The heading, the line under it and the note on what was left out.
-        let mut used = LEDGER_HEADING.len() + 90 + 70;
-        // First the user's words and the files changed, errors, todos and answers, within
-        // most of the budget; then every category, commands and files read included.
-        let first = budget.saturating_sub(budget.saturating_sub(used) * 3 / 10);
-        for (limit, categories) in [(first, 5), (budget, 7)] {
-            let mut blocked = [false; 7];
-            for b in blocked.iter_mut().skip(categories) {
-                *b = true;
-            }
-            while blocked.iter().any(|b| !b) {
-                for (c, cost) in costs.iter().enumerate() {
-                    if blocked[c] {
-                        continue;
-                    }
-                    let title = if taken[c] == 0 { TITLE } else { 0 };
-                    match cost.get(taken[c]) {
-                        Some(&n) if used + n + title <= limit => {
-                            used += n + title;
-                            taken[c] += 1;
-                        }
-                        _ => blocked[c] = true,
-                    }
-                }
-            }
-        }
-        let before = self.items();
-        self.requests.truncate(taken[0]);
-        self.modified.truncate(taken[1]);
-        self.errors.truncate(taken[2]);
-        self.todos.truncate(taken[3]);
-        self.answers.truncate(taken[4]);
-        self.commands.truncate(taken[5]);
-        self.read.truncate(taken[6]);
-        self.left_out += (before - self.items()) as u64;
-    }
-
-    fn items(&self) -> usize {
+    /// How many items the ledger holds, over every category.
+    pub(crate) fn items(&self) -> usize {
         self.requests.len()
             + self.modified.len()
             + self.read.len()
@@ -280,61 +211,13 @@ impl Ledger {
             + self.answers.len()
     }
 
-    /// The ledger as Markdown, opened by [`LEDGER_HEADING`]: requests oldest first (numbered),
-    /// every other list most recent first. Empty categories are left out.
-    pub fn render(&self) -> String {
-        let mut out = String::new();
-        out.push_str(LEDGER_HEADING);
-        out.push('\n');
-        out.push_str(
-            "Quoted from the summarized turns: it holds what the summary above may have missed.\n",
-        );
-        if !self.requests.is_empty() {
-            out.push_str("\nThe user's requests, oldest first:\n");
-            for (i, r) in self.requests.iter().rev().enumerate() {
-                let _ = writeln!(out, "{}. {}", i + 1, one_line(r));
-            }
-        }
-        list(
-            &mut out,
-            "Files modified, most recent first",
-            &self.modified,
-            true,
-        );
-        if !self.errors.is_empty() {
-            out.push_str("\nErrors, most recent first:\n");
-            for e in &self.errors {
-                let _ = writeln!(out, "- {}", error_line(e));
-            }
-        }
-        list(&mut out, "Open todos", &self.todos, false);
-        list(
-            &mut out,
-            "The user's answers to questions",
-            &self.answers,
-            false,
-        );
-        list(
-            &mut out,
-            "Commands run, most recent first",
-            &self.commands,
-            true,
-        );
-        list(&mut out, "Files read, most recent first", &self.read, true);
-        if self.left_out > 0 {
-            let _ = writeln!(
-                out,
-                "\n({} older items left out to keep this record short.)",
-                self.left_out
-            );
-        }
-        out
-    }
-
-    /// The ledger stored on a compaction entry, read leniently: unknown fields are ignored, and
-    /// a value that is not a ledger gives `None`.
+    /// The ledger stored on a compaction entry, read leniently: unknown fields are ignored, a
+    /// missing field is empty, and a value that is not a ledger gives `None`. A record an older
+    /// panto wrote (with `left_out` only) loads as it is.
     pub fn from_json(value: &Value) -> Option<Ledger> {
-        Ledger::deserialize(value).ok()
+        let mut ledger = Ledger::deserialize(value).ok()?;
+        ledger.left_out = ledger.left_out.max(ledger.dropped.total());
+        Some(ledger)
     }
 
     /// The ledger as the JSON stored on a compaction entry.
@@ -356,21 +239,7 @@ pub fn strip_ledger(summary: &str) -> &str {
     summary
 }
 
-fn list(out: &mut String, title: &str, items: &[String], code: bool) {
-    if items.is_empty() {
-        return;
-    }
-    let _ = writeln!(out, "\n{title}:");
-    for i in items {
-        if code {
-            let _ = writeln!(out, "- {}", code_span(i));
-        } else {
-            let _ = writeln!(out, "- {}", one_line(i));
-        }
-    }
-}
-
-fn error_line(e: &LedgerError) -> String {
+pub(crate) fn error_line(e: &LedgerError) -> String {
     let mut line = format!(
         "{} on {}: {}",
         code_span(&e.tool),
@@ -393,7 +262,7 @@ fn error_line(e: &LedgerError) -> String {
 }
 
 /// Text in backticks, with as many backticks as it needs.
-fn code_span(text: &str) -> String {
+pub(crate) fn code_span(text: &str) -> String {
     let text = one_line(text);
     let ticks = if text.contains('`') { "``" } else { "`" };
     let pad = if text.starts_with('`') || text.ends_with('`') {
@@ -409,7 +278,7 @@ fn chain(newer: &[String], older: &[String]) -> Vec<String> {
 }
 
 /// The first occurrence of each item of `items`, in order.
-fn unique<'a>(items: impl Iterator<Item = &'a String>) -> Vec<String> {
+pub(crate) fn unique<'a>(items: impl Iterator<Item = &'a String>) -> Vec<String> {
     let mut seen: HashSet<&str> = HashSet::new();
     items
         .filter(|item| seen.insert(item.as_str()))

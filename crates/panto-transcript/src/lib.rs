@@ -7,8 +7,10 @@
 //!   previous summary, in a [`ParsedRequest`]). [`transcript_items`] gives the items of messages
 //!   directly. The offline summarizer works from the parsed request.
 //! - [`Ledger`] is the deterministic record of a summarized part (requests, files, errors,
-//!   commands, todos, answers), derived from items, merged under a budget and rendered after
-//!   every summary ([`LEDGER_HEADING`]).
+//!   commands, todos, answers), derived from items and merged whole (bounded only by
+//!   [`LEDGER_CAP_BYTES`] of JSON): the record stored on a compaction entry. What follows every
+//!   summary is a rendering of it within a budget ([`Ledger::render_within`], under
+//!   [`LEDGER_HEADING`]), which says what it left out and where the whole record is.
 //!
 //! The one design choice to know: structure lives only at the start of lines (role markers) and
 //! on whole lines (envelope tags), and message text is escaped so that it can never produce
@@ -109,13 +111,15 @@ mod escape;
 mod item;
 mod ledger;
 mod parse;
+mod record;
 mod render;
 mod syntax;
 
 pub use error::TranscriptError;
 pub use item::{ItemView, Speaker, ToolInput, TranscriptItem, for_each_item, transcript_items};
 pub use ledger::{
-    LEDGER_HEADING, Ledger, LedgerError, REQUEST_CHARS, clip, is_request, one_line, strip_ledger,
+    LEDGER_CAP_BYTES, LEDGER_HEADING, Ledger, LedgerCounts, LedgerError, REQUEST_CHARS, clip,
+    is_request, one_line, strip_ledger,
 };
 pub use parse::{ParsedRequest, parse_request, parse_transcript};
 pub use render::{

@@ -755,11 +755,15 @@ mod ledger {
             .map(|i| format!("request number {i}"))
             .collect();
         l.modified = (0..100).rev().map(|i| format!("src/file{i}.rs")).collect();
-        l.fit(1_000);
-        assert!(l.render().len() <= 1_000, "{}", l.render().len());
-        assert_eq!(l.requests[0], "request number 99");
-        assert_eq!(l.modified[0], "src/file99.rs");
-        assert!(l.left_out > 0);
+        let text = l.render_within(1_000);
+        let (body, note) = text.split_once("\n(Left out here").unwrap();
+        assert!(body.len() <= 1_000 + 160, "{}", body.len());
+        assert!(text.contains(". request number 99\n"), "{text}");
+        assert!(text.contains("- `src/file99.rs`\n"), "{text}");
+        assert!(note.contains("requests and "), "{note}");
+        // The record itself is not cut.
+        assert_eq!(l.requests.len(), 100);
+        assert_eq!(l.left_out, 0);
     }
 
     #[test]

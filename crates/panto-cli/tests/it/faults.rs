@@ -110,6 +110,17 @@ fn rate_limited(socket: &mut TcpStream, retry_after: &str) {
     let _ = socket.write_all(answer.as_bytes());
 }
 
+/// `OpenAI`'s answer to an account without credit (tests/fixtures/overflow.jsonl of
+/// panto-providers names where it was seen).
+fn out_of_quota(socket: &mut TcpStream) {
+    let body = r#"{"error":{"message":"You exceeded your current quota, please check your plan and billing details.","type":"insufficient_quota","param":null,"code":"insufficient_quota"}}"#;
+    let answer = format!(
+        "HTTP/1.1 429 Too Many Requests\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = socket.write_all(answer.as_bytes());
+}
+
 fn an_hour(socket: &mut TcpStream) {
     rate_limited(socket, "3600");
 }
@@ -297,6 +308,34 @@ fn a_long_retry_after_stops_at_once_saying_when_to_retry() {
         assert_eq!(server.requests(), 1);
         only_the_prompt_stayed(&sb, "s.jsonl", "Quick one.");
     }
+}
+
+#[test]
+fn an_account_out_of_quota_is_asked_once_and_told_to_check_its_billing() {
+    let server = RawServer::start(out_of_quota);
+    let sb = Sandbox::new();
+    let cmd = send_command(&sb, &server.base, "s.jsonl", "Quick one.", &[]);
+    let (run, elapsed) = timed(&sb, cmd);
+    run.expect_code(1);
+    assert!(elapsed < Duration::from_secs(10), "{elapsed:?}");
+    assert!(
+        run.stderr.contains(
+            "quota or billing limit reached: You exceeded your current quota, please check your plan and billing details."
+        ),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr.contains(
+            "hint: the provider's account has no quota or credit left for this request: check the account's plan and billing"
+        ),
+        "{}",
+        run.stderr
+    );
+    assert!(!run.stderr.contains("wait a moment"), "{}", run.stderr);
+    assert!(!run.stderr.contains("retrying"), "{}", run.stderr);
+    assert_eq!(server.requests(), 1);
+    only_the_prompt_stayed(&sb, "s.jsonl", "Quick one.");
 }
 
 #[test]

@@ -5,8 +5,10 @@ use std::sync::{Arc, Mutex};
 
 use panto_compact::testing::{overflow, reply, server_error};
 use panto_compact::{
-    ADDITIONAL_INSTRUCTIONS_HEADING, AttemptFailure, BUILTIN_PROMPT, CompactError, CompactOutcome,
-    CompactRun, Compacted, CompactionEvent, DEFAULT_MAX_OUTPUT_TOKENS, MemoryLog, ModelRef,
+    ADDITIONAL_INSTRUCTIONS_HEADING, AttemptFailure, BUILTIN_PROMPT, BUILTIN_SHORT_PROMPT,
+    CompactError, CompactOutcome, CompactRun, Compacted, CompactionEvent, CompactionPrompt,
+    Compactor, DEFAULT_MAX_OUTPUT_TOKENS, MIN_OUTPUT_TOKENS, MemoryLog, ModelRef,
+    SHORT_PROMPT_BELOW,
 };
 use panto_model::{Entry, KEPT_BY, Trigger, replay};
 use panto_provider::ProviderError;
@@ -449,24 +451,69 @@ async fn an_overflow_limit_caps_the_budget_at_a_quarter() {
 }
 
 #[tokio::test]
-async fn a_summary_cut_at_the_output_limit_is_kept_and_flagged() {
-    let (_, mut log) = setup();
+async fn a_summary_cut_at_the_output_limit_is_a_failed_attempt() {
+    let (messages, mut log) = setup();
     let (main, main_ref) = model("main", "big");
-    let mut cut = reply("S1 cut sh");
+    let mut cut = reply("## Goal\nFix the parser; the user also asked to");
     cut.stop_reason = Some("max_tokens".into());
     main.push(Ok(cut));
     let mut c = compactor(main_ref, 300);
+    let ctx = log.replay();
+    let err = c
+        .compact(&ctx, &mut log, CompactRun::manual(None))
+        .await
+        .unwrap_err();
+    let CompactError::Compaction { cause, .. } = &err else {
+        panic!("expected a failed compaction, got {err:?}")
+    };
+    assert_eq!(
+        *cause,
+        AttemptFailure::TruncatedSummary {
+            max_output_tokens: DEFAULT_MAX_OUTPUT_TOKENS
+        }
+    );
+    assert!(cause.is_rejected_summary());
+    assert_eq!(
+        err.to_string(),
+        "compaction with big failed: the model's summary stopped at the output limit of 8192 \
+         tokens, so it may be cut short"
+    );
+    // Nothing was written.
+    assert_eq!(log.entries().len(), messages.len());
+}
+
+#[tokio::test]
+async fn a_compaction_model_cut_at_the_output_limit_falls_back_to_the_active_model() {
+    let (_, mut log) = setup();
+    let (cheap, cheap_ref) = model("cheap", "small");
+    let (main, main_ref) = model("main", "big");
+    let mut cut = reply("S1 cut sh");
+    cut.stop_reason = Some("max_tokens".into());
+    cheap.push(Ok(cut));
+    main.push_text("S1 whole");
+    let mut c = compactor(main_ref, 300).with_compaction_model(Some(cheap_ref));
     let ctx = log.replay();
     let out = compacted(
         c.compact(&ctx, &mut log, CompactRun::manual(None))
             .await
             .unwrap(),
     );
-    assert!(out.report.truncated);
+    assert_eq!(strip_ledger(&out.report.summary), "S1 whole");
+    assert!(out.report.fallback && !out.report.truncated);
+    assert!(matches!(
+        out.report.fallback_cause,
+        Some(AttemptFailure::TruncatedSummary { .. })
+    ));
     let Entry::Compaction(entry) = &out.entries[0] else {
         panic!()
     };
-    assert_eq!(entry.extra["truncated"], json!(true));
+    assert!(entry.extra.get("truncated").is_none());
+    assert!(
+        entry.extra["fallback_error"]
+            .as_str()
+            .unwrap()
+            .contains("stopped at the output limit")
+    );
 }
 
 #[tokio::test]
@@ -682,4 +729,167 @@ async fn a_source_summarizer_reads_the_items_the_request_was_rendered_from() {
     assert_eq!(previous, &None);
     let expect = format!("S: {} items were summarized.", items.len());
     assert!(out.report.summary.starts_with(&expect));
+}
+
+/// `rounds` rounds of a user request and an assistant answer, each about `chars` characters of
+/// distinct words, every message numbered.
+fn long_rounds(rounds: usize, chars: usize) -> Vec<Message> {
+    let words = |i: usize, who: &str| -> String {
+        let mut text = format!("{who} {i}:");
+        let mut k = 0;
+        while text.len() < chars {
+            text.push_str(&format!(" w{i}x{k}"));
+            k += 1;
+        }
+        text
+    };
+    (0..rounds)
+        .flat_map(|i| [user(&words(i, "request")), assistant(&words(i, "answer"))])
+        .collect()
+}
+
+/// A log whose active compaction has `summary`, followed by `messages`.
+fn log_after(summary: &str, messages: &[Message]) -> MemoryLog {
+    let mut entry = panto_model::CompactionEntry::new(summary);
+    entry.id = Some("c0".into());
+    let mut entries = vec![Entry::Compaction(entry)];
+    entries.extend(log_of(messages).entries().iter().cloned());
+    MemoryLog::with_entries(entries)
+}
+
+/// A previous summary as a model writes one.
+const PREVIOUS_SUMMARY: &str = "## Goal\n- Port the settings loader from YAML to TOML without changing `config::Settings`.\n\n## Decisions\n- Keep serde defaults; reject unknown keys with a clear error.\n\n## Progress\n- `src/settings/load.rs` reads TOML; the YAML path is still behind a flag.";
+
+#[tokio::test]
+async fn a_model_that_hands_back_the_previous_summary_fails_and_the_active_model_writes_it() {
+    let messages = long_rounds(6, 400);
+    let mut log = log_after(PREVIOUS_SUMMARY, &messages);
+    let (cheap, cheap_ref) = model("cheap", "small");
+    let (main, main_ref) = model("main", "big");
+    // The compaction model copies `<previous-summary>` through; the active model adds the news.
+    cheap.push_text(PREVIOUS_SUMMARY);
+    let written = format!(
+        "{PREVIOUS_SUMMARY}\n- Requests 0 to 4 asked for the w-series words; each answer listed them, nothing failed."
+    );
+    main.push_text(written.clone());
+    let mut c = compactor(main_ref, 300).with_compaction_model(Some(cheap_ref));
+    let ctx = log.replay();
+    let out = compacted(
+        c.compact(&ctx, &mut log, CompactRun::manual(None))
+            .await
+            .unwrap(),
+    );
+    assert!(
+        cheap.requests()[0].messages[0]
+            .text()
+            .contains("<previous-summary>")
+    );
+    assert!(matches!(
+        out.report.fallback_cause,
+        Some(AttemptFailure::RepeatedPreviousSummary {
+            repeated_percent: 100,
+            new_chars: 0,
+            ..
+        })
+    ));
+    assert_eq!(strip_ledger(&out.report.summary), written);
+
+    // Without a compaction model, the copy is the failure and nothing is written.
+    let mut log = log_after(PREVIOUS_SUMMARY, &messages);
+    let (main, main_ref) = model("main", "big");
+    main.push_text(PREVIOUS_SUMMARY);
+    let mut c = compactor(main_ref, 300);
+    let ctx = log.replay();
+    let err = c
+        .compact(&ctx, &mut log, CompactRun::manual(None))
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("the model's summary repeats the previous summary"),
+        "{err}"
+    );
+    assert_eq!(log.entries().len(), 1 + messages.len());
+}
+
+#[tokio::test]
+async fn a_compaction_at_a_2048_token_limit_asks_a_model_with_the_short_prompt() {
+    // About 3,000 tokens of conversation, which overflowed a window of 2,048 that the provider
+    // stated (Ollama's default context).
+    let messages = long_rounds(10, 600);
+    let mut log = log_of(&messages);
+    let (main, main_ref) = model("main", "small-model");
+    for i in 0..12 {
+        main.push_text(format!(
+            "## Goal\n- Answer the numbered requests in order (step {i}).\n\n## Progress\n- The requests so far were answered with their word lists."
+        ));
+    }
+    let mut c = Compactor::new(main_ref).with_ids(Arc::new(SequentialIds::new()));
+    let ctx = log.replay();
+    assert!(panto_size::estimate_request("", &ctx.messages) > 2_048);
+    let out = compacted(
+        c.compact(&ctx, &mut log, CompactRun::overflow(Some(2_048)))
+            .await
+            .unwrap(),
+    );
+    let requests = main.requests();
+    assert!(!requests.is_empty(), "no model was asked");
+    assert_eq!(out.report.model, "small-model");
+    assert_eq!(out.report.degraded, None);
+    assert_eq!(out.report.requests, requests.len());
+    for r in &requests {
+        assert_eq!(r.system, BUILTIN_SHORT_PROMPT);
+        assert!(
+            r.max_output_tokens >= MIN_OUTPUT_TOKENS,
+            "{}",
+            r.max_output_tokens
+        );
+        let input = panto_size::estimate_request(&r.system, &r.messages);
+        assert!(
+            input + u64::from(r.max_output_tokens) <= 2_048,
+            "{input} + {} tokens do not fit 2,048",
+            r.max_output_tokens
+        );
+    }
+    // Above the threshold, or with no limit known, the long prompt is used.
+    let mut log = log_of(&messages);
+    let (main, main_ref) = model("main", "big-model");
+    main.push_text("## Goal\n- Answer the numbered requests.");
+    let mut c = Compactor::new(main_ref).with_ids(Arc::new(SequentialIds::new()));
+    let ctx = log.replay();
+    c.compact(
+        &ctx,
+        &mut log,
+        CompactRun::overflow(Some(SHORT_PROMPT_BELOW)),
+    )
+    .await
+    .unwrap();
+    assert_eq!(main.requests()[0].system, BUILTIN_PROMPT);
+}
+
+#[tokio::test]
+async fn a_prompt_the_user_layered_is_used_as_it_is_in_a_small_window() {
+    let messages = long_rounds(10, 600);
+    let mut log = log_of(&messages);
+    let (main, main_ref) = model("main", "small-model");
+    for i in 0..12 {
+        main.push_text(format!(
+            "## Goal\n- Answer the numbered requests, step {i}."
+        ));
+    }
+    let mine =
+        CompactionPrompt::from_text("My own compaction prompt: keep every request.").unwrap();
+    assert!(mine.is_layered() && !CompactionPrompt::builtin().is_layered());
+    let mut c = Compactor::new(main_ref)
+        .with_ids(Arc::new(SequentialIds::new()))
+        .with_prompt(mine);
+    let ctx = log.replay();
+    c.compact(&ctx, &mut log, CompactRun::overflow(Some(2_048)))
+        .await
+        .unwrap();
+    assert!(
+        main.requests()
+            .iter()
+            .all(|r| r.system == "My own compaction prompt: keep every request.")
+    );
 }

@@ -318,7 +318,7 @@ async fn when_no_model_can_summarize_recovery_writes_panto_s_own_record_and_retr
 #[tokio::test]
 async fn a_failed_compaction_during_recovery_carries_the_overflow_and_the_failure() {
     let (p, active) = model("main", "big");
-    p.push(Err(overflow(Some(2_000), Some(1_600))));
+    p.push(Err(overflow(None, Some(2_000))));
     p.push(Err(server_error()));
     p.push_text("never asked");
     // The model fails and so does the append of panto's own record: nothing can be written.
@@ -340,12 +340,12 @@ async fn a_failed_compaction_during_recovery_carries_the_overflow_and_the_failur
     else {
         panic!("expected OverflowCompactionFailed, got {err:?}")
     };
-    assert_eq!(*o, overflow(Some(2_000), Some(1_600)));
+    assert_eq!(*o, overflow(None, Some(2_000)));
     assert!(matches!(**compaction, CompactError::Compaction { .. }));
     assert_eq!(
         err.to_string(),
-        "the request overflowed the context window (context overflow: prompt is too long (2000 \
-         tokens, limit 1600)) and compaction failed: compaction with big failed: server error \
+        "the request overflowed the context window (context overflow: prompt is too long (limit \
+         2000)) and compaction failed: compaction with big failed: server error \
          (HTTP 500): internal error"
     );
     assert_eq!(p.calls(), 2);
@@ -376,13 +376,13 @@ async fn an_overflow_with_nothing_to_compact_is_surfaced() {
 #[tokio::test]
 async fn a_tool_result_turn_in_flight_is_kept_with_its_call() {
     let (p, active) = model("main", "big");
-    p.push(Err(overflow(None, Some(800))));
+    p.push(Err(overflow(None, Some(2_000))));
     p.push_text("S1");
     p.push(Ok(reply("file read")));
     let mut history = rounds(0, 3);
     history.push(user("r5-0 read the config"));
     history.push(call("r5-1 reading config", "cfg"));
-    let mut d = driver(&history, active, 20_000);
+    let mut d = driver(&history, active, 200);
     d.send(vec![result("cfg", "r5-2 key = value")], &mut |_| {})
         .await
         .unwrap();

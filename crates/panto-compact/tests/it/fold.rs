@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use panto_compact::{
     CompactError, Compactor, CompactorConfig, Driver, FoldBudget, FoldError, MAX_SHRINKS,
-    MemoryLog, MemoryStore, ModelRef, Reply, fold,
+    MIN_OUTPUT_TOKENS, MIN_ROOM, MemoryLog, MemoryStore, ModelRef, Reply, fold,
 };
 use panto_model::{ContentBlock, Entry, Message, Role, SequentialIds};
 use panto_provider::{EventSink, Provider, ProviderError, Request, async_trait};
@@ -15,14 +15,23 @@ use proptest::prelude::*;
 
 use crate::{block_on, short_prompt};
 
+/// The output floor, in the plan's unit.
+const FLOOR: u64 = MIN_OUTPUT_TOKENS as u64;
+
 /// Checks every invariant of a fold plan against its budget.
 fn check_plan(turns: &[u64], budget: &FoldBudget) -> Result<(), TestCaseError> {
     let plan = match fold(turns, budget) {
         Ok(plan) => plan,
         Err(FoldError::NoRoom { .. }) => {
-            // Only when a request cannot hold the least room besides its fixed part.
+            // Only when a request cannot hold the least transcript beside its fixed part, the
+            // summary it carries and the output floor: the first with the previous summary, or
+            // a later one with the running summary's reserve (one and a half floors).
             let limit = budget.limit.unwrap();
-            prop_assert!(limit < budget.fixed + budget.previous + 4 * panto_compact::MIN_ROOM);
+            let summary = budget.previous.max(FLOOR + FLOOR / 2);
+            prop_assert!(
+                limit < budget.fixed + summary + FLOOR + MIN_ROOM,
+                "{budget:?}"
+            );
             return Ok(());
         }
         Err(e) => return Err(TestCaseError::fail(format!("{e:?}"))),
@@ -37,6 +46,8 @@ fn check_plan(turns: &[u64], budget: &FoldBudget) -> Result<(), TestCaseError> {
     }
     prop_assert_eq!(next, turns.len());
     prop_assert!(plan.requests() <= plan.bound());
+    // No request allows less than the floor, whatever the window and the configuration.
+    prop_assert!(plan.output >= FLOOR, "{plan:?}");
     match budget.limit {
         None => prop_assert!(plan.requests() <= 1),
         Some(limit) => {
@@ -117,13 +128,14 @@ fn a_turn_larger_than_any_request_is_alone_and_elided() {
 /// A model of a provider whose window is `window` tokens of its own count, which is panto's
 /// heuristic estimate times `factor` (real tokenizers count differently). It rejects any
 /// request whose input exceeds the window, stating the numbers or not, and answers a compaction
-/// request with a summary of `summary_words` words.
+/// request with a summary of `summary_words` words. It records every request as (compaction,
+/// counted input, fitted, output allowed).
 struct Window {
     window: u64,
     factor: f64,
     numbers: bool,
     summary_words: usize,
-    seen: Mutex<Vec<(bool, u64, bool)>>,
+    seen: Mutex<Vec<(bool, u64, bool, u32)>>,
 }
 
 impl Window {
@@ -147,7 +159,10 @@ impl Provider for Window {
         let counted = self.count(request);
         let compaction = request.system != "agent";
         let fits = counted <= self.window;
-        self.seen.lock().unwrap().push((compaction, counted, fits));
+        self.seen
+            .lock()
+            .unwrap()
+            .push((compaction, counted, fits, request.max_output_tokens));
         if !fits {
             return Err(ProviderError::ContextOverflow {
                 message: "prompt is too long".into(),
@@ -235,6 +250,10 @@ proptest! {
         let overflowed = seen.first().is_some_and(|s| !s.2);
         if overflowed && 2 * needed <= window && window >= 600 {
             prop_assert!(result.is_ok(), "window {window}, needed {needed}: {result:?}\n{seen:?}");
+        }
+        // Every compaction request allows at least the output floor.
+        for s in seen.iter().filter(|s| s.0) {
+            prop_assert!(s.3 >= MIN_OUTPUT_TOKENS, "{seen:?}");
         }
         // At most one retry of the conversation, and a bounded number of rejected requests.
         let conversation: Vec<_> = seen.iter().filter(|s| !s.0).collect();

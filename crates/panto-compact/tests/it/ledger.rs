@@ -14,9 +14,11 @@ use serde_json::json;
 
 use crate::block_on;
 
-/// What a forgetful model answers to every compaction request: a valid, short summary that
-/// keeps none of the facts.
-const FORGETFUL: &str = "The session went on; the details are not recalled here.";
+/// What a forgetful model answers to compaction request `k`: a valid, short summary that keeps
+/// none of the facts (a new one each time: handing back the previous one is a failed attempt).
+fn forgetful(k: usize) -> String {
+    format!("Part {k} of the session went on; the details are not recalled here.")
+}
 
 /// One planted fact of each kind, numbered `k`, as the messages that state it: a request, an
 /// edit of a file, a failing command and its error.
@@ -94,11 +96,11 @@ proptest! {
             .with_config(CompactorConfig::new().with_keep_tokens(0));
         let mut log = MemoryLog::memory();
         let mut planted_so_far = 0;
-        for round in &rounds {
+        for (k, round) in rounds.iter().enumerate() {
             let entries: Vec<Entry> = round.iter().cloned().map(Entry::Message).collect();
             block_on(log.append(&entries)).unwrap();
             planted_so_far += round.iter().filter(|m| m.text().starts_with("Planted request")).count();
-            provider.push_text(FORGETFUL);
+            provider.push_text(forgetful(k));
             let ctx = log.replay();
             let out = block_on(compactor.compact(&ctx, &mut log, CompactRun::manual(None))).unwrap();
             prop_assert!(matches!(out, CompactOutcome::Compacted(_)));
@@ -120,4 +122,72 @@ proptest! {
             prop_assert!(stored.errors.iter().any(|e| e.message == error && e.resolved.is_none()));
         }
     }
+}
+
+/// Under pressure, the record stays whole: chained overflow compactions at a 4,096-token window
+/// render only a short ledger after each summary (its budget is a sixteenth of the window), but
+/// the record stored on the entry keeps every planted fact, and the rendering says so.
+#[test]
+fn a_small_window_budgets_the_rendering_and_never_the_stored_record() {
+    let provider = Arc::new(ScriptedProvider::new("main"));
+    for k in 0..64 {
+        provider.push_text(forgetful(k));
+    }
+    let mut compactor = Compactor::new(ModelRef::new(provider.clone(), "forgetful"))
+        .with_ids(Arc::new(SequentialIds::new()));
+    let mut log = MemoryLog::memory();
+    let mut planted_so_far = 0;
+    for chain in 0..3 {
+        let mut messages = Vec::new();
+        for k in planted_so_far..planted_so_far + 20 {
+            messages.extend(planted(k));
+            messages.extend(filler(1, 30));
+        }
+        planted_so_far += 20;
+        let entries: Vec<Entry> = messages.into_iter().map(Entry::Message).collect();
+        block_on(log.append(&entries)).unwrap();
+        let ctx = log.replay();
+        let out =
+            block_on(compactor.compact(&ctx, &mut log, CompactRun::overflow(Some(4_096)))).unwrap();
+        let CompactOutcome::Compacted(out) = out else {
+            panic!("chain {chain}: nothing to compact")
+        };
+        assert_eq!(out.report.degraded, None, "chain {chain}");
+        // The rendering is short and says what it left out and where it is.
+        let summary = &out.report.summary;
+        let rendered = &summary[summary.find("## Ledger").unwrap()..];
+        assert!(rendered.len() < 1_000, "{rendered}");
+        assert!(
+            rendered.contains(
+                "the compaction entry keeps them whole, `panto ledger SESSION` prints them"
+            ),
+            "{rendered}"
+        );
+    }
+    let ctx = log.replay();
+    let stored = ctx
+        .compaction
+        .as_ref()
+        .unwrap()
+        .extra
+        .get(LEDGER_FIELD)
+        .and_then(Ledger::from_json)
+        .unwrap();
+    // The last kept turns are not summarized yet; every fact before them is in the record.
+    let kept: String = ctx.messages[1..].iter().map(Message::text).collect();
+    let mut recorded = 0;
+    for k in 0..planted_so_far {
+        let request = format!("Planted request {k}: rename the option to `opt_{k}`");
+        if kept.contains(&request) {
+            continue;
+        }
+        recorded += 1;
+        assert!(stored.requests.contains(&request), "request {k} lost");
+        assert!(stored.modified.contains(&format!("src/planted_{k}.rs")));
+        assert!(stored.commands.contains(&format!("plant-check-{k} --all")));
+        let error = format!("error: planted failure {k}");
+        assert!(stored.errors.iter().any(|e| e.message == error));
+    }
+    assert!(recorded >= 50, "only {recorded} facts were summarized");
+    assert_eq!(stored.left_out, 0);
 }

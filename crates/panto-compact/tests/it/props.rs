@@ -7,7 +7,7 @@ use std::sync::Arc;
 use panto_compact::testing::{ScriptedProvider, overflow, reply, server_error};
 use panto_compact::{
     CompactError, CompactOutcome, CompactRun, Compacted, Compactor, CompactorConfig, Driver,
-    MAX_SHRINKS, MemoryLog, ModelRef,
+    MAX_SHRINKS, MIN_OUTPUT_TOKENS, MemoryLog, ModelRef,
 };
 use panto_model::arbitrary::session;
 use panto_model::{
@@ -48,6 +48,19 @@ fn compactor(active: ModelRef, keep: u64) -> Compactor {
     Compactor::new(active)
         .with_ids(Arc::new(SequentialIds::new()))
         .with_config(CompactorConfig::new().with_keep_tokens(keep))
+}
+
+/// Checks that every compaction request (any request whose system prompt is not the agent's)
+/// allows at least the output floor.
+fn floor_respected(requests: &[Request]) -> Result<(), TestCaseError> {
+    for r in requests.iter().filter(|r| r.system != "agent") {
+        prop_assert!(
+            r.max_output_tokens >= MIN_OUTPUT_TOKENS,
+            "a compaction request allows {} tokens",
+            r.max_output_tokens
+        );
+    }
+    Ok(())
 }
 
 /// One manual compaction of `entries` with the default sizer; `None` when nothing to compact.
@@ -126,7 +139,8 @@ proptest! {
     /// turns, and always holds the in-flight turn.
     #[test]
     fn rule1_the_kept_suffix_starts_at_a_turn_boundary(entries in entries(), keep in 0u64..3_000) {
-        let (old, _, out, _) = run(&entries, keep);
+        let (old, _, out, requests) = run(&entries, keep);
+        floor_respected(&requests)?;
         let Some(out) = out else { return Ok(()) };
         let plan = &out.report.plan;
         let conversation = &old.messages[plan.head..];
@@ -235,6 +249,7 @@ proptest! {
         let mut d = Driver::new(compactor(ModelRef::new(provider.clone(), "big"), keep), log, ctx)
             .with_system("agent");
         let result = block_on(d.send(vec![Message::user_text("new prompt")], &mut |_| {}));
+        floor_respected(&provider.requests())?;
 
         // What the script says should happen: one conversation request, and a second one
         // only after an overflow that a compaction fixed.
@@ -288,6 +303,8 @@ proptest! {
         let mut log = MemoryLog::with_entries(entries.clone());
         let ctx = log.replay();
         let result = block_on(c.compact(&ctx, &mut log, CompactRun::manual(None)));
+        floor_respected(&cheap.requests())?;
+        floor_respected(&main.requests())?;
         let models: Vec<String> = [cheap.requests(), if same_provider { vec![] } else { main.requests() }]
             .concat()
             .into_iter()

@@ -68,14 +68,12 @@ fn a_driver_turn_with_overflow_recovery_runs_in_tokio_spawn_on_the_multi_thread_
         .worker_threads(2)
         .build()
         .expect("runtime");
-    let history = rounds(0, 3);
+    let history = rounds(0, 16);
     let log = log_of(&history);
     let (provider, active) = model("fake", "m1");
-    provider.push(Err(panto_compact::testing::overflow(
-        Some(9_000),
-        Some(8_000),
-    )));
-    // The fold fits each compaction request below the request that overflowed: two of them.
+    provider.push(Err(panto_compact::testing::overflow(None, Some(1_600))));
+    // The fold fits each compaction request, with the output floor, in the window the overflow
+    // reported: two of them.
     provider.push_text("the summary");
     provider.push_text("the whole summary");
     provider.push_text("the answer");

@@ -1,6 +1,7 @@
 //! Classification of provider errors: context overflow (compaction can help) versus everything
-//! else (rate limits, capacity, keys, missing models, output limits, bad requests, server
-//! failures), with the provider's own message, the sizes it states and the delay it asks for.
+//! else (rate limits, quotas and billing, capacity, keys, missing models, output limits, bad
+//! requests, server failures), with the provider's own message, the sizes it states and the
+//! delay it asks for.
 //!
 //! Three entry points, one per place an error can arrive: an HTTP error answer
 //! ([`classify_response`]), an error event inside a stream that began with HTTP 200
@@ -67,8 +68,12 @@ pub enum Verdict {
     /// One item (a string, an image, a batch) is over its own limit:
     /// [`ProviderError::InvalidRequest`].
     ItemTooLarge,
-    /// A rate limit, quota or billing limit: [`ProviderError::RateLimited`].
+    /// A rate limit, or a quota that refills with time: [`ProviderError::RateLimited`]
+    /// (transient).
     RateLimited,
+    /// The account's quota, credits or billing: [`ProviderError::QuotaExceeded`] (not
+    /// transient; the account must change).
+    QuotaExceeded,
     /// The provider is out of capacity: [`ProviderError::Server`] (transient).
     Overloaded,
     /// The key is missing, wrong or not allowed: [`ProviderError::Authentication`].
@@ -92,6 +97,7 @@ impl Verdict {
             Verdict::OutputTooLarge => "invalid request (output too large)",
             Verdict::ItemTooLarge => "invalid request (one item too large)",
             Verdict::RateLimited => "rate limited",
+            Verdict::QuotaExceeded => "quota or billing (not retried)",
             Verdict::Overloaded => "server error (overloaded)",
             Verdict::Authentication => "authentication",
             Verdict::ModelNotFound => "model not found",
@@ -217,6 +223,7 @@ fn classify(
         status,
         signals,
         sizes,
+        retry_after,
     };
     let rule = rules::decide(&answer);
     let message = signals.message.clone();
@@ -232,6 +239,7 @@ fn classify(
                 .or(signals.retry_delay)
                 .or_else(|| retry_delay_in_text(&signals.text)),
         },
+        Verdict::QuotaExceeded => ProviderError::QuotaExceeded { message },
         Verdict::Overloaded => ProviderError::Server {
             status: status.unwrap_or(match protocol {
                 Protocol::Anthropic => 529,

@@ -1,13 +1,17 @@
 //! The classification table: named rules, evaluated in order, first match wins.
 //!
-//! Order is the design. Capacity, rate-limit and quota vetoes come first, so that no wording
-//! and no status (413 included) can turn a rate limit into an overflow. Access errors and
+//! Order is the design. Capacity, quota and billing, and rate-limit vetoes come first, so that
+//! no wording and no status (413 included) can turn a rate limit or a quota into an overflow;
+//! the quota and billing rules precede the rate-limit ones, so that an account that cannot pay
+//! is told so at once instead of being retried. Access errors and
 //! per-item limits follow, then the output vetoes (an error whose numbers show the requested
 //! output alone fills the window, or that only complains about the output limit), and only
 //! then the rules that say "context overflow": structured fields and codes first, then
 //! wording, then a generic fallback. The last rules map what is left by status.
 
-use super::numbers::Sizes;
+use std::time::Duration;
+
+use super::numbers::{Sizes, retry_delay_in_text};
 use super::signals::Signals;
 use super::{Protocol, Verdict};
 
@@ -22,6 +26,8 @@ pub(super) struct Answer<'a> {
     pub signals: &'a Signals,
     /// The sizes its text states.
     pub sizes: Sizes,
+    /// The delay a `Retry-After` header asked for, when there was one.
+    pub retry_after: Option<Duration>,
 }
 
 /// One rule of the table.
@@ -60,6 +66,10 @@ pub(super) enum Test {
     StatesSizes,
     /// The text states an input size larger than the limit.
     InputExceedsLimit,
+    /// A retry delay is stated: in a `Retry-After` header, a field (`RetryInfo`) or the text.
+    StatesDelay,
+    /// The text states a quota of zero (`limit: 0`): the plan does not include what was asked.
+    ZeroQuota,
     /// Every one of these holds.
     All(&'static [Test]),
     /// At least one of these holds.
@@ -97,12 +107,31 @@ impl Test {
                 (answer.sizes.input_tokens(), answer.sizes.limit),
                 (Some(input), Some(limit)) if input > limit
             ),
+            Test::StatesDelay => {
+                answer.retry_after.is_some()
+                    || answer.signals.retry_delay.is_some()
+                    || retry_delay_in_text(&answer.signals.text).is_some()
+            }
+            Test::ZeroQuota => states_zero_quota(&answer.signals.text),
             Test::All(tests) => tests.iter().all(|t| t.holds(answer)),
             Test::Any(tests) => tests.iter().any(|t| t.holds(answer)),
             Test::Not(test) => !test.holds(answer),
             Test::Always => true,
         }
     }
+}
+
+/// Whether `text` states a quota of zero: `limit: 0` where the number ends (no digit follows,
+/// nor a point and a digit: `limit: 0.5` is not zero, `limit: 0.` at a sentence's end is).
+fn states_zero_quota(text: &str) -> bool {
+    text.match_indices("limit: 0").any(|(at, found)| {
+        let rest = &text.as_bytes()[at + found.len()..];
+        match rest {
+            [d, ..] if d.is_ascii_digit() => false,
+            [b'.', d, ..] if d.is_ascii_digit() => false,
+            _ => true,
+        }
+    })
 }
 
 /// The rule that decides `answer`: the first that applies to its protocol and holds.
@@ -150,14 +179,37 @@ pub(super) const RATE_LIMIT_CODES: &[&str] = &[
     "throttling",
     "throttled",
     "resource_exhausted",
-    "insufficient_quota",
     "quota_exceeded",
     "quotaexceeded",
     "servicequotaexceededexception",
-    "billing_hard_limit_reached",
-    "billing_not_active",
     "google.rpc.quotafailure",
     "google.rpc.retryinfo",
+];
+/// Codes of an account that cannot pay: `OpenAI`'s used-up quota and billing states.
+pub(super) const QUOTA_CODES: &[&str] = &[
+    "insufficient_quota",
+    "billing_hard_limit_reached",
+    "billing_not_active",
+];
+/// Wordings of an account that cannot pay (credits, balance, billing), which no wait cures.
+pub(super) const QUOTA_WORDS: &[&str] = &[
+    "exceeded your current quota",
+    "check your plan and billing",
+    "plans & billing",
+    "plans and billing",
+    "billing hard limit",
+    "credit balance",
+    "insufficient credit",
+    "insufficient balance",
+    "insufficient funds",
+    "requires more credits",
+    "can only afford",
+    "spending limit",
+    "spend limit",
+    "reached your specified api usage limits",
+    "regain access on",
+    "extra usage is required",
+    "usage credits are required",
 ];
 /// `OpenAI` and Groq put the kind of rate limit in `type`.
 pub(super) const OPENAI_RATE_TYPES: &[&str] = &["tokens", "requests", "tokens_usage_based"];
@@ -487,6 +539,40 @@ pub(super) const RULES: &[Rule] = &[
         why: "HTTP 401 is always about the key.",
     },
     Rule {
+        name: "quota-code",
+        protocols: ALL,
+        test: Test::Code(QUOTA_CODES),
+        verdict: Verdict::QuotaExceeded,
+        why: "OpenAI's `insufficient_quota` (\"You exceeded your current quota, please check \
+              your plan and billing details\", sent with 429) and its billing codes: the account \
+              has no credit left, and retrying spends the user's time for nothing. Before the \
+              429 rule, which would retry it.",
+    },
+    Rule {
+        name: "payment-required-status",
+        protocols: ALL,
+        test: Test::Status(&[402]),
+        verdict: Verdict::QuotaExceeded,
+        why: "HTTP 402 Payment Required: OpenRouter's credits and per-key spending limits, \
+              DeepSeek's \"Insufficient Balance\".",
+    },
+    Rule {
+        name: "quota-wording",
+        protocols: ALL,
+        test: Test::Any(&[
+            Test::All(&[Test::Text(QUOTA_WORDS), Test::Not(&Test::StatesDelay)]),
+            Test::ZeroQuota,
+        ]),
+        verdict: Verdict::QuotaExceeded,
+        why: "Quota, credit and billing wording that names no wait (Anthropic's \"credit \
+              balance is too low\" and \"You have reached your specified API usage limits\" on \
+              a 400, its \"Extra usage is required for long context requests\" on a 429, \
+              \"check your plan and billing\"), or a quota of \
+              `limit: 0` (Gemini's free tier for a model it does not include, even when it adds \
+              a retry delay). The same wording with a delay is a quota that refills (Gemini's \
+              per-minute limits): a rate limit, decided below.",
+    },
+    Rule {
         name: "rate-limit-status",
         protocols: ALL,
         test: Test::Status(&[429]),
@@ -499,9 +585,10 @@ pub(super) const RULES: &[Rule] = &[
         protocols: ALL,
         test: Test::Code(RATE_LIMIT_CODES),
         verdict: Verdict::RateLimited,
-        why: "A rate-limit, throttling or quota code on any status: Groq's TPM limit arrives as \
-              413 with `rate_limit_exceeded`, OpenAI Responses as `response.failed` inside a 200 \
-              stream, Gemini quotas as `RESOURCE_EXHAUSTED` with `QuotaFailure` details.",
+        why: "A rate-limit, throttling or refilling quota code on any status: Groq's TPM limit \
+              arrives as 413 with `rate_limit_exceeded`, OpenAI Responses as `response.failed` \
+              inside a 200 stream, Gemini quotas as `RESOURCE_EXHAUSTED` with `QuotaFailure` \
+              details.",
     },
     Rule {
         name: "openai-rate-limit-type",
@@ -516,8 +603,8 @@ pub(super) const RULES: &[Rule] = &[
         test: Test::Text(RATE_LIMIT_WORDS),
         verdict: Verdict::RateLimited,
         why: "Rate-limit, quota and billing wording on any status (\"tokens per min (TPM)\", \
-              \"Too many tokens, please wait before trying again\", OpenRouter's key and credit \
-              limits). Placed before every overflow rule: this is the veto.",
+              \"Too many tokens, please wait before trying again\", a billing word beside a \
+              stated wait). Placed before every overflow rule: this is the veto.",
     },
     Rule {
         name: "unsupported-region",
@@ -770,6 +857,8 @@ fn describe(test: &Test) -> String {
         Test::InputExceedsLimit => {
             "the stated input size is larger than the stated limit".to_owned()
         }
+        Test::StatesDelay => "a retry delay is stated (header, `RetryInfo` or the text)".to_owned(),
+        Test::ZeroQuota => "the text states `limit: 0`".to_owned(),
         Test::All(tests) => {
             let parts: Vec<String> = tests.iter().map(describe).collect();
             format!("({})", parts.join(") and ("))

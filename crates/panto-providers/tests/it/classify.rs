@@ -125,6 +125,7 @@ pub(crate) fn kind(error: &ProviderError) -> &'static str {
     match error {
         ProviderError::ContextOverflow { .. } => "context_overflow",
         ProviderError::RateLimited { .. } => "rate_limited",
+        ProviderError::QuotaExceeded { .. } => "quota_exceeded",
         ProviderError::Authentication { .. } => "authentication",
         ProviderError::ModelNotFound { .. } => "model_not_found",
         ProviderError::InvalidRequest { .. } => "invalid_request",
@@ -141,6 +142,7 @@ fn message(error: &ProviderError) -> &str {
     match error {
         ProviderError::ContextOverflow { message, .. }
         | ProviderError::RateLimited { message, .. }
+        | ProviderError::QuotaExceeded { message }
         | ProviderError::Authentication { message }
         | ProviderError::ModelNotFound { message }
         | ProviderError::InvalidRequest { message, .. }
@@ -316,10 +318,9 @@ fn statuses_map_to_the_right_error() {
     check(
         403,
         r#"{"error":{"message":"You exceeded your current quota."}}"#,
-        "rate-limit-wording",
-        ProviderError::RateLimited {
+        "quota-wording",
+        ProviderError::QuotaExceeded {
             message: "You exceeded your current quota.".into(),
-            retry_after: None,
         },
     );
     check(
@@ -446,6 +447,65 @@ fn retry_delays() {
             retry_after: Some(Duration::from_secs_f64(11.054)),
         }
     );
+}
+
+/// Billing and plan wording is a quota unless the answer names a wait: a header, a `RetryInfo`
+/// field or the text. Then it is a quota that refills (Gemini's per-minute limits), retried.
+#[test]
+fn a_stated_wait_makes_billing_wording_a_rate_limit() {
+    let text = "You exceeded your current quota, please check your plan and billing details.";
+    let body = |extra: &str| {
+        json!({"error": {"code": 429, "message": format!("{text}{extra}"), "status": "RESOURCE_EXHAUSTED"}}).to_string()
+    };
+    let quota = explain_response(Protocol::Gemini, 429, None, body("").as_bytes());
+    assert_eq!(
+        (quota.rule, quota.verdict),
+        ("quota-wording", Verdict::QuotaExceeded)
+    );
+    let said = explain_response(
+        Protocol::Gemini,
+        429,
+        None,
+        body(" Please retry in 47.4s.").as_bytes(),
+    );
+    assert_eq!(
+        (said.rule, said.verdict),
+        ("rate-limit-status", Verdict::RateLimited)
+    );
+    let header = explain_response(
+        Protocol::Gemini,
+        429,
+        Some(Duration::from_secs(30)),
+        body("").as_bytes(),
+    );
+    assert_eq!(header.verdict, Verdict::RateLimited);
+    let field = json!({"error": {"code": 429, "message": text, "status": "RESOURCE_EXHAUSTED",
+        "details": [{"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "30s"}]}});
+    let field = explain_response(Protocol::Gemini, 429, None, field.to_string().as_bytes());
+    assert_eq!(field.verdict, Verdict::RateLimited);
+    // A quota of zero is the plan's, whatever wait is named.
+    let zero = body(
+        " Quota exceeded for metric: x_free_tier_requests, limit: 0, model: m. Please retry in 20s.",
+    );
+    assert_eq!(
+        explain_response(Protocol::Gemini, 429, None, zero.as_bytes()).verdict,
+        Verdict::QuotaExceeded
+    );
+    // `limit: 0` must be the whole number.
+    for (text, verdict) in [
+        ("limit: 0", Verdict::QuotaExceeded),
+        ("limit: 0.", Verdict::QuotaExceeded),
+        ("limit: 0.5 per second", Verdict::RateLimited),
+        ("limit: 4000000", Verdict::RateLimited),
+        ("limit: 05", Verdict::RateLimited),
+    ] {
+        let body = json!({"error": {"message": format!("Quota exceeded, {text}")}}).to_string();
+        assert_eq!(
+            explain_response(Protocol::Gemini, 429, None, body.as_bytes()).verdict,
+            verdict,
+            "{text}"
+        );
+    }
 }
 
 fn message_of(body: &[u8]) -> String {
@@ -707,6 +767,43 @@ proptest! {
             classify_response(protocol, status, None, body.to_string().as_bytes())
         };
         prop_assert!(matches!(found, ProviderError::RateLimited { .. }), "{found:?} for {body}");
+    }
+
+    /// Whatever overflow wording or code is added, an account that cannot pay stays a quota:
+    /// never compacted, never retried.
+    #[test]
+    fn quota_veto_wins(
+        protocol in protocols(),
+        signal in 0usize..4,
+        status in prop::sample::select(vec![400u16, 403, 413, 422, 429, 200]),
+        smuggled in prop::sample::select(OVERFLOW_SMUGGLE.to_vec()),
+        prefix in any::<bool>(),
+        overflow_code in any::<bool>(),
+        in_stream in any::<bool>(),
+    ) {
+        let (status, base, code) = match signal {
+            0 => (status, "You exceeded your current quota, please check your plan and billing details.", Some("insufficient_quota")),
+            1 => (402, "Insufficient Balance", None),
+            2 => (status, "Your credit balance is too low to access the Anthropic API. Please go to Plans & Billing to upgrade or purchase credits.", None),
+            _ => (status, "Quota exceeded for metric: generativelanguage.googleapis.com/generate_content_free_tier_requests, limit: 0, model: gemini-2.5-pro", None),
+        };
+        let text = if prefix { format!("{smuggled} {base}") } else { format!("{base} {smuggled}") };
+        let mut error = json!({"message": text, "type": "invalid_request_error"});
+        if let Some(code) = code {
+            error["code"] = json!(code);
+        }
+        if overflow_code {
+            error["param"] = json!("messages");
+            error["status"] = json!("context_length_exceeded");
+        }
+        let body = json!({"error": error});
+        let found = if in_stream || status == 200 {
+            classify_stream_error(protocol, &json!({"type": "error", "error": error}))
+        } else {
+            classify_response(protocol, status, None, body.to_string().as_bytes())
+        };
+        prop_assert!(matches!(found, ProviderError::QuotaExceeded { .. }), "{found:?} for {body}");
+        prop_assert!(!found.is_transient());
     }
 
     /// OpenAI-style numbers decide: overflow when the completion leaves the input room, and

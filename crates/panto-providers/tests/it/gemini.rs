@@ -332,8 +332,9 @@ async fn errors_reach_the_classifier() {
             .unwrap_err();
         assert_eq!(error.is_context_overflow(), overflow, "{error}");
         if status == 429 {
+            // A free tier of `limit: 0` does not include the model: the account must change.
             assert!(
-                matches!(error, ProviderError::RateLimited { .. }),
+                matches!(error, ProviderError::QuotaExceeded { .. }),
                 "{error}"
             );
         }

@@ -139,6 +139,62 @@ async fn other_client_errors_and_overflow_are_never_retried() {
     }
 }
 
+/// An account that cannot pay gets the same answer however often it asks: each of these is sent
+/// once, even with retries allowed and an answer waiting behind it. The bodies are the
+/// providers' own (tests/fixtures/overflow.jsonl names where each was seen).
+#[tokio::test]
+async fn quota_and_billing_answers_are_sent_once() {
+    let bodies = [
+        // OpenAI, `insufficient_quota` on a 429.
+        (
+            429,
+            json!({"error": {"message": "You exceeded your current quota, please check your plan and billing details.", "type": "insufficient_quota", "param": null, "code": "insufficient_quota"}}),
+        ),
+        // OpenRouter, 402 for credits.
+        (
+            402,
+            json!({"error": {"message": "This request requires more credits, or fewer max_tokens. You requested up to 32000 tokens, but can only afford 27342. To increase, visit https://openrouter.ai/settings/credits and upgrade to a paid account", "code": 402, "metadata": {"provider_name": null}}}),
+        ),
+        // Gemini's free tier for a model it does not include: `limit: 0`, despite the delay.
+        (
+            429,
+            json!({"error": {"code": 429, "message": "You exceeded your current quota, please check your plan and billing details.\n* Quota exceeded for metric: generativelanguage.googleapis.com/generate_content_free_tier_requests, limit: 0, model: gemini-2.5-pro\nPlease retry in 20.04466179s.", "status": "RESOURCE_EXHAUSTED"}}),
+        ),
+    ];
+    for (status, body) in bodies {
+        let server = MockServer::start().await;
+        fail_then_ok(
+            &server,
+            ResponseTemplate::new(status).set_body_json(body.clone()),
+            1,
+        )
+        .await;
+        let (result, events) = run(&provider(&server.uri(), 3), &hello()).await;
+        let error = result.unwrap_err();
+        assert!(
+            matches!(error, ProviderError::QuotaExceeded { .. }),
+            "{status} {body}: {error:?}"
+        );
+        assert!(!error.is_transient());
+        assert_eq!(server.received_requests().await.unwrap().len(), 1, "{body}");
+        assert!(
+            events.iter().all(|e| !e.starts_with("retry:")),
+            "{events:?}"
+        );
+    }
+    // The same wording with a wait the server names is a quota that refills: retried.
+    let server = MockServer::start().await;
+    fail_then_ok(
+        &server,
+        ResponseTemplate::new(429).set_body_json(json!({"error": {"code": 429, "message": "You exceeded your current quota, please check your plan and billing details.\n* Quota exceeded for metric: generativelanguage.googleapis.com/generate_content_paid_tier_input_token_count, limit: 4000000\nPlease retry in 0.01s.", "status": "RESOURCE_EXHAUSTED"}})),
+        1,
+    )
+    .await;
+    let (result, _) = run(&provider(&server.uri(), 3), &hello()).await;
+    assert_eq!(result.unwrap().text(), "ok");
+    assert_eq!(server.received_requests().await.unwrap().len(), 2);
+}
+
 #[tokio::test]
 async fn zero_retries_means_one_attempt() {
     let server = MockServer::start().await;
