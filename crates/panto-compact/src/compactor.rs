@@ -1,6 +1,8 @@
 //! One compaction: plan, request with model fallback, and the atomic append of the result.
 
+use std::collections::HashSet;
 use std::fmt;
+use std::hash::{Hash, Hasher};
 use std::ops::Range;
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -24,7 +26,7 @@ use crate::check::{Replaced, check_summary};
 use crate::config::{CompactRun, CompactorConfig, ModelRef, min_known, scale};
 use crate::error::{AttemptFailure, CompactError};
 use crate::events::CompactionEvent;
-use crate::fold::{FoldBudget, FoldPlan, MIN_OUTPUT_TOKENS, fold};
+use crate::fold::{FoldBudget, FoldPlan, MIN_OUTPUT_TOKENS, MIN_ROOM, fold};
 use crate::ledger::{LEDGER_FIELD, ledger_budget, previous_ledger, rendered_len, with_ledger};
 use crate::plan::{NothingToCompact, Plan, keep_budget, plan_and_turns};
 use crate::prompt::CompactionPrompt;
@@ -50,13 +52,17 @@ pub struct Prepared {
     /// The same estimate before rounding, in tenths of a token ([`Heuristic::text_tenths`]),
     /// so that the size of a run of turns is exact without sizing its text again.
     pub turn_tenths: Vec<u64>,
-    /// The latest active summary, passed as `<previous-summary>` to the first request.
+    /// The latest active summary without its ledger's rendering (the record is merged from
+    /// the entry instead), passed as `<previous-summary>` to the first request.
     pub previous_summary: Option<String>,
     /// Estimated tokens of the context before compaction.
     pub tokens_before: u64,
     /// The limit every compaction request must fit, when one is known (see
     /// [`CompactRun::request_limit`]).
     pub limit: Option<u64>,
+    /// What the request after the compaction leaves for the summary and its ledger, when the
+    /// limit is known: the limit less [`CompactRun::reserved_within`] it and the kept turns.
+    pub summary_room: Option<u64>,
 }
 
 impl Prepared {
@@ -109,6 +115,9 @@ pub struct Compactor {
     sizer: Box<dyn Sizer + Send + Sync>,
     ids: Arc<dyn IdSource>,
     events: Exclusive<Option<EventHandler>>,
+    /// What the last fold learned of the window (the largest input accepted, the limit it
+    /// ended with), for panto's own record written right after it failed.
+    learned: Option<(u64, Option<u64>)>,
 }
 
 impl fmt::Debug for Compactor {
@@ -135,6 +144,7 @@ impl Compactor {
             sizer: Box::new(UsageSizer::default()),
             ids: Arc::new(UniqueIds),
             events: Exclusive::new(None),
+            learned: None,
         }
     }
 
@@ -252,9 +262,15 @@ impl Compactor {
         let mut turn_tenths = Vec::with_capacity(prefix_turns.len());
         // Rendered after the first request's head, so that a fold in one request builds it
         // where the transcript lies (`into_request`).
-        let previous_summary = context.summary();
+        let previous_summary = context.summary().map(strip_ledger);
         let transcript = render_request_turns(prefix, &prefix_turns, previous_summary, |turn| {
             turn_tenths.push(Heuristic.text_tenths(turn));
+        });
+        let summary_room = limit.map(|l| {
+            let copies: Vec<Message> = kept_copies(&context.messages[p.kept()]).collect();
+            let kept = estimate_request("", &copies);
+            l.saturating_sub(options.reserved_within(l))
+                .saturating_sub(kept)
         });
         let turn_tokens = turn_tenths.iter().map(|t| t.div_ceil(10)).collect();
         let turns = prefix_turns
@@ -271,6 +287,7 @@ impl Compactor {
             turn_tenths,
             previous_summary: previous_summary.map(str::to_owned),
             limit,
+            summary_room,
         })
     }
 
@@ -351,7 +368,7 @@ impl Compactor {
         context: &EffectiveContext,
         options: &CompactRun,
     ) -> Result<CompactOutcome, CompactError> {
-        let prepared = match info_span!("plan").in_scope(|| self.prepare(context, options)) {
+        let mut prepared = match info_span!("plan").in_scope(|| self.prepare(context, options)) {
             Ok(p) => p,
             Err(nothing) => {
                 tracing::info!(%nothing, "nothing to compact");
@@ -370,37 +387,15 @@ impl Compactor {
             plan: prepared.plan.clone(),
             tokens_before: prepared.tokens_before,
         });
-        let mut prepared = prepared;
-        let mut result = self.fold(context, &mut prepared).await;
-        // An overflow compaction whose own requests taught it a smaller window than its plan
-        // assumed (the provider stated no limit) plans again within that window, once, when
-        // the kept turns and the summary would not fit it: else the retry could only overflow.
-        if let Ok(folded) = &result
-            && options.trigger == Trigger::Overflow
-            && let Some(learned) = folded.limit
-            && prepared.limit.is_none_or(|l| learned < l)
-            && kept_estimate(context, &prepared, &folded.summary) > learned
-        {
-            let tighter = CompactRun {
-                context_limit: Some(learned),
-                provider_tokens: None,
-                ..options.clone()
-            };
-            if let Ok(again) = self.prepare(context, &tighter) {
-                tracing::info!(
-                    limit = learned,
-                    "the window is smaller than planned, planning again"
-                );
-                prepared = again;
-                let requests = folded.requests;
-                result = self.fold(context, &mut prepared).await.map(|mut f| {
-                    f.requests += requests;
-                    f
-                });
-            }
-        }
-        match result {
-            Ok(folded) => {
+        let mut state = FoldState::new(context, &prepared, self.config.max_output_tokens);
+        state.instructions = options.instructions().map(str::to_owned);
+        let folded = self
+            .fold_all(context, options, &mut prepared, &mut state)
+            .await;
+        self.learned = Some((state.proven, state.limit));
+        match folded {
+            Ok(()) => {
+                let folded = self.finish(context, options, &prepared, state);
                 let compacted = self.build(context, options, prepared, folded);
                 Ok(CompactOutcome::Compacted(Box::new(compacted)))
             }
@@ -417,51 +412,246 @@ impl Compactor {
         }
     }
 
-    /// Walks the fold: each chunk of whole turns is summarized with the summary so far as
-    /// `<previous-summary>`, oldest first; the last summary is the result. A request the
-    /// provider rejects as too large shrinks the limit (from the provider's numbers, else by
-    /// half) and re-plans the turns not yet summarized, at most [`MAX_SHRINKS`] times.
-    async fn fold(
+    /// The whole fold, a resumable walk whose state is the summary so far and the record so
+    /// far: first the carried summary, in pieces, when it is too large to ride along; then
+    /// the prefix's turns; then, when an overflow compaction learned a smaller window than it
+    /// planned for and the kept turns would not fit it, the turns that must now be summarized
+    /// too, going on from the summary so far (nothing is summarized twice).
+    async fn fold_all(
         &mut self,
         context: &EffectiveContext,
+        options: &CompactRun,
         prepared: &mut Prepared,
-    ) -> Result<Folded, CompactError> {
-        // No request allows less than the floor; the plan makes room for it.
-        let max_output = u64::from(self.config.max_output_tokens.max(MIN_OUTPUT_TOKENS));
+        state: &mut FoldState,
+    ) -> Result<(), CompactError> {
+        state.max_output = self.max_output(prepared.summary_room);
         let fixed = request_overhead(&prepared.system);
-        // `fixed` counts the envelope for the plan; a prompt's own size counts it again.
-        let base = fixed.saturating_sub(envelope_tokens());
-        let mut limit = prepared.limit;
-        let mut running = prepared.previous_summary.clone();
-        let mut ledger = previous_ledger(context);
-        // The budget of the ledger's rendering after the final summary; the record itself
-        // (`ledger`, stored on the entry) is merged whole.
-        let budget = ledger_budget(
-            self.config.max_output_tokens,
-            rendered_len(context),
-            prepared.transcript.text().len(),
-            prepared.limit,
-        );
-        let mut done = 0;
-        let mut shrinks = 0;
-        let mut rejected_here = 0;
-        let mut folded = Folded::default();
-        let mut plan = self.plan_rest(prepared, done, limit, fixed, running.as_deref())?;
+        let mut carried = self.carried_pieces(state, fixed);
+        let carried_steps = match &carried {
+            Some(pieces) => {
+                // The previous summary is the material now; the turns follow its summary.
+                state.running = None;
+                self.plan_rest(&pieces.turn_tokens, 0, state, fixed, None)?
+                    .requests()
+            }
+            None => 0,
+        };
+        let previous = if carried.is_some() {
+            // The summary of the pieces is at most one output.
+            Some(state.max_output + state.max_output / 4)
+        } else {
+            state.running.as_deref().map(previous_tokens)
+        };
+        let turns_plan = fold(
+            &prepared.turn_tokens,
+            &FoldBudget::new(state.limit, fixed, previous.unwrap_or(0), state.max_output),
+        )
+        .map_err(CompactError::NoRoom)?;
         self.emit(CompactionEvent::Folding {
-            steps: plan.requests(),
-            limit,
-            transcript_tokens: plan.total,
+            steps: carried_steps + turns_plan.requests(),
+            limit: state.limit,
+            transcript_tokens: turns_plan.total,
         });
-        while done < prepared.turns.len() {
-            let chunk = plan.chunks[0].clone();
-            let step = folded.steps.len() + 1;
-            let steps = folded.steps.len() + plan.requests();
-            let turns = chunk.turns.start + done..chunk.turns.end + done;
-            let messages = prepared.turns[turns.start].start..prepared.turns[turns.end - 1].end;
-            let chunk_messages = &context.messages[messages.clone()];
-            // The chunk's transcript is a slice of the one rendered by `prepare`, unless a
-            // body must be elided. The last request of the fold is built in that transcript's
-            // own buffer (moved, not copied); an earlier one copies its slice once.
+        if let Some(pieces) = &mut carried {
+            state.later_steps = turns_plan.requests();
+            let mut material = pieces.material();
+            let mut system = prepared.system.clone();
+            self.fold_material(&mut material, 0, &mut system, state)
+                .await?;
+            state.later_steps = 0;
+            // The turns were planned for a summary of a whole output; said again when the one
+            // the pieces came to needs another count.
+            let turns = self.plan_rest(
+                &prepared.turn_tokens,
+                0,
+                state,
+                fixed,
+                state.running.as_deref(),
+            )?;
+            if turns.requests() != turns_plan.requests() {
+                self.emit(CompactionEvent::Replanned {
+                    steps: state.folded.steps.len() + turns.requests(),
+                    cause: "the earlier summary came out shorter than planned".to_owned(),
+                });
+            }
+        }
+        let mut system = prepared.system.clone();
+        let mut material = Material::prefix(context, prepared);
+        self.fold_material(&mut material, 0, &mut system, state)
+            .await?;
+
+        if options.trigger != Trigger::Overflow {
+            return Ok(());
+        }
+        // The request after the compaction must fit what is known of the window: keep fewer
+        // turns and summarize the ones that no longer fit after the summary so far; then, if
+        // the summary itself is too large, condense it.
+        let Some(target) = self.retry_target(options, prepared, state) else {
+            return Ok(());
+        };
+        let retry = |prepared: &Prepared, state: &FoldState| {
+            kept_estimate(context, prepared, state.running.as_deref().unwrap_or(""))
+                + options.reserved_within(target)
+        };
+        if retry(prepared, state) <= target {
+            return Ok(());
+        }
+        let tighter = CompactRun {
+            context_limit: Some(target),
+            provider_tokens: None,
+            ..options.clone()
+        };
+        let from = prepared.turns.len();
+        if let Ok(again) = self.prepare(context, &tighter)
+            && again.plan.head == prepared.plan.head
+            && again.turns.len() >= from
+            && again.turns[..from] == prepared.turns[..]
+        {
+            *prepared = again;
+        } else {
+            return Ok(());
+        }
+        state.max_output = self.max_output(prepared.summary_room);
+        let mut system = prepared.system.clone();
+        let fixed = request_overhead(&system);
+        if from < prepared.turns.len() {
+            tracing::info!(
+                limit = target,
+                turns = prepared.turns.len() - from,
+                "the window is smaller than planned: summarizing more turns, going on from the summary so far"
+            );
+            let rest = self.plan_rest(
+                &prepared.turn_tokens,
+                from,
+                state,
+                fixed,
+                state.running.as_deref(),
+            )?;
+            self.emit(CompactionEvent::Replanned {
+                steps: state.folded.steps.len() + rest.requests(),
+                cause: format!(
+                    "the window is smaller than planned, so {} more turns are summarized after the summary so far",
+                    prepared.turns.len() - from
+                ),
+            });
+            let mut material = Material::prefix(context, prepared);
+            self.fold_material(&mut material, from, &mut system, state)
+                .await?;
+        }
+        if retry(prepared, state) <= target {
+            return Ok(());
+        }
+        // The summary so far is itself too large for the request after it: condense it.
+        let Some(running) = state.running.take() else {
+            return Ok(());
+        };
+        let capacity = FoldBudget::new(state.limit, fixed, 0, state.max_output)
+            .later_capacity()
+            .unwrap_or(MIN_ROOM);
+        let mut pieces = Pieces::new(split_text(&running, capacity - capacity / 10));
+        let steps = self
+            .plan_rest(&pieces.turn_tokens, 0, state, fixed, None)?
+            .requests();
+        self.emit(CompactionEvent::Replanned {
+            steps: state.folded.steps.len() + steps,
+            cause: "the summary is too large for the window: condensing it".to_owned(),
+        });
+        let mut material = pieces.material();
+        self.fold_material(&mut material, 0, &mut system, state)
+            .await
+    }
+
+    /// The limit the request after the compaction must fit, in estimated tokens, when
+    /// anything is known of it: the stated or configured window (or the smaller one a
+    /// rejection taught); when the provider stated none, the largest request it accepted (a
+    /// conversation request before, or a compaction request now), since all that is known of
+    /// the window is that it is above what the provider took and below what it rejected.
+    fn retry_target(
+        &self,
+        options: &CompactRun,
+        prepared: &Prepared,
+        state: &FoldState,
+    ) -> Option<u64> {
+        match options.known_limit(self.config.context_window) {
+            Some(known) => Some(known.min(state.limit.unwrap_or(known))),
+            // Nothing is known of a window that never refused a request (a manual compaction
+            // with none configured): no constraint.
+            None if prepared.limit.is_none() => None,
+            None => {
+                let proven = state.proven.max(options.accepted_tokens.unwrap_or(0));
+                let bound = min_known(state.limit, prepared.limit);
+                (proven > 0).then(|| bound.map_or(proven, |b| proven.min(b)))
+            }
+        }
+    }
+
+    /// The output limit of the fold's requests: the configured one, never below the floor,
+    /// and at most half of what the request after the compaction leaves for the summary (the
+    /// rest is for the ledger's rendering).
+    fn max_output(&self, summary_room: Option<u64>) -> u64 {
+        let floor = u64::from(MIN_OUTPUT_TOKENS);
+        let configured = u64::from(self.config.max_output_tokens).max(floor);
+        summary_room.map_or(configured, |room| configured.min((room / 2).max(floor)))
+    }
+
+    /// The previous summary as material, in pieces that each fit a request, when it is too
+    /// large to ride along as `<previous-summary>` (larger than what a later request may carry
+    /// of the transcript): `None` when it fits, or when no limit is known.
+    fn carried_pieces(&self, state: &FoldState, fixed: u64) -> Option<Pieces> {
+        let previous = state.running.as_deref()?;
+        let capacity = FoldBudget::new(state.limit, fixed, 0, state.max_output).later_capacity()?;
+        if previous_tokens(previous) <= capacity {
+            return None;
+        }
+        // Each piece a little under the capacity: escaping may add to a piece's text.
+        let pieces = split_text(previous, capacity - capacity / 10);
+        tracing::info!(
+            pieces = pieces.len(),
+            "the previous summary does not fit beside the conversation: summarizing it first"
+        );
+        Some(Pieces::new(pieces))
+    }
+
+    /// Summarizes the turns of `material` from turn `from` on, going on from the summary so far
+    /// in `state`: each chunk of whole turns with the summary so far as `<previous-summary>`,
+    /// oldest first. The plan is kept as made; a request the provider rejects as too large
+    /// shrinks the limit (from the provider's numbers, else by half), always to a smaller
+    /// input, and re-plans the turns not yet summarized, at most [`MAX_SHRINKS`] times in a
+    /// fold; each plan change is announced once ([`CompactionEvent::Shrinking`]).
+    async fn fold_material(
+        &mut self,
+        material: &mut Material<'_>,
+        from: usize,
+        system: &mut String,
+        state: &mut FoldState,
+    ) -> Result<(), CompactError> {
+        let mut fixed = request_overhead(system);
+        // `fixed` counts the envelope for the plan; a prompt's own size counts it again.
+        let mut base_tokens = fixed.saturating_sub(envelope_tokens());
+        let mut done = from;
+        let mut plan = self.plan_rest(
+            material.turn_tokens,
+            done,
+            state,
+            fixed,
+            state.running.as_deref(),
+        )?;
+        // The plan's chunks count turns from `base`; `next` is the chunk to send.
+        let (mut base, mut next) = (done, 0);
+        let mut rejected_here = 0;
+        while done < material.turns.len() {
+            let chunk = plan.chunks[next].clone();
+            let step = state.folded.steps.len() + 1;
+            let steps = state.folded.steps.len() + plan.requests() - next + state.later_steps;
+            let turns = chunk.turns.start + base..chunk.turns.end + base;
+            let messages = material.turns[turns.start].start..material.turns[turns.end - 1].end;
+            let chunk_messages = &material.messages[messages.clone()];
+            // The summary this request carries (the state moves on when it is answered).
+            let carried_summary = state.running.clone();
+            let running = carried_summary.as_deref();
+            // The chunk's transcript is a slice of the one rendered once, unless a body must
+            // be elided. The last request is built in that transcript's own buffer (moved,
+            // not copied); an earlier one copies its slice once.
             let (user_prompt, transcript_len, prompt_tokens, elisions) =
                 if chunk.needs_elision() {
                     let (text, elisions) = elide_to_fit(chunk_messages, chunk.capacity)
@@ -469,57 +659,55 @@ impl Compactor {
                             tokens: chunk.tokens,
                             capacity: chunk.capacity,
                         })?;
-                    let prompt = render_request_text(&text, running.as_deref());
+                    let prompt = render_request_text(&text, running);
                     let tokens = Heuristic.text(&prompt);
                     (prompt, text.len(), tokens, elisions)
                 } else {
-                    if prepared.transcript.len() != prepared.turns.len() {
+                    if material.transcript.len() != material.turns.len() {
                         // An earlier last request took the transcript and overflowed.
-                        prepared.transcript = render_prefix(context, &prepared.turns);
+                        *material.transcript = render_prefix(material.messages, material.turns);
                     }
-                    let len = prepared.transcript.turns(turns.clone()).len();
+                    let len = material.transcript.turns(turns.clone()).len();
                     // Exact: the envelope's cost and the turns' add up to the prompt's.
-                    let envelope = render_request_text("", running.as_deref());
+                    let envelope = render_request_text("", running);
                     let tenths = Heuristic.text_tenths(&envelope)
-                        + prepared.turn_tenths[turns.clone()].iter().sum::<u64>();
+                        + material.turn_tenths[turns.clone()].iter().sum::<u64>();
                     let tokens = tenths.div_ceil(10);
-                    let prompt = if turns.end == prepared.turns.len() {
-                        std::mem::take(&mut prepared.transcript)
-                            .into_request(turns.start, running.as_deref())
+                    let prompt = if turns.end == material.turns.len() {
+                        std::mem::take(material.transcript).into_request(turns.start, running)
                     } else {
-                        render_request_text(
-                            prepared.transcript.turns(turns.clone()),
-                            running.as_deref(),
-                        )
+                        render_request_text(material.transcript.turns(turns.clone()), running)
                     };
                     (prompt, len, tokens, Vec::new())
                 };
             let extractive = self.config.extractive_summaries;
-            let last_message = if extractive {
+            // A piece of a summary is condensed, and condensing it reuses its lines: that is
+            // not an echo.
+            let last_message = if extractive || material.carried {
                 String::new()
             } else {
                 last_body(chunk_messages)
             };
             let replaced = Replaced {
-                system: if extractive { "" } else { &prepared.system },
+                system: if extractive { "" } else { system.as_str() },
                 last_message: &last_message,
                 // A summarizer that quotes by design carries the previous summary whole: it
                 // is not held to the copy-through check either.
                 previous: if extractive {
                     ""
                 } else {
-                    running.as_deref().unwrap_or("")
+                    running.unwrap_or("")
                 },
-                chars: transcript_len + running.as_deref().map_or(0, str::len),
+                chars: transcript_len + running.map_or(0, str::len),
             };
-            // The prompt is sized from the turns' sizes of `prepare` (an elided one, new text,
-            // is sized here).
-            let input_tokens = base + prompt_tokens;
-            let last = plan.chunks.len() == 1;
+            // The prompt is sized from the turns' sizes (an elided one, new text, is sized
+            // here).
+            let input_tokens = base_tokens + prompt_tokens;
+            let last = next + 1 == plan.requests() && state.later_steps == 0;
             // The plan leaves every request at least the floor (`FoldPlan`'s invariants).
-            let output = match limit {
-                None => max_output,
-                Some(l) if last => max_output.min(l.saturating_sub(input_tokens)),
+            let output = match state.limit {
+                None => state.max_output,
+                Some(l) if last => state.max_output.min(l.saturating_sub(input_tokens)),
                 Some(l) => plan.output.min(l.saturating_sub(input_tokens)),
             }
             .max(u64::from(MIN_OUTPUT_TOKENS));
@@ -538,21 +726,25 @@ impl Compactor {
                 input_tokens,
                 max_output_tokens: output,
             });
-            let source = RequestSource::new(chunk_messages, running.as_deref());
+            let source = RequestSource::new(chunk_messages, running);
             let answer = self
                 .ask_with_fallback(
-                    &prepared.system,
+                    &system.clone(),
                     user_prompt,
-                    output,
+                    (input_tokens, output),
                     &replaced,
                     source,
-                    &mut folded.requests,
+                    state,
                 )
                 .await;
             match answer {
                 Ok(answer) => {
                     let summary_tokens = Heuristic.text(&answer.summary);
-                    folded.fallback_cause = answer.fallback_cause.clone().or(folded.fallback_cause);
+                    let folded = &mut state.folded;
+                    folded.fallback_cause = answer
+                        .fallback_cause
+                        .clone()
+                        .or(folded.fallback_cause.take());
                     folded.steps.push(FoldStep {
                         turns: turns.clone(),
                         messages: messages.clone(),
@@ -564,46 +756,127 @@ impl Compactor {
                         elided: elisions.len(),
                         rejected: rejected_here,
                     });
-                    folded.elided.extend(elisions.into_iter().map(|e| {
-                        let message = messages.start + e.message;
-                        ElidedItem {
-                            message,
-                            message_id: context.messages[message].id.as_deref().map(str::to_owned),
-                            block: e.block,
-                            bytes: e.bytes,
-                            kept: e.kept,
-                        }
-                    }));
+                    if !material.carried {
+                        folded.elided.extend(elisions.into_iter().map(|e| {
+                            let message = messages.start + e.message;
+                            ElidedItem {
+                                message,
+                                message_id: material.messages[message]
+                                    .id
+                                    .as_deref()
+                                    .map(str::to_owned),
+                                block: e.block,
+                                bytes: e.bytes,
+                                kept: e.kept,
+                            }
+                        }));
+                        state.ledger =
+                            Ledger::merge(&state.ledger, &Ledger::from_messages(chunk_messages));
+                    }
                     folded.used = Some(answer.used);
-                    ledger = Ledger::merge(&ledger, &Ledger::from_messages(chunk_messages));
                     // The ledger goes with the final summary only: the next chunk's request
                     // carries the model's text, so the fold's plan is not changed by it.
-                    running = Some(strip_ledger(&answer.summary).to_owned());
+                    state.running = Some(strip_ledger(&answer.summary).to_owned());
                     done = turns.end;
+                    next += 1;
                     rejected_here = 0;
-                    if done < prepared.turns.len() {
-                        plan = self.plan_rest(prepared, done, limit, fixed, running.as_deref())?;
+                    // A limit guessed after a rejection that stated none is likely below the
+                    // window: while rejections are left, the next requests try higher, half way
+                    // (in proportion) up to the smallest input rejected and at most half again
+                    // what fits; a rejection goes back to what is known to fit, never to an
+                    // input sent before.
+                    if let (Some(upper), Some(limit)) = (state.upper, state.limit)
+                        && state.shrinks < MAX_SHRINKS
+                    {
+                        // Half way in proportion (the geometric mean), at most half again what
+                        // fits: a failed try costs a request, and sends the limit back.
+                        let between = (state.proven as f64 * upper as f64).sqrt() as u64;
+                        let probe = between.min(state.proven + state.proven / 2)
+                            + u64::from(MIN_OUTPUT_TOKENS);
+                        if probe > limit + limit / 10 {
+                            state.limit = Some(probe);
+                        }
+                    }
+                    // The plan reserved room for a running summary of a whole output; when the
+                    // summary is shorter, the rest may fit in fewer requests. Such a plan is
+                    // taken only when it saves a request, and said once.
+                    if done < material.turns.len() {
+                        let left = plan.requests() - next;
+                        let again = self.plan_rest(
+                            material.turn_tokens,
+                            done,
+                            state,
+                            fixed,
+                            state.running.as_deref(),
+                        )?;
+                        if again.requests() < left {
+                            (plan, base, next) = (again, done, 0);
+                            self.emit(CompactionEvent::Replanned {
+                                steps: state.folded.steps.len()
+                                    + plan.requests()
+                                    + state.later_steps,
+                                cause: "the summaries so far are shorter than planned".to_owned(),
+                            });
+                        }
                     }
                 }
-                Err(Failure::Overflow { error }) if shrinks < MAX_SHRINKS => {
-                    shrinks += 1;
+                Err(Failure::Overflow { error }) if state.shrinks < MAX_SHRINKS => {
+                    state.shrinks += 1;
                     rejected_here += 1;
-                    let transcript_tokens = input_tokens
-                        .saturating_sub(fixed + running.as_deref().map_or(0, previous_tokens));
-                    let smaller = shrink(
-                        limit,
+                    if !states_limit(&error) {
+                        state.upper =
+                            Some(state.upper.map_or(input_tokens, |u| u.min(input_tokens)));
+                    }
+                    let carried_tokens = chunk.tokens.min(chunk.capacity);
+                    let transcript_tokens =
+                        input_tokens.saturating_sub(fixed + running.map_or(0, previous_tokens));
+                    let mut smaller = shrink(
+                        state.limit,
                         &error,
                         input_tokens,
                         u64::from(output),
                         transcript_tokens,
+                        state.proven,
                     );
+                    // A window found below the short prompt's threshold gets the short prompt
+                    // from now on (unless the user layered their own).
+                    let shorter = self
+                        .prompt
+                        .system_prompt_for(state.instructions.as_deref(), Some(smaller));
+                    if shorter.len() < system.len() {
+                        *system = shorter;
+                        fixed = request_overhead(system);
+                        base_tokens = fixed.saturating_sub(envelope_tokens());
+                    }
+                    // Never below the least limit a fold can work in (a guess may undershoot).
+                    let least = least_limit(fixed, running.map_or(0, previous_tokens));
+                    if smaller < least && least < input_tokens {
+                        smaller = least;
+                    }
+                    // A shrink always shrinks the input: the next request of this step carries
+                    // less of the transcript than the one rejected.
+                    loop {
+                        state.limit = Some(smaller);
+                        plan = self.plan_rest(
+                            material.turn_tokens,
+                            done,
+                            state,
+                            fixed,
+                            state.running.as_deref(),
+                        )?;
+                        let first = &plan.chunks[0];
+                        let again = first.tokens.min(first.capacity);
+                        if again < carried_tokens {
+                            break;
+                        }
+                        smaller = smaller.saturating_sub(again - carried_tokens + 1);
+                    }
+                    (base, next) = (done, 0);
                     tracing::warn!(%error, step, limit = smaller, "compaction request overflowed, shrinking");
-                    limit = Some(smaller);
-                    plan = self.plan_rest(prepared, done, limit, fixed, running.as_deref())?;
                     self.emit(CompactionEvent::Shrinking {
                         step,
                         limit: smaller,
-                        steps: folded.steps.len() + plan.requests(),
+                        steps: state.folded.steps.len() + plan.requests() + state.later_steps,
                         cause: error.to_string(),
                     });
                 }
@@ -611,105 +884,214 @@ impl Compactor {
                     return Err(CompactError::FoldOverflow {
                         step,
                         steps,
-                        shrinks,
+                        shrinks: state.shrinks,
                         estimated_tokens: input_tokens,
-                        limit,
+                        limit: state.limit,
                         error,
                     });
                 }
                 Err(Failure::Other(e)) => return Err(e),
             }
         }
-        folded.summary = with_ledger(&running.unwrap_or_default(), &ledger, budget);
-        folded.ledger = ledger;
-        folded.limit = limit;
-        Ok(folded)
+        Ok(())
     }
 
-    /// The fold of the turns from `done` on, with `previous` as the first request's summary.
+    /// The fold of the turns from `done` on (of turns sized `turn_tokens`), with `previous` as
+    /// the first request's summary, within the state's limit and output.
     fn plan_rest(
         &self,
-        prepared: &Prepared,
+        turn_tokens: &[u64],
         done: usize,
-        limit: Option<u64>,
+        state: &FoldState,
         fixed: u64,
         previous: Option<&str>,
     ) -> Result<FoldPlan, CompactError> {
         let budget = FoldBudget::new(
-            limit,
+            state.limit,
             fixed,
             previous.map_or(0, previous_tokens),
-            u64::from(self.config.max_output_tokens.max(MIN_OUTPUT_TOKENS)),
+            state.max_output,
         );
-        fold(&prepared.turn_tokens[done..], &budget).map_err(CompactError::NoRoom)
+        fold(&turn_tokens[done..], &budget).map_err(CompactError::NoRoom)
     }
 
-    /// Asks `compaction_model` (when configured) for one summary, then the active model once
-    /// when it fails. Counts every request in `requests`.
+    /// The summary of the fold with the ledger rendered after it, within what the request
+    /// after the compaction leaves (its limit less what it holds besides the summary: the
+    /// agent's system prompt, tools and reply, and the kept turns), and never more than the
+    /// rendering's natural size ([`ledger_budget`]).
+    fn finish(
+        &self,
+        context: &EffectiveContext,
+        options: &CompactRun,
+        prepared: &Prepared,
+        state: FoldState,
+    ) -> Folded {
+        let retry_limit = self.retry_target(options, prepared, &state);
+        let FoldState {
+            running,
+            ledger,
+            mut folded,
+            limit,
+            natural_ledger_chars,
+            ..
+        } = state;
+        let text = running.unwrap_or_default();
+        let budget = self.rendering_budget(
+            context,
+            prepared,
+            options,
+            retry_limit,
+            &text,
+            &ledger,
+            natural_ledger_chars,
+        );
+        folded.summary = with_ledger(&text, &ledger, budget);
+        folded.ledger = ledger;
+        folded.limit = limit;
+        folded
+    }
+
+    /// The characters of the ledger's rendering after `text`: at most `natural`, and, when the
+    /// retry's limit is known, what leaves the retry within it (found by measuring the
+    /// rendering, a few times at most).
+    #[allow(clippy::too_many_arguments)]
+    fn rendering_budget(
+        &self,
+        context: &EffectiveContext,
+        prepared: &Prepared,
+        options: &CompactRun,
+        limit: Option<u64>,
+        text: &str,
+        ledger: &Ledger,
+        natural: usize,
+    ) -> usize {
+        let Some(limit) = limit else {
+            return natural;
+        };
+        let used = kept_estimate(context, prepared, text)
+            + options.reserved_within(limit)
+            // A blank line between the summary and the rendering, and a margin for rounding.
+            + 16;
+        let target = limit.saturating_sub(used);
+        let mut chars =
+            natural.min(usize::try_from(target.saturating_mul(4)).unwrap_or(usize::MAX));
+        for _ in 0..6 {
+            let tokens = Heuristic.text(&ledger.render_within(chars));
+            if tokens <= target || chars == 0 {
+                break;
+            }
+            let scaled =
+                u128::from(chars as u64) * u128::from(target) * 9 / (10 * u128::from(tokens));
+            chars = usize::try_from(scaled).unwrap_or(0);
+        }
+        chars
+    }
+
+    /// Asks `compaction_model` (when configured, and it has not failed in this fold) for one
+    /// summary, then the active model when it fails. A model is never sent an input it has
+    /// already rejected as too large, and a compaction model that failed is not asked again in
+    /// the same fold. Counts every request.
     async fn ask_with_fallback(
         &mut self,
         system: &str,
         user_prompt: String,
-        max_output_tokens: u32,
+        (input_tokens, max_output_tokens): (u64, u32),
         replaced: &Replaced<'_>,
         source: RequestSource<'_>,
-        requests: &mut usize,
+        state: &mut FoldState,
     ) -> Result<Answer, Failure> {
-        let (first, second) = match &self.compaction_model {
-            Some(m) => (m.clone(), Some(self.active.clone())),
-            None => (self.active.clone(), None),
+        let input = input_hash(&user_prompt);
+        // A model that answered (whatever the checks made of its answer) took the input: the
+        // window holds at least that much.
+        let took = |state: &mut FoldState, result: &Result<String, AttemptFailure>| {
+            if result
+                .as_ref()
+                .err()
+                .is_none_or(AttemptFailure::is_rejected_summary)
+            {
+                state.proven = state.proven.max(input_tokens);
+            }
         };
         let mut request = Request::new(
-            first.model.clone(),
+            self.active.model.clone(),
             system,
             vec![Message::user_text(user_prompt)],
             max_output_tokens,
         );
-        *requests += 1;
-        let cause = match ask(&first, &request, replaced, source).await {
-            Ok(summary) => {
-                return Ok(Answer {
-                    summary,
-                    used: first,
-                    fallback_cause: None,
-                });
-            }
-            Err(cause) => cause,
-        };
-        let Some(active) = second else {
-            return Err(match cause {
-                AttemptFailure::Provider(error) if error.is_context_overflow() => {
-                    Failure::Overflow { error }
+        if let Some(first) = self.compaction_model.clone()
+            && state.compaction_model_failed.is_none()
+            && !state.rejected.contains(&(first.model.clone(), input))
+        {
+            request.model.clone_from(&first.model);
+            state.folded.requests += 1;
+            let result = ask(&first, &request, replaced, source).await;
+            took(state, &result);
+            let cause = match result {
+                Ok(summary) => {
+                    return Ok(Answer {
+                        summary,
+                        used: first,
+                        fallback_cause: None,
+                    });
                 }
-                cause => Failure::Other(CompactError::Compaction {
-                    model: first.model.clone(),
-                    cause,
-                }),
+                Err(cause) => cause,
+            };
+            if let AttemptFailure::Provider(error) = &cause
+                && error.is_context_overflow()
+            {
+                state.rejected.insert((first.model.clone(), input));
+            }
+            tracing::warn!(model = %first.model, %cause, "compaction model failed, falling back to the active model for the rest of this compaction");
+            self.emit(CompactionEvent::FallingBack {
+                failed_model: first.model.clone(),
+                cause: cause.clone(),
+                model: self.active.model.clone(),
             });
-        };
-        tracing::warn!(model = %first.model, %cause, "compaction model failed, falling back to the active model");
-        self.emit(CompactionEvent::FallingBack {
-            failed_model: first.model.clone(),
-            cause: cause.clone(),
-            model: active.model.clone(),
-        });
+            state.compaction_model_failed = Some(cause);
+        }
+        let active = self.active.clone();
+        if state.rejected.contains(&(active.model.clone(), input)) {
+            // Never sent again: the fold shrinks instead.
+            let error =
+                state
+                    .last_overflow
+                    .clone()
+                    .unwrap_or_else(|| ProviderError::ContextOverflow {
+                        message: "this input was rejected as too large before".to_owned(),
+                        input_tokens: None,
+                        limit: None,
+                    });
+            return Err(Failure::Overflow { error });
+        }
         request.model.clone_from(&active.model);
-        *requests += 1;
-        match ask(&active, &request, replaced, source).await {
+        state.folded.requests += 1;
+        let result = ask(&active, &request, replaced, source).await;
+        took(state, &result);
+        match result {
             Ok(summary) => Ok(Answer {
                 summary,
                 used: active,
-                fallback_cause: Some(cause),
+                fallback_cause: state.compaction_model_failed.clone(),
             }),
             Err(AttemptFailure::Provider(error)) if error.is_context_overflow() => {
+                state.rejected.insert((active.model.clone(), input));
+                state.last_overflow = Some(error.clone());
                 Err(Failure::Overflow { error })
             }
-            Err(second) => Err(Failure::Other(CompactError::BothModelsFailed {
-                compaction_model: first.model.clone(),
-                first: Box::new(cause),
-                active_model: active.model.clone(),
-                second: Box::new(second),
-            })),
+            Err(second) => Err(Failure::Other(
+                match (&self.compaction_model, &state.compaction_model_failed) {
+                    (Some(first), Some(cause)) => CompactError::BothModelsFailed {
+                        compaction_model: first.model.clone(),
+                        first: Box::new(cause.clone()),
+                        active_model: active.model.clone(),
+                        second: Box::new(second),
+                    },
+                    _ => CompactError::Compaction {
+                        model: active.model.clone(),
+                        cause: second,
+                    },
+                },
+            )),
         }
     }
 
@@ -854,19 +1236,25 @@ impl Compactor {
         let prefix = &context.messages[prepared.plan.prefix()];
         let items = transcript_items(prefix);
         let previous = prepared.previous_summary.as_deref().map(strip_ledger);
-        let before = previous_ledger(context);
-        let budget = ledger_budget(
-            self.config.max_output_tokens,
-            rendered_len(context),
-            prepared.transcript.text().len(),
-            prepared.limit,
-        );
-        let ledger = Ledger::merge(&before, &Ledger::from_items(&items));
-        let summary = with_ledger(
-            &record_only_text(failure, previous, &items, budget / 2),
-            &ledger,
-            budget,
-        );
+        let mut state = FoldState::new(context, &prepared, self.config.max_output_tokens);
+        // What the fold that failed learned of the window bounds the record too.
+        if let Some((proven, limit)) = self.learned.take() {
+            state.proven = proven;
+            state.limit = min_known(state.limit, limit);
+        }
+        let natural = state.natural_ledger_chars;
+        let limit = self.retry_target(options, &prepared, &state);
+        let ledger = Ledger::merge(&state.ledger, &Ledger::from_items(&items));
+        // The record's own text takes half of what the request after it leaves (of the natural
+        // size when nothing is known of the window); the ledger's rendering fits the rest.
+        let room = limit.map_or(natural, |l| {
+            let used = kept_estimate(context, &prepared, "") + options.reserved_within(l);
+            usize::try_from(l.saturating_sub(used).saturating_mul(3)).unwrap_or(usize::MAX)
+        });
+        let text = record_only_text(failure, previous, &items, room / 2);
+        let budget =
+            self.rendering_budget(context, &prepared, options, limit, &text, &ledger, natural);
+        let summary = with_ledger(&text, &ledger, budget);
         let compacted = self.build(
             context,
             options,
@@ -895,8 +1283,183 @@ impl Compactor {
     }
 }
 
-/// How many times one fold shrinks its limit after a compaction request overflowed anyway.
-pub const MAX_SHRINKS: usize = 3;
+/// How many times one fold shrinks its limit after a compaction request overflowed anyway:
+/// the third rejection ends the fold ([`CompactError::FoldOverflow`]), so a provider that
+/// states no limit rejects at most three compaction requests.
+pub const MAX_SHRINKS: usize = 2;
+
+/// Where a fold stands: the summary so far, the record so far, what was sent, and what the
+/// fold learned (a smaller limit, inputs a model rejected, a compaction model that failed).
+/// Everything a fold needs to go on from where it is.
+struct FoldState {
+    /// The summary so far (the model's text, no ledger): `<previous-summary>` of the next
+    /// request.
+    running: Option<String>,
+    /// The whole record so far: the previous entry's, merged with every chunk summarized.
+    ledger: Ledger,
+    /// The steps, requests, elisions and models so far.
+    folded: Folded,
+    /// The limit every request must fit (smaller after a shrink).
+    limit: Option<u64>,
+    /// The output limit of the fold's requests ([`Compactor::max_output`]).
+    max_output: u64,
+    /// How often the limit was shrunk after a rejection.
+    shrinks: usize,
+    /// Inputs rejected as too large, by model: never sent to that model again.
+    rejected: HashSet<(String, u64)>,
+    /// The last rejection, which a repeated input would get again.
+    last_overflow: Option<ProviderError>,
+    /// Why the compaction model failed, once it has: it is not asked again in this fold.
+    compaction_model_failed: Option<AttemptFailure>,
+    /// Steps planned for the material after the one being folded (the turns after the
+    /// carried summary's pieces), so that the count shown is the whole fold's.
+    later_steps: usize,
+    /// The natural size of the ledger's rendering ([`ledger_budget`] of what was there and
+    /// what is summarized).
+    natural_ledger_chars: usize,
+    /// The smallest input the provider rejected as too large without stating its limit: the
+    /// window is below it (and above `proven`).
+    upper: Option<u64>,
+    /// The run's extra instructions, for a system prompt chosen again for a smaller window.
+    instructions: Option<String>,
+    /// The largest request the provider accepted (input and output), in estimated tokens:
+    /// once a rejection has shown the window below the planned limit, only this much is known
+    /// to fit.
+    proven: u64,
+}
+
+impl FoldState {
+    /// The start of a fold of `prepared`: the previous summary and record, nothing sent.
+    fn new(context: &EffectiveContext, prepared: &Prepared, max_output_tokens: u32) -> FoldState {
+        FoldState {
+            running: prepared.previous_summary.clone(),
+            ledger: previous_ledger(context),
+            folded: Folded::default(),
+            limit: prepared.limit,
+            max_output: u64::from(max_output_tokens.max(MIN_OUTPUT_TOKENS)),
+            shrinks: 0,
+            rejected: HashSet::new(),
+            last_overflow: None,
+            compaction_model_failed: None,
+            later_steps: 0,
+            natural_ledger_chars: ledger_budget(
+                max_output_tokens,
+                rendered_len(context),
+                prepared.transcript.text().len(),
+                None,
+            ),
+            proven: 0,
+            upper: None,
+            instructions: None,
+        }
+    }
+}
+
+/// What a fold walks: messages split in turns, with each turn's size and the transcript
+/// rendered turn by turn; either the summarized prefix of the context, or the pieces of a
+/// previous summary too large to ride along.
+struct Material<'a> {
+    messages: &'a [Message],
+    /// The turns, as ranges of `messages`.
+    turns: &'a [Range<usize>],
+    turn_tokens: &'a [u64],
+    turn_tenths: &'a [u64],
+    transcript: &'a mut TurnTranscript,
+    /// Whether these are a previous summary's pieces: no ledger to derive, no elision to
+    /// record, no echo to refuse.
+    carried: bool,
+}
+
+impl<'a> Material<'a> {
+    /// The summarized prefix of `context` as `prepared` planned it.
+    fn prefix(context: &'a EffectiveContext, prepared: &'a mut Prepared) -> Material<'a> {
+        Material {
+            messages: &context.messages,
+            turns: &prepared.turns,
+            turn_tokens: &prepared.turn_tokens,
+            turn_tenths: &prepared.turn_tenths,
+            transcript: &mut prepared.transcript,
+            carried: false,
+        }
+    }
+}
+
+/// A previous summary cut into pieces, each a compaction message of its own (rendered as
+/// `[Summary of earlier conversation]:`) and a turn of its own.
+struct Pieces {
+    messages: Vec<Message>,
+    turns: Vec<Range<usize>>,
+    turn_tokens: Vec<u64>,
+    turn_tenths: Vec<u64>,
+    transcript: TurnTranscript,
+}
+
+impl Pieces {
+    fn new(pieces: Vec<String>) -> Pieces {
+        let messages: Vec<Message> = pieces.into_iter().map(Message::compaction).collect();
+        let turns: Vec<Range<usize>> = (0..messages.len()).map(|i| i..i + 1).collect();
+        let transcript = render_turns(&messages, &turns);
+        let turn_tenths: Vec<u64> = (0..turns.len())
+            .map(|i| Heuristic.text_tenths(transcript.turns(i..i + 1)))
+            .collect();
+        Pieces {
+            turn_tokens: turn_tenths.iter().map(|t| t.div_ceil(10)).collect(),
+            messages,
+            turns,
+            turn_tenths,
+            transcript,
+        }
+    }
+
+    fn material(&mut self) -> Material<'_> {
+        Material {
+            messages: &self.messages,
+            turns: &self.turns,
+            turn_tokens: &self.turn_tokens,
+            turn_tenths: &self.turn_tenths,
+            transcript: &mut self.transcript,
+            carried: true,
+        }
+    }
+}
+
+/// `text` in pieces of at most `max_tokens` estimated tokens each, cut between lines (a line
+/// longer than that between characters), in order; together they are the whole text.
+fn split_text(text: &str, max_tokens: u64) -> Vec<String> {
+    let max_tokens = max_tokens.max(1);
+    let mut pieces = Vec::new();
+    let mut piece = String::new();
+    for line in text.split_inclusive('\n') {
+        if !piece.is_empty() && Heuristic.text(&piece) + Heuristic.text(line) > max_tokens {
+            pieces.push(std::mem::take(&mut piece));
+        }
+        if Heuristic.text(line) <= max_tokens {
+            piece.push_str(line);
+            continue;
+        }
+        // A line too long for any piece: cut between characters.
+        let mut part = String::new();
+        for (i, c) in line.chars().enumerate() {
+            part.push(c);
+            // Sized every 64 characters, not at each one.
+            if (i + 1).is_multiple_of(64) && Heuristic.text(&part) >= max_tokens {
+                pieces.push(std::mem::take(&mut part));
+            }
+        }
+        piece = part;
+    }
+    if !piece.trim().is_empty() {
+        pieces.push(piece);
+    }
+    pieces
+}
+
+/// A hash of a request's input, to recognise one sent before.
+fn input_hash(text: &str) -> u64 {
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    text.hash(&mut hasher);
+    hasher.finish()
+}
 
 /// What a fold produced.
 #[derive(Default)]
@@ -913,11 +1476,23 @@ struct Folded {
     limit: Option<u64>,
 }
 
-/// The estimated tokens of the context after a compaction: `summary` and the kept turns.
+/// The estimated tokens of the context after a compaction: `summary` and the kept turns,
+/// sized as the copies will be (marked `kept_by`, so that the usage their originals carry,
+/// which measured the context before the compaction, is not trusted).
 fn kept_estimate(context: &EffectiveContext, prepared: &Prepared, summary: &str) -> u64 {
     let mut after = vec![Message::compaction(summary)];
-    after.extend(context.messages[prepared.plan.kept()].iter().cloned());
+    after.extend(kept_copies(&context.messages[prepared.plan.kept()]));
     estimate_request("", &after)
+}
+
+/// `kept` as the compaction's copies of them are sized: marked `kept_by`.
+fn kept_copies(kept: &[Message]) -> impl Iterator<Item = Message> + '_ {
+    kept.iter().map(|m| {
+        let mut copy = m.clone();
+        copy.extra
+            .insert(KEPT_BY.to_owned(), Value::from("pending"));
+        copy
+    })
 }
 
 /// The body of the last transcript item of `messages`: what the summary must not merely copy.
@@ -937,13 +1512,12 @@ fn last_body(messages: &[Message]) -> String {
     }
 }
 
-/// The transcript of the summarized prefix whose turns are `turns` (ranges of the context's
-/// messages), rendered turn by turn.
-fn render_prefix(context: &EffectiveContext, turns: &[Range<usize>]) -> TurnTranscript {
+/// The transcript of the turns `turns` (ranges of `messages`), rendered turn by turn.
+fn render_prefix(messages: &[Message], turns: &[Range<usize>]) -> TurnTranscript {
     let head = turns.first().map_or(0, |t| t.start);
     let end = turns.last().map_or(head, |t| t.end);
     let relative: Vec<Range<usize>> = turns.iter().map(|t| t.start - head..t.end - head).collect();
-    render_turns(&context.messages[head..end], &relative)
+    render_turns(&messages[head..end], &relative)
 }
 
 /// One summary, and who wrote it.
@@ -981,13 +1555,18 @@ fn previous_tokens(summary: &str) -> u64 {
 
 /// The limit after a compaction request of `input` estimated tokens (with output `output` and
 /// a transcript of `transcript` tokens) overflowed with `error`: from the provider's numbers
-/// when they explain the rejection, else the transcript room halved. Always below what failed.
+/// when they explain the rejection. Else the window lies somewhere below the rejected input:
+/// when a request of `proven` input tokens was accepted before, the limit goes back to what
+/// is known to fit (later requests may try higher again, see `fold_material`); else to a
+/// quarter of the rejected input, so that the rejections a fold allows reach a window a
+/// sixteenth of the first request. Always below what failed.
 fn shrink(
     limit: Option<u64>,
     error: &ProviderError,
     input: u64,
     output: u64,
     transcript: u64,
+    proven: u64,
 ) -> u64 {
     let sent = input + output;
     let (reported, counted) = match error {
@@ -1003,13 +1582,30 @@ fn shrink(
         _ => l,
     });
     let halved = sent.saturating_sub(transcript / 2 + 1);
+    let guess = if proven > 0 && proven < input {
+        proven + u64::from(MIN_OUTPUT_TOKENS)
+    } else {
+        input / 4
+    };
     let smaller = match from_numbers {
         Some(l) if l < sent => l.min(halved.max(l * 9 / 10)),
-        _ => halved,
+        _ => guess,
     };
     min_known(limit, Some(smaller))
         .unwrap_or(smaller)
         .min(sent.saturating_sub(1))
+}
+
+/// The least limit a fold can plan in: the fixed part, the summary carried (or the reserve of
+/// a later request), the output floor and the least transcript ([`fold`]'s `NoRoom` rule).
+fn least_limit(fixed: u64, previous: u64) -> u64 {
+    let floor = u64::from(MIN_OUTPUT_TOKENS);
+    fixed + (previous + floor + MIN_ROOM).max(floor + floor / 4 + floor + MIN_ROOM)
+}
+
+/// Whether an overflow error stated the limit.
+fn states_limit(error: &ProviderError) -> bool {
+    matches!(error, ProviderError::ContextOverflow { limit: Some(_), .. })
 }
 
 /// The transcript of `messages` (one turn too large for any request) with its item bodies

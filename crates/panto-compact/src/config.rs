@@ -176,6 +176,19 @@ pub struct CompactRun {
     /// [`CompactRun::overflowed_tokens`] it converts the reported limit into panto's
     /// estimates when those run low.
     pub provider_tokens: Option<u64>,
+    /// What the conversation's next request holds besides the summary and the kept turns, in
+    /// estimated tokens: the agent's system prompt and its tools. With a known window it sizes
+    /// the summary's output and the ledger's rendering, so that the request after the
+    /// compaction fits. `None` counts as 0 (the `Driver` always sets it).
+    pub reserved_tokens: Option<u64>,
+    /// The output limit of the conversation's requests: room for the reply is kept beside the
+    /// request after the compaction, at most an eighth of the window. `None` counts as 0.
+    pub reply_tokens: Option<u64>,
+    /// For an overflow: panto's estimate of the largest conversation request the provider
+    /// accepted before (the one that produced the latest reply). When the provider stated no
+    /// limit, it and the compaction requests the provider accepted are all that is known to
+    /// fit, so the request after the compaction is made no larger.
+    pub accepted_tokens: Option<u64>,
 }
 
 impl CompactRun {
@@ -187,6 +200,9 @@ impl CompactRun {
             context_limit: None,
             overflowed_tokens: None,
             provider_tokens: None,
+            reserved_tokens: None,
+            reply_tokens: None,
+            accepted_tokens: None,
         }
     }
 
@@ -198,6 +214,9 @@ impl CompactRun {
             context_limit,
             overflowed_tokens: None,
             provider_tokens: None,
+            reserved_tokens: None,
+            reply_tokens: None,
+            accepted_tokens: None,
         }
     }
 
@@ -218,6 +237,31 @@ impl CompactRun {
             provider_tokens: input,
             ..CompactRun::overflow(limit)
         }
+    }
+
+    /// The run with what the conversation's next request holds besides the summary and the
+    /// kept turns: its system prompt and tools, and its output limit (see
+    /// [`CompactRun::reserved_tokens`], [`CompactRun::reply_tokens`]).
+    #[must_use]
+    pub fn with_reserved_tokens(mut self, tokens: u64, reply: u64) -> CompactRun {
+        self.reserved_tokens = Some(tokens);
+        self.reply_tokens = Some(reply);
+        self
+    }
+
+    /// What the conversation's request after a compaction holds besides the summary and the
+    /// kept turns, within a window of `limit`: the system prompt and tools, and the room for
+    /// the reply (at most an eighth of the window).
+    pub fn reserved_within(&self, limit: u64) -> u64 {
+        self.reserved_tokens.unwrap_or(0) + self.reply_tokens.unwrap_or(0).min(limit / 8)
+    }
+
+    /// The run with panto's estimate of the largest request the provider accepted before
+    /// (see [`CompactRun::accepted_tokens`]).
+    #[must_use]
+    pub fn with_accepted_tokens(mut self, tokens: u64) -> CompactRun {
+        self.accepted_tokens = Some(tokens);
+        self
     }
 
     /// The options with extra instructions for the system prompt.

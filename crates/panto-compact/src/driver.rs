@@ -1,8 +1,8 @@
 //! The conversation driver: send a request, and on context overflow compact once and retry once.
 
-use panto_model::{EffectiveContext, Entry, IdKind, Message};
+use panto_model::{EffectiveContext, Entry, IdKind, Message, Role};
 use panto_provider::{EventSink, ProviderError, Request, RequestOptions, ToolSpec};
-use panto_size::estimate_request;
+use panto_size::{Heuristic, estimate_request};
 use panto_store::{Loaded, SessionLog, Store, StoreError};
 use panto_transcript::Ledger;
 use tracing::{Instrument, info_span};
@@ -254,6 +254,11 @@ impl<S: Store> Driver<S> {
         let overflowed_tokens = estimate_request(&self.system, &self.context.messages);
         let options = CompactRun::after_overflow(&overflow, overflowed_tokens);
         let limit = options.known_limit(self.compactor.config().context_window);
+        let mut options =
+            options.with_reserved_tokens(self.reserved_tokens(), u64::from(self.max_output_tokens));
+        if let Some(accepted) = self.accepted_tokens() {
+            options = options.with_accepted_tokens(accepted);
+        }
         let options_again = options.clone();
         let report = match self
             .compactor
@@ -335,18 +340,42 @@ impl<S: Store> Driver<S> {
         &mut self,
         instructions: Option<String>,
     ) -> Result<CompactOutcome, CompactError> {
+        let run = CompactRun::manual(instructions)
+            .with_reserved_tokens(self.reserved_tokens(), u64::from(self.max_output_tokens));
         let outcome = self
             .compactor
-            .compact(
-                &self.context,
-                &mut self.log,
-                CompactRun::manual(instructions),
-            )
+            .compact(&self.context, &mut self.log, run)
             .await?;
         if let CompactOutcome::Compacted(c) = &outcome {
             self.context = c.context.clone();
         }
         Ok(outcome)
+    }
+
+    /// What a conversation request holds besides its messages and the reply, in estimated
+    /// tokens: the system prompt and the tools. A compaction leaves this much of the window
+    /// free, and room for the reply.
+    fn reserved_tokens(&self) -> u64 {
+        let tools: u64 = self
+            .tools
+            .iter()
+            .map(|t| {
+                Heuristic.text(&t.name)
+                    + Heuristic.text(&t.description)
+                    + Heuristic.text(&t.input_schema.to_string())
+            })
+            .sum();
+        estimate_request(&self.system, &[]) + tools
+    }
+
+    /// panto's estimate of the request that produced the latest reply in the context: the
+    /// provider accepted that much. A reply is known to have been produced here when it
+    /// carries the provider's usage and is not a kept copy (whose request was another context).
+    fn accepted_tokens(&self) -> Option<u64> {
+        let at = self.context.messages.iter().rposition(|m| {
+            m.role == Role::Assistant && m.usage.is_some() && m.kept_by().is_none()
+        })?;
+        Some(estimate_request(&self.system, &self.context.messages[..at]))
     }
 
     /// Sends the context now to the active model. The future borrows nothing of the driver

@@ -11,9 +11,11 @@ use crate::report::CompactionReport;
 ///
 /// A compaction that has something to do reports `Started`, then `Folding` (how many requests
 /// it plans), then for each request `Step` (after `Elided` when the request's transcript had
-/// to be elided) with at most one `FallingBack`, and a `Shrinking` whenever a request was
-/// rejected as too large and the rest is re-planned; then exactly one of `Finished` or
-/// `Failed`. One with nothing to compact reports nothing.
+/// to be elided), at most one `FallingBack` in the whole compaction, a `Shrinking` whenever a
+/// request was rejected as too large and the rest is re-planned, and a `Replanned` for any
+/// other change of plan; then exactly
+/// one of `Finished` or `Failed`. The step count changes only with a `Shrinking` or a
+/// `Replanned`, which give the new count. One with nothing to compact reports nothing.
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub enum CompactionEvent {
@@ -71,7 +73,18 @@ pub enum CompactionEvent {
         /// The provider's answer.
         cause: String,
     },
-    /// The compaction model failed on a step; the active model is asked once instead.
+    /// The plan changed for another reason than a rejection, said once with the new count:
+    /// the turns not yet summarized fit fewer requests than planned (the summaries so far came
+    /// out shorter than the room kept for them), or more turns are summarized, or the summary is
+    /// condensed, because the window proved smaller than the kept turns and the summary need.
+    Replanned {
+        /// The steps now planned in all.
+        steps: usize,
+        /// Why, in a few words.
+        cause: String,
+    },
+    /// The compaction model failed; the active model is asked instead, and the compaction
+    /// model is not asked again in this compaction.
     FallingBack {
         /// The compaction model that failed.
         failed_model: String,

@@ -53,6 +53,19 @@ impl FoldBudget {
             max_output,
         }
     }
+
+    /// The transcript tokens a request of the fold after the first may carry, beside the
+    /// summary it carries and its output: the capacity of [`fold`]'s later chunks. `None` when
+    /// no limit is known, or when the limit leaves less than [`MIN_ROOM`].
+    pub fn later_capacity(&self) -> Option<u64> {
+        let limit = self.limit?;
+        let floor = u64::from(MIN_OUTPUT_TOKENS);
+        let room = limit.saturating_sub(self.fixed);
+        let output = self.max_output.max(floor).min(room / 8).max(floor);
+        let reserve = output + output / 4;
+        let capacity = room.saturating_sub(reserve).saturating_sub(output);
+        (capacity >= MIN_ROOM).then_some(capacity)
+    }
 }
 
 /// One request of a fold: a run of whole turns of the prefix.
@@ -94,7 +107,9 @@ pub struct FoldPlan {
     /// The output limit of every request before the last; the last may use more, up to the
     /// configured limit, when the window leaves room.
     pub output: u64,
-    /// The room each request after the first keeps for the running summary it carries.
+    /// The room each request after the first keeps for the running summary it carries: an
+    /// output and a quarter (panto's estimate of an answer may run above the provider's count
+    /// that stopped it).
     pub reserve: u64,
     /// The limit the plan was made for.
     pub limit: Option<u64>,
@@ -165,12 +180,18 @@ impl std::error::Error for FoldError {}
 /// - `max_output` below [`MIN_OUTPUT_TOKENS`] counts as the floor: no request allows less.
 /// - No known limit: one request with every turn, output `max_output`.
 /// - Otherwise the room of a request is `limit - fixed - previous`, and the output of every
-///   request but the last is `min(max_output, room / 4)`, at least [`MIN_OUTPUT_TOKENS`]. When
+///   request but the last is `min(max_output, room / 8)`, at least [`MIN_OUTPUT_TOKENS`]. When
 ///   the whole prefix and that output fit the room, the fold is one request. Else each later
-///   request keeps [`FoldPlan::reserve`] (one and a half outputs) for the running summary, and
+///   request keeps [`FoldPlan::reserve`] (an output and a quarter) for the running summary, and
 ///   the turns are packed greedily, oldest first, into chunks that fit; a turn larger than any
 ///   chunk's capacity goes alone into its own chunk, to be elided. A short room makes the
 ///   chunks smaller, never the output.
+///
+/// An eighth of the room is the output because the running summary is a handoff of what came
+/// before, not of the chunk alone: it is carried forward and rewritten by every request, and
+/// the ledger keeps the facts beside it. What the output does not take goes to the chunks, so a
+/// later chunk holds more than half the window once the prompt is short, and a prefix folds in
+/// about `prefix / (window / 2)` requests.
 ///
 /// # Errors
 /// [`FoldError::NoRoom`] when a request cannot hold [`MIN_ROOM`] tokens of transcript and
@@ -208,11 +229,11 @@ pub fn fold(turn_tokens: &[u64], budget: &FoldBudget) -> Result<FoldPlan, FoldEr
     if room < floor + MIN_ROOM {
         return Err(no_room(budget.previous));
     }
-    let output = max_output.min(room / 4).max(floor);
+    let output = max_output.min(room / 8).max(floor);
     if total.saturating_add(output) <= room {
         return Ok(all(room - output, output));
     }
-    let reserve = output + output / 2;
+    let reserve = output + output / 4;
     let first = room - output;
     let later_room = limit.saturating_sub(budget.fixed).saturating_sub(reserve);
     if later_room < output + MIN_ROOM {

@@ -12,20 +12,41 @@ pub const RECORD_ONLY_MODEL: &str = "panto-record";
 pub(crate) const LAST_WORDS_CHARS: usize = 2_000;
 
 /// The text of a record-only summary (before its ledger): a note that no model wrote it and
-/// why, the previous summary, and the assistant's last words in the prefix.
+/// why, the previous summary, and the assistant's last words in the prefix, within about
+/// `chars` characters: the last words take at most a third, the earlier summary what is left
+/// (its start, cut at a line, with a note when it is cut).
 pub(crate) fn record_only_text(
     failure: &CompactError,
     previous: Option<&str>,
     items: &[TranscriptItem],
-    quote_chars: usize,
+    chars: usize,
 ) -> String {
     let mut out = format!(
         "No model could write this summary ({failure}); panto kept the conversation going with its own record of the summarized turns instead.\n"
     );
+    let quote_chars = chars / 3;
     if let Some(p) = previous.filter(|p| !p.trim().is_empty()) {
+        let room = chars.saturating_sub(out.len() + quote_chars);
+        let p = p.trim();
         out.push_str("\n## Earlier summary\n");
-        out.push_str(p.trim());
-        out.push('\n');
+        if p.len() <= room {
+            out.push_str(p);
+            out.push('\n');
+        } else {
+            // Whole lines from the start, as many as fit.
+            let mut used = 0;
+            for line in p.split_inclusive('\n') {
+                if used + line.len() > room {
+                    break;
+                }
+                out.push_str(line);
+                used += line.len();
+            }
+            if !out.ends_with('\n') {
+                out.push('\n');
+            }
+            out.push_str("(The earlier summary goes on; the window has no room for the rest. The ledger below keeps its record.)\n");
+        }
     }
     let last = items.iter().rev().find_map(|i| match i {
         TranscriptItem::Text {

@@ -128,7 +128,7 @@ fn a_turn_larger_than_any_request_is_alone_and_elided() {
 /// A model of a provider whose window is `window` tokens of its own count, which is panto's
 /// heuristic estimate times `factor` (real tokenizers count differently). It rejects any
 /// request whose input exceeds the window, stating the numbers or not, and answers a compaction
-/// request with a summary of `summary_words` words. It records every request as (compaction,
+/// request with a summary of `summary_words` words and the size of its prompt. It records every request as (compaction,
 /// counted input, fitted, output allowed).
 struct Window {
     window: u64,
@@ -171,7 +171,10 @@ impl Provider for Window {
             });
         }
         let text = if compaction {
-            vec!["summary"; self.summary_words].join(" ")
+            // Named by the size of what it summarizes, so that no two chunks get the same
+            // answer (a copy of the previous summary is a failed attempt).
+            let size = request.messages[0].text().len();
+            format!("{size} {}", vec!["summary"; self.summary_words].join(" "))
         } else {
             "the reply".to_owned()
         };
@@ -326,6 +329,42 @@ fn an_overflow_without_numbers_into_a_window_a_fifth_of_the_request_recovers() {
     let (driver, result) = recover(history, &prompt, model.clone(), 20_000);
     let seen = model.seen.lock().unwrap().clone();
     assert!(result.is_ok(), "window {window}: {result:?}\n{seen:?}");
+    assert_eq!(
+        driver.context().messages.last().unwrap().text(),
+        "the reply"
+    );
+}
+
+/// The shrunk failure of the property above saved last (proptest-regressions/fold.txt): a model
+/// whose every summary repeats one phrase, behind a window that states no limit. panto's own
+/// record is written, and it was sized for no window at all; now it fits what the failed
+/// fold learned (the model took its request, so the window holds at least that much).
+#[test]
+fn panto_s_record_after_failed_summaries_fits_what_the_fold_learned_of_an_unstated_window() {
+    let history: Vec<Message> = (0..30)
+        .map(|i| {
+            let text = format!("m{i} {}", vec!["word"; 150].join(" "));
+            if i % 2 == 0 {
+                Message::user_text(text)
+            } else {
+                Message::assistant_text(text)
+            }
+        })
+        .collect();
+    let prompt = Message::user_text("new ask");
+    let window = window_for(&history, &prompt, 0.2);
+    let model = Arc::new(Window {
+        window,
+        factor: 1.0,
+        numbers: false,
+        summary_words: 60,
+        seen: Mutex::new(Vec::new()),
+    });
+    let (driver, result) = recover(history, &prompt, model.clone(), 20_000);
+    let seen = model.seen.lock().unwrap().clone();
+    let reply = result.unwrap_or_else(|e| panic!("window {window}: {e}\n{seen:?}"));
+    let report = reply.compaction.unwrap();
+    assert_eq!(report.model, panto_compact::RECORD_ONLY_MODEL);
     assert_eq!(
         driver.context().messages.last().unwrap().text(),
         "the reply"

@@ -20,6 +20,7 @@ mod driver;
 mod example_session;
 mod fold;
 mod ledger;
+mod pressure;
 mod props;
 mod send;
 mod session;
