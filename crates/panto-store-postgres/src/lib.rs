@@ -38,7 +38,7 @@ pub use error::PostgresError;
 pub use schema::{MIGRATIONS, schema_sql};
 pub use store::PostgresStore;
 pub use tokio_postgres;
-pub use url::StoreUrl;
+pub use url::{StoreUrl, redact};
 
 #[cfg(test)]
 mod tests;

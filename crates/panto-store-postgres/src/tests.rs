@@ -1,6 +1,6 @@
 //! Unit tests: the password never shows, and the schema script holds every migration.
 
-use crate::{MIGRATIONS, StoreUrl, schema_sql};
+use crate::{MIGRATIONS, StoreUrl, redact, schema_sql};
 
 #[test]
 fn a_url_password_is_never_shown() {
@@ -18,6 +18,11 @@ fn a_url_password_is_never_shown() {
     let error = StoreUrl::parse("postgres://agent:hunter2-long@db:notaport/panto").unwrap_err();
     assert!(!error.contains("hunter2"), "{error}");
     assert!(error.contains("agent:<redacted>@db"), "{error}");
+    assert_eq!(
+        redact("postgresql://u:p%40ss@h/db?x=1"),
+        "postgresql://u:<redacted>@h/db?x=1"
+    );
+    assert_eq!(redact("postgres://u@h/db"), "postgres://u@h/db");
 }
 
 #[test]

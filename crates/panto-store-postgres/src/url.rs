@@ -123,6 +123,13 @@ impl StoreUrl {
     }
 }
 
+/// `url` with the password it holds (`user:PASSWORD@`) replaced by `<redacted>`, without
+/// parsing it: what to show of a store URL that may not even be one (`panto config`, an error
+/// about a store that cannot be opened).
+pub fn redact(url: &str) -> String {
+    redact_raw(url, &[])
+}
+
 /// A URL that did not parse, with its password part replaced.
 fn redact_raw(url: &str, secrets: &[String]) -> String {
     match raw_password(url) {
