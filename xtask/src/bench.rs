@@ -10,6 +10,8 @@
 //! - `memory`: the peak memory of those processes when only the history grows;
 //! - `session`: the effective context of a long session loads in time that does not grow with
 //!   the history, and append latency;
+//! - `stores`: the same load and a one-message append on each store (JSONL, SQLite, PostgreSQL)
+//!   for a session of 1,000,000 messages ([`stores`](mod@stores));
 //! - `process`: the real pi session ×1, ×10 and ×100 through the `panto` processes, each run's
 //!   CPU time paired with a process parsing the same lines ([`real`](mod@real)).
 //!
@@ -24,6 +26,7 @@ mod process;
 mod real;
 mod scale;
 mod stages;
+mod stores;
 #[cfg(test)]
 mod tests;
 
@@ -62,6 +65,11 @@ const SECTIONS: &[Section] = &[
         session,
     ),
     (
+        "stores",
+        "the effective-context load of a 1,000,000-message session and append latency, per store",
+        stores::stores,
+    ),
+    (
         "process",
         "the real pi session ×1, ×10 and ×100 through the panto processes, paired with a parse",
         real::process,
@@ -80,6 +88,8 @@ sections:
            bytes into serde_json::Value, and the panto processes with their peak memory
   memory   peak memory of the panto processes when only the history grows
   session  effective-context load time over growing histories, and append latency
+  stores   per store (JSONL, SQLite, PostgreSQL when PANTO_TEST_POSTGRES is set): the load of
+           a 1,000,000-message session with a compaction near the end, and append latency
   process  the real pi session (../shared/data/sessions/pi-large.jsonl) ×1, ×10, ×100 through
            panto context --json, panto transcript and panto compact --dry-run --provider
            offline, each run paired with a process parsing the same lines (CPU time by perf)

@@ -74,6 +74,16 @@ const RULES: &[(&str, &[&str], &str)] = &[
         "the file store never speaks HTTP (its file work may use tokio's blocking pool)",
     ),
     (
+        "panto-store-sqlite",
+        HTTP_CRATES,
+        "the SQLite store never speaks HTTP (its database work may use tokio's blocking pool)",
+    ),
+    (
+        "panto-store-postgres",
+        HTTP_CRATES,
+        "the PostgreSQL store speaks PostgreSQL's protocol, never HTTP",
+    ),
+    (
         "panto-compact",
         HTTP_CRATES,
         "orchestration uses the Provider trait, not HTTP",

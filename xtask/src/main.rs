@@ -44,7 +44,7 @@ commands:
   tidy   file headers, docs naming every crate, prompts referenced
   deps   the pure crates must not reach IO, async runtimes or HTTP
   bench  [SECTION...] [--quick] [--keep]  measurements as Markdown tables (release build);
-         sections: scale, memory, session, process (docs/benchmarks.md; bench --help)
+         sections: scale, memory, session, stores, process (docs/benchmarks.md; bench --help)
   calibrate  the sizing heuristic against real sessions (PANTO_CALIBRATE_SESSIONS)
   e2e    [--provider NAME...] [--build-only]  panto against a real llama-server (docs/providers.md)
   quality  [PANTO ARGS...]  facts kept by summaries of the real sessions (offline by default,

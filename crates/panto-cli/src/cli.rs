@@ -112,6 +112,43 @@ pub(crate) enum Command {
         #[command(flatten)]
         common: Common,
     },
+    /// Copy a Contract 1 session file into a new session of the store, every line exactly.
+    #[command(
+        after_help = "Example:\n  panto import notes.jsonl notes --store sqlite:agent.sqlite3\n\nEvery entry is checked first: a malformed line is reported with its line and field, and nothing is imported. The session must not exist yet (or be empty)."
+    )]
+    Import {
+        /// The JSONL file to read.
+        file: PathBuf,
+        /// The session to create in the store.
+        session: PathBuf,
+        /// Common options.
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Print every entry of a session as Contract 1 lines, each exactly as stored.
+    #[command(
+        after_help = "Example:\n  panto export notes --store sqlite:agent.sqlite3 > notes.jsonl"
+    )]
+    Export {
+        /// The session.
+        session: PathBuf,
+        /// Common options.
+        #[command(flatten)]
+        common: Common,
+    },
+    /// List the sessions of the store, one per line.
+    #[command(
+        after_help = "Examples:\n  panto sessions --store sqlite:agent.sqlite3\n  panto sessions --store postgres://agent@db/panto --schema > panto.sql"
+    )]
+    Sessions {
+        /// Print the store's schema (the SQL migrations panto runs) instead, connecting to
+        /// nothing, for a database administrator to apply first.
+        #[arg(long)]
+        schema: bool,
+        /// Common options.
+        #[command(flatten)]
+        common: Common,
+    },
     /// Trust a project: let its .panto/config.toml choose where requests and your key go.
     #[command(
         after_help = "Examples:\n  panto trust\n  panto trust ~/src/my-project\n  panto trust --revoke ~/src/my-project\n\nAn untrusted project's provider, base_url and max_response_mib are ignored (with a note); its other settings apply. The record is <config dir>/panto/trusted.toml; see docs/trust.md."
@@ -145,6 +182,9 @@ impl Command {
             | Command::Ledger { common, .. }
             | Command::Send { common, .. }
             | Command::Chat { common, .. }
+            | Command::Import { common, .. }
+            | Command::Export { common, .. }
+            | Command::Sessions { common, .. }
             | Command::Config { common }
             | Command::Trust { common, .. } => common,
         }
@@ -172,6 +212,14 @@ pub(crate) struct Common {
     /// The longest a model request may take, retries included (`timeout_secs`).
     #[arg(long, value_name = "SECS", global = true)]
     pub timeout_secs: Option<u64>,
+    /// Where sessions are kept (`store`); the help text names the forms.
+    #[arg(
+        long,
+        value_name = "URL",
+        global = true,
+        help = "Where sessions are kept: jsonl (default: SESSION is a file), jsonl:DIR, sqlite:PATH, or postgres://USER@HOST/DB (a password: PGPASSWORD). SESSION then names a session there"
+    )]
+    pub store: Option<String>,
 }
 
 impl Common {
@@ -184,6 +232,7 @@ impl Common {
             base_url: self.base_url.clone(),
             keep_tokens: self.keep_tokens,
             timeout_secs: self.timeout_secs,
+            store: self.store.clone(),
         }
     }
 }

@@ -6,7 +6,6 @@
 use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::{Context as _, Result, anyhow};
 use panto_compact::{
@@ -16,27 +15,16 @@ use panto_compact::{
 };
 use panto_model::{ContentBlock, EffectiveContext, Message, Role, turns};
 use panto_provider::{About, ProviderError, StreamEvent, Wait};
-use panto_session::{JsonlStore, SessionOptions};
 use serde_json::json;
 
 use crate::config::{Config, Flags, Locations, Needs, ProviderKind, Trust, TrustFile, needs};
 use crate::ui::{Spinner, count, for_stdout, interrupted, print_event, say};
 use crate::{Cancelled, bad_input, offline, providers};
 
-/// The store the commands read and write sessions in, chosen by the configuration.
-pub(crate) type AnyStore = Arc<dyn Store>;
+pub(crate) use crate::stores::{AnyStore, session_name, store_error};
 
 /// A conversation driver over one session of the configured store.
 pub(crate) type CliDriver = Driver<AnyStore>;
-
-/// Store errors that are the user's to fix (a missing, malformed or refused session) exit with
-/// 2; a conflict or a store that failed is a failure (1).
-fn store_error(e: StoreError) -> anyhow::Error {
-    match e {
-        StoreError::Conflict { .. } | StoreError::Unavailable { .. } => anyhow!(e),
-        other => bad_input(other),
-    }
-}
 
 /// Whether another writer's append made one of ours fail, anywhere in `e`'s chain.
 fn is_conflict(e: &(dyn std::error::Error + 'static)) -> bool {
@@ -179,18 +167,11 @@ fn wait_hint(wait: Wait, config: &Config) -> String {
     )
 }
 
-fn session_options(config: &Config) -> SessionOptions {
-    SessionOptions::default().lock_timeout(Duration::from_secs(config.lock_timeout_secs.value))
-}
-
-/// The store of the configuration: the JSONL session files, each SESSION a path.
-pub(crate) fn open_store(config: &Config) -> AnyStore {
-    Arc::new(JsonlStore::new("", session_options(config)))
-}
-
-/// The name of the session a command was given (for the JSONL store, the path).
-pub(crate) fn session_name(path: &Path) -> String {
-    path.to_string_lossy().into_owned()
+/// The store of the configuration (`--store`, `store` in config.toml, `PANTO_STORE`): the
+/// JSONL session files by default, each SESSION a path; an SQLite file or a PostgreSQL
+/// database, each SESSION a name there (`stores::open`).
+pub(crate) async fn open_store(config: &Config) -> Result<AnyStore> {
+    crate::stores::open(config).await
 }
 
 /// Prints the warnings of a load on stderr.
@@ -268,7 +249,7 @@ For a local OpenAI-compatible server: --provider openai --base-url http://127.0.
 // context
 
 pub(crate) async fn context(config: &Config, path: &Path, as_json: bool) -> Result<()> {
-    let store = open_store(config);
+    let store = open_store(config).await?;
     let ctx = load_existing(&store, &session_name(path)).await?.context;
     // One sizing pass for both estimates.
     let (estimated, conversation_tokens) =
@@ -414,7 +395,7 @@ fn preview(m: &Message, width: usize) -> String {
 // transcript
 
 pub(crate) async fn transcript(config: &Config, path: &Path) -> Result<()> {
-    let store = open_store(config);
+    let store = open_store(config).await?;
     let ctx = load_existing(&store, &session_name(path)).await?.context;
     let compactor = compactor(config)?;
     match compactor.prepare(&ctx, &CompactRun::manual(None)) {
@@ -435,7 +416,7 @@ pub(crate) async fn transcript(config: &Config, path: &Path) -> Result<()> {
 /// `panto ledger SESSION [--json]`: the whole record stored on the active compaction entry
 /// (what the summary's rendering may have left out included).
 pub(crate) async fn ledger(config: &Config, path: &Path, as_json: bool) -> Result<()> {
-    let store = open_store(config);
+    let store = open_store(config).await?;
     let name = session_name(path);
     let ctx = load_existing(&store, &name).await?.context;
     if ctx.compaction.is_none() {
@@ -479,7 +460,7 @@ pub(crate) async fn compact(
     dry_run: bool,
     as_json: bool,
 ) -> Result<()> {
-    let store = open_store(config);
+    let store = open_store(config).await?;
     let name = session_name(path);
     let mut compactor = compactor(config)?;
     let options = CompactRun::manual(instructions);
@@ -682,7 +663,7 @@ pub(crate) async fn turn(
 /// that does not exist yet is the empty conversation: the prompt's append creates it). It
 /// holds no lock: each append checks that the session still ends where the driver last saw it.
 pub(crate) async fn driver(config: &Config, active: ModelRef, name: &str) -> Result<CliDriver> {
-    let store = open_store(config);
+    let store = open_store(config).await?;
     // A lock path panto must refuse is reported before any model is asked, not after.
     store.prepare_append(name).await.map_err(store_error)?;
     let mut compactor = compactor(config)?;

@@ -159,6 +159,10 @@ pub(crate) const KEYS: &[(&str, Needs)] = &[
         "max_response_mib",
         Needs::Trust("it is the limit that protects your memory from a hostile server"),
     ),
+    (
+        "store",
+        Needs::Trust("it decides where your conversations are written"),
+    ),
 ];
 
 /// What `key` needs (unknown keys need nothing: the file parser has refused them already).
@@ -256,6 +260,7 @@ pub(crate) struct FileConfig {
     retries: Option<u32>,
     lock_timeout_secs: Option<u64>,
     max_response_mib: Option<u64>,
+    store: Option<String>,
 }
 
 /// Values given on the command line (`None` when the flag was not used).
@@ -273,6 +278,8 @@ pub(crate) struct Flags {
     pub keep_tokens: Option<u64>,
     /// `--timeout-secs`
     pub timeout_secs: Option<u64>,
+    /// `--store`
+    pub store: Option<String>,
 }
 
 /// The resolved configuration.
@@ -314,6 +321,9 @@ pub(crate) struct Config {
     pub lock_timeout_secs: Setting<u64>,
     /// The cap on the size of one provider answer, MiB.
     pub max_response_mib: Setting<u64>,
+    /// Where sessions are kept: `jsonl` (each SESSION a file), `jsonl:DIR`, `sqlite:PATH` or a
+    /// `postgres://` URL (its password is a secret: shown only redacted).
+    pub store: Setting<String>,
     /// The layer files that exist, in order (user, project).
     pub files: Vec<PathBuf>,
     /// Where COMPACTION.md overrides are looked for, in order (user, project; the project's
@@ -420,6 +430,7 @@ impl Config {
             max_response_mib: Setting::default(
                 panto_providers::DEFAULT_MAX_RESPONSE_BYTES / (1024 * 1024),
             ),
+            store: Setting::default(crate::stores::DEFAULT.to_owned()),
             files: Vec::new(),
             prompt_layers: Vec::new(),
             trust: trust.clone(),
@@ -564,6 +575,11 @@ impl Config {
         {
             self.max_response_mib.set(v, src.clone());
         }
+        if let Some(v) = f.store
+            && self.admit("store", &crate::stores::redacted(&v), src, trusted)
+        {
+            self.store.set(v, src.clone());
+        }
     }
 
     fn apply_env(&mut self) -> Result<()> {
@@ -575,6 +591,9 @@ impl Config {
         }
         if let Some(v) = env("PANTO_MODEL") {
             self.model.set(Some(v), Source::Env("PANTO_MODEL"));
+        }
+        if let Some(v) = env("PANTO_STORE") {
+            self.store.set(v, Source::Env("PANTO_STORE"));
         }
         Ok(())
     }
@@ -596,6 +615,9 @@ impl Config {
         }
         if let Some(v) = flags.timeout_secs {
             self.timeout_secs.set(v, Source::Flag("--timeout-secs"));
+        }
+        if let Some(v) = &flags.store {
+            self.store.set(v.clone(), Source::Flag("--store"));
         }
     }
 
@@ -681,6 +703,11 @@ impl Config {
                 "max_response_mib",
                 self.max_response_mib.value.to_string(),
                 &self.max_response_mib.source,
+            ),
+            (
+                "store",
+                crate::stores::redacted(&self.store.value),
+                &self.store.source,
             ),
         ]
     }

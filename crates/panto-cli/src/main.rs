@@ -18,6 +18,7 @@ mod config;
 mod input;
 mod offline;
 mod providers;
+mod stores;
 mod ui;
 
 #[cfg(test)]
@@ -127,6 +128,9 @@ pub(crate) async fn run(cli: Cli) -> Result<()> {
             session, message, ..
         } => send(&config, &session, message).await,
         Command::Chat { session, .. } => chat::chat(&config, &session).await,
+        Command::Import { file, session, .. } => stores::import(&config, &file, &session).await,
+        Command::Export { session, .. } => stores::export(&config, &session).await,
+        Command::Sessions { schema, .. } => stores::sessions(&config, schema).await,
         Command::Config { .. } => show_config(&config),
         Command::Trust { .. } => unreachable!("handled above"),
     }

@@ -345,7 +345,11 @@ fn only_the_project_layer_needs_trust_and_only_for_routing_keys() {
         .filter(|(_, n)| matches!(n, Needs::Trust(_)))
         .map(|(k, _)| *k)
         .collect();
-    assert_eq!(routing, ["provider", "base_url", "max_response_mib"]);
+    // `store` too: a repository must not choose the database your conversations go to.
+    assert_eq!(
+        routing,
+        ["provider", "base_url", "max_response_mib", "store"]
+    );
     for (key, _) in KEYS {
         for layer in [Layer::Default, Layer::UserFile, Layer::Env, Layer::Flag] {
             assert!(may_set(key, layer, false), "{key} from {layer:?}");

@@ -2,10 +2,12 @@
 //! `cargo run -p panto-compact --example agent_loop`.
 //!
 //! It brings its own provider (a toy model with a 300-word context window that can call a
-//! `read` tool) and its own summarizer (configured as `compaction_model`); its sessions live in
-//! the in-memory store (an agent passes the JSONL, SQLite or PostgreSQL store instead). The conversation outgrows the window; the driver compacts and retries.
-//! Every turn runs in `tokio::spawn` on the multi-thread runtime, as it would in a server.
-//! panto-compact is the only panto dependency it names.
+//! `read` tool) and its own summarizer (configured as `compaction_model`); its session lives in
+//! an SQLite database (panto-store-sqlite; the JSONL, PostgreSQL or in-memory store plug in the
+//! same way). The conversation outgrows the window; the driver compacts and retries. Every turn
+//! runs in `tokio::spawn` on the multi-thread runtime, as it would in a server, and the
+//! database work runs on tokio's blocking pool. Besides panto-compact, the store is the only
+//! panto dependency it names.
 
 #![allow(
     clippy::print_stdout,
@@ -18,8 +20,9 @@ use std::sync::Arc;
 use panto_compact::serde_json::{self, json};
 use panto_compact::{
     CompactionEvent, CompactionPrompt, Compactor, CompactorConfig, ContentBlock, Driver, EventSink,
-    MemoryStore, Message, ModelRef, Provider, ProviderError, Request, Role, Store, async_trait,
+    Head, Message, ModelRef, Provider, ProviderError, Request, Role, Store, async_trait,
 };
+use panto_store_sqlite::SqliteStore;
 
 /// Words in everything a request carries: the toy model's idea of tokens.
 fn words(request: &Request) -> u64 {
@@ -133,7 +136,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             ),
             other => eprintln!("  [{other:?}]"),
         });
-    let store = MemoryStore::new();
+    // A database file of its own (an agent names a lasting one), removed at the end.
+    let path =
+        std::env::temp_dir().join(format!("panto-agent-loop-{}.sqlite3", std::process::id()));
+    let store = SqliteStore::open(&path).await?;
     let (agent, _warnings) = Driver::open(compactor, store.clone(), "knot").await?;
     let mut agent = agent.with_system("You are a terse assistant.");
 
@@ -170,14 +176,32 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
 
     // The store loads the same context the driver holds.
-    let context = store.load("knot").await?.context;
+    let loaded = store.load("knot").await?;
+    let context = loaded.context;
     assert_eq!(context.messages, agent.context().messages);
+    assert!(
+        context.compaction.is_some(),
+        "the conversation was compacted"
+    );
     println!(
-        "\nsession: {} entries; effective context: {} messages, led by the summary:\n{}",
-        store.records("knot").len(),
+        "\nsession: {} entries in {}; effective context: {} messages, led by the summary:\n{}",
+        loaded.head.get(),
+        store.location(),
         context.messages.len(),
         context.summary().unwrap_or("(none)")
     );
+    assert_eq!(
+        store
+            .read("knot", Head::EMPTY, usize::MAX)
+            .await?
+            .records
+            .len() as u64,
+        loaded.head.get()
+    );
+    drop(store);
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    }
     Ok(())
 }
 

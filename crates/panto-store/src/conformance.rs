@@ -5,11 +5,19 @@
 //!
 //! The checks compare a store's load with `panto_model::replay` of what was appended, and its
 //! history with the exact text appended; they cover chains, kept copies, interrupted
-//! compactions, unknown entry types and fields, conditional appends, paging and listing. They
-//! name sessions `s.jsonl`, `a.jsonl` and `b.jsonl`, which every store accepts (the JSONL store
-//! lists only files ending in `.jsonl`).
+//! compactions, unknown entry types and fields, conditional appends, paging and listing, and
+//! an import of a Contract 1 file whose export is that file byte for byte. They name sessions
+//! `s.jsonl`, `a.jsonl` and `b.jsonl`, which every store accepts (the JSONL store lists only
+//! files ending in `.jsonl`).
+//!
+//! The property test of every store is [`units`] (any sequence of appends and compactions,
+//! complete, interrupted and foreign ones, with unknown entries) fed to [`same_context`]: the
+//! store's load equals `panto_model::replay` of what was appended, which is the same for every
+//! store. Crashes and several processes cannot be checked in one process; each store's tests
+//! and the `panto` binary's do that (`crates/panto-cli/tests/it/stores.rs`).
 
-use panto_model::{CompactionEntry, Entry, KEPT_BY, Message, replay};
+use panto_model::{CompactionEntry, Entry, KEPT_BY, Message, UnknownEntry, replay};
+use proptest::prelude::*;
 use serde_json::Value;
 
 use crate::error::StoreError;
@@ -48,6 +56,7 @@ checks!(
     history_pages_in_order,
     sessions_are_separate_and_listed,
     session_log_reloads_after_a_conflict,
+    import_export_round_trip,
 );
 
 /// Runs every check, each on a fresh empty store from `fresh`, and panics at the first that
@@ -345,4 +354,275 @@ async fn session_log_reloads_after_a_conflict<S: Store>(store: &S) {
             .len(),
         2
     );
+}
+
+/// A Contract 1 file another program wrote: foreign spellings and unknown fields, an entry of an
+/// unknown type, a compaction panto wrote (marked copies) and one it did not. An import of it
+/// (each line a [`Record`], one unit) must export as this text byte for byte.
+pub const CONTRACT_FILE: &str = concat!(
+    r#"{"role":"user", "type":"message","id":"f1","content":[{"type":"text","text":"héllo \u00e9"}],"x-client":{"v":[1,2.50,"three"]}}"#,
+    "\n",
+    r#"{"type":"message","id":"f2","role":"assistant","content":[{"type":"text","text":"hi"},{"type":"fancy","data":{"k":null}}],"usage":{"input_tokens":12,"output_tokens":3},"extra_field":true}"#,
+    "\n",
+    r#"{"type":"note","id":"n1","body":"not an entry panto knows"}"#,
+    "\n",
+    r#"{"type":"message","id":"f3","role":"user","content":"a plain string prompt"}"#,
+    "\n",
+    r#"{"type":"compaction","id":"c1","summary":"the user said hello","copies_marked":true,"kept_messages":1,"tokens_before":100,"x-score":1e2}"#,
+    "\n",
+    r#"{"type":"message","id":"c1-k0","role":"user","content":"a plain string prompt","kept_by":"c1"}"#,
+    "\n",
+    r#"{"type":"message","id":"f4","role":"assistant","content":[{"type":"tool_use","id":"t1","name":"read","input":{"path":"a.rs","n":123456789012345678901234567890}}]}"#,
+    "\n",
+    r#"{"type":"message","id":"f5","role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"fn main() {}"}]}"#,
+    "\n",
+    r#"{"type":"compaction","id":"x9","summary":"another program's summary"}"#,
+    "\n",
+    r#"{"type":"message","id":"f6","role":"user","content":[{"type":"text","text":"go on\n\ttabs"}]}"#,
+    "\n",
+);
+
+/// The records of a Contract 1 file, one per line, each the line's exact text.
+///
+/// # Panics
+/// On a line that is not an entry (test support).
+pub fn records_of(file: &str) -> Vec<Record> {
+    file.lines()
+        .enumerate()
+        .map(|(i, l)| Record::parse(l, i + 1).expect("a Contract 1 line"))
+        .collect()
+}
+
+/// The whole history of `session` as Contract 1 text, read in pages of `page` records: what
+/// `panto export` writes.
+///
+/// # Panics
+/// When the store fails (test support).
+pub async fn export<S: Store + ?Sized>(store: &S, session: &str, page: usize) -> String {
+    let mut out = String::new();
+    let mut from = Head::EMPTY;
+    loop {
+        let read = store.read(session, from, page).await.expect("read");
+        if read.records.is_empty() {
+            return out;
+        }
+        for r in &read.records {
+            out.push_str(&r.text);
+            out.push('\n');
+        }
+        from = read.next;
+    }
+}
+
+async fn import_export_round_trip<S: Store>(store: &S) {
+    let records = records_of(CONTRACT_FILE);
+    let head = store
+        .append_records("s.jsonl", Head::EMPTY, &records)
+        .await
+        .expect("import");
+    assert_eq!(
+        export(store, "s.jsonl", 3).await,
+        CONTRACT_FILE,
+        "the export of an import is the original file byte for byte"
+    );
+    let loaded = store.load("s.jsonl").await.expect("load");
+    assert_eq!(loaded.head, head);
+    let entries: Vec<Entry> = records
+        .iter()
+        .enumerate()
+        .map(|(i, r)| r.decode(i + 1).expect("decode"))
+        .collect();
+    // `skipped` counts from the first entry a store replayed, which is the store's choice.
+    let full = replay(entries);
+    assert_eq!(loaded.context.messages, full.messages);
+    assert_eq!(loaded.context.compaction, full.compaction);
+    assert_eq!(loaded.context.kept, full.kept);
+    assert_eq!(loaded.context.summary(), Some("another program's summary"));
+}
+
+/// What one generated append holds.
+#[derive(Clone, Debug)]
+pub enum Unit {
+    /// Messages of the conversation (and, with the flag, an entry of an unknown type after them).
+    Messages(Vec<Message>, bool),
+    /// A compaction as the compactor writes it, keeping copies of the last `n` messages.
+    Compaction(usize),
+    /// A compaction whose last copy is missing: what a store that is not transactional keeps
+    /// after a crash in the middle of the append.
+    Interrupted(usize),
+    /// A compaction another program wrote: no `copies_marked`, copies not marked.
+    Foreign(usize),
+}
+
+/// Any sequence of appends and compactions over a valid conversation: the strategy of the
+/// property test every store runs with [`same_context`].
+pub fn units() -> impl Strategy<Value = Vec<Unit>> {
+    (
+        panto_model::arbitrary::session(5),
+        proptest::collection::vec((1usize..4, 0u8..8, 0usize..4), 1..10),
+    )
+        .prop_map(|(session, plan)| {
+            let mut messages = session.messages.into_iter();
+            let mut out = Vec::new();
+            for (take, kind, kept) in plan {
+                let batch: Vec<Message> = messages.by_ref().take(take).collect();
+                if batch.is_empty() {
+                    break;
+                }
+                out.push(Unit::Messages(batch, kind == 7));
+                out.push(match kind {
+                    0 | 1 => Unit::Compaction(kept),
+                    2 => Unit::Interrupted(kept.max(1)),
+                    3 => Unit::Foreign(kept),
+                    _ => continue,
+                });
+            }
+            out
+        })
+}
+
+/// The entries of `units`, each unit's as one append.
+pub fn unit_entries(units: &[Unit]) -> Vec<Vec<Entry>> {
+    let mut seen: Vec<Message> = Vec::new();
+    let mut out = Vec::new();
+    for (u, unit) in units.iter().enumerate() {
+        let id = format!("c{u}");
+        let last = |n: usize, seen: &[Message]| -> Vec<Entry> {
+            seen[seen.len().saturating_sub(n)..]
+                .iter()
+                .cloned()
+                .map(Entry::Message)
+                .collect()
+        };
+        out.push(match unit {
+            Unit::Messages(batch, unknown) => {
+                seen.extend(batch.iter().cloned());
+                let mut entries: Vec<Entry> = batch.iter().cloned().map(Entry::Message).collect();
+                if *unknown {
+                    let mut fields = panto_model::Extra::default();
+                    fields.insert("note".to_owned(), Value::from(format!("unit {u}")));
+                    entries.push(Entry::Unknown(UnknownEntry::new("x-note", fields)));
+                }
+                entries
+            }
+            Unit::Compaction(n) => compaction(&id, &format!("summary {u}"), &last(*n, &seen)),
+            Unit::Interrupted(n) => {
+                let mut entries = compaction(&id, &format!("summary {u}"), &last(*n, &seen));
+                entries.pop();
+                entries
+            }
+            Unit::Foreign(n) => {
+                let kept = last(*n, &seen);
+                let mut entries = vec![Entry::Compaction(
+                    CompactionEntry::new(format!("foreign summary {u}"))
+                        .with_kept_messages(kept.len() as u64),
+                )];
+                entries.extend(kept);
+                entries
+            }
+        });
+    }
+    out
+}
+
+/// Appends `units` to a new session `session` of `store`, one append each, and checks that its
+/// load, and its load after every append, equals `panto_model::replay` of what was appended (as
+/// stored: each entry decoded from its record), and that its history is every record.
+///
+/// # Panics
+/// When the store disagrees (test support).
+pub async fn same_context<S: Store + ?Sized>(store: &S, session: &str, units: &[Unit]) {
+    let mut head = Head::EMPTY;
+    let mut all = Vec::new();
+    let mut records_all = Vec::new();
+    for unit in unit_entries(units) {
+        let records: Vec<Record> = unit.iter().map(Record::encode).collect();
+        head = store
+            .append_records(session, head, &records)
+            .await
+            .expect("append");
+        all.extend(
+            records
+                .iter()
+                .map(|r| r.decode(1).expect("a record decodes")),
+        );
+        records_all.extend(records);
+        let loaded = store.load(session).await.expect("load");
+        assert_eq!(loaded.head, head);
+        // `skipped` counts from the first entry a store replayed, which is the store's choice.
+        let full = replay(all.clone());
+        assert_eq!(
+            (
+                loaded.context.messages,
+                loaded.context.compaction,
+                loaded.context.kept
+            ),
+            (full.messages, full.compaction, full.kept),
+            "the load equals a replay of every entry"
+        );
+    }
+    let mut expected = String::new();
+    for r in &records_all {
+        expected.push_str(&r.text);
+        expected.push('\n');
+    }
+    assert_eq!(export(store, session, 4).await, expected);
+}
+
+/// Unit `n` of a crash test: a compaction (summary `unit n`) and `copies` marked copies, each
+/// about 1 KiB, so that an append takes long enough to be killed in the middle of it.
+pub fn crash_unit(n: usize, copies: usize) -> Vec<Entry> {
+    let kept: Vec<Entry> = (0..copies)
+        .map(|i| {
+            user(
+                &format!("unit {n} copy {i}: {}", "x".repeat(1000)),
+                &format!("m{n}-{i}"),
+            )
+        })
+        .collect();
+    compaction(&format!("c{n}"), &format!("unit {n}"), &kept)
+}
+
+/// After a process appending [`crash_unit`]s to `session` (from an empty session, one unit per
+/// append) was killed with SIGKILL, at any moment: checks that the history holds whole units
+/// only, and a prefix of one at most for a store that is not transactional (`torn_ok`), which
+/// replay ignores; and that the load is the latest whole unit. Returns how many whole units
+/// there are.
+///
+/// # Panics
+/// When a unit is half-written in a way replay does not ignore (test support).
+pub async fn after_a_kill<S: Store + ?Sized>(
+    store: &S,
+    session: &str,
+    copies: usize,
+    torn_ok: bool,
+) -> usize {
+    let text = match store.read(session, Head::EMPTY, 1).await {
+        Err(StoreError::NotFound { .. }) => return 0,
+        _ => export(store, session, 1000).await,
+    };
+    let records = records_of(&text);
+    let unit = copies + 1;
+    let whole = records.len() / unit;
+    let rest = records.len() % unit;
+    assert!(
+        rest == 0 || torn_ok,
+        "{} records: unit {whole} is half-written ({rest} of {unit} records)",
+        records.len()
+    );
+    for n in 0..whole {
+        let expected: Vec<Record> = crash_unit(n, copies).iter().map(Record::encode).collect();
+        assert_eq!(records[n * unit..(n + 1) * unit], expected[..], "unit {n}");
+    }
+    match store.load(session).await {
+        Ok(loaded) => {
+            let expected = whole.checked_sub(1).map(|n| format!("unit {n}"));
+            assert_eq!(loaded.context.summary(), expected.as_deref());
+            if whole > 0 {
+                assert_eq!(loaded.context.messages.len(), copies + 1);
+            }
+        }
+        Err(e) => panic!("a killed append left a session that does not load: {e}"),
+    }
+    whole
 }

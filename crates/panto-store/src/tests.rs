@@ -35,3 +35,13 @@ fn an_encoded_record_decodes_to_its_entry() {
     assert_eq!(record.decode(1).expect("decode"), entry);
     assert_eq!(RecordKind::from_code(record.kind.code()), record.kind);
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+
+    /// Any sequence of appends and compactions loads as a replay of what was appended.
+    #[test]
+    fn any_appends_and_compactions_load_as_their_replay(units in conformance::units()) {
+        block_on(conformance::same_context(&MemoryStore::new(), "s", &units));
+    }
+}

@@ -18,6 +18,7 @@ mod loopback;
 mod offline;
 mod output;
 mod safety;
+mod stores;
 mod support;
 mod terminal;
 mod trust;

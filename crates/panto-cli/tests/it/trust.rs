@@ -118,7 +118,7 @@ async fn an_untrusted_project_cannot_send_the_key_elsewhere_and_a_trusted_one_ca
     assert_eq!(
         scrub(&trusted.stdout, &c.sb),
         format!(
-            "[work] is trusted: its .panto/config.toml may set provider, base_url, max_response_mib (recorded in [sandbox]/user-config/trusted.toml)\n  it sets provider = openai\n  it sets base_url = {}/v1\n",
+            "[work] is trusted: its .panto/config.toml may set provider, base_url, max_response_mib, store (recorded in [sandbox]/user-config/trusted.toml)\n  it sets provider = openai\n  it sets base_url = {}/v1\n",
             attacker.uri()
         )
     );

@@ -135,3 +135,16 @@ fn the_sessions_listed_are_the_jsonl_files_of_the_root() {
     let store = JsonlStore::new(dir.path(), opts());
     assert_eq!(block_on(store.list()).unwrap(), ["a.jsonl", "b.jsonl"]);
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
+
+    /// Any sequence of appends and compactions loads as a replay of what was appended, as on
+    /// every store.
+    #[test]
+    fn any_appends_and_compactions_load_as_their_replay(units in conformance::units()) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = JsonlStore::new(dir.path(), opts());
+        block_on(conformance::same_context(&store, "s.jsonl", &units));
+    }
+}
