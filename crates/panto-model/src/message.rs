@@ -162,7 +162,10 @@ impl Message {
     /// Whether this message is a kept copy whose thinking stays valid after its compaction
     /// ([`THINKING_KEPT`] names the compaction that kept it).
     pub fn thinking_kept(&self) -> bool {
-        match (self.kept_by(), self.extra.get(THINKING_KEPT).and_then(Value::as_str)) {
+        match (
+            self.kept_by(),
+            self.extra.get(THINKING_KEPT).and_then(Value::as_str),
+        ) {
             (Some(by), Some(valid)) => by == valid,
             _ => false,
         }

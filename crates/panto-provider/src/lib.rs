@@ -318,7 +318,9 @@ impl<P: Provider + ?Sized> Provider for &P {
         instructions: Option<&str>,
         events: EventSink<'_>,
     ) -> Result<NativeCompaction, ProviderError> {
-        (**self).compact_natively(request, instructions, events).await
+        (**self)
+            .compact_natively(request, instructions, events)
+            .await
     }
 }
 
@@ -340,7 +342,9 @@ impl<P: Provider + ?Sized> Provider for Box<P> {
         instructions: Option<&str>,
         events: EventSink<'_>,
     ) -> Result<NativeCompaction, ProviderError> {
-        (**self).compact_natively(request, instructions, events).await
+        (**self)
+            .compact_natively(request, instructions, events)
+            .await
     }
 }
 
@@ -362,7 +366,9 @@ impl<P: Provider + ?Sized> Provider for std::sync::Arc<P> {
         instructions: Option<&str>,
         events: EventSink<'_>,
     ) -> Result<NativeCompaction, ProviderError> {
-        (**self).compact_natively(request, instructions, events).await
+        (**self)
+            .compact_natively(request, instructions, events)
+            .await
     }
 }
 

@@ -87,7 +87,11 @@ impl RequestOptions {
 
     /// The same options with the body field `key` merged into the rendered body (see
     /// [`RequestOptions::extra_body`]); a second call for the same key merges into the first.
-    pub fn with_body_field(mut self, key: impl Into<String>, value: serde_json::Value) -> RequestOptions {
+    pub fn with_body_field(
+        mut self,
+        key: impl Into<String>,
+        value: serde_json::Value,
+    ) -> RequestOptions {
         let key = key.into();
         match self.extra_body.get_mut(&key) {
             Some(existing) => merge_json(existing, value),
@@ -100,7 +104,11 @@ impl RequestOptions {
 
     /// The same options with the header `name: value` on the request (see
     /// [`RequestOptions::extra_headers`]).
-    pub fn with_header(mut self, name: impl Into<String>, value: impl Into<String>) -> RequestOptions {
+    pub fn with_header(
+        mut self,
+        name: impl Into<String>,
+        value: impl Into<String>,
+    ) -> RequestOptions {
         self.extra_headers.push((name.into(), value.into()));
         self
     }

@@ -7,9 +7,7 @@ use panto_model::{
     RawJson, Role, THINKING_RESET, TextBlock, ThinkingBlock, ToolResultContent, ToolUseBlock,
     Usage,
 };
-use panto_provider::{
-    EventSink, NativeCompaction, Provider, ProviderError, Request, ToolChoice,
-};
+use panto_provider::{EventSink, NativeCompaction, Provider, ProviderError, Request, ToolChoice};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
@@ -100,11 +98,15 @@ impl AnthropicProvider {
             compaction: true,
             instructions: instructions.map(str::to_owned),
         };
-        let body = wire.body(request, false).to_bytes().map_err(|e| {
-            malformed(format!("could not encode the request: {e}"))
-        })?;
+        let body = wire
+            .body(request, false)
+            .to_bytes()
+            .map_err(|e| malformed(format!("could not encode the request: {e}")))?;
         let url = wire.endpoint(self.transport.base(), request, false);
-        let bytes = self.transport.post_json(&wire, request, &url, &body).await?;
+        let bytes = self
+            .transport
+            .post_json(&wire, request, &url, &body)
+            .await?;
         native_answer(&bytes)
     }
 }
@@ -117,8 +119,11 @@ fn native_answer(bytes: &[u8]) -> Result<NativeCompaction, ProviderError> {
     let content = top
         .get("content")
         .ok_or_else(|| malformed("the compaction answer has no `content`"))?;
-    let raw: Vec<Box<RawValue>> = serde_json::from_str(content.get())
-        .map_err(|e| malformed(format!("the compaction answer's `content` cannot be read: {e}")))?;
+    let raw: Vec<Box<RawValue>> = serde_json::from_str(content.get()).map_err(|e| {
+        malformed(format!(
+            "the compaction answer's `content` cannot be read: {e}"
+        ))
+    })?;
     let mut items = Vec::with_capacity(raw.len());
     let mut summary = None;
     for item in &raw {
@@ -135,10 +140,15 @@ fn native_answer(bytes: &[u8]) -> Result<NativeCompaction, ProviderError> {
         );
     }
     let Some(summary) = summary else {
-        return Err(malformed("the compaction answer holds no `compaction` block"));
+        return Err(malformed(
+            "the compaction answer holds no `compaction` block",
+        ));
     };
     let mut native = NativeCompaction::new(NATIVE_ANTHROPIC, items).with_summary(summary);
-    let field = |k: &str| top.get(k).and_then(|v| serde_json::from_str::<Value>(v.get()).ok());
+    let field = |k: &str| {
+        top.get(k)
+            .and_then(|v| serde_json::from_str::<Value>(v.get()).ok())
+    };
     if let Some(model) = field("model").as_ref().and_then(Value::as_str) {
         native = native.with_model(model);
     }
@@ -159,7 +169,13 @@ fn compaction_usage(usage: &Value) -> Usage {
         .filter(|i| i.get("type").and_then(Value::as_str) == Some("compaction"))
         .collect();
     if !compactions.is_empty() {
-        let sum = |k: &str| compactions.iter().filter_map(|i| i.get(k)).filter_map(Value::as_u64).sum();
+        let sum = |k: &str| {
+            compactions
+                .iter()
+                .filter_map(|i| i.get(k))
+                .filter_map(Value::as_u64)
+                .sum()
+        };
         out.input_tokens = sum("input_tokens");
         out.output_tokens = sum("output_tokens");
         out.cache_read_input_tokens = None;
@@ -680,7 +696,9 @@ impl StreamParser for AnthropicStream {
                             .unwrap_or_default()
                             .to_owned();
                         content.push_str(field("content"));
-                        block.fields.insert("content".into(), Value::String(content));
+                        block
+                            .fields
+                            .insert("content".into(), Value::String(content));
                     }
                     ("signature_delta", Building::Other { block, .. }) => {
                         let mut signature = block

@@ -80,7 +80,10 @@ impl GeminiProvider {
     }
 
     /// Gemini has no native compaction: panto writes its own summary.
-    #[expect(clippy::unused_async, reason = "the shape every adapter's native compaction has")]
+    #[expect(
+        clippy::unused_async,
+        reason = "the shape every adapter's native compaction has"
+    )]
     async fn native_compaction(
         &self,
         _request: &Request,
@@ -162,8 +165,7 @@ pub(crate) fn request_body(request: &Request) -> Value {
         .iter()
         .rposition(|m| {
             m.role == Role::User
-                && m
-                    .content
+                && m.content
                     .iter()
                     .any(|b| matches!(b, ContentBlock::Text(_) | ContentBlock::Image(_)))
         })

@@ -70,9 +70,9 @@
 )]
 
 mod adapter;
-mod body;
 #[cfg(feature = "anthropic")]
 mod anthropic;
+mod body;
 mod classify;
 mod config;
 #[cfg(feature = "gemini")]

@@ -77,7 +77,10 @@ impl OpenAiChatProvider {
     }
 
     /// Chat Completions has no native compaction: panto writes its own summary.
-    #[expect(clippy::unused_async, reason = "the shape every adapter's native compaction has")]
+    #[expect(
+        clippy::unused_async,
+        reason = "the shape every adapter's native compaction has"
+    )]
     async fn native_compaction(
         &self,
         _request: &Request,

@@ -98,7 +98,10 @@ impl OpenAiResponsesProvider {
             .to_bytes()
             .map_err(|e| malformed(format!("could not encode the request: {e}")))?;
         let url = self.transport.base().endpoint("v1", "responses/compact");
-        let bytes = self.transport.post_json(&wire, request, &url, &body).await?;
+        let bytes = self
+            .transport
+            .post_json(&wire, request, &url, &body)
+            .await?;
         compact_answer(&bytes)
     }
 }
@@ -111,8 +114,11 @@ fn compact_answer(bytes: &[u8]) -> Result<NativeCompaction, ProviderError> {
     let output = top
         .get("output")
         .ok_or_else(|| malformed("the compaction answer has no `output`"))?;
-    let raw: Vec<Box<RawValue>> = serde_json::from_str(output.get())
-        .map_err(|e| malformed(format!("the compaction answer's `output` cannot be read: {e}")))?;
+    let raw: Vec<Box<RawValue>> = serde_json::from_str(output.get()).map_err(|e| {
+        malformed(format!(
+            "the compaction answer's `output` cannot be read: {e}"
+        ))
+    })?;
     let mut items = Vec::with_capacity(raw.len());
     let mut compacted = false;
     for item in &raw {
@@ -125,10 +131,15 @@ fn compact_answer(bytes: &[u8]) -> Result<NativeCompaction, ProviderError> {
         );
     }
     if !compacted {
-        return Err(malformed("the compaction answer holds no `compaction` item"));
+        return Err(malformed(
+            "the compaction answer holds no `compaction` item",
+        ));
     }
     let mut native = NativeCompaction::new(NATIVE_OPENAI_RESPONSES, items);
-    let field = |k: &str| top.get(k).and_then(|v| serde_json::from_str::<Value>(v.get()).ok());
+    let field = |k: &str| {
+        top.get(k)
+            .and_then(|v| serde_json::from_str::<Value>(v.get()).ok())
+    };
     if let Some(model) = field("model").as_ref().and_then(Value::as_str) {
         native = native.with_model(model);
     }
@@ -658,9 +669,10 @@ impl StreamParser for ResponsesStream {
                         .cloned()
                         .ok_or_else(|| malformed(format!("`{kind}` without `response`")))?,
                 );
-                self.completed = serde_json::from_str::<HashMap<String, Box<RawValue>>>(&event.data)
-                    .ok()
-                    .and_then(|top| top.get("response").map(|r| r.get().to_owned()));
+                self.completed =
+                    serde_json::from_str::<HashMap<String, Box<RawValue>>>(&event.data)
+                        .ok()
+                        .and_then(|top| top.get("response").map(|r| r.get().to_owned()));
                 return Ok(true);
             }
             _ => {}

@@ -17,11 +17,17 @@
 //! - everything else was produced with the stale blocks already left out (this rule is
 //!   deterministic), so its prefix is unchanged.
 //!
-//! Stale blocks are left out of the request (the session keeps them). One exception: the
-//! assistant turn whose tool calls are being answered now (the current tool loop) must keep its
-//! thinking when the request enables thinking; a stale block there is sent and the request sets
-//! `drop_block`, so the API drops it instead of refusing. The stale blocks always lead the
-//! conversation, so leaving them out never breaks the unbroken run later blocks depend on.
+//! Stale blocks are left out of the request (the session keeps them), with one exception. A
+//! tool loop in flight when its thinking went stale (the kept turns of an overflow in the
+//! middle of a loop, or the loop a refused request was answering) must keep its thinking while
+//! it waits for the results ("an assistant turn whose tool call still waits for its result
+//! keeps its thinking"). Its stale blocks are therefore sent, in that request and in every
+//! later one, with `thinking.block_binding.prefix_mismatch_behavior: "drop_block"`, so that
+//! the API drops them instead of refusing the request, and the replies produced meanwhile keep
+//! the prefix they were produced with whether the API binds them to what was sent or to what
+//! it kept. When the request enables no thinking, nothing requires them and they are left out
+//! like the others. The stale blocks always lead the conversation, so leaving them out never
+//! breaks the unbroken run later blocks depend on.
 
 use std::collections::HashSet;
 
@@ -72,49 +78,58 @@ pub fn is_signed_thinking(block: &ContentBlock) -> bool {
 
 /// Decides which thinking blocks of `messages` to leave out for a protocol that binds thinking
 /// to its prefix (see the module docs); `thinking_on` says whether the request enables
-/// thinking (only then must the current tool loop keep its thinking).
+/// thinking (only then are the stale blocks of an interrupted tool loop sent, with
+/// `drop_block`).
 pub fn thinking_replay(messages: &[Message], thinking_on: bool) -> ThinkingReplay {
-    let reset = messages.iter().rposition(Message::thinking_reset).unwrap_or(0);
-    // The current tool loop: the assistant messages after the last message that is a user's
-    // own words, when the conversation ends with the results they wait for.
-    let ends_with_results = messages.last().is_some_and(|m| {
-        m.role == Role::User
-            && m
-                .content
+    let reset = messages
+        .iter()
+        .rposition(Message::thinking_reset)
+        .unwrap_or(0);
+    let stale: Vec<bool> = messages
+        .iter()
+        .enumerate()
+        .map(|(i, m)| i < reset || (m.kept_by().is_some() && !m.thinking_kept()))
+        .collect();
+    // The tool loops in flight where stale runs end: a run of stale messages whose last is the
+    // results of a loop.
+    let mut carried = vec![false; messages.len()];
+    let mut i = 0;
+    while i < messages.len() {
+        if !stale[i] {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < messages.len() && stale[i] {
+            i += 1;
+        }
+        // The refused request's own results carry the mark (the request is sent again with
+        // it): they close the run all the same.
+        let end = if i == reset && i < messages.len() && is_results(&messages[i]) {
+            i + 1
+        } else {
+            i
+        };
+        if is_results(&messages[end - 1]) {
+            let from = messages[start..end]
                 .iter()
-                .any(|b| matches!(b, ContentBlock::ToolResult(_)))
-    });
-    let loop_start = if ends_with_results {
-        messages
-            .iter()
-            .rposition(|m| {
-                m.role == Role::User
-                    && m.content.iter().any(|b| {
-                        matches!(
-                            b,
-                            ContentBlock::Text(_) | ContentBlock::Image(_) | ContentBlock::Compaction(_)
-                        )
-                    })
-            })
-            .map_or(0, |i| i + 1)
-    } else {
-        messages.len()
-    };
+                .rposition(is_users_words)
+                .map_or(start, |u| start + u + 1);
+            for flag in &mut carried[from..end] {
+                *flag = true;
+            }
+        }
+    }
     let mut replay = ThinkingReplay::default();
     for (i, message) in messages.iter().enumerate() {
-        if message.role != Role::Assistant {
+        if message.role != Role::Assistant || !stale[i] {
             continue;
         }
-        let stale = i < reset || (message.kept_by().is_some() && !message.thinking_kept());
-        if !stale {
-            continue;
-        }
-        let pending = thinking_on && i >= loop_start;
         for (b, block) in message.content.iter().enumerate() {
             if !is_signed_thinking(block) {
                 continue;
             }
-            if pending {
+            if carried[i] && thinking_on {
                 replay.drop_block = true;
             } else {
                 replay.left_out.insert((i, b));
@@ -122,4 +137,24 @@ pub fn thinking_replay(messages: &[Message], thinking_on: bool) -> ThinkingRepla
         }
     }
     replay
+}
+
+/// Whether a message is tool results (a user message holding any).
+fn is_results(message: &Message) -> bool {
+    message.role == Role::User
+        && message
+            .content
+            .iter()
+            .any(|b| matches!(b, ContentBlock::ToolResult(_)))
+}
+
+/// Whether a message holds the user's own words (a prompt, an image, a summary).
+fn is_users_words(message: &Message) -> bool {
+    message.role == Role::User
+        && message.content.iter().any(|b| {
+            matches!(
+                b,
+                ContentBlock::Text(_) | ContentBlock::Image(_) | ContentBlock::Compaction(_)
+            )
+        })
 }

@@ -419,7 +419,10 @@ impl Transport {
         }
     }
 
-    #[expect(clippy::too_many_arguments, reason = "one attempt needs every part of its request")]
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "one attempt needs every part of its request"
+    )]
     async fn attempt<W: Wire>(
         &self,
         wire: &W,

@@ -43,7 +43,10 @@ fn an_anthropic_compaction_block_is_kept_whole_and_written_back_byte_for_byte() 
         block.native_summary(),
         Some("The user is renaming the data model; Recipe and Step are done.")
     );
-    assert_eq!(encode_line(&Entry::Message(m)), format!("{ANTHROPIC_LINE}\n"));
+    assert_eq!(
+        encode_line(&Entry::Message(m)),
+        format!("{ANTHROPIC_LINE}\n")
+    );
 }
 
 #[test]
@@ -101,7 +104,10 @@ fn thinking_kept_holds_only_for_the_compaction_that_wrote_it() {
     let mut copy = Message::user_text("kept");
     copy.extra.insert("kept_by".into(), json!("c2"));
     copy.extra.insert(THINKING_KEPT.into(), json!("c1"));
-    assert!(!copy.thinking_kept(), "kept again by c2: c1's word no longer holds");
+    assert!(
+        !copy.thinking_kept(),
+        "kept again by c2: c1's word no longer holds"
+    );
     copy.extra.insert(THINKING_KEPT.into(), json!("c2"));
     assert!(copy.thinking_kept());
     let mut reply = Message::assistant_text("ok");

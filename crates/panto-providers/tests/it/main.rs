@@ -26,6 +26,7 @@ mod common;
     feature = "gemini"
 ))]
 mod corpus_http;
+mod emulate;
 #[cfg(feature = "openai-chat")]
 mod faults;
 #[cfg(feature = "gemini")]
@@ -42,6 +43,12 @@ mod llama_cpp;
 mod openai_chat;
 #[cfg(feature = "openai-responses")]
 mod openai_responses;
+#[cfg(all(
+    feature = "anthropic",
+    feature = "openai-responses",
+    feature = "gemini"
+))]
+mod preserved;
 mod protocols;
 #[cfg(all(
     feature = "anthropic",
