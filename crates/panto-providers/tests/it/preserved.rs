@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use panto_compact::model::{ContentBlock, Entry, Message, Role, SequentialIds};
 use panto_compact::{
-    CompactionPrompt, Compactor, CompactorConfig, Driver, MemoryLog, ModelRef, Provider,
-    ReasoningEffort, RequestOptions, StreamEvent, ToolSpec,
+    CompactionPrompt, Compactor, CompactorConfig, Driver, MemoryLog, MemoryStore, ModelRef,
+    Provider, ReasoningEffort, RequestOptions, StreamEvent, ToolSpec,
 };
 use panto_model::{THINKING_RESET, decode_line, encode_line};
 use serde_json::json;
@@ -45,7 +45,7 @@ pub(crate) fn driver(
     provider: Arc<dyn Provider>,
     model: &str,
     log: MemoryLog,
-) -> Driver<MemoryLog> {
+) -> Driver<MemoryStore> {
     let context = log.replay();
     Driver::new(compactor(provider, model), log, context)
         .with_system(SYSTEM)
@@ -83,8 +83,8 @@ pub(crate) fn results(reply: &Message, bytes: usize) -> Message {
 pub(crate) async fn conversation(
     provider: Arc<dyn Provider>,
     model: &str,
-) -> (Driver<MemoryLog>, Vec<String>) {
-    let mut driver = driver(provider, model, MemoryLog::new());
+) -> (Driver<MemoryStore>, Vec<String>) {
+    let mut driver = driver(provider, model, MemoryLog::memory());
     let mut events = Vec::new();
     let mut sink = |e: StreamEvent<'_>| {
         if let StreamEvent::Notice(text) = e {
@@ -313,7 +313,7 @@ async fn a_binding_refusal_is_recovered_once_and_stored_with_the_reply() {
     assert_eq!(state.seen[before].status, 200);
 }
 
-fn driver_over(provider: Arc<dyn Provider>, entries: Vec<Entry>) -> Driver<MemoryLog> {
+fn driver_over(provider: Arc<dyn Provider>, entries: Vec<Entry>) -> Driver<MemoryStore> {
     driver(
         provider,
         "claude-emulated",
