@@ -8,7 +8,7 @@ use panto_transcript::Ledger;
 use tracing::{Instrument, info_span};
 
 use crate::compactor::Compactor;
-use crate::config::{CompactRun, DEFAULT_MAX_OUTPUT_TOKENS};
+use crate::config::{CompactRun, Conversation, DEFAULT_MAX_OUTPUT_TOKENS};
 use crate::error::CompactError;
 use crate::ledger::previous_ledger;
 use crate::report::{CompactOutcome, CompactionReport};
@@ -255,6 +255,7 @@ impl<S: Store> Driver<S> {
         let options = CompactRun::after_overflow(&overflow, overflowed_tokens);
         let limit = options.known_limit(self.compactor.config().context_window);
         let options_again = options.clone();
+        self.compactor.set_conversation(Some(self.conversation()));
         let report = match self
             .compactor
             .compact(&self.context, &mut self.log, options)
@@ -335,6 +336,7 @@ impl<S: Store> Driver<S> {
         &mut self,
         instructions: Option<String>,
     ) -> Result<CompactOutcome, CompactError> {
+        self.compactor.set_conversation(Some(self.conversation()));
         let outcome = self
             .compactor
             .compact(
@@ -347,6 +349,14 @@ impl<S: Store> Driver<S> {
             self.context = c.context.clone();
         }
         Ok(outcome)
+    }
+
+    /// What this driver's requests look like, for native compaction.
+    fn conversation(&self) -> Conversation {
+        Conversation::new(self.system.clone())
+            .with_tools(self.tools.clone())
+            .with_options(self.options.clone())
+            .with_max_output_tokens(self.max_output_tokens)
     }
 
     /// Sends the context now to the active model. The future borrows nothing of the driver

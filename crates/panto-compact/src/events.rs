@@ -71,6 +71,12 @@ pub enum CompactionEvent {
         /// The provider's answer.
         cause: String,
     },
+    /// The provider's native compaction failed (or the provider has none); panto's own
+    /// summary is written instead ([`CompactionStrategy::Native`](crate::CompactionStrategy::Native)).
+    NativeFailed {
+        /// Why it failed.
+        cause: String,
+    },
     /// The compaction model failed on a step; the active model is asked once instead.
     FallingBack {
         /// The compaction model that failed.

@@ -30,6 +30,13 @@ use crate::transport::{
 /// that carries the signed block.
 pub const COMPACT_ON_DEMAND_BETA: &str = "compact-2026-09-04";
 
+/// The summarization prompt sent before the extra instructions of a native compaction run,
+/// since `compaction.instructions` replaces the API's default prompt.
+const SUMMARY_BASE: &str = "Summarize the conversation so far so that the work can continue \
+     from the summary alone: the user's goal and every request, the decisions taken and why, the \
+     files, commands and results that matter, errors and how they were resolved, and what is \
+     still to do.";
+
 /// The `anthropic-beta` value of compaction at a token threshold
 /// (`context_management.edits: [{type: "compact_20260112"}]`), whose `compaction` blocks carry
 /// no signature.
@@ -227,7 +234,9 @@ impl Wire for AnthropicWire {
             map.remove("stream");
             let mut compaction = json!({"type": "summarize"});
             if let Some(instructions) = &self.instructions {
-                compaction["instructions"] = json!(instructions);
+                // `instructions` replace the API's own summarization prompt, so the extra
+                // instructions come after a prompt of panto's that asks for the same summary.
+                compaction["instructions"] = json!(format!("{SUMMARY_BASE}\n\n{instructions}"));
             }
             map.insert("compaction".into(), compaction);
         }

@@ -39,6 +39,12 @@ mod limits;
     feature = "openai-responses"
 ))]
 mod llama_cpp;
+#[cfg(all(
+    feature = "anthropic",
+    feature = "openai-responses",
+    feature = "gemini"
+))]
+mod native;
 #[cfg(feature = "openai-chat")]
 mod openai_chat;
 #[cfg(feature = "openai-responses")]

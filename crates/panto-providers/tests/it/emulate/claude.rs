@@ -302,10 +302,19 @@ impl State {
             && has_type(results, "tool_result")
             && call.get("role").and_then(Value::as_str) == Some("assistant")
         {
-            let first = call
-                .pointer("/content/0/type")
-                .and_then(Value::as_str)
+            // A compaction block leading the message stands for earlier messages.
+            let blocks = call
+                .get("content")
+                .and_then(Value::as_array)
+                .cloned()
                 .unwrap_or_default();
+            let first = blocks
+                .iter()
+                .filter_map(|b| b.get("type").and_then(Value::as_str))
+                .find(|t| *t != "compaction")
+                .unwrap_or_default()
+                .to_owned();
+            let first = first.as_str();
             if first != "thinking" && first != "redacted_thinking" {
                 let k = messages.len() - 2;
                 return Err(error(

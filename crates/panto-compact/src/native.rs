@@ -1,0 +1,257 @@
+//! Native compaction as a strategy: the provider summarizes the summarized turns itself
+//! (Anthropic's on-demand compaction, `OpenAI`'s `/responses/compact`), and the result is a
+//! panto compaction entry like any other, carrying the provider's payload.
+//!
+//! The plan, the kept copies, the ledger, chains, `/compact` instructions and overflow recovery
+//! are those of panto's own summaries: only who writes the summary differs. The entry's
+//! `summary` is the provider's readable summary (Anthropic's block `content`) or, for an opaque
+//! payload (`OpenAI`'s item), a note saying so; the ledger follows either, as on every entry.
+//! Its `native` field holds the payload exactly as received (`panto_model::NATIVE`), which
+//! replay puts on the compaction block so that the adapter of the same protocol sends it back
+//! byte for byte, where any other protocol reads the summary. Its `usage` field records what
+//! the provider's compaction cost.
+//!
+//! Anthropic keeps the thinking of the kept turns valid when the kept turns directly follow the
+//! summarized messages unchanged, the first kept message has the other role than the last
+//! summarized one, and the system prompt and tools are unchanged ("Compaction and preserved
+//! thinking", <https://platform.claude.com/docs/en/build-with-claude/compaction-thinking-blocks>).
+//! So the compaction request is the conversation's own request up to the cut (the compaction
+//! message that leads the context included, rendered by the same adapter, with the
+//! conversation's system prompt, tools and options, [`Conversation`]); the cut moves by a
+//! turn when the roles on both sides of it are the same; and the copies whose thinking was
+//! still valid are marked `thinking_kept` with the new compaction's id.
+
+use panto_model::{
+    CompactionBlock, ContentBlock, EffectiveContext, Entry, KEPT_BY, Message, NATIVE,
+    NATIVE_ANTHROPIC, RawJson, Role, THINKING_KEPT, replay, turns,
+};
+use panto_provider::{NativeCompaction, ProviderError, Request, StreamEvent};
+use panto_size::{Heuristic, estimate_request};
+use panto_transcript::Ledger;
+use serde_json::Value;
+
+use crate::compactor::{Compactor, Prepared};
+use crate::config::{CompactRun, Conversation};
+use crate::ledger::{ledger_budget, previous_ledger, rendered_len};
+use crate::plan::Plan;
+use crate::prompt::ADDITIONAL_INSTRUCTIONS_HEADING;
+use crate::report::Compacted;
+
+/// What a native compaction returned, ready to be written.
+pub(crate) struct Native {
+    /// The plan it compacted (the prepared one, its cut moved for the roles when needed).
+    pub(crate) plan: Plan,
+    /// The entry's summary before its ledger.
+    pub(crate) summary: String,
+    /// The ledger of what it replaces, merged with the previous one.
+    pub(crate) ledger: Ledger,
+    /// The provider's answer.
+    pub(crate) compaction: NativeCompaction,
+    /// Whether the kept turns' thinking stays valid (Anthropic, asked with the conversation's
+    /// own system prompt and tools).
+    pub(crate) thinking_kept: bool,
+}
+
+/// Asks the active model's provider to compact the summarized turns of `prepared`.
+///
+/// # Errors
+/// The provider's error ([`ProviderError::Unsupported`] for a provider without native
+/// compaction), or [`ProviderError::Unsupported`] when no cut has turns of both roles around
+/// it.
+pub(crate) async fn ask(
+    compactor: &Compactor,
+    context: &EffectiveContext,
+    options: &CompactRun,
+    prepared: &Prepared,
+) -> Result<Native, ProviderError> {
+    let plan =
+        cut_between_roles(context, &prepared.plan).ok_or_else(|| ProviderError::Unsupported {
+            message: "no cut between turns of different roles".into(),
+        })?;
+    let active = compactor.active();
+    let conversation = compactor.conversation();
+    let shape = conversation
+        .cloned()
+        .unwrap_or_else(|| Conversation::new(""));
+    let request = Request::new(
+        active.model.clone(),
+        shape.system.clone(),
+        context.messages[..plan.keep_from].to_vec(),
+        shape.max_output_tokens,
+    )
+    .with_tools(shape.tools.clone())
+    .with_options(shape.options.clone());
+    let instructions = options
+        .instructions()
+        .map(|text| format!("{ADDITIONAL_INSTRUCTIONS_HEADING}\n\n{text}"));
+    let mut ignore = |_: StreamEvent<'_>| {};
+    let compaction = active
+        .provider
+        .compact_natively(&request, instructions.as_deref(), &mut ignore)
+        .await?;
+    let prefix = &context.messages[plan.prefix()];
+    let before = previous_ledger(context);
+    let budget = ledger_budget(
+        compactor.config().max_output_tokens,
+        rendered_len(&before),
+        prepared.transcript.text().len(),
+        prepared.limit,
+    );
+    let mut ledger = Ledger::merge(&before, &Ledger::from_messages(prefix));
+    ledger.fit(budget);
+    let summary = match &compaction.summary {
+        Some(text) if !text.trim().is_empty() => text.trim().to_owned(),
+        _ => format!(
+            "This conversation was compacted by {}'s native compaction, whose summary only that \
+             provider can read; panto's record of the summarized turns follows.",
+            active.provider.name()
+        ),
+    };
+    // A compaction that does not bring the context within the limit is a failure like any
+    // other (`OpenAI`'s window keeps every user message, which may be most of it).
+    if let Some(limit) = prepared.limit {
+        let mut head = CompactionBlock::new(summary.clone());
+        head.extra
+            .insert_raw(NATIVE.to_owned(), payload_of(&compaction));
+        let mut after = vec![Message::new(
+            Role::User,
+            vec![ContentBlock::Compaction(head)],
+        )];
+        // As the copies will be: marked, so that their usage (measured before the compaction)
+        // anchors nothing.
+        after.extend(context.messages[plan.kept()].iter().map(|m| {
+            let mut copy = m.clone();
+            copy.extra.insert(KEPT_BY.to_owned(), Value::from("native"));
+            copy
+        }));
+        let estimate = estimate_request(&shape.system, &after);
+        if estimate >= limit {
+            return Err(ProviderError::Unsupported {
+                message: format!(
+                    "the native compaction leaves about {estimate} tokens, not below the limit of {limit}"
+                ),
+            });
+        }
+    }
+    let thinking_kept = compaction.protocol == NATIVE_ANTHROPIC && conversation.is_some();
+    Ok(Native {
+        plan,
+        summary,
+        ledger,
+        compaction,
+        thinking_kept,
+    })
+}
+
+/// The compaction `compacted` (built from a [`Native`]) with the native payload and its usage
+/// on the entry, and the kept copies whose thinking stays valid marked so.
+pub(crate) fn finish(
+    mut compacted: Compacted,
+    native: &Native,
+    context: &EffectiveContext,
+) -> Compacted {
+    let id = compacted.report.id.clone();
+    let usage = native
+        .compaction
+        .usage
+        .as_ref()
+        .and_then(|u| serde_json::to_value(u).ok());
+    // The copies that were fresh (not stale copies of an earlier compaction, not before a
+    // provider's refusal) keep valid thinking under this compaction.
+    let kept = &context.messages[native.plan.kept()];
+    let reset = context
+        .messages
+        .iter()
+        .rposition(Message::thinking_reset)
+        .unwrap_or(0);
+    let mut copy = 0;
+    for entry in &mut compacted.entries {
+        match entry {
+            Entry::Compaction(c) => {
+                c.extra.insert_raw(NATIVE.to_owned(), payload(native));
+                c.extra.insert("strategy".into(), Value::from("native"));
+                if let Some(usage) = &usage {
+                    c.extra.insert("usage".into(), usage.clone());
+                }
+            }
+            Entry::Message(m) if m.extra.get(KEPT_BY).and_then(Value::as_str) == Some(&id) => {
+                let original = &kept[copy];
+                let index = native.plan.keep_from + copy;
+                copy += 1;
+                let fresh =
+                    index >= reset && (original.kept_by().is_none() || original.thinking_kept());
+                if native.thinking_kept && fresh {
+                    m.extra
+                        .insert(THINKING_KEPT.to_owned(), Value::from(id.as_str()));
+                } else {
+                    m.extra.remove(THINKING_KEPT);
+                }
+            }
+            _ => {}
+        }
+    }
+    compacted.context = replay(compacted.entries.iter().cloned());
+    compacted.report.native = Some(native.compaction.protocol.clone());
+    compacted.report.usage.clone_from(&native.compaction.usage);
+    compacted
+}
+
+/// The entry's `native` field: `{"protocol": ..., "model": ..., "payload": [...]}`, the items
+/// exactly as the provider returned them.
+fn payload(native: &Native) -> RawJson {
+    payload_of(&native.compaction)
+}
+
+fn payload_of(compaction: &NativeCompaction) -> RawJson {
+    let items: Vec<&str> = compaction.items.iter().map(RawJson::json).collect();
+    let mut text = format!(
+        "{{\"protocol\":{}",
+        Value::String(compaction.protocol.clone())
+    );
+    if let Some(model) = &compaction.model {
+        text.push_str(&format!(",\"model\":{}", Value::String(model.clone())));
+    }
+    text.push_str(&format!(",\"payload\":[{}]}}", items.join(",")));
+    // Every item is one JSON value already (the adapter checked it), so this cannot fail; the
+    // fallback keeps the protocol and drops nothing silently into an invalid line.
+    RawJson::from_text(text).unwrap_or_else(|_| RawJson::from(Value::Null))
+}
+
+/// The plan with its cut where the last summarized message and the first kept one have
+/// different roles: the prepared cut when it already is, else the nearest turn boundary after
+/// it (summarizing more, the in-flight turn always kept), else before it. `None` when no turn
+/// boundary qualifies.
+fn cut_between_roles(context: &EffectiveContext, plan: &Plan) -> Option<Plan> {
+    let messages = &context.messages;
+    let fits = |k: usize| k > plan.head && k < plan.end && messages[k - 1].role != messages[k].role;
+    if fits(plan.keep_from) {
+        return Some(plan.clone());
+    }
+    let starts: Vec<usize> = turns(&messages[plan.head..])
+        .iter()
+        .map(|t| t.start + plan.head)
+        .collect();
+    let last = *starts.last()?;
+    let cut = starts
+        .iter()
+        .copied()
+        .filter(|&b| b > plan.keep_from && b <= last)
+        .find(|&b| fits(b))
+        .or_else(|| {
+            starts
+                .iter()
+                .rev()
+                .copied()
+                .filter(|&b| b < plan.keep_from)
+                .find(|&b| fits(b))
+        })?;
+    let tokens = |range: std::ops::Range<usize>| -> u64 {
+        messages[range].iter().map(|m| Heuristic.message(m)).sum()
+    };
+    let summarized = starts.iter().filter(|&&b| b < cut).count();
+    Some(
+        Plan::new(plan.head, cut, plan.end)
+            .with_turns(summarized, starts.len() - summarized)
+            .with_tokens(tokens(plan.head..cut), tokens(cut..plan.end), plan.budget),
+    )
+}
