@@ -180,7 +180,7 @@ pub(crate) fn finish(
                 copy += 1;
                 let fresh =
                     index >= reset && (original.kept_by().is_none() || original.thinking_kept());
-                if native.thinking_kept && fresh {
+                if native.thinking_kept && fresh && original.role == Role::Assistant {
                     m.extra
                         .insert(THINKING_KEPT.to_owned(), Value::from(id.as_str()));
                 } else {
@@ -254,4 +254,183 @@ fn cut_between_roles(context: &EffectiveContext, plan: &Plan) -> Option<Plan> {
             .with_turns(summarized, starts.len() - summarized)
             .with_tokens(tokens(plan.head..cut), tokens(cut..plan.end), plan.budget),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    //! The cut between roles, and which kept copies keep valid thinking.
+
+    use std::sync::Arc;
+
+    use panto_model::{
+        CompactionEntry, ContentBlock, EffectiveContext, Entry, KEPT_BY, Message, NATIVE, RawJson,
+        Role, THINKING_KEPT, THINKING_RESET, ThinkingBlock, replay,
+    };
+    use panto_provider::{
+        EventSink, NativeCompaction, Provider, ProviderError, Request, async_trait,
+    };
+    use serde_json::{Value, json};
+
+    use super::cut_between_roles;
+    use crate::{
+        CompactOutcome, CompactRun, CompactionStrategy, Compactor, CompactorConfig, Conversation,
+        ModelRef,
+    };
+
+    fn context(roles: &str) -> EffectiveContext {
+        let messages = roles
+            .chars()
+            .map(|r| match r {
+                'u' => Message::user_text("words"),
+                _ => Message::assistant_text("answer"),
+            })
+            .collect();
+        EffectiveContext::new(messages)
+    }
+
+    #[test]
+    fn a_cut_between_different_roles_stays() {
+        let ctx = context("uaua");
+        let plan = crate::plan::Plan::new(0, 2, 4);
+        assert_eq!(cut_between_roles(&ctx, &plan).unwrap().keep_from, 2);
+    }
+
+    #[test]
+    fn a_cut_between_two_prompts_moves_to_summarize_one_more_turn() {
+        // u a u | u a: the prompts on both sides of the cut would be merged by the API.
+        let ctx = context("uauua");
+        let plan = crate::plan::Plan::new(0, 3, 5);
+        let moved = cut_between_roles(&ctx, &plan).unwrap();
+        assert_eq!(
+            moved.keep_from, 4,
+            "after the second prompt, before its reply"
+        );
+        assert_eq!(moved.summarized_turns, 4);
+        assert_eq!(moved.kept_turns, 1);
+    }
+
+    #[test]
+    fn the_in_flight_turn_is_never_summarized_so_the_cut_moves_back() {
+        // u a u u: the last prompt is the turn in flight.
+        let ctx = context("uauu");
+        let plan = crate::plan::Plan::new(0, 3, 4);
+        assert_eq!(cut_between_roles(&ctx, &plan).unwrap().keep_from, 2);
+        // Only prompts: no cut qualifies.
+        let ctx = context("uuu");
+        assert!(cut_between_roles(&ctx, &crate::plan::Plan::new(0, 2, 3)).is_none());
+    }
+
+    /// A provider whose native compaction returns one Anthropic block.
+    struct Native;
+
+    #[async_trait]
+    impl Provider for Native {
+        fn name(&self) -> &str {
+            "native"
+        }
+        async fn complete(&self, _: &Request, _: EventSink<'_>) -> Result<Message, ProviderError> {
+            Err(ProviderError::Unsupported {
+                message: "no chat here".into(),
+            })
+        }
+        async fn compact_natively(
+            &self,
+            _: &Request,
+            _: Option<&str>,
+            _: EventSink<'_>,
+        ) -> Result<NativeCompaction, ProviderError> {
+            let block =
+                RawJson::from_text(r#"{"type":"compaction","content":"sum","signature":"s"}"#)
+                    .unwrap();
+            Ok(NativeCompaction::new("anthropic", vec![block]).with_summary("sum"))
+        }
+    }
+
+    /// Sizes the first prompt (after the compaction message) far over any budget, the rest at
+    /// one token, so the plan keeps everything after it.
+    struct FirstPromptLarge;
+
+    impl panto_size::Sizer for FirstPromptLarge {
+        fn message_sizes(&self, messages: &[Message]) -> Vec<u64> {
+            (0..messages.len())
+                .map(|i| if i == 1 { 10_000 } else { 1 })
+                .collect()
+        }
+    }
+
+    fn thinking(text: &str) -> Message {
+        Message::new(
+            Role::Assistant,
+            vec![
+                ContentBlock::Thinking(ThinkingBlock::new(text, Some("sig".into()))),
+                ContentBlock::text(text),
+            ],
+        )
+    }
+
+    #[test]
+    fn only_copies_whose_thinking_was_valid_are_marked_thinking_kept() {
+        // An earlier compaction c0 kept `old` (its thinking stale since), then new turns; the
+        // new compaction keeps everything after the first prompt.
+        let mut stale = thinking("old");
+        stale.extra.insert(KEPT_BY.into(), json!("c0"));
+        let mut reset = Message::user_text("after a refusal");
+        reset.extra.insert(THINKING_RESET.into(), Value::Bool(true));
+        let entries = vec![
+            Entry::Compaction(
+                CompactionEntry::new("before")
+                    .with_id("c0")
+                    .with_kept_messages(0),
+            ),
+            Entry::Message(Message::user_text("first")),
+            Entry::Message(stale),
+            Entry::Message(thinking("before the refusal")),
+            Entry::Message(reset),
+            Entry::Message(thinking("fresh")),
+            Entry::Message(Message::user_text("last")),
+        ];
+        let context = replay(entries);
+        let mut compactor = Compactor::new(ModelRef::new(Arc::new(Native), "m"))
+            .with_config(
+                CompactorConfig::new()
+                    .with_keep_tokens(100)
+                    .with_compaction_strategy(CompactionStrategy::Native),
+            )
+            .with_sizer(FirstPromptLarge)
+            .with_conversation(Conversation::new("system"));
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let outcome = runtime
+            .block_on(compactor.dry_run(&context, CompactRun::manual(None)))
+            .unwrap();
+        let CompactOutcome::Compacted(compacted) = outcome else {
+            panic!("nothing compacted");
+        };
+        assert_eq!(
+            compacted.report.plan.kept().start,
+            2,
+            "all but the first prompt kept"
+        );
+        let Entry::Compaction(entry) = &compacted.entries[0] else {
+            panic!("no entry");
+        };
+        assert_eq!(
+            entry.extra.get_raw(NATIVE).unwrap().json(),
+            r#"{"protocol":"anthropic","payload":[{"type":"compaction","content":"sum","signature":"s"}]}"#
+        );
+        let marked: Vec<String> = compacted
+            .entries
+            .iter()
+            .filter_map(|e| match e {
+                Entry::Message(m) if m.extra.contains_key(THINKING_KEPT) => Some(m.text()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            marked,
+            ["fresh"],
+            "not the stale copy, not before the refusal"
+        );
+    }
 }

@@ -31,6 +31,7 @@ mod emulate;
 mod faults;
 #[cfg(feature = "gemini")]
 mod gemini;
+mod kit;
 #[cfg(feature = "openai-chat")]
 mod limits;
 #[cfg(all(

@@ -588,3 +588,90 @@ async fn native_blocks_round_trip_byte_for_byte() {
         "the signed block stays with its protocol"
     );
 }
+
+/// The documented shapes (`tests/fixtures/native/shapes.json`, each with its source page).
+fn shape(name: &str) -> Value {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/native/shapes.json"
+    );
+    let all: Vec<Value> = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    all.into_iter()
+        .find(|s| s["name"] == json!(name))
+        .unwrap_or_else(|| panic!("no shape {name}"))["shape"]
+        .clone()
+}
+
+/// Checks that `actual` has the keys of `documented`, recursively (list items matched by their
+/// `type`, else by the first documented item).
+fn same_shape(actual: &Value, documented: &Value, at: &str) {
+    match (actual, documented) {
+        // An empty documented object is one whose fields the page does not list.
+        (Value::Object(_), Value::Object(d)) if d.is_empty() => {}
+        (Value::Object(a), Value::Object(d)) => {
+            let mut ak: Vec<&String> = a.keys().collect();
+            let mut dk: Vec<&String> = d.keys().collect();
+            ak.sort();
+            dk.sort();
+            assert_eq!(ak, dk, "keys at {at}");
+            for (k, v) in d {
+                same_shape(&a[k], v, &format!("{at}.{k}"));
+            }
+        }
+        (Value::Array(a), Value::Array(d)) if !d.is_empty() => {
+            for item in a {
+                let doc = d
+                    .iter()
+                    .find(|x| x.get("type").is_some() && x.get("type") == item.get("type"))
+                    .unwrap_or(&d[0]);
+                same_shape(item, doc, &format!("{at}[]"));
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The emulators answer in the shapes the providers document.
+#[tokio::test]
+async fn the_emulators_speak_the_documented_shapes() {
+    let (server, claude) = Claude::start(100_000).await;
+    let mut driver = native_driver(anthropic(&server), "claude-emulated", MemoryLog::memory());
+    three_turns(&mut driver).await;
+    driver.compact(Some("keep it short".into())).await.unwrap();
+    {
+        let state = claude.state();
+        let request = state.seen.iter().find(|s| s.kind == "compaction").unwrap();
+        let mut documented = shape("anthropic-compaction-request");
+        // The conversation's own options ride along (the thinking budget).
+        documented["thinking"] = request.body["thinking"].clone();
+        same_shape(&request.body, &documented, "anthropic request");
+        let record = state.compactions.values().next().unwrap();
+        let answer: Value = serde_json::from_str(&format!(
+            r#"{{"id":"m","type":"message","role":"assistant","model":"x","content":[{}],"stop_reason":"compaction","stop_sequence":null,"usage":{{"input_tokens":1,"output_tokens":1,"iterations":[{{"type":"compaction","input_tokens":1,"output_tokens":1}}]}}}}"#,
+            record.raw
+        ))
+        .unwrap();
+        same_shape(
+            &answer,
+            &shape("anthropic-compaction-answer"),
+            "anthropic answer",
+        );
+    }
+    let (server, emulator) = Responses::start(100_000).await;
+    let mut driver = native_driver(responses(&server), "gpt-emulated", MemoryLog::memory());
+    three_turns(&mut driver).await;
+    driver.compact(None).await.unwrap();
+    let state = emulator.state();
+    let request = state.seen.iter().find(|s| s.kind == "compaction").unwrap();
+    same_shape(
+        &request.body,
+        &shape("openai-compact-request"),
+        "openai request",
+    );
+    let item: Value = serde_json::from_str(state.compactions.values().next().unwrap()).unwrap();
+    same_shape(
+        &item,
+        &shape("openai-compact-answer")["output"][1],
+        "openai item",
+    );
+}

@@ -15,8 +15,9 @@ use panto_model::{THINKING_RESET, decode_line, encode_line};
 use serde_json::json;
 
 use crate::common::config;
+use crate::emulate::SUMMARY_PROMPT;
 use crate::emulate::Seen;
-use crate::emulate::claude::{Claude, SUMMARY_PROMPT};
+use crate::emulate::claude::Claude;
 use crate::emulate::gemini::Gemini;
 use crate::emulate::responses::Responses;
 

@@ -29,11 +29,7 @@ use serde_json::{Value, json};
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
 
-use super::{Seen, Shared, digest, tokens};
-
-/// The system prompt marker of panto's own compaction requests in these tests.
-pub(crate) const SUMMARY_PROMPT: &str =
-    "Summarize the transcript for a colleague who continues the work.";
+use super::{SUMMARY_PROMPT, Seen, Shared, digest, tokens};
 
 /// One on-demand compaction the emulator wrote.
 #[derive(Clone, Debug)]

@@ -16,8 +16,7 @@ use serde_json::{Value, json};
 use wiremock::matchers::{method, path_regex};
 use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
 
-use super::claude::SUMMARY_PROMPT;
-use super::{Seen, Shared, tokens};
+use super::{SUMMARY_PROMPT, Seen, Shared, tokens};
 
 /// What the emulator knows.
 #[derive(Debug, Default)]

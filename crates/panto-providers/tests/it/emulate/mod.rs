@@ -25,6 +25,11 @@ pub(crate) mod gemini;
 #[cfg(feature = "openai-responses")]
 pub(crate) mod responses;
 
+/// The system prompt of panto's own compaction requests in these tests, by which the emulators
+/// tell them from conversation requests.
+pub(crate) const SUMMARY_PROMPT: &str =
+    "Summarize the transcript for a colleague who continues the work.";
+
 /// A digest of a JSON value (keys sorted, `cache_control` left out: Anthropic leaves cache
 /// markers out of the prefix comparison).
 pub(crate) fn digest(value: &Value) -> String {

@@ -20,8 +20,7 @@ use serde_json::{Value, json};
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
 
-use super::claude::SUMMARY_PROMPT;
-use super::{Seen, Shared, digest, tokens};
+use super::{SUMMARY_PROMPT, Seen, Shared, digest, tokens};
 
 /// What the emulator knows.
 #[derive(Debug, Default)]
