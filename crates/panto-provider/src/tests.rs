@@ -166,8 +166,10 @@ fn native_compaction_is_unsupported_by_default_and_forwarded() {
                 .is_ok()
         );
         let shared: Arc<dyn Provider> = Arc::new(Compacting);
+        // Through `&P` of `Arc<P>`: both forwarding implementations.
+        let by_ref = Box::new(&shared) as Box<dyn Provider + '_>;
         assert!(
-            (&shared)
+            by_ref
                 .compact_natively(&request, None, &mut |_| {})
                 .await
                 .is_ok()

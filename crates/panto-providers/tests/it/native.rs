@@ -442,22 +442,23 @@ async fn a_chain_of_native_then_panto_compactions() {
         panic!("nothing compacted");
     };
     assert_eq!(second.report.native, None);
-    let state = claude.state();
-    let summary_request = state
-        .seen
-        .iter()
-        .rev()
-        .find(|s| s.kind == "summary")
-        .unwrap();
-    let prompt = summary_request.body["messages"][0]["content"][0]["text"]
-        .as_str()
-        .unwrap();
-    assert!(prompt.contains("<previous-summary>"));
-    assert!(
-        prompt.contains(&native_summary),
-        "the native summary is carried forward"
-    );
-    drop(state);
+    {
+        let state = claude.state();
+        let summary_request = state
+            .seen
+            .iter()
+            .rev()
+            .find(|s| s.kind == "summary")
+            .unwrap();
+        let prompt = summary_request.body["messages"][0]["content"][0]["text"]
+            .as_str()
+            .unwrap();
+        assert!(prompt.contains("<previous-summary>"));
+        assert!(
+            prompt.contains(&native_summary),
+            "the native summary is carried forward"
+        );
+    }
     driver
         .send(vec![note(6, 100, false)], &mut |_| {})
         .await

@@ -4,7 +4,7 @@
 //! and the Vertex AI page of the same name): Gemini 3 returns a `thoughtSignature` on the first
 //! function call of each step (and on the last part of an answer without calls), and the
 //! signatures of the current turn's function calls must come back, exactly, or the request is
-//! refused with a 400 ("Function call is missing a thought_signature in functionCall parts");
+//! refused with a 400 ("Function call is missing a `thought_signature` in functionCall parts");
 //! the current turn is everything after the last user message with the user's own words, and
 //! earlier turns are not checked. A call Gemini did not write may carry the documented value
 //! `skip_thought_signature_validator`. The pages state no binding to the prefix, so none is
