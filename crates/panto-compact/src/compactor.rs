@@ -402,7 +402,7 @@ impl Compactor {
                 Ok(native) => {
                     prepared.plan = native.plan.clone();
                     let folded = Folded {
-                        summary: with_ledger(&native.summary, &native.ledger),
+                        summary: with_ledger(&native.summary, &native.ledger, native.ledger_budget),
                         ledger: native.ledger.clone(),
                         used: Some(self.active.clone()),
                         requests: 1,

@@ -32,7 +32,7 @@ use serde_json::Value;
 
 use crate::compactor::{Compactor, Prepared};
 use crate::config::{CompactRun, Conversation};
-use crate::ledger::{ledger_budget, previous_ledger, rendered_len};
+use crate::ledger::{ledger_budget, previous_ledger, rendered_len, with_ledger};
 use crate::plan::Plan;
 use crate::prompt::ADDITIONAL_INSTRUCTIONS_HEADING;
 use crate::report::Compacted;
@@ -45,6 +45,8 @@ pub(crate) struct Native {
     pub(crate) summary: String,
     /// The ledger of what it replaces, merged with the previous one.
     pub(crate) ledger: Ledger,
+    /// The budget, in characters, of the ledger's rendering after the summary.
+    pub(crate) ledger_budget: usize,
     /// The provider's answer.
     pub(crate) compaction: NativeCompaction,
     /// Whether the kept turns' thinking stays valid (Anthropic, asked with the conversation's
@@ -93,12 +95,11 @@ pub(crate) async fn ask(
     let before = previous_ledger(context);
     let budget = ledger_budget(
         compactor.config().max_output_tokens,
-        rendered_len(&before),
+        rendered_len(context),
         prepared.transcript.text().len(),
         prepared.limit,
     );
-    let mut ledger = Ledger::merge(&before, &Ledger::from_messages(prefix));
-    ledger.fit(budget);
+    let ledger = Ledger::merge(&before, &Ledger::from_messages(prefix));
     let summary = match &compaction.summary {
         Some(text) if !text.trim().is_empty() => text.trim().to_owned(),
         _ => format!(
@@ -110,7 +111,7 @@ pub(crate) async fn ask(
     // A compaction that does not bring the context within the limit is a failure like any
     // other (`OpenAI`'s window keeps every user message, which may be most of it).
     if let Some(limit) = prepared.limit {
-        let mut head = CompactionBlock::new(summary.clone());
+        let mut head = CompactionBlock::new(with_ledger(&summary, &ledger, budget));
         head.extra
             .insert_raw(NATIVE.to_owned(), payload_of(&compaction));
         let mut after = vec![Message::new(
@@ -138,6 +139,7 @@ pub(crate) async fn ask(
         plan,
         summary,
         ledger,
+        ledger_budget: budget,
         compaction,
         thinking_kept,
     })
