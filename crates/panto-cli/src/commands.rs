@@ -10,8 +10,8 @@ use std::sync::Arc;
 use anyhow::{Context as _, Result, anyhow};
 use panto_compact::{
     AttemptFailure, CompactError, CompactOutcome, CompactRun, CompactionPrompt, Compactor,
-    CompactorConfig, Driver, Loaded, ModelRef, NothingToCompact, Reply, SessionLog, Store,
-    StoreError,
+    CompactorConfig, Conversation, Driver, Loaded, ModelRef, NothingToCompact, Reply, SessionLog,
+    Store, StoreError,
 };
 use panto_model::{ContentBlock, EffectiveContext, Message, Role, turns};
 use panto_provider::{About, ProviderError, StreamEvent, Wait};
@@ -213,7 +213,13 @@ fn compactor(config: &Config) -> Result<Compactor> {
                 .with_max_output_tokens(config.compaction_max_output_tokens.value)
                 .with_context_window(config.context_window.value)
                 // The offline summarizer quotes the conversation: that is its whole job.
-                .with_extractive_summaries(config.provider.value == ProviderKind::Offline),
+                .with_extractive_summaries(config.provider.value == ProviderKind::Offline)
+                .with_compaction_strategy(config.compaction_strategy.value),
+        )
+        // What `send` and `chat` requests look like, for native compaction.
+        .with_conversation(
+            Conversation::new(config.system_prompt.value.clone())
+                .with_max_output_tokens(config.max_output_tokens.value),
         )
         .on_event(print_event))
 }
@@ -496,6 +502,9 @@ pub(crate) async fn compact(
                     "fallback": r.fallback,
                     "truncated": r.truncated,
                     "dry_run": dry_run,
+                    "strategy": if r.native.is_some() { "native" } else { "summary" },
+                    "native": r.native,
+                    "usage": r.usage.as_ref().and_then(|u| serde_json::to_value(u).ok()),
                     "tokens_counted": "conversation",
                     "id": r.id,
                     "requests": r.requests,

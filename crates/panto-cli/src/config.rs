@@ -16,7 +16,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
-use panto_compact::{LayerFile, read_layer_file};
+use panto_compact::{CompactionStrategy, LayerFile, read_layer_file};
 use serde::Deserialize;
 
 /// Which provider adapter to use.
@@ -143,6 +143,7 @@ pub(crate) const KEYS: &[(&str, Needs)] = &[
     ("max_output_tokens", Needs::Nothing),
     ("compaction_max_output_tokens", Needs::Nothing),
     ("context_window", Needs::Nothing),
+    ("compaction_strategy", Needs::Nothing),
     (
         "base_url",
         Needs::Trust("it decides which server receives your key"),
@@ -250,6 +251,7 @@ pub(crate) struct FileConfig {
     max_output_tokens: Option<u32>,
     compaction_max_output_tokens: Option<u32>,
     context_window: Option<u64>,
+    compaction_strategy: Option<StrategyName>,
     base_url: Option<String>,
     system_prompt: Option<String>,
     timeout_secs: Option<u64>,
@@ -261,6 +263,25 @@ pub(crate) struct FileConfig {
     lock_timeout_secs: Option<u64>,
     max_response_mib: Option<u64>,
     store: Option<String>,
+}
+
+/// `compaction_strategy` as a file spells it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum StrategyName {
+    /// panto's own summary.
+    Summary,
+    /// The provider's native compaction, with panto's summary as the fallback.
+    Native,
+}
+
+impl From<StrategyName> for CompactionStrategy {
+    fn from(name: StrategyName) -> CompactionStrategy {
+        match name {
+            StrategyName::Summary => CompactionStrategy::Summary,
+            StrategyName::Native => CompactionStrategy::Native,
+        }
+    }
 }
 
 /// Values given on the command line (`None` when the flag was not used).
@@ -301,6 +322,9 @@ pub(crate) struct Config {
     /// conversation larger than the window fold it, and bounds overflow recovery when the
     /// provider states no limit.
     pub context_window: Setting<Option<u64>>,
+    /// Who writes a compaction's summary: panto (`summary`) or the provider's native
+    /// compaction first (`native`, Anthropic and `OpenAI` Responses), panto as its fallback.
+    pub compaction_strategy: Setting<CompactionStrategy>,
     /// Base URL of the provider.
     pub base_url: Setting<Option<String>>,
     /// The agent's system prompt for `send` and `chat`.
@@ -416,6 +440,7 @@ impl Config {
             max_output_tokens: Setting::default(4096),
             compaction_max_output_tokens: Setting::default(8192),
             context_window: Setting::default(None),
+            compaction_strategy: Setting::default(CompactionStrategy::Summary),
             base_url: Setting::default(None),
             system_prompt: Setting::default(
                 "You are a helpful assistant. Answer concisely and accurately.".to_owned(),
@@ -541,6 +566,9 @@ impl Config {
         if let Some(v) = f.context_window {
             self.context_window.set(Some(v), src.clone());
         }
+        if let Some(v) = f.compaction_strategy {
+            self.compaction_strategy.set(v.into(), src.clone());
+        }
         if let Some(v) = f.base_url
             && self.admit("base_url", &v, src, trusted)
         {
@@ -657,6 +685,11 @@ impl Config {
                 "context_window",
                 opt(&self.context_window.value.map(|w| w.to_string())),
                 &self.context_window.source,
+            ),
+            (
+                "compaction_strategy",
+                self.compaction_strategy.value.as_str().to_owned(),
+                &self.compaction_strategy.source,
             ),
             ("base_url", opt(&self.base_url.value), &self.base_url.source),
             (

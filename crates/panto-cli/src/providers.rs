@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use anyhow::{Result, bail};
 use panto_model::Message;
-use panto_provider::{EventSink, Provider, ProviderError, Request, StreamEvent, async_trait};
+use panto_provider::{
+    EventSink, NativeCompaction, Provider, ProviderError, Request, StreamEvent, async_trait,
+};
 use panto_providers::{
     AnthropicProvider, Config as AdapterConfig, Error, GeminiProvider, OpenAiChatProvider,
     OpenAiResponsesProvider,
@@ -110,8 +112,10 @@ impl<P: Provider> Provider for ShowRetries<P> {
         events: EventSink<'_>,
     ) -> Result<Message, ProviderError> {
         let mut announce = |event: StreamEvent<'_>| {
-            if let StreamEvent::Retry(notice) = &event {
-                ui::notice(&ui::describe_retry(notice));
+            match &event {
+                StreamEvent::Retry(notice) => ui::notice(&ui::describe_retry(notice)),
+                StreamEvent::Notice(text) => ui::notice(&format!("panto: {text}")),
+                _ => {}
             }
             events(event);
         };
@@ -123,6 +127,15 @@ impl<P: Provider> Provider for ShowRetries<P> {
             learn_window(&request.model, *limit);
         }
         result
+    }
+
+    async fn compact_natively(
+        &self,
+        request: &Request,
+        instructions: Option<&str>,
+        events: EventSink<'_>,
+    ) -> Result<NativeCompaction, ProviderError> {
+        self.0.compact_natively(request, instructions, events).await
     }
 }
 

@@ -257,9 +257,23 @@ pub(crate) fn describe_event(event: &CompactionEvent) -> String {
         } => format!(
             "panto: compaction model {failed_model} failed ({cause}); retrying once with {model}"
         ),
+        CompactionEvent::NativeFailed { cause } => format!(
+            "panto: the provider's native compaction failed ({cause}); writing panto's summary instead"
+        ),
         CompactionEvent::Finished(report) => format!(
-            "panto: compacted with {}{}{}: conversation about {} -> {} tokens ({} summarized, {} kept){}",
+            "panto: compacted with {}{}{}{}: conversation about {} -> {} tokens ({} summarized, {} kept){}",
             report.model,
+            match &report.native {
+                Some(protocol) => format!(
+                    " ({protocol} native compaction{})",
+                    report.usage.as_ref().map_or(String::new(), |u| format!(
+                        ", {} tokens in, {} out",
+                        u.input_total(),
+                        u.output_tokens
+                    ))
+                ),
+                None => String::new(),
+            },
             if report.fallback { " (fallback)" } else { "" },
             if report.steps.len() > 1 {
                 format!(" in {} steps", report.steps.len())

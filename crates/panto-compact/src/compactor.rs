@@ -23,7 +23,9 @@ use serde_json::{Value, json};
 use tracing::{Instrument, info_span};
 
 use crate::check::{Replaced, check_summary};
-use crate::config::{CompactRun, CompactorConfig, ModelRef, min_known, scale};
+use crate::config::{
+    CompactRun, CompactionStrategy, CompactorConfig, Conversation, ModelRef, min_known, scale,
+};
 use crate::error::{AttemptFailure, CompactError};
 use crate::events::CompactionEvent;
 use crate::fold::{FoldBudget, FoldPlan, MIN_OUTPUT_TOKENS, MIN_ROOM, fold};
@@ -114,6 +116,7 @@ pub struct Compactor {
     prompt: CompactionPrompt,
     sizer: Box<dyn Sizer + Send + Sync>,
     ids: Arc<dyn IdSource>,
+    conversation: Option<Conversation>,
     events: Exclusive<Option<EventHandler>>,
     /// What the last fold learned of the window (the largest input accepted, the limit it
     /// ended with), for panto's own record written right after it failed.
@@ -142,6 +145,7 @@ impl Compactor {
             config: CompactorConfig::default(),
             prompt: CompactionPrompt::builtin(),
             sizer: Box::new(UsageSizer::default()),
+            conversation: None,
             ids: Arc::new(UniqueIds),
             events: Exclusive::new(None),
             learned: None,
@@ -183,6 +187,25 @@ impl Compactor {
     pub fn on_event(mut self, handler: impl FnMut(&CompactionEvent) + Send + 'static) -> Compactor {
         self.events = Exclusive::new(Some(Box::new(handler)));
         self
+    }
+
+    /// Tells the compactor what the conversation's own requests look like (system prompt,
+    /// tools, options), which native compaction sends the summarized turns with. The
+    /// [`Driver`](crate::Driver) sets it before every compaction.
+    #[must_use]
+    pub fn with_conversation(mut self, conversation: Conversation) -> Compactor {
+        self.conversation = Some(conversation);
+        self
+    }
+
+    /// [`Compactor::with_conversation`] on a compactor in place (`None` forgets it).
+    pub fn set_conversation(&mut self, conversation: Option<Conversation>) {
+        self.conversation = conversation;
+    }
+
+    /// What the conversation's requests look like, when known.
+    pub fn conversation(&self) -> Option<&Conversation> {
+        self.conversation.as_ref()
     }
 
     /// The active model.
@@ -387,6 +410,32 @@ impl Compactor {
             plan: prepared.plan.clone(),
             tokens_before: prepared.tokens_before,
         });
+        if self.config.compaction_strategy == CompactionStrategy::Native {
+            match crate::native::ask(self, context, options, &prepared)
+                .instrument(info_span!("native"))
+                .await
+            {
+                Ok(native) => {
+                    prepared.plan = native.plan.clone();
+                    let folded = Folded {
+                        summary: with_ledger(&native.summary, &native.ledger, native.ledger_budget),
+                        ledger: native.ledger.clone(),
+                        used: Some(self.active.clone()),
+                        requests: 1,
+                        ..Folded::default()
+                    };
+                    let compacted = self.build(context, options, prepared, folded);
+                    let compacted = crate::native::finish(compacted, &native, context);
+                    return Ok(CompactOutcome::Compacted(Box::new(compacted)));
+                }
+                Err(cause) => {
+                    tracing::warn!(%cause, "native compaction failed, writing panto's summary");
+                    self.emit(CompactionEvent::NativeFailed {
+                        cause: cause.to_string(),
+                    });
+                }
+            }
+        }
         let mut state = FoldState::new(context, &prepared, self.config.max_output_tokens);
         state.instructions = options.instructions().map(str::to_owned);
         let folded = self
@@ -1210,6 +1259,8 @@ impl Compactor {
                 requests,
                 elided,
                 degraded,
+                native: None,
+                usage: None,
             },
         }
     }

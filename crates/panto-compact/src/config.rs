@@ -6,7 +6,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use panto_model::Trigger;
-use panto_provider::{Provider, ProviderError};
+use panto_provider::{Provider, ProviderError, RequestOptions, ToolSpec};
 
 use crate::source::SourceSummarizer;
 
@@ -88,6 +88,7 @@ impl fmt::Debug for ModelRef {
 ///     max_output_tokens: 4_000,
 ///     context_window: None,
 ///     extractive_summaries: false,
+///     compaction_strategy: panto_compact::CompactionStrategy::Summary,
 /// };
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -108,6 +109,93 @@ pub struct CompactorConfig {
     /// as copies of the previous summary, the checks meant for models that copy instead of
     /// summarizing. `false` by default.
     pub extractive_summaries: bool,
+    /// How the summary is written: panto's own ([`CompactionStrategy::Summary`], the default)
+    /// or the provider's native compaction first ([`CompactionStrategy::Native`]).
+    pub compaction_strategy: CompactionStrategy,
+}
+
+/// How a compaction's summary is written.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum CompactionStrategy {
+    /// panto's own summary: the transcript of the summarized turns, folded through as many
+    /// requests as the window needs, with `compaction_model` and one fallback.
+    #[default]
+    Summary,
+    /// The provider compacts the summarized turns itself (Anthropic's on-demand compaction,
+    /// `OpenAI`'s `/responses/compact`), with the active model; the entry carries its payload,
+    /// which goes back to that protocol byte for byte. Any failure (a provider without native
+    /// compaction included) falls back to panto's summary.
+    Native,
+}
+
+impl CompactionStrategy {
+    /// The name in configuration files: `summary` or `native`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CompactionStrategy::Summary => "summary",
+            CompactionStrategy::Native => "native",
+        }
+    }
+
+    /// The strategy named `name` (`summary` or `native`), if any.
+    pub fn parse(name: &str) -> Option<CompactionStrategy> {
+        match name {
+            "summary" => Some(CompactionStrategy::Summary),
+            "native" => Some(CompactionStrategy::Native),
+            _ => None,
+        }
+    }
+}
+
+/// What the conversation's own requests look like: the system prompt, the tools, the options
+/// and the output limit. Native compaction sends the summarized turns with exactly these, as
+/// Anthropic requires for the thinking of the kept turns to stay valid ("Compaction and
+/// preserved thinking"); the [`Driver`](crate::Driver) gives them to its compactor.
+#[derive(Clone, Debug, Default, PartialEq)]
+#[non_exhaustive]
+pub struct Conversation {
+    /// The agent's system prompt.
+    pub system: String,
+    /// The tools offered to the model.
+    pub tools: Vec<ToolSpec>,
+    /// The request options (reasoning effort, ...).
+    pub options: RequestOptions,
+    /// The output limit of conversation requests.
+    pub max_output_tokens: u32,
+}
+
+impl Conversation {
+    /// A conversation with the system prompt `system`, no tools, no options, and the default
+    /// output limit.
+    pub fn new(system: impl Into<String>) -> Conversation {
+        Conversation {
+            system: system.into(),
+            max_output_tokens: DEFAULT_MAX_OUTPUT_TOKENS,
+            ..Conversation::default()
+        }
+    }
+
+    /// The same with `tools`.
+    #[must_use]
+    pub fn with_tools(mut self, tools: Vec<ToolSpec>) -> Conversation {
+        self.tools = tools;
+        self
+    }
+
+    /// The same with `options`.
+    #[must_use]
+    pub fn with_options(mut self, options: RequestOptions) -> Conversation {
+        self.options = options;
+        self
+    }
+
+    /// The same with the output limit `tokens`.
+    #[must_use]
+    pub fn with_max_output_tokens(mut self, tokens: u32) -> Conversation {
+        self.max_output_tokens = tokens;
+        self
+    }
 }
 
 impl CompactorConfig {
@@ -143,6 +231,13 @@ impl CompactorConfig {
         self.extractive_summaries = extractive;
         self
     }
+
+    /// The config with the compaction strategy `strategy`.
+    #[must_use]
+    pub fn with_compaction_strategy(mut self, strategy: CompactionStrategy) -> CompactorConfig {
+        self.compaction_strategy = strategy;
+        self
+    }
 }
 
 impl Default for CompactorConfig {
@@ -152,6 +247,7 @@ impl Default for CompactorConfig {
             max_output_tokens: DEFAULT_MAX_OUTPUT_TOKENS,
             context_window: None,
             extractive_summaries: false,
+            compaction_strategy: CompactionStrategy::Summary,
         }
     }
 }

@@ -8,7 +8,7 @@ use panto_transcript::Ledger;
 use tracing::{Instrument, info_span};
 
 use crate::compactor::Compactor;
-use crate::config::{CompactRun, DEFAULT_MAX_OUTPUT_TOKENS};
+use crate::config::{CompactRun, Conversation, DEFAULT_MAX_OUTPUT_TOKENS};
 use crate::error::CompactError;
 use crate::ledger::previous_ledger;
 use crate::report::{CompactOutcome, CompactionReport};
@@ -260,6 +260,7 @@ impl<S: Store> Driver<S> {
             options = options.with_accepted_tokens(accepted);
         }
         let options_again = options.clone();
+        self.compactor.set_conversation(Some(self.conversation()));
         let report = match self
             .compactor
             .compact(&self.context, &mut self.log, options)
@@ -342,6 +343,7 @@ impl<S: Store> Driver<S> {
     ) -> Result<CompactOutcome, CompactError> {
         let run = CompactRun::manual(instructions)
             .with_reserved_tokens(self.reserved_tokens(), u64::from(self.max_output_tokens));
+        self.compactor.set_conversation(Some(self.conversation()));
         let outcome = self
             .compactor
             .compact(&self.context, &mut self.log, run)
@@ -376,6 +378,14 @@ impl<S: Store> Driver<S> {
             m.role == Role::Assistant && m.usage.is_some() && m.kept_by().is_none()
         })?;
         Some(estimate_request(&self.system, &self.context.messages[..at]))
+    }
+
+    /// What this driver's requests look like, for native compaction.
+    fn conversation(&self) -> Conversation {
+        Conversation::new(self.system.clone())
+            .with_tools(self.tools.clone())
+            .with_options(self.options.clone())
+            .with_max_output_tokens(self.max_output_tokens)
     }
 
     /// Sends the context now to the active model. The future borrows nothing of the driver

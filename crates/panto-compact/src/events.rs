@@ -83,6 +83,12 @@ pub enum CompactionEvent {
         /// Why, in a few words.
         cause: String,
     },
+    /// The provider's native compaction failed (or the provider has none); panto's own
+    /// summary is written instead ([`CompactionStrategy::Native`](crate::CompactionStrategy::Native)).
+    NativeFailed {
+        /// Why it failed.
+        cause: String,
+    },
     /// The compaction model failed; the active model is asked instead, and the compaction
     /// model is not asked again in this compaction.
     FallingBack {

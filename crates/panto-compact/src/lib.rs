@@ -95,6 +95,7 @@ mod error;
 mod events;
 mod fold;
 mod ledger;
+mod native;
 mod plan;
 mod prompt;
 mod record;
@@ -105,7 +106,8 @@ pub mod testing;
 
 pub use compactor::{Compactor, MAX_SHRINKS, Prepared};
 pub use config::{
-    CompactRun, CompactorConfig, DEFAULT_KEEP_TOKENS, DEFAULT_MAX_OUTPUT_TOKENS, ModelRef,
+    CompactRun, CompactionStrategy, CompactorConfig, Conversation, DEFAULT_KEEP_TOKENS,
+    DEFAULT_MAX_OUTPUT_TOKENS, ModelRef,
 };
 pub use driver::{Driver, Reply};
 pub use error::{AttemptFailure, CompactError};

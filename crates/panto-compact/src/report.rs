@@ -2,7 +2,7 @@
 
 use std::ops::Range;
 
-use panto_model::{EffectiveContext, Entry, Trigger};
+use panto_model::{EffectiveContext, Entry, Trigger, Usage};
 
 use crate::error::AttemptFailure;
 use crate::plan::{NothingToCompact, Plan};
@@ -89,6 +89,12 @@ pub struct CompactionReport {
     /// Set when no model could write the summary during overflow recovery, so the summary is
     /// panto's own record ([`RECORD_ONLY_MODEL`](crate::RECORD_ONLY_MODEL)): why the models failed.
     pub degraded: Option<String>,
+    /// The protocol of the native compaction that wrote the summary
+    /// ([`CompactionStrategy::Native`](crate::CompactionStrategy::Native)), when one did.
+    pub native: Option<String>,
+    /// What the provider's native compaction cost, as it reported it (also on the entry, as
+    /// `usage`).
+    pub usage: Option<Usage>,
 }
 
 impl CompactionReport {
@@ -121,6 +127,8 @@ impl CompactionReport {
             requests: 1,
             elided: Vec::new(),
             degraded: None,
+            native: None,
+            usage: None,
         }
     }
 

@@ -67,8 +67,9 @@ pub use decode::{
 pub use entry::{COPIES_MARKED, CompactionEntry, Entry, Trigger, UnknownEntry};
 pub use ids::{IdKind, IdSource, SequentialIds, UniqueIds};
 pub use message::{
-    CompactionBlock, ContentBlock, Extra, ImageBlock, KEPT_BY, Message, Name, OtherBlock, RawJson,
-    Role, TextBlock, ThinkingBlock, ToolResultBlock, ToolResultContent, ToolUseBlock, Usage,
+    CompactionBlock, ContentBlock, Extra, ImageBlock, KEPT_BY, Message, NATIVE, NATIVE_ANTHROPIC,
+    NATIVE_OPENAI_RESPONSES, Name, OtherBlock, RawJson, Role, THINKING_KEPT, THINKING_RESET,
+    TextBlock, ThinkingBlock, ToolResultBlock, ToolResultContent, ToolUseBlock, Usage,
 };
 pub use replay::{EffectiveContext, Replayer, Skipped, replay};
 pub use turns::{allowed_cuts, turns};

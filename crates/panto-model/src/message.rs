@@ -158,10 +158,47 @@ impl Message {
     pub fn kept_by(&self) -> Option<&str> {
         self.extra.get(KEPT_BY).and_then(Value::as_str)
     }
+
+    /// Whether this message is a kept copy whose thinking stays valid after its compaction
+    /// ([`THINKING_KEPT`] names the compaction that kept it).
+    pub fn thinking_kept(&self) -> bool {
+        match (
+            self.kept_by(),
+            self.extra.get(THINKING_KEPT).and_then(Value::as_str),
+        ) {
+            (Some(by), Some(valid)) => by == valid,
+            _ => false,
+        }
+    }
+
+    /// Whether a provider refused the thinking of the messages before this one
+    /// ([`THINKING_RESET`]).
+    pub fn thinking_reset(&self) -> bool {
+        self.extra.get(THINKING_RESET) == Some(&Value::Bool(true))
+    }
 }
 
 /// The extra field that marks a message entry as a kept copy written by a compaction.
 pub const KEPT_BY: &str = "kept_by";
+
+/// The extra field of a kept copy whose thinking stays valid after its compaction: it holds
+/// the id of that compaction (the copy's `kept_by`). A native compaction that met its
+/// provider's conditions writes it (Anthropic's on-demand compaction keeps the thinking of the
+/// turns after it valid). On any other kept copy, and on a copy kept again by a later
+/// compaction (whose `kept_by` then differs), the thinking was produced before a prefix that
+/// has since changed.
+pub const THINKING_KEPT: &str = "thinking_kept";
+
+/// The extra field of a message (`true`) saying that a provider refused the thinking of the
+/// messages before it as bound to a different conversation, so that every later request leaves
+/// that thinking out. An adapter sets it on the reply it got after such a refusal; stored
+/// with the reply, the choice survives a restart.
+pub const THINKING_RESET: &str = "thinking_reset";
+
+/// The field of a compaction entry (and of the compaction block replay makes from it) that
+/// holds a native compaction's payload: `{"protocol": ..., "model": ..., "payload": [...]}`,
+/// the items exactly as the provider returned them (see [`CompactionBlock::native_payload`]).
+pub const NATIVE: &str = "native";
 
 /// One content block. Unknown block types are kept as [`ContentBlock::Other`].
 #[derive(Clone, Debug, PartialEq)]
@@ -416,16 +453,59 @@ impl CompactionBlock {
             extra: Extra::new(),
         }
     }
+
+    /// The protocol of the native compaction this block carries ([`NATIVE`]), such as
+    /// [`NATIVE_ANTHROPIC`] or [`NATIVE_OPENAI_RESPONSES`].
+    pub fn native_protocol(&self) -> Option<&str> {
+        self.extra
+            .get(NATIVE)
+            .and_then(|n| n.get("protocol"))
+            .and_then(Value::as_str)
+    }
+
+    /// The items of the native compaction this block carries, each as the exact JSON text the
+    /// provider returned: Anthropic's content blocks (the `compaction` block) or `OpenAI`'s
+    /// output items (the kept user messages and the `compaction` item). `None` when the block
+    /// carries no native payload, or one that is not a list.
+    pub fn native_payload(&self) -> Option<Vec<RawJson>> {
+        let native = self.extra.get_raw(NATIVE)?;
+        let fields: std::collections::HashMap<String, Box<serde_json::value::RawValue>> =
+            serde_json::from_str(native.json()).ok()?;
+        let items: Vec<Box<serde_json::value::RawValue>> =
+            serde_json::from_str(fields.get("payload")?.get()).ok()?;
+        items
+            .into_iter()
+            .map(|item| RawJson::from_text(item.get().to_owned()).ok())
+            .collect()
+    }
 }
 
 /// A block of a type panto does not model, kept whole.
-#[derive(Clone, Debug, PartialEq)]
+///
+/// Among them are the providers' native compaction blocks: a `compaction` block without a
+/// `summary` (Contract 1's compaction block is the one with a `summary`) is Anthropic's
+/// server-side compaction block (`content`, `signature`, `tool_changes`, ...) or an `OpenAI`
+/// Responses compaction item (`encrypted_content`, ...), read here whole and written back
+/// byte for byte ([`OtherBlock::native_compaction`] tells them apart).
+///
+/// Equality compares the type and the fields, not where `type` stood among them.
+#[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct OtherBlock {
     /// Its `type`.
     pub kind: String,
     /// Every other field.
     pub fields: Extra,
+    /// Where `type` stood among the block's keys when it was read (0 when first, which is
+    /// where panto writes it for the blocks it builds); at most `fields.len()`. The block is
+    /// written back with `type` at the same place, so its key order survives a round trip.
+    pub type_index: usize,
+}
+
+impl PartialEq for OtherBlock {
+    fn eq(&self, other: &OtherBlock) -> bool {
+        self.kind == other.kind && self.fields == other.fields
+    }
 }
 
 impl OtherBlock {
@@ -434,9 +514,41 @@ impl OtherBlock {
         OtherBlock {
             kind: kind.into(),
             fields,
+            type_index: 0,
+        }
+    }
+
+    /// The protocol of a provider's native compaction block: `Some("openai-responses")` for a
+    /// `compaction` block with `encrypted_content` (an `OpenAI` Responses compaction item),
+    /// `Some("anthropic")` for any other `compaction` block without a `summary` (Anthropic's
+    /// server-side compaction block, whose readable summary is its `content`), `None` for
+    /// every other block.
+    pub fn native_compaction(&self) -> Option<&'static str> {
+        if self.kind != "compaction" {
+            return None;
+        }
+        Some(if self.fields.contains_key("encrypted_content") {
+            NATIVE_OPENAI_RESPONSES
+        } else {
+            NATIVE_ANTHROPIC
+        })
+    }
+
+    /// The readable summary of a native compaction block, when it has one (Anthropic's
+    /// `content`; an `OpenAI` compaction item is opaque).
+    pub fn native_summary(&self) -> Option<&str> {
+        match self.native_compaction() {
+            Some(NATIVE_ANTHROPIC) => self.fields.get("content").and_then(Value::as_str),
+            _ => None,
         }
     }
 }
+
+/// The protocol name of Anthropic's native compaction (the Messages API's `compaction` block).
+pub const NATIVE_ANTHROPIC: &str = "anthropic";
+
+/// The protocol name of `OpenAI` Responses' native compaction (the `compaction` item).
+pub const NATIVE_OPENAI_RESPONSES: &str = "openai-responses";
 
 /// Token accounting for one request, on the assistant message it produced.
 ///

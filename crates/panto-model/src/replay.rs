@@ -22,7 +22,7 @@
 use serde_json::Value;
 
 use crate::entry::{CompactionEntry, Entry};
-use crate::message::{KEPT_BY, Message};
+use crate::message::{CompactionBlock, ContentBlock, KEPT_BY, Message, NATIVE, Role};
 
 /// The context that the next request is built from.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -215,9 +215,16 @@ impl Replayer {
     fn activate(&mut self, entry: CompactionEntry, copies: Vec<Message>) {
         self.foreign = None;
         self.ctx.messages.clear();
-        self.ctx
-            .messages
-            .push(Message::compaction(entry.summary.clone()));
+        let mut block = CompactionBlock::new(entry.summary.clone());
+        // A native compaction's payload rides in the block, exact, for the adapter of its
+        // protocol to send back (the summary stands in everywhere else).
+        if let Some(native) = entry.extra.get_raw(NATIVE) {
+            block.extra.insert_raw(NATIVE.to_owned(), native.clone());
+        }
+        self.ctx.messages.push(Message::new(
+            Role::User,
+            vec![ContentBlock::Compaction(block)],
+        ));
         self.ctx.kept = copies.len();
         self.ctx.messages.extend(copies);
         self.ctx.compaction = Some(entry);

@@ -185,6 +185,11 @@ impl<'de> Deserialize<'de> for Key<'de> {
 trait Tagged: Sized {
     const EXPECTING: &'static str;
     fn visit_body<'de, A: MapAccess<'de>>(kind: String, map: A) -> Result<Self, A::Error>;
+    /// The value read from an object whose `type` was its `at`-th key (counted from 0), for the
+    /// values that write it back where it was. Nothing by default.
+    fn type_at(self, _at: usize) -> Self {
+        self
+    }
 }
 
 struct TaggedVisitor<T>(PhantomData<T>);
@@ -222,6 +227,7 @@ impl<'de, T: Tagged> Visitor<'de> for TaggedVisitor<T> {
         let tracked = serde_path_to_error::Deserializer::new(Buffered(&all), &mut track);
         tracked
             .deserialize_map(BodyVisitor::<T>(kind, PhantomData))
+            .map(|value| value.type_at(at))
             .map_err(|e| {
                 // Carry the path inside the buffered object out to the caller's path.
                 let path = track.path().to_string();
@@ -418,6 +424,16 @@ fn without_position(e: &serde_json::Error) -> String {
 impl Tagged for ContentBlock {
     const EXPECTING: &'static str = "a content block object";
 
+    fn type_at(self, at: usize) -> Self {
+        match self {
+            ContentBlock::Other(mut o) => {
+                o.type_index = at.min(o.fields.len());
+                ContentBlock::Other(o)
+            }
+            other => other,
+        }
+    }
+
     fn visit_body<'de, A: MapAccess<'de>>(kind: String, mut map: A) -> Result<Self, A::Error> {
         let mut extra = Extra::new();
         match kind.as_str() {
@@ -520,16 +536,19 @@ impl Tagged for ContentBlock {
                         _ => unknown(&mut map, key, &mut extra)?,
                     }
                 }
-                let summary = summary.ok_or_else(|| A::Error::missing_field("summary"))?;
-                Ok(ContentBlock::Compaction(CompactionBlock {
-                    summary,
-                    extra: checked(extra)?,
-                }))
+                let extra = checked(extra)?;
+                // Contract 1's compaction block is the one with a `summary`. A `compaction`
+                // block without one is a provider's native block (Anthropic's `content` and
+                // `signature`, an `OpenAI` Responses item's `encrypted_content`), kept whole.
+                Ok(match summary {
+                    Some(summary) => ContentBlock::Compaction(CompactionBlock { summary, extra }),
+                    None => ContentBlock::Other(OtherBlock::new(kind, extra)),
+                })
             }
-            _ => Ok(ContentBlock::Other(OtherBlock {
+            _ => Ok(ContentBlock::Other(OtherBlock::new(
                 kind,
-                fields: rest_into_extra(map)?,
-            })),
+                rest_into_extra(map)?,
+            ))),
         }
     }
 }
@@ -550,7 +569,10 @@ fn write_extra<M: SerializeMap>(m: &mut M, extra: &Extra) -> Result<(), M::Error
 impl Serialize for ContentBlock {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut m = s.serialize_map(None)?;
-        m.serialize_entry("type", self.type_name())?;
+        let type_later = matches!(self, ContentBlock::Other(o) if o.type_index > 0);
+        if !type_later {
+            m.serialize_entry("type", self.type_name())?;
+        }
         match self {
             ContentBlock::Text(b) => {
                 m.serialize_entry("text", &b.text)?;
@@ -586,7 +608,16 @@ impl Serialize for ContentBlock {
                 write_extra(&mut m, &b.extra)?;
             }
             ContentBlock::Other(b) => {
-                write_extra(&mut m, &b.fields)?;
+                // `type` goes back where it was read (written first above when that was first).
+                for (i, (k, v)) in b.fields.iter().enumerate() {
+                    if i == b.type_index && i > 0 {
+                        m.serialize_entry("type", &b.kind)?;
+                    }
+                    m.serialize_entry(k, v)?;
+                }
+                if b.type_index > 0 && b.type_index >= b.fields.len() {
+                    m.serialize_entry("type", &b.kind)?;
+                }
             }
         }
         m.end()

@@ -10,6 +10,9 @@
 //!   [`ProviderError::QuotaExceeded`] (the account's quota or billing) is never retried.
 //! - [`StreamEvent`]: what the caller hears while a request runs, text as it streams and each
 //!   retry as it is scheduled ([`RetryNotice`]).
+//! - [`NativeCompaction`]: what [`Provider::compact_natively`] returns when a provider
+//!   summarizes a conversation itself (Anthropic, `OpenAI` Responses); the default method says
+//!   it cannot.
 //!
 //! The design choice to know: this crate sits low, with no HTTP and no async runtime, so that
 //! `panto-compact` depends on the trait and never links reqwest. The HTTP implementations live in
@@ -39,8 +42,10 @@ use panto_model::Message;
 use serde_json::Value;
 
 pub use async_trait::async_trait;
-pub use options::{ReasoningEffort, RequestOptions, ToolChoice};
+pub use native::NativeCompaction;
+pub use options::{ReasoningEffort, RequestOptions, ToolChoice, merge_json};
 
+mod native;
 mod options;
 
 /// One request to a model.
@@ -139,6 +144,10 @@ pub enum StreamEvent<'a> {
     /// An attempt failed with a transient error and the request will be sent again after a
     /// delay. Nothing of the failed attempt reached the sink.
     Retry(RetryNotice<'a>),
+    /// Something the user should know about the request, in one sentence: for example that the
+    /// provider refused the thinking of earlier turns as bound to a different conversation and
+    /// the request was sent again without it.
+    Notice(&'a str),
 }
 
 /// A retry about to happen: which one, after how long, and why.
@@ -211,8 +220,19 @@ pub type EventSink<'a> = &'a mut (dyn FnMut(StreamEvent<'_>) + Send);
 /// A model that answers requests.
 ///
 /// Implementations retry transient failures (rate limits, 5xx, timeouts, resets) themselves,
-/// and never retry a context overflow or another 4xx answer. Implement it with
-/// [`macro@async_trait`]:
+/// and never retry a context overflow or another 4xx answer.
+///
+/// **Overflow recovery depends on one answer.** panto compacts a conversation and retries only
+/// when [`Provider::complete`] returns [`ProviderError::ContextOverflow`]; any other error is
+/// passed to the caller untouched. A provider of your own gets the recovery panto's adapters
+/// get only if it returns that variant for "the input is too large". `panto-providers` offers
+/// the pieces its own adapters use, so that a custom provider behaves the same: the classifier
+/// (`classify_response(protocol, status, retry_after, body)` and its siblings, which turn an
+/// HTTP error answer into the right [`ProviderError`]) and the wire preparation (the
+/// conversation rewritten into a shape every API accepts, thinking that may not be sent back
+/// left out).
+///
+/// Implement it with [`macro@async_trait`]:
 ///
 /// ```
 /// use panto_model::Message;
@@ -255,6 +275,29 @@ pub trait Provider: Send + Sync {
         request: &Request,
         events: EventSink<'_>,
     ) -> Result<Message, ProviderError>;
+
+    /// Asks the provider to compact `request.messages` itself (Anthropic's on-demand
+    /// compaction, `OpenAI`'s `/responses/compact`), with the conversation's own system prompt
+    /// and tools, and `instructions` for the summary when the user gave any. The payload it
+    /// returns stands in for those messages in later requests to the same protocol.
+    ///
+    /// Not every provider can: the default answers [`ProviderError::Unsupported`], and panto
+    /// then writes its own summary.
+    ///
+    /// # Errors
+    /// A [`ProviderError`]; [`ProviderError::Unsupported`] when the provider has no native
+    /// compaction.
+    async fn compact_natively(
+        &self,
+        request: &Request,
+        instructions: Option<&str>,
+        events: EventSink<'_>,
+    ) -> Result<NativeCompaction, ProviderError> {
+        let _ = (request, instructions, events);
+        Err(ProviderError::Unsupported {
+            message: format!("{} has no native compaction", self.name()),
+        })
+    }
 }
 
 #[async_trait]
@@ -268,6 +311,16 @@ impl<P: Provider + ?Sized> Provider for &P {
         events: EventSink<'_>,
     ) -> Result<Message, ProviderError> {
         (**self).complete(request, events).await
+    }
+    async fn compact_natively(
+        &self,
+        request: &Request,
+        instructions: Option<&str>,
+        events: EventSink<'_>,
+    ) -> Result<NativeCompaction, ProviderError> {
+        (**self)
+            .compact_natively(request, instructions, events)
+            .await
     }
 }
 
@@ -283,6 +336,16 @@ impl<P: Provider + ?Sized> Provider for Box<P> {
     ) -> Result<Message, ProviderError> {
         (**self).complete(request, events).await
     }
+    async fn compact_natively(
+        &self,
+        request: &Request,
+        instructions: Option<&str>,
+        events: EventSink<'_>,
+    ) -> Result<NativeCompaction, ProviderError> {
+        (**self)
+            .compact_natively(request, instructions, events)
+            .await
+    }
 }
 
 #[async_trait]
@@ -296,6 +359,16 @@ impl<P: Provider + ?Sized> Provider for std::sync::Arc<P> {
         events: EventSink<'_>,
     ) -> Result<Message, ProviderError> {
         (**self).complete(request, events).await
+    }
+    async fn compact_natively(
+        &self,
+        request: &Request,
+        instructions: Option<&str>,
+        events: EventSink<'_>,
+    ) -> Result<NativeCompaction, ProviderError> {
+        (**self)
+            .compact_natively(request, instructions, events)
+            .await
     }
 }
 

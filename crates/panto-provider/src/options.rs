@@ -19,6 +19,20 @@
 /// assert_eq!(options.temperature, Some(0.2));
 /// assert_eq!(options.top_p, None);
 /// ```
+///
+/// Beyond the modelled options, an escape hatch: fields the provider's API takes that panto
+/// does not model (a beta feature's parameter, `thinking.block_binding`,
+/// `context_management`, ...) and headers (a beta flag) travel as they are.
+///
+/// ```
+/// use panto_provider::RequestOptions;
+/// use serde_json::json;
+///
+/// let options = RequestOptions::new()
+///     .with_body_field("thinking", json!({"block_binding": {"prefix_mismatch_behavior": "drop_block"}}))
+///     .with_header("anthropic-beta", "thinking-binding-controls-2026-08-01");
+/// assert_eq!(options.extra_headers.len(), 1);
+/// ```
 #[derive(Clone, Debug, Default, PartialEq)]
 #[non_exhaustive]
 pub struct RequestOptions {
@@ -30,6 +44,15 @@ pub struct RequestOptions {
     pub reasoning_effort: Option<ReasoningEffort>,
     /// Whether and which tool the model must call.
     pub tool_choice: Option<ToolChoice>,
+    /// Fields added to the request body the adapter renders, after it rendered its own: an
+    /// object merges key by key into the field of the same name (recursively, so `thinking`
+    /// gains `block_binding` beside the budget the adapter wrote), anything else replaces it.
+    /// Adapters send them as they are; the API decides what they mean.
+    pub extra_body: serde_json::Map<String, serde_json::Value>,
+    /// Headers added to the request, after the protocol's own and the configuration's: a header
+    /// of the same name replaces theirs, except `anthropic-beta`, whose comma-separated values
+    /// are joined with the adapter's. A header named like a credential is marked sensitive.
+    pub extra_headers: Vec<(String, String)>,
 }
 
 impl RequestOptions {
@@ -62,9 +85,57 @@ impl RequestOptions {
         self
     }
 
+    /// The same options with the body field `key` merged into the rendered body (see
+    /// [`RequestOptions::extra_body`]); a second call for the same key merges into the first.
+    pub fn with_body_field(
+        mut self,
+        key: impl Into<String>,
+        value: serde_json::Value,
+    ) -> RequestOptions {
+        let key = key.into();
+        match self.extra_body.get_mut(&key) {
+            Some(existing) => merge_json(existing, value),
+            None => {
+                self.extra_body.insert(key, value);
+            }
+        }
+        self
+    }
+
+    /// The same options with the header `name: value` on the request (see
+    /// [`RequestOptions::extra_headers`]).
+    pub fn with_header(
+        mut self,
+        name: impl Into<String>,
+        value: impl Into<String>,
+    ) -> RequestOptions {
+        self.extra_headers.push((name.into(), value.into()));
+        self
+    }
+
     /// Whether no option is set.
     pub fn is_empty(&self) -> bool {
         *self == RequestOptions::default()
+    }
+}
+
+/// Merges `patch` into `target`: objects key by key, recursively; any other value replaces.
+///
+/// This is how [`RequestOptions::extra_body`] reaches a rendered request body, written once
+/// here so that every adapter, panto's or another program's, merges the same way.
+pub fn merge_json(target: &mut serde_json::Value, patch: serde_json::Value) {
+    match (target, patch) {
+        (serde_json::Value::Object(target), serde_json::Value::Object(patch)) => {
+            for (key, value) in patch {
+                match target.get_mut(&key) {
+                    Some(existing) => merge_json(existing, value),
+                    None => {
+                        target.insert(key, value);
+                    }
+                }
+            }
+        }
+        (target, patch) => *target = patch,
     }
 }
 

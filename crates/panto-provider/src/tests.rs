@@ -85,3 +85,108 @@ fn only_the_connect_wait_is_worth_retrying() {
         assert!(!expired(wait).is_transient(), "{wait}");
     }
 }
+
+#[test]
+fn extra_body_fields_merge_key_by_key() {
+    use serde_json::json;
+    let options = crate::RequestOptions::new()
+        .with_body_field("thinking", json!({"type": "enabled"}))
+        .with_body_field(
+            "thinking",
+            json!({"block_binding": {"prefix_mismatch_behavior": "drop_block"}}),
+        )
+        .with_body_field("context_management", json!([{"type": "compaction"}]));
+    assert_eq!(
+        options.extra_body["thinking"],
+        json!({"type": "enabled", "block_binding": {"prefix_mismatch_behavior": "drop_block"}})
+    );
+    let mut body = json!({"thinking": {"type": "enabled", "budget_tokens": 1024}, "model": "m"});
+    crate::merge_json(
+        &mut body,
+        json!({"thinking": {"budget_tokens": 2048}, "model": "n"}),
+    );
+    assert_eq!(
+        body,
+        json!({"thinking": {"type": "enabled", "budget_tokens": 2048}, "model": "n"})
+    );
+}
+
+/// A provider that implements only `complete`: no native compaction, and the forwarding
+/// implementations (`&P`, `Box<P>`, `Arc<P>`) pass the question on rather than answer it.
+#[test]
+fn native_compaction_is_unsupported_by_default_and_forwarded() {
+    use std::sync::Arc;
+
+    use panto_model::{Message, RawJson};
+
+    use crate::{EventSink, NativeCompaction, Provider, Request, async_trait};
+
+    struct Plain;
+    #[async_trait]
+    impl Provider for Plain {
+        fn name(&self) -> &str {
+            "plain"
+        }
+        async fn complete(&self, _: &Request, _: EventSink<'_>) -> Result<Message, ProviderError> {
+            Ok(Message::assistant_text("hi"))
+        }
+    }
+    struct Compacting;
+    #[async_trait]
+    impl Provider for Compacting {
+        fn name(&self) -> &str {
+            "compacting"
+        }
+        async fn complete(&self, _: &Request, _: EventSink<'_>) -> Result<Message, ProviderError> {
+            Ok(Message::assistant_text("hi"))
+        }
+        async fn compact_natively(
+            &self,
+            _: &Request,
+            _: Option<&str>,
+            _: EventSink<'_>,
+        ) -> Result<NativeCompaction, ProviderError> {
+            Ok(NativeCompaction::new(
+                "x",
+                vec![RawJson::from_text("{}").unwrap()],
+            ))
+        }
+    }
+    let request = Request::new("m", "", vec![Message::user_text("hi")], 16);
+    let runtime = async {
+        let plain = Plain.compact_natively(&request, None, &mut |_| {}).await;
+        assert!(
+            matches!(plain, Err(ProviderError::Unsupported { message }) if message == "plain has no native compaction")
+        );
+        let boxed: Box<dyn Provider> = Box::new(Compacting);
+        assert!(
+            boxed
+                .compact_natively(&request, None, &mut |_| {})
+                .await
+                .is_ok()
+        );
+        let shared: Arc<dyn Provider> = Arc::new(Compacting);
+        // Through `&P` of `Arc<P>`: both forwarding implementations.
+        let by_ref = Box::new(&shared) as Box<dyn Provider + '_>;
+        assert!(
+            by_ref
+                .compact_natively(&request, None, &mut |_| {})
+                .await
+                .is_ok()
+        );
+    };
+    block_on(runtime);
+}
+
+/// Polls a future that never waits to completion (no runtime in this crate).
+fn block_on<F: Future>(future: F) -> F::Output {
+    use std::pin::pin;
+    use std::task::{Context, Poll, Waker};
+    let mut future = pin!(future);
+    let mut cx = Context::from_waker(Waker::noop());
+    loop {
+        if let Poll::Ready(out) = future.as_mut().poll(&mut cx) {
+            return out;
+        }
+    }
+}

@@ -80,6 +80,17 @@ macro_rules! adapter_common {
                     message
                 })
             }
+
+            async fn compact_natively(
+                &self,
+                request: &Request,
+                instructions: Option<&str>,
+                events: EventSink<'_>,
+            ) -> Result<panto_provider::NativeCompaction, ProviderError> {
+                // The payload goes back to the provider byte for byte, so it is not scrubbed;
+                // errors are, by the transport.
+                self.native_compaction(request, instructions, events).await
+            }
         }
     };
 }

@@ -1,28 +1,62 @@
 //! The Anthropic Messages adapter: `POST {base}/v1/messages`, JSON or SSE.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use panto_model::{
-    ContentBlock, Extra, Message, Name, OtherBlock, TextBlock, ThinkingBlock, ToolResultContent,
-    ToolUseBlock, Usage,
+    ContentBlock, Extra, Message, NATIVE_ANTHROPIC, NATIVE_OPENAI_RESPONSES, Name, OtherBlock,
+    RawJson, Role, THINKING_RESET, TextBlock, ThinkingBlock, ToolResultContent, ToolUseBlock,
+    Usage,
 };
-use panto_provider::{EventSink, Provider, ProviderError, Request, ToolChoice};
+use panto_provider::{EventSink, NativeCompaction, Provider, ProviderError, Request, ToolChoice};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
 use crate::adapter::adapter_common;
+use crate::body::{Splice, WireBody};
 use crate::classify::{self, Protocol};
 use crate::config::{self, BaseUrl, Config, EnvSpec, Error};
 use crate::prepare::{compaction_text, prepare};
 use crate::secret::ApiKey;
 use crate::shared::{assistant, insert_sampling, key_header, reasoning_budget, tool_choice};
 use crate::sse::SseEvent;
-use crate::transport::{Sink, StreamParser, Transport, Wire, error_payload, event_json, malformed};
+use crate::thinking::{THINKING_BINDING_BETA, thinking_replay};
+use crate::transport::{
+    Recovery, Sink, StreamParser, Transport, Wire, error_payload, event_json, malformed,
+};
+
+/// The `anthropic-beta` value of on-demand compaction (the `compaction` parameter and its
+/// signed blocks), sent with the request that asks for a summary and with every later request
+/// that carries the signed block.
+pub const COMPACT_ON_DEMAND_BETA: &str = "compact-2026-09-04";
+
+/// The summarization prompt sent before the extra instructions of a native compaction run,
+/// since `compaction.instructions` replaces the API's default prompt.
+const SUMMARY_BASE: &str = "Summarize the conversation so far so that the work can continue \
+     from the summary alone: the user's goal and every request, the decisions taken and why, the \
+     files, commands and results that matter, errors and how they were resolved, and what is \
+     still to do.";
+
+/// The `anthropic-beta` value of compaction at a token threshold
+/// (`context_management.edits: [{type: "compact_20260112"}]`), whose `compaction` blocks carry
+/// no signature.
+pub const COMPACT_THRESHOLD_BETA: &str = "compact-2026-01-12";
 
 /// The `anthropic-version` header value sent with every request.
 pub const ANTHROPIC_VERSION: &str = "2023-06-01";
 
 /// The Anthropic Messages API (and servers that speak it, such as llama.cpp's `/v1/messages`).
+///
+/// Thinking is sent back only where its prefix is unchanged (Anthropic's preserved thinking,
+/// see `panto_providers::wire::thinking_replay`): the thinking of kept copies and of the turns
+/// before a refusal is left out, and the current tool loop's is sent with
+/// `thinking.block_binding.prefix_mismatch_behavior: "drop_block"`. A request refused because
+/// a thinking block "is bound to a different conversation" is sent once more without that
+/// thinking (the caller hears a `StreamEvent::Notice`), and the reply is marked
+/// `thinking_reset` so that every later request makes the same choice. Native compaction
+/// blocks (`"type":"compaction"` with `content` and `signature`) are kept and sent back byte
+/// for byte, with the beta header they need; [`Provider::compact_natively`] asks for
+/// on-demand compaction (`compact-2026-09-04`).
 ///
 /// Request options: `temperature`, `top_p`, `tool_choice` (`auto`, `none`, `any`, or one
 /// `tool`; sent only when the request has tools) and the reasoning effort as extended
@@ -53,16 +87,119 @@ impl AnthropicProvider {
     pub fn new(config: Config) -> Result<AnthropicProvider, Error> {
         Ok(AnthropicProvider {
             transport: Transport::new(config)?,
-            wire: AnthropicWire,
+            wire: AnthropicWire::default(),
         })
     }
+
+    /// On-demand compaction (`compaction: {"type": "summarize"}`, beta `compact-2026-09-04`):
+    /// the conversation of `request`, with its own system prompt and tools, summarized by the
+    /// API into one signed `compaction` block, returned exactly as received. `instructions`
+    /// replace the API's default summarization prompt when given.
+    async fn native_compaction(
+        &self,
+        request: &Request,
+        instructions: Option<&str>,
+        _events: EventSink<'_>,
+    ) -> Result<NativeCompaction, ProviderError> {
+        let wire = AnthropicWire {
+            compaction: true,
+            instructions: instructions.map(str::to_owned),
+        };
+        let body = wire
+            .body(request, false)
+            .to_bytes()
+            .map_err(|e| malformed(format!("could not encode the request: {e}")))?;
+        let url = wire.endpoint(self.transport.base(), request, false);
+        let bytes = self
+            .transport
+            .post_json(&wire, request, &url, &body)
+            .await?;
+        native_answer(&bytes)
+    }
+}
+
+/// Reads the answer to an on-demand compaction request: its content blocks exactly as
+/// received, the summary of its `compaction` block, the model and the usage.
+fn native_answer(bytes: &[u8]) -> Result<NativeCompaction, ProviderError> {
+    let top: HashMap<String, Box<RawValue>> = serde_json::from_slice(bytes)
+        .map_err(|e| malformed(format!("the compaction answer cannot be read: {e}")))?;
+    let content = top
+        .get("content")
+        .ok_or_else(|| malformed("the compaction answer has no `content`"))?;
+    let raw: Vec<Box<RawValue>> = serde_json::from_str(content.get()).map_err(|e| {
+        malformed(format!(
+            "the compaction answer's `content` cannot be read: {e}"
+        ))
+    })?;
+    let mut items = Vec::with_capacity(raw.len());
+    let mut summary = None;
+    for item in &raw {
+        let block: ContentBlock = serde_json::from_str(item.get())
+            .map_err(|e| malformed(format!("a compaction answer block cannot be read: {e}")))?;
+        if let ContentBlock::Other(o) = &block
+            && o.native_compaction() == Some(NATIVE_ANTHROPIC)
+        {
+            summary = Some(o.native_summary().unwrap_or_default().to_owned());
+        }
+        items.push(
+            RawJson::from_text(item.get().to_owned())
+                .map_err(|e| malformed(format!("a compaction answer block: {e}")))?,
+        );
+    }
+    let Some(summary) = summary else {
+        return Err(malformed(
+            "the compaction answer holds no `compaction` block",
+        ));
+    };
+    let mut native = NativeCompaction::new(NATIVE_ANTHROPIC, items).with_summary(summary);
+    let field = |k: &str| {
+        top.get(k)
+            .and_then(|v| serde_json::from_str::<Value>(v.get()).ok())
+    };
+    if let Some(model) = field("model").as_ref().and_then(Value::as_str) {
+        native = native.with_model(model);
+    }
+    if let Some(usage) = field("usage") {
+        native = native.with_usage(compaction_usage(&usage));
+    }
+    Ok(native)
+}
+
+/// The usage of a compaction answer: the `compaction` iterations when the API itemizes them
+/// (`usage.iterations`, kept whole in `extra`), else the usage as reported.
+fn compaction_usage(usage: &Value) -> Usage {
+    let mut out = parse_usage(usage);
+    let iterations = usage.get("iterations").and_then(Value::as_array);
+    let compactions: Vec<&Value> = iterations
+        .into_iter()
+        .flatten()
+        .filter(|i| i.get("type").and_then(Value::as_str) == Some("compaction"))
+        .collect();
+    if !compactions.is_empty() {
+        let sum = |k: &str| {
+            compactions
+                .iter()
+                .filter_map(|i| i.get(k))
+                .filter_map(Value::as_u64)
+                .sum()
+        };
+        out.input_tokens = sum("input_tokens");
+        out.output_tokens = sum("output_tokens");
+        out.cache_read_input_tokens = None;
+        out.cache_creation_input_tokens = None;
+    }
+    out
 }
 
 adapter_common!(AnthropicProvider, name: "anthropic", env: ENV, key: "ANTHROPIC_API_KEY", url: "ANTHROPIC_BASE_URL");
 
-/// The protocol description.
-#[derive(Debug)]
-pub(crate) struct AnthropicWire;
+/// The protocol description: a conversation request, or (with `compaction`) an on-demand
+/// compaction request.
+#[derive(Debug, Default)]
+pub(crate) struct AnthropicWire {
+    compaction: bool,
+    instructions: Option<String>,
+}
 
 impl Wire for AnthropicWire {
     type Stream = AnthropicStream;
@@ -75,32 +212,167 @@ impl Wire for AnthropicWire {
         base.endpoint("v1", "messages")
     }
 
-    fn headers(&self, key: &ApiKey, headers: &mut HeaderMap) {
+    fn headers(&self, key: &ApiKey, request: &Request, headers: &mut HeaderMap) {
         key_header(headers, HeaderName::from_static("x-api-key"), "", key);
         headers.insert(
             "anthropic-version",
             HeaderValue::from_static(ANTHROPIC_VERSION),
         );
+        let betas = betas(request, self.compaction);
+        if !betas.is_empty()
+            && let Ok(value) = HeaderValue::from_str(&betas.join(","))
+        {
+            headers.insert("anthropic-beta", value);
+        }
     }
 
-    fn body(&self, request: &Request, stream: bool) -> Value {
-        request_body(request, stream)
+    fn body(&self, request: &Request, stream: bool) -> WireBody {
+        let mut body = wire_body(request, stream);
+        if self.compaction
+            && let Value::Object(map) = &mut body.value
+        {
+            map.remove("stream");
+            let mut compaction = json!({"type": "summarize"});
+            if let Some(instructions) = &self.instructions {
+                // `instructions` replace the API's own summarization prompt, so the extra
+                // instructions come after a prompt of panto's that asks for the same summary.
+                compaction["instructions"] = json!(format!("{SUMMARY_BASE}\n\n{instructions}"));
+            }
+            map.insert("compaction".into(), compaction);
+        }
+        body
     }
 
     fn parse(&self, body: &Value) -> Result<Message, ProviderError> {
         parse_message(body)
     }
 
+    fn parse_bytes(&self, bytes: &[u8], value: &Value) -> Result<Message, ProviderError> {
+        let mut message = parse_message(value)?;
+        // The blocks again, from the bytes: what panto does not model (a native compaction
+        // block, a redacted thinking block) keeps the exact text it arrived as.
+        if let Some(content) = exact_content(bytes) {
+            message.content = content;
+        }
+        Ok(message)
+    }
+
     fn stream(&self) -> AnthropicStream {
         AnthropicStream::default()
     }
+
+    fn recover(&self, request: &Request, error: &ProviderError) -> Option<Recovery> {
+        if self.compaction || !is_thinking_refusal(error) {
+            return None;
+        }
+        // Every thinking block the request sent is treated as stale from here on: the reply
+        // is marked, so that later requests (and a restart) leave it out too.
+        let mut again = request.clone();
+        let last = again.messages.last_mut()?;
+        last.extra.insert(THINKING_RESET.into(), Value::Bool(true));
+        Some(Recovery {
+            request: again,
+            notice: "the provider refused thinking from earlier turns as bound to a different \
+                     conversation; sent again without it"
+                .to_owned(),
+            mark: (THINKING_RESET, Value::Bool(true)),
+        })
+    }
 }
 
-/// The request body.
-pub(crate) fn request_body(request: &Request, stream: bool) -> Value {
-    let messages: Vec<Value> = prepare(&request.messages, &compaction_text)
+/// Whether `error` refuses a thinking block as bound to a different conversation.
+fn is_thinking_refusal(error: &ProviderError) -> bool {
+    let ProviderError::InvalidRequest { message, .. } = error else {
+        return false;
+    };
+    let text = message.to_lowercase().replace('`', "");
+    text.contains("bound to a different conversation")
+        || text.contains("invalid signature in thinking block")
+}
+
+/// The content blocks of an answer read from its bytes, so that each keeps its exact text.
+fn exact_content(bytes: &[u8]) -> Option<Vec<ContentBlock>> {
+    let top: HashMap<String, Box<RawValue>> = serde_json::from_slice(bytes).ok()?;
+    serde_json::from_str(top.get("content")?.get()).ok()
+}
+
+/// Whether the request asks for thinking: panto's reasoning effort, or a `thinking` field of
+/// the caller's own that does not disable it.
+fn thinking_on(request: &Request) -> bool {
+    thinking_budget(request).is_some()
+        || request
+            .options
+            .extra_body
+            .get("thinking")
+            .and_then(|t| t.get("type"))
+            .and_then(Value::as_str)
+            .is_some_and(|t| t != "disabled")
+}
+
+/// The `anthropic-beta` values a request needs: the thinking binding controls when it sends
+/// `drop_block`, and the compaction beta of every native compaction block it carries.
+fn betas(request: &Request, compacting: bool) -> Vec<&'static str> {
+    let mut betas = Vec::new();
+    if thinking_replay(&request.messages, thinking_on(request)).drop_block {
+        betas.push(THINKING_BINDING_BETA);
+    }
+    let mut on_demand = compacting;
+    let mut threshold = false;
+    for message in &request.messages {
+        for block in &message.content {
+            match block {
+                ContentBlock::Compaction(c) if c.native_protocol() == Some(NATIVE_ANTHROPIC) => {
+                    on_demand = true;
+                }
+                ContentBlock::Other(o) if o.native_compaction() == Some(NATIVE_ANTHROPIC) => {
+                    if o.fields.contains_key("signature") {
+                        on_demand = true;
+                    } else {
+                        threshold = true;
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    if on_demand {
+        betas.push(COMPACT_ON_DEMAND_BETA);
+    }
+    if threshold {
+        betas.push(COMPACT_THRESHOLD_BETA);
+    }
+    betas
+}
+
+/// The messages with a leading compaction message that carries an Anthropic native payload
+/// replaced by what the API returned: an assistant message holding the signed block, first in
+/// `messages`, exactly as received.
+fn native_head(mut messages: Vec<Message>) -> Vec<Message> {
+    let blocks = match messages.first().and_then(|m| m.content.first()) {
+        Some(ContentBlock::Compaction(c)) if c.native_protocol() == Some(NATIVE_ANTHROPIC) => {
+            c.native_payload().and_then(|items| {
+                items
+                    .iter()
+                    .map(|raw| serde_json::from_str::<ContentBlock>(raw.json()).ok())
+                    .collect::<Option<Vec<_>>>()
+            })
+        }
+        _ => None,
+    };
+    if let Some(blocks) = blocks {
+        messages[0] = Message::new(Role::Assistant, blocks);
+    }
+    messages
+}
+
+/// The request body as it goes on the wire.
+fn wire_body(request: &Request, stream: bool) -> WireBody {
+    let replay = thinking_replay(&request.messages, thinking_on(request));
+    let kept = native_head(replay.apply(&request.messages));
+    let mut splice = Splice::default();
+    let messages: Vec<Value> = prepare(&kept, &compaction_text, Some(NATIVE_ANTHROPIC))
         .iter()
-        .filter_map(render_message)
+        .filter_map(|m| render_message(m, &mut splice))
         .collect();
     let mut body = Map::new();
     body.insert("model".into(), json!(request.model));
@@ -129,7 +401,26 @@ pub(crate) fn request_body(request: &Request, stream: bool) -> Value {
     if stream {
         body.insert("stream".into(), Value::Bool(true));
     }
-    Value::Object(body)
+    let mut body = WireBody::new(Value::Object(body), splice, request);
+    if replay.drop_block
+        && let Some(Value::Object(thinking)) = body.value.get_mut("thinking")
+    {
+        thinking.insert(
+            "block_binding".into(),
+            json!({"prefix_mismatch_behavior": "drop_block"}),
+        );
+    }
+    body
+}
+
+/// The thinking budget panto sends for the request's reasoning effort: at least 1,024 tokens
+/// and below `max_tokens`, else none.
+fn thinking_budget(request: &Request) -> Option<u32> {
+    request
+        .options
+        .reasoning_effort
+        .map(|e| reasoning_budget(e).min(request.max_output_tokens.saturating_sub(1)))
+        .filter(|b| *b >= 1024)
 }
 
 /// The request options this protocol carries (see [`AnthropicProvider`]).
@@ -147,11 +438,7 @@ fn render_options(request: &Request, body: &mut Map<String, Value>) {
         body.insert("tool_choice".into(), choice);
     }
     // The budget must be at least 1,024 tokens and below `max_tokens`.
-    let budget = options
-        .reasoning_effort
-        .map(|e| reasoning_budget(e).min(request.max_output_tokens.saturating_sub(1)))
-        .filter(|b| *b >= 1024);
-    if let Some(budget) = budget {
+    if let Some(budget) = thinking_budget(request) {
         body.insert(
             "thinking".into(),
             json!({"type": "enabled", "budget_tokens": budget}),
@@ -159,8 +446,12 @@ fn render_options(request: &Request, body: &mut Map<String, Value>) {
     }
 }
 
-fn render_message(message: &Message) -> Option<Value> {
-    let content: Vec<Value> = message.content.iter().filter_map(render_block).collect();
+fn render_message(message: &Message, splice: &mut Splice) -> Option<Value> {
+    let content: Vec<Value> = message
+        .content
+        .iter()
+        .filter_map(|b| render_block(b, splice))
+        .collect();
     (!content.is_empty()).then(|| json!({"role": message.role.as_str(), "content": content}))
 }
 
@@ -173,7 +464,7 @@ fn with_cache_control(mut block: Map<String, Value>, extra: &Extra) -> Value {
     Value::Object(block)
 }
 
-fn render_block(block: &ContentBlock) -> Option<Value> {
+fn render_block(block: &ContentBlock, splice: &mut Splice) -> Option<Value> {
     let object = |v: Value| match v {
         Value::Object(m) => m,
         _ => Map::new(),
@@ -197,9 +488,12 @@ fn render_block(block: &ContentBlock) -> Option<Value> {
             let mut out = object(json!({"type": "tool_result", "tool_use_id": r.tool_use_id}));
             let content = match &r.content {
                 ToolResultContent::Text(s) => json!(s),
-                ToolResultContent::Blocks(blocks) => {
-                    Value::Array(blocks.iter().filter_map(render_block).collect())
-                }
+                ToolResultContent::Blocks(blocks) => Value::Array(
+                    blocks
+                        .iter()
+                        .filter_map(|b| render_block(b, splice))
+                        .collect(),
+                ),
             };
             out.insert("content".into(), content);
             if let Some(is_error) = r.is_error {
@@ -213,10 +507,15 @@ fn render_block(block: &ContentBlock) -> Option<Value> {
         ),
         // The wire layer never leaves one, but render it as text rather than drop it.
         ContentBlock::Compaction(c) => json!({"type": "text", "text": compaction_text(&c.summary)}),
+        // An `OpenAI` compaction item means nothing here (it is opaque): left out.
+        ContentBlock::Other(o) if o.native_compaction() == Some(NATIVE_OPENAI_RESPONSES) => {
+            return None;
+        }
+        // Everything else panto does not model (`redacted_thinking`, a native compaction
+        // block, a server tool's block) goes back exactly as it was received.
         ContentBlock::Other(o) => {
-            let mut out = o.fields.to_map();
-            out.insert("type".into(), json!(o.kind));
-            Value::Object(out)
+            let text = serde_json::to_string(&ContentBlock::Other(o.clone())).ok()?;
+            splice.raw(&text)
         }
     })
 }
@@ -395,6 +694,32 @@ impl StreamParser for AnthropicStream {
                         Building::ToolUse { json, .. } | Building::Other { json, .. },
                     ) => {
                         json.push_str(field("partial_json"));
+                    }
+                    // A native compaction block streams its summary whole in one delta, and a
+                    // signed one its signature after it.
+                    ("compaction_delta", Building::Other { block, .. }) => {
+                        let mut content = block
+                            .fields
+                            .get("content")
+                            .and_then(Value::as_str)
+                            .unwrap_or_default()
+                            .to_owned();
+                        content.push_str(field("content"));
+                        block
+                            .fields
+                            .insert("content".into(), Value::String(content));
+                    }
+                    ("signature_delta", Building::Other { block, .. }) => {
+                        let mut signature = block
+                            .fields
+                            .get("signature")
+                            .and_then(Value::as_str)
+                            .unwrap_or_default()
+                            .to_owned();
+                        signature.push_str(field("signature"));
+                        block
+                            .fields
+                            .insert("signature".into(), Value::String(signature));
                     }
                     ("citations_delta", Building::Text(t)) => {
                         if let Some(citation) = delta.get("citation") {

@@ -12,6 +12,7 @@ use reqwest::header::{HeaderMap, HeaderName};
 use serde_json::{Map, Value, json};
 
 use crate::adapter::adapter_common;
+use crate::body::{Splice, WireBody};
 use crate::classify::{self, Protocol};
 use crate::config::{self, BaseUrl, Config, EnvSpec, Error};
 use crate::prepare::{compaction_text, flatten_result, prepare};
@@ -29,6 +30,13 @@ use crate::transport::{
 /// `thoughtSignature` for the part it came in. Gemini wants it back on the same part; other
 /// adapters never send it.
 pub(crate) const THOUGHT_SIGNATURE: &str = "thoughtSignature";
+
+/// The thought signature Gemini documents for a function call it did not produce itself (a
+/// turn from another model or provider, or a call written by hand): sent on such a call of the
+/// current turn, where Gemini 3 refuses a call without a signature
+/// (<https://ai.google.dev/gemini-api/docs/thought-signatures>, FAQ; the Vertex AI
+/// "Thought signatures" page).
+pub(crate) const FOREIGN_SIGNATURE: &str = "skip_thought_signature_validator";
 
 /// The prefix of the ids given to Gemini function calls (Gemini itself gives none).
 pub(crate) const CALL_ID_PREFIX: &str = "gemini_call_";
@@ -70,6 +78,22 @@ impl GeminiProvider {
             wire: GeminiWire,
         })
     }
+
+    /// Gemini has no native compaction: panto writes its own summary.
+    #[expect(
+        clippy::unused_async,
+        reason = "the shape every adapter's native compaction has"
+    )]
+    async fn native_compaction(
+        &self,
+        _request: &Request,
+        _instructions: Option<&str>,
+        _events: EventSink<'_>,
+    ) -> Result<panto_provider::NativeCompaction, ProviderError> {
+        Err(ProviderError::Unsupported {
+            message: "Gemini has no native compaction".into(),
+        })
+    }
 }
 
 adapter_common!(GeminiProvider, name: "gemini", env: ENV, key: "GEMINI_API_KEY", url: "GEMINI_BASE_URL");
@@ -100,12 +124,12 @@ impl Wire for GeminiWire {
         base.endpoint("v1beta", &format!("{model}:{method}"))
     }
 
-    fn headers(&self, key: &ApiKey, headers: &mut HeaderMap) {
+    fn headers(&self, key: &ApiKey, _request: &Request, headers: &mut HeaderMap) {
         key_header(headers, HeaderName::from_static("x-goog-api-key"), "", key);
     }
 
-    fn body(&self, request: &Request, _stream: bool) -> Value {
-        request_body(request)
+    fn body(&self, request: &Request, _stream: bool) -> WireBody {
+        WireBody::new(request_body(request), Splice::default(), request)
     }
 
     fn parse(&self, body: &Value) -> Result<Message, ProviderError> {
@@ -125,7 +149,7 @@ impl Wire for GeminiWire {
 
 /// The request body.
 pub(crate) fn request_body(request: &Request) -> Value {
-    let messages = prepare(&request.messages, &compaction_text);
+    let messages = prepare(&request.messages, &compaction_text, None);
     // Function responses name the function, not the call: map call ids to names.
     let mut names: HashMap<&str, &str> = HashMap::new();
     for message in &messages {
@@ -135,10 +159,22 @@ pub(crate) fn request_body(request: &Request) -> Value {
             }
         }
     }
+    // The current turn: the messages after the last one with the user's own words. Its
+    // function calls must carry a signature; earlier turns' are not checked.
+    let current = messages
+        .iter()
+        .rposition(|m| {
+            m.role == Role::User
+                && m.content
+                    .iter()
+                    .any(|b| matches!(b, ContentBlock::Text(_) | ContentBlock::Image(_)))
+        })
+        .map_or(0, |i| i + 1);
     let contents: Vec<Value> = messages
         .iter()
-        .filter_map(|m| {
-            let parts = render_parts(m, &names);
+        .enumerate()
+        .filter_map(|(i, m)| {
+            let parts = render_parts(m, &names, i >= current);
             let role = match m.role {
                 Role::User => "user",
                 Role::Assistant => "model",
@@ -217,9 +253,19 @@ fn inline_image(source: &Value) -> Value {
     }
 }
 
-fn render_parts(message: &Message, names: &HashMap<&str, &str>) -> Vec<Value> {
+fn render_parts(message: &Message, names: &HashMap<&str, &str>, current: bool) -> Vec<Value> {
     let mut parts = Vec::new();
     let mut result_images = Vec::new();
+    // Gemini signs the first function call of a step; a step of the current turn whose calls
+    // came without any signature (another model wrote them) gets the documented stand-in on
+    // its first call.
+    let unsigned_step = current
+        && message.role == Role::Assistant
+        && !message.content.iter().any(|b| match b {
+            ContentBlock::ToolUse(u) => u.extra.contains_key(THOUGHT_SIGNATURE),
+            _ => false,
+        });
+    let mut first_call = true;
     for block in &message.content {
         match block {
             ContentBlock::Text(t) => parts.push(signed(json!({"text": t.text}), &t.extra)),
@@ -235,10 +281,15 @@ fn render_parts(message: &Message, names: &HashMap<&str, &str>) -> Vec<Value> {
                     Value::Null => json!({}),
                     other => json!({ "value": other }),
                 };
-                parts.push(signed(
+                let mut part = signed(
                     json!({"functionCall": {"name": u.name, "args": args}}),
                     &u.extra,
-                ));
+                );
+                if unsigned_step && first_call {
+                    part[THOUGHT_SIGNATURE] = json!(FOREIGN_SIGNATURE);
+                }
+                first_call = false;
+                parts.push(part);
             }
             ContentBlock::ToolResult(r) => {
                 let name = names

@@ -72,6 +72,7 @@
 mod adapter;
 #[cfg(feature = "anthropic")]
 mod anthropic;
+mod body;
 mod classify;
 mod config;
 #[cfg(feature = "gemini")]
@@ -85,10 +86,14 @@ mod retry;
 mod secret;
 mod shared;
 mod sse;
+mod thinking;
 mod transport;
+pub mod wire;
 
 #[cfg(feature = "anthropic")]
-pub use anthropic::{ANTHROPIC_VERSION, AnthropicProvider};
+pub use anthropic::{
+    ANTHROPIC_VERSION, AnthropicProvider, COMPACT_ON_DEMAND_BETA, COMPACT_THRESHOLD_BETA,
+};
 pub use classify::{
     Classification, Protocol, Verdict, classify_response, classify_stream_error,
     error_in_success_body, explain_response, explain_stream_error, explain_success_body,

@@ -10,6 +10,7 @@ use reqwest::header::{AUTHORIZATION, HeaderMap};
 use serde_json::{Map, Value, json};
 
 use crate::adapter::adapter_common;
+use crate::body::{Splice, WireBody};
 use crate::classify::{self, Protocol};
 use crate::config::{self, BaseUrl, Config, Error};
 use crate::prepare::{compaction_text, flatten_result, image_url, prepare};
@@ -74,6 +75,22 @@ impl OpenAiChatProvider {
         self.wire.max_tokens_field = field;
         self
     }
+
+    /// Chat Completions has no native compaction: panto writes its own summary.
+    #[expect(
+        clippy::unused_async,
+        reason = "the shape every adapter's native compaction has"
+    )]
+    async fn native_compaction(
+        &self,
+        _request: &Request,
+        _instructions: Option<&str>,
+        _events: EventSink<'_>,
+    ) -> Result<panto_provider::NativeCompaction, ProviderError> {
+        Err(ProviderError::Unsupported {
+            message: "Chat Completions has no native compaction".into(),
+        })
+    }
 }
 
 adapter_common!(OpenAiChatProvider, name: "openai", env: OPENAI_ENV, key: "OPENAI_API_KEY", url: "OPENAI_BASE_URL");
@@ -95,12 +112,16 @@ impl Wire for ChatWire {
         base.endpoint("v1", "chat/completions")
     }
 
-    fn headers(&self, key: &ApiKey, headers: &mut HeaderMap) {
+    fn headers(&self, key: &ApiKey, _request: &Request, headers: &mut HeaderMap) {
         key_header(headers, AUTHORIZATION, "Bearer ", key);
     }
 
-    fn body(&self, request: &Request, stream: bool) -> Value {
-        request_body(request, stream, self.max_tokens_field)
+    fn body(&self, request: &Request, stream: bool) -> WireBody {
+        WireBody::new(
+            request_body(request, stream, self.max_tokens_field),
+            Splice::default(),
+            request,
+        )
     }
 
     fn parse(&self, body: &Value) -> Result<Message, ProviderError> {
@@ -118,7 +139,7 @@ pub(crate) fn request_body(request: &Request, stream: bool, field: MaxTokensFiel
     if !request.system.is_empty() {
         messages.push(json!({"role": "system", "content": request.system}));
     }
-    for message in prepare(&request.messages, &compaction_text) {
+    for message in prepare(&request.messages, &compaction_text, None) {
         match message.role {
             Role::User => render_user(&message, &mut messages),
             Role::Assistant => messages.extend(render_assistant(&message)),

@@ -3,12 +3,17 @@
 use std::collections::HashMap;
 
 use panto_model::stop_reason;
-use panto_model::{ContentBlock, Extra, Message, Name, Role, ThinkingBlock, ToolUseBlock};
-use panto_provider::{EventSink, Provider, ProviderError, Request, ToolChoice};
+use panto_model::{
+    ContentBlock, Extra, Message, NATIVE_OPENAI_RESPONSES, Name, RawJson, Role, ThinkingBlock,
+    ToolUseBlock,
+};
+use panto_provider::{EventSink, NativeCompaction, Provider, ProviderError, Request, ToolChoice};
 use reqwest::header::{AUTHORIZATION, HeaderMap};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
 use crate::adapter::adapter_common;
+use crate::body::{Splice, WireBody};
 use crate::classify::{self, Protocol};
 use crate::config::{self, BaseUrl, Config, Error};
 use crate::prepare::{compaction_text, flatten_result, image_url, prepare};
@@ -62,6 +67,130 @@ impl OpenAiResponsesProvider {
         self.wire.encrypted_reasoning = on;
         self
     }
+
+    /// `POST …/v1/responses/compact`: the conversation of `request` compacted by the API into
+    /// a shorter window (the user's messages and one opaque `compaction` item), returned
+    /// exactly as received. The system prompt goes in `instructions`, followed by
+    /// `instructions` for the summary when given.
+    async fn native_compaction(
+        &self,
+        request: &Request,
+        instructions: Option<&str>,
+        _events: EventSink<'_>,
+    ) -> Result<NativeCompaction, ProviderError> {
+        let wire = ResponsesWire {
+            encrypted_reasoning: self.wire.encrypted_reasoning,
+        };
+        let mut splice = Splice::default();
+        let input = render_input(request, &mut splice);
+        let mut body = Map::new();
+        body.insert("model".into(), json!(request.model));
+        body.insert("input".into(), Value::Array(input));
+        let system = match instructions {
+            Some(extra) if !request.system.is_empty() => format!("{}\n\n{extra}", request.system),
+            Some(extra) => extra.to_owned(),
+            None => request.system.clone(),
+        };
+        if !system.is_empty() {
+            body.insert("instructions".into(), json!(system));
+        }
+        let body = WireBody::new(Value::Object(body), splice, request)
+            .to_bytes()
+            .map_err(|e| malformed(format!("could not encode the request: {e}")))?;
+        let url = self.transport.base().endpoint("v1", "responses/compact");
+        let bytes = self
+            .transport
+            .post_json(&wire, request, &url, &body)
+            .await?;
+        compact_answer(&bytes)
+    }
+}
+
+/// Reads the answer of `/responses/compact`: its output items exactly as received (the kept
+/// user messages and the `compaction` item), the model and the usage.
+fn compact_answer(bytes: &[u8]) -> Result<NativeCompaction, ProviderError> {
+    let top: HashMap<String, Box<RawValue>> = serde_json::from_slice(bytes)
+        .map_err(|e| malformed(format!("the compaction answer cannot be read: {e}")))?;
+    let output = top
+        .get("output")
+        .ok_or_else(|| malformed("the compaction answer has no `output`"))?;
+    let raw: Vec<Box<RawValue>> = serde_json::from_str(output.get()).map_err(|e| {
+        malformed(format!(
+            "the compaction answer's `output` cannot be read: {e}"
+        ))
+    })?;
+    let mut items = Vec::with_capacity(raw.len());
+    let mut compacted = false;
+    for item in &raw {
+        let value: Value = serde_json::from_str(item.get())
+            .map_err(|e| malformed(format!("a compaction answer item: {e}")))?;
+        compacted |= value.get("type").and_then(Value::as_str) == Some("compaction");
+        items.push(
+            RawJson::from_text(item.get().to_owned())
+                .map_err(|e| malformed(format!("a compaction answer item: {e}")))?,
+        );
+    }
+    if !compacted {
+        return Err(malformed(
+            "the compaction answer holds no `compaction` item",
+        ));
+    }
+    let mut native = NativeCompaction::new(NATIVE_OPENAI_RESPONSES, items);
+    let field = |k: &str| {
+        top.get(k)
+            .and_then(|v| serde_json::from_str::<Value>(v.get()).ok())
+    };
+    if let Some(model) = field("model").as_ref().and_then(Value::as_str) {
+        native = native.with_model(model);
+    }
+    if let Some(usage) = field("usage").as_ref().and_then(parse_usage) {
+        native = native.with_usage(usage);
+    }
+    Ok(native)
+}
+
+/// Usage on the Contract 1 names (`input_tokens` less its cached part, which goes to
+/// `cache_read_input_tokens`).
+fn parse_usage(u: &Value) -> Option<panto_model::Usage> {
+    let input = u.get("input_tokens")?.as_u64()?;
+    let output = u.get("output_tokens").and_then(Value::as_u64).unwrap_or(0);
+    let cached = u
+        .pointer("/input_tokens_details/cached_tokens")
+        .and_then(Value::as_u64);
+    Some(cached_prompt_usage(input, output, cached))
+}
+
+/// The `compaction` output items of a response object's text, each read from its exact text.
+fn exact_compaction_items(response: &str) -> Vec<ContentBlock> {
+    let Ok(top) = serde_json::from_str::<HashMap<String, Box<RawValue>>>(response) else {
+        return Vec::new();
+    };
+    let Some(output) = top.get("output") else {
+        return Vec::new();
+    };
+    let Ok(items) = serde_json::from_str::<Vec<Box<RawValue>>>(output.get()) else {
+        return Vec::new();
+    };
+    items
+        .iter()
+        .filter_map(|item| serde_json::from_str::<ContentBlock>(item.get()).ok())
+        .filter(|b| matches!(b, ContentBlock::Other(o) if o.native_compaction() == Some(NATIVE_OPENAI_RESPONSES)))
+        .collect()
+}
+
+/// Puts the exact `compaction` items in place of the ones read from a parsed value.
+fn exact_compactions(message: &mut Message, exact: Vec<ContentBlock>) {
+    let mut exact = exact.into_iter();
+    for block in &mut message.content {
+        if let ContentBlock::Other(o) = block
+            && o.native_compaction() == Some(NATIVE_OPENAI_RESPONSES)
+        {
+            match exact.next() {
+                Some(found) => *block = found,
+                None => return,
+            }
+        }
+    }
 }
 
 adapter_common!(OpenAiResponsesProvider, name: "openai-responses", env: OPENAI_ENV, key: "OPENAI_API_KEY", url: "OPENAI_BASE_URL");
@@ -83,16 +212,24 @@ impl Wire for ResponsesWire {
         base.endpoint("v1", "responses")
     }
 
-    fn headers(&self, key: &ApiKey, headers: &mut HeaderMap) {
+    fn headers(&self, key: &ApiKey, _request: &Request, headers: &mut HeaderMap) {
         key_header(headers, AUTHORIZATION, "Bearer ", key);
     }
 
-    fn body(&self, request: &Request, stream: bool) -> Value {
-        request_body(request, stream, self.encrypted_reasoning)
+    fn body(&self, request: &Request, stream: bool) -> WireBody {
+        wire_body(request, stream, self.encrypted_reasoning)
     }
 
     fn parse(&self, body: &Value) -> Result<Message, ProviderError> {
         parse_response(body)
+    }
+
+    fn parse_bytes(&self, bytes: &[u8], value: &Value) -> Result<Message, ProviderError> {
+        let mut message = parse_response(value)?;
+        if let Ok(text) = std::str::from_utf8(bytes) {
+            exact_compactions(&mut message, exact_compaction_items(text));
+        }
+        Ok(message)
     }
 
     fn stream(&self) -> ResponsesStream {
@@ -118,15 +255,32 @@ fn settle_stop_reason(request: &Request, message: &mut Message) {
     }
 }
 
-/// The request body.
-pub(crate) fn request_body(request: &Request, stream: bool, encrypted_reasoning: bool) -> Value {
+/// The `input` items of a request. A leading compaction message that carries an `OpenAI`
+/// native payload becomes that payload's items, exactly as `/responses/compact` returned
+/// them; every other compaction is the summary's text.
+fn render_input(request: &Request, splice: &mut Splice) -> Vec<Value> {
     let mut input = Vec::new();
-    for message in prepare(&request.messages, &compaction_text) {
+    let mut messages = request.messages.as_slice();
+    if let Some(ContentBlock::Compaction(c)) = messages.first().and_then(|m| m.content.first())
+        && c.native_protocol() == Some(NATIVE_OPENAI_RESPONSES)
+        && let Some(items) = c.native_payload()
+    {
+        input.extend(items.iter().map(|item| splice.raw(item.json())));
+        messages = &messages[1..];
+    }
+    for message in prepare(messages, &compaction_text, Some(NATIVE_OPENAI_RESPONSES)) {
         match message.role {
             Role::User => render_user(&message, &mut input),
-            Role::Assistant => render_assistant(&message, &mut input),
+            Role::Assistant => render_assistant(&message, &mut input, splice),
         }
     }
+    input
+}
+
+/// The request body as it goes on the wire.
+fn wire_body(request: &Request, stream: bool, encrypted_reasoning: bool) -> WireBody {
+    let mut splice = Splice::default();
+    let input = render_input(request, &mut splice);
     let mut body = Map::new();
     body.insert("model".into(), json!(request.model));
     if !request.system.is_empty() {
@@ -153,7 +307,7 @@ pub(crate) fn request_body(request: &Request, stream: bool, encrypted_reasoning:
     if stream {
         body.insert("stream".into(), Value::Bool(true));
     }
-    Value::Object(body)
+    WireBody::new(Value::Object(body), splice, request)
 }
 
 /// The request options this protocol carries (see [`OpenAiResponsesProvider`]).
@@ -207,9 +361,12 @@ fn render_user(message: &Message, out: &mut Vec<Value>) {
     }
 }
 
-/// An assistant message: its blocks in order, as output-text messages, function calls and
-/// (when they carry encrypted content) reasoning items.
-fn render_assistant(message: &Message, out: &mut Vec<Value>) {
+/// An assistant message: its blocks in order, as output-text messages, function calls,
+/// reasoning items (when they carry encrypted content) and native compaction items (exactly as
+/// received). A reasoning item is sent only with the item that followed it: the API refuses
+/// one "provided without its required following item".
+fn render_assistant(message: &Message, out: &mut Vec<Value>, splice: &mut Splice) {
+    let start = out.len();
     let mut text: Vec<Value> = Vec::new();
     let flush = |text: &mut Vec<Value>, out: &mut Vec<Value>| {
         if !text.is_empty() {
@@ -240,10 +397,26 @@ fn render_assistant(message: &Message, out: &mut Vec<Value>) {
                                     "encrypted_content": encrypted}));
                 }
             }
+            ContentBlock::Other(o) if o.native_compaction() == Some(NATIVE_OPENAI_RESPONSES) => {
+                flush(&mut text, out);
+                if let Ok(item) = serde_json::to_string(&ContentBlock::Other(o.clone())) {
+                    out.push(splice.raw(&item));
+                }
+            }
             _ => {}
         }
     }
     flush(&mut text, out);
+    // A reasoning item that nothing of its message follows (an answer cut while it reasoned).
+    while out.len() > start
+        && out
+            .last()
+            .and_then(|item| item.get("type"))
+            .and_then(Value::as_str)
+            == Some("reasoning")
+    {
+        out.pop();
+    }
 }
 
 /// Statuses and incomplete reasons on the session file's stop reasons.
@@ -312,6 +485,13 @@ fn parse_output(items: &[Value]) -> Result<Vec<ContentBlock>, ProviderError> {
                     ));
                 }
             }
+            // A compaction item (`context_management` compacted the input): kept whole, sent
+            // back as it came (the exact text is restored from the answer's bytes).
+            "compaction" => {
+                let block: ContentBlock = serde_json::from_value(item.clone())
+                    .map_err(|e| malformed(format!("output[{i}] cannot be read: {e}")))?;
+                content.push(block);
+            }
             other => tracing::debug!(kind = other, "ignoring an output item"),
         }
     }
@@ -344,14 +524,7 @@ fn message_from(response: &Value, items: Option<Vec<Value>>) -> Result<Message, 
         _ => STOP_REASONS.end,
     };
     message.stop_reason = Some(map_stop_reason(&STOP_REASONS, reason, calls));
-    message.usage = response.get("usage").and_then(|u| {
-        let input = u.get("input_tokens")?.as_u64()?;
-        let output = u.get("output_tokens").and_then(Value::as_u64).unwrap_or(0);
-        let cached = u
-            .pointer("/input_tokens_details/cached_tokens")
-            .and_then(Value::as_u64);
-        Some(cached_prompt_usage(input, output, cached))
-    });
+    message.usage = response.get("usage").and_then(parse_usage);
     Ok(message)
 }
 
@@ -404,6 +577,8 @@ pub(crate) struct ResponsesStream {
     by_index: HashMap<u64, usize>,
     by_id: HashMap<String, usize>,
     response: Option<Value>,
+    /// The text of the final response object, whose `compaction` items are kept exactly.
+    completed: Option<String>,
 }
 
 impl ResponsesStream {
@@ -494,6 +669,10 @@ impl StreamParser for ResponsesStream {
                         .cloned()
                         .ok_or_else(|| malformed(format!("`{kind}` without `response`")))?,
                 );
+                self.completed =
+                    serde_json::from_str::<HashMap<String, Box<RawValue>>>(&event.data)
+                        .ok()
+                        .and_then(|top| top.get("response").map(|r| r.get().to_owned()));
                 return Ok(true);
             }
             _ => {}
@@ -506,6 +685,10 @@ impl StreamParser for ResponsesStream {
             return Err(malformed("the stream ended before `response.completed`"));
         };
         let items = self.items.into_iter().map(ItemBuild::into_item).collect();
-        message_from(&response, Some(items))
+        let mut message = message_from(&response, Some(items))?;
+        if let Some(text) = &self.completed {
+            exact_compactions(&mut message, exact_compaction_items(text));
+        }
+        Ok(message)
     }
 }

@@ -2,7 +2,9 @@
 //! provider accepts, without touching the caller's messages.
 //!
 //! What [`prepare`] guarantees about its output (checked by property tests):
-//! - no compaction block: each becomes a text block worded by the adapter;
+//! - no compaction block: each becomes a text block worded by the adapter, and so does a
+//!   provider's native compaction block sent to another protocol (when it has a readable
+//!   summary; an opaque one is left out);
 //! - every tool call is answered exactly once, in the user message right after the assistant
 //!   message that makes it, by tool-result blocks at the front of that message, in call order.
 //!   A call that no later message answers gets a synthetic error result
@@ -18,10 +20,10 @@ use std::collections::{HashMap, HashSet};
 use panto_model::{ContentBlock, Message, Role, ToolResultBlock, ToolResultContent, ToolUseBlock};
 
 /// The content of the synthetic result that answers a call the conversation never answered.
-pub(crate) const INTERRUPTED: &str = "tool call was interrupted before it returned a result";
+pub const INTERRUPTED: &str = "tool call was interrupted before it returned a result";
 
 /// The text that stands for a tool result whose call is not in the conversation.
-pub(crate) fn orphan_text(result: &ToolResultBlock) -> String {
+pub fn orphan_text(result: &ToolResultBlock) -> String {
     let status = if result.failed() { " (it failed)" } else { "" };
     format!(
         "Result of tool call `{}`{status}, whose call is no longer in this conversation:\n{}",
@@ -30,8 +32,15 @@ pub(crate) fn orphan_text(result: &ToolResultBlock) -> String {
     )
 }
 
-/// Rewrites `messages` for the wire; `compaction` words a compaction summary as text.
-pub(crate) fn prepare(messages: &[Message], compaction: &dyn Fn(&str) -> String) -> Vec<Message> {
+/// Rewrites `messages` for the wire; `compaction` words a compaction summary as text. A
+/// provider's native compaction block of protocol `native` is kept as it is (the adapter sends
+/// it back byte for byte); one of another protocol is replaced by its readable summary,
+/// worded by `compaction`, or left out when it has none (an `OpenAI` item is opaque).
+pub(crate) fn prepare(
+    messages: &[Message],
+    compaction: &dyn Fn(&str) -> String,
+    native: Option<&str>,
+) -> Vec<Message> {
     let answers = pair_results(messages);
     let mut out: Vec<Message> = Vec::with_capacity(messages.len() + 1);
     for (i, message) in messages.iter().enumerate() {
@@ -41,6 +50,13 @@ pub(crate) fn prepare(messages: &[Message], compaction: &dyn Fn(&str) -> String)
             match (message.role, block) {
                 (_, ContentBlock::Compaction(c)) => {
                     content.push(ContentBlock::text(compaction(&c.summary)));
+                }
+                (_, ContentBlock::Other(o))
+                    if o.native_compaction().is_some() && o.native_compaction() != native =>
+                {
+                    if let Some(summary) = o.native_summary() {
+                        content.push(ContentBlock::text(compaction(summary)));
+                    }
                 }
                 (_, ContentBlock::Text(t)) if t.text.is_empty() => {}
                 (Role::Assistant, ContentBlock::ToolUse(u)) => {
@@ -150,7 +166,7 @@ fn pair_results(messages: &[Message]) -> Answers {
 ///
 /// The preamble tells the model that it reads the history, not a new request; the tags keep
 /// instructions quoted inside the summary from reading as the user's latest words.
-pub(crate) fn compaction_text(summary: &str) -> String {
+pub fn compaction_text(summary: &str) -> String {
     format!(
         "This conversation was compacted: its earlier part was replaced by the summary below, \
          written so that you can continue the work. Treat it as the history of this \

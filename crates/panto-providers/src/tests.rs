@@ -206,7 +206,7 @@ proptest! {
 // Wire preparation
 
 fn wire(messages: &[Message]) -> Vec<Message> {
-    prepare(messages, &compaction_text)
+    prepare(messages, &compaction_text, None)
 }
 
 /// The invariants `prepare` promises, as an error message naming the first one broken.

@@ -14,6 +14,7 @@ use panto_provider::{About, ProviderError, Request, RetryNotice, StreamEvent, Wa
 use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use serde_json::Value;
 
+use crate::body::WireBody;
 use crate::classify::{self, Protocol};
 use crate::config::{BaseUrl, Config, Error};
 use crate::retry::{self, Refusal};
@@ -32,20 +33,47 @@ pub(crate) trait Wire: Sync {
     fn protocol(&self) -> Protocol;
     /// The URL to post to.
     fn endpoint(&self, base: &BaseUrl, request: &Request, stream: bool) -> String;
-    /// Adds the credentials and protocol headers.
-    fn headers(&self, key: &ApiKey, headers: &mut HeaderMap);
-    /// The JSON body.
-    fn body(&self, request: &Request, stream: bool) -> Value;
+    /// Adds the credentials and the protocol's headers for `request`.
+    fn headers(&self, key: &ApiKey, request: &Request, headers: &mut HeaderMap);
+    /// The JSON body, with the pieces that go on the wire byte for byte.
+    fn body(&self, request: &Request, stream: bool) -> WireBody;
     /// Converts a successful non-streaming answer (already checked for an embedded error).
     ///
     /// # Errors
     /// [`ProviderError::MalformedResponse`] when expected fields are missing.
     fn parse(&self, body: &Value) -> Result<Message, ProviderError>;
+    /// Converts a successful non-streaming answer from its bytes (`value` is the same answer
+    /// parsed), for protocols that keep some of it exactly as received. [`Wire::parse`] of
+    /// the value by default.
+    ///
+    /// # Errors
+    /// As [`Wire::parse`].
+    fn parse_bytes(&self, bytes: &[u8], value: &Value) -> Result<Message, ProviderError> {
+        let _ = bytes;
+        self.parse(value)
+    }
+    /// A request to send once more after `error` refused `request`, when the protocol knows
+    /// one that can succeed (the Anthropic adapter, for thinking refused as bound to a
+    /// different conversation). `None` by default.
+    fn recover(&self, request: &Request, error: &ProviderError) -> Option<Recovery> {
+        let _ = (request, error);
+        None
+    }
     /// A parser for a new streamed answer.
     fn stream(&self) -> Self::Stream;
     /// Corrects a parsed answer with what the request asked for, where a server's answer alone
     /// says too little. Nothing by default.
     fn settle(&self, _request: &Request, _message: &mut Message) {}
+}
+
+/// A request sent once more after a refusal the protocol can work around.
+pub(crate) struct Recovery {
+    /// The request to send instead.
+    pub(crate) request: Request,
+    /// What the user is told before it is sent ([`StreamEvent::Notice`]).
+    pub(crate) notice: String,
+    /// An extra field set on the reply to that request, so that the choice is stored with it.
+    pub(crate) mark: (&'static str, Value),
 }
 
 /// Turns the events of one streamed answer into a message.
@@ -97,6 +125,11 @@ impl Sink<'_> {
     /// it does not count as something emitted.
     fn retry(&mut self, notice: RetryNotice<'_>) {
         (self.events)(StreamEvent::Retry(notice));
+    }
+
+    /// A note for the user about the request; not part of the answer either.
+    fn notice(&mut self, text: &str) {
+        (self.events)(StreamEvent::Notice(text));
     }
 
     /// Replays a whole message (for answers that did not stream).
@@ -288,23 +321,65 @@ impl Transport {
         events: &mut (dyn FnMut(StreamEvent<'_>) + Send),
     ) -> Result<Message, ProviderError> {
         let stream = self.config.streaming;
-        let body = serde_json::to_vec(&wire.body(request, stream)).map_err(|e| {
+        let mut sink = Sink {
+            events,
+            emitted: false,
+        };
+        let clock = Clock::start(self.config.request_timeout);
+        let mut request = std::borrow::Cow::Borrowed(request);
+        let mut mark = None;
+        loop {
+            match self
+                .exchange(wire, provider, &request, stream, &mut sink, &clock)
+                .await
+            {
+                Ok(mut message) => {
+                    if let Some((field, value)) = mark {
+                        message.extra.insert(String::from(field), value);
+                    }
+                    return Ok(message);
+                }
+                Err(error) => {
+                    // Once per request, and only while nothing has reached the sink.
+                    let recovery = match (&mark, sink.emitted) {
+                        (None, false) => wire.recover(&request, &error),
+                        _ => None,
+                    };
+                    let Some(recovery) = recovery else {
+                        return Err(error);
+                    };
+                    tracing::info!(provider, %error, "sending the request once more: {}", recovery.notice);
+                    sink.notice(&recovery.notice);
+                    mark = Some(recovery.mark);
+                    request = std::borrow::Cow::Owned(recovery.request);
+                }
+            }
+        }
+    }
+
+    /// Sends `request` until it succeeds or fails for good: transient failures are retried
+    /// while nothing has been emitted, within the policy and the deadline.
+    async fn exchange<W: Wire>(
+        &self,
+        wire: &W,
+        provider: &str,
+        request: &Request,
+        stream: bool,
+        sink: &mut Sink<'_>,
+        clock: &Clock,
+    ) -> Result<Message, ProviderError> {
+        let body = wire.body(request, stream).to_bytes().map_err(|e| {
             ProviderError::MalformedResponse {
                 message: format!("could not encode the request: {e}"),
             }
         })?;
         let url = wire.endpoint(&self.base, request, stream);
-        let mut sink = Sink {
-            events,
-            emitted: false,
-        };
         let policy = self.config.retry;
-        let clock = Clock::start(self.config.request_timeout);
         let mut retry = 0;
         loop {
             tracing::debug!(provider, %url, model = %request.model, stream, retry, "sending request");
             let failure = match self
-                .attempt(wire, &url, &body, stream, &mut sink, &clock)
+                .attempt(wire, request, &url, &body, stream, sink, clock)
                 .await
             {
                 Ok(mut message) => {
@@ -344,9 +419,14 @@ impl Transport {
         }
     }
 
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "one attempt needs every part of its request"
+    )]
     async fn attempt<W: Wire>(
         &self,
         wire: &W,
+        request: &Request,
         url: &str,
         body: &[u8],
         stream: bool,
@@ -362,10 +442,11 @@ impl Transport {
         if stream {
             headers.insert(ACCEPT, "text/event-stream".parse().expect("static header"));
         }
-        wire.headers(&self.config.api_key, &mut headers);
+        wire.headers(&self.config.api_key, request, &mut headers);
         for (name, value) in &self.extra {
             headers.insert(name, value.clone());
         }
+        request_headers(&mut headers, request);
         let send = self
             .client
             .post(url)
@@ -427,6 +508,106 @@ impl Transport {
         let message = parse_json_answer(wire, &bytes)?;
         sink.message(&message);
         Ok(message)
+    }
+
+    /// Posts `body` to `path` (an endpoint of the base URL, such as `v1/responses/compact`)
+    /// with the wire's headers, retrying transient failures like [`Transport::complete`], and
+    /// returns the answer's bytes once checked for an error (the caller reads them exactly).
+    pub(crate) async fn post_json<W: Wire>(
+        &self,
+        wire: &W,
+        request: &Request,
+        url: &str,
+        body: &[u8],
+    ) -> Result<Vec<u8>, ProviderError> {
+        let clock = Clock::start(self.config.request_timeout);
+        let policy = self.config.retry;
+        let mut retry = 0;
+        loop {
+            let failure = match self.post_once(wire, request, url, body, &clock).await {
+                Ok(bytes) => return Ok(bytes),
+                Err(failure) => failure,
+            };
+            let error = self
+                .secrets
+                .iter()
+                .fold(scrub(failure.error, &self.config.api_key), scrub);
+            if !error.is_transient() || retry >= policy.max_retries {
+                return Err(error);
+            }
+            let hint = failure.retry_after.or(match &error {
+                ProviderError::RateLimited { retry_after, .. } => *retry_after,
+                _ => None,
+            });
+            let delay = retry::next_delay(&policy, retry, hint, fastrand::f64(), clock.left())
+                .map_err(|refusal| not_retried(error.clone(), refusal))?;
+            retry += 1;
+            tokio::time::sleep(delay).await;
+        }
+    }
+
+    async fn post_once<W: Wire>(
+        &self,
+        wire: &W,
+        request: &Request,
+        url: &str,
+        body: &[u8],
+        clock: &Clock,
+    ) -> Result<Vec<u8>, Failure> {
+        let started = Instant::now();
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            CONTENT_TYPE,
+            "application/json".parse().expect("static header"),
+        );
+        wire.headers(&self.config.api_key, request, &mut headers);
+        for (name, value) in &self.extra {
+            headers.insert(name, value.clone());
+        }
+        request_headers(&mut headers, request);
+        let send = self
+            .client
+            .post(url)
+            .headers(headers)
+            .body(body.to_vec())
+            .send();
+        let what = "the server accepted the request but sent no answer";
+        let mut response = match clock
+            .within(Wait::FirstByte, started, Duration::MAX, what, send)
+            .await?
+        {
+            Err(e) => return Err(self.reqwest_error(&e).into()),
+            Ok(response) => response,
+        };
+        let status = response.status();
+        if !status.is_success() {
+            let retry_after = retry::retry_after(response.headers(), SystemTime::now());
+            let body = read_limited(response, clock.left().min(self.config.idle_timeout)).await;
+            let error =
+                classify::classify_response(wire.protocol(), status.as_u16(), retry_after, &body);
+            return Err(Failure { error, retry_after });
+        }
+        let cap = self.config.max_response_bytes;
+        let mut bytes = Vec::new();
+        let mut since = Instant::now();
+        while let Some(chunk) = self
+            .next_chunk(&mut response, clock, since, "the answer stopped arriving")
+            .await?
+        {
+            if (bytes.len() + chunk.len()) as u64 > cap {
+                return Err(too_large(cap).into());
+            }
+            bytes.extend_from_slice(&chunk);
+            since = Instant::now();
+        }
+        let value: Value =
+            serde_json::from_slice(&bytes).map_err(|e| ProviderError::MalformedResponse {
+                message: format!("the answer is not valid JSON ({e}): {}", excerpt(&bytes)),
+            })?;
+        if let Some(error) = classify::error_in_success_body(wire.protocol(), &value) {
+            return Err(error.into());
+        }
+        Ok(bytes)
     }
 
     async fn read_stream<W: Wire>(
@@ -561,7 +742,45 @@ pub(crate) fn parse_json_answer<W: Wire>(wire: &W, bytes: &[u8]) -> Result<Messa
     if let Some(error) = classify::error_in_success_body(wire.protocol(), &value) {
         return Err(error);
     }
-    wire.parse(&value)
+    wire.parse_bytes(bytes, &value)
+}
+
+/// Adds the request's own headers (`RequestOptions::extra_headers`): each replaces a header of
+/// the same name, except `anthropic-beta`, whose comma-separated values are joined with those
+/// already set. A header named like a credential is marked sensitive.
+fn request_headers(headers: &mut HeaderMap, request: &Request) {
+    for (name, value) in &request.options.extra_headers {
+        let Ok(name) = HeaderName::from_bytes(name.as_bytes()) else {
+            tracing::warn!(header = %name, "a request header with an invalid name was not sent");
+            continue;
+        };
+        let joined = if name.as_str() == "anthropic-beta" {
+            join_beta(headers.get(&name), value)
+        } else {
+            value.clone()
+        };
+        let Ok(mut value) = HeaderValue::from_str(&joined) else {
+            tracing::warn!(header = %name, "a request header with an invalid value was not sent");
+            continue;
+        };
+        if crate::secret::is_sensitive_header(name.as_str()) {
+            value.set_sensitive(true);
+        }
+        headers.insert(name, value);
+    }
+}
+
+/// `anthropic-beta` values: those already set, then `more`'s, each once.
+pub(crate) fn join_beta(existing: Option<&HeaderValue>, more: &str) -> String {
+    let mut values: Vec<String> = Vec::new();
+    let existing = existing.and_then(|v| v.to_str().ok()).unwrap_or_default();
+    for value in existing.split(',').chain(more.split(',')) {
+        let value = value.trim();
+        if !value.is_empty() && !values.iter().any(|v| v == value) {
+            values.push(value.to_owned());
+        }
+    }
+    values.join(",")
 }
 
 /// Reads at most [`ERROR_BODY_LIMIT`] bytes of an error body; a read that fails or times out

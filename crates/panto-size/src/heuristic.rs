@@ -159,6 +159,11 @@ fn block_tenths(block: &ContentBlock) -> u64 {
                 .sum(),
         },
         ContentBlock::Image(_) => 10 * IMAGE_TOKENS,
+        // A native compaction's payload rides in `extra` and is what its protocol is sent, so
+        // it counts too (panto's own blocks have no extra fields).
+        ContentBlock::Compaction(c) if !c.extra.is_empty() => {
+            10 * COMPACTION_OVERHEAD + tenths(&c.summary) + object_tenths(c.extra.iter())
+        }
         ContentBlock::Compaction(c) => 10 * COMPACTION_OVERHEAD + tenths(&c.summary),
         ContentBlock::Other(o) => tenths(&o.kind) + object_tenths(o.fields.iter()),
     }

@@ -434,10 +434,15 @@ pub(crate) fn walk_indexed<'a>(
                     media_type: media_type(i),
                 }),
                 ContentBlock::Compaction(c) => f(ItemRef::Summary { text: &c.summary }),
-                ContentBlock::Other(o) => f(ItemRef::Unknown {
-                    from: role.into(),
-                    kind: &o.kind,
-                }),
+                // A provider's native compaction block with a readable summary (Anthropic's
+                // `content`) is a summary like panto's; an opaque one stays an unknown block.
+                ContentBlock::Other(o) => match o.native_summary() {
+                    Some(text) => f(ItemRef::Summary { text }),
+                    None => f(ItemRef::Unknown {
+                        from: role.into(),
+                        kind: &o.kind,
+                    }),
+                },
             }
         }
     }

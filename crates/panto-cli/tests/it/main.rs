@@ -15,6 +15,7 @@ mod errors;
 mod fake_model;
 mod faults;
 mod loopback;
+mod native;
 mod offline;
 mod output;
 mod safety;

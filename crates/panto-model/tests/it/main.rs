@@ -12,6 +12,7 @@
 
 mod build;
 mod decode;
+mod native;
 mod replay;
 mod roundtrip;
 mod turns;

@@ -269,6 +269,16 @@ pub(super) const REGION_WORDS: &[&str] = &[
     "not available in your region",
     "not supported in your region",
 ];
+/// A thinking block or thought signature refused as it was sent back: Anthropic's preserved
+/// thinking ("Invalid `signature` in `thinking` block. The block is bound to a different
+/// conversation."), Gemini's thought signatures ("Function call is missing a
+/// `thought_signature`", "Corrupted thought signature").
+pub(super) const THINKING_BINDING_WORDS: &[&str] = &[
+    "bound to a different conversation",
+    "invalid signature in thinking block",
+    "missing a thought_signature",
+    "thought signature",
+];
 pub(super) const AUTH_CODES: &[&str] = &[
     "authentication_error",
     "permission_error",
@@ -605,6 +615,17 @@ pub(super) const RULES: &[Rule] = &[
         why: "Rate-limit, quota and billing wording on any status (\"tokens per min (TPM)\", \
               \"Too many tokens, please wait before trying again\", a billing word beside a \
               stated wait). Placed before every overflow rule: this is the veto.",
+    },
+    Rule {
+        name: "thinking-binding",
+        protocols: ALL,
+        test: Test::Text(THINKING_BINDING_WORDS),
+        verdict: Verdict::Rejected,
+        why: "A thinking block or thought signature refused as it was sent back (Anthropic's \
+              \"The block is bound to a different conversation\", Gemini's missing or corrupted \
+              thought signature). The conversation is not too large, so it is never an \
+              overflow; the Anthropic adapter sends the request once more without that \
+              thinking.",
     },
     Rule {
         name: "unsupported-region",

@@ -26,10 +26,12 @@ mod common;
     feature = "gemini"
 ))]
 mod corpus_http;
+mod emulate;
 #[cfg(feature = "openai-chat")]
 mod faults;
 #[cfg(feature = "gemini")]
 mod gemini;
+mod kit;
 #[cfg(feature = "openai-chat")]
 mod limits;
 #[cfg(all(
@@ -38,10 +40,22 @@ mod limits;
     feature = "openai-responses"
 ))]
 mod llama_cpp;
+#[cfg(all(
+    feature = "anthropic",
+    feature = "openai-responses",
+    feature = "gemini"
+))]
+mod native;
 #[cfg(feature = "openai-chat")]
 mod openai_chat;
 #[cfg(feature = "openai-responses")]
 mod openai_responses;
+#[cfg(all(
+    feature = "anthropic",
+    feature = "openai-responses",
+    feature = "gemini"
+))]
+mod preserved;
 mod protocols;
 #[cfg(all(
     feature = "anthropic",
