@@ -13,7 +13,9 @@ use crate::report::CompactionReport;
 /// it plans), then for each request `Step` (after `Elided` when the request's transcript had
 /// to be elided) with at most one `FallingBack`, and a `Shrinking` whenever a request was
 /// rejected as too large and the rest is re-planned; then exactly one of `Finished` or
-/// `Failed`. One with nothing to compact reports nothing.
+/// `Failed`. One with nothing to compact reports nothing. During overflow recovery the
+/// [`Driver`](crate::Driver) adds `Retrying` after `Finished`, just before it sends the request
+/// again.
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub enum CompactionEvent {
@@ -82,6 +84,15 @@ pub enum CompactionEvent {
     },
     /// The summary is written (or, for a dry run, ready).
     Finished(Box<CompactionReport>),
+    /// After an overflow compaction, the [`Driver`](crate::Driver) sends the request that
+    /// overflowed once more, now that it is smaller (reported by the driver, after
+    /// `Finished`; not by a compaction run alone).
+    Retrying {
+        /// panto's estimate of the request now (system prompt, tools and messages).
+        estimated_tokens: u64,
+        /// panto's estimate of the request that overflowed.
+        overflowed_tokens: u64,
+    },
     /// The compaction failed; nothing was written.
     Failed {
         /// What started the compaction.
