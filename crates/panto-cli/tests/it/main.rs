@@ -12,6 +12,7 @@
 
 mod config;
 mod errors;
+mod everyday;
 mod fake_model;
 mod faults;
 mod loopback;

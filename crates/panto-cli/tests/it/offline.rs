@@ -75,10 +75,13 @@ fn dry_run_summaries_of_the_example_sessions() {
         let sb = Sandbox::new();
         let path = sb.example(name);
         let before = std::fs::read(&path).unwrap();
+        // Forced: the snapshots show what the summarizer writes, also where it saves nothing
+        // (compacted-twice's prefix is mostly a pasted summary, which the summary carries).
         let run = sb.run(&[
             "compact",
             path.to_str().unwrap(),
             "--dry-run",
+            "--force",
             "--keep-tokens",
             keep,
         ]);
@@ -314,7 +317,8 @@ fn a_handoff_pasted_twice_is_carried_once_and_two_different_ones_both() {
 }
 
 /// Writes `lines` as the session `name` and returns the summary of a dry-run compaction that
-/// keeps `keep` tokens.
+/// keeps `keep` tokens (forced: what the summarizer writes is the point, whether it saves or
+/// not; a summary that carries a pasted one whole can be larger than what it replaces).
 fn dry_run_summary(sb: &Sandbox, name: &str, lines: &[Value], keep: &str) -> String {
     let text: String = lines.iter().map(|v| format!("{v}\n")).collect();
     let path = sb.write(name, &text);
@@ -322,6 +326,7 @@ fn dry_run_summary(sb: &Sandbox, name: &str, lines: &[Value], keep: &str) -> Str
         "compact",
         path.to_str().unwrap(),
         "--dry-run",
+        "--force",
         "--json",
         "--keep-tokens",
         keep,

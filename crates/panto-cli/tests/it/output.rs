@@ -102,7 +102,8 @@ async fn the_chat_commands_show_help_the_context_and_the_summary() {
     let cmd = chat_command(&sb, p, &server.uri());
     let output = sb.chat_with_input(
         cmd,
-        "/help\n/summary\nFirst question.\nSecond question.\n/compact\n/summary\n/context\n/retry\n/nope\n",
+        // Forced: a summary of two short questions cannot be smaller than they are.
+        "/help\n/summary\nFirst question.\nSecond question.\n/compact --force\n/summary\n/context\n/retry\n/nope\n",
     );
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
@@ -168,7 +169,7 @@ async fn a_failed_compaction_is_told_once() {
     let lines: Vec<&str> = run.stderr.lines().collect();
     assert_eq!(lines.len(), 3, "{}", run.stderr);
     assert!(
-        lines[0].starts_with("panto: compacting (manual)"),
+        lines[0].starts_with("panto: compacting (m): "),
         "{}",
         run.stderr
     );

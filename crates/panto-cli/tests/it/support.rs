@@ -216,6 +216,7 @@ pub(crate) struct Terminal {
     keys: File,
     seen: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
     reader: Option<std::thread::JoinHandle<()>>,
+    columns: usize,
 }
 
 impl Drop for Terminal {
@@ -231,12 +232,18 @@ pub(crate) const COLUMNS: usize = 120;
 
 impl Terminal {
     /// Starts `cmd` with a fresh 120x40 pseudo-terminal as its standard streams.
-    pub(crate) fn spawn(mut cmd: Command) -> Terminal {
+    pub(crate) fn spawn(cmd: Command) -> Terminal {
+        Terminal::spawn_sized(cmd, COLUMNS)
+    }
+
+    /// Starts `cmd` with a fresh pseudo-terminal `columns` wide and 40 rows high as its
+    /// standard streams.
+    pub(crate) fn spawn_sized(mut cmd: Command, columns: usize) -> Terminal {
         cmd.env("TERM", "xterm-256color");
         let (master, slave) = open_pty();
         let size = rustix::termios::Winsize {
             ws_row: 40,
-            ws_col: COLUMNS as u16,
+            ws_col: u16::try_from(columns).unwrap(),
             ws_xpixel: 0,
             ws_ypixel: 0,
         };
@@ -267,7 +274,13 @@ impl Terminal {
             keys,
             seen,
             reader: Some(reader),
+            columns,
         }
+    }
+
+    /// The lines of the screen now, as [`screen_at`] draws them at this terminal's width.
+    pub(crate) fn screen(&self) -> Vec<String> {
+        screen_at(&self.raw(), self.columns)
     }
 
     /// Types `keys` (text, or escape sequences such as `\x1b[D` for the left arrow).
@@ -298,7 +311,7 @@ impl Terminal {
             assert!(
                 std::time::Instant::now() < deadline,
                 "{what}; the screen:\n{}",
-                screen(&self.raw()).join("\n")
+                self.screen().join("\n")
             );
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
@@ -317,8 +330,9 @@ impl Terminal {
     /// for what the previous line caused, so that it is not the old prompt.
     #[track_caller]
     pub(crate) fn wait_for_prompt(&self) {
+        let columns = self.columns;
         self.wait_until("no prompt", |raw| {
-            screen(raw).last().map(String::as_str) == Some(">")
+            screen_at(raw, columns).last().map(String::as_str) == Some(">")
         });
     }
 
@@ -342,7 +356,7 @@ impl Terminal {
             assert!(
                 std::time::Instant::now() < deadline,
                 "the program did not end; the screen:\n{}",
-                screen(&self.raw()).join("\n")
+                self.screen().join("\n")
             );
             std::thread::sleep(std::time::Duration::from_millis(20));
         };
@@ -353,11 +367,16 @@ impl Terminal {
     }
 }
 
-/// What a terminal `COLUMNS` wide would show after receiving `raw`: the lines of the screen
+/// What a terminal [`COLUMNS`] wide would show after receiving `raw` (see [`screen_at`]).
+pub(crate) fn screen(raw: &str) -> Vec<String> {
+    screen_at(raw, COLUMNS)
+}
+
+/// What a terminal `columns` wide would show after receiving `raw`: the lines of the screen
 /// (scrollback included), without trailing blanks. It follows the cursor through the moves
 /// and erasures programs use for spinners and line editing (`\r`, backspace, CSI `A` `B` `C`
 /// `D` `G` `K` `J`) and wraps long lines; colours and modes are ignored.
-pub(crate) fn screen(raw: &str) -> Vec<String> {
+pub(crate) fn screen_at(raw: &str, columns: usize) -> Vec<String> {
     let mut lines: Vec<Vec<char>> = vec![Vec::new()];
     let (mut row, mut col) = (0usize, 0usize);
     let mut chars = raw.chars().peekable();
@@ -419,7 +438,7 @@ pub(crate) fn screen(raw: &str) -> Vec<String> {
             },
             c if c.is_control() => {}
             c => {
-                if col >= COLUMNS {
+                if col >= columns {
                     row += 1;
                     col = 0;
                 }
@@ -447,4 +466,19 @@ pub(crate) fn screen(raw: &str) -> Vec<String> {
         shown.pop();
     }
     shown
+}
+
+/// The lines of `shown` (a screen `columns` wide) as the program wrote them: a line that fills
+/// the width was wrapped, and the next one continues it.
+pub(crate) fn unwrapped(shown: &[String], columns: usize) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut continues = false;
+    for line in shown {
+        match out.last_mut() {
+            Some(last) if continues => last.push_str(line),
+            _ => out.push(line.clone()),
+        }
+        continues = line.chars().count() == columns;
+    }
+    out
 }
