@@ -126,10 +126,11 @@ pub(crate) async fn chat(config: &Config, path: &Path) -> Result<()> {
     let active = active_model(config, false)?;
     let mut driver = driver(config, active, &session_name(path)).await?;
     say(&format!(
-        "panto chat: {} ({}); /help for the commands, Ctrl-C cancels a reply, Ctrl-D quits",
+        "panto chat: {} ({}); /help lists commands",
         path.display(),
         count(driver.context().messages.len(), "message")
     ));
+    say("panto: Ctrl-C cancels a reply; Ctrl-D quits");
     if show_last_exchange(driver.context())? {
         say(&meter(config, &driver, None));
     }
@@ -156,8 +157,11 @@ pub(crate) async fn chat(config: &Config, path: &Path) -> Result<()> {
             Line::Exit => break,
             Line::Habit(word) if held_before.as_deref() != Some(word) => {
                 say(&format!(
-                    "panto: `{word}` was not sent; /{} is the command (type `{word}` again to send it as a message)",
+                    "panto: `{word}` was not sent; did you mean /{}?",
                     word.to_lowercase()
+                ));
+                say(&format!(
+                    "panto: type `{word}` again to send it as a message"
                 ));
                 held = Some(word.to_owned());
                 continue;
@@ -208,7 +212,7 @@ pub(crate) async fn chat(config: &Config, path: &Path) -> Result<()> {
                 let after = ModelRef::new(before.provider.clone(), name);
                 driver.compactor_mut().set_active(after);
                 say(&format!(
-                    "panto: the next requests go to {name} (they went to {}); the session keeps what each model wrote",
+                    "panto: the next requests go to {name} (not {})",
                     before.model
                 ));
                 say(&meter(config, &driver, None));
@@ -292,9 +296,8 @@ async fn clear(config: &Config, old: CliDriver) -> Result<CliDriver> {
     let name = next_session_name(&store, &from).await?;
     let active = old.compactor().active().clone();
     let driver = driver(config, active, &name).await?;
-    say(&format!(
-        "panto: a new conversation, in {name}; the earlier one stays in {from} (`panto chat {from}` resumes it)"
-    ));
+    say(&format!("panto: a new conversation, in {name}"));
+    say(&format!("panto: the earlier one stays in {from}"));
     Ok(driver)
 }
 

@@ -133,7 +133,9 @@ fn hint(e: &CompactError, config: &Config) -> Option<String> {
         ProviderError::Authentication { .. } => {
             format!("check the key in {key_var} (and that it belongs to this provider)")
         }
-        ProviderError::Connection { message } if message.starts_with(panto_providers::CLOSED_EARLY) => {
+        ProviderError::Connection { message }
+            if message.starts_with(panto_providers::CLOSED_EARLY) =>
+        {
             return None;
         }
         ProviderError::Connection { message } => {
@@ -143,7 +145,9 @@ fn hint(e: &CompactError, config: &Config) -> Option<String> {
                 .as_deref()
                 .unwrap_or("the provider's API");
             let check = if message.contains("TLS handshake") {
-                format!("check that {url} serves HTTPS (a local server usually wants an http:// URL)")
+                format!(
+                    "check that {url} serves HTTPS (a local server usually wants an http:// URL)"
+                )
             } else if message.contains("(DNS)") {
                 format!("check the host name in {url}")
             } else {
@@ -239,7 +243,9 @@ pub(crate) async fn next_session_name(store: &AnyStore, name: &str) -> Result<St
         _ => (name, ""),
     };
     let (base, first) = match stem.rsplit_once('-') {
-        Some((base, n)) if !base.is_empty() && !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => {
+        Some((base, n))
+            if !base.is_empty() && !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) =>
+        {
             (base, n.parse::<u64>().unwrap_or(1).saturating_add(1))
         }
         _ => (stem, 2),
@@ -399,7 +405,10 @@ pub(crate) fn write_context(
     let total = size.total();
     let window = providers::known_window(config, config.model.value.as_deref().unwrap_or(""));
     let share = window.map_or(String::new(), |w| {
-        format!(" ({} of the {w}-token window)", crate::ui::percent(total, w))
+        format!(
+            " ({} of the {w}-token window)",
+            crate::ui::percent(total, w)
+        )
     });
     let header = format!(
         "{name}: {}, {}; about {total} tokens for the next request{share}",
@@ -993,7 +1002,10 @@ pub(crate) fn show_config(config: &Config) -> Result<()> {
             (Some(path), false) => format!("{}: not found", path.display()),
             (None, _) => "none".to_owned(),
         };
-        line(format!("#   {:<12} {state} ({})", searched.layer, searched.why))?;
+        line(format!(
+            "#   {:<12} {state} ({})",
+            searched.layer, searched.why
+        ))?;
     }
     Ok(())
 }

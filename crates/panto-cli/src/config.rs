@@ -512,7 +512,8 @@ impl Config {
                     layer: "user file",
                     path: None,
                     found: false,
-                    why: "this system has no configuration folder; set $PANTO_CONFIG_DIR".to_owned(),
+                    why: "this system has no configuration folder; set $PANTO_CONFIG_DIR"
+                        .to_owned(),
                 },
             );
         }
@@ -521,10 +522,7 @@ impl Config {
                 layer: "project file",
                 path: None,
                 found: false,
-                why: format!(
-                    "no .panto folder in {} or above",
-                    locations.start.display()
-                ),
+                why: format!("no .panto folder in {} or above", locations.start.display()),
             });
         }
         cfg.apply_env()?;

@@ -115,7 +115,10 @@ fn the_meter_gives_the_share_of_the_window_the_request_just_answered_and_the_mod
         false,
         "claude-sonnet-4-5-20250929",
     );
-    assert_eq!(long, "panto: context 123k/1M (12%); claude-sonnet-4-5-20250929");
+    assert_eq!(
+        long,
+        "panto: context 123k/1M (12%); claude-sonnet-4-5-20250929"
+    );
     let longer = meter(
         Some(Some(&usage)),
         999_999,
@@ -124,7 +127,10 @@ fn the_meter_gives_the_share_of_the_window_the_request_just_answered_and_the_mod
         "accounts/fireworks/models/llama-v3p1-405b-instruct",
     );
     assert_eq!(longer.chars().count(), METER_WIDTH, "{longer}");
-    assert!(longer.starts_with("panto: context 1M/1M (95%); accounts/fireworks/"), "{longer}");
+    assert!(
+        longer.starts_with("panto: context 1M/1M (95%); accounts/fireworks/"),
+        "{longer}"
+    );
     assert!(longer.ends_with('…'), "{longer}");
 }
 
@@ -262,7 +268,10 @@ fn chat_lines_are_messages_or_the_commands_help_lists() {
     check("clear", Line::Habit("clear"));
     check(" Exit ", Line::Habit("Exit"));
     check("clear the cache", Line::Message("clear the cache"));
-    check("first line\nsecond line", Line::Message("first line\nsecond line"));
+    check(
+        "first line\nsecond line",
+        Line::Message("first line\nsecond line"),
+    );
     for command in [
         "/help", "/context", "/summary", "/compact", "/model", "/clear", "/retry", "/exit",
     ] {
@@ -353,28 +362,42 @@ fn a_mistake_in_a_config_file_is_said_in_panto_words_with_the_nearest_key() {
         Some("unknown key `modle`; did you mean `model`?")
     );
     assert_eq!(
-        explain_value_error("unknown field `keep_tokenz`, expected one of `model`", None).as_deref(),
+        explain_value_error("unknown field `keep_tokenz`, expected one of `model`", None)
+            .as_deref(),
         Some("unknown key `keep_tokenz`; did you mean `keep_tokens`?")
     );
     let far = explain_value_error("unknown field `colour`, expected one of `model`", None).unwrap();
-    assert!(far.starts_with("unknown key `colour`; the keys are `provider`, `model`"), "{far}");
+    assert!(
+        far.starts_with("unknown key `colour`; the keys are `provider`, `model`"),
+        "{far}"
+    );
     assert_eq!(
-        explain_value_error("invalid type: string \"abc\", expected u64", Some("keep_tokens"))
-            .as_deref(),
+        explain_value_error(
+            "invalid type: string \"abc\", expected u64",
+            Some("keep_tokens")
+        )
+        .as_deref(),
         Some("`keep_tokens` must be a whole number, like keep_tokens = 20000; it is \"abc\"")
     );
     assert_eq!(
-        explain_value_error("invalid value: integer `-5`, expected u32", Some("retries")).as_deref(),
+        explain_value_error("invalid value: integer `-5`, expected u32", Some("retries"))
+            .as_deref(),
         Some("`retries` must be a whole number, like retries = 3; it is -5")
     );
     assert_eq!(
-        explain_value_error("invalid type: integer `5`, expected a string", Some("model"))
-            .as_deref(),
+        explain_value_error(
+            "invalid type: integer `5`, expected a string",
+            Some("model")
+        )
+        .as_deref(),
         Some("`model` must be text in quotes, like model = \"...\"; it is 5")
     );
     assert_eq!(
-        explain_value_error("unknown variant `opnai`, expected one of `anthropic`", Some("provider"))
-            .as_deref(),
+        explain_value_error(
+            "unknown variant `opnai`, expected one of `anthropic`",
+            Some("provider")
+        )
+        .as_deref(),
         Some("`provider` must be one of anthropic, openai, openai-responses, gemini, offline")
     );
     // TOML syntax is the parser's to explain.
@@ -703,18 +726,38 @@ fn a_reply_cut_short_is_said_in_plain_words_and_the_protocol_is_the_cause() {
 fn a_new_session_is_named_after_the_old_one() {
     use crate::commands::{AnyStore, next_session_name};
 
-    let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
     let store: AnyStore = std::sync::Arc::new(panto_compact::MemoryStore::new());
     runtime.block_on(async {
-        assert_eq!(next_session_name(&store, "notes.jsonl").await.unwrap(), "notes-2.jsonl");
-        assert_eq!(next_session_name(&store, "dir.d/notes").await.unwrap(), "dir.d/notes-2");
-        assert_eq!(next_session_name(&store, "notes-2.jsonl").await.unwrap(), "notes-3.jsonl");
-        assert_eq!(next_session_name(&store, ".hidden").await.unwrap(), ".hidden-2");
+        assert_eq!(
+            next_session_name(&store, "notes.jsonl").await.unwrap(),
+            "notes-2.jsonl"
+        );
+        assert_eq!(
+            next_session_name(&store, "dir.d/notes").await.unwrap(),
+            "dir.d/notes-2"
+        );
+        assert_eq!(
+            next_session_name(&store, "notes-2.jsonl").await.unwrap(),
+            "notes-3.jsonl"
+        );
+        assert_eq!(
+            next_session_name(&store, ".hidden").await.unwrap(),
+            ".hidden-2"
+        );
         // A name that holds something is skipped.
-        let mut log = panto_compact::SessionLog::new(store.clone(), "notes-2.jsonl", Default::default());
-        log.append(&[panto_model::Entry::Message(panto_model::Message::user_text("hi"))])
-            .await
-            .unwrap();
-        assert_eq!(next_session_name(&store, "notes.jsonl").await.unwrap(), "notes-3.jsonl");
+        let mut log =
+            panto_compact::SessionLog::new(store.clone(), "notes-2.jsonl", Default::default());
+        log.append(&[panto_model::Entry::Message(
+            panto_model::Message::user_text("hi"),
+        )])
+        .await
+        .unwrap();
+        assert_eq!(
+            next_session_name(&store, "notes.jsonl").await.unwrap(),
+            "notes-3.jsonl"
+        );
     });
 }

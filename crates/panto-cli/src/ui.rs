@@ -46,7 +46,10 @@ pub(crate) fn describe_retry(notice: &RetryNotice<'_>) -> String {
 fn short_reason(error: &ProviderError) -> String {
     if let ProviderError::Connection { message } = error {
         // panto's own words, without the library's cause after them.
-        let plain = message.split(panto_providers::CAUSE).next().unwrap_or(message);
+        let plain = message
+            .split(panto_providers::CAUSE)
+            .next()
+            .unwrap_or(message);
         return format!("connection failed: {plain}");
     }
     let text = error.to_string();
@@ -135,7 +138,9 @@ pub(crate) fn error_text(error: &anyhow::Error) -> String {
 /// # Errors
 /// When stdout (or the pager's input) cannot be written for another reason than the pager
 /// having quit.
-pub(crate) fn paged(write: impl FnOnce(&mut dyn Write) -> std::io::Result<()>) -> std::io::Result<()> {
+pub(crate) fn paged(
+    write: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
+) -> std::io::Result<()> {
     let Some(mut child) = pager() else {
         let mut out = std::io::stdout().lock();
         write(&mut out)?;
@@ -180,9 +185,8 @@ fn pager() -> Option<std::process::Child> {
 
 /// Whether an executable `name` is in one of the folders of `$PATH`.
 fn on_path(name: &str) -> bool {
-    std::env::var_os("PATH").is_some_and(|path| {
-        std::env::split_paths(&path).any(|dir| dir.join(name).is_file())
-    })
+    std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(name).is_file()))
 }
 
 /// Whether `error` is a write to a closed pipe (`panto context s.jsonl | head`): the reader
@@ -441,8 +445,7 @@ pub(crate) fn describe_meter(meter: &Meter<'_>) -> String {
 pub(crate) fn short_count(n: u64) -> String {
     match n {
         0..=999 => n.to_string(),
-        1_000..=9_949 => format!("{:.1}k", n as f64 / 1_000.0)
-            .replace(".0k", "k"),
+        1_000..=9_949 => format!("{:.1}k", n as f64 / 1_000.0).replace(".0k", "k"),
         9_950..=999_499 => format!("{}k", (n + 500) / 1_000),
         _ => format!("{:.1}M", n as f64 / 1_000_000.0).replace(".0M", "M"),
     }

@@ -205,7 +205,9 @@ fn an_unreachable_base_url_keeps_the_prompt_and_says_what_to_check() {
         .unwrap_or_else(|| panic!("{}", run.stderr));
     assert_eq!(
         lines[at],
-        format!("panto: connection failed: connection refused by 127.0.0.1:{port}: nothing is listening there")
+        format!(
+            "panto: connection failed: connection refused by 127.0.0.1:{port}: nothing is listening there"
+        )
     );
     assert!(lines[at + 1].starts_with("cause: "), "{}", run.stderr);
     assert!(!lines[at].contains("os error"), "{}", run.stderr);

@@ -290,7 +290,8 @@ impl Respond for FakeModel {
             seen.answer = "cut";
             let chunk = json!({"id": "c1", "object": "chat.completion.chunk", "model": "fake",
                 "choices": [{"index": 0, "delta": {"role": "assistant", "content": "Half a rep"}, "finish_reason": null}]});
-            ResponseTemplate::new(200).set_body_raw(format!("data: {chunk}\n\n"), "text/event-stream")
+            ResponseTemplate::new(200)
+                .set_body_raw(format!("data: {chunk}\n\n"), "text/event-stream")
         } else {
             let n = self
                 .log

@@ -448,3 +448,51 @@ fn an_offline_summary_that_carries_a_long_earlier_summary_is_not_a_copy_through(
     );
     assert!(summary.contains("table_399"), "{summary}");
 }
+
+/// The first command of README.md and the compact example of `panto --help` compact the
+/// example session with the defaults: a real compaction, not "nothing to compact".
+#[test]
+fn the_first_example_compacts_with_the_defaults() {
+    let readme = std::fs::read_to_string(crate::support::repo_root().join("README.md")).unwrap();
+    let first = readme
+        .split("```sh\n")
+        .nth(1)
+        .and_then(|block| block.lines().next())
+        .unwrap();
+    let args: Vec<&str> = first
+        .strip_prefix("cargo run -q -p panto-cli -- ")
+        .unwrap_or_else(|| panic!("README's first command changed: {first}"))
+        .split(' ')
+        .collect();
+    let help = Sandbox::new().run(&["--help"]);
+    let example = help
+        .stdout
+        .lines()
+        .find(|l| l.trim_start().starts_with("panto compact "))
+        .unwrap()
+        .trim();
+    assert_eq!(
+        example,
+        format!("panto {}", args.join(" ")),
+        "README and --help differ"
+    );
+    let sb = Sandbox::new();
+    sb.example("debugging.jsonl");
+    std::fs::create_dir_all(sb.work().join("examples/sessions")).unwrap();
+    std::fs::rename(
+        sb.work().join("debugging.jsonl"),
+        sb.work().join("examples/sessions/debugging.jsonl"),
+    )
+    .unwrap();
+    let run = sb.run(&args);
+    run.expect_code(0);
+    assert!(!run.stderr.contains("nothing to compact"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains(
+            "panto: compacted (offline-extractive): conversation about 3682 -> 2379 tokens"
+        ),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stdout.contains("## Goal"), "{}", run.stdout);
+}

@@ -184,3 +184,44 @@ async fn a_failed_compaction_is_told_once() {
         before
     );
 }
+
+/// `panto transcript` and `panto context` go through `$PAGER` when stdout is a terminal, and
+/// never when it is not; an empty `PAGER` turns it off.
+#[test]
+fn long_outputs_go_through_the_pager_on_a_terminal_only() {
+    use crate::support::{Tty, run_on_terminal};
+
+    let sb = Sandbox::new();
+    let path = sb.example("debugging.jsonl");
+    let session = path.to_str().unwrap();
+    // A pager that marks every line it shows.
+    let pager = "sed 's/^/PAGED: /'";
+    for command in ["transcript", "context"] {
+        let mut cmd = sb.command(&[command, session]);
+        cmd.env("PAGER", pager);
+        let run = run_on_terminal(cmd, Tty::Stdout);
+        run.expect_code(0);
+        let lines: Vec<&str> = run.stdout.lines().collect();
+        assert!(lines.len() > 10, "{command}: {}", run.stdout);
+        assert!(
+            lines.iter().all(|l| l.starts_with("PAGED: ")),
+            "{command}: a line not through the pager:\n{}",
+            run.stdout
+        );
+
+        // Piped: never the pager, whatever PAGER says.
+        let mut cmd = sb.command(&[command, session]);
+        cmd.env("PAGER", pager);
+        let run = sb.run_with(cmd);
+        run.expect_code(0);
+        assert!(!run.stdout.contains("PAGED"), "{command}: {}", run.stdout);
+        assert!(run.stdout.lines().count() > 10, "{command}");
+
+        // PAGER= on a terminal: printed as it is.
+        let mut cmd = sb.command(&[command, session]);
+        cmd.env("PAGER", "");
+        let run = run_on_terminal(cmd, Tty::Stdout);
+        run.expect_code(0);
+        assert!(!run.stdout.contains("PAGED"), "{command}: {}", run.stdout);
+    }
+}

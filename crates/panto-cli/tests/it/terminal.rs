@@ -295,7 +295,7 @@ async fn a_retry_line_printed_under_the_spinner_is_whole_and_no_frame_stays() {
     no_spinner_left(&shown);
 }
 
-/// The `n`th capture (a ```text block, counting from 0) of docs/chat.md.
+/// The `n`th capture (a block fenced as `text`, counting from 0) of docs/chat.md.
 pub(crate) fn chat_md_capture(n: usize) -> String {
     let doc = std::fs::read_to_string(crate::support::repo_root().join("docs/chat.md")).unwrap();
     doc.split("```text\n")
@@ -352,10 +352,7 @@ async fn a_chat_through_an_overflow_looks_as_docs_chat_md_shows() {
     });
     no_spinner_left(&shown);
     let shown = shown.join("\n");
-    assert!(
-        shown.contains("panto: compacted (fake-model"),
-        "{shown}"
-    );
+    assert!(shown.contains("panto: compacted (fake-model"), "{shown}");
     assert_eq!(
         chat_md_capture(0),
         shown,
