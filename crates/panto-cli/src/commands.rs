@@ -580,13 +580,15 @@ pub(crate) async fn ledger(config: &Config, path: &Path, as_json: bool) -> Resul
         print_json(&ledger.to_json())?;
         return Ok(());
     }
-    let mut out = std::io::stdout().lock();
     if ledger.is_empty() {
+        let mut out = std::io::stdout().lock();
         writeln!(out, "the ledger of {} records nothing", for_stdout(&name))?;
+        out.flush()?;
     } else {
-        out.write_all(for_stdout(&ledger.render()).as_bytes())?;
+        // The whole record, often long: through the pager on a terminal.
+        let text = ledger.render();
+        crate::ui::paged(|out| out.write_all(for_stdout(&text).as_bytes()))?;
     }
-    out.flush()?;
     Ok(())
 }
 

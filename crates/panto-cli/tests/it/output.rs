@@ -185,8 +185,8 @@ async fn a_failed_compaction_is_told_once() {
     );
 }
 
-/// `panto transcript` and `panto context` go through `$PAGER` when stdout is a terminal, and
-/// never when it is not; an empty `PAGER` turns it off.
+/// `panto transcript`, `panto context` and `panto ledger` go through `$PAGER` when stdout is a
+/// terminal, and never when it is not; an empty `PAGER` turns it off.
 #[test]
 fn long_outputs_go_through_the_pager_on_a_terminal_only() {
     use crate::support::{Tty, run_on_terminal};
@@ -194,9 +194,12 @@ fn long_outputs_go_through_the_pager_on_a_terminal_only() {
     let sb = Sandbox::new();
     let path = sb.example("debugging.jsonl");
     let session = path.to_str().unwrap();
+    // Compacted once, so that it has a ledger, and still has something to summarize.
+    sb.run(&["compact", session, "--keep-tokens", "2500"])
+        .expect_code(0);
     // A pager that marks every line it shows.
     let pager = "sed 's/^/PAGED: /'";
-    for command in ["transcript", "context"] {
+    for command in ["transcript", "context", "ledger"] {
         let mut cmd = sb.command(&[command, session]);
         cmd.env("PAGER", pager);
         let run = run_on_terminal(cmd, Tty::Stdout);
