@@ -1,7 +1,8 @@
 //! The everyday chat on a terminal (a pseudo-terminal 100 and 60 columns wide): a resumed chat
 //! shows the last exchange and the meter, the meter fits 60 columns and shows the share of a
 //! known window from the first reply, `\` + Enter types a newline, a bare `clear` is not sent,
-//! `/model` switches the model for the next requests, `/clear` starts a new session file, and a
+//! `/model` switches the model for the next requests, `/clear` starts a new session file,
+//! `/compact` refuses a compaction that saves nothing and `/compact --force` writes it, and a
 //! reply cut short ends its line, says so in plain words and offers `/retry`. The second
 //! capture in docs/chat.md is the 60-column screen of the first test.
 
@@ -94,8 +95,9 @@ fn meters_fit(shown: &[String], models: &[&str]) -> usize {
     meters.len()
 }
 
-/// The everyday commands at `columns`: the screen, and the requests the model saw.
-async fn everyday_at(columns: usize) -> (Vec<String>, Sandbox, Vec<Seen>) {
+/// The everyday commands at `columns`: what the terminal received, and the requests the model
+/// saw.
+async fn everyday_at(columns: usize) -> (String, Sandbox, Vec<Seen>) {
     let model = FakeModel::new(Protocol::OpenAiChat, 1_000_000);
     let server = model.clone().start().await;
     let sb = Sandbox::new();
@@ -117,11 +119,14 @@ async fn everyday_at(columns: usize) -> (Vec<String>, Sandbox, Vec<Seen>) {
         // A new session file; the old one stays.
         term.enter("/clear", "a new conversation", 1);
         term.enter("A fresh start.", " out; other-model", 2);
+        // A compaction that would not make so short a conversation smaller is refused, with
+        // the way to force it; forced, it is written.
+        term.enter("/compact", "/compact --force writes it anyway", 1);
+        term.enter("/compact --force", "panto: compacted (other-model)", 1);
         term.type_keys("\u{4}");
-        let shown = term.screen();
-        let (code, _) = term.finish();
-        assert_eq!(code, 0, "{}", shown.join("\n"));
-        shown
+        let (code, raw) = term.finish();
+        assert_eq!(code, 0, "{}", screen_at(&raw, columns).join("\n"));
+        raw
     });
     (shown, sb, model.seen())
 }
@@ -129,7 +134,8 @@ async fn everyday_at(columns: usize) -> (Vec<String>, Sandbox, Vec<Seen>) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_everyday_chat_commands_at_100_and_60_columns() {
     for columns in WIDTHS {
-        let (shown, sb, seen) = everyday_at(columns).await;
+        let (raw, sb, seen) = everyday_at(columns).await;
+        let shown = screen_at(&raw, columns);
         let text = shown.join("\n");
         let at = |needle: &str| {
             shown
@@ -155,8 +161,19 @@ async fn the_everyday_chat_commands_at_100_and_60_columns() {
         );
         // The message of two lines, the model switch and the new session.
         assert_eq!(
-            seen.iter().map(|s| s.model.as_str()).collect::<Vec<_>>(),
+            seen.iter()
+                .filter(|s| !s.compaction)
+                .map(|s| s.model.as_str())
+                .collect::<Vec<_>>(),
             ["fake-model", "other-model", "other-model"]
+        );
+        // Both compactions asked the active model; only the forced one was written.
+        assert_eq!(
+            seen.iter()
+                .filter(|s| s.compaction)
+                .map(|s| s.model.as_str())
+                .collect::<Vec<_>>(),
+            ["other-model", "other-model"]
         );
         assert_eq!(
             messages(&sb, "notes.jsonl"),
@@ -173,8 +190,37 @@ async fn the_everyday_chat_commands_at_100_and_60_columns() {
             ],
             "{text}"
         );
+        // The refused compaction wrote nothing; the forced one was written, and its line says
+        // that it saved nothing.
+        let second = std::fs::read_to_string(sb.work().join("notes-2.jsonl")).unwrap();
         assert_eq!(
-            messages(&sb, "notes-2.jsonl"),
+            second.matches("\"type\":\"compaction\"").count(),
+            1,
+            "{second}"
+        );
+        let lines = unwrapped(&raw, columns);
+        let refused = lines
+            .iter()
+            .position(|l| {
+                l.starts_with("panto: the compaction would not make the conversation smaller: ")
+            })
+            .unwrap_or_else(|| panic!("{text}"));
+        assert!(lines[refused].ends_with("; nothing was written"), "{text}");
+        assert_eq!(
+            lines[refused + 1],
+            "hint: /compact --force writes it anyway"
+        );
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.starts_with("panto: compacted (other-model): ")
+                    && l.ends_with(
+                        "this compaction saves nothing, and went ahead only because it was forced"
+                    )),
+            "{text}"
+        );
+        assert_eq!(
+            messages(&sb, "notes-2.jsonl")[..2],
             [
                 pair("user", "A fresh start."),
                 pair("assistant", "Reply 3 from other-model."),
@@ -245,7 +291,7 @@ async fn a_reply_cut_short_ends_its_line_says_so_and_offers_retry() {
             term.type_keys("\u{4}");
             term.finish().1
         });
-        let shown = unwrapped(&screen_at(&raw, columns), columns);
+        let shown = unwrapped(&raw, columns);
         let text = shown.join("\n");
         // The partial reply keeps its own line; panto's sentence starts the next one.
         let cut = shown

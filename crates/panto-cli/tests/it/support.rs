@@ -377,7 +377,17 @@ pub(crate) fn screen(raw: &str) -> Vec<String> {
 /// and erasures programs use for spinners and line editing (`\r`, backspace, CSI `A` `B` `C`
 /// `D` `G` `K` `J`) and wraps long lines; colours and modes are ignored.
 pub(crate) fn screen_at(raw: &str, columns: usize) -> Vec<String> {
+    screen_rows(raw, columns)
+        .into_iter()
+        .map(|(line, _)| line.trim_end().to_owned())
+        .collect()
+}
+
+/// [`screen_at`], each line with whether it continues the one before (the terminal wrapped
+/// there).
+fn screen_rows(raw: &str, columns: usize) -> Vec<(String, bool)> {
     let mut lines: Vec<Vec<char>> = vec![Vec::new()];
+    let mut continues: Vec<bool> = vec![false];
     let (mut row, mut col) = (0usize, 0usize);
     let mut chars = raw.chars().peekable();
     while let Some(c) = chars.next() {
@@ -441,6 +451,10 @@ pub(crate) fn screen_at(raw: &str, columns: usize) -> Vec<String> {
                 if col >= columns {
                     row += 1;
                     col = 0;
+                    while continues.len() <= row {
+                        continues.push(false);
+                    }
+                    continues[row] = true;
                 }
                 while lines.len() <= row {
                     lines.push(Vec::new());
@@ -458,27 +472,38 @@ pub(crate) fn screen_at(raw: &str, columns: usize) -> Vec<String> {
             }
         }
     }
-    let mut shown: Vec<String> = lines
+    let mut shown: Vec<(String, bool)> = lines
         .into_iter()
-        .map(|l| l.into_iter().collect::<String>().trim_end().to_owned())
+        .enumerate()
+        .map(|(i, l)| {
+            let text = l.into_iter().collect::<String>();
+            // A row the next one continues keeps its blanks: they are part of the line.
+            let wrapped = continues.get(i + 1).copied().unwrap_or(false);
+            let text = if wrapped {
+                text
+            } else {
+                text.trim_end().to_owned()
+            };
+            (text, continues.get(i).copied().unwrap_or(false))
+        })
         .collect();
-    while shown.last().is_some_and(String::is_empty) {
+    while shown.last().is_some_and(|(l, _)| l.is_empty()) {
         shown.pop();
     }
     shown
 }
 
-/// The lines of `shown` (a screen `columns` wide) as the program wrote them: a line that fills
-/// the width was wrapped, and the next one continues it.
-pub(crate) fn unwrapped(shown: &[String], columns: usize) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
-    let mut continues = false;
-    for line in shown {
-        match out.last_mut() {
-            Some(last) if continues => last.push_str(line),
-            _ => out.push(line.clone()),
-        }
-        continues = line.chars().count() == columns;
-    }
-    out
+/// What a terminal `columns` wide shows after receiving `raw`, as the program wrote it: a line
+/// the terminal wrapped is joined with its continuation.
+pub(crate) fn unwrapped(raw: &str, columns: usize) -> Vec<String> {
+    screen_rows(raw, columns).into_iter().fold(
+        Vec::new(),
+        |mut out: Vec<String>, (line, continued)| {
+            match out.last_mut() {
+                Some(last) if continued => last.push_str(&line),
+                _ => out.push(line),
+            }
+            out
+        },
+    )
 }
