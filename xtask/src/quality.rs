@@ -244,6 +244,8 @@ fn score_session(
             "compact",
             file,
             "--dry-run",
+            // What the summarizer writes is measured, also where it would save nothing.
+            "--force",
             "--json",
             "--keep-tokens",
             &keep,

@@ -69,6 +69,9 @@ pub(crate) enum Command {
         /// One JSON document on stdout.
         #[arg(long)]
         json: bool,
+        /// Write the compaction even when it would not make the conversation smaller.
+        #[arg(long)]
+        force: bool,
         /// Common options.
         #[command(flatten)]
         common: Common,
@@ -206,11 +209,12 @@ pub(crate) struct Common {
     /// The provider's base URL (for OpenAI-compatible servers, include the `/v1`).
     #[arg(long, global = true)]
     pub base_url: Option<String>,
-    /// The keep-verbatim budget in tokens.
-    #[arg(long, value_name = "N", global = true)]
+    /// The keep-verbatim budget in tokens (for `compact` and `/compact`: exactly this, not at
+    /// most half of the conversation).
+    #[arg(long, value_name = "N", global = true, value_parser = whole_number)]
     pub keep_tokens: Option<u64>,
     /// The longest a model request may take, retries included (`timeout_secs`).
-    #[arg(long, value_name = "SECS", global = true)]
+    #[arg(long, value_name = "SECS", global = true, value_parser = whole_number)]
     pub timeout_secs: Option<u64>,
     /// Where sessions are kept (`store`); the help text names the forms.
     #[arg(
@@ -243,4 +247,11 @@ fn parse_provider(s: &str) -> Result<ProviderKind, String> {
             "unknown provider `{s}`; use anthropic, openai, openai-responses, gemini or offline"
         )
     })
+}
+
+/// A flag's whole number, refused in panto's words.
+fn whole_number(s: &str) -> Result<u64, String> {
+    s.trim()
+        .parse()
+        .map_err(|_| format!("`{s}` is not a whole number; give one like 20000"))
 }

@@ -6,6 +6,7 @@
 use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::{Context as _, Result, anyhow};
 use panto_compact::{
@@ -18,7 +19,7 @@ use panto_provider::{About, ProviderError, StreamEvent, Wait};
 use serde_json::json;
 
 use crate::config::{Config, Flags, Locations, Needs, ProviderKind, Trust, TrustFile, needs};
-use crate::ui::{Spinner, count, for_stdout, interrupted, print_event, say};
+use crate::ui::{Meter, Spinner, count, for_stdout, interrupted, print_event, say};
 use crate::{Cancelled, bad_input, offline, providers};
 
 pub(crate) use crate::stores::{AnyStore, session_name, store_error};
@@ -45,10 +46,26 @@ fn is_conflict(e: &(dyn std::error::Error + 'static)) -> bool {
 pub(crate) fn failure(e: CompactError, config: &Config) -> anyhow::Error {
     match e {
         CompactError::PromptUnreadable { .. } | CompactError::PromptEmpty { .. } => bad_input(e),
-        other => match hint(&other, config) {
-            Some(hint) => anyhow!("{other}\nhint: {hint}"),
-            None => anyhow!(other),
-        },
+        other => {
+            // An answer cut short is said in plain words; the protocol's are the cause.
+            let text = match root_cause(&other) {
+                Some(p) if panto_providers::cut_short(p) => {
+                    let words = p.to_string();
+                    let cause = words
+                        .split_once(panto_providers::CAUSE)
+                        .map_or(words.as_str(), |(_, c)| c);
+                    format!(
+                        "the connection closed before the reply finished, so nothing of it was kept{}{cause}",
+                        panto_providers::CAUSE
+                    )
+                }
+                _ => other.to_string(),
+            };
+            match hint(&other, config) {
+                Some(hint) => anyhow!("{text}\nhint: {hint}"),
+                None => anyhow!(text),
+            }
+        }
     }
 }
 
@@ -85,9 +102,10 @@ fn hint(e: &CompactError, config: &Config) -> Option<String> {
             CompactError::NoRoom(_) | CompactError::FoldOverflow { .. }
         )
     {
-        return Some(
-            "a shorter COMPACTION.md (user or .panto/), a smaller compaction_max_output_tokens, or a compaction_model with a larger window leaves more room".to_owned(),
-        );
+        return Some(format!(
+            "a shorter COMPACTION.md (user or .panto/), a smaller `compaction_max_output_tokens` (in {}), or a compaction_model with a larger window leaves more room",
+            user_config_file(config)
+        ));
     }
     if let CompactError::OverflowAfterCompaction { .. } = e {
         return Some(
@@ -103,21 +121,39 @@ fn hint(e: &CompactError, config: &Config) -> Option<String> {
         ProviderError::Authentication { .. } => {
             format!("check the key in {key_var} (and that it belongs to this provider)")
         }
-        ProviderError::Connection { .. } => format!(
-            "is {} reachable? Set the base URL with --base-url, {url_var}, or `base_url` in config.toml",
-            config
+        ProviderError::Connection { message }
+            if message.starts_with(panto_providers::CLOSED_EARLY) =>
+        {
+            return None;
+        }
+        ProviderError::Connection { message } => {
+            let url = config
                 .base_url
                 .value
                 .as_deref()
-                .unwrap_or("the provider's API")
+                .unwrap_or("the provider's API");
+            let check = if message.contains("TLS handshake") {
+                format!(
+                    "check that {url} serves HTTPS (a local server usually wants an http:// URL)"
+                )
+            } else if message.contains("(DNS)") {
+                format!("check the host name in {url}")
+            } else {
+                format!("check that the server at {url} is running")
+            };
+            format!(
+                "{check}; another URL: --base-url URL, {url_var}, or `base_url = \"URL\"` in {}",
+                user_config_file(config)
+            )
+        }
+        ProviderError::ModelNotFound { .. } => format!(
+            "check the model name: --model NAME (or /model NAME in a chat), --compaction-model NAME, or `model = \"NAME\"` in {}",
+            user_config_file(config)
         ),
-        ProviderError::ModelNotFound { .. } => {
-            "check the model name (--model, --compaction-model, or `model` in config.toml)"
-                .to_owned()
-        }
-        ProviderError::Timeout { .. } => {
-            "try again, or raise `timeout_secs` in config.toml".to_owned()
-        }
+        ProviderError::Timeout { .. } => format!(
+            "try again, or raise `timeout_secs` in {} (or pass --timeout-secs)",
+            user_config_file(config)
+        ),
         ProviderError::WaitExpired { wait, .. } => wait_hint(*wait, config),
         ProviderError::RateLimited {
             retry_after: Some(asked),
@@ -163,7 +199,8 @@ fn wait_hint(wait: Wait, config: &Config) -> String {
         ""
     };
     format!(
-        "`{key}` ({value} s) bounds {what}; raise it in config.toml{flag} for a slower model or server"
+        "`{key}` ({value} s) bounds {what}; raise it in {}{flag} for a slower model or server",
+        user_config_file(config)
     )
 }
 
@@ -172,6 +209,38 @@ fn wait_hint(wait: Wait, config: &Config) -> String {
 /// database, each SESSION a name there (`stores::open`).
 pub(crate) async fn open_store(config: &Config) -> Result<AnyStore> {
     crate::stores::open(config).await
+}
+
+/// The name of a new session next to `name` in `store`, for `/clear`: `notes.jsonl` gives
+/// `notes-2.jsonl`, then `notes-3.jsonl`, ... (and `notes-2.jsonl` gives `notes-3.jsonl`): the
+/// first that does not exist yet or holds nothing.
+///
+/// # Errors
+/// When the store cannot tell (a session that cannot be read).
+pub(crate) async fn next_session_name(store: &AnyStore, name: &str) -> Result<String> {
+    let file = name.rsplit('/').next().unwrap_or(name);
+    let (stem, ext) = match file.rfind('.') {
+        Some(dot) if dot > 0 => name.split_at(name.len() - (file.len() - dot)),
+        _ => (name, ""),
+    };
+    let (base, first) = match stem.rsplit_once('-') {
+        Some((base, n))
+            if !base.is_empty() && !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) =>
+        {
+            (base, n.parse::<u64>().unwrap_or(1).saturating_add(1))
+        }
+        _ => (stem, 2),
+    };
+    let mut n = first;
+    loop {
+        let candidate = format!("{base}-{n}{ext}");
+        match store.load(&candidate).await {
+            Ok(loaded) if loaded.empty => return Ok(candidate),
+            Err(StoreError::NotFound { .. }) => return Ok(candidate),
+            Ok(_) => n = n.saturating_add(1),
+            Err(e) => return Err(store_error(e)),
+        }
+    }
 }
 
 /// Prints the warnings of a load on stderr.
@@ -229,27 +298,37 @@ pub(crate) fn active_model(config: &Config, summarize_only: bool) -> Result<Mode
     let kind = config.provider.value;
     if kind == ProviderKind::Offline {
         if !summarize_only {
-            return Err(bad_input(NO_PROVIDER));
+            return Err(bad_input(no_provider(config)));
         }
         let provider = Arc::new(offline::OfflineSummarizer::new());
         return Ok(ModelRef::with_source(provider, offline::MODEL));
     }
     let model = config.model.value.clone().ok_or_else(|| {
         bad_input(format!(
-            "no model configured for provider {kind}: pass --model NAME, or set `model = \"NAME\"` in .panto/config.toml"
+            "no model configured for provider {kind}: pass --model NAME, or write `model = \"NAME\"` in {}",
+            user_config_file(config)
         ))
     })?;
     let provider = providers::build(kind, config)?;
     Ok(ModelRef::new(provider, model))
 }
 
-const NO_PROVIDER: &str = "no provider is configured, and the offline summarizer cannot chat.
-Configure one with --provider (anthropic, openai, openai-responses, gemini) and --model, or in
-.panto/config.toml:
+/// What to do when no provider is configured: advice that works as given. The user file is
+/// named by its path (a project's file may choose the provider only once it is trusted).
+fn no_provider(config: &Config) -> String {
+    format!(
+        "no provider is configured, and the offline summarizer cannot chat.
+Choose one for this command with flags:
+    --provider anthropic --model claude-sonnet-4-5
+or once for every command, in {}:
     provider = \"anthropic\"
     model = \"claude-sonnet-4-5\"
+(a project's .panto/config.toml may choose the provider too, once you run `panto trust` in it),
 and set the provider's key: ANTHROPIC_API_KEY, OPENAI_API_KEY or GEMINI_API_KEY.
-For a local OpenAI-compatible server: --provider openai --base-url http://127.0.0.1:8080/v1";
+For a local OpenAI-compatible server: --provider openai --base-url http://127.0.0.1:8080/v1 --model NAME",
+        user_config_file(config)
+    )
+}
 
 // ---------------------------------------------------------------------------------------------
 // context
@@ -257,16 +336,22 @@ For a local OpenAI-compatible server: --provider openai --base-url http://127.0.
 pub(crate) async fn context(config: &Config, path: &Path, as_json: bool) -> Result<()> {
     let store = open_store(config).await?;
     let ctx = load_existing(&store, &session_name(path)).await?.context;
-    // One sizing pass for both estimates.
-    let (estimated, conversation_tokens) =
-        panto_size::estimate_request_with(&config.system_prompt.value, &ctx.messages);
+    // The one ruler: every size below comes from this estimate.
+    let size = panto_size::estimate(&config.system_prompt.value, "", &ctx.messages);
     let conversation_turns = turns(ctx.conversation()).len();
     if as_json {
         // Written straight from the messages: no second copy of the context in memory.
         let doc = ContextDoc {
             messages: &ctx.messages,
-            estimated_tokens: estimated,
-            conversation_tokens,
+            estimated_tokens: size.total(),
+            conversation_tokens: size.conversation(),
+            size: SizeDoc {
+                system_prompt: size.system,
+                tools: size.tools,
+                summary: size.summary,
+                messages: size.messages,
+                system_prompt_measured: size.measured,
+            },
             turns: conversation_turns,
             compaction: ctx.compaction.as_ref().map(|c| {
                 json!({
@@ -284,33 +369,41 @@ pub(crate) async fn context(config: &Config, path: &Path, as_json: bool) -> Resu
         exiting(ctx);
         return Ok(());
     }
-    let mut out = std::io::stdout().lock();
-    write_context(&mut out, &path.display().to_string(), config, &ctx)?;
-    out.flush()?;
+    // A long list: through the pager on a terminal.
+    crate::ui::paged(|out| write_context(out, &path.display().to_string(), config, &ctx))?;
     Ok(())
 }
 
-/// The human-readable context: a header with its size in both measures (the whole next
-/// request, then the conversation alone, which is what a compaction reports), the compaction
-/// it starts from, and one line per message with its estimated size. Every line quotes the
-/// session (text, ids, the path), so each is neutralised on a terminal.
+/// The human-readable context: a header with the size of the next request, a line with its
+/// parts (system prompt, summary, messages; they add up to the total, and the messages' rows
+/// below add up to the summary and the messages), the compaction it starts from, and one line
+/// per message with its estimated size. Every line quotes the session (text, ids, the path),
+/// so each is neutralised on a terminal.
 ///
 /// # Errors
 /// When `out` cannot be written (a closed pipe, for example).
 pub(crate) fn write_context(
-    out: &mut impl Write,
+    out: &mut (impl Write + ?Sized),
     name: &str,
     config: &Config,
     ctx: &EffectiveContext,
 ) -> std::io::Result<()> {
-    let request = panto_size::estimate_request(&config.system_prompt.value, &ctx.messages);
-    let conversation = panto_size::estimate_request("", &ctx.messages);
+    let size = panto_size::estimate(&config.system_prompt.value, "", &ctx.messages);
+    let total = size.total();
+    let window = providers::known_window(config, config.model.value.as_deref().unwrap_or(""));
+    let share = window.map_or(String::new(), |w| {
+        format!(
+            " ({} of the {w}-token window)",
+            crate::ui::percent(total, w)
+        )
+    });
     let header = format!(
-        "{name}: {}, {}; about {request} tokens for the next request ({conversation} of conversation plus the system prompt)",
+        "{name}: {}, {}; about {total} tokens for the next request{share}",
         count(ctx.conversation().len(), "message"),
         count(exchanges(ctx.conversation()), "exchange"),
     );
     writeln!(out, "{}", for_stdout(&header))?;
+    writeln!(out, "{}", size_parts(&size))?;
     if let Some(c) = &ctx.compaction {
         let line = format!(
             "compacted ({}): the summary, then {} kept verbatim",
@@ -326,6 +419,26 @@ pub(crate) fn write_context(
         writeln!(out, "{}", for_stdout(&line))?;
     }
     Ok(())
+}
+
+/// The parts of a request's size as one line that adds up:
+/// `= 2595 system prompt + 120 summary + 3562 messages`, with a note when the system prompt's
+/// part is what the provider counted beyond the messages.
+pub(crate) fn size_parts(size: &panto_size::RequestEstimate) -> String {
+    let mut parts = vec![format!("{} system prompt", size.system)];
+    if size.tools > 0 {
+        parts.push(format!("{} tools", size.tools));
+    }
+    if size.summary > 0 {
+        parts.push(format!("{} summary", size.summary));
+    }
+    parts.push(format!("{} messages", size.messages));
+    let note = if size.measured {
+        " (the system prompt's part is what the provider counted beyond the messages in its last reply)"
+    } else {
+        ""
+    };
+    format!("  = {}{note}", parts.join(" + "))
 }
 
 /// The exchanges a person counts in `messages`: the prompts they typed (user messages with
@@ -351,9 +464,24 @@ struct ContextDoc<'a> {
     estimated_tokens: u64,
     /// The conversation alone, without the system prompt: what `compact` reports.
     conversation_tokens: u64,
+    /// The parts of `estimated_tokens`, which add up to it.
+    size: SizeDoc,
     turns: usize,
     #[serde(skip_serializing_if = "Option::is_none")]
     compaction: Option<serde_json::Value>,
+}
+
+/// The parts of a request's estimated size in `panto context --json`: they add up to
+/// `estimated_tokens`, and `summary` and `messages` to `conversation_tokens`.
+#[derive(serde::Serialize)]
+struct SizeDoc {
+    system_prompt: u64,
+    tools: u64,
+    summary: u64,
+    messages: u64,
+    /// Whether `system_prompt` is what the provider counted beyond the messages in the last
+    /// request it answered (else panto's estimate of the configured system prompt).
+    system_prompt_measured: bool,
 }
 
 fn role_label(m: &Message) -> &'static str {
@@ -404,13 +532,13 @@ pub(crate) async fn transcript(config: &Config, path: &Path) -> Result<()> {
     let store = open_store(config).await?;
     let ctx = load_existing(&store, &session_name(path)).await?.context;
     let compactor = compactor(config)?;
-    match compactor.prepare(&ctx, &CompactRun::manual(None)) {
+    match compactor.prepare(&ctx, &manual_run(config, None, false)) {
         Ok(prepared) => {
-            let mut out = std::io::stdout().lock();
-            out.write_all(for_stdout(&prepared.into_user_prompt()).as_bytes())?;
-            out.flush()?;
+            let text = prepared.into_user_prompt();
+            // Megabytes, often: through the pager on a terminal.
+            crate::ui::paged(|out| out.write_all(for_stdout(&text).as_bytes()))?;
         }
-        Err(nothing) => say(&format!("panto: {}", nothing_text(&nothing))),
+        Err(nothing) => say(&format!("panto: {}", nothing_text(&nothing, config))),
     }
     exiting(ctx);
     Ok(())
@@ -439,13 +567,15 @@ pub(crate) async fn ledger(config: &Config, path: &Path, as_json: bool) -> Resul
         print_json(&ledger.to_json())?;
         return Ok(());
     }
-    let mut out = std::io::stdout().lock();
     if ledger.is_empty() {
+        let mut out = std::io::stdout().lock();
         writeln!(out, "the ledger of {} records nothing", for_stdout(&name))?;
+        out.flush()?;
     } else {
-        out.write_all(for_stdout(&ledger.render()).as_bytes())?;
+        // The whole record, often long: through the pager on a terminal.
+        let text = ledger.render();
+        crate::ui::paged(|out| out.write_all(for_stdout(&text).as_bytes()))?;
     }
-    out.flush()?;
     Ok(())
 }
 
@@ -459,17 +589,47 @@ fn exiting(ctx: EffectiveContext) {
 // ---------------------------------------------------------------------------------------------
 // compact
 
-pub(crate) async fn compact(
-    config: &Config,
-    path: &Path,
-    instructions: Option<String>,
-    dry_run: bool,
-    as_json: bool,
-) -> Result<()> {
+/// What `panto compact` was asked.
+#[derive(Debug, Default)]
+pub(crate) struct CompactAsked {
+    /// `--instructions`.
+    pub instructions: Option<String>,
+    /// `--dry-run`.
+    pub dry_run: bool,
+    /// `--json`.
+    pub json: bool,
+    /// `--force`.
+    pub force: bool,
+}
+
+/// A manual compaction run as the configuration asks: a keep budget given with `--keep-tokens`
+/// is the run's own (honoured as given); otherwise the compactor keeps at most half of the
+/// conversation, so that it summarizes something.
+pub(crate) fn manual_run(config: &Config, instructions: Option<String>, force: bool) -> CompactRun {
+    let run = CompactRun::manual(instructions).with_force(force);
+    if keep_tokens_flag(config) {
+        run.with_keep_tokens(config.keep_tokens.value)
+    } else {
+        run
+    }
+}
+
+/// Whether `--keep-tokens` was given on the command line.
+fn keep_tokens_flag(config: &Config) -> bool {
+    matches!(config.keep_tokens.source, crate::config::Source::Flag(_))
+}
+
+pub(crate) async fn compact(config: &Config, path: &Path, asked: CompactAsked) -> Result<()> {
+    let CompactAsked {
+        instructions,
+        dry_run,
+        json: as_json,
+        force,
+    } = asked;
     let store = open_store(config).await?;
     let name = session_name(path);
     let mut compactor = compactor(config)?;
-    let options = CompactRun::manual(instructions);
+    let options = manual_run(config, instructions, force);
     let mut spinner = Spinner::start("compacting");
     let outcome = if dry_run {
         let ctx = load_existing(&store, &name).await?.context;
@@ -485,7 +645,13 @@ pub(crate) async fn compact(
     };
     spinner.stop();
     let outcome = outcome
-        .map_err(|e| failure(e, config))
+        .map_err(|e| match e {
+            CompactError::NotSmaller(n) => anyhow!(
+                "{n}\nhint: `panto compact {} --force` writes it anyway",
+                path.display()
+            ),
+            e => failure(e, config),
+        })
         .with_context(|| format!("nothing was written to {}", path.display()))?;
     match outcome {
         CompactOutcome::Compacted(c) => {
@@ -553,7 +719,7 @@ pub(crate) async fn compact(
                 });
                 print_json(&doc)?;
             } else {
-                say(&format!("panto: {}", nothing_text(&nothing)));
+                say(&format!("panto: {}", nothing_text(&nothing, config)));
             }
         }
     }
@@ -569,16 +735,31 @@ fn print_json(doc: &serde_json::Value) -> Result<()> {
     Ok(())
 }
 
-/// Why there was nothing to compact, in the words a person counts (not the library's turns).
-pub(crate) fn nothing_text(nothing: &NothingToCompact) -> String {
+/// Why there was nothing to compact, in the words a person counts (not the library's turns),
+/// and what would change it.
+pub(crate) fn nothing_text(nothing: &NothingToCompact, config: &Config) -> String {
     match nothing.turns {
         0 => "nothing to compact: the conversation is empty".to_owned(),
         1 => "nothing to compact: the conversation is only its newest message (with any tool results answering it), which is always kept verbatim".to_owned(),
-        _ => format!(
-            "nothing to compact: the whole conversation (about {} tokens) fits the keep-verbatim budget of {} tokens",
+        _ if keep_tokens_flag(config) => format!(
+            "nothing to compact: the whole conversation (about {} tokens) fits the keep-verbatim budget of {} tokens that --keep-tokens gave; a smaller --keep-tokens summarizes the older part, and without it a manual compaction keeps at most half of the conversation",
             nothing.tokens, nothing.budget
         ),
+        _ => format!(
+            "nothing to compact: the whole conversation (about {} tokens) fits the keep-verbatim budget of {} tokens; a smaller --keep-tokens (or `keep_tokens` in {}) summarizes the older part",
+            nothing.tokens,
+            nothing.budget,
+            user_config_file(config)
+        ),
     }
+}
+
+/// The user configuration file, where a setting applies without trusting any project.
+pub(crate) fn user_config_file(config: &Config) -> String {
+    config.user_file.as_ref().map_or_else(
+        || "<config dir>/panto/config.toml".to_owned(),
+        |p| p.display().to_string(),
+    )
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -617,22 +798,23 @@ pub(crate) async fn send(config: &Config, path: &Path, message: String) -> Resul
     Ok(())
 }
 
-/// The context meter: the tokens of the request just answered, as the provider counted them,
-/// and the size of the next request (system prompt included, as `panto context` counts it),
-/// with its share of the model's window when the window is known (`context_window`, or
-/// learned from an overflow the provider reported).
+/// The context meter: the size of the next request (system prompt included, as
+/// `panto context` counts it, from the same ruler) with its share of the model's window when
+/// the window is known (`providers::known_window`), the tokens of the request just answered as
+/// the provider counted them, and the active model. When the window is unknown it says so once
+/// per run.
 pub(crate) fn meter(config: &Config, driver: &CliDriver, reply: Option<&Reply>) -> String {
-    let next =
-        panto_size::estimate_request(&config.system_prompt.value, &driver.context().messages);
-    let window = config.context_window.value.or_else(|| {
-        config
-            .model
-            .value
-            .as_deref()
-            .and_then(providers::learned_window)
-    });
-    let usage = reply.map(|r| r.message.usage.as_ref());
-    crate::ui::describe_meter(usage, next, window)
+    static SAID_UNKNOWN: AtomicBool = AtomicBool::new(false);
+    let model = driver.compactor().active().model.as_str();
+    let window = providers::known_window(config, model);
+    let say_unknown = window.is_none() && !SAID_UNKNOWN.swap(true, Ordering::Relaxed);
+    crate::ui::describe_meter(&Meter {
+        answered: reply.map(|r| r.message.usage.as_ref()),
+        next_request: driver.estimate().total(),
+        window,
+        say_unknown,
+        model,
+    })
 }
 
 /// How often a turn starts again when another writer appended between its load and its
@@ -719,13 +901,27 @@ async fn send_one(config: &Config, driver: &mut CliDriver, new: Vec<Message>) ->
             "cancelled: no reply was appended; your message stays in {name}"
         ))));
     };
-    let reply = result.map_err(|e| failure(e, config))?;
+    let reply = match result {
+        Ok(reply) => reply,
+        Err(e) => {
+            // A reply cut short ends its line before the error is said.
+            if printed {
+                writeln!(out)?;
+                out.flush()?;
+            }
+            return Err(failure(e, config));
+        }
+    };
     if !printed {
         // The provider did not stream: print the whole answer now.
         write!(out, "{}", for_stdout(&reply.message.text()))?;
     }
     writeln!(out)?;
     out.flush()?;
+    drop(out);
+    if reply.compaction.is_some() {
+        say("panto: the retried request was answered");
+    }
     Ok(reply)
 }
 
@@ -791,8 +987,17 @@ pub(crate) fn show_config(config: &Config) -> Result<()> {
             i.file.display()
         ))?;
     }
-    for p in &config.files {
-        line(format!("# read {}", p.display()))?;
+    line("# configuration files, in the order they apply (later wins; then the environment, then flags):".to_owned())?;
+    for searched in &config.searched {
+        let state = match (&searched.path, searched.found) {
+            (Some(path), true) => format!("{}: read", path.display()),
+            (Some(path), false) => format!("{}: not found", path.display()),
+            (None, _) => "none".to_owned(),
+        };
+        line(format!(
+            "#   {:<12} {state} ({})",
+            searched.layer, searched.why
+        ))?;
     }
     Ok(())
 }

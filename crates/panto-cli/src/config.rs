@@ -355,6 +355,11 @@ pub(crate) struct Config {
     pub prompt_layers: Vec<LayerFile>,
     /// Whether the project is trusted.
     pub trust: Trust,
+    /// The user configuration file (`<user dir>/config.toml`), whether it exists or not: a
+    /// setting written there applies without trusting any project.
+    pub user_file: Option<PathBuf>,
+    /// Where configuration files were looked for, found or not, in the order they apply.
+    pub searched: Vec<Searched>,
     /// What an untrusted project's file set and was ignored.
     pub ignored: Vec<Ignored>,
 }
@@ -372,6 +377,23 @@ pub(crate) struct Locations {
     pub user_dir: Option<PathBuf>,
     /// The nearest `.panto` folder from the working directory up, if any.
     pub project_dir: Option<PathBuf>,
+    /// Whether `user_dir` is `$PANTO_CONFIG_DIR` (else the platform's folder).
+    pub user_dir_from_env: bool,
+    /// The folder the project was looked for from (the working directory).
+    pub start: PathBuf,
+}
+
+/// One place `panto config` says it looked for a configuration file, found or not.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Searched {
+    /// Which layer: `user file` or `project file`.
+    pub layer: &'static str,
+    /// The file, when there is a folder to look in.
+    pub path: Option<PathBuf>,
+    /// Whether it exists and was read.
+    pub found: bool,
+    /// Why this path (the variable that set it, or where the project was looked for).
+    pub why: String,
 }
 
 impl Locations {
@@ -409,9 +431,12 @@ impl Locations {
 impl Locations {
     /// Finds the user and project folders from the environment and working directory.
     pub(crate) fn discover(cwd: &Path) -> Locations {
-        let user_dir = match std::env::var_os("PANTO_CONFIG_DIR") {
-            Some(dir) if !dir.is_empty() => Some(PathBuf::from(dir)),
-            _ => directories::BaseDirs::new().map(|b| b.config_dir().join("panto")),
+        let (user_dir, user_dir_from_env) = match std::env::var_os("PANTO_CONFIG_DIR") {
+            Some(dir) if !dir.is_empty() => (Some(PathBuf::from(dir)), true),
+            _ => (
+                directories::BaseDirs::new().map(|b| b.config_dir().join("panto")),
+                false,
+            ),
         };
         let project_dir = cwd
             .ancestors()
@@ -420,6 +445,8 @@ impl Locations {
         Locations {
             user_dir,
             project_dir,
+            user_dir_from_env,
+            start: cwd.to_path_buf(),
         }
     }
 }
@@ -460,6 +487,8 @@ impl Config {
             prompt_layers: Vec::new(),
             trust: trust.clone(),
             ignored: Vec::new(),
+            user_file: locations.user_dir.as_ref().map(|d| d.join("config.toml")),
+            searched: Vec::new(),
         };
         let user = locations.user_dir.as_ref().map(|d| {
             (
@@ -487,10 +516,50 @@ impl Config {
                 Some(_) => Source::ProjectFile(file.path.clone()),
                 None => Source::UserFile(file.path.clone()),
             };
-            if let Some(parsed) = read_file(&file)? {
+            let parsed = read_file(&file)?;
+            cfg.searched.push(Searched {
+                layer: if file.within.is_some() {
+                    "project file"
+                } else {
+                    "user file"
+                },
+                path: Some(file.path.clone()),
+                found: parsed.is_some(),
+                why: if file.within.is_some() {
+                    format!(
+                        "the nearest .panto folder from {}",
+                        locations.start.display()
+                    )
+                } else if locations.user_dir_from_env {
+                    "the folder is $PANTO_CONFIG_DIR".to_owned()
+                } else {
+                    "the platform's configuration folder; $PANTO_CONFIG_DIR moves it".to_owned()
+                },
+            });
+            if let Some(parsed) = parsed {
                 cfg.files.push(file.path.clone());
                 cfg.apply_file(parsed, &source, trusted);
             }
+        }
+        if locations.user_dir.is_none() {
+            cfg.searched.insert(
+                0,
+                Searched {
+                    layer: "user file",
+                    path: None,
+                    found: false,
+                    why: "this system has no configuration folder; set $PANTO_CONFIG_DIR"
+                        .to_owned(),
+                },
+            );
+        }
+        if locations.project_dir.is_none() {
+            cfg.searched.push(Searched {
+                layer: "project file",
+                path: None,
+                found: false,
+                why: format!("no .panto folder in {} or above", locations.start.display()),
+            });
         }
         cfg.apply_env()?;
         if let Some(v) = flags.provider {
@@ -770,17 +839,111 @@ fn read_file(file: &LayerFile) -> Result<Option<FileConfig>> {
     parse_toml(path, &text).map(Some)
 }
 
-/// Parses a TOML file, naming the file, line and column of an error.
+/// Parses a TOML file, naming the file, line and column of an error, in panto's words for the
+/// mistakes people make in a configuration file (an unknown or misspelt key, a value of the
+/// wrong kind), with the parser's own words as the cause.
 fn parse_toml<T: serde::de::DeserializeOwned>(path: &Path, text: &str) -> Result<T> {
     toml::from_str::<T>(text).map_err(|e| {
         let (line, col) = e.span().map_or((0, 0), |s| line_col(text, s.start));
         let what = e.message().trim_end_matches('\n');
+        let key = e
+            .span()
+            .and_then(|s| text[..s.start.min(text.len())].lines().last())
+            .and_then(|l| l.split_once('='))
+            .map(|(k, _)| k.trim().trim_matches('"').to_owned());
+        let what = match explain_value_error(what, key.as_deref()) {
+            // The parser's list of keys adds nothing to the suggestion.
+            Some(plain) if what.starts_with("unknown field") => plain,
+            Some(plain) => format!("{plain} (the parser said: {what})"),
+            None => what.to_owned(),
+        };
         if line > 0 {
             anyhow::anyhow!("{}: line {line}, column {col}: {what}", path.display())
         } else {
             anyhow::anyhow!("{}: {what}", path.display())
         }
     })
+}
+
+/// A configuration file's mistake in panto's words, from the parser's message: an unknown key
+/// (with the nearest known one), a number or a text where the other was due, a provider that
+/// does not exist. `key` is the key of the line the error points at, when there is one.
+pub(crate) fn explain_value_error(message: &str, key: Option<&str>) -> Option<String> {
+    if let Some(rest) = message.strip_prefix("unknown field `") {
+        let unknown = rest.split('`').next().unwrap_or(rest);
+        return Some(match nearest_key(unknown) {
+            Some(known) => format!("unknown key `{unknown}`; did you mean `{known}`?"),
+            None => format!(
+                "unknown key `{unknown}`; the keys are {}",
+                KEYS.iter()
+                    .map(|(k, _)| format!("`{k}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        });
+    }
+    let key = key?;
+    // The value as the file wrote it: `string "abc"` is "abc", ``integer `-5` `` is -5.
+    let found = message
+        .strip_prefix("invalid type: ")
+        .or_else(|| message.strip_prefix("invalid value: "))
+        .and_then(|r| r.split(", expected").next())
+        .map(|f| {
+            f.split_once(' ')
+                .filter(|(_, v)| v.starts_with(['"', '`']))
+                .map_or(f, |(_, v)| v)
+                .trim_matches('`')
+        });
+    if message.ends_with("expected u64") || message.ends_with("expected u32") {
+        let example = match key {
+            "keep_tokens" => "20000",
+            k if k.ends_with("_secs") => "60",
+            "max_response_mib" => "64",
+            "retries" => "3",
+            _ => "8192",
+        };
+        return Some(format!(
+            "`{key}` must be a whole number, like {key} = {example}{}",
+            found.map_or(String::new(), |f| format!("; it is {f}"))
+        ));
+    }
+    if message.ends_with("expected a string") {
+        return Some(format!(
+            "`{key}` must be text in quotes, like {key} = \"...\"{}",
+            found.map_or(String::new(), |f| format!("; it is {f}"))
+        ));
+    }
+    if key == "provider" && message.starts_with("unknown variant `") {
+        return Some(format!("`provider` must be one of {PROVIDERS}"));
+    }
+    None
+}
+
+/// The known key nearest to `unknown` by edit distance, when it is near enough to be a typo.
+fn nearest_key(unknown: &str) -> Option<&'static str> {
+    KEYS.iter()
+        .map(|(k, _)| (*k, edit_distance(unknown, k)))
+        .filter(|(k, d)| *d <= 2.max(k.len() / 4))
+        .min_by_key(|(_, d)| *d)
+        .map(|(k, _)| k)
+}
+
+/// The Levenshtein distance of two short strings, by characters.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = (above + 1)
+                .min(row[j] + 1)
+                .min(diagonal + usize::from(ca != *cb));
+            diagonal = above;
+        }
+    }
+    row[b.len()]
 }
 
 /// The trust file: the projects whose `.panto/config.toml` may set the keys that need trust.

@@ -1,6 +1,11 @@
 //! Reading the chat's input: a line editor with history (rustyline) when standard input is a
 //! terminal, plain lines otherwise, and the Ctrl-C and Ctrl-D of the prompt.
 //!
+//! A message may hold several lines: a line that ends with a backslash goes on in the next one
+//! (Enter after `\` starts a new line of the same message, in the editor and in plain lines
+//! alike); the backslash itself is not part of the message. (Alt-Enter would need rustyline's
+//! `custom-bindings` feature, which panto does not build.)
+//!
 //! History lives in the user's data folder (`<data dir>/panto/history`, or
 //! `$PANTO_DATA_DIR/history`), created 0600; a history that cannot be read or written costs
 //! one note, never the chat.
@@ -9,8 +14,13 @@ use std::io::{BufRead, IsTerminal, Write};
 use std::path::PathBuf;
 
 use anyhow::{Context as _, Result};
+use rustyline::completion::Completer;
 use rustyline::error::ReadlineError;
-use rustyline::{Config as EditorConfig, DefaultEditor};
+use rustyline::highlight::Highlighter;
+use rustyline::hint::Hinter;
+use rustyline::history::DefaultHistory;
+use rustyline::validate::{ValidationContext, ValidationResult, Validator};
+use rustyline::{Config as EditorConfig, Editor, Helper};
 
 use crate::ui::say;
 
@@ -33,7 +43,7 @@ pub(crate) struct Prompt {
 enum Source {
     /// A terminal: line editing and history.
     Editor {
-        editor: Box<DefaultEditor>,
+        editor: Box<ChatEditor>,
         history: Option<PathBuf>,
     },
     /// A pipe or a file: lines read on their own thread, so that Ctrl-C can end the wait.
@@ -45,6 +55,40 @@ enum Source {
 
 /// The prompt shown before each line.
 const PROMPT: &str = "> ";
+
+/// The line editor of the chat.
+type ChatEditor = Editor<Continuation, DefaultHistory>;
+
+/// The editor's helper: a line that ends with a backslash is not finished, so Enter starts a
+/// new line of the same message instead of sending it.
+struct Continuation;
+
+impl Validator for Continuation {
+    fn validate(&self, ctx: &mut ValidationContext<'_>) -> rustyline::Result<ValidationResult> {
+        Ok(if ctx.input().ends_with('\\') {
+            ValidationResult::Incomplete
+        } else {
+            ValidationResult::Valid(None)
+        })
+    }
+}
+
+impl Completer for Continuation {
+    type Candidate = String;
+}
+
+impl Hinter for Continuation {
+    type Hint = String;
+}
+
+impl Highlighter for Continuation {}
+
+impl Helper for Continuation {}
+
+/// A message as typed: each backslash that ended a line (to go on in the next one) removed.
+pub(crate) fn joined(text: &str) -> String {
+    text.replace("\\\n", "\n")
+}
 
 /// Where the chat history is kept: `$PANTO_DATA_DIR/history`, else
 /// `<platform data dir>/panto/history`.
@@ -85,7 +129,7 @@ impl Prompt {
             Source::Editor { editor, history } => match editor.readline(PROMPT) {
                 Ok(line) => {
                     remember(editor, history, &line);
-                    Ok(Input::Line(line))
+                    Ok(Input::Line(joined(&line)))
                 }
                 Err(ReadlineError::Interrupted) => Ok(Input::Interrupted),
                 Err(ReadlineError::Eof) => Ok(Input::End),
@@ -97,13 +141,31 @@ impl Prompt {
                     let _ = write!(err, "{PROMPT}");
                     let _ = err.flush();
                 }
-                let line = tokio::select! {
-                    line = lines.recv() => line,
-                    () = crate::ui::interrupted() => return Ok(Input::Interrupted),
-                };
-                match line {
-                    None => Ok(Input::End),
-                    Some(line) => Ok(Input::Line(line.context("cannot read standard input")?)),
+                // A line that ends with a backslash goes on in the next one.
+                let mut message = String::new();
+                loop {
+                    let line = tokio::select! {
+                        line = lines.recv() => line,
+                        () = crate::ui::interrupted() => return Ok(Input::Interrupted),
+                    };
+                    let Some(line) = line else {
+                        return Ok(if message.is_empty() {
+                            Input::End
+                        } else {
+                            Input::Line(message)
+                        });
+                    };
+                    let line = line.context("cannot read standard input")?;
+                    match line.strip_suffix('\\') {
+                        Some(start) => {
+                            message.push_str(start);
+                            message.push('\n');
+                        }
+                        None => {
+                            message.push_str(&line);
+                            return Ok(Input::Line(message));
+                        }
+                    }
                 }
             }
         }
@@ -120,7 +182,8 @@ fn editor() -> Result<Source> {
         .history_ignore_space(true)
         .auto_add_history(false)
         .build();
-    let mut editor = DefaultEditor::with_config(config)?;
+    let mut editor = ChatEditor::with_config(config)?;
+    editor.set_helper(Some(Continuation));
     let history = history_path();
     if let Some(path) = &history
         && path.exists()
@@ -139,7 +202,7 @@ fn editor() -> Result<Source> {
 
 /// Adds a non-empty line to the history and appends it to the history file. A file that
 /// cannot be written is reported once, and the history is then kept in memory only.
-fn remember(editor: &mut DefaultEditor, history: &mut Option<PathBuf>, line: &str) {
+fn remember(editor: &mut ChatEditor, history: &mut Option<PathBuf>, line: &str) {
     if line.trim().is_empty() || editor.add_history_entry(line).is_err() {
         return;
     }

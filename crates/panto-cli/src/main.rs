@@ -33,7 +33,9 @@ use std::path::Path;
 use anyhow::{Context as _, Result};
 
 use crate::cli::{Cli, Command, Common};
-use crate::commands::{compact, context, ledger, send, show_config, transcript, trust};
+use crate::commands::{
+    CompactAsked, compact, context, ledger, send, show_config, transcript, trust,
+};
 use crate::config::{Config, Locations};
 use crate::ui::say;
 
@@ -121,8 +123,17 @@ pub(crate) async fn run(cli: Cli) -> Result<()> {
             instructions,
             dry_run,
             json,
+            force,
             ..
-        } => compact(&config, &session, instructions, dry_run, json).await,
+        } => {
+            let asked = CompactAsked {
+                instructions,
+                dry_run,
+                json,
+                force,
+            };
+            compact(&config, &session, asked).await
+        }
         Command::Ledger { session, json, .. } => ledger(&config, &session, json).await,
         Command::Send {
             session, message, ..

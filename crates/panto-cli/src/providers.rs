@@ -87,6 +87,14 @@ struct ShowRetries<P>(P);
 /// The context windows providers reported in overflow errors during this run, by model.
 static LEARNED: Mutex<Vec<(String, u64)>> = Mutex::new(Vec::new());
 
+/// The context window of `model` as far as this run knows it, from the one place that decides
+/// it: the limit an overflow error reported for the model during this run (the provider's own
+/// word), else the configured `context_window`. The meter and `panto context` ask here, so a
+/// window discovered from the server plugs in here too.
+pub(crate) fn known_window(config: &Config, model: &str) -> Option<u64> {
+    learned_window(model).or(config.context_window.value)
+}
+
 /// The context window of `model` as an overflow error reported it during this run, if any.
 pub(crate) fn learned_window(model: &str) -> Option<u64> {
     let learned = LEARNED.lock().ok()?;

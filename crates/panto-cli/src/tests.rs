@@ -25,7 +25,7 @@ fn report(before: u64, after: u64, truncated: bool) -> CompactionEvent {
 fn a_compaction_line_says_before_and_after() {
     assert_eq!(
         describe_event(&report(1000, 300, false)),
-        "panto: compacted with m: conversation about 1000 -> 300 tokens (4 messages summarized, 2 kept)"
+        "panto: compacted (m): conversation about 1000 -> 300 tokens; 4 summarized, 2 kept"
     );
 }
 
@@ -37,9 +37,29 @@ fn the_start_of_a_compaction_counts_messages_and_says_what_its_size_measures() {
         plan: plan(),
         tokens_before: 1000,
     };
+    // An overflow is named before the compaction that recovers from it.
     assert_eq!(
         describe_event(&started),
-        "panto: compacting (overflow) with m: summarizing 4 messages, keeping 2; conversation about 1000 tokens"
+        "panto: the request was too large for the model: compacting, then retrying once\n\
+         panto: compacting (m): summarizing 4 messages, keeping 2; conversation about 1000 tokens"
+    );
+    let manual = CompactionEvent::Started {
+        trigger: Trigger::Manual,
+        model: "m".into(),
+        plan: plan(),
+        tokens_before: 1000,
+    };
+    assert_eq!(
+        describe_event(&manual),
+        "panto: compacting (m): summarizing 4 messages, keeping 2; conversation about 1000 tokens"
+    );
+    let retrying = CompactionEvent::Retrying {
+        estimated_tokens: 230,
+        overflowed_tokens: 3_700,
+    };
+    assert_eq!(
+        describe_event(&retrying),
+        "panto: retrying the request: about 230 tokens now, 3700 before"
     );
 }
 
@@ -56,26 +76,83 @@ fn a_failed_compaction_has_no_line_of_its_own_because_its_error_is_printed_once(
 }
 
 #[test]
-fn the_meter_gives_the_request_just_answered_and_the_next_ones_share_of_the_window() {
+fn the_meter_gives_the_share_of_the_window_the_request_just_answered_and_the_model() {
     use panto_model::Usage;
 
-    use crate::ui::describe_meter;
+    use crate::ui::{METER_WIDTH, Meter, describe_meter};
 
     let mut usage = Usage::new(5_000, 88);
     usage.cache_read_input_tokens = Some(120);
+    let meter = |answered, next_request, window, say_unknown, model| {
+        describe_meter(&Meter {
+            answered,
+            next_request,
+            window,
+            say_unknown,
+            model,
+        })
+    };
     assert_eq!(
-        describe_meter(Some(Some(&usage)), 5_300, Some(128_000)),
-        "panto: 5120 tokens in, 88 out; context about 5300 tokens for the next request (4% of the 128000-token window)"
+        meter(Some(Some(&usage)), 5_300, Some(128_000), false, "gpt-4o"),
+        "panto: context 5.3k/128k (4%); 5.1k in, 88 out; gpt-4o"
     );
     assert_eq!(
-        describe_meter(Some(None), 40, Some(200_000)),
-        "panto: the provider reported no token counts; context about 40 tokens for the next request (<1% of the 200000-token window)"
+        meter(Some(None), 40, Some(200_000), false, "m"),
+        "panto: context 40/200k (<1%); no token counts; m"
     );
-    // After `/compact` there is no reply, and without a known window there is no share.
+    // After `/compact` there is no reply; an unknown window is said once, then left out.
     assert_eq!(
-        describe_meter(None, 900, None),
-        "panto: context about 900 tokens for the next request"
+        meter(None, 900, None, true, "m"),
+        "panto: context 900, window unknown; m"
     );
+    assert_eq!(meter(None, 900, None, false, "m"), "panto: context 900; m");
+    // A long model name: the counts go first, then the name is shortened; never past 60
+    // columns.
+    let long = meter(
+        Some(Some(&usage)),
+        123_456,
+        Some(1_000_000),
+        false,
+        "claude-sonnet-4-5-20250929",
+    );
+    assert_eq!(
+        long,
+        "panto: context 123k/1M (12%); claude-sonnet-4-5-20250929"
+    );
+    let longer = meter(
+        Some(Some(&usage)),
+        999_999,
+        Some(1_048_576),
+        true,
+        "accounts/fireworks/models/llama-v3p1-405b-instruct",
+    );
+    assert_eq!(longer.chars().count(), METER_WIDTH, "{longer}");
+    assert!(
+        longer.starts_with("panto: context 1M/1M (95%); accounts/fireworks/"),
+        "{longer}"
+    );
+    assert!(longer.ends_with('…'), "{longer}");
+}
+
+#[test]
+fn short_counts_keep_three_significant_figures_at_most() {
+    use crate::ui::short_count;
+    let cases = [
+        (0, "0"),
+        (999, "999"),
+        (1_000, "1k"),
+        (3_633, "3.6k"),
+        (9_949, "9.9k"),
+        (9_950, "10k"),
+        (128_000, "128k"),
+        (999_499, "999k"),
+        (999_500, "1M"),
+        (1_048_576, "1M"),
+        (2_500_000, "2.5M"),
+    ];
+    for (n, text) in cases {
+        assert_eq!(short_count(n), text, "{n}");
+    }
 }
 
 #[test]
@@ -161,17 +238,42 @@ fn chat_lines_are_messages_or_the_commands_help_lists() {
     check("/help", Line::Help);
     check("/context", Line::Context);
     check("/summary", Line::Summary);
-    check("/compact", Line::Compact(None));
+    let compact = |instructions, force| Line::Compact {
+        instructions,
+        force,
+    };
+    check("/compact", compact(None, false));
     check(
         "/compact  focus on the parser ",
-        Line::Compact(Some("focus on the parser")),
+        compact(Some("focus on the parser"), false),
+    );
+    check("/compact --force", compact(None, true));
+    check(
+        "/compact --force keep the test names",
+        compact(Some("keep the test names"), true),
+    );
+    check(
+        "/compact --forceful please",
+        compact(Some("--forceful please"), false),
     );
     check("/compacted", Line::Unknown("/compacted"));
+    check("/model", Line::Model(None));
+    check("/model  gpt-4o-mini ", Line::Model(Some("gpt-4o-mini")));
+    check("/clear", Line::Clear);
+    check("/new", Line::Clear);
     check("/retry", Line::Retry);
     check("/quit", Line::Exit);
     check("/exit", Line::Exit);
+    // A bare command word is held back, not sent; a longer line is a message.
+    check("clear", Line::Habit("clear"));
+    check(" Exit ", Line::Habit("Exit"));
+    check("clear the cache", Line::Message("clear the cache"));
+    check(
+        "first line\nsecond line",
+        Line::Message("first line\nsecond line"),
+    );
     for command in [
-        "/help", "/context", "/summary", "/compact", "/retry", "/exit",
+        "/help", "/context", "/summary", "/compact", "/model", "/clear", "/retry", "/exit",
     ] {
         assert!(
             HELP.lines().any(|l| l.starts_with(command)),
@@ -221,11 +323,85 @@ fn nothing_to_compact_is_said_without_turns() {
 
     use crate::commands::nothing_text;
 
-    for turns in 0..4 {
-        let text = nothing_text(&NothingToCompact::new(turns, 120, 20_000));
-        assert!(text.starts_with("nothing to compact: "), "{text}");
-        assert!(!text.contains("turn"), "{text}");
+    for keep in [None, Some(20_000)] {
+        let config = test_config(keep);
+        for turns in 0..4 {
+            let text = nothing_text(&NothingToCompact::new(turns, 120, 20_000), &config);
+            assert!(text.starts_with("nothing to compact: "), "{text}");
+            assert!(!text.contains("turn"), "{text}");
+            // When a setting decides it, the words name the flag and the setting.
+            if turns > 1 {
+                assert!(text.contains("a smaller --keep-tokens"), "{text}");
+            }
+        }
     }
+}
+
+/// A configuration from defaults and flags only (no files), with `--keep-tokens` when given.
+fn test_config(keep_tokens: Option<u64>) -> crate::config::Config {
+    use crate::config::{Config, Flags, Locations};
+    let locations = Locations {
+        user_dir: None,
+        project_dir: None,
+        user_dir_from_env: false,
+        start: std::path::PathBuf::from("/"),
+    };
+    let flags = Flags {
+        keep_tokens,
+        ..Flags::default()
+    };
+    Config::load(&locations, &flags).unwrap()
+}
+
+#[test]
+fn a_mistake_in_a_config_file_is_said_in_panto_words_with_the_nearest_key() {
+    use crate::config::explain_value_error;
+    let unknown = "unknown field `modle`, expected one of `provider`, `model`";
+    assert_eq!(
+        explain_value_error(unknown, None).as_deref(),
+        Some("unknown key `modle`; did you mean `model`?")
+    );
+    assert_eq!(
+        explain_value_error("unknown field `keep_tokenz`, expected one of `model`", None)
+            .as_deref(),
+        Some("unknown key `keep_tokenz`; did you mean `keep_tokens`?")
+    );
+    let far = explain_value_error("unknown field `colour`, expected one of `model`", None).unwrap();
+    assert!(
+        far.starts_with("unknown key `colour`; the keys are `provider`, `model`"),
+        "{far}"
+    );
+    assert_eq!(
+        explain_value_error(
+            "invalid type: string \"abc\", expected u64",
+            Some("keep_tokens")
+        )
+        .as_deref(),
+        Some("`keep_tokens` must be a whole number, like keep_tokens = 20000; it is \"abc\"")
+    );
+    assert_eq!(
+        explain_value_error("invalid value: integer `-5`, expected u32", Some("retries"))
+            .as_deref(),
+        Some("`retries` must be a whole number, like retries = 3; it is -5")
+    );
+    assert_eq!(
+        explain_value_error(
+            "invalid type: integer `5`, expected a string",
+            Some("model")
+        )
+        .as_deref(),
+        Some("`model` must be text in quotes, like model = \"...\"; it is 5")
+    );
+    assert_eq!(
+        explain_value_error(
+            "unknown variant `opnai`, expected one of `anthropic`",
+            Some("provider")
+        )
+        .as_deref(),
+        Some("`provider` must be one of anthropic, openai, openai-responses, gemini, offline")
+    );
+    // TOML syntax is the parser's to explain.
+    assert_eq!(explain_value_error("invalid string", Some("model")), None);
 }
 
 #[test]
@@ -261,7 +437,10 @@ fn help_examples_fit_80_columns_so_no_command_is_wrapped() {
 
 #[test]
 fn a_compaction_that_saved_nothing_says_so() {
-    assert!(describe_event(&report(117, 307, false)).ends_with("so this compaction saved nothing"));
+    assert!(
+        describe_event(&report(117, 307, false))
+            .ends_with("this compaction saves nothing, and went ahead only because it was forced")
+    );
     assert!(describe_event(&report(1000, 300, true)).ends_with("may be cut short"));
 }
 
@@ -274,7 +453,7 @@ fn a_fold_of_several_steps_is_announced_and_a_single_request_is_not() {
     };
     assert_eq!(
         describe_event(&folding(4)),
-        "panto: compacting in 4 steps: about 9000 tokens of conversation to summarize, about 4000 tokens per request"
+        "panto: compacting in 4 steps: its transcript is about 9000 tokens, about 4000 tokens per request"
     );
     assert_eq!(describe_event(&folding(1)), "");
     let shrink = CompactionEvent::Shrinking {
@@ -287,6 +466,26 @@ fn a_fold_of_several_steps_is_announced_and_a_single_request_is_not() {
         describe_event(&shrink),
         "panto: step 2 was too large for the model (prompt is too long); retrying with requests of about 3000 tokens, 5 steps in all"
     );
+    let one = CompactionEvent::Shrinking {
+        step: 1,
+        limit: 3_000,
+        steps: 1,
+        cause: "prompt is too long".into(),
+    };
+    assert!(describe_event(&one).ends_with(", 1 step in all"));
+    let elided = |items, bytes| CompactionEvent::Elided {
+        step: 3,
+        items,
+        bytes,
+    };
+    assert_eq!(
+        describe_event(&elided(1, 1)),
+        "panto: step 3: 1 item too large for any request was shortened in the transcript (1 byte left out; the session keeps it)"
+    );
+    assert_eq!(
+        describe_event(&elided(2, 5_000)),
+        "panto: step 3: 2 items too large for any request were shortened in the transcript (5000 bytes left out; the session keeps them)"
+    );
 }
 
 #[test]
@@ -297,12 +496,13 @@ fn a_retry_line_says_which_when_and_why_in_few_words() {
 
     use crate::ui::describe_retry;
 
+    // panto's words, without the library's cause after them.
     let refused = ProviderError::Connection {
-        message: "could not connect: error sending request for url (http://127.0.0.1:9/v1/chat/completions): client error (Connect): tcp connect error: Connection refused (os error 111)".into(),
+        message: "connection refused by 127.0.0.1:9: nothing is listening there; cause: error sending request for url (http://127.0.0.1:9/v1/chat/completions): client error (Connect): tcp connect error: Connection refused (os error 111)".into(),
     };
     assert_eq!(
         describe_retry(&RetryNotice::new(2, 3, Duration::from_secs(4), &refused)),
-        "panto: retrying 2/3 in 4 s: connection failed: Connection refused (os error 111)"
+        "panto: retrying 2/3 in 4 s: connection failed: connection refused by 127.0.0.1:9: nothing is listening there"
     );
     let busy = ProviderError::Server {
         status: 503,
@@ -480,4 +680,88 @@ fn code_spans_are_listed_most_recent_first_as_the_full_list_gave_them() {
             "{sightings:?}"
         );
     }
+}
+
+#[test]
+fn a_library_cause_goes_on_a_line_of_its_own_after_panto_words() {
+    use crate::ui::error_text;
+    let e = anyhow::anyhow!(
+        "connection failed: connection refused by 127.0.0.1:9: nothing is listening there; cause: tcp connect error: Connection refused (os error 111)\nhint: check that the server at http://127.0.0.1:9/v1 is running"
+    );
+    assert_eq!(
+        error_text(&e),
+        "connection failed: connection refused by 127.0.0.1:9: nothing is listening there\n\
+         cause: tcp connect error: Connection refused (os error 111)\n\
+         hint: check that the server at http://127.0.0.1:9/v1 is running"
+    );
+}
+
+#[test]
+fn a_reply_cut_short_is_said_in_plain_words_and_the_protocol_is_the_cause() {
+    use panto_compact::CompactError;
+    use panto_provider::ProviderError;
+
+    use crate::commands::failure;
+    use crate::ui::error_text;
+
+    let cut = CompactError::Provider(ProviderError::MalformedResponse {
+        message: "the stream ended before a finish_reason or `data: [DONE]`".into(),
+    });
+    assert_eq!(
+        error_text(&failure(cut, &test_config(None))),
+        "the connection closed before the reply finished, so nothing of it was kept\n\
+         cause: malformed response: the stream ended before a finish_reason or `data: [DONE]`"
+    );
+    let broke = CompactError::Provider(ProviderError::Connection {
+        message: format!(
+            "{}{}error decoding response body",
+            panto_providers::CLOSED_EARLY,
+            panto_providers::CAUSE
+        ),
+    });
+    assert_eq!(
+        error_text(&failure(broke, &test_config(None))),
+        "the connection closed before the reply finished, so nothing of it was kept\n\
+         cause: error decoding response body"
+    );
+}
+
+#[test]
+fn a_new_session_is_named_after_the_old_one() {
+    use crate::commands::{AnyStore, next_session_name};
+
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let store: AnyStore = std::sync::Arc::new(panto_compact::MemoryStore::new());
+    runtime.block_on(async {
+        assert_eq!(
+            next_session_name(&store, "notes.jsonl").await.unwrap(),
+            "notes-2.jsonl"
+        );
+        assert_eq!(
+            next_session_name(&store, "dir.d/notes").await.unwrap(),
+            "dir.d/notes-2"
+        );
+        assert_eq!(
+            next_session_name(&store, "notes-2.jsonl").await.unwrap(),
+            "notes-3.jsonl"
+        );
+        assert_eq!(
+            next_session_name(&store, ".hidden").await.unwrap(),
+            ".hidden-2"
+        );
+        // A name that holds something is skipped.
+        let mut log =
+            panto_compact::SessionLog::new(store.clone(), "notes-2.jsonl", Default::default());
+        log.append(&[panto_model::Entry::Message(
+            panto_model::Message::user_text("hi"),
+        )])
+        .await
+        .unwrap();
+        assert_eq!(
+            next_session_name(&store, "notes.jsonl").await.unwrap(),
+            "notes-3.jsonl"
+        );
+    });
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use panto_compact::CompactionEvent;
-use panto_model::Usage;
+use panto_model::{Trigger, Usage};
 use panto_provider::{About, ProviderError, RetryNotice};
 
 /// The spinner on screen, if any, so that lines printed meanwhile go above it.
@@ -45,8 +45,12 @@ pub(crate) fn describe_retry(notice: &RetryNotice<'_>) -> String {
 /// chain), anything else by its message, cut at 160 characters.
 fn short_reason(error: &ProviderError) -> String {
     if let ProviderError::Connection { message } = error {
-        let root = message.rsplit(": ").next().unwrap_or(message);
-        return format!("connection failed: {root}");
+        // panto's own words, without the library's cause after them.
+        let plain = message
+            .split(panto_providers::CAUSE)
+            .next()
+            .unwrap_or(message);
+        return format!("connection failed: {plain}");
     }
     let text = error.to_string();
     if text.chars().count() > 160 {
@@ -96,6 +100,8 @@ pub(crate) fn say(line: &str) {
 
 /// An error as one message: its chain joined with `: `, leaving out each cause whose text the
 /// message already holds (an OS error quoted by every layer that wraps it is printed once).
+/// The words of a library that panto quotes after its own (`; cause: `) go on a line of their
+/// own, `cause: ...`, so that panto's sentence reads first and alone.
 pub(crate) fn error_text(error: &anyhow::Error) -> String {
     let mut text = String::new();
     for cause in error.chain() {
@@ -108,7 +114,79 @@ pub(crate) fn error_text(error: &anyhow::Error) -> String {
         }
         text.push_str(&part);
     }
-    text
+    match text.split_once(panto_providers::CAUSE) {
+        Some((plain, cause)) => {
+            // The cause runs to the end of its line; a hint may follow on the next one.
+            let (cause, rest) = cause.split_once('\n').map_or((cause, ""), |(c, r)| (c, r));
+            let mut out = format!("{plain}\ncause: {cause}");
+            if !rest.is_empty() {
+                out.push('\n');
+                out.push_str(rest);
+            }
+            out
+        }
+        None => text,
+    }
+}
+
+/// Writes a long output on stdout through the user's pager when stdout is a terminal (`$PAGER`,
+/// run by `sh -c`; when it is unset, `less` if it is installed, with `LESS=FRX` unless `LESS`
+/// is set, so that a short text is printed and the screen kept), and straight to stdout
+/// otherwise: a pipe or a file never gets a pager. `PAGER=` (empty) or `PAGER=cat` turns it
+/// off. Quitting the pager before the end is not an error.
+///
+/// # Errors
+/// When stdout (or the pager's input) cannot be written for another reason than the pager
+/// having quit.
+pub(crate) fn paged(
+    write: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
+) -> std::io::Result<()> {
+    let Some(mut child) = pager() else {
+        let mut out = std::io::stdout().lock();
+        write(&mut out)?;
+        return out.flush();
+    };
+    let written = match child.stdin.take() {
+        Some(mut input) => write(&mut input).and_then(|()| input.flush()),
+        None => Ok(()),
+    };
+    // The pager reads to the end of its input (closed when `input` was dropped), then waits
+    // for the user.
+    let _ = child.wait();
+    match written {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other,
+    }
+}
+
+/// The pager to start for a long output, when stdout is a terminal and one is wanted.
+fn pager() -> Option<std::process::Child> {
+    if !cfg!(unix) || !stdout_is_terminal() {
+        return None;
+    }
+    let command = match std::env::var("PAGER") {
+        Ok(command) => command,
+        Err(_) if on_path("less") => "less".to_owned(),
+        Err(_) => return None,
+    };
+    let command = command.trim();
+    if command.is_empty() || command == "cat" {
+        return None;
+    }
+    let mut cmd = std::process::Command::new("sh");
+    cmd.arg("-c")
+        .arg(command)
+        .stdin(std::process::Stdio::piped());
+    if std::env::var_os("LESS").is_none() {
+        cmd.env("LESS", "FRX");
+    }
+    cmd.spawn().ok()
+}
+
+/// Whether an executable `name` is in one of the folders of `$PATH`.
+fn on_path(name: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(name).is_file()))
 }
 
 /// Whether `error` is a write to a closed pipe (`panto context s.jsonl | head`): the reader
@@ -216,8 +294,12 @@ pub(crate) fn describe_event(event: &CompactionEvent) -> String {
             plan,
             tokens_before,
         } => format!(
-            "panto: compacting ({}) with {model}: summarizing {}, keeping {}; conversation about {tokens_before} tokens",
-            trigger.as_str(),
+            "{}panto: compacting ({model}): summarizing {}, keeping {}; conversation about {tokens_before} tokens",
+            if *trigger == Trigger::Overflow {
+                "panto: the request was too large for the model: compacting, then retrying once\n"
+            } else {
+                ""
+            },
             count(plan.prefix().len(), "message"),
             plan.kept().len(),
         ),
@@ -226,7 +308,7 @@ pub(crate) fn describe_event(event: &CompactionEvent) -> String {
             limit,
             transcript_tokens,
         } if *steps > 1 => format!(
-            "panto: compacting in {steps} steps: about {transcript_tokens} tokens of conversation to summarize{}",
+            "panto: compacting in {steps} steps: its transcript is about {transcript_tokens} tokens{}",
             limit.map_or(String::new(), |l| format!(", about {l} tokens per request"))
         ),
         CompactionEvent::Step {
@@ -239,8 +321,11 @@ pub(crate) fn describe_event(event: &CompactionEvent) -> String {
             "panto: step {step}/{steps}: about {input_tokens} tokens in, up to {max_output_tokens} out"
         ),
         CompactionEvent::Elided { step, items, bytes } => format!(
-            "panto: step {step}: {} too large for any request were shortened in the transcript ({bytes} bytes left out; the session keeps them)",
-            count(*items, "item")
+            "panto: step {step}: {} too large for any request {} shortened in the transcript ({} left out; the session keeps {})",
+            count(*items, "item"),
+            if *items == 1 { "was" } else { "were" },
+            count(usize::try_from(*bytes).unwrap_or(usize::MAX), "byte"),
+            if *items == 1 { "it" } else { "them" },
         ),
         CompactionEvent::Shrinking {
             step,
@@ -248,7 +333,8 @@ pub(crate) fn describe_event(event: &CompactionEvent) -> String {
             steps,
             cause,
         } => format!(
-            "panto: step {step} was too large for the model ({cause}); retrying with requests of about {limit} tokens, {steps} steps in all"
+            "panto: step {step} was too large for the model ({cause}); retrying with requests of about {limit} tokens, {} in all",
+            count(*steps, "step")
         ),
         CompactionEvent::FallingBack {
             failed_model,
@@ -261,11 +347,11 @@ pub(crate) fn describe_event(event: &CompactionEvent) -> String {
             "panto: the provider's native compaction failed ({cause}); writing panto's summary instead"
         ),
         CompactionEvent::Finished(report) => format!(
-            "panto: compacted with {}{}{}{}: conversation about {} -> {} tokens ({} summarized, {} kept){}",
+            "panto: compacted ({}{}{}{}): conversation about {} -> {} tokens; {} summarized, {} kept{}",
             report.model,
             match &report.native {
                 Some(protocol) => format!(
-                    " ({protocol} native compaction{})",
+                    ", {protocol} native compaction{}",
                     report.usage.as_ref().map_or(String::new(), |u| format!(
                         ", {} tokens in, {} out",
                         u.input_total(),
@@ -274,51 +360,117 @@ pub(crate) fn describe_event(event: &CompactionEvent) -> String {
                 ),
                 None => String::new(),
             },
-            if report.fallback { " (fallback)" } else { "" },
+            if report.fallback { ", fallback" } else { "" },
             if report.steps.len() > 1 {
-                format!(" in {} steps", report.steps.len())
+                format!(", {} steps", report.steps.len())
             } else {
                 String::new()
             },
             report.tokens_before,
             report.tokens_after,
-            count(report.plan.prefix().len(), "message"),
+            report.plan.prefix().len(),
             report.plan.kept().len(),
             if report.truncated {
                 "; the summary reached the output limit and may be cut short"
             } else if report.tokens_after >= report.tokens_before {
-                "; the summary is no shorter than what it replaced, so this compaction saved nothing"
+                "; the summary is no shorter than what it replaces: this compaction saves nothing, and went ahead only because it was forced"
             } else {
                 ""
             }
+        ),
+        CompactionEvent::Replanned { steps, cause } => format!(
+            "panto: planned again ({cause}): {} in all",
+            count(*steps, "step")
+        ),
+        CompactionEvent::Retrying {
+            estimated_tokens,
+            overflowed_tokens,
+        } => format!(
+            "panto: retrying the request: about {estimated_tokens} tokens now, {overflowed_tokens} before"
         ),
         _ => String::new(),
     }
 }
 
-/// The context meter after a reply: the tokens of the request just answered as the provider
-/// counted them (input with cache reads and writes, and output), then `next_request`, panto's
-/// estimate of the next request (system prompt included, as `panto context` counts it), and
-/// its share of `window` when the window is known. `usage` is `None` when no request was
-/// answered (after `/compact`), `Some(None)` when the provider reported no counts.
-pub(crate) fn describe_meter(
-    usage: Option<Option<&Usage>>,
-    next_request: u64,
-    window: Option<u64>,
-) -> String {
-    let answered = match usage {
-        None => String::new(),
-        Some(None) => "the provider reported no token counts; ".to_owned(),
-        Some(Some(u)) => format!("{} tokens in, {} out; ", u.input_total(), u.output_tokens),
+/// The widest a meter line may be: it fits a terminal of 60 columns.
+pub(crate) const METER_WIDTH: usize = 60;
+
+/// What the context meter shows: the size of the next request (system prompt included, as
+/// `panto context` counts it) and its share of the window when the window is known, the
+/// tokens of the request just answered as the provider counted them (input with cache reads
+/// and writes, and output), and the active model.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Meter<'a> {
+    /// `None` when no request was answered (after `/compact`, or on resuming a chat);
+    /// `Some(None)` when the provider reported no counts.
+    pub answered: Option<Option<&'a Usage>>,
+    /// panto's estimate of the next request.
+    pub next_request: u64,
+    /// The model's window, when known.
+    pub window: Option<u64>,
+    /// Whether to say that the window is unknown (once per run).
+    pub say_unknown: bool,
+    /// The active model.
+    pub model: &'a str,
+}
+
+/// The context meter in a compact form that fits [`METER_WIDTH`] columns:
+/// `panto: context 3.6k/64k (6%); 3.6k in, 7 out; gpt-4o`. The window's share comes first; the
+/// counts of the request just answered are left out when the line would be wider, then the
+/// model's name is shortened.
+pub(crate) fn describe_meter(meter: &Meter<'_>) -> String {
+    let next = short_count(meter.next_request);
+    let context = match meter.window {
+        Some(w) => format!(
+            "context {next}/{} ({})",
+            short_count(w),
+            percent(meter.next_request, w)
+        ),
+        None if meter.say_unknown => format!("context {next}, window unknown"),
+        None => format!("context {next}"),
     };
-    let share = window.map_or(String::new(), |w| {
-        format!(" ({} of the {w}-token window)", percent(next_request, w))
-    });
-    format!("panto: {answered}context about {next_request} tokens for the next request{share}")
+    let answered = match meter.answered {
+        None => None,
+        Some(None) => Some("no token counts".to_owned()),
+        Some(Some(u)) => Some(format!(
+            "{} in, {} out",
+            short_count(u.input_total()),
+            short_count(u.output_tokens)
+        )),
+    };
+    let line = |parts: &[&str]| format!("panto: {}", parts.join("; "));
+    let mut parts: Vec<&str> = vec![&context];
+    if let Some(a) = &answered {
+        parts.push(a);
+    }
+    parts.push(meter.model);
+    let full = line(&parts);
+    if full.chars().count() <= METER_WIDTH {
+        return full;
+    }
+    let without = line(&[&context, meter.model]);
+    let width = without.chars().count();
+    if width <= METER_WIDTH {
+        return without;
+    }
+    // Shorten the model's name to what is left, with an ellipsis.
+    let room = METER_WIDTH.saturating_sub(width - meter.model.chars().count() + 1);
+    let model: String = meter.model.chars().take(room).collect();
+    line(&[&context, &format!("{model}…")])
+}
+
+/// A token count in a few characters: exact below 1,000, then `3.6k`, `36k`, `1.2M`.
+pub(crate) fn short_count(n: u64) -> String {
+    match n {
+        0..=999 => n.to_string(),
+        1_000..=9_949 => format!("{:.1}k", n as f64 / 1_000.0).replace(".0k", "k"),
+        9_950..=999_499 => format!("{}k", (n + 500) / 1_000),
+        _ => format!("{:.1}M", n as f64 / 1_000_000.0).replace(".0M", "M"),
+    }
 }
 
 /// `part` as a share of `whole`, in whole percent; `<1%` for a little, never `0%` for some.
-fn percent(part: u64, whole: u64) -> String {
+pub(crate) fn percent(part: u64, whole: u64) -> String {
     if whole == 0 {
         return "?%".to_owned();
     }

@@ -30,7 +30,9 @@ use crate::error::{AttemptFailure, CompactError};
 use crate::events::CompactionEvent;
 use crate::fold::{FoldBudget, FoldPlan, MIN_OUTPUT_TOKENS, MIN_ROOM, fold};
 use crate::ledger::{LEDGER_FIELD, ledger_budget, previous_ledger, rendered_len, with_ledger};
-use crate::plan::{NothingToCompact, Plan, keep_budget, plan_and_turns};
+use crate::plan::{
+    NotSmaller, NothingToCompact, Plan, keep_budget, manual_keep_budget, plan_and_turns,
+};
 use crate::prompt::CompactionPrompt;
 use crate::record::{RECORD_ONLY_MODEL, record_only_text};
 use crate::report::{CompactOutcome, Compacted, CompactionReport, ElidedItem, FoldStep};
@@ -241,10 +243,13 @@ impl Compactor {
     /// Plans a compaction of `context`, builds its system prompt and renders the transcript
     /// of the summarized prefix (once, turn by turn, each turn sized), without asking any model.
     ///
-    /// The budget is `keep_tokens`, capped at a quarter of the limit the requests must fit
-    /// ([`CompactRun::request_limit`]) when one is known. An overflow compaction must shrink
-    /// the context, so when that budget would keep every turn it keeps only the in-flight turn
-    /// instead.
+    /// The budget is `keep_tokens` (the run's own, [`CompactRun::keep_tokens`], when given),
+    /// capped at a quarter of the limit the requests must fit ([`CompactRun::request_limit`])
+    /// when one is known. A manual compaction without a budget of its own keeps at most half
+    /// of the conversation ([`manual_keep_budget`]), so that it always summarizes something.
+    /// An overflow compaction must shrink the context, so when that budget would keep every
+    /// turn it keeps only the in-flight turn instead. `tokens_before` is the conversation's
+    /// size: the sum of the messages' sizes.
     ///
     /// # Errors
     /// [`NothingToCompact`] when nothing lies before the kept suffix.
@@ -253,10 +258,21 @@ impl Compactor {
         context: &EffectiveContext,
         options: &CompactRun,
     ) -> Result<Prepared, NothingToCompact> {
-        // One sizing pass gives both the plan's sizes and `tokens_before`.
-        let (sizes, tokens_before) = self.sizer.sizes_and_request(&context.messages);
+        // One sizing pass gives both the plan's sizes and `tokens_before`: the conversation's
+        // size is the sum of its messages' sizes, as the ruler (`panto_size::estimate`)
+        // counts it.
+        let sizes = self.sizer.message_sizes(&context.messages);
+        let tokens_before = sizes.iter().fold(0u64, |t, &s| t.saturating_add(s));
         let limit = options.request_limit(self.config.context_window);
-        let mut budget = keep_budget(self.config.keep_tokens, limit);
+        let mut budget = keep_budget(
+            options.keep_tokens.unwrap_or(self.config.keep_tokens),
+            limit,
+        );
+        if options.trigger == Trigger::Manual && options.keep_tokens.is_none() {
+            let head = usize::from(context.compaction.is_some()).min(sizes.len());
+            let conversation = sizes[head..].iter().fold(0u64, |t, &s| t.saturating_add(s));
+            budget = manual_keep_budget(budget, conversation);
+        }
         if options.known_limit(self.config.context_window).is_none()
             && let Some(bound) = limit
         {
@@ -446,6 +462,23 @@ impl Compactor {
             Ok(()) => {
                 let folded = self.finish(context, options, &prepared, state);
                 let compacted = self.build(context, options, prepared, folded);
+                // A compaction that leaves the conversation no smaller is not written, unless
+                // the run forces it.
+                let report = &compacted.report;
+                if !options.force
+                    && let Err(not_smaller) =
+                        NotSmaller::check(report.tokens_before, report.tokens_after)
+                {
+                    let error = CompactError::NotSmaller(not_smaller);
+                    self.emit(CompactionEvent::Failed {
+                        trigger: options.trigger.clone(),
+                        fallback: report.fallback,
+                        plan: report.plan.clone(),
+                        tokens_before: report.tokens_before,
+                        error: error.to_string(),
+                    });
+                    return Err(error);
+                }
                 Ok(CompactOutcome::Compacted(Box::new(compacted)))
             }
             Err(error) => {
@@ -1182,7 +1215,13 @@ impl Compactor {
         let mut after = Vec::with_capacity(copies.len() + 1);
         after.push(Message::compaction(summary.clone()));
         after.extend(copies.iter().cloned());
-        let tokens_after = estimate_request("", &after);
+        // Measured as `tokens_before` was: the sum of the messages' sizes by the same sizer
+        // (with the default one, the ruler's `conversation`).
+        let tokens_after = self
+            .sizer
+            .message_sizes(&after)
+            .iter()
+            .fold(0u64, |t, &s| t.saturating_add(s));
 
         let plan = prepared.plan;
         let mut extra = Extra::new();
@@ -1272,7 +1311,9 @@ impl Compactor {
     /// conversation goes on instead of dying; the entry says `degraded: true`.
     ///
     /// # Errors
-    /// [`CompactError::Store`] when the append failed; nothing is in effect then.
+    /// [`CompactError::Store`] when the append failed, [`CompactError::NotSmaller`] when the
+    /// record would not make the conversation smaller (and the run does not force it); nothing
+    /// is in effect then.
     pub async fn compact_record_only<S: Store>(
         &mut self,
         context: &EffectiveContext,
@@ -1317,6 +1358,13 @@ impl Compactor {
                 ..Folded::default()
             },
         );
+        if !options.force {
+            NotSmaller::check(
+                compacted.report.tokens_before,
+                compacted.report.tokens_after,
+            )
+            .map_err(CompactError::NotSmaller)?;
+        }
         tracing::warn!(%failure, "no model could summarize; wrote panto's own record instead");
         log.append(&compacted.entries)
             .await
@@ -1327,7 +1375,7 @@ impl Compactor {
         Ok(CompactOutcome::Compacted(Box::new(compacted)))
     }
 
-    fn emit(&mut self, event: CompactionEvent) {
+    pub(crate) fn emit(&mut self, event: CompactionEvent) {
         if let Some(handler) = self.events.get_mut() {
             handler(&event);
         }

@@ -285,6 +285,14 @@ pub struct CompactRun {
     /// limit, it and the compaction requests the provider accepted are all that is known to
     /// fit, so the request after the compaction is made no larger.
     pub accepted_tokens: Option<u64>,
+    /// This run's keep-verbatim budget, given explicitly (`panto compact --keep-tokens N`):
+    /// it replaces [`CompactorConfig::keep_tokens`], and a manual run does not cap it at half
+    /// of the conversation ([`manual_keep_budget`](crate::manual_keep_budget)). A known
+    /// window still caps it at a quarter of the window.
+    pub keep_tokens: Option<u64>,
+    /// Whether the compaction is written even when it would not make the conversation
+    /// smaller ([`NotSmaller`](crate::NotSmaller)); `false` by default.
+    pub force: bool,
 }
 
 impl CompactRun {
@@ -299,6 +307,8 @@ impl CompactRun {
             reserved_tokens: None,
             reply_tokens: None,
             accepted_tokens: None,
+            keep_tokens: None,
+            force: false,
         }
     }
 
@@ -313,6 +323,8 @@ impl CompactRun {
             reserved_tokens: None,
             reply_tokens: None,
             accepted_tokens: None,
+            keep_tokens: None,
+            force: false,
         }
     }
 
@@ -364,6 +376,21 @@ impl CompactRun {
     #[must_use]
     pub fn with_instructions(mut self, instructions: impl Into<String>) -> CompactRun {
         self.instructions = Some(instructions.into());
+        self
+    }
+
+    /// The run with its own keep-verbatim budget (see [`CompactRun::keep_tokens`]).
+    #[must_use]
+    pub fn with_keep_tokens(mut self, tokens: u64) -> CompactRun {
+        self.keep_tokens = Some(tokens);
+        self
+    }
+
+    /// The run, written even when it would not make the conversation smaller (`--force`,
+    /// `/compact --force`) when `force` is true.
+    #[must_use]
+    pub fn with_force(mut self, force: bool) -> CompactRun {
+        self.force = force;
         self
     }
 

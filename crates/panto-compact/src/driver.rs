@@ -2,7 +2,7 @@
 
 use panto_model::{EffectiveContext, Entry, IdKind, Message, Role};
 use panto_provider::{EventSink, ProviderError, Request, RequestOptions, ToolSpec};
-use panto_size::{Heuristic, estimate_request};
+use panto_size::{RequestEstimate, estimate};
 use panto_store::{Loaded, SessionLog, Store, StoreError};
 use panto_transcript::Ledger;
 use tracing::{Instrument, info_span};
@@ -10,6 +10,7 @@ use tracing::{Instrument, info_span};
 use crate::compactor::Compactor;
 use crate::config::{CompactRun, Conversation, DEFAULT_MAX_OUTPUT_TOKENS};
 use crate::error::CompactError;
+use crate::events::CompactionEvent;
 use crate::ledger::previous_ledger;
 use crate::report::{CompactOutcome, CompactionReport};
 
@@ -202,6 +203,16 @@ impl<S: Store> Driver<S> {
         (self.compactor, self.log, self.context)
     }
 
+    /// panto's estimate of the next request (the system prompt, the tools and the context), in
+    /// parts that add up (`panto_size::estimate`): the one ruler the driver's own checks use.
+    pub fn estimate(&self) -> RequestEstimate {
+        estimate(
+            &self.system,
+            &tools_text(&self.tools),
+            &self.context.messages,
+        )
+    }
+
     /// The request the context would be sent as now.
     pub fn request(&self) -> Request {
         Request::new(
@@ -231,7 +242,9 @@ impl<S: Store> Driver<S> {
     /// - [`CompactError::Provider`]: any error other than an overflow, untouched (no compaction
     ///   when it comes first; after a compaction when it answers the retry);
     /// - [`CompactError::OverflowNothingToCompact`], [`CompactError::OverflowCompactionFailed`]:
-    ///   the overflow could not be compacted away; nothing was written;
+    ///   the overflow could not be compacted away; nothing was written (a compaction that
+    ///   would not make the conversation smaller, [`CompactError::NotSmaller`], is not written
+    ///   and the request is not sent again);
     /// - [`CompactError::OverflowNoProgress`]: the compacted request would not be smaller (the
     ///   in-flight turn alone is too large), so it was not sent; the compaction stays written;
     /// - [`CompactError::OverflowAfterCompaction`]: the retry overflowed too (the compaction
@@ -251,7 +264,7 @@ impl<S: Store> Driver<S> {
             Err(e) => return Err(CompactError::Provider(e)),
         };
         tracing::info!(%overflow, "context overflow, compacting once");
-        let overflowed_tokens = estimate_request(&self.system, &self.context.messages);
+        let overflowed_tokens = self.estimate().total();
         let options = CompactRun::after_overflow(&overflow, overflowed_tokens);
         let limit = options.known_limit(self.compactor.config().context_window);
         let mut options =
@@ -304,7 +317,7 @@ impl<S: Store> Driver<S> {
 
         // The progress check: retry only a request that is smaller than the one that failed,
         // and within the known limit.
-        let estimated_tokens = estimate_request(&self.system, &self.context.messages);
+        let estimated_tokens = self.estimate().total();
         if estimated_tokens >= overflowed_tokens || limit.is_some_and(|l| estimated_tokens > l) {
             return Err(CompactError::OverflowNoProgress {
                 overflow,
@@ -313,6 +326,10 @@ impl<S: Store> Driver<S> {
                 limit,
             });
         }
+        self.compactor.emit(CompactionEvent::Retrying {
+            estimated_tokens,
+            overflowed_tokens,
+        });
         match self.complete(&mut *stream, "retry").await {
             Ok(reply) => self.accept(reply, Some(report)).await,
             Err(ProviderError::ContextOverflow {
@@ -320,7 +337,7 @@ impl<S: Store> Driver<S> {
                 input_tokens,
                 limit,
             }) => Err(CompactError::OverflowAfterCompaction {
-                estimated_tokens: estimate_request(&self.system, &self.context.messages),
+                estimated_tokens: self.estimate().total(),
                 input_tokens,
                 limit,
                 error: ProviderError::ContextOverflow {
@@ -341,8 +358,21 @@ impl<S: Store> Driver<S> {
         &mut self,
         instructions: Option<String>,
     ) -> Result<CompactOutcome, CompactError> {
-        let run = CompactRun::manual(instructions)
-            .with_reserved_tokens(self.reserved_tokens(), u64::from(self.max_output_tokens));
+        self.compact_with(CompactRun::manual(instructions)).await
+    }
+
+    /// Compacts the context now as `run` asks (a manual run with `--force`, or its own keep
+    /// budget, say). What the conversation's requests hold besides their messages (system
+    /// prompt, tools, reply) is added to `run` unless it says.
+    ///
+    /// # Errors
+    /// As [`Compactor::compact`].
+    pub async fn compact_with(&mut self, run: CompactRun) -> Result<CompactOutcome, CompactError> {
+        let run = if run.reserved_tokens.is_some() {
+            run
+        } else {
+            run.with_reserved_tokens(self.reserved_tokens(), u64::from(self.max_output_tokens))
+        };
         self.compactor.set_conversation(Some(self.conversation()));
         let outcome = self
             .compactor
@@ -358,16 +388,8 @@ impl<S: Store> Driver<S> {
     /// tokens: the system prompt and the tools. A compaction leaves this much of the window
     /// free, and room for the reply.
     fn reserved_tokens(&self) -> u64 {
-        let tools: u64 = self
-            .tools
-            .iter()
-            .map(|t| {
-                Heuristic.text(&t.name)
-                    + Heuristic.text(&t.description)
-                    + Heuristic.text(&t.input_schema.to_string())
-            })
-            .sum();
-        estimate_request(&self.system, &[]) + tools
+        let parts = estimate(&self.system, &tools_text(&self.tools), &[]);
+        parts.system + parts.tools
     }
 
     /// panto's estimate of the request that produced the latest reply in the context: the
@@ -377,7 +399,14 @@ impl<S: Store> Driver<S> {
         let at = self.context.messages.iter().rposition(|m| {
             m.role == Role::Assistant && m.usage.is_some() && m.kept_by().is_none()
         })?;
-        Some(estimate_request(&self.system, &self.context.messages[..at]))
+        Some(
+            estimate(
+                &self.system,
+                &tools_text(&self.tools),
+                &self.context.messages[..at],
+            )
+            .total(),
+        )
     }
 
     /// What this driver's requests look like, for native compaction.
@@ -434,4 +463,23 @@ impl<S: Store> Driver<S> {
             compaction,
         })
     }
+}
+
+/// The tool definitions as the text a request carries for them (one JSON array of name,
+/// description and schema), for sizing; empty when there are none.
+fn tools_text(tools: &[ToolSpec]) -> String {
+    if tools.is_empty() {
+        return String::new();
+    }
+    let list: Vec<serde_json::Value> = tools
+        .iter()
+        .map(|t| {
+            serde_json::json!({
+                "name": t.name,
+                "description": t.description,
+                "input_schema": t.input_schema,
+            })
+        })
+        .collect();
+    serde_json::Value::Array(list).to_string()
 }

@@ -8,7 +8,7 @@ use panto_provider::ProviderError;
 use panto_store::StoreError;
 
 use crate::fold::FoldError;
-use crate::plan::NothingToCompact;
+use crate::plan::{NotSmaller, NothingToCompact};
 use crate::report::CompactionReport;
 
 /// Why one attempt at a summary (with one model) failed.
@@ -174,6 +174,12 @@ pub enum CompactError {
         /// The provider's last answer.
         error: ProviderError,
     },
+    /// The summary was obtained, but the compaction would not make the conversation smaller
+    /// (see [`NotSmaller`]); it was not written. A run made
+    /// [`CompactRun::with_force`](crate::CompactRun::with_force) writes it anyway. During
+    /// overflow recovery it is the cause of [`CompactError::OverflowCompactionFailed`]: a
+    /// request that cannot be made smaller is not sent again.
+    NotSmaller(NotSmaller),
     /// The store refused the append (another writer appended meanwhile:
     /// [`StoreError::Conflict`]; or it failed); nothing of that append is in effect.
     Store(StoreError),
@@ -278,6 +284,7 @@ impl fmt::Display for CompactError {
                 "compaction request {step} of {steps} (about {estimated_tokens} tokens{}) was rejected as too large, also after {shrinks} smaller tries: {error}",
                 LimitNote(*limit)
             ),
+            CompactError::NotSmaller(n) => n.fmt(f),
             CompactError::Store(e) => write!(f, "could not write to the session: {e}"),
             CompactError::ReplyNotAppended { error, .. } => write!(
                 f,
@@ -287,10 +294,16 @@ impl fmt::Display for CompactError {
             CompactError::OverflowCompactionFailed {
                 overflow,
                 compaction,
-            } => write!(
-                f,
-                "the request overflowed the context window ({overflow}) and compaction failed: {compaction}"
-            ),
+            } => match compaction.as_ref() {
+                CompactError::NotSmaller(n) => write!(
+                    f,
+                    "the request was too large for the model ({overflow}), and compacting cannot make it smaller ({n}): nothing was written, and the request was not sent again"
+                ),
+                compaction => write!(
+                    f,
+                    "the request overflowed the context window ({overflow}) and compaction failed: {compaction}"
+                ),
+            },
             CompactError::OverflowNothingToCompact { overflow, nothing } => write!(
                 f,
                 "the request overflowed the context window ({overflow}) and {nothing}"
@@ -325,7 +338,9 @@ impl std::error::Error for CompactError {
             CompactError::PromptUnreadable { cause, .. } => cause
                 .as_ref()
                 .map(|e| e as &(dyn std::error::Error + 'static)),
-            CompactError::PromptEmpty { .. } | CompactError::TurnTooLarge { .. } => None,
+            CompactError::PromptEmpty { .. }
+            | CompactError::TurnTooLarge { .. }
+            | CompactError::NotSmaller(_) => None,
             CompactError::Compaction { cause, .. } => Some(cause),
             CompactError::BothModelsFailed { second, .. } => Some(second.as_ref()),
             // The two pass-through variants are their inner error: they have its causes.

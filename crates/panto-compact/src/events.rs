@@ -13,9 +13,10 @@ use crate::report::CompactionReport;
 /// it plans), then for each request `Step` (after `Elided` when the request's transcript had
 /// to be elided), at most one `FallingBack` in the whole compaction, a `Shrinking` whenever a
 /// request was rejected as too large and the rest is re-planned, and a `Replanned` for any
-/// other change of plan; then exactly
-/// one of `Finished` or `Failed`. The step count changes only with a `Shrinking` or a
-/// `Replanned`, which give the new count. One with nothing to compact reports nothing.
+/// other change of plan; then exactly one of `Finished` or `Failed`. The step count changes
+/// only with a `Shrinking` or a `Replanned`, which give the new count. One with nothing to
+/// compact reports nothing. During overflow recovery the [`Driver`](crate::Driver) adds
+/// `Retrying` after `Finished`, just before it sends the request again.
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub enum CompactionEvent {
@@ -101,6 +102,15 @@ pub enum CompactionEvent {
     },
     /// The summary is written (or, for a dry run, ready).
     Finished(Box<CompactionReport>),
+    /// After an overflow compaction, the [`Driver`](crate::Driver) sends the request that
+    /// overflowed once more, now that it is smaller (reported by the driver, after
+    /// `Finished`; not by a compaction run alone).
+    Retrying {
+        /// panto's estimate of the request now (system prompt, tools and messages).
+        estimated_tokens: u64,
+        /// panto's estimate of the request that overflowed.
+        overflowed_tokens: u64,
+    },
     /// The compaction failed; nothing was written.
     Failed {
         /// What started the compaction.

@@ -70,13 +70,15 @@
 //!     let compactor = Compactor::new(ModelRef::new(Arc::new(Counter), "counter-1"))
 //!         .with_config(CompactorConfig::new().with_keep_tokens(1));
 //!     let mut agent = Driver::new(compactor, MemoryLog::memory(), Default::default());
-//!     for prompt in ["hello", "and again"] {
+//!     for prompt in ["Here is the bug report. ", "And here is the log. "] {
+//!         let prompt = prompt.repeat(100);
 //!         let reply = agent.send(vec![Message::user_text(prompt)], &mut |_| {}).await?;
 //!         println!("{}", reply.message.text());
 //!     }
 //!     assert_eq!(agent.context().messages.len(), 4);
 //!     assert_eq!(agent.log().entries().len(), 4);
-//!     // `/compact`: the counter's answer becomes the summary, the newest turn is kept.
+//!     // `/compact`: the counter's answer becomes the summary, the newest turn is kept. (A
+//!     // compaction that would not make the conversation smaller is not written.)
 //!     let outcome = agent.compact(None).await?;
 //!     assert!(matches!(outcome, CompactOutcome::Compacted(_)));
 //!     assert!(agent.context().summary().is_some());
@@ -114,7 +116,7 @@ pub use error::{AttemptFailure, CompactError};
 pub use events::CompactionEvent;
 pub use fold::{Chunk, FoldBudget, FoldError, FoldPlan, MIN_OUTPUT_TOKENS, MIN_ROOM, fold};
 pub use ledger::{LEDGER_FIELD, MIN_LEDGER_CHARS, ledger_budget, previous_ledger, with_ledger};
-pub use plan::{NothingToCompact, Plan, keep_budget, plan};
+pub use plan::{NotSmaller, NothingToCompact, Plan, keep_budget, manual_keep_budget, plan};
 pub use record::RECORD_ONLY_MODEL;
 pub use report::{CompactOutcome, Compacted, CompactionReport, ElidedItem, FoldStep};
 pub use source::{RequestSource, SourceSummarizer};

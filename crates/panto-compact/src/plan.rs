@@ -101,6 +101,16 @@ pub fn keep_budget(keep_tokens: u64, context_limit: Option<u64>) -> u64 {
     }
 }
 
+/// The keep-verbatim budget of a manual compaction (`/compact`, `panto compact`): `keep_tokens`,
+/// capped at half of `conversation_tokens` (the conversation's turns, without the summary it
+/// starts from). A person who asks for a compaction wants one: under this cap the walk
+/// backwards stops before the first turn, so a conversation of two turns or more always has
+/// something to summarize, whatever `keep_tokens` is. A run given its own budget
+/// ([`CompactRun::with_keep_tokens`](crate::CompactRun::with_keep_tokens)) is not capped.
+pub fn manual_keep_budget(keep_tokens: u64, conversation_tokens: u64) -> u64 {
+    keep_tokens.min(conversation_tokens / 2)
+}
+
 /// Plans a compaction of `context`: walking backwards over whole turns of the conversation, keep
 /// the longest run that fits `budget`, the in-flight (last) turn always included.
 ///
@@ -193,5 +203,48 @@ impl fmt::Display for NothingToCompact {
                 self.tokens, self.budget
             ),
         }
+    }
+}
+
+/// A compaction that would not make the conversation smaller: the summary and the kept turns
+/// are estimated at no fewer tokens than the conversation they replace (a summary of a tiny
+/// prefix, say, which costs its own overhead). Such a compaction is not written unless the run
+/// forces it ([`CompactRun::with_force`](crate::CompactRun::with_force)).
+///
+/// Both sizes come from the same ruler (`panto_size::estimate`), as a compaction's
+/// `tokens_before` and `tokens_after` do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct NotSmaller {
+    /// Estimated tokens of the conversation before.
+    pub tokens_before: u64,
+    /// Estimated tokens of the conversation the compaction would leave.
+    pub tokens_after: u64,
+}
+
+impl NotSmaller {
+    /// `Err` when a compaction from `tokens_before` to `tokens_after` saves nothing.
+    ///
+    /// # Errors
+    /// [`NotSmaller`] when `tokens_after >= tokens_before`.
+    pub fn check(tokens_before: u64, tokens_after: u64) -> Result<(), NotSmaller> {
+        if tokens_after < tokens_before {
+            Ok(())
+        } else {
+            Err(NotSmaller {
+                tokens_before,
+                tokens_after,
+            })
+        }
+    }
+}
+
+impl fmt::Display for NotSmaller {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "the compaction would not make the conversation smaller: the summary and the kept messages are about {} tokens, the conversation about {}",
+            self.tokens_after, self.tokens_before
+        )
     }
 }

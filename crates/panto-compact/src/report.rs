@@ -72,8 +72,10 @@ pub struct CompactionReport {
     /// ([`AttemptFailure::TruncatedSummary`]), never written. Kept so that readers of the report
     /// (and of `panto compact --json`, which carries it) keep finding the field.
     pub truncated: bool,
-    /// Estimated tokens of the conversation before: the context's messages, without the
-    /// agent's system prompt (`estimate_request("", messages)`), which is what is summarized.
+    /// Estimated tokens of the conversation before: the sum of the sizes of the context's
+    /// messages, without the agent's system prompt, which is what is summarized. With the
+    /// default sizer it is the ruler's `panto_size::estimate(..).conversation()`, the number
+    /// `panto context` gives the conversation.
     pub tokens_before: u64,
     /// Estimated tokens of the conversation after (summary plus kept turns), measured as
     /// `tokens_before` is.

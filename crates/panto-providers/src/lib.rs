@@ -106,6 +106,7 @@ pub use openai_chat::{MaxTokensField, OpenAiChatProvider};
 #[cfg(feature = "openai-responses")]
 pub use openai_responses::OpenAiResponsesProvider;
 pub use secret::ApiKey;
+pub use transport::{CAUSE, CLOSED_EARLY, cut_short};
 
 #[cfg(test)]
 mod tests;

@@ -811,21 +811,94 @@ fn too_large(cap: u64) -> ProviderError {
     }
 }
 
-/// Maps a reqwest failure onto the provider error kinds.
+/// Separates panto's own words about a connection failure from the HTTP library's, which
+/// follow as the cause: `connection refused by 127.0.0.1:9: nothing is listening there; cause:
+/// error sending request ...`.
+pub const CAUSE: &str = "; cause: ";
+
+/// How the message of a [`ProviderError::Connection`] for an answer cut short begins.
+pub const CLOSED_EARLY: &str = "the connection closed before the answer finished";
+
+/// Whether `error` says that the answer stopped before its end: the connection closed while it
+/// arrived, or a stream ended before its protocol's end marker. Nothing of such an answer is
+/// taken; sending the request again may succeed.
+pub fn cut_short(error: &ProviderError) -> bool {
+    match error {
+        ProviderError::Connection { message } => message.starts_with(CLOSED_EARLY),
+        ProviderError::MalformedResponse { message } => {
+            message.starts_with("the stream ended before")
+        }
+        _ => false,
+    }
+}
+
+/// Maps a reqwest failure onto the provider error kinds, in panto's words (what failed, and
+/// where), with the library's chain after [`CAUSE`].
 fn from_reqwest(e: &reqwest::Error) -> ProviderError {
     let message = error_chain(e);
     if e.is_timeout() {
         ProviderError::Timeout { message }
     } else if e.is_connect() {
         ProviderError::Connection {
-            message: format!("could not connect: {message}"),
+            message: format!("{}{CAUSE}{message}", connect_failure(e)),
         }
     } else if e.is_body() || e.is_decode() {
         ProviderError::Connection {
-            message: format!("the connection broke while the answer arrived: {message}"),
+            message: format!("{CLOSED_EARLY}{CAUSE}{message}"),
         }
     } else {
         ProviderError::Connection { message }
+    }
+}
+
+/// What a failed connection attempt met, in a sentence: refused (nothing listens there), a
+/// name that does not resolve, or a secure connection that could not be made.
+fn connect_failure(e: &reqwest::Error) -> String {
+    let url = e.url();
+    let host = url.and_then(|u| u.host_str()).unwrap_or("the server");
+    let at = match url.and_then(reqwest::Url::port_or_known_default) {
+        Some(port) => format!("{host}:{port}"),
+        None => host.to_owned(),
+    };
+    let https = url.is_some_and(|u| u.scheme() == "https");
+    let chain = error_chain(e).to_lowercase();
+    let mut source = std::error::Error::source(e);
+    let mut io_kind = None;
+    let mut tls = false;
+    while let Some(s) = source {
+        // An I/O error hands out what it wraps through `get_ref`, not `source`, and may wrap
+        // another I/O error: the innermost kind is the telling one.
+        let mut inner: Option<&(dyn std::error::Error + 'static)> = Some(s);
+        while let Some(i) = inner {
+            #[cfg(feature = "rustls")]
+            {
+                tls |= i.is::<rustls::Error>();
+            }
+            inner = i.downcast_ref::<std::io::Error>().and_then(|io| {
+                io_kind = Some(io.kind());
+                io.get_ref()
+                    .map(|e| e as &(dyn std::error::Error + 'static))
+            });
+        }
+        source = s.source();
+    }
+    // On an `https` URL, a connect error that is not the network's (no I/O error of its own,
+    // or one of invalid data) is the TLS handshake's, whichever TLS library made it.
+    tls |= https
+        && (matches!(io_kind, None | Some(std::io::ErrorKind::InvalidData))
+            || ["certificate", "tls", "handshake", "ssl"]
+                .iter()
+                .any(|w| chain.contains(w)));
+    if io_kind == Some(std::io::ErrorKind::ConnectionRefused) {
+        format!("connection refused by {at}: nothing is listening there")
+    } else if chain.contains("dns error") || chain.contains("failed to lookup address") {
+        format!("cannot find the server {host}: its name does not resolve (DNS)")
+    } else if tls {
+        format!(
+            "no secure connection to {at}: the TLS handshake failed (a certificate that is not trusted, or a server that does not speak HTTPS there)"
+        )
+    } else {
+        format!("cannot connect to {at}")
     }
 }
 

@@ -9,8 +9,9 @@
 //!   [`Heuristic`] is used. [`UsageSizer::measure`] tells, per message, which rule applied.
 //! - [`Heuristic`] is the fallback: a per-byte cost table plus per-message and per-block
 //!   overheads, calibrated on real sessions (`cargo xtask calibrate`, `docs/sizing.md`).
-//! - [`estimate_request`] is panto's estimate of the input size of the next request, and
-//!   [`turn_sizes`] sums message sizes per turn.
+//! - [`estimate`] is the ruler: panto's estimate of one request's input in parts that add up
+//!   (system prompt, tools, summary, messages; [`RequestEstimate`]). [`estimate_request`] is
+//!   its total, and [`turn_sizes`] sums message sizes per turn.
 //!
 //! The one design choice to know: usage is trusted only between two assistant messages whose
 //! records are comparable, and a measured span is divided in proportion to the heuristic, so the
@@ -30,6 +31,12 @@
 //! // The answer's size is what the provider measured as its output.
 //! assert_eq!(sizes[1], 7);
 //! assert!(estimate_request("You are terse.", &messages) >= sizes.iter().sum::<u64>());
+//!
+//! // The ruler: the parts add up, and the conversation is the sum of the message sizes.
+//! let next = panto_size::estimate("You are terse.", "", &messages);
+//! assert_eq!(next.total(), next.system + next.tools + next.summary + next.messages);
+//! assert_eq!(next.conversation(), sizes.iter().sum::<u64>());
+//! assert_eq!(next.total(), estimate_request("You are terse.", &messages));
 //! ```
 
 mod heuristic;
@@ -98,26 +105,96 @@ pub fn turn_sizes(sizes: &[u64], turns: &[Range<usize>]) -> Vec<u64> {
         .collect()
 }
 
-/// panto's estimate of the input size of the next request built from `system` and `messages`.
+/// panto's estimate of the input of one request, in parts that add up: the system prompt, the
+/// tool definitions, the compaction summary the context starts from, and the other messages.
 ///
-/// With usage: take the last assistant message that has usage, comes after the latest
-/// compaction message and is not a kept copy (usage that predates the latest compaction is
-/// never trusted: a kept copy, marked `kept_by` in the file or by replay for a compaction
-/// another program wrote, carries the usage of its original). If its input total is plausible (at least the [`PLAUSIBLE_FACTOR`]th
-/// part of the heuristic's size of the messages before it), the estimate is that input total
-/// plus the [`UsageSizer`] sizes of that message and every message after it. The input total
-/// already holds the system prompt and tool definitions as they were then, so `system` is not
-/// added again.
+/// Made by [`estimate`], the one ruler every size panto shows for a conversation comes from
+/// (the next request, the conversation alone, a compaction's before and after).
 ///
-/// Without usage: the heuristic's size of `system` plus the [`UsageSizer`] sizes of all the
-/// messages. Tool definitions are not known here and are not counted.
+/// Invariants: [`RequestEstimate::total`] is the sum of the four parts;
+/// [`RequestEstimate::conversation`] (summary and messages) is the sum of the [`UsageSizer`]
+/// sizes of the messages, so a list of messages with their sizes adds up to it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RequestEstimate {
+    /// The system prompt.
+    pub system: u64,
+    /// The tool definitions.
+    pub tools: u64,
+    /// The compaction messages (in an effective context, the one it starts from).
+    pub summary: u64,
+    /// Every other message.
+    pub messages: u64,
+    /// Whether `system` and `tools` are what the provider counted beyond the messages in the
+    /// latest request that reported usage (`true`), or the heuristic's sizes of the texts
+    /// (`false`).
+    pub measured: bool,
+}
+
+impl RequestEstimate {
+    /// An estimate of the given parts, not measured.
+    pub fn new(system: u64, tools: u64, summary: u64, messages: u64) -> RequestEstimate {
+        RequestEstimate {
+            system,
+            tools,
+            summary,
+            messages,
+            measured: false,
+        }
+    }
+
+    /// The whole request: the sum of the parts (saturating).
+    pub fn total(&self) -> u64 {
+        self.system
+            .saturating_add(self.tools)
+            .saturating_add(self.conversation())
+    }
+
+    /// The conversation alone: the summary and the messages, without the system prompt and the
+    /// tools. This is what a compaction summarizes and what its `tokens_before` and
+    /// `tokens_after` count.
+    pub fn conversation(&self) -> u64 {
+        self.summary.saturating_add(self.messages)
+    }
+}
+
+/// The ruler: panto's estimate of a request made of `system`, the tool definitions `tools` (the
+/// text a request carries for them, empty for none) and `messages`, in parts that add up.
 ///
-/// Invariant: adding content to any message never lowers the estimate.
-pub fn estimate_request(system: &str, messages: &[Message]) -> u64 {
+/// The messages are sized by [`UsageSizer`] (provider usage where it can be trusted, the
+/// heuristic elsewhere); the summary part is the compaction messages among them.
+///
+/// The system prompt and tools: with usage, the latest assistant message that has usage, comes
+/// after the latest compaction message and is not a kept copy (usage that predates the latest
+/// compaction is never trusted: a kept copy, marked `kept_by` in the file or by replay for a
+/// compaction another program wrote, carries the usage of its original) is the anchor. If its
+/// input total is plausible (at least the [`PLAUSIBLE_FACTOR`]th part of the heuristic's size
+/// of the messages before it), the provider counted the system prompt and tools of that
+/// request as its input total less the sizes of the messages before it: that remainder is
+/// the system prompt and tools part (`measured`), shared between the two in proportion to the
+/// heuristic's sizes of `system` and `tools`. It is never less than those heuristic sizes, so
+/// no part is negative and none is below what is sent now. Without such an anchor, the parts
+/// are the heuristic's sizes of `system` and `tools`.
+///
+/// So the total is the anchor's input total plus the sizes of the anchor and every message
+/// after it (the provider's own count of everything it saw, as far as panto's sizes of the
+/// messages before it leave room for the system prompt and tools), else the sum of all parts.
+///
+/// Invariant: adding content to any message, the system prompt or the tools never lowers the
+/// total. Linear in the bytes sized.
+pub fn estimate(system: &str, tools: &str, messages: &[Message]) -> RequestEstimate {
     let sizer = UsageSizer::default();
     let (estimates, measured) = sizer.measure_with_estimates(messages);
     let sizes: Vec<u64> = measured.iter().map(|s| s.tokens).collect();
-    request_estimate(&sizer, system, messages, &estimates, &sizes)
+    estimate_from(&sizer, system, tools, messages, &estimates, &sizes)
+}
+
+/// panto's estimate of the input size of the next request built from `system` and `messages`:
+/// the total of [`estimate`] with no tools.
+///
+/// Invariant: adding content to any message never lowers the estimate.
+pub fn estimate_request(system: &str, messages: &[Message]) -> u64 {
+    estimate(system, "", messages).total()
 }
 
 /// [`estimate_request`] with `system` and with no system prompt, in that order, from one
@@ -141,6 +218,31 @@ pub(crate) fn request_estimate(
     estimates: &[u64],
     sizes: &[u64],
 ) -> u64 {
+    estimate_from(sizer, system, "", messages, estimates, sizes).total()
+}
+
+/// [`estimate`] from the heuristic `estimates` and the `sizes` that `sizer` gave `messages`.
+pub(crate) fn estimate_from(
+    sizer: &UsageSizer,
+    system: &str,
+    tools: &str,
+    messages: &[Message],
+    estimates: &[u64],
+    sizes: &[u64],
+) -> RequestEstimate {
+    let mut parts = RequestEstimate::new(
+        sizer.fallback.text(system),
+        sizer.fallback.text(tools),
+        0,
+        0,
+    );
+    for (m, &size) in messages.iter().zip(sizes) {
+        if m.compaction_summary().is_some() {
+            parts.summary = parts.summary.saturating_add(size);
+        } else {
+            parts.messages = parts.messages.saturating_add(size);
+        }
+    }
     // Usage recorded before the latest compaction measured a context that no longer exists:
     // only messages after the latest compaction message that are not its copies may anchor.
     let after = messages
@@ -157,10 +259,23 @@ pub(crate) fn request_estimate(
         let before: u64 = estimates[..a].iter().sum();
         let input = usage.input_total();
         if input.saturating_mul(PLAUSIBLE_FACTOR) >= before {
-            return input.saturating_add(sizes[a..].iter().sum());
+            let sized = sizes[..a].iter().fold(0u64, |t, &s| t.saturating_add(s));
+            let heuristic = parts.system.saturating_add(parts.tools);
+            let outside = input.saturating_sub(sized).max(heuristic);
+            // Shared in proportion to the heuristic; all of it is the system prompt's when
+            // neither text costs anything by the heuristic.
+            let tools = if heuristic == 0 {
+                0
+            } else {
+                u64::try_from(u128::from(outside) * u128::from(parts.tools) / u128::from(heuristic))
+                    .unwrap_or(u64::MAX)
+            };
+            parts.tools = tools;
+            parts.system = outside - tools;
+            parts.measured = true;
         }
     }
-    sizer.fallback.text(system) + sizes.iter().sum::<u64>()
+    parts
 }
 
 #[cfg(test)]

@@ -915,3 +915,66 @@ proptest::proptest! {
         proptest::prop_assert_eq!(UsageSizer::default().measure(&messages), reference_measure(&messages));
     }
 }
+
+/// A conversation answered once: the provider counted 1,000 tokens of input.
+fn answered_once() -> Vec<Message> {
+    let mut answer = Message::assistant_text("Forty-two.");
+    answer.usage = Some(Usage::new(1_000, 7));
+    vec![Message::user_text("What is the answer?"), answer]
+}
+
+#[test]
+fn the_ruler_gives_the_measured_remainder_to_the_system_prompt_and_tools() {
+    let messages = answered_once();
+    let prompt = Heuristic.message(&messages[0]);
+    let system = "You are terse.";
+    let tools =
+        r#"[{"name":"read","description":"Reads a file.","input_schema":{"type":"object"}}]"#;
+    let parts = estimate(system, tools, &messages);
+    // The messages are what the sizer gives them; the rest of the 1,000 tokens the provider
+    // counted is the system prompt's and the tools', in proportion to their heuristic sizes.
+    assert_eq!(parts.messages, prompt + 7);
+    assert_eq!(parts.summary, 0);
+    assert!(parts.measured);
+    assert_eq!(parts.system + parts.tools, 1_000 - prompt);
+    let (s, t) = (Heuristic.text(system), Heuristic.text(tools));
+    assert_eq!(parts.tools, (1_000 - prompt) * t / (s + t));
+    assert_eq!(parts.total(), 1_007);
+    assert_eq!(estimate_request(system, &messages), 1_007);
+}
+
+#[test]
+fn the_ruler_never_gives_the_system_prompt_less_than_its_own_size() {
+    // The provider counted 20 tokens of input, less than panto's sizes of the prompt and the
+    // system prompt together: the system prompt part is its heuristic size, and the total
+    // grows by what the remainder lacked.
+    let mut messages = answered_once();
+    messages[1].usage = Some(Usage::new(20, 7));
+    let prompt = Heuristic.message(&messages[0]);
+    let system = "You are a careful and terse assistant who answers in one word.";
+    assert!(20 < prompt + Heuristic.text(system));
+    let parts = estimate(system, "", &messages);
+    assert!(parts.measured);
+    assert_eq!(parts.system, Heuristic.text(system));
+    assert_eq!(parts.tools, 0);
+    assert_eq!(parts.total(), prompt + 7 + Heuristic.text(system));
+}
+
+#[test]
+fn without_usage_the_ruler_is_the_heuristic_of_every_part() {
+    let mut messages = vec![
+        Message::compaction("Earlier: the user asked for the answer."),
+        Message::user_text("And now?"),
+    ];
+    messages.push(Message::assistant_text("Still forty-two."));
+    let parts = estimate("You are terse.", "[]", &messages);
+    assert!(!parts.measured);
+    assert_eq!(parts.system, Heuristic.text("You are terse."));
+    assert_eq!(parts.tools, Heuristic.text("[]"));
+    assert_eq!(parts.summary, Heuristic.message(&messages[0]));
+    assert_eq!(
+        parts.messages,
+        Heuristic.message(&messages[1]) + Heuristic.message(&messages[2])
+    );
+    assert_eq!(parts.conversation(), parts.summary + parts.messages);
+}

@@ -504,7 +504,9 @@ fn recovered(
     old: std::ops::Range<usize>,
 ) -> Result<(Figures, String)> {
     ensure!(
-        run.stderr.contains("compacting (overflow)"),
+        run.stderr.contains(
+            "panto: the request was too large for the model: compacting, then retrying once"
+        ),
         "note {i}: the compaction was not reported as an overflow: {}",
         run.stderr
     );

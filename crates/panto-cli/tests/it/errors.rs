@@ -132,7 +132,9 @@ fn a_bad_config_file_names_file_line_and_key() {
     run.expect_code(2);
     let err = scrub(&run.stderr, &sb);
     assert!(
-        err.contains("[work]/.panto/config.toml: line 2, column 1: unknown field `keep_tokenz`"),
+        err.contains(
+            "[work]/.panto/config.toml: line 2, column 1: unknown key `keep_tokenz`; did you mean `keep_tokens`?"
+        ),
         "{err}"
     );
 }
@@ -194,9 +196,25 @@ fn an_unreachable_base_url_keeps_the_prompt_and_says_what_to_check() {
     cmd.env("OPENAI_API_KEY", "k");
     let run = sb.run_with(cmd);
     run.expect_code(1);
-    assert!(run.stderr.contains("connection failed"), "{}", run.stderr);
+    // panto's sentence first, the library's words as the cause on a line of their own, then
+    // the advice.
+    let lines: Vec<&str> = run.stderr.lines().collect();
+    let at = lines
+        .iter()
+        .position(|l| l.starts_with("panto: connection failed: "))
+        .unwrap_or_else(|| panic!("{}", run.stderr));
+    assert_eq!(
+        lines[at],
+        format!(
+            "panto: connection failed: connection refused by 127.0.0.1:{port}: nothing is listening there"
+        )
+    );
+    assert!(lines[at + 1].starts_with("cause: "), "{}", run.stderr);
+    assert!(!lines[at].contains("os error"), "{}", run.stderr);
     assert!(
-        run.stderr.contains(&format!("hint: is {base} reachable?")),
+        lines[at + 2].starts_with(&format!(
+            "hint: check that the server at {base} is running; another URL: --base-url URL, OPENAI_BASE_URL, or `base_url = \"URL\"` in "
+        )),
         "{}",
         run.stderr
     );

@@ -85,6 +85,9 @@ pub(crate) struct FakeModel {
     /// Whether the overflow error states the numbers (tokens and limit), as most providers
     /// do, or only says the input is too long, as llama.cpp, Ollama and LM Studio do.
     pub numbers: bool,
+    /// Whether a streamed conversation reply (Chat Completions) stops half-way, before its
+    /// `finish_reason` and `data: [DONE]`, as when a connection drops.
+    pub cut_replies: bool,
     pub log: Arc<Mutex<Vec<Seen>>>,
 }
 
@@ -121,6 +124,7 @@ impl FakeModel {
             fail_with: None,
             limit_compactions: false,
             numbers: true,
+            cut_replies: false,
             log: Arc::default(),
         }
     }
@@ -282,6 +286,12 @@ impl Respond for FakeModel {
         } else if bytes > self.limit {
             seen.answer = "overflow";
             self.overflow(bytes)
+        } else if self.cut_replies && stream && self.protocol == Protocol::OpenAiChat {
+            seen.answer = "cut";
+            let chunk = json!({"id": "c1", "object": "chat.completion.chunk", "model": "fake",
+                "choices": [{"index": 0, "delta": {"role": "assistant", "content": "Half a rep"}, "finish_reason": null}]});
+            ResponseTemplate::new(200)
+                .set_body_raw(format!("data: {chunk}\n\n"), "text/event-stream")
         } else {
             let n = self
                 .log

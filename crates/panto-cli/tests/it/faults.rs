@@ -365,7 +365,11 @@ fn a_refused_connection_shows_each_retry_as_it_happens() {
         assert!(line.contains(" s: connection failed: "), "{line}");
         assert!(line.to_lowercase().contains("connection refused"), "{line}");
     }
-    assert!(run.stderr.contains("hint: is"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("hint: check that the server at "),
+        "{}",
+        run.stderr
+    );
     only_the_prompt_stayed(&sb, "s.jsonl", "Anyone?");
 }
 

@@ -12,12 +12,15 @@
 
 mod config;
 mod errors;
+mod everyday;
 mod fake_model;
 mod faults;
+mod hints;
 mod loopback;
 mod native;
 mod offline;
 mod output;
+mod ruler;
 mod safety;
 mod stores;
 mod support;

@@ -75,10 +75,13 @@ fn dry_run_summaries_of_the_example_sessions() {
         let sb = Sandbox::new();
         let path = sb.example(name);
         let before = std::fs::read(&path).unwrap();
+        // Forced: the snapshots show what the summarizer writes, also where it saves nothing
+        // (compacted-twice's prefix is mostly a pasted summary, which the summary carries).
         let run = sb.run(&[
             "compact",
             path.to_str().unwrap(),
             "--dry-run",
+            "--force",
             "--keep-tokens",
             keep,
         ]);
@@ -314,7 +317,8 @@ fn a_handoff_pasted_twice_is_carried_once_and_two_different_ones_both() {
 }
 
 /// Writes `lines` as the session `name` and returns the summary of a dry-run compaction that
-/// keeps `keep` tokens.
+/// keeps `keep` tokens (forced: what the summarizer writes is the point, whether it saves or
+/// not; a summary that carries a pasted one whole can be larger than what it replaces).
 fn dry_run_summary(sb: &Sandbox, name: &str, lines: &[Value], keep: &str) -> String {
     let text: String = lines.iter().map(|v| format!("{v}\n")).collect();
     let path = sb.write(name, &text);
@@ -322,6 +326,7 @@ fn dry_run_summary(sb: &Sandbox, name: &str, lines: &[Value], keep: &str) -> Str
         "compact",
         path.to_str().unwrap(),
         "--dry-run",
+        "--force",
         "--json",
         "--keep-tokens",
         keep,
@@ -442,4 +447,52 @@ fn an_offline_summary_that_carries_a_long_earlier_summary_is_not_a_copy_through(
         "the earlier summary is carried"
     );
     assert!(summary.contains("table_399"), "{summary}");
+}
+
+/// The first command of README.md and the compact example of `panto --help` compact the
+/// example session with the defaults: a real compaction, not "nothing to compact".
+#[test]
+fn the_first_example_compacts_with_the_defaults() {
+    let readme = std::fs::read_to_string(crate::support::repo_root().join("README.md")).unwrap();
+    let first = readme
+        .split("```sh\n")
+        .nth(1)
+        .and_then(|block| block.lines().next())
+        .unwrap();
+    let args: Vec<&str> = first
+        .strip_prefix("cargo run -q -p panto-cli -- ")
+        .unwrap_or_else(|| panic!("README's first command changed: {first}"))
+        .split(' ')
+        .collect();
+    let help = Sandbox::new().run(&["--help"]);
+    let example = help
+        .stdout
+        .lines()
+        .find(|l| l.trim_start().starts_with("panto compact "))
+        .unwrap()
+        .trim();
+    assert_eq!(
+        example,
+        format!("panto {}", args.join(" ")),
+        "README and --help differ"
+    );
+    let sb = Sandbox::new();
+    sb.example("debugging.jsonl");
+    std::fs::create_dir_all(sb.work().join("examples/sessions")).unwrap();
+    std::fs::rename(
+        sb.work().join("debugging.jsonl"),
+        sb.work().join("examples/sessions/debugging.jsonl"),
+    )
+    .unwrap();
+    let run = sb.run(&args);
+    run.expect_code(0);
+    assert!(!run.stderr.contains("nothing to compact"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains(
+            "panto: compacted (offline-extractive): conversation about 3682 -> 2379 tokens"
+        ),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stdout.contains("## Goal"), "{}", run.stdout);
 }

@@ -102,7 +102,8 @@ async fn the_chat_commands_show_help_the_context_and_the_summary() {
     let cmd = chat_command(&sb, p, &server.uri());
     let output = sb.chat_with_input(
         cmd,
-        "/help\n/summary\nFirst question.\nSecond question.\n/compact\n/summary\n/context\n/retry\n/nope\n",
+        // Forced: a summary of two short questions cannot be smaller than they are.
+        "/help\n/summary\nFirst question.\nSecond question.\n/compact --force\n/summary\n/context\n/retry\n/nope\n",
     );
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
@@ -168,7 +169,7 @@ async fn a_failed_compaction_is_told_once() {
     let lines: Vec<&str> = run.stderr.lines().collect();
     assert_eq!(lines.len(), 3, "{}", run.stderr);
     assert!(
-        lines[0].starts_with("panto: compacting (manual)"),
+        lines[0].starts_with("panto: compacting (m): "),
         "{}",
         run.stderr
     );
@@ -182,4 +183,48 @@ async fn a_failed_compaction_is_told_once() {
         std::fs::read(sb.work().join("debugging.jsonl")).unwrap(),
         before
     );
+}
+
+/// `panto transcript`, `panto context` and `panto ledger` go through `$PAGER` when stdout is a
+/// terminal, and never when it is not; an empty `PAGER` turns it off.
+#[test]
+fn long_outputs_go_through_the_pager_on_a_terminal_only() {
+    use crate::support::{Tty, run_on_terminal};
+
+    let sb = Sandbox::new();
+    let path = sb.example("debugging.jsonl");
+    let session = path.to_str().unwrap();
+    // Compacted once, so that it has a ledger, and still has something to summarize.
+    sb.run(&["compact", session, "--keep-tokens", "2500"])
+        .expect_code(0);
+    // A pager that marks every line it shows.
+    let pager = "sed 's/^/PAGED: /'";
+    for command in ["transcript", "context", "ledger"] {
+        let mut cmd = sb.command(&[command, session]);
+        cmd.env("PAGER", pager);
+        let run = run_on_terminal(cmd, Tty::Stdout);
+        run.expect_code(0);
+        let lines: Vec<&str> = run.stdout.lines().collect();
+        assert!(lines.len() > 10, "{command}: {}", run.stdout);
+        assert!(
+            lines.iter().all(|l| l.starts_with("PAGED: ")),
+            "{command}: a line not through the pager:\n{}",
+            run.stdout
+        );
+
+        // Piped: never the pager, whatever PAGER says.
+        let mut cmd = sb.command(&[command, session]);
+        cmd.env("PAGER", pager);
+        let run = sb.run_with(cmd);
+        run.expect_code(0);
+        assert!(!run.stdout.contains("PAGED"), "{command}: {}", run.stdout);
+        assert!(run.stdout.lines().count() > 10, "{command}");
+
+        // PAGER= on a terminal: printed as it is.
+        let mut cmd = sb.command(&[command, session]);
+        cmd.env("PAGER", "");
+        let run = run_on_terminal(cmd, Tty::Stdout);
+        run.expect_code(0);
+        assert!(!run.stdout.contains("PAGED"), "{command}: {}", run.stdout);
+    }
 }

@@ -216,6 +216,7 @@ pub(crate) struct Terminal {
     keys: File,
     seen: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
     reader: Option<std::thread::JoinHandle<()>>,
+    columns: usize,
 }
 
 impl Drop for Terminal {
@@ -231,12 +232,18 @@ pub(crate) const COLUMNS: usize = 120;
 
 impl Terminal {
     /// Starts `cmd` with a fresh 120x40 pseudo-terminal as its standard streams.
-    pub(crate) fn spawn(mut cmd: Command) -> Terminal {
+    pub(crate) fn spawn(cmd: Command) -> Terminal {
+        Terminal::spawn_sized(cmd, COLUMNS)
+    }
+
+    /// Starts `cmd` with a fresh pseudo-terminal `columns` wide and 40 rows high as its
+    /// standard streams.
+    pub(crate) fn spawn_sized(mut cmd: Command, columns: usize) -> Terminal {
         cmd.env("TERM", "xterm-256color");
         let (master, slave) = open_pty();
         let size = rustix::termios::Winsize {
             ws_row: 40,
-            ws_col: COLUMNS as u16,
+            ws_col: u16::try_from(columns).unwrap(),
             ws_xpixel: 0,
             ws_ypixel: 0,
         };
@@ -267,7 +274,13 @@ impl Terminal {
             keys,
             seen,
             reader: Some(reader),
+            columns,
         }
+    }
+
+    /// The lines of the screen now, as [`screen_at`] draws them at this terminal's width.
+    pub(crate) fn screen(&self) -> Vec<String> {
+        screen_at(&self.raw(), self.columns)
     }
 
     /// Types `keys` (text, or escape sequences such as `\x1b[D` for the left arrow).
@@ -298,7 +311,7 @@ impl Terminal {
             assert!(
                 std::time::Instant::now() < deadline,
                 "{what}; the screen:\n{}",
-                screen(&self.raw()).join("\n")
+                self.screen().join("\n")
             );
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
@@ -317,8 +330,9 @@ impl Terminal {
     /// for what the previous line caused, so that it is not the old prompt.
     #[track_caller]
     pub(crate) fn wait_for_prompt(&self) {
+        let columns = self.columns;
         self.wait_until("no prompt", |raw| {
-            screen(raw).last().map(String::as_str) == Some(">")
+            screen_at(raw, columns).last().map(String::as_str) == Some(">")
         });
     }
 
@@ -342,7 +356,7 @@ impl Terminal {
             assert!(
                 std::time::Instant::now() < deadline,
                 "the program did not end; the screen:\n{}",
-                screen(&self.raw()).join("\n")
+                self.screen().join("\n")
             );
             std::thread::sleep(std::time::Duration::from_millis(20));
         };
@@ -353,12 +367,27 @@ impl Terminal {
     }
 }
 
-/// What a terminal `COLUMNS` wide would show after receiving `raw`: the lines of the screen
+/// What a terminal [`COLUMNS`] wide would show after receiving `raw` (see [`screen_at`]).
+pub(crate) fn screen(raw: &str) -> Vec<String> {
+    screen_at(raw, COLUMNS)
+}
+
+/// What a terminal `columns` wide would show after receiving `raw`: the lines of the screen
 /// (scrollback included), without trailing blanks. It follows the cursor through the moves
 /// and erasures programs use for spinners and line editing (`\r`, backspace, CSI `A` `B` `C`
 /// `D` `G` `K` `J`) and wraps long lines; colours and modes are ignored.
-pub(crate) fn screen(raw: &str) -> Vec<String> {
+pub(crate) fn screen_at(raw: &str, columns: usize) -> Vec<String> {
+    screen_rows(raw, columns)
+        .into_iter()
+        .map(|(line, _)| line.trim_end().to_owned())
+        .collect()
+}
+
+/// [`screen_at`], each line with whether it continues the one before (the terminal wrapped
+/// there).
+fn screen_rows(raw: &str, columns: usize) -> Vec<(String, bool)> {
     let mut lines: Vec<Vec<char>> = vec![Vec::new()];
+    let mut continues: Vec<bool> = vec![false];
     let (mut row, mut col) = (0usize, 0usize);
     let mut chars = raw.chars().peekable();
     while let Some(c) = chars.next() {
@@ -419,9 +448,13 @@ pub(crate) fn screen(raw: &str) -> Vec<String> {
             },
             c if c.is_control() => {}
             c => {
-                if col >= COLUMNS {
+                if col >= columns {
                     row += 1;
                     col = 0;
+                    while continues.len() <= row {
+                        continues.push(false);
+                    }
+                    continues[row] = true;
                 }
                 while lines.len() <= row {
                     lines.push(Vec::new());
@@ -439,12 +472,38 @@ pub(crate) fn screen(raw: &str) -> Vec<String> {
             }
         }
     }
-    let mut shown: Vec<String> = lines
+    let mut shown: Vec<(String, bool)> = lines
         .into_iter()
-        .map(|l| l.into_iter().collect::<String>().trim_end().to_owned())
+        .enumerate()
+        .map(|(i, l)| {
+            let text = l.into_iter().collect::<String>();
+            // A row the next one continues keeps its blanks: they are part of the line.
+            let wrapped = continues.get(i + 1).copied().unwrap_or(false);
+            let text = if wrapped {
+                text
+            } else {
+                text.trim_end().to_owned()
+            };
+            (text, continues.get(i).copied().unwrap_or(false))
+        })
         .collect();
-    while shown.last().is_some_and(String::is_empty) {
+    while shown.last().is_some_and(|(l, _)| l.is_empty()) {
         shown.pop();
     }
     shown
+}
+
+/// What a terminal `columns` wide shows after receiving `raw`, as the program wrote it: a line
+/// the terminal wrapped is joined with its continuation.
+pub(crate) fn unwrapped(raw: &str, columns: usize) -> Vec<String> {
+    screen_rows(raw, columns).into_iter().fold(
+        Vec::new(),
+        |mut out: Vec<String>, (line, continued)| {
+            match out.last_mut() {
+                Some(last) if continued => last.push_str(&line),
+                _ => out.push(line),
+            }
+            out
+        },
+    )
 }

@@ -159,9 +159,9 @@ async fn chat_edits_lines_recalls_history_and_shows_the_meter_after_each_reply()
         let mut term = Terminal::spawn(cmd);
         term.wait_for_prompt();
         // "hllo", three times the left arrow, "e": the line is "hello".
-        term.enter("hllo\u{1b}[D\u{1b}[D\u{1b}[De", "for the next request", 1);
+        term.enter("hllo\u{1b}[D\u{1b}[D\u{1b}[De", "; m\r\n", 1);
         // The up arrow brings "hello" back from the history.
-        term.enter("\u{1b}[A", "for the next request", 2);
+        term.enter("\u{1b}[A", "; m\r\n", 2);
         // Ctrl-D on an empty line quits.
         term.type_keys("\u{4}");
         term.finish()
@@ -178,17 +178,22 @@ async fn chat_edits_lines_recalls_history_and_shows_the_meter_after_each_reply()
             ("assistant".to_owned(), "done".to_owned()),
         ]
     );
+    // The meter: the share of the configured window from the first reply, the request just
+    // answered as the provider counted it, and the model.
     let meters: Vec<&String> = shown
         .iter()
-        .filter(|l| l.starts_with("panto: 5 tokens in, 1 out; context about "))
+        .filter(|l| l.starts_with("panto: context "))
         .collect();
     assert_eq!(meters.len(), 2, "{}", shown.join("\n"));
-    assert!(
-        meters.iter().all(|l| l
-            .ends_with("tokens for the next request (1% of the 1000-token window)")
-            || l.ends_with("tokens for the next request (7% of the 1000-token window)")),
-        "{meters:?}"
-    );
+    for meter in &meters {
+        let (next, share) = meter
+            .strip_prefix("panto: context ")
+            .and_then(|m| m.strip_suffix("; 5 in, 1 out; m"))
+            .and_then(|m| m.split_once("/1k ("))
+            .unwrap_or_else(|| panic!("{meter}"));
+        let next: u64 = next.parse().unwrap();
+        assert_eq!(share, format!("{}%)", next * 100 / 1000), "{meter}");
+    }
     let history = std::fs::read_to_string(sb.dir.path().join("data/history")).unwrap();
     assert!(history.lines().any(|l| l == "hello"), "{history:?}");
     no_spinner_left(&shown);
@@ -212,7 +217,7 @@ async fn ctrl_c_cancels_the_reply_in_flight_and_returns_to_the_prompt() {
         term.wait_for_prompt();
         let after_cancel = messages(&sb);
         // The message is still in the session: /retry sends the conversation again.
-        term.enter("/retry", "for the next request", 1);
+        term.enter("/retry", "panto: context ", 1);
         // At the prompt Ctrl-C is a key: once warns, twice quits.
         term.type_keys("\u{3}");
         term.wait_for("press Ctrl-C again", 1);
@@ -283,15 +288,26 @@ async fn a_retry_line_printed_under_the_spinner_is_whole_and_no_frame_stays() {
     assert!(
         shown
             .iter()
-            .any(|l| l.starts_with("panto: 5 tokens in, 1 out; context about ")),
+            .any(|l| l.starts_with("panto: context ") && l.ends_with("; 5 in, 1 out; m")),
         "{}",
         shown.join("\n")
     );
     no_spinner_left(&shown);
 }
 
-/// The chat a user sees when the context overflows and panto compacts: the capture in
-/// docs/chat.md is this screen, so the page shows what a user sees.
+/// The `n`th capture (a block fenced as `text`, counting from 0) of docs/chat.md.
+pub(crate) fn chat_md_capture(n: usize) -> String {
+    let doc = std::fs::read_to_string(crate::support::repo_root().join("docs/chat.md")).unwrap();
+    doc.split("```text\n")
+        .nth(n + 1)
+        .and_then(|rest| rest.split("\n```").next())
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// The chat a user sees when the context overflows and panto compacts, on a terminal 100
+/// columns wide: the first capture in docs/chat.md is this screen, so the page shows what a
+/// user sees.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_chat_through_an_overflow_looks_as_docs_chat_md_shows() {
     use crate::fake_model::{FakeModel, Protocol};
@@ -320,33 +336,26 @@ async fn a_chat_through_an_overflow_looks_as_docs_chat_md_shows() {
         "So the rounding moved to microseconds. Pin the old version, or change our tests?",
         "Change the tests, and write down why. Then list the call sites to check by hand.",
     ];
-    let raw = tokio::task::block_in_place(|| {
-        let mut term = Terminal::spawn(cmd);
+    let shown = tokio::task::block_in_place(|| {
+        let mut term = Terminal::spawn_sized(cmd, 100);
         term.wait_for_prompt();
         for (i, prompt) in prompts.iter().enumerate() {
-            term.enter(prompt, "for the next request", i + 1);
+            term.enter(prompt, " out; fake-model", i + 1);
         }
         term.enter("/summary", "/summary", 1);
         term.enter("/help", "/retry ", 1);
         term.type_keys("\u{4}");
-        let (code, raw) = term.finish();
-        assert_eq!(code, 0, "{}", screen(&raw).join("\n"));
-        raw
+        let shown = term.screen();
+        let (code, _) = term.finish();
+        assert_eq!(code, 0, "{}", shown.join("\n"));
+        shown
     });
-    let shown = screen(&raw).join("\n");
-    no_spinner_left(&screen(&raw));
-    assert!(
-        shown.contains("panto: compacted with fake-model"),
-        "{shown}"
-    );
-    let doc = std::fs::read_to_string(crate::support::repo_root().join("docs/chat.md")).unwrap();
-    let capture = doc
-        .split("```text\n")
-        .nth(1)
-        .and_then(|rest| rest.split("\n```").next())
-        .unwrap_or_default();
+    no_spinner_left(&shown);
+    let shown = shown.join("\n");
+    assert!(shown.contains("panto: compacted (fake-model"), "{shown}");
     assert_eq!(
-        capture, shown,
+        chat_md_capture(0),
+        shown,
         "docs/chat.md no longer shows what the chat draws; the screen now:\n{shown}"
     );
 }

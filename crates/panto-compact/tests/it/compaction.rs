@@ -346,8 +346,14 @@ async fn nothing_to_compact_is_a_normal_outcome_with_a_clear_message() {
         let (c, seen) = events(compactor(main_ref, keep));
         let mut c = c;
         let ctx = log.replay();
+        // A budget given for the run is honoured as it is; without one, a manual compaction
+        // keeps at most half of the conversation (see the test after this one).
         let out = c
-            .compact(&ctx, &mut log, CompactRun::manual(None))
+            .compact(
+                &ctx,
+                &mut log,
+                CompactRun::manual(None).with_keep_tokens(keep),
+            )
             .await
             .unwrap();
         let CompactOutcome::NothingToCompact(n) = out else {
@@ -357,6 +363,74 @@ async fn nothing_to_compact_is_a_normal_outcome_with_a_clear_message() {
         assert_eq!(main.calls(), 0);
         assert_eq!(log.appends(), 0);
         assert!(seen.lock().unwrap().is_empty());
+    }
+}
+
+#[tokio::test]
+async fn a_manual_compaction_without_its_own_budget_keeps_at_most_half() {
+    // Nine turns of about 1,200 tokens: the default budget of 20,000 would keep them all, so
+    // a manual compaction keeps at most half of the conversation and summarizes the rest.
+    let mut log = log_of(&rounds(0, 3));
+    let (main, main_ref) = model("main", "big");
+    main.push_text("S1");
+    let mut c = compactor(main_ref, 20_000);
+    let ctx = log.replay();
+    let out = compacted(
+        c.compact(&ctx, &mut log, CompactRun::manual(None))
+            .await
+            .unwrap(),
+    );
+    let plan = &out.report.plan;
+    assert_eq!(plan.budget, 600);
+    assert!(
+        plan.kept_tokens <= 600 && plan.summarized_turns > 0,
+        "{plan:?}"
+    );
+    assert!(out.report.tokens_after < out.report.tokens_before);
+    assert_eq!(log.appends(), 1);
+}
+
+#[tokio::test]
+async fn a_compaction_that_saves_nothing_is_not_written_unless_forced() {
+    // One exchange, every message sized 100 tokens: the summary of the prompt replaces one
+    // message with another, so the conversation would not shrink and nothing is written; the
+    // same run with `force` writes it.
+    let messages = vec![user("hi"), assistant("hello")];
+    let summary = "The user greeted the assistant, which answered with a greeting; nothing else happened yet.";
+    for force in [false, true] {
+        let mut log = log_of(&messages);
+        let (main, main_ref) = model("main", "big");
+        main.push_text(summary);
+        let (c, seen) = events(compactor(main_ref, 20_000));
+        let mut c = c;
+        let ctx = log.replay();
+        let result = c
+            .compact(&ctx, &mut log, CompactRun::manual(None).with_force(force))
+            .await;
+        assert_eq!(main.calls(), 1);
+        if force {
+            let out = compacted(result.unwrap());
+            assert!(out.report.tokens_after >= out.report.tokens_before);
+            assert_eq!(log.appends(), 1);
+        } else {
+            let Err(CompactError::NotSmaller(n)) = result else {
+                panic!("expected NotSmaller, got {result:?}")
+            };
+            assert!(n.tokens_after >= n.tokens_before);
+            assert_eq!(log.appends(), 0);
+            assert_eq!(
+                CompactError::NotSmaller(n).to_string(),
+                format!(
+                    "the compaction would not make the conversation smaller: the summary and the kept messages are about {} tokens, the conversation about {}",
+                    n.tokens_after, n.tokens_before
+                )
+            );
+            let seen = seen.lock().unwrap();
+            assert!(
+                matches!(seen.last(), Some(CompactionEvent::Failed { error, .. }) if error.contains("would not make the conversation smaller")),
+                "{seen:?}"
+            );
+        }
     }
 }
 

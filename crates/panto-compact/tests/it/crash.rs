@@ -17,6 +17,14 @@ struct Append {
     new: Vec<Message>,
 }
 
+/// A manual run with exactly the budget `keep`, written even when it saves nothing: the cuts
+/// are what this file tests, whatever the compaction saves.
+fn exact(keep: u64) -> CompactRun {
+    CompactRun::manual(None)
+        .with_keep_tokens(keep)
+        .with_force(true)
+}
+
 /// Compacts `history` with the real compactor; `None` when there was nothing to compact.
 fn append_of(history: &[Message], keep: u64) -> Option<Append> {
     let (provider, active) = model("main", "big");
@@ -26,7 +34,7 @@ fn append_of(history: &[Message], keep: u64) -> Option<Append> {
     let old_bytes = log.to_jsonl().into_bytes();
     let old = log.replay().messages;
     let ctx = log.replay();
-    let out = block_on(c.compact(&ctx, &mut log, CompactRun::manual(None))).unwrap();
+    let out = block_on(c.compact(&ctx, &mut log, exact(keep))).unwrap();
     let CompactOutcome::Compacted(out) = out else {
         return None;
     };
@@ -90,14 +98,13 @@ fn a_second_compaction_cut_at_any_byte_replays_to_the_first_or_the_second() {
     let mut c = compactor(active, 300);
     let mut log = log_of(&rounds(0, 3));
     let ctx = log.replay();
-    block_on(c.compact(&ctx, &mut log, CompactRun::manual(None))).unwrap();
+    block_on(c.compact(&ctx, &mut log, exact(300))).unwrap();
     let more: Vec<Entry> = rounds(3, 5).into_iter().map(Entry::Message).collect();
     let mut log = MemoryLog::with_entries([log.entries(), more].concat());
     let old_bytes = log.to_jsonl().into_bytes();
     let ctx = log.replay();
     let old = ctx.messages.clone();
-    let CompactOutcome::Compacted(out) =
-        block_on(c.compact(&ctx, &mut log, CompactRun::manual(None))).unwrap()
+    let CompactOutcome::Compacted(out) = block_on(c.compact(&ctx, &mut log, exact(300))).unwrap()
     else {
         panic!("expected a compaction")
     };

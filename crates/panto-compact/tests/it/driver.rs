@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use panto_compact::store::{Page, Record};
 use panto_compact::{
-    CompactError, CompactOutcome, Driver, Head, Loaded, MemoryLog, MemoryStore, ReasoningEffort,
-    RequestOptions, SessionLog, Store, StoreError, async_trait,
+    CompactError, CompactOutcome, CompactionEvent, Driver, Head, Loaded, MemoryLog, MemoryStore,
+    ReasoningEffort, RequestOptions, SessionLog, Store, StoreError, async_trait,
 };
 use panto_model::{Entry, Message, Trigger};
 use panto_provider::StreamEvent;
@@ -513,4 +513,71 @@ async fn the_driver_hands_out_the_whole_ledger_of_its_latest_compaction() {
     );
     let stored = d.context().compaction.as_ref().unwrap().extra["ledger"].clone();
     assert_eq!(ledger.to_json(), stored);
+}
+
+#[tokio::test]
+async fn the_driver_announces_the_retry_after_the_overflow_compaction() {
+    let (p, active) = model("main", "big");
+    p.push(Err(overflow(None, Some(1_600))));
+    p.push_text("S1");
+    p.push_text("the answer");
+    let log = log_of(&rounds(0, 3));
+    let ctx = log.replay();
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = seen.clone();
+    let compactor = compactor(active, 20_000)
+        .with_prompt(short_prompt())
+        .on_event(move |e| sink.lock().unwrap().push(e.clone()));
+    let mut d = Driver::new(compactor, log, ctx).with_system(SYSTEM);
+    let before = d.estimate().total();
+    d.send(vec![user("r9-0 new question")], &mut |_| {})
+        .await
+        .unwrap();
+    let seen = seen.lock().unwrap();
+    let finished = seen
+        .iter()
+        .position(|e| matches!(e, CompactionEvent::Finished(_)))
+        .expect("a compaction");
+    let Some(CompactionEvent::Retrying {
+        estimated_tokens,
+        overflowed_tokens,
+    }) = seen.get(finished + 1)
+    else {
+        panic!("no Retrying right after Finished: {seen:?}")
+    };
+    assert!(*overflowed_tokens > before && estimated_tokens < overflowed_tokens);
+    assert_eq!(seen.len(), finished + 2);
+}
+
+#[tokio::test]
+async fn an_overflow_compaction_that_saves_nothing_is_not_written_and_not_retried() {
+    // Every message counts 100 tokens: with the budget at 0 the plan summarizes the one turn
+    // before the prompt into one summary message, so the conversation cannot shrink.
+    let (p, active) = model("main", "big");
+    p.push(Err(overflow(None, Some(1_600))));
+    p.push_text("S1");
+    p.push_text("never asked");
+    let mut d = driver(&[user("first question")], active, 0);
+    let err = d
+        .send(vec![user("second question")], &mut |_| {})
+        .await
+        .unwrap_err();
+    let CompactError::OverflowCompactionFailed { compaction, .. } = &err else {
+        panic!("expected OverflowCompactionFailed, got {err:?}")
+    };
+    assert!(
+        matches!(compaction.as_ref(), CompactError::NotSmaller(_)),
+        "{compaction:?}"
+    );
+    let text = err.to_string();
+    assert!(
+        text.starts_with("the request was too large for the model (context overflow")
+            && text.contains("and compacting cannot make it smaller (the compaction would not make the conversation smaller")
+            && text.ends_with("nothing was written, and the request was not sent again"),
+        "{text}"
+    );
+    assert_eq!(p.calls(), 2);
+    let entries = d.log().entries();
+    assert!(!entries.iter().any(|e| matches!(e, Entry::Compaction(_))));
+    assert!(matches!(entries.last(), Some(Entry::Message(m)) if m.text() == "second question"));
 }

@@ -63,6 +63,15 @@ fn floor_respected(requests: &[Request]) -> Result<(), TestCaseError> {
     Ok(())
 }
 
+/// A manual compaction run as the seed's rules are stated: exactly the keep budget `keep`
+/// (not capped at half of the conversation) and written even when it saves nothing, so that
+/// every generated conversation, however small, is compacted by the plan alone.
+fn exact(keep: u64) -> CompactRun {
+    CompactRun::manual(None)
+        .with_keep_tokens(keep)
+        .with_force(true)
+}
+
 /// One manual compaction of `entries` with the default sizer; `None` when nothing to compact.
 fn run(
     entries: &[Entry],
@@ -73,7 +82,7 @@ fn run(
     let mut c = compactor(ModelRef::new(provider.clone(), "big"), keep);
     let mut log = MemoryLog::with_entries(entries.to_vec());
     let old = log.replay();
-    let out = block_on(c.compact(&old, &mut log, CompactRun::manual(None))).unwrap();
+    let out = block_on(c.compact(&old, &mut log, exact(keep))).unwrap();
     let out = match out {
         CompactOutcome::Compacted(c) => Some(*c),
         CompactOutcome::NothingToCompact(_) => None,
@@ -215,7 +224,7 @@ proptest! {
             let ctx = log.replay();
             let active = ctx.summary().map(|s| strip_ledger(s).to_owned());
             let calls = provider.calls();
-            let out = block_on(c.compact(&ctx, &mut log, CompactRun::manual(None))).unwrap();
+            let out = block_on(c.compact(&ctx, &mut log, exact(keep))).unwrap();
             if matches!(out, CompactOutcome::NothingToCompact(_)) {
                 prop_assert_eq!(provider.calls(), calls);
                 continue;
@@ -303,7 +312,7 @@ proptest! {
             .with_compaction_model(Some(ModelRef::new(cheap.clone(), "small")));
         let mut log = MemoryLog::with_entries(entries.clone());
         let ctx = log.replay();
-        let result = block_on(c.compact(&ctx, &mut log, CompactRun::manual(None)));
+        let result = block_on(c.compact(&ctx, &mut log, exact(0)));
         floor_respected(&cheap.requests())?;
         floor_respected(&main.requests())?;
         let models: Vec<String> = [cheap.requests(), if same_provider { vec![] } else { main.requests() }]
@@ -369,7 +378,7 @@ proptest! {
         let sizes = Heuristic.message_sizes(&ctx.messages);
         let head = usize::from(ctx.compaction.is_some());
         let ts = turns(&ctx.messages[head..]);
-        let (keep_from, kept_turns) = match c.prepare(&ctx, &CompactRun::manual(None)) {
+        let (keep_from, kept_turns) = match c.prepare(&ctx, &exact(keep)) {
             Ok(p) => (p.plan.keep_from, p.plan.kept_turns),
             Err(n) => (head, n.turns),
         };
@@ -395,4 +404,71 @@ fn rule8_missing_sizes_keep_only_the_in_flight_turn() {
     let p = panto_compact::plan(&ctx, &[], 1_000_000);
     assert_eq!(p.kept_turns, 1);
     assert_eq!(p.kept(), 11..12);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    /// Issue 30: a manual compaction without a budget of its own summarizes something whenever
+    /// the conversation has two turns or more, whatever `keep_tokens` is; it keeps at most
+    /// half of the conversation (unless that half is only the in-flight turn).
+    #[test]
+    fn a_manual_compaction_of_two_turns_or_more_summarizes_something(
+        entries in entries(), keep in 0u64..1_000_000,
+    ) {
+        let ctx = replay(entries);
+        let c = compactor(ModelRef::new(Arc::new(ScriptedProvider::new("main")), "big"), keep);
+        let head = usize::from(ctx.compaction.is_some());
+        let ts = turns(&ctx.messages[head..]);
+        let sizes = panto_size::UsageSizer::default().message_sizes(&ctx.messages);
+        let conversation: u64 = sizes[head..].iter().sum();
+        match c.prepare(&ctx, &CompactRun::manual(None)) {
+            Ok(p) => {
+                prop_assert!(!p.plan.is_empty());
+                prop_assert!(p.plan.kept_tokens <= conversation / 2 || p.plan.kept_turns == 1);
+                prop_assert_eq!(p.plan.budget, keep.min(conversation / 2));
+                prop_assert_eq!(p.tokens_before, sizes.iter().sum::<u64>());
+            }
+            Err(nothing) => prop_assert!(ts.len() <= 1, "{} turns, nothing summarized: {}", ts.len(), nothing),
+        }
+    }
+
+    /// Issue 30: a compaction that is written without `force` makes the conversation smaller;
+    /// one that would not is refused with nothing written, and `force` writes it.
+    #[test]
+    fn only_a_compaction_that_shrinks_is_written_unless_forced(
+        entries in entries(), keep in 0u64..3_000, long in any::<bool>(),
+    ) {
+        // A long summary (distinct sentences, so that it passes the checks) rarely shrinks a
+        // small generated conversation; a short one mostly does.
+        let summary = if long {
+            (0..30).map(|i| format!("Point {i} of what was said.")).collect::<Vec<_>>().join(" ")
+        } else {
+            "SUMMARY#1".to_owned()
+        };
+        for force in [false, true] {
+            let provider = Arc::new(ScriptedProvider::new("main"));
+            provider.push_text(summary.clone());
+            let mut c = compactor(ModelRef::new(provider.clone(), "big"), keep);
+            let mut log = MemoryLog::with_entries(entries.clone());
+            let old = log.replay();
+            let run = CompactRun::manual(None).with_keep_tokens(keep).with_force(force);
+            match block_on(c.compact(&old, &mut log, run)) {
+                Ok(CompactOutcome::Compacted(out)) => {
+                    let r = &out.report;
+                    prop_assert!(force || r.tokens_after < r.tokens_before, "{} -> {}", r.tokens_before, r.tokens_after);
+                    prop_assert_eq!(log.appends(), 1);
+                    prop_assert_eq!(r.tokens_after, panto_size::estimate("", "", &out.context.messages).conversation());
+                    prop_assert_eq!(r.tokens_before, panto_size::estimate("", "", &old.messages).conversation());
+                }
+                Ok(CompactOutcome::NothingToCompact(_)) => prop_assert_eq!(log.appends(), 0),
+                Err(CompactError::NotSmaller(n)) => {
+                    prop_assert!(!force);
+                    prop_assert!(n.tokens_after >= n.tokens_before);
+                    prop_assert_eq!(log.entries(), entries.as_slice());
+                }
+                Err(e) => prop_assert!(false, "unexpected {:?}", e),
+            }
+        }
+    }
 }

@@ -275,6 +275,16 @@ async fn a_refused_connection_is_retried_with_each_retry_announced() {
     config.retry.max_retries = 2;
     let (error, events, elapsed) = fail(config).await;
     assert!(matches!(error, ProviderError::Connection { .. }), "{error}");
+    // panto's words first, the HTTP library's after them as the cause.
+    let port = base.rsplit(':').next().unwrap();
+    let text = error.to_string();
+    assert!(
+        text.starts_with(&format!(
+            "connection failed: connection refused by 127.0.0.1:{port}: nothing is listening there; cause: "
+        )),
+        "{text}"
+    );
+    assert!(!panto_providers::cut_short(&error));
     assert_eq!(events, ["retry:1/2:connection", "retry:2/2:connection"]);
     assert!(elapsed < Duration::from_secs(5), "{elapsed:?}");
 }
@@ -299,4 +309,45 @@ async fn retries_share_the_deadline_of_the_request() {
     let attempts = server.received_requests().await.unwrap().len();
     assert!((2..=4).contains(&attempts), "{attempts} attempts: {error}");
     assert_eq!(events.len(), attempts - 1, "{events:?}");
+}
+
+#[tokio::test]
+async fn a_name_that_does_not_resolve_is_said_in_plain_words() {
+    // `.invalid` never resolves (RFC 6761), with or without a network.
+    let mut config = common::config("http://panto-test.invalid");
+    config.retry.max_retries = 0;
+    let (error, _, _) = fail(config).await;
+    let text = error.to_string();
+    assert!(
+        text.starts_with(
+            "connection failed: cannot find the server panto-test.invalid: its name does not resolve (DNS); cause: "
+        ),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn a_server_that_does_not_speak_tls_on_https_is_said_in_plain_words() {
+    // A plain TCP server that answers anything with HTTP text: the TLS handshake fails.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for socket in listener.incoming() {
+            let Ok(mut socket) = socket else { return };
+            let _ = std::io::Write::write_all(
+                &mut socket,
+                b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n",
+            );
+        }
+    });
+    let mut config = common::config(&format!("https://127.0.0.1:{port}"));
+    config.retry.max_retries = 0;
+    let (error, _, _) = fail(config).await;
+    let text = error.to_string();
+    assert!(
+        text.starts_with(&format!(
+            "connection failed: no secure connection to 127.0.0.1:{port}: the TLS handshake failed"
+        )) && text.contains("; cause: "),
+        "{text}"
+    );
 }

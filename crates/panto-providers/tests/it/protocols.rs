@@ -109,6 +109,11 @@ async fn a_cut_stream_is_an_error_naming_the_missing_end_and_is_not_retried() {
         let (server, provider) = serve(protocol, true, answer).await;
         let (result, events) = run(&provider, &hello()).await;
         assert_malformed(&result);
+        assert!(
+            panto_providers::cut_short(result.as_ref().unwrap_err()),
+            "{}: a cut stream is recognised as cut short",
+            protocol.name
+        );
         let error = result.unwrap_err().to_string();
         assert!(
             error.contains(protocol.end_marker),

@@ -2,7 +2,7 @@
 
 use panto_model::arbitrary::{session, text};
 use panto_model::{ContentBlock, Message, ToolResultContent};
-use panto_size::{Heuristic, Sizer, UsageSizer, estimate_request};
+use panto_size::{Heuristic, Sizer, UsageSizer, estimate, estimate_request};
 use proptest::prelude::*;
 
 use crate::synthetic::{MeasuredSession, edge_session, measured_session};
@@ -132,6 +132,27 @@ proptest! {
         let mut grown = messages.clone();
         add(&mut grown[i], &addition);
         prop_assert!(estimate_request(&system, &grown) >= estimate_request(&system, &messages));
+    }
+
+    #[test]
+    fn the_ruler_adds_up_and_grows_with_the_system_prompt_and_tools(
+        messages in any_session(), system in text(), tools in text(), more in text(),
+    ) {
+        let parts = estimate(&system, &tools, &messages);
+        prop_assert_eq!(
+            parts.total(),
+            parts.system + parts.tools + parts.summary + parts.messages
+        );
+        prop_assert_eq!(
+            parts.conversation(),
+            UsageSizer::default().message_sizes(&messages).iter().sum::<u64>()
+        );
+        prop_assert!(parts.system + parts.tools >= Heuristic.text(&system) + Heuristic.text(&tools));
+        prop_assert_eq!(estimate(&system, "", &messages).total(), estimate_request(&system, &messages));
+        let longer_tools = format!("{tools}{more}");
+        prop_assert!(estimate(&system, &longer_tools, &messages).total() >= parts.total());
+        let longer_system = format!("{system}{more}");
+        prop_assert!(estimate(&longer_system, &tools, &messages).total() >= parts.total());
     }
 
     #[test]

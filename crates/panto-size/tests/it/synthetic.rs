@@ -6,7 +6,7 @@ use std::ops::Range;
 use panto_model::arbitrary::session;
 use panto_model::{KEPT_BY, Message, Role, Usage};
 use panto_size::{
-    Fallback, Heuristic, MessageSize, PLAUSIBLE_FACTOR, Sizer, Source, UsageSizer,
+    Fallback, Heuristic, MessageSize, PLAUSIBLE_FACTOR, Sizer, Source, UsageSizer, estimate,
     estimate_request, estimate_request_with,
 };
 use proptest::collection::vec;
@@ -174,12 +174,20 @@ proptest! {
         for i in (0..first).chain(last + 1..s.messages.len()) {
             prop_assert!(is_heuristic(&s.messages, &sizes, i, Fallback::Unbracketed));
         }
-        // The sessions end with an answer, so the estimate is the whole truth.
+        // The sessions end with an answer, so the estimate is the whole truth, unless the
+        // heuristic's size of the first prompt (the only unmeasured message before the last
+        // answer) leaves less room than the system prompt being sent costs by the heuristic:
+        // then the system prompt part is that cost, and the total exceeds the truth by it.
         prop_assert_eq!(last, s.messages.len() - 1);
-        prop_assert_eq!(
-            estimate_request("not counted: in the input totals", &s.messages),
-            s.system + s.truth.iter().sum::<u64>()
-        );
+        let system = "not counted: in the input totals";
+        let truth = s.system + s.truth.iter().sum::<u64>();
+        let sized: u64 = sizes.iter().map(|m| m.tokens).sum();
+        let floor = sized + Heuristic.text(system);
+        prop_assert_eq!(estimate_request(system, &s.messages), truth.max(floor));
+        let parts = estimate(system, "", &s.messages);
+        prop_assert!(parts.measured);
+        prop_assert_eq!(parts.conversation(), sized);
+        prop_assert_eq!(parts.total(), truth.max(floor));
     }
 
     #[test]
