@@ -349,7 +349,10 @@ async fn a_failed_native_compaction_falls_back_to_pantos_summary() {
                 }
             },
         );
-    let CompactOutcome::Compacted(compacted) = driver.compact(None).await.unwrap() else {
+    // Three short turns summarized with their ledger are no smaller than themselves; the
+    // test is about who writes the summary, so the compaction is forced.
+    let forced = panto_compact::CompactRun::manual(None).with_force(true);
+    let CompactOutcome::Compacted(compacted) = driver.compact_with(forced).await.unwrap() else {
         panic!("nothing compacted");
     };
     assert_eq!(compacted.report.native, None);
@@ -367,7 +370,10 @@ async fn a_failed_native_compaction_falls_back_to_pantos_summary() {
     emulator.state().fail_compaction = Some((500, "the server had an error".into()));
     let mut driver = native_driver(responses(&server), "gpt-emulated", MemoryLog::memory());
     three_turns(&mut driver).await;
-    let CompactOutcome::Compacted(compacted) = driver.compact(None).await.unwrap() else {
+    // Three short turns summarized with their ledger are no smaller than themselves; the
+    // test is about who writes the summary, so the compaction is forced.
+    let forced = panto_compact::CompactRun::manual(None).with_force(true);
+    let CompactOutcome::Compacted(compacted) = driver.compact_with(forced).await.unwrap() else {
         panic!("nothing compacted");
     };
     assert_eq!(compacted.report.native, None);
@@ -378,7 +384,10 @@ async fn a_failed_native_compaction_falls_back_to_pantos_summary() {
     let provider: Arc<dyn Provider> = Arc::new(GeminiProvider::new(config(&server.uri())).unwrap());
     let mut driver = native_driver(provider, "gemini-emulated", MemoryLog::memory());
     three_turns(&mut driver).await;
-    let CompactOutcome::Compacted(compacted) = driver.compact(None).await.unwrap() else {
+    // Three short turns summarized with their ledger are no smaller than themselves; the
+    // test is about who writes the summary, so the compaction is forced.
+    let forced = panto_compact::CompactRun::manual(None).with_force(true);
+    let CompactOutcome::Compacted(compacted) = driver.compact_with(forced).await.unwrap() else {
         panic!("nothing compacted");
     };
     assert_eq!(compacted.report.native, None);
@@ -513,7 +522,9 @@ async fn native_blocks_round_trip_byte_for_byte() {
     // the next send carries it.
     let mut driver =
         crate::preserved::driver(provider, "gpt-emulated", MemoryLog::with_entries(reread));
-    let CompactOutcome::Compacted(_) = driver.compact(None).await.unwrap() else {
+    // Forced: the point is the copy, and a short conversation compacts to no smaller.
+    let forced = panto_compact::CompactRun::manual(None).with_force(true);
+    let CompactOutcome::Compacted(_) = driver.compact_with(forced).await.unwrap() else {
         panic!("nothing compacted");
     };
     let copies = driver.log().to_jsonl();
