@@ -666,6 +666,8 @@ pub(crate) async fn compact(config: &Config, path: &Path, asked: CompactAsked) -
                     "model": r.model,
                     "provider": r.provider,
                     "fallback": r.fallback,
+                    "degraded": r.degraded,
+                    "failed_attempts": r.failed_attempts,
                     "truncated": r.truncated,
                     "dry_run": dry_run,
                     "strategy": if r.native.is_some() { "native" } else { "summary" },

@@ -497,6 +497,27 @@ pub(crate) fn print_event(event: &CompactionEvent) {
     if !line.is_empty() {
         notice(&line);
     }
+    if let CompactionEvent::Finished(report) = event
+        && let Some(cause) = &report.degraded
+    {
+        for line in describe_degraded(cause, &report.failed_attempts) {
+            notice(&line);
+        }
+    }
+}
+
+/// The lines that say, loudly, that no model wrote the summary: why, each attempt's cause, what
+/// panto wrote instead, and how to have a model summarize later.
+pub(crate) fn describe_degraded(cause: &str, attempts: &[String]) -> Vec<String> {
+    let mut lines = vec![format!(
+        "panto: warning: no model could write the summary ({cause})"
+    )];
+    for (i, attempt) in attempts.iter().enumerate() {
+        lines.push(format!("panto:   attempt {}: {attempt}", i + 1));
+    }
+    lines.push("panto: instead panto wrote its own record: the earlier summary, the assistant's last words and the whole ledger (`panto ledger` prints it); the conversation goes on from it".to_owned());
+    lines.push("panto: to have a model summarize it later, run `panto compact SESSION` (`/compact` in a chat), with --compaction-model or a model with a larger window if the window was the cause".to_owned());
+    lines
 }
 
 /// Resolves when the user presses Ctrl-C; never, where the signal cannot be listened to.

@@ -122,7 +122,7 @@ pub struct Compactor {
     events: Exclusive<Option<EventHandler>>,
     /// What the last fold learned of the window (the largest input accepted, the limit it
     /// ended with), for panto's own record written right after it failed.
-    learned: Option<(u64, Option<u64>)>,
+    learned: Option<Learned>,
 }
 
 impl fmt::Debug for Compactor {
@@ -457,7 +457,11 @@ impl Compactor {
         let folded = self
             .fold_all(context, options, &mut prepared, &mut state)
             .await;
-        self.learned = Some((state.proven, state.limit));
+        self.learned = Some(Learned {
+            proven: state.proven,
+            limit: state.limit,
+            failures: state.failures.clone(),
+        });
         match folded {
             Ok(()) => {
                 let folded = self.finish(context, options, &prepared, state);
@@ -1015,8 +1019,10 @@ impl Compactor {
             mut folded,
             limit,
             natural_ledger_chars,
+            failures,
             ..
         } = state;
+        folded.failures = failures;
         let text = running.unwrap_or_default();
         let budget = self.rendering_budget(
             context,
@@ -1085,13 +1091,16 @@ impl Compactor {
         let input = input_hash(&user_prompt);
         // A model that answered (whatever the checks made of its answer) took the input: the
         // window holds at least that much.
-        let took = |state: &mut FoldState, result: &Result<String, AttemptFailure>| {
+        let took = |state: &mut FoldState, model: &str, result: &Result<String, AttemptFailure>| {
             if result
                 .as_ref()
                 .err()
                 .is_none_or(AttemptFailure::is_rejected_summary)
             {
                 state.proven = state.proven.max(input_tokens);
+            }
+            if let Err(cause) = result {
+                state.failures.push(format!("{model}: {cause}"));
             }
         };
         let mut request = Request::new(
@@ -1107,7 +1116,7 @@ impl Compactor {
             request.model.clone_from(&first.model);
             state.folded.requests += 1;
             let result = ask(&first, &request, replaced, source).await;
-            took(state, &result);
+            took(state, &first.model, &result);
             let cause = match result {
                 Ok(summary) => {
                     return Ok(Answer {
@@ -1148,7 +1157,7 @@ impl Compactor {
         request.model.clone_from(&active.model);
         state.folded.requests += 1;
         let result = ask(&active, &request, replaced, source).await;
-        took(state, &result);
+        took(state, &active.model, &result);
         match result {
             Ok(summary) => Ok(Answer {
                 summary,
@@ -1194,6 +1203,7 @@ impl Compactor {
             elided,
             ledger,
             degraded,
+            failures,
             limit: _,
         } = folded;
         let used = used.unwrap_or_else(|| self.active.clone());
@@ -1298,6 +1308,7 @@ impl Compactor {
                 requests,
                 elided,
                 degraded,
+                failed_attempts: failures,
                 native: None,
                 usage: None,
             },
@@ -1330,9 +1341,10 @@ impl Compactor {
         let previous = prepared.previous_summary.as_deref().map(strip_ledger);
         let mut state = FoldState::new(context, &prepared, self.config.max_output_tokens);
         // What the fold that failed learned of the window bounds the record too.
-        if let Some((proven, limit)) = self.learned.take() {
-            state.proven = proven;
-            state.limit = min_known(state.limit, limit);
+        if let Some(learned) = self.learned.take() {
+            state.proven = learned.proven;
+            state.limit = min_known(state.limit, learned.limit);
+            state.failures = learned.failures;
         }
         let natural = state.natural_ledger_chars;
         let limit = self.retry_target(options, &prepared, &state);
@@ -1355,6 +1367,7 @@ impl Compactor {
                 summary,
                 ledger,
                 degraded: Some(failure.to_string()),
+                failures: state.failures,
                 ..Folded::default()
             },
         );
@@ -1419,6 +1432,8 @@ struct FoldState {
     /// The smallest input the provider rejected as too large without stating its limit: the
     /// window is below it (and above `proven`).
     upper: Option<u64>,
+    /// Every failed attempt so far, as `model: cause`.
+    failures: Vec<String>,
     /// The run's extra instructions, for a system prompt chosen again for a smaller window.
     instructions: Option<String>,
     /// The largest request the provider accepted (input and output), in estimated tokens:
@@ -1449,6 +1464,7 @@ impl FoldState {
             ),
             proven: 0,
             upper: None,
+            failures: Vec::new(),
             instructions: None,
         }
     }
@@ -1560,6 +1576,14 @@ fn input_hash(text: &str) -> u64 {
     hasher.finish()
 }
 
+/// What a fold learned of the window and the models, kept for panto's own record when the
+/// fold failed.
+struct Learned {
+    proven: u64,
+    limit: Option<u64>,
+    failures: Vec<String>,
+}
+
 /// What a fold produced.
 #[derive(Default)]
 struct Folded {
@@ -1571,6 +1595,8 @@ struct Folded {
     elided: Vec<ElidedItem>,
     ledger: Ledger,
     degraded: Option<String>,
+    /// Every failed attempt, as `model: cause`.
+    failures: Vec<String>,
     /// The limit the fold ended with (lower than planned after a shrink).
     limit: Option<u64>,
 }
@@ -1636,7 +1662,7 @@ enum Failure {
 /// The estimated tokens of a compaction request besides its user prompt's text: the system
 /// prompt, and the overhead of the system part and of the one user message.
 /// The envelope (the intro line and the tags, with room for a previous summary) counts too.
-fn request_overhead(system: &str) -> u64 {
+pub(crate) fn request_overhead(system: &str) -> u64 {
     Heuristic.text(system) + 2 * MESSAGE_OVERHEAD + BLOCK_OVERHEAD + envelope_tokens()
 }
 

@@ -15,14 +15,13 @@ pub const MIN_ROOM: u64 = 64;
 ///
 /// Enough for a brief handoff (about 150 words: what the short built-in prompt asks for) and
 /// far from the 1-token requests it replaces, while small windows keep room for the transcript:
-/// it binds only where a quarter of the room is less, below about 1,000 tokens of room, and
+/// it binds only where an eighth of the room is less, below about 2,000 tokens of room, and
 /// there every token given to the output is taken from the chunk and from the next request's
-/// reserve for the running summary (one and a half outputs). At Ollama's default window of
-/// 2,048 tokens with the short prompt, a first compaction allows 352 tokens of output and 1,058
-/// of transcript (530 for each later request); a floor of 512 would leave later requests 139
-/// tokens of transcript, folding a prefix in four times as many requests. When room is short a
-/// fold makes its chunks smaller, never the output; a configured `max_output_tokens` below the
-/// floor is raised to it, and an answer that stops at the limit is a failed attempt.
+/// reserve for the running summary (an output and a quarter). At Ollama's default window of
+/// 2,048 tokens with the short prompt a later request keeps about 970 tokens for the
+/// transcript; a floor of 512 would leave it about 400. When room is short a fold makes its
+/// chunks smaller, never the output; a configured `max_output_tokens` below the floor is raised
+/// to it, and an answer that stops at the limit is a failed attempt.
 pub const MIN_OUTPUT_TOKENS: u32 = 256;
 
 /// What the requests of a fold must fit, in panto's estimated tokens.

@@ -22,11 +22,12 @@ pub const BUILTIN_SHORT_PROMPT: &str = include_str!("../prompts/COMPACTION-SHORT
 ///
 /// Below it the long prompt, about 2,000 tokens, takes a quarter of the window or more, and what
 /// it takes is what the transcript and the carried summary lack: at a 4,096-token window (the
-/// default context of llama.cpp's server) the first fold request keeps about 1,470 tokens for
-/// the transcript with the long prompt and 2,590 with the short one (736 and 1,298 for each
-/// later request); at Ollama's default of 2,048 the long prompt alone fills the window, the
-/// short one leaves 1,058. Above it the long prompt's guidance costs less than a quarter of the
-/// window, and the windows of today's hosted models are far above.
+/// default context of llama.cpp's server) the first fold request keeps about 1,800 tokens for
+/// the transcript with the long prompt and 3,200 with the short one (about 1,500 and 2,650 for
+/// each later request); at Ollama's default of 2,048 the long prompt alone fills the window,
+/// the short one (367 tokens) leaves about 1,300 (970 for each later request). Above it the
+/// long prompt's guidance costs less than a quarter of the window, and the windows of today's
+/// hosted models are far above.
 pub const SHORT_PROMPT_BELOW: u64 = 8_192;
 
 /// The heading under which `/compact ARGS` instructions are appended to the system prompt.

@@ -91,6 +91,10 @@ pub struct CompactionReport {
     /// Set when no model could write the summary during overflow recovery, so the summary is
     /// panto's own record ([`RECORD_ONLY_MODEL`](crate::RECORD_ONLY_MODEL)): why the models failed.
     pub degraded: Option<String>,
+    /// Every attempt at a summary that failed, in order, as `model: cause` (a provider error
+    /// or a summary the checks refused); with [`CompactionReport::degraded`], what the models
+    /// were asked and why none of them wrote the summary.
+    pub failed_attempts: Vec<String>,
     /// The protocol of the native compaction that wrote the summary
     /// ([`CompactionStrategy::Native`](crate::CompactionStrategy::Native)), when one did.
     pub native: Option<String>,
@@ -129,6 +133,7 @@ impl CompactionReport {
             requests: 1,
             elided: Vec::new(),
             degraded: None,
+            failed_attempts: Vec::new(),
             native: None,
             usage: None,
         }

@@ -88,6 +88,9 @@ pub(crate) struct FakeModel {
     /// Whether a streamed conversation reply (Chat Completions) stops half-way, before its
     /// `finish_reason` and `data: [DONE]`, as when a connection drops.
     pub cut_replies: bool,
+    /// Whether compaction requests are answered with an empty text (a summary the checks
+    /// refuse), so that no model writes the summary.
+    pub empty_summaries: bool,
     pub log: Arc<Mutex<Vec<Seen>>>,
 }
 
@@ -125,6 +128,7 @@ impl FakeModel {
             limit_compactions: false,
             numbers: true,
             cut_replies: false,
+            empty_summaries: false,
             log: Arc::default(),
         }
     }
@@ -264,6 +268,9 @@ impl Respond for FakeModel {
         } else if compaction && self.limit_compactions && bytes > self.limit {
             seen.answer = "overflow";
             self.overflow(bytes)
+        } else if compaction && self.empty_summaries {
+            seen.answer = "empty";
+            answer(self.protocol, stream, "", bytes)
         } else if compaction {
             let n = self
                 .log
