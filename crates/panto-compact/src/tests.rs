@@ -7,6 +7,7 @@ use std::sync::Arc;
 use panto_model::{CompactionEntry, ContentBlock, Entry, Message, Role, replay};
 use serde_json::json;
 
+use crate::compactor::request_overhead;
 use crate::testing::ScriptedProvider;
 use crate::*;
 
@@ -681,18 +682,18 @@ mod plan_turns {
 #[test]
 fn with_the_short_prompt_a_later_fold_request_carries_about_half_a_small_window() {
     // The figures of `SHORT_PROMPT_BELOW`'s and `MIN_OUTPUT_TOKENS`' docs.
-    let fixed = crate::compactor::request_overhead(BUILTIN_SHORT_PROMPT);
+    let fixed = request_overhead(BUILTIN_SHORT_PROMPT);
     // Just under half at Ollama's 2,048 (the prompt's headings and the envelope cost about 500
     // tokens there), well over half from 4,096.
     for (window, least) in [(2_048u64, 920u64), (4_096, 2_048)] {
-        let capacity = crate::fold::FoldBudget::new(Some(window), fixed, 0, 8_192)
+        let capacity = FoldBudget::new(Some(window), fixed, 0, 8_192)
             .later_capacity()
             .unwrap();
         assert!(capacity > least, "{window}: {capacity}");
     }
-    let long = crate::compactor::request_overhead(BUILTIN_PROMPT);
+    let long = request_overhead(BUILTIN_PROMPT);
     assert!(
-        crate::fold::FoldBudget::new(Some(2_048), long, 0, 8_192)
+        FoldBudget::new(Some(2_048), long, 0, 8_192)
             .later_capacity()
             .is_none()
     );
