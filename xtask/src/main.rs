@@ -214,6 +214,8 @@ fn ci(root: &Path) -> Result<()> {
             "xtask",
             "--locked",
             "--allow-dirty",
+            "--target-dir",
+            PACKAGE_TARGET,
         ],
         &[],
     )?;
@@ -257,6 +259,9 @@ fn step(root: &Path, name: &str, args: &[&str], env: &[(&str, &str)]) -> Result<
     Ok(())
 }
 
+/// The target folder of `cargo package`'s verification builds (see [`forget_packaged`]).
+const PACKAGE_TARGET: &str = "target/package-verify";
+
 /// Removes what an earlier `cargo package` left behind: `target/package` (its temporary
 /// registry) and cargo's unpacked copies of the workspace crates taken from that registry.
 /// Cargo reuses an unpacked copy of the same name and version, so without this a second run
@@ -266,6 +271,28 @@ fn forget_packaged(root: &Path) -> Result<()> {
     if package.exists() {
         std::fs::remove_dir_all(&package)
             .with_context(|| format!("could not remove {}", package.display()))?;
+    }
+    // The verification builds go to a target folder of their own, where every panto crate is
+    // a copy from the temporary registry. Cargo never checks a registry crate's sources again,
+    // so an earlier run's builds of them (same name, version and registry) would be reused
+    // with the old code: they go; the other dependencies stay built.
+    for kind in ["deps", ".fingerprint", "build"] {
+        let dir = root.join(PACKAGE_TARGET).join("debug").join(kind);
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with("panto-")
+                || name.starts_with("panto_")
+                || name.starts_with("libpanto_")
+            {
+                let path = entry.path();
+                let removed = if path.is_dir() {
+                    std::fs::remove_dir_all(&path)
+                } else {
+                    std::fs::remove_file(&path)
+                };
+                removed.with_context(|| format!("could not remove {}", path.display()))?;
+            }
+        }
     }
     let home = std::env::var_os("CARGO_HOME")
         .map(PathBuf::from)
