@@ -103,9 +103,9 @@ mod prompt;
 mod record;
 mod report;
 mod source;
-mod window;
 #[cfg(any(test, feature = "test-support"))]
 pub mod testing;
+mod window;
 
 pub use compactor::{Compactor, MAX_SHRINKS, Prepared};
 pub use config::{

@@ -309,7 +309,10 @@ async fn without_a_window_proactive_compaction_says_so_once_and_stays_reactive()
     }
     let after = compactions(&d);
     assert!(after.len() > before);
-    assert!(after[before..].iter().all(|t| *t == Trigger::Auto), "{after:?}");
+    assert!(
+        after[before..].iter().all(|t| *t == Trigger::Auto),
+        "{after:?}"
+    );
 }
 
 #[tokio::test]
@@ -444,7 +447,10 @@ fn the_smallest_known_window_counts_and_bounds_only_tighten() {
     assert_eq!(known.learned(), None);
     known.learn(Window::new(30_000, WindowSource::Bound));
     known.learn(Window::new(40_000, WindowSource::Bound));
-    assert_eq!(known.window(), Some(Window::new(30_000, WindowSource::Bound)));
+    assert_eq!(
+        known.window(),
+        Some(Window::new(30_000, WindowSource::Bound))
+    );
     known.learn(Window::new(8_192, WindowSource::Reported));
     assert_eq!(
         known.learned(),
