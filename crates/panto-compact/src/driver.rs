@@ -183,6 +183,16 @@ impl<S: Store> Driver<S> {
         self.windows.learn(window);
     }
 
+    /// Replaces the windows known besides the configured one (those learned and given) with
+    /// `windows` (its configured one is ignored): for another model, whose window the old
+    /// one's say nothing of.
+    pub fn set_windows(&mut self, windows: KnownWindows) {
+        self.windows = KnownWindows {
+            configured: None,
+            ..windows
+        };
+    }
+
     /// Every window known for the model: learned from overflows and silently truncated
     /// requests, given with [`Driver::with_window`], and the configured one.
     pub fn windows(&self) -> KnownWindows {

@@ -5,7 +5,8 @@
 //! same system prompt and tools, every message, and more), so the provider's count of it can
 //! fall below its count of the earlier one only by what a provider leaves out of a resent
 //! conversation (thinking of finished turns, for one). [`input_floor`] is the least it can
-//! honestly count; [`silent_truncation`] compares a reply's count with it.
+//! honestly count; [`silent_truncation`] compares a reply's count with it, and with the count
+//! before.
 
 use panto_model::{Message, Role};
 
@@ -91,11 +92,17 @@ pub fn input_floor(messages: &[Message]) -> Option<InputFloor> {
 }
 
 /// Whether the provider truncated the request made of `sent` silently, judging by `reply`: its
-/// input total is above zero and more than [`TRUNCATION_SLACK_PERCENT`] below the
-/// [`input_floor`] of `sent`, and the reply and the anchor name the same model (another model
-/// counts with another tokenizer). `None` when nothing anchors the floor, when the reply
-/// reports no usage or an input of 0 (a relay that does not count), or when the count is
-/// within the slack.
+/// input total is above zero, below what the provider counted for the request before, and
+/// more than [`TRUNCATION_SLACK_PERCENT`] below the [`input_floor`] of `sent`; and the reply
+/// and the anchor name the same model (another model counts with another tokenizer). `None`
+/// when nothing anchors the floor, when the reply reports no usage or an input of 0 (a relay
+/// that does not count), or when the count is within the slack.
+///
+/// A count that did not go down is never taken for a truncation, however far below the floor:
+/// a relay that reports made-up numbers (the same count for every request, say) would
+/// otherwise look like a server that cut every request. The price is a first large paste that
+/// a server cut to less than the window while the count still rose: the next request, whose
+/// count falls, is caught.
 pub fn silent_truncation(sent: &[Message], reply: &Message) -> Option<Truncation> {
     let counted = reply.usage.as_ref()?.input_total();
     if counted == 0 {
@@ -108,7 +115,7 @@ pub fn silent_truncation(sent: &[Message], reply: &Message) -> Option<Truncation
         return None;
     }
     let allowed = u128::from(floor.tokens) * u128::from(100 - TRUNCATION_SLACK_PERCENT) / 100;
-    (u128::from(counted) < allowed).then_some(Truncation {
+    (counted < floor.previous && u128::from(counted) < allowed).then_some(Truncation {
         counted,
         floor: floor.tokens,
         previous: floor.previous,

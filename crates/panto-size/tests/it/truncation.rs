@@ -115,8 +115,7 @@ fn a_front_truncating_server_is_noticed_at_the_first_request_that_crossed_its_wi
 }
 
 #[test]
-fn a_large_paste_that_the_server_cut_is_noticed() {
-    // A short conversation, then a paste larger than the whole window.
+fn a_count_that_rose_or_stood_still_is_never_truncation() {
     let mut messages = vec![
         Message::user_text("Hello."),
         Message::assistant_text("Hi.")
@@ -124,17 +123,27 @@ fn a_large_paste_that_the_server_cut_is_noticed() {
             .with_usage(Usage::new(400, 3)),
         Message::user_text("the parser keeps the grammar ".repeat(6_000)),
     ];
-    let reply = Message::assistant_text("A summary of the start.")
+    let floor = input_floor(&messages).unwrap();
+    let paste = Heuristic.message(&messages[2]);
+    assert_eq!(floor.tokens, 400 + paste / NEW_MESSAGES_DIVISOR);
+    // A server that cut the paste but still counted more than before: not said (a relay with
+    // made-up numbers looks the same).
+    let cut = Message::assistant_text("A summary of the end.")
         .with_model("local")
         .with_usage(Usage::new(2_048, 9));
-    let t = silent_truncation(&messages, &reply).expect("cut");
-    let paste = Heuristic.message(&messages[2]);
-    assert_eq!(t.floor, 400 + paste / NEW_MESSAGES_DIVISOR);
-    // Counted honestly, the same paste is no truncation.
-    let honest = reply.with_usage(Usage::new(400 + paste, 9));
-    assert_eq!(silent_truncation(&messages, &honest), None);
+    assert_eq!(silent_truncation(&messages, &cut), None);
+    // A relay that counts every request the same.
+    let same = cut.clone().with_usage(Usage::new(400, 9));
+    assert_eq!(silent_truncation(&messages, &same), None);
+    // The next request of the cut conversation falls below that count: said.
+    messages.push(cut);
+    messages.push(Message::user_text("And the lexer?"));
+    let next = Message::assistant_text("Which lexer?")
+        .with_model("local")
+        .with_usage(Usage::new(1_024, 4));
+    assert!(silent_truncation(&messages, &next).is_some());
     // Usage from before a compaction measured another context: nothing to compare with.
-    messages.insert(2, Message::compaction("earlier"));
+    messages.insert(4, Message::compaction("earlier"));
     assert_eq!(input_floor(&messages), None);
 }
 
