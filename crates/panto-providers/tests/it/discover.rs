@@ -7,7 +7,8 @@
 //!   ollama `api/types.go`, docs.ollama.com/api/ps) and `POST /api/show` (ollama
 //!   `docs/api.md`, "Show Model Information": `parameters` text with `num_ctx`, `model_info`
 //!   with `llama.context_length`);
-//! - vLLM: `GET /v1/models` with `max_model_len` (vLLM's OpenAI-compatible server);
+//! - vLLM: `GET /v1/models` with `max_model_len` (vLLM `vllm/entrypoints/openai/protocol.py`,
+//!   `ModelCard` in `ModelList`);
 //! - LM Studio: `GET /api/v1/models` (lmstudio.ai/docs/developer/rest/list: `key`,
 //!   `loaded_instances[].config.context_length`, `max_context_length`) and `GET /api/v0/models`
 //!   (lmstudio.ai/docs/api/rest-api: `id`, `max_context_length`).
