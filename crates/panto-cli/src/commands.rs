@@ -709,7 +709,11 @@ pub(crate) async fn compact(config: &Config, path: &Path, asked: CompactAsked) -
     let store = open_store(config).await?;
     let name = session_name(path);
     let mut compactor = compactor(config)?;
-    let options = manual_run(config, instructions, force);
+    let mut options = manual_run(config, instructions, force);
+    // A window learned or discovered for the model bounds the compaction like a stated limit.
+    options.context_limit = providers::given_windows(config, &compactor.active().model)
+        .window()
+        .map(|w| w.tokens);
     let mut spinner = Spinner::start("compacting");
     let outcome = if dry_run {
         let ctx = load_existing(&store, &name).await?.context;

@@ -658,16 +658,22 @@ impl<S: Store> Driver<S> {
     /// fits the conversation to the window it names), or an agent's own reason
     /// (`CompactRun::manual(None).with_trigger(Trigger::Other("nightly".into()))`).
     /// What the conversation's requests hold besides their messages (system prompt, tools,
-    /// reply) is added to `run` unless it says.
+    /// reply) is added to `run` unless it says, and so is the window the driver learned or was
+    /// given ([`CompactRun::context_limit`]) when the run names none.
     ///
     /// # Errors
     /// As [`Compactor::compact`].
     pub async fn compact_with(&mut self, run: CompactRun) -> Result<CompactOutcome, CompactError> {
-        let run = if run.reserved_tokens.is_some() {
+        let mut run = if run.reserved_tokens.is_some() {
             run
         } else {
             run.with_reserved_tokens(self.reserved_tokens(), u64::from(self.max_output_tokens))
         };
+        if run.context_limit.is_none() {
+            // A window learned or given bounds the run like a stated limit (the configured one
+            // is the compactor's own setting).
+            run.context_limit = self.windows.window().map(|w| w.tokens);
+        }
         self.compactor.set_conversation(Some(self.conversation()));
         let outcome = self
             .compactor

@@ -472,3 +472,20 @@ fn the_smallest_known_window_counts_and_bounds_only_tighten() {
         assert_eq!(WindowSource::parse(source.as_str()), Some(source));
     }
 }
+
+#[tokio::test]
+async fn a_window_learned_or_given_bounds_a_manual_compaction() {
+    let server = Server::new(100_000, Over::Reject);
+    let events = Events::default();
+    let mut d = driver(server, None, &events);
+    for i in 0..10 {
+        d.send(vec![note(i)], &mut |_| {}).await.unwrap();
+    }
+    let mut given = d.with_window(Window::new(4_000, WindowSource::Discovered));
+    let CompactOutcome::Compacted(c) = given.compact(None).await.unwrap() else {
+        panic!("nothing compacted");
+    };
+    // The keep budget is capped at a quarter of the window, as for a stated limit.
+    assert!(c.report.plan.budget <= 1_000, "{:?}", c.report.plan);
+    assert!(given.next_request().input.total() <= 4_000);
+}
