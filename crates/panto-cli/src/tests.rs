@@ -826,3 +826,48 @@ fn a_new_session_is_named_after_the_old_one() {
         );
     });
 }
+
+#[test]
+fn the_windows_file_keeps_one_learned_and_one_discovered_window_per_model_and_no_credential() {
+    use crate::windows::{Record, WindowFile, without_credentials};
+
+    assert_eq!(
+        without_credentials("http://user:secret@127.0.0.1:8080/v1"),
+        "http://127.0.0.1:8080/v1"
+    );
+    assert_eq!(
+        without_credentials("https://host/v1/a@b"),
+        "https://host/v1/a@b"
+    );
+    let record = |model: &str, tokens: u64, source: &str| Record {
+        provider: "openai".into(),
+        base_url: "http://127.0.0.1:8080/v1".into(),
+        model: model.into(),
+        tokens,
+        source: source.into(),
+        detail: String::new(),
+        at: 0,
+    };
+    let mut file = WindowFile::default();
+    assert!(file.put(record("m", 4096, "discovered")));
+    assert!(file.put(record("m", 8192, "overflow")));
+    assert!(!file.put(record("m", 8192, "overflow")), "nothing changed");
+    // A bound replaces the stated limit (both are learned); the discovered one stays.
+    assert!(file.put(record("m", 3000, "bound")));
+    assert!(file.put(record("other", 2048, "overflow")));
+    assert_eq!(file.windows.len(), 3);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("data/windows.toml");
+    file.write(&path).unwrap();
+    let back = WindowFile::read(&path).unwrap();
+    assert_eq!(back.windows, file.windows);
+    let mut back = back;
+    let key = crate::windows::Key {
+        provider: "openai".into(),
+        base_url: "http://127.0.0.1:8080/v1".into(),
+        model: "m".into(),
+    };
+    assert_eq!(back.forget(Some(&key)), 2);
+    assert_eq!(back.forget(None), 1);
+    assert!(back.windows.is_empty());
+}

@@ -542,13 +542,16 @@ impl<S: Store> Driver<S> {
                     WindowSource::Bound,
                 ));
                 // A window stated by an earlier overflow or said by the server bounds this
-                // compaction like a stated limit.
+                // compaction like a stated limit, when it is below the request that did not
+                // fit (one above it is stale, or a model's longest context the server does not
+                // serve: the bound is better).
                 options.context_limit = KnownWindows {
                     bound: None,
                     ..self.windows
                 }
                 .window()
-                .map(|w| w.tokens);
+                .map(|w| w.tokens)
+                .filter(|&w| w < overflowed_tokens);
             }
         }
         let limit = options.known_limit(self.compactor.config().context_window);

@@ -20,6 +20,8 @@ const AGENT: &str = "You are the agent.";
 enum Over {
     /// Refuses it with an overflow error that states the numbers.
     Reject,
+    /// Refuses it with an overflow error that states none (llama.cpp, LM Studio).
+    RejectQuietly,
     /// Cuts its front and answers, counting half the window (Ollama past `num_ctx`).
     Truncate,
 }
@@ -95,6 +97,18 @@ impl Provider for Server {
                         ),
                         input_tokens: Some(counted),
                         limit: Some(self.window),
+                    });
+                }
+                Over::RejectQuietly => {
+                    self.seen.lock().unwrap().push(Seen {
+                        compaction,
+                        size,
+                        counted,
+                    });
+                    return Err(ProviderError::ContextOverflow {
+                        message: "the request exceeds the available context size".into(),
+                        input_tokens: None,
+                        limit: None,
                     });
                 }
                 Over::Truncate => {
@@ -488,4 +502,35 @@ async fn a_window_learned_or_given_bounds_a_manual_compaction() {
     // The keep budget is capped at a quarter of the window, as for a stated limit.
     assert!(c.report.plan.budget <= 1_000, "{:?}", c.report.plan);
     assert!(given.next_request().input.total() <= 4_000);
+}
+
+#[tokio::test]
+async fn a_known_window_above_the_request_that_overflowed_does_not_bound_its_compaction() {
+    // The server said the model's longest context (LM Studio's `max_context_length` of a model
+    // not loaded), but serves 8,000 tokens and states no numbers when it refuses.
+    let server = Server::new(8_000, Over::RejectQuietly);
+    let events = Events::default();
+    let mut d =
+        driver(server, None, &events).with_window(Window::new(131_072, WindowSource::Discovered));
+    let mut compacted = false;
+    for i in 0..30 {
+        let reply = d.send(vec![note(i)], &mut |_| {}).await.unwrap();
+        if reply.compaction.is_some() {
+            compacted = true;
+            break;
+        }
+    }
+    assert!(compacted);
+    let events = events.lock().unwrap().clone();
+    let limit = events
+        .iter()
+        .find_map(|e| match e {
+            CompactionEvent::Folding { limit, .. } => Some(*limit),
+            _ => None,
+        })
+        .expect("folded");
+    // The request that overflowed bounds the compaction, not the window said before.
+    assert!(limit.is_some_and(|l| l < 9_000), "{limit:?}");
+    // And the bound is what the driver knows now.
+    assert_eq!(d.window().map(|w| w.source), Some(WindowSource::Bound));
 }
