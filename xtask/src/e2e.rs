@@ -155,7 +155,7 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
     );
 
     type Scenario = fn(&Setup, Protocol) -> Result<Option<Compaction>>;
-    let scenarios: [(&str, Scenario); 8] = [
+    let scenarios: [(&str, Scenario); _] = [
         ("overflow", |s, p| suite::overflow(s, p).map(Some)),
         ("overflow-twice", |s, p| {
             suite::overflow_twice(s, p).map(Some)
@@ -166,6 +166,7 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
         ("pings", |s, p| suite::pings(s, p).map(|()| None)),
         ("chat-pause", |s, p| suite::chat_pause(s, p).map(|()| None)),
         ("wrong-key", |s, p| suite::wrong_key(s, p).map(|()| None)),
+        ("window", |s, p| suite::window(s, p).map(|()| None)),
     ];
     let mut results = Vec::new();
     for &p in &opts.protocols {

@@ -211,6 +211,8 @@ pub(crate) async fn chat(config: &Config, path: &Path) -> Result<()> {
                 let before = driver.compactor().active().clone();
                 let after = ModelRef::new(before.provider.clone(), name);
                 driver.compactor_mut().set_active(after);
+                // The window of the old model says nothing of the new one's.
+                crate::commands::give_windows(config, &mut driver, name).await;
                 say(&format!(
                     "panto: the next requests go to {name} (not {})",
                     before.model

@@ -166,6 +166,22 @@ pub(crate) enum Command {
         #[command(flatten)]
         common: Common,
     },
+    /// Print the context window panto knows for the model, where it came from, and when
+    /// requests are compacted ahead; ask the server when nothing is known.
+    #[command(
+        after_help = "Examples:\n  panto window --provider openai \\\n      --base-url http://127.0.0.1:8080/v1 --model local\n  panto window --forget\n  panto window --forget --all\n\nA window is configured (context_window), learned from an overflow (the limit it stated, or a bound below a request that did not fit), or discovered from a local server (llama-server, Ollama, vLLM, LM Studio). Learned and discovered windows are kept in <data dir>/panto/windows.toml ($PANTO_DATA_DIR moves it); the smallest known window counts."
+    )]
+    Window {
+        /// Forget the learned and discovered windows of the model (with --all: of every model).
+        #[arg(long)]
+        forget: bool,
+        /// With --forget: every model's, not only the configured one's.
+        #[arg(long, requires = "forget")]
+        all: bool,
+        /// Common options.
+        #[command(flatten)]
+        common: Common,
+    },
     /// Print each resolved configuration value and where it came from.
     #[command(after_help = "Example:\n  panto config --provider gemini")]
     Config {
@@ -189,6 +205,7 @@ impl Command {
             | Command::Export { common, .. }
             | Command::Sessions { common, .. }
             | Command::Config { common }
+            | Command::Window { common, .. }
             | Command::Trust { common, .. } => common,
         }
     }
@@ -224,6 +241,10 @@ pub(crate) struct Common {
         help = "Where sessions are kept: jsonl (default: SESSION is a file), jsonl:DIR, sqlite:PATH, or postgres://USER@HOST/DB (a password: PGPASSWORD). SESSION then names a session there"
     )]
     pub store: Option<String>,
+    /// Compact a request before sending it when it is above this share of the model's window
+    /// (`auto_compact`; for example 0.8; 0 turns it off; off by default).
+    #[arg(long, value_name = "SHARE", global = true, value_parser = share)]
+    pub auto_compact: Option<f64>,
 }
 
 impl Common {
@@ -237,6 +258,7 @@ impl Common {
             keep_tokens: self.keep_tokens,
             timeout_secs: self.timeout_secs,
             store: self.store.clone(),
+            auto_compact: self.auto_compact,
         }
     }
 }
@@ -247,6 +269,16 @@ fn parse_provider(s: &str) -> Result<ProviderKind, String> {
             "unknown provider `{s}`; use anthropic, openai, openai-responses, gemini or offline"
         )
     })
+}
+
+/// A flag's share of the window, from 0 to 1, refused in panto's words.
+fn share(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
+        _ => Err(format!(
+            "`{s}` is not a share of the window; give one from 0 to 1, like 0.8 (0 turns it off)"
+        )),
+    }
 }
 
 /// A flag's whole number, refused in panto's words.

@@ -1,4 +1,5 @@
-//! The commands: `context`, `transcript`, `compact`, `send`, `chat`, `config`, `trust`.
+//! The commands: `context`, `transcript`, `compact`, `send`, `chat`, `config`, `window`,
+//! `trust`.
 //!
 //! Human-readable output goes through `ui::for_stdout` / `ui::say`, which neutralise control
 //! characters on a terminal; `--json` documents are written as they are.
@@ -91,6 +92,23 @@ fn root_cause(e: &CompactError) -> Option<&ProviderError> {
 fn hint(e: &CompactError, config: &Config) -> Option<String> {
     let kind = config.provider.value;
     let (key_var, url_var) = kind.env_vars().unwrap_or(("", ""));
+    if let CompactError::ExceedsWindow { window, .. } = e {
+        return Some(format!(
+            "shorten the newest message, or use a model with a larger context window; {}",
+            if window.source == panto_compact::WindowSource::Configured {
+                format!(
+                    "if the window is larger than {}, raise `context_window` (in {})",
+                    window.tokens,
+                    user_config_file(config)
+                )
+            } else {
+                format!(
+                    "if the window of {} tokens is out of date, `panto window --forget` forgets it",
+                    window.tokens
+                )
+            }
+        ));
+    }
     if let CompactError::OverflowNoProgress { .. } = e {
         return Some(
             "shorten the newest message, or use a model with a larger context window".to_owned(),
@@ -341,8 +359,22 @@ pub(crate) async fn context(config: &Config, path: &Path, as_json: bool) -> Resu
     let conversation_turns = turns(ctx.conversation()).len();
     if as_json {
         // Written straight from the messages: no second copy of the context in memory.
+        let model = config.model.value.as_deref().unwrap_or("");
+        let (known, records) = providers::known_windows(config, model);
+        let window = known.window().map(|w| {
+            json!({
+                "tokens": w.tokens,
+                "source": w.source.as_str(),
+                "origin": providers::window_origin(config, w, &records),
+                "auto_compact": config.auto_compact_share(),
+                "threshold_tokens": config
+                    .auto_compact_share()
+                    .map(|s| (w.tokens as f64 * s).floor() as u64),
+            })
+        });
         let doc = ContextDoc {
             messages: &ctx.messages,
+            window,
             estimated_tokens: size.total(),
             conversation_tokens: size.conversation(),
             size: SizeDoc {
@@ -390,11 +422,14 @@ pub(crate) fn write_context(
 ) -> std::io::Result<()> {
     let size = panto_size::estimate(&config.system_prompt.value, "", &ctx.messages);
     let total = size.total();
-    let window = providers::known_window(config, config.model.value.as_deref().unwrap_or(""));
+    let model = config.model.value.as_deref().unwrap_or("");
+    let (known, records) = providers::known_windows(config, model);
+    let window = known.window();
     let share = window.map_or(String::new(), |w| {
         format!(
-            " ({} of the {w}-token window)",
-            crate::ui::percent(total, w)
+            " ({} of the {}-token window)",
+            crate::ui::percent(total, w.tokens),
+            w.tokens
         )
     });
     let header = format!(
@@ -404,6 +439,11 @@ pub(crate) fn write_context(
     );
     writeln!(out, "{}", for_stdout(&header))?;
     writeln!(out, "{}", size_parts(&size))?;
+    writeln!(
+        out,
+        "{}",
+        for_stdout(&window_line(config, window, &records, total))
+    )?;
     if let Some(c) = &ctx.compaction {
         let line = format!(
             "compacted ({}): the summary, then {} kept verbatim",
@@ -419,6 +459,43 @@ pub(crate) fn write_context(
         writeln!(out, "{}", for_stdout(&line))?;
     }
     Ok(())
+}
+
+/// The window line of `panto context`: the window, where it came from, and when requests are
+/// compacted ahead (`total` is the next request's estimate).
+pub(crate) fn window_line(
+    config: &Config,
+    window: Option<panto_compact::Window>,
+    records: &[crate::windows::Record],
+    total: u64,
+) -> String {
+    let Some(w) = window else {
+        return format!(
+            "  window unknown: set context_window, or let a local server tell it{}",
+            if config.auto_compact_share().is_some() {
+                "; auto_compact waits for one (compacting only after an overflow until then)"
+            } else {
+                ""
+            }
+        );
+    };
+    let origin = providers::window_origin(config, w, records);
+    let ahead = match config.auto_compact_share() {
+        Some(share) => {
+            let threshold = (w.tokens as f64 * share).floor() as u64;
+            format!(
+                "; compacts ahead above {}% ({threshold} tokens){}",
+                (share * 100.0).round(),
+                if total > threshold {
+                    ": the next request will"
+                } else {
+                    ""
+                }
+            )
+        }
+        None => "; compacts only after an overflow (auto_compact is off)".to_owned(),
+    };
+    format!("  window {} tokens ({origin}){ahead}", w.tokens)
 }
 
 /// The parts of a request's size as one line that adds up:
@@ -461,6 +538,9 @@ pub(crate) fn exchanges(messages: &[Message]) -> usize {
 #[derive(serde::Serialize)]
 struct ContextDoc<'a> {
     messages: &'a [Message],
+    /// The model's window, where it came from, and the share above which requests are
+    /// compacted ahead; `null` when unknown.
+    window: Option<serde_json::Value>,
     estimated_tokens: u64,
     /// The conversation alone, without the system prompt: what `compact` reports.
     conversation_tokens: u64,
@@ -629,7 +709,11 @@ pub(crate) async fn compact(config: &Config, path: &Path, asked: CompactAsked) -
     let store = open_store(config).await?;
     let name = session_name(path);
     let mut compactor = compactor(config)?;
-    let options = manual_run(config, instructions, force);
+    let mut options = manual_run(config, instructions, force);
+    // A window learned or discovered for the model bounds the compaction like a stated limit.
+    options.context_limit = providers::given_windows(config, &compactor.active().model)
+        .window()
+        .map(|w| w.tokens);
     let mut spinner = Spinner::start("compacting");
     let outcome = if dry_run {
         let ctx = load_existing(&store, &name).await?.context;
@@ -644,6 +728,8 @@ pub(crate) async fn compact(config: &Config, path: &Path, asked: CompactAsked) -
         compactor.compact(&loaded.context, &mut log, options).await
     };
     spinner.stop();
+    // What the compaction requests taught of the window is kept for the next command.
+    providers::remember(config, &compactor.active().model, None);
     let outcome = outcome
         .map_err(|e| match e {
             CompactError::NotSmaller(n) => anyhow!(
@@ -779,6 +865,7 @@ fn stream_to_stdout(spinner: &mut Spinner) -> impl FnMut(StreamEvent<'_>) + Send
             let mut out = std::io::stdout().lock();
             let _ = out.write_all(for_stdout(text).as_bytes());
             let _ = out.flush();
+            crate::ui::answer_written(text);
         }
     }
 }
@@ -808,7 +895,13 @@ pub(crate) async fn send(config: &Config, path: &Path, message: String) -> Resul
 pub(crate) fn meter(config: &Config, driver: &CliDriver, reply: Option<&Reply>) -> String {
     static SAID_UNKNOWN: AtomicBool = AtomicBool::new(false);
     let model = driver.compactor().active().model.as_str();
-    let window = providers::known_window(config, model);
+    // The driver's window: the CLI's (configured, kept, discovered) and what it learned since.
+    let window = driver
+        .window()
+        .into_iter()
+        .chain(providers::known_window(config, model))
+        .min_by_key(|w| w.tokens)
+        .map(|w| w.tokens);
     let say_unknown = window.is_none() && !SAID_UNKNOWN.swap(true, Ordering::Relaxed);
     crate::ui::describe_meter(&Meter {
         answered: reply.map(|r| r.message.usage.as_ref()),
@@ -816,6 +909,7 @@ pub(crate) fn meter(config: &Config, driver: &CliDriver, reply: Option<&Reply>) 
         window,
         say_unknown,
         model,
+        auto_compact: driver.auto_compact(),
     })
 }
 
@@ -842,6 +936,9 @@ pub(crate) async fn turn(
     loop {
         let before = driver.log().head();
         let result = send_one(config, &mut driver, new.clone()).await;
+        // What the turn taught of the window is kept for the next command and conversation.
+        let model = driver.compactor().active().model.clone();
+        providers::remember(config, &model, driver.learned_window());
         let prompt_refused =
             result.is_err() && driver.log().conflicted() && driver.log().head() == before;
         if !prompt_refused || starts > PROMPT_CONFLICTS {
@@ -865,9 +962,41 @@ pub(crate) async fn driver(config: &Config, active: ModelRef, name: &str) -> Res
         .await
         .map_err(store_error)?;
     report_warnings(&warnings);
-    Ok(driver
+    let mut driver = driver
         .with_system(config.system_prompt.value.clone())
-        .with_max_output_tokens(config.max_output_tokens.value))
+        .with_max_output_tokens(config.max_output_tokens.value)
+        .with_auto_compact(config.auto_compact_share());
+    let model = driver.compactor().active().model.clone();
+    give_windows(config, &mut driver, &model).await;
+    Ok(driver)
+}
+
+/// Gives `driver` the windows known for `model` (learned and discovered, kept in the data
+/// folder), and, when proactive compaction needs one and none is known, asks the server for
+/// it once (a server of the user's own: llama-server, Ollama, vLLM, LM Studio; the answer,
+/// or that there was none, is kept). A server that cannot be asked costs nothing but the
+/// question: the request that follows says what is wrong.
+pub(crate) async fn give_windows(config: &Config, driver: &mut CliDriver, model: &str) {
+    driver.set_windows(providers::given_windows(config, model));
+    let asked = providers::kept_windows(config, model)
+        .iter()
+        .any(|r| r.source == panto_compact::WindowSource::Discovered.as_str());
+    if driver.auto_compact().is_none()
+        || driver.window().is_some()
+        || asked
+        || !providers::own_server(config)
+    {
+        return;
+    }
+    match providers::discover(config, model).await {
+        Ok(Some(record)) => {
+            if let Some(window) = record.window() {
+                driver.learn_window(window);
+            }
+        }
+        Ok(None) => {}
+        Err(e) => tracing::info!(error = %e, "the server could not be asked for its window"),
+    }
 }
 
 /// Sends `new` (one user message, or nothing to resend the conversation) and prints the
@@ -920,6 +1049,7 @@ async fn send_one(config: &Config, driver: &mut CliDriver, new: Vec<Message>) ->
     }
     writeln!(out)?;
     out.flush()?;
+    crate::ui::answer_written("\n");
     drop(out);
     if reply.compaction.is_some() {
         say("panto: the retried request was answered");
@@ -952,6 +1082,31 @@ pub(crate) fn show_config(config: &Config) -> Result<()> {
     for (key, value, source) in config.rows() {
         line(format!("{key:<29} = {value:<30} # {source}"))?;
     }
+    let model = config.model.value.as_deref().unwrap_or("");
+    let (known, records) = providers::known_windows(config, model);
+    let (value, note) = match known.window() {
+        Some(w) => (
+            w.tokens.to_string(),
+            format!(
+                "{}{}",
+                providers::window_origin(config, w, &records),
+                if w.source == panto_compact::WindowSource::Configured {
+                    String::new()
+                } else {
+                    format!(
+                        "; kept in {}; `panto window --forget` forgets it",
+                        crate::windows::path()
+                            .map_or_else(|| "the data folder".to_owned(), |p| p.display().to_string())
+                    )
+                }
+            ),
+        ),
+        None => (
+            "unknown".to_owned(),
+            "none configured, learned or discovered for this model; `panto window` asks a local server".to_owned(),
+        ),
+    };
+    line(format!("{:<29} = {value:<30} # {note}", "window"))?;
     let kind = config.provider.value;
     let key = kind
         .env_vars()
@@ -1000,6 +1155,93 @@ pub(crate) fn show_config(config: &Config) -> Result<()> {
             "#   {:<12} {state} ({})",
             searched.layer, searched.why
         ))?;
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// window
+
+/// `panto window [--forget [--all]]`: the window known for the configured model, where it
+/// came from and when requests are compacted ahead (asking the server when nothing is known);
+/// or forgets the learned and discovered windows kept for it (or for every model).
+pub(crate) async fn show_window(config: &Config, forget: bool, all: bool) -> Result<()> {
+    let model = config.model.value.clone().unwrap_or_default();
+    let mut out = std::io::stdout().lock();
+    if forget {
+        let Some(path) = crate::windows::path() else {
+            return Err(bad_input(
+                "there is no data folder on this system; set PANTO_DATA_DIR",
+            ));
+        };
+        let mut file = crate::windows::WindowFile::read(&path).map_err(bad_input)?;
+        let key = crate::windows::Key::of(config, &model);
+        let forgotten = file.forget((!all).then_some(&key));
+        if forgotten > 0 {
+            file.write(&path)?;
+        }
+        let whose = if all {
+            "every model".to_owned()
+        } else {
+            format!(
+                "{} on {}",
+                if model.is_empty() {
+                    "(no model)"
+                } else {
+                    &model
+                },
+                config.provider.value
+            )
+        };
+        let line = format!(
+            "forgot {} of {whose} (in {})",
+            count(forgotten, "window"),
+            path.display()
+        );
+        writeln!(out, "{}", for_stdout(&line))?;
+        return Ok(());
+    }
+    if model.is_empty() && config.provider.value != ProviderKind::Offline {
+        return Err(bad_input(format!(
+            "no model configured: pass --model NAME, or write `model = \"NAME\"` in {}",
+            user_config_file(config)
+        )));
+    }
+    let asked = providers::kept_windows(config, &model)
+        .iter()
+        .any(|r| r.source == panto_compact::WindowSource::Discovered.as_str());
+    if providers::known_window(config, &model).is_none() && !asked && providers::own_server(config)
+    {
+        drop(out);
+        let spinner = Spinner::start("asking the server for its window");
+        let found = providers::discover(config, &model).await;
+        drop(spinner);
+        if let Err(e) = found {
+            say(&format!(
+                "panto: note: the server could not be asked for its window: {e:#}"
+            ));
+        }
+        out = std::io::stdout().lock();
+    }
+    let (known, records) = providers::known_windows(config, &model);
+    let window = known.window();
+    let heading = match window {
+        Some(w) => format!("{model}: a window of {} tokens", w.tokens),
+        None => format!("{model}: the window is unknown"),
+    };
+    writeln!(out, "{}", for_stdout(&heading))?;
+    writeln!(
+        out,
+        "{}",
+        for_stdout(&window_line(config, window, &records, 0))
+    )?;
+    for r in &records {
+        let what = match r.window() {
+            Some(w) => format!("{} tokens, {}", w.tokens, w.source),
+            None => "nothing".to_owned(),
+        };
+        let line = format!("  kept: {what} ({})", r.detail);
+        writeln!(out, "{}", for_stdout(&line))?;
     }
     Ok(())
 }

@@ -143,6 +143,7 @@ pub(crate) const KEYS: &[(&str, Needs)] = &[
     ("max_output_tokens", Needs::Nothing),
     ("compaction_max_output_tokens", Needs::Nothing),
     ("context_window", Needs::Nothing),
+    ("auto_compact", Needs::Nothing),
     ("compaction_strategy", Needs::Nothing),
     (
         "base_url",
@@ -251,6 +252,7 @@ pub(crate) struct FileConfig {
     max_output_tokens: Option<u32>,
     compaction_max_output_tokens: Option<u32>,
     context_window: Option<u64>,
+    auto_compact: Option<f64>,
     compaction_strategy: Option<StrategyName>,
     base_url: Option<String>,
     system_prompt: Option<String>,
@@ -301,6 +303,8 @@ pub(crate) struct Flags {
     pub timeout_secs: Option<u64>,
     /// `--store`
     pub store: Option<String>,
+    /// `--auto-compact`
+    pub auto_compact: Option<f64>,
 }
 
 /// The resolved configuration.
@@ -322,6 +326,9 @@ pub(crate) struct Config {
     /// conversation larger than the window fold it, and bounds overflow recovery when the
     /// provider states no limit.
     pub context_window: Setting<Option<u64>>,
+    /// Proactive compaction: the share of the window above which `send` and `chat` compact a
+    /// request before sending it (`None`: off, the default; only after an overflow).
+    pub auto_compact: Setting<Option<f64>>,
     /// Who writes a compaction's summary: panto (`summary`) or the provider's native
     /// compaction first (`native`, Anthropic and `OpenAI` Responses), panto as its fallback.
     pub compaction_strategy: Setting<CompactionStrategy>,
@@ -366,6 +373,15 @@ pub(crate) struct Config {
 
 /// Default keep-verbatim budget, tokens.
 pub(crate) const DEFAULT_KEEP_TOKENS: u64 = 20_000;
+
+/// The user's data folder, where panto keeps what it learns (the chat history, the windows of
+/// models): `$PANTO_DATA_DIR`, else `<platform data dir>/panto`.
+pub(crate) fn data_dir() -> Option<PathBuf> {
+    match std::env::var_os("PANTO_DATA_DIR") {
+        Some(dir) if !dir.is_empty() => Some(PathBuf::from(dir)),
+        _ => Some(directories::BaseDirs::new()?.data_dir().join("panto")),
+    }
+}
 
 /// The file in the user folder that records the trusted projects.
 pub(crate) const TRUST_FILE: &str = "trusted.toml";
@@ -467,6 +483,7 @@ impl Config {
             max_output_tokens: Setting::default(4096),
             compaction_max_output_tokens: Setting::default(8192),
             context_window: Setting::default(None),
+            auto_compact: Setting::default(None),
             compaction_strategy: Setting::default(CompactionStrategy::Summary),
             base_url: Setting::default(None),
             system_prompt: Setting::default(
@@ -572,6 +589,7 @@ impl Config {
             cfg.base_url.set(Some(v), Source::Env(url_var));
         }
         cfg.apply_flags(flags);
+        cfg.check()?;
         Ok(cfg)
     }
 
@@ -634,6 +652,9 @@ impl Config {
         }
         if let Some(v) = f.context_window {
             self.context_window.set(Some(v), src.clone());
+        }
+        if let Some(v) = f.auto_compact {
+            self.auto_compact.set(Some(v), src.clone());
         }
         if let Some(v) = f.compaction_strategy {
             self.compaction_strategy.set(v.into(), src.clone());
@@ -716,6 +737,29 @@ impl Config {
         if let Some(v) = &flags.store {
             self.store.set(v.clone(), Source::Flag("--store"));
         }
+        if let Some(v) = flags.auto_compact {
+            self.auto_compact
+                .set(Some(v), Source::Flag("--auto-compact"));
+        }
+    }
+
+    /// The share of the window above which requests are compacted ahead, when on: a share
+    /// of 0 turns it off (so a flag can turn off what a file turned on).
+    pub(crate) fn auto_compact_share(&self) -> Option<f64> {
+        self.auto_compact.value.filter(|s| *s > 0.0)
+    }
+
+    /// Checks the values a type cannot: `auto_compact` is a share of the window.
+    fn check(&self) -> Result<()> {
+        if let Some(share) = self.auto_compact.value
+            && !(0.0..=1.0).contains(&share)
+        {
+            bail!(
+                "`auto_compact` must be a share of the context window from 0 to 1, like auto_compact = 0.8 (0 turns it off); it is {share} ({})",
+                self.auto_compact.source
+            );
+        }
+        Ok(())
     }
 
     /// Each resolved value with its origin, for `panto config`.
@@ -754,6 +798,12 @@ impl Config {
                 "context_window",
                 opt(&self.context_window.value.map(|w| w.to_string())),
                 &self.context_window.source,
+            ),
+            (
+                "auto_compact",
+                self.auto_compact_share()
+                    .map_or_else(|| "off".to_owned(), |s| s.to_string()),
+                &self.auto_compact.source,
             ),
             (
                 "compaction_strategy",
@@ -907,6 +957,12 @@ pub(crate) fn explain_value_error(message: &str, key: Option<&str>) -> Option<St
             found.map_or(String::new(), |f| format!("; it is {f}"))
         ));
     }
+    if message.ends_with("expected f64") {
+        return Some(format!(
+            "`{key}` must be a number, like {key} = 0.8{}",
+            found.map_or(String::new(), |f| format!("; it is {f}"))
+        ));
+    }
     if message.ends_with("expected a string") {
         return Some(format!(
             "`{key}` must be text in quotes, like {key} = \"...\"{}",
@@ -1040,7 +1096,7 @@ impl TrustFile {
 }
 
 /// Creates a folder of the user configuration (and its parents), mode 0700 on Unix.
-fn create_private_dir(dir: &Path) -> Result<()> {
+pub(crate) fn create_private_dir(dir: &Path) -> Result<()> {
     let mut builder = std::fs::DirBuilder::new();
     builder.recursive(true);
     #[cfg(unix)]
@@ -1051,7 +1107,7 @@ fn create_private_dir(dir: &Path) -> Result<()> {
 }
 
 /// Writes a new file with mode 0600 on Unix (the umask can only make it stricter), flushed.
-fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+pub(crate) fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     let mut options = std::fs::OpenOptions::new();
     options.write(true).create_new(true);

@@ -93,11 +93,7 @@ pub(crate) fn joined(text: &str) -> String {
 /// Where the chat history is kept: `$PANTO_DATA_DIR/history`, else
 /// `<platform data dir>/panto/history`.
 pub(crate) fn history_path() -> Option<PathBuf> {
-    let dir = match std::env::var_os("PANTO_DATA_DIR") {
-        Some(dir) if !dir.is_empty() => PathBuf::from(dir),
-        _ => directories::BaseDirs::new()?.data_dir().join("panto"),
-    };
-    Some(dir.join("history"))
+    crate::config::data_dir().map(|dir| dir.join("history"))
 }
 
 impl Prompt {

@@ -20,6 +20,7 @@ mod offline;
 mod providers;
 mod stores;
 mod ui;
+mod windows;
 
 #[cfg(test)]
 mod tests;
@@ -34,7 +35,7 @@ use anyhow::{Context as _, Result};
 
 use crate::cli::{Cli, Command, Common};
 use crate::commands::{
-    CompactAsked, compact, context, ledger, send, show_config, transcript, trust,
+    CompactAsked, compact, context, ledger, send, show_config, show_window, transcript, trust,
 };
 use crate::config::{Config, Locations};
 use crate::ui::say;
@@ -143,6 +144,7 @@ pub(crate) async fn run(cli: Cli) -> Result<()> {
         Command::Export { session, .. } => stores::export(&config, &session).await,
         Command::Sessions { schema, .. } => stores::sessions(&config, schema).await,
         Command::Config { .. } => show_config(&config),
+        Command::Window { forget, all, .. } => show_window(&config, forget, all).await,
         Command::Trust { .. } => unreachable!("handled above"),
     }
 }

@@ -5,22 +5,25 @@
 //! project file, user file), else the provider's official API. A keyless base URL that is not
 //! the official API (a local llama.cpp or Ollama server) works without a key.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Result, bail};
+use panto_compact::{KnownWindows, Window, WindowSource};
 use panto_model::Message;
 use panto_provider::{
     EventSink, NativeCompaction, Provider, ProviderError, Request, StreamEvent, async_trait,
 };
 use panto_providers::{
     AnthropicProvider, Config as AdapterConfig, Error, GeminiProvider, OpenAiChatProvider,
-    OpenAiResponsesProvider,
+    OpenAiResponsesProvider, WindowProbe,
 };
 
 use crate::bad_input;
 use crate::config::{Config, ProviderKind};
 use crate::ui;
+use crate::windows::{self, Key, Record, WindowFile, without_credentials};
 
 /// The provider adapter for `kind`.
 ///
@@ -81,30 +84,252 @@ fn adapter<P: Provider + 'static>(
 
 /// A provider whose retries are announced on stderr as they are scheduled, for chat requests
 /// and compaction requests alike; every event still reaches the caller's sink. It also
-/// remembers the window a context overflow reports, per model, for the context meter.
+/// remembers the window a context overflow reports, per model ([`known_windows`], [`remember`]).
 struct ShowRetries<P>(P);
 
 /// The context windows providers reported in overflow errors during this run, by model.
 static LEARNED: Mutex<Vec<(String, u64)>> = Mutex::new(Vec::new());
 
-/// The context window of `model` as far as this run knows it, from the one place that decides
-/// it: the limit an overflow error reported for the model during this run (the provider's own
-/// word), else the configured `context_window`. The meter and `panto context` ask here, so a
-/// window discovered from the server plugs in here too.
-pub(crate) fn known_window(config: &Config, model: &str) -> Option<u64> {
-    learned_window(model).or(config.context_window.value)
+/// The windows known for `model` on the configured provider and server, from every source the
+/// CLI has: the configured `context_window`, the learned and discovered windows kept in the
+/// data folder ([`crate::windows`]), and the limits overflow errors stated during this run;
+/// with the kept records, which say where each came from. The one place the meter, `context`,
+/// `config` and `window` take the window from (the smallest known, `KnownWindows::window`).
+pub(crate) fn known_windows(config: &Config, model: &str) -> (KnownWindows, Vec<Record>) {
+    let mut known = KnownWindows::new();
+    if let Some(configured) = config.context_window.value {
+        known.learn(Window::new(configured, WindowSource::Configured));
+    }
+    let records = kept_windows(config, model);
+    for w in records.iter().filter_map(Record::window) {
+        known.learn(w);
+    }
+    if let Some(limit) = learned_limit(model) {
+        known.learn(Window::new(limit, WindowSource::Reported));
+    }
+    (known, records)
 }
 
-/// The context window of `model` as an overflow error reported it during this run, if any.
-pub(crate) fn learned_window(model: &str) -> Option<u64> {
+/// The windows of `model` a driver is given: [`known_windows`] but the configured one, which
+/// the compactor's settings hold.
+pub(crate) fn given_windows(config: &Config, model: &str) -> KnownWindows {
+    let mut known = known_windows(config, model).0;
+    known.configured = None;
+    known
+}
+
+/// The window of `model` as far as the CLI knows it ([`known_windows`]).
+pub(crate) fn known_window(config: &Config, model: &str) -> Option<Window> {
+    known_windows(config, model).0.window()
+}
+
+/// The records kept for `model` on the configured provider and server; none when the file
+/// cannot be read (said once).
+pub(crate) fn kept_windows(config: &Config, model: &str) -> Vec<Record> {
+    let Some(path) = windows::path() else {
+        return Vec::new();
+    };
+    match WindowFile::read(&path) {
+        Ok(file) => file.of(&Key::of(config, model)).cloned().collect(),
+        Err(e) => {
+            note_once(&format!("{e:#}; the windows it keeps are not used"));
+            Vec::new()
+        }
+    }
+}
+
+/// Where `window` came from, in words for a person: the configuration's source, the request
+/// that taught it, or the server and endpoint that said it.
+pub(crate) fn window_origin(config: &Config, window: Window, records: &[Record]) -> String {
+    let record = records
+        .iter()
+        .find(|r| r.window() == Some(window))
+        .map(|r| r.detail.as_str())
+        .filter(|d| !d.is_empty());
+    match (window.source, record) {
+        (WindowSource::Configured, _) => format!("configured: {}", config.context_window.source),
+        (WindowSource::Discovered, Some(detail)) => format!("discovered: {detail}"),
+        (WindowSource::Reported, _) => "learned: an overflow error stated it".to_owned(),
+        (WindowSource::Bound, Some(detail)) => format!("learned: {detail}"),
+        (source, _) => source.describe().to_owned(),
+    }
+}
+
+/// The limit an overflow error stated for `model` during this run, if any.
+fn learned_limit(model: &str) -> Option<u64> {
     let learned = LEARNED.lock().ok()?;
     learned.iter().find(|(m, _)| m == model).map(|(_, w)| *w)
 }
 
-fn learn_window(model: &str, window: u64) {
+fn learn_limit(model: &str, window: u64) {
     if let Ok(mut learned) = LEARNED.lock() {
         learned.retain(|(m, _)| m != model);
         learned.push((model.to_owned(), window));
+    }
+}
+
+/// Keeps what this run learned of windows in the data folder: the limits overflow errors
+/// stated (for whichever model), and `learned` for `model` (the driver's: a stated limit, or a
+/// bound a request that did not fit taught). A file that cannot be written is said once; the
+/// conversation goes on.
+pub(crate) fn remember(config: &Config, model: &str, learned: Option<Window>) {
+    let mut found: Vec<(String, Window)> = LEARNED
+        .lock()
+        .map(|l| {
+            l.iter()
+                .map(|(m, w)| (m.clone(), Window::new(*w, WindowSource::Reported)))
+                .collect()
+        })
+        .unwrap_or_default();
+    if let Some(w) = learned {
+        found.push((model.to_owned(), w));
+    }
+    if found.is_empty() {
+        return;
+    }
+    let Some(path) = windows::path() else {
+        return;
+    };
+    let Ok(mut file) = WindowFile::read(&path) else {
+        // Said when it was read; a file that cannot be read is never overwritten.
+        return;
+    };
+    let mut changed = false;
+    for (model, window) in found {
+        // A stated limit replaces what is kept (the provider's latest word); a bound only
+        // what it tightens (every bound holds).
+        let key = Key::of(config, &model);
+        let kept = file
+            .of(&key)
+            .filter_map(Record::window)
+            .find(|w| w.source.is_learned());
+        let keep = match (kept, window.source) {
+            (Some(k), WindowSource::Reported) => k == window,
+            (Some(k), _) => k.tokens <= window.tokens,
+            (None, _) => false,
+        };
+        if keep {
+            continue;
+        }
+        let detail = match window.source {
+            WindowSource::Bound => format!(
+                "below a request of about {} tokens that did not fit (an overflow without numbers, or a request the server cut)",
+                window.tokens + 1
+            ),
+            _ => "an overflow error stated it".to_owned(),
+        };
+        changed |= file.put(Record {
+            provider: key.provider,
+            base_url: key.base_url,
+            model: key.model,
+            tokens: window.tokens,
+            source: window.source.as_str().to_owned(),
+            detail,
+            at: windows::now(),
+        });
+    }
+    if changed && let Err(e) = file.write(&path) {
+        note_once(&format!(
+            "{e:#}; the window learned is not kept for the next run"
+        ));
+    }
+}
+
+/// Whether the configured server may be asked for its window: a server of the user's own (a
+/// base URL that is not a provider's official API), which llama-server, Ollama, vLLM and LM
+/// Studio are.
+pub(crate) fn own_server(config: &Config) -> bool {
+    let Some(url) = config.base_url.value.as_deref() else {
+        return false;
+    };
+    if config.provider.value == ProviderKind::Offline {
+        return false;
+    }
+    let host = without_credentials(url)
+        .split_once("://")
+        .map(|(_, rest)| {
+            rest.split(['/', ':'])
+                .next()
+                .unwrap_or("")
+                .to_ascii_lowercase()
+        })
+        .unwrap_or_default();
+    !matches!(
+        host.as_str(),
+        "api.openai.com" | "api.anthropic.com" | "generativelanguage.googleapis.com"
+    )
+}
+
+/// Asks the configured server for the window it serves `model` with, and keeps the answer
+/// (a window, or that it said nothing, so that it is not asked again until forgotten). `None`
+/// when the server is not one of the user's own, or cannot be asked (the error is given back).
+///
+/// # Errors
+/// The probe's error (the server down, a refused key), or a configuration that cannot build
+/// a client.
+pub(crate) async fn discover(config: &Config, model: &str) -> Result<Option<Record>> {
+    if !own_server(config) {
+        return Ok(None);
+    }
+    let Some((_, url_var)) = config.provider.value.env_vars() else {
+        return Ok(None);
+    };
+    let base_url = config.base_url.value.clone();
+    let lookup = |var: &str| {
+        if var == url_var {
+            base_url.clone()
+        } else {
+            std::env::var(var).ok()
+        }
+    };
+    let from_env = match config.provider.value {
+        ProviderKind::Anthropic => AnthropicProvider::config_from_env(lookup),
+        ProviderKind::Gemini => GeminiProvider::config_from_env(lookup),
+        _ => OpenAiChatProvider::config_from_env(lookup),
+    };
+    let probe = WindowProbe::new(tune(from_env.map_err(bad_input)?, config)).map_err(bad_input)?;
+    let found = probe.discover(model).await?;
+    let key = Key::of(config, model);
+    let record = Record {
+        provider: key.provider.clone(),
+        base_url: key.base_url.clone(),
+        model: key.model.clone(),
+        tokens: found.as_ref().map_or(0, |f| f.tokens),
+        source: WindowSource::Discovered.as_str().to_owned(),
+        detail: found.as_ref().map_or_else(
+            || "the server was asked and said nothing".to_owned(),
+            |f| {
+                format!(
+                    "{} {}{}",
+                    f.server,
+                    f.endpoint,
+                    if f.served {
+                        ""
+                    } else {
+                        " (the model's longest context; the server may serve less)"
+                    }
+                )
+            },
+        ),
+        at: windows::now(),
+    };
+    if let Some(path) = windows::path()
+        && let Ok(mut file) = WindowFile::read(&path)
+        && file.put(record.clone())
+        && let Err(e) = file.write(&path)
+    {
+        note_once(&format!(
+            "{e:#}; the window discovered is not kept for the next run"
+        ));
+    }
+    Ok(Some(record))
+}
+
+/// Says `text` on stderr once per run.
+fn note_once(text: &str) {
+    static SAID: AtomicBool = AtomicBool::new(false);
+    if !SAID.swap(true, Ordering::Relaxed) {
+        ui::notice(&format!("panto: note: {text}"));
     }
 }
 
@@ -132,7 +357,7 @@ impl<P: Provider> Provider for ShowRetries<P> {
             limit: Some(limit), ..
         }) = &result
         {
-            learn_window(&request.model, *limit);
+            learn_limit(&request.model, *limit);
         }
         result
     }

@@ -90,6 +90,7 @@ fn the_meter_gives_the_share_of_the_window_the_request_just_answered_and_the_mod
             window,
             say_unknown,
             model,
+            auto_compact: None,
         })
     };
     assert_eq!(
@@ -132,6 +133,66 @@ fn the_meter_gives_the_share_of_the_window_the_request_just_answered_and_the_mod
         "{longer}"
     );
     assert!(longer.ends_with('…'), "{longer}");
+    // With proactive compaction on, the share it compacts at, beside the share used.
+    let ahead = describe_meter(&Meter {
+        answered: Some(Some(&usage)),
+        next_request: 106_000,
+        window: Some(128_000),
+        say_unknown: false,
+        model: "gpt-4o",
+        auto_compact: Some(0.8),
+    });
+    assert_eq!(
+        ahead,
+        "panto: context 106k/128k (82%, compacts at 80%); gpt-4o"
+    );
+}
+
+#[test]
+fn proactive_compaction_and_silent_truncation_are_said_in_a_persons_words() {
+    use panto_compact::{CompactionEvent, Window, WindowSource};
+
+    let ahead = CompactionEvent::CompactingAhead {
+        estimated_tokens: 106_240,
+        threshold_tokens: 102_400,
+        window: Window::new(128_000, WindowSource::Configured),
+    };
+    assert_eq!(
+        describe_event(&ahead),
+        "panto: compacting ahead: the next request is 83% of the 128k window (about 106240 tokens; compacting above 102400)"
+    );
+    let skipped = CompactionEvent::AheadSkipped {
+        reason: "nothing to compact: the conversation is only its newest message".into(),
+        sending: true,
+    };
+    assert!(
+        describe_event(&skipped).ends_with("sending the request as it is (it fits the window)")
+    );
+    assert!(describe_event(&CompactionEvent::WindowUnknown).contains("context window is unknown"));
+    let sizes = panto_size::silent_truncation(
+        &[
+            panto_model::Message::user_text("a"),
+            panto_model::Message::assistant_text("b")
+                .with_usage(panto_model::Usage::new(24_000, 9)),
+            panto_model::Message::user_text("c"),
+        ],
+        &panto_model::Message::assistant_text("d").with_usage(panto_model::Usage::new(12_564, 9)),
+    )
+    .unwrap();
+    let cut = describe_event(&CompactionEvent::SilentTruncation {
+        truncation: sizes,
+        estimated_tokens: 24_020,
+    });
+    assert!(
+        cut.starts_with(
+            "panto: the server truncated the request silently: it counted 12564 input tokens"
+        ),
+        "{cut}"
+    );
+    assert!(
+        cut.contains("hint: raise the server's context window (Ollama: num_ctx"),
+        "{cut}"
+    );
 }
 
 #[test]
@@ -764,4 +825,49 @@ fn a_new_session_is_named_after_the_old_one() {
             "notes-3.jsonl"
         );
     });
+}
+
+#[test]
+fn the_windows_file_keeps_one_learned_and_one_discovered_window_per_model_and_no_credential() {
+    use crate::windows::{Record, WindowFile, without_credentials};
+
+    assert_eq!(
+        without_credentials("http://user:secret@127.0.0.1:8080/v1"),
+        "http://127.0.0.1:8080/v1"
+    );
+    assert_eq!(
+        without_credentials("https://host/v1/a@b"),
+        "https://host/v1/a@b"
+    );
+    let record = |model: &str, tokens: u64, source: &str| Record {
+        provider: "openai".into(),
+        base_url: "http://127.0.0.1:8080/v1".into(),
+        model: model.into(),
+        tokens,
+        source: source.into(),
+        detail: String::new(),
+        at: 0,
+    };
+    let mut file = WindowFile::default();
+    assert!(file.put(record("m", 4096, "discovered")));
+    assert!(file.put(record("m", 8192, "overflow")));
+    assert!(!file.put(record("m", 8192, "overflow")), "nothing changed");
+    // A bound replaces the stated limit (both are learned); the discovered one stays.
+    assert!(file.put(record("m", 3000, "bound")));
+    assert!(file.put(record("other", 2048, "overflow")));
+    assert_eq!(file.windows.len(), 3);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("data/windows.toml");
+    file.write(&path).unwrap();
+    let back = WindowFile::read(&path).unwrap();
+    assert_eq!(back.windows, file.windows);
+    let mut back = back;
+    let key = crate::windows::Key {
+        provider: "openai".into(),
+        base_url: "http://127.0.0.1:8080/v1".into(),
+        model: "m".into(),
+    };
+    assert_eq!(back.forget(Some(&key)), 2);
+    assert_eq!(back.forget(None), 1);
+    assert!(back.windows.is_empty());
 }

@@ -6,6 +6,7 @@ use std::borrow::Cow;
 use std::io::{IsTerminal, Write};
 use std::sync::Mutex;
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
@@ -388,6 +389,31 @@ pub(crate) fn describe_event(event: &CompactionEvent) -> String {
         } => format!(
             "panto: retrying the request: about {estimated_tokens} tokens now, {overflowed_tokens} before"
         ),
+        CompactionEvent::CompactingAhead {
+            estimated_tokens,
+            threshold_tokens,
+            window,
+        } => format!(
+            "panto: compacting ahead: the next request is {} of the {} window (about {estimated_tokens} tokens; compacting above {threshold_tokens})",
+            percent(*estimated_tokens, window.tokens),
+            short_count(window.tokens)
+        ),
+        CompactionEvent::AheadSkipped { reason, sending } => format!(
+            "panto: did not compact ahead: {reason}; {}",
+            if *sending {
+                "sending the request as it is (it fits the window)"
+            } else {
+                "the request does not fit the window"
+            }
+        ),
+        CompactionEvent::WindowUnknown => "panto: auto_compact is on, but the model's context window is unknown, so panto compacts only after an overflow (set context_window, or use a server that tells it: `panto window`)".to_owned(),
+        CompactionEvent::SilentTruncation {
+            truncation,
+            estimated_tokens,
+        } => format!(
+            "panto: the server truncated the request silently: it counted {} input tokens for a request of about {estimated_tokens} (at least {}; it counted {} for the one before), so the model did not see the start of the conversation; that answer is not kept: compacting, then asking again\nhint: raise the server's context window (Ollama: num_ctx, or OLLAMA_CONTEXT_LENGTH; llama-server: -c), or set context_window and auto_compact so that panto compacts before the server cuts",
+            truncation.counted, truncation.floor, truncation.previous
+        ),
         _ => String::new(),
     }
 }
@@ -412,6 +438,8 @@ pub(crate) struct Meter<'a> {
     pub say_unknown: bool,
     /// The active model.
     pub model: &'a str,
+    /// The share of the window above which requests are compacted ahead, when on.
+    pub auto_compact: Option<f64>,
 }
 
 /// The context meter in a compact form that fits [`METER_WIDTH`] columns:
@@ -422,9 +450,13 @@ pub(crate) fn describe_meter(meter: &Meter<'_>) -> String {
     let next = short_count(meter.next_request);
     let context = match meter.window {
         Some(w) => format!(
-            "context {next}/{} ({})",
+            "context {next}/{} ({}{})",
             short_count(w),
-            percent(meter.next_request, w)
+            percent(meter.next_request, w),
+            meter.auto_compact.map_or(String::new(), |share| format!(
+                ", compacts at {}%",
+                (share * 100.0).round()
+            ))
         ),
         None if meter.say_unknown => format!("context {next}, window unknown"),
         None => format!("context {next}"),
@@ -493,6 +525,10 @@ pub(crate) fn count(n: usize, thing: &str) -> String {
 
 /// Prints a compaction event on stderr (it may quote a provider's error message).
 pub(crate) fn print_event(event: &CompactionEvent) {
+    if matches!(event, CompactionEvent::SilentTruncation { .. }) {
+        // The answer of the cut request was streamed: its line ends before the next one.
+        end_answer_line();
+    }
     let line = describe_event(event);
     if !line.is_empty() {
         notice(&line);
@@ -518,6 +554,23 @@ pub(crate) fn describe_degraded(cause: &str, attempts: &[String]) -> Vec<String>
     lines.push("panto: instead panto wrote its own record: the earlier summary, the assistant's last words and the whole ledger (`panto ledger` prints it); the conversation goes on from it".to_owned());
     lines.push("panto: to have a model summarize it later, run `panto compact SESSION` (`/compact` in a chat), with --compaction-model or a model with a larger window if the window was the cause".to_owned());
     lines
+}
+
+/// Whether an answer streamed to stdout has a line not ended yet.
+static ANSWER_LINE_OPEN: AtomicBool = AtomicBool::new(false);
+
+/// Notes that `text` of an answer was written to stdout.
+pub(crate) fn answer_written(text: &str) {
+    ANSWER_LINE_OPEN.store(!text.ends_with('\n'), Ordering::Relaxed);
+}
+
+/// Ends the line of an answer streamed to stdout, when one is open.
+pub(crate) fn end_answer_line() {
+    if ANSWER_LINE_OPEN.swap(false, Ordering::Relaxed) {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out);
+        let _ = out.flush();
+    }
 }
 
 /// Resolves when the user presses Ctrl-C; never, where the signal cannot be listened to.

@@ -282,7 +282,7 @@ impl Compactor {
             budget = budget.min(bound / 10);
         }
         let (mut p, mut all_turns) = plan_and_turns(context, &sizes, budget);
-        if p.is_empty() && options.trigger == Trigger::Overflow && p.kept_turns > 1 {
+        if p.is_empty() && options.must_fit() && p.kept_turns > 1 {
             (p, all_turns) = plan_and_turns(context, &sizes, 0);
         }
         if p.is_empty() {
@@ -566,7 +566,7 @@ impl Compactor {
         self.fold_material(&mut material, 0, &mut system, state)
             .await?;
 
-        if options.trigger != Trigger::Overflow {
+        if !options.must_fit() {
             return Ok(());
         }
         // The request after the compaction must fit what is known of the window: keep fewer

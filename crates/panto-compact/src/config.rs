@@ -262,8 +262,9 @@ pub struct CompactRun {
     pub trigger: Trigger,
     /// Extra instructions (`/compact ARGS`), appended to the system prompt.
     pub instructions: Option<String>,
-    /// The context limit an overflow error reported, which caps the keep budget and bounds
-    /// every compaction request.
+    /// The context limit an overflow error reported (or, for a proactive compaction, the
+    /// window it works within), which caps the keep budget and bounds every compaction
+    /// request.
     pub context_limit: Option<u64>,
     /// For an overflow: panto's estimate of the request that overflowed. The limit is below it,
     /// so it bounds the compaction requests when the provider stated no limit.
@@ -328,6 +329,28 @@ impl CompactRun {
         }
     }
 
+    /// A proactive compaction (trigger `auto`): the next request was estimated above the
+    /// configured share of the model's window of `window` tokens, so the conversation is
+    /// compacted before it is sent. The window bounds every compaction request and caps the
+    /// keep budget at a quarter of it, like a limit an overflow reported; like an overflow
+    /// compaction, it keeps only the turn in flight when the budget would keep every turn,
+    /// and it plans the request after it to fit the window.
+    pub fn auto(window: u64) -> CompactRun {
+        CompactRun {
+            trigger: Trigger::Auto,
+            ..CompactRun::overflow(Some(window))
+        }
+    }
+
+    /// Whether this run must leave a conversation whose next request fits the known limit
+    /// (an overflow compaction, whose request is sent again, and a proactive one, whose
+    /// request is sent next): when its keep budget would keep every turn it keeps only the
+    /// turn in flight, and when the kept turns and the summary would not fit, it summarizes
+    /// more of them. A manual run, or an agent's own trigger, compacts as asked.
+    pub fn must_fit(&self) -> bool {
+        matches!(self.trigger, Trigger::Overflow | Trigger::Auto)
+    }
+
     /// An automatic compaction after `error` (a context overflow) answered a request that panto
     /// estimated at `estimated_tokens`: the provider's numbers and the estimate bound the
     /// compaction requests.
@@ -369,6 +392,16 @@ impl CompactRun {
     #[must_use]
     pub fn with_accepted_tokens(mut self, tokens: u64) -> CompactRun {
         self.accepted_tokens = Some(tokens);
+        self
+    }
+
+    /// The run, recorded with `trigger` (an agent's own reason to compact,
+    /// `Trigger::Other("nightly".into())`, say). The trigger is what the entry says; only
+    /// `overflow` and `auto` change how the run compacts ([`CompactRun::must_fit`]), and only
+    /// `manual` caps its keep budget at half of the conversation.
+    #[must_use]
+    pub fn with_trigger(mut self, trigger: Trigger) -> CompactRun {
+        self.trigger = trigger;
         self
     }
 

@@ -10,6 +10,7 @@ use panto_store::StoreError;
 use crate::fold::FoldError;
 use crate::plan::{NotSmaller, NothingToCompact};
 use crate::report::CompactionReport;
+use crate::window::Window;
 
 /// Why one attempt at a summary (with one model) failed.
 #[derive(Clone, Debug, PartialEq)]
@@ -225,6 +226,21 @@ pub enum CompactError {
         /// The limit known, in panto's estimates.
         limit: Option<u64>,
     },
+    /// There was nothing to compact ahead of a request: the cause of
+    /// [`CompactError::ExceedsWindow`] when that request is too large anyway.
+    NothingToCompact(NothingToCompact),
+    /// With proactive compaction on
+    /// ([`Driver::with_auto_compact`](crate::Driver::with_auto_compact)): the next request is
+    /// estimated larger than the model's window, after the compaction ahead of it or because
+    /// that compaction wrote nothing, so it was not sent. The new messages stay in the session.
+    ExceedsWindow {
+        /// panto's estimate of the request (system prompt, tools and messages).
+        estimated_tokens: u64,
+        /// The window, with its source.
+        window: Window,
+        /// Why compacting ahead did not make it fit, when it wrote nothing.
+        compaction: Option<Box<CompactError>>,
+    },
     /// The request still overflowed after compaction; it is not compacted again.
     OverflowAfterCompaction {
         /// The error of the retry.
@@ -285,6 +301,7 @@ impl fmt::Display for CompactError {
                 LimitNote(*limit)
             ),
             CompactError::NotSmaller(n) => n.fmt(f),
+            CompactError::NothingToCompact(n) => n.fmt(f),
             CompactError::Store(e) => write!(f, "could not write to the session: {e}"),
             CompactError::ReplyNotAppended { error, .. } => write!(
                 f,
@@ -318,6 +335,22 @@ impl fmt::Display for CompactError {
                 "the newest turn is too large for the context window on its own: after compaction the request is still about {estimated_tokens} tokens (it was about {overflowed_tokens}{}), so it was not sent again",
                 LimitNote(*limit)
             ),
+            CompactError::ExceedsWindow {
+                estimated_tokens,
+                window,
+                compaction,
+            } => {
+                write!(
+                    f,
+                    "the next request is about {estimated_tokens} tokens, more than the model's window of {} tokens ({}), so it was not sent",
+                    window.tokens,
+                    window.source.describe()
+                )?;
+                match compaction {
+                    Some(c) => write!(f, "; compacting first wrote nothing: {c}"),
+                    None => f.write_str("; the newest turn is too large on its own"),
+                }
+            }
             CompactError::OverflowAfterCompaction {
                 estimated_tokens,
                 input_tokens,
@@ -340,7 +373,8 @@ impl std::error::Error for CompactError {
                 .map(|e| e as &(dyn std::error::Error + 'static)),
             CompactError::PromptEmpty { .. }
             | CompactError::TurnTooLarge { .. }
-            | CompactError::NotSmaller(_) => None,
+            | CompactError::NotSmaller(_)
+            | CompactError::NothingToCompact(_) => None,
             CompactError::Compaction { cause, .. } => Some(cause),
             CompactError::BothModelsFailed { second, .. } => Some(second.as_ref()),
             // The two pass-through variants are their inner error: they have its causes.
@@ -348,6 +382,9 @@ impl std::error::Error for CompactError {
             CompactError::Provider(e) => e.source(),
             CompactError::Store(e) | CompactError::ReplyNotAppended { error: e, .. } => Some(e),
             CompactError::OverflowCompactionFailed { compaction, .. } => Some(compaction.as_ref()),
+            CompactError::ExceedsWindow { compaction, .. } => compaction
+                .as_deref()
+                .map(|c| c as &(dyn std::error::Error + 'static)),
             CompactError::FoldOverflow { error, .. }
             | CompactError::OverflowAfterCompaction { error, .. } => Some(error),
             CompactError::OverflowNothingToCompact { overflow, .. }

@@ -1,10 +1,12 @@
 //! Progress events of a compaction, for people building a UI or logs on the crate.
 
 use panto_model::Trigger;
+use panto_size::Truncation;
 
 use crate::error::AttemptFailure;
 use crate::plan::Plan;
 use crate::report::CompactionReport;
+use crate::window::Window;
 
 /// What a [`crate::Compactor`] reports while it works, through the callback given to
 /// [`crate::Compactor::on_event`].
@@ -16,7 +18,10 @@ use crate::report::CompactionReport;
 /// other change of plan; then exactly one of `Finished` or `Failed`. The step count changes
 /// only with a `Shrinking` or a `Replanned`, which give the new count. One with nothing to
 /// compact reports nothing. During overflow recovery the [`Driver`](crate::Driver) adds
-/// `Retrying` after `Finished`, just before it sends the request again.
+/// `Retrying` after `Finished`, just before it sends the request again; before a request it
+/// reports `CompactingAhead` (then the compaction's events, or `AheadSkipped`) or, once,
+/// `WindowUnknown` when proactive compaction is on; after an answer the provider truncated
+/// silently, `SilentTruncation` (then the overflow compaction's events).
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub enum CompactionEvent {
@@ -110,6 +115,39 @@ pub enum CompactionEvent {
         estimated_tokens: u64,
         /// panto's estimate of the request that overflowed.
         overflowed_tokens: u64,
+    },
+    /// Proactive compaction ([`Driver::with_auto_compact`](crate::Driver::with_auto_compact)):
+    /// the next request is estimated above the configured share of the model's window, so the
+    /// driver compacts before sending it (reported by the driver, before `Started`).
+    CompactingAhead {
+        /// panto's estimate of the next request (system prompt, tools and messages).
+        estimated_tokens: u64,
+        /// The configured share of the window, in tokens, which the estimate exceeds.
+        threshold_tokens: u64,
+        /// The window, with its source.
+        window: Window,
+    },
+    /// A proactive compaction wrote nothing (nothing to compact, a result no smaller than
+    /// what it would replace, or a failure).
+    AheadSkipped {
+        /// Why, in a sentence.
+        reason: String,
+        /// Whether the request is sent anyway (it fits the window), or not.
+        sending: bool,
+    },
+    /// Proactive compaction is on, but no window is known for the model (none configured,
+    /// learned or discovered), so the driver compacts only after an overflow. Said once per
+    /// driver.
+    WindowUnknown,
+    /// The provider answered, but counted far fewer input tokens than the request holds: it
+    /// cut the request to fit its window and said nothing (Ollama past `num_ctx`). The answer
+    /// is discarded, and the driver compacts and sends the request again, as after an
+    /// overflow.
+    SilentTruncation {
+        /// The provider's count, and the least the request could honestly count.
+        truncation: Truncation,
+        /// panto's estimate of the request.
+        estimated_tokens: u64,
     },
     /// The compaction failed; nothing was written.
     Failed {

@@ -105,13 +105,14 @@ mod report;
 mod source;
 #[cfg(any(test, feature = "test-support"))]
 pub mod testing;
+mod window;
 
 pub use compactor::{Compactor, MAX_SHRINKS, Prepared};
 pub use config::{
     CompactRun, CompactionStrategy, CompactorConfig, Conversation, DEFAULT_KEEP_TOKENS,
     DEFAULT_MAX_OUTPUT_TOKENS, ModelRef,
 };
-pub use driver::{Driver, Reply};
+pub use driver::{Driver, NextRequest, Reply};
 pub use error::{AttemptFailure, CompactError};
 pub use events::CompactionEvent;
 pub use fold::{Chunk, FoldBudget, FoldError, FoldPlan, MIN_OUTPUT_TOKENS, MIN_ROOM, fold};
@@ -120,6 +121,7 @@ pub use plan::{NotSmaller, NothingToCompact, Plan, keep_budget, manual_keep_budg
 pub use record::RECORD_ONLY_MODEL;
 pub use report::{CompactOutcome, Compacted, CompactionReport, ElidedItem, FoldStep};
 pub use source::{RequestSource, SourceSummarizer};
+pub use window::{KnownWindows, Window, WindowSource};
 // The lower crates, whole, and the names an agent needs most, so that depending on this crate
 // alone is enough to implement a provider and a store and to run the loop.
 pub use panto_model as model;

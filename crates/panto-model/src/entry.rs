@@ -50,9 +50,12 @@ impl From<Message> for Entry {
 pub enum Trigger {
     /// `/compact` or `panto compact`.
     Manual,
-    /// The provider rejected a request as too large.
+    /// The provider rejected a request as too large (or answered it truncated, silently).
     Overflow,
-    /// A value written by another program, kept verbatim.
+    /// Proactive compaction: the next request was estimated above the configured share of
+    /// the model's window, so the conversation was compacted before it was sent.
+    Auto,
+    /// A value written by another program (or an agent's own reason), kept verbatim.
     Other(String),
 }
 
@@ -62,6 +65,7 @@ impl Trigger {
         match self {
             Trigger::Manual => "manual",
             Trigger::Overflow => "overflow",
+            Trigger::Auto => "auto",
             Trigger::Other(s) => s,
         }
     }
@@ -71,6 +75,7 @@ impl Trigger {
         match s {
             "manual" => Trigger::Manual,
             "overflow" => Trigger::Overflow,
+            "auto" => Trigger::Auto,
             other => Trigger::Other(other.to_owned()),
         }
     }
@@ -81,7 +86,7 @@ impl Trigger {
 ///
 /// Field set (every field but `summary` optional on input):
 /// - `summary`: the text of the compaction block.
-/// - `trigger`: `manual` or `overflow`.
+/// - `trigger`: `manual`, `overflow` or `auto` (or another program's word, kept).
 /// - `model`: the model that wrote the summary.
 /// - `instructions`: the extra instructions of a `/compact ARGS` run.
 /// - `tokens_before`, `tokens_after`: estimated input size of the context before and after.

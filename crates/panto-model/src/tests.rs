@@ -41,6 +41,27 @@ fn contract_example_round_trips() {
 }
 
 #[test]
+fn every_trigger_reads_and_writes_back_as_its_word() {
+    for (word, trigger) in [
+        ("manual", Trigger::Manual),
+        ("overflow", Trigger::Overflow),
+        ("auto", Trigger::Auto),
+        ("scheduled", Trigger::Other("scheduled".into())),
+    ] {
+        assert_eq!(Trigger::parse(word), trigger);
+        assert_eq!(trigger.as_str(), word);
+        let line = format!(r#"{{"type":"compaction","id":"c1","summary":"s","trigger":"{word}"}}"#);
+        let entry = decode_line(line.as_bytes(), 1).unwrap();
+        let Entry::Compaction(c) = &entry else {
+            panic!("not a compaction")
+        };
+        assert_eq!(c.trigger.as_ref(), Some(&trigger));
+        let back: Value = serde_json::from_str(&encode_line(&entry)).unwrap();
+        assert_eq!(back, serde_json::from_str::<Value>(&line).unwrap());
+    }
+}
+
+#[test]
 fn unknown_fields_nulls_and_late_type_survive() {
     let line = r#"{"role":"assistant","x_meta":{"a":[1,2]},"id":null,"content":[{"text":"hi","type":"text","cache_control":{"type":"ephemeral"}},{"type":"redacted_thinking","data":"abc"}],"usage":{"output_tokens":3,"input_tokens":9,"service_tier":"standard","cache_read_input_tokens":null},"type":"message"}"#;
     let entry = decode_line(line.as_bytes(), 1).unwrap();

@@ -341,6 +341,20 @@ impl BaseUrl {
         self.url.host_str().unwrap_or_default().to_ascii_lowercase()
     }
 
+    /// The server's root: the base URL without a last path segment that names a version
+    /// (`http://127.0.0.1:8080/v1` gives `http://127.0.0.1:8080`), where servers keep their own
+    /// endpoints (`/props`, `/api/show`), and without a trailing slash.
+    pub(crate) fn root(&self) -> String {
+        let mut url = self.url.clone();
+        let path = url.path().trim_end_matches('/').to_owned();
+        let root = match path.rsplit_once('/') {
+            Some((before, last)) if is_version_segment(last) => before.to_owned(),
+            _ => path,
+        };
+        url.set_path(&root);
+        url.as_str().trim_end_matches('/').to_owned()
+    }
+
     /// The endpoint URL for `tail` (like `chat/completions`): the base path, then
     /// `default_version` unless the base path already names a version, then `tail`. A base
     /// path that already ends with `tail` is used as it is.

@@ -28,7 +28,9 @@
 //! `native-tls`); [`Config::with_client`] takes a caller's `reqwest::Client` instead, and
 //! [`Config::with_header`] adds headers. The options of a request (temperature, top-p,
 //! reasoning effort, tool choice) travel in `panto_provider::RequestOptions`; each adapter's
-//! documentation says which it sends and under which names.
+//! documentation says which it sends and under which names. [`WindowProbe`] asks a local
+//! server (llama-server, Ollama, vLLM, LM Studio) for the context window it serves a model
+//! with, through the same transport.
 //!
 //! ```
 //! # #[cfg(all(feature = "anthropic", feature = "openai-chat"))]
@@ -75,6 +77,7 @@ mod anthropic;
 mod body;
 mod classify;
 mod config;
+mod discover;
 #[cfg(feature = "gemini")]
 mod gemini;
 #[cfg(feature = "openai-chat")]
@@ -99,6 +102,7 @@ pub use classify::{
     error_in_success_body, explain_response, explain_stream_error, explain_success_body,
 };
 pub use config::{Config, DEFAULT_MAX_RESPONSE_BYTES, Error, RetryPolicy};
+pub use discover::{DiscoveredWindow, ServerKind, WindowProbe};
 #[cfg(feature = "gemini")]
 pub use gemini::GeminiProvider;
 #[cfg(feature = "openai-chat")]

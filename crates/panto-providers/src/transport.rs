@@ -546,6 +546,105 @@ impl Transport {
         }
     }
 
+    /// One JSON exchange with one of the server's own endpoints, outside the conversation
+    /// protocols (a model listing, the server's properties): `GET url`, or `POST` of `body` as
+    /// JSON, in one attempt within `within` (and the request deadline), with the key as a
+    /// bearer token when there is one and the configured extra headers, the answer read up to
+    /// the response cap. `Ok(None)` when the answer says the server has no such endpoint or
+    /// does not know what was asked (HTTP 400, 404, 405, 422 or 501), or is not JSON: another
+    /// kind of server. Errors are scrubbed of the key and the sensitive headers.
+    ///
+    /// # Errors
+    /// Connection failures and expired waits, and every other error answer as the classifier
+    /// reads it (an unknown key is [`ProviderError::Authentication`]).
+    pub(crate) async fn fetch_json(
+        &self,
+        url: &str,
+        body: Option<&Value>,
+        within: Duration,
+    ) -> Result<Option<Value>, ProviderError> {
+        let fetched = self.fetch_json_once(url, body, within).await;
+        fetched.map_err(|error| {
+            self.secrets
+                .iter()
+                .fold(scrub(error, &self.config.api_key), scrub)
+        })
+    }
+
+    async fn fetch_json_once(
+        &self,
+        url: &str,
+        body: Option<&Value>,
+        within: Duration,
+    ) -> Result<Option<Value>, ProviderError> {
+        let clock = Clock::start(within.min(self.config.request_timeout));
+        let started = Instant::now();
+        let mut headers = HeaderMap::new();
+        headers.insert(ACCEPT, "application/json".parse().expect("static header"));
+        crate::shared::key_header(
+            &mut headers,
+            reqwest::header::AUTHORIZATION,
+            "Bearer ",
+            &self.config.api_key,
+        );
+        for (name, value) in &self.extra {
+            headers.insert(name, value.clone());
+        }
+        let request = match body {
+            Some(body) => {
+                headers.insert(
+                    CONTENT_TYPE,
+                    "application/json".parse().expect("static header"),
+                );
+                self.client.post(url).body(body.to_string())
+            }
+            None => self.client.get(url),
+        };
+        let send = request.headers(headers).send();
+        let what = "the server accepted the request but sent no answer";
+        let mut response = match clock
+            .within(
+                Wait::FirstByte,
+                started,
+                self.config.first_byte_timeout,
+                what,
+                send,
+            )
+            .await?
+        {
+            Err(e) => return Err(self.reqwest_error(&e)),
+            Ok(response) => response,
+        };
+        let status = response.status();
+        if matches!(status.as_u16(), 400 | 404 | 405 | 422 | 501) {
+            return Ok(None);
+        }
+        if !status.is_success() {
+            let retry_after = retry::retry_after(response.headers(), SystemTime::now());
+            let body = read_limited(response, clock.left().min(self.config.idle_timeout)).await;
+            return Err(classify::classify_response(
+                Protocol::OpenAiChat,
+                status.as_u16(),
+                retry_after,
+                &body,
+            ));
+        }
+        let cap = self.config.max_response_bytes;
+        let mut bytes = Vec::new();
+        let mut since = Instant::now();
+        while let Some(chunk) = self
+            .next_chunk(&mut response, &clock, since, "the answer stopped arriving")
+            .await?
+        {
+            if (bytes.len() + chunk.len()) as u64 > cap {
+                return Err(too_large(cap));
+            }
+            bytes.extend_from_slice(&chunk);
+            since = Instant::now();
+        }
+        Ok(serde_json::from_slice(&bytes).ok())
+    }
+
     async fn post_once<W: Wire>(
         &self,
         wire: &W,

@@ -12,6 +12,8 @@
 //! - [`estimate`] is the ruler: panto's estimate of one request's input in parts that add up
 //!   (system prompt, tools, summary, messages; [`RequestEstimate`]). [`estimate_request`] is
 //!   its total, and [`turn_sizes`] sums message sizes per turn.
+//! - [`silent_truncation`] notices a provider that cut a request to fit its window and said
+//!   nothing: its count fell far below [`input_floor`], the least the request can cost.
 //!
 //! The one design choice to know: usage is trusted only between two assistant messages whose
 //! records are comparable, and a measured span is divided in proportion to the heuristic, so the
@@ -41,6 +43,7 @@
 
 mod heuristic;
 mod scan;
+mod truncation;
 mod usage;
 
 use std::ops::Range;
@@ -50,6 +53,10 @@ use panto_model::{Message, Role};
 pub use heuristic::{
     BLOCK_OVERHEAD, COMPACTION_OVERHEAD, Heuristic, IMAGE_TOKENS, MESSAGE_OVERHEAD,
     TOOL_CALL_OVERHEAD,
+};
+pub use truncation::{
+    InputFloor, NEW_MESSAGES_DIVISOR, TRUNCATION_SLACK_PERCENT, Truncation, input_floor,
+    silent_truncation,
 };
 pub use usage::{
     Fallback, MessageSize, PLAUSIBLE_FACTOR, Source, UsageSizer, measure_span, plausible,

@@ -226,6 +226,7 @@ impl Panto<'_> {
             cmd.env_remove(var);
         }
         cmd.env("PANTO_CONFIG_DIR", self.setup.work.join("user-config"))
+            .env("PANTO_DATA_DIR", self.dir.join("data"))
             .env(self.protocol.key_var(), &self.key)
             .env("NO_COLOR", "1");
         if let Some(filter) = &self.log_filter {
@@ -986,6 +987,45 @@ pub(super) fn pings(setup: &Setup, p: Protocol) -> Result<()> {
         comments > 0,
         "no `:` comment line before the first event of {path}:\n{}",
         shorten(&text)
+    );
+    Ok(())
+}
+
+/// The window is discovered from the server itself (`GET /props`, whose
+/// `default_generation_settings.n_ctx` is the `-c` it was started with), kept in the data
+/// folder, and shown by `panto context` with its source; a `send` with `auto_compact` uses it
+/// without asking again.
+pub(super) fn window(setup: &Setup, p: Protocol) -> Result<()> {
+    let panto = setup.panto(p, "window", false)?;
+    let run = panto.run(&["window"])?.expect(0)?;
+    let heading = format!("{MODEL}: a window of {} tokens", setup.n_ctx);
+    ensure!(
+        run.stdout.starts_with(&heading)
+            && run
+                .stdout
+                .contains("discovered: llama-server GET /props default_generation_settings.n_ctx"),
+        "`panto window` did not discover the server's {} tokens:\n{}{}",
+        setup.n_ctx,
+        run.stdout,
+        run.stderr
+    );
+    let kept = fs::read_to_string(panto.dir.join("data/windows.toml"))
+        .context("the discovered window was not kept")?;
+    ensure!(
+        kept.contains(&format!("tokens = {}", setup.n_ctx)) && !kept.contains(KEY),
+        "windows.toml: {kept}"
+    );
+    panto
+        .run(&["send", "w.jsonl", "Hello there.", "--auto-compact", "0.8"])?
+        .expect(0)?;
+    let doc = panto
+        .run(&["context", "w.jsonl", "--json"])?
+        .expect(0)?
+        .json()?;
+    ensure!(
+        doc["window"]["tokens"] == setup.n_ctx && doc["window"]["source"] == "discovered",
+        "`panto context --json` shows the window {}",
+        doc["window"]
     );
     Ok(())
 }

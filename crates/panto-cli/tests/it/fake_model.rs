@@ -91,6 +91,10 @@ pub(crate) struct FakeModel {
     /// Whether compaction requests are answered with an empty text (a summary the checks
     /// refuse), so that no model writes the summary.
     pub empty_summaries: bool,
+    /// Whether a conversation request over the limit is answered anyway, from the end of the
+    /// prompt, with the usage of half the window, as Ollama does past `num_ctx` (its FAQ: it
+    /// "silently discards context that exceeds the window"), instead of being refused.
+    pub truncate_silently: bool,
     pub log: Arc<Mutex<Vec<Seen>>>,
 }
 
@@ -129,6 +133,7 @@ impl FakeModel {
             numbers: true,
             cut_replies: false,
             empty_summaries: false,
+            truncate_silently: false,
             log: Arc::default(),
         }
     }
@@ -290,6 +295,14 @@ impl Respond for FakeModel {
         } else if let Some((status, body)) = &self.fail_with {
             seen.answer = "error";
             ResponseTemplate::new(*status).set_body_json(body.clone())
+        } else if bytes > self.limit && self.truncate_silently {
+            seen.answer = "truncated";
+            answer(
+                self.protocol,
+                stream,
+                "An answer from the end of a cut prompt.",
+                self.limit / 2,
+            )
         } else if bytes > self.limit {
             seen.answer = "overflow";
             self.overflow(bytes)

@@ -10,6 +10,7 @@
     reason = "test code: fails loudly, handles its own fixtures"
 )]
 
+mod ahead;
 mod config;
 mod errors;
 mod everyday;

@@ -32,6 +32,11 @@ impl Sandbox {
         Sandbox { dir, user_config }
     }
 
+    /// The user's data folder (`PANTO_DATA_DIR`), where learned windows are kept.
+    pub(crate) fn data(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
     /// The working directory the binary runs in.
     pub(crate) fn work(&self) -> PathBuf {
         self.dir.path().join("work")
@@ -64,6 +69,7 @@ impl Sandbox {
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .env("HOME", self.dir.path())
             .env("PANTO_CONFIG_DIR", &self.user_config)
+            .env("PANTO_DATA_DIR", self.data())
             .stdin(Stdio::null());
         cmd
     }

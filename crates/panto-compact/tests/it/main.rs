@@ -12,6 +12,7 @@
     reason = "test code: fails loudly, handles its own fixtures"
 )]
 
+mod ahead;
 mod causes;
 mod chained;
 mod compaction;

@@ -26,6 +26,7 @@ mod common;
     feature = "gemini"
 ))]
 mod corpus_http;
+mod discover;
 mod emulate;
 #[cfg(feature = "openai-chat")]
 mod faults;

@@ -13,3 +13,4 @@
 mod examples;
 mod monotonic;
 mod synthetic;
+mod truncation;
