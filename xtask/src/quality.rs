@@ -15,6 +15,14 @@
 //! The sessions folder is `../shared/data/sessions` relative to the repository root (as for
 //! `calibrate`; `PANTO_CALIBRATE_SESSIONS` overrides it). Without it the command says so and
 //! succeeds. With the offline summarizer the thresholds below are checked and a miss fails.
+//!
+//! `cargo xtask quality --pressure` (`pressure.rs`) counts the same facts through overflow
+//! compactions at small windows, against a loopback model that enforces them (`loopback.rs`).
+
+mod loopback;
+mod pressure;
+#[cfg(test)]
+mod tests;
 
 use std::collections::{BTreeMap, HashSet};
 use std::fs;
@@ -71,18 +79,19 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
         return Ok(());
     }
     let panto = crate::e2e::build_panto(root)?;
+    if args.first().is_some_and(|a| a == "--pressure") {
+        if args.len() > 1 {
+            bail!("quality --pressure takes no other argument");
+        }
+        return pressure::run(root, &panto, &session_files(&dir)?);
+    }
     let provider_args: Vec<String> = if args.is_empty() {
         vec!["--provider".into(), "offline".into()]
     } else {
         args.to_vec()
     };
     let offline = args.is_empty();
-    let mut paths: Vec<PathBuf> = fs::read_dir(&dir)
-        .with_context(|| format!("could not list {}", dir.display()))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
-        .collect();
-    paths.sort();
+    let paths = session_files(&dir)?;
     let mut total = Scores::default();
     let mut sizes = Table::new([
         "session",
@@ -129,6 +138,17 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
     } else {
         bail!("quality: thresholds missed: {}", misses.join("; "))
     }
+}
+
+/// The `.jsonl` files of the sessions folder, sorted.
+fn session_files(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut paths: Vec<PathBuf> = fs::read_dir(dir)
+        .with_context(|| format!("could not list {}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
+        .collect();
+    paths.sort();
+    Ok(paths)
 }
 
 /// Kept and total facts per category, for the summary and the baseline.

@@ -16,28 +16,65 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
+/// Greedy sampling (panto sends no temperature), so that a run answers like the run before it.
+const GREEDY: [&str; 2] = ["--temp", "0"];
+
+/// Ollama's default sampling: temperature 0.8, top-k 40, top-p 0.9, no min-p, a repeat penalty
+/// of 1.1 over the last 64 tokens (`docs/modelfile.md` of ollama/ollama, "Valid Parameters and
+/// Values"), with a fixed seed. What a person running a small model locally gets; answers vary
+/// from one run to the next all the same.
+const OLLAMA_SAMPLING: [&str; 14] = [
+    "--temp",
+    "0.8",
+    "--top-k",
+    "40",
+    "--top-p",
+    "0.9",
+    "--min-p",
+    "0",
+    "--repeat-penalty",
+    "1.1",
+    "--repeat-last-n",
+    "64",
+    "--seed",
+    "42",
+];
+
 /// The arguments of one server configuration (the host and port are added by [`Server::start`]).
 #[derive(Clone, Debug)]
 pub(super) struct ServerArgs(Vec<OsString>);
 
 impl ServerArgs {
     /// One model, one slot, one thread (two threads crawl when another process uses the CPU),
-    /// the model's own chat template, a context of `ctx` tokens, and greedy sampling by default
-    /// (panto sends no temperature), so that a run answers like the run before it.
+    /// the model's own chat template, a context of `ctx` tokens, and greedy sampling.
     pub(super) fn single(gguf: &Path, ctx: u32) -> ServerArgs {
-        ServerArgs(vec![]).arg("-m").arg(gguf).common(ctx)
+        ServerArgs(vec![]).arg("-m").arg(gguf).common(ctx, &GREEDY)
+    }
+
+    /// The same with Ollama's default sampling instead of greedy decoding: greedy decoding makes
+    /// SmolLM2-135M repeat itself until the output limit on any transcript of a few thousand
+    /// tokens, so no summary of its could ever pass panto's checks.
+    pub(super) fn sampled(gguf: &Path, ctx: u32) -> ServerArgs {
+        ServerArgs(vec![])
+            .arg("-m")
+            .arg(gguf)
+            .common(ctx, &OLLAMA_SAMPLING)
     }
 
     /// Router mode: every `NAME.gguf` in `dir` is a model called `NAME`, loaded on first use by
     /// a child server; an unknown name is answered with 400 `model 'x' not found`.
     pub(super) fn router(dir: &Path, ctx: u32) -> ServerArgs {
-        ServerArgs(vec![]).arg("--models-dir").arg(dir).common(ctx)
+        ServerArgs(vec![])
+            .arg("--models-dir")
+            .arg(dir)
+            .common(ctx, &GREEDY)
     }
 
-    fn common(self, ctx: u32) -> ServerArgs {
+    fn common(self, ctx: u32, sampling: &[&str]) -> ServerArgs {
         self.arg("-c")
             .arg(ctx.to_string())
-            .args(["-np", "1", "-t", "1", "--jinja", "--temp", "0"])
+            .args(["-np", "1", "-t", "1", "--jinja"])
+            .args(sampling)
     }
 
     /// Adds one argument.

@@ -172,3 +172,27 @@ fn http_answers_are_parsed_with_and_without_chunking() {
     );
     assert!(parse_response(b"garbage").is_err());
 }
+
+#[test]
+fn a_record_is_accepted_only_when_the_model_answered_and_its_answer_was_refused() {
+    use super::suite::{MODEL, model_answer_refused};
+    for refused in [
+        "the model's summary stopped at the output limit of 256 tokens, so it may be cut short",
+        "the model's summary repeats one phrase (only 12% of its word sequences are distinct)",
+        "the model's summary is a copy of the compaction prompt",
+        "the model returned an empty summary",
+    ] {
+        let cause = format!("compaction with {MODEL} failed: {refused}");
+        assert!(model_answer_refused(&cause), "{cause}");
+    }
+    for other in [
+        format!("compaction with {MODEL} failed: error sending request: connection refused"),
+        "no room for a compaction request: the window of 2048 tokens holds only the prompt"
+            .to_owned(),
+        "compaction with other-model failed: the model's summary stopped at the output limit"
+            .to_owned(),
+        String::new(),
+    ] {
+        assert!(!model_answer_refused(&other), "{other}");
+    }
+}
