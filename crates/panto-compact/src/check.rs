@@ -5,7 +5,7 @@
 
 use std::collections::HashSet;
 
-use crate::error::AttemptFailure;
+use crate::attempt::AttemptFailure;
 
 /// Below this many characters a summary is never "longer than what it replaces": a short
 /// handoff of a very short prefix is fine.

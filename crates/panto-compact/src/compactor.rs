@@ -22,11 +22,12 @@ use panto_transcript::{
 use serde_json::{Value, json};
 use tracing::{Instrument, info_span};
 
+use crate::attempt::AttemptFailure;
 use crate::check::{Replaced, check_summary};
 use crate::config::{
     CompactRun, CompactionStrategy, CompactorConfig, Conversation, ModelRef, min_known, scale,
 };
-use crate::error::{AttemptFailure, CompactError};
+use crate::error::CompactError;
 use crate::events::CompactionEvent;
 use crate::fold::{FoldBudget, FoldPlan, MIN_OUTPUT_TOKENS, MIN_ROOM, fold};
 use crate::ledger::{LEDGER_FIELD, ledger_budget, previous_ledger, rendered_len, with_ledger};

@@ -3,7 +3,7 @@
 use panto_model::Trigger;
 use panto_size::Truncation;
 
-use crate::error::AttemptFailure;
+use crate::attempt::AttemptFailure;
 use crate::plan::Plan;
 use crate::report::CompactionReport;
 use crate::window::Window;

@@ -89,6 +89,7 @@
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod attempt;
 mod check;
 mod compactor;
 mod config;
@@ -107,13 +108,14 @@ mod source;
 pub mod testing;
 mod window;
 
+pub use attempt::AttemptFailure;
 pub use compactor::{Compactor, MAX_SHRINKS, Prepared};
 pub use config::{
     CompactRun, CompactionStrategy, CompactorConfig, Conversation, DEFAULT_KEEP_TOKENS,
     DEFAULT_MAX_OUTPUT_TOKENS, ModelRef,
 };
 pub use driver::{Driver, NextRequest, Reply};
-pub use error::{AttemptFailure, CompactError};
+pub use error::CompactError;
 pub use events::CompactionEvent;
 pub use fold::{Chunk, FoldBudget, FoldError, FoldPlan, MIN_OUTPUT_TOKENS, MIN_ROOM, fold};
 pub use ledger::{LEDGER_FIELD, MIN_LEDGER_CHARS, ledger_budget, previous_ledger, with_ledger};

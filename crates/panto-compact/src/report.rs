@@ -4,7 +4,7 @@ use std::ops::Range;
 
 use panto_model::{EffectiveContext, Entry, Trigger, Usage};
 
-use crate::error::AttemptFailure;
+use crate::attempt::AttemptFailure;
 use crate::plan::{NothingToCompact, Plan};
 
 /// One request of a fold, as it was answered.

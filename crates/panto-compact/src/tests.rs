@@ -404,8 +404,8 @@ fn compact_config_defaults() {
 // The summary checks. The degenerate answers below are written by hand from the descriptions in
 // issue 18 (no captured model output was available in this worktree).
 mod summary_checks {
+    use crate::attempt::AttemptFailure;
     use crate::check::{Replaced, check_summary};
-    use crate::error::AttemptFailure;
     use crate::prompt::BUILTIN_PROMPT;
 
     const LAST: &str = "test result: FAILED. 3 passed; 1 failed\nthread 'parse_empty' panicked at src/parse.rs:41:5:\nassertion failed: tokens.is_empty()";
@@ -505,8 +505,8 @@ mod summary_checks {
 }
 
 mod copy_through {
+    use crate::attempt::AttemptFailure;
     use crate::check::{Replaced, check_summary};
-    use crate::error::AttemptFailure;
 
     /// A previous summary as a model writes one.
     const PREVIOUS: &str = "## Goal\n- Port the settings loader from YAML to TOML without changing `config::Settings`.\n\n## Decisions\n- Keep serde defaults; reject unknown keys with a clear error.\n\n## Progress\n- `src/settings/load.rs` reads TOML; the YAML path is still there behind a flag.\n\n## Next steps\n- Remove the YAML path once the migration test passes.";

@@ -9,6 +9,7 @@
 
 use panto_model::{ContentBlock, Message, RawJson, ToolResultContent};
 
+use crate::cost::SYMBOL;
 use crate::{Sizer, scan};
 
 /// Tokens every message costs before its blocks: role markers and turn delimiters.
@@ -24,43 +25,7 @@ pub const IMAGE_TOKENS: u64 = 1600;
 /// Extra tokens of a compaction block: the fixed preamble the adapters put before the summary.
 pub const COMPACTION_OVERHEAD: u64 = 50;
 
-/// Cost in tenths of a token of an ASCII letter.
-pub(crate) const LETTER: u8 = 3;
-/// Cost in tenths of a token of an ASCII digit.
-pub(crate) const DIGIT: u8 = 8;
-/// Cost in tenths of a token of a space, tab, newline or carriage return.
-pub(crate) const SPACE: u8 = 2;
-/// Cost in tenths of a token of any other ASCII byte: punctuation, symbols, control characters.
-pub(crate) const SYMBOL: u8 = 11;
-/// Cost in tenths of a token of a byte of a multi-byte UTF-8 character.
-pub(crate) const NON_ASCII: u8 = 5;
-
-/// The cost of every byte value, in tenths of a token: the definition the scans in
-/// [`crate::scan`] compute by byte class.
-pub(crate) static COST: [u8; 256] = cost_table();
-
-const fn cost_table() -> [u8; 256] {
-    let mut table = [0u8; 256];
-    let mut i = 0;
-    while i < 256 {
-        let b = i as u8;
-        table[i] = if b.is_ascii_alphabetic() {
-            LETTER
-        } else if b.is_ascii_digit() {
-            DIGIT
-        } else if matches!(b, b' ' | b'\t' | b'\n' | b'\r') {
-            SPACE
-        } else if b.is_ascii() {
-            SYMBOL
-        } else {
-            NON_ASCII
-        };
-        i += 1;
-    }
-    table
-}
-
-/// The cost of a text in tenths of a token: the sum of its bytes' [`COST`]s, counted by class
+/// The cost of a text in tenths of a token: the sum of its bytes' costs (`cost::COST`), counted by class
 /// sixteen bytes at a time ([`scan::tenths`]).
 pub(crate) fn tenths(text: &str) -> u64 {
     scan::tenths(text.as_bytes())

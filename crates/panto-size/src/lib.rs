@@ -41,6 +41,7 @@
 //! assert_eq!(next.total(), estimate_request("You are terse.", &messages));
 //! ```
 
+mod cost;
 mod heuristic;
 mod scan;
 mod truncation;

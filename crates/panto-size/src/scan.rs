@@ -5,7 +5,7 @@
 //! Both give exactly what a byte-at-a-time walk over the cost table gives (the tests compare
 //! them with one). Plain Rust: no `unsafe`, no target-specific intrinsics.
 
-use crate::heuristic::{COST, DIGIT, LETTER, NON_ASCII, SPACE, SYMBOL};
+use crate::cost::{COST, DIGIT, LETTER, NON_ASCII, SPACE, SYMBOL};
 
 /// Bytes costed side by side: one 16-byte vector register on every common target.
 const LANES: usize = 16;

@@ -461,7 +461,8 @@ fn sizers_work_through_references_and_boxes() {
 /// The cost of a parsed JSON value as sizing computed it when tool arguments were a `Value`
 /// tree: the reference the raw-text walk must reproduce, so the calibration still holds.
 fn value_tenths(value: &serde_json::Value) -> u64 {
-    use crate::heuristic::{SYMBOL, tenths};
+    use crate::cost::SYMBOL;
+    use crate::heuristic::tenths;
     use serde_json::Value;
     let symbol = u64::from(SYMBOL);
     match value {
@@ -498,7 +499,7 @@ proptest::proptest! {
 #[test]
 fn escapes_cost_the_character_they_stand_for() {
     use crate::heuristic::{json_tenths, tenths};
-    let quotes = 2 * u64::from(heuristic::SYMBOL);
+    let quotes = 2 * u64::from(cost::SYMBOL);
     for (json, text) in [
         (r#""a\nb""#, "a\nb"),
         (r#""\u00e9\/\"""#, "é/\""),
@@ -545,14 +546,14 @@ fn measure_span_is_rule_two_without_the_band() {
 /// reference the class-counting scan must reproduce exactly.
 fn reference_tenths(text: &[u8]) -> u64 {
     text.iter()
-        .map(|&b| u64::from(heuristic::COST[usize::from(b)]))
+        .map(|&b| u64::from(cost::COST[usize::from(b)]))
         .sum()
 }
 
 /// The cost of a JSON text as it was computed before [`crate::scan`]: a byte-at-a-time state
 /// machine. The reference the chunked walk must reproduce exactly, on any text.
 fn reference_json_tenths(json: &str) -> u64 {
-    use crate::heuristic::{COST, NON_ASCII};
+    use crate::cost::{COST, NON_ASCII};
     let b = json.as_bytes();
     let cost = |byte: u8| u64::from(COST[usize::from(byte)]);
     let hex = |i: usize| {
@@ -745,7 +746,7 @@ fn every_byte_value_costs_its_table_entry_at_every_run_length() {
             let run = vec![b; n];
             assert_eq!(
                 scan::tenths(&run),
-                n as u64 * u64::from(heuristic::COST[usize::from(b)]),
+                n as u64 * u64::from(cost::COST[usize::from(b)]),
                 "byte {b:#04x} times {n}"
             );
         }

@@ -21,9 +21,10 @@ use proptest::prelude::*;
 use serde_json::Value;
 
 use crate::error::StoreError;
+use crate::head::Head;
 use crate::log::SessionLog;
 use crate::record::{Record, RecordKind};
-use crate::store::{Head, Store};
+use crate::store::Store;
 
 /// Lines written by another program: unknown fields, unusual spacing and key order, an entry
 /// of an unknown type. A store must give each back byte for byte.

@@ -1,8 +1,6 @@
 //! `StoreError`: how a store operation failed, in four kinds a caller can act on.
 
-use std::fmt;
-
-use crate::store::Head;
+use crate::head::Head;
 
 /// A store's own error, carried whole so that its message (which names the file, line and
 /// field, or the database) reaches the user unchanged.
@@ -111,11 +109,5 @@ impl StoreError {
     /// Whether another writer's append made this one fail.
     pub fn is_conflict(&self) -> bool {
         matches!(self, StoreError::Conflict { .. })
-    }
-}
-
-impl fmt::Display for Head {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "position {}", self.get())
     }
 }

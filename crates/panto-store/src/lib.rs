@@ -49,6 +49,7 @@
 //! ```
 
 mod error;
+mod head;
 mod log;
 mod memory;
 mod record;
@@ -61,10 +62,11 @@ pub mod conformance;
 
 pub use async_trait::async_trait;
 pub use error::{BoxError, StoreError};
+pub use head::Head;
 pub use log::SessionLog;
 pub use memory::{MEMORY_SESSION, MemoryLog, MemoryStore};
 pub use record::{Record, RecordKind};
-pub use store::{Head, Loaded, Page, Store};
+pub use store::{Loaded, Page, Store};
 pub use tail::{replay_tail, takes_effect};
 
 #[cfg(test)]

@@ -4,8 +4,9 @@
 use panto_model::Entry;
 
 use crate::error::StoreError;
+use crate::head::Head;
 use crate::record::Record;
-use crate::store::{Head, Loaded, Store};
+use crate::store::{Loaded, Store};
 
 /// One session of a [`Store`], as this writer last saw it: the store, the session's name and
 /// the [`Head`] of the writer's last load or append.

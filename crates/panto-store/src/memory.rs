@@ -8,9 +8,10 @@ use async_trait::async_trait;
 use panto_model::{EffectiveContext, Entry, replay};
 
 use crate::error::StoreError;
+use crate::head::Head;
 use crate::log::SessionLog;
 use crate::record::Record;
-use crate::store::{Head, Loaded, Page, Store};
+use crate::store::{Loaded, Page, Store};
 use crate::tail::replay_tail;
 
 /// Sessions in memory. A clone shares the sessions (so two logs over clones see each other's

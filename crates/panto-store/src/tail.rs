@@ -4,7 +4,8 @@
 
 use panto_model::{Entry, Replayer, Skipped, replay};
 
-use crate::store::{Head, Loaded};
+use crate::head::Head;
+use crate::store::Loaded;
 
 /// Whether the compaction `entries[0]` takes effect, given the entries after it (all of them,
 /// or at least as many as it announces copies): replay honours it unless its marked copies are

@@ -105,13 +105,11 @@
 //!
 //! This crate is pure: no IO, no async runtime, no network.
 
-mod args;
 mod error;
 mod escape;
 mod item;
 mod ledger;
 mod parse;
-mod record;
 mod render;
 mod syntax;
 

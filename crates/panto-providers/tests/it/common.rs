@@ -461,20 +461,6 @@ impl Protocol {
     }
 }
 
-/// The protocols compiled in (one per adapter feature).
-pub(crate) fn protocols() -> Vec<&'static Protocol> {
-    vec![
-        #[cfg(feature = "anthropic")]
-        &crate::anthropic::PROTOCOL,
-        #[cfg(feature = "openai-chat")]
-        &crate::openai_chat::PROTOCOL,
-        #[cfg(feature = "openai-responses")]
-        &crate::openai_responses::PROTOCOL,
-        #[cfg(feature = "gemini")]
-        &crate::gemini::PROTOCOL,
-    ]
-}
-
 /// Splits `text` at its first space, the space kept with the first piece.
 pub(crate) fn halves(text: &str) -> (&str, &str) {
     let at = text.find(' ').map_or(text.len(), |i| i + 1);

@@ -10,7 +10,8 @@ use panto_providers::wire::{prepare_conversation, thinking_replay};
 use serde_json::{Value, json};
 use wiremock::MockServer;
 
-use crate::common::{self, protocols};
+use crate::common;
+use crate::protocols::protocols;
 
 fn user(text: &str) -> Message {
     Message::user_text(text)

@@ -13,8 +13,23 @@ use wiremock::{Mock, MockServer, ResponseTemplate};
 
 use crate::common::{
     self, KEY, Protocol, assert_malformed, bodies, case_response, hello, json_answer,
-    options_request, protocols, run,
+    options_request, run,
 };
+
+/// The protocols compiled in (one per adapter feature). Each adapter's module uses `common`, so
+/// the list lives here, above them, and `common` knows none of them.
+pub(crate) fn protocols() -> Vec<&'static Protocol> {
+    vec![
+        #[cfg(feature = "anthropic")]
+        &crate::anthropic::PROTOCOL,
+        #[cfg(feature = "openai-chat")]
+        &crate::openai_chat::PROTOCOL,
+        #[cfg(feature = "openai-responses")]
+        &crate::openai_responses::PROTOCOL,
+        #[cfg(feature = "gemini")]
+        &crate::gemini::PROTOCOL,
+    ]
+}
 
 /// The usage every fixture reports, on the Contract 1 names.
 fn table_usage() -> Usage {

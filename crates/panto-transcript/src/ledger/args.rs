@@ -6,7 +6,7 @@
 //! [`read`] gives the value `serde_json` would give with those strings replaced by `null`:
 //! every key, number, boolean and container stays, in its place (a repeated key's last value
 //! wins, as in the full value). The readers (`kind`, `paths`, `command` and the todo list in
-//! `ledger.rs`) treat `null` as they treat any value that is not a string, so they decide on it
+//! `tools.rs`) treat `null` as they treat any value that is not a string, so they decide on it
 //! what they decide on the full value. Which strings are kept, by where they sit:
 //!
 //! - the arguments themselves, when they are a string;
@@ -23,7 +23,7 @@
 //! the caller parses the full value instead (`RawJson::to_value`, which reads lone surrogates as
 //! U+FFFD and too deep or out-of-range values as their text); so do nesting deeper than
 //! [`MAX_DEPTH`] and a key `serde_json` gives a meaning of its own. A `Some` is therefore always
-//! the full parse, pruned; the tests of `ledger.rs` compare the readers' decisions on both.
+//! the full parse, pruned; the ledger's tests compare the readers' decisions on both.
 
 use std::fmt;
 
@@ -31,13 +31,13 @@ use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visit
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-use crate::ledger::{
+use super::tools::{
     COMMAND_KEYS, TODO_LIST_KEYS, TODO_STATUS, TODO_TEXT_KEYS, is_patch_key, is_path_key,
 };
 
 /// `text` parsed as tool arguments, pruned (see the module docs); `None` when the full parse
 /// must decide.
-pub(crate) fn read(text: &str) -> Option<Value> {
+pub(super) fn read(text: &str) -> Option<Value> {
     let mut de = serde_json::Deserializer::from_str(text);
     let value = Pruned {
         place: Place::Top,

@@ -1,908 +1,28 @@
-//! The ledger: a deterministic record of what a summarized part of a conversation did,
-//! derived from its transcript items rather than from any model's answer.
-//!
-//! [`Ledger::from_items`] walks the items once: the user's requests (verbatim), the files
-//! modified and read, the errors tools reported and whether a later call on the same target
-//! succeeded, the distinct commands, the open todos of the latest todo list and the user's
-//! answers to the agent's questions. [`Ledger::merge`] combines an older ledger with a newer
-//! one (recency first) into the record stored typed on the compaction entry (see `serde`):
-//! every item, bounded only by [`LEDGER_CAP_BYTES`] of JSON ([`Ledger::cap`], in `record`).
-//! What the next model reads is a rendering of that record within a budget
-//! ([`Ledger::render_within`], most telling first); [`Ledger::render`] writes all of it.
+//! Tests of the ledger: the walk against the plain one it replaced, the pruned arguments
+//! against the full ones (`walk`), and the record's cap and its renderings (`record`).
 
-use std::borrow::Cow;
-use std::collections::{HashMap, HashSet};
-use std::fmt::Write as _;
-use std::rc::Rc;
-
-use panto_model::{CallIndex, ContentBlock, Message, RawJson, Role, ToolResultContent};
-use serde::{Deserialize, Serialize};
-use serde_json::Value;
-
-use crate::args;
-use crate::item::{ItemView, ToolInput, TranscriptItem};
-pub use crate::record::{LEDGER_CAP_BYTES, LedgerCounts};
-
-/// The heading that opens a rendered ledger. Everything from a line equal to it to the end of a
-/// summary is the ledger ([`strip_ledger`]).
-pub const LEDGER_HEADING: &str =
-    "## Ledger (recorded by panto from the conversation, not by a model)";
-
-/// The most characters any request but the most recent keeps; longer ones are shortened.
-pub const REQUEST_CHARS: usize = 600;
-/// The most characters of a command, an error message, a todo or a path.
-pub(crate) const ITEM_CHARS: usize = 200;
-/// The most characters of one answer of the user.
-pub(crate) const ANSWER_CHARS: usize = 400;
-
-/// One error a tool reported.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
-#[non_exhaustive]
-pub struct LedgerError {
-    /// The tool that failed.
-    pub tool: String,
-    /// What it was called on: a path, or the command (shortened).
-    pub target: String,
-    /// The most telling line of the error output.
-    pub message: String,
-    /// How often the same error occurred.
-    pub count: u32,
-    /// When a later call of the same tool on the same target succeeded: that call, described.
-    pub resolved: Option<String>,
-}
-
-impl LedgerError {
-    /// The first occurrence of an error, not resolved.
-    fn first(tool: String, target: String, message: String) -> LedgerError {
-        LedgerError {
-            tool,
-            target,
-            message,
-            count: 1,
-            resolved: None,
-        }
-    }
-}
-
-/// The deterministic record of a summarized part of a conversation. Every list is most recent
-/// first and holds no duplicates.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
-#[non_exhaustive]
-pub struct Ledger {
-    /// The user's messages that are not tool results, bare slash commands or interruptions.
-    pub requests: Vec<String>,
-    /// Files that tool calls created, edited or deleted.
-    pub modified: Vec<String>,
-    /// Files that tool calls read, listed or searched (and not modified).
-    pub read: Vec<String>,
-    /// Errors that tools reported.
-    pub errors: Vec<LedgerError>,
-    /// Distinct shell commands, first line only.
-    pub commands: Vec<String>,
-    /// The items of the latest todo list that are not done, in the list's order.
-    pub todos: Vec<String>,
-    /// The user's answers to the agent's questions (answers to question tools).
-    pub answers: Vec<String>,
-    /// How many items the record no longer holds, over every merge so far: the oldest items
-    /// dropped past [`LEDGER_CAP_BYTES`], and (in records an older panto wrote) the items its
-    /// rendering budget cut from the record. One number, so that older readers still load it.
-    pub left_out: u64,
-    /// The items dropped past [`LEDGER_CAP_BYTES`], by category. Their sum is at most
-    /// [`Ledger::left_out`]; the difference is what an older panto cut without counting by
-    /// category.
-    #[serde(skip_serializing_if = "LedgerCounts::is_empty")]
-    pub dropped: LedgerCounts,
-    /// Whether a todo list was seen (a newer list replaces an older one, even an empty one).
-    #[serde(skip)]
-    todo_list_seen: bool,
-    /// The targets of successful calls, with the call described: they resolve older errors
-    /// when this ledger is merged over an older one.
-    #[serde(skip)]
-    successes: Vec<(String, String)>,
-}
-
-impl Ledger {
-    /// Whether the ledger records nothing.
-    pub fn is_empty(&self) -> bool {
-        self.requests.is_empty()
-            && self.modified.is_empty()
-            && self.read.is_empty()
-            && self.errors.is_empty()
-            && self.commands.is_empty()
-            && self.todos.is_empty()
-            && self.answers.is_empty()
-    }
-
-    /// The ledger of `items` (a transcript, oldest first). Deterministic; not budgeted.
-    pub fn from_items(items: &[TranscriptItem]) -> Ledger {
-        let mut walk = Walk::default();
-        for item in items {
-            walk.item(item.view());
-        }
-        walk.finish()
-    }
-
-    /// [`Ledger::from_items`] of the transcript items of `messages`, read one at a time
-    /// instead of all held at once.
-    pub fn from_messages(messages: &[Message]) -> Ledger {
-        // The items of `crate::for_each_item` that the walk reads, taken from the blocks
-        // directly: a user's text, a call, a result. A result's name is left out: the walk
-        // names a result by its call, and one whose call it has not met has no name in the
-        // items either. A result's text is joined from its blocks only when it is read.
-        let mut walk = Walk::default();
-        for message in messages {
-            for block in &message.content {
-                match block {
-                    ContentBlock::Text(t) if message.role == Role::User => walk.request(&t.text),
-                    ContentBlock::ToolUse(u) => walk.call_json(&u.id, &u.name, &u.input),
-                    ContentBlock::ToolResult(r) => {
-                        walk.result(&r.tool_use_id, None, r.failed(), || match &r.content {
-                            ToolResultContent::Text(text) => Cow::Borrowed(text.as_str()),
-                            content => Cow::Owned(content.text()),
-                        });
-                    }
-                    _ => {}
-                }
-            }
-        }
-        walk.finish()
-    }
-
-    /// `newer` over `older`: newer items first, duplicates removed, older errors resolved by
-    /// newer successes, the newer todo list when it saw one. The result is the record: every
-    /// item of both, unless together they pass [`LEDGER_CAP_BYTES`] of JSON, when the oldest
-    /// items of the least telling categories are dropped and counted ([`Ledger::cap`]). What
-    /// a model reads is chosen later, by [`Ledger::render_within`].
-    pub fn merge(older: &Ledger, newer: &Ledger) -> Ledger {
-        // The first success of a key in `newer` (its most recent) resolves the older errors.
-        let mut resolving: HashMap<&str, &str> = HashMap::with_capacity(newer.successes.len());
-        for (key, how) in &newer.successes {
-            resolving.entry(key.as_str()).or_insert(how.as_str());
-        }
-        let mut errors = newer.errors.clone();
-        for e in &older.errors {
-            let mut e = e.clone();
-            if e.resolved.is_none() {
-                e.resolved = resolving
-                    .get(error_key(&e.tool, &e.target).as_str())
-                    .map(|how| (*how).to_owned());
-            }
-            errors.push(e);
-        }
-        let modified = chain(&newer.modified, &older.modified);
-        let is_modified: HashSet<&str> = modified.iter().map(String::as_str).collect();
-        let read = chain(&newer.read, &older.read)
-            .into_iter()
-            .filter(|f| !is_modified.contains(f.as_str()))
-            .collect();
-        let mut successes = newer.successes.clone();
-        successes.extend(older.successes.iter().cloned());
-        let mut merged = Ledger {
-            requests: chain(&newer.requests, &older.requests),
-            modified,
-            read,
-            errors,
-            commands: chain(&newer.commands, &older.commands),
-            todos: if newer.todo_list_seen {
-                newer.todos.clone()
-            } else {
-                older.todos.clone()
-            },
-            answers: chain(&newer.answers, &older.answers),
-            left_out: older.left_out.saturating_add(newer.left_out),
-            dropped: older.dropped.plus(&newer.dropped),
-            todo_list_seen: newer.todo_list_seen || older.todo_list_seen,
-            successes,
-        };
-        merged.cap(LEDGER_CAP_BYTES);
-        merged
-    }
-
-    /// How many items the ledger holds, over every category.
-    pub(crate) fn items(&self) -> usize {
-        self.requests.len()
-            + self.modified.len()
-            + self.read.len()
-            + self.errors.len()
-            + self.commands.len()
-            + self.todos.len()
-            + self.answers.len()
-    }
-
-    /// The ledger stored on a compaction entry, read leniently: unknown fields are ignored, a
-    /// missing field is empty, and a value that is not a ledger gives `None`. A record an older
-    /// panto wrote (with `left_out` only) loads as it is.
-    pub fn from_json(value: &Value) -> Option<Ledger> {
-        let mut ledger = Ledger::deserialize(value).ok()?;
-        ledger.left_out = ledger.left_out.max(ledger.dropped.total());
-        Some(ledger)
-    }
-
-    /// The ledger as the JSON stored on a compaction entry.
-    pub fn to_json(&self) -> Value {
-        serde_json::to_value(self).unwrap_or(Value::Null)
-    }
-}
-
-/// `summary` without a ledger rendered into it: everything from the first line equal to
-/// [`LEDGER_HEADING`] on is removed (a model may copy the ledger of its previous summary).
-pub fn strip_ledger(summary: &str) -> &str {
-    let mut at = 0;
-    for line in summary.split_inclusive('\n') {
-        if line.trim_end() == LEDGER_HEADING {
-            return summary[..at].trim_end();
-        }
-        at += line.len();
-    }
-    summary
-}
-
-pub(crate) fn error_line(e: &LedgerError) -> String {
-    let mut line = format!(
-        "{} on {}: {}",
-        code_span(&e.tool),
-        code_span(&e.target),
-        e.message
-    );
-    if e.target.is_empty() {
-        line = format!("{}: {}", code_span(&e.tool), e.message);
-    }
-    if e.count > 1 {
-        let _ = write!(line, " (×{})", e.count);
-    }
-    match &e.resolved {
-        Some(how) => {
-            let _ = write!(line, " (resolved: later {how} succeeded)");
-        }
-        None => line.push_str(" (not resolved in the summarized turns)"),
-    }
-    line
-}
-
-/// Text in backticks, with as many backticks as it needs.
-pub(crate) fn code_span(text: &str) -> String {
-    let text = one_line(text);
-    let ticks = if text.contains('`') { "``" } else { "`" };
-    let pad = if text.starts_with('`') || text.ends_with('`') {
-        " "
-    } else {
-        ""
-    };
-    format!("{ticks}{pad}{text}{pad}{ticks}")
-}
-
-fn chain(newer: &[String], older: &[String]) -> Vec<String> {
-    unique(newer.iter().chain(older))
-}
-
-/// The first occurrence of each item of `items`, in order.
-pub(crate) fn unique<'a>(items: impl Iterator<Item = &'a String>) -> Vec<String> {
-    let mut seen: HashSet<&str> = HashSet::new();
-    items
-        .filter(|item| seen.insert(item.as_str()))
-        .cloned()
-        .collect()
-}
-
-/// `text` on one line: whitespace collapsed to single spaces.
-pub fn one_line(text: &str) -> String {
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
-}
-
-/// `text` cut to at most `max` characters, the last of them an ellipsis when it was cut.
-pub fn clip(text: &str, max: usize) -> String {
-    if text.chars().count() <= max {
-        return text.to_owned();
-    }
-    let mut out: String = text.chars().take(max.saturating_sub(1)).collect();
-    out.push('…');
-    out
-}
-
-/// What kind of tool a call is, from its name.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Kind {
-    Modify,
-    Shell,
-    Todo,
-    Question,
-    Other,
-}
-
-/// Names (their last segment, ASCII case aside) of the tools that modify files.
-const MODIFY: &[&str] = &[
-    "edit",
-    "write",
-    "multiedit",
-    "multi_edit",
-    "str_replace",
-    "apply_patch",
-    "create",
-    "create_file",
-    "write_file",
-    "edit_file",
-    "notebookedit",
-    "notebook_edit",
-    "delete",
-    "delete_file",
-    "patch",
-    "replace",
-    "insert",
-];
-
-/// Names (their last segment, ASCII case aside) of the tools that run shell commands.
-const SHELL: &[&str] = &[
-    "bash",
-    "shell",
-    "sh",
-    "exec",
-    "exec_command",
-    "run",
-    "run_command",
-    "run_terminal_cmd",
-    "terminal",
-    "execute_command",
-    "local_shell",
-    "command",
-];
-
-fn kind(name: &str, input: &Value) -> Kind {
-    // The last segment of the name, compared in place without regard to ASCII case (which
-    // is what comparing its lowercase copy with these lowercase words does).
-    let n = match name.bytes().rposition(|b| matches!(b, b'.' | b':' | b'/')) {
-        Some(at) => &name[at + 1..],
-        None => name,
-    };
-    let is = |word: &str| n.eq_ignore_ascii_case(word);
-    let has = |word: &str| {
-        n.as_bytes()
-            .windows(word.len())
-            .any(|w| w.eq_ignore_ascii_case(word.as_bytes()))
-    };
-    if MODIFY.iter().any(|m| is(m)) {
-        return Kind::Modify;
-    }
-    if has("edit") && input.get("command").and_then(Value::as_str).is_some() {
-        // An editor tool with sub-commands (`view`, `create`, `str_replace`, ...).
-        let sub = input["command"].as_str().unwrap_or("");
-        return if sub == "view" {
-            Kind::Other
-        } else {
-            Kind::Modify
-        };
-    }
-    if SHELL.iter().any(|s| is(s)) {
-        return Kind::Shell;
-    }
-    if has("todo") || is("update_plan") {
-        return Kind::Todo;
-    }
-    let ask = n
-        .as_bytes()
-        .get(..3)
-        .is_some_and(|p| p.eq_ignore_ascii_case(b"ask"));
-    if has("question") || ask {
-        return Kind::Question;
-    }
-    Kind::Other
-}
-
-/// Whether strings under `key` in tool arguments name files or folders, at any depth.
-pub(crate) fn is_path_key(key: &str) -> bool {
-    matches!(
-        key,
-        "path"
-            | "file"
-            | "file_path"
-            | "filepath"
-            | "filename"
-            | "notebook_path"
-            | "target_file"
-            | "dir"
-            | "directory"
-    )
-}
-
-/// Whether strings under `key` in tool arguments are read as patches ([`patch_paths`]), at any
-/// depth.
-pub(crate) fn is_patch_key(key: &str) -> bool {
-    matches!(key, "patch" | "input")
-}
-
-/// Keys of the command a shell call runs, at the top level, in order of preference.
-pub(crate) const COMMAND_KEYS: &[&str] = &["command", "cmd", "script"];
-
-/// Keys of a todo call's list, at the top level, in order of preference.
-pub(crate) const TODO_LIST_KEYS: &[&str] = &["todos", "plan"];
-
-/// The key of a todo's status.
-pub(crate) const TODO_STATUS: &str = "status";
-
-/// Keys of a todo's text, in order of preference.
-pub(crate) const TODO_TEXT_KEYS: &[&str] = &["content", "step", "title", "text", "task"];
-
-/// Calls `found` with each file or folder `input` names, in the order met (repeats included).
-fn paths<'v>(input: &'v Value, found: &mut impl FnMut(&'v str)) {
-    match input {
-        Value::Object(map) => {
-            for (k, v) in map {
-                match v {
-                    Value::String(s) if is_path_key(k) && !s.trim().is_empty() => found(s.trim()),
-                    Value::String(s) if is_patch_key(k) => patch_paths(s, found),
-                    Value::Object(_) | Value::Array(_) => paths(v, found),
-                    _ => {}
-                }
-            }
-        }
-        Value::Array(items) => items.iter().for_each(|v| paths(v, found)),
-        Value::String(s) => patch_paths(s, found),
-        _ => {}
-    }
-}
-
-/// Calls `found` with each file an `apply_patch` body names (`*** Update File: PATH` and its
-/// kin).
-fn patch_paths<'v>(text: &'v str, found: &mut impl FnMut(&'v str)) {
-    for line in text.lines() {
-        for prefix in ["*** Update File: ", "*** Add File: ", "*** Delete File: "] {
-            if let Some(p) = line.strip_prefix(prefix) {
-                found(p.trim());
-            }
-        }
-    }
-}
-
-/// The command a shell call runs: its first non-empty line, trimmed.
-fn command(input: &Value) -> Option<&str> {
-    let text = match input {
-        Value::String(s) => s.as_str(),
-        _ => COMMAND_KEYS.iter().find_map(|k| match input.get(*k) {
-            Some(Value::String(s)) => Some(s.as_str()),
-            Some(Value::Array(a)) => a.last().and_then(Value::as_str),
-            _ => None,
-        })?,
-    };
-    text.lines().map(str::trim).find(|l| !l.is_empty())
-}
-
-/// The open todos of a todo call's list, when it has one.
-fn todo_list(input: &Value) -> Option<Vec<String>> {
-    let list = TODO_LIST_KEYS
-        .iter()
-        .find_map(|k| input.get(*k))
-        .and_then(Value::as_array)?;
-    Some(list.iter().filter_map(open_todo).collect())
-}
-
-/// What an error is about, for matching a later success: the program of a command (its words up
-/// to the first option, pipe or redirection, at most three, after any `cd DIR &&`), else the
-/// target itself.
-fn error_key(tool: &str, target: &str) -> String {
-    let mut key = String::new();
-    write_error_key(tool, target, &mut key);
-    key
-}
-
-/// [`error_key`] written into `out`, which it clears first.
-fn write_error_key(tool: &str, target: &str, out: &mut String) {
-    out.clear();
-    out.push_str(tool);
-    out.make_ascii_lowercase();
-    out.push('\u{0}');
-    let mut rest = target.trim();
-    while let Some(after_cd) = rest.strip_prefix("cd ") {
-        match after_cd.split_once("&&") {
-            Some((_, tail)) => rest = tail.trim(),
-            None => break,
-        }
-    }
-    let program = out.len();
-    let words = rest
-        .split_whitespace()
-        .take_while(|w| !w.starts_with(|c: char| "-|;&><".contains(c)) && !w.contains('"'))
-        .take(3);
-    for (i, word) in words.enumerate() {
-        if i > 0 {
-            out.push(' ');
-        }
-        out.push_str(word);
-    }
-    if out.len() == program {
-        out.push_str(rest);
-    }
-}
-
-/// A successful call, described for the errors it resolves: the tool, and its target shortened.
-fn success(tool: &str, target: &str) -> String {
-    if target.is_empty() {
-        code_span(tool)
-    } else {
-        format!("{} on {}", code_span(tool), code_span(&clip(target, 80)))
-    }
-}
-
-/// The most telling line of an error output: the first that mentions an error or a failure,
-/// else the first non-empty one.
-fn error_message(text: &str) -> String {
-    let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
-    let first = lines.clone().next();
-    // Each line lowercased into the same buffer, not a new one per line.
-    let mut lower = String::new();
-    let telling = lines.find(|l| {
-        lower.clear();
-        lower.push_str(l);
-        lower.make_ascii_lowercase();
-        [
-            "error",
-            "fail",
-            "panic",
-            "not found",
-            "no such",
-            "denied",
-            "exited with",
-            "aborted",
-        ]
-        .iter()
-        .any(|w| lower.contains(w))
-    });
-    one_line(telling.or(first).unwrap_or("(no output)"))
-}
-
-/// Whether a user text is a request: not empty, not a bare slash command (`/mode`), not an
-/// interruption notice or a command's captured output.
-pub fn is_request(text: &str) -> bool {
-    let t = text.trim();
-    if t.is_empty() || t.starts_with("[Request interrupted") {
-        return false;
-    }
-    if t.starts_with("<local-command-stdout>") || t.starts_with("<local-command-stderr>") {
-        return false;
-    }
-    let bare_command =
-        t.starts_with('/') && !t.contains(char::is_whitespace) && !t[1..].contains('/');
-    !bare_command
-}
-
-/// The state of one walk over items, oldest first.
-///
-/// Every step costs about the size of the item it reads, whatever the length of the walk so
-/// far: the lists that must hold no duplicates (requests, files, commands, answers) are
-/// appended to and made unique once, by `finish`; errors are found by their key through maps
-/// rather than by comparing every earlier error. The strings a walk keeps (files, targets,
-/// error keys) are stored once each and referred to by number ([`Names`]), so a result, which
-/// only looks its call up, copies nothing; a success is described only when it resolves an
-/// error or is the latest of its key.
-#[derive(Default)]
-struct Walk<'a> {
-    /// Oldest first while walking; reversed by `finish`. Its `modified`, `read`, `commands`
-    /// and `successes` are filled by `finish`.
-    ledger: Ledger,
-    /// The calls so far, for their results.
-    calls: CallIndex<'a, Call<'a>>,
-    /// Files, targets and error keys.
-    names: Names,
-    /// Every modified file, oldest first, repeats included.
-    modified: Vec<Name>,
-    /// Every file read while it had not been modified, oldest first, repeats included.
-    read: Vec<Name>,
-    /// Every shell command, oldest first, repeats included.
-    commands: Vec<Name>,
-    /// The unresolved errors: error key -> message -> index in `ledger.errors`. There is at
-    /// most one unresolved error per key and message (a repeat counts on it).
-    unresolved: HashMap<Name, HashMap<String, usize>>,
-    /// By error key: the ordinal of its latest success and that call's tool and target.
-    successes: Vec<Option<(usize, &'a str, Name)>>,
-    /// How many successful results the walk has seen.
-    succeeded: usize,
-    /// Room to write an error key in before looking it up.
-    key: String,
-    /// By target: the latest tool seen with it and `error_key(tool, target)`.
-    keys: Vec<Option<(&'a str, Name)>>,
-    /// The files of the call being read, each once.
-    files: Vec<Name>,
-}
-
-/// A tool call, as its results need it.
-#[derive(Clone, Copy)]
-struct Call<'a> {
-    tool: &'a str,
-    kind: Kind,
-    target: Name,
-    /// `error_key(tool, target)`.
-    key: Name,
-}
-
-/// The number of a string in [`Names`].
-type Name = usize;
-
-/// Distinct strings, each stored once and numbered in the order met; the empty string is
-/// number 0. It also records which of them are files modified so far.
-struct Names {
-    numbers: HashMap<Rc<str>, Name>,
-    strings: Vec<Rc<str>>,
-    modified: Vec<bool>,
-}
-
-impl Default for Names {
-    fn default() -> Names {
-        let empty: Rc<str> = Rc::from("");
-        Names {
-            numbers: HashMap::from([(Rc::clone(&empty), 0)]),
-            strings: vec![empty],
-            modified: vec![false],
-        }
-    }
-}
-
-impl Names {
-    const EMPTY: Name = 0;
-
-    /// The number of `s`, numbering it when it is new.
-    fn number(&mut self, s: &str) -> Name {
-        if let Some(&n) = self.numbers.get(s) {
-            return n;
-        }
-        let n = self.strings.len();
-        let s: Rc<str> = Rc::from(s);
-        self.strings.push(Rc::clone(&s));
-        self.numbers.insert(s, n);
-        self.modified.push(false);
-        n
-    }
-
-    fn get(&self, n: Name) -> &str {
-        &self.strings[n]
-    }
-
-    /// The strings of `names`, each once, in order.
-    fn unique(&self, names: impl Iterator<Item = Name>) -> Vec<String> {
-        let mut seen = vec![false; self.strings.len()];
-        names
-            .filter(|&n| !std::mem::replace(&mut seen[n], true))
-            .map(|n| self.get(n).to_owned())
-            .collect()
-    }
-}
-
-impl<'a> Walk<'a> {
-    fn item(&mut self, item: ItemView<'a>) {
-        match item {
-            ItemView::Text {
-                role: Role::User,
-                text,
-            } => self.request(text),
-            ItemView::ToolCall {
-                id, name, input, ..
-            } => match input {
-                ToolInput::Value(input) => self.call(id, name, input),
-                ToolInput::Text(raw) => self.call_json(id, name, raw),
-            },
-            ItemView::ToolResult {
-                id,
-                name,
-                is_error,
-                text,
-            } => self.result(id, name, is_error, || text),
-            _ => {}
-        }
-    }
-
-    fn request(&mut self, text: &str) {
-        if is_request(text) {
-            self.ledger.requests.push(text.trim().to_owned());
-        }
-    }
-
-    /// A call whose arguments are JSON text: read without the strings the ledger never looks
-    /// at when that is exact ([`args::read`]), else in full.
-    fn call_json(&mut self, id: &'a str, name: &'a str, input: &RawJson) {
-        match args::read(input.json()) {
-            Some(value) => self.call(id, name, &value),
-            None => self.call(id, name, &input.to_value()),
-        }
-    }
-
-    fn call(&mut self, id: &'a str, name: &'a str, input: &Value) {
-        let kind = kind(name, input);
-        let names = &mut self.names;
-        let files = &mut self.files;
-        files.clear();
-        if matches!(kind, Kind::Modify | Kind::Question | Kind::Other) {
-            paths(input, &mut |f| {
-                let f = names.number(f);
-                if !files.contains(&f) {
-                    files.push(f);
-                }
-            });
-        }
-        let target = match kind {
-            Kind::Modify => {
-                // A file modified is no longer listed as read (`finish` drops it there).
-                for &f in files.iter() {
-                    self.modified.push(f);
-                    names.modified[f] = true;
-                }
-                files.first().copied().unwrap_or(Names::EMPTY)
-            }
-            Kind::Shell => {
-                let c = names.number(command(input).unwrap_or_default());
-                if c != Names::EMPTY {
-                    self.commands.push(c);
-                }
-                c
-            }
-            Kind::Todo => {
-                if let Some(todos) = todo_list(input) {
-                    let l = &mut self.ledger;
-                    l.todo_list_seen = true;
-                    l.todos = todos;
-                }
-                Names::EMPTY
-            }
-            Kind::Question | Kind::Other => {
-                for &f in files.iter() {
-                    if !names.modified[f] {
-                        self.read.push(f);
-                    }
-                }
-                files.first().copied().unwrap_or(Names::EMPTY)
-            }
-        };
-        let key = self.key(name, target);
-        self.calls.push(
-            id,
-            Call {
-                tool: name,
-                kind,
-                target,
-                key,
-            },
-        );
-    }
-
-    /// The number of `error_key(tool, target)`, computed once per tool and target in a row.
-    fn key(&mut self, tool: &'a str, target: Name) -> Name {
-        if self.keys.len() <= target {
-            self.keys.resize(target + 1, None);
-        }
-        match self.keys[target] {
-            Some((seen, key)) if seen == tool => key,
-            _ => {
-                write_error_key(tool, self.names.get(target), &mut self.key);
-                let key = self.names.number(&self.key);
-                self.keys[target] = Some((tool, key));
-                key
-            }
-        }
-    }
-
-    /// A result; its text is asked for only when it is read.
-    fn result<'t>(
-        &mut self,
-        id: &str,
-        name: Option<&'a str>,
-        is_error: bool,
-        text: impl FnOnce() -> Cow<'t, str>,
-    ) {
-        let call = match self.calls.latest(id) {
-            Some(call) => call,
-            None => {
-                let tool = name.unwrap_or("tool");
-                Call {
-                    tool,
-                    kind: Kind::Other,
-                    target: Names::EMPTY,
-                    key: self.key(tool, Names::EMPTY),
-                }
-            }
-        };
-        let l = &mut self.ledger;
-        if is_error {
-            let message = error_message(&text());
-            let open = self.unresolved.entry(call.key).or_default();
-            if let Some(&at) = open.get(&message) {
-                l.errors[at].count += 1;
-                return;
-            }
-            open.insert(message.clone(), l.errors.len());
-            let target = self.names.get(call.target).to_owned();
-            l.errors
-                .push(LedgerError::first(call.tool.to_owned(), target, message));
-            return;
-        }
-        if call.kind == Kind::Question {
-            // An answer to a question, unless it is empty (then a plain success).
-            let text = text();
-            if !text.trim().is_empty() {
-                l.answers.push(text.trim().to_owned());
-                return;
-            }
-        }
-        if !self.unresolved.is_empty()
-            && let Some(open) = self.unresolved.remove(&call.key)
-        {
-            let how = success(call.tool, self.names.get(call.target));
-            for at in open.into_values() {
-                l.errors[at].resolved = Some(how.clone());
-            }
-        }
-        self.succeeded += 1;
-        if self.successes.len() <= call.key {
-            self.successes.resize(call.key + 1, None);
-        }
-        self.successes[call.key] = Some((self.succeeded, call.tool, call.target));
-    }
-
-    fn finish(self) -> Ledger {
-        let names = &self.names;
-        let mut l = self.ledger;
-        l.requests = unique(l.requests.iter().rev());
-        l.answers = unique(l.answers.iter().rev());
-        l.modified = names.unique(self.modified.iter().rev().copied());
-        l.read = names.unique(
-            self.read
-                .iter()
-                .rev()
-                .copied()
-                .filter(|&f| !names.modified[f]),
-        );
-        l.commands = names.unique(self.commands.iter().rev().copied());
-        l.errors.reverse();
-        let mut successes: Vec<(usize, Name, &str, Name)> = self
-            .successes
-            .iter()
-            .enumerate()
-            .filter_map(|(key, s)| s.map(|(ordinal, tool, target)| (ordinal, key, tool, target)))
-            .collect();
-        successes.sort_unstable_by_key(|s| std::cmp::Reverse(s.0));
-        l.successes = successes
-            .into_iter()
-            .map(|(_, key, tool, target)| {
-                (names.get(key).to_owned(), success(tool, names.get(target)))
-            })
-            .collect();
-        l
-    }
-}
-
-/// The text of a todo that is not done: `{"content"|"step"|"title", "status"}`.
-fn open_todo(todo: &Value) -> Option<String> {
-    let status = todo.get(TODO_STATUS).and_then(Value::as_str).unwrap_or("");
-    if matches!(
-        status.to_ascii_lowercase().as_str(),
-        "completed" | "complete" | "done" | "cancelled" | "canceled"
-    ) {
-        return None;
-    }
-    let text = TODO_TEXT_KEYS
-        .iter()
-        .find_map(|k| todo.get(*k).and_then(Value::as_str))
-        .or(todo.as_str())?;
-    Some(if status.is_empty() {
-        text.to_owned()
-    } else {
-        format!("{text} ({status})")
-    })
-}
-
-#[cfg(test)]
-mod tests {
+mod walk {
     //! The walk against the plain one it replaced (every step comparing with every earlier
     //! error, success and list item), kept here as the reference of what a ledger records.
 
-    use proptest::prelude::*;
-    use serde_json::json;
+    use std::fmt::Write as _;
 
-    use super::*;
+    use panto_model::{ContentBlock, Message, RawJson, Role};
+    use proptest::prelude::*;
+    use serde_json::{Value, json};
+
+    use super::super::args;
+    use super::super::tools::{Kind, TODO_TEXT_KEYS, command, kind, open_todo, paths, todo_list};
+    use super::super::walk::{error_message, success};
+    use super::super::{Ledger, LedgerError, is_request};
+    use crate::item::{ItemView, TranscriptItem};
 
     /// The readers of tool arguments as they were when they read the full value, kept as the
     /// reference of what the walk decides from pruned arguments.
     mod full {
         use serde_json::Value;
 
-        use super::super::{Kind, MODIFY, SHELL};
+        use crate::ledger::tools::{Kind, MODIFY, SHELL};
 
         /// Keys of tool arguments that name files or folders.
         pub(super) const PATH_KEYS: &[&str] = &[
@@ -1698,5 +818,316 @@ mod tests {
             assert_eq!(args::read(text), Some(expect), "{text}");
             check_arguments(text).unwrap();
         }
+    }
+}
+
+mod record {
+    //! The record after merges holds every item under the cap; a rendering keeps within its
+    //! budget and never leaves out an unresolved error while it shows a less telling item.
+
+    use panto_model::{ContentBlock, Message, Role};
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    use super::super::record::{Kind, PRIORITY, RECORD_ITEM_CHARS, RECORD_TEXT_CHARS};
+    use super::super::render::{INTRO, choose};
+    use super::super::{LEDGER_CAP_BYTES, LEDGER_HEADING, Ledger, LedgerError};
+
+    /// One thing that happens in a conversation.
+    #[derive(Clone, Debug)]
+    enum Event {
+        Request(String),
+        Edit(String),
+        Read(String),
+        Run {
+            command: String,
+            error: Option<String>,
+        },
+        Todos(Vec<String>),
+        Answer(String),
+    }
+
+    fn event() -> impl Strategy<Value = Event> {
+        prop_oneof![
+            "[a-z]{1,6}( [a-z]{1,8}){0,12}".prop_map(|s| Event::Request(format!("ask {s}"))),
+            "src/[a-z]{1,6}\\.rs".prop_map(Event::Edit),
+            "(src|docs)/[a-z]{1,6}\\.(rs|md)".prop_map(Event::Read),
+            (
+                "(cargo|make|npm) [a-z]{1,6}",
+                prop::option::of("error: [a-z]{1,10}( [a-z]{1,8}){0,6}")
+            )
+                .prop_map(|(command, error)| Event::Run { command, error }),
+            prop::collection::vec("[a-z]{1,10}", 0..4).prop_map(Event::Todos),
+            "[a-z]{1,10}( [a-z]{1,6}){0,4}".prop_map(Event::Answer),
+        ]
+    }
+
+    /// The messages of `events`, with call ids that start with `part`.
+    fn messages(part: usize, events: &[Event]) -> Vec<Message> {
+        let mut out = Vec::new();
+        for (i, e) in events.iter().enumerate() {
+            let id = format!("p{part}c{i}");
+            let (name, input, result, failed) = match e {
+                Event::Request(text) => {
+                    out.push(Message::user_text(text.clone()));
+                    continue;
+                }
+                Event::Edit(path) => ("edit", json!({"path": path}), "ok".to_owned(), false),
+                Event::Read(path) => ("read", json!({"path": path}), "text".to_owned(), false),
+                Event::Run { command, error } => (
+                    "bash",
+                    json!({"command": command}),
+                    error.clone().unwrap_or_else(|| "ok".to_owned()),
+                    error.is_some(),
+                ),
+                Event::Todos(list) => (
+                    "TodoWrite",
+                    json!({"todos": list.iter().map(|t| json!({"content": t, "status": "pending"})).collect::<Vec<_>>()}),
+                    "ok".to_owned(),
+                    false,
+                ),
+                Event::Answer(text) => ("ask_user", json!({"question": "?"}), text.clone(), false),
+            };
+            out.push(Message::new(
+                Role::Assistant,
+                vec![ContentBlock::tool_use(&id, name, input)],
+            ));
+            out.push(Message::new(
+                Role::User,
+                vec![ContentBlock::tool_result(&id, result, failed)],
+            ));
+        }
+        out
+    }
+
+    /// The text of a rendering between its opening lines and its closing note.
+    fn body(text: &str) -> &str {
+        let text = text
+            .strip_prefix(LEDGER_HEADING)
+            .and_then(|t| t.strip_prefix('\n'))
+            .and_then(|t| t.strip_prefix(INTRO))
+            .unwrap_or_else(|| panic!("no heading: {text}"));
+        let end = ["\n(Left out here", "\n(Not in the record"]
+            .iter()
+            .filter_map(|n| text.find(n))
+            .min()
+            .unwrap_or(text.len());
+        &text[..end]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+
+        /// After any sequence of merges (each stored and read back as a chained compaction
+        /// does) the record holds every item of every part, and every rendering of it keeps
+        /// within its budget and shows no less telling item while an unresolved error is left
+        /// out.
+        #[test]
+        fn the_record_keeps_every_item_and_a_rendering_keeps_its_budget(
+            parts in prop::collection::vec(prop::collection::vec(event(), 0..24), 1..6),
+            budgets in prop::collection::vec(0usize..6_000, 1..4),
+        ) {
+            let mut record = Ledger::default();
+            let mut derived = Vec::new();
+            for (k, events) in parts.iter().enumerate() {
+                let part = Ledger::from_messages(&messages(k, events));
+                let stored = Ledger::from_json(&record.to_json()).unwrap();
+                record = Ledger::merge(&stored, &part);
+                derived.push(part);
+            }
+            prop_assert!(serde_json::to_vec(&record).unwrap().len() <= LEDGER_CAP_BYTES);
+            prop_assert_eq!(record.left_out, 0);
+            for part in &derived {
+                for r in &part.requests {
+                    prop_assert!(record.requests.contains(r), "request {} lost", r);
+                }
+                for f in &part.modified {
+                    prop_assert!(record.modified.contains(f), "file {} lost", f);
+                }
+                for f in &part.read {
+                    prop_assert!(record.read.contains(f) || record.modified.contains(f));
+                }
+                for c in &part.commands {
+                    prop_assert!(record.commands.contains(c), "command {} lost", c);
+                }
+                for a in &part.answers {
+                    prop_assert!(record.answers.contains(a));
+                }
+                for e in &part.errors {
+                    prop_assert!(record.errors.iter().any(|x| x.tool == e.tool
+                        && x.target == e.target && x.message == e.message));
+                }
+            }
+            for budget in budgets {
+                let text = record.render_within(budget);
+                prop_assert!(body(&text).len() <= budget, "{} > {budget}:\n{text}", body(&text).len());
+                let lines = record.lines(Some(budget));
+                let taken = choose(&lines, budget);
+                prop_assert_eq!(&text, &record.write(&lines, &taken));
+                let u = Kind::Unresolved.index();
+                if PRIORITY.iter().any(|k| k.waits_for_unresolved() && taken[k.index()] > 0) {
+                    prop_assert_eq!(taken[u], lines[u].len(), "{}", text);
+                }
+                // Every unresolved error shown is shown whole, as the text says.
+                let unresolved_shown = text.matches("(not resolved in the summarized turns)").count();
+                prop_assert_eq!(unresolved_shown, taken[u]);
+                let shown: usize = taken.iter().sum();
+                if shown < record.items() {
+                    prop_assert!(text.contains("`panto ledger SESSION`"), "{}", text);
+                }
+            }
+            // The whole rendering holds every item.
+            let all = record.render();
+            for f in record.modified.iter().chain(&record.commands).chain(&record.read) {
+                prop_assert!(all.contains(f.as_str()));
+            }
+            prop_assert!(!all.contains("Left out here"));
+        }
+    }
+
+    /// A ledger with `n` items of every kind, numbered, most recent first.
+    fn numbered(n: usize) -> Ledger {
+        let list = |what: &str| (0..n).rev().map(|i| format!("{what} {i}")).collect();
+        Ledger {
+            requests: list("request"),
+            modified: list("src/modified"),
+            read: list("src/read"),
+            commands: list("command"),
+            todos: list("todo"),
+            answers: list("answer"),
+            errors: (0..n)
+                .rev()
+                .map(|i| LedgerError {
+                    tool: "bash".into(),
+                    target: format!("make {i}"),
+                    message: format!("error: failure {i}"),
+                    count: 1,
+                    resolved: (i % 2 == 0).then(|| "`make`".to_owned()),
+                })
+                .collect(),
+            ..Ledger::default()
+        }
+    }
+
+    #[test]
+    fn a_record_past_its_cap_drops_the_oldest_of_the_least_telling_kinds_and_counts_them() {
+        let mut l = numbered(400);
+        let before = serde_json::to_vec(&l).unwrap().len();
+        let cap = before * 3 / 4;
+        l.cap(cap);
+        let after = serde_json::to_vec(&l).unwrap().len();
+        assert!(after <= cap, "{after} > {cap}");
+        // Files read and commands go first (all of them here), then resolved errors, the
+        // oldest first; requests and unresolved errors stay whole.
+        assert!(l.read.is_empty() && l.commands.is_empty());
+        assert_eq!((l.dropped.read, l.dropped.commands), (400, 400));
+        assert_eq!(l.requests.len(), 400);
+        let unresolved = l.errors.iter().filter(|e| e.resolved.is_none()).count();
+        assert_eq!(unresolved, 200);
+        let resolved: Vec<&LedgerError> =
+            l.errors.iter().filter(|e| e.resolved.is_some()).collect();
+        assert!(resolved.len() < 200);
+        assert_eq!(resolved[0].target, "make 398");
+        assert_eq!(l.dropped.errors, 200 - resolved.len() as u64);
+        assert_eq!(l.left_out, l.dropped.total());
+        // Read back as stored, the counts survive.
+        let stored = Ledger::from_json(&l.to_json()).unwrap();
+        assert_eq!(stored, l);
+        let text = stored.render_within(100_000);
+        assert!(
+            text.contains("(Not in the record either: "),
+            "{}",
+            &text[text.len() - 300..]
+        );
+        assert!(text.contains("the oldest, dropped to keep the record under 256 KiB"));
+    }
+
+    #[test]
+    fn a_tiny_cap_drops_everything_and_unresolved_errors_last() {
+        let mut l = numbered(50);
+        let two_errors = serde_json::to_vec(&l.errors[..2]).unwrap().len();
+        let empty = serde_json::to_vec(&Ledger::default()).unwrap().len();
+        l.cap(empty + 600 + two_errors);
+        assert!(l.requests.is_empty() && l.commands.is_empty() && l.todos.is_empty());
+        assert!(l.errors.iter().all(|e| e.resolved.is_none()));
+        assert!(!l.errors.is_empty());
+        l.cap(0);
+        assert_eq!(l.items(), 0);
+        assert_eq!(l.left_out, 350);
+    }
+
+    #[test]
+    fn long_items_are_cut_to_the_record_s_lengths() {
+        let mut l = Ledger {
+            requests: vec!["r".repeat(20_000), "short".into()],
+            commands: vec!["c".repeat(5_000)],
+            ..Ledger::default()
+        };
+        l.cap(LEDGER_CAP_BYTES);
+        assert_eq!(l.requests[0].chars().count(), RECORD_TEXT_CHARS);
+        assert!(l.requests[0].ends_with('…'));
+        assert_eq!(l.requests[1], "short");
+        assert_eq!(l.commands[0].chars().count(), RECORD_ITEM_CHARS);
+        assert_eq!(l.left_out, 0);
+    }
+
+    #[test]
+    fn a_rendering_takes_the_most_telling_first_and_says_what_it_left_out() {
+        let l = numbered(100);
+        let text = l.render_within(2_000);
+        assert!(body(&text).len() <= 2_000);
+        // Unresolved errors, requests and files modified come first, most recent first.
+        assert!(text.contains("make 99"), "{text}");
+        assert!(text.contains(". request 99\n"), "{text}");
+        assert!(text.contains("`src/modified 99`"), "{text}");
+        assert!(!text.contains("`src/read 0`"));
+        let note = &text[text.find("\n(Left out here").unwrap()..];
+        assert!(note.contains("requests"), "{note}");
+        assert!(note.contains("commands"), "{note}");
+        assert!(
+            note.contains(
+                "; the compaction entry keeps them whole, `panto ledger SESSION` prints them.)"
+            ),
+            "{note}"
+        );
+        // Numbers add up: what is shown and what is counted as left out is the record.
+        let shown_requests = text.lines().filter(|l| l.contains(". request ")).count();
+        assert!(
+            note.contains(&format!("{} requests", 100 - shown_requests)),
+            "{note}"
+        );
+        // With room for everything, nothing is left out and nothing is said about it.
+        let all = l.render_within(1_000_000);
+        assert!(!all.contains("Left out here"));
+        assert_eq!(all.lines().count(), l.render().lines().count());
+    }
+
+    #[test]
+    fn the_counts_read_old_records_and_write_only_what_is_not_zero() {
+        // A record an older panto wrote: `left_out` is an integer and there is no `dropped`.
+        let old = json!({"requests": ["fix it"], "modified": ["a.rs"], "read": [], "errors": [],
+                         "commands": ["make"], "todos": [], "answers": [], "left_out": 12});
+        let l = Ledger::from_json(&old).unwrap();
+        assert_eq!(l.left_out, 12);
+        assert!(l.dropped.is_empty());
+        assert_eq!(l.requests, ["fix it"]);
+        let text = l.render_within(10_000);
+        assert!(
+            text.contains("(Not in the record either: 12 older items an earlier version of panto did not keep.)"),
+            "{text}"
+        );
+        // Written back, it keeps its number, and an older reader (which knows `left_out` as an
+        // integer) still finds one.
+        let again = l.to_json();
+        assert_eq!(again["left_out"], 12);
+        assert!(again.get("dropped").is_none());
+        // Counts given by category raise a smaller total.
+        let new = json!({"left_out": 1, "dropped": {"commands": 3, "read": 2}});
+        let l = Ledger::from_json(&new).unwrap();
+        assert_eq!((l.left_out, l.dropped.commands, l.dropped.read), (5, 3, 2));
+        assert_eq!(l.to_json()["dropped"], json!({"commands": 3, "read": 2}));
+        // Merging adds the counts.
+        let merged = Ledger::merge(&l, &l);
+        assert_eq!((merged.left_out, merged.dropped.commands), (10, 6));
     }
 }
