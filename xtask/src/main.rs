@@ -41,7 +41,8 @@ usage: cargo xtask <command>
 commands:
   ci     fmt check, clippy -D warnings, tests, rustdoc -D warnings, cargo package (every crate
          builds from its packaged form), tidy, deps, quality, quality --pressure (in that order)
-  tidy   file headers, docs naming every crate, prompts referenced
+  tidy   file headers, docs naming every crate, prompts referenced, no module circle, every
+         path docs/architecture.md names exists
   deps   the pure crates must not reach IO, async runtimes or HTTP
   bench  [SECTION...] [--quick] [--keep]  measurements as Markdown tables (release build);
          sections: scale, memory, session, stores, process (docs/benchmarks.md; bench --help)

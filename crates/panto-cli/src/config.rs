@@ -499,7 +499,7 @@ impl Config {
             max_response_mib: Setting::default(
                 panto_providers::DEFAULT_MAX_RESPONSE_BYTES / (1024 * 1024),
             ),
-            store: Setting::default(crate::stores::DEFAULT.to_owned()),
+            store: Setting::default(crate::store_value::DEFAULT.to_owned()),
             files: Vec::new(),
             prompt_layers: Vec::new(),
             trust: trust.clone(),
@@ -694,7 +694,7 @@ impl Config {
             self.max_response_mib.set(v, src.clone());
         }
         if let Some(v) = f.store
-            && self.admit("store", &crate::stores::redacted(&v), src, trusted)
+            && self.admit("store", &crate::store_value::redacted(&v), src, trusted)
         {
             self.store.set(v, src.clone());
         }
@@ -858,7 +858,7 @@ impl Config {
             ),
             (
                 "store",
-                crate::stores::redacted(&self.store.value),
+                crate::store_value::redacted(&self.store.value),
                 &self.store.source,
             ),
         ]

@@ -18,6 +18,7 @@ mod config;
 mod input;
 mod offline;
 mod providers;
+mod store_value;
 mod stores;
 mod ui;
 mod windows;

@@ -1,4 +1,8 @@
 //! One compaction: plan, request with model fallback, and the atomic append of the result.
+//!
+//! Native compaction, the other way of writing the summary, is the submodule `native`.
+
+mod native;
 
 use std::collections::HashSet;
 use std::fmt;
@@ -428,7 +432,7 @@ impl Compactor {
             tokens_before: prepared.tokens_before,
         });
         if self.config.compaction_strategy == CompactionStrategy::Native {
-            match crate::native::ask(self, context, options, &prepared)
+            match native::ask(self, context, options, &prepared)
                 .instrument(info_span!("native"))
                 .await
             {
@@ -442,7 +446,7 @@ impl Compactor {
                         ..Folded::default()
                     };
                     let compacted = self.build(context, options, prepared, folded);
-                    let compacted = crate::native::finish(compacted, &native, context);
+                    let compacted = native::finish(compacted, &native, context);
                     return Ok(CompactOutcome::Compacted(Box::new(compacted)));
                 }
                 Err(cause) => {

@@ -98,7 +98,6 @@ mod error;
 mod events;
 mod fold;
 mod ledger;
-mod native;
 mod plan;
 mod prompt;
 mod record;
@@ -155,3 +154,8 @@ pub use prompt::{
     reason = "tests read and write their fixtures directly"
 )]
 mod tests;
+
+// The README's example runs as a doctest, so that what crates.io shows compiles and passes.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+mod readme {}

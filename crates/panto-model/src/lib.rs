@@ -75,5 +75,10 @@ pub use replay::{EffectiveContext, Replayer, Skipped, replay};
 pub use turns::{allowed_cuts, turns};
 pub use validate::{Problem, validate};
 
+// The README's example runs as a doctest, so that what crates.io shows compiles and passes.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+mod readme {}
+
 #[cfg(test)]
 mod tests;

@@ -112,5 +112,10 @@ pub use openai_responses::OpenAiResponsesProvider;
 pub use secret::ApiKey;
 pub use transport::{CAUSE, CLOSED_EARLY, cut_short};
 
+// The README's example runs as a doctest, so that what crates.io shows compiles and passes.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+mod readme {}
+
 #[cfg(test)]
 mod tests;

@@ -54,5 +54,10 @@ pub use options::SessionOptions;
 pub use store::{Appended, Session, Writer};
 pub use warning::{Warning, WarningKind};
 
+// The README's example runs as a doctest, so that what crates.io shows compiles and passes.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+mod readme {}
+
 #[cfg(test)]
 mod tests;

@@ -40,5 +40,10 @@ pub use store::PostgresStore;
 pub use tokio_postgres;
 pub use url::{StoreUrl, redact};
 
+// The README's example runs as a doctest, so that what crates.io shows compiles and passes.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+mod readme {}
+
 #[cfg(test)]
 mod tests;

@@ -48,5 +48,10 @@ mod store;
 pub use error::SqliteError;
 pub use store::{MIGRATIONS, SqliteOptions, SqliteStore};
 
+// The README's example runs as a doctest, so that what crates.io shows compiles and passes.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+mod readme {}
+
 #[cfg(test)]
 mod tests;

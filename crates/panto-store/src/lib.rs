@@ -69,5 +69,10 @@ pub use record::{Record, RecordKind};
 pub use store::{Loaded, Page, Store};
 pub use tail::{replay_tail, takes_effect};
 
+// The README's example runs as a doctest, so that what crates.io shows compiles and passes.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+mod readme {}
+
 #[cfg(test)]
 mod tests;

@@ -126,5 +126,10 @@ pub use render::{
     render_turns, render_turns_with,
 };
 
+// The README's example runs as a doctest, so that what crates.io shows compiles and passes.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+mod readme {}
+
 #[cfg(test)]
 mod tests;

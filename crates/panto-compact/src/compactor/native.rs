@@ -30,7 +30,7 @@ use panto_size::{Heuristic, estimate_request};
 use panto_transcript::Ledger;
 use serde_json::Value;
 
-use crate::compactor::{Compactor, Prepared};
+use super::{Compactor, Prepared};
 use crate::config::{CompactRun, Conversation};
 use crate::ledger::{ledger_budget, previous_ledger, rendered_len, with_ledger};
 use crate::plan::Plan;

@@ -4,9 +4,18 @@
 //! - `docs/architecture.md` names every crate of the workspace;
 //! - every file under a crate's `prompts/` folder is pulled in by some `include_str!`;
 //! - every crate's manifest inherits the workspace lints and sets what crates.io needs, and the
-//!   crate carries both licence files.
+//!   crate carries both licence files and a README of its own;
+//! - no two modules of one crate use each other in a circle (`modules`);
+//! - every path `docs/architecture.md` names exists (`paths`).
 //!
-//! The same checks run as an ordinary `#[test]`, so `cargo test` catches them too.
+//! The same checks run as an ordinary `#[test]`, so `cargo test` catches them too; `tests.rs`
+//! plants a circle and a stale path in a repository of its own and sees each fail.
+
+mod lex;
+mod modules;
+mod paths;
+#[cfg(test)]
+mod tests;
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -68,6 +77,14 @@ pub(crate) fn check(root: &Path) -> Vec<String> {
                 problems.push(format!("crates/{krate}/Cargo.toml: add `{key}`"));
             }
         }
+        // crates.io shows each crate's own README: what it is for and a short example.
+        if !text.lines().any(|l| l == "readme = \"README.md\"")
+            || !root.join("crates").join(&krate).join("README.md").is_file()
+        {
+            problems.push(format!(
+                "crates/{krate}: add a README.md (what the crate is for, a short example) and `readme = \"README.md\"` to its manifest"
+            ));
+        }
         for licence in ["LICENSE-MIT", "LICENSE-APACHE"] {
             if !root.join("crates").join(&krate).join(licence).is_file() {
                 problems.push(format!(
@@ -98,7 +115,24 @@ pub(crate) fn check(root: &Path) -> Vec<String> {
             ));
         }
     }
+    problems.extend(circles(root));
+    problems.extend(paths::stale(root, "docs/architecture.md"));
     problems
+}
+
+/// The module circles of every crate of the repository: each library, binary, integration-test
+/// binary and example of the packages under `crates/` and of xtask.
+fn circles(root: &Path) -> Vec<String> {
+    let mut packages: Vec<PathBuf> = crate_names(root)
+        .into_iter()
+        .map(|name| root.join("crates").join(name))
+        .collect();
+    packages.push(root.join("xtask"));
+    packages
+        .iter()
+        .flat_map(|dir| modules::crate_roots(dir))
+        .flat_map(|file| modules::circles(&file, root))
+        .collect()
 }
 
 /// The package keys every crate's manifest sets (itself or from the workspace).
@@ -124,7 +158,7 @@ fn crate_names(root: &Path) -> Vec<String> {
     names
 }
 
-fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+pub(crate) fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
     let Ok(entries) = fs::read_dir(dir) else {
         return;
     };
@@ -144,13 +178,4 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
 
 fn rel(root: &Path, p: &Path) -> String {
     p.strip_prefix(root).unwrap_or(p).display().to_string()
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn tidy() {
-        let problems = super::check(&crate::project_root());
-        assert!(problems.is_empty(), "tidy:\n  {}", problems.join("\n  "));
-    }
 }

@@ -1,0 +1,240 @@
+//! Tests of the tidy checks: the repository passes them, and each check fails on what it is for
+//! (a circle of modules, a stale path in the map) in a small repository planted for the test.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use super::{check, modules, paths};
+
+#[test]
+fn tidy() {
+    let problems = check(&crate::project_root());
+    assert!(problems.is_empty(), "tidy:\n  {}", problems.join("\n  "));
+}
+
+/// A repository of its own in a temporary folder, removed when the test ends.
+struct Planted(PathBuf);
+
+impl Planted {
+    fn new(name: &str) -> Planted {
+        let dir = std::env::temp_dir().join(format!("panto-tidy-{}-{name}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        Planted(dir)
+    }
+
+    /// Writes `text` at `path` (relative to the repository), folders included.
+    fn file(&self, path: &str, text: &str) -> &Planted {
+        let path = self.0.join(path);
+        fs::create_dir_all(path.parent().unwrap()).unwrap();
+        fs::write(path, text).unwrap();
+        self
+    }
+
+    fn root(&self) -> &Path {
+        &self.0
+    }
+
+    /// The circles of the planted crate `demo`'s library.
+    fn circles(&self) -> Vec<String> {
+        modules::circles(&self.0.join("crates/demo/src/lib.rs"), &self.0)
+    }
+}
+
+impl Drop for Planted {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+#[test]
+fn a_planted_circle_fails_the_check_and_breaking_it_passes() {
+    let repo = Planted::new("circle");
+    repo.file("crates/demo/src/lib.rs", "//! Demo.\nmod a;\nmod b;\nmod c;\n")
+        .file("crates/demo/src/a.rs", "//! A.\nuse crate::b::B;\npub struct A(B);\n")
+        .file(
+            "crates/demo/src/b.rs",
+            "//! B.\npub struct B;\n\nimpl B {\n    fn a(self) -> crate::a::A {\n        todo!()\n    }\n}\n",
+        )
+        .file("crates/demo/src/c.rs", "//! C, which uses both.\nuse crate::{a::A, b::B};\n");
+    let problems = repo.circles();
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    let problem = &problems[0];
+    assert!(
+        problem.starts_with(
+            "crates/demo/src/lib.rs: the modules `a` and `b` use each other in a circle"
+        ),
+        "{problem}"
+    );
+    assert!(
+        problem.contains("`a` uses `b` (crates/demo/src/a.rs:2: `crate::b::B`)"),
+        "{problem}"
+    );
+    assert!(
+        problem.contains("`b` uses `a` (crates/demo/src/b.rs:5: `crate::a::A`)"),
+        "{problem}"
+    );
+    // The whole check reports it.
+    repo.file("crates/demo/Cargo.toml", "[package]\nname = \"demo\"\n");
+    assert!(check(repo.root()).contains(problem));
+
+    // B no longer names A: no circle.
+    repo.file("crates/demo/src/b.rs", "//! B.\npub struct B;\n");
+    assert_eq!(repo.circles(), Vec::<String>::new());
+}
+
+#[test]
+fn a_circle_through_a_re_export_or_a_longer_loop_is_found() {
+    let repo = Planted::new("reexport");
+    // `b` names `A` through the root's re-export; `a` reaches `b` through `c`.
+    repo.file(
+        "crates/demo/src/lib.rs",
+        "//! Demo.\nmod a;\nmod b;\nmod c;\npub use a::A;\n",
+    )
+    .file(
+        "crates/demo/src/a.rs",
+        "//! A.\nuse crate::c::C;\npub struct A;\n",
+    )
+    .file(
+        "crates/demo/src/b.rs",
+        "//! B.\nuse crate::A;\npub struct B;\n",
+    )
+    .file(
+        "crates/demo/src/c.rs",
+        "//! C.\nuse super::b::B as Bee;\npub struct C;\n",
+    );
+    let problems = repo.circles();
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert!(
+        problems[0].contains("the modules `a`, `b` and `c` use each other in a circle"),
+        "{}",
+        problems[0]
+    );
+    assert!(problems[0].contains("`b` uses `a` (crates/demo/src/b.rs:2: `crate::A`)"));
+}
+
+#[test]
+fn a_circle_inside_a_folder_is_named_by_its_folder() {
+    let repo = Planted::new("folder");
+    repo.file("crates/demo/src/lib.rs", "//! Demo.\nmod engine;\n")
+        .file(
+            "crates/demo/src/engine/mod.rs",
+            "//! The engine: its type here, its jobs in files.\nmod fold;\nmod ask;\npub struct Engine;\nuse fold::Fold;\n",
+        )
+        .file(
+            "crates/demo/src/engine/fold.rs",
+            "//! Fold.\nuse super::Engine;\nuse super::ask::Ask;\npub struct Fold;\n",
+        )
+        .file(
+            "crates/demo/src/engine/ask.rs",
+            "//! Ask.\npub struct Ask;\nfn f() { let _ = crate::engine::fold::Fold; }\n",
+        );
+    let problems = repo.circles();
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert!(
+        problems[0].contains("the modules `ask` and `fold` inside `engine` use each other"),
+        "{}",
+        problems[0]
+    );
+}
+
+#[test]
+fn parents_children_tests_comments_strings_and_macros_make_no_circle() {
+    let repo = Planted::new("allowed");
+    repo.file(
+        "crates/demo/src/lib.rs",
+        "//! Demo.\nmod engine;\nmod other;\n#[cfg(test)]\nmod tests;\n",
+    )
+    // A folder's type used by its jobs, which it uses in turn.
+    .file(
+        "crates/demo/src/engine/mod.rs",
+        "//! The engine.\nmod fold;\npub struct Engine;\nuse fold::Fold;\nuse crate::other::Other;\n",
+    )
+    .file(
+        "crates/demo/src/engine/fold.rs",
+        "//! Fold.\nuse super::Engine;\nuse crate::engine::Engine as Again;\npub struct Fold;\n",
+    )
+    // `other` names `engine` only in a comment, a string, a raw string, a macro's `$crate` and
+    // its own tests.
+    .file(
+        "crates/demo/src/other.rs",
+        concat!(
+            "//! Other: see `crate::engine::Engine`.\n",
+            "pub struct Other;\n",
+            "// use crate::engine::Engine;\n",
+            "/* crate::engine::Engine /* nested */ crate::engine */\n",
+            "const S: &str = \"crate::engine::Engine\";\n",
+            "const R: &str = r#\"crate::engine::\"Engine\"#;\n",
+            "const C: char = '\"';\n",
+            "fn life<'a>(x: &'a str) -> &'a str { x }\n",
+            "macro_rules! m { () => { $crate::engine::Engine } }\n",
+            "#[cfg(test)]\nmod tests {\n    use crate::engine::Engine;\n}\n",
+        ),
+    )
+    .file(
+        "crates/demo/src/tests.rs",
+        "//! Tests use everything.\nuse crate::engine::Engine;\nuse crate::other::Other;\n",
+    );
+    assert_eq!(repo.circles(), Vec::<String>::new());
+    // The same code outside a test module is a circle.
+    repo.file(
+        "crates/demo/src/other.rs",
+        "//! Other.\npub struct Other;\nmod inner {\n    use crate::engine::Engine;\n}\n",
+    );
+    let problems = repo.circles();
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert!(
+        problems[0].contains(
+            "`other` uses `engine` (crates/demo/src/other.rs:4: `crate::engine::Engine`)"
+        ),
+        "{}",
+        problems[0]
+    );
+}
+
+#[test]
+fn a_planted_stale_path_fails_the_map_check() {
+    let repo = Planted::new("paths");
+    repo.file("crates/demo/src/lib.rs", "//! Demo.\n")
+        .file("crates/demo/src/engine/fold.rs", "//! Fold.\n")
+        .file("crates/demo/tests/it/main.rs", "//! Tests.\n")
+        .file("docs/guide.md", "# Guide\n")
+        .file(
+            "docs/architecture.md",
+            concat!(
+                "# Architecture\n",
+                "See docs/guide.md and `docs/gone.md`.\n",
+                "### `crates/demo`\n",
+                "The fold (`engine/fold.rs`, also `fold.rs`), tested in `tests/it/main.rs`;\n",
+                "the old `compactor.rs` and `crates/demo/src/engine.rs` are gone.\n",
+                "Settings in `.panto/config.toml` and `<config dir>/panto/config.toml`.\n",
+                "## Cross-cutting\n",
+                "`fold.rs` is found in any crate; `tests/it/main.rs` only in a section.\n",
+            ),
+        );
+    let problems = paths::stale(repo.root(), "docs/architecture.md");
+    assert_eq!(
+        problems,
+        [
+            "docs/architecture.md:2: `docs/gone.md` does not exist (name the path as it is now, or drop it)",
+            "docs/architecture.md:5: `compactor.rs` does not exist (name the path as it is now, or drop it)",
+            "docs/architecture.md:5: `crates/demo/src/engine.rs` does not exist (name the path as it is now, or drop it)",
+            "docs/architecture.md:8: `tests/it/main.rs` does not exist (name the path as it is now, or drop it)",
+        ]
+    );
+    // The whole check reports them.
+    let all = check(repo.root());
+    for problem in &problems {
+        assert!(all.contains(problem), "{all:?}");
+    }
+
+    // Named as they are now, the map passes.
+    repo.file(
+        "docs/architecture.md",
+        "# Architecture\n### `crates/demo`\nThe fold (`engine/fold.rs`), tested in `tests/it/main.rs`.\n",
+    );
+    assert_eq!(
+        paths::stale(repo.root(), "docs/architecture.md"),
+        Vec::<String>::new()
+    );
+}
