@@ -20,7 +20,7 @@ mod deps;
 mod e2e;
 #[cfg(feature = "quality")]
 mod quality;
-// The bench's tables still print their own Markdown; it joins this list when they use `Table`.
+// The Markdown tables of every command that prints one.
 #[cfg(any(
     feature = "bench",
     feature = "calibrate",

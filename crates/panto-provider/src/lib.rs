@@ -2,9 +2,10 @@
 //!
 //! - [`Request`]: system prompt, messages (model types), model name, output limit, tools, and
 //!   [`RequestOptions`] (temperature, top-p, [`ReasoningEffort`], [`ToolChoice`]).
-//! - [`Provider`]: one method, [`Provider::complete`], returning the assistant [`Message`] (with
-//!   its usage and stop reason) or a [`ProviderError`]. Text arrives through an event callback
-//!   as it streams.
+//! - [`Provider`]: [`Provider::name`], and [`Provider::complete`], returning the assistant
+//!   [`Message`] (with its usage and stop reason) or a [`ProviderError`]; text arrives through
+//!   an event callback as it streams. A third method, [`Provider::compact_natively`], has a
+//!   default.
 //! - [`ProviderError`]: typed failures; [`ProviderError::ContextOverflow`] is the one that
 //!   triggers compaction, [`ProviderError::WaitExpired`] names the [`Wait`] that ran out,
 //!   [`ProviderError::QuotaExceeded`] (the account's quota or billing) is never retried.
