@@ -163,7 +163,10 @@ fn ci(root: &Path) -> Result<()> {
     )?;
     // Each adapter of panto-providers compiles alone (and the shared core with none), so a
     // user who enables one feature gets a crate that builds.
-    for feature in ["", "anthropic", "openai-chat", "openai-responses", "gemini"] {
+    let mut features = vec![String::new()];
+    features.extend(adapter_features(root)?);
+    for feature in &features {
+        let feature = feature.as_str();
         let mut args = vec![
             "check",
             "-p",
@@ -233,6 +236,26 @@ fn ci(root: &Path) -> Result<()> {
     quality(root, &["--pressure".to_owned()])?;
     eprintln!("ci: all steps passed");
     Ok(())
+}
+
+/// The adapter features of panto-providers: the features of its manifest that enable nothing
+/// else (`anthropic = []`), one per protocol.
+fn adapter_features(root: &Path) -> Result<Vec<String>> {
+    let manifest = std::fs::read_to_string(root.join("crates/panto-providers/Cargo.toml"))?;
+    let section = manifest
+        .split("\n[features]\n")
+        .nth(1)
+        .context("crates/panto-providers/Cargo.toml has no [features]")?;
+    let features: Vec<String> = section
+        .lines()
+        .take_while(|l| !l.starts_with('['))
+        .filter_map(|l| l.strip_suffix(" = []"))
+        .map(str::to_owned)
+        .collect();
+    if features.is_empty() {
+        bail!("crates/panto-providers/Cargo.toml names no adapter feature (`NAME = []`)");
+    }
+    Ok(features)
 }
 
 /// A `quality` step of ci, in this process when the feature is on.

@@ -214,8 +214,15 @@ impl Command {
 /// Options every command takes.
 #[derive(Debug, Args, Clone, Default)]
 pub(crate) struct Common {
-    /// The provider: anthropic, openai, openai-responses, gemini or offline.
-    #[arg(long, value_parser = parse_provider, global = true)]
+    /// The provider (the list comes from `ProviderKind`, whose adapters panto-providers
+    /// defines).
+    #[arg(
+        long,
+        value_parser = parse_provider,
+        global = true,
+        help = format!("The provider: {}", ProviderKind::names(" or ")),
+        long_help = provider_long_help(),
+    )]
     pub provider: Option<ProviderKind>,
     /// The active chat model.
     #[arg(long, global = true)]
@@ -263,10 +270,30 @@ impl Common {
     }
 }
 
+/// `--provider`'s long help: each provider with what it is.
+fn provider_long_help() -> String {
+    use clap::ValueEnum;
+    let described: Vec<String> = ProviderKind::value_variants()
+        .iter()
+        .filter_map(ValueEnum::to_possible_value)
+        .map(|v| {
+            let help = v.get_help().map(ToString::to_string).unwrap_or_default();
+            format!("{} ({help})", v.get_name())
+        })
+        .collect();
+    match described.split_last() {
+        Some((last, rest)) if !rest.is_empty() => {
+            format!("The provider: {} or {last}.", rest.join(", "))
+        }
+        _ => format!("The provider: {}.", described.concat()),
+    }
+}
+
 fn parse_provider(s: &str) -> Result<ProviderKind, String> {
     ProviderKind::parse(s).ok_or_else(|| {
         format!(
-            "unknown provider `{s}`; use anthropic, openai, openai-responses, gemini or offline"
+            "unknown provider `{s}`; use {}",
+            ProviderKind::names(" or ")
         )
     })
 }

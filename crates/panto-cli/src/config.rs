@@ -14,23 +14,22 @@
 
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::LazyLock;
 
 use anyhow::{Context, Result, bail};
+use clap::ValueEnum;
+use clap::builder::PossibleValue;
 use panto_compact::{CompactionStrategy, LayerFile, read_layer_file};
+use panto_providers::Protocol;
 use serde::Deserialize;
 
-/// Which provider adapter to use.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "kebab-case")]
+/// Which provider answers: one of panto-providers' protocols (its name, help text and
+/// environment come from [`Protocol`]), or the offline summarizer. Every list of providers
+/// panto shows (`--help`, errors) is made from [`ValueEnum::value_variants`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum ProviderKind {
-    /// Anthropic Messages.
-    Anthropic,
-    /// `OpenAI` Chat Completions and every OpenAI-compatible server.
-    Openai,
-    /// `OpenAI` Responses.
-    OpenaiResponses,
-    /// Google Gemini.
-    Gemini,
+    /// An HTTP adapter of panto-providers.
+    Adapter(Protocol),
     /// The embedded extractive summarizer: no network, summarizes only.
     Offline,
 }
@@ -39,36 +38,77 @@ impl ProviderKind {
     /// The name used in files and flags.
     pub(crate) fn as_str(self) -> &'static str {
         match self {
-            ProviderKind::Anthropic => "anthropic",
-            ProviderKind::Openai => "openai",
-            ProviderKind::OpenaiResponses => "openai-responses",
-            ProviderKind::Gemini => "gemini",
+            ProviderKind::Adapter(protocol) => protocol.name(),
             ProviderKind::Offline => "offline",
         }
     }
 
-    /// Parses a flag or environment value.
+    /// Parses a flag, file or environment value.
     pub(crate) fn parse(s: &str) -> Option<ProviderKind> {
-        Some(match s {
-            "anthropic" => ProviderKind::Anthropic,
-            "openai" => ProviderKind::Openai,
-            "openai-responses" => ProviderKind::OpenaiResponses,
-            "gemini" => ProviderKind::Gemini,
-            "offline" => ProviderKind::Offline,
-            _ => return None,
-        })
+        ProviderKind::value_variants()
+            .iter()
+            .copied()
+            .find(|kind| kind.as_str() == s)
+    }
+
+    /// Every name, joined: `anthropic, openai, openai-responses, gemini, offline`, with `last`
+    /// before the last one (`", "` or `" or "`).
+    pub(crate) fn names(last: &str) -> String {
+        let names: Vec<&str> = ProviderKind::value_variants()
+            .iter()
+            .map(|k| k.as_str())
+            .collect();
+        match names.split_last() {
+            Some((tail, rest)) if !rest.is_empty() => format!("{}{last}{tail}", rest.join(", ")),
+            _ => names.concat(),
+        }
     }
 
     /// The environment variables holding this provider's key and base URL.
     pub(crate) fn env_vars(self) -> Option<(&'static str, &'static str)> {
         match self {
-            ProviderKind::Anthropic => Some(("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL")),
-            ProviderKind::Openai | ProviderKind::OpenaiResponses => {
-                Some(("OPENAI_API_KEY", "OPENAI_BASE_URL"))
+            ProviderKind::Adapter(protocol) => {
+                let env = protocol.environment();
+                Some((env.key_variable, env.base_url_variable))
             }
-            ProviderKind::Gemini => Some(("GEMINI_API_KEY", "GEMINI_BASE_URL")),
             ProviderKind::Offline => None,
         }
+    }
+}
+
+impl ValueEnum for ProviderKind {
+    fn value_variants<'a>() -> &'a [ProviderKind] {
+        static ALL: LazyLock<Vec<ProviderKind>> = LazyLock::new(|| {
+            Protocol::compiled()
+                .map(ProviderKind::Adapter)
+                .chain([ProviderKind::Offline])
+                .collect()
+        });
+        &ALL
+    }
+
+    fn to_possible_value(&self) -> Option<PossibleValue> {
+        let help = match self {
+            ProviderKind::Adapter(protocol) => protocol.description(),
+            ProviderKind::Offline => {
+                "the embedded extractive summarizer: no network, summarizes only"
+            }
+        };
+        Some(PossibleValue::new(self.as_str()).help(help))
+    }
+}
+
+impl<'de> Deserialize<'de> for ProviderKind {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        static NAMES: LazyLock<Vec<&'static str>> = LazyLock::new(|| {
+            ProviderKind::value_variants()
+                .iter()
+                .map(|k| k.as_str())
+                .collect()
+        });
+        let name = String::deserialize(deserializer)?;
+        ProviderKind::parse(&name)
+            .ok_or_else(|| serde::de::Error::unknown_variant(&name, NAMES.as_slice()))
     }
 }
 
@@ -703,7 +743,10 @@ impl Config {
     fn apply_env(&mut self) -> Result<()> {
         if let Some(v) = env("PANTO_PROVIDER") {
             let kind = ProviderKind::parse(&v).with_context(|| {
-                format!("PANTO_PROVIDER={v:?} is not a provider; use one of {PROVIDERS}")
+                format!(
+                    "PANTO_PROVIDER={v:?} is not a provider; use one of {}",
+                    ProviderKind::names(", ")
+                )
             })?;
             self.provider.set(kind, Source::Env("PANTO_PROVIDER"));
         }
@@ -865,8 +908,6 @@ impl Config {
     }
 }
 
-const PROVIDERS: &str = "anthropic, openai, openai-responses, gemini, offline";
-
 fn env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
 }
@@ -970,7 +1011,10 @@ pub(crate) fn explain_value_error(message: &str, key: Option<&str>) -> Option<St
         ));
     }
     if key == "provider" && message.starts_with("unknown variant `") {
-        return Some(format!("`provider` must be one of {PROVIDERS}"));
+        return Some(format!(
+            "`provider` must be one of {}",
+            ProviderKind::names(", ")
+        ));
     }
     None
 }

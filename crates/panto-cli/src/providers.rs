@@ -1,9 +1,10 @@
 //! Building the provider adapter that the configuration names.
 //!
-//! Keys come only from the environment (`ANTHROPIC_API_KEY`, `OPENAI_API_KEY`,
-//! `GEMINI_API_KEY`); the base URL is the resolved configuration value (flag, environment,
-//! project file, user file), else the provider's official API. A keyless base URL that is not
-//! the official API (a local llama.cpp or Ollama server) works without a key.
+//! The adapter, its variables and its official API are panto-providers' (`Protocol`). Keys come
+//! only from the environment (the protocol's key variable, such as `ANTHROPIC_API_KEY`); the base
+//! URL is the resolved configuration value (flag, environment, project file, user file), else the
+//! provider's official API. A keyless base URL that is not the official API (a local llama.cpp
+//! or Ollama server) works without a key.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -15,15 +16,12 @@ use panto_model::Message;
 use panto_provider::{
     EventSink, NativeCompaction, Provider, ProviderError, Request, StreamEvent, async_trait,
 };
-use panto_providers::{
-    AnthropicProvider, Config as AdapterConfig, Error, GeminiProvider, OpenAiChatProvider,
-    OpenAiResponsesProvider, WindowProbe,
-};
+use panto_providers::{Config as AdapterConfig, Error, Protocol, WindowProbe};
 
 use crate::bad_input;
 use crate::config::{Config, ProviderKind};
 use crate::ui;
-use crate::windows::{self, Key, Record, WindowFile, without_credentials};
+use crate::windows::{self, Key, Record, WindowFile};
 
 /// The provider adapter for `kind`.
 ///
@@ -31,9 +29,20 @@ use crate::windows::{self, Key, Record, WindowFile, without_credentials};
 /// Bad input (exit 2) when the key is missing (the message names the variable), or the base URL
 /// or key cannot be used.
 pub(crate) fn build(kind: ProviderKind, config: &Config) -> Result<Arc<dyn Provider>> {
-    let Some((_, url_var)) = kind.env_vars() else {
+    let ProviderKind::Adapter(protocol) = kind else {
         bail!("the offline summarizer is not an HTTP provider");
     };
+    match adapter_config(protocol, config).and_then(|c| protocol.adapter(c)) {
+        Ok(adapter) => Ok(Arc::new(ShowRetries(adapter))),
+        Err(e @ Error::Client { .. }) => Err(anyhow::anyhow!(e)),
+        Err(other) => Err(bad_input(other)),
+    }
+}
+
+/// The adapter configuration of `protocol`: the key from its variable, the base URL from the
+/// resolved setting, and the configured waits, retries and response cap.
+fn adapter_config(protocol: Protocol, config: &Config) -> Result<AdapterConfig, Error> {
+    let url_var = protocol.environment().base_url_variable;
     let base_url = config.base_url.value.clone();
     // The adapters read the key from the environment; the base URL is the resolved setting.
     let lookup = |var: &str| {
@@ -43,43 +52,9 @@ pub(crate) fn build(kind: ProviderKind, config: &Config) -> Result<Arc<dyn Provi
             std::env::var(var).ok()
         }
     };
-    let built = match kind {
-        ProviderKind::Anthropic => adapter(
-            AnthropicProvider::config_from_env(lookup),
-            AnthropicProvider::new,
-            config,
-        ),
-        ProviderKind::Openai => adapter(
-            OpenAiChatProvider::config_from_env(lookup),
-            OpenAiChatProvider::new,
-            config,
-        ),
-        ProviderKind::OpenaiResponses => adapter(
-            OpenAiResponsesProvider::config_from_env(lookup),
-            OpenAiResponsesProvider::new,
-            config,
-        ),
-        ProviderKind::Gemini => adapter(
-            GeminiProvider::config_from_env(lookup),
-            GeminiProvider::new,
-            config,
-        ),
-        ProviderKind::Offline => unreachable!("handled above"),
-    };
-    built.map_err(|e| match e {
-        Error::Client { .. } => anyhow::anyhow!(e),
-        other => bad_input(other),
-    })
-}
-
-/// Builds one adapter from its environment configuration, tuned by `config`.
-fn adapter<P: Provider + 'static>(
-    from_env: Result<AdapterConfig, Error>,
-    new: fn(AdapterConfig) -> Result<P, Error>,
-    config: &Config,
-) -> Result<Arc<dyn Provider>, Error> {
-    let provider = new(tune(from_env?, config))?;
-    Ok(Arc::new(ShowRetries(provider)))
+    protocol
+        .config_from_env(lookup)
+        .map(|from_env| tune(from_env, config))
 }
 
 /// A provider whose retries are announced on stderr as they are scheduled, for chat requests
@@ -236,28 +211,16 @@ pub(crate) fn remember(config: &Config, model: &str, learned: Option<Window>) {
 }
 
 /// Whether the configured server may be asked for its window: a server of the user's own (a
-/// base URL that is not a provider's official API), which llama-server, Ollama, vLLM and LM
-/// Studio are.
+/// base URL that is not the official API of any protocol), which llama-server, Ollama, vLLM and
+/// LM Studio are.
 pub(crate) fn own_server(config: &Config) -> bool {
     let Some(url) = config.base_url.value.as_deref() else {
         return false;
     };
-    if config.provider.value == ProviderKind::Offline {
-        return false;
-    }
-    let host = without_credentials(url)
-        .split_once("://")
-        .map(|(_, rest)| {
-            rest.split(['/', ':'])
-                .next()
-                .unwrap_or("")
-                .to_ascii_lowercase()
-        })
-        .unwrap_or_default();
-    !matches!(
-        host.as_str(),
-        "api.openai.com" | "api.anthropic.com" | "generativelanguage.googleapis.com"
-    )
+    config.provider.value != ProviderKind::Offline
+        && !Protocol::ALL
+            .iter()
+            .any(|p| p.environment().is_official(url))
 }
 
 /// Asks the configured server for the window it serves `model` with, and keeps the answer
@@ -271,23 +234,11 @@ pub(crate) async fn discover(config: &Config, model: &str) -> Result<Option<Reco
     if !own_server(config) {
         return Ok(None);
     }
-    let Some((_, url_var)) = config.provider.value.env_vars() else {
+    let ProviderKind::Adapter(protocol) = config.provider.value else {
         return Ok(None);
     };
-    let base_url = config.base_url.value.clone();
-    let lookup = |var: &str| {
-        if var == url_var {
-            base_url.clone()
-        } else {
-            std::env::var(var).ok()
-        }
-    };
-    let from_env = match config.provider.value {
-        ProviderKind::Anthropic => AnthropicProvider::config_from_env(lookup),
-        ProviderKind::Gemini => GeminiProvider::config_from_env(lookup),
-        _ => OpenAiChatProvider::config_from_env(lookup),
-    };
-    let probe = WindowProbe::new(tune(from_env.map_err(bad_input)?, config)).map_err(bad_input)?;
+    let probe = WindowProbe::new(adapter_config(protocol, config).map_err(bad_input)?)
+        .map_err(bad_input)?;
     let found = probe.discover(model).await?;
     let key = Key::of(config, model);
     let record = Record {

@@ -8,12 +8,35 @@
 //! `transport` and a `wire`.
 
 /// Implements the shared parts of an adapter type that has `transport: Transport` and
-/// `wire: <its Wire>` fields and an inherent `new(Config) -> Result<Self, Error>`.
+/// `wire: <its Wire>` fields and an inherent `new(Config) -> Result<Self, Error>`, for the
+/// variant `$protocol` of [`Protocol`](crate::Protocol), which gives its name and environment.
+///
+/// The adapter's own `native_compaction` method answers `compact_natively`; with
+/// `native: "WHAT"` there is none, and the answer is that WHAT has no native compaction.
 macro_rules! adapter_common {
-    ($ty:ident, name: $name:literal, env: $env:expr, key: $key:literal, url: $url:literal) => {
+    ($ty:ident, $protocol:ident, native: $what:literal) => {
+        impl $ty {
+            /// There is no native compaction: panto writes its own summary.
+            fn native_compaction(
+                &self,
+                _request: &Request,
+                _instructions: Option<&str>,
+                _events: EventSink<'_>,
+            ) -> std::future::Ready<Result<panto_provider::NativeCompaction, ProviderError>> {
+                std::future::ready(Err(ProviderError::Unsupported {
+                    message: concat!($what, " has no native compaction").into(),
+                }))
+            }
+        }
+
+        adapter_common!($ty, $protocol);
+    };
+    ($ty:ident, $protocol:ident) => {
         impl $ty {
             #[doc = concat!(
-                "An adapter configured from `", $key, "` and `", $url, "`. The key may be ",
+                "An adapter configured from the environment: the key and base URL variables of ",
+                "[`Protocol::", stringify!($protocol), "`](crate::Protocol::", stringify!($protocol),
+                ") ([`Protocol::environment`](crate::Protocol::environment)). The key may be ",
                 "missing only when the base URL is not the official API (a keyless local server)."
             )]
             ///
@@ -30,7 +53,7 @@ macro_rules! adapter_common {
             pub fn config_from_env(
                 lookup: impl Fn(&str) -> Option<String>,
             ) -> Result<Config, Error> {
-                config::config_from_lookup(&$env, lookup)
+                crate::Protocol::$protocol.config_from_env(lookup)
             }
 
             /// The configuration in use.
@@ -51,7 +74,7 @@ macro_rules! adapter_common {
         #[panto_provider::async_trait]
         impl Provider for $ty {
             fn name(&self) -> &str {
-                $name
+                crate::Protocol::$protocol.name()
             }
 
             async fn complete(

@@ -14,9 +14,10 @@ use serde_json::{Map, Value, json};
 
 use crate::adapter::adapter_common;
 use crate::body::{Splice, WireBody};
-use crate::classify::{self, Protocol};
-use crate::config::{self, BaseUrl, Config, EnvSpec, Error};
+use crate::classify;
+use crate::config::{BaseUrl, Config, Error};
 use crate::prepare::{compaction_text, prepare};
+use crate::protocol::Protocol;
 use crate::secret::ApiKey;
 use crate::shared::{assistant, insert_sampling, key_header, reasoning_budget, tool_choice};
 use crate::sse::SseEvent;
@@ -69,16 +70,9 @@ pub struct AnthropicProvider {
     wire: AnthropicWire,
 }
 
-const ENV: EnvSpec = EnvSpec {
-    provider: "Anthropic",
-    key_variable: "ANTHROPIC_API_KEY",
-    base_url_variable: "ANTHROPIC_BASE_URL",
-    default_base_url: AnthropicProvider::DEFAULT_BASE_URL,
-};
-
 impl AnthropicProvider {
     /// The official API.
-    pub const DEFAULT_BASE_URL: &'static str = "https://api.anthropic.com";
+    pub const DEFAULT_BASE_URL: &'static str = Protocol::Anthropic.environment().default_base_url;
 
     /// An adapter with this configuration.
     ///
@@ -191,7 +185,7 @@ fn compaction_usage(usage: &Value) -> Usage {
     out
 }
 
-adapter_common!(AnthropicProvider, name: "anthropic", env: ENV, key: "ANTHROPIC_API_KEY", url: "ANTHROPIC_BASE_URL");
+adapter_common!(AnthropicProvider, Anthropic);
 
 /// The protocol description: a conversation request, or (with `compaction`) an on-demand
 /// compaction request.

@@ -300,6 +300,16 @@ pub enum Error {
         /// What failed.
         message: String,
     },
+    /// The protocol's adapter is not compiled in: its cargo feature is off.
+    #[error(
+        "the {provider} adapter is not compiled in (panto-providers' feature `{feature}` is off)"
+    )]
+    NotCompiled {
+        /// The protocol's name.
+        provider: &'static str,
+        /// The feature that compiles it.
+        feature: &'static str,
+    },
 }
 
 /// The parsed base URL, without a trailing slash.
@@ -400,12 +410,32 @@ fn shown_url(text: &str) -> String {
     }
 }
 
-/// The environment variables and official host of one provider.
-pub(crate) struct EnvSpec {
-    pub(crate) provider: &'static str,
-    pub(crate) key_variable: &'static str,
-    pub(crate) base_url_variable: &'static str,
-    pub(crate) default_base_url: &'static str,
+/// Where an adapter finds its key and base URL, and the official API it talks to when no base
+/// URL is given.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Environment {
+    /// The provider, as a message names it (`Anthropic`, `OpenAI`, `Gemini`).
+    pub provider: &'static str,
+    /// The variable that holds the key, such as `ANTHROPIC_API_KEY`.
+    pub key_variable: &'static str,
+    /// The variable that sets the base URL, such as `ANTHROPIC_BASE_URL`.
+    pub base_url_variable: &'static str,
+    /// The official API.
+    pub default_base_url: &'static str,
+}
+
+impl Environment {
+    /// Whether `base_url` points at the official API: the host of
+    /// [`default_base_url`](Environment::default_base_url). A URL that does not parse is not it.
+    /// Anywhere else is a server of the user's own (llama-server, Ollama, vLLM, a proxy), which
+    /// needs no key and may be asked for its window ([`WindowProbe`](crate::WindowProbe)).
+    pub fn is_official(&self, base_url: &str) -> bool {
+        match (BaseUrl::parse(base_url), BaseUrl::parse(self.default_base_url)) {
+            (Ok(url), Ok(official)) => url.host() == official.host(),
+            _ => false,
+        }
+    }
 }
 
 /// Builds a configuration from environment lookups.
@@ -416,17 +446,16 @@ pub(crate) struct EnvSpec {
 /// # Errors
 /// [`Error::MissingKey`] naming the variable, or [`Error::InvalidBaseUrl`].
 pub(crate) fn config_from_lookup(
-    spec: &EnvSpec,
+    spec: &Environment,
     lookup: impl Fn(&str) -> Option<String>,
 ) -> Result<Config, Error> {
     let base_url = lookup(spec.base_url_variable)
         .map(|s| s.trim().to_owned())
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| spec.default_base_url.to_owned());
-    let parsed = BaseUrl::parse(&base_url)?;
-    let official = BaseUrl::parse(spec.default_base_url)?.host();
+    BaseUrl::parse(&base_url)?;
     let key = lookup(spec.key_variable).map_or_else(ApiKey::none, ApiKey::new);
-    if key.is_empty() && parsed.host() == official {
+    if key.is_empty() && spec.is_official(&base_url) {
         return Err(Error::MissingKey {
             variable: spec.key_variable,
             base_url_variable: spec.base_url_variable,

@@ -13,9 +13,10 @@ use serde_json::{Map, Value, json};
 
 use crate::adapter::adapter_common;
 use crate::body::{Splice, WireBody};
-use crate::classify::{self, Protocol};
-use crate::config::{self, BaseUrl, Config, EnvSpec, Error};
+use crate::classify;
+use crate::config::{BaseUrl, Config, Error};
 use crate::prepare::{compaction_text, flatten_result, prepare};
+use crate::protocol::Protocol;
 use crate::secret::ApiKey;
 use crate::shared::{
     StopReasons, assistant, cached_prompt_usage, has_calls, insert_sampling, key_header,
@@ -57,16 +58,9 @@ pub struct GeminiProvider {
     wire: GeminiWire,
 }
 
-const ENV: EnvSpec = EnvSpec {
-    provider: "Gemini",
-    key_variable: "GEMINI_API_KEY",
-    base_url_variable: "GEMINI_BASE_URL",
-    default_base_url: GeminiProvider::DEFAULT_BASE_URL,
-};
-
 impl GeminiProvider {
     /// The official API.
-    pub const DEFAULT_BASE_URL: &'static str = "https://generativelanguage.googleapis.com";
+    pub const DEFAULT_BASE_URL: &'static str = Protocol::Gemini.environment().default_base_url;
 
     /// An adapter with this configuration.
     ///
@@ -78,25 +72,9 @@ impl GeminiProvider {
             wire: GeminiWire,
         })
     }
-
-    /// Gemini has no native compaction: panto writes its own summary.
-    #[expect(
-        clippy::unused_async,
-        reason = "the shape every adapter's native compaction has"
-    )]
-    async fn native_compaction(
-        &self,
-        _request: &Request,
-        _instructions: Option<&str>,
-        _events: EventSink<'_>,
-    ) -> Result<panto_provider::NativeCompaction, ProviderError> {
-        Err(ProviderError::Unsupported {
-            message: "Gemini has no native compaction".into(),
-        })
-    }
 }
 
-adapter_common!(GeminiProvider, name: "gemini", env: ENV, key: "GEMINI_API_KEY", url: "GEMINI_BASE_URL");
+adapter_common!(GeminiProvider, Gemini, native: "Gemini");
 
 /// The protocol description.
 #[derive(Debug)]

@@ -78,6 +78,7 @@ mod body;
 mod classify;
 mod config;
 mod discover;
+mod dynamic;
 #[cfg(feature = "gemini")]
 mod gemini;
 #[cfg(feature = "openai-chat")]
@@ -85,6 +86,7 @@ mod openai_chat;
 #[cfg(feature = "openai-responses")]
 mod openai_responses;
 mod prepare;
+mod protocol;
 mod retry;
 mod secret;
 mod shared;
@@ -98,10 +100,10 @@ pub use anthropic::{
     ANTHROPIC_VERSION, AnthropicProvider, COMPACT_ON_DEMAND_BETA, COMPACT_THRESHOLD_BETA,
 };
 pub use classify::{
-    Classification, Protocol, Verdict, classify_response, classify_stream_error,
-    error_in_success_body, explain_response, explain_stream_error, explain_success_body,
+    Classification, Verdict, classify_response, classify_stream_error, error_in_success_body,
+    explain_response, explain_stream_error, explain_success_body,
 };
-pub use config::{Config, DEFAULT_MAX_RESPONSE_BYTES, Error, RetryPolicy};
+pub use config::{Config, DEFAULT_MAX_RESPONSE_BYTES, Environment, Error, RetryPolicy};
 pub use discover::{DiscoveredWindow, ServerKind, WindowProbe};
 #[cfg(feature = "gemini")]
 pub use gemini::GeminiProvider;
@@ -109,6 +111,7 @@ pub use gemini::GeminiProvider;
 pub use openai_chat::{MaxTokensField, OpenAiChatProvider};
 #[cfg(feature = "openai-responses")]
 pub use openai_responses::OpenAiResponsesProvider;
+pub use protocol::Protocol;
 pub use secret::ApiKey;
 pub use transport::{CAUSE, CLOSED_EARLY, cut_short};
 

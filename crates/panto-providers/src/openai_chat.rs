@@ -11,13 +11,14 @@ use serde_json::{Map, Value, json};
 
 use crate::adapter::adapter_common;
 use crate::body::{Splice, WireBody};
-use crate::classify::{self, Protocol};
-use crate::config::{self, BaseUrl, Config, Error};
+use crate::classify;
+use crate::config::{BaseUrl, Config, Error};
 use crate::prepare::{compaction_text, flatten_result, image_url, prepare};
+use crate::protocol::Protocol;
 use crate::secret::ApiKey;
 use crate::shared::{
-    OPENAI_ENV, StopReasons, arguments, assistant, cached_prompt_usage, has_calls, insert_sampling,
-    key_header, map_stop_reason, parse_arguments, tool_choice,
+    StopReasons, arguments, assistant, cached_prompt_usage, has_calls, insert_sampling, key_header,
+    map_stop_reason, parse_arguments, tool_choice,
 };
 use crate::sse::SseEvent;
 use crate::transport::{
@@ -51,7 +52,7 @@ pub struct OpenAiChatProvider {
 
 impl OpenAiChatProvider {
     /// The official API.
-    pub const DEFAULT_BASE_URL: &'static str = OPENAI_ENV.default_base_url;
+    pub const DEFAULT_BASE_URL: &'static str = Protocol::OpenAiChat.environment().default_base_url;
 
     /// An adapter with this configuration.
     ///
@@ -75,25 +76,9 @@ impl OpenAiChatProvider {
         self.wire.max_tokens_field = field;
         self
     }
-
-    /// Chat Completions has no native compaction: panto writes its own summary.
-    #[expect(
-        clippy::unused_async,
-        reason = "the shape every adapter's native compaction has"
-    )]
-    async fn native_compaction(
-        &self,
-        _request: &Request,
-        _instructions: Option<&str>,
-        _events: EventSink<'_>,
-    ) -> Result<panto_provider::NativeCompaction, ProviderError> {
-        Err(ProviderError::Unsupported {
-            message: "Chat Completions has no native compaction".into(),
-        })
-    }
 }
 
-adapter_common!(OpenAiChatProvider, name: "openai", env: OPENAI_ENV, key: "OPENAI_API_KEY", url: "OPENAI_BASE_URL");
+adapter_common!(OpenAiChatProvider, OpenAiChat, native: "Chat Completions");
 
 /// The protocol description.
 #[derive(Debug)]

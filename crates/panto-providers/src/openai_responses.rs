@@ -14,13 +14,14 @@ use serde_json::{Map, Value, json};
 
 use crate::adapter::adapter_common;
 use crate::body::{Splice, WireBody};
-use crate::classify::{self, Protocol};
-use crate::config::{self, BaseUrl, Config, Error};
+use crate::classify;
+use crate::config::{BaseUrl, Config, Error};
 use crate::prepare::{compaction_text, flatten_result, image_url, prepare};
+use crate::protocol::Protocol;
 use crate::secret::ApiKey;
 use crate::shared::{
-    OPENAI_ENV, StopReasons, arguments, assistant, cached_prompt_usage, has_calls, insert_sampling,
-    key_header, map_stop_reason, parse_arguments, tool_choice,
+    StopReasons, arguments, assistant, cached_prompt_usage, has_calls, insert_sampling, key_header,
+    map_stop_reason, parse_arguments, tool_choice,
 };
 use crate::sse::SseEvent;
 use crate::transport::{Sink, StreamParser, Transport, Wire, error_payload, event_json, malformed};
@@ -46,7 +47,8 @@ pub struct OpenAiResponsesProvider {
 
 impl OpenAiResponsesProvider {
     /// The official API.
-    pub const DEFAULT_BASE_URL: &'static str = OPENAI_ENV.default_base_url;
+    pub const DEFAULT_BASE_URL: &'static str =
+        Protocol::OpenAiResponses.environment().default_base_url;
 
     /// An adapter with this configuration.
     ///
@@ -193,7 +195,7 @@ fn exact_compactions(message: &mut Message, exact: Vec<ContentBlock>) {
     }
 }
 
-adapter_common!(OpenAiResponsesProvider, name: "openai-responses", env: OPENAI_ENV, key: "OPENAI_API_KEY", url: "OPENAI_BASE_URL");
+adapter_common!(OpenAiResponsesProvider, OpenAiResponses);
 
 /// The protocol description.
 #[derive(Debug)]

@@ -1,5 +1,4 @@
-//! Protocol pieces more than one adapter uses, written once: the key header, the `OpenAI`
-//! environment, tool arguments as JSON strings, the cached-prompt usage arithmetic, the
+//! Protocol pieces more than one adapter uses, written once: the key header, tool arguments as JSON strings, the cached-prompt usage arithmetic, the
 //! stop-reason mapping and the assembly of an assistant message.
 
 use panto_model::stop_reason;
@@ -8,7 +7,6 @@ use panto_provider::{ReasoningEffort, Request, RequestOptions, ToolChoice};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::{Map, Value, json};
 
-use crate::config::EnvSpec;
 use crate::secret::ApiKey;
 
 /// Puts the key into header `name` (after `prefix`, such as `Bearer `), marked sensitive so
@@ -23,14 +21,6 @@ pub(crate) fn key_header(headers: &mut HeaderMap, name: HeaderName, prefix: &str
         headers.insert(name, value);
     }
 }
-
-/// The environment of both `OpenAI` adapters (Chat Completions and Responses).
-pub(crate) const OPENAI_ENV: EnvSpec = EnvSpec {
-    provider: "OpenAI",
-    key_variable: "OPENAI_API_KEY",
-    base_url_variable: "OPENAI_BASE_URL",
-    default_base_url: "https://api.openai.com/v1",
-};
 
 /// Tool arguments as the JSON string the `OpenAI` protocols carry. A string input is arguments
 /// that did not parse when they arrived, sent back exactly as received.

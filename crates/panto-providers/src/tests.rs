@@ -751,7 +751,8 @@ fn bad_base_urls_are_refused_without_echoing_secrets() {
     }
 }
 
-use crate::shared::OPENAI_ENV;
+/// Both OpenAI protocols' variables.
+const OPENAI_ENV: &crate::Environment = crate::Protocol::OpenAiChat.environment();
 
 fn lookup(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
     let map: HashMap<String, String> = vars
@@ -763,7 +764,7 @@ fn lookup(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
 
 #[test]
 fn from_env_requires_the_key_only_for_the_official_api() {
-    let err = config_from_lookup(&OPENAI_ENV, lookup(&[])).unwrap_err();
+    let err = config_from_lookup(OPENAI_ENV, lookup(&[])).unwrap_err();
     assert!(matches!(
         err,
         Error::MissingKey {
@@ -775,11 +776,11 @@ fn from_env_requires_the_key_only_for_the_official_api() {
         err.to_string().starts_with("OPENAI_API_KEY is not set"),
         "{err}"
     );
-    let err = config_from_lookup(&OPENAI_ENV, lookup(&[("OPENAI_API_KEY", "  ")])).unwrap_err();
+    let err = config_from_lookup(OPENAI_ENV, lookup(&[("OPENAI_API_KEY", "  ")])).unwrap_err();
     assert!(matches!(err, Error::MissingKey { .. }));
 
     let local = config_from_lookup(
-        &OPENAI_ENV,
+        OPENAI_ENV,
         lookup(&[("OPENAI_BASE_URL", "http://127.0.0.1:8080/v1")]),
     )
     .unwrap();
@@ -787,14 +788,11 @@ fn from_env_requires_the_key_only_for_the_official_api() {
     assert_eq!(local.base_url, "http://127.0.0.1:8080/v1");
 
     let official =
-        config_from_lookup(&OPENAI_ENV, lookup(&[("OPENAI_API_KEY", "sk-test\n")])).unwrap();
+        config_from_lookup(OPENAI_ENV, lookup(&[("OPENAI_API_KEY", "sk-test\n")])).unwrap();
     assert_eq!(official.api_key, ApiKey::new("sk-test"));
     assert_eq!(official.base_url, "https://api.openai.com/v1");
 
-    let bad = config_from_lookup(
-        &OPENAI_ENV,
-        lookup(&[("OPENAI_BASE_URL", "localhost:8080")]),
-    );
+    let bad = config_from_lookup(OPENAI_ENV, lookup(&[("OPENAI_BASE_URL", "localhost:8080")]));
     assert!(matches!(bad, Err(Error::InvalidBaseUrl { .. })), "{bad:?}");
 }
 
@@ -978,4 +976,27 @@ fn a_stream_is_scrubbed_of_every_secret_at_every_cut() {
             assert!(seen.ends_with(", then more"), "{cut}/{second}: {seen}");
         }
     }
+}
+
+#[test]
+fn every_protocol_builds_its_adapter_under_its_own_name() {
+    use crate::Protocol;
+    assert_eq!(Protocol::compiled().count(), Protocol::ALL.len());
+    for protocol in Protocol::ALL {
+        assert_eq!(Protocol::from_name(protocol.name()), Some(protocol));
+        let env = protocol.environment();
+        let local = [(env.base_url_variable, "http://127.0.0.1:9/v1")];
+        let adapter = protocol
+            .adapter(protocol.config_from_env(lookup(&local)).unwrap())
+            .unwrap();
+        assert_eq!(adapter.name(), protocol.name());
+        // The official API needs the key, and the error names the protocol's variable.
+        let err = protocol.config_from_env(lookup(&[])).unwrap_err();
+        assert!(err.to_string().starts_with(env.key_variable), "{err}");
+    }
+    assert_eq!(Protocol::from_name("acme"), None);
+    assert_eq!(
+        crate::AnthropicProvider::DEFAULT_BASE_URL,
+        "https://api.anthropic.com"
+    );
 }

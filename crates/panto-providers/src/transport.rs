@@ -15,8 +15,9 @@ use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use serde_json::Value;
 
 use crate::body::WireBody;
-use crate::classify::{self, Protocol};
+use crate::classify;
 use crate::config::{BaseUrl, Config, Error};
+use crate::protocol::Protocol;
 use crate::retry::{self, Refusal};
 use crate::secret::ApiKey;
 use crate::sse::{SseDecoder, SseEvent};

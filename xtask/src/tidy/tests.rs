@@ -1,5 +1,6 @@
 //! Tests of the tidy checks: the repository passes them, and each check fails on what it is for
 //! (a circle of modules, a stale path in the map) in a small repository planted for the test.
+//! Also the list of adapter features `ci` checks one by one, which comes from a manifest too.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -236,5 +237,14 @@ fn a_planted_stale_path_fails_the_map_check() {
     assert_eq!(
         paths::stale(repo.root(), "docs/architecture.md"),
         Vec::<String>::new()
+    );
+}
+
+#[test]
+fn ci_checks_each_adapter_feature_read_from_the_manifest() {
+    let features = crate::adapter_features(&crate::project_root()).unwrap();
+    assert_eq!(
+        features,
+        ["anthropic", "openai-chat", "openai-responses", "gemini"]
     );
 }

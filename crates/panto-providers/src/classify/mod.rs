@@ -25,36 +25,10 @@ use std::time::Duration;
 use panto_provider::ProviderError;
 use serde_json::Value;
 
+use crate::protocol::Protocol;
 use numbers::{Sizes, retry_delay_in_text};
 use rules::Answer;
 use signals::Signals;
-
-/// The wire protocol an adapter speaks; some rules apply to some protocols only.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Protocol {
-    /// Anthropic Messages (also Bedrock and Vertex serving Claude).
-    Anthropic,
-    /// `OpenAI` Chat Completions and every server that copies it.
-    OpenAiChat,
-    /// `OpenAI` Responses.
-    OpenAiResponses,
-    /// Google Gemini (generativelanguage and Vertex).
-    Gemini,
-}
-
-impl Protocol {
-    /// A short name for documentation.
-    #[cfg(test)]
-    fn name(self) -> &'static str {
-        match self {
-            Protocol::Anthropic => "anthropic",
-            Protocol::OpenAiChat => "openai-chat",
-            Protocol::OpenAiResponses => "openai-responses",
-            Protocol::Gemini => "gemini",
-        }
-    }
-}
 
 /// What a rule decided, before it becomes a [`ProviderError`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -142,12 +142,7 @@ pub(super) fn decide(answer: &Answer<'_>) -> &'static Rule {
         .unwrap_or(&RULES[RULES.len() - 1])
 }
 
-const ALL: &[Protocol] = &[
-    Protocol::Anthropic,
-    Protocol::OpenAiChat,
-    Protocol::OpenAiResponses,
-    Protocol::Gemini,
-];
+const ALL: &[Protocol] = &Protocol::ALL;
 const OPENAI: &[Protocol] = &[Protocol::OpenAiChat, Protocol::OpenAiResponses];
 
 // Word lists. Every phrase is normalised: lowercase, no backticks, single spaces.
@@ -828,7 +823,7 @@ pub(super) fn markdown() -> String {
         let protocols = if rule.protocols == ALL {
             String::new()
         } else {
-            let names: Vec<&str> = rule.protocols.iter().map(|p| p.name()).collect();
+            let names: Vec<&str> = rule.protocols.iter().map(|p| p.feature()).collect();
             format!(" (only {})", names.join(", "))
         };
         out.push_str(&format!(
