@@ -301,77 +301,36 @@ pub trait Provider: Send + Sync {
     }
 }
 
-#[async_trait]
-impl<P: Provider + ?Sized> Provider for &P {
-    fn name(&self) -> &str {
-        (**self).name()
-    }
-    async fn complete(
-        &self,
-        request: &Request,
-        events: EventSink<'_>,
-    ) -> Result<Message, ProviderError> {
-        (**self).complete(request, events).await
-    }
-    async fn compact_natively(
-        &self,
-        request: &Request,
-        instructions: Option<&str>,
-        events: EventSink<'_>,
-    ) -> Result<NativeCompaction, ProviderError> {
-        (**self)
-            .compact_natively(request, instructions, events)
-            .await
-    }
+/// `&P`, `Box<P>` and `Arc<P>` are providers wherever `P` is: every method forwards.
+macro_rules! forward {
+    ($($pointer:ty),*) => {$(
+        #[async_trait]
+        impl<P: Provider + ?Sized> Provider for $pointer {
+            fn name(&self) -> &str {
+                (**self).name()
+            }
+            async fn complete(
+                &self,
+                request: &Request,
+                events: EventSink<'_>,
+            ) -> Result<Message, ProviderError> {
+                (**self).complete(request, events).await
+            }
+            async fn compact_natively(
+                &self,
+                request: &Request,
+                instructions: Option<&str>,
+                events: EventSink<'_>,
+            ) -> Result<NativeCompaction, ProviderError> {
+                (**self)
+                    .compact_natively(request, instructions, events)
+                    .await
+            }
+        }
+    )*};
 }
 
-#[async_trait]
-impl<P: Provider + ?Sized> Provider for Box<P> {
-    fn name(&self) -> &str {
-        (**self).name()
-    }
-    async fn complete(
-        &self,
-        request: &Request,
-        events: EventSink<'_>,
-    ) -> Result<Message, ProviderError> {
-        (**self).complete(request, events).await
-    }
-    async fn compact_natively(
-        &self,
-        request: &Request,
-        instructions: Option<&str>,
-        events: EventSink<'_>,
-    ) -> Result<NativeCompaction, ProviderError> {
-        (**self)
-            .compact_natively(request, instructions, events)
-            .await
-    }
-}
-
-#[async_trait]
-impl<P: Provider + ?Sized> Provider for std::sync::Arc<P> {
-    fn name(&self) -> &str {
-        (**self).name()
-    }
-    async fn complete(
-        &self,
-        request: &Request,
-        events: EventSink<'_>,
-    ) -> Result<Message, ProviderError> {
-        (**self).complete(request, events).await
-    }
-    async fn compact_natively(
-        &self,
-        request: &Request,
-        instructions: Option<&str>,
-        events: EventSink<'_>,
-    ) -> Result<NativeCompaction, ProviderError> {
-        (**self)
-            .compact_natively(request, instructions, events)
-            .await
-    }
-}
+forward!(&P, Box<P>, std::sync::Arc<P>);
 
 /// How a request to a provider failed.
 ///

@@ -4,8 +4,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use panto_model::{
     ContentBlock, Extra, Message, NATIVE_ANTHROPIC, NATIVE_OPENAI_RESPONSES, Name, OtherBlock,
-    RawJson, Role, THINKING_RESET, TextBlock, ThinkingBlock, ToolResultContent, ToolUseBlock,
-    Usage,
+    Role, THINKING_RESET, TextBlock, ThinkingBlock, ToolResultContent, ToolUseBlock, Usage,
 };
 use panto_provider::{EventSink, NativeCompaction, Provider, ProviderError, Request, ToolChoice};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
@@ -16,6 +15,7 @@ use crate::adapter::adapter_common;
 use crate::body::{Splice, WireBody};
 use crate::classify;
 use crate::config::{BaseUrl, Config, Error};
+use crate::native;
 use crate::prepare::{compaction_text, prepare};
 use crate::protocol::Protocol;
 use crate::secret::ApiKey;
@@ -99,15 +99,9 @@ impl AnthropicProvider {
             compaction: true,
             instructions: instructions.map(str::to_owned),
         };
-        let body = wire
-            .body(request, false)
-            .to_bytes()
-            .map_err(|e| malformed(format!("could not encode the request: {e}")))?;
+        let body = wire.body(request, false);
         let url = wire.endpoint(self.transport.base(), request, false);
-        let bytes = self
-            .transport
-            .post_json(&wire, request, &url, &body)
-            .await?;
+        let bytes = native::post(&self.transport, &wire, request, &url, &body).await?;
         native_answer(&bytes)
     }
 }
@@ -115,19 +109,10 @@ impl AnthropicProvider {
 /// Reads the answer to an on-demand compaction request: its content blocks exactly as
 /// received, the summary of its `compaction` block, the model and the usage.
 fn native_answer(bytes: &[u8]) -> Result<NativeCompaction, ProviderError> {
-    let top: HashMap<String, Box<RawValue>> = serde_json::from_slice(bytes)
-        .map_err(|e| malformed(format!("the compaction answer cannot be read: {e}")))?;
-    let content = top
-        .get("content")
-        .ok_or_else(|| malformed("the compaction answer has no `content`"))?;
-    let raw: Vec<Box<RawValue>> = serde_json::from_str(content.get()).map_err(|e| {
-        malformed(format!(
-            "the compaction answer's `content` cannot be read: {e}"
-        ))
-    })?;
-    let mut items = Vec::with_capacity(raw.len());
+    let answer = native::Answer::read(bytes, "content")?;
+    let mut items = Vec::with_capacity(answer.elements.len());
     let mut summary = None;
-    for item in &raw {
+    for item in &answer.elements {
         let block: ContentBlock = serde_json::from_str(item.get())
             .map_err(|e| malformed(format!("a compaction answer block cannot be read: {e}")))?;
         if let ContentBlock::Other(o) = &block
@@ -135,28 +120,15 @@ fn native_answer(bytes: &[u8]) -> Result<NativeCompaction, ProviderError> {
         {
             summary = Some(o.native_summary().unwrap_or_default().to_owned());
         }
-        items.push(
-            RawJson::from_text(item.get().to_owned())
-                .map_err(|e| malformed(format!("a compaction answer block: {e}")))?,
-        );
+        items.push(native::Answer::exact(item, "block")?);
     }
     let Some(summary) = summary else {
         return Err(malformed(
             "the compaction answer holds no `compaction` block",
         ));
     };
-    let mut native = NativeCompaction::new(NATIVE_ANTHROPIC, items).with_summary(summary);
-    let field = |k: &str| {
-        top.get(k)
-            .and_then(|v| serde_json::from_str::<Value>(v.get()).ok())
-    };
-    if let Some(model) = field("model").as_ref().and_then(Value::as_str) {
-        native = native.with_model(model);
-    }
-    if let Some(usage) = field("usage") {
-        native = native.with_usage(compaction_usage(&usage));
-    }
-    Ok(native)
+    let native = NativeCompaction::new(NATIVE_ANTHROPIC, items).with_summary(summary);
+    Ok(answer.finish(native, |usage| Some(compaction_usage(usage))))
 }
 
 /// The usage of a compaction answer: the `compaction` iterations when the API itemizes them

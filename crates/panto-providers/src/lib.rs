@@ -81,6 +81,8 @@ mod discover;
 mod dynamic;
 #[cfg(feature = "gemini")]
 mod gemini;
+#[cfg(any(feature = "anthropic", feature = "openai-responses"))]
+mod native;
 #[cfg(feature = "openai-chat")]
 mod openai_chat;
 #[cfg(feature = "openai-responses")]

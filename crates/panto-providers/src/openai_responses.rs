@@ -4,8 +4,7 @@ use std::collections::HashMap;
 
 use panto_model::stop_reason;
 use panto_model::{
-    ContentBlock, Extra, Message, NATIVE_OPENAI_RESPONSES, Name, RawJson, Role, ThinkingBlock,
-    ToolUseBlock,
+    ContentBlock, Extra, Message, NATIVE_OPENAI_RESPONSES, Name, Role, ThinkingBlock, ToolUseBlock,
 };
 use panto_provider::{EventSink, NativeCompaction, Provider, ProviderError, Request, ToolChoice};
 use reqwest::header::{AUTHORIZATION, HeaderMap};
@@ -16,6 +15,7 @@ use crate::adapter::adapter_common;
 use crate::body::{Splice, WireBody};
 use crate::classify;
 use crate::config::{BaseUrl, Config, Error};
+use crate::native;
 use crate::prepare::{compaction_text, flatten_result, image_url, prepare};
 use crate::protocol::Protocol;
 use crate::secret::ApiKey;
@@ -96,14 +96,9 @@ impl OpenAiResponsesProvider {
         if !system.is_empty() {
             body.insert("instructions".into(), json!(system));
         }
-        let body = WireBody::new(Value::Object(body), splice, request)
-            .to_bytes()
-            .map_err(|e| malformed(format!("could not encode the request: {e}")))?;
+        let body = WireBody::new(Value::Object(body), splice, request);
         let url = self.transport.base().endpoint("v1", "responses/compact");
-        let bytes = self
-            .transport
-            .post_json(&wire, request, &url, &body)
-            .await?;
+        let bytes = native::post(&self.transport, &wire, request, &url, &body).await?;
         compact_answer(&bytes)
     }
 }
@@ -111,44 +106,22 @@ impl OpenAiResponsesProvider {
 /// Reads the answer of `/responses/compact`: its output items exactly as received (the kept
 /// user messages and the `compaction` item), the model and the usage.
 fn compact_answer(bytes: &[u8]) -> Result<NativeCompaction, ProviderError> {
-    let top: HashMap<String, Box<RawValue>> = serde_json::from_slice(bytes)
-        .map_err(|e| malformed(format!("the compaction answer cannot be read: {e}")))?;
-    let output = top
-        .get("output")
-        .ok_or_else(|| malformed("the compaction answer has no `output`"))?;
-    let raw: Vec<Box<RawValue>> = serde_json::from_str(output.get()).map_err(|e| {
-        malformed(format!(
-            "the compaction answer's `output` cannot be read: {e}"
-        ))
-    })?;
-    let mut items = Vec::with_capacity(raw.len());
+    let answer = native::Answer::read(bytes, "output")?;
+    let mut items = Vec::with_capacity(answer.elements.len());
     let mut compacted = false;
-    for item in &raw {
+    for item in &answer.elements {
         let value: Value = serde_json::from_str(item.get())
             .map_err(|e| malformed(format!("a compaction answer item: {e}")))?;
         compacted |= value.get("type").and_then(Value::as_str) == Some("compaction");
-        items.push(
-            RawJson::from_text(item.get().to_owned())
-                .map_err(|e| malformed(format!("a compaction answer item: {e}")))?,
-        );
+        items.push(native::Answer::exact(item, "item")?);
     }
     if !compacted {
         return Err(malformed(
             "the compaction answer holds no `compaction` item",
         ));
     }
-    let mut native = NativeCompaction::new(NATIVE_OPENAI_RESPONSES, items);
-    let field = |k: &str| {
-        top.get(k)
-            .and_then(|v| serde_json::from_str::<Value>(v.get()).ok())
-    };
-    if let Some(model) = field("model").as_ref().and_then(Value::as_str) {
-        native = native.with_model(model);
-    }
-    if let Some(usage) = field("usage").as_ref().and_then(parse_usage) {
-        native = native.with_usage(usage);
-    }
-    Ok(native)
+    let native = NativeCompaction::new(NATIVE_OPENAI_RESPONSES, items);
+    Ok(answer.finish(native, parse_usage))
 }
 
 /// Usage on the Contract 1 names (`input_tokens` less its cached part, which goes to

@@ -293,58 +293,26 @@ impl PartialEq for ToolInput<'_> {
     }
 }
 
-/// A borrowed [`TranscriptItem`], as the walk produces it.
-#[derive(Clone, Copy, Debug)]
+/// An item as the walk gives it: its view, except that a tool result's content is not joined
+/// into one text, so that the renderer writes its blocks as they are.
+#[derive(Clone, Debug)]
 pub(crate) enum ItemRef<'a> {
-    Text {
-        role: Role,
-        text: &'a str,
-    },
-    Thinking {
-        role: Role,
-        text: &'a str,
-    },
-    ToolCall {
-        role: Role,
-        id: &'a str,
-        name: &'a str,
-        input: &'a RawJson,
-    },
+    /// Any item but a tool result. A tool call's input is the message's JSON text
+    /// ([`ToolInput::Text`]).
+    View(ItemView<'a>),
+    /// A tool result, with its content as the message holds it.
     ToolResult {
         id: &'a str,
         name: Option<&'a str>,
         is_error: bool,
         content: &'a ToolResultContent,
     },
-    Image {
-        from: Speaker,
-        media_type: Option<&'a str>,
-    },
-    Unknown {
-        from: Speaker,
-        kind: &'a str,
-    },
-    Summary {
-        text: &'a str,
-    },
 }
 
 impl<'a> ItemRef<'a> {
     fn view(self) -> ItemView<'a> {
         match self {
-            ItemRef::Text { role, text } => ItemView::Text { role, text },
-            ItemRef::Thinking { role, text } => ItemView::Thinking { role, text },
-            ItemRef::ToolCall {
-                role,
-                id,
-                name,
-                input,
-            } => ItemView::ToolCall {
-                role,
-                id,
-                name,
-                input: ToolInput::Text(input),
-            },
+            ItemRef::View(view) => view,
             ItemRef::ToolResult {
                 id,
                 name,
@@ -359,9 +327,6 @@ impl<'a> ItemRef<'a> {
                     ToolResultContent::Blocks(_) => Cow::Owned(content.text()),
                 },
             },
-            ItemRef::Image { from, media_type } => ItemView::Image { from, media_type },
-            ItemRef::Unknown { from, kind } => ItemView::Unknown { from, kind },
-            ItemRef::Summary { text } => ItemView::Summary { text },
         }
     }
 }
@@ -389,22 +354,22 @@ pub(crate) fn walk_indexed<'a>(
         for (b, block) in message.content.iter().enumerate() {
             let mut f = |item| f(m, b, item);
             match block {
-                ContentBlock::Text(t) => f(ItemRef::Text {
+                ContentBlock::Text(t) => f(ItemRef::View(ItemView::Text {
                     role,
                     text: &t.text,
-                }),
-                ContentBlock::Thinking(t) => f(ItemRef::Thinking {
+                })),
+                ContentBlock::Thinking(t) => f(ItemRef::View(ItemView::Thinking {
                     role,
                     text: &t.thinking,
-                }),
+                })),
                 ContentBlock::ToolUse(u) => {
                     names.push(&u.id, &u.name);
-                    f(ItemRef::ToolCall {
+                    f(ItemRef::View(ItemView::ToolCall {
                         role,
                         id: &u.id,
                         name: &u.name,
-                        input: &u.input,
-                    });
+                        input: ToolInput::Text(&u.input),
+                    }));
                 }
                 ContentBlock::ToolResult(r) => {
                     f(ItemRef::ToolResult {
@@ -417,31 +382,31 @@ pub(crate) fn walk_indexed<'a>(
                         for inner in blocks {
                             match inner {
                                 ContentBlock::Text(_) => {}
-                                ContentBlock::Image(i) => f(ItemRef::Image {
+                                ContentBlock::Image(i) => f(ItemRef::View(ItemView::Image {
                                     from: Speaker::Tool,
                                     media_type: media_type(i),
-                                }),
-                                other => f(ItemRef::Unknown {
+                                })),
+                                other => f(ItemRef::View(ItemView::Unknown {
                                     from: Speaker::Tool,
                                     kind: other.type_name(),
-                                }),
+                                })),
                             }
                         }
                     }
                 }
-                ContentBlock::Image(i) => f(ItemRef::Image {
+                ContentBlock::Image(i) => f(ItemRef::View(ItemView::Image {
                     from: role.into(),
                     media_type: media_type(i),
-                }),
-                ContentBlock::Compaction(c) => f(ItemRef::Summary { text: &c.summary }),
+                })),
+                ContentBlock::Compaction(c) => f(ItemRef::View(ItemView::Summary { text: &c.summary })),
                 // A provider's native compaction block with a readable summary (Anthropic's
                 // `content`) is a summary like panto's; an opaque one stays an unknown block.
                 ContentBlock::Other(o) => match o.native_summary() {
-                    Some(text) => f(ItemRef::Summary { text }),
-                    None => f(ItemRef::Unknown {
+                    Some(text) => f(ItemRef::View(ItemView::Summary { text })),
+                    None => f(ItemRef::View(ItemView::Unknown {
                         from: role.into(),
                         kind: &o.kind,
-                    }),
+                    })),
                 },
             }
         }

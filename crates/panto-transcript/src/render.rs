@@ -4,12 +4,13 @@
 //! escaping copies unremarkable runs whole, and tool arguments are serialised straight into the
 //! buffer.
 
+use std::borrow::Cow;
 use std::ops::Range;
 
 use panto_model::{ContentBlock, Message, Role, ToolResultContent};
 
 use crate::escape::{Bound, Escaper, Len, Sink, escape_into, write_raw_json, write_token};
-use crate::item::{ItemRef, walk, walk_indexed};
+use crate::item::{ItemRef, ItemView, ToolInput, walk, walk_indexed};
 use crate::syntax::{
     Head, INTRO, INTRO_WITH_SUMMARY, SUMMARY_CLOSE, SUMMARY_OPEN, TRANSCRIPT_CLOSE, TRANSCRIPT_OPEN,
 };
@@ -285,7 +286,7 @@ pub fn render_transcript_elided(
 ) -> Vec<Elision> {
     let mut elided = Vec::new();
     walk_indexed(messages, |message, block, item| {
-        match elide_item(item, max_body) {
+        match elide_item(&item, max_body) {
             Some((body, bytes, kept)) => {
                 write_elided(out, item, &body);
                 elided.push(Elision {
@@ -302,7 +303,7 @@ pub fn render_transcript_elided(
 }
 
 /// The elided body of `item` when its body is longer than `max_body`: `(body, bytes, kept)`.
-fn elide_item(item: ItemRef<'_>, max_body: usize) -> Option<(String, usize, usize)> {
+fn elide_item(item: &ItemRef<'_>, max_body: usize) -> Option<(String, usize, usize)> {
     let cut = |text: &str| -> Option<(String, usize, usize)> {
         if text.len() <= max_body {
             return None;
@@ -319,19 +320,23 @@ fn elide_item(item: ItemRef<'_>, max_body: usize) -> Option<(String, usize, usiz
         Some((body, text.len(), text.len() - omitted))
     };
     match item {
-        ItemRef::Text { text, .. } | ItemRef::Thinking { text, .. } | ItemRef::Summary { text } => {
-            cut(text)
-        }
-        ItemRef::ToolCall { input, .. } => {
-            let mut json = String::with_capacity(input.json().len());
-            write_raw_json(&mut json, input.json());
+        ItemRef::View(
+            ItemView::Text { text, .. }
+            | ItemView::Thinking { text, .. }
+            | ItemView::Summary { text },
+        ) => cut(text),
+        ItemRef::View(ItemView::ToolCall { input, .. }) => {
+            let raw = input_json(*input);
+            let mut json = String::with_capacity(raw.len());
+            write_raw_json(&mut json, &raw);
             cut(&json)
         }
+        ItemRef::View(ItemView::ToolResult { text, .. }) => cut(text),
         ItemRef::ToolResult { content, .. } => match content {
             ToolResultContent::Text(text) => cut(text),
             ToolResultContent::Blocks(_) => cut(&content.text()),
         },
-        ItemRef::Image { .. } | ItemRef::Unknown { .. } => None,
+        ItemRef::View(_) => None,
     }
 }
 
@@ -354,30 +359,33 @@ fn ceil_boundary(text: &str, mut i: usize) -> usize {
 /// Writes `item` with `body` (already elided) in place of its own.
 fn write_elided(out: &mut String, item: ItemRef<'_>, body: &str) {
     match item {
-        ItemRef::ToolCall { role, id, name, .. } => {
+        ItemRef::View(ItemView::ToolCall { role, id, name, .. }) => {
             tool_call_head(out, role, name, id);
             escape_into(out, body, false);
             out.push_str("\n\n");
         }
         ItemRef::ToolResult {
             id, name, is_error, ..
-        } => {
+        }
+        | ItemRef::View(ItemView::ToolResult {
+            id, name, is_error, ..
+        }) => {
             tool_result_head(out, id, name, is_error);
             text_body(out, body);
         }
-        ItemRef::Text { role, .. } => {
+        ItemRef::View(ItemView::Text { role, .. }) => {
             out.push_str(Head::Text(role).open());
             text_body(out, body);
         }
-        ItemRef::Thinking { role, .. } => {
+        ItemRef::View(ItemView::Thinking { role, .. }) => {
             out.push_str(Head::Thinking(role).open());
             text_body(out, body);
         }
-        ItemRef::Summary { .. } => {
+        ItemRef::View(ItemView::Summary { .. }) => {
             out.push_str(Head::Summary.open());
             text_body(out, body);
         }
-        ItemRef::Image { .. } | ItemRef::Unknown { .. } => write_item(out, item),
+        ItemRef::View(_) => write_item(out, item),
     }
 }
 
@@ -396,24 +404,6 @@ pub(crate) fn rendered_bound(messages: &[Message]) -> usize {
 /// Writes one item: the marker, then `: ` and the body when it is not empty, then a blank line.
 fn write_item(out: &mut impl Sink, item: ItemRef<'_>) {
     match item {
-        ItemRef::Text { role, text } => {
-            out.push_str(Head::Text(role).open());
-            text_body(out, text);
-        }
-        ItemRef::Thinking { role, text } => {
-            out.push_str(Head::Thinking(role).open());
-            text_body(out, text);
-        }
-        ItemRef::ToolCall {
-            role,
-            id,
-            name,
-            input,
-        } => {
-            tool_call_head(out, role, name, id);
-            out.push_raw_json(input.json());
-            out.push_str("\n\n");
-        }
         ItemRef::ToolResult {
             id,
             name,
@@ -426,18 +416,55 @@ fn write_item(out: &mut impl Sink, item: ItemRef<'_>) {
                 ToolResultContent::Blocks(blocks) => blocks_body(out, blocks),
             }
         }
-        ItemRef::Image { from, media_type } => {
-            out.push_str(Head::Image(from).open());
-            text_body(out, media_type.unwrap_or(""));
-        }
-        ItemRef::Unknown { from, kind } => {
-            out.push_str(Head::Unknown(from).open());
-            text_body(out, kind);
-        }
-        ItemRef::Summary { text } => {
-            out.push_str(Head::Summary.open());
-            text_body(out, text);
-        }
+        ItemRef::View(view) => match view {
+            ItemView::Text { role, text } => {
+                out.push_str(Head::Text(role).open());
+                text_body(out, text);
+            }
+            ItemView::Thinking { role, text } => {
+                out.push_str(Head::Thinking(role).open());
+                text_body(out, text);
+            }
+            ItemView::ToolCall {
+                role,
+                id,
+                name,
+                input,
+            } => {
+                tool_call_head(out, role, name, id);
+                out.push_raw_json(&input_json(input));
+                out.push_str("\n\n");
+            }
+            ItemView::ToolResult {
+                id,
+                name,
+                is_error,
+                text,
+            } => {
+                tool_result_head(out, id, name, is_error);
+                text_body(out, &text);
+            }
+            ItemView::Image { from, media_type } => {
+                out.push_str(Head::Image(from).open());
+                text_body(out, media_type.unwrap_or(""));
+            }
+            ItemView::Unknown { from, kind } => {
+                out.push_str(Head::Unknown(from).open());
+                text_body(out, kind);
+            }
+            ItemView::Summary { text } => {
+                out.push_str(Head::Summary.open());
+                text_body(out, text);
+            }
+        },
+    }
+}
+
+/// A call's arguments as JSON text: the message's own text, or an item's value written out.
+fn input_json(input: ToolInput<'_>) -> Cow<'_, str> {
+    match input {
+        ToolInput::Text(raw) => Cow::Borrowed(raw.json()),
+        ToolInput::Value(value) => Cow::Owned(value.to_string()),
     }
 }
 
