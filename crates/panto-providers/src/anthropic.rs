@@ -110,18 +110,17 @@ impl AnthropicProvider {
 /// received, the summary of its `compaction` block, the model and the usage.
 fn native_answer(bytes: &[u8]) -> Result<NativeCompaction, ProviderError> {
     let answer = native::Answer::read(bytes, "content")?;
-    let mut items = Vec::with_capacity(answer.elements.len());
     let mut summary = None;
-    for item in &answer.elements {
-        let block: ContentBlock = serde_json::from_str(item.get())
+    let items = answer.exact_elements("block", |text| {
+        let block: ContentBlock = serde_json::from_str(text)
             .map_err(|e| malformed(format!("a compaction answer block cannot be read: {e}")))?;
         if let ContentBlock::Other(o) = &block
             && o.native_compaction() == Some(NATIVE_ANTHROPIC)
         {
             summary = Some(o.native_summary().unwrap_or_default().to_owned());
         }
-        items.push(native::Answer::exact(item, "block")?);
-    }
+        Ok(())
+    })?;
     let Some(summary) = summary else {
         return Err(malformed(
             "the compaction answer holds no `compaction` block",

@@ -35,7 +35,7 @@ pub(crate) async fn post<W: Wire>(
 pub(crate) struct Answer {
     top: HashMap<String, Box<RawValue>>,
     /// The elements of the list, in order.
-    pub(crate) elements: Vec<Box<RawValue>>,
+    elements: Vec<Box<RawValue>>,
 }
 
 impl Answer {
@@ -57,14 +57,24 @@ impl Answer {
         Ok(Answer { top, elements })
     }
 
-    /// An element as the exact text the payload keeps; `what` names it in the error (`block`,
-    /// `item`).
+    /// The elements as the exact texts the payload keeps, each first shown to `look`, which
+    /// reads what it needs of it; `what` names an element in the error (`block`, `item`).
     ///
     /// # Errors
-    /// A malformed answer when the text is not JSON panto can carry.
-    pub(crate) fn exact(element: &RawValue, what: &str) -> Result<RawJson, ProviderError> {
-        RawJson::from_text(element.get().to_owned())
-            .map_err(|e| malformed(format!("a compaction answer {what}: {e}")))
+    /// `look`'s, or a malformed answer when a text is not JSON panto can carry.
+    pub(crate) fn exact_elements(
+        &self,
+        what: &str,
+        mut look: impl FnMut(&str) -> Result<(), ProviderError>,
+    ) -> Result<Vec<RawJson>, ProviderError> {
+        self.elements
+            .iter()
+            .map(|element| {
+                look(element.get())?;
+                RawJson::from_text(element.get().to_owned())
+                    .map_err(|e| malformed(format!("a compaction answer {what}: {e}")))
+            })
+            .collect()
     }
 
     /// `native` with the answer's `model`, and the usage `usage` reads from its `usage`.

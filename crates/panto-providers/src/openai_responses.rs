@@ -107,14 +107,13 @@ impl OpenAiResponsesProvider {
 /// user messages and the `compaction` item), the model and the usage.
 fn compact_answer(bytes: &[u8]) -> Result<NativeCompaction, ProviderError> {
     let answer = native::Answer::read(bytes, "output")?;
-    let mut items = Vec::with_capacity(answer.elements.len());
     let mut compacted = false;
-    for item in &answer.elements {
-        let value: Value = serde_json::from_str(item.get())
+    let items = answer.exact_elements("item", |text| {
+        let value: Value = serde_json::from_str(text)
             .map_err(|e| malformed(format!("a compaction answer item: {e}")))?;
         compacted |= value.get("type").and_then(Value::as_str) == Some("compaction");
-        items.push(native::Answer::exact(item, "item")?);
-    }
+        Ok(())
+    })?;
     if !compacted {
         return Err(malformed(
             "the compaction answer holds no `compaction` item",

@@ -49,6 +49,9 @@ impl JsonlStore {
 
 /// Runs `work` on tokio's blocking pool when inside a tokio runtime that has one, inline
 /// otherwise.
+///
+/// panto-store-sqlite has the same function: the stores do not depend on each other, and
+/// panto-store, which both depend on, links no runtime.
 async fn blocking<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> T {
     match tokio::runtime::Handle::try_current() {
         Ok(handle) if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {

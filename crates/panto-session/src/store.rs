@@ -277,6 +277,15 @@ impl Writer<'_> {
     /// # Errors
     /// As [`Session::append_at`], except the lock timeout.
     pub fn append_at(&mut self, end: u64, entries: &[Entry]) -> Result<Appended> {
+        let found = self.ends_at(end)?;
+        self.write(found, entries)
+    }
+
+    /// Where the file ends, when that is still byte `end`.
+    ///
+    /// # Errors
+    /// [`SessionError::Conflict`] when it ends elsewhere, or reading its length failed.
+    fn ends_at(&mut self, end: u64) -> Result<u64> {
         let found = self.end()?;
         if found != end {
             return Err(SessionError::Conflict {
@@ -285,7 +294,7 @@ impl Writer<'_> {
                 found,
             });
         }
-        self.write(found, entries)
+        Ok(found)
     }
 
     /// The length of the file in bytes; nobody else can append while the lock is held.
@@ -319,14 +328,7 @@ impl Writer<'_> {
     /// As [`Writer::append_at`]; also [`SessionError::Rejected`] for a line that is not one
     /// entry or is of the store's reserved `torn_write` type.
     pub fn append_lines_at(&mut self, end: u64, lines: &[&str]) -> Result<u64> {
-        let found = self.end()?;
-        if found != end {
-            return Err(SessionError::Conflict {
-                path: self.session.path.clone(),
-                expected: end,
-                found,
-            });
-        }
+        let found = self.ends_at(end)?;
         let mut text = Vec::new();
         for (index, line) in lines.iter().enumerate() {
             if line.contains(['\n', '\r']) {

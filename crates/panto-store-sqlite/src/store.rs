@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use panto_model::Entry;
+use panto_model::{DecodeError, Entry};
 use panto_store::{
     Head, Loaded, Page, Record, Store, StoreError, async_trait, replay_tail, takes_effect,
 };
@@ -96,6 +96,9 @@ impl fmt::Debug for SqliteStore {
 
 /// Runs `work` on tokio's blocking pool when inside a multi-thread tokio runtime, inline
 /// otherwise (a current-thread runtime has no other task to stall).
+///
+/// panto-session (`jsonl.rs`) has the same function: the stores do not depend on each other,
+/// and panto-store, which both depend on, links no runtime.
 async fn blocking<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> T {
     match tokio::runtime::Handle::try_current() {
         Ok(handle) if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
@@ -281,19 +284,27 @@ fn decode(
 ) -> Result<Vec<Entry>, StoreError> {
     rows.into_iter()
         .map(|(seq, text)| {
-            let line = usize::try_from(seq).unwrap_or(usize::MAX);
-            panto_model::decode_line(text.as_bytes(), line).map_err(|source| {
-                StoreError::invalid(
-                    session,
-                    SqliteError::Malformed {
-                        location: location.to_owned(),
-                        session: session.to_owned(),
-                        source,
-                    },
-                )
-            })
+            panto_model::decode_line(text.as_bytes(), position(seq))
+                .map_err(|source| malformed(session, location, source))
         })
         .collect()
+}
+
+/// A row's sequence number as the position a decoding error names.
+fn position(seq: i64) -> usize {
+    usize::try_from(seq).unwrap_or(usize::MAX)
+}
+
+/// A row whose text is not an entry: the user's to fix.
+fn malformed(session: &str, location: &str, source: DecodeError) -> StoreError {
+    StoreError::invalid(
+        session,
+        SqliteError::Malformed {
+            location: location.to_owned(),
+            session: session.to_owned(),
+            source,
+        },
+    )
 }
 
 fn head_of(conn: &Connection, session: &str, location: &str) -> Result<Head, StoreError> {
@@ -461,16 +472,8 @@ fn read(
     let records = found
         .into_iter()
         .map(|(seq, text)| {
-            Record::parse(text, usize::try_from(seq).unwrap_or(usize::MAX)).map_err(|source| {
-                StoreError::invalid(
-                    session,
-                    SqliteError::Malformed {
-                        location: location.to_owned(),
-                        session: session.to_owned(),
-                        source,
-                    },
-                )
-            })
+            Record::parse(text, position(seq))
+                .map_err(|source| malformed(session, location, source))
         })
         .collect::<Result<Vec<Record>, StoreError>>()?;
     Ok(Page::new(records, next))

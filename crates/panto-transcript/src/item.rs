@@ -398,7 +398,9 @@ pub(crate) fn walk_indexed<'a>(
                     from: role.into(),
                     media_type: media_type(i),
                 })),
-                ContentBlock::Compaction(c) => f(ItemRef::View(ItemView::Summary { text: &c.summary })),
+                ContentBlock::Compaction(c) => {
+                    f(ItemRef::View(ItemView::Summary { text: &c.summary }));
+                }
                 // A provider's native compaction block with a readable summary (Anthropic's
                 // `content`) is a summary like panto's; an opaque one stays an unknown block.
                 ContentBlock::Other(o) => match o.native_summary() {
