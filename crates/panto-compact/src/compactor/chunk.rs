@@ -1,0 +1,149 @@
+//! One request of a fold: its user prompt (a slice of the transcript rendered once, or, for a
+//! turn too large for any request, that turn with its item bodies elided until it fits) and
+//! what its answer must not merely copy.
+
+use std::ops::Range;
+
+use panto_model::Message;
+use panto_size::Heuristic;
+use panto_transcript::{
+    Elision, TranscriptItem, TurnTranscript, render_request_text, render_transcript_elided,
+    render_turns, transcript_items,
+};
+
+use super::state::Material;
+use crate::error::CompactError;
+use crate::fold::Chunk;
+
+/// The body of the last transcript item of `messages`: what the summary must not merely copy.
+pub(super) fn last_body(messages: &[Message]) -> String {
+    let Some(last) = messages.len().checked_sub(1) else {
+        return String::new();
+    };
+    // The last item comes from the last message; its tool names do not matter here.
+    match transcript_items(&messages[last..]).pop() {
+        Some(
+            TranscriptItem::Text { text, .. }
+            | TranscriptItem::Thinking { text, .. }
+            | TranscriptItem::ToolResult { text, .. }
+            | TranscriptItem::Summary { text },
+        ) => text,
+        _ => String::new(),
+    }
+}
+
+/// The transcript of the turns `turns` (ranges of `messages`), rendered turn by turn.
+fn render_prefix(messages: &[Message], turns: &[Range<usize>]) -> TurnTranscript {
+    let head = turns.first().map_or(0, |t| t.start);
+    let end = turns.last().map_or(head, |t| t.end);
+    let relative: Vec<Range<usize>> = turns.iter().map(|t| t.start - head..t.end - head).collect();
+    render_turns(&messages[head..end], &relative)
+}
+
+/// The transcript of `messages` (one turn too large for any request) with its item bodies
+/// elided until it fits `capacity` estimated tokens: the largest body cap that fits, found by
+/// bisection. `None` when even the markers alone do not fit.
+fn elide_to_fit(messages: &[Message], capacity: u64) -> Option<(String, Vec<Elision>)> {
+    let render = |max_body: usize| {
+        let mut out = String::new();
+        let elided = render_transcript_elided(&mut out, messages, max_body);
+        (out, elided)
+    };
+    let fits = |text: &str| Heuristic.text(text) <= capacity;
+    let (smallest, elided) = render(0);
+    if !fits(&smallest) {
+        return None;
+    }
+    let (mut lo, mut hi) = (0usize, 1usize);
+    let mut best = (smallest, elided);
+    // Grow the cap until it no longer fits, then bisect between the last fit and the miss.
+    loop {
+        let (text, elided) = render(hi);
+        if !fits(&text) || elided.is_empty() {
+            if fits(&text) {
+                return Some((text, elided));
+            }
+            break;
+        }
+        lo = hi;
+        best = (text, elided);
+        hi *= 2;
+    }
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        let (text, elided) = render(mid);
+        if fits(&text) {
+            lo = mid;
+            best = (text, elided);
+        } else {
+            hi = mid;
+        }
+    }
+    Some(best)
+}
+
+/// The user prompt of one request of a fold.
+pub(super) struct ChunkPrompt {
+    /// The prompt.
+    pub(super) text: String,
+    /// The bytes of the transcript in it.
+    pub(super) transcript_len: usize,
+    /// Its estimated tokens.
+    pub(super) tokens: u64,
+    /// The item bodies elided in its transcript.
+    pub(super) elisions: Vec<Elision>,
+}
+
+/// The user prompt of the request for `chunk`: the turns `turns` of `material` (which are the
+/// messages `messages`), after the summary `running`.
+///
+/// The chunk's transcript is a slice of the one rendered once, unless a body must be elided.
+/// The last request is built in that transcript's own buffer (moved, not copied); an earlier
+/// one copies its slice once. Its size comes from the turns' sizes, never from sizing its text
+/// again (an elided one, new text, is sized here).
+///
+/// # Errors
+/// [`CompactError::TurnTooLarge`] when even the markers of a turn too large for any request do
+/// not fit.
+pub(super) fn chunk_prompt(
+    material: &mut Material<'_>,
+    chunk: &Chunk,
+    turns: Range<usize>,
+    messages: &[Message],
+    running: Option<&str>,
+) -> Result<ChunkPrompt, CompactError> {
+    if chunk.needs_elision() {
+        let (text, elisions) =
+            elide_to_fit(messages, chunk.capacity).ok_or(CompactError::TurnTooLarge {
+                tokens: chunk.tokens,
+                capacity: chunk.capacity,
+            })?;
+        let prompt = render_request_text(&text, running);
+        return Ok(ChunkPrompt {
+            tokens: Heuristic.text(&prompt),
+            text: prompt,
+            transcript_len: text.len(),
+            elisions,
+        });
+    }
+    if material.transcript.len() != material.turns.len() {
+        // An earlier last request took the transcript and overflowed.
+        *material.transcript = render_prefix(material.messages, material.turns);
+    }
+    let transcript_len = material.transcript.turns(turns.clone()).len();
+    // Exact: the envelope's cost and the turns' add up to the prompt's.
+    let envelope = render_request_text("", running);
+    let tenths =
+        Heuristic.text_tenths(&envelope) + material.turn_tenths[turns.clone()].iter().sum::<u64>();
+    let text = if turns.end == material.turns.len() {
+        std::mem::take(material.transcript).into_request(turns.start, running)
+    } else {
+        render_request_text(material.transcript.turns(turns), running)
+    };
+    Ok(ChunkPrompt {
+        text,
+        transcript_len,
+        tokens: tenths.div_ceil(10),
+        elisions: Vec::new(),
+    })
+}

@@ -1,0 +1,84 @@
+//! What a request of the fold costs besides its transcript (the system prompt, the envelope,
+//! the summary it carries) and the limit it must fit: the least one a fold can plan in, and
+//! the smaller one a rejection teaches.
+
+use panto_provider::ProviderError;
+use panto_size::{BLOCK_OVERHEAD, Heuristic, MESSAGE_OVERHEAD};
+use panto_transcript::render_request_text;
+
+use crate::config::{min_known, scale};
+use crate::fold::{MIN_OUTPUT_TOKENS, MIN_ROOM};
+
+/// The estimated tokens of a compaction request besides its user prompt's text: the system
+/// prompt, and the overhead of the system part and of the one user message.
+/// The envelope (the intro line and the tags, with room for a previous summary) counts too.
+pub(crate) fn request_overhead(system: &str) -> u64 {
+    Heuristic.text(system) + 2 * MESSAGE_OVERHEAD + BLOCK_OVERHEAD + envelope_tokens()
+}
+
+/// The estimated tokens of the request envelope with room for a previous summary (counted in
+/// [`request_overhead`]).
+pub(super) fn envelope_tokens() -> u64 {
+    Heuristic.text(&render_request_text("", Some("")))
+}
+
+/// The estimated tokens a previous summary adds to a request.
+pub(super) fn previous_tokens(summary: &str) -> u64 {
+    // Escaping adds at most one backslash per reserved line start; a token each is ample.
+    Heuristic.text(summary) + summary.lines().count() as u64 / 8 + 1
+}
+
+/// The limit after a compaction request of `input` estimated tokens (with output `output` and
+/// a transcript of `transcript` tokens) overflowed with `error`: from the provider's numbers
+/// when they explain the rejection. Else the window lies somewhere below the rejected input:
+/// when a request of `proven` input tokens was accepted before, the limit goes back to what
+/// is known to fit (later requests may try higher again, see `fold_material`); else to a
+/// quarter of the rejected input, so that the rejections a fold allows reach a window a
+/// sixteenth of the first request. Always below what failed.
+pub(super) fn shrink(
+    limit: Option<u64>,
+    error: &ProviderError,
+    input: u64,
+    output: u64,
+    transcript: u64,
+    proven: u64,
+) -> u64 {
+    let sent = input + output;
+    let (reported, counted) = match error {
+        ProviderError::ContextOverflow {
+            limit,
+            input_tokens,
+            ..
+        } => (*limit, *input_tokens),
+        _ => (None, None),
+    };
+    let from_numbers = reported.map(|l| match counted {
+        Some(n) if n > 0 => scale(l, input, n),
+        _ => l,
+    });
+    let halved = sent.saturating_sub(transcript / 2 + 1);
+    let guess = if proven > 0 && proven < input {
+        proven + u64::from(MIN_OUTPUT_TOKENS)
+    } else {
+        input / 4
+    };
+    let smaller = match from_numbers {
+        Some(l) if l < sent => l.min(halved.max(l * 9 / 10)),
+        _ => guess,
+    };
+    min_known(limit, Some(smaller))
+        .unwrap_or(smaller)
+        .min(sent.saturating_sub(1))
+}
+
+/// The least limit a fold can plan in: the fixed part, the summary carried (or the reserve of
+/// a later request), the output floor and the least transcript ([`fold`]'s `NoRoom` rule).
+pub(super) fn least_limit(fixed: u64, previous: u64) -> u64 {
+    let floor = u64::from(MIN_OUTPUT_TOKENS);
+    fixed + (previous + floor + MIN_ROOM).max(floor + floor / 4 + floor + MIN_ROOM)
+}
+
+/// Whether an overflow error stated the limit.
+pub(super) fn states_limit(error: &ProviderError) -> bool {
+    matches!(error, ProviderError::ContextOverflow { limit: Some(_), .. })
+}

@@ -1,0 +1,300 @@
+//! What a compaction writes: the summary with the ledger rendered after it, within what the
+//! request after the compaction leaves; the entry and the kept copies marked `kept_by`; and,
+//! when no model could summarize, panto's own record in their place.
+
+use panto_model::{
+    COPIES_MARKED, CompactionEntry, EffectiveContext, Entry, Extra, IdKind, KEPT_BY, Message,
+    replay,
+};
+use panto_size::Heuristic;
+use panto_store::{SessionLog, Store};
+use panto_transcript::{Ledger, strip_ledger, transcript_items};
+use serde_json::{Value, json};
+
+use super::state::{FoldState, Folded};
+use super::{Compactor, Prepared, kept_estimate};
+use crate::config::{CompactRun, min_known};
+use crate::error::CompactError;
+use crate::events::CompactionEvent;
+use crate::ledger::{LEDGER_FIELD, with_ledger};
+use crate::plan::NotSmaller;
+use crate::record::{RECORD_ONLY_MODEL, record_only_text};
+use crate::report::{CompactOutcome, Compacted, CompactionReport};
+
+impl Compactor {
+    /// The summary of the fold with the ledger rendered after it, within what the request
+    /// after the compaction leaves (its limit less what it holds besides the summary: the
+    /// agent's system prompt, tools and reply, and the kept turns), and never more than the
+    /// rendering's natural size ([`ledger_budget`]).
+    pub(super) fn finish(
+        &self,
+        context: &EffectiveContext,
+        options: &CompactRun,
+        prepared: &Prepared,
+        state: FoldState,
+    ) -> Folded {
+        let retry_limit = self.retry_target(options, prepared, &state);
+        let FoldState {
+            running,
+            ledger,
+            mut folded,
+            limit,
+            natural_ledger_chars,
+            failures,
+            ..
+        } = state;
+        folded.failures = failures;
+        let text = running.unwrap_or_default();
+        let budget = self.rendering_budget(
+            context,
+            prepared,
+            options,
+            retry_limit,
+            &text,
+            &ledger,
+            natural_ledger_chars,
+        );
+        folded.summary = with_ledger(&text, &ledger, budget);
+        folded.ledger = ledger;
+        folded.limit = limit;
+        folded
+    }
+
+    /// The characters of the ledger's rendering after `text`: at most `natural`, and, when the
+    /// retry's limit is known, what leaves the retry within it (found by measuring the
+    /// rendering, a few times at most).
+    #[allow(clippy::too_many_arguments)]
+    fn rendering_budget(
+        &self,
+        context: &EffectiveContext,
+        prepared: &Prepared,
+        options: &CompactRun,
+        limit: Option<u64>,
+        text: &str,
+        ledger: &Ledger,
+        natural: usize,
+    ) -> usize {
+        let Some(limit) = limit else {
+            return natural;
+        };
+        let used = kept_estimate(context, prepared, text)
+            + options.reserved_within(limit)
+            // A blank line between the summary and the rendering, and a margin for rounding.
+            + 16;
+        let target = limit.saturating_sub(used);
+        let mut chars =
+            natural.min(usize::try_from(target.saturating_mul(4)).unwrap_or(usize::MAX));
+        for _ in 0..6 {
+            let tokens = Heuristic.text(&ledger.render_within(chars));
+            if tokens <= target || chars == 0 {
+                break;
+            }
+            let scaled =
+                u128::from(chars as u64) * u128::from(target) * 9 / (10 * u128::from(tokens));
+            chars = usize::try_from(scaled).unwrap_or(0);
+        }
+        chars
+    }
+
+    /// Builds the append: the compaction entry, then the kept copies marked `kept_by`.
+    pub(super) fn build(
+        &mut self,
+        context: &EffectiveContext,
+        options: &CompactRun,
+        prepared: Prepared,
+        folded: Folded,
+    ) -> Compacted {
+        let Folded {
+            summary,
+            used,
+            fallback_cause,
+            steps,
+            requests,
+            elided,
+            ledger,
+            degraded,
+            failures,
+            limit: _,
+        } = folded;
+        let used = used.unwrap_or_else(|| self.active.clone());
+        let (model, provider) = match &degraded {
+            Some(_) => (RECORD_ONLY_MODEL.to_owned(), "panto".to_owned()),
+            None => (used.model.clone(), used.provider.name().to_owned()),
+        };
+        let id = self.ids.next_id(IdKind::Compaction);
+        let copies: Vec<Message> = context.messages[prepared.plan.kept()]
+            .iter()
+            .map(|m| {
+                let mut copy = m.clone();
+                copy.id = Some(self.ids.next_id(IdKind::Message).into());
+                copy.extra
+                    .insert(KEPT_BY.to_owned(), Value::from(id.as_str()));
+                copy
+            })
+            .collect();
+        let mut after = Vec::with_capacity(copies.len() + 1);
+        after.push(Message::compaction(summary.clone()));
+        after.extend(copies.iter().cloned());
+        // Measured as `tokens_before` was: the sum of the messages' sizes by the same sizer
+        // (with the default one, the ruler's `conversation`).
+        let tokens_after = self
+            .sizer
+            .message_sizes(&after)
+            .iter()
+            .fold(0u64, |t, &s| t.saturating_add(s));
+
+        let plan = prepared.plan;
+        let mut extra = Extra::new();
+        if !copies.is_empty() {
+            // The copies follow in the same append: replay waits for all of them, so a crash
+            // that cuts the append replays to the old context (whatever the store).
+            extra.insert(COPIES_MARKED.into(), true.into());
+        }
+        extra.insert("provider".into(), provider.as_str().into());
+        if let Some(cause) = &degraded {
+            extra.insert("degraded".into(), true.into());
+            extra.insert("degraded_error".into(), cause.as_str().into());
+        }
+        extra.insert("fallback".into(), fallback_cause.is_some().into());
+        if let Some(cause) = &fallback_cause {
+            extra.insert("fallback_error".into(), cause.to_string().into());
+        }
+        extra.insert("keep_tokens".into(), plan.budget.into());
+        extra.insert("kept_turns".into(), (plan.kept_turns as u64).into());
+        extra.insert(
+            "summarized_turns".into(),
+            (plan.summarized_turns as u64).into(),
+        );
+        extra.insert(
+            "summarized_messages".into(),
+            (plan.prefix().len() as u64).into(),
+        );
+        extra.insert("requests".into(), (requests as u64).into());
+        if steps.len() > 1 {
+            extra.insert("fold_steps".into(), (steps.len() as u64).into());
+        }
+        if !elided.is_empty() {
+            let items: Vec<Value> = elided
+                .iter()
+                .map(|e| {
+                    json!({"message": e.message_id, "block": e.block, "bytes": e.bytes, "kept": e.kept})
+                })
+                .collect();
+            extra.insert("elided".into(), Value::Array(items));
+        }
+        if !ledger.is_empty() {
+            extra.insert(LEDGER_FIELD.into(), ledger.to_json());
+        }
+        let instructions = options.instructions().map(str::to_owned);
+        let mut entry = CompactionEntry::new(summary.clone())
+            .with_id(id.clone())
+            .with_trigger(options.trigger.clone())
+            .with_model(model.clone())
+            .with_tokens(prepared.tokens_before, tokens_after)
+            .with_kept_messages(copies.len() as u64)
+            .with_extra(extra);
+        entry.instructions.clone_from(&instructions);
+        let mut entries = Vec::with_capacity(copies.len() + 1);
+        entries.push(Entry::Compaction(entry));
+        entries.extend(copies.into_iter().map(Entry::Message));
+        let new_context = replay(entries.iter().cloned());
+        Compacted {
+            entries,
+            context: new_context,
+            report: CompactionReport {
+                id,
+                summary,
+                trigger: options.trigger.clone(),
+                model,
+                provider,
+                fallback: fallback_cause.is_some(),
+                fallback_cause,
+                instructions,
+                truncated: false,
+                tokens_before: prepared.tokens_before,
+                tokens_after,
+                plan,
+                steps,
+                requests,
+                elided,
+                degraded,
+                failed_attempts: failures,
+                native: None,
+                usage: None,
+            },
+        }
+    }
+
+    /// Compacts `context` with no model: the summary is panto's own record (the previous
+    /// summary, the ledger of the prefix merged with the previous one, and the last words of the
+    /// assistant in the prefix), marked as such, and appended to `log` like any compaction.
+    /// Overflow recovery uses it when no model could write a summary (`failure`), so that the
+    /// conversation goes on instead of dying; the entry says `degraded: true`.
+    ///
+    /// # Errors
+    /// [`CompactError::Store`] when the append failed, [`CompactError::NotSmaller`] when the
+    /// record would not make the conversation smaller (and the run does not force it); nothing
+    /// is in effect then.
+    pub async fn compact_record_only<S: Store>(
+        &mut self,
+        context: &EffectiveContext,
+        log: &mut SessionLog<S>,
+        options: &CompactRun,
+        failure: &CompactError,
+    ) -> Result<CompactOutcome, CompactError> {
+        let prepared = match self.prepare(context, options) {
+            Ok(p) => p,
+            Err(nothing) => return Ok(CompactOutcome::NothingToCompact(nothing)),
+        };
+        let prefix = &context.messages[prepared.plan.prefix()];
+        let items = transcript_items(prefix);
+        let previous = prepared.previous_summary.as_deref().map(strip_ledger);
+        let mut state = FoldState::new(context, &prepared, self.config.max_output_tokens);
+        // What the fold that failed learned of the window bounds the record too.
+        if let Some(learned) = self.learned.take() {
+            state.proven = learned.proven;
+            state.limit = min_known(state.limit, learned.limit);
+            state.failures = learned.failures;
+        }
+        let natural = state.natural_ledger_chars;
+        let limit = self.retry_target(options, &prepared, &state);
+        let ledger = Ledger::merge(&state.ledger, &Ledger::from_items(&items));
+        // The record's own text takes half of what the request after it leaves (of the natural
+        // size when nothing is known of the window); the ledger's rendering fits the rest.
+        let room = limit.map_or(natural, |l| {
+            let used = kept_estimate(context, &prepared, "") + options.reserved_within(l);
+            usize::try_from(l.saturating_sub(used).saturating_mul(3)).unwrap_or(usize::MAX)
+        });
+        let text = record_only_text(failure, previous, &items, room / 2);
+        let budget =
+            self.rendering_budget(context, &prepared, options, limit, &text, &ledger, natural);
+        let summary = with_ledger(&text, &ledger, budget);
+        let compacted = self.build(
+            context,
+            options,
+            prepared,
+            Folded {
+                summary,
+                ledger,
+                degraded: Some(failure.to_string()),
+                failures: state.failures,
+                ..Folded::default()
+            },
+        );
+        if !options.force {
+            NotSmaller::check(
+                compacted.report.tokens_before,
+                compacted.report.tokens_after,
+            )
+            .map_err(CompactError::NotSmaller)?;
+        }
+        tracing::warn!(%failure, "no model could summarize; wrote panto's own record instead");
+        log.append(&compacted.entries)
+            .await
+            .map_err(CompactError::Store)?;
+        self.emit(CompactionEvent::Finished(Box::new(
+            compacted.report.clone(),
+        )));
+        Ok(CompactOutcome::Compacted(Box::new(compacted)))
+    }
+}
