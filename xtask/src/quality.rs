@@ -31,7 +31,7 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 use panto_model::{Role, read_entries, replay};
-use panto_size::estimate_request;
+use panto_size::estimate;
 use panto_transcript::{TranscriptItem, parse_request};
 use serde_json::Value;
 
@@ -248,7 +248,7 @@ fn score_session(
     let bytes = fs::read(path).with_context(|| format!("could not read {}", path.display()))?;
     let entries = read_entries(&bytes).with_context(|| format!("{}", path.display()))?;
     let context = replay(entries);
-    let keep = (estimate_request("", &context.messages) / keep_share)
+    let keep = (estimate("", "", &context.messages).total() / keep_share)
         .max(1)
         .to_string();
     let file = path.to_str().context("the session path is not UTF-8")?;

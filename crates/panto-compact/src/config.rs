@@ -294,6 +294,11 @@ pub struct CompactRun {
     /// Whether the compaction is written even when it would not make the conversation
     /// smaller ([`NotSmaller`](crate::NotSmaller)); `false` by default.
     pub force: bool,
+    /// The sizes of the context's messages as the ruler measured them
+    /// ([`panto_size::Measured::sizes`]), one per message, when the caller has them: the
+    /// `Driver` measures the context once on an overflow and hands them on. A compactor that
+    /// sizes with the ruler (its default sizer) plans with them instead of sizing again.
+    pub sizes: Option<Arc<[u64]>>,
 }
 
 impl CompactRun {
@@ -310,6 +315,7 @@ impl CompactRun {
             accepted_tokens: None,
             keep_tokens: None,
             force: false,
+            sizes: None,
         }
     }
 
@@ -326,6 +332,7 @@ impl CompactRun {
             accepted_tokens: None,
             keep_tokens: None,
             force: false,
+            sizes: None,
         }
     }
 
@@ -385,6 +392,13 @@ impl CompactRun {
     /// the reply (at most an eighth of the window).
     pub fn reserved_within(&self, limit: u64) -> u64 {
         self.reserved_tokens.unwrap_or(0) + self.reply_tokens.unwrap_or(0).min(limit / 8)
+    }
+
+    /// The run with the ruler's sizes of the context's messages (see [`CompactRun::sizes`]).
+    #[must_use]
+    pub fn with_sizes(mut self, sizes: Arc<[u64]>) -> CompactRun {
+        self.sizes = Some(sizes);
+        self
     }
 
     /// The run with panto's estimate of the largest request the provider accepted before

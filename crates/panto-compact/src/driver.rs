@@ -3,7 +3,7 @@
 
 use panto_model::{EffectiveContext, Entry, IdKind, Message, Role};
 use panto_provider::{EventSink, ProviderError, Request, RequestOptions, ToolSpec};
-use panto_size::{RequestEstimate, Truncation, estimate, silent_truncation};
+use panto_size::{Measured, RequestEstimate, Truncation, estimate, silent_truncation};
 use panto_store::{Loaded, SessionLog, Store, StoreError};
 use panto_transcript::Ledger;
 use tracing::{Instrument, info_span};
@@ -439,19 +439,12 @@ impl<S: Store> Driver<S> {
                     reply.compacted_ahead = ahead;
                     return Ok(reply);
                 }
-                Some(truncation) => {
-                    let estimated_tokens = self.estimate().total();
-                    self.compactor.emit(CompactionEvent::SilentTruncation {
-                        truncation,
-                        estimated_tokens,
-                    });
-                    (truncated_overflow(&truncation), Some(truncation))
-                }
+                Some(truncation) => (truncated_overflow(&truncation), Some(truncation)),
             },
             Err(e) if e.is_context_overflow() => (e, None),
             Err(e) => return Err(CompactError::Provider(e)),
         };
-        let mut reply = self.recover(overflow, stream).await?;
+        let mut reply = self.recover(overflow, truncation, stream).await?;
         reply.compacted_ahead = ahead;
         reply.truncation = truncation;
         Ok(reply)
@@ -471,7 +464,12 @@ impl<S: Store> Driver<S> {
             }
             return Ok(None);
         };
-        let estimated_tokens = self.estimate().total();
+        // Measured once: the estimate, and the sizes the compaction plans with.
+        let measured = Measured::new(&self.context.messages);
+        let estimated_tokens = measured
+            .estimate(&self.system, &tools_text(&self.tools))
+            .total();
+        let sizes: std::sync::Arc<[u64]> = measured.sizes().into();
         let threshold_tokens = share_of(window.tokens, share);
         if estimated_tokens <= threshold_tokens {
             return Ok(None);
@@ -487,7 +485,9 @@ impl<S: Store> Driver<S> {
             threshold_tokens,
             window,
         });
-        let outcome = self.compact_with(CompactRun::auto(window.tokens)).await;
+        let outcome = self
+            .compact_with(CompactRun::auto(window.tokens).with_sizes(sizes))
+            .await;
         let estimated_tokens = self.estimate().total();
         let fits = estimated_tokens <= window.tokens;
         let skipped = match outcome {
@@ -522,15 +522,27 @@ impl<S: Store> Driver<S> {
         }
     }
 
-    /// Overflow recovery after `overflow` (an error, or a silent truncation said as one):
-    /// learns what the overflow taught of the window, compacts once, and sends once more.
+    /// Overflow recovery after `overflow` (an error, or the silent `truncation` said as one,
+    /// which is reported first): learns what the overflow taught of the window, compacts once,
+    /// and sends once more.
     async fn recover(
         &mut self,
         overflow: ProviderError,
+        truncation: Option<Truncation>,
         stream: EventSink<'_>,
     ) -> Result<Reply, CompactError> {
+        // The context is measured once: the request that overflowed, the one the provider
+        // accepted before, and the sizes the compactor plans with all come from it.
+        let measured = Measured::new(&self.context.messages);
+        let tools = tools_text(&self.tools);
+        let overflowed_tokens = measured.estimate(&self.system, &tools).total();
+        if let Some(truncation) = truncation {
+            self.compactor.emit(CompactionEvent::SilentTruncation {
+                truncation,
+                estimated_tokens: overflowed_tokens,
+            });
+        }
         tracing::info!(%overflow, "context overflow, compacting once");
-        let overflowed_tokens = self.estimate().total();
         let mut options = CompactRun::after_overflow(&overflow, overflowed_tokens);
         match options.context_limit {
             Some(limit) => self
@@ -555,9 +567,10 @@ impl<S: Store> Driver<S> {
             }
         }
         let limit = options.known_limit(self.compactor.config().context_window);
-        let mut options =
-            options.with_reserved_tokens(self.reserved_tokens(), u64::from(self.max_output_tokens));
-        if let Some(accepted) = self.accepted_tokens() {
+        let mut options = options
+            .with_reserved_tokens(self.reserved_tokens(), u64::from(self.max_output_tokens))
+            .with_sizes(measured.sizes().into());
+        if let Some(accepted) = self.accepted_tokens(&measured, &tools) {
             options = options.with_accepted_tokens(accepted);
         }
         let options_again = options.clone();
@@ -630,7 +643,8 @@ impl<S: Store> Driver<S> {
                         .learn(Window::new(limit, WindowSource::Reported));
                 }
                 Err(CompactError::OverflowAfterCompaction {
-                    estimated_tokens: self.estimate().total(),
+                    // The context the retry sent, estimated above.
+                    estimated_tokens,
                     input_tokens,
                     limit,
                     error: ProviderError::ContextOverflow {
@@ -696,21 +710,15 @@ impl<S: Store> Driver<S> {
         parts.system + parts.tools
     }
 
-    /// panto's estimate of the request that produced the latest reply in the context: the
-    /// provider accepted that much. A reply is known to have been produced here when it
-    /// carries the provider's usage and is not a kept copy (whose request was another context).
-    fn accepted_tokens(&self) -> Option<u64> {
+    /// panto's estimate of the request that produced the latest reply in the context (the
+    /// messages before it, `measured` with the rest, and `tools` as their text): the provider
+    /// accepted that much. A reply is known to have been produced here when it carries the
+    /// provider's usage and is not a kept copy (whose request was another context).
+    fn accepted_tokens(&self, measured: &Measured<'_>, tools: &str) -> Option<u64> {
         let at = self.context.messages.iter().rposition(|m| {
             m.role == Role::Assistant && m.usage.is_some() && m.kept_by().is_none()
         })?;
-        Some(
-            estimate(
-                &self.system,
-                &tools_text(&self.tools),
-                &self.context.messages[..at],
-            )
-            .total(),
-        )
+        Some(measured.estimate_first(at, &self.system, tools).total())
     }
 
     /// What this driver's requests look like, for native compaction.

@@ -9,9 +9,11 @@
 //!   [`Heuristic`] is used. [`UsageSizer::measure`] tells, per message, which rule applied.
 //! - [`Heuristic`] is the fallback: a per-byte cost table plus per-message and per-block
 //!   overheads, calibrated on real sessions (`cargo xtask calibrate`, `docs/sizing.md`).
-//! - [`estimate`] is the ruler: panto's estimate of one request's input in parts that add up
-//!   (system prompt, tools, summary, messages; [`RequestEstimate`]). [`estimate_request`] is
-//!   its total, and [`turn_sizes`] sums message sizes per turn.
+//! - [`estimate`] is the ruler, the one estimate function: panto's estimate of one request's
+//!   input in parts that add up (system prompt, tools, summary, messages; [`RequestEstimate`]).
+//!   [`Measured`] is a conversation measured once, for a caller that needs several estimates
+//!   of it (the request, the request before the latest reply) and its messages' sizes without
+//!   sizing a message twice. [`turn_sizes`] sums message sizes per turn.
 //! - [`silent_truncation`] notices a provider that cut a request to fit its window and said
 //!   nothing: its count fell far below [`input_floor`], the least the request can cost.
 //!
@@ -24,7 +26,7 @@
 //!
 //! ```
 //! use panto_model::{Message, Usage};
-//! use panto_size::{Sizer, UsageSizer, estimate_request};
+//! use panto_size::{Measured, Sizer, UsageSizer, estimate};
 //!
 //! let mut answer = Message::assistant_text("Forty-two.");
 //! answer.usage = Some(Usage::new(1_200, 7));
@@ -32,13 +34,20 @@
 //! let sizes = UsageSizer::default().message_sizes(&messages);
 //! // The answer's size is what the provider measured as its output.
 //! assert_eq!(sizes[1], 7);
-//! assert!(estimate_request("You are terse.", &messages) >= sizes.iter().sum::<u64>());
 //!
 //! // The ruler: the parts add up, and the conversation is the sum of the message sizes.
-//! let next = panto_size::estimate("You are terse.", "", &messages);
+//! let next = estimate("You are terse.", "", &messages);
 //! assert_eq!(next.total(), next.system + next.tools + next.summary + next.messages);
 //! assert_eq!(next.conversation(), sizes.iter().sum::<u64>());
-//! assert_eq!(next.total(), estimate_request("You are terse.", &messages));
+//!
+//! // Measured once, estimated twice: the request, and the one that came before the answer.
+//! let measured = Measured::new(&messages);
+//! assert_eq!(measured.sizes(), &sizes[..]);
+//! assert_eq!(measured.estimate("You are terse.", ""), next);
+//! assert_eq!(
+//!     measured.estimate_first(1, "You are terse.", ""),
+//!     estimate("You are terse.", "", &messages[..1])
+//! );
 //! ```
 
 mod cost;
@@ -70,31 +79,17 @@ pub use usage::{
 pub trait Sizer {
     /// The estimated tokens of each message of `messages` as part of a request, in order.
     fn message_sizes(&self, messages: &[Message]) -> Vec<u64>;
-
-    /// [`Sizer::message_sizes`] and the estimate of a request made of `messages` alone
-    /// ([`estimate_request`] with no system prompt), for callers that need both. This default
-    /// sizes the messages twice; [`UsageSizer`] gives both from one pass (its own fallback
-    /// standing in for the default one).
-    fn sizes_and_request(&self, messages: &[Message]) -> (Vec<u64>, u64) {
-        (self.message_sizes(messages), estimate_request("", messages))
-    }
 }
 
 impl<S: Sizer + ?Sized> Sizer for &S {
     fn message_sizes(&self, messages: &[Message]) -> Vec<u64> {
         (**self).message_sizes(messages)
     }
-    fn sizes_and_request(&self, messages: &[Message]) -> (Vec<u64>, u64) {
-        (**self).sizes_and_request(messages)
-    }
 }
 
 impl<S: Sizer + ?Sized> Sizer for Box<S> {
     fn message_sizes(&self, messages: &[Message]) -> Vec<u64> {
         (**self).message_sizes(messages)
-    }
-    fn sizes_and_request(&self, messages: &[Message]) -> (Vec<u64>, u64) {
-        (**self).sizes_and_request(messages)
     }
 }
 
@@ -191,46 +186,82 @@ impl RequestEstimate {
 /// Invariant: adding content to any message, the system prompt or the tools never lowers the
 /// total. Linear in the bytes sized.
 pub fn estimate(system: &str, tools: &str, messages: &[Message]) -> RequestEstimate {
-    let sizer = UsageSizer::default();
-    let (estimates, measured) = sizer.measure_with_estimates(messages);
-    let sizes: Vec<u64> = measured.iter().map(|s| s.tokens).collect();
-    estimate_from(&sizer, system, tools, messages, &estimates, &sizes)
+    Measured::new(messages).estimate(system, tools)
 }
 
-/// panto's estimate of the input size of the next request built from `system` and `messages`:
-/// the total of [`estimate`] with no tools.
+/// A conversation measured once by the ruler ([`UsageSizer`]): each message's size, from which
+/// every estimate of a request over the conversation, or over its first messages, is made
+/// without sizing a message again.
 ///
-/// Invariant: adding content to any message never lowers the estimate.
-pub fn estimate_request(system: &str, messages: &[Message]) -> u64 {
-    estimate(system, "", messages).total()
+/// Invariants: [`Measured::sizes`] is `UsageSizer::default().message_sizes(messages)`;
+/// [`Measured::estimate`] is [`estimate`] of the messages, and
+/// [`Measured::estimate_first`]`(n, ..)` is [`estimate`] of the first `n` of them.
+#[derive(Clone, Debug)]
+pub struct Measured<'a> {
+    messages: &'a [Message],
+    sizer: UsageSizer,
+    /// The heuristic's size of each message.
+    estimates: Vec<u64>,
+    /// The ruler's size of each message.
+    sizes: Vec<u64>,
 }
 
-/// [`estimate_request`] with `system` and with no system prompt, in that order, from one
-/// sizing pass.
-pub fn estimate_request_with(system: &str, messages: &[Message]) -> (u64, u64) {
-    let sizer = UsageSizer::default();
-    let (estimates, measured) = sizer.measure_with_estimates(messages);
-    let sizes: Vec<u64> = measured.iter().map(|s| s.tokens).collect();
-    (
-        request_estimate(&sizer, system, messages, &estimates, &sizes),
-        request_estimate(&sizer, "", messages, &estimates, &sizes),
-    )
-}
+impl<'a> Measured<'a> {
+    /// `messages`, measured.
+    pub fn new(messages: &'a [Message]) -> Measured<'a> {
+        let sizer = UsageSizer::default();
+        let (estimates, measured) = sizer.measure_with_estimates(messages);
+        Measured {
+            messages,
+            sizer,
+            estimates,
+            sizes: measured.into_iter().map(|s| s.tokens).collect(),
+        }
+    }
 
-/// [`estimate_request`] from the heuristic `estimates` and the `sizes` that `sizer` gave
-/// `messages`.
-pub(crate) fn request_estimate(
-    sizer: &UsageSizer,
-    system: &str,
-    messages: &[Message],
-    estimates: &[u64],
-    sizes: &[u64],
-) -> u64 {
-    estimate_from(sizer, system, "", messages, estimates, sizes).total()
+    /// The size of each message, in order.
+    pub fn sizes(&self) -> &[u64] {
+        &self.sizes
+    }
+
+    /// The ruler's estimate of a request of `system`, `tools` and the messages ([`estimate`]).
+    pub fn estimate(&self, system: &str, tools: &str) -> RequestEstimate {
+        estimate_from(
+            &self.sizer,
+            system,
+            tools,
+            self.messages,
+            &self.estimates,
+            &self.sizes,
+        )
+    }
+
+    /// The ruler's estimate of a request of `system`, `tools` and the first `n` messages (all
+    /// of them when `n` is larger): what [`estimate`] gives for them, from these sizes. A
+    /// prefix sizes its messages as the whole does, except those after its last assistant
+    /// message, which no usage of the prefix measures: they take the heuristic's size.
+    pub fn estimate_first(&self, n: usize, system: &str, tools: &str) -> RequestEstimate {
+        let n = n.min(self.messages.len());
+        let messages = &self.messages[..n];
+        let measured_to = messages
+            .iter()
+            .rposition(|m| m.role == Role::Assistant)
+            .map_or(0, |a| a + 1);
+        let mut sizes = self.sizes[..n].to_vec();
+        sizes[measured_to..].copy_from_slice(&self.estimates[measured_to..n]);
+        estimate_from(
+            &self.sizer,
+            system,
+            tools,
+            messages,
+            &self.estimates[..n],
+            &sizes,
+        )
+    }
 }
 
 /// [`estimate`] from the heuristic `estimates` and the `sizes` that `sizer` gave `messages`.
-pub(crate) fn estimate_from(
+fn estimate_from(
     sizer: &UsageSizer,
     system: &str,
     tools: &str,

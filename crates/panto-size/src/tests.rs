@@ -9,6 +9,11 @@ use serde_json::json;
 
 use crate::*;
 
+/// The total of the ruler's estimate of a request of `system` and `messages`, without tools.
+fn estimate_request(system: &str, messages: &[Message]) -> u64 {
+    estimate(system, "", messages).total()
+}
+
 /// The effective context of a literal JSONL session.
 fn context(text: &str) -> Vec<Message> {
     let entries: Vec<Entry> = read_entries(text.as_bytes()).expect("valid session");

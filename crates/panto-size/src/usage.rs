@@ -333,11 +333,4 @@ impl Sizer for UsageSizer {
             .map(|s| s.tokens)
             .collect()
     }
-
-    fn sizes_and_request(&self, messages: &[Message]) -> (Vec<u64>, u64) {
-        let (estimates, measured) = self.measure_with_estimates(messages);
-        let sizes: Vec<u64> = measured.into_iter().map(|s| s.tokens).collect();
-        let request = crate::request_estimate(self, "", messages, &estimates, &sizes);
-        (sizes, request)
-    }
 }

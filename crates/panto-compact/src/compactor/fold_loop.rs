@@ -104,7 +104,7 @@ impl Compactor {
             return Ok(());
         };
         let retry = |prepared: &Prepared, state: &FoldState| {
-            kept_estimate(context, prepared, state.running.as_deref().unwrap_or(""))
+            kept_estimate(prepared, state.running.as_deref().unwrap_or(""))
                 + options.reserved_within(target)
         };
         if retry(prepared, state) <= target {

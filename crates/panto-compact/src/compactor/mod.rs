@@ -16,14 +16,17 @@ mod fold_loop;
 mod limits;
 mod native;
 mod state;
+#[cfg(test)]
+mod tests;
 mod write;
 
+use std::borrow::Cow;
 use std::fmt;
 use std::ops::Range;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use panto_model::{EffectiveContext, IdKind, IdSource, KEPT_BY, Message, Trigger, UniqueIds};
-use panto_size::{Heuristic, Sizer, UsageSizer, estimate_request};
+use panto_size::{Heuristic, Sizer, UsageSizer, estimate};
 use panto_store::{SessionLog, Store};
 use panto_transcript::{TurnTranscript, render_request_text, render_request_turns, strip_ledger};
 use serde_json::Value;
@@ -76,6 +79,11 @@ pub struct Prepared {
     /// What the request after the compaction leaves for the summary and its ledger, when the
     /// limit is known: the limit less [`CompactRun::reserved_within`] it and the kept turns.
     pub summary_room: Option<u64>,
+    /// The kept turns as the ruler sizes the compaction's copies of them (marked `kept_by`, so
+    /// that the usage of their originals, which measured the context before the compaction,
+    /// is not trusted): sized once, and with the summary's own size the context after the
+    /// compaction.
+    pub kept_tokens: u64,
 }
 
 impl Prepared {
@@ -125,7 +133,9 @@ pub struct Compactor {
     compaction_model: Option<ModelRef>,
     config: CompactorConfig,
     prompt: CompactionPrompt,
-    sizer: Box<dyn Sizer + Send + Sync>,
+    /// How messages are sized; `None` for the ruler ([`UsageSizer`]), whose sizes a caller
+    /// that measured the context may hand over ([`CompactRun::sizes`]).
+    sizer: Option<Box<dyn Sizer + Send + Sync>>,
     ids: Arc<dyn IdSource>,
     conversation: Option<Conversation>,
     events: Exclusive<Option<EventHandler>>,
@@ -155,7 +165,7 @@ impl Compactor {
             compaction_model: None,
             config: CompactorConfig::default(),
             prompt: CompactionPrompt::builtin(),
-            sizer: Box::new(UsageSizer::default()),
+            sizer: None,
             conversation: None,
             ids: Arc::new(UniqueIds),
             events: Exclusive::new(None),
@@ -183,7 +193,7 @@ impl Compactor {
 
     /// Sets how messages are sized for the plan.
     pub fn with_sizer(mut self, sizer: impl Sizer + Send + Sync + 'static) -> Compactor {
-        self.sizer = Box::new(sizer);
+        self.sizer = Some(Box::new(sizer));
         self
     }
 
@@ -270,7 +280,10 @@ impl Compactor {
         // One sizing pass gives both the plan's sizes and `tokens_before`: the conversation's
         // size is the sum of its messages' sizes, as the ruler (`panto_size::estimate`)
         // counts it.
-        let sizes = self.sizer.message_sizes(&context.messages);
+        let sizes = match (&self.sizer, &options.sizes) {
+            (None, Some(sizes)) if sizes.len() == context.messages.len() => Cow::Borrowed(&**sizes),
+            _ => Cow::Owned(self.message_sizes(&context.messages)),
+        };
         let tokens_before = sizes.iter().fold(0u64, |t, &s| t.saturating_add(s));
         let limit = options.request_limit(self.config.context_window);
         let mut budget = keep_budget(
@@ -314,11 +327,10 @@ impl Compactor {
         let transcript = render_request_turns(prefix, &prefix_turns, previous_summary, |turn| {
             turn_tenths.push(Heuristic.text_tenths(turn));
         });
+        let kept_tokens = kept_tokens(context, &p);
         let summary_room = limit.map(|l| {
-            let copies: Vec<Message> = kept_copies(&context.messages[p.kept()]).collect();
-            let kept = estimate_request("", &copies);
             l.saturating_sub(options.reserved_within(l))
-                .saturating_sub(kept)
+                .saturating_sub(kept_tokens)
         });
         let turn_tokens = turn_tenths.iter().map(|t| t.div_ceil(10)).collect();
         let turns = prefix_turns
@@ -336,6 +348,7 @@ impl Compactor {
             previous_summary: previous_summary.map(str::to_owned),
             limit,
             summary_room,
+            kept_tokens,
         })
     }
 
@@ -442,6 +455,7 @@ impl Compactor {
             {
                 Ok(native) => {
                     prepared.plan = native.plan.clone();
+                    prepared.kept_tokens = kept_tokens(context, &prepared.plan);
                     let folded = Folded {
                         summary: with_ledger(&native.summary, &native.ledger, native.ledger_budget),
                         ledger: native.ledger.clone(),
@@ -473,7 +487,7 @@ impl Compactor {
         });
         match folded {
             Ok(()) => {
-                let folded = self.finish(context, options, &prepared, state);
+                let folded = self.finish(options, &prepared, state);
                 let compacted = self.build(context, options, prepared, folded);
                 // A compaction that leaves the conversation no smaller is not written, unless
                 // the run forces it.
@@ -540,6 +554,14 @@ impl Compactor {
         summary_room.map_or(configured, |room| configured.min((room / 2).max(floor)))
     }
 
+    /// The size of each message of `messages`, by this compactor's sizer.
+    fn message_sizes(&self, messages: &[Message]) -> Vec<u64> {
+        match &self.sizer {
+            Some(sizer) => sizer.message_sizes(messages),
+            None => UsageSizer::default().message_sizes(messages),
+        }
+    }
+
     pub(crate) fn emit(&mut self, event: CompactionEvent) {
         if let Some(handler) = self.events.get_mut() {
             handler(&event);
@@ -553,12 +575,22 @@ impl Compactor {
 pub const MAX_SHRINKS: usize = 2;
 
 /// The estimated tokens of the context after a compaction: `summary` and the kept turns,
-/// sized as the copies will be (marked `kept_by`, so that the usage their originals carry,
-/// which measured the context before the compaction, is not trusted).
-fn kept_estimate(context: &EffectiveContext, prepared: &Prepared, summary: &str) -> u64 {
-    let mut after = vec![Message::compaction(summary)];
-    after.extend(kept_copies(&context.messages[prepared.plan.kept()]));
-    estimate_request("", &after)
+/// sized as the copies will be ([`Prepared::kept_tokens`], sized once).
+///
+/// Exactly the ruler's estimate of the compaction message and the copies: the copies, marked
+/// `kept_by`, give the ruler no usage to anchor on, so its estimate is the sum of the
+/// messages' sizes, and the compaction message before them changes none of theirs.
+fn kept_estimate(prepared: &Prepared, summary: &str) -> u64 {
+    Heuristic
+        .message(&Message::compaction(summary))
+        .saturating_add(prepared.kept_tokens)
+}
+
+/// The ruler's size of the turns `plan` keeps, as the compaction's copies of them
+/// ([`Prepared::kept_tokens`]).
+fn kept_tokens(context: &EffectiveContext, plan: &Plan) -> u64 {
+    let copies: Vec<Message> = kept_copies(&context.messages[plan.kept()]).collect();
+    estimate("", "", &copies).total()
 }
 
 /// `kept` as the compaction's copies of them are sized: marked `kept_by`.

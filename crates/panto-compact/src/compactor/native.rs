@@ -26,7 +26,7 @@ use panto_model::{
     NATIVE_ANTHROPIC, RawJson, Role, THINKING_KEPT, replay, turns,
 };
 use panto_provider::{NativeCompaction, ProviderError, Request, StreamEvent};
-use panto_size::{Heuristic, estimate_request};
+use panto_size::{Heuristic, estimate};
 use panto_transcript::Ledger;
 use serde_json::Value;
 
@@ -125,7 +125,7 @@ pub(crate) async fn ask(
             copy.extra.insert(KEPT_BY.to_owned(), Value::from("native"));
             copy
         }));
-        let estimate = estimate_request(&shape.system, &after);
+        let estimate = estimate(&shape.system, "", &after).total();
         if estimate >= limit {
             return Err(ProviderError::Unsupported {
                 message: format!(

@@ -28,7 +28,6 @@ impl Compactor {
     /// rendering's natural size ([`ledger_budget`]).
     pub(super) fn finish(
         &self,
-        context: &EffectiveContext,
         options: &CompactRun,
         prepared: &Prepared,
         state: FoldState,
@@ -46,7 +45,6 @@ impl Compactor {
         folded.failures = failures;
         let text = running.unwrap_or_default();
         let budget = self.rendering_budget(
-            context,
             prepared,
             options,
             retry_limit,
@@ -63,10 +61,8 @@ impl Compactor {
     /// The characters of the ledger's rendering after `text`: at most `natural`, and, when the
     /// retry's limit is known, what leaves the retry within it (found by measuring the
     /// rendering, a few times at most).
-    #[allow(clippy::too_many_arguments)]
     fn rendering_budget(
         &self,
-        context: &EffectiveContext,
         prepared: &Prepared,
         options: &CompactRun,
         limit: Option<u64>,
@@ -77,7 +73,7 @@ impl Compactor {
         let Some(limit) = limit else {
             return natural;
         };
-        let used = kept_estimate(context, prepared, text)
+        let used = kept_estimate(prepared, text)
             + options.reserved_within(limit)
             // A blank line between the summary and the rendering, and a margin for rounding.
             + 16;
@@ -132,16 +128,21 @@ impl Compactor {
                 copy
             })
             .collect();
-        let mut after = Vec::with_capacity(copies.len() + 1);
-        after.push(Message::compaction(summary.clone()));
-        after.extend(copies.iter().cloned());
-        // Measured as `tokens_before` was: the sum of the messages' sizes by the same sizer
-        // (with the default one, the ruler's `conversation`).
-        let tokens_after = self
-            .sizer
-            .message_sizes(&after)
-            .iter()
-            .fold(0u64, |t, &s| t.saturating_add(s));
+        // Measured as `tokens_before` was: the sum of the messages' sizes by the same sizer.
+        // The ruler sized the copies once, in `prepare` (their ids and `kept_by` are not
+        // counted), so its sum is the summary's size and theirs.
+        let tokens_after = match &self.sizer {
+            None => kept_estimate(&prepared, &summary),
+            Some(sizer) => {
+                let mut after = Vec::with_capacity(copies.len() + 1);
+                after.push(Message::compaction(summary.clone()));
+                after.extend(copies.iter().cloned());
+                sizer
+                    .message_sizes(&after)
+                    .iter()
+                    .fold(0u64, |t, &s| t.saturating_add(s))
+            }
+        };
 
         let plan = prepared.plan;
         let mut extra = Extra::new();
@@ -262,12 +263,11 @@ impl Compactor {
         // The record's own text takes half of what the request after it leaves (of the natural
         // size when nothing is known of the window); the ledger's rendering fits the rest.
         let room = limit.map_or(natural, |l| {
-            let used = kept_estimate(context, &prepared, "") + options.reserved_within(l);
+            let used = kept_estimate(&prepared, "") + options.reserved_within(l);
             usize::try_from(l.saturating_sub(used).saturating_mul(3)).unwrap_or(usize::MAX)
         });
         let text = record_only_text(failure, previous, &items, room / 2);
-        let budget =
-            self.rendering_budget(context, &prepared, options, limit, &text, &ledger, natural);
+        let budget = self.rendering_budget(&prepared, options, limit, &text, &ledger, natural);
         let summary = with_ledger(&text, &ledger, budget);
         let compacted = self.build(
             context,

@@ -900,7 +900,7 @@ async fn a_compaction_at_a_2048_token_limit_asks_a_model_with_the_short_prompt()
     }
     let mut c = Compactor::new(main_ref).with_ids(Arc::new(SequentialIds::new()));
     let ctx = log.replay();
-    assert!(panto_size::estimate_request("", &ctx.messages) > 2_048);
+    assert!(estimate_request("", &ctx.messages) > 2_048);
     let out = compacted(
         c.compact(&ctx, &mut log, CompactRun::overflow(Some(2_048)))
             .await
@@ -918,7 +918,7 @@ async fn a_compaction_at_a_2048_token_limit_asks_a_model_with_the_short_prompt()
             "{}",
             r.max_output_tokens
         );
-        let input = panto_size::estimate_request(&r.system, &r.messages);
+        let input = estimate_request(&r.system, &r.messages);
         assert!(
             input + u64::from(r.max_output_tokens) <= 2_048,
             "{input} + {} tokens do not fit 2,048",

@@ -12,7 +12,6 @@ use panto_compact::{
 };
 use panto_model::{Entry, Message, Trigger};
 use panto_provider::StreamEvent;
-use panto_size::estimate_request;
 use panto_transcript::strip_ledger;
 
 use crate::*;

@@ -10,10 +10,10 @@ use panto_compact::{
 };
 use panto_model::{ContentBlock, Entry, Message, Role, SequentialIds};
 use panto_provider::{EventSink, Provider, ProviderError, Request, async_trait};
-use panto_size::{Heuristic, estimate_request};
+use panto_size::Heuristic;
 use proptest::prelude::*;
 
-use crate::{block_on, short_prompt};
+use crate::{block_on, estimate_request, short_prompt};
 
 /// The output floor, in the plan's unit.
 const FLOOR: u64 = MIN_OUTPUT_TOKENS as u64;

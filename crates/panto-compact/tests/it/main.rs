@@ -142,3 +142,8 @@ pub fn block_on<F: Future>(f: F) -> F::Output {
         .expect("runtime")
         .block_on(f)
 }
+
+/// The total of the ruler's estimate of a request of `system` and `messages`, without tools.
+pub(crate) fn estimate_request(system: &str, messages: &[Message]) -> u64 {
+    panto_size::estimate(system, "", messages).total()
+}

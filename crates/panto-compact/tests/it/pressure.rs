@@ -14,11 +14,10 @@ use panto_compact::{
 };
 use panto_model::{ContentBlock, Entry, Message, Role, SequentialIds};
 use panto_provider::{EventSink, Provider, ProviderError, Request, async_trait};
-use panto_size::estimate_request;
 use proptest::prelude::*;
 use serde_json::json;
 
-use crate::block_on;
+use crate::{block_on, estimate_request};
 
 /// The agent's system prompt in these tests; a request with another one is a compaction.
 const AGENT: &str = "You are the agent.";

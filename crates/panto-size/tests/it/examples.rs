@@ -3,7 +3,9 @@
 use std::path::Path;
 
 use panto_model::{EffectiveContext, read_entries, replay};
-use panto_size::{Fallback, Heuristic, Source, UsageSizer, estimate_request};
+use panto_size::{Fallback, Heuristic, Source, UsageSizer};
+
+use crate::estimate_request;
 
 fn context(name: &str) -> EffectiveContext {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))

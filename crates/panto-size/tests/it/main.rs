@@ -14,3 +14,10 @@ mod examples;
 mod monotonic;
 mod synthetic;
 mod truncation;
+
+use panto_model::Message;
+
+/// The total of the ruler's estimate of a request of `system` and `messages`, without tools.
+fn estimate_request(system: &str, messages: &[Message]) -> u64 {
+    panto_size::estimate(system, "", messages).total()
+}

@@ -2,7 +2,9 @@
 
 use panto_model::arbitrary::{session, text};
 use panto_model::{ContentBlock, Message, ToolResultContent};
-use panto_size::{Heuristic, Sizer, UsageSizer, estimate, estimate_request};
+use panto_size::{Heuristic, Sizer, UsageSizer, estimate};
+
+use crate::estimate_request;
 use proptest::prelude::*;
 
 use crate::synthetic::{MeasuredSession, edge_session, measured_session};

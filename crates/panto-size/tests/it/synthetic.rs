@@ -6,12 +6,14 @@ use std::ops::Range;
 use panto_model::arbitrary::session;
 use panto_model::{KEPT_BY, Message, Role, Usage};
 use panto_size::{
-    Fallback, Heuristic, MessageSize, PLAUSIBLE_FACTOR, Sizer, Source, UsageSizer, estimate,
-    estimate_request, estimate_request_with,
+    Fallback, Heuristic, Measured, MessageSize, PLAUSIBLE_FACTOR, Sizer, Source, UsageSizer,
+    estimate,
 };
 use proptest::collection::vec;
 use proptest::prelude::*;
 use serde_json::Value;
+
+use crate::estimate_request;
 
 /// A generated conversation with consistent usage and the true size of every message.
 #[derive(Clone, Debug)]
@@ -140,16 +142,47 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
 
     #[test]
-    fn one_pass_gives_the_sizes_and_the_request_estimate(s in measured_session(6)) {
+    fn one_measurement_gives_the_sizes_and_every_estimate(s in measured_session(6)) {
         let sizer = UsageSizer::default();
-        let (sizes, request) = sizer.sizes_and_request(&s.messages);
-        prop_assert_eq!(sizes, sizer.message_sizes(&s.messages));
-        prop_assert_eq!(request, estimate_request("", &s.messages));
+        let measured = Measured::new(&s.messages);
+        prop_assert_eq!(measured.sizes(), &sizer.message_sizes(&s.messages)[..]);
         let system = "You are a careful coding agent.";
-        prop_assert_eq!(
-            estimate_request_with(system, &s.messages),
-            (estimate_request(system, &s.messages), request)
-        );
+        for tools in ["", "read(path), bash(command)"] {
+            prop_assert_eq!(measured.estimate(system, tools), estimate(system, tools, &s.messages));
+            // Every prefix, as if it were measured alone.
+            for n in 0..=s.messages.len() + 1 {
+                let first = &s.messages[..n.min(s.messages.len())];
+                prop_assert_eq!(
+                    measured.estimate_first(n, system, tools),
+                    estimate(system, tools, first),
+                    "the first {} messages", n
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn one_measurement_gives_every_estimate_after_a_compaction_too(
+        s in edge_session(5),
+        kept in 0usize..6,
+    ) {
+        // A context as replay gives it: a compaction message, its kept copies, and what
+        // followed.
+        let mut messages = vec![Message::compaction("Earlier work.")];
+        messages.extend(s.messages.iter().cloned().enumerate().map(|(i, mut m)| {
+            if i < kept {
+                m.extra.insert(KEPT_BY.to_owned(), Value::from("c1"));
+            }
+            m
+        }));
+        let measured = Measured::new(&messages);
+        for n in 0..=messages.len() {
+            prop_assert_eq!(
+                measured.estimate_first(n, "system", "tools"),
+                estimate("system", "tools", &messages[..n]),
+                "the first {} messages", n
+            );
+        }
     }
 
     #[test]
