@@ -20,6 +20,9 @@
 //! repeated here: the compactor appends the ledger (`panto_transcript::Ledger`) to every
 //! summary, this one included. Every section is bounded, so the summary is too. It cannot chat:
 //! any request that is not a compaction request is refused as unsupported.
+//!
+//! Why one file: one summarizer, written as the sections of its summary in the order it writes
+//! them; each section's extraction is a short function beside the others it is merged with.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write as _;

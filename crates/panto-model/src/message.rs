@@ -1,8 +1,12 @@
 //! Messages, roles, content blocks and usage: the Contract 1 shapes in memory.
 //!
 //! Every struct keeps the fields it does not know in `extra` as their exact text, so a value read
-//! from a session file and written back gives the same bytes for them. (De)serialisation is hand-written in [`crate::serde_impl`]
-//! so that one pass over the bytes builds the typed value, with no intermediate buffering.
+//! from a session file and written back gives the same bytes for them. (De)serialisation is
+//! hand-written in [`crate::serde_impl`] so that one pass over the bytes builds the typed value,
+//! with no intermediate buffering.
+//!
+//! Why one file: these are the shapes of Contract 1's messages, each short, read together against
+//! docs/session.md; splitting them would scatter the contract.
 
 use serde_json::Value;
 

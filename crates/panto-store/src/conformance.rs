@@ -15,6 +15,9 @@
 //! store's load equals `panto_model::replay` of what was appended, which is the same for every
 //! store. Crashes and several processes cannot be checked in one process; each store's tests
 //! and the `panto` binary's do that (`crates/panto-cli/tests/it/stores.rs`).
+//!
+//! Why one file: it is test code (the `conformance` feature), one check after another in the
+//! order of the `Store` contract, each short and independent of the others.
 
 use panto_model::{CompactionEntry, Entry, KEPT_BY, Message, UnknownEntry, replay};
 use proptest::prelude::*;

@@ -12,6 +12,9 @@
 //! Text is assembled from fragments that are already JSON-escaped (quotes, backslashes, `\n`,
 //! tabs, non-ASCII, `[INFO]`-style brackets and `<tags>` that the transcript escaper must look
 //! at), so nothing is escaped at run time. The same seed gives the same bytes.
+//!
+//! Why one file: the fragments and the writer that assembles them are one generator, read
+//! together to see what a generated session holds.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};

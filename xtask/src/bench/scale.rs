@@ -1,6 +1,9 @@
 //! The `scale` and `memory` sections of `cargo xtask bench`: every stage of panto over generated
 //! sessions of growing size, beside the cost of parsing the same bytes, and the peak memory of
 //! the `panto` processes.
+//!
+//! Why one file: each stage is measured by a few lines beside the same baseline, and the tables
+//! are read in the order the stages run.
 
 use std::fs;
 use std::path::{Path, PathBuf};

@@ -8,6 +8,9 @@
 //! output alone fills the window, or that only complains about the output limit), and only
 //! then the rules that say "context overflow": structured fields and codes first, then
 //! wording, then a generic fallback. The last rules map what is left by status.
+//!
+//! Why one file: the order is the design, and it is checked by reading the table top to bottom;
+//! the word lists the rules name sit beside them.
 
 use std::time::Duration;
 

@@ -1,0 +1,179 @@
+//! How the Anthropic adapter writes a request: the body, rendered from the prepared
+//! conversation, and the request's options.
+
+use panto_model::{
+    ContentBlock, Extra, Message, NATIVE_ANTHROPIC, NATIVE_OPENAI_RESPONSES, ToolResultContent,
+};
+use panto_provider::{Request, ToolChoice};
+use serde_json::{Map, Value, json};
+
+use crate::body::{Splice, WireBody};
+use crate::prepare::{compaction_text, prepare};
+use crate::shared::{insert_sampling, reasoning_budget, tool_choice};
+use crate::thinking::thinking_replay;
+
+use super::{native_head, thinking_on};
+
+/// The request body as it goes on the wire.
+pub(super) fn wire_body(request: &Request, stream: bool) -> WireBody {
+    let replay = thinking_replay(&request.messages, thinking_on(request));
+    let kept = native_head(replay.apply(&request.messages));
+    let mut splice = Splice::default();
+    let messages: Vec<Value> = prepare(&kept, &compaction_text, Some(NATIVE_ANTHROPIC))
+        .iter()
+        .filter_map(|m| render_message(m, &mut splice))
+        .collect();
+    let mut body = Map::new();
+    body.insert("model".into(), json!(request.model));
+    body.insert("max_tokens".into(), json!(request.max_output_tokens));
+    if !request.system.is_empty() {
+        body.insert("system".into(), json!(request.system));
+    }
+    body.insert("messages".into(), Value::Array(messages));
+    if !request.tools.is_empty() {
+        let tools = request
+            .tools
+            .iter()
+            .map(|t| {
+                let mut tool = Map::new();
+                tool.insert("name".into(), json!(t.name));
+                if !t.description.is_empty() {
+                    tool.insert("description".into(), json!(t.description));
+                }
+                tool.insert("input_schema".into(), t.input_schema.clone());
+                Value::Object(tool)
+            })
+            .collect();
+        body.insert("tools".into(), Value::Array(tools));
+    }
+    render_options(request, &mut body);
+    if stream {
+        body.insert("stream".into(), Value::Bool(true));
+    }
+    let mut body = WireBody::new(Value::Object(body), splice, request);
+    if replay.drop_block
+        && let Some(Value::Object(thinking)) = body.value.get_mut("thinking")
+    {
+        thinking.insert(
+            "block_binding".into(),
+            json!({"prefix_mismatch_behavior": "drop_block"}),
+        );
+    }
+    body
+}
+
+/// The thinking budget panto sends for the request's reasoning effort: at least 1,024 tokens
+/// and below `max_tokens`, else none.
+pub(super) fn thinking_budget(request: &Request) -> Option<u32> {
+    request
+        .options
+        .reasoning_effort
+        .map(|e| reasoning_budget(e).min(request.max_output_tokens.saturating_sub(1)))
+        .filter(|b| *b >= 1024)
+}
+
+/// The request options this protocol carries (see [`AnthropicProvider`]).
+fn render_options(request: &Request, body: &mut Map<String, Value>) {
+    let options = &request.options;
+    insert_sampling(options, body, "top_p");
+    let choice = tool_choice(request).and_then(|choice| match choice {
+        ToolChoice::Auto => Some(json!({"type": "auto"})),
+        ToolChoice::None => Some(json!({"type": "none"})),
+        ToolChoice::Required => Some(json!({"type": "any"})),
+        ToolChoice::Tool(name) => Some(json!({"type": "tool", "name": name})),
+        _ => None,
+    });
+    if let Some(choice) = choice {
+        body.insert("tool_choice".into(), choice);
+    }
+    // The budget must be at least 1,024 tokens and below `max_tokens`.
+    if let Some(budget) = thinking_budget(request) {
+        body.insert(
+            "thinking".into(),
+            json!({"type": "enabled", "budget_tokens": budget}),
+        );
+    }
+}
+
+fn render_message(message: &Message, splice: &mut Splice) -> Option<Value> {
+    let content: Vec<Value> = message
+        .content
+        .iter()
+        .filter_map(|b| render_block(b, splice))
+        .collect();
+    (!content.is_empty()).then(|| json!({"role": message.role.as_str(), "content": content}))
+}
+
+/// Copies `cache_control` from a block's unmodelled fields: the one extra field every
+/// Anthropic block accepts. Other extras (another provider's annotations) are not sent.
+fn with_cache_control(mut block: Map<String, Value>, extra: &Extra) -> Value {
+    if let Some(cc) = extra.get("cache_control") {
+        block.insert("cache_control".into(), cc.clone());
+    }
+    Value::Object(block)
+}
+
+fn render_block(block: &ContentBlock, splice: &mut Splice) -> Option<Value> {
+    let object = |v: Value| match v {
+        Value::Object(m) => m,
+        _ => Map::new(),
+    };
+    Some(match block {
+        ContentBlock::Text(t) => {
+            with_cache_control(object(json!({"type": "text", "text": t.text})), &t.extra)
+        }
+        ContentBlock::Thinking(t) => {
+            // A thinking block is only accepted back with the signature Anthropic gave it.
+            let signature = t.signature.as_deref().filter(|s| !s.is_empty())?;
+            json!({"type": "thinking", "thinking": t.thinking, "signature": signature})
+        }
+        ContentBlock::ToolUse(u) => with_cache_control(
+            object(
+                json!({"type": "tool_use", "id": u.id, "name": u.name, "input": tool_input(&u.input)}),
+            ),
+            &u.extra,
+        ),
+        ContentBlock::ToolResult(r) => {
+            let mut out = object(json!({"type": "tool_result", "tool_use_id": r.tool_use_id}));
+            let content = match &r.content {
+                ToolResultContent::Text(s) => json!(s),
+                ToolResultContent::Blocks(blocks) => Value::Array(
+                    blocks
+                        .iter()
+                        .filter_map(|b| render_block(b, splice))
+                        .collect(),
+                ),
+            };
+            out.insert("content".into(), content);
+            if let Some(is_error) = r.is_error {
+                out.insert("is_error".into(), json!(is_error));
+            }
+            with_cache_control(out, &r.extra)
+        }
+        ContentBlock::Image(i) => with_cache_control(
+            object(json!({"type": "image", "source": i.source})),
+            &i.extra,
+        ),
+        // The wire layer never leaves one, but render it as text rather than drop it.
+        ContentBlock::Compaction(c) => json!({"type": "text", "text": compaction_text(&c.summary)}),
+        // An `OpenAI` compaction item means nothing here (it is opaque): left out.
+        ContentBlock::Other(o) if o.native_compaction() == Some(NATIVE_OPENAI_RESPONSES) => {
+            return None;
+        }
+        // Everything else panto does not model (`redacted_thinking`, a native compaction
+        // block, a server tool's block) goes back exactly as it was received.
+        ContentBlock::Other(o) => {
+            let text = serde_json::to_string(&ContentBlock::Other(o.clone())).ok()?;
+            splice.raw(&text)
+        }
+    })
+}
+
+/// Anthropic requires `input` to be an object; other values are wrapped.
+fn tool_input(input: &Value) -> Value {
+    match input {
+        Value::Object(_) => input.clone(),
+        Value::Null => json!({}),
+        other => json!({ "value": other }),
+    }
+}
