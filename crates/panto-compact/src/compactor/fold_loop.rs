@@ -208,13 +208,7 @@ impl Compactor {
     ) -> Result<(), CompactError> {
         let mut sizes = Overheads::of(system);
         let mut done = from;
-        let mut plan = self.plan_rest(
-            material.turn_tokens,
-            done,
-            state,
-            sizes.fixed,
-            state.running.as_deref(),
-        )?;
+        let mut plan = self.plan_material(material, done, state, &sizes)?;
         // The plan's chunks count turns from `base`; `next` is the chunk to send.
         let (mut base, mut next) = (done, 0);
         let mut rejected_here = 0;
@@ -304,13 +298,7 @@ impl Compactor {
                     // taken only when it saves a request, and said once.
                     if done < material.turns.len() {
                         let left = plan.requests() - next;
-                        let again = self.plan_rest(
-                            material.turn_tokens,
-                            done,
-                            state,
-                            sizes.fixed,
-                            state.running.as_deref(),
-                        )?;
+                        let again = self.plan_material(material, done, state, &sizes)?;
                         if again.requests() < left {
                             (plan, base, next) = (again, done, 0);
                             self.emit(CompactionEvent::Replanned {
@@ -409,13 +397,7 @@ impl Compactor {
         }
         loop {
             state.limit = Some(smaller);
-            let plan = self.plan_rest(
-                material.turn_tokens,
-                done,
-                state,
-                sizes.fixed,
-                state.running.as_deref(),
-            )?;
+            let plan = self.plan_material(material, done, state, sizes)?;
             let first = &plan.chunks[0];
             let again = first.tokens.min(first.capacity);
             if again < carried_tokens {
@@ -423,6 +405,19 @@ impl Compactor {
             }
             smaller = smaller.saturating_sub(again - carried_tokens + 1);
         }
+    }
+
+    /// The fold of `material`'s turns from `done` on, after the summary so far, for requests of
+    /// `sizes`.
+    fn plan_material(
+        &self,
+        material: &Material<'_>,
+        done: usize,
+        state: &FoldState,
+        sizes: &Overheads,
+    ) -> Result<FoldPlan, CompactError> {
+        let running = state.running.as_deref();
+        self.plan_rest(material.turn_tokens, done, state, sizes.fixed, running)
     }
 
     /// The fold of the turns from `done` on (of turns sized `turn_tokens`), with `previous` as
