@@ -17,12 +17,14 @@
 //! succeeds. With the offline summarizer the thresholds below are checked and a miss fails.
 //!
 //! `cargo xtask quality --pressure` (`pressure.rs`) counts the same facts through overflow
-//! compactions at small windows, against a loopback model that enforces them (`loopback.rs`).
+//! compactions at small windows, against a loopback model that enforces them (`loopback.rs`),
+//! on the shared sessions read as turns (`turns.rs`).
 
 mod loopback;
 mod pressure;
 #[cfg(test)]
 mod tests;
+mod turns;
 
 use std::collections::{BTreeMap, HashSet};
 use std::fs;

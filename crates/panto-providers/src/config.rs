@@ -431,7 +431,10 @@ impl Environment {
     /// Anywhere else is a server of the user's own (llama-server, Ollama, vLLM, a proxy), which
     /// needs no key and may be asked for its window ([`WindowProbe`](crate::WindowProbe)).
     pub fn is_official(&self, base_url: &str) -> bool {
-        match (BaseUrl::parse(base_url), BaseUrl::parse(self.default_base_url)) {
+        match (
+            BaseUrl::parse(base_url),
+            BaseUrl::parse(self.default_base_url),
+        ) {
             (Ok(url), Ok(official)) => url.host() == official.host(),
             _ => false,
         }

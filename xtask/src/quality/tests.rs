@@ -9,7 +9,8 @@ use std::net::TcpStream;
 use serde_json::{Value, json};
 
 use super::loopback::{AGENT_PROMPT, Loopback, REPLY, summary};
-use super::pressure::{RunScores, check, parts, strings, turns_of};
+use super::pressure::{RunScores, check, strings};
+use super::turns::{parts, turns_of};
 
 /// One exchange with the loopback server: the status and the body.
 fn post(server: &Loopback, body: &Value) -> (u16, String) {

@@ -1,9 +1,16 @@
 //! The conversation driver: compact ahead of a request when asked to, send it, and on context
 //! overflow (or a reply the provider truncated silently) compact once and retry once.
+//!
+//! One file per job: the type, its settings and the send loop (`mod.rs`); the window and
+//! compacting ahead of a request (`ahead.rs`); overflow recovery, one compaction and one retry
+//! (`recover.rs`).
 
-use panto_model::{EffectiveContext, Entry, IdKind, Message, Role};
+mod ahead;
+mod recover;
+
+use panto_model::{EffectiveContext, Entry, IdKind, Message};
 use panto_provider::{EventSink, ProviderError, Request, RequestOptions, ToolSpec};
-use panto_size::{Measured, RequestEstimate, Truncation, estimate, silent_truncation};
+use panto_size::{RequestEstimate, Truncation, estimate, silent_truncation};
 use panto_store::{Loaded, SessionLog, Store, StoreError};
 use panto_transcript::Ledger;
 use tracing::{Instrument, info_span};
@@ -11,10 +18,11 @@ use tracing::{Instrument, info_span};
 use crate::compactor::Compactor;
 use crate::config::{CompactRun, Conversation, DEFAULT_MAX_OUTPUT_TOKENS};
 use crate::error::CompactError;
-use crate::events::CompactionEvent;
 use crate::ledger::previous_ledger;
 use crate::report::{CompactOutcome, CompactionReport};
-use crate::window::{KnownWindows, Window, WindowSource};
+use crate::window::KnownWindows;
+
+pub use ahead::NextRequest;
 
 /// The answer to [`Driver::send`].
 #[derive(Clone, Debug, PartialEq)]
@@ -43,54 +51,6 @@ impl Reply {
             truncation: None,
         }
     }
-}
-
-/// panto's estimate of the next request of a [`Driver`] ([`Driver::next_request`]): its input
-/// in parts, the room kept for the reply, and the window it must fit.
-#[derive(Clone, Copy, Debug, PartialEq)]
-#[non_exhaustive]
-pub struct NextRequest {
-    /// The input: the system prompt, the tools, the summary and the messages, which add up to
-    /// its total (the one ruler, `panto_size::estimate`).
-    pub input: RequestEstimate,
-    /// The room kept for the reply: the output limit, at most an eighth of the window when the
-    /// window is known (as a compaction keeps it).
-    pub reply_tokens: u64,
-    /// The model's window, when known ([`Driver::window`]).
-    pub window: Option<Window>,
-    /// The share of the window above which the driver compacts ahead, when on.
-    pub auto_compact: Option<f64>,
-}
-
-impl NextRequest {
-    /// The input and the reply's room together: what the request takes of the window.
-    pub fn total(&self) -> u64 {
-        self.input.total().saturating_add(self.reply_tokens)
-    }
-
-    /// The input size above which the driver compacts ahead: the configured share of the
-    /// window, when both are known.
-    pub fn threshold(&self) -> Option<u64> {
-        Some(share_of(self.window?.tokens, self.auto_compact?))
-    }
-
-    /// Whether the driver compacts before sending this request.
-    pub fn compacts_ahead(&self) -> bool {
-        self.threshold().is_some_and(|t| self.input.total() > t)
-    }
-}
-
-/// `share` of `tokens`, rounded down.
-fn share_of(tokens: u64, share: f64) -> u64 {
-    // A share is in (0, 1] (`Driver::with_auto_compact`), so the product fits.
-    #[expect(
-        clippy::cast_possible_truncation,
-        clippy::cast_sign_loss,
-        clippy::cast_precision_loss,
-        reason = "a share of a token count, rounded down, is a token count"
-    )]
-    let part = (tokens as f64 * share).floor() as u64;
-    part.min(tokens)
 }
 
 /// Drives a conversation over one session of a [`Store`] (through its [`SessionLog`]): keeps
@@ -142,92 +102,6 @@ impl<S: Store> Driver<S> {
             windows: KnownWindows::new(),
             auto_compact: None,
             said_no_window: false,
-        }
-    }
-
-    /// Turns proactive compaction on (`Some(share)`) or off (`None`, the default): before each
-    /// request, when panto's estimate of it ([`Driver::estimate`]) exceeds `share` of the
-    /// model's window ([`Driver::window`]), the driver compacts first (the same compaction as
-    /// after an overflow, with trigger `auto`), then sends; a request still estimated larger
-    /// than the window is not sent ([`CompactError::ExceedsWindow`]). Without a known window
-    /// it says so once ([`CompactionEvent::WindowUnknown`]) and compacts only after an
-    /// overflow. A share is a fraction of the window: one above 1 counts as 1, and one that is
-    /// not above 0 (or not a number) turns it off.
-    pub fn with_auto_compact(mut self, share: Option<f64>) -> Driver<S> {
-        self.set_auto_compact(share);
-        self
-    }
-
-    /// Sets proactive compaction as [`Driver::with_auto_compact`] does.
-    pub fn set_auto_compact(&mut self, share: Option<f64>) {
-        self.auto_compact = share.filter(|s| *s > 0.0).map(|s| s.min(1.0));
-    }
-
-    /// The share of the window above which a request is compacted ahead, when on.
-    pub fn auto_compact(&self) -> Option<f64> {
-        self.auto_compact
-    }
-
-    /// The driver, knowing `window` too (a window the agent persisted from an earlier
-    /// conversation, [`Driver::learned_window`], or one the server reported): see
-    /// [`Driver::learn_window`].
-    pub fn with_window(mut self, window: Window) -> Driver<S> {
-        self.learn_window(window);
-        self
-    }
-
-    /// Records `window` ([`KnownWindows::learn`]). A configured window belongs in the
-    /// compactor's settings ([`CompactorConfig::context_window`](crate::CompactorConfig::context_window)),
-    /// which this records as a configured one too.
-    pub fn learn_window(&mut self, window: Window) {
-        self.windows.learn(window);
-    }
-
-    /// Replaces the windows known besides the configured one (those learned and given) with
-    /// `windows` (its configured one is ignored): for another model, whose window the old
-    /// one's say nothing of.
-    pub fn set_windows(&mut self, windows: KnownWindows) {
-        self.windows = KnownWindows {
-            configured: None,
-            ..windows
-        };
-    }
-
-    /// Every window known for the model: learned from overflows and silently truncated
-    /// requests, given with [`Driver::with_window`], and the configured one.
-    pub fn windows(&self) -> KnownWindows {
-        let mut known = self.windows;
-        if let Some(configured) = self.compactor.config().context_window {
-            known.learn(Window::new(configured, WindowSource::Configured));
-        }
-        known
-    }
-
-    /// The model's window as far as the driver knows it: the smallest of those known
-    /// ([`KnownWindows::window`]), with its source.
-    pub fn window(&self) -> Option<Window> {
-        self.windows().window()
-    }
-
-    /// The window learned from requests (the limit an overflow stated, or the bound a request
-    /// that did not fit taught), for the agent to persist and give back with
-    /// [`Driver::with_window`] next time, so that a new conversation with the same model starts
-    /// knowing it.
-    pub fn learned_window(&self) -> Option<Window> {
-        self.windows.learned()
-    }
-
-    /// panto's estimate of the next request: its input in parts (the system prompt, the tools
-    /// and the context), the room kept for the reply, and the window it must fit, with the
-    /// share above which it is compacted ahead.
-    pub fn next_request(&self) -> NextRequest {
-        let window = self.window();
-        let reply = u64::from(self.max_output_tokens);
-        NextRequest {
-            input: self.estimate(),
-            reply_tokens: window.map_or(reply, |w| reply.min(w.tokens / 8)),
-            window,
-            auto_compact: self.auto_compact,
         }
     }
 
@@ -388,10 +262,12 @@ impl<S: Store> Driver<S> {
     ///
     /// With proactive compaction on ([`Driver::with_auto_compact`]) and a window known, a
     /// request estimated above the configured share of the window is compacted first (trigger
-    /// `auto`, reported by [`CompactionEvent::CompactingAhead`]); a compaction that writes
-    /// nothing (nothing to compact, not smaller, a failure) is reported
-    /// ([`CompactionEvent::AheadSkipped`]) and the request is sent as it is when it fits the
-    /// window. A request estimated larger than the window is not sent.
+    /// `auto`, reported by
+    /// [`CompactionEvent::CompactingAhead`](crate::CompactionEvent::CompactingAhead)); a
+    /// compaction that writes nothing (nothing to compact, not smaller, a failure) is reported
+    /// ([`CompactionEvent::AheadSkipped`](crate::CompactionEvent::AheadSkipped)) and the
+    /// request is sent as it is when it fits the window. A request estimated larger than the
+    /// window is not sent.
     ///
     /// On [`ProviderError::ContextOverflow`] it compacts (trigger `overflow`, the keep budget
     /// capped at a quarter of the reported limit, every compaction request fitted below the
@@ -399,10 +275,11 @@ impl<S: Store> Driver<S> {
     /// is estimated smaller than the request that overflowed and within the known limit. An
     /// answer whose usage shows that the provider cut the request to fit its window and said
     /// nothing (`panto_size::silent_truncation`: its input count far below what the request
-    /// holds; [`CompactionEvent::SilentTruncation`]) is treated as an overflow: discarded,
-    /// then the same compaction and retry. The limit an overflow states, or the bound a request
-    /// that did not fit teaches, is remembered ([`Driver::learned_window`]). Streamed text of
-    /// every attempt goes to `stream`. Messages without an id get one.
+    /// holds; [`CompactionEvent::SilentTruncation`](crate::CompactionEvent::SilentTruncation))
+    /// is treated as an overflow: discarded, then the same compaction and retry. The limit an
+    /// overflow states, or the bound a request that did not fit teaches, is remembered
+    /// ([`Driver::learned_window`]). Streamed text of every attempt goes to `stream`. Messages
+    /// without an id get one.
     ///
     /// # Errors
     /// - [`CompactError::Store`]: the store refused the append of `new` (a
@@ -439,7 +316,7 @@ impl<S: Store> Driver<S> {
                     reply.compacted_ahead = ahead;
                     return Ok(reply);
                 }
-                Some(truncation) => (truncated_overflow(&truncation), Some(truncation)),
+                Some(truncation) => (recover::truncated_overflow(&truncation), Some(truncation)),
             },
             Err(e) if e.is_context_overflow() => (e, None),
             Err(e) => return Err(CompactError::Provider(e)),
@@ -448,214 +325,6 @@ impl<S: Store> Driver<S> {
         reply.compacted_ahead = ahead;
         reply.truncation = truncation;
         Ok(reply)
-    }
-
-    /// Proactive compaction: compacts when the next request is estimated above the configured
-    /// share of the window, and refuses a request estimated larger than the window. Returns
-    /// the compaction's report when one was written.
-    async fn compact_ahead(&mut self) -> Result<Option<CompactionReport>, CompactError> {
-        let Some(share) = self.auto_compact else {
-            return Ok(None);
-        };
-        let Some(window) = self.window() else {
-            if !self.said_no_window {
-                self.said_no_window = true;
-                self.compactor.emit(CompactionEvent::WindowUnknown);
-            }
-            return Ok(None);
-        };
-        // Measured once: the estimate, and the sizes the compaction plans with.
-        let measured = Measured::new(&self.context.messages);
-        let estimated_tokens = measured
-            .estimate(&self.system, &tools_text(&self.tools))
-            .total();
-        let sizes: std::sync::Arc<[u64]> = measured.sizes().into();
-        let threshold_tokens = share_of(window.tokens, share);
-        if estimated_tokens <= threshold_tokens {
-            return Ok(None);
-        }
-        tracing::info!(
-            estimated_tokens,
-            threshold_tokens,
-            window = window.tokens,
-            "above the share of the window, compacting ahead"
-        );
-        self.compactor.emit(CompactionEvent::CompactingAhead {
-            estimated_tokens,
-            threshold_tokens,
-            window,
-        });
-        let outcome = self
-            .compact_with(CompactRun::auto(window.tokens).with_sizes(sizes))
-            .await;
-        let estimated_tokens = self.estimate().total();
-        let fits = estimated_tokens <= window.tokens;
-        let skipped = match outcome {
-            Ok(CompactOutcome::Compacted(c)) if fits => return Ok(Some(c.report)),
-            Ok(CompactOutcome::Compacted(_)) => {
-                return Err(CompactError::ExceedsWindow {
-                    estimated_tokens,
-                    window,
-                    compaction: None,
-                });
-            }
-            // Another writer appended: that is the caller's to resolve, not a reason to send.
-            Err(e @ CompactError::Store(_)) => return Err(e),
-            Ok(CompactOutcome::NothingToCompact(nothing)) => {
-                (nothing.to_string(), CompactError::NothingToCompact(nothing))
-            }
-            Err(e) => (e.to_string(), e),
-        };
-        let (reason, error) = skipped;
-        self.compactor.emit(CompactionEvent::AheadSkipped {
-            reason,
-            sending: fits,
-        });
-        if fits {
-            Ok(None)
-        } else {
-            Err(CompactError::ExceedsWindow {
-                estimated_tokens,
-                window,
-                compaction: Some(Box::new(error)),
-            })
-        }
-    }
-
-    /// Overflow recovery after `overflow` (an error, or the silent `truncation` said as one,
-    /// which is reported first): learns what the overflow taught of the window, compacts once,
-    /// and sends once more.
-    async fn recover(
-        &mut self,
-        overflow: ProviderError,
-        truncation: Option<Truncation>,
-        stream: EventSink<'_>,
-    ) -> Result<Reply, CompactError> {
-        // The context is measured once: the request that overflowed, the one the provider
-        // accepted before, and the sizes the compactor plans with all come from it.
-        let measured = Measured::new(&self.context.messages);
-        let tools = tools_text(&self.tools);
-        let overflowed_tokens = measured.estimate(&self.system, &tools).total();
-        if let Some(truncation) = truncation {
-            self.compactor.emit(CompactionEvent::SilentTruncation {
-                truncation,
-                estimated_tokens: overflowed_tokens,
-            });
-        }
-        tracing::info!(%overflow, "context overflow, compacting once");
-        let mut options = CompactRun::after_overflow(&overflow, overflowed_tokens);
-        match options.context_limit {
-            Some(limit) => self
-                .windows
-                .learn(Window::new(limit, WindowSource::Reported)),
-            None => {
-                self.windows.learn(Window::new(
-                    overflowed_tokens.saturating_sub(1),
-                    WindowSource::Bound,
-                ));
-                // A window stated by an earlier overflow or said by the server bounds this
-                // compaction like a stated limit, when it is below the request that did not
-                // fit (one above it is stale, or a model's longest context the server does not
-                // serve: the bound is better).
-                options.context_limit = KnownWindows {
-                    bound: None,
-                    ..self.windows
-                }
-                .window()
-                .map(|w| w.tokens)
-                .filter(|&w| w < overflowed_tokens);
-            }
-        }
-        let limit = options.known_limit(self.compactor.config().context_window);
-        let mut options = options
-            .with_reserved_tokens(self.reserved_tokens(), u64::from(self.max_output_tokens))
-            .with_sizes(measured.sizes().into());
-        if let Some(accepted) = self.accepted_tokens(&measured, &tools) {
-            options = options.with_accepted_tokens(accepted);
-        }
-        let options_again = options.clone();
-        self.compactor.set_conversation(Some(self.conversation()));
-        let report = match self
-            .compactor
-            .compact(&self.context, &mut self.log, options)
-            .await
-        {
-            Ok(CompactOutcome::Compacted(c)) => {
-                let c = *c;
-                self.context = c.context;
-                c.report
-            }
-            Ok(CompactOutcome::NothingToCompact(nothing)) => {
-                return Err(CompactError::OverflowNothingToCompact { overflow, nothing });
-            }
-            Err(e) if e.no_summary_obtained() => {
-                // No model could summarize: keep the conversation alive with panto's own record.
-                match self
-                    .compactor
-                    .compact_record_only(&self.context, &mut self.log, &options_again, &e)
-                    .await
-                {
-                    Ok(CompactOutcome::Compacted(c)) => {
-                        let c = *c;
-                        self.context = c.context;
-                        c.report
-                    }
-                    _ => {
-                        return Err(CompactError::OverflowCompactionFailed {
-                            overflow,
-                            compaction: Box::new(e),
-                        });
-                    }
-                }
-            }
-            Err(e) => {
-                return Err(CompactError::OverflowCompactionFailed {
-                    overflow,
-                    compaction: Box::new(e),
-                });
-            }
-        };
-
-        // The progress check: retry only a request that is smaller than the one that failed,
-        // and within the known limit.
-        let estimated_tokens = self.estimate().total();
-        if estimated_tokens >= overflowed_tokens || limit.is_some_and(|l| estimated_tokens > l) {
-            return Err(CompactError::OverflowNoProgress {
-                overflow,
-                estimated_tokens,
-                overflowed_tokens,
-                limit,
-            });
-        }
-        self.compactor.emit(CompactionEvent::Retrying {
-            estimated_tokens,
-            overflowed_tokens,
-        });
-        match self.complete(&mut *stream, "retry").await {
-            Ok(reply) => self.accept(reply, Some(report)).await,
-            Err(ProviderError::ContextOverflow {
-                message,
-                input_tokens,
-                limit,
-            }) => {
-                if let Some(limit) = limit {
-                    self.windows
-                        .learn(Window::new(limit, WindowSource::Reported));
-                }
-                Err(CompactError::OverflowAfterCompaction {
-                    // The context the retry sent, estimated above.
-                    estimated_tokens,
-                    input_tokens,
-                    limit,
-                    error: ProviderError::ContextOverflow {
-                        message,
-                        input_tokens,
-                        limit,
-                    },
-                })
-            }
-            Err(e) => Err(CompactError::Provider(e)),
-        }
     }
 
     /// Compacts the context now (`/compact`), with optional extra instructions.
@@ -708,17 +377,6 @@ impl<S: Store> Driver<S> {
     fn reserved_tokens(&self) -> u64 {
         let parts = estimate(&self.system, &tools_text(&self.tools), &[]);
         parts.system + parts.tools
-    }
-
-    /// panto's estimate of the request that produced the latest reply in the context (the
-    /// messages before it, `measured` with the rest, and `tools` as their text): the provider
-    /// accepted that much. A reply is known to have been produced here when it carries the
-    /// provider's usage and is not a kept copy (whose request was another context).
-    fn accepted_tokens(&self, measured: &Measured<'_>, tools: &str) -> Option<u64> {
-        let at = self.context.messages.iter().rposition(|m| {
-            m.role == Role::Assistant && m.usage.is_some() && m.kept_by().is_none()
-        })?;
-        Some(measured.estimate_first(at, &self.system, tools).total())
     }
 
     /// What this driver's requests look like, for native compaction.
@@ -791,17 +449,4 @@ fn tools_text(tools: &[ToolSpec]) -> String {
         })
         .collect();
     serde_json::Value::Array(list).to_string()
-}
-
-/// A silent truncation said as the overflow it is: the provider took less than the request and
-/// stated no limit.
-fn truncated_overflow(truncation: &Truncation) -> ProviderError {
-    ProviderError::ContextOverflow {
-        message: format!(
-            "the server answered, but counted only {} input tokens for a request that holds at least {} (it counted {} for the request before): it cut the request to fit its context window and said nothing",
-            truncation.counted, truncation.floor, truncation.previous
-        ),
-        input_tokens: None,
-        limit: None,
-    }
 }

@@ -1,0 +1,222 @@
+//! The model's window and compacting ahead of a request: what the driver knows of the window,
+//! its estimate of the next request against it, and proactive compaction (trigger `auto`).
+
+use std::sync::Arc;
+
+use panto_size::{Measured, RequestEstimate};
+use panto_store::Store;
+
+use super::{Driver, tools_text};
+use crate::config::CompactRun;
+use crate::error::CompactError;
+use crate::events::CompactionEvent;
+use crate::report::{CompactOutcome, CompactionReport};
+use crate::window::{KnownWindows, Window, WindowSource};
+
+/// panto's estimate of the next request of a [`Driver`] ([`Driver::next_request`]): its input
+/// in parts, the room kept for the reply, and the window it must fit.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct NextRequest {
+    /// The input: the system prompt, the tools, the summary and the messages, which add up to
+    /// its total (the one ruler, `panto_size::estimate`).
+    pub input: RequestEstimate,
+    /// The room kept for the reply: the output limit, at most an eighth of the window when the
+    /// window is known (as a compaction keeps it).
+    pub reply_tokens: u64,
+    /// The model's window, when known ([`Driver::window`]).
+    pub window: Option<Window>,
+    /// The share of the window above which the driver compacts ahead, when on.
+    pub auto_compact: Option<f64>,
+}
+
+impl NextRequest {
+    /// The input and the reply's room together: what the request takes of the window.
+    pub fn total(&self) -> u64 {
+        self.input.total().saturating_add(self.reply_tokens)
+    }
+
+    /// The input size above which the driver compacts ahead: the configured share of the
+    /// window, when both are known.
+    pub fn threshold(&self) -> Option<u64> {
+        Some(share_of(self.window?.tokens, self.auto_compact?))
+    }
+
+    /// Whether the driver compacts before sending this request.
+    pub fn compacts_ahead(&self) -> bool {
+        self.threshold().is_some_and(|t| self.input.total() > t)
+    }
+}
+
+/// `share` of `tokens`, rounded down.
+fn share_of(tokens: u64, share: f64) -> u64 {
+    // A share is in (0, 1] (`Driver::with_auto_compact`), so the product fits.
+    #[expect(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        clippy::cast_precision_loss,
+        reason = "a share of a token count, rounded down, is a token count"
+    )]
+    let part = (tokens as f64 * share).floor() as u64;
+    part.min(tokens)
+}
+
+impl<S: Store> Driver<S> {
+    /// Turns proactive compaction on (`Some(share)`) or off (`None`, the default): before each
+    /// request, when panto's estimate of it ([`Driver::estimate`]) exceeds `share` of the
+    /// model's window ([`Driver::window`]), the driver compacts first (the same compaction as
+    /// after an overflow, with trigger `auto`), then sends; a request still estimated larger
+    /// than the window is not sent ([`CompactError::ExceedsWindow`]). Without a known window
+    /// it says so once ([`CompactionEvent::WindowUnknown`]) and compacts only after an
+    /// overflow. A share is a fraction of the window: one above 1 counts as 1, and one that is
+    /// not above 0 (or not a number) turns it off.
+    pub fn with_auto_compact(mut self, share: Option<f64>) -> Driver<S> {
+        self.set_auto_compact(share);
+        self
+    }
+
+    /// Sets proactive compaction as [`Driver::with_auto_compact`] does.
+    pub fn set_auto_compact(&mut self, share: Option<f64>) {
+        self.auto_compact = share.filter(|s| *s > 0.0).map(|s| s.min(1.0));
+    }
+
+    /// The share of the window above which a request is compacted ahead, when on.
+    pub fn auto_compact(&self) -> Option<f64> {
+        self.auto_compact
+    }
+
+    /// The driver, knowing `window` too (a window the agent persisted from an earlier
+    /// conversation, [`Driver::learned_window`], or one the server reported): see
+    /// [`Driver::learn_window`].
+    pub fn with_window(mut self, window: Window) -> Driver<S> {
+        self.learn_window(window);
+        self
+    }
+
+    /// Records `window` ([`KnownWindows::learn`]). A configured window belongs in the
+    /// compactor's settings ([`CompactorConfig::context_window`](crate::CompactorConfig::context_window)),
+    /// which this records as a configured one too.
+    pub fn learn_window(&mut self, window: Window) {
+        self.windows.learn(window);
+    }
+
+    /// Replaces the windows known besides the configured one (those learned and given) with
+    /// `windows` (its configured one is ignored): for another model, whose window the old
+    /// one's say nothing of.
+    pub fn set_windows(&mut self, windows: KnownWindows) {
+        self.windows = KnownWindows {
+            configured: None,
+            ..windows
+        };
+    }
+
+    /// Every window known for the model: learned from overflows and silently truncated
+    /// requests, given with [`Driver::with_window`], and the configured one.
+    pub fn windows(&self) -> KnownWindows {
+        let mut known = self.windows;
+        if let Some(configured) = self.compactor.config().context_window {
+            known.learn(Window::new(configured, WindowSource::Configured));
+        }
+        known
+    }
+
+    /// The model's window as far as the driver knows it: the smallest of those known
+    /// ([`KnownWindows::window`]), with its source.
+    pub fn window(&self) -> Option<Window> {
+        self.windows().window()
+    }
+
+    /// The window learned from requests (the limit an overflow stated, or the bound a request
+    /// that did not fit taught), for the agent to persist and give back with
+    /// [`Driver::with_window`] next time, so that a new conversation with the same model starts
+    /// knowing it.
+    pub fn learned_window(&self) -> Option<Window> {
+        self.windows.learned()
+    }
+
+    /// panto's estimate of the next request: its input in parts (the system prompt, the tools
+    /// and the context), the room kept for the reply, and the window it must fit, with the
+    /// share above which it is compacted ahead.
+    pub fn next_request(&self) -> NextRequest {
+        let window = self.window();
+        let reply = u64::from(self.max_output_tokens);
+        NextRequest {
+            input: self.estimate(),
+            reply_tokens: window.map_or(reply, |w| reply.min(w.tokens / 8)),
+            window,
+            auto_compact: self.auto_compact,
+        }
+    }
+
+    /// Proactive compaction: compacts when the next request is estimated above the configured
+    /// share of the window, and refuses a request estimated larger than the window. Returns
+    /// the compaction's report when one was written.
+    pub(super) async fn compact_ahead(&mut self) -> Result<Option<CompactionReport>, CompactError> {
+        let Some(share) = self.auto_compact else {
+            return Ok(None);
+        };
+        let Some(window) = self.window() else {
+            if !self.said_no_window {
+                self.said_no_window = true;
+                self.compactor.emit(CompactionEvent::WindowUnknown);
+            }
+            return Ok(None);
+        };
+        // Measured once: the estimate, and the sizes the compaction plans with.
+        let measured = Measured::new(&self.context.messages);
+        let estimated_tokens = measured
+            .estimate(&self.system, &tools_text(&self.tools))
+            .total();
+        let sizes: Arc<[u64]> = measured.sizes().into();
+        let threshold_tokens = share_of(window.tokens, share);
+        if estimated_tokens <= threshold_tokens {
+            return Ok(None);
+        }
+        tracing::info!(
+            estimated_tokens,
+            threshold_tokens,
+            window = window.tokens,
+            "above the share of the window, compacting ahead"
+        );
+        self.compactor.emit(CompactionEvent::CompactingAhead {
+            estimated_tokens,
+            threshold_tokens,
+            window,
+        });
+        let outcome = self
+            .compact_with(CompactRun::auto(window.tokens).with_sizes(sizes))
+            .await;
+        let estimated_tokens = self.estimate().total();
+        let fits = estimated_tokens <= window.tokens;
+        let skipped = match outcome {
+            Ok(CompactOutcome::Compacted(c)) if fits => return Ok(Some(c.report)),
+            Ok(CompactOutcome::Compacted(_)) => {
+                return Err(CompactError::ExceedsWindow {
+                    estimated_tokens,
+                    window,
+                    compaction: None,
+                });
+            }
+            // Another writer appended: that is the caller's to resolve, not a reason to send.
+            Err(e @ CompactError::Store(_)) => return Err(e),
+            Ok(CompactOutcome::NothingToCompact(nothing)) => {
+                (nothing.to_string(), CompactError::NothingToCompact(nothing))
+            }
+            Err(e) => (e.to_string(), e),
+        };
+        let (reason, error) = skipped;
+        self.compactor.emit(CompactionEvent::AheadSkipped {
+            reason,
+            sending: fits,
+        });
+        if fits {
+            Ok(None)
+        } else {
+            Err(CompactError::ExceedsWindow {
+                estimated_tokens,
+                window,
+                compaction: Some(Box::new(error)),
+            })
+        }
+    }
+}

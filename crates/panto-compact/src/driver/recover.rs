@@ -1,0 +1,176 @@
+//! Overflow recovery: after a context overflow, or a reply the provider truncated silently,
+//! learn what it taught of the window, compact once, and send once more.
+
+use panto_model::Role;
+use panto_provider::{EventSink, ProviderError};
+use panto_size::{Measured, Truncation};
+use panto_store::Store;
+
+use super::{Driver, Reply, tools_text};
+use crate::config::CompactRun;
+use crate::error::CompactError;
+use crate::events::CompactionEvent;
+use crate::report::CompactOutcome;
+use crate::window::{KnownWindows, Window, WindowSource};
+
+impl<S: Store> Driver<S> {
+    /// Overflow recovery after `overflow` (an error, or the silent `truncation` said as one,
+    /// which is reported first): learns what the overflow taught of the window, compacts once,
+    /// and sends once more.
+    pub(super) async fn recover(
+        &mut self,
+        overflow: ProviderError,
+        truncation: Option<Truncation>,
+        stream: EventSink<'_>,
+    ) -> Result<Reply, CompactError> {
+        // The context is measured once: the request that overflowed, the one the provider
+        // accepted before, and the sizes the compactor plans with all come from it.
+        let measured = Measured::new(&self.context.messages);
+        let tools = tools_text(&self.tools);
+        let overflowed_tokens = measured.estimate(&self.system, &tools).total();
+        if let Some(truncation) = truncation {
+            self.compactor.emit(CompactionEvent::SilentTruncation {
+                truncation,
+                estimated_tokens: overflowed_tokens,
+            });
+        }
+        tracing::info!(%overflow, "context overflow, compacting once");
+        let mut options = CompactRun::after_overflow(&overflow, overflowed_tokens);
+        match options.context_limit {
+            Some(limit) => self
+                .windows
+                .learn(Window::new(limit, WindowSource::Reported)),
+            None => {
+                self.windows.learn(Window::new(
+                    overflowed_tokens.saturating_sub(1),
+                    WindowSource::Bound,
+                ));
+                // A window stated by an earlier overflow or said by the server bounds this
+                // compaction like a stated limit, when it is below the request that did not
+                // fit (one above it is stale, or a model's longest context the server does not
+                // serve: the bound is better).
+                options.context_limit = KnownWindows {
+                    bound: None,
+                    ..self.windows
+                }
+                .window()
+                .map(|w| w.tokens)
+                .filter(|&w| w < overflowed_tokens);
+            }
+        }
+        let limit = options.known_limit(self.compactor.config().context_window);
+        let mut options = options
+            .with_reserved_tokens(self.reserved_tokens(), u64::from(self.max_output_tokens))
+            .with_sizes(measured.sizes().into());
+        if let Some(accepted) = self.accepted_tokens(&measured, &tools) {
+            options = options.with_accepted_tokens(accepted);
+        }
+        let options_again = options.clone();
+        self.compactor.set_conversation(Some(self.conversation()));
+        let report = match self
+            .compactor
+            .compact(&self.context, &mut self.log, options)
+            .await
+        {
+            Ok(CompactOutcome::Compacted(c)) => {
+                let c = *c;
+                self.context = c.context;
+                c.report
+            }
+            Ok(CompactOutcome::NothingToCompact(nothing)) => {
+                return Err(CompactError::OverflowNothingToCompact { overflow, nothing });
+            }
+            Err(e) if e.no_summary_obtained() => {
+                // No model could summarize: keep the conversation alive with panto's own record.
+                match self
+                    .compactor
+                    .compact_record_only(&self.context, &mut self.log, &options_again, &e)
+                    .await
+                {
+                    Ok(CompactOutcome::Compacted(c)) => {
+                        let c = *c;
+                        self.context = c.context;
+                        c.report
+                    }
+                    _ => {
+                        return Err(CompactError::OverflowCompactionFailed {
+                            overflow,
+                            compaction: Box::new(e),
+                        });
+                    }
+                }
+            }
+            Err(e) => {
+                return Err(CompactError::OverflowCompactionFailed {
+                    overflow,
+                    compaction: Box::new(e),
+                });
+            }
+        };
+
+        // The progress check: retry only a request that is smaller than the one that failed,
+        // and within the known limit.
+        let estimated_tokens = self.estimate().total();
+        if estimated_tokens >= overflowed_tokens || limit.is_some_and(|l| estimated_tokens > l) {
+            return Err(CompactError::OverflowNoProgress {
+                overflow,
+                estimated_tokens,
+                overflowed_tokens,
+                limit,
+            });
+        }
+        self.compactor.emit(CompactionEvent::Retrying {
+            estimated_tokens,
+            overflowed_tokens,
+        });
+        match self.complete(&mut *stream, "retry").await {
+            Ok(reply) => self.accept(reply, Some(report)).await,
+            Err(ProviderError::ContextOverflow {
+                message,
+                input_tokens,
+                limit,
+            }) => {
+                if let Some(limit) = limit {
+                    self.windows
+                        .learn(Window::new(limit, WindowSource::Reported));
+                }
+                Err(CompactError::OverflowAfterCompaction {
+                    // The context the retry sent, estimated above.
+                    estimated_tokens,
+                    input_tokens,
+                    limit,
+                    error: ProviderError::ContextOverflow {
+                        message,
+                        input_tokens,
+                        limit,
+                    },
+                })
+            }
+            Err(e) => Err(CompactError::Provider(e)),
+        }
+    }
+
+    /// panto's estimate of the request that produced the latest reply in the context (the
+    /// messages before it, `measured` with the rest, and `tools` as their text): the provider
+    /// accepted that much. A reply is known to have been produced here when it carries the
+    /// provider's usage and is not a kept copy (whose request was another context).
+    fn accepted_tokens(&self, measured: &Measured<'_>, tools: &str) -> Option<u64> {
+        let at = self.context.messages.iter().rposition(|m| {
+            m.role == Role::Assistant && m.usage.is_some() && m.kept_by().is_none()
+        })?;
+        Some(measured.estimate_first(at, &self.system, tools).total())
+    }
+}
+
+/// A silent truncation said as the overflow it is: the provider took less than the request and
+/// stated no limit.
+pub(super) fn truncated_overflow(truncation: &Truncation) -> ProviderError {
+    ProviderError::ContextOverflow {
+        message: format!(
+            "the server answered, but counted only {} input tokens for a request that holds at least {} (it counted {} for the request before): it cut the request to fit its context window and said nothing",
+            truncation.counted, truncation.floor, truncation.previous
+        ),
+        input_tokens: None,
+        limit: None,
+    }
+}
