@@ -355,7 +355,8 @@ impl Compactor {
     /// Compacts `context` and appends the result to `log` in one conditional append.
     ///
     /// `context` must be the replay of `log` at its head. On success the log's new effective
-    /// context is [`Compacted::context`]: the summary block followed by the kept turns.
+    /// context is [`Compacted::context`](crate::Compacted::context): the summary block followed
+    /// by the kept turns.
     ///
     /// # Errors
     /// [`CompactError::Compaction`] or [`CompactError::BothModelsFailed`] when no summary could
