@@ -21,7 +21,8 @@ pub const MIN_ROOM: u64 = 64;
 /// 2,048 tokens with the short prompt a later request keeps about 970 tokens for the
 /// transcript; a floor of 512 would leave it about 400. When room is short a fold makes its
 /// chunks smaller, never the output; a configured `max_output_tokens` below the floor is raised
-/// to it, and an answer that stops at the limit is a failed attempt.
+/// to it, and an answer that stops at the limit is a failed attempt (the fold then asks again
+/// with more output, [`crate::MAX_LONGER`]).
 pub const MIN_OUTPUT_TOKENS: u32 = 256;
 
 /// What the requests of a fold must fit, in panto's estimated tokens.
@@ -36,9 +37,12 @@ pub struct FoldBudget {
     pub fixed: u64,
     /// The previous summary the first request carries (0 when there is none).
     pub previous: u64,
-    /// The configured output limit of a compaction request (raised to [`MIN_OUTPUT_TOKENS`]
+    /// The configured output limit of a compaction request (raised to [`FoldBudget::min_output`]
     /// when below it).
     pub max_output: u64,
+    /// The least output a request allows: [`MIN_OUTPUT_TOKENS`] (a smaller value counts as it),
+    /// raised by a fold whose model ran out of output ([`FoldBudget::with_min_output`]).
+    pub min_output: u64,
 }
 
 impl FoldBudget {
@@ -50,7 +54,22 @@ impl FoldBudget {
             fixed,
             previous,
             max_output,
+            min_output: u64::from(MIN_OUTPUT_TOKENS),
         }
+    }
+
+    /// The same budget with every request allowing at least `tokens` of output (never less than
+    /// [`MIN_OUTPUT_TOKENS`]): the chunks shrink to make the room.
+    #[must_use]
+    pub fn with_min_output(mut self, tokens: u64) -> FoldBudget {
+        self.min_output = tokens.max(u64::from(MIN_OUTPUT_TOKENS));
+        self
+    }
+
+    /// The output floor of this budget: [`FoldBudget::min_output`], at least
+    /// [`MIN_OUTPUT_TOKENS`].
+    fn floor(&self) -> u64 {
+        self.min_output.max(u64::from(MIN_OUTPUT_TOKENS))
     }
 
     /// The transcript tokens a request of the fold after the first may carry, beside the
@@ -58,7 +77,7 @@ impl FoldBudget {
     /// no limit is known, or when the limit leaves less than [`MIN_ROOM`].
     pub fn later_capacity(&self) -> Option<u64> {
         let limit = self.limit?;
-        let floor = u64::from(MIN_OUTPUT_TOKENS);
+        let floor = self.floor();
         let room = limit.saturating_sub(self.fixed);
         let output = self.max_output.max(floor).min(room / 8).max(floor);
         let reserve = output + output / 4;
@@ -176,10 +195,11 @@ impl std::error::Error for FoldError {}
 /// Folds a prefix whose turns have the estimated transcript sizes `turn_tokens` into requests
 /// that fit `budget`.
 ///
-/// - `max_output` below [`MIN_OUTPUT_TOKENS`] counts as the floor: no request allows less.
+/// - The floor is [`FoldBudget::min_output`], at least [`MIN_OUTPUT_TOKENS`]; `max_output` below
+///   it counts as the floor: no request allows less.
 /// - No known limit: one request with every turn, output `max_output`.
 /// - Otherwise the room of a request is `limit - fixed - previous`, and the output of every
-///   request but the last is `min(max_output, room / 8)`, at least [`MIN_OUTPUT_TOKENS`]. When
+///   request but the last is `min(max_output, room / 8)`, at least the floor. When
 ///   the whole prefix and that output fit the room, the fold is one request. Else each later
 ///   request keeps [`FoldPlan::reserve`] (an output and a quarter) for the running summary, and
 ///   the turns are packed greedily, oldest first, into chunks that fit; a turn larger than any
@@ -212,7 +232,7 @@ pub fn fold(turn_tokens: &[u64], budget: &FoldBudget) -> Result<FoldPlan, FoldEr
         limit: budget.limit,
         total,
     };
-    let floor = u64::from(MIN_OUTPUT_TOKENS);
+    let floor = budget.floor();
     let max_output = budget.max_output.max(floor);
     let Some(limit) = budget.limit else {
         return Ok(all(u64::MAX, max_output));

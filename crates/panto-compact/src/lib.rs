@@ -108,7 +108,7 @@ pub mod testing;
 mod window;
 
 pub use attempt::AttemptFailure;
-pub use compactor::{Compactor, MAX_SHRINKS, Prepared};
+pub use compactor::{Compactor, MAX_LONGER, MAX_SHRINKS, Prepared};
 pub use config::{
     CompactRun, CompactionStrategy, CompactorConfig, Conversation, DEFAULT_KEEP_TOKENS,
     DEFAULT_MAX_OUTPUT_TOKENS, ModelRef,

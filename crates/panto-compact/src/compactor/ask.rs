@@ -112,8 +112,9 @@ impl Compactor {
                 state.last_overflow = Some(error.clone());
                 Err(Failure::Overflow { error })
             }
-            Err(second) => Err(Failure::Other(
-                match (&self.compaction_model, &state.compaction_model_failed) {
+            Err(second) => {
+                let truncated = matches!(second, AttemptFailure::TruncatedSummary { .. });
+                let error = match (&self.compaction_model, &state.compaction_model_failed) {
                     (Some(first), Some(cause)) => CompactError::BothModelsFailed {
                         compaction_model: first.model.clone(),
                         first: Box::new(cause.clone()),
@@ -124,8 +125,13 @@ impl Compactor {
                         model: active.model.clone(),
                         cause: second,
                     },
-                },
-            )),
+                };
+                Err(if truncated {
+                    Failure::Truncated { error }
+                } else {
+                    Failure::Other(error)
+                })
+            }
         }
     }
 }
@@ -140,7 +146,14 @@ pub(super) struct Answer {
 /// Why one chunk got no summary: too large for the model that was asked last (the fold may
 /// shrink and try again), or anything else (the fold fails).
 pub(super) enum Failure {
-    Overflow { error: ProviderError },
+    Overflow {
+        error: ProviderError,
+    },
+    /// The active model's summary stopped at the output limit; `error` is the compaction's
+    /// error when the fold cannot give it more output.
+    Truncated {
+        error: CompactError,
+    },
     Other(CompactError),
 }
 

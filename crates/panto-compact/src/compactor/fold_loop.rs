@@ -15,12 +15,12 @@ use super::limits::{
     envelope_tokens, least_limit, previous_tokens, request_overhead, shrink, states_limit,
 };
 use super::state::{FoldState, Material, Pieces, split_text};
-use super::{Compactor, MAX_SHRINKS, Prepared, kept_estimate};
+use super::{Compactor, MAX_LONGER, MAX_SHRINKS, Prepared, kept_estimate};
 use crate::check::Replaced;
 use crate::config::CompactRun;
 use crate::error::CompactError;
 use crate::events::CompactionEvent;
-use crate::fold::{FoldBudget, FoldPlan, MIN_OUTPUT_TOKENS, MIN_ROOM, fold};
+use crate::fold::{FoldPlan, MIN_OUTPUT_TOKENS, MIN_ROOM, fold};
 use crate::report::{ElidedItem, FoldStep};
 use crate::source::RequestSource;
 use panto_size::Heuristic;
@@ -58,7 +58,7 @@ impl Compactor {
         };
         let turns_plan = fold(
             &prepared.turn_tokens,
-            &FoldBudget::new(state.limit, fixed, previous.unwrap_or(0), state.max_output),
+            &state.budget(fixed, previous.unwrap_or(0)),
         )
         .map_err(CompactError::NoRoom)?;
         self.emit(CompactionEvent::Folding {
@@ -159,9 +159,7 @@ impl Compactor {
         let Some(running) = state.running.take() else {
             return Ok(());
         };
-        let capacity = FoldBudget::new(state.limit, fixed, 0, state.max_output)
-            .later_capacity()
-            .unwrap_or(MIN_ROOM);
+        let capacity = state.budget(fixed, 0).later_capacity().unwrap_or(MIN_ROOM);
         let mut pieces = Pieces::new(split_text(&running, capacity - capacity / 10));
         let steps = self
             .plan_rest(&pieces.turn_tokens, 0, state, fixed, None)?
@@ -180,7 +178,7 @@ impl Compactor {
     /// of the transcript): `None` when it fits, or when no limit is known.
     fn carried_pieces(&self, state: &FoldState, fixed: u64) -> Option<Pieces> {
         let previous = state.running.as_deref()?;
-        let capacity = FoldBudget::new(state.limit, fixed, 0, state.max_output).later_capacity()?;
+        let capacity = state.budget(fixed, 0).later_capacity()?;
         if previous_tokens(previous) <= capacity {
             return None;
         }
@@ -212,6 +210,7 @@ impl Compactor {
         // The plan's chunks count turns from `base`; `next` is the chunk to send.
         let (mut base, mut next) = (done, 0);
         let mut rejected_here = 0;
+        let mut longer_here = 0;
         while done < material.turns.len() {
             let chunk = plan.chunks[next].clone();
             let step = state.folded.steps.len() + 1;
@@ -292,6 +291,7 @@ impl Compactor {
                     done = turns.end;
                     next += 1;
                     rejected_here = 0;
+                    longer_here = 0;
                     state.probe_higher();
                     // The plan reserved room for a running summary of a whole output; when the
                     // summary is shorter, the rest may fit in fewer requests. Such a plan is
@@ -341,7 +341,38 @@ impl Compactor {
                         error,
                     });
                 }
-                Err(Failure::Other(e)) => return Err(e),
+                Err(Failure::Truncated { error }) if longer_here < MAX_LONGER => {
+                    // The model answered but ran out of output: the same model is asked again
+                    // with twice the output, up to the configured output limit, and the chunks
+                    // shrink where they must to make the room. The request is not one sent
+                    // before: its output limit is larger.
+                    let more = (u64::from(output) * 2).min(self.longest_output(state));
+                    let before = state.min_output;
+                    state.min_output = more;
+                    let again = self
+                        .plan_material(material, done, state, &sizes)
+                        .ok()
+                        .filter(|again| more > u64::from(output) && again.output >= more);
+                    let Some(again) = again else {
+                        state.min_output = before;
+                        return Err(error);
+                    };
+                    longer_here += 1;
+                    (plan, base, next) = (again, done, 0);
+                    tracing::warn!(
+                        step,
+                        output,
+                        more,
+                        "the summary stopped at the output limit, asking again with more output"
+                    );
+                    self.emit(CompactionEvent::Replanned {
+                        steps: state.folded.steps.len() + plan.requests() + state.later_steps,
+                        cause: format!(
+                            "the summary of step {step} stopped at the output limit of {output} tokens: asking again with {more}"
+                        ),
+                    });
+                }
+                Err(Failure::Truncated { error } | Failure::Other(error)) => return Err(error),
             }
         }
         Ok(())
@@ -430,12 +461,7 @@ impl Compactor {
         fixed: u64,
         previous: Option<&str>,
     ) -> Result<FoldPlan, CompactError> {
-        let budget = FoldBudget::new(
-            state.limit,
-            fixed,
-            previous.map_or(0, previous_tokens),
-            state.max_output,
-        );
+        let budget = state.budget(fixed, previous.map_or(0, previous_tokens));
         fold(&turn_tokens[done..], &budget).map_err(CompactError::NoRoom)
     }
 }
@@ -532,12 +558,13 @@ impl FoldState {
     /// The output limit of a request of `input_tokens` in `plan` (the `last` of the fold, or
     /// not). The plan leaves every request at least the floor (`FoldPlan`'s invariants).
     fn output_for(&self, plan: &FoldPlan, last: bool, input_tokens: u64) -> u32 {
+        let most = self.max_output.max(self.min_output);
         let output = match self.limit {
-            None => self.max_output,
-            Some(l) if last => self.max_output.min(l.saturating_sub(input_tokens)),
+            None => most,
+            Some(l) if last => most.min(l.saturating_sub(input_tokens)),
             Some(l) => plan.output.min(l.saturating_sub(input_tokens)),
         }
-        .max(u64::from(MIN_OUTPUT_TOKENS));
+        .max(self.min_output);
         u32::try_from(output).unwrap_or(u32::MAX)
     }
 

@@ -555,6 +555,13 @@ impl Compactor {
         summary_room.map_or(configured, |room| configured.min((room / 2).max(floor)))
     }
 
+    /// The most output a request of the fold may allow after a model's summary stopped at its
+    /// limit: the configured output limit (the fold's own keeps the final summary within what
+    /// the request after the compaction leaves; one that comes out larger is condensed).
+    fn longest_output(&self, state: &FoldState) -> u64 {
+        u64::from(self.config.max_output_tokens).max(state.max_output)
+    }
+
     /// The size of each message of `messages`, by this compactor's sizer.
     fn message_sizes(&self, messages: &[Message]) -> Vec<u64> {
         match &self.sizer {
@@ -574,6 +581,14 @@ impl Compactor {
 /// the third rejection ends the fold ([`CompactError::FoldOverflow`]), so a provider that
 /// states no limit rejects at most three compaction requests.
 pub const MAX_SHRINKS: usize = 2;
+
+/// How many times one step of a fold asks the active model again after its summary stopped at
+/// the output limit, each time with twice the output (up to the configured output limit), the
+/// chunks smaller where the window needs the room: 256 tokens become 512, then 1,024. A small
+/// model that rambles on a tight window gets the room to finish; one that cannot is a failed
+/// attempt after the third answer. Each retry is a request of its own (the same input at most
+/// with a larger output limit, never a body sent before).
+pub const MAX_LONGER: usize = 2;
 
 /// The estimated tokens of the context after a compaction: `summary` and the kept turns,
 /// sized as the copies will be ([`Prepared::kept_tokens`], sized once).

@@ -13,7 +13,7 @@ use panto_transcript::{Ledger, TurnTranscript, render_turns};
 use super::Prepared;
 use crate::attempt::AttemptFailure;
 use crate::config::ModelRef;
-use crate::fold::MIN_OUTPUT_TOKENS;
+use crate::fold::{FoldBudget, MIN_OUTPUT_TOKENS};
 use crate::ledger::{ledger_budget, previous_ledger, rendered_len};
 use crate::report::{ElidedItem, FoldStep};
 
@@ -32,6 +32,9 @@ pub(super) struct FoldState {
     pub(super) limit: Option<u64>,
     /// The output limit of the fold's requests ([`Compactor::max_output`]).
     pub(super) max_output: u64,
+    /// The least output of the fold's requests: [`MIN_OUTPUT_TOKENS`], doubled (up to the
+    /// configured output limit) each time a model's summary stopped at the output limit.
+    pub(super) min_output: u64,
     /// How often the limit was shrunk after a rejection.
     pub(super) shrinks: usize,
     /// Inputs rejected as too large, by model: never sent to that model again.
@@ -60,6 +63,13 @@ pub(super) struct FoldState {
 }
 
 impl FoldState {
+    /// What the fold's requests must fit now: the limit, `fixed`, the summary the first request
+    /// carries (`previous` tokens), and the output limit and floor.
+    pub(super) fn budget(&self, fixed: u64, previous: u64) -> FoldBudget {
+        FoldBudget::new(self.limit, fixed, previous, self.max_output)
+            .with_min_output(self.min_output)
+    }
+
     /// The start of a fold of `prepared`: the previous summary and record, nothing sent.
     pub(super) fn new(
         context: &EffectiveContext,
@@ -72,6 +82,7 @@ impl FoldState {
             folded: Folded::default(),
             limit: prepared.limit,
             max_output: u64::from(max_output_tokens.max(MIN_OUTPUT_TOKENS)),
+            min_output: u64::from(MIN_OUTPUT_TOKENS),
             shrinks: 0,
             rejected: HashSet::new(),
             last_overflow: None,

@@ -7,7 +7,7 @@ use panto_compact::testing::{overflow, reply, server_error};
 use panto_compact::{
     ADDITIONAL_INSTRUCTIONS_HEADING, AttemptFailure, BUILTIN_PROMPT, BUILTIN_SHORT_PROMPT,
     CompactError, CompactOutcome, CompactRun, Compacted, CompactionEvent, CompactionPrompt,
-    Compactor, DEFAULT_MAX_OUTPUT_TOKENS, MIN_OUTPUT_TOKENS, MemoryLog, ModelRef,
+    Compactor, DEFAULT_MAX_OUTPUT_TOKENS, MAX_LONGER, MIN_OUTPUT_TOKENS, MemoryLog, ModelRef,
     SHORT_PROMPT_BELOW,
 };
 use panto_model::{Entry, KEPT_BY, Trigger, replay};
@@ -939,6 +939,123 @@ async fn a_compaction_at_a_2048_token_limit_asks_a_model_with_the_short_prompt()
     .await
     .unwrap();
     assert_eq!(main.requests()[0].system, BUILTIN_PROMPT);
+}
+
+/// A reply of `text` that stopped at the output limit.
+fn cut_reply(text: &str) -> Message {
+    let mut cut = reply(text);
+    cut.stop_reason = Some("max_tokens".into());
+    cut
+}
+
+#[tokio::test]
+async fn a_summary_cut_at_the_output_limit_of_a_small_window_is_asked_again_with_more_output() {
+    // A small model on Ollama's default window rambles past 256 tokens on its first chunk: the
+    // fold asks it again with 512 tokens of output, and the compaction is the model's.
+    let messages = long_rounds(10, 600);
+    let mut log = log_of(&messages);
+    let (main, main_ref) = model("main", "small-model");
+    main.push(Ok(cut_reply(
+        "## Goal\n- Answer the numbered requests, and the user also",
+    )));
+    for i in 0..12 {
+        main.push_text(format!(
+            "## Goal\n- Answer the numbered requests (step {i})."
+        ));
+    }
+    let (c, seen) = events(Compactor::new(main_ref).with_ids(Arc::new(SequentialIds::new())));
+    let mut c = c;
+    let ctx = log.replay();
+    let out = compacted(
+        c.compact(&ctx, &mut log, CompactRun::overflow(Some(2_048)))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(out.report.model, "small-model");
+    assert_eq!(out.report.degraded, None);
+    let requests = main.requests();
+    assert_eq!(out.report.requests, requests.len());
+    let (first, second) = (&requests[0], &requests[1]);
+    assert_eq!(first.max_output_tokens, MIN_OUTPUT_TOKENS);
+    assert_eq!(second.max_output_tokens, 2 * MIN_OUTPUT_TOKENS);
+    let size = |r: &panto_provider::Request| estimate_request(&r.system, &r.messages);
+    // The chunk shrinks when it must to make the room (here the first chunk still fits beside
+    // 512 tokens), never past what the window holds.
+    assert!(size(second) <= size(first));
+    for r in &requests {
+        assert!(r.max_output_tokens >= 2 * MIN_OUTPUT_TOKENS || std::ptr::eq(r, first));
+        assert!(size(r) + u64::from(r.max_output_tokens) <= 2_048);
+    }
+    // The change of plan is said once, with its cause.
+    let said: Vec<String> = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|e| match e {
+            CompactionEvent::Replanned { cause, .. } => Some(cause.clone()),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        said.iter().any(|c| c.contains("stopped at the output limit of 256 tokens: asking again with 512")),
+        "{said:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_model_that_always_runs_out_of_output_is_asked_three_times_per_step_at_most() {
+    let messages = long_rounds(10, 600);
+    let mut log = log_of(&messages);
+    let (main, main_ref) = model("main", "small-model");
+    for _ in 0..6 {
+        main.push(Ok(cut_reply("Fact 1, fact 2, fact 3, fact 4")));
+    }
+    let mut c = Compactor::new(main_ref).with_ids(Arc::new(SequentialIds::new()));
+    let ctx = log.replay();
+    let err = c
+        .compact(&ctx, &mut log, CompactRun::overflow(Some(2_048)))
+        .await
+        .unwrap_err();
+    let CompactError::Compaction { cause, .. } = &err else {
+        panic!("expected a failed compaction, got {err:?}")
+    };
+    assert!(
+        matches!(cause, AttemptFailure::TruncatedSummary { .. }),
+        "{cause:?}"
+    );
+    let outputs: Vec<u32> = main
+        .requests()
+        .iter()
+        .map(|r| r.max_output_tokens)
+        .collect();
+    // 256, then twice as much while the window leaves room for it beside a chunk.
+    assert!(
+        outputs.len() <= 1 + MAX_LONGER && outputs.len() >= 2,
+        "{outputs:?}"
+    );
+    assert!(outputs.windows(2).all(|w| w[1] == 2 * w[0]), "{outputs:?}");
+    // Nothing was written.
+    assert_eq!(log.entries().len(), messages.len());
+}
+
+#[tokio::test]
+async fn a_summary_cut_at_the_configured_output_limit_is_not_asked_again() {
+    // The user's own output limit is not raised: the answer that reached it fails.
+    let (messages, mut log) = setup();
+    let (main, main_ref) = model("main", "big");
+    main.push(Ok(cut_reply(
+        "## Goal\nFix the parser; the user also asked to",
+    )));
+    main.push_text("never asked");
+    let mut c = compactor(main_ref, 300);
+    let ctx = log.replay();
+    let err = c
+        .compact(&ctx, &mut log, CompactRun::overflow(Some(20_000)))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, CompactError::Compaction { .. }), "{err:?}");
+    assert_eq!(main.calls(), 1);
+    assert_eq!(log.entries().len(), messages.len());
 }
 
 #[tokio::test]
