@@ -1,0 +1,242 @@
+//! The send and chat path: one turn to the provider, the driver over a session, the meter.
+
+use std::io::Write;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use anyhow::Result;
+use panto_compact::{Driver, ModelRef, Reply, Store};
+use panto_model::Message;
+use panto_provider::StreamEvent;
+
+use crate::config::Config;
+use crate::ui::{Meter, Spinner, for_stdout, interrupted, say};
+use crate::{Cancelled, bad_input, providers};
+
+use super::failure::failure;
+use super::{
+    CliDriver, active_model, compactor, open_store, report_warnings, session_name, store_error,
+};
+
+// ---------------------------------------------------------------------------------------------
+// send and chat
+
+/// Streams assistant text to stdout as it arrives; stops the spinner at the first part of the
+/// answer (a retry notice is not one: `ShowRetries` prints it above the spinner).
+fn stream_to_stdout(spinner: &mut Spinner) -> impl FnMut(StreamEvent<'_>) + Send + '_ {
+    move |event| {
+        if matches!(event, StreamEvent::Retry(_)) {
+            return;
+        }
+        spinner.stop();
+        if let StreamEvent::Text(text) = event {
+            let mut out = std::io::stdout().lock();
+            let _ = out.write_all(for_stdout(text).as_bytes());
+            let _ = out.flush();
+            crate::ui::answer_written(text);
+        }
+    }
+}
+
+pub(crate) async fn send(config: &Config, path: &Path, message: String) -> Result<()> {
+    if message.trim().is_empty() {
+        return Err(bad_input(
+            "MESSAGE is empty: nothing was sent or written; give the text to send",
+        ));
+    }
+    let active = active_model(config, false)?;
+    let driver = driver(config, active, &session_name(path)).await?;
+    let (driver, reply) = turn(config, driver, vec![Message::user_text(message)]).await?;
+    let reply = reply?;
+    // The meter is for a person watching; a script reading stderr gets only messages.
+    if crate::ui::stderr_is_terminal() {
+        say(&meter(config, &driver, Some(&reply)));
+    }
+    Ok(())
+}
+
+/// The context meter: the size of the next request (system prompt included, as
+/// `panto context` counts it, from the same ruler) with its share of the model's window when
+/// the window is known (`providers::known_window`), the tokens of the request just answered as
+/// the provider counted them, and the active model. When the window is unknown it says so once
+/// per run.
+pub(crate) fn meter(config: &Config, driver: &CliDriver, reply: Option<&Reply>) -> String {
+    static SAID_UNKNOWN: AtomicBool = AtomicBool::new(false);
+    let model = driver.compactor().active().model.as_str();
+    // The driver's window: the CLI's (configured, kept, discovered) and what it learned since.
+    let window = driver
+        .window()
+        .into_iter()
+        .chain(providers::known_window(config, model))
+        .min_by_key(|w| w.tokens)
+        .map(|w| w.tokens);
+    let say_unknown = window.is_none() && !SAID_UNKNOWN.swap(true, Ordering::Relaxed);
+    crate::ui::describe_meter(&Meter {
+        answered: reply.map(|r| r.message.usage.as_ref()),
+        next_request: driver.estimate().total(),
+        window,
+        say_unknown,
+        model,
+        auto_compact: driver.auto_compact(),
+    })
+}
+
+/// How often a turn starts again when another writer appended between its load and its
+/// prompt's append.
+const PROMPT_CONFLICTS: usize = 3;
+
+/// One user turn (`new` is the prompt, or nothing to resend the conversation as it stands):
+/// catches up with other writers, then sends. When another writer appended between the load
+/// and the append of the prompt, nothing has been sent yet, so the turn starts again from the
+/// session as it is now (a few times at most); a conflict when the reply is appended is
+/// reported (the prompt stays in the session). Returns the driver, for the next turn, and the
+/// outcome of this one.
+///
+/// # Errors
+/// When the session cannot be read again; the outcome of the turn is the inner result.
+pub(crate) async fn turn(
+    config: &Config,
+    driver: CliDriver,
+    new: Vec<Message>,
+) -> Result<(CliDriver, Result<Reply>)> {
+    let mut driver = catch_up(driver).await?;
+    let mut starts = 1;
+    loop {
+        let before = driver.log().head();
+        let result = send_one(config, &mut driver, new.clone()).await;
+        // What the turn taught of the window is kept for the next command and conversation.
+        let model = driver.compactor().active().model.clone();
+        providers::remember(config, &model, driver.learned_window());
+        let prompt_refused =
+            result.is_err() && driver.log().conflicted() && driver.log().head() == before;
+        if !prompt_refused || starts > PROMPT_CONFLICTS {
+            return Ok((driver, result));
+        }
+        starts += 1;
+        driver = catch_up(driver).await?;
+    }
+}
+
+/// A conversation driver over session `name` of the configured store, loaded now (a session
+/// that does not exist yet is the empty conversation: the prompt's append creates it). It
+/// holds no lock: each append checks that the session still ends where the driver last saw it.
+pub(crate) async fn driver(config: &Config, active: ModelRef, name: &str) -> Result<CliDriver> {
+    let store = open_store(config).await?;
+    // A lock path panto must refuse is reported before any model is asked, not after.
+    store.prepare_append(name).await.map_err(store_error)?;
+    let mut compactor = compactor(config)?;
+    compactor.set_active(active);
+    let (driver, warnings) = Driver::open(compactor, store, name)
+        .await
+        .map_err(store_error)?;
+    report_warnings(&warnings);
+    let mut driver = driver
+        .with_system(config.system_prompt.value.clone())
+        .with_max_output_tokens(config.max_output_tokens.value)
+        .with_auto_compact(config.auto_compact_share());
+    let model = driver.compactor().active().model.clone();
+    give_windows(config, &mut driver, &model).await;
+    Ok(driver)
+}
+
+/// Gives `driver` the windows known for `model` (learned and discovered, kept in the data
+/// folder), and, when proactive compaction needs one and none is known, asks the server for
+/// it once (a server of the user's own: llama-server, Ollama, vLLM, LM Studio; the answer,
+/// or that there was none, is kept). A server that cannot be asked costs nothing but the
+/// question: the request that follows says what is wrong.
+pub(crate) async fn give_windows(config: &Config, driver: &mut CliDriver, model: &str) {
+    driver.set_windows(providers::given_windows(config, model));
+    let asked = providers::kept_windows(config, model)
+        .iter()
+        .any(|r| r.source == panto_compact::WindowSource::Discovered.as_str());
+    if driver.auto_compact().is_none()
+        || driver.window().is_some()
+        || asked
+        || !providers::own_server(config)
+    {
+        return;
+    }
+    match providers::discover(config, model).await {
+        Ok(Some(record)) => {
+            if let Some(window) = record.window() {
+                driver.learn_window(window);
+            }
+        }
+        Ok(None) => {}
+        Err(e) => tracing::info!(error = %e, "the server could not be asked for its window"),
+    }
+}
+
+/// Sends `new` (one user message, or nothing to resend the conversation) and prints the
+/// streamed reply. Ctrl-C cancels the request: the message stays in the session (it is
+/// appended before the request goes out) and no reply, whole or partial, is appended.
+async fn send_one(config: &Config, driver: &mut CliDriver, new: Vec<Message>) -> Result<Reply> {
+    let name = driver.log().session().to_owned();
+    let mut spinner = Spinner::start("waiting for the model");
+    let mut printed = false;
+    let result = {
+        let mut sink = stream_to_stdout(&mut spinner);
+        let mut counting = |event: StreamEvent<'_>| {
+            if matches!(event, StreamEvent::Text(_)) {
+                printed = true;
+            }
+            sink(event);
+        };
+        let sending = driver.send(new, &mut counting);
+        // Polled first, the send appends the message before Ctrl-C is listened to.
+        tokio::select! {
+            biased;
+            result = sending => Some(result),
+            () = interrupted() => None,
+        }
+    };
+    spinner.stop();
+    let mut out = std::io::stdout().lock();
+    let Some(result) = result else {
+        if printed {
+            writeln!(out)?;
+        }
+        return Err(anyhow::Error::new(Cancelled(format!(
+            "cancelled: no reply was appended; your message stays in {name}"
+        ))));
+    };
+    let reply = match result {
+        Ok(reply) => reply,
+        Err(e) => {
+            // A reply cut short ends its line before the error is said.
+            if printed {
+                writeln!(out)?;
+                out.flush()?;
+            }
+            return Err(failure(e, config));
+        }
+    };
+    if !printed {
+        // The provider did not stream: print the whole answer now.
+        write!(out, "{}", for_stdout(&reply.message.text()))?;
+    }
+    writeln!(out)?;
+    out.flush()?;
+    crate::ui::answer_written("\n");
+    drop(out);
+    if reply.compaction.is_some() {
+        say("panto: the retried request was answered");
+    }
+    Ok(reply)
+}
+
+/// The driver again, over the session as it is now, when another writer appended since it
+/// last looked; says so on stderr.
+pub(crate) async fn catch_up(mut driver: CliDriver) -> Result<CliDriver> {
+    if !driver.log().changed().await.map_err(store_error)? {
+        return Ok(driver);
+    }
+    let warnings = driver.reload().await.map_err(store_error)?;
+    report_warnings(&warnings);
+    say(&format!(
+        "panto: {} changed (another writer appended); continuing from it as it is now ({} messages)",
+        driver.log().session(),
+        driver.context().messages.len()
+    ));
+    Ok(driver)
+}

@@ -1,0 +1,105 @@
+//! Which provider answers: `ProviderKind`, its names, parsing and help text.
+
+use std::fmt;
+use std::sync::LazyLock;
+
+use anyhow::Result;
+use clap::ValueEnum;
+use clap::builder::PossibleValue;
+use panto_providers::Protocol;
+use serde::Deserialize;
+
+/// Which provider answers: one of panto-providers' protocols (its name, help text and
+/// environment come from [`Protocol`]), or the offline summarizer. Every list of providers
+/// panto shows (`--help`, errors) is made from [`ValueEnum::value_variants`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ProviderKind {
+    /// An HTTP adapter of panto-providers.
+    Adapter(Protocol),
+    /// The embedded extractive summarizer: no network, summarizes only.
+    Offline,
+}
+
+impl ProviderKind {
+    /// The name used in files and flags.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            ProviderKind::Adapter(protocol) => protocol.name(),
+            ProviderKind::Offline => "offline",
+        }
+    }
+
+    /// Parses a flag, file or environment value.
+    pub(crate) fn parse(s: &str) -> Option<ProviderKind> {
+        ProviderKind::value_variants()
+            .iter()
+            .copied()
+            .find(|kind| kind.as_str() == s)
+    }
+
+    /// Every name, joined: `anthropic, openai, openai-responses, gemini, offline`, with `last`
+    /// before the last one (`", "` or `" or "`).
+    pub(crate) fn names(last: &str) -> String {
+        let names: Vec<&str> = ProviderKind::value_variants()
+            .iter()
+            .map(|k| k.as_str())
+            .collect();
+        match names.split_last() {
+            Some((tail, rest)) if !rest.is_empty() => format!("{}{last}{tail}", rest.join(", ")),
+            _ => names.concat(),
+        }
+    }
+
+    /// The environment variables holding this provider's key and base URL.
+    pub(crate) fn env_vars(self) -> Option<(&'static str, &'static str)> {
+        match self {
+            ProviderKind::Adapter(protocol) => {
+                let env = protocol.environment();
+                Some((env.key_variable, env.base_url_variable))
+            }
+            ProviderKind::Offline => None,
+        }
+    }
+}
+
+impl ValueEnum for ProviderKind {
+    fn value_variants<'a>() -> &'a [ProviderKind] {
+        static ALL: LazyLock<Vec<ProviderKind>> = LazyLock::new(|| {
+            Protocol::compiled()
+                .map(ProviderKind::Adapter)
+                .chain([ProviderKind::Offline])
+                .collect()
+        });
+        &ALL
+    }
+
+    fn to_possible_value(&self) -> Option<PossibleValue> {
+        let help = match self {
+            ProviderKind::Adapter(protocol) => protocol.description(),
+            ProviderKind::Offline => {
+                "the embedded extractive summarizer: no network, summarizes only"
+            }
+        };
+        Some(PossibleValue::new(self.as_str()).help(help))
+    }
+}
+
+impl<'de> Deserialize<'de> for ProviderKind {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        static NAMES: LazyLock<Vec<&'static str>> = LazyLock::new(|| {
+            ProviderKind::value_variants()
+                .iter()
+                .map(|k| k.as_str())
+                .collect()
+        });
+        let name = String::deserialize(deserializer)?;
+        ProviderKind::parse(&name)
+            .ok_or_else(|| serde::de::Error::unknown_variant(&name, NAMES.as_slice()))
+    }
+}
+
+impl fmt::Display for ProviderKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
