@@ -13,7 +13,7 @@
 //!    decoding greedily, and the same model sampling as Ollama does by default with windows of
 //!    4,096 and 2,048 tokens (Ollama's default context, the smallest window at which issue 26
 //!    asks for a model's summary), for the scenarios under pressure (`suite/pressure.rs`);
-//! 4. run the scenarios of `suite.rs` for each protocol and print what they measured.
+//! 4. run the scenarios (`suite/`) for each protocol and print what they measured.
 //!
 //! Options: `--provider NAME` (repeatable) runs only those protocols; `--scenario NAME`
 //! (repeatable) only those scenarios; `--build-only` stops after step 1. Environment:
