@@ -6,7 +6,10 @@
 //! - every crate's manifest inherits the workspace lints and sets what crates.io needs, and the
 //!   crate carries both licence files and a README of its own;
 //! - no two modules of one crate use each other in a circle (`modules`);
-//! - every path `docs/architecture.md` names exists (`paths`).
+//! - every path `docs/architecture.md` names exists (`paths`);
+//! - no file's code (its lines before an inline test module) runs past [`LONG_FILE`] lines
+//!   unless its header says why it stays one file (a `//!` line starting `Why one file:`):
+//!   a concept larger than a screen is a folder with one file per job.
 //!
 //! The same checks run as an ordinary `#[test]`, so `cargo test` catches them too; `tests.rs`
 //! plants a circle and a stale path in a repository of its own and sees each fail.
@@ -53,6 +56,9 @@ pub(crate) fn check(root: &Path) -> Vec<String> {
                 "{}: the file must open with a `//!` line saying what it is for",
                 rel(root, file)
             ));
+        }
+        if let Some(problem) = long_file(&rel(root, file), &text) {
+            problems.push(problem);
         }
         sources.push_str(&text);
     }
@@ -118,6 +124,33 @@ pub(crate) fn check(root: &Path) -> Vec<String> {
     problems.extend(circles(root));
     problems.extend(paths::stale(root, "docs/architecture.md"));
     problems
+}
+
+/// The most lines of code (tests aside) a file holds before it must say why it stays one.
+pub(crate) const LONG_FILE: usize = 600;
+
+/// The problem with `text` (the file at `path`) when it is a long file that does not say why it
+/// stays one. Test files (`tests.rs`, anything under a `tests/` folder) and the inline test
+/// module at the end of a file do not count.
+pub(crate) fn long_file(path: &str, text: &str) -> Option<String> {
+    if path.ends_with("/tests.rs") || path.contains("/tests/") {
+        return None;
+    }
+    let lines: Vec<&str> = text.lines().collect();
+    let code = lines
+        .windows(2)
+        .position(|w| w[0].trim() == "#[cfg(test)]" && w[1].starts_with("mod tests"))
+        .unwrap_or(lines.len());
+    let says_why = lines.iter().take_while(|l| l.starts_with("//!")).any(|l| {
+        l.trim_start_matches("//!")
+            .trim_start()
+            .starts_with("Why one file:")
+    });
+    (code > LONG_FILE && !says_why).then(|| {
+        format!(
+            "{path}: {code} lines of code, past {LONG_FILE}: make the concept a folder with one file per job, or say in its header why it stays one (`//! Why one file: ...`)"
+        )
+    })
 }
 
 /// The module circles of every crate of the repository: each library, binary, integration-test

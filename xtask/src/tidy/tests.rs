@@ -248,3 +248,26 @@ fn ci_checks_each_adapter_feature_read_from_the_manifest() {
         ["anthropic", "openai-chat", "openai-responses", "gemini"]
     );
 }
+
+#[test]
+fn a_long_file_fails_unless_it_says_why_and_tests_do_not_count() {
+    use super::{LONG_FILE, long_file};
+    let body = "fn f() {}\n".repeat(LONG_FILE);
+    let long = format!("//! What it is for.\n{body}");
+    let problem = long_file("crates/a/src/big.rs", &long).expect("a long file is a problem");
+    assert!(
+        problem.starts_with("crates/a/src/big.rs: 601 lines of code"),
+        "{problem}"
+    );
+    let why = format!("//! What it is for.\n//!\n//! Why one file: one table.\n{body}");
+    assert_eq!(long_file("crates/a/src/big.rs", &why), None);
+    // A reason further down (not in the header) does not count.
+    let later = format!("//! What it is for.\n{body}// Why one file: late.\n");
+    assert!(long_file("crates/a/src/big.rs", &later).is_some());
+    assert_eq!(long_file("crates/a/src/tests.rs", &long), None);
+    assert_eq!(long_file("crates/a/tests/it/big.rs", &long), None);
+    // The inline test module at the end does not count.
+    let short = "fn f() {}\n".repeat(LONG_FILE - 10);
+    let tested = format!("//! What it is for.\n{short}#[cfg(test)]\nmod tests {{\n{body}}}\n");
+    assert_eq!(long_file("crates/a/src/ok.rs", &tested), None);
+}
