@@ -138,25 +138,7 @@ impl Transport {
         clock: &Clock,
     ) -> Result<Message, Failure> {
         let started = Instant::now();
-        let mut headers = HeaderMap::new();
-        headers.insert(
-            CONTENT_TYPE,
-            "application/json".parse().expect("static header"),
-        );
-        if stream {
-            headers.insert(ACCEPT, "text/event-stream".parse().expect("static header"));
-        }
-        wire.headers(&self.config.api_key, request, &mut headers);
-        for (name, value) in &self.extra {
-            headers.insert(name, value.clone());
-        }
-        request_headers(&mut headers, request);
-        let send = self
-            .client
-            .post(url)
-            .headers(headers)
-            .body(body.to_vec())
-            .send();
+        let send = self.post(wire, request, url, body, stream).send();
         // The head of a whole (non-streaming) answer comes with the answer itself, so only the
         // deadline bounds it; a stream's head comes before the first token.
         let first_byte = if stream {
@@ -349,6 +331,32 @@ impl Transport {
         Ok(serde_json::from_slice(&bytes).ok())
     }
 
+    /// The POST of `body` to `url` with the wire's headers, the configured extra headers and
+    /// the request's own (a stream's asks for `text/event-stream`), not yet sent.
+    fn post<W: Wire>(
+        &self,
+        wire: &W,
+        request: &Request,
+        url: &str,
+        body: &[u8],
+        stream: bool,
+    ) -> reqwest::RequestBuilder {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            CONTENT_TYPE,
+            "application/json".parse().expect("static header"),
+        );
+        if stream {
+            headers.insert(ACCEPT, "text/event-stream".parse().expect("static header"));
+        }
+        wire.headers(&self.config.api_key, request, &mut headers);
+        for (name, value) in &self.extra {
+            headers.insert(name, value.clone());
+        }
+        request_headers(&mut headers, request);
+        self.client.post(url).headers(headers).body(body.to_vec())
+    }
+
     async fn post_once<W: Wire>(
         &self,
         wire: &W,
@@ -358,22 +366,7 @@ impl Transport {
         clock: &Clock,
     ) -> Result<Vec<u8>, Failure> {
         let started = Instant::now();
-        let mut headers = HeaderMap::new();
-        headers.insert(
-            CONTENT_TYPE,
-            "application/json".parse().expect("static header"),
-        );
-        wire.headers(&self.config.api_key, request, &mut headers);
-        for (name, value) in &self.extra {
-            headers.insert(name, value.clone());
-        }
-        request_headers(&mut headers, request);
-        let send = self
-            .client
-            .post(url)
-            .headers(headers)
-            .body(body.to_vec())
-            .send();
+        let send = self.post(wire, request, url, body, false).send();
         let what = "the server accepted the request but sent no answer";
         let mut response = match clock
             .within(Wait::FirstByte, started, Duration::MAX, what, send)
