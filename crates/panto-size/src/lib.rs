@@ -284,14 +284,7 @@ fn estimate_from(
     }
     // Usage recorded before the latest compaction measured a context that no longer exists:
     // only messages after the latest compaction message that are not its copies may anchor.
-    let after = messages
-        .iter()
-        .rposition(|m| m.compaction_summary().is_some())
-        .map_or(0, |c| c + 1);
-    let anchor = messages[after..]
-        .iter()
-        .rposition(|m| m.role == Role::Assistant && m.usage.is_some() && m.kept_by().is_none())
-        .map(|i| after + i);
+    let anchor = usage_anchor(messages);
     if let Some(a) = anchor
         && let Some(usage) = &messages[a].usage
     {
@@ -321,6 +314,20 @@ fn estimate_from(
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 mod readme {}
+
+/// The message whose recorded usage measured the context as it is now: the last assistant
+/// message after the latest compaction message that is not a kept copy and carries usage.
+/// Usage recorded before the latest compaction measured a context that no longer exists.
+pub(crate) fn usage_anchor(messages: &[Message]) -> Option<usize> {
+    let after = messages
+        .iter()
+        .rposition(|m| m.compaction_summary().is_some())
+        .map_or(0, |c| c + 1);
+    messages[after..]
+        .iter()
+        .rposition(|m| m.role == Role::Assistant && m.usage.is_some() && m.kept_by().is_none())
+        .map(|i| after + i)
+}
 
 #[cfg(test)]
 mod tests;

@@ -8,7 +8,7 @@
 //! honestly count; [`silent_truncation`] compares a reply's count with it, and with the count
 //! before.
 
-use panto_model::{Message, Role};
+use panto_model::Message;
 
 use crate::Sizer;
 use crate::heuristic::Heuristic;
@@ -68,14 +68,7 @@ pub struct Truncation {
 ///
 /// Invariant: adding messages after the anchor never lowers the floor.
 pub fn input_floor(messages: &[Message]) -> Option<InputFloor> {
-    let after = messages
-        .iter()
-        .rposition(|m| m.compaction_summary().is_some())
-        .map_or(0, |c| c + 1);
-    let anchor = messages[after..]
-        .iter()
-        .rposition(|m| m.role == Role::Assistant && m.kept_by().is_none() && m.usage.is_some())
-        .map(|i| after + i)?;
+    let anchor = crate::usage_anchor(messages)?;
     let previous = messages[anchor].usage.as_ref()?.input_total();
     if previous == 0 {
         return None;
