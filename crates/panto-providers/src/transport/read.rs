@@ -69,6 +69,32 @@ impl Transport {
         }
     }
 
+    /// A whole (not streamed) answer's body, each chunk within the idle wait, refused when its
+    /// announced or read length passes the size cap.
+    pub(super) async fn read_whole(
+        &self,
+        response: &mut reqwest::Response,
+        clock: &Clock,
+    ) -> Result<Vec<u8>, ProviderError> {
+        let cap = self.config.max_response_bytes;
+        if response.content_length().is_some_and(|len| len > cap) {
+            return Err(too_large(cap));
+        }
+        let mut bytes = Vec::new();
+        let mut since = Instant::now();
+        while let Some(chunk) = self
+            .next_chunk(response, clock, since, "the answer stopped arriving")
+            .await?
+        {
+            if (bytes.len() + chunk.len()) as u64 > cap {
+                return Err(too_large(cap));
+            }
+            bytes.extend_from_slice(&chunk);
+            since = Instant::now();
+        }
+        Ok(bytes)
+    }
+
     /// The next chunk of an answer's body, within the idle wait from `since`.
     pub(super) async fn next_chunk(
         &self,

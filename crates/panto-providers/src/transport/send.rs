@@ -9,7 +9,7 @@ use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use serde_json::Value;
 
 use super::errors::{excerpt, map_message, scrub};
-use super::read::{read_limited, too_large};
+use super::read::read_limited;
 use super::{Clock, Failure, Sink, Transport, Wire};
 use crate::classify;
 use crate::protocol::Protocol;
@@ -175,22 +175,7 @@ impl Transport {
                 .await
                 .map_err(Failure::from);
         }
-        let cap = self.config.max_response_bytes;
-        if response.content_length().is_some_and(|len| len > cap) {
-            return Err(too_large(cap).into());
-        }
-        let mut bytes = Vec::new();
-        let mut since = Instant::now();
-        while let Some(chunk) = self
-            .next_chunk(&mut response, clock, since, "the answer stopped arriving")
-            .await?
-        {
-            if (bytes.len() + chunk.len()) as u64 > cap {
-                return Err(too_large(cap).into());
-            }
-            bytes.extend_from_slice(&chunk);
-            since = Instant::now();
-        }
+        let bytes = self.read_whole(&mut response, clock).await?;
         let message = parse_json_answer(wire, &bytes)?;
         sink.message(&message);
         Ok(message)
@@ -315,19 +300,7 @@ impl Transport {
                 &body,
             ));
         }
-        let cap = self.config.max_response_bytes;
-        let mut bytes = Vec::new();
-        let mut since = Instant::now();
-        while let Some(chunk) = self
-            .next_chunk(&mut response, &clock, since, "the answer stopped arriving")
-            .await?
-        {
-            if (bytes.len() + chunk.len()) as u64 > cap {
-                return Err(too_large(cap));
-            }
-            bytes.extend_from_slice(&chunk);
-            since = Instant::now();
-        }
+        let bytes = self.read_whole(&mut response, &clock).await?;
         Ok(serde_json::from_slice(&bytes).ok())
     }
 
@@ -383,19 +356,7 @@ impl Transport {
                 classify::classify_response(wire.protocol(), status.as_u16(), retry_after, &body);
             return Err(Failure { error, retry_after });
         }
-        let cap = self.config.max_response_bytes;
-        let mut bytes = Vec::new();
-        let mut since = Instant::now();
-        while let Some(chunk) = self
-            .next_chunk(&mut response, clock, since, "the answer stopped arriving")
-            .await?
-        {
-            if (bytes.len() + chunk.len()) as u64 > cap {
-                return Err(too_large(cap).into());
-            }
-            bytes.extend_from_slice(&chunk);
-            since = Instant::now();
-        }
+        let bytes = self.read_whole(&mut response, clock).await?;
         let value: Value =
             serde_json::from_slice(&bytes).map_err(|e| ProviderError::MalformedResponse {
                 message: format!("the answer is not valid JSON ({e}): {}", excerpt(&bytes)),
