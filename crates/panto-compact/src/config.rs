@@ -464,11 +464,53 @@ impl CompactRun {
             .or(self.overflowed_tokens.map(|t| t.saturating_sub(1)))
     }
 
+    /// For an overflow whose size is known, what bounds its requests ([`RequestBound`]);
+    /// `None` for other triggers and when the overflowed request's size is unknown.
+    pub(crate) fn request_bound(&self) -> Option<RequestBound> {
+        if self.trigger != Trigger::Overflow {
+            return None;
+        }
+        let conversation = self.provider_tokens.or(self.overflowed_tokens)?;
+        Some(RequestBound {
+            conversation,
+            stated_window: self.context_limit,
+        })
+    }
+
     pub(crate) fn instructions(&self) -> Option<&str> {
         self.instructions
             .as_deref()
             .map(str::trim)
             .filter(|i| !i.is_empty())
+    }
+}
+
+/// The bound on the requests of one overflow: at most `2 + ceil(conversation / (window / 2))`
+/// in all, 3 more when the provider stated no limit. Two of them are the conversation's (the
+/// request rejected and its retry); the rest are the compaction's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct RequestBound {
+    /// The overflowed request: the provider's count when it stated one, else panto's estimate.
+    conversation: u64,
+    /// The window the provider stated.
+    stated_window: Option<u64>,
+}
+
+impl RequestBound {
+    /// The most requests the compaction may send. When no window was stated, it is taken at
+    /// its largest possible, just under the smallest input rejected so far (`rejected_below`,
+    /// else the overflowed request), which makes the bound the smallest it can be, so that it
+    /// holds whatever the window turns out to be.
+    pub(crate) fn compaction_requests(&self, rejected_below: Option<u64>) -> usize {
+        let (window, unstated) = match self.stated_window {
+            Some(window) => (window, 0),
+            None => (
+                rejected_below.map_or(self.conversation, |r| r.min(self.conversation)),
+                3,
+            ),
+        };
+        let half = (window / 2).max(1);
+        usize::try_from(self.conversation.div_ceil(half)).unwrap_or(usize::MAX) + unstated
     }
 }
 

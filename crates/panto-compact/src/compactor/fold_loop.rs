@@ -344,15 +344,17 @@ impl Compactor {
                 Err(Failure::Truncated { error }) if longer_here < MAX_LONGER => {
                     // The model answered but ran out of output: the same model is asked again
                     // with twice the output, up to the configured output limit, and the chunks
-                    // shrink where they must to make the room. The request is not one sent
-                    // before: its output limit is larger.
+                    // shrink where they must to make the room, while the overflow's requests
+                    // stay within their bound. The request is not one sent before: its output
+                    // limit is larger.
                     let more = (u64::from(output) * 2).min(self.longest_output(state));
                     let before = state.min_output;
                     state.min_output = more;
                     let again = self
                         .plan_material(material, done, state, &sizes)
                         .ok()
-                        .filter(|again| more > u64::from(output) && again.output >= more);
+                        .filter(|again| more > u64::from(output) && again.output >= more)
+                        .filter(|again| state.within_bound(again.requests()));
                     let Some(again) = again else {
                         state.min_output = before;
                         return Err(error);

@@ -478,6 +478,7 @@ impl Compactor {
         }
         let mut state = FoldState::new(context, &prepared, self.config.max_output_tokens);
         state.instructions = options.instructions().map(str::to_owned);
+        state.request_bound = options.request_bound();
         let folded = self
             .fold_all(context, options, &mut prepared, &mut state)
             .await;
@@ -587,7 +588,9 @@ pub const MAX_SHRINKS: usize = 2;
 /// chunks smaller where the window needs the room: 256 tokens become 512, then 1,024. A small
 /// model that rambles on a tight window gets the room to finish; one that cannot is a failed
 /// attempt after the third answer. Each retry is a request of its own (the same input at most
-/// with a larger output limit, never a body sent before).
+/// with a larger output limit, never a body sent before), so during an overflow it is sent only
+/// while the overflow's requests stay within their bound (`2 + ceil(conversation / (window /
+/// 2))`, 3 more when the provider stated no limit).
 pub const MAX_LONGER: usize = 2;
 
 /// The estimated tokens of the context after a compaction: `summary` and the kept turns,

@@ -12,7 +12,7 @@ use panto_transcript::{Ledger, TurnTranscript, render_turns};
 
 use super::Prepared;
 use crate::attempt::AttemptFailure;
-use crate::config::ModelRef;
+use crate::config::{ModelRef, RequestBound};
 use crate::fold::{FoldBudget, MIN_OUTPUT_TOKENS};
 use crate::ledger::{ledger_budget, previous_ledger, rendered_len};
 use crate::report::{ElidedItem, FoldStep};
@@ -56,6 +56,9 @@ pub(super) struct FoldState {
     pub(super) failures: Vec<String>,
     /// The run's extra instructions, for a system prompt chosen again for a smaller window.
     pub(super) instructions: Option<String>,
+    /// What bounds an overflow's requests: a summary cut at its output limit is asked again
+    /// only while the fold stays within it.
+    pub(super) request_bound: Option<RequestBound>,
     /// The largest request the provider accepted (input and output), in estimated tokens:
     /// once a rejection has shown the window below the planned limit, only this much is known
     /// to fit.
@@ -68,6 +71,15 @@ impl FoldState {
     pub(super) fn budget(&self, fixed: u64, previous: u64) -> FoldBudget {
         FoldBudget::new(self.limit, fixed, previous, self.max_output)
             .with_min_output(self.min_output)
+    }
+
+    /// Whether a plan of `requests` more requests from here keeps the fold within the
+    /// overflow's bound on requests (always, when there is none).
+    pub(super) fn within_bound(&self, requests: usize) -> bool {
+        self.request_bound.is_none_or(|bound| {
+            self.folded.requests + requests + self.later_steps
+                <= bound.compaction_requests(self.upper)
+        })
     }
 
     /// The start of a fold of `prepared`: the previous summary and record, nothing sent.
@@ -98,6 +110,7 @@ impl FoldState {
             upper: None,
             failures: Vec::new(),
             instructions: None,
+            request_bound: None,
         }
     }
 }

@@ -1038,6 +1038,88 @@ async fn a_model_that_always_runs_out_of_output_is_asked_three_times_per_step_at
     assert_eq!(log.entries().len(), messages.len());
 }
 
+/// Issue 26, point 9: an overflow's requests number at most `2 + ceil(conversation / (window /
+/// 2))`, two of them the conversation's. A summary cut at its output limit is asked again only
+/// while the compaction's requests stay within the rest: with no room left in the bound, the
+/// cut answer is a failed attempt; with room, it is asked again with twice the output.
+#[tokio::test]
+async fn a_summary_cut_at_the_output_limit_is_asked_again_only_within_the_request_bound() {
+    let messages = long_rounds(10, 600);
+    let good = |i: usize| format!("## Goal\n- Answer the numbered requests (step {i}).");
+    // The overflow the provider reported: a window of 2,048 tokens, and the conversation
+    // counted so that the bound leaves `spare` requests beside the fold's plan.
+    let overflow_of = |conversation: u64| {
+        let error = ProviderError::ContextOverflow {
+            message: "prompt is too long".into(),
+            input_tokens: Some(conversation),
+            limit: Some(2_048),
+        };
+        CompactRun::after_overflow(&error, conversation)
+    };
+    // The fold's requests when every answer ends.
+    let planned = {
+        let mut log = log_of(&messages);
+        let (main, main_ref) = model("main", "small-model");
+        for i in 0..40 {
+            main.push_text(good(i));
+        }
+        let mut c = Compactor::new(main_ref).with_ids(Arc::new(SequentialIds::new()));
+        let ctx = log.replay();
+        c.compact(&ctx, &mut log, overflow_of(40 * 1_024))
+            .await
+            .unwrap();
+        main.calls()
+    };
+    assert!(planned >= 3, "{planned}");
+    for spare in [0, 10] {
+        let allowed = planned + spare;
+        let mut log = log_of(&messages);
+        let (main, main_ref) = model("main", "small-model");
+        // The first step's summary runs out of its 256 tokens; every other one ends.
+        main.push(Ok(cut_reply(
+            "## Goal\n- Answer the numbered requests, and the",
+        )));
+        for i in 0..40 {
+            main.push_text(good(i));
+        }
+        let mut c = Compactor::new(main_ref).with_ids(Arc::new(SequentialIds::new()));
+        let ctx = log.replay();
+        let out = c
+            .compact(&ctx, &mut log, overflow_of(allowed as u64 * 1_024))
+            .await;
+        assert!(main.calls() <= allowed, "{} > {allowed}", main.calls());
+        if spare == 0 {
+            let err = out.unwrap_err();
+            assert!(
+                matches!(
+                    &err,
+                    CompactError::Compaction {
+                        cause: AttemptFailure::TruncatedSummary { .. },
+                        ..
+                    }
+                ),
+                "{err:?}"
+            );
+            // Asking again would take the fold past the bound: the cut answer is the
+            // compaction's failure, and nothing more was sent.
+            assert_eq!(main.calls(), 1);
+        } else {
+            let out = compacted(out.unwrap());
+            assert_eq!(out.report.model, "small-model");
+            let outputs: Vec<u32> = main
+                .requests()
+                .iter()
+                .map(|r| r.max_output_tokens)
+                .collect();
+            assert_eq!(
+                outputs[..2],
+                [MIN_OUTPUT_TOKENS, 2 * MIN_OUTPUT_TOKENS],
+                "{outputs:?}"
+            );
+        }
+    }
+}
+
 #[tokio::test]
 async fn a_summary_cut_at_the_configured_output_limit_is_not_asked_again() {
     // The user's own output limit is not raised: the answer that reached it fails.
