@@ -362,10 +362,15 @@ pub(crate) fn describe_event(event: &CompactionEvent) -> String {
                 None => String::new(),
             },
             if report.fallback { ", fallback" } else { "" },
-            if report.steps.len() > 1 {
-                format!(", {} steps", report.steps.len())
-            } else {
-                String::new()
+            match (
+                report.steps.len(),
+                report.steps.iter().filter(|s| s.recorded.is_some()).count(),
+            ) {
+                (n, recorded) if recorded > 0 => {
+                    format!(", {n} steps, {recorded} of them recorded by panto")
+                }
+                (n, _) if n > 1 => format!(", {n} steps"),
+                _ => String::new(),
             },
             report.tokens_before,
             report.tokens_after,
@@ -378,6 +383,9 @@ pub(crate) fn describe_event(event: &CompactionEvent) -> String {
             } else {
                 ""
             }
+        ),
+        CompactionEvent::StepRecorded { step, steps, cause } => format!(
+            "panto: warning: step {step}/{steps}: no model's summary of these turns passed ({cause}); panto's own record of them goes on as the summary so far, and the model is asked for the rest"
         ),
         CompactionEvent::Replanned { steps, cause } => format!(
             "panto: planned again ({cause}): {} in all",

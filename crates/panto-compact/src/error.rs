@@ -159,6 +159,19 @@ pub enum CompactError {
 
 // Written out rather than derived: `source()` hands out the boxed inner errors themselves
 // (a `CompactError`, an `AttemptFailure`), which a derive would hand out as their boxes.
+impl CompactError {
+    /// Whether the last model asked answered, and its summary failed panto's checks (as
+    /// opposed to a provider error or a window too small): a fold step that fails so can go
+    /// on from panto's record of its turns.
+    pub(crate) fn is_rejected_answer(&self) -> bool {
+        match self {
+            CompactError::Compaction { cause, .. } => cause.is_rejected_summary(),
+            CompactError::BothModelsFailed { second, .. } => second.is_rejected_summary(),
+            _ => false,
+        }
+    }
+}
+
 impl fmt::Display for CompactError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

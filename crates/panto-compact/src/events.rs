@@ -89,6 +89,19 @@ pub enum CompactionEvent {
         /// Why, in a few words.
         cause: String,
     },
+    /// No model's summary of one step's turns passed panto's checks (it stopped at the output
+    /// limit, repeated a phrase, echoed the prompt, ...) after every model and retry the step
+    /// allows: panto's own record of those turns goes on as the summary so far, and the model
+    /// is asked for the rest of the fold. Said for a step that is not the last; when the last
+    /// fails, the compaction fails ([`CompactError`](crate::CompactError)).
+    StepRecorded {
+        /// The step, counting from 1.
+        step: usize,
+        /// The steps planned in all.
+        steps: usize,
+        /// Why the model's summary failed.
+        cause: String,
+    },
     /// The provider's native compaction failed (or the provider has none); panto's own
     /// summary is written instead ([`CompactionStrategy::Native`](crate::CompactionStrategy::Native)).
     NativeFailed {

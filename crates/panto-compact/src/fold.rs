@@ -77,12 +77,28 @@ impl FoldBudget {
     /// no limit is known, or when the limit leaves less than [`MIN_ROOM`].
     pub fn later_capacity(&self) -> Option<u64> {
         let limit = self.limit?;
-        let floor = self.floor();
         let room = limit.saturating_sub(self.fixed);
-        let output = self.max_output.max(floor).min(room / 8).max(floor);
-        let reserve = output + output / 4;
-        let capacity = room.saturating_sub(reserve).saturating_sub(output);
+        let output = self.later_output(room);
+        let capacity = room
+            .saturating_sub(self.carried_reserve())
+            .saturating_sub(output);
         (capacity >= MIN_ROOM).then_some(capacity)
+    }
+
+    /// The room a request of the fold after the first keeps for the summary it carries: its
+    /// output limit and a quarter more (a summary may run a little past what it was asked).
+    pub fn carried_reserve(&self) -> u64 {
+        let room = self
+            .limit
+            .map_or(u64::MAX, |l| l.saturating_sub(self.fixed));
+        let output = self.later_output(room);
+        output + output / 4
+    }
+
+    /// The output limit of a request after the first, for `room` tokens beside the fixed part.
+    fn later_output(&self, room: u64) -> u64 {
+        let floor = self.floor();
+        self.max_output.max(floor).min(room / 8).max(floor)
     }
 }
 

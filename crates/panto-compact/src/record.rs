@@ -1,7 +1,9 @@
 //! The record-only summary: what panto writes itself when no model could summarize during
 //! overflow recovery, so the conversation goes on.
 
-use panto_transcript::TranscriptItem;
+use panto_model::Message;
+use panto_size::Heuristic;
+use panto_transcript::{Ledger, TranscriptItem, clip, one_line};
 
 use crate::error::CompactError;
 
@@ -67,5 +69,99 @@ pub(crate) fn record_only_text(
             out.push('\n');
         }
     }
+    out
+}
+
+/// The summary so far after a fold step whose turns no model could summarize: the summary the
+/// step carried, then panto's record of the step's turns under a heading that names the step
+/// and why the model's summary failed: the user's requests and answers, the files modified, the
+/// errors and the assistant's last words, each on a line of its own cut to an equal share of about
+/// `chars` characters (40 at least). The next request carries it as `<previous-summary>`.
+pub(crate) fn step_record_text(
+    previous: Option<&str>,
+    messages: &[Message],
+    step: usize,
+    cause: &str,
+    chars: usize,
+) -> String {
+    let ledger = Ledger::from_messages(messages);
+    let errors: Vec<String> = ledger
+        .errors
+        .iter()
+        .map(|e| format!("{} {}: {}", e.tool, e.target, e.message))
+        .collect();
+    let last: Vec<String> = messages
+        .iter()
+        .rev()
+        .filter(|m| m.role == panto_model::Role::Assistant)
+        .map(Message::text)
+        .find(|t| !t.trim().is_empty())
+        .into_iter()
+        .collect();
+    let sections: [(&str, &[String]); 5] = [
+        ("The user's requests", &ledger.requests),
+        ("The user's answers to questions", &ledger.answers),
+        ("Files modified", &ledger.modified),
+        ("Errors", &errors),
+        ("The assistant's last words", &last),
+    ];
+    let items: usize = sections.iter().map(|(_, list)| list.len()).sum();
+    let share = (chars / items.max(1)).max(40);
+    let mut out = String::new();
+    if let Some(p) = previous.map(str::trim).filter(|p| !p.is_empty()) {
+        out.push_str(p);
+        out.push_str("\n\n");
+    }
+    out.push_str(&format!(
+        "## Turns recorded by panto, not summarized (step {step}: {cause})\n"
+    ));
+    // The lines stop at about `chars` characters: the ledger on the entry keeps the rest.
+    let end = out.len() + chars;
+    let mut left = 0;
+    for (title, list) in sections {
+        if list.is_empty() {
+            continue;
+        }
+        let mut lines = format!("{title}:\n");
+        let mut taken = 0;
+        for item in list {
+            let line = format!("- {}\n", clip(&one_line(item), share));
+            if out.len() + lines.len() + line.len() > end {
+                left += 1;
+            } else {
+                lines.push_str(&line);
+                taken += 1;
+            }
+        }
+        if taken > 0 {
+            out.push_str(&lines);
+        }
+    }
+    if left > 0 {
+        out.push_str(&format!(
+            "({left} more items left out here; the ledger keeps them whole.)\n"
+        ));
+    }
+    out
+}
+
+/// The whole lines from the start of `text` within `max_tokens` (estimated), with a note when
+/// the rest is cut.
+pub(crate) fn head_within(text: &str, max_tokens: u64) -> String {
+    if Heuristic.text(text) <= max_tokens {
+        return text.to_owned();
+    }
+    let note = "(The summary so far goes on; the ledger keeps its record.)\n";
+    let mut out = String::new();
+    for line in text.split_inclusive('\n') {
+        if Heuristic.text(&out) + Heuristic.text(line) + Heuristic.text(note) > max_tokens {
+            break;
+        }
+        out.push_str(line);
+    }
+    if !out.is_empty() && !out.ends_with('\n') {
+        out.push('\n');
+    }
+    out.push_str(note);
     out
 }

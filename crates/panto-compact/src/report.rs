@@ -29,6 +29,10 @@ pub struct FoldStep {
     pub elided: usize,
     /// Requests of this step the provider rejected as too large before this one fitted.
     pub rejected: usize,
+    /// Why no model's summary of this step counts, when none did: panto's record of its turns
+    /// went on as the summary so far instead ([`CompactionEvent::StepRecorded`](crate::CompactionEvent::StepRecorded)), and
+    /// [`FoldStep::model`] is [`RECORD_ONLY_MODEL`](crate::RECORD_ONLY_MODEL).
+    pub recorded: Option<String>,
 }
 
 /// An item body left out of a compaction request's transcript because it could not fit any

@@ -123,6 +123,7 @@ pub(crate) async fn compact(config: &Config, path: &Path, asked: CompactAsked) -
                         "input_tokens": s.input_tokens,
                         "max_output_tokens": s.max_output_tokens,
                         "summary_tokens": s.summary_tokens,
+                        "recorded": s.recorded,
                         "elided": s.elided,
                         "rejected": s.rejected,
                     })).collect::<Vec<_>>(),

@@ -21,6 +21,7 @@ use crate::config::CompactRun;
 use crate::error::CompactError;
 use crate::events::CompactionEvent;
 use crate::fold::{FoldPlan, MIN_OUTPUT_TOKENS, MIN_ROOM, fold};
+use crate::record::{RECORD_ONLY_MODEL, head_within, step_record_text};
 use crate::report::{ElidedItem, FoldStep};
 use crate::source::RequestSource;
 use panto_size::Heuristic;
@@ -277,39 +278,16 @@ impl Compactor {
                     state,
                 )
                 .await;
-            match answer {
-                Ok(answer) => {
-                    let sent = Sent {
-                        turns: turns.clone(),
-                        messages,
-                        input_tokens,
-                        max_output_tokens: output,
-                        elisions,
-                        rejected: rejected_here,
-                    };
-                    state.take(answer, sent, material);
-                    done = turns.end;
-                    next += 1;
-                    rejected_here = 0;
-                    longer_here = 0;
-                    state.probe_higher();
-                    // The plan reserved room for a running summary of a whole output; when the
-                    // summary is shorter, the rest may fit in fewer requests. Such a plan is
-                    // taken only when it saves a request, and said once.
-                    if done < material.turns.len() {
-                        let left = plan.requests() - next;
-                        let again = self.plan_material(material, done, state, &sizes)?;
-                        if again.requests() < left {
-                            (plan, base, next) = (again, done, 0);
-                            self.emit(CompactionEvent::Replanned {
-                                steps: state.folded.steps.len()
-                                    + plan.requests()
-                                    + state.later_steps,
-                                cause: "the summaries so far are shorter than planned".to_owned(),
-                            });
-                        }
-                    }
-                }
+            let sent = Sent {
+                turns: turns.clone(),
+                messages,
+                input_tokens,
+                max_output_tokens: output,
+                elisions,
+                rejected: rejected_here,
+            };
+            let failed = match answer {
+                Ok(answer) => Ok(answer),
                 Err(Failure::Overflow { error }) if state.shrinks < MAX_SHRINKS => {
                     rejected_here += 1;
                     let rejected = Rejected {
@@ -330,6 +308,7 @@ impl Compactor {
                         steps: state.folded.steps.len() + plan.requests() + state.later_steps,
                         cause: error.to_string(),
                     });
+                    continue;
                 }
                 Err(Failure::Overflow { error }) => {
                     return Err(CompactError::FoldOverflow {
@@ -355,26 +334,74 @@ impl Compactor {
                         .ok()
                         .filter(|again| more > u64::from(output) && again.output >= more)
                         .filter(|again| state.within_bound(again.requests()));
-                    let Some(again) = again else {
-                        state.min_output = before;
-                        return Err(error);
-                    };
-                    longer_here += 1;
-                    (plan, base, next) = (again, done, 0);
-                    tracing::warn!(
+                    match again {
+                        Some(again) => {
+                            longer_here += 1;
+                            (plan, base, next) = (again, done, 0);
+                            tracing::warn!(
+                                step,
+                                output,
+                                more,
+                                "the summary stopped at the output limit, asking again with more output"
+                            );
+                            self.emit(CompactionEvent::Replanned {
+                                steps: state.folded.steps.len()
+                                    + plan.requests()
+                                    + state.later_steps,
+                                cause: format!(
+                                    "the summary of step {step} stopped at the output limit of {output} tokens: asking again with {more}"
+                                ),
+                            });
+                            continue;
+                        }
+                        None => {
+                            state.min_output = before;
+                            Err(error)
+                        }
+                    }
+                }
+                Err(Failure::Truncated { error } | Failure::Other(error)) => Err(error),
+            };
+            match failed {
+                Ok(answer) => state.take(answer, sent, material),
+                // The models answered this step, and no answer passed: when steps follow, the
+                // fold goes on from panto's record of its turns, and the model is asked for
+                // the rest (the last step's summary is the compaction's: its failure is the
+                // compaction's).
+                Err(error)
+                    if error.is_rejected_answer()
+                        && !material.carried
+                        && (turns.end < material.turns.len() || state.later_steps > 0) =>
+                {
+                    let cause = error.to_string();
+                    tracing::warn!(step, %cause, "no model's summary of this step passed, going on from panto's record of its turns");
+                    self.emit(CompactionEvent::StepRecorded {
                         step,
-                        output,
-                        more,
-                        "the summary stopped at the output limit, asking again with more output"
-                    );
+                        steps,
+                        cause: cause.clone(),
+                    });
+                    state.record(sent, material, (step, sizes.fixed), &cause);
+                }
+                Err(error) => return Err(error),
+            }
+            done = turns.end;
+            next += 1;
+            rejected_here = 0;
+            longer_here = 0;
+            state.probe_higher();
+            // The plan reserved room for a running summary of a whole output; when the
+            // summary is shorter, the rest may fit in fewer requests. Such a plan is taken
+            // only when it saves a request, and said once.
+            if done < material.turns.len() {
+                let left = plan.requests() - next;
+                let again = self.plan_material(material, done, state, &sizes)?;
+                if again.requests() < left {
+                    (plan, base, next) = (again, done, 0);
                     self.emit(CompactionEvent::Replanned {
                         steps: state.folded.steps.len() + plan.requests() + state.later_steps,
-                        cause: format!(
-                            "the summary of step {step} stopped at the output limit of {output} tokens: asking again with {more}"
-                        ),
+                        cause: "the summaries so far are shorter than planned".to_owned(),
                     });
                 }
-                Err(Failure::Truncated { error } | Failure::Other(error)) => return Err(error),
             }
         }
         Ok(())
@@ -519,23 +546,78 @@ impl FoldState {
     /// summary only: the next chunk's request carries the model's text, so the fold's plan is
     /// not changed by it.
     fn take(&mut self, answer: Answer, sent: Sent, material: &Material<'_>) {
-        let summary_tokens = Heuristic.text(&answer.summary);
-        let folded = &mut self.folded;
-        folded.fallback_cause = answer
-            .fallback_cause
-            .clone()
-            .or(folded.fallback_cause.take());
-        folded.steps.push(FoldStep {
-            turns: sent.turns,
+        let summary = strip_ledger(&answer.summary).to_owned();
+        let step = FoldStep {
+            turns: sent.turns.clone(),
             messages: sent.messages.clone(),
             model: answer.used.model.clone(),
             fallback: answer.fallback_cause.is_some(),
             input_tokens: sent.input_tokens,
             max_output_tokens: sent.max_output_tokens,
-            summary_tokens,
+            summary_tokens: Heuristic.text(&answer.summary),
             elided: sent.elisions.len(),
             rejected: sent.rejected,
-        });
+            recorded: None,
+        };
+        let folded = &mut self.folded;
+        folded.fallback_cause = answer
+            .fallback_cause
+            .clone()
+            .or(folded.fallback_cause.take());
+        folded.used = Some(answer.used);
+        self.step_done(step, sent, material, summary);
+    }
+
+    /// A step of the prefix's turns that no model's summary passed (step `number`, for
+    /// `cause`): panto's record of its turns goes on after the summary it carried, as the
+    /// summary so far, no larger than the room a later request keeps for one (requests of
+    /// `fixed` tokens besides), the record's items fewer where they must be. The next steps
+    /// start from the output floor again: a larger one was for the answers that failed.
+    fn record(
+        &mut self,
+        sent: Sent,
+        material: &Material<'_>,
+        (number, fixed): (usize, u64),
+        cause: &str,
+    ) {
+        self.min_output = u64::from(MIN_OUTPUT_TOKENS);
+        let room = self.budget(fixed, 0).carried_reserve();
+        let messages = &material.messages[sent.messages.clone()];
+        // The summary so far takes at most half of the room (its start, in whole lines), the
+        // record of the step what is left.
+        let previous = self.running.as_deref().map(|p| head_within(p, room / 2));
+        let mut chars = usize::try_from(room.saturating_mul(4)).unwrap_or(usize::MAX);
+        let summary = loop {
+            let text = step_record_text(previous.as_deref(), messages, number, cause, chars);
+            if chars == 0 || Heuristic.text(&text) <= room {
+                break text;
+            }
+            chars = chars * 3 / 4;
+            if chars < 100 {
+                chars = 0;
+            }
+        };
+        let step = FoldStep {
+            turns: sent.turns.clone(),
+            messages: sent.messages.clone(),
+            model: RECORD_ONLY_MODEL.to_owned(),
+            fallback: false,
+            input_tokens: sent.input_tokens,
+            max_output_tokens: sent.max_output_tokens,
+            summary_tokens: Heuristic.text(&summary),
+            elided: sent.elisions.len(),
+            rejected: sent.rejected,
+            recorded: Some(cause.to_owned()),
+        };
+        self.step_done(step, sent, material, summary);
+    }
+
+    /// A step done: recorded, its elisions and the ledger of its messages added to the record
+    /// (for the prefix's turns, not a carried summary's pieces), and `summary` the summary the
+    /// next request carries.
+    fn step_done(&mut self, step: FoldStep, sent: Sent, material: &Material<'_>, summary: String) {
+        let folded = &mut self.folded;
+        folded.steps.push(step);
         if !material.carried {
             let messages = sent.messages;
             folded.elided.extend(sent.elisions.into_iter().map(|e| {
@@ -553,8 +635,7 @@ impl FoldState {
                 &Ledger::from_messages(&material.messages[messages]),
             );
         }
-        folded.used = Some(answer.used);
-        self.running = Some(strip_ledger(&answer.summary).to_owned());
+        self.running = Some(summary);
     }
 
     /// The output limit of a request of `input_tokens` in `plan` (the `last` of the fold, or

@@ -174,6 +174,16 @@ impl Compactor {
         if steps.len() > 1 {
             extra.insert("fold_steps".into(), (steps.len() as u64).into());
         }
+        // The steps whose turns no model's summary covered: panto's record of them went on.
+        let recorded: Vec<Value> = steps
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.recorded.is_some())
+            .map(|(i, _)| Value::from(i as u64 + 1))
+            .collect();
+        if !recorded.is_empty() {
+            extra.insert("recorded_steps".into(), Value::Array(recorded));
+        }
         if !elided.is_empty() {
             let items: Vec<Value> = elided
                 .iter()

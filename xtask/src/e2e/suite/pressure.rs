@@ -192,8 +192,21 @@ pub(in crate::e2e) fn twice_the_window(
         !panto.session_text(s).contains(super::KEY),
         "the key reached the session file"
     );
+    let recorded = entry["recorded_steps"].as_array().map_or(0, Vec::len);
     let by = if record {
         format!("panto's record after {rendered} of {steps} steps ({cause})")
+    } else if recorded > 0 {
+        // Steps whose answers failed panto's checks went on from panto's record of their
+        // turns; the stderr said so for each.
+        ensure!(
+            run.stderr
+                .matches("no model's summary of these turns passed")
+                .count()
+                == recorded,
+            "the entry names {recorded} recorded steps, stderr said otherwise: {}",
+            run.stderr
+        );
+        format!("summary by {MODEL}, {recorded} of its steps recorded by panto")
     } else {
         format!("summary by {MODEL}")
     };
