@@ -3,7 +3,8 @@
 //! One file per job. Here, the type ([`Compactor`]: its models, settings and events), the plan
 //! and rendering of a run ([`Compactor::prepare`]) and the run itself (`produce`: plan, fold or
 //! native compaction, build, write). The fold loop, a resumable walk over the summarized turns
-//! (`fold_loop.rs`), keeps where it stands in a `FoldState` (`state.rs`); each request's prompt
+//! (`fold_loop.rs`), keeps where it stands in a `FoldState` (`state.rs`) and takes each step's
+//! answer, or panto's record of a step no summary passed, in `step.rs`; each request's prompt
 //! is made in `chunk.rs`, what it costs and how a rejection shrinks the limit in `limits.rs`,
 //! and the model calls, with the fallback from the compaction model to the active one, in
 //! `ask.rs`. What is written (the summary with its ledger, the entry and the copies, panto's
@@ -16,6 +17,7 @@ mod fold_loop;
 mod limits;
 mod native;
 mod state;
+mod step;
 #[cfg(test)]
 mod tests;
 mod write;

@@ -1,0 +1,128 @@
+//! A step of the fold done: the request as it was sent (`Sent`), and what the state takes from
+//! it, the model's summary ([`FoldState::take`]) or, when no model's summary passed and steps
+//! follow, panto's record of the step's turns ([`FoldState::record`]).
+
+use std::ops::Range;
+
+use panto_size::Heuristic;
+use panto_transcript::{Elision, Ledger, strip_ledger};
+
+use super::ask::Answer;
+use super::state::{FoldState, Material};
+use crate::fold::MIN_OUTPUT_TOKENS;
+use crate::record::{RECORD_ONLY_MODEL, head_within, step_record_text};
+use crate::report::{ElidedItem, FoldStep};
+
+/// One request of the fold, as it was sent.
+pub(super) struct Sent {
+    /// The turns, as indices into the material's turns.
+    pub(super) turns: Range<usize>,
+    /// Their messages, as a range of the material's messages.
+    pub(super) messages: Range<usize>,
+    pub(super) input_tokens: u64,
+    pub(super) max_output_tokens: u32,
+    /// The item bodies elided in its transcript.
+    pub(super) elisions: Vec<Elision>,
+    /// Requests of this step rejected as too large before this one.
+    pub(super) rejected: usize,
+}
+
+impl FoldState {
+    /// The answer to `sent`: its step recorded; for the prefix's turns (not a carried
+    /// summary's pieces), its elisions and the ledger of its messages added to the record;
+    /// and its summary the one the next request carries. The ledger goes with the final
+    /// summary only: the next chunk's request carries the model's text, so the fold's plan is
+    /// not changed by it.
+    pub(super) fn take(&mut self, answer: Answer, sent: Sent, material: &Material<'_>) {
+        let summary = strip_ledger(&answer.summary).to_owned();
+        let step = FoldStep {
+            turns: sent.turns.clone(),
+            messages: sent.messages.clone(),
+            model: answer.used.model.clone(),
+            fallback: answer.fallback_cause.is_some(),
+            input_tokens: sent.input_tokens,
+            max_output_tokens: sent.max_output_tokens,
+            summary_tokens: Heuristic.text(&answer.summary),
+            elided: sent.elisions.len(),
+            rejected: sent.rejected,
+            recorded: None,
+        };
+        let folded = &mut self.folded;
+        folded.fallback_cause = answer
+            .fallback_cause
+            .clone()
+            .or(folded.fallback_cause.take());
+        folded.used = Some(answer.used);
+        self.step_done(step, sent, material, summary);
+    }
+
+    /// A step of the prefix's turns that no model's summary passed (step `number`, for
+    /// `cause`): panto's record of its turns goes on after the summary it carried, as the
+    /// summary so far, no larger than the room a later request keeps for one (requests of
+    /// `fixed` tokens besides), the record's items fewer where they must be. The next steps
+    /// start from the output floor again: a larger one was for the answers that failed.
+    pub(super) fn record(
+        &mut self,
+        sent: Sent,
+        material: &Material<'_>,
+        (number, fixed): (usize, u64),
+        cause: &str,
+    ) {
+        self.min_output = u64::from(MIN_OUTPUT_TOKENS);
+        let room = self.budget(fixed, 0).carried_reserve();
+        let messages = &material.messages[sent.messages.clone()];
+        // The summary so far takes at most half of the room (its start, in whole lines), the
+        // record of the step what is left.
+        let previous = self.running.as_deref().map(|p| head_within(p, room / 2));
+        let mut chars = usize::try_from(room.saturating_mul(4)).unwrap_or(usize::MAX);
+        let summary = loop {
+            let text = step_record_text(previous.as_deref(), messages, number, cause, chars);
+            if chars == 0 || Heuristic.text(&text) <= room {
+                break text;
+            }
+            chars = chars * 3 / 4;
+            if chars < 100 {
+                chars = 0;
+            }
+        };
+        let step = FoldStep {
+            turns: sent.turns.clone(),
+            messages: sent.messages.clone(),
+            model: RECORD_ONLY_MODEL.to_owned(),
+            fallback: false,
+            input_tokens: sent.input_tokens,
+            max_output_tokens: sent.max_output_tokens,
+            summary_tokens: Heuristic.text(&summary),
+            elided: sent.elisions.len(),
+            rejected: sent.rejected,
+            recorded: Some(cause.to_owned()),
+        };
+        self.step_done(step, sent, material, summary);
+    }
+
+    /// A step done: recorded, its elisions and the ledger of its messages added to the record
+    /// (for the prefix's turns, not a carried summary's pieces), and `summary` the summary the
+    /// next request carries.
+    fn step_done(&mut self, step: FoldStep, sent: Sent, material: &Material<'_>, summary: String) {
+        let folded = &mut self.folded;
+        folded.steps.push(step);
+        if !material.carried {
+            let messages = sent.messages;
+            folded.elided.extend(sent.elisions.into_iter().map(|e| {
+                let message = messages.start + e.message;
+                ElidedItem {
+                    message,
+                    message_id: material.messages[message].id.as_deref().map(str::to_owned),
+                    block: e.block,
+                    bytes: e.bytes,
+                    kept: e.kept,
+                }
+            }));
+            self.ledger = Ledger::merge(
+                &self.ledger,
+                &Ledger::from_messages(&material.messages[messages]),
+            );
+        }
+        self.running = Some(summary);
+    }
+}
