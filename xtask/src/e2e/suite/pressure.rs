@@ -168,14 +168,24 @@ pub(in crate::e2e) fn twice_the_window(
         "a compaction request at a {}-token window did not use the short built-in prompt",
         w.n_ctx
     );
-    // Issue 26, point 9: at most 2 + ceil(conversation / (window / 2)) requests, 3 more when
-    // the limit is not stated (llama-server states it).
+    // Issue 26, point 9: at most 2 + ceil(conversation / (window / 2)) requests in all, 3 more
+    // when the limit is not stated (llama-server states it). Two of them are the conversation's
+    // (the one rejected and the retry). Checked here for the fold's requests alone: with notes
+    // of a third of the window, whole-turn chunks hold one note each at 2,048 tokens, so the
+    // fold alone takes the whole bound, and the total runs past it by the two conversation
+    // requests. The note shows the total against the bound (issue 26 stays open for it).
     let bound = 2 + conversation.div_ceil(w.n_ctx / 2);
     ensure!(
         requests <= bound && (record || requests >= steps),
         "the fold sent {requests} requests for {steps} steps (at most {bound} for a conversation \
          of {conversation} tokens)"
     );
+    let total = requests + 2;
+    let against_bound = if total <= bound {
+        format!("{total} requests in all, bound {bound}")
+    } else {
+        format!("{total} requests in all, OVER the bound of {bound}")
+    };
     // Every note was in some request's transcript or is kept (a record stops at the answer it
     // refused: the notes after it are in its ledger, which the pressure property test checks).
     if !record {
@@ -219,7 +229,8 @@ pub(in crate::e2e) fn twice_the_window(
         figures,
         note: format!(
             "{notes} notes ({conversation} tokens) > {} ctx: {requests} compaction requests \
-             ({steps} steps planned, {} rejected), {by}, retry answered; send {:.0} s",
+             ({steps} steps planned, {} rejected; {against_bound}), {by}, retry answered; send \
+             {:.0} s",
             w.n_ctx,
             rejected - 1,
             took.as_secs_f64()
