@@ -91,9 +91,11 @@ pub enum CompactionEvent {
     },
     /// No model's summary of one step's turns passed panto's checks (it stopped at the output
     /// limit, repeated a phrase, echoed the prompt, ...) after every model and retry the step
-    /// allows: panto's own record of those turns goes on as the summary so far, and the model
-    /// is asked for the rest of the fold. Said for a step that is not the last; when the last
-    /// fails, the compaction fails ([`CompactError`](crate::CompactError)).
+    /// allows: panto's own record of those turns goes on after the summary so far, and the
+    /// model is asked for the rest of the fold. Said for a step that other steps follow, or
+    /// that a model's summary came before in the fold (the model's account of the turns before
+    /// it is kept); a fold no model's summary passed at all fails
+    /// ([`CompactError`](crate::CompactError)).
     StepRecorded {
         /// The step, counting from 1.
         step: usize,

@@ -359,14 +359,17 @@ impl Compactor {
             };
             match failed {
                 Ok(answer) => state.take(answer, sent, material),
-                // The models answered this step, and no answer passed: when steps follow, the
-                // fold goes on from panto's record of its turns, and the model is asked for
-                // the rest (the last step's summary is the compaction's: its failure is the
-                // compaction's).
+                // The models answered this step, and no answer passed: panto's record of its
+                // turns goes on after the summary so far, and the model is asked for the rest.
+                // So when steps follow, or when a model's summary came before (the last step:
+                // the model's account of the turns before it is kept, never thrown away for
+                // panto's record of everything). A fold no model's summary passed at all fails.
                 Err(error)
                     if error.is_rejected_answer()
                         && !material.carried
-                        && (turns.end < material.turns.len() || state.later_steps > 0) =>
+                        && (turns.end < material.turns.len()
+                            || state.later_steps > 0
+                            || state.folded.used.is_some()) =>
                 {
                     let cause = error.to_string();
                     tracing::warn!(step, %cause, "no model's summary of this step passed, going on from panto's record of its turns");

@@ -1127,8 +1127,9 @@ async fn a_summary_cut_at_the_output_limit_is_asked_again_only_within_the_reques
 /// Issue 26, point 5: a model is asked for every step, and panto's own record is written only
 /// for what the models failed. A step whose answers all fail panto's checks (here one phrase
 /// repeated) goes on from panto's record of its turns, said at once; the model summarizes the
-/// rest, and the compaction is its summary, with the recorded step named on the entry. When
-/// the last step fails, the compaction fails as before.
+/// rest, and the compaction is its summary, with the recorded step named on the entry. The
+/// last step goes on so too, after the model's summary of the turns before it; a fold no
+/// model's summary passed at all fails as before.
 #[tokio::test]
 async fn a_step_no_summary_of_passed_goes_on_from_pantos_record_of_its_turns() {
     let messages = long_rounds(10, 600);
@@ -1198,13 +1199,42 @@ async fn a_step_no_summary_of_passed_goes_on_from_pantos_record_of_its_turns() {
         );
     }
 
-    // The last step's failure is the compaction's.
+    // The last step: the model's summary of the turns before it stays, and panto's record of
+    // the last turns follows it.
+    let steps = report.steps.len();
     let mut log = log_of(&messages);
     let (main, main_ref) = model("main", "small-model");
-    for i in 0..report.steps.len() - 1 {
+    for i in 0..steps - 1 {
         main.push_text(good(i));
     }
     for _ in 0..4 {
+        main.push_text(repeated.clone());
+    }
+    let mut c = Compactor::new(main_ref).with_ids(Arc::new(SequentialIds::new()));
+    let ctx = log.replay();
+    let out = compacted(
+        c.compact(&ctx, &mut log, CompactRun::overflow(Some(2_048)))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(out.report.model, "small-model");
+    let last = out.report.steps.last().unwrap();
+    assert!(last.recorded.is_some(), "{:?}", out.report.steps);
+    let summary = strip_ledger(&out.report.summary);
+    let model_part = good(steps - 2);
+    let at_model = summary
+        .find(&model_part)
+        .expect("the model's summary is kept");
+    let at_record = summary
+        .find("## Turns recorded by panto")
+        .expect("panto's record of the last step follows");
+    assert!(at_model < at_record, "{summary}");
+    assert!(!summary.contains("keep going keep going"));
+
+    // A fold no model's summary passed at all fails, and nothing is written.
+    let mut log = log_of(&messages);
+    let (main, main_ref) = model("main", "small-model");
+    for _ in 0..40 {
         main.push_text(repeated.clone());
     }
     let mut c = Compactor::new(main_ref).with_ids(Arc::new(SequentialIds::new()));
