@@ -28,9 +28,9 @@ mod small;
 
 pub(super) use self::manual::{fallback, manual};
 pub(super) use self::overflow::{overflow, overflow_twice};
-#[cfg(test)]
-pub(super) use self::pressure::model_answer_refused;
 pub(super) use self::pressure::{Window, Windowed, twice_the_window};
+#[cfg(test)]
+pub(super) use self::pressure::{announced_steps, model_answer_refused};
 pub(super) use self::small::{chat_pause, pings, truncated, window, wrong_key};
 
 /// The model name panto sends to the single-model server (which ignores it).

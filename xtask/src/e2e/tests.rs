@@ -196,3 +196,21 @@ fn a_record_is_accepted_only_when_the_model_answered_and_its_answer_was_refused(
         assert!(!model_answer_refused(&other), "{other}");
     }
 }
+
+#[test]
+fn the_steps_counted_are_those_of_the_last_plan_announced() {
+    use super::suite::announced_steps;
+    // The CLI's wording (`ui::describe_event`): the first plan, then changes of plan.
+    let stderr = "panto: the request was too large for the model: compacting, then retrying once
+panto: compacting in 6 steps: its transcript is about 8000 tokens, about 4000 tokens per request
+panto: step 1/6: about 3350 tokens in, up to 458 out
+panto: planned again (the summaries so far are shorter than planned): 4 steps in all
+panto: step 2/4: about 3711 tokens in, up to 458 out
+";
+    assert_eq!(announced_steps(stderr), 4);
+    let shrunk = "panto: compacting in 3 steps: its transcript is about 5000 tokens
+panto: step 1 was too large for the model (prompt is too long); retrying with requests of about 2000 tokens, 5 steps in all
+";
+    assert_eq!(announced_steps(shrunk), 5);
+    assert_eq!(announced_steps("panto: compacted 4000 -> 500 tokens\n"), 1);
+}
