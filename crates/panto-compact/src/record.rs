@@ -165,3 +165,53 @@ pub(crate) fn head_within(text: &str, max_tokens: u64) -> String {
     out.push_str(note);
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use panto_model::Message;
+    use panto_size::Heuristic;
+
+    use super::{head_within, step_record_text};
+
+    #[test]
+    fn a_step_record_names_the_step_and_keeps_within_its_characters() {
+        let messages: Vec<Message> = (0..12)
+            .flat_map(|i| {
+                [
+                    Message::user_text(format!("request {i}: {}", "word ".repeat(80))),
+                    Message::assistant_text(format!("answer {i}")),
+                ]
+            })
+            .collect();
+        let whole = step_record_text(Some("## Goal\n- earlier"), &messages, 3, "cut", 100_000);
+        assert!(whole.starts_with(
+            "## Goal\n- earlier\n\n## Turns recorded by panto, not summarized (step 3: cut)\n"
+        ));
+        for i in 0..12 {
+            assert!(whole.contains(&format!("- request {i}: word")), "{whole}");
+        }
+        assert!(whole.contains("The assistant's last words:\n- answer 11\n"));
+        assert!(!whole.contains("left out here"));
+
+        let short = step_record_text(None, &messages, 3, "cut", 600);
+        let heading = "## Turns recorded by panto, not summarized (step 3: cut)\n".len();
+        assert!(short.len() <= heading + 600 + 80, "{}", short.len());
+        assert!(short.contains("more items left out here; the ledger keeps them whole."));
+    }
+
+    #[test]
+    fn the_summary_so_far_is_cut_at_whole_lines_with_a_note() {
+        let text: String = (0..50)
+            .map(|i| format!("- line {i} of the summary\n"))
+            .collect();
+        assert_eq!(head_within(&text, 10_000), text);
+        let cut = head_within(&text, 60);
+        assert!(Heuristic.text(&cut) <= 60, "{}", Heuristic.text(&cut));
+        assert!(text.starts_with(cut.lines().next().unwrap()));
+        assert!(
+            cut.lines()
+                .all(|l| l.starts_with("- line ") || l.starts_with("(The summary so far goes on"))
+        );
+        assert!(cut.ends_with("(The summary so far goes on; the ledger keeps its record.)\n"));
+    }
+}

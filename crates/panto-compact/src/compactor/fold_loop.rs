@@ -378,7 +378,8 @@ impl Compactor {
                         steps,
                         cause: cause.clone(),
                     });
-                    state.record(sent, material, (step, sizes.fixed), &cause);
+                    let last = turns.end == material.turns.len() && state.later_steps == 0;
+                    state.record(sent, material, (step, sizes.fixed, last), &cause);
                 }
                 Err(error) => return Err(error),
             }

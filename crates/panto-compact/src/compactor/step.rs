@@ -1,6 +1,6 @@
 //! A step of the fold done: the request as it was sent (`Sent`), and what the state takes from
-//! it, the model's summary ([`FoldState::take`]) or, when no model's summary passed and steps
-//! follow, panto's record of the step's turns ([`FoldState::record`]).
+//! it, the model's summary ([`FoldState::take`]) or, when no model's summary passed, panto's
+//! record of the step's turns ([`FoldState::record`]).
 
 use std::ops::Range;
 
@@ -58,26 +58,37 @@ impl FoldState {
 
     /// A step of the prefix's turns that no model's summary passed (step `number`, for
     /// `cause`): panto's record of its turns goes on after the summary it carried, as the
-    /// summary so far, no larger than the room a later request keeps for one (requests of
-    /// `fixed` tokens besides), the record's items fewer where they must be. The next steps
-    /// start from the output floor again: a larger one was for the answers that failed.
+    /// summary so far. When steps follow (`last` false), the whole is no larger than the room
+    /// a later request keeps for a summary (requests of `fixed` tokens besides): the summary it
+    /// carried keeps at most two thirds of it (its start, in whole lines), and the record's
+    /// items are fewer where they must be. After the last step the summary it carried is kept
+    /// whole, and the record takes that room beside it (a summary too large for the request
+    /// after the compaction is condensed). The next steps start from the output floor again: a
+    /// larger one was for the answers that failed.
     pub(super) fn record(
         &mut self,
         sent: Sent,
         material: &Material<'_>,
-        (number, fixed): (usize, u64),
+        (number, fixed, last): (usize, u64, bool),
         cause: &str,
     ) {
         self.min_output = u64::from(MIN_OUTPUT_TOKENS);
         let room = self.budget(fixed, 0).carried_reserve();
         let messages = &material.messages[sent.messages.clone()];
-        // The summary so far takes at most half of the room (its start, in whole lines), the
-        // record of the step what is left.
-        let previous = self.running.as_deref().map(|p| head_within(p, room / 2));
+        let previous = match self.running.as_deref() {
+            Some(p) if last => Some(p.to_owned()),
+            Some(p) => Some(head_within(p, room - room / 3)),
+            None => None,
+        };
+        let most = if last {
+            room + previous.as_deref().map_or(0, |p| Heuristic.text(p))
+        } else {
+            room
+        };
         let mut chars = usize::try_from(room.saturating_mul(4)).unwrap_or(usize::MAX);
         let summary = loop {
             let text = step_record_text(previous.as_deref(), messages, number, cause, chars);
-            if chars == 0 || Heuristic.text(&text) <= room {
+            if chars == 0 || Heuristic.text(&text) <= most {
                 break text;
             }
             chars = chars * 3 / 4;
