@@ -3,7 +3,7 @@
 
 use panto_model::Message;
 use panto_size::Heuristic;
-use panto_transcript::{Ledger, TranscriptItem, clip, one_line};
+use panto_transcript::{Ledger, TranscriptItem, clip, one_line, transcript_items};
 
 use crate::error::CompactError;
 
@@ -50,14 +50,7 @@ pub(crate) fn record_only_text(
             out.push_str("(The earlier summary goes on; the window has no room for the rest. The ledger below keeps its record.)\n");
         }
     }
-    let last = items.iter().rev().find_map(|i| match i {
-        TranscriptItem::Text {
-            role: panto_model::Role::Assistant,
-            text,
-        } if !text.trim().is_empty() => Some(text.trim()),
-        _ => None,
-    });
-    if let Some(text) = last {
+    if let Some(text) = last_words(items) {
         let quoted: String = text
             .chars()
             .take(LAST_WORDS_CHARS.min(quote_chars))
@@ -70,6 +63,17 @@ pub(crate) fn record_only_text(
         }
     }
     out
+}
+
+/// The assistant's last words in `items`: its last text that is not blank, trimmed.
+fn last_words(items: &[TranscriptItem]) -> Option<&str> {
+    items.iter().rev().find_map(|i| match i {
+        TranscriptItem::Text {
+            role: panto_model::Role::Assistant,
+            text,
+        } if !text.trim().is_empty() => Some(text.trim()),
+        _ => None,
+    })
 }
 
 /// The summary so far after a fold step whose turns no model could summarize: the summary the
@@ -90,12 +94,8 @@ pub(crate) fn step_record_text(
         .iter()
         .map(|e| format!("{} {}: {}", e.tool, e.target, e.message))
         .collect();
-    let last: Vec<String> = messages
-        .iter()
-        .rev()
-        .filter(|m| m.role == panto_model::Role::Assistant)
-        .map(Message::text)
-        .find(|t| !t.trim().is_empty())
+    let last: Vec<String> = last_words(&transcript_items(messages))
+        .map(str::to_owned)
         .into_iter()
         .collect();
     let sections: [(&str, &[String]); 5] = [

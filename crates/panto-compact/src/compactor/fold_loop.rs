@@ -367,9 +367,7 @@ impl Compactor {
                 Err(error)
                     if error.is_rejected_answer()
                         && !material.carried
-                        && (turns.end < material.turns.len()
-                            || state.later_steps > 0
-                            || state.folded.used.is_some()) =>
+                        && (!last || state.folded.used.is_some()) =>
                 {
                     let cause = error.to_string();
                     tracing::warn!(step, %cause, "no model's summary of this step passed, going on from panto's record of its turns");
@@ -378,7 +376,6 @@ impl Compactor {
                         steps,
                         cause: cause.clone(),
                     });
-                    let last = turns.end == material.turns.len() && state.later_steps == 0;
                     state.record(sent, material, (step, sizes.fixed, last), &cause);
                 }
                 Err(error) => return Err(error),

@@ -942,6 +942,13 @@ async fn a_compaction_at_a_2048_token_limit_asks_a_model_with_the_short_prompt()
 }
 
 /// A reply of `text` that stopped at the output limit.
+/// An overflow compaction of `log` at a stated 2,048-token window (Ollama's default).
+async fn at_2048(c: &mut Compactor, log: &mut MemoryLog) -> Result<CompactOutcome, CompactError> {
+    let ctx = log.replay();
+    c.compact(&ctx, log, CompactRun::overflow(Some(2_048)))
+        .await
+}
+
 fn cut_reply(text: &str) -> Message {
     let mut cut = reply(text);
     cut.stop_reason = Some("max_tokens".into());
@@ -965,12 +972,7 @@ async fn a_summary_cut_at_the_output_limit_of_a_small_window_is_asked_again_with
     }
     let (c, seen) = events(Compactor::new(main_ref).with_ids(Arc::new(SequentialIds::new())));
     let mut c = c;
-    let ctx = log.replay();
-    let out = compacted(
-        c.compact(&ctx, &mut log, CompactRun::overflow(Some(2_048)))
-            .await
-            .unwrap(),
-    );
+    let out = compacted(at_2048(&mut c, &mut log).await.unwrap());
     assert_eq!(out.report.model, "small-model");
     assert_eq!(out.report.degraded, None);
     let requests = main.requests();
@@ -1011,11 +1013,7 @@ async fn a_model_that_always_runs_out_of_output_is_asked_three_times_per_step_at
         main.push(Ok(cut_reply("Fact 1, fact 2, fact 3, fact 4")));
     }
     let mut c = Compactor::new(main_ref).with_ids(Arc::new(SequentialIds::new()));
-    let ctx = log.replay();
-    let err = c
-        .compact(&ctx, &mut log, CompactRun::overflow(Some(2_048)))
-        .await
-        .unwrap_err();
+    let err = at_2048(&mut c, &mut log).await.unwrap_err();
     let CompactError::Compaction { cause, .. } = &err else {
         panic!("expected a failed compaction, got {err:?}")
     };
@@ -1144,12 +1142,7 @@ async fn a_step_no_summary_of_passed_goes_on_from_pantos_record_of_its_turns() {
     }
     let (c, seen) = events(Compactor::new(main_ref).with_ids(Arc::new(SequentialIds::new())));
     let mut c = c;
-    let ctx = log.replay();
-    let out = compacted(
-        c.compact(&ctx, &mut log, CompactRun::overflow(Some(2_048)))
-            .await
-            .unwrap(),
-    );
+    let out = compacted(at_2048(&mut c, &mut log).await.unwrap());
     let report = &out.report;
     assert_eq!(report.model, "small-model");
     assert_eq!(report.degraded, None);
@@ -1211,12 +1204,7 @@ async fn a_step_no_summary_of_passed_goes_on_from_pantos_record_of_its_turns() {
         main.push_text(repeated.clone());
     }
     let mut c = Compactor::new(main_ref).with_ids(Arc::new(SequentialIds::new()));
-    let ctx = log.replay();
-    let out = compacted(
-        c.compact(&ctx, &mut log, CompactRun::overflow(Some(2_048)))
-            .await
-            .unwrap(),
-    );
+    let out = compacted(at_2048(&mut c, &mut log).await.unwrap());
     assert_eq!(out.report.model, "small-model");
     let last = out.report.steps.last().unwrap();
     assert!(last.recorded.is_some(), "{:?}", out.report.steps);
@@ -1238,11 +1226,7 @@ async fn a_step_no_summary_of_passed_goes_on_from_pantos_record_of_its_turns() {
         main.push_text(repeated.clone());
     }
     let mut c = Compactor::new(main_ref).with_ids(Arc::new(SequentialIds::new()));
-    let ctx = log.replay();
-    let err = c
-        .compact(&ctx, &mut log, CompactRun::overflow(Some(2_048)))
-        .await
-        .unwrap_err();
+    let err = at_2048(&mut c, &mut log).await.unwrap_err();
     assert!(
         matches!(
             &err,
