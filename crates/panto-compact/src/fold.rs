@@ -102,17 +102,19 @@ impl FoldBudget {
     }
 }
 
-/// One request of a fold: a run of whole turns of the prefix.
+/// One request of a fold: a run of the prefix's parts (whole turns, or the pieces the compactor
+/// cut a turn too large to share a request into; the plan sees only their sizes).
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Chunk {
-    /// The turns, as indices into the prefix's turn list.
+    /// The parts, as indices into the list the plan was made for (the prefix's turns, or its
+    /// parts).
     pub turns: Range<usize>,
     /// Their estimated transcript tokens, rendered whole.
     pub tokens: u64,
     /// The most transcript tokens this request may carry. When `tokens > capacity`, the chunk
-    /// is a single turn too large for any request, and its item bodies are elided in the
-    /// transcript until it fits (the turn itself is never split).
+    /// is a single part too large for any request, and its item bodies are elided in the
+    /// transcript until it fits (unless the compactor can cut it smaller first).
     pub capacity: u64,
 }
 

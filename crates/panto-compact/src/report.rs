@@ -11,9 +11,10 @@ use crate::plan::{NothingToCompact, Plan};
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct FoldStep {
-    /// The turns summarized, as indices into the prefix's turns.
+    /// The turns summarized, as indices into the prefix's turns: every turn the request held
+    /// any of (a turn the fold cut between requests is in the ranges of both).
     pub turns: Range<usize>,
-    /// The messages summarized, as a range of the context's messages.
+    /// The messages of those turns, as a range of the context's messages.
     pub messages: Range<usize>,
     /// The model that answered.
     pub model: String,

@@ -119,7 +119,7 @@ pub use ledger::{
     LEDGER_CAP_BYTES, LEDGER_HEADING, Ledger, LedgerCounts, LedgerError, REQUEST_CHARS, clip,
     is_request, one_line, strip_ledger,
 };
-pub use parse::{ParsedRequest, parse_request, parse_transcript};
+pub use parse::{ParsedRequest, continued, item_marker, parse_request, parse_transcript};
 pub use render::{
     Elision, TurnTranscript, elision_marker, render_request, render_request_text,
     render_request_turns, render_transcript, render_transcript_elided, render_transcript_into,

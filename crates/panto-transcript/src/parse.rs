@@ -66,6 +66,29 @@ pub fn parse_transcript(text: &str) -> Vec<TranscriptItem> {
     items
 }
 
+/// The marker that opens an item on `line` (a line of a rendered transcript), through its
+/// `]:`, such as `[Tool result bash (t1)]:`: what a part of a transcript cut inside that item
+/// repeats, so that the part too starts with a marker and reads back as an item. `None` when
+/// the line opens no item (escaping keeps message text from looking like a marker).
+pub fn item_marker(line: &str) -> Option<&str> {
+    if !line.starts_with('[') {
+        return None;
+    }
+    let (_, body) = parse_header(line, 0)?;
+    let marker = &line[..body];
+    Some(marker.strip_suffix(' ').unwrap_or(marker))
+}
+
+/// The text that leads a part of a transcript cut inside the item that `marker` opens (as
+/// [`item_marker`] gives it): the marker, `(continued)`, then a line break when the part
+/// starts at the start of a line, else a space, so that the rest of a line cut in two goes on
+/// after it and never comes to the start of a line. Led so, the part reads back as an item
+/// whose text starts with `(continued)`.
+pub fn continued(marker: &str, line_start: bool) -> String {
+    let end = if line_start { '\n' } else { ' ' };
+    format!("{marker} (continued){end}")
+}
+
 /// Reads a compaction request's user prompt (as [`crate::render_request`] writes it) back into
 /// its previous summary and transcript items.
 ///

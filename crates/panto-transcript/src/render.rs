@@ -138,6 +138,41 @@ impl TurnTranscript {
         if turn == 0 { 0 } else { self.ends[turn - 1] }
     }
 
+    /// Where each turn's part ends in [`TurnTranscript::text`].
+    pub fn ends(&self) -> &[usize] {
+        &self.ends
+    }
+
+    /// The same text in other parts: `ends` are where each part ends in
+    /// [`TurnTranscript::text`], increasing, the last at its end. A part may end inside a line
+    /// or an item: the caller that cuts one so (a fold cutting a turn too large for one
+    /// request) must lead the next part's text where it sends it, so that no text comes to the
+    /// start of a line it was not at ([`crate::item_marker`] gives the marker to lead with).
+    ///
+    /// # Panics
+    /// When `ends` are not increasing, do not end at the end of the text, or one is not a
+    /// character boundary.
+    #[must_use]
+    pub fn with_ends(mut self, ends: Vec<usize>) -> TurnTranscript {
+        let text = self.text();
+        assert_eq!(
+            ends.last().copied().unwrap_or(0),
+            text.len(),
+            "the parts must end at the end of the transcript"
+        );
+        let mut start = 0;
+        for &end in &ends {
+            assert!(end > start || end == 0, "the parts must not be empty");
+            assert!(
+                text.is_char_boundary(end),
+                "a part must end between characters"
+            );
+            start = end;
+        }
+        self.ends = ends;
+        self
+    }
+
     /// The transcript of turns `turns` (indices into the turn list it was rendered from),
     /// exactly as [`render_transcript`] renders their messages.
     ///

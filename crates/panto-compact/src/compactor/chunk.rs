@@ -7,11 +7,10 @@ use std::ops::Range;
 use panto_model::Message;
 use panto_size::Heuristic;
 use panto_transcript::{
-    Elision, TranscriptItem, TurnTranscript, render_request_text, render_transcript_elided,
-    render_turns, transcript_items,
+    Elision, TranscriptItem, render_request_text, render_transcript_elided, transcript_items,
 };
 
-use super::state::Material;
+use super::parts::{Material, TAIL};
 use crate::error::CompactError;
 use crate::fold::Chunk;
 
@@ -30,14 +29,6 @@ pub(super) fn last_body(messages: &[Message]) -> String {
         ) => text,
         _ => String::new(),
     }
-}
-
-/// The transcript of the turns `turns` (ranges of `messages`), rendered turn by turn.
-fn render_prefix(messages: &[Message], turns: &[Range<usize>]) -> TurnTranscript {
-    let head = turns.first().map_or(0, |t| t.start);
-    let end = turns.last().map_or(head, |t| t.end);
-    let relative: Vec<Range<usize>> = turns.iter().map(|t| t.start - head..t.end - head).collect();
-    render_turns(&messages[head..end], &relative)
 }
 
 /// The transcript of `messages` (one turn too large for any request) with its item bodies
@@ -94,13 +85,15 @@ pub(super) struct ChunkPrompt {
     pub(super) elisions: Vec<Elision>,
 }
 
-/// The user prompt of the request for `chunk`: the turns `turns` of `material` (which are the
-/// messages `messages`), after the summary `running`.
+/// The user prompt of the request for `chunk`: the parts `parts` of `material` (of the
+/// turns whose messages are `messages`), after the summary `running`.
 ///
-/// The chunk's transcript is a slice of the one rendered once, unless a body must be elided.
-/// The last request is built in that transcript's own buffer (moved, not copied); an earlier
-/// one copies its slice once. Its size comes from the turns' sizes, never from sizing its text
-/// again (an elided one, new text, is sized here).
+/// The chunk's transcript is a slice of the one rendered once, led by the marker of the item
+/// its first part starts inside (if it does) and closed by a line break when it ends inside a
+/// line, unless a body must be elided. The last request
+/// is built in that transcript's own buffer (moved, not copied) when nothing leads it; any
+/// other copies its slice once. Its size comes from the parts' sizes, never from sizing its
+/// text again (an elided one, new text, is sized here).
 ///
 /// # Errors
 /// [`CompactError::TurnTooLarge`] when even the markers of a turn too large for any request do
@@ -108,11 +101,13 @@ pub(super) struct ChunkPrompt {
 pub(super) fn chunk_prompt(
     material: &mut Material<'_>,
     chunk: &Chunk,
-    turns: Range<usize>,
+    parts: Range<usize>,
     messages: &[Message],
     running: Option<&str>,
 ) -> Result<ChunkPrompt, CompactError> {
     if chunk.needs_elision() {
+        // A turn too large for any request, or a part of one after the window shrank below
+        // it: the turn's bodies are elided until it fits.
         let (text, elisions) =
             elide_to_fit(messages, chunk.capacity).ok_or(CompactError::TurnTooLarge {
                 tokens: chunk.tokens,
@@ -126,19 +121,36 @@ pub(super) fn chunk_prompt(
             elisions,
         });
     }
-    if material.transcript.len() != material.turns.len() {
+    let all = &mut *material.parts;
+    if all.transcript.len() != all.len() {
         // An earlier last request took the transcript and overflowed.
-        *material.transcript = render_prefix(material.messages, material.turns);
+        all.render_again(material.messages);
     }
-    let transcript_len = material.transcript.turns(turns.clone()).len();
-    // Exact: the envelope's cost and the turns' add up to the prompt's.
-    let envelope = render_request_text("", running);
-    let tenths =
-        Heuristic.text_tenths(&envelope) + material.turn_tenths[turns.clone()].iter().sum::<u64>();
-    let text = if turns.end == material.turns.len() {
-        std::mem::take(material.transcript).into_request(turns.start, running)
+    let lead = all.lead(parts.start);
+    let slice = all.transcript.turns(parts.clone());
+    let tail = if slice.is_empty() || slice.ends_with('\n') {
+        ""
     } else {
-        render_request_text(material.transcript.turns(turns), running)
+        TAIL
+    };
+    let transcript_len = lead.as_deref().map_or(0, str::len) + slice.len() + tail.len();
+    // Exact: the envelope's cost, the lead's, the parts' and the tail's add up to the prompt's.
+    let envelope = render_request_text("", running);
+    let tenths = Heuristic.text_tenths(&envelope)
+        + lead.as_deref().map_or(0, |l| Heuristic.text_tenths(l))
+        + all.tenths(parts.clone())
+        + Heuristic.text_tenths(tail);
+    let text = match lead {
+        None if parts.end == all.len() => {
+            std::mem::take(&mut all.transcript).into_request(parts.start, running)
+        }
+        None if tail.is_empty() => render_request_text(slice, running),
+        led => {
+            let mut text = led.unwrap_or_default();
+            text.push_str(slice);
+            text.push_str(tail);
+            render_request_text(&text, running)
+        }
     };
     Ok(ChunkPrompt {
         text,

@@ -1,7 +1,8 @@
-//! The fold loop: the summarized turns in requests of whole turns, oldest first, each carrying
-//! the summary so far, resumable from where it stands (`FoldState`). A request rejected as too
-//! large shrinks the limit and re-plans the turns not yet summarized; a window found smaller
-//! than planned summarizes the turns that no longer fit, going on from the summary so far.
+//! The fold loop: the summarized turns in requests of parts (whole turns, or the pieces of a
+//! turn too large to share a request, `parts.rs`), oldest first, each carrying the summary so
+//! far, resumable from where it stands (`FoldState`). A request rejected as too large shrinks
+//! the limit and re-plans the parts not yet summarized; a window found smaller than planned
+//! summarizes the turns that no longer fit, going on from the summary so far.
 
 use panto_model::EffectiveContext;
 use panto_provider::ProviderError;
@@ -11,14 +12,15 @@ use super::chunk::{ChunkPrompt, chunk_prompt, last_body};
 use super::limits::{
     envelope_tokens, least_limit, previous_tokens, request_overhead, shrink, states_limit,
 };
-use super::state::{FoldState, Material, Pieces, split_text};
+use super::parts::{Material, PartSize, Parts, Pieces, prefix_parts, split_text};
+use super::state::FoldState;
 use super::step::Sent;
 use super::{Compactor, MAX_LONGER, MAX_SHRINKS, Prepared, kept_estimate};
 use crate::check::Replaced;
 use crate::config::CompactRun;
 use crate::error::CompactError;
 use crate::events::CompactionEvent;
-use crate::fold::{FoldPlan, MIN_OUTPUT_TOKENS, MIN_ROOM, fold};
+use crate::fold::{FoldPlan, MIN_ROOM, fold};
 use crate::source::RequestSource;
 
 impl Compactor {
@@ -41,7 +43,7 @@ impl Compactor {
             Some(pieces) => {
                 // The previous summary is the material now; the turns follow its summary.
                 state.running = None;
-                self.plan_rest(&pieces.turn_tokens, 0, state, fixed, None)?
+                self.plan_rest(&pieces.parts, 0, state, fixed, None)?
                     .requests()
             }
             None => 0,
@@ -52,9 +54,10 @@ impl Compactor {
         } else {
             state.running.as_deref().map(previous_tokens)
         };
+        let mut parts = prefix_parts(prepared, state, fixed);
         let turns_plan = fold(
-            &prepared.turn_tokens,
-            &state.budget(fixed, previous.unwrap_or(0)),
+            &parts.tokens,
+            &state.budget(fixed + parts.allowance(), previous.unwrap_or(0)),
         )
         .map_err(CompactError::NoRoom)?;
         self.emit(CompactionEvent::Folding {
@@ -71,13 +74,7 @@ impl Compactor {
             state.later_steps = 0;
             // The turns were planned for a summary of a whole output; said again when the one
             // the pieces came to needs another count.
-            let turns = self.plan_rest(
-                &prepared.turn_tokens,
-                0,
-                state,
-                fixed,
-                state.running.as_deref(),
-            )?;
+            let turns = self.plan_rest(&parts, 0, state, fixed, state.running.as_deref())?;
             if turns.requests() != turns_plan.requests() {
                 self.emit(CompactionEvent::Replanned {
                     steps: state.folded.steps.len() + turns.requests(),
@@ -86,7 +83,11 @@ impl Compactor {
             }
         }
         let mut system = prepared.system.clone();
-        let mut material = Material::prefix(context, prepared);
+        let mut material = Material {
+            messages: &context.messages,
+            parts: &mut parts,
+            carried: false,
+        };
         self.fold_material(&mut material, 0, &mut system, state)
             .await?;
 
@@ -130,21 +131,21 @@ impl Compactor {
                 turns = prepared.turns.len() - from,
                 "the window is smaller than planned: summarizing more turns, going on from the summary so far"
             );
-            let rest = self.plan_rest(
-                &prepared.turn_tokens,
-                from,
-                state,
-                fixed,
-                state.running.as_deref(),
-            )?;
+            let mut parts = prefix_parts(prepared, state, fixed);
+            let from = parts.first_of(from);
+            let rest = self.plan_rest(&parts, from, state, fixed, state.running.as_deref())?;
             self.emit(CompactionEvent::Replanned {
                 steps: state.folded.steps.len() + rest.requests(),
                 cause: format!(
                     "the window is smaller than planned, so {} more turns are summarized after the summary so far",
-                    prepared.turns.len() - from
+                    prepared.turns.len() - parts.turns_in(from..parts.len()).start
                 ),
             });
-            let mut material = Material::prefix(context, prepared);
+            let mut material = Material {
+                messages: &context.messages,
+                parts: &mut parts,
+                carried: false,
+            };
             self.fold_material(&mut material, from, &mut system, state)
                 .await?;
         }
@@ -158,7 +159,7 @@ impl Compactor {
         let capacity = state.budget(fixed, 0).later_capacity().unwrap_or(MIN_ROOM);
         let mut pieces = Pieces::new(split_text(&running, capacity - capacity / 10));
         let steps = self
-            .plan_rest(&pieces.turn_tokens, 0, state, fixed, None)?
+            .plan_rest(&pieces.parts, 0, state, fixed, None)?
             .requests();
         self.emit(CompactionEvent::Replanned {
             steps: state.folded.steps.len() + steps,
@@ -187,12 +188,14 @@ impl Compactor {
         Some(Pieces::new(pieces))
     }
 
-    /// Summarizes the turns of `material` from turn `from` on, going on from the summary so far
-    /// in `state`: each chunk of whole turns with the summary so far as `<previous-summary>`,
+    /// Summarizes the parts of `material` from part `from` on, going on from the summary so
+    /// far in `state`: each chunk of parts with the summary so far as `<previous-summary>`,
     /// oldest first. The plan is kept as made; a request the provider rejects as too large
-    /// shrinks the limit (from the provider's numbers, else by half), always to a smaller
-    /// input, and re-plans the turns not yet summarized, at most [`MAX_SHRINKS`] times in a
-    /// fold; each plan change is announced once ([`CompactionEvent::Shrinking`]).
+    /// shrinks the limit (from the provider's numbers, else from what is known), always to a
+    /// smaller input, and re-plans the parts not yet summarized, at most [`MAX_SHRINKS`] times
+    /// in a fold (one more to fall back to what is known to fit); each plan change is
+    /// announced once ([`CompactionEvent::Shrinking`]). A part larger than a smaller window's
+    /// requests is cut again, smaller, rather than elided.
     async fn fold_material(
         &mut self,
         material: &mut Material<'_>,
@@ -207,12 +210,32 @@ impl Compactor {
         let (mut base, mut next) = (done, 0);
         let mut rejected_here = 0;
         let mut longer_here = 0;
-        while done < material.turns.len() {
+        while done < material.parts.len() {
             let chunk = plan.chunks[next].clone();
+            if chunk.needs_elision()
+                && material.parts.recut(
+                    done,
+                    PartSize::for_capacity(chunk.capacity),
+                    material.messages,
+                )
+            {
+                // The window shrank below a part: its turn is cut smaller rather than elided.
+                let again = self.plan_material(material, done, state, &sizes)?;
+                if again.requests() != plan.requests() - next {
+                    self.emit(CompactionEvent::Replanned {
+                        steps: state.folded.steps.len() + again.requests() + state.later_steps,
+                        cause: "a turn too large for the smaller window is cut smaller".to_owned(),
+                    });
+                }
+                (plan, base, next) = (again, done, 0);
+                continue;
+            }
             let step = state.folded.steps.len() + 1;
             let steps = state.folded.steps.len() + plan.requests() - next + state.later_steps;
-            let turns = chunk.turns.start + base..chunk.turns.end + base;
-            let messages = material.turns[turns.start].start..material.turns[turns.end - 1].end;
+            let parts = chunk.turns.start + base..chunk.turns.end + base;
+            let turns = material.parts.turns_in(parts.clone());
+            let messages = material.parts.messages(parts.clone());
+            let ledger = material.parts.started(parts.clone());
             let chunk_messages = &material.messages[messages.clone()];
             // The summary this request carries (the state moves on when it is answered).
             let carried_summary = state.running.clone();
@@ -222,7 +245,7 @@ impl Compactor {
                 transcript_len,
                 tokens: prompt_tokens,
                 elisions,
-            } = chunk_prompt(material, &chunk, turns.clone(), chunk_messages, running)?;
+            } = chunk_prompt(material, &chunk, parts.clone(), chunk_messages, running)?;
             let extractive = self.config.extractive_summaries;
             // A piece of a summary is condensed, and condensing it reuses its lines: that is
             // not an echo.
@@ -276,6 +299,7 @@ impl Compactor {
             let sent = Sent {
                 turns: turns.clone(),
                 messages,
+                ledger,
                 input_tokens,
                 max_output_tokens: output,
                 elisions,
@@ -283,7 +307,9 @@ impl Compactor {
             };
             let failed = match answer {
                 Ok(answer) => Ok(answer),
-                Err(Failure::Overflow { error }) if state.shrinks < MAX_SHRINKS => {
+                Err(Failure::Overflow { error })
+                    if state.shrinks < MAX_SHRINKS || state.may_fall_back(input_tokens) =>
+                {
                     rejected_here += 1;
                     let rejected = Rejected {
                         error: &error,
@@ -380,23 +406,27 @@ impl Compactor {
                 }
                 Err(error) => return Err(error),
             }
-            done = turns.end;
+            done = parts.end;
             next += 1;
             rejected_here = 0;
             longer_here = 0;
             state.probe_higher();
             // The plan reserved room for a running summary of a whole output; when the
-            // summary is shorter, the rest may fit in fewer requests. Such a plan is taken
-            // only when it saves a request, and said once.
-            if done < material.turns.len() {
+            // summary is shorter, the next request carries more of the transcript, and the
+            // rest may fit in fewer requests (a change of count said once). Packed greedily
+            // from a later start, the rest never takes more requests than planned.
+            if done < material.parts.len() {
                 let left = plan.requests() - next;
                 let again = self.plan_material(material, done, state, &sizes)?;
+                let planned = plan.chunks[next].turns.len();
                 if again.requests() < left {
                     (plan, base, next) = (again, done, 0);
                     self.emit(CompactionEvent::Replanned {
                         steps: state.folded.steps.len() + plan.requests() + state.later_steps,
                         cause: "the summaries so far are shorter than planned".to_owned(),
                     });
+                } else if again.requests() == left && again.chunks[0].turns.len() > planned {
+                    (plan, base, next) = (again, done, 0);
                 }
             }
         }
@@ -447,7 +477,10 @@ impl Compactor {
             *sizes = Overheads::of(system);
         }
         // Never below the least limit a fold can work in (a guess may undershoot).
-        let least = least_limit(sizes.fixed, running.map_or(0, previous_tokens));
+        let least = least_limit(
+            sizes.fixed + material.parts.allowance(),
+            running.map_or(0, previous_tokens),
+        );
         if smaller < least && least < input_tokens {
             smaller = least;
         }
@@ -473,21 +506,25 @@ impl Compactor {
         sizes: &Overheads,
     ) -> Result<FoldPlan, CompactError> {
         let running = state.running.as_deref();
-        self.plan_rest(material.turn_tokens, done, state, sizes.fixed, running)
+        self.plan_rest(material.parts, done, state, sizes.fixed, running)
     }
 
-    /// The fold of the turns from `done` on (of turns sized `turn_tokens`), with `previous` as
-    /// the first request's summary, within the state's limit and output.
+    /// The fold of `parts` from part `done` on, with `previous` as the first request's summary,
+    /// within the state's limit and output, for requests of `fixed` tokens besides (and the
+    /// parts' lead and tail).
     pub(super) fn plan_rest(
         &self,
-        turn_tokens: &[u64],
+        parts: &Parts,
         done: usize,
         state: &FoldState,
         fixed: u64,
         previous: Option<&str>,
     ) -> Result<FoldPlan, CompactError> {
-        let budget = state.budget(fixed, previous.map_or(0, previous_tokens));
-        fold(&turn_tokens[done..], &budget).map_err(CompactError::NoRoom)
+        let budget = state.budget(
+            fixed + parts.allowance(),
+            previous.map_or(0, previous_tokens),
+        );
+        fold(&parts.tokens[done..], &budget).map_err(CompactError::NoRoom)
     }
 }
 
@@ -519,36 +556,4 @@ struct Rejected<'a> {
     carried_tokens: u64,
     /// The summary it carried.
     running: Option<&'a str>,
-}
-
-impl FoldState {
-    /// The output limit of a request of `input_tokens` in `plan` (the `last` of the fold, or
-    /// not). The plan leaves every request at least the floor (`FoldPlan`'s invariants).
-    fn output_for(&self, plan: &FoldPlan, last: bool, input_tokens: u64) -> u32 {
-        let most = self.max_output.max(self.min_output);
-        let output = match self.limit {
-            None => most,
-            Some(l) if last => most.min(l.saturating_sub(input_tokens)),
-            Some(l) => plan.output.min(l.saturating_sub(input_tokens)),
-        }
-        .max(self.min_output);
-        u32::try_from(output).unwrap_or(u32::MAX)
-    }
-
-    /// After an answer: a limit guessed after a rejection that stated none is likely below the
-    /// window, so while rejections are left the next requests try higher, half way (in
-    /// proportion: the geometric mean) up to the smallest input rejected and at most half again
-    /// what fits; a failed try costs a request and sends the limit back to what is known to
-    /// fit, never to an input sent before.
-    fn probe_higher(&mut self) {
-        if let (Some(upper), Some(limit)) = (self.upper, self.limit)
-            && self.shrinks < MAX_SHRINKS
-        {
-            let between = (self.proven as f64 * upper as f64).sqrt() as u64;
-            let probe = between.min(self.proven + self.proven / 2) + u64::from(MIN_OUTPUT_TOKENS);
-            if probe > limit + limit / 10 {
-                self.limit = Some(probe);
-            }
-        }
-    }
 }

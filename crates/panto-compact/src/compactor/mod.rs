@@ -16,6 +16,7 @@ mod chunk;
 mod fold_loop;
 mod limits;
 mod native;
+mod parts;
 mod state;
 mod step;
 #[cfg(test)]
@@ -581,8 +582,9 @@ impl Compactor {
 }
 
 /// How many times one fold shrinks its limit after a compaction request overflowed anyway:
-/// the third rejection ends the fold ([`CompactError::FoldOverflow`]), so a provider that
-/// states no limit rejects at most three compaction requests.
+/// the third rejection ends the fold ([`CompactError::FoldOverflow`]), unless it was a try
+/// above a request the provider took: then the fold goes on at that size, trying no higher. So
+/// a provider that states no limit rejects at most three compaction requests.
 pub const MAX_SHRINKS: usize = 2;
 
 /// How many times one step of a fold asks the active model again after its summary stopped at

@@ -1,19 +1,16 @@
 //! Where a fold stands (`FoldState`: the summary so far, the record so far, what was sent and
-//! what it learned), what it walks (`Material`: the summarized prefix, or the `Pieces` of a
-//! previous summary too large to ride along) and what it produced (`Folded`).
+//! what it learned) and what it produced (`Folded`). What it walks is in `parts.rs`.
 
 use std::collections::HashSet;
-use std::ops::Range;
 
-use panto_model::{EffectiveContext, Message};
+use panto_model::EffectiveContext;
 use panto_provider::ProviderError;
-use panto_size::Heuristic;
-use panto_transcript::{Ledger, TurnTranscript, render_turns};
+use panto_transcript::Ledger;
 
-use super::Prepared;
+use super::{MAX_SHRINKS, Prepared};
 use crate::attempt::AttemptFailure;
 use crate::config::{ModelRef, RequestBound};
-use crate::fold::{FoldBudget, MIN_OUTPUT_TOKENS};
+use crate::fold::{FoldBudget, FoldPlan, MIN_OUTPUT_TOKENS};
 use crate::ledger::{ledger_budget, previous_ledger, rendered_len};
 use crate::report::{ElidedItem, FoldStep};
 
@@ -115,108 +112,6 @@ impl FoldState {
     }
 }
 
-/// What a fold walks: messages split in turns, with each turn's size and the transcript
-/// rendered turn by turn; either the summarized prefix of the context, or the pieces of a
-/// previous summary too large to ride along.
-pub(super) struct Material<'a> {
-    pub(super) messages: &'a [Message],
-    /// The turns, as ranges of `messages`.
-    pub(super) turns: &'a [Range<usize>],
-    pub(super) turn_tokens: &'a [u64],
-    pub(super) turn_tenths: &'a [u64],
-    pub(super) transcript: &'a mut TurnTranscript,
-    /// Whether these are a previous summary's pieces: no ledger to derive, no elision to
-    /// record, no echo to refuse.
-    pub(super) carried: bool,
-}
-
-impl<'a> Material<'a> {
-    /// The summarized prefix of `context` as `prepared` planned it.
-    pub(super) fn prefix(
-        context: &'a EffectiveContext,
-        prepared: &'a mut Prepared,
-    ) -> Material<'a> {
-        Material {
-            messages: &context.messages,
-            turns: &prepared.turns,
-            turn_tokens: &prepared.turn_tokens,
-            turn_tenths: &prepared.turn_tenths,
-            transcript: &mut prepared.transcript,
-            carried: false,
-        }
-    }
-}
-
-/// A previous summary cut into pieces, each a compaction message of its own (rendered as
-/// `[Summary of earlier conversation]:`) and a turn of its own.
-pub(super) struct Pieces {
-    pub(super) messages: Vec<Message>,
-    pub(super) turns: Vec<Range<usize>>,
-    pub(super) turn_tokens: Vec<u64>,
-    pub(super) turn_tenths: Vec<u64>,
-    pub(super) transcript: TurnTranscript,
-}
-
-impl Pieces {
-    pub(super) fn new(pieces: Vec<String>) -> Pieces {
-        let messages: Vec<Message> = pieces.into_iter().map(Message::compaction).collect();
-        let turns: Vec<Range<usize>> = (0..messages.len()).map(|i| i..i + 1).collect();
-        let transcript = render_turns(&messages, &turns);
-        let turn_tenths: Vec<u64> = (0..turns.len())
-            .map(|i| Heuristic.text_tenths(transcript.turns(i..i + 1)))
-            .collect();
-        Pieces {
-            turn_tokens: turn_tenths.iter().map(|t| t.div_ceil(10)).collect(),
-            messages,
-            turns,
-            turn_tenths,
-            transcript,
-        }
-    }
-
-    pub(super) fn material(&mut self) -> Material<'_> {
-        Material {
-            messages: &self.messages,
-            turns: &self.turns,
-            turn_tokens: &self.turn_tokens,
-            turn_tenths: &self.turn_tenths,
-            transcript: &mut self.transcript,
-            carried: true,
-        }
-    }
-}
-
-/// `text` in pieces of at most `max_tokens` estimated tokens each, cut between lines (a line
-/// longer than that between characters), in order; together they are the whole text.
-pub(super) fn split_text(text: &str, max_tokens: u64) -> Vec<String> {
-    let max_tokens = max_tokens.max(1);
-    let mut pieces = Vec::new();
-    let mut piece = String::new();
-    for line in text.split_inclusive('\n') {
-        if !piece.is_empty() && Heuristic.text(&piece) + Heuristic.text(line) > max_tokens {
-            pieces.push(std::mem::take(&mut piece));
-        }
-        if Heuristic.text(line) <= max_tokens {
-            piece.push_str(line);
-            continue;
-        }
-        // A line too long for any piece: cut between characters.
-        let mut part = String::new();
-        for (i, c) in line.chars().enumerate() {
-            part.push(c);
-            // Sized every 64 characters, not at each one.
-            if (i + 1).is_multiple_of(64) && Heuristic.text(&part) >= max_tokens {
-                pieces.push(std::mem::take(&mut part));
-            }
-        }
-        piece = part;
-    }
-    if !piece.trim().is_empty() {
-        pieces.push(piece);
-    }
-    pieces
-}
-
 /// What a fold learned of the window and the models, kept for panto's own record when the
 /// fold failed.
 pub(super) struct Learned {
@@ -240,4 +135,51 @@ pub(super) struct Folded {
     pub(super) failures: Vec<String>,
     /// The limit the fold ended with (lower than planned after a shrink).
     pub(super) limit: Option<u64>,
+}
+
+impl FoldState {
+    /// The output limit of a request of `input_tokens` in `plan` (the `last` of the fold, or
+    /// not). The plan leaves every request at least the floor (`FoldPlan`'s invariants).
+    pub(super) fn output_for(&self, plan: &FoldPlan, last: bool, input_tokens: u64) -> u32 {
+        let most = self.max_output.max(self.min_output);
+        let output = match self.limit {
+            None => most,
+            Some(l) if last => most.min(l.saturating_sub(input_tokens)),
+            Some(l) => plan.output.min(l.saturating_sub(input_tokens)),
+        }
+        .max(self.min_output);
+        u32::try_from(output).unwrap_or(u32::MAX)
+    }
+
+    /// Whether a request of `input_tokens` rejected after the fold's last shrink may still
+    /// fall back to what is known to fit: when it tried higher than a request the provider
+    /// took, after a rejection that stated no limit. The fold then goes on at that size and
+    /// tries no higher: the third rejection of the fold is its last.
+    pub(super) fn may_fall_back(&self, input_tokens: u64) -> bool {
+        self.shrinks == MAX_SHRINKS
+            && self.upper.is_some()
+            && self.proven > 0
+            && self.proven < input_tokens
+    }
+
+    /// After an answer: a limit guessed after a rejection that stated none is likely below the
+    /// window, so while rejections are left the next requests try higher, half way (in
+    /// proportion: the geometric mean) from the largest input taken to the smallest input
+    /// rejected, and at most half again the input the limit allows; a failed try costs a
+    /// request and sends the limit back to what is known to fit, never to an input sent before. After the shrinks a fold allows, one more try is
+    /// left when something was taken: its failure falls back to that size for good.
+    pub(super) fn probe_higher(&mut self) {
+        if let (Some(upper), Some(limit)) = (self.upper, self.limit)
+            && self.shrinks <= MAX_SHRINKS
+        {
+            let floor = u64::from(MIN_OUTPUT_TOKENS);
+            let between = (self.proven as f64 * upper as f64).sqrt() as u64;
+            // The most input the limit allows, and half again.
+            let most = limit.saturating_sub(floor);
+            let probe = between.min(most + most / 2) + floor;
+            if probe > limit + limit / 10 {
+                self.limit = Some(probe);
+            }
+        }
+    }
 }

@@ -8,17 +8,21 @@ use panto_size::Heuristic;
 use panto_transcript::{Elision, Ledger, strip_ledger};
 
 use super::ask::Answer;
-use super::state::{FoldState, Material};
+use super::parts::Material;
+use super::state::FoldState;
 use crate::fold::MIN_OUTPUT_TOKENS;
 use crate::record::{RECORD_ONLY_MODEL, head_within, step_record_text};
 use crate::report::{ElidedItem, FoldStep};
 
 /// One request of the fold, as it was sent.
 pub(super) struct Sent {
-    /// The turns, as indices into the material's turns.
+    /// The turns, as indices into the material's turns: every turn it holds a part of.
     pub(super) turns: Range<usize>,
     /// Their messages, as a range of the material's messages.
     pub(super) messages: Range<usize>,
+    /// The messages of the turns whose first part it holds: what the step adds to the ledger
+    /// (a turn cut between steps is derived once).
+    pub(super) ledger: Range<usize>,
     pub(super) input_tokens: u64,
     pub(super) max_output_tokens: u32,
     /// The item bodies elided in its transcript.
@@ -131,7 +135,7 @@ impl FoldState {
             }));
             self.ledger = Ledger::merge(
                 &self.ledger,
-                &Ledger::from_messages(&material.messages[messages]),
+                &Ledger::from_messages(&material.messages[sent.ledger]),
             );
         }
         self.running = Some(summary);

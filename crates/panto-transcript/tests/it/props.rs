@@ -7,10 +7,10 @@ use panto_model::{
     ToolResultContent,
 };
 use panto_transcript::{
-    Ledger, ParsedRequest, TranscriptItem, elision_marker, for_each_item, parse_request,
-    parse_transcript, render_request, render_request_text, render_request_turns, render_transcript,
-    render_transcript_elided, render_transcript_into, render_turns, render_turns_with,
-    transcript_items,
+    Ledger, ParsedRequest, TranscriptItem, continued, elision_marker, for_each_item, item_marker,
+    parse_request, parse_transcript, render_request, render_request_text, render_request_turns,
+    render_transcript, render_transcript_elided, render_transcript_into, render_turns,
+    render_turns_with, transcript_items,
 };
 use proptest::collection::vec;
 use proptest::prelude::*;
@@ -501,5 +501,68 @@ fn a_request_rendered_for_its_summary_is_built_without_moving_the_transcript() {
             request,
             render_request_text(&render_transcript(&messages), summary)
         );
+    }
+}
+
+proptest! {
+    /// A transcript cut anywhere between lines or words: the parts are the text, and a part
+    /// that starts inside an item, led by `continued` of that item's marker, starts with a
+    /// marker and has exactly one marker line more than its own; no text becomes a marker
+    /// and the request reads back.
+    #[test]
+    fn a_transcript_cut_between_lines_or_words_and_led_keeps_its_markers(
+        messages in messages(),
+        every in 1usize..6,
+    ) {
+        let whole = render_transcript(&messages);
+        // The whole transcript as one turn.
+        let all = 0..messages.len();
+        let rendered = render_turns(&messages, std::slice::from_ref(&all));
+        // Cut after every `every`-th line end or space.
+        let mut ends = Vec::new();
+        let mut opened = Vec::new();
+        let mut marker: Option<String> = None;
+        let mut seen = 0;
+        // Where the marker's head on the current line ends (a caller never cuts inside it).
+        let mut head_end = 0;
+        for (pos, c) in whole.char_indices() {
+            if pos == 0 || whole.as_bytes()[pos - 1] == b'\n' {
+                let m = item_marker(&whole[pos..]);
+                if let Some(m) = m {
+                    marker = Some(m.to_owned());
+                }
+                head_end = pos + m.map_or(0, str::len);
+            }
+            let end = pos + c.len_utf8();
+            if (c == '\n' || (c == ' ' && pos >= head_end)) && end < whole.len() {
+                seen += 1;
+                if seen % every == 0 {
+                    ends.push(end);
+                    opened.push((marker.clone(), c == '\n'));
+                }
+            }
+        }
+        ends.push(whole.len());
+        let cut = rendered.with_ends(ends.clone());
+        prop_assert_eq!(cut.ends(), &ends[..]);
+        let parts: Vec<&str> = (0..ends.len()).map(|i| cut.turns(i..i + 1)).collect();
+        prop_assert_eq!(parts.concat(), whole.clone());
+        for (i, part) in parts.iter().enumerate().skip(1) {
+            let (marker, line_start) = &opened[i - 1];
+            let inside = !*line_start || item_marker(part).is_none();
+            let led = match marker {
+                Some(m) if inside => format!("{}{part}", continued(m, *line_start)),
+                _ => (*part).to_owned(),
+            };
+            prop_assert!(item_marker(&led).is_some(), "{:?}", led);
+            let own = if *line_start { marker_lines(part) } else { marker_lines(&format!("x{part}")) };
+            prop_assert_eq!(marker_lines(&led), own + usize::from(inside));
+            // A part that ends inside a line is closed by a line break before the envelope's
+            // tag.
+            let tail = if led.ends_with('\n') { "" } else { "\n" };
+            let request = render_request_text(&format!("{led}{tail}"), None);
+            prop_assert!(parse_request(&request).is_ok(), "{:?} {:?}", request, parse_request(&request));
+            prop_assert_eq!(count_ci(&request, "<transcript"), 1);
+        }
     }
 }

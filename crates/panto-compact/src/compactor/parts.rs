@@ -1,0 +1,429 @@
+//! What a fold walks (`Material`): messages in turns, and the turns' transcript in parts
+//! (`Parts`), each part a whole turn or a run of whole lines of one; either the summarized
+//! prefix, or the `Pieces` of a previous summary too large to ride along.
+//!
+//! A turn is cut only for the fold's requests, never in what is kept or stored: one larger than
+//! an eighth of what a later request carries is cut between the lines of its transcript, so
+//! that a request is filled to within an eighth of its room whatever the turns' sizes (whole
+//! turns of a third of a small window leave a request a third empty). A part that starts
+//! inside an item is led by that item's marker (`[Tool result bash (t1)]: (continued)`), so
+//! every request's transcript starts with a marker and reads back as items; no text comes to
+//! the start of a line it was not at. The ledger derives each turn once, in the step that holds
+//! its first part.
+
+use std::ops::Range;
+
+use panto_model::Message;
+use panto_size::Heuristic;
+use panto_transcript::{TurnTranscript, continued, item_marker, render_turns};
+
+use super::Prepared;
+use super::state::FoldState;
+
+/// What closes a request's transcript that ends inside a line, so that the envelope's tag
+/// that follows is alone on its line.
+pub(super) const TAIL: &str = "\n";
+
+/// What a fold walks: messages, their turns, and the turns' transcript in parts.
+pub(super) struct Material<'a> {
+    pub(super) messages: &'a [Message],
+    pub(super) parts: &'a mut Parts,
+    /// Whether these are a previous summary's pieces: no ledger to derive, no elision to
+    /// record, no echo to refuse.
+    pub(super) carried: bool,
+}
+
+/// The transcript of some turns in parts, each a whole turn or a run of whole lines of one, in
+/// order, with each part's size.
+pub(super) struct Parts {
+    /// The turns, as ranges of the material's messages.
+    turns: Vec<Range<usize>>,
+    /// The turn of each part (an index into `turns`).
+    turn_of: Vec<usize>,
+    /// For a part that starts inside an item: what leads its text when a request starts with
+    /// it (the item's marker, then `(continued)`).
+    lead: Vec<Option<Lead>>,
+    /// Each part's estimated tokens, without a lead or a tail (see [`Parts::allowance`]).
+    pub(super) tokens: Vec<u64>,
+    /// The largest lead's tokens, and the tail's when a part ends inside a line.
+    lead_most: u64,
+    tail: u64,
+    /// Each part's transcript in tenths of a token, without its lead: a run of parts sizes
+    /// exactly, without sizing its text again.
+    tenths: Vec<u64>,
+    /// The transcript, one part after the other (taken by the last request of a fold).
+    pub(super) transcript: TurnTranscript,
+    /// Where each part ends in the transcript, to cut it again after a re-rendering.
+    ends: Vec<usize>,
+}
+
+/// How large a turn's parts may be, in estimated tokens.
+#[derive(Clone, Copy)]
+pub(super) struct PartSize {
+    /// A turn larger than this is cut between its lines into parts of at most this much.
+    pub(super) part: u64,
+    /// A turn with a line larger than this is not cut: it is elided whole, as it must be.
+    pub(super) line: u64,
+}
+
+impl PartSize {
+    /// Parts for requests that carry `capacity` tokens of transcript: an eighth of it each, and
+    /// no cut in a turn with a line larger than a request carries.
+    pub(super) fn for_capacity(capacity: u64) -> PartSize {
+        PartSize {
+            part: (capacity / 8).max(1),
+            line: capacity,
+        }
+    }
+}
+
+/// What leads a part that starts inside an item: that item's marker, and whether the part
+/// starts at the start of a line (else inside one).
+#[derive(Clone)]
+struct Lead {
+    marker: String,
+    line_start: bool,
+}
+
+impl Parts {
+    /// The turns `turns` rendered as `transcript` (one part per turn) with their sizes in
+    /// tenths, in parts no larger than `size` where a turn allows it (`None`: whole turns).
+    pub(super) fn cut(
+        turns: Vec<Range<usize>>,
+        transcript: TurnTranscript,
+        turn_tenths: &[u64],
+        size: Option<PartSize>,
+    ) -> Parts {
+        let mut parts = Parts {
+            turn_of: Vec::with_capacity(turns.len()),
+            lead: Vec::with_capacity(turns.len()),
+            tokens: Vec::with_capacity(turns.len()),
+            tenths: Vec::with_capacity(turns.len()),
+            ends: Vec::with_capacity(turns.len()),
+            turns,
+            transcript: TurnTranscript::default(),
+            lead_most: 0,
+            tail: 0,
+        };
+        let mut start = 0;
+        for (turn, &tenths) in turn_tenths.iter().enumerate() {
+            let end = transcript.ends()[turn];
+            let text = &transcript.text()[start..end];
+            parts.push_turn((turn, tenths), start, text, size, None);
+            start = end;
+        }
+        let ends = parts.ends.clone();
+        parts.transcript = transcript.with_ends(ends);
+        parts
+    }
+
+    /// Cuts the parts from `from` on again, no larger than `size` where their turns allow it
+    /// (after the window shrank below a part, which would otherwise be elided): the text is
+    /// the same, only where it is cut changes. Whether any part was cut; `messages` render the
+    /// transcript again when the last request took it.
+    pub(super) fn recut(&mut self, from: usize, size: PartSize, messages: &[Message]) -> bool {
+        if self.transcript.len() != self.len() {
+            self.render_again(messages);
+        }
+        let before = self.len();
+        let transcript = std::mem::take(&mut self.transcript);
+        // The remaining parts, turn by turn: where each turn's rest starts, what leads it, and
+        // its size.
+        let mut rests = Vec::new();
+        let mut part = from;
+        while part < before {
+            let turn = self.turn_of[part];
+            let last = self.turn_of[part..].partition_point(|&t| t == turn) + part;
+            let start = if part == 0 { 0 } else { self.ends[part - 1] };
+            let tenths: u64 = self.tenths[part..last].iter().sum();
+            rests.push((
+                turn,
+                start,
+                self.ends[last - 1],
+                tenths,
+                self.lead[part].clone(),
+            ));
+            part = last;
+        }
+        for v in [&mut self.tokens, &mut self.tenths] {
+            v.truncate(from);
+        }
+        self.turn_of.truncate(from);
+        self.lead.truncate(from);
+        self.ends.truncate(from);
+        for (turn, start, end, tenths, lead) in rests {
+            let text = &transcript.text()[start..end];
+            self.push_turn((turn, tenths), start, text, Some(size), lead);
+        }
+        let ends = self.ends.clone();
+        self.transcript = transcript.with_ends(ends);
+        self.len() != before
+    }
+
+    /// The rest of turn `turn` (`whole` tenths): its transcript `text`, which starts at
+    /// `start`, led by `open` when it starts inside an item; whole, or in parts of `size`.
+    fn push_turn(
+        &mut self,
+        (turn, whole): (usize, u64),
+        start: usize,
+        text: &str,
+        size: Option<PartSize>,
+        open: Option<Lead>,
+    ) {
+        match size.filter(|s| whole > s.part * 10) {
+            Some(size) => self.push_cut((turn, whole), start, text, size, open),
+            None => self.push(turn, (start + text.len(), false), whole, open),
+        }
+    }
+
+    /// One part of turn `turn`, ending at `end` (`inside` a line, or after one).
+    fn push(&mut self, turn: usize, (end, inside): (usize, bool), tenths: u64, lead: Option<Lead>) {
+        if let Some(l) = &lead {
+            let lead_tokens = Heuristic.text(&continued(&l.marker, l.line_start));
+            self.lead_most = self.lead_most.max(lead_tokens);
+        }
+        if inside {
+            self.tail = Heuristic.text(TAIL);
+        }
+        self.turn_of.push(turn);
+        self.tokens.push(tenths.div_ceil(10));
+        self.tenths.push(tenths);
+        self.lead.push(lead);
+        self.ends.push(end);
+    }
+
+    /// The rest of turn `turn` (`whole` tenths), whose transcript `text` starts at `start` (led
+    /// by `open` when inside an item), cut into parts of at most `size.part` tokens: between
+    /// lines, and inside a line too large for a part between its words (after a space, never
+    /// inside a marker's head); a word larger than a part is a part of its own. Whole when a
+    /// word is larger than `size.line`.
+    fn push_cut(
+        &mut self,
+        (turn, whole): (usize, u64),
+        start: usize,
+        text: &str,
+        size: PartSize,
+        open: Option<Lead>,
+    ) {
+        let mut cuts: Vec<((usize, bool), u64, Option<Lead>)> = Vec::new();
+        let (mut pos, mut tenths) = (start, 0u64);
+        let mut marker = open.as_ref().map(|l| l.marker.clone());
+        // A rest that starts inside a line: its first line is no line's start.
+        let mut mid = open.as_ref().is_some_and(|l| !l.line_start);
+        let mut lead = open.clone();
+        for line in text.split_inclusive('\n') {
+            let opens = if mid { None } else { item_marker(line) };
+            let line_tenths = Heuristic.text_tenths(line);
+            // The line whole, or its marker's head and then its words.
+            let head = if line_tenths <= size.part * 10 {
+                line.len()
+            } else {
+                opens.map_or(0, str::len)
+            };
+            let words = std::iter::once(&line[..head])
+                .chain(line[head..].split_inclusive(' '))
+                .filter(|w| !w.is_empty());
+            let mut line_start = !mid;
+            mid = false;
+            for word in words {
+                let word_tenths = if word.len() == line.len() {
+                    line_tenths
+                } else {
+                    Heuristic.text_tenths(word)
+                };
+                if word_tenths > size.line * 10 {
+                    self.push(turn, (start + text.len(), false), whole, open);
+                    return;
+                }
+                if tenths > 0 && tenths + word_tenths > size.part * 10 {
+                    cuts.push(((pos, !line_start), tenths, lead.take()));
+                    tenths = 0;
+                    // Led by the marker of the item the part starts inside: the one before
+                    // this line, unless the line opens its own; this line's, inside it.
+                    let inside = if line_start {
+                        marker.as_deref().filter(|_| opens.is_none())
+                    } else {
+                        opens.or(marker.as_deref())
+                    };
+                    lead = inside.map(|m| Lead {
+                        marker: m.to_owned(),
+                        line_start,
+                    });
+                }
+                line_start = false;
+                pos += word.len();
+                tenths += word_tenths;
+            }
+            if let Some(m) = opens {
+                marker = Some(m.to_owned());
+            }
+        }
+        for (end, tenths, lead) in cuts {
+            self.push(turn, end, tenths, lead);
+        }
+        self.push(turn, (pos, false), tenths, lead);
+    }
+
+    /// One part per turn: the turns `turns` rendered as `transcript`.
+    pub(super) fn whole(
+        turns: Vec<Range<usize>>,
+        transcript: TurnTranscript,
+        turn_tenths: &[u64],
+    ) -> Parts {
+        Parts::cut(turns, transcript, turn_tenths, None)
+    }
+
+    /// What a request may add to its parts' tokens: the lead of its first part and the tail
+    /// after its last, at most. A plan counts it in every request's fixed part (0 when no turn
+    /// was cut), so that a request's parts are counted once each, as they are sent.
+    pub(super) fn allowance(&self) -> u64 {
+        self.lead_most + self.tail
+    }
+
+    /// The number of parts.
+    pub(super) fn len(&self) -> usize {
+        self.turn_of.len()
+    }
+
+    /// The first part of turn `turn` (the number of parts when it is past the last turn).
+    pub(super) fn first_of(&self, turn: usize) -> usize {
+        self.turn_of.partition_point(|&t| t < turn)
+    }
+
+    /// The turns the parts `parts` are of, in whole or in part.
+    pub(super) fn turns_in(&self, parts: Range<usize>) -> Range<usize> {
+        if parts.is_empty() {
+            return 0..0;
+        }
+        self.turn_of[parts.start]..self.turn_of[parts.end - 1] + 1
+    }
+
+    /// The messages of the turns the parts `parts` are of.
+    pub(super) fn messages(&self, parts: Range<usize>) -> Range<usize> {
+        let turns = self.turns_in(parts);
+        if turns.is_empty() {
+            return 0..0;
+        }
+        self.turns[turns.start].start..self.turns[turns.end - 1].end
+    }
+
+    /// The messages of the turns whose first part is among `parts`: what a step derives the
+    /// ledger of, so that every turn is derived once, in the step that starts it.
+    pub(super) fn started(&self, parts: Range<usize>) -> Range<usize> {
+        let all = self.messages(parts.clone());
+        if parts.is_empty() || self.starts_turn(parts.start) {
+            return all;
+        }
+        let first = self.turn_of[parts.start];
+        let start = self.turns[first].end.min(all.end);
+        start..all.end
+    }
+
+    /// Whether part `part` is the first of its turn.
+    fn starts_turn(&self, part: usize) -> bool {
+        part == 0 || self.turn_of[part - 1] != self.turn_of[part]
+    }
+
+    /// The line that leads a request whose transcript starts with part `part`, when the part
+    /// starts inside an item.
+    pub(super) fn lead(&self, part: usize) -> Option<String> {
+        let lead = self.lead.get(part)?.as_ref()?;
+        Some(continued(&lead.marker, lead.line_start))
+    }
+
+    /// The transcript of the parts `parts` in tenths of a token, without a lead.
+    pub(super) fn tenths(&self, parts: Range<usize>) -> u64 {
+        self.tenths[parts].iter().sum()
+    }
+
+    /// Renders the transcript again, in the same parts, after the last request of a fold took
+    /// it (and was rejected).
+    pub(super) fn render_again(&mut self, messages: &[Message]) {
+        let head = self.turns.first().map_or(0, |t| t.start);
+        let end = self.turns.last().map_or(head, |t| t.end);
+        let relative: Vec<Range<usize>> = self
+            .turns
+            .iter()
+            .map(|t| t.start - head..t.end - head)
+            .collect();
+        self.transcript =
+            render_turns(&messages[head..end], &relative).with_ends(self.ends.clone());
+    }
+}
+
+/// The summarized prefix of `prepared` in parts for the fold's requests (taking its
+/// transcript): a turn larger than an eighth of what a later request carries is cut between
+/// its lines or words; whole turns when no limit is known.
+pub(super) fn prefix_parts(prepared: &mut Prepared, state: &FoldState, fixed: u64) -> Parts {
+    let size = state
+        .budget(fixed, 0)
+        .later_capacity()
+        .map(PartSize::for_capacity);
+    Parts::cut(
+        prepared.turns.clone(),
+        std::mem::take(&mut prepared.transcript),
+        &prepared.turn_tenths,
+        size,
+    )
+}
+
+/// A previous summary cut into pieces, each a compaction message of its own (rendered as
+/// `[Summary of earlier conversation]:`) and a turn of its own.
+pub(super) struct Pieces {
+    pub(super) messages: Vec<Message>,
+    pub(super) parts: Parts,
+}
+
+impl Pieces {
+    pub(super) fn new(pieces: Vec<String>) -> Pieces {
+        let messages: Vec<Message> = pieces.into_iter().map(Message::compaction).collect();
+        let turns: Vec<Range<usize>> = (0..messages.len()).map(|i| i..i + 1).collect();
+        let transcript = render_turns(&messages, &turns);
+        let turn_tenths: Vec<u64> = (0..turns.len())
+            .map(|i| Heuristic.text_tenths(transcript.turns(i..i + 1)))
+            .collect();
+        Pieces {
+            parts: Parts::whole(turns, transcript, &turn_tenths),
+            messages,
+        }
+    }
+
+    pub(super) fn material(&mut self) -> Material<'_> {
+        Material {
+            messages: &self.messages,
+            parts: &mut self.parts,
+            carried: true,
+        }
+    }
+}
+
+/// `text` in pieces of at most `max_tokens` estimated tokens each, cut between lines (a line
+/// longer than that between characters), in order; together they are the whole text.
+pub(super) fn split_text(text: &str, max_tokens: u64) -> Vec<String> {
+    let max_tokens = max_tokens.max(1);
+    let mut pieces = Vec::new();
+    let mut piece = String::new();
+    for line in text.split_inclusive('\n') {
+        if !piece.is_empty() && Heuristic.text(&piece) + Heuristic.text(line) > max_tokens {
+            pieces.push(std::mem::take(&mut piece));
+        }
+        if Heuristic.text(line) <= max_tokens {
+            piece.push_str(line);
+            continue;
+        }
+        // A line too long for any piece: cut between characters.
+        let mut part = String::new();
+        for (i, c) in line.chars().enumerate() {
+            part.push(c);
+            // Sized every 64 characters, not at each one.
+            if (i + 1).is_multiple_of(64) && Heuristic.text(&part) >= max_tokens {
+                pieces.push(std::mem::take(&mut part));
+            }
+        }
+        piece = part;
+    }
+    if !piece.trim().is_empty() {
+        pieces.push(piece);
+    }
+    pieces
+}
