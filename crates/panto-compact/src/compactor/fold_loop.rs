@@ -210,17 +210,28 @@ impl Compactor {
         let (mut base, mut next) = (done, 0);
         let mut rejected_here = 0;
         let mut longer_here = 0;
+        // Where the parts were last cut again for a smaller window: once per step.
+        let mut recut_at = None;
         while done < material.parts.len() {
             let chunk = plan.chunks[next].clone();
             if chunk.needs_elision()
+                && recut_at != Some(done)
                 && material.parts.recut(
                     done,
-                    PartSize::for_capacity(chunk.capacity),
+                    Some(PartSize::for_capacity(chunk.capacity)),
                     material.messages,
                 )
             {
-                // The window shrank below a part: its turn is cut smaller rather than elided.
-                let again = self.plan_material(material, done, state, &sizes)?;
+                // The window shrank below a part: its turn is cut smaller rather than elided,
+                // unless the leads of smaller parts leave no room at all: then it is elided.
+                recut_at = Some(done);
+                let again = match self.plan_material(material, done, state, &sizes) {
+                    Ok(again) => again,
+                    Err(_) => {
+                        material.parts.recut(done, None, material.messages);
+                        self.plan_material(material, done, state, &sizes)?
+                    }
+                };
                 if again.requests() != plan.requests() - next {
                     self.emit(CompactionEvent::Replanned {
                         steps: state.folded.steps.len() + again.requests() + state.later_steps,

@@ -118,10 +118,16 @@ impl Parts {
     }
 
     /// Cuts the parts from `from` on again, no larger than `size` where their turns allow it
-    /// (after the window shrank below a part, which would otherwise be elided): the text is
-    /// the same, only where it is cut changes. Whether any part was cut; `messages` render the
-    /// transcript again when the last request took it.
-    pub(super) fn recut(&mut self, from: usize, size: PartSize, messages: &[Message]) -> bool {
+    /// (after the window shrank below a part, which would otherwise be elided), or, with no
+    /// size, each turn's rest whole again: the text is the same, only where it is cut changes,
+    /// and the allowance is measured again. Whether the number of parts changed; `messages`
+    /// render the transcript again when the last request took it.
+    pub(super) fn recut(
+        &mut self,
+        from: usize,
+        size: Option<PartSize>,
+        messages: &[Message],
+    ) -> bool {
         if self.transcript.len() != self.len() {
             self.render_again(messages);
         }
@@ -153,8 +159,22 @@ impl Parts {
         self.ends.truncate(from);
         for (turn, start, end, tenths, lead) in rests {
             let text = &transcript.text()[start..end];
-            self.push_turn((turn, tenths), start, text, Some(size), lead);
+            self.push_turn((turn, tenths), start, text, size, lead);
         }
+        // What leads and closes the parts now.
+        let text = transcript.text();
+        self.lead_most = self
+            .lead
+            .iter()
+            .flatten()
+            .map(|l| Heuristic.text(&continued(&l.marker, l.line_start)))
+            .max()
+            .unwrap_or(0);
+        let inside = self
+            .ends
+            .iter()
+            .any(|&e| e > 0 && text.as_bytes()[e - 1] != b'\n');
+        self.tail = if inside { Heuristic.text(TAIL) } else { 0 };
         let ends = self.ends.clone();
         self.transcript = transcript.with_ends(ends);
         self.len() != before

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use panto_model::arbitrary::session;
 use panto_model::{EffectiveContext, Message, Trigger};
 use panto_size::{Heuristic, Measured, Sizer, estimate};
-use panto_transcript::{item_marker, render_turns};
+use panto_transcript::{TurnTranscript, item_marker, render_turns};
 use proptest::prelude::*;
 
 use super::parts::{PartSize, Parts};
@@ -74,6 +74,17 @@ proptest! {
     }
 }
 
+/// The turns of `messages`, their transcript turn by turn, and each turn's size in tenths, as
+/// `Compactor::prepare` gives them.
+fn rendered(messages: &[Message]) -> (Vec<std::ops::Range<usize>>, TurnTranscript, Vec<u64>) {
+    let turns = panto_model::turns(messages);
+    let transcript = render_turns(messages, &turns);
+    let tenths = (0..turns.len())
+        .map(|i| Heuristic.text_tenths(transcript.turns(i..i + 1)))
+        .collect();
+    (turns, transcript, tenths)
+}
+
 proptest! {
     /// A transcript in parts: the parts are the transcript, cut only between lines, each no
     /// larger than asked unless it is one line or its turn has a line too large to cut around;
@@ -87,11 +98,7 @@ proptest! {
         breaks in prop::collection::vec(any::<bool>(), 0..64),
     ) {
         let messages = s.messages;
-        let turns = panto_model::turns(&messages);
-        let transcript = render_turns(&messages, &turns);
-        let tenths: Vec<u64> = (0..turns.len())
-            .map(|i| Heuristic.text_tenths(transcript.turns(i..i + 1)))
-            .collect();
+        let (turns, transcript, tenths) = rendered(&messages);
         let whole = transcript.text().to_owned();
         // As the fold makes them: a request (the line's limit) holds several parts.
         let line = line.max(part);
@@ -238,4 +245,50 @@ fn text_that_looks_like_a_marker_inside_a_line_stays_inside_a_line_when_cut() {
     }
     assert_eq!(items, parts.len());
     assert_eq!(forgeries, 1);
+}
+
+proptest! {
+    /// Cutting the parts from any one on again, smaller or whole, keeps the text and the parts
+    /// before it, gives each turn's rest the parts asked for, and measures the allowance again.
+    #[test]
+    fn parts_cut_again_keep_the_text_and_the_parts_before(
+        s in session(8),
+        first in 20u64..80,
+        smaller in 1u64..20,
+        from in 0usize..40,
+    ) {
+        let messages = s.messages;
+        let (turns, transcript, tenths) = rendered(&messages);
+        let whole = transcript.text().to_owned();
+        let big = PartSize { part: first, line: 10_000 };
+        let mut parts = Parts::cut(turns, transcript, &tenths, Some(big));
+        let from = from.min(parts.len());
+        let text = |p: &Parts| -> Vec<String> {
+            (0..p.len()).map(|i| p.transcript.turns(i..i + 1).to_owned()).collect()
+        };
+        let before = text(&parts);
+        parts.recut(from, Some(PartSize { part: smaller, line: 10_000 }), &messages);
+        let cut = text(&parts);
+        prop_assert_eq!(cut.concat(), whole.clone());
+        prop_assert_eq!(&cut[..from], &before[..from]);
+        prop_assert!(parts.len() >= before.len());
+        // Whole again: one part per turn's rest from `from` on, and an allowance for what
+        // leads them only.
+        parts.recut(from, None, &messages);
+        let merged = text(&parts);
+        prop_assert_eq!(merged.concat(), whole);
+        prop_assert_eq!(&merged[..from], &before[..from]);
+        for i in from..parts.len() {
+            prop_assert!(i + 1 == parts.len() || parts.turns_in(i..i + 1) != parts.turns_in(i + 1..i + 2));
+        }
+        let most_lead = (0..parts.len())
+            .filter_map(|i| parts.lead(i))
+            .map(|l| Heuristic.text(&l))
+            .max()
+            .unwrap_or(0);
+        prop_assert!(parts.allowance() >= most_lead);
+        if from == 0 {
+            prop_assert_eq!(parts.allowance(), 0);
+        }
+    }
 }

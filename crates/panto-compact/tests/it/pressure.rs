@@ -646,13 +646,17 @@ fn notes_a_third_of_a_small_window_fold_within_the_request_bound() {
 ///   answered (now the turn is cut smaller, and one more try above what was taken is left);
 /// - a window of 8,478 counted 20% below: tries higher were capped at half again the largest
 ///   input taken, which the limit's own reserve kept below the limit, so the fold never tried
-///   higher and took 11 requests for a bound of 9.
+///   higher and took 11 requests for a bound of 9;
+/// - a window of 3,240 counted 16% above: after a rejection the limit fell to the least a fold
+///   works in, a turn was cut smaller for it, and the leads of its parts left no room, so no
+///   model was asked (now the turn is elided as before when its parts do not fit).
 #[test]
 fn heavy_turns_behind_a_window_that_states_no_limit_fold_within_the_bound() {
     for (turns, filler, window, factor, r) in [
         (10, 86, 2_048, 1.185_079_664_459_776_7, 0),
         (12, 96, 2_250, 1.185_079_664_459_776_7, 100),
         (6, 362, 8_478, 0.8, 0),
+        (11, 138, 3_240, 1.163_230_597_208_323_7, 100_000),
     ] {
         five_rounds(turns, filler, window, factor, false, r).unwrap();
     }
