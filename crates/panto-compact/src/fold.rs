@@ -133,7 +133,7 @@ impl Chunk {
 /// - every request fits: `fixed + previous_k + min(tokens, capacity) + output <= limit`, where
 ///   `previous_k` is the budget's `previous` for the first chunk and [`FoldPlan::reserve`] for
 ///   the others (the running summary is at most the output of the request before);
-/// - a chunk over its capacity is a single turn;
+/// - a chunk over its capacity is a single part (a turn, or a piece of one);
 /// - `requests() <= bound()`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -160,7 +160,7 @@ impl FoldPlan {
     }
 
     /// The bound on [`FoldPlan::requests`]: `1 + 2 * ceil(total / capacity)`, with `capacity` the
-    /// smallest chunk capacity. The chunks are packed greedily over whole turns, so two
+    /// smallest chunk capacity. The chunks are packed greedily over whole parts, so two
     /// consecutive chunks together always hold more than one capacity (else they would be one);
     /// greedy packing of consecutive items is also the fewest chunks possible.
     pub fn bound(&self) -> usize {

@@ -1,10 +1,10 @@
 //! What a fold walks (`Material`): messages in turns, and the turns' transcript in parts
-//! (`Parts`), each part a whole turn or a run of whole lines of one; either the summarized
+//! (`Parts`), each part a whole turn or a piece of one; either the summarized
 //! prefix, or the `Pieces` of a previous summary too large to ride along.
 //!
 //! A turn is cut only for the fold's requests, never in what is kept or stored: one larger than
-//! an eighth of what a later request carries is cut between the lines of its transcript, so
-//! that a request is filled to within an eighth of its room whatever the turns' sizes (whole
+//! an eighth of what a later request carries is cut between the lines of its transcript (a
+//! line too long for a part between its words), so that a request is filled to within an eighth of its room whatever the turns' sizes (whole
 //! turns of a third of a small window leave a request a third empty). A part that starts
 //! inside an item is led by that item's marker (`[Tool result bash (t1)]: (continued)`), so
 //! every request's transcript starts with a marker and reads back as items; no text comes to
@@ -33,8 +33,8 @@ pub(super) struct Material<'a> {
     pub(super) carried: bool,
 }
 
-/// The transcript of some turns in parts, each a whole turn or a run of whole lines of one, in
-/// order, with each part's size.
+/// The transcript of some turns in parts, each a whole turn or a piece of one cut between
+/// lines or words, in order, with each part's size.
 pub(super) struct Parts {
     /// The turns, as ranges of the material's messages.
     turns: Vec<Range<usize>>,
