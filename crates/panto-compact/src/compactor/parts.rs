@@ -94,33 +94,35 @@ impl Parts {
         turn_tenths: &[u64],
         size: Option<PartSize>,
     ) -> Parts {
-        let mut parts = Parts {
-            turn_of: Vec::with_capacity(turns.len()),
-            lead: Vec::with_capacity(turns.len()),
-            tokens: Vec::with_capacity(turns.len()),
-            tenths: Vec::with_capacity(turns.len()),
-            ends: Vec::with_capacity(turns.len()),
+        let mut parts = Parts::whole(turns, transcript, turn_tenths);
+        if size.is_some() {
+            parts.cut_from(0, size);
+        }
+        parts
+    }
+
+    /// One part per turn: the turns `turns` rendered as `transcript`, sized `turn_tenths`.
+    pub(super) fn whole(
+        turns: Vec<Range<usize>>,
+        transcript: TurnTranscript,
+        turn_tenths: &[u64],
+    ) -> Parts {
+        Parts {
+            turn_of: (0..turns.len()).collect(),
+            lead: vec![None; turns.len()],
+            tokens: turn_tenths.iter().map(|t| t.div_ceil(10)).collect(),
+            tenths: turn_tenths.to_vec(),
+            ends: transcript.ends().to_vec(),
             turns,
-            transcript: TurnTranscript::default(),
+            transcript,
             lead_most: 0,
             tail: 0,
-        };
-        let mut start = 0;
-        for (turn, &tenths) in turn_tenths.iter().enumerate() {
-            let end = transcript.ends()[turn];
-            let text = &transcript.text()[start..end];
-            parts.push_turn((turn, tenths), start, text, size, None);
-            start = end;
         }
-        let ends = parts.ends.clone();
-        parts.transcript = transcript.with_ends(ends);
-        parts
     }
 
     /// Cuts the parts from `from` on again, no larger than `size` where their turns allow it
     /// (after the window shrank below a part, which would otherwise be elided), or, with no
-    /// size, each turn's rest whole again: the text is the same, only where it is cut changes,
-    /// and the allowance is measured again. Whether the number of parts changed; `messages`
+    /// size, each turn's rest whole again. Whether the number of parts changed; `messages`
     /// render the transcript again when the last request took it.
     pub(super) fn recut(
         &mut self,
@@ -131,6 +133,13 @@ impl Parts {
         if self.transcript.len() != self.len() {
             self.render_again(messages);
         }
+        self.cut_from(from, size)
+    }
+
+    /// The parts from `from` on, cut again turn by turn (each turn's rest from `from` on,
+    /// whole or in parts of `size`): the text is the same, only where it is cut changes, and
+    /// the allowance is measured again. Whether the number of parts changed.
+    fn cut_from(&mut self, from: usize, size: Option<PartSize>) -> bool {
         let before = self.len();
         let transcript = std::mem::take(&mut self.transcript);
         // The remaining parts, turn by turn: where each turn's rest starts, what leads it, and
@@ -161,7 +170,7 @@ impl Parts {
             let text = &transcript.text()[start..end];
             self.push_turn((turn, tenths), start, text, size, lead);
         }
-        // What leads and closes the parts now.
+        // What may lead and close a request of these parts.
         let text = transcript.text();
         self.lead_most = self
             .lead
@@ -192,19 +201,12 @@ impl Parts {
     ) {
         match size.filter(|s| whole > s.part * 10) {
             Some(size) => self.push_cut((turn, whole), start, text, size, open),
-            None => self.push(turn, (start + text.len(), false), whole, open),
+            None => self.push(turn, start + text.len(), whole, open),
         }
     }
 
-    /// One part of turn `turn`, ending at `end` (`inside` a line, or after one).
-    fn push(&mut self, turn: usize, (end, inside): (usize, bool), tenths: u64, lead: Option<Lead>) {
-        if let Some(l) = &lead {
-            let lead_tokens = Heuristic.text(&continued(&l.marker, l.line_start));
-            self.lead_most = self.lead_most.max(lead_tokens);
-        }
-        if inside {
-            self.tail = Heuristic.text(TAIL);
-        }
+    /// One part of turn `turn`, ending at `end`.
+    fn push(&mut self, turn: usize, end: usize, tenths: u64, lead: Option<Lead>) {
         self.turn_of.push(turn);
         self.tokens.push(tenths.div_ceil(10));
         self.tenths.push(tenths);
@@ -225,7 +227,7 @@ impl Parts {
         size: PartSize,
         open: Option<Lead>,
     ) {
-        let mut cuts: Vec<((usize, bool), u64, Option<Lead>)> = Vec::new();
+        let mut cuts: Vec<(usize, u64, Option<Lead>)> = Vec::new();
         let (mut pos, mut tenths) = (start, 0u64);
         let mut marker = open.as_ref().map(|l| l.marker.clone());
         // A rest that starts inside a line: its first line is no line's start.
@@ -252,11 +254,11 @@ impl Parts {
                     Heuristic.text_tenths(word)
                 };
                 if word_tenths > size.line * 10 {
-                    self.push(turn, (start + text.len(), false), whole, open);
+                    self.push(turn, start + text.len(), whole, open);
                     return;
                 }
                 if tenths > 0 && tenths + word_tenths > size.part * 10 {
-                    cuts.push(((pos, !line_start), tenths, lead.take()));
+                    cuts.push((pos, tenths, lead.take()));
                     tenths = 0;
                     // Led by the marker of the item the part starts inside: the one before
                     // this line, unless the line opens its own; this line's, inside it.
@@ -281,16 +283,7 @@ impl Parts {
         for (end, tenths, lead) in cuts {
             self.push(turn, end, tenths, lead);
         }
-        self.push(turn, (pos, false), tenths, lead);
-    }
-
-    /// One part per turn: the turns `turns` rendered as `transcript`.
-    pub(super) fn whole(
-        turns: Vec<Range<usize>>,
-        transcript: TurnTranscript,
-        turn_tenths: &[u64],
-    ) -> Parts {
-        Parts::cut(turns, transcript, turn_tenths, None)
+        self.push(turn, pos, tenths, lead);
     }
 
     /// What a request may add to its parts' tokens: the lead of its first part and the tail

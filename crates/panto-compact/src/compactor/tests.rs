@@ -5,7 +5,7 @@ use std::sync::Arc;
 use panto_model::arbitrary::session;
 use panto_model::{EffectiveContext, Message, Trigger};
 use panto_size::{Heuristic, Measured, Sizer, estimate};
-use panto_transcript::{TurnTranscript, item_marker, render_turns};
+use panto_transcript::{item_marker, render_turns};
 use proptest::prelude::*;
 
 use super::parts::{PartSize, Parts};
@@ -74,20 +74,21 @@ proptest! {
     }
 }
 
-/// The turns of `messages`, their transcript turn by turn, and each turn's size in tenths, as
-/// `Compactor::prepare` gives them.
-fn rendered(messages: &[Message]) -> (Vec<std::ops::Range<usize>>, TurnTranscript, Vec<u64>) {
+/// The turns of `messages` in parts of `size`, rendered and sized as `Compactor::prepare`
+/// gives them, and their whole transcript.
+fn parts_of(messages: &[Message], size: PartSize) -> (Parts, String) {
     let turns = panto_model::turns(messages);
     let transcript = render_turns(messages, &turns);
-    let tenths = (0..turns.len())
+    let tenths: Vec<u64> = (0..turns.len())
         .map(|i| Heuristic.text_tenths(transcript.turns(i..i + 1)))
         .collect();
-    (turns, transcript, tenths)
+    let whole = transcript.text().to_owned();
+    (Parts::cut(turns, transcript, &tenths, Some(size)), whole)
 }
 
 proptest! {
-    /// A transcript in parts: the parts are the transcript, cut only between lines, each no
-    /// larger than asked unless it is one line or its turn has a line too large to cut around;
+    /// A transcript in parts: the parts are the transcript, cut between lines or words, each no
+    /// larger than asked unless it is one word or its turn has a word too large to cut around;
     /// a part that starts inside an item is led by its marker; and for any split of the parts
     /// into consecutive requests, every message is derived into the ledger by exactly one.
     #[test]
@@ -98,12 +99,10 @@ proptest! {
         breaks in prop::collection::vec(any::<bool>(), 0..64),
     ) {
         let messages = s.messages;
-        let (turns, transcript, tenths) = rendered(&messages);
-        let whole = transcript.text().to_owned();
         // As the fold makes them: a request (the line's limit) holds several parts.
         let line = line.max(part);
-        let size = PartSize { part, line };
-        let parts = Parts::cut(turns.clone(), transcript, &tenths, Some(size));
+        let (parts, whole) = parts_of(&messages, PartSize { part, line });
+        let turns = panto_model::turns(&messages);
         let n = parts.len();
         let texts: Vec<&str> = (0..n).map(|i| parts.transcript.turns(i..i + 1)).collect();
         prop_assert_eq!(texts.concat(), whole);
@@ -258,10 +257,7 @@ proptest! {
         from in 0usize..40,
     ) {
         let messages = s.messages;
-        let (turns, transcript, tenths) = rendered(&messages);
-        let whole = transcript.text().to_owned();
-        let big = PartSize { part: first, line: 10_000 };
-        let mut parts = Parts::cut(turns, transcript, &tenths, Some(big));
+        let (mut parts, whole) = parts_of(&messages, PartSize { part: first, line: 10_000 });
         let from = from.min(parts.len());
         let text = |p: &Parts| -> Vec<String> {
             (0..p.len()).map(|i| p.transcript.turns(i..i + 1).to_owned()).collect()

@@ -185,8 +185,9 @@ pub(in crate::e2e) fn twice_the_window(
     // (the one rejected and the retry). panto plans in its own estimate, and takes the stated
     // window as it is when it estimated the overflowed request above the server's count (it
     // scales a limit down, never up: no compaction request may be rejected). So the bound panto
-    // keeps is the conversation as panto estimates it (`tokens_before`), checked here on the
-    // total; the note shows the total against the server's count too (SmolLM2's tokenizer
+    // keeps is the conversation as panto estimates it (`tokens_before`), or the server's count
+    // when that is larger (then panto scales the window down to the server's ruler), checked
+    // here on the total; the note shows the total against the server's count too (SmolLM2's tokenizer
     // counts these notes about a tenth below panto's estimate). The fold's requests alone are
     // within the server's bound as well.
     let bound = 2 + conversation.div_ceil(w.n_ctx / 2);
