@@ -15,9 +15,12 @@ mod chat;
 mod cli;
 mod commands;
 mod config;
+mod editor;
 mod input;
+mod keys;
 mod offline;
 mod providers;
+mod screen;
 mod store_value;
 mod stores;
 mod ui;
@@ -140,7 +143,7 @@ pub(crate) async fn run(cli: Cli) -> Result<()> {
         Command::Send {
             session, message, ..
         } => send(&config, &session, message).await,
-        Command::Chat { session, .. } => chat::chat(&config, &session).await,
+        Command::Chat { session, .. } => chat::chat(&config, session.as_deref()).await,
         Command::Import { file, session, .. } => stores::import(&config, &file, &session).await,
         Command::Export { session, .. } => stores::export(&config, &session).await,
         Command::Sessions { schema, .. } => stores::sessions(&config, schema).await,

@@ -30,7 +30,7 @@ mod setup;
 mod views;
 
 pub(crate) use compact::{CompactAsked, compact, manual_run, nothing_text};
-pub(crate) use failure::failure;
+pub(crate) use failure::{Hopeless, failure};
 pub(crate) use send::{catch_up, driver, give_windows, meter, send, turn};
 pub(crate) use setup::{show_config, show_window, trust};
 pub(crate) use views::{context, ledger, transcript, write_context};
