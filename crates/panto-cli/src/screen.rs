@@ -392,6 +392,35 @@ pub(crate) fn fit(line: &str, columns: usize) -> String {
     out
 }
 
+/// `text` wrapped at word boundaries to lines of at most `columns` cells, the lines after the
+/// first indented by `indent` spaces; a word longer than a line is cut with [`fit`], never
+/// broken across lines.
+pub(crate) fn wrap_words(text: &str, columns: usize, indent: usize) -> String {
+    let body = text.trim_start_matches(' ');
+    let first = text.len() - body.len();
+    let mut out = " ".repeat(first);
+    let mut used = first;
+    let mut fresh = true;
+    for word in body.split(' ').filter(|w| !w.is_empty()) {
+        let word = fit(word, columns.saturating_sub(indent).max(1));
+        let w = width(&word);
+        if !fresh && used + 1 + w > columns {
+            out.push('\n');
+            out.push_str(&" ".repeat(indent));
+            used = indent;
+            fresh = true;
+        }
+        if !fresh {
+            out.push(' ');
+            used += 1;
+        }
+        out.push_str(&word);
+        used += w;
+        fresh = false;
+    }
+    out
+}
+
 /// A spinner in the region while a model works; nothing when the region is not on a terminal.
 pub(crate) struct Spinner {
     id: Option<u64>,

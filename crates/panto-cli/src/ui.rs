@@ -435,9 +435,8 @@ pub(crate) fn describe_meter(meter: &Meter<'_>) -> String {
         return without;
     }
     // Shorten the model's name to what is left, with an ellipsis.
-    let room = METER_WIDTH.saturating_sub(width - meter.model.chars().count() + 1);
-    let model: String = meter.model.chars().take(room).collect();
-    line(&[&context, &format!("{model}…")])
+    let room = METER_WIDTH.saturating_sub(width - meter.model.chars().count());
+    line(&[&context, &crate::screen::fit(meter.model, room)])
 }
 
 /// A token count in a few characters: exact below 1,000, then `3.6k`, `36k`, `1.2M`.

@@ -137,7 +137,8 @@ impl Chat<'_> {
                 self.catch_up().await?;
                 let mut out = Vec::new();
                 let name = self.driver.log().session().to_owned();
-                write_context(&mut out, &name, config, self.driver.context())?;
+                let width = Some(crate::screen::columns());
+                write_context(&mut out, &name, config, self.driver.context(), width)?;
                 print(String::from_utf8_lossy(&out).trim_end())?;
                 return Ok(Flow::Go);
             }

@@ -50,10 +50,13 @@ pub(super) async fn pick(config: &Config, prompt: &mut Prompt) -> Result<Option<
     }
     let width = columns();
     let dated = offers.iter().any(|o| o.changed.is_some());
+    let place = match parse(&config.store.value) {
+        Ok(Choice::Jsonl(root)) if root.as_os_str().is_empty() => "this folder".to_owned(),
+        _ => store.location(),
+    };
     print(&fit(
         &format!(
-            "Sessions in {}, {}:",
-            store.location(),
+            "Sessions in {place}, {}:",
             if dated {
                 "the most recent first"
             } else {
@@ -70,7 +73,7 @@ pub(super) async fn pick(config: &Config, prompt: &mut Prompt) -> Result<Option<
         print(&fit(&format!("{:>3}  {}{when}", i + 1, offer.name), width))?;
     }
     print(&fit(
-        &format!("Type a number, a name, or Enter for a new session ({fresh})"),
+        &format!("A number, a name, or Enter for a new one ({fresh})"),
         width,
     ))?;
     loop {
