@@ -7,7 +7,8 @@
 //! the user as one unit): a paste is never cut or lost by an edit.
 
 use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
-use unicode_width::UnicodeWidthChar;
+
+use crate::fit::width;
 
 /// A paste longer than this many lines is shown collapsed to a marker.
 const COLLAPSE_LINES: usize = 3;
@@ -86,7 +87,10 @@ impl Editor {
         let before = &self.text[..self.cursor];
         let line = before.matches('\n').count();
         let start = before.rfind('\n').map_or(0, |i| i + 1);
-        (self.text.split('\n').collect(), (line, width(&before[start..])))
+        (
+            self.text.split('\n').collect(),
+            (line, width(&before[start..])),
+        )
     }
 
     /// Empties the draft (its pastes go with it).
@@ -126,7 +130,7 @@ impl Editor {
         let marker = format!(
             "[Pasted text #{}: {}, {} characters]",
             self.pasted,
-            crate::ui::count(lines, "line"),
+            if lines == 1 { "1 line".to_owned() } else { format!("{lines} lines") },
             chars
         );
         self.insert(&marker);
@@ -146,7 +150,11 @@ impl Editor {
             KeyCode::Char('f') if alt => self.cursor = self.word_end(),
             KeyCode::Char(_) if alt => {}
             KeyCode::Char(c) => self.insert(c.encode_utf8(&mut [0; 4])),
-            KeyCode::Enter if key.modifiers.intersects(KeyModifiers::SHIFT | KeyModifiers::ALT) => {
+            KeyCode::Enter
+                if key
+                    .modifiers
+                    .intersects(KeyModifiers::SHIFT | KeyModifiers::ALT) =>
+            {
                 self.insert("\n");
             }
             KeyCode::Enter => return self.enter(),
@@ -320,7 +328,10 @@ impl Editor {
             if let Some(m) = self.marker_at(at, false) {
                 return if seen_word { at } else { m.start };
             }
-            let (i, c) = self.text[..at].char_indices().next_back().unwrap_or((0, ' '));
+            let (i, c) = self.text[..at]
+                .char_indices()
+                .next_back()
+                .unwrap_or((0, ' '));
             if c.is_whitespace() && seen_word {
                 break;
             }
@@ -407,9 +418,4 @@ impl Editor {
             self.cursor = self.step_right();
         }
     }
-}
-
-/// The display width of `text` in terminal cells (a tab counts as one cell here).
-pub(crate) fn width(text: &str) -> usize {
-    text.chars().map(|c| c.width().unwrap_or(1)).sum()
 }

@@ -29,7 +29,8 @@ use tokio::sync::watch;
 use crate::editor::{Action, Editor};
 use crate::keys::Keys;
 use crate::screen::{self, PromptView};
-use crate::ui::{Cancel, say};
+use crate::screen::say;
+use crate::ui::Cancel;
 
 /// Two Ctrl-C at an empty prompt within this time quit.
 pub(crate) const QUIT_WINDOW: Duration = Duration::from_secs(1);
@@ -334,7 +335,9 @@ impl Console {
     /// Appends `entry` to the history file. A file that cannot be written is reported once,
     /// and the history is then kept in memory only.
     fn save_history(&mut self, entry: &str) {
-        let Some(path) = self.history.as_ref() else { return };
+        let Some(path) = self.history.as_ref() else {
+            return;
+        };
         if entry.trim().is_empty() {
             return;
         }
@@ -349,6 +352,10 @@ impl Console {
 }
 
 /// The entries of the history file, oldest first (the last [`HISTORY`]).
+#[expect(
+    clippy::disallowed_methods,
+    reason = "panto's own file in the user's data folder, not a project's: read whole, as the line editor before did"
+)]
 fn read_history(path: &PathBuf) -> Vec<String> {
     let text = match std::fs::read_to_string(path) {
         Ok(text) => text,

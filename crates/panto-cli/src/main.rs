@@ -16,6 +16,7 @@ mod cli;
 mod commands;
 mod config;
 mod editor;
+mod fit;
 mod input;
 mod keys;
 mod offline;
@@ -42,7 +43,7 @@ use crate::commands::{
     CompactAsked, compact, context, ledger, send, show_config, show_window, transcript, trust,
 };
 use crate::config::{Config, Locations};
-use crate::ui::say;
+use crate::screen::say;
 
 /// An error that is the user's to fix (bad usage, bad input, missing configuration): exit 2.
 #[derive(Debug)]

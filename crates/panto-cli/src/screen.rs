@@ -21,7 +21,9 @@ use std::io::Write;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::editor::width;
+use panto_compact::CompactionEvent;
+
+use crate::fit::{fit, width};
 use crate::ui::{color_allowed, for_stderr, for_stdout, stderr_is_terminal, stdout_is_terminal};
 
 /// Where the region is drawn.
@@ -77,7 +79,9 @@ static SCREEN: Mutex<Screen> = Mutex::new(Screen {
 
 /// Runs `f` with the screen locked (a poisoned lock is taken over: drawing must go on).
 fn with<T>(f: impl FnOnce(&mut Screen) -> T) -> T {
-    let mut screen = SCREEN.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut screen = SCREEN
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     f(&mut screen)
 }
 
@@ -121,6 +125,30 @@ pub(crate) fn notice(line: &str) {
         let _ = err.flush();
         s.draw();
     });
+}
+
+/// Prints one message line on stderr, neutralised for a terminal, above the region.
+pub(crate) fn say(line: &str) {
+    notice(line);
+}
+
+/// Prints a compaction event on stderr (it may quote a provider's error message).
+pub(crate) fn print_event(event: &CompactionEvent) {
+    if matches!(event, CompactionEvent::SilentTruncation { .. }) {
+        // The answer of the cut request was streamed: its line ends before the next one.
+        end_answer_line();
+    }
+    let line = crate::ui::describe_event(event);
+    if !line.is_empty() {
+        notice(&line);
+    }
+    if let CompactionEvent::Finished(report) = event
+        && let Some(cause) = &report.degraded
+    {
+        for line in crate::ui::describe_degraded(cause, &report.failed_attempts) {
+            notice(&line);
+        }
+    }
 }
 
 /// Prints `text` and a newline on stdout above the region, neutralised on a terminal.
@@ -249,7 +277,8 @@ impl Screen {
     fn rows(&self) -> (Vec<String>, (usize, usize)) {
         let mut rows = Vec::new();
         if let Some(status) = &self.status {
-            let frame = FRAMES[(status.started.elapsed().as_millis() / 100) as usize % FRAMES.len()];
+            let frame =
+                FRAMES[(status.started.elapsed().as_millis() / 100) as usize % FRAMES.len()];
             let text = format!("{} ({})", status.message, elapsed(status.started.elapsed()));
             let text = fit(&text, self.columns.saturating_sub(2));
             rows.push(if color_allowed() {
@@ -268,7 +297,8 @@ impl Screen {
             for (i, line) in prompt.lines.iter().enumerate() {
                 let lead = if i == 0 { "> " } else { "  " };
                 let start = rows.len();
-                let (wrapped, at) = wrap(&format!("{lead}{line}"), self.columns, prompt.cursor.1 + 2);
+                let (wrapped, at) =
+                    wrap(&format!("{lead}{line}"), self.columns, prompt.cursor.1 + 2);
                 if i == prompt.cursor.0 {
                     cursor = (start + at.0, at.1);
                 }
@@ -287,7 +317,7 @@ impl Screen {
         // An answer line that filled its last row exactly: the terminal waits to wrap, and no
         // move can return there, so the region waits for the next part of the answer.
         let open = self.open_here();
-        if rows.is_empty() || (open > 0 && open % self.columns == 0) {
+        if rows.is_empty() || (open > 0 && open.is_multiple_of(self.columns)) {
             return;
         }
         let keep = self.rows.saturating_sub(1).max(1);
@@ -344,7 +374,9 @@ fn wrap(text: &str, columns: usize, at: usize) -> (Vec<String>, (usize, usize)) 
         if cursor.is_none() && seen >= at {
             cursor = Some((rows.len() - 1, col));
         }
-        rows.last_mut().map(|r| r.push(c));
+        if let Some(r) = rows.last_mut() {
+            r.push(c);
+        }
         col += w;
         seen += w;
     }
@@ -370,55 +402,6 @@ fn elapsed(d: Duration) -> String {
     } else {
         format!("{}m {}s", s / 60, s % 60)
     }
-}
-
-/// `line` cut to `columns` display cells, ending with `…` when cut. Every row panto draws to a
-/// width goes through here (tables, previews, the region's lines).
-pub(crate) fn fit(line: &str, columns: usize) -> String {
-    if width(line) <= columns {
-        return line.to_owned();
-    }
-    let mut out = String::new();
-    let mut used = 0;
-    for c in line.chars() {
-        let w = width(c.encode_utf8(&mut [0; 4]));
-        if used + w + 1 > columns {
-            break;
-        }
-        out.push(c);
-        used += w;
-    }
-    out.push('…');
-    out
-}
-
-/// `text` wrapped at word boundaries to lines of at most `columns` cells, the lines after the
-/// first indented by `indent` spaces; a word longer than a line is cut with [`fit`], never
-/// broken across lines.
-pub(crate) fn wrap_words(text: &str, columns: usize, indent: usize) -> String {
-    let body = text.trim_start_matches(' ');
-    let first = text.len() - body.len();
-    let mut out = " ".repeat(first);
-    let mut used = first;
-    let mut fresh = true;
-    for word in body.split(' ').filter(|w| !w.is_empty()) {
-        let word = fit(word, columns.saturating_sub(indent).max(1));
-        let w = width(&word);
-        if !fresh && used + 1 + w > columns {
-            out.push('\n');
-            out.push_str(&" ".repeat(indent));
-            used = indent;
-            fresh = true;
-        }
-        if !fresh {
-            out.push(' ');
-            used += 1;
-        }
-        out.push_str(&word);
-        used += w;
-        fresh = false;
-    }
-    out
 }
 
 /// A spinner in the region while a model works; nothing when the region is not on a terminal.
@@ -475,11 +458,15 @@ impl Drop for Spinner {
 
 /// Turns spinner `id` every tenth of a second until it stops; a change of the terminal's size
 /// redraws the region at the new width.
+#[expect(
+    clippy::disallowed_methods,
+    reason = "a thread of its own, never the async runtime's"
+)]
 fn tick(id: u64) {
     loop {
         std::thread::sleep(Duration::from_millis(100));
         let going = with(|s| {
-            if !s.status.as_ref().is_some_and(|st| st.id == id) {
+            if s.status.as_ref().is_none_or(|st| st.id != id) {
                 return false;
             }
             s.erase();

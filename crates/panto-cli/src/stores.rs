@@ -19,7 +19,7 @@ use panto_store_sqlite::{SqliteOptions, SqliteStore};
 use crate::bad_input;
 use crate::config::Config;
 use crate::store_value::{Choice, parse};
-use crate::ui::say;
+use crate::screen::say;
 
 /// The store the commands read and write sessions in, chosen by the configuration.
 pub(crate) type AnyStore = Arc<dyn Store>;
@@ -193,7 +193,7 @@ pub(crate) async fn sessions(config: &Config, schema: bool) -> Result<()> {
     for name in names {
         let name = crate::ui::for_stdout(&name);
         match width {
-            Some(w) => writeln!(out, "{}", crate::screen::fit(&name, w))?,
+            Some(w) => writeln!(out, "{}", crate::fit::fit(&name, w))?,
             None => writeln!(out, "{name}")?,
         }
     }

@@ -525,7 +525,7 @@ fn a_fold_of_several_steps_is_announced_and_a_single_request_is_not() {
     };
     assert_eq!(
         describe_event(&shrink),
-        "panto: step 2 was too large for the model (prompt is too long); retrying with requests of about 3000 tokens, 5 steps in all"
+        "panto: step 2 was too large for the model: prompt is too long\npanto: retrying with smaller requests: about 3000 tokens each by panto's estimate, 5 steps in all"
     );
     let one = CompactionEvent::Shrinking {
         step: 1,

@@ -11,13 +11,6 @@ use panto_compact::CompactionEvent;
 use panto_model::{Trigger, Usage};
 use panto_provider::{About, ProviderError, RetryNotice};
 
-pub(crate) use crate::screen::Spinner;
-
-/// Prints one line on stderr, above the region the chat or a spinner draws.
-pub(crate) fn notice(line: &str) {
-    crate::screen::notice(line);
-}
-
 /// The line announcing a retry: `panto: retrying 2/3 in 4 s: connection failed: Connection
 /// refused (os error 111)`.
 pub(crate) fn describe_retry(notice: &RetryNotice<'_>) -> String {
@@ -79,12 +72,6 @@ pub(crate) fn for_stderr(text: &str) -> Cow<'_, str> {
     } else {
         Cow::Borrowed(text)
     }
-}
-
-/// Prints one message line on stderr, neutralised for a terminal, above the spinner when one
-/// is drawn (so the line is never torn by a spinner frame).
-pub(crate) fn say(line: &str) {
-    notice(line);
 }
 
 /// An error as one message: its chain joined with `: `, leaving out each cause whose text the
@@ -275,7 +262,8 @@ pub(crate) fn describe_event(event: &CompactionEvent) -> String {
             steps,
             cause,
         } => format!(
-            "panto: step {step} was too large for the model ({cause}); retrying with requests of about {limit} tokens, {} in all",
+            // One ruler a line: the server's counts in its words, then panto's estimate.
+            "panto: step {step} was too large for the model: {cause}\npanto: retrying with smaller requests: about {limit} tokens each by panto's estimate, {} in all",
             count(*steps, "step")
         ),
         CompactionEvent::FallingBack {
@@ -436,7 +424,7 @@ pub(crate) fn describe_meter(meter: &Meter<'_>) -> String {
     }
     // Shorten the model's name to what is left, with an ellipsis.
     let room = METER_WIDTH.saturating_sub(width - meter.model.chars().count());
-    line(&[&context, &crate::screen::fit(meter.model, room)])
+    line(&[&context, &crate::fit::fit(meter.model, room)])
 }
 
 /// A token count in a few characters: exact below 1,000, then `3.6k`, `36k`, `1.2M`.
@@ -471,25 +459,6 @@ pub(crate) fn count(n: usize, thing: &str) -> String {
     }
 }
 
-/// Prints a compaction event on stderr (it may quote a provider's error message).
-pub(crate) fn print_event(event: &CompactionEvent) {
-    if matches!(event, CompactionEvent::SilentTruncation { .. }) {
-        // The answer of the cut request was streamed: its line ends before the next one.
-        end_answer_line();
-    }
-    let line = describe_event(event);
-    if !line.is_empty() {
-        notice(&line);
-    }
-    if let CompactionEvent::Finished(report) = event
-        && let Some(cause) = &report.degraded
-    {
-        for line in describe_degraded(cause, &report.failed_attempts) {
-            notice(&line);
-        }
-    }
-}
-
 /// The lines that say, loudly, that no model wrote the summary: why, each attempt's cause, what
 /// panto wrote instead, and how to have a model summarize later.
 pub(crate) fn describe_degraded(cause: &str, attempts: &[String]) -> Vec<String> {
@@ -502,11 +471,6 @@ pub(crate) fn describe_degraded(cause: &str, attempts: &[String]) -> Vec<String>
     lines.push("panto: instead panto wrote its own record: the earlier summary, the assistant's last words and the whole ledger (`panto ledger` prints it); the conversation goes on from it".to_owned());
     lines.push("panto: to have a model summarize it later, run `panto compact SESSION` (`/compact` in a chat), with --compaction-model or a model with a larger window if the window was the cause".to_owned());
     lines
-}
-
-/// Ends the line of an answer streamed to stdout, when one is open.
-pub(crate) fn end_answer_line() {
-    crate::screen::end_answer_line();
 }
 
 /// What cancels a request: Ctrl-C as the terminal driver delivers it (SIGINT, in cooked mode,

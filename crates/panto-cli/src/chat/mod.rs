@@ -23,8 +23,8 @@ use crate::commands::{
 };
 use crate::config::Config;
 use crate::input::{Input, Prompt};
-use crate::screen::print;
-use crate::ui::{Spinner, count, error_text, say};
+use crate::screen::{Spinner, print, say};
+use crate::ui::{count, error_text};
 
 pub(crate) use line::{COMMANDS, HELP, Line, parse_line};
 
@@ -190,7 +190,7 @@ impl Chat<'_> {
     async fn send(&mut self, new: Vec<Message>) -> Result<()> {
         let (key, mut cancel) = Prompt::cancel();
         let sending = turn(self.config, &mut self.driver, new, &mut cancel);
-        let result = self.prompt.busy(sending, key).await??;
+        let result = Box::pin(self.prompt.busy(sending, key)).await??;
         self.replied(result);
         Ok(())
     }
@@ -236,7 +236,7 @@ impl Chat<'_> {
                 () = cancel.cancelled() => None,
             }
         };
-        let outcome = self.prompt.busy(compacting, key).await?;
+        let outcome = Box::pin(self.prompt.busy(compacting, key)).await?;
         spinner.stop();
         match outcome {
             None => {

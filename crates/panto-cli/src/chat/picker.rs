@@ -13,10 +13,12 @@ use panto_compact::{Store, StoreError};
 use crate::commands::{next_session_name, open_store};
 use crate::config::Config;
 use crate::input::{Input, Prompt};
-use crate::screen::{columns, fit, print};
+use crate::fit::fit;
+use crate::screen::{columns, print};
 use crate::store_value::{Choice, parse};
 use crate::stores::{AnyStore, store_error};
-use crate::{bad_input, ui::say};
+use crate::bad_input;
+use crate::screen::say;
 
 /// How many sessions the picker offers.
 const SHOWN: usize = 10;
@@ -87,7 +89,9 @@ pub(super) async fn pick(config: &Config, prompt: &mut Prompt) -> Result<Option<
             return Ok(Some(fresh));
         }
         match choice.parse::<usize>() {
-            Ok(n) if (1..=offers.len()).contains(&n) => return Ok(Some(offers[n - 1].name.clone())),
+            Ok(n) if (1..=offers.len()).contains(&n) => {
+                return Ok(Some(offers[n - 1].name.clone()));
+            }
             Ok(_) => say(&format!("panto: choose 1 to {}", offers.len())),
             Err(_) => return Ok(Some(choice.to_owned())),
         }
@@ -115,7 +119,7 @@ async fn recent(config: &Config, store: &AnyStore) -> Result<Vec<Offer>> {
             Offer { name, changed }
         })
         .collect();
-    offers.sort_by(|a, b| b.changed.cmp(&a.changed));
+    offers.sort_by_key(|o| std::cmp::Reverse(o.changed));
     offers.truncate(SHOWN);
     Ok(offers)
 }

@@ -9,7 +9,8 @@ use panto_model::Message;
 use panto_provider::StreamEvent;
 
 use crate::config::Config;
-use crate::ui::{Cancel, Meter, Spinner, say};
+use crate::screen::{Spinner, say};
+use crate::ui::{Cancel, Meter};
 use crate::{Cancelled, bad_input, providers};
 
 use super::failure::failure;
@@ -67,14 +68,21 @@ pub(crate) fn meter(config: &Config, driver: &CliDriver, reply: Option<&Reply>) 
         .min_by_key(|w| w.tokens)
         .map(|w| w.tokens);
     let say_unknown = window.is_none() && !SAID_UNKNOWN.swap(true, Ordering::Relaxed);
-    crate::ui::describe_meter(&Meter {
+    // Said once, with the unknown window: what makes the share appear.
+    let hint = if say_unknown {
+        "\nhint: set context_window to see how full the window is"
+    } else {
+        ""
+    };
+    let line = crate::ui::describe_meter(&Meter {
         answered: reply.map(|r| r.message.usage.as_ref()),
         next_request: driver.estimate().total(),
         window,
         say_unknown,
         model,
         auto_compact: driver.auto_compact(),
-    })
+    });
+    format!("{line}{hint}")
 }
 
 /// How often a turn starts again when another writer appended between its load and its
@@ -205,7 +213,11 @@ async fn send_one(
             crate::screen::end_answer_line();
             let hopeless = !super::failure::retry_helps(&e);
             let e = failure(e, config);
-            return Err(if hopeless { e.context(super::failure::Hopeless) } else { e });
+            return Err(if hopeless {
+                e.context(super::failure::Hopeless)
+            } else {
+                e
+            });
         }
     };
     if !printed {
@@ -229,12 +241,20 @@ async fn send_one(
 pub(crate) async fn catch_up(driver: &mut CliDriver) -> Result<()> {
     let seen = driver.log().head();
     let name = driver.log().session().to_owned();
-    let now = driver.log().store().head(&name).await.map_err(store_error)?;
+    let now = driver
+        .log()
+        .store()
+        .head(&name)
+        .await
+        .map_err(store_error)?;
     if now == seen {
         return Ok(());
     }
     if now < seen {
-        return Err(bad_input(vanished(&name, now == panto_compact::Head::EMPTY)));
+        return Err(bad_input(vanished(
+            &name,
+            now == panto_compact::Head::EMPTY,
+        )));
     }
     let warnings = driver.reload().await.map_err(store_error)?;
     report_warnings(&warnings);

@@ -9,7 +9,8 @@ use serde_json::json;
 
 use crate::config::Config;
 use crate::providers;
-use crate::ui::{count, for_stdout, say};
+use crate::screen::say;
+use crate::ui::{count, for_stdout};
 
 use super::compact::{manual_run, nothing_text};
 use super::{compactor, exiting, load_existing, open_store, print_json, session_name};
@@ -69,9 +70,7 @@ pub(crate) async fn context(config: &Config, path: &Path, as_json: bool) -> Resu
     }
     // A long list: through the pager on a terminal.
     let width = crate::ui::stdout_is_terminal().then(crate::screen::columns);
-    crate::ui::paged(|out| {
-        write_context(out, &path.display().to_string(), config, &ctx, width)
-    })?;
+    crate::ui::paged(|out| write_context(out, &path.display().to_string(), config, &ctx, width))?;
     Ok(())
 }
 
@@ -92,7 +91,7 @@ pub(crate) fn write_context(
     width: Option<usize>,
 ) -> std::io::Result<()> {
     let sentence = |text: &str| match width {
-        Some(w) => crate::screen::wrap_words(text, w, 4),
+        Some(w) => crate::fit::wrap_words(text, w, 4),
         None => text.to_owned(),
     };
     let size = panto_size::estimate(&config.system_prompt.value, "", &ctx.messages);
@@ -131,7 +130,7 @@ pub(crate) fn write_context(
     let sizes = panto_size::Sizer::message_sizes(&sizes, &ctx.messages);
     for (i, (m, size)) in ctx.messages.iter().zip(sizes).enumerate() {
         let line = match width {
-            Some(w) => crate::screen::fit(
+            Some(w) => crate::fit::fit(
                 &for_stdout(&format!(
                     "{i:>4} {:<9} {size:>7}  {}",
                     role_label(m),
@@ -287,7 +286,7 @@ fn preview(m: &Message, width: usize) -> String {
         .split_whitespace()
         .collect::<Vec<_>>()
         .join(" ");
-    crate::screen::fit(&line, width)
+    crate::fit::fit(&line, width)
 }
 
 // ---------------------------------------------------------------------------------------------

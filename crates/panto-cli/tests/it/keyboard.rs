@@ -67,7 +67,7 @@ async fn answer(
     pause: Duration,
 ) -> std::io::Result<()> {
     let mut buf = Vec::new();
-    let mut chunk = [0u8; 65536];
+    let mut chunk = vec![0u8; 65536];
     let body_start = loop {
         let n = socket.read(&mut chunk).await?;
         if n == 0 {
@@ -105,7 +105,9 @@ async fn answer(
         format!("data: {chunk}\n\n")
     };
     socket
-        .write_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n")
+        .write_all(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n",
+        )
         .await?;
     socket
         .write_all(event(&format!("Reply {n}, first half"), None).as_bytes())
@@ -163,7 +165,10 @@ async fn a_20_kb_paste_and_typed_text_during_a_streamed_reply_are_queued_and_sen
         term.type_keys("first question\r");
         term.wait_for("Reply 1, first half", 1);
         // While the reply is half shown: a paste, bracketed as terminals send it, and Enter.
-        term.type_keys(&format!("\u{1b}[200~{}\u{1b}[201~\r", paste.replace('\n', "\r")));
+        term.type_keys(&format!(
+            "\u{1b}[200~{}\u{1b}[201~\r",
+            paste.replace('\n', "\r")
+        ));
         term.wait_for("queued: [Pasted text #1: 205 lines, 20500 characters]", 1);
         // Then a line typed ahead.
         term.type_keys("and a follow-up\r");
@@ -187,7 +192,10 @@ async fn a_20_kb_paste_and_typed_text_during_a_streamed_reply_are_queued_and_sen
     );
     let echo = "> [Pasted text #1: 205 lines, 20500 characters]";
     let at = |needle: &str| shown.iter().position(|l| l == needle);
-    assert!(at("Reply 1, first half and second half.") < at(echo), "{text}");
+    assert!(
+        at("Reply 1, first half and second half.") < at(echo),
+        "{text}"
+    );
     assert!(at(echo) < at("> and a follow-up"), "{text}");
     assert!(!raw.contains(&paste[..200]), "the paste was echoed in full");
     // The model and the session got every byte of the paste.

@@ -19,6 +19,7 @@ mod faults;
 mod hints;
 mod keyboard;
 mod loopback;
+mod messages;
 mod native;
 mod offline;
 mod output;

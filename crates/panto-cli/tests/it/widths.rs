@@ -61,7 +61,9 @@ async fn sessions_fit_60_columns_on_a_terminal_and_stay_whole_in_a_pipe() {
     let long = format!("{}.jsonl", "a-long-session-name-".repeat(4));
     sb.write(&long, "");
     let raw = tokio::task::block_in_place(|| {
-        Terminal::spawn_sized(sb.command(&["sessions"]), 60).finish().1
+        Terminal::spawn_sized(sb.command(&["sessions"]), 60)
+            .finish()
+            .1
     });
     let rows = nothing_wrapped_from(&raw, 60, "");
     assert_eq!(rows, [format!("{}…", &long[..59])]);
