@@ -130,7 +130,11 @@ impl Editor {
         let marker = format!(
             "[Pasted text #{}: {}, {} characters]",
             self.pasted,
-            if lines == 1 { "1 line".to_owned() } else { format!("{lines} lines") },
+            if lines == 1 {
+                "1 line".to_owned()
+            } else {
+                format!("{lines} lines")
+            },
             chars
         );
         self.insert(&marker);

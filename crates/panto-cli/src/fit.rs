@@ -58,4 +58,3 @@ pub(crate) fn wrap_words(text: &str, columns: usize, indent: usize) -> String {
     }
     out
 }
-

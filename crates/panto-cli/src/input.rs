@@ -28,8 +28,8 @@ use tokio::sync::watch;
 
 use crate::editor::{Action, Editor};
 use crate::keys::Keys;
-use crate::screen::{self, PromptView};
 use crate::screen::say;
+use crate::screen::{self, PromptView};
 use crate::ui::Cancel;
 
 /// Two Ctrl-C at an empty prompt within this time quit.

@@ -18,8 +18,8 @@ use panto_store_sqlite::{SqliteOptions, SqliteStore};
 
 use crate::bad_input;
 use crate::config::Config;
-use crate::store_value::{Choice, parse};
 use crate::screen::say;
+use crate::store_value::{Choice, parse};
 
 /// The store the commands read and write sessions in, chosen by the configuration.
 pub(crate) type AnyStore = Arc<dyn Store>;

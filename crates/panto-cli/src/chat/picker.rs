@@ -10,15 +10,15 @@ use std::time::{Duration, SystemTime};
 use anyhow::Result;
 use panto_compact::{Store, StoreError};
 
+use crate::bad_input;
 use crate::commands::{next_session_name, open_store};
 use crate::config::Config;
-use crate::input::{Input, Prompt};
 use crate::fit::fit;
+use crate::input::{Input, Prompt};
+use crate::screen::say;
 use crate::screen::{columns, print};
 use crate::store_value::{Choice, parse};
 use crate::stores::{AnyStore, store_error};
-use crate::bad_input;
-use crate::screen::say;
 
 /// How many sessions the picker offers.
 const SHOWN: usize = 10;
