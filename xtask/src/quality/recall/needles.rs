@@ -1,6 +1,7 @@
 //! The needles of the recall exam: the exact strings a person asks about later, found in one
-//! block of text by the patterns of [`Category`] ([`needles`]). Regular expressions, written
-//! for the exam alone: this file shares no code with the ledger, whose record the exam scores.
+//! block of text by the patterns of [`Category`] ([`needles`]), and the kinds of block they come
+//! from ([`Source`]). Regular expressions, written for the exam alone: this file shares no code
+//! with the ledger, whose record the exam scores.
 
 use std::sync::LazyLock;
 
