@@ -976,9 +976,12 @@ mod editor {
                 e.key(key(KeyCode::Char(*c)));
             }
             Edit::Paste(lines) => {
+                // Pastes of more than 3 lines are collapsed, numbered from 1 in order.
                 let text = format!("paste {}\n", pastes.len()).repeat(*lines);
                 e.paste(&text);
-                pastes.push(text);
+                if *lines > 3 {
+                    pastes.push(text);
+                }
             }
             Edit::Key(k) => {
                 let event = match k {
@@ -1034,10 +1037,11 @@ mod editor {
             }
         }
 
-        /// A fitted row and a wrapped sentence never pass the width; wrapping keeps each word.
+        /// A fitted row and a wrapped sentence never pass the width; wrapping keeps each word
+        /// that fits a line.
         #[test]
         fn rows_and_sentences_fit_their_width(
-            words in prop::collection::vec("[a-z字]{1,12}", 1..30),
+            words in prop::collection::vec("[a-z字]{1,8}", 1..30),
             columns in 20usize..120,
         ) {
             let text = words.join(" ");
