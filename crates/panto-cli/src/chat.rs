@@ -132,7 +132,7 @@ pub(crate) async fn chat(config: &Config, path: &Path) -> Result<()> {
     ));
     say("panto: Ctrl-C cancels a reply; Ctrl-D quits");
     if show_last_exchange(driver.context())? {
-        say(&meter(config, &driver, None));
+        say(&meter(&driver, None));
     }
     let mut prompt = Prompt::new();
     // Whether the last thing the user did was Ctrl-C (at the prompt, or cancelling a reply).
@@ -217,7 +217,7 @@ pub(crate) async fn chat(config: &Config, path: &Path) -> Result<()> {
                     "panto: the next requests go to {name} (not {})",
                     before.model
                 ));
-                say(&meter(config, &driver, None));
+                say(&meter(&driver, None));
                 continue;
             }
             Line::Clear => {
@@ -237,7 +237,7 @@ pub(crate) async fn chat(config: &Config, path: &Path) -> Result<()> {
         let (next, result) = turn(config, driver, new).await?;
         driver = next;
         match result {
-            Ok(reply) => say(&meter(config, &driver, Some(&reply))),
+            Ok(reply) => say(&meter(&driver, Some(&reply))),
             Err(e) => {
                 interrupted_last = e.is::<crate::Cancelled>();
                 if interrupted_last {
@@ -277,7 +277,7 @@ async fn compact(
             return true;
         }
         // The compactor has printed its own line; the meter gives the new size.
-        Some(Ok(CompactOutcome::Compacted(_))) => say(&meter(config, driver, None)),
+        Some(Ok(CompactOutcome::Compacted(_))) => say(&meter(driver, None)),
         Some(Ok(CompactOutcome::NothingToCompact(n))) => {
             say(&format!("panto: {}", nothing_text(&n, config)));
         }
