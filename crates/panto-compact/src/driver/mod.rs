@@ -6,6 +6,7 @@
 //! (`recover.rs`).
 
 mod ahead;
+mod recall;
 mod recover;
 
 use panto_model::{EffectiveContext, Entry, IdKind, Message};
