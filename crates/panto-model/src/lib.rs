@@ -11,6 +11,8 @@
 //!   [`CallIndex`]; [`validate`] reports protocol problems as values.
 //! - [`replay`] turns entries into the [`EffectiveContext`]: the latest compaction block followed
 //!   by the entries after it.
+//! - [`usage_cost`] turns a reply's usage into what it cost ([`Cost`]: cache-weighted tokens
+//!   with each provider's [`CacheRates`], and money with the user's [`Prices`]).
 //! - [`IdSource`] names entries that have none, one format for every entry of a session file:
 //!   [`UniqueIds`] by default, [`SequentialIds`] in tests.
 //!
@@ -47,6 +49,7 @@
 #[cfg(feature = "proptest")]
 pub mod arbitrary;
 mod calls;
+mod cost;
 mod decode;
 mod entry;
 mod ids;
@@ -60,6 +63,7 @@ mod turns;
 mod validate;
 
 pub use calls::CallIndex;
+pub use cost::{CacheRates, Cost, Price, Prices, usage_cost};
 pub use decode::{
     BOM, DecodeError, Decoded, Entries, decode_line, decode_line_checked, encode_line,
     encode_lines, entries, from_json, read_entries, read_entries_lossy,

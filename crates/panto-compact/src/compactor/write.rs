@@ -111,6 +111,7 @@ impl Compactor {
             degraded,
             failures,
             limit: _,
+            usage,
         } = folded;
         let used = used.unwrap_or_else(|| self.active.clone());
         let (model, provider) = match &degraded {
@@ -196,6 +197,10 @@ impl Compactor {
         if !ledger.is_empty() {
             extra.insert(LEDGER_FIELD.into(), ledger.to_json());
         }
+        // What the summary cost (docs/session.md): the fold's answers, summed.
+        if let Some(value) = usage.as_ref().and_then(|u| serde_json::to_value(u).ok()) {
+            extra.insert("usage".into(), value);
+        }
         let instructions = options.instructions().map(str::to_owned);
         let mut entry = CompactionEntry::new(summary.clone())
             .with_id(id.clone())
@@ -231,7 +236,7 @@ impl Compactor {
                 degraded,
                 failed_attempts: failures,
                 native: None,
-                usage: None,
+                usage,
             },
         }
     }
