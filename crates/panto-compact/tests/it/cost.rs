@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use panto_compact::{
     COLD_SHARE, CompactOutcome, CompactionStrategy, Compactor, CompactorConfig, Driver, MemoryLog,
-    MemoryStore, ModelRef,
+    MemoryStore, ModelRef, Window, WindowSource,
 };
 use panto_model::{Entry, Message, Price, Prices, SequentialIds, Usage};
 use panto_provider::{
@@ -106,13 +106,10 @@ fn note(i: usize) -> Message {
 fn driver(provider: Arc<Caching>, now: &Arc<AtomicU64>, window: u64) -> Driver<MemoryStore> {
     let compactor = Compactor::new(ModelRef::new(provider, "claude-x"))
         .with_ids(Arc::new(SequentialIds::new()))
-        .with_config(
-            CompactorConfig::new()
-                .with_keep_tokens(600)
-                .with_context_window(Some(window)),
-        );
+        .with_config(CompactorConfig::new().with_keep_tokens(600));
     let clock = Arc::clone(now);
     Driver::new(compactor, MemoryLog::memory(), Default::default())
+        .with_window(Window::new(window, WindowSource::Configured))
         .with_system(AGENT)
         .with_max_output_tokens(256)
         .with_auto_compact(Some(0.8))
