@@ -119,7 +119,7 @@ pub use config::{
     CompactRun, CompactionStrategy, CompactorConfig, Conversation, DEFAULT_KEEP_TOKENS,
     DEFAULT_MAX_OUTPUT_TOKENS, ModelRef,
 };
-pub use driver::{Driver, NextRequest, Reply};
+pub use driver::{COLD_SHARE, Clock, Driver, NextRequest, Reply, Spent};
 pub use error::CompactError;
 pub use events::CompactionEvent;
 pub use fold::{Chunk, FoldBudget, FoldError, FoldPlan, MIN_OUTPUT_TOKENS, MIN_ROOM, fold};

@@ -4,8 +4,8 @@
 
 use std::hash::{Hash, Hasher};
 
-use panto_model::Message;
-use panto_provider::{ProviderError, Request, StreamEvent};
+use panto_model::{Message, Usage};
+use panto_provider::{PromptCache, ProviderError, Request, RequestOptions, StreamEvent};
 use tracing::{Instrument, info_span};
 
 use super::folding::Fold;
@@ -41,6 +41,8 @@ impl Fold<'_, '_> {
     ) -> Result<Answer, Failure> {
         let compactor = &*self.run.compactor;
         let (active, first) = (compactor.active.clone(), compactor.compaction_model.clone());
+        // A fold's prompt (the compaction prompt and a transcript) is read once and shares no
+        // prefix with the conversation's requests: nothing is worth writing to the cache.
         let mut asking = Asking {
             input: input_hash(&user_prompt),
             request: Request::new(
@@ -48,7 +50,8 @@ impl Fold<'_, '_> {
                 system,
                 vec![Message::user_text(user_prompt)],
                 max_output_tokens,
-            ),
+            )
+            .with_options(RequestOptions::new().with_cache(PromptCache::off())),
             input_tokens,
             replaced,
             source,
@@ -103,7 +106,15 @@ impl Fold<'_, '_> {
     ) -> Result<String, AttemptFailure> {
         asking.request.model.clone_from(&model.model);
         self.state.so_far.folded.requests += 1;
-        let result = ask(model, &asking.request, asking.replaced, asking.source).await;
+        let spent = &mut self.state.so_far.folded.usage;
+        let result = ask(
+            model,
+            &asking.request,
+            asking.replaced,
+            asking.source,
+            spent,
+        )
+        .await;
         if result
             .as_ref()
             .err()
@@ -221,12 +232,13 @@ fn input_hash(text: &str) -> u64 {
 }
 
 /// Asks one model for the summary, which must have ended by itself (not at the output limit)
-/// and pass the checks.
+/// and pass the checks. The answer's usage, whatever the checks make of it, is added to `spent`.
 async fn ask(
     model: &ModelRef,
     request: &Request,
     replaced: &Replaced<'_>,
     source: RequestSource<'_>,
+    spent: &mut Option<Usage>,
 ) -> Result<String, AttemptFailure> {
     let span = info_span!("request", provider = model.provider.name(), model = %model.model);
     let answer = match &model.source {
@@ -241,6 +253,9 @@ async fn ask(
         }
     }
     .map_err(AttemptFailure::Provider)?;
+    if let Some(usage) = &answer.usage {
+        spent.get_or_insert_with(Usage::default).accumulate(usage);
+    }
     // The adapters normalise stop reasons (`panto_model::stop_reason`), so one spelling is
     // enough. An answer cut at the limit may end anywhere, the account of the newest turns
     // first: it is not a summary.

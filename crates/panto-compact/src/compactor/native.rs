@@ -25,7 +25,7 @@ use panto_model::{
     CompactionBlock, ContentBlock, EffectiveContext, Entry, KEPT_BY, Message, NATIVE,
     NATIVE_ANTHROPIC, RawJson, Role, THINKING_KEPT, replay, turns,
 };
-use panto_provider::{NativeCompaction, ProviderError, Request, StreamEvent};
+use panto_provider::{CacheMode, NativeCompaction, ProviderError, Request, StreamEvent};
 use panto_size::{Heuristic, estimate};
 use panto_transcript::Ledger;
 use serde_json::Value;
@@ -111,6 +111,12 @@ async fn ask(run: &Run<'_>, prepared: &Prepared) -> Result<Native, ProviderError
     let shape = conversation
         .cloned()
         .unwrap_or_else(|| Conversation::new(""));
+    // The conversation's own prefix, read from the cache its turns wrote; nothing after it is
+    // worth writing, since no later request extends this one.
+    let mut request_options = shape.options.clone();
+    if request_options.cache.is_on() {
+        request_options.cache.mode = CacheMode::ReadOnly;
+    }
     let request = Request::new(
         active.model.clone(),
         shape.system.clone(),
@@ -118,7 +124,7 @@ async fn ask(run: &Run<'_>, prepared: &Prepared) -> Result<Native, ProviderError
         shape.max_output_tokens,
     )
     .with_tools(shape.tools.clone())
-    .with_options(shape.options.clone());
+    .with_options(request_options);
     let instructions = options
         .instructions()
         .map(|text| format!("{ADDITIONAL_INSTRUCTIONS_HEADING}\n\n{text}"));

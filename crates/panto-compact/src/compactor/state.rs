@@ -5,7 +5,7 @@
 
 use std::collections::HashSet;
 
-use panto_model::EffectiveContext;
+use panto_model::{EffectiveContext, Usage};
 use panto_provider::ProviderError;
 use panto_transcript::Ledger;
 
@@ -222,6 +222,9 @@ pub(super) struct Folded {
     pub(super) degraded: Option<String>,
     /// Every failed attempt, as `model: cause`.
     pub(super) failures: Vec<String>,
+    /// What the fold's requests cost, as the providers reported it (every answer counted,
+    /// those the checks refused too).
+    pub(super) usage: Option<Usage>,
 }
 
 /// What a run learned of the window and the models: the limit a compaction request was

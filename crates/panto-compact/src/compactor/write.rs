@@ -109,6 +109,7 @@ impl Run<'_> {
             elided,
             degraded,
             failures,
+            usage,
             ..
         } = folded;
         Compacted {
@@ -133,7 +134,7 @@ impl Run<'_> {
                 degraded,
                 failed_attempts: failures,
                 native: None,
-                usage: None,
+                usage,
             },
         }
     }
@@ -283,6 +284,11 @@ fn entry_extra(plan: &Plan, folded: &Folded, provider: &str, copies: usize) -> E
     }
     if !folded.ledger.is_empty() {
         extra.insert(LEDGER_FIELD.into(), folded.ledger.to_json());
+    }
+    // What the summary cost (docs/session.md): the fold's answers, summed.
+    let usage = folded.usage.as_ref();
+    if let Some(value) = usage.and_then(|u| serde_json::to_value(u).ok()) {
+        extra.insert("usage".into(), value);
     }
     extra
 }
