@@ -14,7 +14,7 @@ use super::{Prepared, kept_estimate};
 use crate::config::min_known;
 use crate::error::CompactError;
 use crate::events::CompactionEvent;
-use crate::ledger::{LEDGER_FIELD, with_ledger};
+use crate::ledger::{LEDGER_FIELD, with_ledger, with_recall_note};
 use crate::plan::{NotSmaller, Plan};
 use crate::record::{RECORD_ONLY_MODEL, record_only_text};
 use crate::report::{CompactOutcome, Compacted, CompactionReport};
@@ -75,9 +75,10 @@ impl Run<'_> {
     }
 
     /// Builds the append: the compaction entry, then the kept copies marked `kept_by`.
-    pub(super) fn build(&mut self, prepared: Prepared, folded: Folded) -> Compacted {
+    pub(super) fn build(&mut self, prepared: Prepared, mut folded: Folded) -> Compacted {
         let options = self.options;
         let compactor = &*self.compactor;
+        folded.summary = with_recall_note(&folded.summary, compactor.config.recall_tool);
         let used = folded.used.clone();
         let used = used.unwrap_or_else(|| compactor.active.clone());
         let (model, provider) = match &folded.degraded {
