@@ -31,9 +31,11 @@ impl CompactionStrategy {
         run: &mut Run<'_>,
         prepared: Prepared,
     ) -> Result<Compacted, CompactError> {
+        // Boxed: a strategy's future holds its fold's state across every request, and the
+        // driver's send awaits it inside its own.
         match self {
-            CompactionStrategy::Summary => summary::produce(run, prepared).await,
-            CompactionStrategy::Native => native::produce(run, prepared).await,
+            CompactionStrategy::Summary => Box::pin(summary::produce(run, prepared)).await,
+            CompactionStrategy::Native => Box::pin(native::produce(run, prepared)).await,
         }
     }
 }
