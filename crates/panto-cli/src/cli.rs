@@ -91,6 +91,22 @@ pub(crate) enum Command {
         #[command(flatten)]
         common: Common,
     },
+    /// What the session cost: per turn and per compaction, the input as billed (cache reads
+    /// and writes at their providers' multipliers), money with `[prices]`, and the share read
+    /// from the cache.
+    #[command(
+        after_help = "Examples:\n  panto cost session.jsonl\n  panto cost session.jsonl --json | jq .totals.cache_hit_share\n\nMoney needs your prices per million tokens in config.toml:\n  [prices.claude-sonnet-4-5]\n  input = 3.0\n  output = 15.0\nCache reads and writes are priced at the provider's documented share of the input price unless you give cache_read, cache_write and cache_write_1h."
+    )]
+    Cost {
+        /// The session (a JSONL file, or a name in a database store).
+        session: PathBuf,
+        /// One JSON document on stdout: `turns` rows and `totals`, which the rows add up to.
+        #[arg(long)]
+        json: bool,
+        /// Common options.
+        #[command(flatten)]
+        common: Common,
+    },
     /// Send one message; on context overflow compact once and retry once; append the reply.
     #[command(
         after_help = "Example:\n  panto send session.jsonl 'Now add a regression test.' \\\n      --provider anthropic --model claude-sonnet-4-5"
@@ -200,6 +216,7 @@ impl Command {
             | Command::Transcript { common, .. }
             | Command::Compact { common, .. }
             | Command::Ledger { common, .. }
+            | Command::Cost { common, .. }
             | Command::Send { common, .. }
             | Command::Chat { common, .. }
             | Command::Import { common, .. }
