@@ -16,7 +16,7 @@ use super::{Compactor, Prepared, kept_estimate};
 use crate::config::{CompactRun, min_known};
 use crate::error::CompactError;
 use crate::events::CompactionEvent;
-use crate::ledger::{LEDGER_FIELD, with_ledger};
+use crate::ledger::{LEDGER_FIELD, with_ledger, with_recall_note};
 use crate::plan::NotSmaller;
 use crate::record::{RECORD_ONLY_MODEL, record_only_text};
 use crate::report::{CompactOutcome, Compacted, CompactionReport};
@@ -114,6 +114,7 @@ impl Compactor {
             limit: _,
             usage,
         } = folded;
+        let summary = with_recall_note(&summary, self.config.recall_tool);
         let used = used.unwrap_or_else(|| self.active.clone());
         let (model, provider) = match &degraded {
             Some(_) => (RECORD_ONLY_MODEL.to_owned(), "panto".to_owned()),

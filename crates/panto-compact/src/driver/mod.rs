@@ -7,6 +7,7 @@
 
 mod ahead;
 mod cost;
+mod recall;
 mod recover;
 
 use panto_model::{EffectiveContext, Entry, IdKind, Message};
