@@ -12,7 +12,9 @@ use crate::bad_input;
 use crate::config::Config;
 use crate::ui::for_stdout;
 
-use super::{load_existing, open_store, print_json, session_name, store_error};
+use crate::screen::say;
+
+use super::{CliDriver, load_existing, open_store, print_json, session_name, store_error};
 
 /// What `panto recall` was asked.
 #[derive(Debug)]
@@ -59,6 +61,39 @@ pub(crate) async fn recall(config: &Config, path: &Path, asked: RecallAsked) -> 
         )?;
     }
     out.flush()?;
+    Ok(())
+}
+
+/// `/recall QUERY` in the chat: the best passages of the chat's session, as `panto recall`
+/// prints them.
+///
+/// # Errors
+/// When the store cannot answer, or stdout fails.
+pub(crate) async fn recall_in_chat(driver: &CliDriver, query: &str) -> Result<()> {
+    if query.trim().is_empty() {
+        say("panto: /recall QUERY: give words, an identifier or quoted text to search for");
+        return Ok(());
+    }
+    let found = driver
+        .recall(&RecallQuery::new(query))
+        .await
+        .map_err(store_error)?;
+    say(&format!(
+        "panto: recalled {} {} for '{query}'",
+        found.hits.len(),
+        if found.hits.len() == 1 {
+            "passage"
+        } else {
+            "passages"
+        }
+    ));
+    let mut text = String::new();
+    for hit in &found.hits {
+        text.push_str(&format!("{}\n  {}\n", heading(hit), hit.snippet));
+    }
+    if !text.is_empty() {
+        crate::screen::answer(&for_stdout(&text));
+    }
     Ok(())
 }
 
