@@ -106,11 +106,12 @@ pub(crate) enum Command {
     },
     /// Chat interactively; `/help` lists the commands, `/compact [instructions]` compacts.
     #[command(
-        after_help = "Example:\n  panto chat session.jsonl --provider openai --model gpt-4o\n  > /compact focus on the parser\n\nIn the chat, /help lists the commands. After every reply a line gives the tokens of that request and the size of the next one (with its share of the window when the window is known). Ctrl-C cancels a reply and returns to the prompt; Ctrl-D, or Ctrl-C twice, quits."
+        after_help = "Example:\n  panto chat session.jsonl --provider openai --model gpt-4o\n  > /compact focus on the parser\n\nIn the chat, /help lists the commands. After every reply a line gives the tokens of that request and the size of the next one (with its share of the window when the window is known). Ctrl-C cancels a reply and returns to the prompt; Ctrl-D, or Ctrl-C twice, quits. Without SESSION, the recent sessions of the store are offered to pick from."
     )]
     Chat {
-        /// The session file (JSONL); created when it does not exist.
-        session: PathBuf,
+        /// The session (a JSONL file, or a name in a database store); created when it does not
+        /// exist. Without it, the store's recent sessions are offered to pick from.
+        session: Option<PathBuf>,
         /// Common options.
         #[command(flatten)]
         common: Common,

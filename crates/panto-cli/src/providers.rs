@@ -280,7 +280,7 @@ pub(crate) async fn discover(config: &Config, model: &str) -> Result<Option<Reco
 fn note_once(text: &str) {
     static SAID: AtomicBool = AtomicBool::new(false);
     if !SAID.swap(true, Ordering::Relaxed) {
-        ui::notice(&format!("panto: note: {text}"));
+        crate::screen::notice(&format!("panto: note: {text}"));
     }
 }
 
@@ -297,8 +297,8 @@ impl<P: Provider> Provider for ShowRetries<P> {
     ) -> Result<Message, ProviderError> {
         let mut announce = |event: StreamEvent<'_>| {
             match &event {
-                StreamEvent::Retry(notice) => ui::notice(&ui::describe_retry(notice)),
-                StreamEvent::Notice(text) => ui::notice(&format!("panto: {text}")),
+                StreamEvent::Retry(notice) => crate::screen::notice(&ui::describe_retry(notice)),
+                StreamEvent::Notice(text) => crate::screen::notice(&format!("panto: {text}")),
                 _ => {}
             }
             events(event);

@@ -1,7 +1,8 @@
 //! The provider boundary: what panto asks a model for, what comes back, and how it fails.
 //!
 //! - [`Request`]: system prompt, messages (model types), model name, output limit, tools, and
-//!   [`RequestOptions`] (temperature, top-p, [`ReasoningEffort`], [`ToolChoice`]).
+//!   [`RequestOptions`] (temperature, top-p, [`ReasoningEffort`], [`ToolChoice`], and the use of
+//!   the prompt cache, [`PromptCache`]).
 //! - [`Provider`]: [`Provider::name`], and [`Provider::complete`], returning the assistant
 //!   [`Message`] (with its usage and stop reason) or a [`ProviderError`]; text arrives through
 //!   an event callback as it streams. A third method, [`Provider::compact_natively`], has a
@@ -43,9 +44,11 @@ use panto_model::Message;
 use serde_json::Value;
 
 pub use async_trait::async_trait;
+pub use cache::{CacheMode, CacheTtl, PromptCache};
 pub use native::NativeCompaction;
 pub use options::{ReasoningEffort, RequestOptions, ToolChoice, merge_json};
 
+mod cache;
 mod native;
 mod options;
 

@@ -1,5 +1,8 @@
 //! The sampling and tool options of a request ([`RequestOptions`]): temperature, top-p,
-//! reasoning effort and tool choice, each unset by default so the provider's own default holds.
+//! reasoning effort and tool choice, each unset by default so the provider's own default holds,
+//! and how the request uses the prompt cache.
+
+use crate::cache::PromptCache;
 
 /// Options of one request beyond the conversation. Every field is unset by default, which
 /// means "the provider's default": an adapter sends only what is set, and each adapter's
@@ -53,6 +56,9 @@ pub struct RequestOptions {
     /// of the same name replaces theirs, except `anthropic-beta`, whose comma-separated values
     /// are joined with the adapter's. A header named like a credential is marked sensitive.
     pub extra_headers: Vec<(String, String)>,
+    /// How the request uses the provider's prompt cache: on by default (the adapter places its
+    /// own breakpoints where its protocol allows), [`PromptCache::off`] to leave it alone.
+    pub cache: PromptCache,
 }
 
 impl RequestOptions {
@@ -110,6 +116,12 @@ impl RequestOptions {
         value: impl Into<String>,
     ) -> RequestOptions {
         self.extra_headers.push((name.into(), value.into()));
+        self
+    }
+
+    /// The same options with `cache` as the request's use of the prompt cache.
+    pub fn with_cache(mut self, cache: PromptCache) -> RequestOptions {
+        self.cache = cache;
         self
     }
 

@@ -190,3 +190,18 @@ fn block_on<F: Future>(future: F) -> F::Output {
         }
     }
 }
+
+#[test]
+fn a_cache_lifetime_is_named_as_a_configuration_file_names_it() {
+    use crate::{CacheMode, CacheTtl, PromptCache, RequestOptions};
+    for ttl in [CacheTtl::Short, CacheTtl::Long] {
+        assert_eq!(CacheTtl::parse(ttl.as_str()), Some(ttl));
+    }
+    assert_eq!(CacheTtl::parse("24h"), None);
+    assert_eq!(CacheTtl::Short.lifetime(), Duration::from_secs(300));
+    assert_eq!(CacheTtl::Long.lifetime(), Duration::from_secs(3600));
+    // Caching is on by default, and off says so.
+    assert!(RequestOptions::new().cache.is_on());
+    assert_eq!(RequestOptions::new().cache.mode, CacheMode::ReadWrite);
+    assert!(!PromptCache::off().is_on());
+}

@@ -11,7 +11,8 @@ use serde_json::json;
 
 use crate::config::Config;
 use crate::providers;
-use crate::ui::{Spinner, for_stdout, say};
+use crate::screen::{Spinner, say};
+use crate::ui::for_stdout;
 
 use super::failure::failure;
 use super::{

@@ -204,7 +204,7 @@ async fn manual_compaction_of_a_conversation_larger_than_the_window_folds() {
             let shown = if configured {
                 "compacting in "
             } else {
-                "retrying with requests of about"
+                "retrying with smaller requests: about"
             };
             assert!(
                 run.stderr.contains(shown) && run.stderr.contains("step 1/"),
