@@ -170,7 +170,7 @@ pub(crate) enum Command {
     /// Print the context window panto knows for the model, where it came from, and when
     /// requests are compacted ahead; ask the server when nothing is known.
     #[command(
-        after_help = "Examples:\n  panto window --provider openai \\\n      --base-url http://127.0.0.1:8080/v1 --model local\n  panto window --forget\n  panto window --forget --all\n\nA window is configured (context_window), learned from an overflow (the limit it stated, or a bound below a request that did not fit), or discovered from a local server (llama-server, Ollama, vLLM, LM Studio). Learned and discovered windows are kept in <data dir>/panto/windows.toml ($PANTO_DATA_DIR moves it); the smallest known window counts."
+        after_help = "Examples:\n  panto window --provider openai \\\n      --base-url http://127.0.0.1:8080/v1 --model local\n  panto window --forget\n  panto window --forget --all\n\nA window is configured (context_window), learned from an overflow (the limit it stated, or a bound below a request that did not fit), or discovered from a local server (llama-server, Ollama, vLLM, LM Studio). Learned and discovered windows are kept in <data dir>/panto/windows.toml ($PANTO_DATA_DIR moves it); the smallest known window counts. A well-known model name (gpt-4o, Claude, Gemini, ...) has panto's catalogue window until anything else is known."
     )]
     Window {
         /// Forget the learned and discovered windows of the model (with --all: of every model).

@@ -7,7 +7,7 @@ use panto_transcript::{Ledger, TranscriptItem, clip, one_line, transcript_items}
 
 use crate::error::CompactError;
 
-/// The model name a record-only compaction reports ([`Compactor::compact_record_only`](crate::Compactor::compact_record_only)).
+/// The model name a record-only compaction reports ([`CompactRun::record_on_failure`](crate::CompactRun::record_on_failure)).
 pub const RECORD_ONLY_MODEL: &str = "panto-record";
 
 /// The most characters of the assistant's last words a record-only summary quotes.

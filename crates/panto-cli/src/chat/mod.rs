@@ -52,7 +52,7 @@ pub(crate) async fn chat(config: &Config, session: Option<&Path>) -> Result<()> 
     ));
     say("panto: Ctrl-C cancels a reply; Ctrl-D quits");
     if show_last_exchange(driver.context())? {
-        say(&meter(config, &driver, None));
+        say(&meter(&driver, None));
     }
     let chat = Chat {
         config,
@@ -201,7 +201,7 @@ impl Chat<'_> {
     fn replied(&mut self, result: Result<Reply>) {
         let e = match result {
             Ok(reply) => {
-                say(&meter(self.config, &self.driver, Some(&reply)));
+                say(&meter(&self.driver, Some(&reply)));
                 return;
             }
             Err(e) => e,
@@ -244,7 +244,7 @@ impl Chat<'_> {
                 self.prompt.unqueue();
             }
             // The compactor has printed its own line; the meter gives the new size.
-            Some(Ok(CompactOutcome::Compacted(_))) => say(&meter(config, &self.driver, None)),
+            Some(Ok(CompactOutcome::Compacted(_))) => say(&meter(&self.driver, None)),
             Some(Ok(CompactOutcome::NothingToCompact(n))) => {
                 say(&format!("panto: {}", nothing_text(&n, config)));
             }
@@ -274,7 +274,7 @@ impl Chat<'_> {
             "panto: the next requests go to {name} (not {})",
             before.model
         ));
-        say(&meter(self.config, &self.driver, None));
+        say(&meter(&self.driver, None));
     }
 
     /// `/clear`: goes on in a new session of the same store, named after the current one (the

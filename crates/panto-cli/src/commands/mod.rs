@@ -118,7 +118,6 @@ fn compactor(config: &Config) -> Result<Compactor> {
             CompactorConfig::new()
                 .with_keep_tokens(config.keep_tokens.value)
                 .with_max_output_tokens(config.compaction_max_output_tokens.value)
-                .with_context_window(config.context_window.value)
                 // The offline summarizer quotes the conversation: that is its whole job.
                 .with_extractive_summaries(config.provider.value == ProviderKind::Offline)
                 .with_compaction_strategy(config.compaction_strategy.value),

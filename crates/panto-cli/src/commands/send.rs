@@ -47,26 +47,22 @@ pub(crate) async fn send(config: &Config, path: &Path, message: String) -> Resul
     let reply = turn(config, &mut driver, new, &mut Cancel::signal()).await??;
     // The meter is for a person watching; a script reading stderr gets only messages.
     if crate::ui::stderr_is_terminal() {
-        say(&meter(config, &driver, Some(&reply)));
+        say(&meter(&driver, Some(&reply)));
     }
     Ok(())
 }
 
 /// The context meter: the size of the next request (system prompt included, as
 /// `panto context` counts it, from the same ruler) with its share of the model's window when
-/// the window is known (`providers::known_window`), the tokens of the request just answered as
-/// the provider counted them, and the active model. When the window is unknown it says so once
-/// per run.
-pub(crate) fn meter(config: &Config, driver: &CliDriver, reply: Option<&Reply>) -> String {
+/// the window is known (the driver's, `Driver::window`), the tokens of the request just
+/// answered as the provider counted them, and the active model. When the window is unknown it
+/// says so once per run.
+pub(crate) fn meter(driver: &CliDriver, reply: Option<&Reply>) -> String {
     static SAID_UNKNOWN: AtomicBool = AtomicBool::new(false);
     let model = driver.compactor().active().model.as_str();
-    // The driver's window: the CLI's (configured, kept, discovered) and what it learned since.
-    let window = driver
-        .window()
-        .into_iter()
-        .chain(providers::known_window(config, model))
-        .min_by_key(|w| w.tokens)
-        .map(|w| w.tokens);
+    // The driver's window: the CLI's (configured, kept, discovered, the catalogue's) and what
+    // it learned since.
+    let window = driver.window().map(|w| w.tokens);
     let say_unknown = window.is_none() && !SAID_UNKNOWN.swap(true, Ordering::Relaxed);
     // Said once, with the unknown window: what makes the share appear.
     let hint = if say_unknown {
@@ -143,18 +139,18 @@ pub(crate) async fn driver(config: &Config, active: ModelRef, name: &str) -> Res
     Ok(driver)
 }
 
-/// Gives `driver` the windows known for `model` (learned and discovered, kept in the data
-/// folder), and, when proactive compaction needs one and none is known, asks the server for
-/// it once (a server of the user's own: llama-server, Ollama, vLLM, LM Studio; the answer,
+/// Gives `driver` everything known of the window of `model` (configured, learned and
+/// discovered ones kept in the data folder, the catalogue's), and, when proactive compaction
+/// needs one and none but the catalogue's guess is known, asks the server for it once (a server of the user's own: llama-server, Ollama, vLLM, LM Studio; the answer,
 /// or that there was none, is kept). A server that cannot be asked costs nothing but the
 /// question: the request that follows says what is wrong.
 pub(crate) async fn give_windows(config: &Config, driver: &mut CliDriver, model: &str) {
-    driver.set_windows(providers::given_windows(config, model));
+    driver.set_windows(providers::known_windows(config, model).0);
     let asked = providers::kept_windows(config, model)
         .iter()
         .any(|r| r.source == panto_compact::WindowSource::Discovered.as_str());
     if driver.auto_compact().is_none()
-        || driver.window().is_some()
+        || !providers::told_nothing(driver.window())
         || asked
         || !providers::own_server(config)
     {

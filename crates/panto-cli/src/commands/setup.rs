@@ -154,7 +154,9 @@ pub(crate) async fn show_window(config: &Config, forget: bool, all: bool) -> Res
     let asked = providers::kept_windows(config, &model)
         .iter()
         .any(|r| r.source == panto_compact::WindowSource::Discovered.as_str());
-    if providers::known_window(config, &model).is_none() && !asked && providers::own_server(config)
+    if providers::told_nothing(providers::known_window(config, &model))
+        && !asked
+        && providers::own_server(config)
     {
         drop(out);
         let spinner = Spinner::start("asking the server for its window");

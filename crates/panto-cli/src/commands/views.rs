@@ -296,7 +296,8 @@ pub(crate) async fn transcript(config: &Config, path: &Path) -> Result<()> {
     let store = open_store(config).await?;
     let ctx = load_existing(&store, &session_name(path)).await?.context;
     let compactor = compactor(config)?;
-    match compactor.prepare(&ctx, &manual_run(config, None, false)) {
+    let windows = providers::known_windows(config, &compactor.active().model).0;
+    match compactor.prepare(&ctx, &manual_run(config, None, false), &windows) {
         Ok(prepared) => {
             let text = prepared.into_user_prompt();
             // Megabytes, often: through the pager on a terminal.
