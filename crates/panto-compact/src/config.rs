@@ -90,6 +90,7 @@ impl fmt::Debug for ModelRef {
 ///     max_output_tokens: 4_000,
 ///     extractive_summaries: false,
 ///     compaction_strategy: panto_compact::CompactionStrategy::Summary,
+///     recall_tool: false,
 /// };
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -109,6 +110,9 @@ pub struct CompactorConfig {
     /// How the summary is written: panto's own ([`CompactionStrategy::Summary`], the default)
     /// or the provider's native compaction first ([`CompactionStrategy::Native`]).
     pub compaction_strategy: CompactionStrategy,
+    /// Whether the agent offers its model the recall tool ([`crate::RECALL_TOOL`]): then every
+    /// summary ends with a note naming it ([`crate::recall_note`]). `false` by default.
+    pub recall_tool: bool,
 }
 
 /// How a compaction's summary is written.
@@ -228,6 +232,13 @@ impl CompactorConfig {
         self.compaction_strategy = strategy;
         self
     }
+
+    /// The config saying whether the agent offers its model the recall tool.
+    #[must_use]
+    pub fn with_recall_tool(mut self, offered: bool) -> CompactorConfig {
+        self.recall_tool = offered;
+        self
+    }
 }
 
 impl Default for CompactorConfig {
@@ -237,6 +248,7 @@ impl Default for CompactorConfig {
             max_output_tokens: DEFAULT_MAX_OUTPUT_TOKENS,
             extractive_summaries: false,
             compaction_strategy: CompactionStrategy::Summary,
+            recall_tool: false,
         }
     }
 }

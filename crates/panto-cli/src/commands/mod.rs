@@ -6,7 +6,8 @@
 //!
 //! This file holds what the commands share (the store, the compactor, the active model, the
 //! output helpers); each group of commands is a file of its own: `views` (`context`,
-//! `transcript`, `ledger`), `compact`, `send` (`send` and the chat's turns), `setup` (`config`,
+//! `transcript`, `ledger`), `recall` (`recall`, `show`), `compact`, `send` (`send` and the chat's turns), `tools` (the
+//! tool loop that answers the model's recall calls after each reply), `setup` (`config`,
 //! `window`, `trust`), and `failure` (how a failure is told, with a hint).
 
 use std::io::Write;
@@ -25,12 +26,15 @@ use crate::{bad_input, offline, providers};
 
 mod compact;
 mod failure;
+mod recall;
 mod send;
 mod setup;
+mod tools;
 mod views;
 
 pub(crate) use compact::{CompactAsked, compact, manual_run, nothing_text};
 pub(crate) use failure::{Hopeless, failure};
+pub(crate) use recall::{RecallAsked, recall, recall_in_chat, show};
 pub(crate) use send::{catch_up, driver, give_windows, meter, send, turn};
 pub(crate) use setup::{show_config, show_window, trust};
 pub(crate) use views::{context, ledger, transcript, write_context};

@@ -103,7 +103,11 @@ pub(crate) async fn turn(
     let mut starts = 1;
     loop {
         let before = driver.log().head();
-        let result = send_one(config, driver, new.clone(), cancel).await;
+        let result = match send_one(config, driver, new.clone(), cancel).await {
+            // The model's recall calls are answered and the answers sent, until it replies.
+            Ok(reply) => answer_tools(config, driver, reply, cancel).await,
+            failed => failed,
+        };
         // What the turn taught of the window is kept for the next command and conversation.
         let model = driver.compactor().active().model.clone();
         providers::remember(config, &model, driver.learned_window());
@@ -133,7 +137,8 @@ pub(crate) async fn driver(config: &Config, active: ModelRef, name: &str) -> Res
     let mut driver = driver
         .with_system(config.system_prompt.value.clone())
         .with_max_output_tokens(config.max_output_tokens.value)
-        .with_auto_compact(config.auto_compact_share());
+        .with_auto_compact(config.auto_compact_share())
+        .with_recall_tool();
     let model = driver.compactor().active().model.clone();
     give_windows(config, &mut driver, &model).await;
     Ok(driver)
@@ -223,6 +228,29 @@ async fn send_one(
     crate::screen::answer("\n");
     if reply.compaction.is_some() {
         say("panto: the retried request was answered");
+    }
+    Ok(reply)
+}
+
+/// The tool loop, the smallest that runs the recall tool: answers the tool calls of `reply`
+/// (`tools::results`) and sends the results, again for the next reply, until a reply calls no
+/// tool (or `tools::MAX_ROUNDS` rounds). Returns the last reply.
+///
+/// # Errors
+/// As the send of the results.
+async fn answer_tools(
+    config: &Config,
+    driver: &mut CliDriver,
+    mut reply: Reply,
+    cancel: &mut Cancel,
+) -> Result<Reply> {
+    for _ in 0..super::tools::MAX_ROUNDS {
+        let results = super::tools::results(driver, &reply.message).await;
+        if results.is_empty() {
+            break;
+        }
+        let results = Message::new(panto_model::Role::User, results);
+        reply = send_one(config, driver, vec![results], cancel).await?;
     }
     Ok(reply)
 }

@@ -23,6 +23,7 @@ mod messages;
 mod native;
 mod offline;
 mod output;
+mod recall;
 mod ruler;
 mod safety;
 mod stores;

@@ -4,8 +4,8 @@
 
 use std::hash::{Hash, Hasher};
 
-use panto_model::Message;
-use panto_provider::{ProviderError, Request, StreamEvent};
+use panto_model::{Message, Usage};
+use panto_provider::{PromptCache, ProviderError, Request, RequestOptions, StreamEvent};
 use tracing::{Instrument, info_span};
 
 use super::Compactor;
@@ -46,19 +46,22 @@ impl Compactor {
                 state.failures.push(format!("{model}: {cause}"));
             }
         };
+        // A fold's prompt (the compaction prompt and a transcript) is read once and shares no
+        // prefix with the conversation's requests: nothing is worth writing to the cache.
         let mut request = Request::new(
             self.active.model.clone(),
             system,
             vec![Message::user_text(user_prompt)],
             max_output_tokens,
-        );
+        )
+        .with_options(RequestOptions::new().with_cache(PromptCache::off()));
         if let Some(first) = self.compaction_model.clone()
             && state.compaction_model_failed.is_none()
             && !state.rejected.contains(&(first.model.clone(), input))
         {
             request.model.clone_from(&first.model);
             state.folded.requests += 1;
-            let result = ask(&first, &request, replaced, source).await;
+            let result = ask(&first, &request, replaced, source, &mut state.folded.usage).await;
             took(state, &first.model, &result);
             let cause = match result {
                 Ok(summary) => {
@@ -99,7 +102,7 @@ impl Compactor {
         }
         request.model.clone_from(&active.model);
         state.folded.requests += 1;
-        let result = ask(&active, &request, replaced, source).await;
+        let result = ask(&active, &request, replaced, source, &mut state.folded.usage).await;
         took(state, &active.model, &result);
         match result {
             Ok(summary) => Ok(Answer {
@@ -165,12 +168,13 @@ fn input_hash(text: &str) -> u64 {
 }
 
 /// Asks one model for the summary, which must have ended by itself (not at the output limit)
-/// and pass the checks.
+/// and pass the checks. The answer's usage, whatever the checks make of it, is added to `spent`.
 async fn ask(
     model: &ModelRef,
     request: &Request,
     replaced: &Replaced<'_>,
     source: RequestSource<'_>,
+    spent: &mut Option<Usage>,
 ) -> Result<String, AttemptFailure> {
     let span = info_span!("request", provider = model.provider.name(), model = %model.model);
     let answer = match &model.source {
@@ -185,6 +189,9 @@ async fn ask(
         }
     }
     .map_err(AttemptFailure::Provider)?;
+    if let Some(usage) = &answer.usage {
+        spent.get_or_insert_with(Usage::default).accumulate(usage);
+    }
     // The adapters normalise stop reasons (`panto_model::stop_reason`), so one spelling is
     // enough. An answer cut at the limit may end anywhere, the account of the newest turns
     // first: it is not a summary.

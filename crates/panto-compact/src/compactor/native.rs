@@ -25,7 +25,7 @@ use panto_model::{
     CompactionBlock, ContentBlock, EffectiveContext, Entry, KEPT_BY, Message, NATIVE,
     NATIVE_ANTHROPIC, RawJson, Role, THINKING_KEPT, replay, turns,
 };
-use panto_provider::{NativeCompaction, ProviderError, Request, StreamEvent};
+use panto_provider::{CacheMode, NativeCompaction, ProviderError, Request, StreamEvent};
 use panto_size::{Heuristic, estimate};
 use panto_transcript::Ledger;
 use serde_json::Value;
@@ -75,6 +75,12 @@ pub(crate) async fn ask(
     let shape = conversation
         .cloned()
         .unwrap_or_else(|| Conversation::new(""));
+    // The conversation's own prefix, read from the cache its turns wrote; nothing after it is
+    // worth writing, since no later request extends this one.
+    let mut request_options = shape.options.clone();
+    if request_options.cache.is_on() {
+        request_options.cache.mode = CacheMode::ReadOnly;
+    }
     let request = Request::new(
         active.model.clone(),
         shape.system.clone(),
@@ -82,7 +88,7 @@ pub(crate) async fn ask(
         shape.max_output_tokens,
     )
     .with_tools(shape.tools.clone())
-    .with_options(shape.options.clone());
+    .with_options(request_options);
     let instructions = options
         .instructions()
         .map(|text| format!("{ADDITIONAL_INSTRUCTIONS_HEADING}\n\n{text}"));

@@ -3,7 +3,7 @@
 
 use std::collections::HashSet;
 
-use panto_model::EffectiveContext;
+use panto_model::{EffectiveContext, Usage};
 use panto_provider::ProviderError;
 use panto_transcript::Ledger;
 
@@ -170,6 +170,9 @@ pub(super) struct Folded {
     pub(super) failures: Vec<String>,
     /// The limit the fold ended with (lower than planned after a shrink).
     pub(super) limit: Option<u64>,
+    /// What the fold's requests cost, as the providers reported it (every answer counted,
+    /// those the checks refused too).
+    pub(super) usage: Option<Usage>,
 }
 
 impl FoldState {

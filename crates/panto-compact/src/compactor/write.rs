@@ -16,7 +16,7 @@ use super::{Compactor, Prepared, kept_estimate};
 use crate::config::{CompactRun, min_known};
 use crate::error::CompactError;
 use crate::events::CompactionEvent;
-use crate::ledger::{LEDGER_FIELD, with_ledger};
+use crate::ledger::{LEDGER_FIELD, with_ledger, with_recall_note};
 use crate::plan::NotSmaller;
 use crate::record::{RECORD_ONLY_MODEL, record_only_text};
 use crate::report::{CompactOutcome, Compacted, CompactionReport};
@@ -112,7 +112,9 @@ impl Compactor {
             degraded,
             failures,
             limit: _,
+            usage,
         } = folded;
+        let summary = with_recall_note(&summary, self.config.recall_tool);
         let used = used.unwrap_or_else(|| self.active.clone());
         let (model, provider) = match &degraded {
             Some(_) => (RECORD_ONLY_MODEL.to_owned(), "panto".to_owned()),
@@ -197,6 +199,10 @@ impl Compactor {
         if !ledger.is_empty() {
             extra.insert(LEDGER_FIELD.into(), ledger.to_json());
         }
+        // What the summary cost (docs/session.md): the fold's answers, summed.
+        if let Some(value) = usage.as_ref().and_then(|u| serde_json::to_value(u).ok()) {
+            extra.insert("usage".into(), value);
+        }
         let instructions = options.instructions().map(str::to_owned);
         let mut entry = CompactionEntry::new(summary.clone())
             .with_id(id.clone())
@@ -232,7 +238,7 @@ impl Compactor {
                 degraded,
                 failed_attempts: failures,
                 native: None,
-                usage: None,
+                usage,
             },
         }
     }

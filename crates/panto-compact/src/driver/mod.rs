@@ -6,6 +6,8 @@
 //! (`recover.rs`).
 
 mod ahead;
+mod cost;
+mod recall;
 mod recover;
 
 use panto_model::{EffectiveContext, Entry, IdKind, Message};
@@ -23,6 +25,7 @@ use crate::report::{CompactOutcome, CompactionReport};
 use crate::window::KnownWindows;
 
 pub use ahead::NextRequest;
+pub use cost::{COLD_SHARE, Clock, Spent};
 
 /// The answer to [`Driver::send`].
 #[derive(Clone, Debug, PartialEq)]
@@ -85,6 +88,8 @@ pub struct Driver<S> {
     auto_compact: Option<f64>,
     /// Whether `WindowUnknown` was reported.
     said_no_window: bool,
+    /// What the requests cost, and when the last one was answered.
+    accounts: cost::Accounts,
 }
 
 impl<S: Store> Driver<S> {
@@ -102,6 +107,7 @@ impl<S: Store> Driver<S> {
             windows: KnownWindows::new(),
             auto_compact: None,
             said_no_window: false,
+            accounts: cost::Accounts::default(),
         }
     }
 
@@ -245,8 +251,14 @@ impl<S: Store> Driver<S> {
         )
     }
 
-    /// The request the context would be sent as now.
+    /// The request the context would be sent as now. Its cache settings are the request
+    /// options', with the compaction message that leads a compacted context marked stable
+    /// (`PromptCache::stable_messages`), so that the adapter may anchor the cache after it.
     pub fn request(&self) -> Request {
+        let mut options = self.options.clone();
+        if self.context.summary().is_some() {
+            options.cache.stable_messages = 1;
+        }
         Request::new(
             self.compactor.active().model.clone(),
             self.system.clone(),
@@ -254,7 +266,7 @@ impl<S: Store> Driver<S> {
             self.max_output_tokens,
         )
         .with_tools(self.tools.clone())
-        .with_options(self.options.clone())
+        .with_options(options)
     }
 
     /// Appends `new` (a user prompt, or tool results; may be empty to resend the context),
@@ -362,6 +374,7 @@ impl<S: Store> Driver<S> {
             .await?;
         if let CompactOutcome::Compacted(c) = &outcome {
             self.context = c.context.clone();
+            self.count_compaction(&c.report);
         }
         Ok(outcome)
     }
@@ -422,6 +435,8 @@ impl<S: Store> Driver<S> {
                 error,
             });
         }
+        self.note_sent();
+        self.count_reply(&reply, compaction.as_ref());
         self.context.messages.push(reply.clone());
         Ok(Reply::new(reply, compaction))
     }

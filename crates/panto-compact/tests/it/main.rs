@@ -16,6 +16,7 @@ mod ahead;
 mod causes;
 mod chained;
 mod compaction;
+mod cost;
 mod crash;
 mod driver;
 mod example_session;
