@@ -15,8 +15,7 @@ use std::sync::Arc;
 
 use anyhow::Result;
 use panto_compact::{
-    CompactionPrompt, Compactor, CompactorConfig, Conversation, Driver, Loaded, ModelRef, Store,
-    StoreError,
+    CompactionPrompt, Compactor, CompactorConfig, Driver, Loaded, ModelRef, Store, StoreError,
 };
 use panto_model::EffectiveContext;
 
@@ -125,11 +124,6 @@ fn compactor(config: &Config) -> Result<Compactor> {
                 // The offline summarizer quotes the conversation: that is its whole job.
                 .with_extractive_summaries(config.provider.value == ProviderKind::Offline)
                 .with_compaction_strategy(config.compaction_strategy.value),
-        )
-        // What `send` and `chat` requests look like, for native compaction.
-        .with_conversation(
-            Conversation::new(config.system_prompt.value.clone())
-                .with_max_output_tokens(config.max_output_tokens.value),
         )
         .on_event(print_event))
 }

@@ -202,7 +202,7 @@ impl Config {
             self.auto_compact.set(Some(v), src.clone());
         }
         if let Some(v) = f.compaction_strategy {
-            self.compaction_strategy.set(v.into(), src.clone());
+            self.compaction_strategy.set(v, src.clone());
         }
         if let Some(v) = f.base_url
             && self.admit("base_url", &v, src, trusted)

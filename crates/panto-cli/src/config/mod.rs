@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 
 use panto_compact::{CompactionStrategy, LayerFile};
-use serde::Deserialize;
+use serde::{Deserialize, Deserializer};
 
 mod file;
 mod layers;
@@ -215,7 +215,8 @@ pub(crate) struct FileConfig {
     compaction_max_output_tokens: Option<u32>,
     context_window: Option<u64>,
     auto_compact: Option<f64>,
-    compaction_strategy: Option<StrategyName>,
+    #[serde(default, deserialize_with = "strategy")]
+    compaction_strategy: Option<CompactionStrategy>,
     base_url: Option<String>,
     system_prompt: Option<String>,
     timeout_secs: Option<u64>,
@@ -229,23 +230,13 @@ pub(crate) struct FileConfig {
     store: Option<String>,
 }
 
-/// `compaction_strategy` as a file spells it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-enum StrategyName {
-    /// panto's own summary.
-    Summary,
-    /// The provider's native compaction, with panto's summary as the fallback.
-    Native,
-}
-
-impl From<StrategyName> for CompactionStrategy {
-    fn from(name: StrategyName) -> CompactionStrategy {
-        match name {
-            StrategyName::Summary => CompactionStrategy::Summary,
-            StrategyName::Native => CompactionStrategy::Native,
-        }
-    }
+/// `compaction_strategy` as a file spells it: a name of `CompactionStrategy::NAMES`, the one
+/// list of strategies.
+fn strategy<'de, D: Deserializer<'de>>(d: D) -> Result<Option<CompactionStrategy>, D::Error> {
+    let name = String::deserialize(d)?;
+    CompactionStrategy::parse(&name)
+        .map(Some)
+        .ok_or_else(|| serde::de::Error::unknown_variant(&name, &CompactionStrategy::NAMES))
 }
 
 /// Values given on the command line (`None` when the flag was not used).

@@ -356,18 +356,21 @@ impl<S: Store> Driver<S> {
     /// fits the conversation to the window it names), or an agent's own reason
     /// (`CompactRun::manual(None).with_trigger(Trigger::Other("nightly".into()))`).
     /// What the conversation's requests hold besides their messages (system prompt, tools,
-    /// reply) is added to `run` unless it says; the run works within the window the driver
+    /// reply) is added to `run` unless it says, and so is what its requests look like (for
+    /// native compaction, [`CompactRun::conversation`]); the run works within the window the driver
     /// knows ([`Driver::windows`]), and what it learns of it stays with the driver.
     ///
     /// # Errors
     /// As [`Compactor::compact`].
     pub async fn compact_with(&mut self, run: CompactRun) -> Result<CompactOutcome, CompactError> {
-        let run = if run.reserved_tokens.is_some() {
+        let mut run = if run.reserved_tokens.is_some() {
             run
         } else {
             run.with_reserved_tokens(self.reserved_tokens(), u64::from(self.max_output_tokens))
         };
-        self.compactor.set_conversation(Some(self.conversation()));
+        if run.conversation.is_none() {
+            run = run.with_conversation(self.conversation());
+        }
         let outcome = self
             .compactor
             .compact(&self.context, &mut self.log, run, &mut self.windows)
