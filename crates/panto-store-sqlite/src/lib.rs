@@ -43,6 +43,7 @@
 //! ```
 
 mod error;
+pub mod recall;
 mod store;
 
 pub use error::SqliteError;

@@ -7,12 +7,14 @@ use std::time::Duration;
 
 use panto_model::{DecodeError, Entry};
 use panto_store::{
-    Head, Loaded, PAGE_BYTES, Page, Record, Store, StoreError, async_trait, replay_tail,
-    takes_effect,
+    Head, Loaded, PAGE_BYTES, Page, RecallQuery, Recalled, Record, Store, StoreError, async_trait,
+    recall_by_scan, replay_tail, takes_effect,
 };
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use crate::error::SqliteError;
+
+mod recall;
 
 /// The schema, one migration per version, oldest first: `(version, SQL)`. [`SqliteStore::open`]
 /// runs those the file lacks (its `PRAGMA user_version` says which it has) in one write
@@ -22,8 +24,9 @@ use crate::error::SqliteError;
 /// first entry, no gaps), its kind (0 message, 1 compaction, 2 other) and its exact Contract 1
 /// text. The primary key `(session, seq)` is the order of a session and the guard against two
 /// rows at one position; the partial index on compactions is where a load starts.
-pub const MIGRATIONS: &[(u32, &str)] = &[(
-    1,
+pub const MIGRATIONS: &[(u32, &str)] = &[
+    (
+        1,
     "-- 1: sessions and their entries, with an index on the compactions
 CREATE TABLE panto_sessions (
     name TEXT NOT NULL PRIMARY KEY,
@@ -38,7 +41,9 @@ CREATE TABLE panto_entries (
 );
 CREATE INDEX panto_entries_compactions ON panto_entries (session, seq) WHERE kind = 1;
 ",
-)];
+    ),
+    (2, crate::recall::SCHEMA),
+];
 
 /// How a [`SqliteStore`] uses its file.
 #[derive(Clone, Debug)]
@@ -157,6 +162,29 @@ impl SqliteStore {
             conn: Arc::new(Mutex::new(conn)),
             location,
         })
+    }
+
+    /// Drops `session`'s recall index and builds it again from its entries (what a first recall
+    /// of a session an older panto wrote does); returns how many items it holds.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`], or [`StoreError::Invalid`] for an entry that does not decode.
+    pub async fn rebuild_recall_index(&self, session: &str) -> Result<u32, StoreError> {
+        let session = session.to_owned();
+        self.with_conn(move |conn, location| {
+            recall::rebuild(conn, &session, location).map(|s| s.docs)
+        })
+        .await
+    }
+
+    /// The bytes `session`'s recall index holds in its columns (SQLite's page overhead aside).
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`].
+    pub async fn recall_index_bytes(&self, session: &str) -> Result<u64, StoreError> {
+        let session = session.to_owned();
+        self.with_conn(move |conn, location| recall::size(conn, &session, location))
+            .await
     }
 
     fn with_conn<T: Send + 'static>(
@@ -443,6 +471,7 @@ fn append(
                 })?;
         }
     }
+    recall::on_append(&tx, session, location, at, records)?;
     tx.commit().map_err(fail("cannot commit the append"))?;
     Ok(Head::new(at.get() + records.len() as u64))
 }
@@ -542,6 +571,22 @@ impl Store for SqliteStore {
 
     async fn list(&self) -> Result<Vec<String>, StoreError> {
         self.with_conn(list).await
+    }
+
+    /// Answers from the session's index (`crate::recall`), caught up first when appends of an
+    /// older panto left it behind; by scan when it does not read back.
+    async fn recall(&self, session: &str, query: &RecallQuery) -> Result<Recalled, StoreError> {
+        let (name, q) = (session.to_owned(), query.clone());
+        let found = self
+            .with_conn(move |conn, location| {
+                check_name(&name, location)?;
+                recall::recall(conn, &name, location, &q)
+            })
+            .await?;
+        match found {
+            Some(found) => Ok(found),
+            None => recall_by_scan(self, session, query).await,
+        }
     }
 
     /// Creates the session when it does not exist (so that another program lists it), after

@@ -12,13 +12,10 @@ use std::collections::{HashMap, HashSet};
 
 use panto_model::{Entry, Item, ItemKind, Items};
 
+use super::postings::{Block, Posting, range_of};
 use super::query::Query;
+use super::rank::{BestFirst, Stats, score};
 use super::terms::for_each_term;
-
-/// BM25's term-frequency saturation.
-const K1: f64 = 1.2;
-/// BM25's length normalisation.
-const B: f64 = 0.75;
 
 /// What the index keeps of an item.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -35,9 +32,9 @@ pub(crate) struct Doc {
     pub(crate) len: u32,
 }
 
-/// A first-stage candidate: a document, its tier and its BM25 score.
+/// A first-stage candidate: an item's number, its tier and its BM25 score.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub(crate) struct Candidate {
+pub struct Candidate {
     pub(crate) doc: u32,
     pub(crate) tier: u32,
     pub(crate) score: f64,
@@ -47,7 +44,7 @@ pub(crate) struct Candidate {
 #[derive(Debug, Default)]
 pub struct RecallIndex {
     docs: Vec<Doc>,
-    postings: HashMap<String, Vec<(u32, u32)>>,
+    postings: HashMap<String, Vec<Block>>,
     total_len: u64,
     walk: Items,
     entries: u64,
@@ -82,7 +79,9 @@ impl RecallIndex {
         let postings: usize = self
             .postings
             .iter()
-            .map(|(term, list)| term.len() + list.capacity() * 8 + 64)
+            .map(|(term, blocks)| {
+                term.len() + blocks.iter().map(|b| b.data.capacity() + 40).sum::<usize>() + 64
+            })
             .sum();
         let items: usize = self
             .items
@@ -114,18 +113,16 @@ impl RecallIndex {
 
     fn add(&mut self, item: Item) {
         let doc = u32::try_from(self.docs.len()).unwrap_or(u32::MAX);
-        let mut counts: HashMap<String, u32> = HashMap::new();
-        let mut len = 0u32;
-        for_each_term(&item.text, |t| {
-            len = len.saturating_add(1);
-            if let Some(n) = counts.get_mut(t) {
-                *n += 1;
-            } else {
-                counts.insert(t.to_owned(), 1);
-            }
-        });
+        let (counts, len) = term_counts(&item.text);
         for (term, tf) in counts {
-            self.postings.entry(term).or_default().push((doc, tf));
+            let blocks = self.postings.entry(term).or_default();
+            let range = range_of(doc);
+            if blocks.last().is_none_or(|b| b.meta.range != range) {
+                blocks.push(Block::new(range));
+            }
+            if let Some(b) = blocks.last_mut() {
+                b.push(Posting { doc, tf, len });
+            }
         }
         self.total_len += u64::from(len);
         self.docs.push(Doc {
@@ -155,87 +152,54 @@ impl RecallIndex {
     }
 
     /// The best `want` candidates for `query`, best first, leaving out the items whose
-    /// fingerprints are in `exclude` and all but the earliest of items that say the same.
+    /// fingerprints are in `exclude` and all but the earliest of items that say the same (they
+    /// score alike, so the earliest comes first).
     pub(crate) fn candidates(
         &self,
         query: &Query,
         exclude: &HashSet<u64>,
         want: usize,
     ) -> Vec<Candidate> {
-        let mut scores: HashMap<u32, (u32, f64)> = HashMap::new();
-        let n = self.docs.len() as f64;
-        let avg = if self.docs.is_empty() {
-            1.0
-        } else {
-            (self.total_len as f64 / n).max(1.0)
+        let stats = Stats {
+            docs: u32::try_from(self.docs.len()).unwrap_or(u32::MAX),
+            total_len: self.total_len,
         };
-        for term in &query.terms {
-            let Some(list) = self.postings.get(term) else {
-                continue;
-            };
-            let df = list.len() as f64;
-            let idf = (1.0 + (n - df + 0.5) / (df + 0.5)).ln();
-            for &(doc, tf) in list {
-                let len = f64::from(self.docs[doc as usize].len);
-                let tf = f64::from(tf);
-                let s = idf * tf * (K1 + 1.0) / (tf + K1 * (1.0 - B + B * len / avg));
-                scores.entry(doc).or_default().1 += s;
-            }
-        }
-        for exact in &query.exact {
-            for doc in self.holding_all(&exact.lookup) {
-                scores.entry(doc).or_default().0 += 1;
-            }
-        }
-        let mut ranked: Vec<Candidate> = scores
-            .into_iter()
-            .map(|(doc, (tier, score))| Candidate { doc, tier, score })
-            .collect();
-        ranked.sort_by(order);
+        // Blocks this index built itself always decode.
+        let all = score(query, stats, |t| self.postings.get(t).cloned()).unwrap_or_default();
         let mut seen = HashSet::new();
-        let mut firsts: HashMap<u64, u32> = HashMap::new();
-        for c in &ranked {
-            let f = self.docs[c.doc as usize].fingerprint;
-            let first = firsts.entry(f).or_insert(c.doc);
-            *first = (*first).min(c.doc);
-        }
-        ranked
-            .into_iter()
-            .filter_map(|mut c| {
+        let mut out = Vec::new();
+        let mut best = BestFirst::new(all);
+        loop {
+            let chunk = best.next_chunk();
+            if chunk.is_empty() {
+                return out;
+            }
+            for c in chunk {
                 let f = self.docs[c.doc as usize].fingerprint;
-                if exclude.contains(&f) || !seen.insert(f) {
-                    return None;
+                if !exclude.contains(&f) && seen.insert(f) {
+                    out.push(*c);
+                    if out.len() >= want {
+                        return out;
+                    }
                 }
-                c.doc = firsts[&f];
-                Some(c)
-            })
-            .take(want)
-            .collect()
-    }
-
-    /// The documents that have every term of `lookup`.
-    fn holding_all(&self, lookup: &[String]) -> Vec<u32> {
-        let mut lists: Vec<&Vec<(u32, u32)>> = Vec::new();
-        for t in lookup {
-            match self.postings.get(t) {
-                Some(l) => lists.push(l),
-                None => return Vec::new(),
             }
         }
-        lists.sort_by_key(|l| l.len());
-        let Some((first, rest)) = lists.split_first() else {
-            return Vec::new();
-        };
-        let sets: Vec<HashSet<u32>> = rest
-            .iter()
-            .map(|l| l.iter().map(|p| p.0).collect())
-            .collect();
-        first
-            .iter()
-            .map(|p| p.0)
-            .filter(|d| sets.iter().all(|s| s.contains(d)))
-            .collect()
     }
+}
+
+/// The terms of `text` with how often each occurs, and how many terms it has in all.
+pub(crate) fn term_counts(text: &str) -> (HashMap<String, u32>, u32) {
+    let mut counts: HashMap<String, u32> = HashMap::new();
+    let mut len = 0u32;
+    for_each_term(text, |t| {
+        len = len.saturating_add(1);
+        if let Some(n) = counts.get_mut(t) {
+            *n += 1;
+        } else {
+            counts.insert(t.to_owned(), 1);
+        }
+    });
+    (counts, len)
 }
 
 /// Tier first, then score, then the earlier item.

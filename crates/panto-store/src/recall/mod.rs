@@ -15,7 +15,10 @@
 
 mod fetch;
 mod index;
+mod persist;
+mod postings;
 mod query;
+mod rank;
 mod snippet;
 mod terms;
 
@@ -24,11 +27,14 @@ use std::collections::HashSet;
 use panto_model::{EffectiveContext, Item, ItemKind, Role, context_items};
 
 pub use fetch::fetch_in;
-pub use index::RecallIndex;
+pub use index::{Candidate, RecallIndex};
+pub use persist::{CallRow, DocRow, IndexState, Lookup, Picker, Update, item_at};
+pub use postings::{Block, Posting, RANGE_DOCS, RangeMeta, decode as decode_block, range_of};
+pub use rank::{Corrupt, Stats};
 pub use snippet::{SNIPPET_CHARS, snippet};
 pub use terms::terms;
 
-use index::Candidate;
+
 use query::{Query, normalize};
 
 /// The most hits one recall returns.
@@ -111,6 +117,13 @@ pub struct Recalled {
     pub hits: Vec<Hit>,
     /// How many items the history holds.
     pub items: u64,
+}
+
+impl Recalled {
+    /// `hits` found among `items` items.
+    pub fn new(hits: Vec<Hit>, items: u64) -> Recalled {
+        Recalled { hits, items }
+    }
 }
 
 /// An item fetched by id, with its neighbours.

@@ -1,0 +1,347 @@
+//! The recall index in SQLite tables: postings per term and range of items, the items' places
+//! and fingerprints, the tool calls and the compactions, and each session's state
+//! (`panto_store::recall`'s `Update` and `Lookup` say what they hold and how they rank).
+//!
+//! [`crate::SqliteStore`] keeps these tables in its database, written in the same transaction
+//! as the entries they index; the JSONL store keeps them in a sidecar file beside a session
+//! (`panto-session`), with the session's name empty. Either way they are derived data: a
+//! session without a state row is indexed on its first recall, and an index that does not read
+//! back (a block that does not decode) makes the store answer by scan.
+
+use std::collections::{HashMap, HashSet};
+
+use panto_model::Entry;
+use panto_store::recall::{
+    Block, Corrupt, DocRow, IndexState, Lookup, RangeMeta, Update, item_at,
+};
+use panto_store::{Head, Hit};
+use rusqlite::{Connection, OptionalExtension, params};
+
+/// The index's tables (`CREATE ... IF NOT EXISTS`, so a sidecar runs it at each open).
+pub const SCHEMA: &str = "-- recall: each session's index (derived from its entries; may be dropped)
+CREATE TABLE IF NOT EXISTS panto_recall_state (
+    session TEXT NOT NULL PRIMARY KEY,
+    entries INTEGER NOT NULL,
+    head INTEGER NOT NULL,
+    docs INTEGER NOT NULL,
+    total_len INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS panto_recall_postings (
+    session TEXT NOT NULL,
+    term TEXT NOT NULL,
+    part INTEGER NOT NULL,
+    data BLOB NOT NULL,
+    PRIMARY KEY (session, term, part)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS panto_recall_docs (
+    session TEXT NOT NULL,
+    doc INTEGER NOT NULL,
+    position INTEGER NOT NULL,
+    at INTEGER NOT NULL,
+    block INTEGER NOT NULL,
+    fingerprint INTEGER NOT NULL,
+    PRIMARY KEY (session, doc)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS panto_recall_calls (
+    session TEXT NOT NULL,
+    call TEXT NOT NULL,
+    position INTEGER NOT NULL,
+    block INTEGER NOT NULL,
+    tool TEXT NOT NULL,
+    PRIMARY KEY (session, call, position, block)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS panto_recall_compactions (
+    session TEXT NOT NULL,
+    position INTEGER NOT NULL,
+    name TEXT NOT NULL,
+    PRIMARY KEY (session, position)
+) WITHOUT ROWID;
+";
+
+fn int(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+fn nat(n: i64) -> u64 {
+    u64::try_from(n).unwrap_or(0)
+}
+
+/// The state of `session`'s index, if it has one.
+///
+/// # Errors
+/// SQLite's.
+pub fn state(conn: &Connection, session: &str) -> rusqlite::Result<Option<IndexState>> {
+    conn.prepare_cached(
+        "SELECT entries, head, docs, total_len FROM panto_recall_state WHERE session = ?1",
+    )?
+    .query_row(params![session], |r| {
+        Ok(IndexState {
+            entries: nat(r.get(0)?),
+            head: Head::new(nat(r.get(1)?)),
+            docs: u32::try_from(r.get::<_, i64>(2)?).unwrap_or(u32::MAX),
+            total_len: nat(r.get(3)?),
+        })
+    })
+    .optional()
+}
+
+/// Drops `session`'s index.
+///
+/// # Errors
+/// SQLite's.
+pub fn clear(conn: &Connection, session: &str) -> rusqlite::Result<()> {
+    for table in [
+        "panto_recall_state",
+        "panto_recall_postings",
+        "panto_recall_docs",
+        "panto_recall_calls",
+        "panto_recall_compactions",
+    ] {
+        conn.prepare_cached(&format!("DELETE FROM {table} WHERE session = ?1"))?
+            .execute(params![session])?;
+    }
+    Ok(())
+}
+
+/// Writes `update`'s rows after what `session`'s index holds, and its state.
+///
+/// # Errors
+/// SQLite's.
+pub fn write(conn: &Connection, session: &str, update: &mut Update) -> rusqlite::Result<()> {
+    {
+        // The new postings go after the range's (SQLite's `||` would make text of blobs).
+        let mut get = conn.prepare_cached(
+            "SELECT data FROM panto_recall_postings WHERE session = ?1 AND term = ?2 AND part = ?3",
+        )?;
+        let mut put = conn.prepare_cached(
+            "INSERT OR REPLACE INTO panto_recall_postings (session, term, part, data)
+             VALUES (?1, ?2, ?3, ?4)",
+        )?;
+        for (term, block) in update.blocks() {
+            let range = block.meta.range;
+            let before: Option<Vec<u8>> = get
+                .query_row(params![session, term, range], |r| r.get(0))
+                .optional()?;
+            let data = match before {
+                Some(mut data) => {
+                    data.extend_from_slice(&block.data);
+                    data
+                }
+                None => block.data,
+            };
+            put.execute(params![session, term, range, data])?;
+        }
+    }
+    {
+        let mut put = conn.prepare_cached(
+            "INSERT INTO panto_recall_docs (session, doc, position, at, block, fingerprint)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        )?;
+        for d in &update.docs {
+            put.execute(params![
+                session,
+                d.doc,
+                int(d.position),
+                int(d.at.get()),
+                d.block,
+                d.fingerprint.cast_signed()
+            ])?;
+        }
+    }
+    {
+        let mut put = conn.prepare_cached(
+            "INSERT OR REPLACE INTO panto_recall_calls (session, call, position, block, tool)
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+        )?;
+        for c in &update.calls {
+            put.execute(params![session, c.call, int(c.position), c.block, c.tool])?;
+        }
+    }
+    {
+        let mut put = conn.prepare_cached(
+            "INSERT OR REPLACE INTO panto_recall_compactions (session, position, name)
+             VALUES (?1, ?2, ?3)",
+        )?;
+        for (position, name) in &update.compactions {
+            put.execute(params![session, int(*position), name])?;
+        }
+    }
+    update.docs.clear();
+    update.calls.clear();
+    update.compactions.clear();
+    let s = update.state;
+    conn.prepare_cached(
+        "INSERT OR REPLACE INTO panto_recall_state (session, entries, head, docs, total_len)
+         VALUES (?1, ?2, ?3, ?4, ?5)",
+    )?
+    .execute(params![
+        session,
+        int(s.entries),
+        int(s.head.get()),
+        s.docs,
+        int(s.total_len)
+    ])?;
+    Ok(())
+}
+
+/// What a recall on the index found: the hits, or that the index is corrupt (the store then
+/// answers by scan).
+pub enum Found {
+    /// The hits, best first.
+    Hits(Vec<Hit>),
+    /// The index did not read back.
+    Corrupt,
+}
+
+/// A failure of a recall on the index: SQLite's, or the store's reading an entry.
+#[derive(Debug)]
+pub enum Failed<E> {
+    /// SQLite failed.
+    Sqlite(rusqlite::Error),
+    /// Reading an entry failed.
+    Entry(E),
+}
+
+impl<E> From<rusqlite::Error> for Failed<E> {
+    fn from(e: rusqlite::Error) -> Failed<E> {
+        Failed::Sqlite(e)
+    }
+}
+
+/// Recalls `lookup` from `session`'s index (in `state`), leaving out the fingerprints of
+/// `exclude`; `entry` reads the entry an item is in.
+///
+/// # Errors
+/// SQLite's, or `entry`'s.
+pub fn recall<E>(
+    conn: &Connection,
+    session: &str,
+    lookup: &Lookup,
+    state: IndexState,
+    exclude: &HashSet<u64>,
+    mut entry: impl FnMut(&DocRow) -> Result<Entry, E>,
+) -> Result<Found, Failed<E>> {
+    if lookup.is_empty() {
+        return Ok(Found::Hits(Vec::new()));
+    }
+    let mut blocks: HashMap<String, Vec<Block>> = HashMap::new();
+    {
+        let mut get = conn.prepare_cached(
+            "SELECT part, data FROM panto_recall_postings WHERE session = ?1 AND term = ?2
+             ORDER BY part",
+        )?;
+        for term in lookup.terms() {
+            let list = get
+                .query_map(params![session, term], |r| {
+                    Ok(Block {
+                        meta: RangeMeta {
+                            range: r.get(0)?,
+                            ..RangeMeta::default()
+                        },
+                        data: r.get(1)?,
+                    })
+                })?
+                .collect::<rusqlite::Result<Vec<Block>>>()?;
+            if !list.is_empty() {
+                blocks.insert(term, list);
+            }
+        }
+    }
+    let Ok(mut picker) = lookup.rank(state.stats(), &blocks) else {
+        return Ok(Found::Corrupt);
+    };
+    let none = HashSet::new();
+    let exclude = if lookup.include_context() {
+        &none
+    } else {
+        exclude
+    };
+    {
+        let mut get = conn.prepare_cached(
+            "SELECT position, at, block, fingerprint FROM panto_recall_docs
+             WHERE session = ?1 AND doc = ?2",
+        )?;
+        loop {
+            let docs = picker.next();
+            if docs.is_empty() {
+                break;
+            }
+            let mut rows = Vec::with_capacity(docs.len());
+            for doc in docs {
+                let row = get
+                    .query_row(params![session, doc], |r| {
+                        Ok(DocRow {
+                            doc,
+                            position: nat(r.get(0)?),
+                            at: Head::new(nat(r.get(1)?)),
+                            block: r.get(2)?,
+                            fingerprint: r.get::<_, i64>(3)?.cast_unsigned(),
+                        })
+                    })
+                    .optional()?;
+                rows.extend(row);
+            }
+            if picker.offer(&rows, exclude) == Err(Corrupt) {
+                return Ok(Found::Corrupt);
+            }
+        }
+    }
+    let mut tool = conn.prepare_cached(
+        "SELECT tool FROM panto_recall_calls WHERE session = ?1 AND call = ?2
+         AND (position < ?3 OR (position = ?3 AND block < ?4))
+         ORDER BY position DESC, block DESC LIMIT 1",
+    )?;
+    let mut by = conn.prepare_cached(
+        "SELECT name FROM panto_recall_compactions WHERE session = ?1 AND position > ?2
+         ORDER BY position LIMIT 1",
+    )?;
+    let mut picked = Vec::new();
+    for (c, row) in picker.picked() {
+        let e = entry(&row).map_err(Failed::Entry)?;
+        let mut failed = None;
+        let item = item_at(&e, row.position, row.block, |call| {
+            tool.query_row(
+                params![session, call, int(row.position), row.block],
+                |r| r.get(0),
+            )
+            .optional()
+            .unwrap_or_else(|e| {
+                failed = Some(e);
+                None
+            })
+        });
+        if let Some(e) = failed {
+            return Err(Failed::Sqlite(e));
+        }
+        let Some(item) = item else {
+            return Ok(Found::Corrupt);
+        };
+        let summarized_by: Option<String> = by
+            .query_row(params![session, int(row.position)], |r| r.get(0))
+            .optional()?;
+        picked.push((c, item, summarized_by));
+    }
+    Ok(Found::Hits(lookup.hits(picked)))
+}
+
+/// The bytes `session`'s index holds in its tables' columns (keys, postings, rows; SQLite's
+/// page overhead aside).
+///
+/// # Errors
+/// SQLite's.
+pub fn size(conn: &Connection, session: &str) -> rusqlite::Result<u64> {
+    let mut total = 0i64;
+    for sql in [
+        "SELECT COALESCE(SUM(length(session) + length(term) + length(data) + 4), 0)
+         FROM panto_recall_postings WHERE session = ?1",
+        "SELECT COALESCE(SUM(length(session) + 28), 0) FROM panto_recall_docs WHERE session = ?1",
+        "SELECT COALESCE(SUM(length(session) + length(call) + length(tool) + 12), 0)
+         FROM panto_recall_calls WHERE session = ?1",
+        "SELECT COALESCE(SUM(length(session) + length(name) + 8), 0)
+         FROM panto_recall_compactions WHERE session = ?1",
+    ] {
+        let n: i64 = conn.query_row(sql, params![session], |r| r.get(0))?;
+        total += n;
+    }
+    Ok(nat(total))
+}
