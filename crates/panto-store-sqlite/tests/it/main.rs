@@ -10,6 +10,7 @@
 )]
 
 mod processes;
+mod recall;
 
 use panto_store::{Head, Store, StoreError, conformance};
 use panto_store_sqlite::{SqliteOptions, SqliteStore};
