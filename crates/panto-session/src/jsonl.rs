@@ -5,7 +5,11 @@ use std::fs;
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
-use panto_store::{Head, Loaded, PAGE_BYTES, Page, Record, Store, StoreError, async_trait};
+use panto_store::recall::context_fingerprints;
+use panto_store::{
+    Head, Loaded, PAGE_BYTES, Page, RecallQuery, Recalled, Record, Store, StoreError, async_trait,
+    recall_by_scan,
+};
 
 use crate::error::SessionError;
 use crate::history::History;
@@ -39,6 +43,21 @@ impl JsonlStore {
     /// The file of session `name`.
     pub fn path(&self, name: &str) -> PathBuf {
         self.root.join(name)
+    }
+
+    /// Drops the recall index of session `name` (its sidecar, `NAME.recall.sqlite3`) and builds
+    /// it again; returns how many items it holds.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when the sidecar cannot be written.
+    pub async fn rebuild_recall_index(&self, name: &str) -> Result<u32, StoreError> {
+        let (session, name) = (self.session(name), name.to_owned());
+        blocking(move || crate::recall::rebuild(&session, &name)).await
+    }
+
+    /// The size in bytes of the recall index of session `name` (its sidecar file).
+    pub fn recall_index_bytes(&self, name: &str) -> u64 {
+        crate::recall::size(&self.session(name))
     }
 
     /// The session file of `name` (which need not exist yet).
@@ -245,8 +264,30 @@ impl Store for JsonlStore {
         records: &[Record],
     ) -> Result<Head, StoreError> {
         let (session, name) = (self.session(name), name.to_owned());
-        let lines: Vec<String> = records.iter().map(|r| r.text.clone()).collect();
-        blocking(move || append(&session, &name, at, &lines)).await
+        let records = records.to_vec();
+        blocking(move || {
+            let lines: Vec<String> = records.iter().map(|r| r.text.clone()).collect();
+            let end = append(&session, &name, at, &lines)?;
+            crate::recall::on_append(&session, at, end, &records);
+            Ok(end)
+        })
+        .await
+    }
+
+    /// Answers from the session's sidecar index (`crate::recall`), built or caught up first;
+    /// by reading the file when the sidecar cannot be used.
+    async fn recall(&self, name: &str, query: &RecallQuery) -> Result<Recalled, StoreError> {
+        let (session, owned, q) = (self.session(name), name.to_owned(), query.clone());
+        let found = blocking(move || {
+            let loaded = load(&session, &owned)?;
+            let exclude = context_fingerprints(&loaded.context);
+            Ok::<_, StoreError>(crate::recall::recall(&session, &q, &exclude))
+        })
+        .await?;
+        match found {
+            Some(found) => Ok(found),
+            None => recall_by_scan(self, name, query).await,
+        }
     }
 
     async fn read(&self, name: &str, from: Head, max: usize) -> Result<Page, StoreError> {

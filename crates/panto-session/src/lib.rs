@@ -43,6 +43,7 @@ mod lines;
 mod load;
 mod lock;
 mod options;
+mod recall;
 mod store;
 mod warning;
 
