@@ -89,14 +89,20 @@ fn tail_hash(file: &mut File, head: u64) -> Result<i64, Unusable> {
 }
 
 /// The state of the sidecar, if it covers a prefix of the file as it is now.
-fn valid_state(conn: &Connection, file: &mut File, len: u64) -> Result<Option<IndexState>, Unusable> {
+fn valid_state(
+    conn: &Connection,
+    file: &mut File,
+    len: u64,
+) -> Result<Option<IndexState>, Unusable> {
     let Some(state) = index::state(conn, KEY)? else {
         return Ok(None);
     };
     let stored: Option<(i64, i64)> = conn
-        .query_row("SELECT head, tail FROM panto_recall_file WHERE id = 1", [], |r| {
-            Ok((r.get(0)?, r.get(1)?))
-        })
+        .query_row(
+            "SELECT head, tail FROM panto_recall_file WHERE id = 1",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
         .optional()?;
     let Some((head, tail)) = stored else {
         return Ok(None);
@@ -113,7 +119,10 @@ fn write(conn: &Connection, file: &mut File, update: &mut Update) -> Result<(), 
     let head = update.state.head.get();
     conn.execute(
         "INSERT OR REPLACE INTO panto_recall_file (id, head, tail) VALUES (1, ?1, ?2)",
-        params![i64::try_from(head).unwrap_or(i64::MAX), tail_hash(file, head)?],
+        params![
+            i64::try_from(head).unwrap_or(i64::MAX),
+            tail_hash(file, head)?
+        ],
     )?;
     Ok(())
 }
@@ -241,12 +250,17 @@ pub(crate) fn rebuild(session: &Session, name: &str) -> Result<u32, StoreError> 
     let fail = || {
         StoreError::unavailable(
             name,
-            format!("{}: cannot build the recall index", sidecar(session.path()).display()),
+            format!(
+                "{}: cannot build the recall index",
+                sidecar(session.path()).display()
+            ),
         )
     };
     let mut conn = open(session.path()).map_err(|_| fail())?;
     index::clear(&conn, KEY).map_err(|_| fail())?;
-    catch_up(&mut conn, session).map(|s| s.docs).map_err(|_| fail())
+    catch_up(&mut conn, session)
+        .map(|s| s.docs)
+        .map_err(|_| fail())
 }
 
 /// The sidecar's size in bytes (with its write-ahead log).

@@ -11,14 +11,13 @@
 use std::collections::{HashMap, HashSet};
 
 use panto_model::Entry;
-use panto_store::recall::{
-    Block, Corrupt, DocRow, IndexState, Lookup, RangeMeta, Update, item_at,
-};
+use panto_store::recall::{Block, Corrupt, DocRow, IndexState, Lookup, RangeMeta, Update, item_at};
 use panto_store::{Head, Hit};
 use rusqlite::{Connection, OptionalExtension, params};
 
 /// The index's tables (`CREATE ... IF NOT EXISTS`, so a sidecar runs it at each open).
-pub const SCHEMA: &str = "-- recall: each session's index (derived from its entries; may be dropped)
+pub const SCHEMA: &str =
+    "-- recall: each session's index (derived from its entries; may be dropped)
 CREATE TABLE IF NOT EXISTS panto_recall_state (
     session TEXT NOT NULL PRIMARY KEY,
     entries INTEGER NOT NULL,
@@ -300,10 +299,9 @@ pub fn recall<E>(
         let e = entry(&row).map_err(Failed::Entry)?;
         let mut failed = None;
         let item = item_at(&e, row.position, row.block, |call| {
-            tool.query_row(
-                params![session, call, int(row.position), row.block],
-                |r| r.get(0),
-            )
+            tool.query_row(params![session, call, int(row.position), row.block], |r| {
+                r.get(0)
+            })
             .optional()
             .unwrap_or_else(|e| {
                 failed = Some(e);

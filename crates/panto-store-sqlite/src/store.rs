@@ -27,7 +27,7 @@ mod recall;
 pub const MIGRATIONS: &[(u32, &str)] = &[
     (
         1,
-    "-- 1: sessions and their entries, with an index on the compactions
+        "-- 1: sessions and their entries, with an index on the compactions
 CREATE TABLE panto_sessions (
     name TEXT NOT NULL PRIMARY KEY,
     created_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))

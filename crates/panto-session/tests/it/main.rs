@@ -20,6 +20,7 @@ mod foreign;
 mod links;
 mod load;
 mod mutate;
+mod recall;
 mod store;
 mod tail;
 

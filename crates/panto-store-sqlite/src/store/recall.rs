@@ -95,7 +95,11 @@ pub(super) fn rebuild(
     session: &str,
     location: &str,
 ) -> Result<IndexState, StoreError> {
-    index::clear(conn, session).map_err(unavailable(session, location, "cannot clear the index"))?;
+    index::clear(conn, session).map_err(unavailable(
+        session,
+        location,
+        "cannot clear the index",
+    ))?;
     catch_up(conn, session, location)
 }
 
@@ -116,9 +120,7 @@ pub(super) fn recall(
     let found = index::recall(&tx, session, &lookup, state, &exclude, |row| {
         let text: String = tx
             .prepare_cached("SELECT text FROM panto_entries WHERE session = ?1 AND seq = ?2")
-            .and_then(|mut s| {
-                s.query_row(params![session, to_i64(row.position + 1)], |r| r.get(0))
-            })
+            .and_then(|mut s| s.query_row(params![session, to_i64(row.position + 1)], |r| r.get(0)))
             .map_err(unavailable(session, location, "cannot read the session"))?;
         panto_model::decode_line(text.as_bytes(), position(to_i64(row.position + 1)))
             .map_err(|source| malformed(session, location, source))

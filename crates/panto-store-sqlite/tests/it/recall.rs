@@ -69,7 +69,8 @@ fn a_dropped_index_is_built_at_the_next_recall() {
     let before = block_on(store.recall("s", &query)).unwrap();
     let conn = rusqlite::Connection::open(&path).unwrap();
     conn.execute("DELETE FROM panto_recall_state", []).unwrap();
-    conn.execute("DELETE FROM panto_recall_postings", []).unwrap();
+    conn.execute("DELETE FROM panto_recall_postings", [])
+        .unwrap();
     assert_eq!(block_on(store.recall("s", &query)).unwrap(), before);
     assert_eq!(rows(&path), kept);
     // A block that does not decode: the store answers by scan, the same.

@@ -34,7 +34,6 @@ pub use rank::{Corrupt, Stats};
 pub use snippet::{SNIPPET_CHARS, snippet};
 pub use terms::terms;
 
-
 use query::{Query, normalize};
 
 /// The most hits one recall returns.

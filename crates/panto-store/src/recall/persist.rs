@@ -152,8 +152,7 @@ impl Update {
     /// The postings blocks, by term and range: each to be added at the end of what the index
     /// holds for that term and range.
     pub fn blocks(&mut self) -> Vec<(String, Block)> {
-        let mut out: Vec<(String, Block)> =
-            self.blocks.drain().map(|((t, _), b)| (t, b)).collect();
+        let mut out: Vec<(String, Block)> = self.blocks.drain().map(|((t, _), b)| (t, b)).collect();
         out.sort_by(|a, b| (&a.0, a.1.meta.range).cmp(&(&b.0, b.1.meta.range)));
         out
     }
