@@ -39,6 +39,7 @@ mod import;
 mod migrate;
 mod options;
 mod pool;
+mod recall;
 mod redact;
 mod schema;
 mod session;

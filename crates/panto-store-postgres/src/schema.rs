@@ -58,6 +58,7 @@ ALTER TABLE panto_entries ADD FOREIGN KEY (session) REFERENCES panto_sessions (i
 CREATE INDEX panto_entries_compactions ON panto_entries (session, seq) WHERE kind = 1;
 ",
     ),
+    (3, crate::recall::SCHEMA),
 ];
 
 /// The whole schema as one SQL script a person can run (in a transaction) instead of letting

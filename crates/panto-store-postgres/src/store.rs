@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use panto_model::Entry;
 use panto_store::{
-    Head, Loaded, PAGE_BYTES, Page, Record, RecordSource, Store, StoreError, async_trait,
-    replay_tail, takes_effect,
+    Head, Loaded, PAGE_BYTES, Page, RecallQuery, Recalled, Record, RecordSource, Store, StoreError,
+    async_trait, recall_by_scan, replay_tail, takes_effect,
 };
 use tokio_postgres::Client;
 use tokio_postgres::types::Type;
@@ -325,9 +325,32 @@ impl Store for PostgresStore {
         records: &[Record],
     ) -> Result<Head, StoreError> {
         self.check_name(session)?;
-        tries!(self, session, "cannot append", true, |c, a| {
+        let end = tries!(self, session, "cannot append", true, |c, a| {
             crate::append::append(&self.pool, c, session, at, records, a.unknown())
-        })
+        })?;
+        // The recall index, when it covered the session up to the append (or the append
+        // started it), takes the new entries now; a failure leaves them to the next recall.
+        if let Ok(conn) = self.pool.get().await {
+            let _ = crate::recall::after_append(&self.pool, &conn, session, at.get()).await;
+        }
+        Ok(end)
+    }
+
+    /// Answers from the session's recall index (`crate::recall`), caught up first; by scan
+    /// when it does not read back.
+    async fn recall(&self, session: &str, query: &RecallQuery) -> Result<Recalled, StoreError> {
+        let loaded = self.load(session).await?;
+        let found = tries!(
+            self,
+            session,
+            "cannot read the recall index",
+            false,
+            |c, _a| crate::recall::recall(&self.pool, c, session, &loaded, query)
+        )?;
+        match found {
+            Some(found) => Ok(found),
+            None => recall_by_scan(self, session, query).await,
+        }
     }
 
     async fn read(&self, session: &str, from: Head, max: usize) -> Result<Page, StoreError> {

@@ -1,0 +1,452 @@
+//! The PostgreSQL store's recall index: the tables of migration 3 (postings per term and range
+//! of items, the items' places and fingerprints, the tool calls, the compactions, each
+//! session's state), brought up to date from where it stopped, a chunk of entries per
+//! transaction under a transaction-level advisory lock on the session (so two hosts never add
+//! the same postings twice), and read by the ranking every store shares
+//! (`panto_store::recall::Lookup`).
+//!
+//! Terms are keyed by `md5(term)` as a `uuid`: a btree entry is bounded (about 2.7 kB) and a
+//! term is any run of text, so the term itself cannot be the key. The index is derived data:
+//! a block that does not decode makes the store answer by scan.
+
+use std::collections::{HashMap, HashSet};
+
+use panto_model::Entry;
+use panto_store::recall::{
+    Block, Corrupt, DocRow, IndexState, Lookup, RangeMeta, Update, context_fingerprints, item_at,
+};
+use panto_store::{Head, Loaded, RecallQuery, Recalled, StoreError};
+use tokio_postgres::Client;
+use tokio_postgres::types::Type;
+
+use crate::attempt::Fail;
+use crate::pool::{Phase, Pool};
+use crate::session::{to_i64, to_u64};
+use crate::sql;
+
+/// Migration 3: the recall index's tables (derived from the entries; each may be emptied, and
+/// the next recall builds the session's index again).
+pub(crate) const SCHEMA: &str = "-- 3: the recall index (derived data: see docs/recall.md)
+CREATE TABLE panto_recall_state (
+    session bigint PRIMARY KEY REFERENCES panto_sessions (id),
+    entries bigint NOT NULL,
+    docs bigint NOT NULL,
+    total_len bigint NOT NULL
+);
+CREATE TABLE panto_recall_postings (
+    session bigint NOT NULL,
+    term uuid NOT NULL,
+    part integer NOT NULL,
+    data bytea NOT NULL,
+    PRIMARY KEY (session, term, part)
+);
+CREATE TABLE panto_recall_docs (
+    session bigint NOT NULL,
+    doc integer NOT NULL,
+    position bigint NOT NULL,
+    block integer NOT NULL,
+    fingerprint bigint NOT NULL,
+    PRIMARY KEY (session, doc)
+);
+CREATE TABLE panto_recall_calls (
+    session bigint NOT NULL,
+    call text NOT NULL,
+    position bigint NOT NULL,
+    block integer NOT NULL,
+    tool text NOT NULL,
+    PRIMARY KEY (session, call, position, block)
+);
+CREATE TABLE panto_recall_compactions (
+    session bigint NOT NULL,
+    position bigint NOT NULL,
+    name text NOT NULL,
+    PRIMARY KEY (session, position)
+);
+";
+
+/// Entries indexed per transaction.
+const CHUNK: i64 = 20_000;
+
+/// `($1 name)` → the session's id and head.
+const TARGET: &str = "SELECT s.id,
+       coalesce((SELECT max(e.seq) FROM panto_entries e WHERE e.session = s.id), 0)
+FROM panto_sessions s WHERE md5(s.name) = md5($1::text) AND s.name = $1::text";
+
+const STATE: &str =
+    "SELECT entries, docs, total_len FROM panto_recall_state WHERE session = $1::bigint";
+
+const CLEAR: [&str; 5] = [
+    "DELETE FROM panto_recall_state WHERE session = $1::bigint",
+    "DELETE FROM panto_recall_postings WHERE session = $1::bigint",
+    "DELETE FROM panto_recall_docs WHERE session = $1::bigint",
+    "DELETE FROM panto_recall_calls WHERE session = $1::bigint",
+    "DELETE FROM panto_recall_compactions WHERE session = $1::bigint",
+];
+
+const PUT_POSTINGS: &str = "INSERT INTO panto_recall_postings (session, term, part, data)
+SELECT $1::bigint, md5(u.t)::uuid, u.p, u.d
+FROM unnest($2::text[], $3::int4[], $4::bytea[]) AS u (t, p, d)
+ON CONFLICT (session, term, part)
+DO UPDATE SET data = panto_recall_postings.data || excluded.data";
+
+const PUT_DOCS: &str = "INSERT INTO panto_recall_docs (session, doc, position, block, fingerprint)
+SELECT $1::bigint, u.d, u.p, u.b, u.f
+FROM unnest($2::int4[], $3::int8[], $4::int4[], $5::int8[]) AS u (d, p, b, f)";
+
+const PUT_CALLS: &str = "INSERT INTO panto_recall_calls (session, call, position, block, tool)
+SELECT $1::bigint, u.c, u.p, u.b, u.t
+FROM unnest($2::text[], $3::int8[], $4::int4[], $5::text[]) AS u (c, p, b, t)
+ON CONFLICT DO NOTHING";
+
+const PUT_COMPACTIONS: &str = "INSERT INTO panto_recall_compactions (session, position, name)
+SELECT $1::bigint, u.p, u.n FROM unnest($2::int8[], $3::text[]) AS u (p, n)
+ON CONFLICT DO NOTHING";
+
+const PUT_STATE: &str = "INSERT INTO panto_recall_state (session, entries, docs, total_len)
+VALUES ($1::bigint, $2::bigint, $3::bigint, $4::bigint)
+ON CONFLICT (session) DO UPDATE
+SET entries = excluded.entries, docs = excluded.docs, total_len = excluded.total_len";
+
+const POSTINGS: &str = "SELECT u.t, p.part, p.data
+FROM unnest($2::text[]) AS u (t)
+JOIN panto_recall_postings p ON p.session = $1::bigint AND p.term = md5(u.t)::uuid
+ORDER BY u.t, p.part";
+
+const DOCS: &str = "SELECT doc, position, block, fingerprint FROM panto_recall_docs
+WHERE session = $1::bigint AND doc = ANY($2::int4[])";
+
+const TOOL: &str = "SELECT tool FROM panto_recall_calls
+WHERE session = $1::bigint AND call = $2::text
+  AND (position < $3::bigint OR (position = $3::bigint AND block < $4::int4))
+ORDER BY position DESC, block DESC LIMIT 1";
+
+const SUMMARIZED_BY: &str = "SELECT name FROM panto_recall_compactions
+WHERE session = $1::bigint AND position > $2::bigint ORDER BY position LIMIT 1";
+
+fn state_of(row: Option<&tokio_postgres::Row>) -> Result<Option<IndexState>, Fail> {
+    let Some(r) = row else {
+        return Ok(None);
+    };
+    let (entries, docs, total_len): (i64, i64, i64) = (r.try_get(0)?, r.try_get(1)?, r.try_get(2)?);
+    Ok(Some(IndexState {
+        entries: to_u64(entries),
+        head: Head::new(to_u64(entries)),
+        docs: u32::try_from(docs).unwrap_or(u32::MAX),
+        total_len: to_u64(total_len),
+    }))
+}
+
+/// Brings the index of session `id` (which ends at `head`) up to date; returns its state.
+async fn catch_up(pool: &Pool, c: &Client, id: i64, head: i64) -> Result<IndexState, Fail> {
+    loop {
+        pool.begin(c, Phase::Normal).await?;
+        let done = chunk(pool, c, id, head).await;
+        match done {
+            Ok(Some(state)) => {
+                c.batch_execute("COMMIT").await?;
+                return Ok(state);
+            }
+            Ok(None) => c.batch_execute("COMMIT").await?,
+            Err(e) => {
+                let _ = c.batch_execute("ROLLBACK").await;
+                return Err(e);
+            }
+        }
+    }
+}
+
+/// One transaction of [`catch_up`]: the state when the index is up to date, or `None` after
+/// indexing a chunk.
+async fn chunk(pool: &Pool, c: &Client, id: i64, head: i64) -> Result<Option<IndexState>, Fail> {
+    c.query_typed(
+        "SELECT pg_advisory_xact_lock(7061, hashtext($1::bigint::text))",
+        &[(&id, Type::INT8)],
+    )
+    .await?;
+    let rows = c.query_typed(STATE, &[(&id, Type::INT8)]).await?;
+    let found = state_of(rows.first())?;
+    let state = match found {
+        Some(s) if to_i64(s.entries) <= head => s,
+        _ => {
+            for sql in CLEAR {
+                c.query_typed(sql, &[(&id, Type::INT8)]).await?;
+            }
+            IndexState::default()
+        }
+    };
+    if to_i64(state.entries) == head && found.is_some() {
+        return Ok(Some(state));
+    }
+    let from = to_i64(state.entries) + 1;
+    let to = (from + CHUNK - 1).min(head);
+    let rows = c
+        .query_typed(
+            sql::RANGE,
+            &[(&id, Type::INT8), (&from, Type::INT8), (&to, Type::INT8)],
+        )
+        .await?;
+    let mut update = Update::new(state);
+    for r in &rows {
+        let (seq, body): (i64, &[u8]) = (r.try_get(0)?, r.try_get(1)?);
+        let line = usize::try_from(seq).unwrap_or(usize::MAX);
+        let entry = panto_model::decode_line(body, line).map_err(|e| {
+            Fail::Store(StoreError::invalid(
+                "",
+                format!("{}: entry {seq} of session {id}: {e}", pool.location()),
+            ))
+        })?;
+        let p = to_u64(seq - 1);
+        update.push(&entry, Head::new(p), Head::new(p + 1));
+    }
+    write(c, id, &mut update).await?;
+    Ok(None)
+}
+
+async fn write(c: &Client, id: i64, update: &mut Update) -> Result<(), Fail> {
+    let blocks = update.blocks();
+    let terms: Vec<&str> = blocks.iter().map(|b| b.0.as_str()).collect();
+    let parts: Vec<i32> = blocks
+        .iter()
+        .map(|b| i32::try_from(b.1.meta.range).unwrap_or(i32::MAX))
+        .collect();
+    let data: Vec<&[u8]> = blocks.iter().map(|b| b.1.data.as_slice()).collect();
+    c.query_typed(
+        PUT_POSTINGS,
+        &[
+            (&id, Type::INT8),
+            (&terms, Type::TEXT_ARRAY),
+            (&parts, Type::INT4_ARRAY),
+            (&data, Type::BYTEA_ARRAY),
+        ],
+    )
+    .await?;
+    let int4 = |n: u32| i32::try_from(n).unwrap_or(i32::MAX);
+    let docs: Vec<i32> = update.docs.iter().map(|d| int4(d.doc)).collect();
+    let positions: Vec<i64> = update.docs.iter().map(|d| to_i64(d.position)).collect();
+    let doc_blocks: Vec<i32> = update.docs.iter().map(|d| int4(d.block)).collect();
+    let prints: Vec<i64> = update
+        .docs
+        .iter()
+        .map(|d| d.fingerprint.cast_signed())
+        .collect();
+    c.query_typed(
+        PUT_DOCS,
+        &[
+            (&id, Type::INT8),
+            (&docs, Type::INT4_ARRAY),
+            (&positions, Type::INT8_ARRAY),
+            (&doc_blocks, Type::INT4_ARRAY),
+            (&prints, Type::INT8_ARRAY),
+        ],
+    )
+    .await?;
+    let calls: Vec<&str> = update.calls.iter().map(|c| c.call.as_str()).collect();
+    let call_positions: Vec<i64> = update.calls.iter().map(|c| to_i64(c.position)).collect();
+    let call_blocks: Vec<i32> = update.calls.iter().map(|c| int4(c.block)).collect();
+    let tools: Vec<&str> = update.calls.iter().map(|c| c.tool.as_str()).collect();
+    c.query_typed(
+        PUT_CALLS,
+        &[
+            (&id, Type::INT8),
+            (&calls, Type::TEXT_ARRAY),
+            (&call_positions, Type::INT8_ARRAY),
+            (&call_blocks, Type::INT4_ARRAY),
+            (&tools, Type::TEXT_ARRAY),
+        ],
+    )
+    .await?;
+    let cpos: Vec<i64> = update.compactions.iter().map(|c| to_i64(c.0)).collect();
+    let names: Vec<&str> = update.compactions.iter().map(|c| c.1.as_str()).collect();
+    c.query_typed(
+        PUT_COMPACTIONS,
+        &[
+            (&id, Type::INT8),
+            (&cpos, Type::INT8_ARRAY),
+            (&names, Type::TEXT_ARRAY),
+        ],
+    )
+    .await?;
+    let s = update.state;
+    let (entries, n, total) = (to_i64(s.entries), i64::from(s.docs), to_i64(s.total_len));
+    c.query_typed(
+        PUT_STATE,
+        &[
+            (&id, Type::INT8),
+            (&entries, Type::INT8),
+            (&n, Type::INT8),
+            (&total, Type::INT8),
+        ],
+    )
+    .await?;
+    update.docs.clear();
+    update.calls.clear();
+    update.compactions.clear();
+    Ok(())
+}
+
+/// The id and head of `session`, if it exists.
+async fn target(pool: &Pool, c: &Client, session: &str) -> Result<Option<(i64, i64)>, Fail> {
+    let rows = pool.query(c, TARGET, &[(&session, Type::TEXT)]).await?;
+    Ok(match rows.first() {
+        Some(r) => Some((r.try_get(0)?, r.try_get(1)?)),
+        None => None,
+    })
+}
+
+/// Brings `session`'s index up to date when it covers exactly the entries before `at` (after
+/// an append this store made); never builds one.
+pub(crate) async fn after_append(
+    pool: &Pool,
+    c: &Client,
+    session: &str,
+    at: u64,
+) -> Result<(), Fail> {
+    let Some((id, head)) = target(pool, c, session).await? else {
+        return Ok(());
+    };
+    let rows = pool.query(c, STATE, &[(&id, Type::INT8)]).await?;
+    match state_of(rows.first())? {
+        Some(s) if s.entries == at || at == 0 => {
+            catch_up(pool, c, id, head).await?;
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// Recalls `query` from `session` (whose effective context is `loaded`) with its index, caught
+/// up first; `None` when the index does not read back.
+pub(crate) async fn recall(
+    pool: &Pool,
+    c: &Client,
+    session: &str,
+    loaded: &Loaded,
+    query: &RecallQuery,
+) -> Result<Option<Recalled>, Fail> {
+    let Some((id, head)) = target(pool, c, session).await? else {
+        return Ok(None);
+    };
+    let state = catch_up(pool, c, id, head).await?;
+    let lookup = Lookup::new(query);
+    if lookup.is_empty() {
+        return Ok(Some(Recalled::new(Vec::new(), u64::from(state.docs))));
+    }
+    let terms = lookup.terms();
+    let rows = pool
+        .query(
+            c,
+            POSTINGS,
+            &[(&id, Type::INT8), (&terms, Type::TEXT_ARRAY)],
+        )
+        .await?;
+    let mut blocks: HashMap<String, Vec<Block>> = HashMap::new();
+    for r in &rows {
+        let (term, part, data): (String, i32, Vec<u8>) =
+            (r.try_get(0)?, r.try_get(1)?, r.try_get(2)?);
+        blocks.entry(term).or_default().push(Block {
+            meta: RangeMeta {
+                range: u32::try_from(part).unwrap_or(u32::MAX),
+                ..RangeMeta::default()
+            },
+            data,
+        });
+    }
+    let Ok(mut picker) = lookup.rank(state.stats(), &blocks) else {
+        return Ok(None);
+    };
+    let exclude = if lookup.include_context() {
+        HashSet::new()
+    } else {
+        context_fingerprints(&loaded.context)
+    };
+    loop {
+        let docs = picker.next();
+        if docs.is_empty() {
+            break;
+        }
+        let asked: Vec<i32> = docs
+            .iter()
+            .map(|d| i32::try_from(*d).unwrap_or(i32::MAX))
+            .collect();
+        let rows = pool
+            .query(c, DOCS, &[(&id, Type::INT8), (&asked, Type::INT4_ARRAY)])
+            .await?;
+        let mut found = Vec::with_capacity(rows.len());
+        for r in &rows {
+            let (doc, position, block, print): (i32, i64, i32, i64) =
+                (r.try_get(0)?, r.try_get(1)?, r.try_get(2)?, r.try_get(3)?);
+            found.push(DocRow {
+                doc: u32::try_from(doc).unwrap_or(u32::MAX),
+                position: to_u64(position),
+                at: Head::new(to_u64(position)),
+                block: u32::try_from(block).unwrap_or(u32::MAX),
+                fingerprint: print.cast_unsigned(),
+            });
+        }
+        if picker.offer(&found, &exclude) == Err(Corrupt) {
+            return Ok(None);
+        }
+    }
+    let mut picked = Vec::new();
+    for (cand, row) in picker.picked() {
+        let seq = to_i64(row.position + 1);
+        let rows = pool
+            .query(
+                c,
+                sql::RANGE,
+                &[(&id, Type::INT8), (&seq, Type::INT8), (&seq, Type::INT8)],
+            )
+            .await?;
+        let Some(r) = rows.first() else {
+            return Ok(None);
+        };
+        let body: &[u8] = r.try_get(1)?;
+        let line = usize::try_from(seq).unwrap_or(usize::MAX);
+        let Ok(entry) = panto_model::decode_line(body, line) else {
+            return Ok(None);
+        };
+        let entry: Entry = entry;
+        let position = to_i64(row.position);
+        let block = i32::try_from(row.block).unwrap_or(i32::MAX);
+        let mut tool = None;
+        if let Some(call) = item_at(&entry, row.position, row.block, |_| None)
+            .and_then(|i| (i.tool.is_none()).then_some(i.call).flatten())
+        {
+            let rows = pool
+                .query(
+                    c,
+                    TOOL,
+                    &[
+                        (&id, Type::INT8),
+                        (&call, Type::TEXT),
+                        (&position, Type::INT8),
+                        (&block, Type::INT4),
+                    ],
+                )
+                .await?;
+            tool = rows
+                .first()
+                .map(|r| r.try_get::<_, String>(0))
+                .transpose()?;
+        }
+        let Some(item) = item_at(&entry, row.position, row.block, |_| tool) else {
+            return Ok(None);
+        };
+        let rows = pool
+            .query(
+                c,
+                SUMMARIZED_BY,
+                &[(&id, Type::INT8), (&position, Type::INT8)],
+            )
+            .await?;
+        let by = rows
+            .first()
+            .map(|r| r.try_get::<_, String>(0))
+            .transpose()?;
+        picked.push((cand, item, by));
+    }
+    Ok(Some(Recalled::new(
+        lookup.hits(picked),
+        u64::from(state.docs),
+    )))
+}
