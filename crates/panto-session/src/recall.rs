@@ -130,6 +130,17 @@ fn write(conn: &Connection, file: &mut File, update: &mut Update) -> Result<(), 
 /// Brings the sidecar up to the end of the file (building it when missing or not the file's),
 /// a chunk of entries per transaction; returns its state.
 fn catch_up(conn: &mut Connection, session: &Session) -> Result<IndexState, Unusable> {
+    // Usually it is current: a read tells, without the write lock.
+    {
+        let mut file = session.open_for_reading().map_err(|_| Unusable)?;
+        let len = file.metadata()?.len();
+        let tx = conn.transaction()?;
+        if let Some(s) = valid_state(&tx, &mut file, len)?
+            && s.head.get() >= len
+        {
+            return Ok(s);
+        }
+    }
     loop {
         let mut file = session.open_for_reading().map_err(|_| Unusable)?;
         let len = file.metadata()?.len();

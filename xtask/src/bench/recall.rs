@@ -133,7 +133,9 @@ fn measure<S: Indexed>(
         at = runtime.block_on(store.append(session, at, &message))?;
         appends.push(started.elapsed());
         let started = Instant::now();
-        let found = runtime.block_on(store.recall(session, &RecallQuery::new("quokka")))?;
+        // The message just appended is in the effective context.
+        let query = RecallQuery::new("quokka").with_context(true);
+        let found = runtime.block_on(store.recall(session, &query))?;
         afters.push(started.elapsed());
         check(name, "quokka", None, &found)?;
     }

@@ -54,6 +54,16 @@ pub(super) fn catch_up(
     location: &str,
 ) -> Result<IndexState, StoreError> {
     let fail = |what: &str| unavailable(session, location, what);
+    // Usually the appends kept it current: a read tells, without the write lock.
+    {
+        let tx = conn.transaction().map_err(fail("cannot start a read"))?;
+        let head = head_of(&tx, session, location)?;
+        if let Some(s) = index::state(&tx, session).map_err(fail("cannot read the index"))?
+            && s.entries == head.get()
+        {
+            return Ok(s);
+        }
+    }
     loop {
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)

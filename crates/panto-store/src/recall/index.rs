@@ -165,7 +165,7 @@ impl RecallIndex {
             total_len: self.total_len,
         };
         // Blocks this index built itself always decode.
-        let all = score(query, stats, |t| self.postings.get(t).cloned()).unwrap_or_default();
+        let all = score(query, stats, &self.postings).unwrap_or_default();
         let mut seen = HashSet::new();
         let mut out = Vec::new();
         let mut best = BestFirst::new(all);

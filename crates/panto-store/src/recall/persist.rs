@@ -208,7 +208,7 @@ impl Lookup {
         stats: Stats,
         blocks: &HashMap<String, Vec<Block>>,
     ) -> Result<Picker, Corrupt> {
-        let all = score(&self.query, stats, |t| blocks.get(t).cloned())?;
+        let all = score(&self.query, stats, blocks)?;
         Ok(Picker {
             best: BestFirst::new(all),
             seen: HashSet::new(),

@@ -42,12 +42,12 @@ fn postings_of(blocks: &[Block]) -> Result<Vec<Posting>, Corrupt> {
 }
 
 /// Every item that holds one of `query`'s terms or the lookup terms of one of its exact
-/// strings, with its tier and BM25 score, in no order. `blocks` gives a term's blocks in range
-/// order (none for a term no item has).
+/// strings, with its tier and BM25 score, in no order. `blocks` holds each term's blocks in
+/// range order (none for a term no item has).
 pub(crate) fn score(
     query: &Query,
     stats: Stats,
-    mut blocks: impl FnMut(&str) -> Option<Vec<Block>>,
+    blocks: &HashMap<String, Vec<Block>>,
 ) -> Result<Vec<Candidate>, Corrupt> {
     let n = f64::from(stats.docs);
     let avg = if stats.docs == 0 {
@@ -60,8 +60,8 @@ pub(crate) fn score(
     let mut touched: Vec<u32> = Vec::new();
     let mut decoded: HashMap<&str, Vec<Posting>> = HashMap::new();
     for term in &query.terms {
-        let list = match blocks(term) {
-            Some(b) => postings_of(&b)?,
+        let list = match blocks.get(term) {
+            Some(b) => postings_of(b)?,
             None => continue,
         };
         if scores.is_empty() {
@@ -86,8 +86,8 @@ pub(crate) fn score(
         for t in &exact.lookup {
             let docs: Vec<u32> = match decoded.get(t.as_str()) {
                 Some(l) => l.iter().map(|p| p.doc).collect(),
-                None => match blocks(t) {
-                    Some(b) => postings_of(&b)?.iter().map(|p| p.doc).collect(),
+                None => match blocks.get(t) {
+                    Some(b) => postings_of(b)?.iter().map(|p| p.doc).collect(),
                     None => Vec::new(),
                 },
             };
