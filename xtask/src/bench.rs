@@ -141,12 +141,16 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
         // Timings of a debug build mean nothing: run the release build of this same command.
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
         let status = Command::new(cargo)
+            // With the feature: without it, the release build would lack `bench` and forward
+            // once more (`forward` in main.rs), building xtask a third way.
             .args([
                 "run",
                 "--release",
                 "--quiet",
                 "--package",
                 "xtask",
+                "--features",
+                "bench",
                 "--",
                 "bench",
             ])
