@@ -360,7 +360,7 @@ pub(crate) async fn recall(
         context_fingerprints(&loaded.context)
     };
     loop {
-        let docs = picker.next();
+        let docs = picker.next_docs();
         if docs.is_empty() {
             break;
         }

@@ -261,7 +261,7 @@ pub fn recall<E>(
              WHERE session = ?1 AND doc = ?2",
         )?;
         loop {
-            let docs = picker.next();
+            let docs = picker.next_docs();
             if docs.is_empty() {
                 break;
             }

@@ -126,7 +126,7 @@ pub(super) fn recall(
     let exclude = context_fingerprints(&loaded.context);
     let lookup = Lookup::new(query);
     let fail = unavailable(session, location, "cannot read the index");
-    let tx = conn.transaction().map_err(|e| fail(e))?;
+    let tx = conn.transaction().map_err(fail)?;
     let found = index::recall(&tx, session, &lookup, state, &exclude, |row| {
         let text: String = tx
             .prepare_cached("SELECT text FROM panto_entries WHERE session = ?1 AND seq = ?2")

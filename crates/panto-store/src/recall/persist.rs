@@ -245,14 +245,14 @@ pub struct Picker {
 impl Picker {
     /// The next items to look at, best first: the caller reads their [`DocRow`]s and gives
     /// them to [`Picker::offer`]. Empty when it has enough or none is left.
-    pub fn next(&mut self) -> Vec<u32> {
+    pub fn next_docs(&mut self) -> Vec<u32> {
         if self.picked.len() >= self.want {
             return Vec::new();
         }
         self.best.next_chunk().iter().map(|c| c.doc).collect()
     }
 
-    /// Offers the rows of the items [`Picker::next`] gave, in its order (a row may be missing
+    /// Offers the rows of the items [`Picker::next_docs`] gave, in its order (a row may be missing
     /// only for a corrupt index), leaving out the fingerprints of `exclude`.
     ///
     /// # Errors
