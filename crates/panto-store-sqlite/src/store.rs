@@ -164,29 +164,6 @@ impl SqliteStore {
         })
     }
 
-    /// Drops `session`'s recall index and builds it again from its entries (what a first recall
-    /// of a session an older panto wrote does); returns how many items it holds.
-    ///
-    /// # Errors
-    /// [`StoreError::Unavailable`], or [`StoreError::Invalid`] for an entry that does not decode.
-    pub async fn rebuild_recall_index(&self, session: &str) -> Result<u32, StoreError> {
-        let session = session.to_owned();
-        self.with_conn(move |conn, location| {
-            recall::rebuild(conn, &session, location).map(|s| s.docs)
-        })
-        .await
-    }
-
-    /// The bytes `session`'s recall index holds in its columns (SQLite's page overhead aside).
-    ///
-    /// # Errors
-    /// [`StoreError::Unavailable`].
-    pub async fn recall_index_bytes(&self, session: &str) -> Result<u64, StoreError> {
-        let session = session.to_owned();
-        self.with_conn(move |conn, location| recall::size(conn, &session, location))
-            .await
-    }
-
     fn with_conn<T: Send + 'static>(
         &self,
         work: impl FnOnce(&mut Connection, &str) -> Result<T, StoreError> + Send + 'static,

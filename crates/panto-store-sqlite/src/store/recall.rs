@@ -7,6 +7,7 @@ use panto_store::recall::{IndexState, Lookup, Update, context_fingerprints};
 use panto_store::{Head, RecallQuery, Recalled, Record, StoreError};
 use rusqlite::{Connection, TransactionBehavior, params};
 
+use super::SqliteStore;
 use super::{head_of, load, malformed, position, to_i64, unavailable};
 use crate::recall::{self as index, Failed, Found};
 
@@ -147,4 +148,27 @@ pub(super) fn recall(
 /// The bytes of `session`'s index.
 pub(super) fn size(conn: &Connection, session: &str, location: &str) -> Result<u64, StoreError> {
     index::size(conn, session).map_err(unavailable(session, location, "cannot read the index"))
+}
+
+impl SqliteStore {
+    /// Drops `session`'s recall index and builds it again from its entries (what a first recall
+    /// of a session an older panto wrote does); returns how many items it holds.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`], or [`StoreError::Invalid`] for an entry that does not decode.
+    pub async fn rebuild_recall_index(&self, session: &str) -> Result<u32, StoreError> {
+        let session = session.to_owned();
+        self.with_conn(move |conn, location| rebuild(conn, &session, location).map(|s| s.docs))
+            .await
+    }
+
+    /// The bytes `session`'s recall index holds in its columns (SQLite's page overhead aside).
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`].
+    pub async fn recall_index_bytes(&self, session: &str) -> Result<u64, StoreError> {
+        let session = session.to_owned();
+        self.with_conn(move |conn, location| size(conn, &session, location))
+            .await
+    }
 }

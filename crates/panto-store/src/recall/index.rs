@@ -14,7 +14,7 @@ use panto_model::{Entry, Item, ItemKind, Items};
 
 use super::postings::{Block, Posting, range_of};
 use super::query::Query;
-use super::rank::{BestFirst, Stats, score};
+use super::rank::{BestFirst, Candidate, Stats, score};
 use super::terms::for_each_term;
 
 /// What the index keeps of an item.
@@ -30,14 +30,6 @@ pub(crate) struct Doc {
     pub(crate) fingerprint: u64,
     /// How many terms it has.
     pub(crate) len: u32,
-}
-
-/// A first-stage candidate: an item's number, its tier and its BM25 score.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Candidate {
-    pub(crate) doc: u32,
-    pub(crate) tier: u32,
-    pub(crate) score: f64,
 }
 
 /// The inverted index of a session's items, built by adding entries in order.
@@ -200,12 +192,4 @@ pub(crate) fn term_counts(text: &str) -> (HashMap<String, u32>, u32) {
         }
     });
     (counts, len)
-}
-
-/// Tier first, then score, then the earlier item.
-pub(crate) fn order(a: &Candidate, b: &Candidate) -> std::cmp::Ordering {
-    b.tier
-        .cmp(&a.tier)
-        .then(b.score.total_cmp(&a.score))
-        .then(a.doc.cmp(&b.doc))
 }

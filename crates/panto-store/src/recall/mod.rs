@@ -27,10 +27,10 @@ use std::collections::HashSet;
 use panto_model::{EffectiveContext, Item, ItemKind, Role, context_items};
 
 pub use fetch::fetch_in;
-pub use index::{Candidate, RecallIndex};
+pub use index::RecallIndex;
 pub use persist::{CallRow, DocRow, IndexState, Lookup, Picker, Update, item_at};
 pub use postings::{Block, Posting, RANGE_DOCS, RangeMeta, decode as decode_block, range_of};
-pub use rank::{Corrupt, Stats};
+pub use rank::{Candidate, Corrupt, Stats};
 pub use snippet::{SNIPPET_CHARS, snippet};
 pub use terms::terms;
 
@@ -170,7 +170,7 @@ pub(crate) fn finish<'a>(
             .count() as u32;
         scored.push((c, it, by));
     }
-    scored.sort_by(|a, b| index::order(&a.0, &b.0));
+    scored.sort_by(|a, b| rank::order(&a.0, &b.0));
     let needles: Vec<&str> = query
         .exact
         .iter()

@@ -20,10 +20,10 @@ use std::collections::{HashMap, HashSet};
 
 use panto_model::{Entry, Item, ItemKind, Items};
 
-use super::index::{Candidate, term_counts};
+use super::index::term_counts;
 use super::postings::{Block, Posting, range_of};
 use super::query::Query;
-use super::rank::{BestFirst, Corrupt, Stats, score};
+use super::rank::{BestFirst, Candidate, Corrupt, Stats, score};
 use super::{Hit, MAX_LIMIT, RecallQuery, candidates_for, finish};
 use crate::head::Head;
 

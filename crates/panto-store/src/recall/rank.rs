@@ -10,7 +10,6 @@
 
 use std::collections::HashMap;
 
-use super::index::{Candidate, order};
 use super::postings::{Block, Posting, decode};
 use super::query::Query;
 
@@ -18,6 +17,22 @@ use super::query::Query;
 const K1: f64 = 1.2;
 /// BM25's length normalisation.
 const B: f64 = 0.75;
+
+/// A first-stage candidate: an item's number, its tier and its BM25 score.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Candidate {
+    pub(crate) doc: u32,
+    pub(crate) tier: u32,
+    pub(crate) score: f64,
+}
+
+/// Tier first, then score, then the earlier item.
+pub(crate) fn order(a: &Candidate, b: &Candidate) -> std::cmp::Ordering {
+    b.tier
+        .cmp(&a.tier)
+        .then(b.score.total_cmp(&a.score))
+        .then(a.doc.cmp(&b.doc))
+}
 
 /// The statistics of a whole history that BM25 needs: how many items, and their terms in all.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
