@@ -226,7 +226,7 @@ pub(crate) async fn chat(config: &Config, path: &Path) -> Result<()> {
             }
             Line::Retry => {
                 driver = catch_up(driver).await?;
-                if !awaits_reply(driver.context()) {
+                if !driver.awaits_reply() {
                     say("panto: nothing to resend: the last message already has its reply");
                     continue;
                 }
@@ -244,7 +244,7 @@ pub(crate) async fn chat(config: &Config, path: &Path) -> Result<()> {
                     say(&format!("panto: {}; /retry sends it again", error_text(&e)));
                 } else {
                     say(&format!("panto: {}", error_text(&e)));
-                    if awaits_reply(driver.context()) {
+                    if driver.awaits_reply() {
                         say("panto: your message stays in the session; /retry sends it again");
                     }
                 }
@@ -360,14 +360,6 @@ fn cut_lines(text: &str, max: usize) -> String {
 pub(crate) fn summary(ctx: &EffectiveContext) -> Option<&str> {
     ctx.compaction.as_ref()?;
     ctx.messages.first()?.compaction_summary()
-}
-
-/// Whether the conversation ends with a message that has no reply yet (so `/retry` can send
-/// it again).
-pub(crate) fn awaits_reply(ctx: &EffectiveContext) -> bool {
-    ctx.conversation()
-        .last()
-        .is_some_and(|m| m.role == Role::User)
 }
 
 /// Prints text and a newline on stdout, neutralised on a terminal.

@@ -4,8 +4,8 @@ use std::io::Write;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use anyhow::Result;
-use panto_compact::{Driver, ModelRef, Reply, Store};
+use anyhow::{Result, anyhow};
+use panto_compact::{Conflict, Driver, EffectiveContext, ModelRef, Reply, Role, Store};
 use panto_model::Message;
 use panto_provider::StreamEvent;
 
@@ -46,7 +46,18 @@ pub(crate) async fn send(config: &Config, path: &Path, message: String) -> Resul
     }
     let active = active_model(config, false)?;
     let driver = driver(config, active, &session_name(path)).await?;
-    let (driver, reply) = turn(config, driver, vec![Message::user_text(message)]).await?;
+    // An earlier `panto send` of the same message stored it and failed before its reply was
+    // written: answer it, rather than store it a second time.
+    let new = if stored_unanswered(driver.context(), &message) {
+        say(&format!(
+            "panto: this message is already in {} without an answer (an earlier send stored it, then failed); answering it instead of storing it again",
+            driver.log().session()
+        ));
+        Vec::new()
+    } else {
+        vec![Message::user_text(message)]
+    };
+    let (driver, reply) = turn(config, driver, new).await?;
     let reply = reply?;
     // The meter is for a person watching; a script reading stderr gets only messages.
     if crate::ui::stderr_is_terminal() {
@@ -81,40 +92,90 @@ pub(crate) fn meter(config: &Config, driver: &CliDriver, reply: Option<&Reply>) 
     })
 }
 
-/// How often a turn starts again when another writer appended between its load and its
-/// prompt's append.
+/// Whether `message` is a prompt of the conversation that no reply follows: one an earlier
+/// send stored before it failed (the only way a prompt goes unanswered).
+fn stored_unanswered(ctx: &EffectiveContext, message: &str) -> bool {
+    let conversation = ctx.conversation();
+    let after = conversation
+        .iter()
+        .rposition(|m| m.role == Role::Assistant)
+        .map_or(0, |at| at + 1);
+    conversation[after..]
+        .iter()
+        .any(|m| m.role == Role::User && m.text() == message)
+}
+
+/// How often a turn starts again when another writer appended first: before its prompt was
+/// stored (the prompt is sent again) or while the compaction ahead of its request was written
+/// (the stored prompt is answered).
 const PROMPT_CONFLICTS: usize = 3;
 
+/// A turn that failed, and what of it is stored when another writer's append was the cause.
+pub(crate) struct Failed {
+    error: anyhow::Error,
+    conflict: Option<Conflict>,
+}
+
 /// One user turn (`new` is the prompt, or nothing to resend the conversation as it stands):
-/// catches up with other writers, then sends. When another writer appended between the load
-/// and the append of the prompt, nothing has been sent yet, so the turn starts again from the
-/// session as it is now (a few times at most); a conflict when the reply is appended is
-/// reported (the prompt stays in the session). Returns the driver, for the next turn, and the
-/// outcome of this one.
+/// catches up with other writers, then sends. When another writer appended first, the turn
+/// goes on from the session as it is now (a few times at most): a prompt that was not stored
+/// is sent again, and one that was stored (the compaction ahead of its request lost) is
+/// answered without being stored again, unless another writer's reply answered it already
+/// (that reply is shown). A conflict when the reply is appended is reported: the prompt stays
+/// in the session, and the same `panto send` answers it. Returns the driver, for the next
+/// turn, and the outcome of this one.
 ///
 /// # Errors
 /// When the session cannot be read again; the outcome of the turn is the inner result.
 pub(crate) async fn turn(
     config: &Config,
     driver: CliDriver,
-    new: Vec<Message>,
+    mut new: Vec<Message>,
 ) -> Result<(CliDriver, Result<Reply>)> {
     let mut driver = catch_up(driver).await?;
     let mut starts = 1;
     loop {
-        let before = driver.log().head();
         let result = send_one(config, &mut driver, new.clone()).await;
         // What the turn taught of the window is kept for the next command and conversation.
         let model = driver.compactor().active().model.clone();
         providers::remember(config, &model, driver.learned_window());
-        let prompt_refused =
-            result.is_err() && driver.log().conflicted() && driver.log().head() == before;
-        if !prompt_refused || starts > PROMPT_CONFLICTS {
-            return Ok((driver, result));
+        let failed = match result {
+            Ok(reply) => return Ok((driver, Ok(reply))),
+            Err(failed) => failed,
+        };
+        match failed.conflict {
+            Some(Conflict::NotStored) if starts <= PROMPT_CONFLICTS => {}
+            Some(Conflict::CompactionLost) if starts <= PROMPT_CONFLICTS => new.clear(),
+            _ => return Ok((driver, Err(failed.error))),
         }
         starts += 1;
         driver = catch_up(driver).await?;
+        if new.is_empty() && !driver.awaits_reply() {
+            let reply = answered_by_another(&driver);
+            return Ok((driver, reply));
+        }
     }
+}
+
+/// When another writer's reply answered the turn's stored prompt while its compaction was
+/// written: that reply, printed as this turn's would have been, and said so.
+fn answered_by_another(driver: &CliDriver) -> Result<Reply> {
+    let answer = driver
+        .context()
+        .conversation()
+        .iter()
+        .rev()
+        .find(|m| m.role == Role::Assistant)
+        .cloned()
+        .ok_or_else(|| anyhow!("the session changed and holds no reply to show"))?;
+    say(&format!(
+        "panto: another writer's reply, in {}, answered your message meanwhile:",
+        driver.log().session()
+    ));
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{}", for_stdout(&answer.text()))?;
+    out.flush()?;
+    Ok(Reply::new(answer, None))
 }
 
 /// A conversation driver over session `name` of the configured store, loaded now (a session
@@ -170,7 +231,15 @@ pub(crate) async fn give_windows(config: &Config, driver: &mut CliDriver, model:
 /// Sends `new` (one user message, or nothing to resend the conversation) and prints the
 /// streamed reply. Ctrl-C cancels the request: the message stays in the session (it is
 /// appended before the request goes out) and no reply, whole or partial, is appended.
-async fn send_one(config: &Config, driver: &mut CliDriver, new: Vec<Message>) -> Result<Reply> {
+async fn send_one(
+    config: &Config,
+    driver: &mut CliDriver,
+    new: Vec<Message>,
+) -> Result<Reply, Failed> {
+    let failed = |error: anyhow::Error| Failed {
+        error,
+        conflict: None,
+    };
     let name = driver.log().session().to_owned();
     let mut spinner = Spinner::start("waiting for the model");
     let mut printed = false;
@@ -194,29 +263,36 @@ async fn send_one(config: &Config, driver: &mut CliDriver, new: Vec<Message>) ->
     let mut out = std::io::stdout().lock();
     let Some(result) = result else {
         if printed {
-            writeln!(out)?;
+            writeln!(out).map_err(|e| failed(e.into()))?;
         }
-        return Err(anyhow::Error::new(Cancelled(format!(
+        return Err(failed(anyhow::Error::new(Cancelled(format!(
             "cancelled: no reply was appended; your message stays in {name}"
-        ))));
+        )))));
     };
     let reply = match result {
         Ok(reply) => reply,
         Err(e) => {
             // A reply cut short ends its line before the error is said.
             if printed {
-                writeln!(out)?;
-                out.flush()?;
+                writeln!(out).map_err(|e| failed(e.into()))?;
+                out.flush().map_err(|e| failed(e.into()))?;
             }
-            return Err(failure(e, config));
+            let conflict = e.conflict();
+            return Err(Failed {
+                error: failure(e, config),
+                conflict,
+            });
         }
     };
-    if !printed {
+    let written = if printed {
+        writeln!(out)
+    } else {
         // The provider did not stream: print the whole answer now.
-        write!(out, "{}", for_stdout(&reply.message.text()))?;
-    }
-    writeln!(out)?;
-    out.flush()?;
+        writeln!(out, "{}", for_stdout(&reply.message.text()))
+    };
+    written
+        .and_then(|()| out.flush())
+        .map_err(|e| failed(e.into()))?;
     crate::ui::answer_written("\n");
     drop(out);
     if reply.compaction.is_some() {

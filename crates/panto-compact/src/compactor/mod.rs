@@ -8,8 +8,9 @@
 //! is made in `chunk.rs`, what it costs and how a rejection shrinks the limit in `limits.rs`,
 //! and the model calls, with the fallback from the compaction model to the active one, in
 //! `ask.rs`. What is written (the summary with its ledger, the entry and the copies, panto's
-//! own record when no model answered) is `write.rs`; native compaction, the other way of
-//! writing the summary, is `native.rs`.
+//! own record when no model answered) is `write.rs`, and its append, after another writer's
+//! prompts when one came first, `rebase.rs`; native compaction, the other way of writing the
+//! summary, is `native.rs`.
 
 mod ask;
 mod chunk;
@@ -17,11 +18,14 @@ mod fold_loop;
 mod limits;
 mod native;
 mod parts;
+mod rebase;
 mod state;
 mod step;
 #[cfg(test)]
 mod tests;
 mod write;
+
+pub use rebase::{MAX_REBASES, REBASED_FIELD};
 
 use std::borrow::Cow;
 use std::fmt;
@@ -374,7 +378,7 @@ impl Compactor {
         options: CompactRun,
     ) -> Result<CompactOutcome, CompactError> {
         let span = info_span!("compaction", trigger = options.trigger.as_str());
-        let compacted = match self
+        let mut compacted = match self
             .produce(context, &options)
             .instrument(span.clone())
             .await?
@@ -382,9 +386,10 @@ impl Compactor {
             CompactOutcome::Compacted(c) => c,
             nothing @ CompactOutcome::NothingToCompact(_) => return Ok(nothing),
         };
-        let written = log
-            .append(&compacted.entries)
-            .instrument(info_span!(parent: &span, "write", entries = compacted.entries.len()))
+        let entries = compacted.entries.len();
+        let written = self
+            .write(log, &mut compacted)
+            .instrument(info_span!(parent: &span, "write", entries))
             .await;
         if let Err(e) = written {
             let error = CompactError::Store(e);

@@ -232,6 +232,7 @@ impl Compactor {
                 failed_attempts: failures,
                 native: None,
                 usage: None,
+                rebased: 0,
             },
         }
     }
@@ -279,7 +280,7 @@ impl Compactor {
         let text = record_only_text(failure, previous, &items, room / 2);
         let budget = self.rendering_budget(&prepared, options, limit, &text, &ledger, natural);
         let summary = with_ledger(&text, &ledger, budget);
-        let compacted = self.build(
+        let mut compacted = self.build(
             context,
             options,
             prepared,
@@ -299,7 +300,7 @@ impl Compactor {
             .map_err(CompactError::NotSmaller)?;
         }
         tracing::warn!(%failure, "no model could summarize; wrote panto's own record instead");
-        log.append(&compacted.entries)
+        self.write(log, &mut compacted)
             .await
             .map_err(CompactError::Store)?;
         self.emit(CompactionEvent::Finished(Box::new(

@@ -92,6 +92,13 @@ impl<S: Store> Driver<S> {
                         self.context = c.context;
                         c.report
                     }
+                    // Another writer appended: that, not the model, is why nothing was written.
+                    Err(lost) if lost.conflict().is_some() => {
+                        return Err(CompactError::OverflowCompactionFailed {
+                            overflow,
+                            compaction: Box::new(lost),
+                        });
+                    }
                     _ => {
                         return Err(CompactError::OverflowCompactionFailed {
                             overflow,

@@ -26,6 +26,7 @@ mod props;
 mod send;
 mod session;
 mod snapshots;
+mod writers;
 
 use std::sync::Arc;
 
