@@ -53,6 +53,8 @@ commands:
          else `panto compact` with these arguments, e.g. --provider openai --model NAME)
   quality --pressure  facts kept through overflow compactions at windows of 4k, 8k and 16k
          tokens, against a loopback model that enforces the window (docs/compaction.md)
+  quality --recall [--list]  a needle exam: exact strings of the summarized part found in the
+         effective context after an offline compaction, in every store (docs/compaction.md)
 ";
 
 fn main() -> Result<()> {

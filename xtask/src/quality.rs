@@ -18,10 +18,14 @@
 //!
 //! `cargo xtask quality --pressure` (`pressure.rs`) counts the same facts through overflow
 //! compactions at small windows, against a loopback model that enforces them (`loopback.rs`),
-//! on the shared sessions read as turns (`turns.rs`).
+//! on the shared sessions read as turns (`turns.rs`). `cargo xtask quality --recall`
+//! (`recall.rs`) is a needle exam: how many exact strings of the summarized part (SHAs,
+//! numbers, config values, ...) the effective context still holds after an offline compaction,
+//! in every store.
 
 mod loopback;
 mod pressure;
+mod recall;
 #[cfg(test)]
 mod tests;
 mod turns;
@@ -66,7 +70,7 @@ pub(crate) const MAX_SIZE_SHARE: f64 = 0.15;
 
 /// The keep budgets, as fractions of a session's estimated size (1/2: half of it is kept
 /// verbatim; 1/8: most of it is summarized). Each gives one summarized prefix per session.
-const KEEP_SHARES: &[u64] = &[2, 8];
+pub(super) const KEEP_SHARES: &[u64] = &[2, 8];
 
 /// The share of a text fact's words that the summary must hold for the fact to count as kept.
 const WORDS_KEPT: f64 = 0.7;
@@ -86,6 +90,9 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
             bail!("quality --pressure takes no other argument");
         }
         return pressure::run(root, &panto, &session_files(&dir)?);
+    }
+    if args.first().is_some_and(|a| a == "--recall") {
+        return recall::run(root, &panto, &session_files(&dir)?, &args[1..]);
     }
     let provider_args: Vec<String> = if args.is_empty() {
         vec!["--provider".into(), "offline".into()]

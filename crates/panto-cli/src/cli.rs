@@ -106,11 +106,12 @@ pub(crate) enum Command {
     },
     /// Chat interactively; `/help` lists the commands, `/compact [instructions]` compacts.
     #[command(
-        after_help = "Example:\n  panto chat session.jsonl --provider openai --model gpt-4o\n  > /compact focus on the parser\n\nIn the chat, /help lists the commands. After every reply a line gives the tokens of that request and the size of the next one (with its share of the window when the window is known). Ctrl-C cancels a reply and returns to the prompt; Ctrl-D, or Ctrl-C twice, quits."
+        after_help = "Example:\n  panto chat session.jsonl --provider openai --model gpt-4o\n  > /compact focus on the parser\n\nIn the chat, /help lists the commands. After every reply a line gives the tokens of that request and the size of the next one (with its share of the window when the window is known). Ctrl-C cancels a reply and returns to the prompt; Ctrl-D, or Ctrl-C twice, quits. Without SESSION, the recent sessions of the store are offered to pick from."
     )]
     Chat {
-        /// The session file (JSONL); created when it does not exist.
-        session: PathBuf,
+        /// The session (a JSONL file, or a name in a database store); created when it does not
+        /// exist. Without it, the store's recent sessions are offered to pick from.
+        session: Option<PathBuf>,
         /// Common options.
         #[command(flatten)]
         common: Common,
@@ -169,7 +170,7 @@ pub(crate) enum Command {
     /// Print the context window panto knows for the model, where it came from, and when
     /// requests are compacted ahead; ask the server when nothing is known.
     #[command(
-        after_help = "Examples:\n  panto window --provider openai \\\n      --base-url http://127.0.0.1:8080/v1 --model local\n  panto window --forget\n  panto window --forget --all\n\nA window is configured (context_window), learned from an overflow (the limit it stated, or a bound below a request that did not fit), or discovered from a local server (llama-server, Ollama, vLLM, LM Studio). Learned and discovered windows are kept in <data dir>/panto/windows.toml ($PANTO_DATA_DIR moves it); the smallest known window counts."
+        after_help = "Examples:\n  panto window --provider openai \\\n      --base-url http://127.0.0.1:8080/v1 --model local\n  panto window --forget\n  panto window --forget --all\n\nA window is configured (context_window), learned from an overflow (the limit it stated, or a bound below a request that did not fit), or discovered from a local server (llama-server, Ollama, vLLM, LM Studio). Learned and discovered windows are kept in <data dir>/panto/windows.toml ($PANTO_DATA_DIR moves it); the smallest known window counts. A well-known model name (gpt-4o, Claude, Gemini, ...) has panto's catalogue window until anything else is known."
     )]
     Window {
         /// Forget the learned and discovered windows of the model (with --all: of every model).

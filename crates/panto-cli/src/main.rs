@@ -15,9 +15,13 @@ mod chat;
 mod cli;
 mod commands;
 mod config;
+mod editor;
+mod fit;
 mod input;
+mod keys;
 mod offline;
 mod providers;
+mod screen;
 mod store_value;
 mod stores;
 mod ui;
@@ -39,7 +43,7 @@ use crate::commands::{
     CompactAsked, compact, context, ledger, send, show_config, show_window, transcript, trust,
 };
 use crate::config::{Config, Locations};
-use crate::ui::say;
+use crate::screen::say;
 
 /// An error that is the user's to fix (bad usage, bad input, missing configuration): exit 2.
 #[derive(Debug)]
@@ -140,7 +144,7 @@ pub(crate) async fn run(cli: Cli) -> Result<()> {
         Command::Send {
             session, message, ..
         } => send(&config, &session, message).await,
-        Command::Chat { session, .. } => chat::chat(&config, &session).await,
+        Command::Chat { session, .. } => chat::chat(&config, session.as_deref()).await,
         Command::Import { file, session, .. } => stores::import(&config, &file, &session).await,
         Command::Export { session, .. } => stores::export(&config, &session).await,
         Command::Sessions { schema, .. } => stores::sessions(&config, schema).await,

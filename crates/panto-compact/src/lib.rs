@@ -15,7 +15,11 @@
 //! - [`Driver`] is a conversation driver: it appends the new messages, sends the request, and on
 //!   [`ContextOverflow`](panto_provider::ProviderError::ContextOverflow) compacts once and retries
 //!   once; when no model can summarize, it writes panto's own record instead
-//!   ([`Compactor::compact_record_only`]).
+//!   ([`CompactRun::record_on_failure`]).
+//! - [`KnownWindows`] is everything known of the model's window (configured, stated by an
+//!   overflow, said by the server, bounded by a request that did not fit, panto's catalogue),
+//!   with the rules that combine it: the driver owns one, and a compaction run takes it and
+//!   gives it back updated.
 //! - [`CompactError`] is the one error type.
 //! - Storage is any [`Store`] (re-exported from `panto-store`: the JSONL files of
 //!   `panto-session`, SQLite, PostgreSQL, or the in-memory [`MemoryStore`]); the driver and the
@@ -90,6 +94,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod attempt;
+mod catalogue;
 mod check;
 mod compactor;
 mod config;
@@ -108,6 +113,7 @@ pub mod testing;
 mod window;
 
 pub use attempt::AttemptFailure;
+pub use catalogue::catalogue_checked;
 pub use compactor::{Compactor, MAX_LONGER, MAX_REBASES, MAX_SHRINKS, Prepared, REBASED_FIELD};
 pub use config::{
     CompactRun, CompactionStrategy, CompactorConfig, Conversation, DEFAULT_KEEP_TOKENS,
@@ -122,7 +128,7 @@ pub use plan::{NotSmaller, NothingToCompact, Plan, keep_budget, manual_keep_budg
 pub use record::RECORD_ONLY_MODEL;
 pub use report::{CompactOutcome, Compacted, CompactionReport, ElidedItem, FoldStep};
 pub use source::{RequestSource, SourceSummarizer};
-pub use window::{KnownWindows, Window, WindowSource};
+pub use window::{KnownWindows, Overflow, Stated, Window, WindowSource};
 // The lower crates, whole, and the names an agent needs most, so that depending on this crate
 // alone is enough to implement a provider and a store and to run the loop.
 pub use panto_model as model;

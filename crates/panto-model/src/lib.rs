@@ -11,6 +11,9 @@
 //!   [`CallIndex`]; [`validate`] reports protocol problems as values.
 //! - [`replay`] turns entries into the [`EffectiveContext`]: the latest compaction block followed
 //!   by the entries after it.
+//! - [`Item`]: a block of a message or a compaction's summary or ledger, with a stable id
+//!   ([`Items`] walks a session's entries into them, [`ItemRef`] resolves an id): what recall
+//!   finds, `panto show` prints and a clearing placeholder names.
 //! - [`IdSource`] names entries that have none, one format for every entry of a session file:
 //!   [`UniqueIds`] by default, [`SequentialIds`] in tests.
 //!
@@ -50,6 +53,7 @@ mod calls;
 mod decode;
 mod entry;
 mod ids;
+mod item;
 mod json;
 mod message;
 mod name;
@@ -66,6 +70,7 @@ pub use decode::{
 };
 pub use entry::{COPIES_MARKED, CompactionEntry, Entry, Trigger, UnknownEntry};
 pub use ids::{IdKind, IdSource, SequentialIds, UniqueIds};
+pub use item::{Item, ItemKind, ItemRef, Items, LEDGER, Match, context_items};
 pub use message::{
     CompactionBlock, ContentBlock, Extra, ImageBlock, KEPT_BY, Message, NATIVE, NATIVE_ANTHROPIC,
     NATIVE_OPENAI_RESPONSES, Name, OtherBlock, RawJson, Role, THINKING_KEPT, THINKING_RESET,

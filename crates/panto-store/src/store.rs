@@ -8,7 +8,12 @@ use panto_model::{EffectiveContext, Entry};
 
 use crate::error::StoreError;
 use crate::head::Head;
+use crate::recall::{Fetched, RecallQuery, Recalled};
+
+mod scan;
+
 use crate::record::Record;
+pub use scan::{fetch_by_scan, index_from, recall_by_scan};
 
 /// A session's effective context as a store loaded it, with where the session ended.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -146,6 +151,27 @@ pub trait Store: Send + Sync {
         let _ = session;
         Ok(())
     }
+
+    /// Searches `session`'s history for `query`: the items (blocks of messages, compactions'
+    /// summaries and ledgers) that are not in the effective context verbatim (unless the query
+    /// asks for them), items holding the query's exact strings first, then by BM25
+    /// (`crate::recall`). The default reads the whole history through [`Store::read`] and
+    /// indexes it in memory; a store that keeps an index answers the same hits sooner.
+    ///
+    /// # Errors
+    /// As [`Store::load`] and [`Store::read`].
+    async fn recall(&self, session: &str, query: &RecallQuery) -> Result<Recalled, StoreError> {
+        recall_by_scan(self, session, query).await
+    }
+
+    /// The item (or the items of the entry) `id` names in `session`'s history, with the items
+    /// of `context` entries before and after it. The default reads the whole history.
+    ///
+    /// # Errors
+    /// [`StoreError::NotFound`] when nothing has that id; as [`Store::read`].
+    async fn fetch(&self, session: &str, id: &str, context: usize) -> Result<Fetched, StoreError> {
+        fetch_by_scan(self, session, id, context).await
+    }
 }
 
 macro_rules! forward {
@@ -177,6 +203,21 @@ macro_rules! forward {
             }
             async fn prepare_append(&self, session: &str) -> Result<(), StoreError> {
                 (**self).prepare_append(session).await
+            }
+            async fn recall(
+                &self,
+                session: &str,
+                query: &RecallQuery,
+            ) -> Result<Recalled, StoreError> {
+                (**self).recall(session, query).await
+            }
+            async fn fetch(
+                &self,
+                session: &str,
+                id: &str,
+                context: usize,
+            ) -> Result<Fetched, StoreError> {
+                (**self).fetch(session, id, context).await
             }
         }
     )*};

@@ -11,7 +11,8 @@ use serde_json::json;
 
 use crate::config::Config;
 use crate::providers;
-use crate::ui::{Spinner, for_stdout, say};
+use crate::screen::{Spinner, say};
+use crate::ui::for_stdout;
 
 use super::failure::failure;
 use super::{
@@ -62,15 +63,15 @@ pub(crate) async fn compact(config: &Config, path: &Path, asked: CompactAsked) -
     let store = open_store(config).await?;
     let name = session_name(path);
     let mut compactor = compactor(config)?;
-    let mut options = manual_run(config, instructions, force);
-    // A window learned or discovered for the model bounds the compaction like a stated limit.
-    options.context_limit = providers::given_windows(config, &compactor.active().model)
-        .window()
-        .map(|w| w.tokens);
+    let options = manual_run(config, instructions, force);
+    // What is known of the window (configured, learned, discovered, the catalogue's) bounds
+    // the compaction; the run gives back what its requests taught.
+    let model = compactor.active().model.clone();
+    let mut windows = providers::known_windows(config, &model).0;
     let mut spinner = Spinner::start("compacting");
     let outcome = if dry_run {
         let ctx = load_existing(&store, &name).await?.context;
-        let outcome = compactor.dry_run(&ctx, options).await;
+        let outcome = compactor.dry_run(&ctx, options, &mut windows).await;
         exiting(ctx);
         outcome
     } else {
@@ -78,11 +79,13 @@ pub(crate) async fn compact(config: &Config, path: &Path, asked: CompactAsked) -
         store.prepare_append(&name).await.map_err(store_error)?;
         let loaded = load_existing(&store, &name).await?;
         let mut log = SessionLog::new(store.clone(), name.as_str(), loaded.head);
-        compactor.compact(&loaded.context, &mut log, options).await
+        compactor
+            .compact(&loaded.context, &mut log, options, &mut windows)
+            .await
     };
     spinner.stop();
     // What the compaction requests taught of the window is kept for the next command.
-    providers::remember(config, &compactor.active().model, None);
+    providers::remember(config, &model, windows.learned());
     let outcome = outcome
         .map_err(|e| match e {
             CompactError::NotSmaller(n) => anyhow!(

@@ -1,7 +1,7 @@
 //! The commands: `context`, `transcript`, `compact`, `send`, `chat`, `config`, `window`,
 //! `trust`.
 //!
-//! Human-readable output goes through `ui::for_stdout` / `ui::say`, which neutralise control
+//! Human-readable output goes through `ui::for_stdout` / `screen::say`, which neutralise control
 //! characters on a terminal; `--json` documents are written as they are.
 //!
 //! This file holds what the commands share (the store, the compactor, the active model, the
@@ -20,7 +20,7 @@ use panto_compact::{
 use panto_model::EffectiveContext;
 
 use crate::config::{Config, ProviderKind};
-use crate::ui::{print_event, say};
+use crate::screen::{print_event, say};
 use crate::{bad_input, offline, providers};
 
 mod compact;
@@ -30,7 +30,7 @@ mod setup;
 mod views;
 
 pub(crate) use compact::{CompactAsked, compact, manual_run, nothing_text};
-pub(crate) use failure::failure;
+pub(crate) use failure::{Hopeless, failure};
 pub(crate) use send::{catch_up, driver, give_windows, meter, send, turn};
 pub(crate) use setup::{show_config, show_window, trust};
 pub(crate) use views::{context, ledger, transcript, write_context};
@@ -118,7 +118,6 @@ fn compactor(config: &Config) -> Result<Compactor> {
             CompactorConfig::new()
                 .with_keep_tokens(config.keep_tokens.value)
                 .with_max_output_tokens(config.compaction_max_output_tokens.value)
-                .with_context_window(config.context_window.value)
                 // The offline summarizer quotes the conversation: that is its whole job.
                 .with_extractive_summaries(config.provider.value == ProviderKind::Offline)
                 .with_compaction_strategy(config.compaction_strategy.value),

@@ -1,6 +1,5 @@
 //! The send and chat path: one turn to the provider, the driver over a session, the meter.
 
-use std::io::Write;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -10,7 +9,8 @@ use panto_model::Message;
 use panto_provider::StreamEvent;
 
 use crate::config::Config;
-use crate::ui::{Meter, Spinner, for_stdout, interrupted, say};
+use crate::screen::{Spinner, say};
+use crate::ui::{Cancel, Meter};
 use crate::{Cancelled, bad_input, providers};
 
 use super::failure::failure;
@@ -30,10 +30,7 @@ fn stream_to_stdout(spinner: &mut Spinner) -> impl FnMut(StreamEvent<'_>) + Send
         }
         spinner.stop();
         if let StreamEvent::Text(text) = event {
-            let mut out = std::io::stdout().lock();
-            let _ = out.write_all(for_stdout(text).as_bytes());
-            let _ = out.flush();
-            crate::ui::answer_written(text);
+            crate::screen::answer(text);
         }
     }
 }
@@ -45,7 +42,7 @@ pub(crate) async fn send(config: &Config, path: &Path, message: String) -> Resul
         ));
     }
     let active = active_model(config, false)?;
-    let driver = driver(config, active, &session_name(path)).await?;
+    let mut driver = driver(config, active, &session_name(path)).await?;
     // An earlier `panto send` of the same message stored it and failed before its reply was
     // written: answer it, rather than store it a second time.
     let new = if stored_unanswered(driver.context(), &message) {
@@ -57,39 +54,41 @@ pub(crate) async fn send(config: &Config, path: &Path, message: String) -> Resul
     } else {
         vec![Message::user_text(message)]
     };
-    let (driver, reply) = turn(config, driver, new).await?;
-    let reply = reply?;
+    let reply = turn(config, &mut driver, new, &mut Cancel::signal()).await??;
     // The meter is for a person watching; a script reading stderr gets only messages.
     if crate::ui::stderr_is_terminal() {
-        say(&meter(config, &driver, Some(&reply)));
+        say(&meter(&driver, Some(&reply)));
     }
     Ok(())
 }
 
 /// The context meter: the size of the next request (system prompt included, as
 /// `panto context` counts it, from the same ruler) with its share of the model's window when
-/// the window is known (`providers::known_window`), the tokens of the request just answered as
-/// the provider counted them, and the active model. When the window is unknown it says so once
-/// per run.
-pub(crate) fn meter(config: &Config, driver: &CliDriver, reply: Option<&Reply>) -> String {
+/// the window is known (the driver's, `Driver::window`), the tokens of the request just
+/// answered as the provider counted them, and the active model. When the window is unknown it
+/// says so once per run.
+pub(crate) fn meter(driver: &CliDriver, reply: Option<&Reply>) -> String {
     static SAID_UNKNOWN: AtomicBool = AtomicBool::new(false);
     let model = driver.compactor().active().model.as_str();
-    // The driver's window: the CLI's (configured, kept, discovered) and what it learned since.
-    let window = driver
-        .window()
-        .into_iter()
-        .chain(providers::known_window(config, model))
-        .min_by_key(|w| w.tokens)
-        .map(|w| w.tokens);
+    // The driver's window: the CLI's (configured, kept, discovered, the catalogue's) and what
+    // it learned since.
+    let window = driver.window().map(|w| w.tokens);
     let say_unknown = window.is_none() && !SAID_UNKNOWN.swap(true, Ordering::Relaxed);
-    crate::ui::describe_meter(&Meter {
+    // Said once, with the unknown window: what makes the share appear.
+    let hint = if say_unknown {
+        "\nhint: set context_window to see how full the window is"
+    } else {
+        ""
+    };
+    let line = crate::ui::describe_meter(&Meter {
         answered: reply.map(|r| r.message.usage.as_ref()),
         next_request: driver.estimate().total(),
         window,
         say_unknown,
         model,
         auto_compact: driver.auto_compact(),
-    })
+    });
+    format!("{line}{hint}")
 }
 
 /// Whether `message` is a prompt of the conversation that no reply follows: one an earlier
@@ -111,9 +110,18 @@ fn stored_unanswered(ctx: &EffectiveContext, message: &str) -> bool {
 const PROMPT_CONFLICTS: usize = 3;
 
 /// A turn that failed, and what of it is stored when another writer's append was the cause.
-pub(crate) struct Failed {
+struct Failed {
     error: anyhow::Error,
     conflict: Option<Conflict>,
+}
+
+impl From<anyhow::Error> for Failed {
+    fn from(error: anyhow::Error) -> Failed {
+        Failed {
+            error,
+            conflict: None,
+        }
+    }
 }
 
 /// One user turn (`new` is the prompt, or nothing to resend the conversation as it stands):
@@ -122,37 +130,36 @@ pub(crate) struct Failed {
 /// is sent again, and one that was stored (the compaction ahead of its request lost) is
 /// answered without being stored again, unless another writer's reply answered it already
 /// (that reply is shown). A conflict when the reply is appended is reported: the prompt stays
-/// in the session, and the same `panto send` answers it. Returns the driver, for the next
-/// turn, and the outcome of this one.
+/// in the session, and the same `panto send` answers it. Returns the outcome of the turn.
 ///
 /// # Errors
 /// When the session cannot be read again; the outcome of the turn is the inner result.
 pub(crate) async fn turn(
     config: &Config,
-    driver: CliDriver,
+    driver: &mut CliDriver,
     mut new: Vec<Message>,
-) -> Result<(CliDriver, Result<Reply>)> {
-    let mut driver = catch_up(driver).await?;
+    cancel: &mut Cancel,
+) -> Result<Result<Reply>> {
+    catch_up(driver).await?;
     let mut starts = 1;
     loop {
-        let result = send_one(config, &mut driver, new.clone()).await;
+        let result = send_one(config, driver, new.clone(), cancel).await;
         // What the turn taught of the window is kept for the next command and conversation.
         let model = driver.compactor().active().model.clone();
         providers::remember(config, &model, driver.learned_window());
         let failed = match result {
-            Ok(reply) => return Ok((driver, Ok(reply))),
+            Ok(reply) => return Ok(Ok(reply)),
             Err(failed) => failed,
         };
         match failed.conflict {
             Some(Conflict::NotStored) if starts <= PROMPT_CONFLICTS => {}
             Some(Conflict::CompactionLost) if starts <= PROMPT_CONFLICTS => new.clear(),
-            _ => return Ok((driver, Err(failed.error))),
+            _ => return Ok(Err(failed.error)),
         }
         starts += 1;
-        driver = catch_up(driver).await?;
+        catch_up(driver).await?;
         if new.is_empty() && !driver.awaits_reply() {
-            let reply = answered_by_another(&driver);
-            return Ok((driver, reply));
+            return Ok(answered_by_another(driver));
         }
     }
 }
@@ -172,9 +179,8 @@ fn answered_by_another(driver: &CliDriver) -> Result<Reply> {
         "panto: another writer's reply, in {}, answered your message meanwhile:",
         driver.log().session()
     ));
-    let mut out = std::io::stdout().lock();
-    writeln!(out, "{}", for_stdout(&answer.text()))?;
-    out.flush()?;
+    crate::screen::answer(&answer.text());
+    crate::screen::answer("\n");
     Ok(Reply::new(answer, None))
 }
 
@@ -200,18 +206,18 @@ pub(crate) async fn driver(config: &Config, active: ModelRef, name: &str) -> Res
     Ok(driver)
 }
 
-/// Gives `driver` the windows known for `model` (learned and discovered, kept in the data
-/// folder), and, when proactive compaction needs one and none is known, asks the server for
-/// it once (a server of the user's own: llama-server, Ollama, vLLM, LM Studio; the answer,
+/// Gives `driver` everything known of the window of `model` (configured, learned and
+/// discovered ones kept in the data folder, the catalogue's), and, when proactive compaction
+/// needs one and none but the catalogue's guess is known, asks the server for it once (a server of the user's own: llama-server, Ollama, vLLM, LM Studio; the answer,
 /// or that there was none, is kept). A server that cannot be asked costs nothing but the
 /// question: the request that follows says what is wrong.
 pub(crate) async fn give_windows(config: &Config, driver: &mut CliDriver, model: &str) {
-    driver.set_windows(providers::given_windows(config, model));
+    driver.set_windows(providers::known_windows(config, model).0);
     let asked = providers::kept_windows(config, model)
         .iter()
         .any(|r| r.source == panto_compact::WindowSource::Discovered.as_str());
     if driver.auto_compact().is_none()
-        || driver.window().is_some()
+        || !providers::told_nothing(driver.window())
         || asked
         || !providers::own_server(config)
     {
@@ -235,11 +241,8 @@ async fn send_one(
     config: &Config,
     driver: &mut CliDriver,
     new: Vec<Message>,
+    cancel: &mut Cancel,
 ) -> Result<Reply, Failed> {
-    let failed = |error: anyhow::Error| Failed {
-        error,
-        conflict: None,
-    };
     let name = driver.log().session().to_owned();
     let mut spinner = Spinner::start("waiting for the model");
     let mut printed = false;
@@ -256,45 +259,38 @@ async fn send_one(
         tokio::select! {
             biased;
             result = sending => Some(result),
-            () = interrupted() => None,
+            () = cancel.cancelled() => None,
         }
     };
     spinner.stop();
-    let mut out = std::io::stdout().lock();
     let Some(result) = result else {
-        if printed {
-            writeln!(out).map_err(|e| failed(e.into()))?;
-        }
-        return Err(failed(anyhow::Error::new(Cancelled(format!(
+        crate::screen::end_answer_line();
+        return Err(anyhow::Error::new(Cancelled(format!(
             "cancelled: no reply was appended; your message stays in {name}"
-        )))));
+        )))
+        .into());
     };
     let reply = match result {
         Ok(reply) => reply,
         Err(e) => {
             // A reply cut short ends its line before the error is said.
-            if printed {
-                writeln!(out).map_err(|e| failed(e.into()))?;
-                out.flush().map_err(|e| failed(e.into()))?;
-            }
+            crate::screen::end_answer_line();
+            let hopeless = !super::failure::retry_helps(&e);
             let conflict = e.conflict();
-            return Err(Failed {
-                error: failure(e, config),
-                conflict,
-            });
+            let e = failure(e, config);
+            let error = if hopeless {
+                e.context(super::failure::Hopeless)
+            } else {
+                e
+            };
+            return Err(Failed { error, conflict });
         }
     };
-    let written = if printed {
-        writeln!(out)
-    } else {
+    if !printed {
         // The provider did not stream: print the whole answer now.
-        writeln!(out, "{}", for_stdout(&reply.message.text()))
-    };
-    written
-        .and_then(|()| out.flush())
-        .map_err(|e| failed(e.into()))?;
-    crate::ui::answer_written("\n");
-    drop(out);
+        crate::screen::answer(&reply.message.text());
+    }
+    crate::screen::answer("\n");
     if reply.compaction.is_some() {
         say("panto: the retried request was answered");
     }
@@ -302,17 +298,47 @@ async fn send_one(
 }
 
 /// The driver again, over the session as it is now, when another writer appended since it
-/// last looked; says so on stderr.
-pub(crate) async fn catch_up(mut driver: CliDriver) -> Result<CliDriver> {
-    if !driver.log().changed().await.map_err(store_error)? {
-        return Ok(driver);
+/// last looked; says so on stderr. A session that ends before where the driver last saw it
+/// (moved away, deleted, or replaced by a shorter one: positions only grow) is not continued:
+/// the chat would go on from another conversation, or an empty one.
+///
+/// # Errors
+/// When the session cannot be read, or vanished or was replaced (bad input: exit 2).
+pub(crate) async fn catch_up(driver: &mut CliDriver) -> Result<()> {
+    let seen = driver.log().head();
+    let name = driver.log().session().to_owned();
+    let now = driver
+        .log()
+        .store()
+        .head(&name)
+        .await
+        .map_err(store_error)?;
+    if now == seen {
+        return Ok(());
+    }
+    if now < seen {
+        return Err(bad_input(vanished(
+            &name,
+            now == panto_compact::Head::EMPTY,
+        )));
     }
     let warnings = driver.reload().await.map_err(store_error)?;
     report_warnings(&warnings);
     say(&format!(
-        "panto: {} changed (another writer appended); continuing from it as it is now ({} messages)",
-        driver.log().session(),
+        "panto: {name} changed (another writer appended); continuing from it as it is now ({} messages)",
         driver.context().messages.len()
     ));
-    Ok(driver)
+    Ok(())
+}
+
+/// What is said of a session that vanished (`gone`) or was replaced while a command held it.
+fn vanished(name: &str, gone: bool) -> String {
+    let what = if gone {
+        "is gone (moved away or deleted)"
+    } else {
+        "was replaced by a shorter one"
+    };
+    format!(
+        "{name} {what} since panto last read it, so the chat stops here rather than go on from a conversation that is not this one; nothing was written. `panto chat {name}` starts again from whatever is there now"
+    )
 }

@@ -9,9 +9,7 @@ use panto_provider::ProviderError;
 
 use super::ask::Failure;
 use super::chunk::{ChunkPrompt, chunk_prompt, last_body};
-use super::limits::{
-    envelope_tokens, least_limit, previous_tokens, request_overhead, shrink, states_limit,
-};
+use super::limits::{envelope_tokens, least_limit, previous_tokens, request_overhead, shrink};
 use super::parts::{Material, PartSize, Parts, Pieces, prefix_parts, split_text};
 use super::state::FoldState;
 use super::step::Sent;
@@ -22,6 +20,7 @@ use crate::error::CompactError;
 use crate::events::CompactionEvent;
 use crate::fold::{FoldPlan, MIN_ROOM, fold};
 use crate::source::RequestSource;
+use crate::window::{KnownWindows, Stated, Window, WindowSource};
 
 impl Compactor {
     /// The whole fold, a resumable walk whose state is the summary so far and the record so
@@ -32,7 +31,7 @@ impl Compactor {
     pub(super) async fn fold_all(
         &mut self,
         context: &EffectiveContext,
-        options: &CompactRun,
+        (options, windows): (&CompactRun, &KnownWindows),
         prepared: &mut Prepared,
         state: &mut FoldState,
     ) -> Result<(), CompactError> {
@@ -97,7 +96,7 @@ impl Compactor {
         // The request after the compaction must fit what is known of the window: keep fewer
         // turns and summarize the ones that no longer fit after the summary so far; then, if
         // the summary itself is too large, condense it.
-        let Some(target) = self.retry_target(options, prepared, state) else {
+        let Some(target) = self.retry_target((options, windows), prepared, state) else {
             return Ok(());
         };
         let retry = |prepared: &Prepared, state: &FoldState| {
@@ -107,13 +106,10 @@ impl Compactor {
         if retry(prepared, state) <= target {
             return Ok(());
         }
-        let tighter = CompactRun {
-            context_limit: Some(target),
-            provider_tokens: None,
-            ..options.clone()
-        };
+        // Planned again within the target, as a window stated for the run.
+        let tighter = KnownWindows::new().with(Window::new(target, WindowSource::Configured));
         let from = prepared.turns.len();
-        if let Ok(again) = self.prepare(context, &tighter)
+        if let Ok(again) = self.prepare(context, options, &tighter)
             && again.plan.head == prepared.plan.head
             && again.turns.len() >= from
             && again.turns[..from] == prepared.turns[..]
@@ -467,7 +463,14 @@ impl Compactor {
             running,
         } = *rejected;
         state.shrinks += 1;
-        if !states_limit(error) {
+        if let ProviderError::ContextOverflow {
+            limit: Some(limit),
+            input_tokens: counted,
+            ..
+        } = error
+        {
+            state.stated = Some(Stated::new(*limit).with_counts(*counted, input_tokens));
+        } else {
             state.upper = Some(state.upper.map_or(input_tokens, |u| u.min(input_tokens)));
         }
         let transcript_tokens =

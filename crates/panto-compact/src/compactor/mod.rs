@@ -51,7 +51,8 @@ use crate::plan::{
 };
 use crate::prompt::CompactionPrompt;
 use crate::report::CompactOutcome;
-use state::{FoldState, Folded, Learned};
+use crate::window::KnownWindows;
+use state::{FoldState, Folded, Taught};
 
 // The crate's tests size a compaction request as the fold does.
 #[cfg(test)]
@@ -80,8 +81,8 @@ pub struct Prepared {
     pub previous_summary: Option<String>,
     /// Estimated tokens of the context before compaction.
     pub tokens_before: u64,
-    /// The limit every compaction request must fit, when one is known (see
-    /// [`CompactRun::request_limit`]).
+    /// The limit every compaction request must fit, when one is known
+    /// ([`KnownWindows::limit`] of the windows the run was given).
     pub limit: Option<u64>,
     /// What the request after the compaction leaves for the summary and its ledger, when the
     /// limit is known: the limit less [`CompactRun::reserved_within`] it and the kept turns.
@@ -146,9 +147,6 @@ pub struct Compactor {
     ids: Arc<dyn IdSource>,
     conversation: Option<Conversation>,
     events: Exclusive<Option<EventHandler>>,
-    /// What the last fold learned of the window (the largest input accepted, the limit it
-    /// ended with), for panto's own record written right after it failed.
-    learned: Option<Learned>,
 }
 
 impl fmt::Debug for Compactor {
@@ -176,7 +174,6 @@ impl Compactor {
             conversation: None,
             ids: Arc::new(UniqueIds),
             events: Exclusive::new(None),
-            learned: None,
         }
     }
 
@@ -269,9 +266,10 @@ impl Compactor {
     /// Plans a compaction of `context`, builds its system prompt and renders the transcript
     /// of the summarized prefix (once, turn by turn, each turn sized), without asking any model.
     ///
-    /// The budget is `keep_tokens` (the run's own, [`CompactRun::keep_tokens`], when given),
-    /// capped at a quarter of the limit the requests must fit ([`CompactRun::request_limit`])
-    /// when one is known. A manual compaction without a budget of its own keeps at most half
+    /// `windows` is what is known of the window before the run (the run's overflow is learned
+    /// on a copy, [`CompactRun::teach`]). The budget is `keep_tokens` (the run's own,
+    /// [`CompactRun::keep_tokens`], when given), capped at a quarter of the limit the requests
+    /// must fit ([`KnownWindows::limit`]) when one is known. A manual compaction without a budget of its own keeps at most half
     /// of the conversation ([`manual_keep_budget`]), so that it always summarizes something.
     /// An overflow compaction must shrink the context, so when that budget would keep every
     /// turn it keeps only the in-flight turn instead. `tokens_before` is the conversation's
@@ -283,7 +281,10 @@ impl Compactor {
         &self,
         context: &EffectiveContext,
         options: &CompactRun,
+        windows: &KnownWindows,
     ) -> Result<Prepared, NothingToCompact> {
+        let mut windows = *windows;
+        options.teach(&mut windows);
         // One sizing pass gives both the plan's sizes and `tokens_before`: the conversation's
         // size is the sum of its messages' sizes, as the ruler (`panto_size::estimate`)
         // counts it.
@@ -292,7 +293,7 @@ impl Compactor {
             _ => Cow::Owned(self.message_sizes(&context.messages)),
         };
         let tokens_before = sizes.iter().fold(0u64, |t, &s| t.saturating_add(s));
-        let limit = options.request_limit(self.config.context_window);
+        let limit = windows.limit();
         let mut budget = keep_budget(
             options.keep_tokens.unwrap_or(self.config.keep_tokens),
             limit,
@@ -302,7 +303,7 @@ impl Compactor {
             let conversation = sizes[head..].iter().fold(0u64, |t, &s| t.saturating_add(s));
             budget = manual_keep_budget(budget, conversation);
         }
-        if options.known_limit(self.config.context_window).is_none()
+        if options.known_limit(&windows).is_none()
             && let Some(bound) = limit
         {
             // Only a bound is known (the request that overflowed): the window may be far
@@ -365,9 +366,17 @@ impl Compactor {
     /// context is [`Compacted::context`](crate::Compacted::context): the summary block followed
     /// by the kept turns.
     ///
+    /// `windows` is everything known of the model's window; the run takes it and gives it back
+    /// updated, whatever the outcome: what its overflow said ([`CompactRun::teach`]), a limit a
+    /// compaction request was refused with, the largest request the model took. A
+    /// [`Driver`](crate::Driver) passes its own; an agent persists what it learned
+    /// ([`KnownWindows::learned`]).
+    ///
     /// # Errors
     /// [`CompactError::Compaction`] or [`CompactError::BothModelsFailed`] when no summary could
-    /// be obtained, [`CompactError::Store`] when the append failed (a
+    /// be obtained (unless the run writes panto's record then,
+    /// [`CompactRun::record_on_failure`]: that error is returned when the record cannot be
+    /// written either), [`CompactError::Store`] when the append failed (a
     /// [`StoreError::Conflict`](panto_store::StoreError::Conflict) when another writer
     /// appended since `log` last saw the session). In every error case nothing of the
     /// compaction is in effect.
@@ -376,15 +385,25 @@ impl Compactor {
         context: &EffectiveContext,
         log: &mut SessionLog<S>,
         options: CompactRun,
+        windows: &mut KnownWindows,
     ) -> Result<CompactOutcome, CompactError> {
         let span = info_span!("compaction", trigger = options.trigger.as_str());
-        let mut compacted = match self
-            .produce(context, &options)
+        options.teach(windows);
+        let known = *windows;
+        let mut taught = Taught::default();
+        let produced = self
+            .produce(context, &options, &known, &mut taught)
             .instrument(span.clone())
-            .await?
-        {
-            CompactOutcome::Compacted(c) => c,
-            nothing @ CompactOutcome::NothingToCompact(_) => return Ok(nothing),
+            .await;
+        taught.teach(windows);
+        let mut compacted = match produced {
+            Ok(CompactOutcome::Compacted(c)) => c,
+            Ok(nothing @ CompactOutcome::NothingToCompact(_)) => return Ok(nothing),
+            Err(failure) if options.record_on_failure && failure.no_summary_obtained() => {
+                let run = (&options, &known);
+                return self.write_record(context, log, run, taught, failure).await;
+            }
+            Err(error) => return Err(error),
         };
         let entries = compacted.entries.len();
         let written = self
@@ -410,7 +429,8 @@ impl Compactor {
     }
 
     /// Compacts `context` without writing anything (a dry run): the same plan, requests and
-    /// fallback as [`Compactor::compact`], and the entries that it would append.
+    /// fallback as [`Compactor::compact`], and the entries that it would append. `windows`
+    /// comes back updated as with [`Compactor::compact`].
     ///
     /// # Errors
     /// [`CompactError::Compaction`] or [`CompactError::BothModelsFailed`].
@@ -418,13 +438,22 @@ impl Compactor {
         &mut self,
         context: &EffectiveContext,
         options: CompactRun,
+        windows: &mut KnownWindows,
     ) -> Result<CompactOutcome, CompactError> {
         let span = info_span!(
             "compaction",
             trigger = options.trigger.as_str(),
             dry_run = true
         );
-        let outcome = self.produce(context, &options).instrument(span).await?;
+        options.teach(windows);
+        let known = *windows;
+        let mut taught = Taught::default();
+        let produced = self
+            .produce(context, &options, &known, &mut taught)
+            .instrument(span)
+            .await;
+        taught.teach(windows);
+        let outcome = produced?;
         if let CompactOutcome::Compacted(c) = &outcome {
             self.emit(CompactionEvent::Finished(Box::new(c.report.clone())));
         }
@@ -432,13 +461,16 @@ impl Compactor {
     }
 
     /// Plans, folds the prefix through as many requests as the window needs, and builds the
-    /// append.
+    /// append. What the run learns of the window goes to `taught`.
     async fn produce(
         &mut self,
         context: &EffectiveContext,
         options: &CompactRun,
+        windows: &KnownWindows,
+        taught: &mut Taught,
     ) -> Result<CompactOutcome, CompactError> {
-        let mut prepared = match info_span!("plan").in_scope(|| self.prepare(context, options)) {
+        let plan = || self.prepare(context, options, windows);
+        let mut prepared = match info_span!("plan").in_scope(plan) {
             Ok(p) => p,
             Err(nothing) => {
                 tracing::info!(%nothing, "nothing to compact");
@@ -486,18 +518,14 @@ impl Compactor {
         }
         let mut state = FoldState::new(context, &prepared, self.config.max_output_tokens);
         state.instructions = options.instructions().map(str::to_owned);
-        state.request_bound = options.request_bound();
+        state.request_bound = options.request_bound(windows);
         let folded = self
-            .fold_all(context, options, &mut prepared, &mut state)
+            .fold_all(context, (options, windows), &mut prepared, &mut state)
             .await;
-        self.learned = Some(Learned {
-            proven: state.proven,
-            limit: state.limit,
-            failures: state.failures.clone(),
-        });
+        *taught = Taught::of(&state);
         match folded {
             Ok(()) => {
-                let folded = self.finish(options, &prepared, state);
+                let folded = self.finish((options, windows), &prepared, state);
                 let compacted = self.build(context, options, prepared, folded);
                 // A compaction that leaves the conversation no smaller is not written, unless
                 // the run forces it.
@@ -538,17 +566,17 @@ impl Compactor {
     /// the window is that it is above what the provider took and below what it rejected.
     fn retry_target(
         &self,
-        options: &CompactRun,
+        (options, windows): (&CompactRun, &KnownWindows),
         prepared: &Prepared,
         state: &FoldState,
     ) -> Option<u64> {
-        match options.known_limit(self.config.context_window) {
+        match options.known_limit(windows) {
             Some(known) => Some(known.min(state.limit.unwrap_or(known))),
             // Nothing is known of a window that never refused a request (a manual compaction
             // with none configured): no constraint.
             None if prepared.limit.is_none() => None,
             None => {
-                let proven = state.proven.max(options.accepted_tokens.unwrap_or(0));
+                let proven = state.proven.max(windows.accepted.unwrap_or(0));
                 let bound = min_known(state.limit, prepared.limit);
                 (proven > 0).then(|| bound.map_or(proven, |b| proven.min(b)))
             }

@@ -276,7 +276,7 @@ mod tests {
     use super::cut_between_roles;
     use crate::{
         CompactOutcome, CompactRun, CompactionStrategy, Compactor, CompactorConfig, Conversation,
-        ModelRef,
+        KnownWindows, ModelRef,
     };
 
     fn context(roles: &str) -> EffectiveContext {
@@ -404,7 +404,11 @@ mod tests {
             .build()
             .unwrap();
         let outcome = runtime
-            .block_on(compactor.dry_run(&context, CompactRun::manual(None)))
+            .block_on(compactor.dry_run(
+                &context,
+                CompactRun::manual(None),
+                &mut KnownWindows::new(),
+            ))
             .unwrap();
         let CompactOutcome::Compacted(compacted) = outcome else {
             panic!("nothing compacted");

@@ -13,6 +13,7 @@ use crate::config::{ModelRef, RequestBound};
 use crate::fold::{FoldBudget, FoldPlan, MIN_OUTPUT_TOKENS};
 use crate::ledger::{ledger_budget, previous_ledger, rendered_len};
 use crate::report::{ElidedItem, FoldStep};
+use crate::window::{KnownWindows, Stated};
 
 /// Where a fold stands: the summary so far, the record so far, what was sent, and what the
 /// fold learned (a smaller limit, inputs a model rejected, a compaction model that failed).
@@ -60,6 +61,9 @@ pub(super) struct FoldState {
     /// once a rejection has shown the window below the planned limit, only this much is known
     /// to fit.
     pub(super) proven: u64,
+    /// The latest limit the provider stated when it refused a request of the fold, with its
+    /// counts.
+    pub(super) stated: Option<Stated>,
 }
 
 impl FoldState {
@@ -104,6 +108,7 @@ impl FoldState {
                 None,
             ),
             proven: 0,
+            stated: None,
             upper: None,
             failures: Vec::new(),
             instructions: None,
@@ -112,12 +117,42 @@ impl FoldState {
     }
 }
 
-/// What a fold learned of the window and the models, kept for panto's own record when the
-/// fold failed.
-pub(super) struct Learned {
+/// What a run learned of the window and the models: the limit a compaction request was
+/// refused with, the largest input a model took, the limit the fold ended with, and every
+/// failed attempt. The window takes the first two ([`Taught::teach`]); panto's record, written
+/// when the fold failed, is bounded by all of it.
+#[derive(Default)]
+pub(super) struct Taught {
+    pub(super) stated: Option<Stated>,
     pub(super) proven: u64,
     pub(super) limit: Option<u64>,
     pub(super) failures: Vec<String>,
+}
+
+impl Taught {
+    /// What the fold of `state` learned.
+    pub(super) fn of(state: &FoldState) -> Taught {
+        Taught {
+            stated: state.stated,
+            proven: state.proven,
+            limit: state.limit,
+            failures: state.failures.clone(),
+        }
+    }
+
+    /// Gives `windows` what the run learned of the window: the limit the active model's
+    /// provider stated when it refused a compaction request (the provider's latest word), and
+    /// the largest compaction input a model took. A compaction request refused without a
+    /// limit says less than a conversation's (its output counts against the window too), so
+    /// it bounds the run's own tries only.
+    pub(super) fn teach(&self, windows: &mut KnownWindows) {
+        if let Some(stated) = self.stated {
+            windows.learn_stated(stated);
+        }
+        if self.proven > 0 {
+            windows.learn_accepted(self.proven);
+        }
+    }
 }
 
 /// What a fold produced.

@@ -7,11 +7,11 @@ use panto_model::{
     replay,
 };
 use panto_size::Heuristic;
-use panto_store::{SessionLog, Store};
+use panto_store::{SessionLog, Store, StoreError};
 use panto_transcript::{Ledger, strip_ledger, transcript_items};
 use serde_json::{Value, json};
 
-use super::state::{FoldState, Folded};
+use super::state::{FoldState, Folded, Taught};
 use super::{Compactor, Prepared, kept_estimate};
 use crate::config::{CompactRun, min_known};
 use crate::error::CompactError;
@@ -20,6 +20,7 @@ use crate::ledger::{LEDGER_FIELD, with_ledger};
 use crate::plan::NotSmaller;
 use crate::record::{RECORD_ONLY_MODEL, record_only_text};
 use crate::report::{CompactOutcome, Compacted, CompactionReport};
+use crate::window::KnownWindows;
 
 impl Compactor {
     /// The summary of the fold with the ledger rendered after it, within what the request
@@ -28,11 +29,11 @@ impl Compactor {
     /// rendering's natural size ([`ledger_budget`]).
     pub(super) fn finish(
         &self,
-        options: &CompactRun,
+        (options, windows): (&CompactRun, &KnownWindows),
         prepared: &Prepared,
         state: FoldState,
     ) -> Folded {
-        let retry_limit = self.retry_target(options, prepared, &state);
+        let retry_limit = self.retry_target((options, windows), prepared, &state);
         let FoldState {
             running,
             ledger,
@@ -237,39 +238,37 @@ impl Compactor {
         }
     }
 
-    /// Compacts `context` with no model: the summary is panto's own record (the previous
-    /// summary, the ledger of the prefix merged with the previous one, and the last words of the
-    /// assistant in the prefix), marked as such, and appended to `log` like any compaction.
-    /// Overflow recovery uses it when no model could write a summary (`failure`), so that the
-    /// conversation goes on instead of dying; the entry says `degraded: true`.
+    /// Writes panto's own record of `context` after a run in which no model could summarize
+    /// (`failure`), for a run that asks for it ([`CompactRun::record_on_failure`]): the
+    /// previous summary, the ledger of the prefix merged with the previous one, and the last
+    /// words of the assistant in the prefix, marked as such (`degraded: true`), planned as the
+    /// run was (with the windows it was given) and appended to `log` like any compaction, so
+    /// that the conversation goes on instead of dying. What the failed fold learned of the
+    /// window (`taught`) bounds the record too.
     ///
     /// # Errors
-    /// [`CompactError::Store`] when the append failed, [`CompactError::NotSmaller`] when the
-    /// record would not make the conversation smaller (and the run does not force it); nothing
-    /// is in effect then.
-    pub async fn compact_record_only<S: Store>(
+    /// `failure` when the record cannot be written either (nothing to compact, not smaller
+    /// unless the run forces it, the append refused); nothing is in effect then.
+    pub(super) async fn write_record<S: Store>(
         &mut self,
         context: &EffectiveContext,
         log: &mut SessionLog<S>,
-        options: &CompactRun,
-        failure: &CompactError,
+        (options, windows): (&CompactRun, &KnownWindows),
+        taught: Taught,
+        failure: CompactError,
     ) -> Result<CompactOutcome, CompactError> {
-        let prepared = match self.prepare(context, options) {
-            Ok(p) => p,
-            Err(nothing) => return Ok(CompactOutcome::NothingToCompact(nothing)),
+        let Ok(prepared) = self.prepare(context, options, windows) else {
+            return Err(failure);
         };
         let prefix = &context.messages[prepared.plan.prefix()];
         let items = transcript_items(prefix);
         let previous = prepared.previous_summary.as_deref().map(strip_ledger);
         let mut state = FoldState::new(context, &prepared, self.config.max_output_tokens);
-        // What the fold that failed learned of the window bounds the record too.
-        if let Some(learned) = self.learned.take() {
-            state.proven = learned.proven;
-            state.limit = min_known(state.limit, learned.limit);
-            state.failures = learned.failures;
-        }
+        state.proven = taught.proven;
+        state.limit = min_known(state.limit, taught.limit);
+        state.failures = taught.failures;
         let natural = state.natural_ledger_chars;
-        let limit = self.retry_target(options, &prepared, &state);
+        let limit = self.retry_target((options, windows), &prepared, &state);
         let ledger = Ledger::merge(&state.ledger, &Ledger::from_items(&items));
         // The record's own text takes half of what the request after it leaves (of the natural
         // size when nothing is known of the window); the ledger's rendering fits the rest.
@@ -277,7 +276,7 @@ impl Compactor {
             let used = kept_estimate(&prepared, "") + options.reserved_within(l);
             usize::try_from(l.saturating_sub(used).saturating_mul(3)).unwrap_or(usize::MAX)
         });
-        let text = record_only_text(failure, previous, &items, room / 2);
+        let text = record_only_text(&failure, previous, &items, room / 2);
         let budget = self.rendering_budget(&prepared, options, limit, &text, &ledger, natural);
         let summary = with_ledger(&text, &ledger, budget);
         let mut compacted = self.build(
@@ -292,17 +291,17 @@ impl Compactor {
                 ..Folded::default()
             },
         );
-        if !options.force {
-            NotSmaller::check(
-                compacted.report.tokens_before,
-                compacted.report.tokens_after,
-            )
-            .map_err(CompactError::NotSmaller)?;
+        let report = &compacted.report;
+        if !options.force && NotSmaller::check(report.tokens_before, report.tokens_after).is_err() {
+            return Err(failure);
         }
         tracing::warn!(%failure, "no model could summarize; wrote panto's own record instead");
-        self.write(log, &mut compacted)
-            .await
-            .map_err(CompactError::Store)?;
+        match self.write(log, &mut compacted).await {
+            Ok(()) => {}
+            // Another writer appended: that, not the models, is why nothing was written.
+            Err(e @ StoreError::Conflict { .. }) => return Err(CompactError::Store(e)),
+            Err(_) => return Err(failure),
+        }
         self.emit(CompactionEvent::Finished(Box::new(
             compacted.report.clone(),
         )));

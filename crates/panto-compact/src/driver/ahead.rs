@@ -11,7 +11,7 @@ use crate::config::CompactRun;
 use crate::error::CompactError;
 use crate::events::CompactionEvent;
 use crate::report::{CompactOutcome, CompactionReport};
-use crate::window::{KnownWindows, Window, WindowSource};
+use crate::window::{KnownWindows, Window};
 
 /// panto's estimate of the next request of a [`Driver`] ([`Driver::next_request`]): its input
 /// in parts, the room kept for the reply, and the window it must fit.
@@ -93,37 +93,37 @@ impl<S: Store> Driver<S> {
         self
     }
 
-    /// Records `window` ([`KnownWindows::learn`]). A configured window belongs in the
-    /// compactor's settings ([`CompactorConfig::context_window`](crate::CompactorConfig::context_window)),
-    /// which this records as a configured one too.
+    /// Records `window` ([`KnownWindows::learn`]): a configured one
+    /// ([`WindowSource::Configured`](crate::WindowSource::Configured)), one the server said, one
+    /// persisted from an earlier conversation.
     pub fn learn_window(&mut self, window: Window) {
         self.windows.learn(window);
     }
 
-    /// Replaces the windows known besides the configured one (those learned and given) with
-    /// `windows` (its configured one is ignored): for another model, whose window the old
-    /// one's say nothing of.
-    pub fn set_windows(&mut self, windows: KnownWindows) {
-        self.windows = KnownWindows {
-            configured: None,
-            ..windows
-        };
+    /// The driver, knowing `windows` (every source at once: see [`Driver::set_windows`]).
+    pub fn with_windows(mut self, windows: KnownWindows) -> Driver<S> {
+        self.set_windows(windows);
+        self
     }
 
-    /// Every window known for the model: learned from overflows and silently truncated
-    /// requests, given with [`Driver::with_window`], and the configured one.
+    /// Replaces everything known of the window with `windows`: for another model, whose window
+    /// the old one's say nothing of.
+    pub fn set_windows(&mut self, windows: KnownWindows) {
+        self.windows = windows;
+    }
+
+    /// Everything known of the model's window: given (configured, said by the server,
+    /// persisted, the catalogue's), learned from overflows and silently truncated requests, and
+    /// from the compactions the driver ran. The driver owns it; every compaction run takes it
+    /// and gives it back updated.
     pub fn windows(&self) -> KnownWindows {
-        let mut known = self.windows;
-        if let Some(configured) = self.compactor.config().context_window {
-            known.learn(Window::new(configured, WindowSource::Configured));
-        }
-        known
+        self.windows
     }
 
     /// The model's window as far as the driver knows it: the smallest of those known
     /// ([`KnownWindows::window`]), with its source.
     pub fn window(&self) -> Option<Window> {
-        self.windows().window()
+        self.windows.window()
     }
 
     /// The window learned from requests (the limit an overflow stated, or the bound a request
@@ -184,7 +184,7 @@ impl<S: Store> Driver<S> {
             window,
         });
         let outcome = self
-            .compact_with(CompactRun::auto(window.tokens).with_sizes(sizes))
+            .compact_with(CompactRun::auto().with_sizes(sizes))
             .await;
         let estimated_tokens = self.estimate().total();
         let fits = estimated_tokens <= window.tokens;

@@ -78,8 +78,8 @@ pub struct Driver<S> {
     tools: Vec<ToolSpec>,
     options: RequestOptions,
     max_output_tokens: u32,
-    /// The windows learned or given, every source but the configuration (which the
-    /// compactor's settings hold).
+    /// Everything known of the model's window: the one home of the window, which every
+    /// compaction run takes and gives back updated.
     windows: KnownWindows,
     /// The share of the window above which a request is compacted ahead, when on.
     auto_compact: Option<f64>,
@@ -363,26 +363,21 @@ impl<S: Store> Driver<S> {
     /// fits the conversation to the window it names), or an agent's own reason
     /// (`CompactRun::manual(None).with_trigger(Trigger::Other("nightly".into()))`).
     /// What the conversation's requests hold besides their messages (system prompt, tools,
-    /// reply) is added to `run` unless it says, and so is the window the driver learned or was
-    /// given ([`CompactRun::context_limit`]) when the run names none.
+    /// reply) is added to `run` unless it says; the run works within the window the driver
+    /// knows ([`Driver::windows`]), and what it learns of it stays with the driver.
     ///
     /// # Errors
     /// As [`Compactor::compact`].
     pub async fn compact_with(&mut self, run: CompactRun) -> Result<CompactOutcome, CompactError> {
-        let mut run = if run.reserved_tokens.is_some() {
+        let run = if run.reserved_tokens.is_some() {
             run
         } else {
             run.with_reserved_tokens(self.reserved_tokens(), u64::from(self.max_output_tokens))
         };
-        if run.context_limit.is_none() {
-            // A window learned or given bounds the run like a stated limit (the configured one
-            // is the compactor's own setting).
-            run.context_limit = self.windows.window().map(|w| w.tokens);
-        }
         self.compactor.set_conversation(Some(self.conversation()));
         let outcome = self
             .compactor
-            .compact(&self.context, &mut self.log, run)
+            .compact(&self.context, &mut self.log, run, &mut self.windows)
             .await?;
         if let CompactOutcome::Compacted(c) = &outcome {
             self.context = c.context.clone();

@@ -26,6 +26,7 @@ mod props;
 mod send;
 mod session;
 mod snapshots;
+mod window;
 mod writers;
 
 use std::sync::Arc;

@@ -1,0 +1,462 @@
+//! `cargo xtask quality --recall`: a needle exam on the shared real sessions. What can a person
+//! or a model still find, after an offline compaction, of the exact strings of the part it
+//! summarized (SHAs, numbers with their keys, config values, URLs, `path:line`, versions, error
+//! lines, file paths, code names)?
+//!
+//! For each session and keep budget (a half and an eighth of the session's estimated size, as
+//! `quality` uses) the real `panto` binary compacts the session with the offline summarizer in
+//! every store: a JSONL file, a SQLite file (`panto import`), and PostgreSQL when
+//! `PANTO_TEST_POSTGRES` names a server. The effective contexts (`panto context --json`) must be
+//! the same in every store. The summarized part is the session's messages before the kept
+//! suffix; its questions are made mechanically (`recall/questions.rs`, `recall/needles.rs`).
+//! Each question is scored closed-book, by whether the effective context holds its answer, and
+//! by whether the record stored on the compaction entry (`panto ledger --json`) does.
+//!
+//! `--list` prints every question (category, where it was found, answer, query) for review.
+
+mod needles;
+mod questions;
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+use panto_model::{Message, read_entries, replay};
+use panto_size::estimate;
+use serde_json::Value;
+
+use self::needles::{Category, Source};
+use self::questions::{Draw, Haystack, Question, questions};
+use super::KEEP_SHARES;
+use super::pressure::strings;
+use crate::table::Table;
+
+/// The most questions of one category in one case (session and keep budget).
+const CAP: usize = 25;
+
+/// The environment variable that names a PostgreSQL server to run the exam on too.
+const POSTGRES_ENV: &str = "PANTO_TEST_POSTGRES";
+
+/// The goals of issue 36: the least share of questions the effective context answers, overall
+/// and for the categories named.
+pub(crate) const GOALS: &[(&str, f64)] = &[
+    ("all", 0.60),
+    ("numbers with their keys", 0.50),
+    ("hex ids", 0.50),
+    ("config values", 0.50),
+];
+
+/// A store the exam compacts in.
+#[derive(Clone, Debug)]
+enum Store {
+    Jsonl,
+    Sqlite,
+    Postgres(String),
+}
+
+impl Store {
+    fn name(&self) -> &'static str {
+        match self {
+            Store::Jsonl => "JSONL",
+            Store::Sqlite => "SQLite",
+            Store::Postgres(_) => "PostgreSQL",
+        }
+    }
+}
+
+/// What one compaction left, in one store.
+struct Outcome {
+    store: &'static str,
+    /// `panto context --json`.
+    context: Value,
+    /// `panto ledger --json`.
+    ledger: Value,
+}
+
+/// One session compacted at one keep budget, with its questions.
+struct Case {
+    name: String,
+    keep_share: u64,
+    tokens_before: u64,
+    outcomes: Vec<Outcome>,
+    summarized: usize,
+    /// Drawn over occurrences ([`Draw::Occurrences`]): the exam.
+    questions: Vec<Question>,
+    /// Drawn over distinct answers ([`Draw::Answers`]): a second view of the same needles.
+    by_answer: Vec<Question>,
+}
+
+pub(super) fn run(root: &Path, panto: &Path, sessions: &[PathBuf], args: &[String]) -> Result<()> {
+    let list = match args {
+        [] => false,
+        [flag] if flag == "--list" => true,
+        _ => bail!("quality --recall takes no argument but --list"),
+    };
+    let work = crate::e2e::target_dir(root).join("quality-recall");
+    let _ = fs::remove_dir_all(&work);
+    fs::create_dir_all(work.join("user-config"))?;
+    let mut stores = vec![Store::Jsonl, Store::Sqlite];
+    match std::env::var(POSTGRES_ENV) {
+        Ok(url) if !url.is_empty() => stores.push(Store::Postgres(url)),
+        _ => eprintln!("quality --recall: {POSTGRES_ENV} is not set, PostgreSQL is left out"),
+    }
+    let mut cases = Vec::new();
+    for path in sessions {
+        for &keep_share in KEEP_SHARES {
+            let runner = Runner::new(panto, &work, path, keep_share)?;
+            match runner.case(&stores)? {
+                Some(case) => cases.push(case),
+                None => eprintln!(
+                    "quality --recall: {}, keeping 1/{keep_share}: nothing to compact",
+                    runner.name
+                ),
+            }
+        }
+    }
+    if list {
+        print!("{}", question_list(&cases));
+        return Ok(());
+    }
+    report(&cases, &stores);
+    Ok(())
+}
+
+/// Runs `panto` for one session at one keep budget.
+struct Runner<'a> {
+    panto: &'a Path,
+    work: &'a Path,
+    path: &'a Path,
+    name: String,
+    keep_share: u64,
+    keep: String,
+    dir: PathBuf,
+    messages: Vec<Message>,
+}
+
+impl<'a> Runner<'a> {
+    fn new(panto: &'a Path, work: &'a Path, path: &'a Path, keep_share: u64) -> Result<Runner<'a>> {
+        let bytes = fs::read(path).with_context(|| format!("could not read {}", path.display()))?;
+        let entries = read_entries(&bytes).with_context(|| format!("{}", path.display()))?;
+        let messages = replay(entries).messages;
+        let keep = (estimate("", "", &messages).total() / keep_share).max(1);
+        let name = path
+            .file_stem()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
+        let dir = work.join(format!("{name}-{keep_share}"));
+        fs::create_dir_all(&dir)?;
+        Ok(Runner {
+            panto,
+            work,
+            path,
+            name,
+            keep_share,
+            keep: keep.to_string(),
+            dir,
+            messages,
+        })
+    }
+
+    /// The case in every store, or `None` when a compaction keeps everything.
+    fn case(&self, stores: &[Store]) -> Result<Option<Case>> {
+        let mut outcomes = Vec::new();
+        for store in stores {
+            match self.compact(store)? {
+                Some(outcome) => outcomes.push(outcome),
+                None => return Ok(None),
+            }
+        }
+        let first = comparable(&outcomes[0].context);
+        for other in &outcomes[1..] {
+            if comparable(&other.context) != first {
+                bail!(
+                    "{}, keeping 1/{}: the effective context in {} differs from {}'s",
+                    self.name,
+                    self.keep_share,
+                    other.store,
+                    outcomes[0].store
+                );
+            }
+        }
+        let kept = outcomes[0].context["messages"]
+            .as_array()
+            .map_or(0, |m| m.len().saturating_sub(1));
+        let summarized = self.messages.len().saturating_sub(kept);
+        let kept_text = outcomes[0].context["messages"]
+            .as_array()
+            .map(|m| m.iter().skip(1).map(strings).collect::<String>())
+            .unwrap_or_default();
+        let kept_text = Haystack::new(&kept_text);
+        let part = &self.messages[..summarized];
+        let by_answer = questions(part, &kept_text, CAP, Draw::Answers);
+        let questions = questions(part, &kept_text, CAP, Draw::Occurrences);
+        Ok(Some(Case {
+            name: self.name.clone(),
+            keep_share: self.keep_share,
+            tokens_before: estimate("", "", &self.messages).total(),
+            outcomes,
+            summarized,
+            questions,
+            by_answer,
+        }))
+    }
+
+    /// Compacts the session in `store`: `None` when there was nothing to summarize.
+    fn compact(&self, store: &Store) -> Result<Option<Outcome>> {
+        let file = self
+            .path
+            .to_str()
+            .context("the session path is not UTF-8")?;
+        let (session, store_args): (String, Vec<String>) = match store {
+            Store::Jsonl => {
+                fs::copy(self.path, self.dir.join("s.jsonl"))?;
+                ("s.jsonl".to_owned(), Vec::new())
+            }
+            Store::Sqlite => {
+                let db = self.dir.join("s.sqlite3");
+                let _ = fs::remove_file(&db);
+                let value = format!("sqlite:{}", db.display());
+                (String::from("s"), vec!["--store".to_owned(), value])
+            }
+            Store::Postgres(url) => {
+                let unique = format!(
+                    "recall-{}-{}-{}-{}",
+                    self.name,
+                    self.keep_share,
+                    std::process::id(),
+                    std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| d.as_nanos())
+                );
+                (unique, vec!["--store".to_owned(), url.clone()])
+            }
+        };
+        let with = |args: &[&str]| -> Vec<String> {
+            let mut all: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+            all.extend(store_args.iter().cloned());
+            all
+        };
+        if !matches!(store, Store::Jsonl) {
+            self.panto(&with(&["import", file, &session]))?;
+        }
+        let compact = self.panto(&with(&[
+            "compact",
+            &session,
+            "--provider",
+            "offline",
+            "--keep-tokens",
+            &self.keep,
+            "--force",
+            "--json",
+        ]))?;
+        let doc: Value = serde_json::from_str(&compact).context("panto compact printed no JSON")?;
+        if doc["summarized_turns"].as_u64().unwrap_or(0) == 0 {
+            return Ok(None);
+        }
+        let json = |args: &[&str]| -> Result<Value> {
+            let out = self.panto(&with(args))?;
+            serde_json::from_str(&out).with_context(|| format!("panto {} printed no JSON", args[0]))
+        };
+        Ok(Some(Outcome {
+            store: store.name(),
+            context: json(&["context", &session, "--json"])?,
+            ledger: json(&["ledger", &session, "--json"])?,
+        }))
+    }
+
+    /// Runs `panto` in the case's folder, with an empty user configuration and no store or
+    /// provider from the environment; its standard output.
+    fn panto(&self, args: &[String]) -> Result<String> {
+        let mut cmd = Command::new(self.panto);
+        cmd.current_dir(&self.dir)
+            .args(args)
+            .env("PANTO_CONFIG_DIR", self.work.join("user-config"))
+            .env("NO_COLOR", "1");
+        for var in ["PANTO_STORE", "PANTO_LOG", "PANTO_PROVIDER", "PANTO_MODEL"] {
+            cmd.env_remove(var);
+        }
+        let out = cmd.output().context("cannot run panto")?;
+        if !out.status.success() {
+            bail!(
+                "panto {} failed ({}): {}",
+                args.join(" "),
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+}
+
+/// The messages of a context without their ids and the compaction id that marks the kept
+/// copies (each store's run names its own entries).
+fn comparable(context: &Value) -> Vec<Value> {
+    context["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|m| {
+            let mut m = m.clone();
+            if let Some(o) = m.as_object_mut() {
+                o.remove("id");
+                o.remove("kept_by");
+            }
+            m
+        })
+        .collect()
+}
+
+/// Questions asked and answered, by a row's label.
+#[derive(Default)]
+struct Tally {
+    /// label -> (questions, answered by the context, answered by the record)
+    rows: BTreeMap<String, (usize, usize, usize)>,
+}
+
+impl Tally {
+    fn add(&mut self, label: &str, context: bool, record: bool) {
+        let e = self.rows.entry(label.to_owned()).or_default();
+        e.0 += 1;
+        e.1 += usize::from(context);
+        e.2 += usize::from(record);
+    }
+
+    fn get(&self, label: &str) -> (usize, usize, usize) {
+        self.rows.get(label).copied().unwrap_or_default()
+    }
+}
+
+fn percent(part: usize, all: usize) -> String {
+    if all == 0 {
+        return "-".to_owned();
+    }
+    format!("{:.0}%", 100.0 * part as f64 / all as f64)
+}
+
+/// Scores the questions `of` each case in every store: the tally of each store.
+fn score(cases: &[Case], of: fn(&Case) -> &[Question]) -> BTreeMap<&'static str, Tally> {
+    let mut by_store: BTreeMap<&'static str, Tally> = BTreeMap::new();
+    for case in cases {
+        for outcome in &case.outcomes {
+            let context = Haystack::new(&strings(&outcome.context["messages"]));
+            let record = Haystack::new(&strings(&outcome.ledger));
+            let tally = by_store.entry(outcome.store).or_default();
+            for q in of(case) {
+                let (c, r) = (q.found_in(&context), q.found_in(&record));
+                tally.add("all", c, r);
+                tally.add(q.category.name(), c, r);
+                for s in &q.sources {
+                    tally.add(&format!("source: {}", s.name()), c, r);
+                }
+                if q.only_in_output() {
+                    tally.add("only in successful tool output", c, r);
+                }
+            }
+        }
+    }
+    by_store
+}
+
+fn report(cases: &[Case], stores: &[Store]) {
+    let mut sizes = Table::new([
+        "session",
+        "kept",
+        "summarized messages",
+        "tokens before",
+        "effective context tokens",
+        "summary tokens",
+        "questions",
+    ]);
+    for case in cases {
+        let ctx = &case.outcomes[0].context;
+        sizes.row([
+            case.name.clone(),
+            format!("1/{}", case.keep_share),
+            case.summarized.to_string(),
+            case.tokens_before.to_string(),
+            ctx["estimated_tokens"].to_string(),
+            ctx["size"]["summary"].to_string(),
+            case.questions.len().to_string(),
+        ]);
+    }
+    println!("{sizes}");
+    let tallies = score(cases, |c| &c.questions);
+    let answers = score(cases, |c| &c.by_answer);
+    let first = &tallies[stores[0].name()];
+    let by_answer = &answers[stores[0].name()];
+    let mut rows: Vec<String> = vec!["all".to_owned()];
+    rows.extend(Category::ALL.iter().map(|c| c.name().to_owned()));
+    rows.push("only in successful tool output".to_owned());
+    rows.extend(Source::ALL.iter().map(|s| format!("source: {}", s.name())));
+    let mut table = Table::new([
+        "questions",
+        "n",
+        "closed-book (context)",
+        "stored record",
+        "n over answers",
+        "closed-book over answers",
+    ]);
+    for label in &rows {
+        let (n, c, r) = first.get(label);
+        let (an, ac, _) = by_answer.get(label);
+        table.row([
+            label.clone(),
+            n.to_string(),
+            percent(c, n),
+            percent(r, n),
+            an.to_string(),
+            percent(ac, an),
+        ]);
+    }
+    println!("{table}");
+    let mut per_store = Table::new([
+        "store",
+        "questions",
+        "closed-book (context)",
+        "stored record",
+    ]);
+    for store in stores {
+        let (n, c, r) = tallies[store.name()].get("all");
+        per_store.row([
+            store.name().to_owned(),
+            n.to_string(),
+            percent(c, n),
+            percent(r, n),
+        ]);
+    }
+    println!("{per_store}");
+    for (label, least) in GOALS {
+        let (n, c, _) = first.get(label);
+        let share = if n == 0 { 0.0 } else { c as f64 / n as f64 };
+        let verdict = if share >= *least { "met" } else { "missed" };
+        println!(
+            "goal {label}: closed-book {:.0}% (at least {:.0}%): {verdict}",
+            100.0 * share,
+            100.0 * least
+        );
+    }
+}
+
+/// Every question, one per line: case, category, sources, answer, query, message id.
+fn question_list(cases: &[Case]) -> String {
+    let mut table = Table::new(["case", "category", "found in", "answer", "query", "message"]);
+    for case in cases {
+        for q in &case.questions {
+            let sources: Vec<&str> = q.sources.iter().map(|s| s.name()).collect();
+            table.row([
+                format!("{} 1/{}", case.name, case.keep_share),
+                q.category.name().to_owned(),
+                sources.join(", "),
+                format!("`{}`", q.answer),
+                q.query.join(" "),
+                q.message.clone().unwrap_or_default(),
+            ]);
+        }
+    }
+    table.to_string()
+}
