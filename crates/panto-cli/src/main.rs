@@ -40,7 +40,8 @@ use anyhow::{Context as _, Result};
 
 use crate::cli::{Cli, Command, Common};
 use crate::commands::{
-    CompactAsked, compact, context, ledger, send, show_config, show_window, transcript, trust,
+    CompactAsked, RecallAsked, compact, context, ledger, recall, send, show, show_config,
+    show_window, transcript, trust,
 };
 use crate::config::{Config, Locations};
 use crate::screen::say;
@@ -141,6 +142,30 @@ pub(crate) async fn run(cli: Cli) -> Result<()> {
             compact(&config, &session, asked).await
         }
         Command::Ledger { session, json, .. } => ledger(&config, &session, json).await,
+        Command::Cost { session, json, .. } => commands::cost(&config, &session, json).await,
+        Command::Recall {
+            session,
+            query,
+            limit,
+            all,
+            json,
+            ..
+        } => {
+            let asked = RecallAsked {
+                query,
+                limit,
+                all,
+                json,
+            };
+            recall(&config, &session, asked).await
+        }
+        Command::Show {
+            session,
+            id,
+            context,
+            json,
+            ..
+        } => show(&config, &session, &id, context, json).await,
         Command::Send {
             session, message, ..
         } => send(&config, &session, message).await,

@@ -90,6 +90,7 @@ impl fmt::Debug for ModelRef {
 ///     max_output_tokens: 4_000,
 ///     extractive_summaries: false,
 ///     compaction_strategy: panto_compact::CompactionStrategy::Summary,
+///     recall_tool: false,
 /// };
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -109,6 +110,9 @@ pub struct CompactorConfig {
     /// How the summary is written: panto's own ([`CompactionStrategy::Summary`], the default)
     /// or the provider's native compaction first ([`CompactionStrategy::Native`]).
     pub compaction_strategy: CompactionStrategy,
+    /// Whether the agent offers its model the recall tool ([`crate::RECALL_TOOL`]): then every
+    /// summary ends with a note naming it ([`crate::recall_note`]). `false` by default.
+    pub recall_tool: bool,
 }
 
 /// How a compaction's summary is written.
@@ -127,28 +131,56 @@ pub enum CompactionStrategy {
 }
 
 impl CompactionStrategy {
+    /// Every strategy, in the order they are listed: the one list every other is made from
+    /// (the CLI's configuration key, its errors and `panto config`). Adding a strategy:
+    /// docs/architecture.md, "Adding a strategy".
+    pub const ALL: [CompactionStrategy; 2] =
+        [CompactionStrategy::Summary, CompactionStrategy::Native];
+
+    /// The names of [`CompactionStrategy::ALL`], in order.
+    pub const NAMES: [&'static str; CompactionStrategy::ALL.len()] = {
+        let mut names = [""; CompactionStrategy::ALL.len()];
+        let mut i = 0;
+        while i < names.len() {
+            names[i] = CompactionStrategy::ALL[i].as_str();
+            i += 1;
+        }
+        names
+    };
+
     /// The name in configuration files: `summary` or `native`.
-    pub fn as_str(self) -> &'static str {
+    pub const fn as_str(self) -> &'static str {
         match self {
             CompactionStrategy::Summary => "summary",
             CompactionStrategy::Native => "native",
         }
     }
 
-    /// The strategy named `name` (`summary` or `native`), if any.
-    pub fn parse(name: &str) -> Option<CompactionStrategy> {
-        match name {
-            "summary" => Some(CompactionStrategy::Summary),
-            "native" => Some(CompactionStrategy::Native),
-            _ => None,
+    /// What the strategy does, in a line for a person.
+    pub const fn help(self) -> &'static str {
+        match self {
+            CompactionStrategy::Summary => {
+                "panto's own summary, folded through as many requests as the window needs"
+            }
+            CompactionStrategy::Native => {
+                "the provider's native compaction, with panto's summary when it fails"
+            }
         }
+    }
+
+    /// The strategy named `name` ([`CompactionStrategy::as_str`]), if any.
+    pub fn parse(name: &str) -> Option<CompactionStrategy> {
+        CompactionStrategy::ALL
+            .into_iter()
+            .find(|s| s.as_str() == name)
     }
 }
 
 /// What the conversation's own requests look like: the system prompt, the tools, the options
 /// and the output limit. Native compaction sends the summarized turns with exactly these, as
 /// Anthropic requires for the thinking of the kept turns to stay valid ("Compaction and
-/// preserved thinking"); the [`Driver`](crate::Driver) gives them to its compactor.
+/// preserved thinking"); the [`Driver`](crate::Driver) gives them to every run it makes
+/// ([`CompactRun::with_conversation`]).
 #[derive(Clone, Debug, Default, PartialEq)]
 #[non_exhaustive]
 pub struct Conversation {
@@ -228,6 +260,13 @@ impl CompactorConfig {
         self.compaction_strategy = strategy;
         self
     }
+
+    /// The config saying whether the agent offers its model the recall tool.
+    #[must_use]
+    pub fn with_recall_tool(mut self, offered: bool) -> CompactorConfig {
+        self.recall_tool = offered;
+        self
+    }
 }
 
 impl Default for CompactorConfig {
@@ -237,6 +276,7 @@ impl Default for CompactorConfig {
             max_output_tokens: DEFAULT_MAX_OUTPUT_TOKENS,
             extractive_summaries: false,
             compaction_strategy: CompactionStrategy::Summary,
+            recall_tool: false,
         }
     }
 }
@@ -245,7 +285,7 @@ impl Default for CompactorConfig {
 /// overflow it answers. Made per call ([`CompactRun::manual`], [`CompactRun::after_overflow`]);
 /// the settings that hold for every run are the [`CompactorConfig`], and what is known of the
 /// window is the [`KnownWindows`] the run is given.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub struct CompactRun {
     /// What started it.
@@ -282,6 +322,10 @@ pub struct CompactRun {
     /// `Driver` measures the context once on an overflow and hands them on. A compactor that
     /// sizes with the ruler (its default sizer) plans with them instead of sizing again.
     pub sizes: Option<Arc<[u64]>>,
+    /// What the conversation's own requests look like (system prompt, tools, options), which
+    /// native compaction sends the summarized turns with; the [`Driver`](crate::Driver) sets it
+    /// on every run.
+    pub conversation: Option<Conversation>,
 }
 
 impl CompactRun {
@@ -297,6 +341,7 @@ impl CompactRun {
             force: false,
             record_on_failure: false,
             sizes: None,
+            conversation: None,
         }
     }
 
@@ -396,6 +441,14 @@ impl CompactRun {
     #[must_use]
     pub fn with_force(mut self, force: bool) -> CompactRun {
         self.force = force;
+        self
+    }
+
+    /// The run, with what the conversation's own requests look like (see
+    /// [`CompactRun::conversation`]).
+    #[must_use]
+    pub fn with_conversation(mut self, conversation: Conversation) -> CompactRun {
+        self.conversation = Some(conversation);
         self
     }
 

@@ -105,6 +105,7 @@ mod fold;
 mod ledger;
 mod plan;
 mod prompt;
+mod recall_tool;
 mod record;
 mod report;
 mod source;
@@ -119,12 +120,19 @@ pub use config::{
     CompactRun, CompactionStrategy, CompactorConfig, Conversation, DEFAULT_KEEP_TOKENS,
     DEFAULT_MAX_OUTPUT_TOKENS, ModelRef,
 };
-pub use driver::{Driver, NextRequest, Reply};
+pub use driver::{COLD_SHARE, Clock, Driver, NextRequest, Reply, Spent};
 pub use error::{CompactError, Conflict};
 pub use events::CompactionEvent;
 pub use fold::{Chunk, FoldBudget, FoldError, FoldPlan, MIN_OUTPUT_TOKENS, MIN_ROOM, fold};
-pub use ledger::{LEDGER_FIELD, MIN_LEDGER_CHARS, ledger_budget, previous_ledger, with_ledger};
+pub use ledger::{
+    LEDGER_FIELD, MIN_LEDGER_CHARS, ledger_budget, previous_ledger, recall_note, with_ledger,
+    with_recall_note,
+};
 pub use plan::{NotSmaller, NothingToCompact, Plan, keep_budget, manual_keep_budget, plan};
+pub use recall_tool::{
+    RECALL_ANSWER_CHARS, RECALL_TOOL, RecallAnswer, RecallCall, answer_recall, describe,
+    fetch_answer, recall_tool_spec, search_answer,
+};
 pub use record::RECORD_ONLY_MODEL;
 pub use report::{CompactOutcome, Compacted, CompactionReport, ElidedItem, FoldStep};
 pub use source::{RequestSource, SourceSummarizer};
@@ -143,7 +151,8 @@ pub use panto_provider::{
 pub use panto_size as size;
 pub use panto_store as store;
 pub use panto_store::{
-    Head, Loaded, MemoryLog, MemoryStore, Record, SessionLog, Store, StoreError,
+    Fetched, Head, Hit, Loaded, MemoryLog, MemoryStore, RecallQuery, Recalled, Record, SessionLog,
+    Store, StoreError,
 };
 pub use panto_transcript as transcript;
 pub use panto_transcript::Ledger;

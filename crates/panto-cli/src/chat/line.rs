@@ -6,6 +6,7 @@ pub(crate) const HELP: &str = "\
 /help              this list
 /context           what the next request sends, by message
 /summary           the active compaction summary
+/recall QUERY      search what compactions summarized
 /compact [text]    compact now; text adds instructions
 /compact --force   compact even if it saves nothing
 /model [NAME]      the model; with NAME, use NAME from now
@@ -30,6 +31,8 @@ pub(crate) enum Line<'a> {
     Context,
     /// `/summary`.
     Summary,
+    /// `/recall QUERY`.
+    Recall(&'a str),
     /// `/compact [--force] [instructions]`.
     Compact {
         /// The extra instructions, if any.
@@ -78,6 +81,7 @@ pub(crate) fn parse_line(line: &str) -> Line<'_> {
         "help" | "?" => Line::Help,
         "context" => Line::Context,
         "summary" => Line::Summary,
+        "recall" => Line::Recall(rest),
         "compact" => {
             let (force, rest) = match rest.strip_prefix("--force") {
                 Some(after) if after.is_empty() || after.starts_with(char::is_whitespace) => {
@@ -100,6 +104,6 @@ pub(crate) fn parse_line(line: &str) -> Line<'_> {
 
 /// The commands Tab completes.
 pub(crate) const COMMANDS: &[&str] = &[
-    "/help", "/context", "/summary", "/compact", "/model", "/clear", "/new", "/retry", "/exit",
-    "/quit",
+    "/help", "/context", "/summary", "/recall", "/compact", "/model", "/clear", "/new", "/retry",
+    "/exit", "/quit",
 ];

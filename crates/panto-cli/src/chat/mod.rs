@@ -150,6 +150,11 @@ impl Chat<'_> {
                 }
                 return Ok(Flow::Go);
             }
+            Line::Recall(query) => {
+                self.catch_up().await?;
+                crate::commands::recall_in_chat(&self.driver, query).await?;
+                return Ok(Flow::Go);
+            }
             Line::Compact {
                 instructions,
                 force,

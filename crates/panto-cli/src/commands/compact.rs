@@ -5,8 +5,10 @@ use std::path::Path;
 
 use anyhow::{Context as _, Result, anyhow};
 use panto_compact::{
-    CompactError, CompactOutcome, CompactRun, NothingToCompact, SessionLog, Store,
+    CompactError, CompactOutcome, CompactRun, CompactionStrategy, Conversation, NothingToCompact,
+    SessionLog, Store,
 };
+use panto_model::usage_cost;
 use serde_json::json;
 
 use crate::config::Config;
@@ -14,6 +16,7 @@ use crate::providers;
 use crate::screen::{Spinner, say};
 use crate::ui::for_stdout;
 
+use super::cost::cost_json;
 use super::failure::failure;
 use super::{
     compactor, exiting, load_existing, open_store, print_json, session_name, store_error,
@@ -38,9 +41,14 @@ pub(crate) struct CompactAsked {
 
 /// A manual compaction run as the configuration asks: a keep budget given with `--keep-tokens`
 /// is the run's own (honoured as given); otherwise the compactor keeps at most half of the
-/// conversation, so that it summarizes something.
+/// conversation, so that it summarizes something. It knows what `send` and `chat` requests look
+/// like, for native compaction.
 pub(crate) fn manual_run(config: &Config, instructions: Option<String>, force: bool) -> CompactRun {
-    let run = CompactRun::manual(instructions).with_force(force);
+    let conversation = Conversation::new(config.system_prompt.value.clone())
+        .with_max_output_tokens(config.max_output_tokens.value);
+    let run = CompactRun::manual(instructions)
+        .with_force(force)
+        .with_conversation(conversation);
     if keep_tokens_flag(config) {
         run.with_keep_tokens(config.keep_tokens.value)
     } else {
@@ -112,9 +120,12 @@ pub(crate) async fn compact(config: &Config, path: &Path, asked: CompactAsked) -
                     "failed_attempts": r.failed_attempts,
                     "truncated": r.truncated,
                     "dry_run": dry_run,
-                    "strategy": if r.native.is_some() { "native" } else { "summary" },
+                    "strategy": if r.native.is_some() { CompactionStrategy::Native } else { CompactionStrategy::Summary }.as_str(),
                     "native": r.native,
                     "usage": r.usage.as_ref().and_then(|u| serde_json::to_value(u).ok()),
+                    "cost": r.usage.as_ref().map(|u| cost_json(
+                        &usage_cost(u, Some(&r.model), &config.prices())
+                    )),
                     "tokens_counted": "conversation",
                     "id": r.id,
                     "requests": r.requests,

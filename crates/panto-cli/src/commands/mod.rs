@@ -1,12 +1,13 @@
-//! The commands: `context`, `transcript`, `compact`, `send`, `chat`, `config`, `window`,
-//! `trust`.
+//! The commands: `context`, `transcript`, `compact`, `cost`, `send`, `chat`, `config`,
+//! `window`, `trust`.
 //!
 //! Human-readable output goes through `ui::for_stdout` / `screen::say`, which neutralise control
 //! characters on a terminal; `--json` documents are written as they are.
 //!
 //! This file holds what the commands share (the store, the compactor, the active model, the
 //! output helpers); each group of commands is a file of its own: `views` (`context`,
-//! `transcript`, `ledger`), `compact`, `send` (`send` and the chat's turns), `setup` (`config`,
+//! `transcript`, `ledger`), `recall` (`recall`, `show`), `compact`, `cost`, `send` (`send` and the chat's turns), `tools` (the
+//! tool loop that answers the model's recall calls after each reply), `setup` (`config`,
 //! `window`, `trust`), and `failure` (how a failure is told, with a hint).
 
 use std::io::Write;
@@ -14,8 +15,7 @@ use std::sync::Arc;
 
 use anyhow::Result;
 use panto_compact::{
-    CompactionPrompt, Compactor, CompactorConfig, Conversation, Driver, Loaded, ModelRef, Store,
-    StoreError,
+    CompactionPrompt, Compactor, CompactorConfig, Driver, Loaded, ModelRef, Store, StoreError,
 };
 use panto_model::EffectiveContext;
 
@@ -24,13 +24,18 @@ use crate::screen::{print_event, say};
 use crate::{bad_input, offline, providers};
 
 mod compact;
+mod cost;
 mod failure;
+mod recall;
 mod send;
 mod setup;
+mod tools;
 mod views;
 
 pub(crate) use compact::{CompactAsked, compact, manual_run, nothing_text};
+pub(crate) use cost::cost;
 pub(crate) use failure::{Hopeless, failure};
+pub(crate) use recall::{RecallAsked, recall, recall_in_chat, show};
 pub(crate) use send::{catch_up, driver, give_windows, meter, send, turn};
 pub(crate) use setup::{show_config, show_window, trust};
 pub(crate) use views::{context, ledger, transcript, write_context};
@@ -121,11 +126,6 @@ fn compactor(config: &Config) -> Result<Compactor> {
                 // The offline summarizer quotes the conversation: that is its whole job.
                 .with_extractive_summaries(config.provider.value == ProviderKind::Offline)
                 .with_compaction_strategy(config.compaction_strategy.value),
-        )
-        // What `send` and `chat` requests look like, for native compaction.
-        .with_conversation(
-            Conversation::new(config.system_prompt.value.clone())
-                .with_max_output_tokens(config.max_output_tokens.value),
         )
         .on_event(print_event))
 }

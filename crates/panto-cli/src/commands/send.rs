@@ -6,10 +6,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use anyhow::{Result, anyhow};
 use panto_compact::{Conflict, Driver, EffectiveContext, ModelRef, Reply, Role, Store};
 use panto_model::Message;
-use panto_provider::StreamEvent;
+use panto_provider::{PromptCache, RequestOptions, StreamEvent};
 
 use crate::config::Config;
 use crate::screen::{Spinner, say};
+use crate::store_value::Choice;
 use crate::ui::{Cancel, Meter};
 use crate::{Cancelled, bad_input, providers};
 
@@ -86,9 +87,47 @@ pub(crate) fn meter(driver: &CliDriver, reply: Option<&Reply>) -> String {
         window,
         say_unknown,
         model,
-        auto_compact: driver.auto_compact(),
+        auto_compact: driver.next_request().auto_compact,
+        spent: Some(driver.spent().total()),
     });
     format!("{line}{hint}")
+}
+
+/// How session `name`'s requests use the prompt cache: as `prompt_cache` and `cache_ttl` say,
+/// with the conversation's key (docs/providers.md, "Prompt caching").
+pub(crate) fn prompt_cache(config: &Config, name: &str) -> PromptCache {
+    if !config.prompt_cache.value {
+        return PromptCache::off();
+    }
+    PromptCache::new()
+        .with_ttl(config.cache_ttl.value)
+        .with_key(cache_key(config, name))
+}
+
+/// The conversation's `prompt_cache_key`: `panto-` and a 128-bit hash (FNV-1a) of the store
+/// (redacted: a database password never enters it) and the session (a file's absolute path), so
+/// that one conversation's requests share it, no other conversation's do, and neither name
+/// nor path travels in clear.
+pub(crate) fn cache_key(config: &Config, name: &str) -> String {
+    let absolute = |path: &Path| {
+        std::fs::canonicalize(path)
+            .or_else(|_| std::env::current_dir().map(|d| d.join(path)))
+            .map_or_else(|_| path.display().to_string(), |p| p.display().to_string())
+    };
+    let identity = match crate::store_value::parse(&config.store.value) {
+        Ok(Choice::Jsonl(dir)) => absolute(&dir.join(name)),
+        Ok(Choice::Sqlite(file)) => format!("sqlite:{}\u{0}{name}", absolute(&file)),
+        _ => format!(
+            "{}\u{0}{name}",
+            crate::store_value::redacted(&config.store.value)
+        ),
+    };
+    let mut hash: u128 = 0x6c62_272e_07bb_0142_62b8_2175_6295_c58d;
+    for byte in identity.bytes() {
+        hash ^= u128::from(byte);
+        hash = hash.wrapping_mul(0x0000_0000_0100_0000_0000_0000_0000_013b);
+    }
+    format!("panto-{hash:032x}")
 }
 
 /// Whether `message` is a prompt of the conversation that no reply follows: one an earlier
@@ -143,7 +182,15 @@ pub(crate) async fn turn(
     catch_up(driver).await?;
     let mut starts = 1;
     loop {
-        let result = send_one(config, driver, new.clone(), cancel).await;
+        let result = match send_one(config, driver, new.clone(), cancel).await {
+            // The model's recall calls are answered and the answers sent, until it replies.
+            // The prompt is stored and answered by then: a conflict on the tool results ends
+            // the turn (starting it again would store the prompt twice).
+            Ok(reply) => answer_tools(config, driver, reply, cancel)
+                .await
+                .map_err(|f| Failed::from(f.error)),
+            failed => failed,
+        };
         // What the turn taught of the window is kept for the next command and conversation.
         let model = driver.compactor().active().model.clone();
         providers::remember(config, &model, driver.learned_window());
@@ -200,7 +247,10 @@ pub(crate) async fn driver(config: &Config, active: ModelRef, name: &str) -> Res
     let mut driver = driver
         .with_system(config.system_prompt.value.clone())
         .with_max_output_tokens(config.max_output_tokens.value)
-        .with_auto_compact(config.auto_compact_share());
+        .with_auto_compact(config.auto_compact_share())
+        .with_request_options(RequestOptions::new().with_cache(prompt_cache(config, name)))
+        .with_prices(config.prices())
+        .with_recall_tool();
     let model = driver.compactor().active().model.clone();
     give_windows(config, &mut driver, &model).await;
     Ok(driver)
@@ -293,6 +343,29 @@ async fn send_one(
     crate::screen::answer("\n");
     if reply.compaction.is_some() {
         say("panto: the retried request was answered");
+    }
+    Ok(reply)
+}
+
+/// The tool loop, the smallest that runs the recall tool: answers the tool calls of `reply`
+/// (`tools::results`) and sends the results, again for the next reply, until a reply calls no
+/// tool (or `tools::MAX_ROUNDS` rounds). Returns the last reply.
+///
+/// # Errors
+/// As the send of the results.
+async fn answer_tools(
+    config: &Config,
+    driver: &mut CliDriver,
+    mut reply: Reply,
+    cancel: &mut Cancel,
+) -> Result<Reply, Failed> {
+    for _ in 0..super::tools::MAX_ROUNDS {
+        let results = super::tools::results(driver, &reply.message).await;
+        if results.is_empty() {
+            break;
+        }
+        let results = Message::new(Role::User, results);
+        reply = send_one(config, driver, vec![results], cancel).await?;
     }
     Ok(reply)
 }

@@ -12,6 +12,7 @@
 
 mod ahead;
 mod config;
+mod cost;
 mod errors;
 mod everyday;
 mod fake_model;
@@ -23,6 +24,7 @@ mod messages;
 mod native;
 mod offline;
 mod output;
+mod recall;
 mod ruler;
 mod safety;
 mod stores;

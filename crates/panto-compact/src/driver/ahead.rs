@@ -26,7 +26,9 @@ pub struct NextRequest {
     pub reply_tokens: u64,
     /// The model's window, when known ([`Driver::window`]).
     pub window: Option<Window>,
-    /// The share of the window above which the driver compacts ahead, when on.
+    /// The share of the window above which the driver compacts ahead, when on: the configured
+    /// one as the prompt cache moves it (earlier when the cache is cold, later when it is
+    /// warm; docs/compaction.md, "Compaction that respects the cache").
     pub auto_compact: Option<f64>,
 }
 
@@ -140,11 +142,15 @@ impl<S: Store> Driver<S> {
     pub fn next_request(&self) -> NextRequest {
         let window = self.window();
         let reply = u64::from(self.max_output_tokens);
+        let reply_tokens = window.map_or(reply, |w| reply.min(w.tokens / 8));
         NextRequest {
             input: self.estimate(),
-            reply_tokens: window.map_or(reply, |w| reply.min(w.tokens / 8)),
+            reply_tokens,
             window,
-            auto_compact: self.auto_compact,
+            auto_compact: self.auto_compact.map(|share| match window {
+                Some(w) => self.cache_aware_share(share, w.tokens, reply_tokens),
+                None => share,
+            }),
         }
     }
 
@@ -168,6 +174,8 @@ impl<S: Store> Driver<S> {
             .estimate(&self.system, &tools_text(&self.tools))
             .total();
         let sizes: Arc<[u64]> = measured.sizes().into();
+        let reply = u64::from(self.max_output_tokens).min(window.tokens / 8);
+        let share = self.cache_aware_share(share, window.tokens, reply);
         let threshold_tokens = share_of(window.tokens, share);
         if estimated_tokens <= threshold_tokens {
             return Ok(None);

@@ -10,7 +10,7 @@ use super::{Driver, Reply, tools_text};
 use crate::config::CompactRun;
 use crate::error::CompactError;
 use crate::events::CompactionEvent;
-use crate::report::CompactOutcome;
+use crate::report::{CompactOutcome, CompactionReport};
 use crate::window::Overflow;
 
 impl<S: Store> Driver<S> {
@@ -38,6 +38,7 @@ impl<S: Store> Driver<S> {
         let run = CompactRun::after_overflow(&overflow, overflowed_tokens)
             .with_reserved_tokens(self.reserved_tokens(), u64::from(self.max_output_tokens))
             .with_sizes(measured.sizes().into())
+            .with_conversation(self.conversation())
             // No model could summarize: keep the conversation alive with panto's own record.
             .with_record_on_failure(true);
         // What the overflow taught (the limit it stated, else a bound below the request), and
@@ -45,7 +46,6 @@ impl<S: Store> Driver<S> {
         run.teach(&mut self.windows);
         self.windows.accepted = self.accepted_tokens(&measured, &tools);
         let limit = run.known_limit(&self.windows);
-        self.compactor.set_conversation(Some(self.conversation()));
         let report = match self
             .compactor
             .compact(&self.context, &mut self.log, run, &mut self.windows)
@@ -66,7 +66,20 @@ impl<S: Store> Driver<S> {
                 });
             }
         };
+        let before = (overflow, overflowed_tokens, limit);
+        self.retry(before, report, stream).await
+    }
 
+    /// The one retry after the compaction `report` wrote, of a request that overflowed with
+    /// `overflow` at `overflowed_tokens` when `limit` was the known one: sent only when smaller
+    /// than that request and within the limit; another overflow is surfaced (its stated limit
+    /// learned), never compacted again.
+    async fn retry(
+        &mut self,
+        (overflow, overflowed_tokens, limit): (ProviderError, u64, Option<u64>),
+        report: CompactionReport,
+        stream: EventSink<'_>,
+    ) -> Result<Reply, CompactError> {
         // The progress check: retry only a request that is smaller than the one that failed,
         // and within the known limit.
         let estimated_tokens = self.estimate().total();

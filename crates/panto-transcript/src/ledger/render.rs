@@ -44,8 +44,8 @@ impl Ledger {
     /// the whole budget, those and the answers, resolved errors, commands and files read. No
     /// answer, resolved error, command or file read is shown while an unresolved error is left
     /// out. The note says how many items of each category were left out of the text, that the
-    /// compaction entry keeps them whole and that `panto ledger SESSION` prints them, and how
-    /// many the record itself no longer holds.
+    /// compaction entry keeps them whole (it names no command: a library agent's model has
+    /// none to run), and how many the record itself no longer holds.
     pub fn render_within(&self, budget: usize) -> String {
         let lines = self.lines(Some(budget));
         let taken = choose(&lines, budget);
@@ -156,7 +156,7 @@ impl Ledger {
         if !left_here.is_empty() {
             let _ = writeln!(
                 out,
-                "\n(Left out here: {}; the compaction entry keeps them whole, `panto ledger SESSION` prints them.)",
+                "\n(Left out here: {}; the compaction entry keeps them whole.)",
                 counted(left_here)
             );
         }
