@@ -57,6 +57,7 @@ pub mod recall;
 mod record;
 mod store;
 mod tail;
+mod warning;
 
 #[cfg(feature = "conformance")]
 #[cfg_attr(docsrs, doc(cfg(feature = "conformance")))]
@@ -71,6 +72,7 @@ pub use recall::{Fetched, Hit, RecallQuery, Recalled};
 pub use record::{Record, RecordKind};
 pub use store::{Loaded, Page, Store, fetch_by_scan, index_from, recall_by_scan};
 pub use tail::{replay_tail, takes_effect};
+pub use warning::{Place, Warning, WarningKind};
 
 // The README's example runs as a doctest, so that what crates.io shows compiles and passes.
 #[cfg(doctest)]
