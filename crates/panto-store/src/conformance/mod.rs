@@ -17,7 +17,8 @@
 //! and the `panto` binary's do that (`crates/panto-cli/tests/it/stores.rs`).
 //!
 //! Why one file: it is test code (the `conformance` feature), one check after another in the
-//! order of the `Store` contract, each short and independent of the others.
+//! order of the `Store` contract, each short and independent of the others (`import.rs` holds
+//! the checks of imports and page sizes).
 
 use panto_model::{CompactionEntry, Entry, KEPT_BY, Message, UnknownEntry, replay};
 use proptest::prelude::*;
@@ -30,6 +31,13 @@ use crate::head::Head;
 use crate::log::SessionLog;
 use crate::record::{Record, RecordKind};
 use crate::store::Store;
+
+mod import;
+
+use import::{
+    a_failed_import_leaves_nothing, import_is_one_unit_in_batches,
+    import_refuses_a_session_with_entries, pages_stop_after_page_bytes,
+};
 
 /// Lines written by another program: unknown fields, unusual spacing and key order, an entry
 /// of an unknown type. A store must give each back byte for byte.
@@ -63,6 +71,10 @@ checks!(
     sessions_are_separate_and_listed,
     session_log_reloads_after_a_conflict,
     import_export_round_trip,
+    import_is_one_unit_in_batches,
+    a_failed_import_leaves_nothing,
+    import_refuses_a_session_with_entries,
+    pages_stop_after_page_bytes,
     recall_finds_what_was_summarized,
     fetch_gives_items_by_id,
     recall_after_an_import,
