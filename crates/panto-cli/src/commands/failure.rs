@@ -147,13 +147,8 @@ fn hint(e: &CompactError, config: &Config) -> Option<String> {
             "the newest message may be too large on its own: shorten it, or use a model with a larger context window".to_owned(),
         );
     }
-    if let Some(conflict) = e.conflict() {
-        return Some(conflict_hint(conflict).to_owned());
-    }
-    if is_conflict(e) {
-        return Some(
-            "another writer appended to this session meanwhile, so nothing of this was written; run the command again to continue from the session as it is now".to_owned(),
-        );
+    if let Some(hint) = conflict_hint(e) {
+        return Some(hint.to_owned());
     }
     Some(match root_cause(e)? {
         ProviderError::Authentication { .. } => {
@@ -211,9 +206,14 @@ fn hint(e: &CompactError, config: &Config) -> Option<String> {
 }
 
 /// What to do after another writer's append made a turn or a compaction fail, by what of it
-/// is stored.
-fn conflict_hint(conflict: Conflict) -> &'static str {
-    match conflict {
+/// is stored; `None` when no other writer's append was the cause.
+fn conflict_hint(e: &CompactError) -> Option<&'static str> {
+    let Some(conflict) = e.conflict() else {
+        return is_conflict(e).then_some(
+            "another writer appended to this session meanwhile, so nothing of this was written; run the command again to continue from the session as it is now",
+        );
+    };
+    Some(match conflict {
         Conflict::NotStored => {
             "another writer appended to this session first, so your message was not stored and nothing was sent; run the command again to send it to the session as it is now"
         }
@@ -224,7 +224,7 @@ fn conflict_hint(conflict: Conflict) -> &'static str {
         _ => {
             "another writer appended to this session while the compaction was written, so nothing of it was written (a message sent before it stays in the session: the same `panto send` again answers it without storing it twice, and /retry in a chat); run the command again to continue from the session as it is now"
         }
-    }
+    })
 }
 
 /// Which setting governs a wait that expired, and its value.
