@@ -7,8 +7,9 @@
 //! crate, or, outside any crate's section, anywhere inside any crate. The map
 //! (`docs/architecture.md`) is read strictly so; the other docs, which have no crate sections,
 //! may name a path from inside any crate or folder (`tests/it/main.rs`, `anthropic/cache.rs`):
-//! it exists when some file or folder of a crate or of xtask ends with it. A placeholder
-//! (`crates/panto-providers/src/NAME.rs`: a part in capitals) is no path, and neither is a
+//! it exists when some file or folder of a crate or of xtask ends with it. In every doc a
+//! placeholder (`crates/panto-providers/src/NAME.rs`: a piece `NAME`, `PATH`, `DIR` or `FILE`) is no path; in the
+//! other docs neither is a
 //! word of a fenced `text` block in them (a sample of output, about someone else's project).
 
 use std::fs;
@@ -49,8 +50,8 @@ pub(crate) fn stale(root: &Path, doc: &str) -> Vec<String> {
             section = None;
         }
         for word in words(line) {
-            let anywhere = || !map && (placeholder(word) || ends_some(&files, word));
-            if !exists(root, section.as_deref(), word) && !anywhere() {
+            let anywhere = || !map && ends_some(&files, word);
+            if !placeholder(word) && !exists(root, section.as_deref(), word) && !anywhere() {
                 problems.push(format!(
                     "{doc}:{}: `{word}` does not exist (name the path as it is now, or drop it)",
                     n + 1
@@ -93,12 +94,10 @@ fn exists(root: &Path, section: Option<&Path>, word: &str) -> bool {
     }
 }
 
-/// Whether a part of `word` is a placeholder: capitals only (`NAME`, `NAME.rs`).
+/// Whether `word` holds a placeholder: a piece in capitals (`NAME.rs`, `panto-store-NAME/`).
 fn placeholder(word: &str) -> bool {
-    word.split('/').any(|part| {
-        let stem = part.split('.').next().unwrap_or(part);
-        stem.len() > 1 && stem.chars().all(|c| c.is_ascii_uppercase() || c == '_')
-    })
+    word.split(['/', '.', '-', '_'])
+        .any(|piece| piece.len() > 1 && piece.chars().all(|c| c.is_ascii_uppercase()))
 }
 
 /// Whether some file of `files`, or a folder holding one, ends with `/word`.
