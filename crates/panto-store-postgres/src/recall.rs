@@ -314,6 +314,9 @@ pub(crate) async fn after_append(
     Ok(())
 }
 
+// Why long: the five steps of one recall (postings, ranking, item rows, entries, hits) in
+// order over one connection, each using what the one before found; the shared steps are
+// `Lookup` and `Picker` (panto_store::recall).
 /// Recalls `query` from `session` (whose effective context is `loaded`) with its index, caught
 /// up first; `None` when the index does not read back.
 pub(crate) async fn recall(

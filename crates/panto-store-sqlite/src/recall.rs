@@ -207,6 +207,9 @@ impl<E> From<rusqlite::Error> for Failed<E> {
     }
 }
 
+// Why long: the five steps of one recall (postings, ranking, item rows, entries, hits) in
+// order over one connection, each using what the one before found; the shared steps are
+// `Lookup` and `Picker` (panto_store::recall).
 /// Recalls `lookup` from `session`'s index (in `state`), leaving out the fingerprints of
 /// `exclude`; `entry` reads the entry an item is in.
 ///
