@@ -4,7 +4,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::Result;
-use panto_compact::{Driver, ModelRef, Reply, Store};
+use panto_compact::{Driver, ModelRef, Reply, SessionChange};
 use panto_model::Message;
 use panto_provider::{PromptCache, RequestOptions, StreamEvent};
 
@@ -297,29 +297,20 @@ async fn answer_tools(
 }
 
 /// The driver again, over the session as it is now, when another writer appended since it
-/// last looked; says so on stderr. A session that ends before where the driver last saw it
-/// (moved away, deleted, or replaced by a shorter one: positions only grow) is not continued:
-/// the chat would go on from another conversation, or an empty one.
+/// last looked; says so on stderr. A session that vanished (moved away, deleted) or was
+/// replaced (by a shorter file, or by another conversation of any length: the record the log
+/// last wrote or read is not where it was, `SessionLog::change`) is not continued: the chat
+/// would go on from another conversation, or an empty one.
 ///
 /// # Errors
 /// When the session cannot be read, or vanished or was replaced (bad input: exit 2).
 pub(crate) async fn catch_up(driver: &mut CliDriver) -> Result<()> {
-    let seen = driver.log().head();
     let name = driver.log().session().to_owned();
-    let now = driver
-        .log()
-        .store()
-        .head(&name)
-        .await
-        .map_err(store_error)?;
-    if now == seen {
-        return Ok(());
-    }
-    if now < seen {
-        return Err(bad_input(vanished(
-            &name,
-            now == panto_compact::Head::EMPTY,
-        )));
+    match driver.log().change().await.map_err(store_error)? {
+        SessionChange::Unchanged => return Ok(()),
+        SessionChange::Appended(_) => {}
+        SessionChange::Gone => return Err(bad_input(vanished(&name, true))),
+        _ => return Err(bad_input(vanished(&name, false))),
     }
     let warnings = driver.reload().await.map_err(store_error)?;
     report_warnings(&warnings);
@@ -333,11 +324,11 @@ pub(crate) async fn catch_up(driver: &mut CliDriver) -> Result<()> {
 /// What is said of a session that vanished (`gone`) or was replaced while a command held it.
 fn vanished(name: &str, gone: bool) -> String {
     let what = if gone {
-        "is gone (moved away or deleted)"
+        "is gone since panto last read it (moved away or deleted)"
     } else {
-        "was replaced by a shorter one"
+        "was replaced since panto last read it (it no longer holds the conversation panto read and wrote)"
     };
     format!(
-        "{name} {what} since panto last read it, so the chat stops here rather than go on from a conversation that is not this one; nothing was written. `panto chat {name}` starts again from whatever is there now"
+        "{name} {what}, so the chat stops here rather than go on from a conversation that is not this one; nothing was written. `panto chat {name}` starts again from whatever is there now"
     )
 }
