@@ -38,6 +38,7 @@
 
 mod error;
 mod history;
+mod import;
 mod jsonl;
 mod lines;
 mod load;
@@ -48,6 +49,7 @@ mod warning;
 
 pub use error::{LockHolder, Result, SessionError};
 pub use history::History;
+pub use import::{BATCH_BYTES, JsonlSource};
 pub use jsonl::JsonlStore;
 pub use load::{LoadStats, Loaded};
 pub use options::SessionOptions;

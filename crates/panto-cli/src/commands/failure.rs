@@ -147,6 +147,9 @@ fn hint(e: &CompactError, config: &Config) -> Option<String> {
             "the newest message may be too large on its own: shorten it, or use a model with a larger context window".to_owned(),
         );
     }
+    if let Some(hint) = crate::stores::store_hint(e) {
+        return Some(hint);
+    }
     if is_conflict(e) {
         return Some(
             "another writer appended to this session while panto waited for the model; to keep messages from interleaving, nothing of this answer was written (a message sent before it stays in the session). Run the command again to continue from the session as it is now".to_owned(),

@@ -4,7 +4,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::Result;
-use panto_compact::{Driver, ModelRef, Reply, Store};
+use panto_compact::{CompactError, Driver, ModelRef, Reply, Store, StoreError};
 use panto_model::Message;
 use panto_provider::StreamEvent;
 
@@ -210,6 +210,12 @@ async fn send_one(
     let reply = match result {
         Ok(reply) => reply,
         Err(e) => {
+            if !printed && let CompactError::ReplyNotAppended { reply, .. } = &e {
+                // An answer the session could not take is still the user's: shown, never
+                // dropped (the error below says it was not written).
+                crate::screen::answer(&reply.text());
+                crate::screen::answer("\n");
+            }
             // A reply cut short ends its line before the error is said.
             crate::screen::end_answer_line();
             let hopeless = !super::failure::retry_helps(&e);
@@ -265,12 +271,20 @@ async fn answer_tools(
 pub(crate) async fn catch_up(driver: &mut CliDriver) -> Result<()> {
     let seen = driver.log().head();
     let name = driver.log().session().to_owned();
-    let now = driver
-        .log()
-        .store()
-        .head(&name)
-        .await
-        .map_err(store_error)?;
+    let now = match driver.log().store().head(&name).await {
+        Ok(now) => now,
+        // The store cannot say now (a database out of reach past its reconnect time): go on
+        // from what this driver saw. The prompt's append is conditional on it, and says what is
+        // wrong if the store is still out of reach; a chat is not ended by it.
+        Err(e @ StoreError::Unavailable { .. }) => {
+            say(&format!(
+                "panto: warning: cannot tell whether {name} changed: {}",
+                crate::ui::error_text(&store_error(e))
+            ));
+            return Ok(());
+        }
+        Err(e) => return Err(store_error(e)),
+    };
     if now == seen {
         return Ok(());
     }
