@@ -26,6 +26,7 @@ mod generate;
 mod imports;
 mod process;
 mod real;
+mod recall;
 mod scale;
 mod stages;
 mod stores;
@@ -72,6 +73,11 @@ const SECTIONS: &[Section] = &[
         stores::stores,
     ),
     (
+        "recall",
+        "recall on a 1,000,000-message session per store: cold, index build, warm, update, size",
+        recall::recall,
+    ),
+    (
         "process",
         "the real pi session ×1, ×10 and ×100 through the panto processes, paired with a parse",
         real::process,
@@ -94,6 +100,8 @@ sections:
            when PANTO_TEST_POSTGRES_TLS is): the load of a 1,000,000-message session with a
            compaction near the end, append latency, and `panto import` of it with throughput
            and peak memory (PANTO_BENCH_IMPORT_GIB=N imports a generated file of N GiB instead)
+  recall   per store: a recall of a 1,000,000-message session cold, the index's build, a warm
+           query, the update after an append, and the index's size against the session's
   process  the real pi session (../shared/data/sessions/pi-large.jsonl) ×1, ×10, ×100 through
            panto context --json, panto transcript and panto compact --dry-run --provider
            offline, each run paired with a process parsing the same lines (CPU time by perf)

@@ -8,6 +8,7 @@ use panto_compact::{
     CompactError, CompactOutcome, CompactRun, CompactionStrategy, Conversation, NothingToCompact,
     SessionLog, Store,
 };
+use panto_model::usage_cost;
 use serde_json::json;
 
 use crate::config::Config;
@@ -15,6 +16,7 @@ use crate::providers;
 use crate::screen::{Spinner, say};
 use crate::ui::for_stdout;
 
+use super::cost::cost_json;
 use super::failure::failure;
 use super::{
     compactor, exiting, load_existing, open_store, open_store_reading, print_json, session_name,
@@ -126,6 +128,9 @@ pub(crate) async fn compact(config: &Config, path: &Path, asked: CompactAsked) -
                     "strategy": if r.native.is_some() { CompactionStrategy::Native } else { CompactionStrategy::Summary }.as_str(),
                     "native": r.native,
                     "usage": r.usage.as_ref().and_then(|u| serde_json::to_value(u).ok()),
+                    "cost": r.usage.as_ref().map(|u| cost_json(
+                        &usage_cost(u, Some(&r.model), &config.prices())
+                    )),
                     "tokens_counted": "conversation",
                     "id": r.id,
                     "requests": r.requests,

@@ -98,7 +98,7 @@ fn a_reader_on_a_full_disk_still_reads() {
     // The last connection closed: SQLite removed the WAL and its index, which a reader
     // must make again, and cannot on a full disk.
     drop(store);
-    let mut cmd = crate::processes::child_command(&format!("read {}", path.display()));
+    let cmd = crate::processes::child_command(&format!("read {}", path.display()));
     let program = cmd.get_program().to_owned();
     let args: Vec<_> = cmd.get_args().map(ToOwned::to_owned).collect();
     let envs: Vec<_> = cmd
