@@ -17,9 +17,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use panto_model::BOM;
 use panto_store::{Head, Record, RecordKind, RecordSource, StoreError, async_trait};
 
+use crate::blocking::{blocking, to_store_error};
 use crate::error::SessionError;
 use crate::history::History;
-use crate::jsonl::{blocking, to_store_error};
 use crate::lines::TORN_WRITE;
 use crate::lock::careful;
 use crate::options::SessionOptions;

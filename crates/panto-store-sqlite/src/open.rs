@@ -10,9 +10,10 @@ use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 
 use crate::error::{SqliteError, unavailable};
 
-/// The schema, one migration per version, oldest first: `(version, SQL)`. [`SqliteStore::open`]
-/// runs those the file lacks (its `PRAGMA user_version` says which it has) in one write
-/// transaction each; a person can read or run them first (`panto sessions --schema`).
+/// The schema, one migration per version, oldest first: `(version, SQL)`.
+/// [`crate::SqliteStore::open`] runs those the file lacks (its `PRAGMA user_version` says which
+/// it has) in one write transaction each; a person can read or run them first
+/// (`panto sessions --schema`).
 ///
 /// `panto_entries` holds one row per entry: the session's name, its position (`seq`, 1 for the
 /// first entry, no gaps), its kind (0 message, 1 compaction, 2 other) and its exact Contract 1
@@ -36,7 +37,7 @@ CREATE INDEX panto_entries_compactions ON panto_entries (session, seq) WHERE kin
 ",
 )];
 
-/// How a [`SqliteStore`] uses its file.
+/// How a [`crate::SqliteStore`] uses its file.
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct SqliteOptions {

@@ -161,7 +161,9 @@ fn count(export: &str, needle: &str) -> usize {
 
 #[test]
 fn a_restart_while_the_model_answers_loses_nothing() {
-    let _one = SERVER.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = SERVER
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let Some(server) = Server::new("a_restart_while_the_model_answers_loses_nothing", "restart")
     else {
         return;
@@ -183,7 +185,9 @@ fn a_restart_while_the_model_answers_loses_nothing() {
 
 #[test]
 fn a_killed_backend_while_the_model_answers_loses_nothing() {
-    let _one = SERVER.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = SERVER
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let Some(server) = Server::new("a_killed_backend_loses_nothing", "killed") else {
         return;
     };
@@ -204,7 +208,9 @@ fn a_killed_backend_while_the_model_answers_loses_nothing() {
 
 #[test]
 fn a_held_lock_ends_the_append_at_the_lock_timeout_and_the_reply_is_printed() {
-    let _one = SERVER.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = SERVER
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let Some(server) = Server::new("a_held_lock_ends_the_append", "locked") else {
         return;
     };
@@ -252,7 +258,9 @@ fn a_held_lock_ends_the_append_at_the_lock_timeout_and_the_reply_is_printed() {
 
 #[test]
 fn a_stopped_server_ends_the_append_after_the_reconnect_time_and_the_reply_is_printed() {
-    let _one = SERVER.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = SERVER
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let Some(server) = Server::new("a_stopped_server_ends_the_append", "stopped") else {
         return;
     };
@@ -279,7 +287,9 @@ fn a_stopped_server_ends_the_append_after_the_reconnect_time_and_the_reply_is_pr
 
 #[test]
 fn a_frozen_server_ends_the_command_at_the_statement_and_connect_timeouts() {
-    let _one = SERVER.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = SERVER
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let Some(server) = Server::new("a_frozen_server_ends_the_command", "frozen") else {
         return;
     };
@@ -317,4 +327,47 @@ fn a_frozen_server_ends_the_command_at_the_statement_and_connect_timeouts() {
     assert!(connect < Duration::from_secs(30), "it waited {connect:?}");
     let export = export(&sb, &server);
     assert_eq!(count(&export, "Question."), 1, "{export}");
+}
+
+#[test]
+fn a_chat_goes_on_when_the_store_is_out_of_reach() {
+    let _one = SERVER
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let Some(server) = Server::new("a_chat_goes_on_when_the_store_is_out_of_reach", "chat") else {
+        return;
+    };
+    let sb = sandbox("store_reconnect_secs = 2\n");
+    let model = gated_model();
+    let mut cmd = sb.openai(&["chat", "s", "--store", &server.url], &model.base);
+    cmd.env("OPENAI_API_KEY", "k")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"First.\nSecond.\n").unwrap();
+    drop(stdin);
+    let chat = std::thread::spawn(move || child.wait_with_output().unwrap());
+    model
+        .asked
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the model was asked");
+    server.ctl("stop");
+    model.answer.send(()).unwrap();
+    let out = chat.join().unwrap();
+    server.ctl("start");
+    let (stdout, stderr) = text(&out);
+    // The reply was printed, the chat told why it was not written, and went on to the next
+    // message (whose own append then said the store was still out of reach) until its input
+    // ended.
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(stdout.contains("Reply 0."), "{stdout}");
+    assert!(
+        stderr.matches("within the reconnect time (2 s)").count() >= 2,
+        "{stderr}"
+    );
+    let export = export(&sb, &server);
+    assert_eq!(count(&export, "First."), 1, "{export}");
+    assert_eq!(count(&export, "Reply 0."), 0, "{export}");
 }
