@@ -14,7 +14,9 @@
 //!   plain and with TLS) for a session of 1,000,000 messages, and `panto import` of it into each
 //!   store with its throughput and peak memory ([`stores`](mod@stores), [`imports`](mod@imports));
 //! - `process`: the real pi session ×1, ×10 and ×100 through the `panto` processes, each run's
-//!   CPU time paired with a process parsing the same lines ([`real`](mod@real)).
+//!   CPU time paired with a process parsing the same lines ([`real`](mod@real));
+//! - `cost`: a scripted 300-turn tool-using session on each protocol against emulators of the
+//!   providers' prompt caching, billed with panto's caching and without ([`cost`](mod@cost)).
 //!
 //! The measurements run in a release build: from a debug build of xtask, the command re-runs
 //! itself with `cargo run --release`. Generated data goes under `target/bench/`, never into the
@@ -22,6 +24,7 @@
 //! `memory` for the next run, which reuses them). Timings are medians over repetitions, with
 //! the files in the page cache. `--quick` stops the sessions at 100k messages and 100 MB.
 
+mod cost;
 mod generate;
 mod imports;
 mod process;
@@ -82,6 +85,11 @@ const SECTIONS: &[Section] = &[
         "the real pi session ×1, ×10 and ×100 through the panto processes, paired with a parse",
         real::process,
     ),
+    (
+        "cost",
+        "a 300-turn tool-using session billed with panto's prompt caching and without, per protocol",
+        cost::cost,
+    ),
 ];
 
 /// What `cargo xtask bench --help` prints.
@@ -105,6 +113,10 @@ sections:
   process  the real pi session (../shared/data/sessions/pi-large.jsonl) ×1, ×10, ×100 through
            panto context --json, panto transcript and panto compact --dry-run --provider
            offline, each run paired with a process parsing the same lines (CPU time by perf)
+  cost     a scripted 300-turn tool-using session per protocol (Anthropic, OpenAI Chat and
+           Responses) against loopback emulators of the providers' prompt caching: the input
+           billed with panto's caching and without, what the first request after a
+           compaction writes, and the cache-aware proactive rule against the plain one
 
 options:
   --quick  sessions up to 100k messages, histories up to 100 MB
