@@ -445,9 +445,9 @@ fn session(root: &Path, flags: &Flags) -> Result<()> {
         let path = dir.join(format!("history-{}m.jsonl", size / MIB));
         generate(&path, size, &block, &tail)?;
         let len = fs::metadata(&path)?.len();
-        let (median, min, max, loaded) = time(5, 50, || {
+        let (median, min, max, (loaded, stats)) = time(5, 50, || {
             let s = Session::open(&path, opts.clone())?;
-            Ok(s.load_context()?)
+            Ok(s.load_context_with_stats()?)
         })?;
         if loaded.context.summary().is_none() || loaded.context.messages.len() != 209 {
             bail!(
@@ -470,8 +470,8 @@ fn session(root: &Path, flags: &Flags) -> Result<()> {
         loads.push(Load {
             size,
             len,
-            bytes_read: loaded.stats.bytes_read,
-            entries: loaded.stats.entries,
+            bytes_read: stats.bytes_read,
+            entries: stats.entries,
             load: [median, min, max],
             full,
         });
