@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use panto_model::BOM;
-use panto_store::{Head, Record, RecordKind, RecordSource, StoreError, async_trait};
+use panto_store::{Head, Record, RecordKind, RecordSource, StoreError, Warning, async_trait};
 
 use crate::blocking::{blocking, to_store_error};
 use crate::error::SessionError;
@@ -24,7 +24,6 @@ use crate::lines::TORN_WRITE;
 use crate::lock::careful;
 use crate::options::SessionOptions;
 use crate::store::{Session, open_read, sync_parent};
-use crate::warning::Warning;
 
 /// How much text a batch of [`JsonlSource`] gathers (it holds one entry more when a single
 /// entry is larger).
