@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::Result;
 use panto_compact::{CompactError, Driver, ModelRef, Reply, Store, StoreError};
-use panto_model::Message;
+use panto_model::{Cost, Message};
 use panto_provider::{PromptCache, RequestOptions, StreamEvent};
 
 use crate::config::Config;
@@ -43,12 +43,20 @@ pub(crate) async fn send(config: &Config, path: &Path, message: String) -> Resul
         ));
     }
     let active = active_model(config, false)?;
-    let mut driver = driver(config, active, &session_name(path)).await?;
+    let name = session_name(path);
+    let mut driver = driver(config, active, &name).await?;
+    // The meter is for a person watching; a script reading stderr gets only messages (and the
+    // history is read for the meter's cost only when it is shown).
+    let watched = crate::ui::stderr_is_terminal();
+    let earlier = if watched {
+        earlier_cost(config, &name).await
+    } else {
+        Cost::default()
+    };
     let new = vec![Message::user_text(message)];
     let reply = turn(config, &mut driver, new, &mut Cancel::signal()).await??;
-    // The meter is for a person watching; a script reading stderr gets only messages.
-    if crate::ui::stderr_is_terminal() {
-        say(&meter(&driver, Some(&reply)));
+    if watched {
+        say(&meter(&driver, Some(&reply), earlier));
     }
     Ok(())
 }
@@ -56,9 +64,10 @@ pub(crate) async fn send(config: &Config, path: &Path, message: String) -> Resul
 /// The context meter: the size of the next request (system prompt included, as
 /// `panto context` counts it, from the same ruler) with its share of the model's window when
 /// the window is known (the driver's, `Driver::window`), the tokens of the request just
-/// answered as the provider counted them, and the active model. When the window is unknown it
-/// says so once per run.
-pub(crate) fn meter(driver: &CliDriver, reply: Option<&Reply>) -> String {
+/// answered as the provider counted them, the session's cost so far (`earlier`, what its
+/// history cost when the driver opened it ([`earlier_cost`]), and what the driver spent since),
+/// and the active model. When the window is unknown it says so once per run.
+pub(crate) fn meter(driver: &CliDriver, reply: Option<&Reply>, earlier: Cost) -> String {
     static SAID_UNKNOWN: AtomicBool = AtomicBool::new(false);
     let model = driver.compactor().active().model.as_str();
     // The driver's window: the CLI's (configured, kept, discovered, the catalogue's) and what
@@ -78,9 +87,22 @@ pub(crate) fn meter(driver: &CliDriver, reply: Option<&Reply>) -> String {
         say_unknown,
         model,
         auto_compact: driver.next_request().auto_compact,
-        spent: Some(driver.spent().total()),
+        spent: Some(earlier + driver.spent().total()),
     });
     format!("{line}{hint}")
+}
+
+/// What session `name`'s history cost before this run (`panto cost`'s totals), for the meter:
+/// nothing when the history cannot be read (the meter then counts this run's requests alone;
+/// `panto cost` names what is wrong).
+pub(crate) async fn earlier_cost(config: &Config, name: &str) -> Cost {
+    match super::cost::session_cost(config, name).await {
+        Ok(report) => report.map(|r| r.totals).unwrap_or_default(),
+        Err(e) => {
+            tracing::debug!("the meter counts this run alone: {e:#}");
+            Cost::default()
+        }
+    }
 }
 
 /// How session `name`'s requests use the prompt cache: as `prompt_cache` and `cache_ttl` say,
