@@ -178,7 +178,7 @@ impl Chat<'_> {
             }
             Line::Retry => {
                 self.catch_up().await?;
-                if !awaits_reply(self.driver.context()) {
+                if !self.driver.awaits_reply() {
                     say("panto: nothing to resend: the last message already has its reply");
                     return Ok(Flow::Go);
                 }
@@ -220,7 +220,7 @@ impl Chat<'_> {
             say(&format!("panto: {}; /retry sends it again", error_text(&e)));
         } else {
             say(&format!("panto: {}", error_text(&e)));
-            if awaits_reply(self.driver.context()) {
+            if self.driver.awaits_reply() {
                 say(if e.is::<crate::commands::Hopeless>() {
                     "panto: your message stays in the session"
                 } else {
@@ -361,12 +361,4 @@ fn cut_lines(text: &str, max: usize) -> String {
 pub(crate) fn summary(ctx: &EffectiveContext) -> Option<&str> {
     ctx.compaction.as_ref()?;
     ctx.messages.first()?.compaction_summary()
-}
-
-/// Whether the conversation ends with a message that has no reply yet (so `/retry` can send
-/// it again).
-pub(crate) fn awaits_reply(ctx: &EffectiveContext) -> bool {
-    ctx.conversation()
-        .last()
-        .is_some_and(|m| m.role == Role::User)
 }
