@@ -7,9 +7,10 @@ use panto_store::recall::{IndexState, Lookup, Update, context_fingerprints};
 use panto_store::{Head, RecallQuery, Recalled, Record, StoreError};
 use rusqlite::{Connection, TransactionBehavior, params};
 
-use super::SqliteStore;
-use super::{head_of, load, malformed, position, to_i64, unavailable};
+use super::{SqliteStore, load};
+use crate::error::unavailable;
 use crate::recall::{self as index, Failed, Found};
+use crate::session::{head_of, malformed, position, to_i64, to_u64};
 
 /// Entries indexed per transaction when an index is built or caught up.
 const CHUNK: i64 = 20_000;
@@ -92,7 +93,7 @@ pub(super) fn catch_up(
         for (seq, text) in rows {
             let entry = panto_model::decode_line(text.as_bytes(), position(seq))
                 .map_err(|source| malformed(session, location, source))?;
-            let p = super::to_u64(seq - 1);
+            let p = to_u64(seq - 1);
             update.push(&entry, Head::new(p), Head::new(p + 1));
         }
         index::write(&tx, session, &mut update).map_err(fail("cannot write the index"))?;
