@@ -191,9 +191,12 @@ impl<S: Store> Driver<S> {
             threshold_tokens,
             window,
         });
-        let outcome = self
-            .compact_with(CompactRun::auto().with_sizes(sizes))
-            .await;
+        // Headroom: the request after the compaction stays under half the threshold, so that
+        // the next sends do not compact again (docs/compaction.md, "Tiers").
+        let run = CompactRun::auto()
+            .with_sizes(sizes)
+            .with_target_tokens(threshold_tokens / 2);
+        let outcome = self.compact_with(run).await;
         let estimated_tokens = self.estimate().total();
         let fits = estimated_tokens <= window.tokens;
         let skipped = match outcome {

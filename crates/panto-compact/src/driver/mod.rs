@@ -22,6 +22,7 @@ use crate::config::{CompactRun, Conversation, DEFAULT_MAX_OUTPUT_TOKENS};
 use crate::error::CompactError;
 use crate::ledger::previous_ledger;
 use crate::report::{CompactOutcome, CompactionReport};
+use crate::undo::Undone;
 use crate::window::KnownWindows;
 
 pub use ahead::NextRequest;
@@ -337,6 +338,19 @@ impl<S: Store> Driver<S> {
         reply.compacted_ahead = ahead;
         reply.truncation = truncation;
         Ok(reply)
+    }
+
+    /// Makes the effective context before the latest compaction or clearing current again, by
+    /// appending an undo entry (nothing is rewritten), and goes on from it; undoing again goes
+    /// one step further back (docs/session.md, "Undo").
+    ///
+    /// # Errors
+    /// As [`undo`](crate::undo()); the driver is unchanged then.
+    pub async fn undo(&mut self) -> Result<Undone, CompactError> {
+        let ids = self.compactor.ids();
+        let undone = crate::undo::undo(&self.context, &mut self.log, ids).await?;
+        self.context = undone.context.clone();
+        Ok(undone)
     }
 
     /// Compacts the context now (`/compact`), with optional extra instructions.

@@ -27,6 +27,7 @@ mod props;
 mod send;
 mod session;
 mod snapshots;
+mod undo;
 mod window;
 
 use std::sync::Arc;
