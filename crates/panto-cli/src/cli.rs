@@ -97,6 +97,22 @@ pub(crate) enum Command {
         #[command(flatten)]
         common: Common,
     },
+    /// What the session cost: per turn and per compaction, the input as billed (cache reads
+    /// and writes at their providers' multipliers), money with `[prices]`, and the share read
+    /// from the cache.
+    #[command(
+        after_help = "Examples:\n  panto cost session.jsonl\n  panto cost session.jsonl --json | jq .totals.cache_hit_share\n\nMoney needs your prices per million tokens in config.toml:\n  [prices.claude-sonnet-4-5]\n  input = 3.0\n  output = 15.0\nCache reads and writes are priced at the provider's documented share of the input price unless you give cache_read, cache_write and cache_write_1h."
+    )]
+    Cost {
+        /// The session (a JSONL file, or a name in a database store).
+        session: PathBuf,
+        /// One JSON document on stdout: `turns` rows and `totals`, which the rows add up to.
+        #[arg(long)]
+        json: bool,
+        /// Common options.
+        #[command(flatten)]
+        common: Common,
+    },
     /// Search what the session's compactions summarized: ranked passages with their ids.
     #[command(
         after_help = "Examples:\n  panto recall session.jsonl 'migration error'\n  panto recall session.jsonl 9f8e7d6 --json | jq '.hits[0].text'\n  panto recall session.jsonl '\"connection refused\"' --limit 3\n\nA query's identifiers (SHAs and their prefixes, paths, path:line, URLs, versions, #123) and quoted text find their exact occurrences first; words rank by BM25. Items the effective context holds verbatim are left out unless --all is given. `panto show SESSION ID` prints a hit whole."
@@ -247,6 +263,7 @@ impl Command {
             | Command::Transcript { common, .. }
             | Command::Compact { common, .. }
             | Command::Ledger { common, .. }
+            | Command::Cost { common, .. }
             | Command::Recall { common, .. }
             | Command::Show { common, .. }
             | Command::Send { common, .. }

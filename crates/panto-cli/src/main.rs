@@ -148,6 +148,7 @@ pub(crate) async fn run(cli: Cli) -> Result<()> {
             compact(&config, &session, asked).await
         }
         Command::Ledger { session, json, .. } => ledger(&config, &session, json).await,
+        Command::Cost { session, json, .. } => commands::cost(&config, &session, json).await,
         Command::Recall {
             session,
             query,

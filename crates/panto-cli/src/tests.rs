@@ -91,6 +91,7 @@ fn the_meter_gives_the_share_of_the_window_the_request_just_answered_and_the_mod
             say_unknown,
             model,
             auto_compact: None,
+            spent: None,
         })
     };
     assert_eq!(
@@ -141,11 +142,64 @@ fn the_meter_gives_the_share_of_the_window_the_request_just_answered_and_the_mod
         say_unknown: false,
         model: "gpt-4o",
         auto_compact: Some(0.8),
+        spent: None,
     });
     assert_eq!(
         ahead,
         "panto: context 106k/128k (82%, compacts at 80%); gpt-4o"
     );
+}
+
+#[test]
+fn the_meter_says_what_the_conversation_cost_so_far() {
+    use panto_model::{Price, Prices, Usage, usage_cost};
+
+    use crate::ui::{METER_WIDTH, Meter, describe_meter, describe_spent};
+
+    let usage = Usage::new(200, 60)
+        .with_cache_read(9_000)
+        .with_cache_creation(800);
+    let tokens = usage_cost(&usage, Some("claude-x"), &Prices::new());
+    // 200 + 9,000 × 0.1 + 800 × 1.25 = 2,100 tokens billed; 90% of the input read.
+    assert_eq!(describe_spent(&tokens).unwrap(), "2.1k billed (90% cached)");
+    let prices = Prices::new().with("claude-x", Price::new(3.0, 15.0));
+    let money = usage_cost(&usage, Some("claude-x"), &prices);
+    // 200 × 3 + 9,000 × 0.3 + 800 × 3.75 + 60 × 15 millionths.
+    assert_eq!(describe_spent(&money).unwrap(), "spent 0.0072 (90% cached)");
+    assert_eq!(describe_spent(&panto_model::Cost::default()), None);
+    // Without a price and without caching, the counts already say it all.
+    let plain = usage_cost(&Usage::new(900, 10), Some("claude-x"), &Prices::new());
+    assert_eq!(describe_spent(&plain), None);
+    // On the meter the cost stays when the counts of the request just answered do not fit,
+    // beside the model's name shortened, or without it when too little room is left.
+    let line = describe_meter(&Meter {
+        answered: Some(Some(&usage)),
+        next_request: 10_100,
+        window: Some(200_000),
+        say_unknown: false,
+        model: "claude-sonnet-4-5-20250929",
+        auto_compact: None,
+        spent: Some(money),
+    });
+    assert_eq!(
+        line,
+        "panto: context 10k/200k (5%); spent 0.0072 (90% cached)"
+    );
+    let shorter = describe_meter(&Meter {
+        answered: None,
+        next_request: 900,
+        window: None,
+        say_unknown: false,
+        model: "claude-sonnet-4-5-20250929",
+        auto_compact: None,
+        spent: Some(tokens),
+    });
+    assert_eq!(shorter.chars().count(), METER_WIDTH, "{shorter}");
+    assert!(
+        shorter.starts_with("panto: context 900; 2.1k billed (90% cached); claude-"),
+        "{shorter}"
+    );
+    assert!(shorter.ends_with('…'), "{shorter}");
 }
 
 #[test]

@@ -8,7 +8,7 @@ use std::io::{IsTerminal, Write};
 use std::sync::OnceLock;
 
 use panto_compact::{CompactionEvent, CompactionStrategy};
-use panto_model::{Trigger, Usage};
+use panto_model::{Cost, Trigger, Usage};
 use panto_provider::{About, ProviderError, RetryNotice};
 
 /// The line announcing a retry: `panto: retrying 2/3 in 4 s: connection failed: Connection
@@ -394,6 +394,10 @@ pub(crate) fn describe_event(event: &CompactionEvent) -> String {
 /// The widest a meter line may be: it fits a terminal of 60 columns.
 pub(crate) const METER_WIDTH: usize = 60;
 
+/// The fewest columns a shortened model name keeps beside the cost on the meter; with less room
+/// the name is left out (the chat names the model when it starts and on `/model`).
+const MODEL_ROOM: usize = 8;
+
 /// What the context meter shows: the size of the next request (system prompt included, as
 /// `panto context` counts it) and its share of the window when the window is known, the
 /// tokens of the request just answered as the provider counted them (input with cache reads
@@ -413,6 +417,8 @@ pub(crate) struct Meter<'a> {
     pub model: &'a str,
     /// The share of the window above which requests are compacted ahead, when on.
     pub auto_compact: Option<f64>,
+    /// What the conversation's requests cost so far in this run (replies and compactions).
+    pub spent: Option<Cost>,
 }
 
 /// The context meter in a compact form that fits [`METER_WIDTH`] columns:
@@ -444,14 +450,35 @@ pub(crate) fn describe_meter(meter: &Meter<'_>) -> String {
         )),
     };
     let line = |parts: &[&str]| format!("panto: {}", parts.join("; "));
+    let spent = meter.spent.as_ref().and_then(describe_spent);
     let mut parts: Vec<&str> = vec![&context];
     if let Some(a) = &answered {
         parts.push(a);
+    }
+    if let Some(s) = &spent {
+        parts.push(s);
     }
     parts.push(meter.model);
     let full = line(&parts);
     if full.chars().count() <= METER_WIDTH {
         return full;
+    }
+    // The counts of the request just answered go first, then the model's name is shortened,
+    // then left out: the cost stays.
+    if let Some(s) = &spent {
+        let with_cost = line(&[&context, s, meter.model]);
+        let width = with_cost.chars().count();
+        if width <= METER_WIDTH {
+            return with_cost;
+        }
+        let room = METER_WIDTH.saturating_sub(width - meter.model.chars().count());
+        if room >= MODEL_ROOM {
+            return line(&[&context, s, &crate::fit::fit(meter.model, room)]);
+        }
+        let alone = line(&[&context, s]);
+        if alone.chars().count() <= METER_WIDTH {
+            return alone;
+        }
     }
     let without = line(&[&context, meter.model]);
     let width = without.chars().count();
@@ -461,6 +488,37 @@ pub(crate) fn describe_meter(meter: &Meter<'_>) -> String {
     // Shorten the model's name to what is left, with an ellipsis.
     let room = METER_WIDTH.saturating_sub(width - meter.model.chars().count());
     line(&[&context, &crate::fit::fit(meter.model, room)])
+}
+
+/// What the requests cost so far, for the meter (`panto_model::usage_cost`'s figures): the
+/// money when every reply had a price (`spent 0.042`), else the input as billed in tokens at
+/// the full price (`45k billed`), with the share read from the cache when there was any
+/// (` (91% cached)`). Nothing before the first reply, nor when it would say nothing the counts
+/// do not (no price, and no cache read or write reported).
+pub(crate) fn describe_spent(cost: &Cost) -> Option<String> {
+    let cached = cost.cache_read_tokens + cost.cache_write_tokens > 0;
+    if cost.replies == 0 || (cost.money().is_none() && !cached) {
+        return None;
+    }
+    let amount = match cost.money() {
+        Some(money) => format!("spent {}", short_money(money)),
+        None => format!("{} billed", short_count(cost.billed_input_tokens)),
+    };
+    let share = cost.cache_hit_share();
+    Some(if share > 0.0 {
+        format!("{amount} ({}% cached)", (share * 100.0).floor())
+    } else {
+        amount
+    })
+}
+
+/// An amount of money in a few characters: four decimals below 1, two above.
+fn short_money(amount: f64) -> String {
+    if amount < 1.0 {
+        format!("{amount:.4}")
+    } else {
+        format!("{amount:.2}")
+    }
 }
 
 /// A token count in a few characters: exact below 1,000, then `3.6k`, `36k`, `1.2M`.

@@ -74,7 +74,7 @@ pub struct RecallAnswer {
 }
 
 impl RecallAnswer {
-    fn error(text: String) -> RecallAnswer {
+    pub(crate) fn error(text: String) -> RecallAnswer {
         RecallAnswer {
             line: format!("recall failed: {text}"),
             text,
@@ -88,38 +88,67 @@ impl RecallAnswer {
     }
 }
 
-/// Answers a call of the recall tool whose arguments are `input`, from `session` of `store`.
+/// What one call of the recall tool asks, read from its arguments.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RecallCall {
+    /// Search: the query, as a recall asks it.
+    Search(RecallQuery),
+    /// Fetch the item with this id, with [`RecallCall::NEIGHBOURS`] entries each side.
+    Fetch(String),
+}
+
+impl RecallCall {
+    /// Entries each side of a fetched item.
+    pub const NEIGHBOURS: usize = NEIGHBOURS;
+
+    /// Reads a call's arguments.
+    ///
+    /// # Errors
+    /// The error answer for the model when they ask for nothing.
+    pub fn parse(input: &Value) -> Result<RecallCall, RecallAnswer> {
+        let text = |key: &str| {
+            input
+                .get(key)
+                .and_then(Value::as_str)
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+        };
+        if let Some(id) = text("id") {
+            return Ok(RecallCall::Fetch(id.to_owned()));
+        }
+        let Some(query) = text("query") else {
+            return Err(RecallAnswer::error(
+                "give `query` (words to search for) or `id`".to_owned(),
+            ));
+        };
+        let limit = input
+            .get("limit")
+            .and_then(Value::as_u64)
+            .map_or(DEFAULT_HITS, |n| n.clamp(1, MAX_HITS) as usize);
+        Ok(RecallCall::Search(
+            RecallQuery::new(query).with_limit(limit),
+        ))
+    }
+}
+
+/// Answers a call of the recall tool whose arguments are `input`, from `session` of `store`
+/// (the `Driver` answers from the index it keeps: [`crate::Driver::answer_recall`]).
 pub async fn answer_recall<S: Store + ?Sized>(
     store: &S,
     session: &str,
     input: &Value,
 ) -> RecallAnswer {
-    let text = |key: &str| {
-        input
-            .get(key)
-            .and_then(Value::as_str)
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-    };
-    if let Some(id) = text("id") {
-        return match store.fetch(session, id, NEIGHBOURS).await {
-            Ok(fetched) => fetch_answer(id, &fetched),
+    match RecallCall::parse(input) {
+        Err(answer) => answer,
+        Ok(RecallCall::Fetch(id)) => match store.fetch(session, &id, NEIGHBOURS).await {
+            Ok(fetched) => fetch_answer(&id, &fetched),
             Err(e) => RecallAnswer::error(e.to_string()),
-        };
-    }
-    let Some(query) = text("query") else {
-        return RecallAnswer::error("give `query` (words to search for) or `id`".to_owned());
-    };
-    let limit = input
-        .get("limit")
-        .and_then(Value::as_u64)
-        .map_or(DEFAULT_HITS, |n| n.clamp(1, MAX_HITS) as usize);
-    match store
-        .recall(session, &RecallQuery::new(query).with_limit(limit))
-        .await
-    {
-        Ok(found) => search_answer(query, &found),
-        Err(e) => RecallAnswer::error(e.to_string()),
+        },
+        Ok(RecallCall::Search(query)) => match store.recall(session, &query).await {
+            Ok(found) => search_answer(&query.text, &found),
+            Err(e) => RecallAnswer::error(e.to_string()),
+        },
     }
 }
 

@@ -68,7 +68,9 @@ mod turns;
 mod validate;
 
 pub use calls::CallIndex;
-pub use cost::{CacheRates, Cost, Price, Prices, usage_cost};
+pub use cost::{
+    CacheRates, Cost, CostCounter, CostReport, CostRow, CostRowKind, Price, Prices, usage_cost,
+};
 pub use decode::{
     BOM, DecodeError, Decoded, Entries, decode_line, decode_line_checked, encode_line,
     encode_lines, entries, from_json, read_entries, read_entries_lossy,

@@ -8,7 +8,7 @@ use panto_compact::{
     CompactError, CompactOutcome, CompactRun, CompactionStrategy, Conversation, NothingToCompact,
     SessionLog, Store, Undone,
 };
-use panto_model::UniqueIds;
+use panto_model::{UniqueIds, usage_cost};
 use serde_json::json;
 
 use crate::config::Config;
@@ -16,6 +16,7 @@ use crate::providers;
 use crate::screen::{Spinner, say};
 use crate::ui::for_stdout;
 
+use super::cost::cost_json;
 use super::failure::failure;
 use super::{
     compactor, exiting, load_existing, open_store, print_json, session_name, store_error,
@@ -136,6 +137,9 @@ pub(crate) async fn compact(config: &Config, path: &Path, asked: CompactAsked) -
                     })).collect::<Vec<_>>(),
                     "native": r.native,
                     "usage": r.usage.as_ref().and_then(|u| serde_json::to_value(u).ok()),
+                    "cost": r.usage.as_ref().map(|u| cost_json(
+                        &usage_cost(u, Some(&r.model), &config.prices())
+                    )),
                     "tokens_counted": "conversation",
                     "id": r.id,
                     "requests": r.requests,

@@ -1,12 +1,12 @@
-//! The commands: `context`, `transcript`, `compact`, `send`, `chat`, `config`, `window`,
-//! `trust`.
+//! The commands: `context`, `transcript`, `compact`, `cost`, `send`, `chat`, `config`,
+//! `window`, `trust`.
 //!
 //! Human-readable output goes through `ui::for_stdout` / `screen::say`, which neutralise control
 //! characters on a terminal; `--json` documents are written as they are.
 //!
 //! This file holds what the commands share (the store, the compactor, the active model, the
 //! output helpers); each group of commands is a file of its own: `views` (`context`,
-//! `transcript`, `ledger`), `recall` (`recall`, `show`), `compact`, `send` (`send` and the chat's turns), `tools` (the
+//! `transcript`, `ledger`), `recall` (`recall`, `show`), `compact`, `cost`, `send` (`send` and the chat's turns), `tools` (the
 //! tool loop that answers the model's recall calls after each reply), `setup` (`config`,
 //! `window`, `trust`), and `failure` (how a failure is told, with a hint).
 
@@ -24,6 +24,7 @@ use crate::screen::{print_event, say};
 use crate::{bad_input, offline, providers};
 
 mod compact;
+mod cost;
 mod failure;
 mod recall;
 mod send;
@@ -34,6 +35,7 @@ mod views;
 pub(crate) use compact::{
     CompactAsked, compact, compact_undo, manual_run, nothing_text, undone_text,
 };
+pub(crate) use cost::cost;
 pub(crate) use failure::{Hopeless, failure};
 pub(crate) use recall::{RecallAsked, recall, recall_in_chat, show};
 pub(crate) use send::{catch_up, driver, give_windows, meter, send, turn};

@@ -6,10 +6,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use anyhow::Result;
 use panto_compact::{Driver, ModelRef, Reply, Store};
 use panto_model::Message;
-use panto_provider::StreamEvent;
+use panto_provider::{PromptCache, RequestOptions, StreamEvent};
 
 use crate::config::Config;
 use crate::screen::{Spinner, say};
+use crate::store_value::Choice;
 use crate::ui::{Cancel, Meter};
 use crate::{Cancelled, bad_input, providers};
 
@@ -76,9 +77,47 @@ pub(crate) fn meter(driver: &CliDriver, reply: Option<&Reply>) -> String {
         window,
         say_unknown,
         model,
-        auto_compact: driver.auto_compact(),
+        auto_compact: driver.next_request().auto_compact,
+        spent: Some(driver.spent().total()),
     });
     format!("{line}{hint}")
+}
+
+/// How session `name`'s requests use the prompt cache: as `prompt_cache` and `cache_ttl` say,
+/// with the conversation's key (docs/providers.md, "Prompt caching").
+pub(crate) fn prompt_cache(config: &Config, name: &str) -> PromptCache {
+    if !config.prompt_cache.value {
+        return PromptCache::off();
+    }
+    PromptCache::new()
+        .with_ttl(config.cache_ttl.value)
+        .with_key(cache_key(config, name))
+}
+
+/// The conversation's `prompt_cache_key`: `panto-` and a 128-bit hash (FNV-1a) of the store
+/// (redacted: a database password never enters it) and the session (a file's absolute path), so
+/// that one conversation's requests share it, no other conversation's do, and neither name
+/// nor path travels in clear.
+pub(crate) fn cache_key(config: &Config, name: &str) -> String {
+    let absolute = |path: &Path| {
+        std::fs::canonicalize(path)
+            .or_else(|_| std::env::current_dir().map(|d| d.join(path)))
+            .map_or_else(|_| path.display().to_string(), |p| p.display().to_string())
+    };
+    let identity = match crate::store_value::parse(&config.store.value) {
+        Ok(Choice::Jsonl(dir)) => absolute(&dir.join(name)),
+        Ok(Choice::Sqlite(file)) => format!("sqlite:{}\u{0}{name}", absolute(&file)),
+        _ => format!(
+            "{}\u{0}{name}",
+            crate::store_value::redacted(&config.store.value)
+        ),
+    };
+    let mut hash: u128 = 0x6c62_272e_07bb_0142_62b8_2175_6295_c58d;
+    for byte in identity.bytes() {
+        hash ^= u128::from(byte);
+        hash = hash.wrapping_mul(0x0000_0000_0100_0000_0000_0000_0000_013b);
+    }
+    format!("panto-{hash:032x}")
 }
 
 /// How often a turn starts again when another writer appended between its load and its
@@ -138,6 +177,8 @@ pub(crate) async fn driver(config: &Config, active: ModelRef, name: &str) -> Res
         .with_system(config.system_prompt.value.clone())
         .with_max_output_tokens(config.max_output_tokens.value)
         .with_auto_compact(config.auto_compact_share())
+        .with_request_options(RequestOptions::new().with_cache(prompt_cache(config, name)))
+        .with_prices(config.prices())
         .with_recall_tool();
     let model = driver.compactor().active().model.clone();
     give_windows(config, &mut driver, &model).await;

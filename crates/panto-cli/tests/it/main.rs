@@ -12,6 +12,7 @@
 
 mod ahead;
 mod config;
+mod cost;
 mod errors;
 mod everyday;
 mod fake_model;

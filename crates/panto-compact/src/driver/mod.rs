@@ -91,6 +91,8 @@ pub struct Driver<S> {
     said_no_window: bool,
     /// What the requests cost, and when the last one was answered.
     accounts: cost::Accounts,
+    /// The index of the session that recall reads, kept current (`recall::RecallCache`).
+    recall_cache: recall::RecallCache,
 }
 
 impl<S: Store> Driver<S> {
@@ -109,6 +111,7 @@ impl<S: Store> Driver<S> {
             auto_compact: None,
             said_no_window: false,
             accounts: cost::Accounts::default(),
+            recall_cache: recall::RecallCache::default(),
         }
     }
 

@@ -24,6 +24,7 @@ mod fold;
 mod ledger;
 mod pressure;
 mod props;
+mod recall;
 mod send;
 mod session;
 mod snapshots;

@@ -2,7 +2,7 @@
 //! sums that reports add up.
 
 use panto_model::arbitrary::usage;
-use panto_model::{CacheRates, Cost, Price, Prices, Usage, usage_cost};
+use panto_model::{CacheRates, Cost, CostReport, CostRowKind, Price, Prices, Usage, usage_cost};
 use proptest::prelude::*;
 use serde_json::json;
 
@@ -109,5 +109,87 @@ proptest! {
         prop_assert!(cost.billed_input_tokens <= u.input_total() + written / 4 + 1);
         let plain = usage_cost(&u, None, &Prices::new());
         prop_assert_eq!(plain.billed_input_tokens, u.input_total());
+    }
+}
+
+/// A session's report: a row per prompt with its tool loop, a row per compaction with the
+/// writes of the first reply after it, kept copies not counted twice, and rows that add up.
+#[test]
+fn a_session_report_counts_each_reply_once() {
+    let text = r#"{"type":"message","id":"m1","role":"user","content":[{"type":"text","text":"fix it"}]}
+{"type":"message","id":"m2","role":"assistant","model":"claude-x","usage":{"input_tokens":10,"output_tokens":5,"cache_creation_input_tokens":2000},"content":[{"type":"tool_use","id":"t1","name":"read","input":{}}]}
+{"type":"message","id":"m3","role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"ok"}]}
+{"type":"message","id":"m4","role":"assistant","model":"claude-x","usage":{"input_tokens":10,"output_tokens":5,"cache_read_input_tokens":2000,"cache_creation_input_tokens":100},"content":[{"type":"text","text":"done"}]}
+{"type":"compaction","id":"c1","summary":"fixed","model":"claude-x","kept_messages":1,"copies_marked":true,"usage":{"input_tokens":3000,"output_tokens":200}}
+{"type":"message","id":"m5","role":"assistant","kept_by":"c1","model":"claude-x","usage":{"input_tokens":10,"output_tokens":5,"cache_read_input_tokens":2000},"content":[{"type":"text","text":"done"}]}
+{"type":"message","id":"m6","role":"user","content":[{"type":"text","text":"next"}]}
+{"type":"message","id":"m7","role":"assistant","model":"claude-x","usage":{"input_tokens":10,"output_tokens":5,"cache_read_input_tokens":800,"cache_creation_input_tokens":1500},"content":[{"type":"text","text":"ok"}]}
+"#;
+    let entries = panto_model::read_entries(text.as_bytes()).unwrap();
+    let report = CostReport::from_entries(&entries, None, &Prices::new());
+    let kinds: Vec<(CostRowKind, usize, u64)> = report
+        .rows
+        .iter()
+        .map(|r| (r.kind, r.turn, r.cost.replies))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            (CostRowKind::Turn, 1, 2),
+            (CostRowKind::Compaction, 1, 1),
+            (CostRowKind::Turn, 2, 1)
+        ]
+    );
+    assert_eq!(report.rows[1].written_after, Some(1500));
+    assert_eq!(report.rows[1].cost.input_tokens, 3000);
+    let sum: Cost = report.rows.iter().map(|r| r.cost).sum();
+    assert_eq!(sum, report.totals);
+    assert_eq!(report.totals.cache_read_tokens, 2800);
+}
+
+/// A real Claude Code session (`../shared/data/sessions/cc-tool_heavy.jsonl`, or in
+/// `PANTO_CALIBRATE_SESSIONS`): its rows add up, and most of its input was read from the cache,
+/// as the agent's caching made it.
+#[test]
+fn a_real_sessions_report_adds_up() {
+    let dir = std::env::var_os("PANTO_CALIBRATE_SESSIONS").map_or_else(
+        || std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/sessions"),
+        std::path::PathBuf::from,
+    );
+    let path = dir.join("cc-tool_heavy.jsonl");
+    let Ok(text) = std::fs::read(&path) else {
+        eprintln!("skipped: {} is absent", path.display());
+        return;
+    };
+    let entries = panto_model::read_entries(&text).unwrap();
+    let prices = Prices::new().with("claude-opus-4-6", Price::new(5.0, 25.0));
+    let report = CostReport::from_entries(&entries, None, &prices);
+    let sum: Cost = report.rows.iter().map(|r| r.cost).sum();
+    assert_eq!(sum, report.totals);
+    let replies = entries
+        .iter()
+        .filter(|e| matches!(e, panto_model::Entry::Message(m) if m.usage.is_some()))
+        .count() as u64;
+    assert_eq!(report.totals.replies, replies);
+    assert!(report.totals.cache_hit_share() > 0.5, "{:?}", report.totals);
+    assert!(report.totals.billed_input_tokens < report.totals.input_total());
+    assert!(report.totals.money().is_some());
+}
+
+proptest! {
+    /// Over generated sessions, with and without compactions, the rows add up to the totals
+    /// and every reply with usage is counted once.
+    #[test]
+    fn a_report_adds_up(session in panto_model::arbitrary::session(6)) {
+        let entries: Vec<panto_model::Entry> =
+            session.messages.into_iter().map(panto_model::Entry::Message).collect();
+        let report = CostReport::from_entries(&entries, Some("claude-x"), &Prices::new());
+        let sum: Cost = report.rows.iter().map(|r| r.cost).sum();
+        prop_assert_eq!(sum, report.totals);
+        let replies = entries
+            .iter()
+            .filter(|e| matches!(e, panto_model::Entry::Message(m) if m.usage.is_some()))
+            .count() as u64;
+        prop_assert_eq!(report.totals.replies, replies);
     }
 }

@@ -76,6 +76,29 @@ impl RecallIndex {
         self.docs.is_empty()
     }
 
+    /// About how many bytes of memory it holds: its postings, terms, documents and items with
+    /// their texts.
+    pub fn heap_bytes(&self) -> u64 {
+        let postings: usize = self
+            .postings
+            .iter()
+            .map(|(term, list)| term.len() + list.capacity() * 8 + 64)
+            .sum();
+        let items: usize = self
+            .items
+            .iter()
+            .map(|i| {
+                size_of::<Item>()
+                    + i.id.len()
+                    + i.entry.len()
+                    + i.text.len()
+                    + i.tool.as_ref().map_or(0, String::len)
+                    + i.call.as_ref().map_or(0, String::len)
+            })
+            .sum();
+        (postings + items + self.docs.capacity() * size_of::<Doc>()) as u64
+    }
+
     /// Adds the next entry of the session.
     pub fn push(&mut self, entry: &Entry) {
         let position = self.entries;
@@ -121,7 +144,7 @@ impl RecallIndex {
     }
 
     /// Every item, in order.
-    pub(crate) fn items(&self) -> &[Item] {
+    pub fn items(&self) -> &[Item] {
         &self.items
     }
 

@@ -3,6 +3,7 @@
 //! multipliers of the base input price) and, with the user's [`Prices`], money. Every report of
 //! panto (a compaction entry, `--json`, the chat's meter, `panto cost`, the benchmark) calls it,
 //! and sums its [`Cost`]s, which are whole numbers so that rows add up to their totals exactly.
+//! [`CostReport`] is a whole session's, turn by turn and compaction by compaction.
 //!
 //! panto ships no price: money needs the user's `[prices]`. The multipliers it ships are the
 //! ones each provider documents for cached input (`docs/providers.md`, "Prompt caching").
@@ -10,6 +11,10 @@
 use std::ops::{Add, AddAssign};
 
 use crate::message::Usage;
+
+mod report;
+
+pub use report::{CostCounter, CostReport, CostRow, CostRowKind};
 
 /// The multipliers of a model's base input price at which its provider bills cached input.
 #[derive(Clone, Copy, Debug, PartialEq)]
