@@ -134,7 +134,7 @@ pub enum CompactionStrategy {
     Clear,
     /// A clearing first; panto's summary (of the cleared conversation) only when the clearing
     /// frees too little or leaves the next request above its target (docs/compaction.md,
-    /// "Tiers").
+    /// "Clearing and tiers").
     Tiered,
 }
 

@@ -118,8 +118,8 @@ mod window;
 pub use attempt::AttemptFailure;
 pub use catalogue::catalogue_checked;
 pub use compactor::{
-    CLEAR_MIN_FREED_DIVISOR, CLEAR_RESULTS_ABOVE, CLEARING_NOTE, Compactor, MAX_LONGER, MAX_SHRINKS,
-    Prepared, TIERED_TARGET_DIVISOR,
+    CLEAR_MIN_FREED_DIVISOR, CLEAR_RESULTS_ABOVE, CLEARING_NOTE, Compactor, MAX_LONGER,
+    MAX_SHRINKS, Prepared, TIERED_TARGET_DIVISOR,
 };
 pub use config::{
     CompactRun, CompactionStrategy, CompactorConfig, Conversation, DEFAULT_KEEP_TOKENS,
@@ -139,9 +139,7 @@ pub use recall_tool::{
     fetch_answer, recall_tool_spec, search_answer,
 };
 pub use record::RECORD_ONLY_MODEL;
-pub use report::{
-    ClearedItem, CompactOutcome, Compacted, CompactionReport, ElidedItem, FoldStep,
-};
+pub use report::{ClearedItem, CompactOutcome, Compacted, CompactionReport, ElidedItem, FoldStep};
 pub use source::{RequestSource, SourceSummarizer};
 pub use undo::{Undone, undo};
 pub use window::{KnownWindows, Overflow, Stated, Window, WindowSource};

@@ -76,7 +76,12 @@ pub struct ClearedItem {
 impl ClearedItem {
     /// Block `block` of the message `message` (by id, when it has one), of kind `kind` and
     /// `bytes` bytes, named `MESSAGE#BLOCK`.
-    pub fn new(message: Option<&str>, block: usize, kind: &'static str, bytes: usize) -> ClearedItem {
+    pub fn new(
+        message: Option<&str>,
+        block: usize,
+        kind: &'static str,
+        bytes: usize,
+    ) -> ClearedItem {
         ClearedItem {
             id: message.map_or(String::new(), |m| format!("{m}#{block}")),
             message: message.map(str::to_owned),

@@ -97,7 +97,9 @@ pub(crate) async fn compact(config: &Config, path: &Path, asked: CompactAsked) -
     if let Err(e @ CompactError::NothingToClear { .. }) = &outcome {
         // Not a failure: like nothing to compact, a normal outcome.
         if as_json {
-            print_json(&json!({"summary": null, "nothing_to_compact": true, "message": e.to_string()}))?;
+            print_json(
+                &json!({"summary": null, "nothing_to_compact": true, "message": e.to_string()}),
+            )?;
         } else {
             say(&format!("panto: {e}"));
         }

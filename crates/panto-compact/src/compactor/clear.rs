@@ -82,11 +82,7 @@ impl Cleared {
     fn of(context: &EffectiveContext, prepared: &Prepared, id: &str, recall: bool) -> Cleared {
         let plan = &prepared.plan;
         // Thinking is kept from the last prompt a person typed on: the tool loop in flight.
-        let loop_start = context
-            .messages
-            .iter()
-            .rposition(is_prompt)
-            .unwrap_or(0);
+        let loop_start = context.messages.iter().rposition(is_prompt).unwrap_or(0);
         let mut out = Cleared {
             messages: Vec::with_capacity(plan.end - plan.head),
             items: Vec::new(),
@@ -133,7 +129,8 @@ impl Cleared {
                         .push(item("tool_result", bytes).with_id(r.tool_use_id.clone()));
                     if let Some(call) = calls.iter().rev().find(|c| c.id == r.tool_use_id) {
                         let call = ContentBlock::ToolUse((*call).clone());
-                        self.originals.push(Message::new(Role::Assistant, vec![call]));
+                        self.originals
+                            .push(Message::new(Role::Assistant, vec![call]));
                     }
                     self.originals
                         .push(Message::new(Role::User, vec![ContentBlock::ToolResult(r)]));
@@ -170,7 +167,9 @@ fn worth_clearing(result: &ToolResultBlock) -> bool {
         return false;
     }
     let image = match &result.content {
-        ToolResultContent::Blocks(blocks) => blocks.iter().any(|b| matches!(b, ContentBlock::Image(_))),
+        ToolResultContent::Blocks(blocks) => {
+            blocks.iter().any(|b| matches!(b, ContentBlock::Image(_)))
+        }
         ToolResultContent::Text(_) => false,
     };
     image || result_bytes(&result.content) > CLEAR_RESULTS_ABOVE
@@ -231,7 +230,10 @@ fn result_placeholder(result: &ToolResultBlock, id: &str, recall: bool) -> ToolR
 
 /// The text that stands in for a cleared image.
 fn image_placeholder(image: &ImageBlock, item: &str, bytes: usize) -> String {
-    let media = image.media_type().filter(|m| !m.is_empty()).unwrap_or("image");
+    let media = image
+        .media_type()
+        .filter(|m| !m.is_empty())
+        .unwrap_or("image");
     let id = if item.is_empty() {
         String::new()
     } else {

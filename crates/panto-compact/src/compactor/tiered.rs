@@ -1,6 +1,6 @@
 //! The tiered strategy (`compaction_strategy = "tiered"`): a clearing first (`clear.rs`), and
 //! panto's summary of the cleared conversation only when the clearing is not enough
-//! (docs/compaction.md, "Tiers"). A composition of the two strategies, not an engine of its
+//! (docs/compaction.md, "Clearing and tiers"). A composition of the two strategies, not an engine of its
 //! own: the summary is the summary strategy's, run over the context the clearing made (never
 //! written), and what is appended is one entry, the clearing's or the summary's.
 //!

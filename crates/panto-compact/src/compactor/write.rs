@@ -231,7 +231,10 @@ impl Run<'_> {
     ///
     /// # Errors
     /// [`CompactError::NotSmaller`].
-    pub(super) fn check_smaller(&mut self, compacted: Compacted) -> Result<Compacted, CompactError> {
+    pub(super) fn check_smaller(
+        &mut self,
+        compacted: Compacted,
+    ) -> Result<Compacted, CompactError> {
         let report = &compacted.report;
         if !self.options.force
             && let Err(not_smaller) = NotSmaller::check(report.tokens_before, report.tokens_after)

@@ -192,7 +192,7 @@ impl<S: Store> Driver<S> {
             window,
         });
         // Headroom: the request after the compaction stays under half the threshold, so that
-        // the next sends do not compact again (docs/compaction.md, "Tiers").
+        // the next sends do not compact again (docs/compaction.md, "Clearing and tiers").
         let run = CompactRun::auto()
             .with_sizes(sizes)
             .with_target_tokens(threshold_tokens / 2);

@@ -15,6 +15,7 @@
 mod ahead;
 mod causes;
 mod chained;
+mod clear;
 mod compaction;
 mod cost;
 mod crash;
