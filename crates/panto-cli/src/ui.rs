@@ -205,22 +205,6 @@ fn needs_escape(c: char) -> bool {
         || matches!(c, '\u{61c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }
 
-/// `bytes` as a person reads them: `812 bytes`, `52.3 KB`, `5.0 MB`.
-pub(crate) fn human_bytes(bytes: usize) -> String {
-    #[expect(
-        clippy::cast_precision_loss,
-        reason = "a size shown to one decimal place"
-    )]
-    let b = bytes as f64;
-    if bytes < 1_000 {
-        format!("{bytes} bytes")
-    } else if bytes < 1_000_000 {
-        format!("{:.1} KB", b / 1e3)
-    } else {
-        format!("{:.1} MB", b / 1e6)
-    }
-}
-
 /// Whether colour is allowed: not when `NO_COLOR` is set (to anything non-empty), per
 /// <https://no-color.org>. The spinner is the only coloured output, and only on a terminal.
 pub(crate) fn color_allowed() -> bool {
@@ -304,9 +288,8 @@ pub(crate) fn describe_event(event: &CompactionEvent) -> String {
         CompactionEvent::Finished(report) if report.strategy == CompactionStrategy::Clear => {
             let bytes: usize = report.cleared.iter().map(|c| c.bytes).sum();
             format!(
-                "panto: cleared {} ({}) without a model: conversation about {} -> {} tokens; {} kept verbatim",
+                "panto: cleared {} ({bytes} bytes) without a model: conversation about {} -> {} tokens; {} kept verbatim",
                 count(report.cleared.len(), "old block"),
-                human_bytes(bytes),
                 report.tokens_before,
                 report.tokens_after,
                 count(report.plan.kept().len(), "message"),
