@@ -158,7 +158,7 @@ pub use panto_size as size;
 pub use panto_store as store;
 pub use panto_store::{
     Fetched, Head, Hit, Loaded, MemoryLog, MemoryStore, RecallQuery, Recalled, Record, SessionLog,
-    Store, StoreError,
+    Store, StoreError, Warning,
 };
 pub use panto_transcript as transcript;
 pub use panto_transcript::Ledger;

@@ -89,7 +89,7 @@ pub(crate) async fn next_session_name(store: &AnyStore, name: &str) -> Result<St
 }
 
 /// Prints the warnings of a load on stderr.
-fn report_warnings(warnings: &[String]) {
+fn report_warnings(warnings: &[panto_compact::Warning]) {
     for w in warnings {
         say(&format!("panto: warning: {w}"));
     }

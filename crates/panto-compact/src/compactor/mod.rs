@@ -138,7 +138,7 @@ impl<T> Exclusive<T> {
 /// summary that fails the checks: empty, one phrase repeated, an echo of the prompt or of the
 /// last message, longer than what it replaces), the active model is asked once; when that fails
 /// too, the error carries both causes. Nothing is written unless a summary was obtained. Every
-/// summary is followed by the ledger of what it replaces ([`with_ledger`]).
+/// summary is followed by the ledger of what it replaces ([`with_ledger`](crate::with_ledger)).
 pub struct Compactor {
     active: ModelRef,
     compaction_model: Option<ModelRef>,

@@ -13,7 +13,7 @@ mod recover;
 use panto_model::{EffectiveContext, Entry, IdKind, Message};
 use panto_provider::{EventSink, ProviderError, Request, RequestOptions, ToolSpec};
 use panto_size::{RequestEstimate, Truncation, estimate, silent_truncation};
-use panto_store::{Loaded, SessionLog, Store, StoreError};
+use panto_store::{Loaded, SessionLog, Store, StoreError, Warning};
 use panto_transcript::Ledger;
 use tracing::{Instrument, info_span};
 
@@ -155,7 +155,7 @@ impl<S: Store> Driver<S> {
         compactor: Compactor,
         store: S,
         session: impl Into<String>,
-    ) -> Result<(Driver<S>, Vec<String>), StoreError> {
+    ) -> Result<(Driver<S>, Vec<Warning>), StoreError> {
         let (log, loaded) = SessionLog::open(store, session).await?;
         Ok((Driver::new(compactor, log, loaded.context), loaded.warnings))
     }
@@ -165,7 +165,7 @@ impl<S: Store> Driver<S> {
     ///
     /// # Errors
     /// As [`SessionLog::reload`]; the driver is unchanged then.
-    pub async fn reload(&mut self) -> Result<Vec<String>, StoreError> {
+    pub async fn reload(&mut self) -> Result<Vec<Warning>, StoreError> {
         let Loaded {
             context, warnings, ..
         } = self.log.reload().await?;
