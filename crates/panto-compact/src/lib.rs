@@ -119,14 +119,14 @@ pub use attempt::AttemptFailure;
 pub use catalogue::catalogue_checked;
 pub use compactor::{
     CLEAR_MIN_FREED_DIVISOR, CLEAR_RESULTS_ABOVE, CLEARING_NOTE, Compactor, MAX_LONGER,
-    MAX_SHRINKS, Prepared, TIERED_TARGET_DIVISOR,
+    MAX_REBASES, MAX_SHRINKS, Prepared, REBASED_FIELD, TIERED_TARGET_DIVISOR,
 };
 pub use config::{
     CompactRun, CompactionStrategy, CompactorConfig, Conversation, DEFAULT_KEEP_TOKENS,
     DEFAULT_MAX_OUTPUT_TOKENS, ModelRef,
 };
 pub use driver::{COLD_SHARE, Clock, Driver, NextRequest, Reply, Spent};
-pub use error::CompactError;
+pub use error::{CompactError, Conflict};
 pub use events::CompactionEvent;
 pub use fold::{Chunk, FoldBudget, FoldError, FoldPlan, MIN_OUTPUT_TOKENS, MIN_ROOM, fold};
 pub use ledger::{

@@ -158,6 +158,11 @@ pub struct CompactionReport {
     /// What was cleared, by a clearing or by the clearing a tiered run made before it
     /// summarized.
     pub cleared: Vec<ClearedItem>,
+    /// The messages another writer appended to the session while the summary was written
+    /// (prompts or tool results, which leave the conversation awaiting a reply): the
+    /// compaction went after them, with copies of them after the kept turns (the entry's
+    /// `rebased`). 0 when no one did.
+    pub rebased: usize,
 }
 
 impl CompactionReport {
@@ -195,6 +200,7 @@ impl CompactionReport {
             usage: None,
             strategy: CompactionStrategy::Summary,
             cleared: Vec::new(),
+            rebased: 0,
         }
     }
 

@@ -31,6 +31,7 @@ mod session;
 mod snapshots;
 mod undo;
 mod window;
+mod writers;
 
 use std::sync::Arc;
 
