@@ -33,3 +33,4 @@ mod terminal;
 mod trust;
 mod widths;
 mod windows;
+mod writers;
