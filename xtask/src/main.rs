@@ -40,7 +40,8 @@ usage: cargo xtask <command>
 
 commands:
   ci     fmt check, clippy -D warnings, tests, rustdoc -D warnings, cargo package (every crate
-         builds from its packaged form), tidy, deps, quality, quality --pressure (in that order)
+         builds from its packaged form), tidy, deps, quality, quality --pressure, quality
+         --recall (in that order)
   tidy   file headers, docs naming every crate, prompts referenced, no module circle, every
          path docs/architecture.md names exists
   deps   the pure crates must not reach IO, async runtimes or HTTP
@@ -236,6 +237,8 @@ fn ci(root: &Path) -> Result<()> {
     quality(root, &[])?;
     eprintln!("==> quality --pressure");
     quality(root, &["--pressure".to_owned()])?;
+    eprintln!("==> quality --recall");
+    quality(root, &["--recall".to_owned()])?;
     eprintln!("ci: all steps passed");
     Ok(())
 }

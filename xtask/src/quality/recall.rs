@@ -12,6 +12,7 @@
 //! Each question is scored closed-book, by whether the effective context holds its answer, and
 //! by whether the record stored on the compaction entry (`panto ledger --json`) does.
 //!
+//! The goals of issue 36 ([`GOALS`]) are checked in every store: a miss fails the command.
 //! `--list` prints every question (category, where it was found, answer, query) for review.
 
 mod needles;
@@ -121,8 +122,13 @@ pub(super) fn run(root: &Path, panto: &Path, sessions: &[PathBuf], args: &[Strin
         print!("{}", question_list(&cases));
         return Ok(());
     }
-    report(&cases, &stores);
-    Ok(())
+    let misses = report(&cases, &stores);
+    if misses.is_empty() {
+        eprintln!("quality --recall: every goal is met in every store");
+        Ok(())
+    } else {
+        bail!("quality --recall: goals missed: {}", misses.join("; "))
+    }
 }
 
 /// Runs `panto` for one session at one keep budget.
@@ -362,7 +368,8 @@ fn score(cases: &[Case], of: fn(&Case) -> &[Question]) -> BTreeMap<&'static str,
     by_store
 }
 
-fn report(cases: &[Case], stores: &[Store]) {
+/// Prints the tables and returns the goals missed, in any store.
+fn report(cases: &[Case], stores: &[Store]) -> Vec<String> {
     let mut sizes = Table::new([
         "session",
         "kept",
@@ -430,16 +437,22 @@ fn report(cases: &[Case], stores: &[Store]) {
         ]);
     }
     println!("{per_store}");
+    let mut misses = Vec::new();
     for (label, least) in GOALS {
         let (n, c, _) = first.get(label);
-        let share = if n == 0 { 0.0 } else { c as f64 / n as f64 };
-        let verdict = if share >= *least { "met" } else { "missed" };
         println!(
-            "goal {label}: closed-book {:.0}% (at least {:.0}%): {verdict}",
-            100.0 * share,
+            "goal {label}: closed-book {} ({c} of {n}; at least {:.0}%)",
+            percent(c, n),
             100.0 * least
         );
+        for store in stores {
+            let (n, c, _) = tallies[store.name()].get(label);
+            if (c as f64) < least * n as f64 || n == 0 {
+                misses.push(format!("{label} in {}: {c} of {n}", store.name()));
+            }
+        }
     }
+    misses
 }
 
 /// Every question, one per line: case, category, sources, answer, query, message id.
