@@ -24,6 +24,7 @@
 mod generate;
 mod process;
 mod real;
+mod recall;
 mod scale;
 mod stages;
 mod stores;
@@ -70,6 +71,11 @@ const SECTIONS: &[Section] = &[
         stores::stores,
     ),
     (
+        "recall",
+        "recall on a 1,000,000-message session per store: cold, index build, warm, update, size",
+        recall::recall,
+    ),
+    (
         "process",
         "the real pi session ×1, ×10 and ×100 through the panto processes, paired with a parse",
         real::process,
@@ -90,6 +96,8 @@ sections:
   session  effective-context load time over growing histories, and append latency
   stores   per store (JSONL, SQLite, PostgreSQL when PANTO_TEST_POSTGRES is set): the load of
            a 1,000,000-message session with a compaction near the end, and append latency
+  recall   per store: a recall of a 1,000,000-message session cold, the index's build, a warm
+           query, the update after an append, and the index's size against the session's
   process  the real pi session (../shared/data/sessions/pi-large.jsonl) ×1, ×10, ×100 through
            panto context --json, panto transcript and panto compact --dry-run --provider
            offline, each run paired with a process parsing the same lines (CPU time by perf)

@@ -91,6 +91,63 @@ pub(crate) enum Command {
         #[command(flatten)]
         common: Common,
     },
+    /// What the session cost: per turn and per compaction, the input as billed (cache reads
+    /// and writes at their providers' multipliers), money with `[prices]`, and the share read
+    /// from the cache.
+    #[command(
+        after_help = "Examples:\n  panto cost session.jsonl\n  panto cost session.jsonl --json | jq .totals.cache_hit_share\n\nMoney needs your prices per million tokens in config.toml:\n  [prices.claude-sonnet-4-5]\n  input = 3.0\n  output = 15.0\nCache reads and writes are priced at the provider's documented share of the input price unless you give cache_read, cache_write and cache_write_1h."
+    )]
+    Cost {
+        /// The session (a JSONL file, or a name in a database store).
+        session: PathBuf,
+        /// One JSON document on stdout: `turns` rows and `totals`, which the rows add up to.
+        #[arg(long)]
+        json: bool,
+        /// Common options.
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Search what the session's compactions summarized: ranked passages with their ids.
+    #[command(
+        after_help = "Examples:\n  panto recall session.jsonl 'migration error'\n  panto recall session.jsonl 9f8e7d6 --json | jq '.hits[0].text'\n  panto recall session.jsonl '\"connection refused\"' --limit 3\n\nA query's identifiers (SHAs and their prefixes, paths, path:line, URLs, versions, #123) and quoted text find their exact occurrences first; words rank by BM25. Items the effective context holds verbatim are left out unless --all is given. `panto show SESSION ID` prints a hit whole."
+    )]
+    Recall {
+        /// The session file (JSONL), or a session name in the store.
+        session: PathBuf,
+        /// Words, identifiers or quoted text to search for.
+        query: String,
+        /// The most passages to print (1 to 50).
+        #[arg(long, default_value_t = 5, value_name = "N")]
+        limit: usize,
+        /// Search the effective context too.
+        #[arg(long)]
+        all: bool,
+        /// One JSON document on stdout: {"hits": [{"id", "role", "tool", "snippet", "text", "score", ...}]}.
+        #[arg(long)]
+        json: bool,
+        /// Common options.
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Print an item of the session's history by its id, with its neighbours.
+    #[command(
+        after_help = "Examples:\n  panto show session.jsonl toolu_01A9\n  panto show session.jsonl m7#0 --context 2\n\nAn id is what `panto recall` prints: a tool call's id (its result), ENTRY#BLOCK, an entry's id (all its blocks), or @POSITION for an entry without one."
+    )]
+    Show {
+        /// The session file (JSONL), or a session name in the store.
+        session: PathBuf,
+        /// The item's id.
+        id: String,
+        /// Entries to print before and after it.
+        #[arg(long, default_value_t = 0, value_name = "N")]
+        context: usize,
+        /// One JSON document on stdout: {"items": [...]}.
+        #[arg(long)]
+        json: bool,
+        /// Common options.
+        #[command(flatten)]
+        common: Common,
+    },
     /// Send one message; on context overflow compact once and retry once; append the reply.
     #[command(
         after_help = "Example:\n  panto send session.jsonl 'Now add a regression test.' \\\n      --provider anthropic --model claude-sonnet-4-5"
@@ -106,11 +163,12 @@ pub(crate) enum Command {
     },
     /// Chat interactively; `/help` lists the commands, `/compact [instructions]` compacts.
     #[command(
-        after_help = "Example:\n  panto chat session.jsonl --provider openai --model gpt-4o\n  > /compact focus on the parser\n\nIn the chat, /help lists the commands. After every reply a line gives the tokens of that request and the size of the next one (with its share of the window when the window is known). Ctrl-C cancels a reply and returns to the prompt; Ctrl-D, or Ctrl-C twice, quits."
+        after_help = "Example:\n  panto chat session.jsonl --provider openai --model gpt-4o\n  > /compact focus on the parser\n\nIn the chat, /help lists the commands. After every reply a line gives the tokens of that request and the size of the next one (with its share of the window when the window is known). Ctrl-C cancels a reply and returns to the prompt; Ctrl-D, or Ctrl-C twice, quits. Without SESSION, the recent sessions of the store are offered to pick from."
     )]
     Chat {
-        /// The session file (JSONL); created when it does not exist.
-        session: PathBuf,
+        /// The session (a JSONL file, or a name in a database store); created when it does not
+        /// exist. Without it, the store's recent sessions are offered to pick from.
+        session: Option<PathBuf>,
         /// Common options.
         #[command(flatten)]
         common: Common,
@@ -169,7 +227,7 @@ pub(crate) enum Command {
     /// Print the context window panto knows for the model, where it came from, and when
     /// requests are compacted ahead; ask the server when nothing is known.
     #[command(
-        after_help = "Examples:\n  panto window --provider openai \\\n      --base-url http://127.0.0.1:8080/v1 --model local\n  panto window --forget\n  panto window --forget --all\n\nA window is configured (context_window), learned from an overflow (the limit it stated, or a bound below a request that did not fit), or discovered from a local server (llama-server, Ollama, vLLM, LM Studio). Learned and discovered windows are kept in <data dir>/panto/windows.toml ($PANTO_DATA_DIR moves it); the smallest known window counts."
+        after_help = "Examples:\n  panto window --provider openai \\\n      --base-url http://127.0.0.1:8080/v1 --model local\n  panto window --forget\n  panto window --forget --all\n\nA window is configured (context_window), learned from an overflow (the limit it stated, or a bound below a request that did not fit), or discovered from a local server (llama-server, Ollama, vLLM, LM Studio). Learned and discovered windows are kept in <data dir>/panto/windows.toml ($PANTO_DATA_DIR moves it); the smallest known window counts. A well-known model name (gpt-4o, Claude, Gemini, ...) has panto's catalogue window until anything else is known."
     )]
     Window {
         /// Forget the learned and discovered windows of the model (with --all: of every model).
@@ -199,6 +257,9 @@ impl Command {
             | Command::Transcript { common, .. }
             | Command::Compact { common, .. }
             | Command::Ledger { common, .. }
+            | Command::Cost { common, .. }
+            | Command::Recall { common, .. }
+            | Command::Show { common, .. }
             | Command::Send { common, .. }
             | Command::Chat { common, .. }
             | Command::Import { common, .. }

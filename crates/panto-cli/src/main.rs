@@ -15,9 +15,13 @@ mod chat;
 mod cli;
 mod commands;
 mod config;
+mod editor;
+mod fit;
 mod input;
+mod keys;
 mod offline;
 mod providers;
+mod screen;
 mod store_value;
 mod stores;
 mod ui;
@@ -36,10 +40,11 @@ use anyhow::{Context as _, Result};
 
 use crate::cli::{Cli, Command, Common};
 use crate::commands::{
-    CompactAsked, compact, context, ledger, send, show_config, show_window, transcript, trust,
+    CompactAsked, RecallAsked, compact, context, ledger, recall, send, show, show_config,
+    show_window, transcript, trust,
 };
 use crate::config::{Config, Locations};
-use crate::ui::say;
+use crate::screen::say;
 
 /// An error that is the user's to fix (bad usage, bad input, missing configuration): exit 2.
 #[derive(Debug)]
@@ -137,10 +142,34 @@ pub(crate) async fn run(cli: Cli) -> Result<()> {
             compact(&config, &session, asked).await
         }
         Command::Ledger { session, json, .. } => ledger(&config, &session, json).await,
+        Command::Cost { session, json, .. } => commands::cost(&config, &session, json).await,
+        Command::Recall {
+            session,
+            query,
+            limit,
+            all,
+            json,
+            ..
+        } => {
+            let asked = RecallAsked {
+                query,
+                limit,
+                all,
+                json,
+            };
+            recall(&config, &session, asked).await
+        }
+        Command::Show {
+            session,
+            id,
+            context,
+            json,
+            ..
+        } => show(&config, &session, &id, context, json).await,
         Command::Send {
             session, message, ..
         } => send(&config, &session, message).await,
-        Command::Chat { session, .. } => chat::chat(&config, &session).await,
+        Command::Chat { session, .. } => chat::chat(&config, session.as_deref()).await,
         Command::Import { file, session, .. } => stores::import(&config, &file, &session).await,
         Command::Export { session, .. } => stores::export(&config, &session).await,
         Command::Sessions { schema, .. } => stores::sessions(&config, schema).await,

@@ -398,7 +398,7 @@ fn render(s: &Summary, instructions: Option<&str>) -> String {
 }
 
 fn section_text(out: &mut String, heading: &str, text: Option<&str>) {
-    if let Some(t) = text {
+    if let Some(t) = text.filter(|t| !t.trim().is_empty()) {
         let _ = writeln!(out, "\n{heading}\n{t}");
     }
 }
@@ -406,7 +406,8 @@ fn section_text(out: &mut String, heading: &str, text: Option<&str>) {
 /// A section whose text is quoted word for word: every line marked `> `, so that the next
 /// model (and the summary checks) read it as a quote of the transcript, not as a summary.
 fn section_quote(out: &mut String, heading: &str, text: Option<&str>) {
-    if let Some(t) = text {
+    // A section is written only with something in it.
+    if let Some(t) = text.filter(|t| !t.trim().is_empty()) {
         let _ = writeln!(out, "\n{heading}");
         for line in t.lines() {
             let _ = writeln!(out, "> {line}");

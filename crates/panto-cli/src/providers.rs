@@ -6,8 +6,8 @@
 //! provider's official API. A keyless base URL that is not the official API (a local llama.cpp
 //! or Ollama server) works without a key.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Result, bail};
@@ -58,20 +58,17 @@ fn adapter_config(protocol: Protocol, config: &Config) -> Result<AdapterConfig, 
 }
 
 /// A provider whose retries are announced on stderr as they are scheduled, for chat requests
-/// and compaction requests alike; every event still reaches the caller's sink. It also
-/// remembers the window a context overflow reports, per model ([`known_windows`], [`remember`]).
+/// and compaction requests alike; every event still reaches the caller's sink.
 struct ShowRetries<P>(P);
 
-/// The context windows providers reported in overflow errors during this run, by model.
-static LEARNED: Mutex<Vec<(String, u64)>> = Mutex::new(Vec::new());
-
-/// The windows known for `model` on the configured provider and server, from every source the
-/// CLI has: the configured `context_window`, the learned and discovered windows kept in the
-/// data folder ([`crate::windows`]), and the limits overflow errors stated during this run;
-/// with the kept records, which say where each came from. The one place the meter, `context`,
-/// `config` and `window` take the window from (the smallest known, `KnownWindows::window`).
+/// Everything the CLI knows of the window of `model` on the configured provider and server at
+/// the start of a command: the configured `context_window`, the learned and discovered windows
+/// kept in the data folder ([`crate::windows`]) and panto's catalogue of well-known models; with
+/// the kept records, which say where each came from. The value a driver or a compaction run is
+/// given (and gives back updated, for [`remember`] to keep), and the one the views show (the
+/// smallest known, `KnownWindows::window`).
 pub(crate) fn known_windows(config: &Config, model: &str) -> (KnownWindows, Vec<Record>) {
-    let mut known = KnownWindows::new();
+    let mut known = KnownWindows::for_model(model);
     if let Some(configured) = config.context_window.value {
         known.learn(Window::new(configured, WindowSource::Configured));
     }
@@ -79,18 +76,13 @@ pub(crate) fn known_windows(config: &Config, model: &str) -> (KnownWindows, Vec<
     for w in records.iter().filter_map(Record::window) {
         known.learn(w);
     }
-    if let Some(limit) = learned_limit(model) {
-        known.learn(Window::new(limit, WindowSource::Reported));
-    }
     (known, records)
 }
 
-/// The windows of `model` a driver is given: [`known_windows`] but the configured one, which
-/// the compactor's settings hold.
-pub(crate) fn given_windows(config: &Config, model: &str) -> KnownWindows {
-    let mut known = known_windows(config, model).0;
-    known.configured = None;
-    known
+/// Whether `window` says nothing of this server: unknown, or only the catalogue's guess from
+/// the model's name (which a server of one's own may not serve), so that the server is asked.
+pub(crate) fn told_nothing(window: Option<Window>) -> bool {
+    window.is_none_or(|w| w.source == WindowSource::Catalogue)
 }
 
 /// The window of `model` as far as the CLI knows it ([`known_windows`]).
@@ -126,42 +118,23 @@ pub(crate) fn window_origin(config: &Config, window: Window, records: &[Record])
         (WindowSource::Discovered, Some(detail)) => format!("discovered: {detail}"),
         (WindowSource::Reported, _) => "learned: an overflow error stated it".to_owned(),
         (WindowSource::Bound, Some(detail)) => format!("learned: {detail}"),
+        (WindowSource::Catalogue, _) => format!(
+            "catalogue: panto's list of well-known models, checked {}",
+            panto_compact::catalogue_checked()
+        ),
         (source, _) => source.describe().to_owned(),
     }
 }
 
-/// The limit an overflow error stated for `model` during this run, if any.
-fn learned_limit(model: &str) -> Option<u64> {
-    let learned = LEARNED.lock().ok()?;
-    learned.iter().find(|(m, _)| m == model).map(|(_, w)| *w)
-}
-
-fn learn_limit(model: &str, window: u64) {
-    if let Ok(mut learned) = LEARNED.lock() {
-        learned.retain(|(m, _)| m != model);
-        learned.push((model.to_owned(), window));
-    }
-}
-
-/// Keeps what this run learned of windows in the data folder: the limits overflow errors
-/// stated (for whichever model), and `learned` for `model` (the driver's: a stated limit, or a
-/// bound a request that did not fit taught). A file that cannot be written is said once; the
-/// conversation goes on.
+/// Keeps in the data folder what a command learned of the window of `model`: `learned`, what
+/// the driver or the compaction run says it learned (`KnownWindows::learned`: a stated limit,
+/// or a bound a request that did not fit taught). A stated limit replaces what is kept (the
+/// provider's latest word); a bound only what it tightens (every bound holds). A file that
+/// cannot be written is said once; the conversation goes on.
 pub(crate) fn remember(config: &Config, model: &str, learned: Option<Window>) {
-    let mut found: Vec<(String, Window)> = LEARNED
-        .lock()
-        .map(|l| {
-            l.iter()
-                .map(|(m, w)| (m.clone(), Window::new(*w, WindowSource::Reported)))
-                .collect()
-        })
-        .unwrap_or_default();
-    if let Some(w) = learned {
-        found.push((model.to_owned(), w));
-    }
-    if found.is_empty() {
+    let Some(window) = learned else {
         return;
-    }
+    };
     let Some(path) = windows::path() else {
         return;
     };
@@ -169,40 +142,35 @@ pub(crate) fn remember(config: &Config, model: &str, learned: Option<Window>) {
         // Said when it was read; a file that cannot be read is never overwritten.
         return;
     };
-    let mut changed = false;
-    for (model, window) in found {
-        // A stated limit replaces what is kept (the provider's latest word); a bound only
-        // what it tightens (every bound holds).
-        let key = Key::of(config, &model);
-        let kept = file
-            .of(&key)
-            .filter_map(Record::window)
-            .find(|w| w.source.is_learned());
-        let keep = match (kept, window.source) {
-            (Some(k), WindowSource::Reported) => k == window,
-            (Some(k), _) => k.tokens <= window.tokens,
-            (None, _) => false,
-        };
-        if keep {
-            continue;
-        }
-        let detail = match window.source {
-            WindowSource::Bound => format!(
-                "below a request of about {} tokens that did not fit (an overflow without numbers, or a request the server cut)",
-                window.tokens + 1
-            ),
-            _ => "an overflow error stated it".to_owned(),
-        };
-        changed |= file.put(Record {
-            provider: key.provider,
-            base_url: key.base_url,
-            model: key.model,
-            tokens: window.tokens,
-            source: window.source.as_str().to_owned(),
-            detail,
-            at: windows::now(),
-        });
+    let key = Key::of(config, model);
+    let kept = file
+        .of(&key)
+        .filter_map(Record::window)
+        .find(|w| w.source.is_learned());
+    let keep = match (kept, window.source) {
+        (Some(k), WindowSource::Reported) => k == window,
+        (Some(k), _) => k.tokens <= window.tokens,
+        (None, _) => false,
+    };
+    if keep {
+        return;
     }
+    let detail = match window.source {
+        WindowSource::Bound => format!(
+            "below a request of about {} tokens that did not fit (an overflow without numbers, or a request the server cut)",
+            window.tokens + 1
+        ),
+        _ => "an overflow error stated it".to_owned(),
+    };
+    let changed = file.put(Record {
+        provider: key.provider,
+        base_url: key.base_url,
+        model: key.model,
+        tokens: window.tokens,
+        source: window.source.as_str().to_owned(),
+        detail,
+        at: windows::now(),
+    });
     if changed && let Err(e) = file.write(&path) {
         note_once(&format!(
             "{e:#}; the window learned is not kept for the next run"
@@ -280,7 +248,7 @@ pub(crate) async fn discover(config: &Config, model: &str) -> Result<Option<Reco
 fn note_once(text: &str) {
     static SAID: AtomicBool = AtomicBool::new(false);
     if !SAID.swap(true, Ordering::Relaxed) {
-        ui::notice(&format!("panto: note: {text}"));
+        crate::screen::notice(&format!("panto: note: {text}"));
     }
 }
 
@@ -297,20 +265,13 @@ impl<P: Provider> Provider for ShowRetries<P> {
     ) -> Result<Message, ProviderError> {
         let mut announce = |event: StreamEvent<'_>| {
             match &event {
-                StreamEvent::Retry(notice) => ui::notice(&ui::describe_retry(notice)),
-                StreamEvent::Notice(text) => ui::notice(&format!("panto: {text}")),
+                StreamEvent::Retry(notice) => crate::screen::notice(&ui::describe_retry(notice)),
+                StreamEvent::Notice(text) => crate::screen::notice(&format!("panto: {text}")),
                 _ => {}
             }
             events(event);
         };
-        let result = self.0.complete(request, &mut announce).await;
-        if let Err(ProviderError::ContextOverflow {
-            limit: Some(limit), ..
-        }) = &result
-        {
-            learn_limit(&request.model, *limit);
-        }
-        result
+        self.0.complete(request, &mut announce).await
     }
 
     async fn compact_natively(

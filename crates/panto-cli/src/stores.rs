@@ -18,8 +18,8 @@ use panto_store_sqlite::{SqliteOptions, SqliteStore};
 
 use crate::bad_input;
 use crate::config::Config;
+use crate::screen::say;
 use crate::store_value::{Choice, parse};
-use crate::ui::say;
 
 /// The store the commands read and write sessions in, chosen by the configuration.
 pub(crate) type AnyStore = Arc<dyn Store>;
@@ -187,9 +187,15 @@ pub(crate) async fn sessions(config: &Config, schema: bool) -> Result<()> {
     drop(out);
     let store = open(config).await?;
     let names = store.list().await.map_err(store_error)?;
+    // On a terminal each name fits its width (cut with `…`); a pipe gets them whole.
+    let width = crate::ui::stdout_is_terminal().then(crate::screen::columns);
     let mut out = std::io::stdout().lock();
     for name in names {
-        writeln!(out, "{}", crate::ui::for_stdout(&name))?;
+        let name = crate::ui::for_stdout(&name);
+        match width {
+            Some(w) => writeln!(out, "{}", crate::fit::fit(&name, w))?,
+            None => writeln!(out, "{name}")?,
+        }
     }
     out.flush()?;
     Ok(())

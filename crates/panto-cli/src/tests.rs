@@ -91,6 +91,7 @@ fn the_meter_gives_the_share_of_the_window_the_request_just_answered_and_the_mod
             say_unknown,
             model,
             auto_compact: None,
+            spent: None,
         })
     };
     assert_eq!(
@@ -141,11 +142,64 @@ fn the_meter_gives_the_share_of_the_window_the_request_just_answered_and_the_mod
         say_unknown: false,
         model: "gpt-4o",
         auto_compact: Some(0.8),
+        spent: None,
     });
     assert_eq!(
         ahead,
         "panto: context 106k/128k (82%, compacts at 80%); gpt-4o"
     );
+}
+
+#[test]
+fn the_meter_says_what_the_conversation_cost_so_far() {
+    use panto_model::{Price, Prices, Usage, usage_cost};
+
+    use crate::ui::{METER_WIDTH, Meter, describe_meter, describe_spent};
+
+    let usage = Usage::new(200, 60)
+        .with_cache_read(9_000)
+        .with_cache_creation(800);
+    let tokens = usage_cost(&usage, Some("claude-x"), &Prices::new());
+    // 200 + 9,000 × 0.1 + 800 × 1.25 = 2,100 tokens billed; 90% of the input read.
+    assert_eq!(describe_spent(&tokens).unwrap(), "2.1k billed (90% cached)");
+    let prices = Prices::new().with("claude-x", Price::new(3.0, 15.0));
+    let money = usage_cost(&usage, Some("claude-x"), &prices);
+    // 200 × 3 + 9,000 × 0.3 + 800 × 3.75 + 60 × 15 millionths.
+    assert_eq!(describe_spent(&money).unwrap(), "spent 0.0072 (90% cached)");
+    assert_eq!(describe_spent(&panto_model::Cost::default()), None);
+    // Without a price and without caching, the counts already say it all.
+    let plain = usage_cost(&Usage::new(900, 10), Some("claude-x"), &Prices::new());
+    assert_eq!(describe_spent(&plain), None);
+    // On the meter the cost stays when the counts of the request just answered do not fit,
+    // beside the model's name shortened, or without it when too little room is left.
+    let line = describe_meter(&Meter {
+        answered: Some(Some(&usage)),
+        next_request: 10_100,
+        window: Some(200_000),
+        say_unknown: false,
+        model: "claude-sonnet-4-5-20250929",
+        auto_compact: None,
+        spent: Some(money),
+    });
+    assert_eq!(
+        line,
+        "panto: context 10k/200k (5%); spent 0.0072 (90% cached)"
+    );
+    let shorter = describe_meter(&Meter {
+        answered: None,
+        next_request: 900,
+        window: None,
+        say_unknown: false,
+        model: "claude-sonnet-4-5-20250929",
+        auto_compact: None,
+        spent: Some(tokens),
+    });
+    assert_eq!(shorter.chars().count(), METER_WIDTH, "{shorter}");
+    assert!(
+        shorter.starts_with("panto: context 900; 2.1k billed (90% cached); claude-"),
+        "{shorter}"
+    );
+    assert!(shorter.ends_with('…'), "{shorter}");
 }
 
 #[test]
@@ -525,7 +579,7 @@ fn a_fold_of_several_steps_is_announced_and_a_single_request_is_not() {
     };
     assert_eq!(
         describe_event(&shrink),
-        "panto: step 2 was too large for the model (prompt is too long); retrying with requests of about 3000 tokens, 5 steps in all"
+        "panto: step 2 was too large for the model: prompt is too long\npanto: retrying with smaller requests: about 3000 tokens each by panto's estimate, 5 steps in all"
     );
     let one = CompactionEvent::Shrinking {
         step: 1,
@@ -870,4 +924,190 @@ fn the_windows_file_keeps_one_learned_and_one_discovered_window_per_model_and_no
     assert_eq!(back.forget(Some(&key)), 2);
     assert_eq!(back.forget(None), 1);
     assert!(back.windows.is_empty());
+}
+
+// ---------------------------------------------------------------------------------------------
+// the chat's line editor and the width rules (issue 40)
+
+mod editor {
+    use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+    use proptest::prelude::*;
+
+    use crate::editor::{Action, Editor};
+    use crate::fit::{fit, width, wrap_words};
+
+    const COMMANDS: &[&str] = &["/help", "/context", "/compact", "/clear"];
+
+    fn key(code: KeyCode) -> KeyEvent {
+        KeyEvent::new(code, KeyModifiers::NONE)
+    }
+
+    fn ctrl(c: char) -> KeyEvent {
+        KeyEvent::new(KeyCode::Char(c), KeyModifiers::CONTROL)
+    }
+
+    fn typed(editor: &mut Editor, text: &str) {
+        for c in text.chars() {
+            editor.key(key(KeyCode::Char(c)));
+        }
+    }
+
+    #[test]
+    fn a_long_paste_is_one_marker_sent_whole_and_deleted_whole() {
+        let mut e = Editor::new(Vec::new(), COMMANDS);
+        typed(&mut e, "see: ");
+        let paste = "line\n".repeat(4);
+        e.paste(&paste.replace('\n', "\r"));
+        assert_eq!(e.shown(), "see: [Pasted text #1: 4 lines, 20 characters]");
+        // Left steps over the marker as one character.
+        e.key(key(KeyCode::Left));
+        assert_eq!(e.view().1, (0, 5));
+        e.key(key(KeyCode::End));
+        assert_eq!(
+            e.key(key(KeyCode::Enter)),
+            Action::Submit {
+                text: format!("see: {paste}"),
+                shown: "see: [Pasted text #1: 4 lines, 20 characters]".to_owned(),
+            }
+        );
+        e.paste(&paste);
+        e.key(key(KeyCode::Backspace));
+        assert!(e.is_empty(), "{:?}", e.shown());
+        // A short paste is typed in as it is.
+        e.paste("two\rlines");
+        assert_eq!(e.shown(), "two\nlines");
+    }
+
+    #[test]
+    fn keys_for_lines_quitting_and_completion() {
+        let mut e = Editor::new(vec!["old".to_owned()], COMMANDS);
+        assert_eq!(e.key(ctrl('d')), Action::End);
+        assert_eq!(e.key(ctrl('c')), Action::Interrupt);
+        typed(&mut e, "a\\");
+        assert_eq!(e.key(key(KeyCode::Enter)), Action::Edited);
+        e.key(ctrl('j'));
+        e.key(KeyEvent::new(KeyCode::Enter, KeyModifiers::SHIFT));
+        typed(&mut e, "b");
+        assert_eq!(e.shown(), "a\n\n\nb");
+        e.clear();
+        e.key(key(KeyCode::Up));
+        assert_eq!(e.shown(), "old");
+        e.key(key(KeyCode::Down));
+        assert_eq!(e.shown(), "");
+        typed(&mut e, "/con");
+        e.key(key(KeyCode::Tab));
+        assert_eq!(e.shown(), "/context ");
+        e.clear();
+        typed(&mut e, "/c");
+        assert_eq!(
+            e.key(key(KeyCode::Tab)),
+            Action::Candidates(vec!["/context", "/compact", "/clear"])
+        );
+        typed(&mut e, "om");
+        e.key(key(KeyCode::Tab));
+        assert_eq!(e.shown(), "/compact ");
+    }
+
+    /// One edit of the draft.
+    #[derive(Clone, Debug)]
+    enum Edit {
+        Type(char),
+        Paste(usize),
+        Key(u8),
+    }
+
+    fn edit() -> impl Strategy<Value = Edit> {
+        prop_oneof![
+            prop::sample::select(vec!['a', ' ', 'é', '字', '\\']).prop_map(Edit::Type),
+            (1usize..8).prop_map(Edit::Paste),
+            (0u8..16).prop_map(Edit::Key),
+        ]
+    }
+
+    fn apply(e: &mut Editor, edit: &Edit, pastes: &mut Vec<String>) {
+        match edit {
+            Edit::Type(c) => {
+                e.key(key(KeyCode::Char(*c)));
+            }
+            Edit::Paste(lines) => {
+                // Pastes of more than 3 lines are collapsed, numbered from 1 in order.
+                let text = format!("paste {}\n", pastes.len()).repeat(*lines);
+                e.paste(&text);
+                if *lines > 3 {
+                    pastes.push(text);
+                }
+            }
+            Edit::Key(k) => {
+                let event = match k {
+                    0 => key(KeyCode::Left),
+                    1 => key(KeyCode::Right),
+                    2 => key(KeyCode::Backspace),
+                    3 => key(KeyCode::Delete),
+                    4 => key(KeyCode::Home),
+                    5 => key(KeyCode::End),
+                    6 => key(KeyCode::Up),
+                    7 => key(KeyCode::Down),
+                    8 => ctrl('w'),
+                    9 => ctrl('k'),
+                    10 => ctrl('u'),
+                    11 => ctrl('j'),
+                    12 => KeyEvent::new(KeyCode::Left, KeyModifiers::CONTROL),
+                    13 => KeyEvent::new(KeyCode::Right, KeyModifiers::CONTROL),
+                    14 => ctrl('a'),
+                    _ => ctrl('e'),
+                };
+                e.key(event);
+            }
+        }
+    }
+
+    proptest! {
+        /// Whatever is typed, moved or deleted, each paste whose marker is still in the draft is
+        /// sent whole, and the cursor stays in the draft.
+        #[test]
+        fn a_paste_is_sent_whole_or_not_at_all(edits in prop::collection::vec(edit(), 0..40)) {
+            let mut e = Editor::new(Vec::new(), &[]);
+            let mut pastes = Vec::new();
+            for edit in &edits {
+                apply(&mut e, edit, &mut pastes);
+                let (lines, (line, column)) = e.view();
+                prop_assert!(line < lines.len());
+                prop_assert!(column <= width(lines[line]));
+            }
+            let shown = e.shown().to_owned();
+            let markers: Vec<usize> = (1..=pastes.len())
+                .filter(|n| shown.contains(&format!("[Pasted text #{n}:")))
+                .collect();
+            e.key(key(KeyCode::End));
+            while !e.view().0.is_empty() && e.view().1.0 + 1 < e.view().0.len() {
+                e.key(key(KeyCode::Down));
+                e.key(key(KeyCode::End));
+            }
+            if let Action::Submit { text, .. } = e.key(key(KeyCode::Enter)) {
+                for n in markers {
+                    prop_assert!(text.contains(&pastes[n - 1]), "paste {n} is not whole in {text:?}");
+                }
+                prop_assert!(!text.contains("[Pasted text #"));
+            }
+        }
+
+        /// A fitted row and a wrapped sentence never pass the width; wrapping keeps each word
+        /// that fits a line.
+        #[test]
+        fn rows_and_sentences_fit_their_width(
+            words in prop::collection::vec("[a-z字]{1,8}", 1..30),
+            columns in 20usize..120,
+        ) {
+            let text = words.join(" ");
+            let row = fit(&text, columns);
+            prop_assert!(width(&row) <= columns);
+            prop_assert!(row == text || row.ends_with('…'));
+            let wrapped = wrap_words(&text, columns, 4);
+            for line in wrapped.lines() {
+                prop_assert!(width(line) <= columns, "{line:?}");
+            }
+            let rewords: Vec<&str> = wrapped.split_whitespace().collect();
+            prop_assert_eq!(rewords, words.iter().map(String::as_str).collect::<Vec<_>>());
+        }
+    }
 }

@@ -1,34 +1,15 @@
-//! Terminal behaviour: a spinner on stderr while a provider call runs (only when stderr is a
-//! terminal), compaction progress and retry lines printed above it, `NO_COLOR`, and the
-//! neutralising of control characters in human-readable text written to a terminal.
+//! Words and terminal rules: compaction progress, retry lines, the meter and errors in words,
+//! `NO_COLOR`, the pager, and the neutralising of control characters in human-readable text
+//! written to a terminal. What is drawn below the output (the spinner, the chat's prompt) is
+//! `screen.rs`.
 
 use std::borrow::Cow;
 use std::io::{IsTerminal, Write};
-use std::sync::Mutex;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 
-use indicatif::{ProgressBar, ProgressStyle};
 use panto_compact::CompactionEvent;
-use panto_model::{Trigger, Usage};
+use panto_model::{Cost, Trigger, Usage};
 use panto_provider::{About, ProviderError, RetryNotice};
-
-/// The spinner on screen, if any, so that lines printed meanwhile go above it.
-static SHOWN: Mutex<Option<ProgressBar>> = Mutex::new(None);
-
-/// Prints one line on stderr, above the spinner when one is drawn.
-pub(crate) fn notice(line: &str) {
-    let line = for_stderr(line);
-    let shown = SHOWN.lock().ok().and_then(|bar| bar.clone());
-    match shown {
-        Some(bar) => bar.println(line),
-        None => {
-            let mut err = std::io::stderr().lock();
-            let _ = writeln!(err, "{line}");
-        }
-    }
-}
 
 /// The line announcing a retry: `panto: retrying 2/3 in 4 s: connection failed: Connection
 /// refused (os error 111)`.
@@ -91,12 +72,6 @@ pub(crate) fn for_stderr(text: &str) -> Cow<'_, str> {
     } else {
         Cow::Borrowed(text)
     }
-}
-
-/// Prints one message line on stderr, neutralised for a terminal, above the spinner when one
-/// is drawn (so the line is never torn by a spinner frame).
-pub(crate) fn say(line: &str) {
-    notice(line);
 }
 
 /// An error as one message: its chain joined with `: `, leaving out each cause whose text the
@@ -236,53 +211,6 @@ pub(crate) fn color_allowed() -> bool {
     std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }
 
-/// A spinner on stderr, or nothing when stderr is not a terminal.
-pub(crate) struct Spinner {
-    bar: Option<ProgressBar>,
-}
-
-impl Spinner {
-    /// Starts a spinner with `message`.
-    pub(crate) fn start(message: &str) -> Spinner {
-        if !stderr_is_terminal() {
-            return Spinner { bar: None };
-        }
-        let bar = ProgressBar::new_spinner();
-        // The spinner's colours follow stderr (where it is drawn), not stdout.
-        console::set_colors_enabled(color_allowed() && console::colors_enabled_stderr());
-        let template = if color_allowed() {
-            "{spinner:.cyan} {msg} ({elapsed})"
-        } else {
-            "{spinner} {msg} ({elapsed})"
-        };
-        let style = ProgressStyle::with_template(template)
-            .unwrap_or_else(|_| ProgressStyle::default_spinner());
-        bar.set_style(style);
-        bar.set_message(message.to_owned());
-        bar.enable_steady_tick(Duration::from_millis(100));
-        if let Ok(mut shown) = SHOWN.lock() {
-            *shown = Some(bar.clone());
-        }
-        Spinner { bar: Some(bar) }
-    }
-
-    /// Removes the spinner from the screen.
-    pub(crate) fn stop(&mut self) {
-        if let Some(bar) = self.bar.take() {
-            if let Ok(mut shown) = SHOWN.lock() {
-                *shown = None;
-            }
-            bar.finish_and_clear();
-        }
-    }
-}
-
-impl Drop for Spinner {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
 /// One stderr line for a compaction event, in the words a person counts: messages, not the
 /// library's turns. Sizes are of the conversation (the messages, without the agent's system
 /// prompt), and say so; the context meter after a reply gives the whole next request.
@@ -334,7 +262,8 @@ pub(crate) fn describe_event(event: &CompactionEvent) -> String {
             steps,
             cause,
         } => format!(
-            "panto: step {step} was too large for the model ({cause}); retrying with requests of about {limit} tokens, {} in all",
+            // One ruler a line: the server's counts in its words, then panto's estimate.
+            "panto: step {step} was too large for the model: {cause}\npanto: retrying with smaller requests: about {limit} tokens each by panto's estimate, {} in all",
             count(*steps, "step")
         ),
         CompactionEvent::FallingBack {
@@ -429,6 +358,10 @@ pub(crate) fn describe_event(event: &CompactionEvent) -> String {
 /// The widest a meter line may be: it fits a terminal of 60 columns.
 pub(crate) const METER_WIDTH: usize = 60;
 
+/// The fewest columns a shortened model name keeps beside the cost on the meter; with less room
+/// the name is left out (the chat names the model when it starts and on `/model`).
+const MODEL_ROOM: usize = 8;
+
 /// What the context meter shows: the size of the next request (system prompt included, as
 /// `panto context` counts it) and its share of the window when the window is known, the
 /// tokens of the request just answered as the provider counted them (input with cache reads
@@ -448,6 +381,8 @@ pub(crate) struct Meter<'a> {
     pub model: &'a str,
     /// The share of the window above which requests are compacted ahead, when on.
     pub auto_compact: Option<f64>,
+    /// What the conversation's requests cost so far in this run (replies and compactions).
+    pub spent: Option<Cost>,
 }
 
 /// The context meter in a compact form that fits [`METER_WIDTH`] columns:
@@ -479,14 +414,35 @@ pub(crate) fn describe_meter(meter: &Meter<'_>) -> String {
         )),
     };
     let line = |parts: &[&str]| format!("panto: {}", parts.join("; "));
+    let spent = meter.spent.as_ref().and_then(describe_spent);
     let mut parts: Vec<&str> = vec![&context];
     if let Some(a) = &answered {
         parts.push(a);
+    }
+    if let Some(s) = &spent {
+        parts.push(s);
     }
     parts.push(meter.model);
     let full = line(&parts);
     if full.chars().count() <= METER_WIDTH {
         return full;
+    }
+    // The counts of the request just answered go first, then the model's name is shortened,
+    // then left out: the cost stays.
+    if let Some(s) = &spent {
+        let with_cost = line(&[&context, s, meter.model]);
+        let width = with_cost.chars().count();
+        if width <= METER_WIDTH {
+            return with_cost;
+        }
+        let room = METER_WIDTH.saturating_sub(width - meter.model.chars().count());
+        if room >= MODEL_ROOM {
+            return line(&[&context, s, &crate::fit::fit(meter.model, room)]);
+        }
+        let alone = line(&[&context, s]);
+        if alone.chars().count() <= METER_WIDTH {
+            return alone;
+        }
     }
     let without = line(&[&context, meter.model]);
     let width = without.chars().count();
@@ -494,9 +450,39 @@ pub(crate) fn describe_meter(meter: &Meter<'_>) -> String {
         return without;
     }
     // Shorten the model's name to what is left, with an ellipsis.
-    let room = METER_WIDTH.saturating_sub(width - meter.model.chars().count() + 1);
-    let model: String = meter.model.chars().take(room).collect();
-    line(&[&context, &format!("{model}…")])
+    let room = METER_WIDTH.saturating_sub(width - meter.model.chars().count());
+    line(&[&context, &crate::fit::fit(meter.model, room)])
+}
+
+/// What the requests cost so far, for the meter (`panto_model::usage_cost`'s figures): the
+/// money when every reply had a price (`spent 0.042`), else the input as billed in tokens at
+/// the full price (`45k billed`), with the share read from the cache when there was any
+/// (` (91% cached)`). Nothing before the first reply, nor when it would say nothing the counts
+/// do not (no price, and no cache read or write reported).
+pub(crate) fn describe_spent(cost: &Cost) -> Option<String> {
+    let cached = cost.cache_read_tokens + cost.cache_write_tokens > 0;
+    if cost.replies == 0 || (cost.money().is_none() && !cached) {
+        return None;
+    }
+    let amount = match cost.money() {
+        Some(money) => format!("spent {}", short_money(money)),
+        None => format!("{} billed", short_count(cost.billed_input_tokens)),
+    };
+    let share = cost.cache_hit_share();
+    Some(if share > 0.0 {
+        format!("{amount} ({}% cached)", (share * 100.0).floor())
+    } else {
+        amount
+    })
+}
+
+/// An amount of money in a few characters: four decimals below 1, two above.
+fn short_money(amount: f64) -> String {
+    if amount < 1.0 {
+        format!("{amount:.4}")
+    } else {
+        format!("{amount:.2}")
+    }
 }
 
 /// A token count in a few characters: exact below 1,000, then `3.6k`, `36k`, `1.2M`.
@@ -531,25 +517,6 @@ pub(crate) fn count(n: usize, thing: &str) -> String {
     }
 }
 
-/// Prints a compaction event on stderr (it may quote a provider's error message).
-pub(crate) fn print_event(event: &CompactionEvent) {
-    if matches!(event, CompactionEvent::SilentTruncation { .. }) {
-        // The answer of the cut request was streamed: its line ends before the next one.
-        end_answer_line();
-    }
-    let line = describe_event(event);
-    if !line.is_empty() {
-        notice(&line);
-    }
-    if let CompactionEvent::Finished(report) = event
-        && let Some(cause) = &report.degraded
-    {
-        for line in describe_degraded(cause, &report.failed_attempts) {
-            notice(&line);
-        }
-    }
-}
-
 /// The lines that say, loudly, that no model wrote the summary: why, each attempt's cause, what
 /// panto wrote instead, and how to have a model summarize later.
 pub(crate) fn describe_degraded(cause: &str, attempts: &[String]) -> Vec<String> {
@@ -564,20 +531,38 @@ pub(crate) fn describe_degraded(cause: &str, attempts: &[String]) -> Vec<String>
     lines
 }
 
-/// Whether an answer streamed to stdout has a line not ended yet.
-static ANSWER_LINE_OPEN: AtomicBool = AtomicBool::new(false);
-
-/// Notes that `text` of an answer was written to stdout.
-pub(crate) fn answer_written(text: &str) {
-    ANSWER_LINE_OPEN.store(!text.ends_with('\n'), Ordering::Relaxed);
+/// What cancels a request: Ctrl-C as the terminal driver delivers it (SIGINT, in cooked mode,
+/// or `kill -INT`), and in the chat, whose terminal is in raw mode, the Ctrl-C key.
+pub(crate) struct Cancel {
+    key: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
-/// Ends the line of an answer streamed to stdout, when one is open.
-pub(crate) fn end_answer_line() {
-    if ANSWER_LINE_OPEN.swap(false, Ordering::Relaxed) {
-        let mut out = std::io::stdout().lock();
-        let _ = writeln!(out);
-        let _ = out.flush();
+impl Cancel {
+    /// Cancelled by SIGINT only.
+    pub(crate) fn signal() -> Cancel {
+        Cancel { key: None }
+    }
+
+    /// Cancelled by SIGINT, or when `key` becomes true.
+    pub(crate) fn with_key(key: tokio::sync::watch::Receiver<bool>) -> Cancel {
+        Cancel { key: Some(key) }
+    }
+
+    /// Resolves when the request is cancelled.
+    pub(crate) async fn cancelled(&mut self) {
+        let key = async {
+            let pressed = match &mut self.key {
+                Some(rx) => rx.wait_for(|pressed| *pressed).await.is_ok(),
+                None => false,
+            };
+            if !pressed {
+                std::future::pending::<()>().await;
+            }
+        };
+        tokio::select! {
+            () = interrupted() => {}
+            () = key => {}
+        }
     }
 }
 

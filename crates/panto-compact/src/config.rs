@@ -1,6 +1,6 @@
 //! How a compaction is set up and asked: the models ([`ModelRef`]), the compactor's settings
 //! ([`CompactorConfig`], set once) and one run's request ([`CompactRun`]: trigger,
-//! instructions, what an overflow reported).
+//! instructions, the overflow that started it).
 
 use std::fmt;
 use std::sync::Arc;
@@ -9,6 +9,7 @@ use panto_model::Trigger;
 use panto_provider::{Provider, ProviderError, RequestOptions, ToolSpec};
 
 use crate::source::SourceSummarizer;
+use crate::window::{KnownWindows, Overflow};
 
 /// The default keep-verbatim budget, in tokens.
 pub const DEFAULT_KEEP_TOKENS: u64 = 20_000;
@@ -68,8 +69,9 @@ impl fmt::Debug for ModelRef {
 
 /// The settings of a [`Compactor`](crate::Compactor), given once when it is built
 /// ([`Compactor::with_config`](crate::Compactor::with_config)) and the same for every run:
-/// budgets, the window when known, the summarizer's kind. What differs from one run to the next
-/// is a [`CompactRun`].
+/// budgets and the summarizer's kind. What differs from one run to the next is a
+/// [`CompactRun`]; the model's window is a [`KnownWindows`](crate::KnownWindows), which a run
+/// takes and gives back updated.
 ///
 /// `#[non_exhaustive]`: start from [`CompactorConfig::new`] (the defaults) and change what you
 /// need, so a new setting breaks no caller.
@@ -77,7 +79,7 @@ impl fmt::Debug for ModelRef {
 /// ```
 /// let config = panto_compact::CompactorConfig::new()
 ///     .with_keep_tokens(8_000)
-///     .with_context_window(Some(128_000));
+///     .with_extractive_summaries(true);
 /// assert_eq!(config.keep_tokens, 8_000);
 /// assert_eq!(config.max_output_tokens, panto_compact::DEFAULT_MAX_OUTPUT_TOKENS);
 /// ```
@@ -86,9 +88,9 @@ impl fmt::Debug for ModelRef {
 /// let config = panto_compact::CompactorConfig {
 ///     keep_tokens: 8_000,
 ///     max_output_tokens: 4_000,
-///     context_window: None,
 ///     extractive_summaries: false,
 ///     compaction_strategy: panto_compact::CompactionStrategy::Summary,
+///     recall_tool: false,
 /// };
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -100,10 +102,6 @@ pub struct CompactorConfig {
     /// The output limit of the compaction request ([`DEFAULT_MAX_OUTPUT_TOKENS`]). A request
     /// whose window is known gets less when input and output would not fit together.
     pub max_output_tokens: u32,
-    /// The model's context window in tokens, when configured. Used only when the provider did
-    /// not state the limit: to fold a prefix too large for one compaction request, and for the
-    /// overflow retry's progress check. `None` by default: correctness never depends on it.
-    pub context_window: Option<u64>,
     /// Whether the summarizer quotes the transcript by design (panto's offline summarizer):
     /// then its summaries are not refused as echoes of the prompt or of the last message, nor
     /// as copies of the previous summary, the checks meant for models that copy instead of
@@ -112,6 +110,9 @@ pub struct CompactorConfig {
     /// How the summary is written: panto's own ([`CompactionStrategy::Summary`], the default)
     /// or the provider's native compaction first ([`CompactionStrategy::Native`]).
     pub compaction_strategy: CompactionStrategy,
+    /// Whether the agent offers its model the recall tool ([`crate::RECALL_TOOL`]): then every
+    /// summary ends with a note naming it ([`crate::recall_note`]). `false` by default.
+    pub recall_tool: bool,
 }
 
 /// How a compaction's summary is written.
@@ -130,28 +131,56 @@ pub enum CompactionStrategy {
 }
 
 impl CompactionStrategy {
+    /// Every strategy, in the order they are listed: the one list every other is made from
+    /// (the CLI's configuration key, its errors and `panto config`). Adding a strategy:
+    /// docs/architecture.md, "Adding a strategy".
+    pub const ALL: [CompactionStrategy; 2] =
+        [CompactionStrategy::Summary, CompactionStrategy::Native];
+
+    /// The names of [`CompactionStrategy::ALL`], in order.
+    pub const NAMES: [&'static str; CompactionStrategy::ALL.len()] = {
+        let mut names = [""; CompactionStrategy::ALL.len()];
+        let mut i = 0;
+        while i < names.len() {
+            names[i] = CompactionStrategy::ALL[i].as_str();
+            i += 1;
+        }
+        names
+    };
+
     /// The name in configuration files: `summary` or `native`.
-    pub fn as_str(self) -> &'static str {
+    pub const fn as_str(self) -> &'static str {
         match self {
             CompactionStrategy::Summary => "summary",
             CompactionStrategy::Native => "native",
         }
     }
 
-    /// The strategy named `name` (`summary` or `native`), if any.
-    pub fn parse(name: &str) -> Option<CompactionStrategy> {
-        match name {
-            "summary" => Some(CompactionStrategy::Summary),
-            "native" => Some(CompactionStrategy::Native),
-            _ => None,
+    /// What the strategy does, in a line for a person.
+    pub const fn help(self) -> &'static str {
+        match self {
+            CompactionStrategy::Summary => {
+                "panto's own summary, folded through as many requests as the window needs"
+            }
+            CompactionStrategy::Native => {
+                "the provider's native compaction, with panto's summary when it fails"
+            }
         }
+    }
+
+    /// The strategy named `name` ([`CompactionStrategy::as_str`]), if any.
+    pub fn parse(name: &str) -> Option<CompactionStrategy> {
+        CompactionStrategy::ALL
+            .into_iter()
+            .find(|s| s.as_str() == name)
     }
 }
 
 /// What the conversation's own requests look like: the system prompt, the tools, the options
 /// and the output limit. Native compaction sends the summarized turns with exactly these, as
 /// Anthropic requires for the thinking of the kept turns to stay valid ("Compaction and
-/// preserved thinking"); the [`Driver`](crate::Driver) gives them to its compactor.
+/// preserved thinking"); the [`Driver`](crate::Driver) gives them to every run it makes
+/// ([`CompactRun::with_conversation`]).
 #[derive(Clone, Debug, Default, PartialEq)]
 #[non_exhaustive]
 pub struct Conversation {
@@ -218,13 +247,6 @@ impl CompactorConfig {
         self
     }
 
-    /// The config with the model's context window, or `None` when it is not known.
-    #[must_use]
-    pub fn with_context_window(mut self, tokens: Option<u64>) -> CompactorConfig {
-        self.context_window = tokens;
-        self
-    }
-
     /// The config saying whether the summarizer quotes the transcript by design.
     #[must_use]
     pub fn with_extractive_summaries(mut self, extractive: bool) -> CompactorConfig {
@@ -238,6 +260,13 @@ impl CompactorConfig {
         self.compaction_strategy = strategy;
         self
     }
+
+    /// The config saying whether the agent offers its model the recall tool.
+    #[must_use]
+    pub fn with_recall_tool(mut self, offered: bool) -> CompactorConfig {
+        self.recall_tool = offered;
+        self
+    }
 }
 
 impl Default for CompactorConfig {
@@ -245,34 +274,28 @@ impl Default for CompactorConfig {
         CompactorConfig {
             keep_tokens: DEFAULT_KEEP_TOKENS,
             max_output_tokens: DEFAULT_MAX_OUTPUT_TOKENS,
-            context_window: None,
             extractive_summaries: false,
             compaction_strategy: CompactionStrategy::Summary,
+            recall_tool: false,
         }
     }
 }
 
-/// One compaction run, as asked: what started it, the user's extra instructions, and what an
-/// overflow reported. Made per call ([`CompactRun::manual`], [`CompactRun::after_overflow`]);
-/// the settings that hold for every run are the [`CompactorConfig`].
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// One compaction run, as asked: what started it, the user's extra instructions, and the
+/// overflow it answers. Made per call ([`CompactRun::manual`], [`CompactRun::after_overflow`]);
+/// the settings that hold for every run are the [`CompactorConfig`], and what is known of the
+/// window is the [`KnownWindows`] the run is given.
+#[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub struct CompactRun {
     /// What started it.
     pub trigger: Trigger,
     /// Extra instructions (`/compact ARGS`), appended to the system prompt.
     pub instructions: Option<String>,
-    /// The context limit an overflow error reported (or, for a proactive compaction, the
-    /// window it works within), which caps the keep budget and bounds every compaction
-    /// request.
-    pub context_limit: Option<u64>,
-    /// For an overflow: panto's estimate of the request that overflowed. The limit is below it,
-    /// so it bounds the compaction requests when the provider stated no limit.
-    pub overflowed_tokens: Option<u64>,
-    /// For an overflow: the provider's own count of that request, when it stated one. With
-    /// [`CompactRun::overflowed_tokens`] it converts the reported limit into panto's
-    /// estimates when those run low.
-    pub provider_tokens: Option<u64>,
+    /// For an overflow: the request the provider refused, and the numbers it gave. The run
+    /// teaches the window what it says ([`KnownWindows::overflowed`]) before it plans, and it
+    /// bounds the run's requests.
+    pub overflow: Option<Overflow>,
     /// What the conversation's next request holds besides the summary and the kept turns, in
     /// estimated tokens: the agent's system prompt and its tools. With a known window it sizes
     /// the summary's output and the ledger's rendering, so that the request after the
@@ -281,11 +304,6 @@ pub struct CompactRun {
     /// The output limit of the conversation's requests: room for the reply is kept beside the
     /// request after the compaction, at most an eighth of the window. `None` counts as 0.
     pub reply_tokens: Option<u64>,
-    /// For an overflow: panto's estimate of the largest conversation request the provider
-    /// accepted before (the one that produced the latest reply). When the provider stated no
-    /// limit, it and the compaction requests the provider accepted are all that is known to
-    /// fit, so the request after the compaction is made no larger.
-    pub accepted_tokens: Option<u64>,
     /// This run's keep-verbatim budget, given explicitly (`panto compact --keep-tokens N`):
     /// it replaces [`CompactorConfig::keep_tokens`], and a manual run does not cap it at half
     /// of the conversation ([`manual_keep_budget`](crate::manual_keep_budget)). A known
@@ -294,11 +312,20 @@ pub struct CompactRun {
     /// Whether the compaction is written even when it would not make the conversation
     /// smaller ([`NotSmaller`](crate::NotSmaller)); `false` by default.
     pub force: bool,
+    /// Whether panto's own record is written when no model could summarize
+    /// ([`CompactError::no_summary_obtained`](crate::CompactError::no_summary_obtained)): the
+    /// same plan and append, the summary made by panto alone, marked `degraded`. Overflow
+    /// recovery sets it, so that the conversation goes on; `false` by default.
+    pub record_on_failure: bool,
     /// The sizes of the context's messages as the ruler measured them
     /// ([`panto_size::Measured::sizes`]), one per message, when the caller has them: the
     /// `Driver` measures the context once on an overflow and hands them on. A compactor that
     /// sizes with the ruler (its default sizer) plans with them instead of sizing again.
     pub sizes: Option<Arc<[u64]>>,
+    /// What the conversation's own requests look like (system prompt, tools, options), which
+    /// native compaction sends the summarized turns with; the [`Driver`](crate::Driver) sets it
+    /// on every run.
+    pub conversation: Option<Conversation>,
 }
 
 impl CompactRun {
@@ -307,45 +334,37 @@ impl CompactRun {
         CompactRun {
             trigger: Trigger::Manual,
             instructions,
-            context_limit: None,
-            overflowed_tokens: None,
-            provider_tokens: None,
+            overflow: None,
             reserved_tokens: None,
             reply_tokens: None,
-            accepted_tokens: None,
             keep_tokens: None,
             force: false,
+            record_on_failure: false,
             sizes: None,
+            conversation: None,
         }
     }
 
-    /// An automatic compaction after a context overflow, with the limit the provider reported.
-    pub fn overflow(context_limit: Option<u64>) -> CompactRun {
+    /// An automatic compaction after a context overflow that stated the limit `stated` (when
+    /// `Some`), of a request whose size is not known ([`CompactRun::after_overflow`] knows it).
+    pub fn overflow(stated: Option<u64>) -> CompactRun {
         CompactRun {
             trigger: Trigger::Overflow,
-            instructions: None,
-            context_limit,
-            overflowed_tokens: None,
-            provider_tokens: None,
-            reserved_tokens: None,
-            reply_tokens: None,
-            accepted_tokens: None,
-            keep_tokens: None,
-            force: false,
-            sizes: None,
+            overflow: Some(Overflow::stating(stated)),
+            ..CompactRun::manual(None)
         }
     }
 
     /// A proactive compaction (trigger `auto`): the next request was estimated above the
-    /// configured share of the model's window of `window` tokens, so the conversation is
-    /// compacted before it is sent. The window bounds every compaction request and caps the
-    /// keep budget at a quarter of it, like a limit an overflow reported; like an overflow
-    /// compaction, it keeps only the turn in flight when the budget would keep every turn,
-    /// and it plans the request after it to fit the window.
-    pub fn auto(window: u64) -> CompactRun {
+    /// configured share of the model's window, so the conversation is compacted before it is
+    /// sent. The window it is given bounds every compaction request and caps the keep budget at
+    /// a quarter of it, like a limit an overflow stated; like an overflow compaction, it keeps
+    /// only the turn in flight when the budget would keep every turn, and it plans the request
+    /// after it to fit the window.
+    pub fn auto() -> CompactRun {
         CompactRun {
             trigger: Trigger::Auto,
-            ..CompactRun::overflow(Some(window))
+            ..CompactRun::manual(None)
         }
     }
 
@@ -362,18 +381,10 @@ impl CompactRun {
     /// estimated at `estimated_tokens`: the provider's numbers and the estimate bound the
     /// compaction requests.
     pub fn after_overflow(error: &ProviderError, estimated_tokens: u64) -> CompactRun {
-        let (limit, input) = match error {
-            ProviderError::ContextOverflow {
-                limit,
-                input_tokens,
-                ..
-            } => (*limit, *input_tokens),
-            _ => (None, None),
-        };
         CompactRun {
-            overflowed_tokens: Some(estimated_tokens),
-            provider_tokens: input,
-            ..CompactRun::overflow(limit)
+            trigger: Trigger::Overflow,
+            overflow: Some(Overflow::new(error, estimated_tokens)),
+            ..CompactRun::manual(None)
         }
     }
 
@@ -398,14 +409,6 @@ impl CompactRun {
     #[must_use]
     pub fn with_sizes(mut self, sizes: Arc<[u64]>) -> CompactRun {
         self.sizes = Some(sizes);
-        self
-    }
-
-    /// The run with panto's estimate of the largest request the provider accepted before
-    /// (see [`CompactRun::accepted_tokens`]).
-    #[must_use]
-    pub fn with_accepted_tokens(mut self, tokens: u64) -> CompactRun {
-        self.accepted_tokens = Some(tokens);
         self
     }
 
@@ -441,39 +444,53 @@ impl CompactRun {
         self
     }
 
-    /// The limit known for the model, in panto's estimated tokens: the reported one (scaled
-    /// down when the provider counted the overflowed request higher than panto did), else the
-    /// configured window.
-    pub fn known_limit(&self, context_window: Option<u64>) -> Option<u64> {
-        let reported =
-            self.context_limit.map(
-                |limit| match (self.provider_tokens, self.overflowed_tokens) {
-                    (Some(counted), Some(estimated)) if counted > estimated && counted > 0 => {
-                        scale(limit, estimated, counted)
-                    }
-                    _ => limit,
-                },
-            );
-        reported.or(context_window)
+    /// The run, with what the conversation's own requests look like (see
+    /// [`CompactRun::conversation`]).
+    #[must_use]
+    pub fn with_conversation(mut self, conversation: Conversation) -> CompactRun {
+        self.conversation = Some(conversation);
+        self
     }
 
-    /// The limit the compaction requests must fit: [`CompactRun::known_limit`], else an
-    /// upper bound learned from the overflow (the limit is below the request that overflowed).
-    pub fn request_limit(&self, context_window: Option<u64>) -> Option<u64> {
-        self.known_limit(context_window)
-            .or(self.overflowed_tokens.map(|t| t.saturating_sub(1)))
+    /// The run, writing panto's own record when no model could summarize (see
+    /// [`CompactRun::record_on_failure`]) when `record` is true.
+    #[must_use]
+    pub fn with_record_on_failure(mut self, record: bool) -> CompactRun {
+        self.record_on_failure = record;
+        self
+    }
+
+    /// Teaches `windows` what this run's overflow said (nothing for other runs); learning it
+    /// twice changes nothing.
+    pub fn teach(&self, windows: &mut KnownWindows) {
+        if let Some(overflow) = &self.overflow {
+            windows.overflowed(overflow);
+        }
+    }
+
+    /// Whether this run answers an overflow that stated no limit: then only a window stated
+    /// below the request that overflowed is known ([`KnownWindows::known_limit`]).
+    pub(crate) fn after_unstated_overflow(&self) -> bool {
+        self.overflow.is_some_and(|o| o.stated.is_none())
+    }
+
+    /// The limit this run knows, in panto's estimated tokens, of `windows` (which learned the
+    /// run's overflow, [`CompactRun::teach`]): see [`KnownWindows::known_limit`].
+    pub fn known_limit(&self, windows: &KnownWindows) -> Option<u64> {
+        windows.known_limit(self.after_unstated_overflow())
     }
 
     /// For an overflow whose size is known, what bounds its requests ([`RequestBound`]);
     /// `None` for other triggers and when the overflowed request's size is unknown.
-    pub(crate) fn request_bound(&self) -> Option<RequestBound> {
+    pub(crate) fn request_bound(&self, windows: &KnownWindows) -> Option<RequestBound> {
         if self.trigger != Trigger::Overflow {
             return None;
         }
-        let conversation = self.provider_tokens.or(self.overflowed_tokens)?;
+        let overflow = self.overflow?;
+        let conversation = overflow.counted.or(overflow.estimated)?;
         Some(RequestBound {
             conversation,
-            stated_window: self.context_limit,
+            stated_window: windows.stated_window(),
         })
     }
 
@@ -492,7 +509,7 @@ impl CompactRun {
 pub(crate) struct RequestBound {
     /// The overflowed request: the provider's count when it stated one, else panto's estimate.
     conversation: u64,
-    /// The window the provider stated.
+    /// The window stated for the model (by the overflow, the configuration or the server).
     stated_window: Option<u64>,
 }
 
@@ -512,12 +529,6 @@ impl RequestBound {
         let half = (window / 2).max(1);
         usize::try_from(self.conversation.div_ceil(half)).unwrap_or(usize::MAX) + unstated
     }
-}
-
-/// `value * numerator / denominator`, rounded down, without overflow.
-pub(crate) fn scale(value: u64, numerator: u64, denominator: u64) -> u64 {
-    let scaled = u128::from(value) * u128::from(numerator) / u128::from(denominator.max(1));
-    u64::try_from(scaled).unwrap_or(u64::MAX)
 }
 
 pub(crate) fn min_known(a: Option<u64>, b: Option<u64>) -> Option<u64> {

@@ -46,6 +46,37 @@ pub fn with_ledger(summary: &str, ledger: &Ledger, budget: usize) -> String {
     format!("{text}\n\n{}", ledger.render_within(budget))
 }
 
+/// The note that ends every summary panto writes for an agent that offers its model the
+/// recall tool ([`crate::RECALL_TOOL`]): the details the summary leaves out are kept, and the
+/// tool finds them. It names no command: a library agent's model has none to run. (Without the
+/// tool no note is added; the ledger's own note says the compaction entry keeps what its
+/// rendering left out.)
+pub fn recall_note() -> String {
+    format!(
+        "{NOTE_START} the `{}` tool searches them and fetches any item whole by its id.)",
+        crate::RECALL_TOOL
+    )
+}
+
+/// How [`recall_note`] starts.
+const NOTE_START: &str = "(Earlier details this summary leaves out are not lost:";
+
+/// `summary` ending with [`recall_note`] when the recall tool is offered, once (a note a
+/// model copied from the previous summary is taken off first); `summary` as it is otherwise.
+pub fn with_recall_note(summary: &str, tool_offered: bool) -> String {
+    if !tool_offered {
+        return summary.to_owned();
+    }
+    let mut text = summary.trim_end();
+    if let Some(at) = text.rfind(NOTE_START)
+        && text[at..].ends_with(')')
+        && !text[at..].contains('\n')
+    {
+        text = text[..at].trim_end();
+    }
+    format!("{text}\n\n{}", recall_note())
+}
+
 /// The length of the ledger rendered into the active summary of `context`, 0 when it has none.
 pub(crate) fn rendered_len(context: &EffectiveContext) -> usize {
     context

@@ -15,7 +15,11 @@
 //! - [`Driver`] is a conversation driver: it appends the new messages, sends the request, and on
 //!   [`ContextOverflow`](panto_provider::ProviderError::ContextOverflow) compacts once and retries
 //!   once; when no model can summarize, it writes panto's own record instead
-//!   ([`Compactor::compact_record_only`]).
+//!   ([`CompactRun::record_on_failure`]).
+//! - [`KnownWindows`] is everything known of the model's window (configured, stated by an
+//!   overflow, said by the server, bounded by a request that did not fit, panto's catalogue),
+//!   with the rules that combine it: the driver owns one, and a compaction run takes it and
+//!   gives it back updated.
 //! - [`CompactError`] is the one error type.
 //! - Storage is any [`Store`] (re-exported from `panto-store`: the JSONL files of
 //!   `panto-session`, SQLite, PostgreSQL, or the in-memory [`MemoryStore`]); the driver and the
@@ -90,6 +94,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod attempt;
+mod catalogue;
 mod check;
 mod compactor;
 mod config;
@@ -100,6 +105,7 @@ mod fold;
 mod ledger;
 mod plan;
 mod prompt;
+mod recall_tool;
 mod record;
 mod report;
 mod source;
@@ -108,21 +114,29 @@ pub mod testing;
 mod window;
 
 pub use attempt::AttemptFailure;
+pub use catalogue::catalogue_checked;
 pub use compactor::{Compactor, MAX_LONGER, MAX_SHRINKS, Prepared};
 pub use config::{
     CompactRun, CompactionStrategy, CompactorConfig, Conversation, DEFAULT_KEEP_TOKENS,
     DEFAULT_MAX_OUTPUT_TOKENS, ModelRef,
 };
-pub use driver::{Driver, NextRequest, Reply};
+pub use driver::{COLD_SHARE, Clock, Driver, NextRequest, Reply, Spent};
 pub use error::CompactError;
 pub use events::CompactionEvent;
 pub use fold::{Chunk, FoldBudget, FoldError, FoldPlan, MIN_OUTPUT_TOKENS, MIN_ROOM, fold};
-pub use ledger::{LEDGER_FIELD, MIN_LEDGER_CHARS, ledger_budget, previous_ledger, with_ledger};
+pub use ledger::{
+    LEDGER_FIELD, MIN_LEDGER_CHARS, ledger_budget, previous_ledger, recall_note, with_ledger,
+    with_recall_note,
+};
 pub use plan::{NotSmaller, NothingToCompact, Plan, keep_budget, manual_keep_budget, plan};
+pub use recall_tool::{
+    RECALL_ANSWER_CHARS, RECALL_TOOL, RecallAnswer, RecallCall, answer_recall, describe,
+    fetch_answer, recall_tool_spec, search_answer,
+};
 pub use record::RECORD_ONLY_MODEL;
 pub use report::{CompactOutcome, Compacted, CompactionReport, ElidedItem, FoldStep};
 pub use source::{RequestSource, SourceSummarizer};
-pub use window::{KnownWindows, Window, WindowSource};
+pub use window::{KnownWindows, Overflow, Stated, Window, WindowSource};
 // The lower crates, whole, and the names an agent needs most, so that depending on this crate
 // alone is enough to implement a provider and a store and to run the loop.
 pub use panto_model as model;
@@ -137,7 +151,8 @@ pub use panto_provider::{
 pub use panto_size as size;
 pub use panto_store as store;
 pub use panto_store::{
-    Head, Loaded, MemoryLog, MemoryStore, Record, SessionLog, Store, StoreError,
+    Fetched, Head, Hit, Loaded, MemoryLog, MemoryStore, RecallQuery, Recalled, Record, SessionLog,
+    Store, StoreError,
 };
 pub use panto_transcript as transcript;
 pub use panto_transcript::Ledger;

@@ -7,7 +7,7 @@ use panto_transcript::{Ledger, TranscriptItem, clip, one_line, transcript_items}
 
 use crate::error::CompactError;
 
-/// The model name a record-only compaction reports ([`Compactor::compact_record_only`](crate::Compactor::compact_record_only)).
+/// The model name a record-only compaction reports ([`CompactRun::record_on_failure`](crate::CompactRun::record_on_failure)).
 pub const RECORD_ONLY_MODEL: &str = "panto-record";
 
 /// The most characters of the assistant's last words a record-only summary quotes.
@@ -50,7 +50,10 @@ pub(crate) fn record_only_text(
             out.push_str("(The earlier summary goes on; the window has no room for the rest. The ledger below keeps its record.)\n");
         }
     }
-    if let Some(text) = last_words(items) {
+    // A section is written only with something in it: no room for a quote, no heading.
+    if let Some(text) = last_words(items)
+        && quote_chars > 0
+    {
         let quoted: String = text
             .chars()
             .take(LAST_WORDS_CHARS.min(quote_chars))
@@ -146,7 +149,8 @@ pub(crate) fn step_record_text(
 }
 
 /// The whole lines from the start of `text` within `max_tokens` (estimated), with a note when
-/// the rest is cut.
+/// the rest is cut. A cut never leaves a heading without its section: headings (and blank
+/// lines) at the end of what is kept go with the rest.
 pub(crate) fn head_within(text: &str, max_tokens: u64) -> String {
     if Heuristic.text(text) <= max_tokens {
         return text.to_owned();
@@ -158,6 +162,13 @@ pub(crate) fn head_within(text: &str, max_tokens: u64) -> String {
             break;
         }
         out.push_str(line);
+    }
+    while let Some(last) = out.trim_end_matches('\n').rsplit('\n').next()
+        && !out.is_empty()
+        && (last.starts_with('#') || last.trim().is_empty())
+    {
+        let keep = out.trim_end_matches('\n').len() - last.len();
+        out.truncate(keep);
     }
     if !out.is_empty() && !out.ends_with('\n') {
         out.push('\n');
@@ -197,6 +208,38 @@ mod tests {
         let heading = "## Turns recorded by panto, not summarized (step 3: cut)\n".len();
         assert!(short.len() <= heading + 600 + 80, "{}", short.len());
         assert!(short.contains("more items left out here; the ledger keeps them whole."));
+    }
+
+    /// Issue 40: panto's own summary never has an empty section, however little room a huge
+    /// newest turn leaves.
+    #[test]
+    fn a_cut_summary_and_a_record_without_room_have_no_empty_section() {
+        let text =
+            "## Goal\nRename it.\n\n## Where the work left off\n> a long quote of the last words\n";
+        for max in 0..40 {
+            let cut = head_within(text, max);
+            let lines: Vec<&str> = cut.lines().collect();
+            for (i, l) in lines.iter().enumerate() {
+                if l.starts_with('#') {
+                    let next = lines.get(i + 1).copied().unwrap_or("");
+                    assert!(
+                        !next.is_empty() && !next.starts_with('#') && !next.starts_with("(The"),
+                        "an empty section at {max} tokens:\n{cut}"
+                    );
+                }
+            }
+        }
+        let items = panto_transcript::transcript_items(&[Message::assistant_text("last words")]);
+        let failure = crate::CompactError::Provider(panto_provider::ProviderError::Timeout {
+            message: "slow".into(),
+        });
+        for chars in 0..12 {
+            let record = super::record_only_text(&failure, None, &items, chars);
+            assert!(
+                !record.trim_end().ends_with("quoted)"),
+                "an empty section at {chars} characters:\n{record}"
+            );
+        }
     }
 
     #[test]

@@ -103,8 +103,8 @@ pub struct CompactionReport {
     /// The protocol of the native compaction that wrote the summary
     /// ([`CompactionStrategy::Native`](crate::CompactionStrategy::Native)), when one did.
     pub native: Option<String>,
-    /// What the provider's native compaction cost, as it reported it (also on the entry, as
-    /// `usage`).
+    /// What the compaction's requests cost, as the providers reported it: the fold's answers
+    /// summed, or the native compaction's (also on the entry, as `usage`).
     pub usage: Option<Usage>,
 }
 

@@ -11,6 +11,11 @@
 //!   [`CallIndex`]; [`validate`] reports protocol problems as values.
 //! - [`replay`] turns entries into the [`EffectiveContext`]: the latest compaction block followed
 //!   by the entries after it.
+//! - [`usage_cost`] turns a reply's usage into what it cost ([`Cost`]: cache-weighted tokens
+//!   with each provider's [`CacheRates`], and money with the user's [`Prices`]).
+//! - [`Item`]: a block of a message or a compaction's summary or ledger, with a stable id
+//!   ([`Items`] walks a session's entries into them, [`ItemRef`] resolves an id): what recall
+//!   finds, `panto show` prints and a clearing placeholder names.
 //! - [`IdSource`] names entries that have none, one format for every entry of a session file:
 //!   [`UniqueIds`] by default, [`SequentialIds`] in tests.
 //!
@@ -47,9 +52,11 @@
 #[cfg(feature = "proptest")]
 pub mod arbitrary;
 mod calls;
+mod cost;
 mod decode;
 mod entry;
 mod ids;
+mod item;
 mod json;
 mod message;
 mod name;
@@ -60,12 +67,16 @@ mod turns;
 mod validate;
 
 pub use calls::CallIndex;
+pub use cost::{
+    CacheRates, Cost, CostCounter, CostReport, CostRow, CostRowKind, Price, Prices, usage_cost,
+};
 pub use decode::{
     BOM, DecodeError, Decoded, Entries, decode_line, decode_line_checked, encode_line,
     encode_lines, entries, from_json, read_entries, read_entries_lossy,
 };
 pub use entry::{COPIES_MARKED, CompactionEntry, Entry, Trigger, UnknownEntry};
 pub use ids::{IdKind, IdSource, SequentialIds, UniqueIds};
+pub use item::{Item, ItemKind, ItemRef, Items, LEDGER, Match, context_items};
 pub use message::{
     CompactionBlock, ContentBlock, Extra, ImageBlock, KEPT_BY, Message, NATIVE, NATIVE_ANTHROPIC,
     NATIVE_OPENAI_RESPONSES, Name, OtherBlock, RawJson, Role, THINKING_KEPT, THINKING_RESET,

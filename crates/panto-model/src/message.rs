@@ -618,6 +618,50 @@ impl Usage {
         self
     }
 
+    /// Adds `other` to this record: every count, the cache figures where either reports them,
+    /// and the long-lifetime share of the writes ([`Usage::cache_creation_long`]). For the
+    /// usage of several requests made as one (a compaction's fold, say).
+    pub fn accumulate(&mut self, other: &Usage) {
+        fn add(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+            match (a, b) {
+                (None, None) => None,
+                (a, b) => Some(a.unwrap_or(0).saturating_add(b.unwrap_or(0))),
+            }
+        }
+        self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);
+        self.output_tokens = self.output_tokens.saturating_add(other.output_tokens);
+        self.cache_read_input_tokens =
+            add(self.cache_read_input_tokens, other.cache_read_input_tokens);
+        self.cache_creation_input_tokens = add(
+            self.cache_creation_input_tokens,
+            other.cache_creation_input_tokens,
+        );
+        let long = self
+            .cache_creation_long()
+            .saturating_add(other.cache_creation_long());
+        if long > 0 {
+            let written = self.cache_creation_input_tokens.unwrap_or(0);
+            self.extra.insert(
+                "cache_creation".into(),
+                serde_json::json!({
+                    "ephemeral_5m_input_tokens": written.saturating_sub(long),
+                    "ephemeral_1h_input_tokens": long,
+                }),
+            );
+        }
+    }
+
+    /// Of the cache writes, those written with the long lifetime: Anthropic's
+    /// `cache_creation.ephemeral_1h_input_tokens`, kept in [`Usage::extra`] as the API sent
+    /// it (0 when absent).
+    pub fn cache_creation_long(&self) -> u64 {
+        self.extra
+            .get("cache_creation")
+            .and_then(|c| c.get("ephemeral_1h_input_tokens"))
+            .and_then(Value::as_u64)
+            .unwrap_or(0)
+    }
+
     /// The whole input of the request: uncached plus cache reads plus cache writes.
     pub fn input_total(&self) -> u64 {
         self.input_tokens

@@ -44,6 +44,16 @@ impl Splice {
     fn placeholder(&self, index: usize) -> String {
         format!("\u{1}panto-raw:{:016x}:{index}\u{1}", self.nonce)
     }
+
+    /// The exact text a placeholder stands for, when it is one of this body's.
+    pub(crate) fn piece(&self, placeholder: &str) -> Option<&str> {
+        let index = placeholder
+            .strip_prefix(&format!("\u{1}panto-raw:{:016x}:", self.nonce))?
+            .strip_suffix('\u{1}')?
+            .parse::<usize>()
+            .ok()?;
+        self.pieces.get(index).map(String::as_str)
+    }
 }
 
 impl WireBody {
@@ -61,6 +71,11 @@ impl WireBody {
             }
         }
         WireBody { value, splice }
+    }
+
+    /// The value to change, and the pieces it refers to.
+    pub(crate) fn parts_mut(&mut self) -> (&mut Value, &Splice) {
+        (&mut self.value, &self.splice)
     }
 
     /// The bytes to send: the value serialized, each placeholder replaced by its piece.

@@ -314,7 +314,7 @@ fn parse_usage(v: &Value) -> Option<Usage> {
     if v.as_object().is_none_or(Map::is_empty) {
         return None;
     }
-    Some(cached_prompt_usage(prompt, output, cached))
+    Some(cached_prompt_usage(prompt, output, cached, None))
 }
 
 /// The state of one answer, fed chunk by chunk (a whole answer is one chunk).

@@ -79,6 +79,9 @@ mod classify;
 mod config;
 mod discover;
 mod dynamic;
+#[cfg(any(test, feature = "emulate"))]
+#[cfg_attr(docsrs, doc(cfg(feature = "emulate")))]
+pub mod emulate;
 #[cfg(feature = "gemini")]
 mod gemini;
 #[cfg(any(feature = "anthropic", feature = "openai-responses"))]
@@ -100,6 +103,7 @@ pub mod wire;
 #[cfg(feature = "anthropic")]
 pub use anthropic::{
     ANTHROPIC_VERSION, AnthropicProvider, COMPACT_ON_DEMAND_BETA, COMPACT_THRESHOLD_BETA,
+    EXTENDED_CACHE_TTL_BETA, LOOKBACK_BLOCKS, MAX_BREAKPOINTS, minimum_cacheable_tokens,
 };
 pub use classify::{
     Classification, Verdict, classify_response, classify_stream_error, error_in_success_body,

@@ -17,8 +17,8 @@ use crate::prepare::{compaction_text, flatten_result, image_url, prepare};
 use crate::protocol::Protocol;
 use crate::secret::ApiKey;
 use crate::shared::{
-    StopReasons, arguments, assistant, cached_prompt_usage, has_calls, insert_sampling, key_header,
-    map_stop_reason, parse_arguments, tool_choice,
+    StopReasons, arguments, assistant, cached_prompt_usage, has_calls, insert_cache_params,
+    insert_sampling, key_header, map_stop_reason, parse_arguments, tool_choice,
 };
 use crate::sse::SseEvent;
 use crate::transport::{
@@ -161,6 +161,7 @@ pub(crate) fn request_body(request: &Request, stream: bool, field: MaxTokensFiel
 fn render_options(request: &Request, body: &mut Map<String, Value>) {
     let options = &request.options;
     insert_sampling(options, body, "top_p");
+    insert_cache_params(request, body);
     if let Some(effort) = options.reasoning_effort {
         body.insert("reasoning_effort".into(), json!(effort.as_str()));
     }
@@ -280,7 +281,10 @@ fn parse_usage(v: &Value) -> Option<Usage> {
         .pointer("/prompt_tokens_details/cached_tokens")
         .and_then(Value::as_u64)
         .or_else(|| v.get("prompt_cache_hit_tokens").and_then(Value::as_u64));
-    Some(cached_prompt_usage(prompt, completion, cached))
+    let written = v
+        .pointer("/prompt_tokens_details/cache_write_tokens")
+        .and_then(Value::as_u64);
+    Some(cached_prompt_usage(prompt, completion, cached, written))
 }
 
 /// Text of a `content` that may be a string or a list of text parts.

@@ -1,9 +1,9 @@
-//! Protocol pieces more than one adapter uses, written once: the key header, tool arguments as JSON strings, the cached-prompt usage arithmetic, the
+//! Protocol pieces more than one adapter uses, written once: the key header, tool arguments as JSON strings, the cached-prompt usage arithmetic, the `OpenAI` caching parameters, the
 //! stop-reason mapping and the assembly of an assistant message.
 
 use panto_model::stop_reason;
 use panto_model::{ContentBlock, Message, Name, Role, Usage};
-use panto_provider::{ReasoningEffort, Request, RequestOptions, ToolChoice};
+use panto_provider::{CacheTtl, ReasoningEffort, Request, RequestOptions, ToolChoice};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::{Map, Value, json};
 
@@ -41,14 +41,107 @@ pub(crate) fn parse_arguments(raw: &str) -> Value {
 }
 
 /// Usage on the Contract 1 names from a protocol that counts the cached part inside the
-/// prompt: `input_tokens` is the prompt minus its cached part, which goes to
-/// `cache_read_input_tokens` (absent when the server did not report caching). A cached count
-/// larger than the prompt is read as the whole prompt.
-pub(crate) fn cached_prompt_usage(prompt: u64, output: u64, cached: Option<u64>) -> Usage {
+/// prompt: `input_tokens` is the prompt minus its cached part, read (`cached`, which goes to
+/// `cache_read_input_tokens`) or written (`written`, `OpenAI`'s `cache_write_tokens` from
+/// GPT-5.6 on, which goes to `cache_creation_input_tokens`); each is absent when the server did
+/// not report it. Counts larger than the prompt are read as the whole prompt.
+pub(crate) fn cached_prompt_usage(
+    prompt: u64,
+    output: u64,
+    cached: Option<u64>,
+    written: Option<u64>,
+) -> Usage {
     let cached = cached.map(|c| c.min(prompt));
-    let mut usage = Usage::new(prompt - cached.unwrap_or(0), output);
+    let written = written.map(|w| w.min(prompt - cached.unwrap_or(0)));
+    let mut usage = Usage::new(prompt - cached.unwrap_or(0) - written.unwrap_or(0), output);
     usage.cache_read_input_tokens = cached;
+    usage.cache_creation_input_tokens = written;
     usage
+}
+
+/// The caching parameters of the `OpenAI` protocols (Chat Completions and Responses): the
+/// conversation's `prompt_cache_key`, and `prompt_cache_retention: "24h"` when the request
+/// asks for the long lifetime and the model offers extended retention
+/// ([`extended_retention`]). Nothing when caching is off.
+pub(crate) fn insert_cache_params(request: &Request, body: &mut Map<String, Value>) {
+    let cache = &request.options.cache;
+    if !cache.is_on() {
+        return;
+    }
+    if let Some(key) = &cache.key {
+        body.insert("prompt_cache_key".into(), json!(key));
+    }
+    if cache.ttl == CacheTtl::Long && extended_retention(&request.model) {
+        body.insert("prompt_cache_retention".into(), json!("24h"));
+    }
+}
+
+/// The prompt cache retentions `OpenAI` offers for a model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Retention {
+    /// In memory only (the default).
+    InMemory,
+    /// In memory (the default) or extended, `"24h"`.
+    Both,
+    /// Extended only, the default (GPT-5.5 and later).
+    Extended,
+}
+
+/// Whether `OpenAI` offers extended prompt cache retention (`"24h"`) for `model`: the models the
+/// "Prompt caching" guide lists (GPT-4.1, GPT-5, GPT-5-Codex, the GPT-5.1 family, GPT-5.2,
+/// GPT-5.3-Codex, GPT-5.4; dated releases of each included), and GPT-5.5 and every later model,
+/// for which it is the only retention.
+pub(crate) fn extended_retention(model: &str) -> bool {
+    retention_offered(model) != Retention::InMemory
+}
+
+/// The retentions `OpenAI` offers for `model` (see [`extended_retention`]).
+pub(crate) fn retention_offered(model: &str) -> Retention {
+    const LISTED: &[&str] = &[
+        "gpt-4.1",
+        "gpt-5",
+        "gpt-5-codex",
+        "gpt-5.1",
+        "gpt-5.1-codex",
+        "gpt-5.1-codex-mini",
+        "gpt-5.1-codex-max",
+        "gpt-5.1-chat-latest",
+        "gpt-5.2",
+        "gpt-5.3-codex",
+        "gpt-5.4",
+    ];
+    let model = model
+        .rsplit('/')
+        .next()
+        .unwrap_or(model)
+        .to_ascii_lowercase();
+    let later = model.strip_prefix("gpt-").is_some_and(|version| {
+        let mut parts = version.splitn(2, '.');
+        let major = parts.next().and_then(|m| m.parse::<u32>().ok());
+        let minor = parts
+            .next()
+            .and_then(|m| m.split(|c: char| !c.is_ascii_digit()).next())
+            .and_then(|m| m.parse::<u32>().ok());
+        match (major, minor) {
+            (Some(m), _) if m > 5 => true,
+            (Some(5), Some(n)) => n >= 5,
+            _ => false,
+        }
+    });
+    if later {
+        return Retention::Extended;
+    }
+    let listed = LISTED.iter().any(|name| {
+        model == *name
+            || model
+                .strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with("-20"))
+    });
+    if listed {
+        Retention::Both
+    } else {
+        Retention::InMemory
+    }
 }
 
 /// How one protocol names its stop reasons, for [`stop_reason`].

@@ -5,7 +5,7 @@ use std::fs;
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
-use panto_store::{Head, Loaded, Page, Record, Store, StoreError, async_trait};
+use panto_store::{Head, Loaded, PAGE_BYTES, Page, Record, Store, StoreError, async_trait};
 
 use crate::error::SessionError;
 use crate::history::History;
@@ -161,7 +161,8 @@ fn read(session: &Session, name: &str, from: Head, max: usize) -> Result<Page, S
         .map_err(|e| error(SessionError::io(&path, "read", e)))?;
     let mut records = Vec::new();
     let mut next = from;
-    while records.len() < max {
+    let mut bytes = 0;
+    while records.len() < max && bytes < PAGE_BYTES {
         match history.next_raw() {
             Ok(Some((line, raw, after))) => {
                 let text = std::str::from_utf8(raw).map_err(|e| {
@@ -173,6 +174,7 @@ fn read(session: &Session, name: &str, from: Head, max: usize) -> Result<Page, S
                         source,
                     })
                 })?;
+                bytes += record.text.len();
                 records.push(record);
                 next = Head::new(after);
             }

@@ -9,17 +9,22 @@ pub(crate) const BOOKKEEPING: &str = "CREATE TABLE panto_schema_migrations (
 ";
 
 /// The schema, one migration per version, oldest first: `(version, SQL)`.
-/// [`crate::PostgresStore::connect`] applies those `panto_schema_migrations` lacks, each in one
-/// transaction under an advisory lock (so hosts starting together migrate once).
+/// [`crate::PostgresStore::connect`] applies those `panto_schema_migrations` lacks, in one
+/// transaction under a transaction-level advisory lock (so hosts starting together migrate
+/// once, and nothing outlives the transaction, as PgBouncer in transaction mode needs).
 ///
-/// `panto_entries` holds one row per entry: the session's name, its position (`seq`, 1 for the
-/// first entry, no gaps), its kind (0 message, 1 compaction, 2 other) and its exact Contract 1
-/// bytes (`bytea`: no encoding conversion, byte for byte). The primary key `(session, seq)` is
-/// the order of a session and what decides a conflict: two writers cannot both insert the row
-/// after the same head. The partial index on compactions is where a load starts.
-pub const MIGRATIONS: &[(u32, &str)] = &[(
-    1,
-    "-- 1: sessions and their entries, with an index on the compactions
+/// Since migration 2, `panto_sessions` gives each session a number (`id`) and keeps its name
+/// (any text: a unique index on `md5(name)` keeps names unique, so they are not bounded by the
+/// index's row size, about 2.7 KB); `panto_entries` holds one row per entry: the session's
+/// number, its position (`seq`, 1 for the first entry, no gaps), its kind (0 message,
+/// 1 compaction, 2 other) and its exact Contract 1 bytes (`bytea`: no encoding conversion,
+/// byte for byte). The primary key `(session, seq)` is the order of a session and what decides
+/// a conflict: two writers cannot both insert the row after the same head. The partial index on
+/// compactions is where a load starts.
+pub const MIGRATIONS: &[(u32, &str)] = &[
+    (
+        1,
+        "-- 1: sessions and their entries, with an index on the compactions
 CREATE TABLE panto_sessions (
     name text PRIMARY KEY,
     created_at timestamptz NOT NULL DEFAULT now()
@@ -33,7 +38,27 @@ CREATE TABLE panto_entries (
 );
 CREATE INDEX panto_entries_compactions ON panto_entries (session, seq) WHERE kind = 1;
 ",
-)];
+    ),
+    (
+        2,
+        "-- 2: each session a number, which its entries name; names of any length
+ALTER TABLE panto_entries DROP CONSTRAINT panto_entries_session_fkey;
+ALTER TABLE panto_sessions DROP CONSTRAINT panto_sessions_pkey;
+ALTER TABLE panto_sessions ADD COLUMN id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY;
+CREATE UNIQUE INDEX panto_sessions_name ON panto_sessions (md5(name));
+ALTER TABLE panto_entries ADD COLUMN session_id bigint;
+UPDATE panto_entries e SET session_id = s.id FROM panto_sessions s WHERE s.name = e.session;
+DROP INDEX panto_entries_compactions;
+ALTER TABLE panto_entries DROP CONSTRAINT panto_entries_pkey;
+ALTER TABLE panto_entries DROP COLUMN session;
+ALTER TABLE panto_entries RENAME COLUMN session_id TO session;
+ALTER TABLE panto_entries ALTER COLUMN session SET NOT NULL;
+ALTER TABLE panto_entries ADD PRIMARY KEY (session, seq);
+ALTER TABLE panto_entries ADD FOREIGN KEY (session) REFERENCES panto_sessions (id);
+CREATE INDEX panto_entries_compactions ON panto_entries (session, seq) WHERE kind = 1;
+",
+    ),
+];
 
 /// The whole schema as one SQL script a person can run (in a transaction) instead of letting
 /// panto migrate: the bookkeeping table, every migration, and the rows that record them.

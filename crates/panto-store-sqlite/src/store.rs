@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use panto_model::{DecodeError, Entry};
 use panto_store::{
-    Head, Loaded, Page, Record, Store, StoreError, async_trait, replay_tail, takes_effect,
+    Head, Loaded, PAGE_BYTES, Page, Record, Store, StoreError, async_trait, replay_tail,
+    takes_effect,
 };
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
@@ -460,12 +461,25 @@ fn read(
         return Err(not_found(session, location));
     }
     let limit = i64::try_from(max).unwrap_or(i64::MAX);
+    // Rows are stepped through one at a time: the page stops once it holds PAGE_BYTES.
     let found = tx
         .prepare_cached(
             "SELECT seq, text FROM panto_entries WHERE session = ?1 AND seq > ?2
              ORDER BY seq LIMIT ?3",
         )
-        .and_then(|mut s| rows(&mut s, params![session, to_i64(from.get()), limit]))
+        .and_then(|mut s| {
+            let mut out: Vec<(i64, String)> = Vec::new();
+            let mut bytes = 0;
+            let mut rows = s.query(params![session, to_i64(from.get()), limit])?;
+            while bytes < PAGE_BYTES
+                && let Some(row) = rows.next()?
+            {
+                let text: String = row.get(1)?;
+                bytes += text.len();
+                out.push((row.get(0)?, text));
+            }
+            Ok(out)
+        })
         .map_err(fail("cannot read the session"))?;
     let next = found.last().map_or(from, |r| Head::new(to_u64(r.0)));
     // Each text is checked to be an entry, as the JSONL store checks each line it reads.

@@ -3,7 +3,10 @@
 //!
 //! - [`Store`]: load a session's effective context ([`Loaded`], with its [`Head`]), append
 //!   records as one unit *conditionally* on the head the writer last saw, read the history in
-//!   pages ([`Page`]) for export, list sessions. [`StoreError`] has four kinds a caller acts on:
+//!   pages ([`Page`]) for export, list sessions, import a whole history as one unit from a
+//!   [`RecordSource`] (a batch at a time), and [`recall`] what compactions took out of the
+//!   effective context (ranked [`Hit`]s) or [`Store::fetch`] an item by id. [`StoreError`] has
+//!   four kinds a caller acts on:
 //!   a conflict (another writer appended; load again), not found, invalid, unavailable.
 //! - [`Record`]: an entry as a store keeps it, its exact Contract 1 text and its
 //!   [`RecordKind`].
@@ -52,7 +55,9 @@ mod error;
 mod head;
 mod log;
 mod memory;
+pub mod recall;
 mod record;
+mod source;
 mod store;
 mod tail;
 
@@ -65,8 +70,10 @@ pub use error::{BoxError, StoreError};
 pub use head::Head;
 pub use log::SessionLog;
 pub use memory::{MEMORY_SESSION, MemoryLog, MemoryStore};
+pub use recall::{Fetched, Hit, RecallQuery, Recalled};
 pub use record::{Record, RecordKind};
-pub use store::{Loaded, Page, Store};
+pub use source::{RecordSource, Records};
+pub use store::{Loaded, PAGE_BYTES, Page, Store, fetch_by_scan, index_from, recall_by_scan};
 pub use tail::{replay_tail, takes_effect};
 
 // The README's example runs as a doctest, so that what crates.io shows compiles and passes.

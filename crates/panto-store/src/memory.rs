@@ -11,7 +11,7 @@ use crate::error::StoreError;
 use crate::head::Head;
 use crate::log::SessionLog;
 use crate::record::Record;
-use crate::store::{Loaded, Page, Store};
+use crate::store::{Loaded, PAGE_BYTES, Page, Store};
 use crate::tail::replay_tail;
 
 /// Sessions in memory. A clone shares the sessions (so two logs over clones see each other's
@@ -145,7 +145,12 @@ impl Store for MemoryStore {
         let start = usize::try_from(from.get())
             .unwrap_or(usize::MAX)
             .min(records.len());
-        let end = start.saturating_add(max).min(records.len());
+        let mut end = start;
+        let mut bytes = 0;
+        while end < records.len() && end - start < max && bytes < PAGE_BYTES {
+            bytes += records[end].text.len();
+            end += 1;
+        }
         Ok(Page::new(
             records[start..end].to_vec(),
             Head::new(end as u64),

@@ -8,7 +8,13 @@ use panto_model::{EffectiveContext, Entry};
 
 use crate::error::StoreError;
 use crate::head::Head;
+use crate::recall::{Fetched, RecallQuery, Recalled};
+
+mod scan;
+
 use crate::record::Record;
+use crate::source::RecordSource;
+pub use scan::{fetch_by_scan, index_from, recall_by_scan};
 
 /// A session's effective context as a store loaded it, with where the session ended.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -54,6 +60,10 @@ impl Page {
         Page { records, next }
     }
 }
+
+/// How much record text a page of [`Store::read`] gathers before it stops: records are added
+/// while the page holds less, so a page holds at most this plus one record.
+pub const PAGE_BYTES: usize = 4 * 1024 * 1024;
 
 /// Where a conversation's entries are kept: a JSONL file per session, an SQLite file, a
 /// PostgreSQL database. The `Driver`, the `Compactor` and every `panto` command use a store
@@ -112,7 +122,9 @@ pub trait Store: Send + Sync {
     ) -> Result<Head, StoreError>;
 
     /// Reads up to `max` records of `session`'s history from position `from` ([`Head::EMPTY`]
-    /// for the first), oldest first, for export and checks.
+    /// for the first), oldest first, for export and checks. A page stops early once it holds
+    /// [`PAGE_BYTES`] of text (so it passes that by one record at most), which bounds what an
+    /// export holds; it is empty only at the end of the history.
     ///
     /// # Errors
     /// [`StoreError::NotFound`], [`StoreError::Invalid`] for a stored line that is not an
@@ -135,6 +147,32 @@ pub trait Store: Send + Sync {
         self.append_records(session, at, &records).await
     }
 
+    /// Writes every record of `source`, in order, as the whole history of `session`, which must
+    /// not exist or hold no entry; returns where it ends. **One unit**: after any failure (a
+    /// record the source cannot read, another writer that started the session meanwhile, a
+    /// store that fails) nothing of it is in the store and no session was created. The records
+    /// stream: a store holds a batch of the source at a time, not the history.
+    ///
+    /// The default reads every batch, then appends them all at [`Head::EMPTY`] in one
+    /// [`Store::append_records`]: one unit on a store whose appends are, but the whole history
+    /// in memory. The stores of panto override it (a transaction, or a file renamed into
+    /// place).
+    ///
+    /// # Errors
+    /// The source's error, unchanged (nothing is written); [`StoreError::Conflict`] when the
+    /// session has entries; otherwise as [`Store::append_records`].
+    async fn import(
+        &self,
+        session: &str,
+        source: &mut dyn RecordSource,
+    ) -> Result<Head, StoreError> {
+        let mut records = Vec::new();
+        while let Some(batch) = source.next_batch().await? {
+            records.extend(batch);
+        }
+        self.append_records(session, Head::EMPTY, &records).await
+    }
+
     /// Gets ready for appends to `session` and checks, before a model is asked, that they could
     /// be written at all: the JSONL store creates a missing file (so its folder and name are
     /// checked now, and another program sees the session) and tries its lock once (it refuses a
@@ -145,6 +183,27 @@ pub trait Store: Send + Sync {
     async fn prepare_append(&self, session: &str) -> Result<(), StoreError> {
         let _ = session;
         Ok(())
+    }
+
+    /// Searches `session`'s history for `query`: the items (blocks of messages, compactions'
+    /// summaries and ledgers) that are not in the effective context verbatim (unless the query
+    /// asks for them), items holding the query's exact strings first, then by BM25
+    /// (`crate::recall`). The default reads the whole history through [`Store::read`] and
+    /// indexes it in memory; a store that keeps an index answers the same hits sooner.
+    ///
+    /// # Errors
+    /// As [`Store::load`] and [`Store::read`].
+    async fn recall(&self, session: &str, query: &RecallQuery) -> Result<Recalled, StoreError> {
+        recall_by_scan(self, session, query).await
+    }
+
+    /// The item (or the items of the entry) `id` names in `session`'s history, with the items
+    /// of `context` entries before and after it. The default reads the whole history.
+    ///
+    /// # Errors
+    /// [`StoreError::NotFound`] when nothing has that id; as [`Store::read`].
+    async fn fetch(&self, session: &str, id: &str, context: usize) -> Result<Fetched, StoreError> {
+        fetch_by_scan(self, session, id, context).await
     }
 }
 
@@ -175,8 +234,30 @@ macro_rules! forward {
             async fn list(&self) -> Result<Vec<String>, StoreError> {
                 (**self).list().await
             }
+            async fn import(
+                &self,
+                session: &str,
+                source: &mut dyn RecordSource,
+            ) -> Result<Head, StoreError> {
+                (**self).import(session, source).await
+            }
             async fn prepare_append(&self, session: &str) -> Result<(), StoreError> {
                 (**self).prepare_append(session).await
+            }
+            async fn recall(
+                &self,
+                session: &str,
+                query: &RecallQuery,
+            ) -> Result<Recalled, StoreError> {
+                (**self).recall(session, query).await
+            }
+            async fn fetch(
+                &self,
+                session: &str,
+                id: &str,
+                context: usize,
+            ) -> Result<Fetched, StoreError> {
+                (**self).fetch(session, id, context).await
             }
         }
     )*};

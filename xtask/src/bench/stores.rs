@@ -20,7 +20,7 @@ use super::{Flags, bench_dir, compaction, fmt_duration, round, time};
 use crate::table::Table;
 
 /// The messages of the generated session (with `--quick`: 100,000).
-const MESSAGES: usize = 1_000_000;
+pub(super) const MESSAGES: usize = 1_000_000;
 
 /// Rounds of four messages after the latest compaction (which keeps two rounds): 1 + 8 + 200
 /// messages in the effective context, as the `session` section.
@@ -28,7 +28,7 @@ const AFTER: usize = 50;
 
 /// The records of a session of about `messages` messages: rounds with a compaction every 200
 /// rounds, then the latest compaction and [`AFTER`] rounds.
-fn records(messages: usize) -> Vec<Record> {
+pub(super) fn records(messages: usize) -> Vec<Record> {
     let mut out = Vec::with_capacity(messages + messages / 100);
     let mut i = 0;
     let tail_messages = 9 + 4 * AFTER;
@@ -64,7 +64,7 @@ struct Row {
 }
 
 /// Fills `session` of `store` with `records`, `chunk` records per append.
-async fn fill<S: Store>(
+pub(super) async fn fill<S: Store>(
     store: &S,
     session: &str,
     records: &[Record],

@@ -10,7 +10,9 @@
 //! the same in every store. The summarized part is the session's messages before the kept
 //! suffix; its questions are made mechanically (`recall/questions.rs`, `recall/needles.rs`).
 //! Each question is scored closed-book, by whether the effective context holds its answer, and
-//! by whether the record stored on the compaction entry (`panto ledger --json`) does.
+//! by whether the record stored on the compaction entry (`panto ledger --json`) does; and
+//! open-book, by whether one recall of its query (`panto recall SESSION QUERY --limit 3
+//! --json`) has a hit among its top 3 whose text holds the answer.
 //!
 //! The goals of issue 36 ([`GOALS`]) are checked in every store: a miss fails the command.
 //! `--list` prints every question (category, where it was found, answer, query) for review.
@@ -76,7 +78,17 @@ struct Outcome {
     context: Value,
     /// `panto ledger --json`.
     ledger: Value,
+    /// The session's name in the store, and the store's flags.
+    session: String,
+    store_args: Vec<String>,
+    /// Per question of [`Case::questions`], then of [`Case::by_answer`]: whether recall's top 3
+    /// held the answer (filled once the questions are made).
+    open: Vec<bool>,
+    open_by_answer: Vec<bool>,
 }
+
+/// Hits one open-book recall reads.
+const OPEN_BOOK_HITS: &str = "3";
 
 /// One session compacted at one keep budget, with its questions.
 struct Case {
@@ -201,6 +213,10 @@ impl<'a> Runner<'a> {
         let part = &self.messages[..summarized];
         let by_answer = questions(part, &kept_text, CAP, Draw::Answers);
         let questions = questions(part, &kept_text, CAP, Draw::Occurrences);
+        for outcome in &mut outcomes {
+            outcome.open = self.open_book(outcome, &questions)?;
+            outcome.open_by_answer = self.open_book(outcome, &by_answer)?;
+        }
         Ok(Some(Case {
             name: self.name.clone(),
             keep_share: self.keep_share,
@@ -272,7 +288,35 @@ impl<'a> Runner<'a> {
             store: store.name(),
             context: json(&["context", &session, "--json"])?,
             ledger: json(&["ledger", &session, "--json"])?,
+            session,
+            store_args,
+            open: Vec::new(),
+            open_by_answer: Vec::new(),
         }))
+    }
+
+    /// Whether one recall of each question's query holds its answer in its top 3 hits.
+    fn open_book(&self, outcome: &Outcome, questions: &[Question]) -> Result<Vec<bool>> {
+        let mut out = Vec::with_capacity(questions.len());
+        for q in questions {
+            let mut args: Vec<String> = ["recall", &outcome.session, &q.query.join(" ")]
+                .iter()
+                .map(|a| (*a).to_owned())
+                .collect();
+            args.extend(["--limit", OPEN_BOOK_HITS, "--json"].map(str::to_owned));
+            args.extend(outcome.store_args.iter().cloned());
+            let doc: Value = serde_json::from_str(&self.panto(&args)?)
+                .context("panto recall printed no JSON")?;
+            let hits: String = doc["hits"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|h| h["text"].as_str())
+                .collect::<Vec<_>>()
+                .join("\n");
+            out.push(q.found_in(&Haystack::new(&hits)));
+        }
+        Ok(out)
     }
 
     /// Runs `panto` in the case's folder, with an empty user configuration and no store or
@@ -320,19 +364,21 @@ fn comparable(context: &Value) -> Vec<Value> {
 /// Questions asked and answered, by a row's label.
 #[derive(Default)]
 struct Tally {
-    /// label -> (questions, answered by the context, answered by the record)
-    rows: BTreeMap<String, (usize, usize, usize)>,
+    /// label -> (questions, answered by the context, by the record, by recall's top 3)
+    rows: BTreeMap<String, (usize, usize, usize, usize)>,
 }
 
 impl Tally {
-    fn add(&mut self, label: &str, context: bool, record: bool) {
+    /// Counts a question: `[context, record, open book]` say which answered it.
+    fn add(&mut self, label: &str, [context, record, open]: [bool; 3]) {
         let e = self.rows.entry(label.to_owned()).or_default();
         e.0 += 1;
         e.1 += usize::from(context);
         e.2 += usize::from(record);
+        e.3 += usize::from(open);
     }
 
-    fn get(&self, label: &str) -> (usize, usize, usize) {
+    fn get(&self, label: &str) -> (usize, usize, usize, usize) {
         self.rows.get(label).copied().unwrap_or_default()
     }
 }
@@ -352,15 +398,25 @@ fn score(cases: &[Case], of: fn(&Case) -> &[Question]) -> BTreeMap<&'static str,
             let context = Haystack::new(&strings(&outcome.context["messages"]));
             let record = Haystack::new(&strings(&outcome.ledger));
             let tally = by_store.entry(outcome.store).or_default();
-            for q in of(case) {
-                let (c, r) = (q.found_in(&context), q.found_in(&record));
-                tally.add("all", c, r);
-                tally.add(q.category.name(), c, r);
+            let asked = of(case);
+            let open = if std::ptr::eq(asked, case.questions.as_slice()) {
+                &outcome.open
+            } else {
+                &outcome.open_by_answer
+            };
+            for (i, q) in asked.iter().enumerate() {
+                let found = [
+                    q.found_in(&context),
+                    q.found_in(&record),
+                    open.get(i).copied().unwrap_or(false),
+                ];
+                tally.add("all", found);
+                tally.add(q.category.name(), found);
                 for s in &q.sources {
-                    tally.add(&format!("source: {}", s.name()), c, r);
+                    tally.add(&format!("source: {}", s.name()), found);
                 }
                 if q.only_in_output() {
-                    tally.add("only in successful tool output", c, r);
+                    tally.add("only in successful tool output", found);
                 }
             }
         }
@@ -405,19 +461,23 @@ fn report(cases: &[Case], stores: &[Store]) -> Vec<String> {
         "n",
         "closed-book (context)",
         "stored record",
+        "open-book (recall, top 3)",
         "n over answers",
         "closed-book over answers",
+        "open-book over answers",
     ]);
     for label in &rows {
-        let (n, c, r) = first.get(label);
-        let (an, ac, _) = by_answer.get(label);
+        let (n, c, r, o) = first.get(label);
+        let (an, ac, _, ao) = by_answer.get(label);
         table.row([
             label.clone(),
             n.to_string(),
             percent(c, n),
             percent(r, n),
+            percent(o, n),
             an.to_string(),
             percent(ac, an),
+            percent(ao, an),
         ]);
     }
     println!("{table}");
@@ -426,27 +486,34 @@ fn report(cases: &[Case], stores: &[Store]) -> Vec<String> {
         "questions",
         "closed-book (context)",
         "stored record",
+        "open-book (recall, top 3)",
     ]);
     for store in stores {
-        let (n, c, r) = tallies[store.name()].get("all");
+        let (n, c, r, o) = tallies[store.name()].get("all");
         per_store.row([
             store.name().to_owned(),
             n.to_string(),
             percent(c, n),
             percent(r, n),
+            percent(o, n),
         ]);
     }
     println!("{per_store}");
+    let (n, _, _, o) = first.get("all");
+    println!(
+        "goal open-book: {} ({o} of {n}; at least 90%)",
+        percent(o, n)
+    );
     let mut misses = Vec::new();
     for (label, least) in GOALS {
-        let (n, c, _) = first.get(label);
+        let (n, c, _, _) = first.get(label);
         println!(
             "goal {label}: closed-book {} ({c} of {n}; at least {:.0}%)",
             percent(c, n),
             100.0 * least
         );
         for store in stores {
-            let (n, c, _) = tallies[store.name()].get(label);
+            let (n, c, _, _) = tallies[store.name()].get(label);
             if (c as f64) < least * n as f64 || n == 0 {
                 misses.push(format!("{label} in {}: {c} of {n}", store.name()));
             }

@@ -5,14 +5,18 @@ use std::path::Path;
 
 use anyhow::{Context as _, Result, anyhow};
 use panto_compact::{
-    CompactError, CompactOutcome, CompactRun, NothingToCompact, SessionLog, Store,
+    CompactError, CompactOutcome, CompactRun, CompactionStrategy, Conversation, NothingToCompact,
+    SessionLog, Store,
 };
+use panto_model::usage_cost;
 use serde_json::json;
 
 use crate::config::Config;
 use crate::providers;
-use crate::ui::{Spinner, for_stdout, say};
+use crate::screen::{Spinner, say};
+use crate::ui::for_stdout;
 
+use super::cost::cost_json;
 use super::failure::failure;
 use super::{
     compactor, exiting, load_existing, open_store, print_json, session_name, store_error,
@@ -37,9 +41,14 @@ pub(crate) struct CompactAsked {
 
 /// A manual compaction run as the configuration asks: a keep budget given with `--keep-tokens`
 /// is the run's own (honoured as given); otherwise the compactor keeps at most half of the
-/// conversation, so that it summarizes something.
+/// conversation, so that it summarizes something. It knows what `send` and `chat` requests look
+/// like, for native compaction.
 pub(crate) fn manual_run(config: &Config, instructions: Option<String>, force: bool) -> CompactRun {
-    let run = CompactRun::manual(instructions).with_force(force);
+    let conversation = Conversation::new(config.system_prompt.value.clone())
+        .with_max_output_tokens(config.max_output_tokens.value);
+    let run = CompactRun::manual(instructions)
+        .with_force(force)
+        .with_conversation(conversation);
     if keep_tokens_flag(config) {
         run.with_keep_tokens(config.keep_tokens.value)
     } else {
@@ -62,15 +71,15 @@ pub(crate) async fn compact(config: &Config, path: &Path, asked: CompactAsked) -
     let store = open_store(config).await?;
     let name = session_name(path);
     let mut compactor = compactor(config)?;
-    let mut options = manual_run(config, instructions, force);
-    // A window learned or discovered for the model bounds the compaction like a stated limit.
-    options.context_limit = providers::given_windows(config, &compactor.active().model)
-        .window()
-        .map(|w| w.tokens);
+    let options = manual_run(config, instructions, force);
+    // What is known of the window (configured, learned, discovered, the catalogue's) bounds
+    // the compaction; the run gives back what its requests taught.
+    let model = compactor.active().model.clone();
+    let mut windows = providers::known_windows(config, &model).0;
     let mut spinner = Spinner::start("compacting");
     let outcome = if dry_run {
         let ctx = load_existing(&store, &name).await?.context;
-        let outcome = compactor.dry_run(&ctx, options).await;
+        let outcome = compactor.dry_run(&ctx, options, &mut windows).await;
         exiting(ctx);
         outcome
     } else {
@@ -78,11 +87,13 @@ pub(crate) async fn compact(config: &Config, path: &Path, asked: CompactAsked) -
         store.prepare_append(&name).await.map_err(store_error)?;
         let loaded = load_existing(&store, &name).await?;
         let mut log = SessionLog::new(store.clone(), name.as_str(), loaded.head);
-        compactor.compact(&loaded.context, &mut log, options).await
+        compactor
+            .compact(&loaded.context, &mut log, options, &mut windows)
+            .await
     };
     spinner.stop();
     // What the compaction requests taught of the window is kept for the next command.
-    providers::remember(config, &compactor.active().model, None);
+    providers::remember(config, &model, windows.learned());
     let outcome = outcome
         .map_err(|e| match e {
             CompactError::NotSmaller(n) => anyhow!(
@@ -109,9 +120,12 @@ pub(crate) async fn compact(config: &Config, path: &Path, asked: CompactAsked) -
                     "failed_attempts": r.failed_attempts,
                     "truncated": r.truncated,
                     "dry_run": dry_run,
-                    "strategy": if r.native.is_some() { "native" } else { "summary" },
+                    "strategy": if r.native.is_some() { CompactionStrategy::Native } else { CompactionStrategy::Summary }.as_str(),
                     "native": r.native,
                     "usage": r.usage.as_ref().and_then(|u| serde_json::to_value(u).ok()),
+                    "cost": r.usage.as_ref().map(|u| cost_json(
+                        &usage_cost(u, Some(&r.model), &config.prices())
+                    )),
                     "tokens_counted": "conversation",
                     "id": r.id,
                     "requests": r.requests,

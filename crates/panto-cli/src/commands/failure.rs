@@ -24,6 +24,41 @@ fn is_conflict(e: &(dyn std::error::Error + 'static)) -> bool {
     false
 }
 
+/// Marks a failure that sending the same conversation again cannot mend (a key, an account, a
+/// request or a model the provider refuses, a conversation too large even after compacting):
+/// the chat does not offer `/retry` after it. Its text is empty, so the chain printer
+/// (`ui::error_text`) leaves it out.
+#[derive(Debug)]
+pub(crate) struct Hopeless;
+
+impl std::fmt::Display for Hopeless {
+    fn fmt(&self, _: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        Ok(())
+    }
+}
+
+/// Whether sending the same conversation again could succeed after `e`.
+pub(crate) fn retry_helps(e: &CompactError) -> bool {
+    if matches!(
+        e,
+        CompactError::ExceedsWindow { .. }
+            | CompactError::OverflowNoProgress { .. }
+            | CompactError::OverflowAfterCompaction { .. }
+            | CompactError::OverflowCompactionFailed { .. }
+    ) {
+        return false;
+    }
+    !matches!(
+        root_cause(e),
+        Some(
+            ProviderError::Authentication { .. }
+                | ProviderError::QuotaExceeded { .. }
+                | ProviderError::InvalidRequest { .. }
+                | ProviderError::ModelNotFound { .. }
+        )
+    )
+}
+
 /// Compaction errors about the prompt files are bad input; the rest are failures, with a hint
 /// saying what to do next when the cause is clear.
 pub(crate) fn failure(e: CompactError, config: &Config) -> anyhow::Error {
@@ -119,7 +154,10 @@ fn hint(e: &CompactError, config: &Config) -> Option<String> {
     }
     Some(match root_cause(e)? {
         ProviderError::Authentication { .. } => {
-            format!("check the key in {key_var} (and that it belongs to this provider)")
+            match std::env::var_os(key_var).filter(|v| !v.is_empty()) {
+                Some(_) => format!("check the key in {key_var} (and that it belongs to this provider)"),
+                None => format!("{key_var} is not set (or is empty): set it to this provider's key"),
+            }
         }
         ProviderError::Connection { message }
             if message.starts_with(panto_providers::CLOSED_EARLY) =>

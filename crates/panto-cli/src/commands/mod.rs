@@ -1,12 +1,13 @@
-//! The commands: `context`, `transcript`, `compact`, `send`, `chat`, `config`, `window`,
-//! `trust`.
+//! The commands: `context`, `transcript`, `compact`, `cost`, `send`, `chat`, `config`,
+//! `window`, `trust`.
 //!
-//! Human-readable output goes through `ui::for_stdout` / `ui::say`, which neutralise control
+//! Human-readable output goes through `ui::for_stdout` / `screen::say`, which neutralise control
 //! characters on a terminal; `--json` documents are written as they are.
 //!
 //! This file holds what the commands share (the store, the compactor, the active model, the
 //! output helpers); each group of commands is a file of its own: `views` (`context`,
-//! `transcript`, `ledger`), `compact`, `send` (`send` and the chat's turns), `setup` (`config`,
+//! `transcript`, `ledger`), `recall` (`recall`, `show`), `compact`, `cost`, `send` (`send` and the chat's turns), `tools` (the
+//! tool loop that answers the model's recall calls after each reply), `setup` (`config`,
 //! `window`, `trust`), and `failure` (how a failure is told, with a hint).
 
 use std::io::Write;
@@ -14,23 +15,27 @@ use std::sync::Arc;
 
 use anyhow::Result;
 use panto_compact::{
-    CompactionPrompt, Compactor, CompactorConfig, Conversation, Driver, Loaded, ModelRef, Store,
-    StoreError,
+    CompactionPrompt, Compactor, CompactorConfig, Driver, Loaded, ModelRef, Store, StoreError,
 };
 use panto_model::EffectiveContext;
 
 use crate::config::{Config, ProviderKind};
-use crate::ui::{print_event, say};
+use crate::screen::{print_event, say};
 use crate::{bad_input, offline, providers};
 
 mod compact;
+mod cost;
 mod failure;
+mod recall;
 mod send;
 mod setup;
+mod tools;
 mod views;
 
 pub(crate) use compact::{CompactAsked, compact, manual_run, nothing_text};
-pub(crate) use failure::failure;
+pub(crate) use cost::cost;
+pub(crate) use failure::{Hopeless, failure};
+pub(crate) use recall::{RecallAsked, recall, recall_in_chat, show};
 pub(crate) use send::{catch_up, driver, give_windows, meter, send, turn};
 pub(crate) use setup::{show_config, show_window, trust};
 pub(crate) use views::{context, ledger, transcript, write_context};
@@ -118,15 +123,9 @@ fn compactor(config: &Config) -> Result<Compactor> {
             CompactorConfig::new()
                 .with_keep_tokens(config.keep_tokens.value)
                 .with_max_output_tokens(config.compaction_max_output_tokens.value)
-                .with_context_window(config.context_window.value)
                 // The offline summarizer quotes the conversation: that is its whole job.
                 .with_extractive_summaries(config.provider.value == ProviderKind::Offline)
                 .with_compaction_strategy(config.compaction_strategy.value),
-        )
-        // What `send` and `chat` requests look like, for native compaction.
-        .with_conversation(
-            Conversation::new(config.system_prompt.value.clone())
-                .with_max_output_tokens(config.max_output_tokens.value),
         )
         .on_event(print_event))
 }

@@ -1,16 +1,17 @@
 //! The send and chat path: one turn to the provider, the driver over a session, the meter.
 
-use std::io::Write;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::Result;
 use panto_compact::{Driver, ModelRef, Reply, Store};
 use panto_model::Message;
-use panto_provider::StreamEvent;
+use panto_provider::{PromptCache, RequestOptions, StreamEvent};
 
 use crate::config::Config;
-use crate::ui::{Meter, Spinner, for_stdout, interrupted, say};
+use crate::screen::{Spinner, say};
+use crate::store_value::Choice;
+use crate::ui::{Cancel, Meter};
 use crate::{Cancelled, bad_input, providers};
 
 use super::failure::failure;
@@ -30,10 +31,7 @@ fn stream_to_stdout(spinner: &mut Spinner) -> impl FnMut(StreamEvent<'_>) + Send
         }
         spinner.stop();
         if let StreamEvent::Text(text) = event {
-            let mut out = std::io::stdout().lock();
-            let _ = out.write_all(for_stdout(text).as_bytes());
-            let _ = out.flush();
-            crate::ui::answer_written(text);
+            crate::screen::answer(text);
         }
     }
 }
@@ -45,40 +43,81 @@ pub(crate) async fn send(config: &Config, path: &Path, message: String) -> Resul
         ));
     }
     let active = active_model(config, false)?;
-    let driver = driver(config, active, &session_name(path)).await?;
-    let (driver, reply) = turn(config, driver, vec![Message::user_text(message)]).await?;
-    let reply = reply?;
+    let mut driver = driver(config, active, &session_name(path)).await?;
+    let new = vec![Message::user_text(message)];
+    let reply = turn(config, &mut driver, new, &mut Cancel::signal()).await??;
     // The meter is for a person watching; a script reading stderr gets only messages.
     if crate::ui::stderr_is_terminal() {
-        say(&meter(config, &driver, Some(&reply)));
+        say(&meter(&driver, Some(&reply)));
     }
     Ok(())
 }
 
 /// The context meter: the size of the next request (system prompt included, as
 /// `panto context` counts it, from the same ruler) with its share of the model's window when
-/// the window is known (`providers::known_window`), the tokens of the request just answered as
-/// the provider counted them, and the active model. When the window is unknown it says so once
-/// per run.
-pub(crate) fn meter(config: &Config, driver: &CliDriver, reply: Option<&Reply>) -> String {
+/// the window is known (the driver's, `Driver::window`), the tokens of the request just
+/// answered as the provider counted them, and the active model. When the window is unknown it
+/// says so once per run.
+pub(crate) fn meter(driver: &CliDriver, reply: Option<&Reply>) -> String {
     static SAID_UNKNOWN: AtomicBool = AtomicBool::new(false);
     let model = driver.compactor().active().model.as_str();
-    // The driver's window: the CLI's (configured, kept, discovered) and what it learned since.
-    let window = driver
-        .window()
-        .into_iter()
-        .chain(providers::known_window(config, model))
-        .min_by_key(|w| w.tokens)
-        .map(|w| w.tokens);
+    // The driver's window: the CLI's (configured, kept, discovered, the catalogue's) and what
+    // it learned since.
+    let window = driver.window().map(|w| w.tokens);
     let say_unknown = window.is_none() && !SAID_UNKNOWN.swap(true, Ordering::Relaxed);
-    crate::ui::describe_meter(&Meter {
+    // Said once, with the unknown window: what makes the share appear.
+    let hint = if say_unknown {
+        "\nhint: set context_window to see how full the window is"
+    } else {
+        ""
+    };
+    let line = crate::ui::describe_meter(&Meter {
         answered: reply.map(|r| r.message.usage.as_ref()),
         next_request: driver.estimate().total(),
         window,
         say_unknown,
         model,
-        auto_compact: driver.auto_compact(),
-    })
+        auto_compact: driver.next_request().auto_compact,
+        spent: Some(driver.spent().total()),
+    });
+    format!("{line}{hint}")
+}
+
+/// How session `name`'s requests use the prompt cache: as `prompt_cache` and `cache_ttl` say,
+/// with the conversation's key (docs/providers.md, "Prompt caching").
+pub(crate) fn prompt_cache(config: &Config, name: &str) -> PromptCache {
+    if !config.prompt_cache.value {
+        return PromptCache::off();
+    }
+    PromptCache::new()
+        .with_ttl(config.cache_ttl.value)
+        .with_key(cache_key(config, name))
+}
+
+/// The conversation's `prompt_cache_key`: `panto-` and a 128-bit hash (FNV-1a) of the store
+/// (redacted: a database password never enters it) and the session (a file's absolute path), so
+/// that one conversation's requests share it, no other conversation's do, and neither name
+/// nor path travels in clear.
+pub(crate) fn cache_key(config: &Config, name: &str) -> String {
+    let absolute = |path: &Path| {
+        std::fs::canonicalize(path)
+            .or_else(|_| std::env::current_dir().map(|d| d.join(path)))
+            .map_or_else(|_| path.display().to_string(), |p| p.display().to_string())
+    };
+    let identity = match crate::store_value::parse(&config.store.value) {
+        Ok(Choice::Jsonl(dir)) => absolute(&dir.join(name)),
+        Ok(Choice::Sqlite(file)) => format!("sqlite:{}\u{0}{name}", absolute(&file)),
+        _ => format!(
+            "{}\u{0}{name}",
+            crate::store_value::redacted(&config.store.value)
+        ),
+    };
+    let mut hash: u128 = 0x6c62_272e_07bb_0142_62b8_2175_6295_c58d;
+    for byte in identity.bytes() {
+        hash ^= u128::from(byte);
+        hash = hash.wrapping_mul(0x0000_0000_0100_0000_0000_0000_0000_013b);
+    }
+    format!("panto-{hash:032x}")
 }
 
 /// How often a turn starts again when another writer appended between its load and its
@@ -89,31 +128,35 @@ const PROMPT_CONFLICTS: usize = 3;
 /// catches up with other writers, then sends. When another writer appended between the load
 /// and the append of the prompt, nothing has been sent yet, so the turn starts again from the
 /// session as it is now (a few times at most); a conflict when the reply is appended is
-/// reported (the prompt stays in the session). Returns the driver, for the next turn, and the
-/// outcome of this one.
+/// reported (the prompt stays in the session). Returns the outcome of the turn.
 ///
 /// # Errors
 /// When the session cannot be read again; the outcome of the turn is the inner result.
 pub(crate) async fn turn(
     config: &Config,
-    driver: CliDriver,
+    driver: &mut CliDriver,
     new: Vec<Message>,
-) -> Result<(CliDriver, Result<Reply>)> {
-    let mut driver = catch_up(driver).await?;
+    cancel: &mut Cancel,
+) -> Result<Result<Reply>> {
+    catch_up(driver).await?;
     let mut starts = 1;
     loop {
         let before = driver.log().head();
-        let result = send_one(config, &mut driver, new.clone()).await;
+        let result = match send_one(config, driver, new.clone(), cancel).await {
+            // The model's recall calls are answered and the answers sent, until it replies.
+            Ok(reply) => answer_tools(config, driver, reply, cancel).await,
+            failed => failed,
+        };
         // What the turn taught of the window is kept for the next command and conversation.
         let model = driver.compactor().active().model.clone();
         providers::remember(config, &model, driver.learned_window());
         let prompt_refused =
             result.is_err() && driver.log().conflicted() && driver.log().head() == before;
         if !prompt_refused || starts > PROMPT_CONFLICTS {
-            return Ok((driver, result));
+            return Ok(result);
         }
         starts += 1;
-        driver = catch_up(driver).await?;
+        catch_up(driver).await?;
     }
 }
 
@@ -133,24 +176,27 @@ pub(crate) async fn driver(config: &Config, active: ModelRef, name: &str) -> Res
     let mut driver = driver
         .with_system(config.system_prompt.value.clone())
         .with_max_output_tokens(config.max_output_tokens.value)
-        .with_auto_compact(config.auto_compact_share());
+        .with_auto_compact(config.auto_compact_share())
+        .with_request_options(RequestOptions::new().with_cache(prompt_cache(config, name)))
+        .with_prices(config.prices())
+        .with_recall_tool();
     let model = driver.compactor().active().model.clone();
     give_windows(config, &mut driver, &model).await;
     Ok(driver)
 }
 
-/// Gives `driver` the windows known for `model` (learned and discovered, kept in the data
-/// folder), and, when proactive compaction needs one and none is known, asks the server for
-/// it once (a server of the user's own: llama-server, Ollama, vLLM, LM Studio; the answer,
+/// Gives `driver` everything known of the window of `model` (configured, learned and
+/// discovered ones kept in the data folder, the catalogue's), and, when proactive compaction
+/// needs one and none but the catalogue's guess is known, asks the server for it once (a server of the user's own: llama-server, Ollama, vLLM, LM Studio; the answer,
 /// or that there was none, is kept). A server that cannot be asked costs nothing but the
 /// question: the request that follows says what is wrong.
 pub(crate) async fn give_windows(config: &Config, driver: &mut CliDriver, model: &str) {
-    driver.set_windows(providers::given_windows(config, model));
+    driver.set_windows(providers::known_windows(config, model).0);
     let asked = providers::kept_windows(config, model)
         .iter()
         .any(|r| r.source == panto_compact::WindowSource::Discovered.as_str());
     if driver.auto_compact().is_none()
-        || driver.window().is_some()
+        || !providers::told_nothing(driver.window())
         || asked
         || !providers::own_server(config)
     {
@@ -170,7 +216,12 @@ pub(crate) async fn give_windows(config: &Config, driver: &mut CliDriver, model:
 /// Sends `new` (one user message, or nothing to resend the conversation) and prints the
 /// streamed reply. Ctrl-C cancels the request: the message stays in the session (it is
 /// appended before the request goes out) and no reply, whole or partial, is appended.
-async fn send_one(config: &Config, driver: &mut CliDriver, new: Vec<Message>) -> Result<Reply> {
+async fn send_one(
+    config: &Config,
+    driver: &mut CliDriver,
+    new: Vec<Message>,
+    cancel: &mut Cancel,
+) -> Result<Reply> {
     let name = driver.log().session().to_owned();
     let mut spinner = Spinner::start("waiting for the model");
     let mut printed = false;
@@ -187,15 +238,12 @@ async fn send_one(config: &Config, driver: &mut CliDriver, new: Vec<Message>) ->
         tokio::select! {
             biased;
             result = sending => Some(result),
-            () = interrupted() => None,
+            () = cancel.cancelled() => None,
         }
     };
     spinner.stop();
-    let mut out = std::io::stdout().lock();
     let Some(result) = result else {
-        if printed {
-            writeln!(out)?;
-        }
+        crate::screen::end_answer_line();
         return Err(anyhow::Error::new(Cancelled(format!(
             "cancelled: no reply was appended; your message stays in {name}"
         ))));
@@ -204,39 +252,92 @@ async fn send_one(config: &Config, driver: &mut CliDriver, new: Vec<Message>) ->
         Ok(reply) => reply,
         Err(e) => {
             // A reply cut short ends its line before the error is said.
-            if printed {
-                writeln!(out)?;
-                out.flush()?;
-            }
-            return Err(failure(e, config));
+            crate::screen::end_answer_line();
+            let hopeless = !super::failure::retry_helps(&e);
+            let e = failure(e, config);
+            return Err(if hopeless {
+                e.context(super::failure::Hopeless)
+            } else {
+                e
+            });
         }
     };
     if !printed {
         // The provider did not stream: print the whole answer now.
-        write!(out, "{}", for_stdout(&reply.message.text()))?;
+        crate::screen::answer(&reply.message.text());
     }
-    writeln!(out)?;
-    out.flush()?;
-    crate::ui::answer_written("\n");
-    drop(out);
+    crate::screen::answer("\n");
     if reply.compaction.is_some() {
         say("panto: the retried request was answered");
     }
     Ok(reply)
 }
 
+/// The tool loop, the smallest that runs the recall tool: answers the tool calls of `reply`
+/// (`tools::results`) and sends the results, again for the next reply, until a reply calls no
+/// tool (or `tools::MAX_ROUNDS` rounds). Returns the last reply.
+///
+/// # Errors
+/// As the send of the results.
+async fn answer_tools(
+    config: &Config,
+    driver: &mut CliDriver,
+    mut reply: Reply,
+    cancel: &mut Cancel,
+) -> Result<Reply> {
+    for _ in 0..super::tools::MAX_ROUNDS {
+        let results = super::tools::results(driver, &reply.message).await;
+        if results.is_empty() {
+            break;
+        }
+        let results = Message::new(panto_model::Role::User, results);
+        reply = send_one(config, driver, vec![results], cancel).await?;
+    }
+    Ok(reply)
+}
+
 /// The driver again, over the session as it is now, when another writer appended since it
-/// last looked; says so on stderr.
-pub(crate) async fn catch_up(mut driver: CliDriver) -> Result<CliDriver> {
-    if !driver.log().changed().await.map_err(store_error)? {
-        return Ok(driver);
+/// last looked; says so on stderr. A session that ends before where the driver last saw it
+/// (moved away, deleted, or replaced by a shorter one: positions only grow) is not continued:
+/// the chat would go on from another conversation, or an empty one.
+///
+/// # Errors
+/// When the session cannot be read, or vanished or was replaced (bad input: exit 2).
+pub(crate) async fn catch_up(driver: &mut CliDriver) -> Result<()> {
+    let seen = driver.log().head();
+    let name = driver.log().session().to_owned();
+    let now = driver
+        .log()
+        .store()
+        .head(&name)
+        .await
+        .map_err(store_error)?;
+    if now == seen {
+        return Ok(());
+    }
+    if now < seen {
+        return Err(bad_input(vanished(
+            &name,
+            now == panto_compact::Head::EMPTY,
+        )));
     }
     let warnings = driver.reload().await.map_err(store_error)?;
     report_warnings(&warnings);
     say(&format!(
-        "panto: {} changed (another writer appended); continuing from it as it is now ({} messages)",
-        driver.log().session(),
+        "panto: {name} changed (another writer appended); continuing from it as it is now ({} messages)",
         driver.context().messages.len()
     ));
-    Ok(driver)
+    Ok(())
+}
+
+/// What is said of a session that vanished (`gone`) or was replaced while a command held it.
+fn vanished(name: &str, gone: bool) -> String {
+    let what = if gone {
+        "is gone (moved away or deleted)"
+    } else {
+        "was replaced by a shorter one"
+    };
+    format!(
+        "{name} {what} since panto last read it, so the chat stops here rather than go on from a conversation that is not this one; nothing was written. `panto chat {name}` starts again from whatever is there now"
+    )
 }

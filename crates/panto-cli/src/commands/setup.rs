@@ -6,8 +6,9 @@ use std::path::Path;
 use anyhow::Result;
 use panto_compact::CompactionPrompt;
 
-use crate::config::{Config, Flags, Locations, Needs, ProviderKind, Trust, TrustFile, needs};
-use crate::ui::{Spinner, count, for_stdout, say};
+use crate::config::{Config, Flags, Locations, Needs, Trust, TrustFile, needs};
+use crate::screen::{Spinner, say};
+use crate::ui::{count, for_stdout};
 use crate::{bad_input, providers};
 
 use super::failure::failure;
@@ -142,16 +143,20 @@ pub(crate) async fn show_window(config: &Config, forget: bool, all: bool) -> Res
         writeln!(out, "{}", for_stdout(&line))?;
         return Ok(());
     }
-    if model.is_empty() && config.provider.value != ProviderKind::Offline {
+    // A window belongs to a model: without one there is nothing to show (the offline
+    // summarizer has no window at all).
+    if model.is_empty() {
         return Err(bad_input(format!(
-            "no model configured: pass --model NAME, or write `model = \"NAME\"` in {}",
+            "no model configured, so no window to show: pass --provider NAME --model NAME, or write `model = \"NAME\"` in {}",
             user_config_file(config)
         )));
     }
     let asked = providers::kept_windows(config, &model)
         .iter()
         .any(|r| r.source == panto_compact::WindowSource::Discovered.as_str());
-    if providers::known_window(config, &model).is_none() && !asked && providers::own_server(config)
+    if providers::told_nothing(providers::known_window(config, &model))
+        && !asked
+        && providers::own_server(config)
     {
         drop(out);
         let spinner = Spinner::start("asking the server for its window");

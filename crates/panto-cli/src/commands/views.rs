@@ -9,7 +9,8 @@ use serde_json::json;
 
 use crate::config::Config;
 use crate::providers;
-use crate::ui::{count, for_stdout, say};
+use crate::screen::say;
+use crate::ui::{count, for_stdout};
 
 use super::compact::{manual_run, nothing_text};
 use super::{compactor, exiting, load_existing, open_store, print_json, session_name};
@@ -68,7 +69,8 @@ pub(crate) async fn context(config: &Config, path: &Path, as_json: bool) -> Resu
         return Ok(());
     }
     // A long list: through the pager on a terminal.
-    crate::ui::paged(|out| write_context(out, &path.display().to_string(), config, &ctx))?;
+    let width = crate::ui::stdout_is_terminal().then(crate::screen::columns);
+    crate::ui::paged(|out| write_context(out, &path.display().to_string(), config, &ctx, width))?;
     Ok(())
 }
 
@@ -76,7 +78,8 @@ pub(crate) async fn context(config: &Config, path: &Path, as_json: bool) -> Resu
 /// parts (system prompt, summary, messages; they add up to the total, and the messages' rows
 /// below add up to the summary and the messages), the compaction it starts from, and one line
 /// per message with its estimated size. Every line quotes the session (text, ids, the path),
-/// so each is neutralised on a terminal.
+/// so each is neutralised on a terminal. With a `width` (a terminal's), every line fits it: the
+/// sentences wrap between words, each message's row is cut with `…`.
 ///
 /// # Errors
 /// When `out` cannot be written (a closed pipe, for example).
@@ -85,7 +88,12 @@ pub(crate) fn write_context(
     name: &str,
     config: &Config,
     ctx: &EffectiveContext,
+    width: Option<usize>,
 ) -> std::io::Result<()> {
+    let sentence = |text: &str| match width {
+        Some(w) => crate::fit::wrap_words(text, w, 4),
+        None => text.to_owned(),
+    };
     let size = panto_size::estimate(&config.system_prompt.value, "", &ctx.messages);
     let total = size.total();
     let model = config.model.value.as_deref().unwrap_or("");
@@ -103,12 +111,12 @@ pub(crate) fn write_context(
         count(ctx.conversation().len(), "message"),
         count(exchanges(ctx.conversation()), "exchange"),
     );
-    writeln!(out, "{}", for_stdout(&header))?;
-    writeln!(out, "{}", size_parts(&size))?;
+    writeln!(out, "{}", sentence(&for_stdout(&header)))?;
+    writeln!(out, "{}", sentence(&size_parts(&size)))?;
     writeln!(
         out,
         "{}",
-        for_stdout(&window_line(config, window, &records, total))
+        sentence(&for_stdout(&window_line(config, window, &records, total)))
     )?;
     if let Some(c) = &ctx.compaction {
         let line = format!(
@@ -116,13 +124,28 @@ pub(crate) fn write_context(
             c.id.as_deref().unwrap_or("no id"),
             count(ctx.kept, "message")
         );
-        writeln!(out, "{}", for_stdout(&line))?;
+        writeln!(out, "{}", sentence(&for_stdout(&line)))?;
     }
     let sizes = panto_size::UsageSizer::default();
     let sizes = panto_size::Sizer::message_sizes(&sizes, &ctx.messages);
     for (i, (m, size)) in ctx.messages.iter().zip(sizes).enumerate() {
-        let line = format!("{i:>4} {:<9} {size:>7}  {}", role_label(m), preview(m, 100));
-        writeln!(out, "{}", for_stdout(&line))?;
+        let line = match width {
+            Some(w) => crate::fit::fit(
+                &for_stdout(&format!(
+                    "{i:>4} {:<9} {size:>7}  {}",
+                    role_label(m),
+                    preview(m, w)
+                )),
+                w,
+            ),
+            None => for_stdout(&format!(
+                "{i:>4} {:<9} {size:>7}  {}",
+                role_label(m),
+                preview(m, 100)
+            ))
+            .into_owned(),
+        };
+        writeln!(out, "{line}")?;
     }
     Ok(())
 }
@@ -263,12 +286,7 @@ fn preview(m: &Message, width: usize) -> String {
         .split_whitespace()
         .collect::<Vec<_>>()
         .join(" ");
-    if line.chars().count() > width {
-        let cut: String = line.chars().take(width.saturating_sub(1)).collect();
-        format!("{cut}…")
-    } else {
-        line
-    }
+    crate::fit::fit(&line, width)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -278,7 +296,8 @@ pub(crate) async fn transcript(config: &Config, path: &Path) -> Result<()> {
     let store = open_store(config).await?;
     let ctx = load_existing(&store, &session_name(path)).await?.context;
     let compactor = compactor(config)?;
-    match compactor.prepare(&ctx, &manual_run(config, None, false)) {
+    let windows = providers::known_windows(config, &compactor.active().model).0;
+    match compactor.prepare(&ctx, &manual_run(config, None, false), &windows) {
         Ok(prepared) => {
             let text = prepared.into_user_prompt();
             // Megabytes, often: through the pager on a terminal.

@@ -3,8 +3,11 @@
 
 use std::fmt;
 
+use std::collections::BTreeMap;
+
 use anyhow::{Context, Result, bail};
 use panto_compact::{CompactionStrategy, LayerFile};
+use panto_provider::CacheTtl;
 
 use super::file::read_file;
 use super::{
@@ -45,6 +48,9 @@ impl Config {
                 panto_providers::DEFAULT_MAX_RESPONSE_BYTES / (1024 * 1024),
             ),
             store: Setting::default(crate::store_value::DEFAULT.to_owned()),
+            prompt_cache: Setting::default(true),
+            cache_ttl: Setting::default(CacheTtl::Short),
+            prices: Setting::default(BTreeMap::new()),
             files: Vec::new(),
             prompt_layers: Vec::new(),
             trust: trust.clone(),
@@ -202,7 +208,7 @@ impl Config {
             self.auto_compact.set(Some(v), src.clone());
         }
         if let Some(v) = f.compaction_strategy {
-            self.compaction_strategy.set(v.into(), src.clone());
+            self.compaction_strategy.set(v, src.clone());
         }
         if let Some(v) = f.base_url
             && self.admit("base_url", &v, src, trusted)
@@ -242,6 +248,18 @@ impl Config {
             && self.admit("store", &crate::store_value::redacted(&v), src, trusted)
         {
             self.store.set(v, src.clone());
+        }
+        if let Some(v) = f.prompt_cache {
+            self.prompt_cache.set(v, src.clone());
+        }
+        if let Some(v) = f.cache_ttl {
+            self.cache_ttl.set(v.into(), src.clone());
+        }
+        if let Some(v) = f.prices {
+            // Each model's price replaces the one an earlier layer gave; the others stay.
+            let mut merged = std::mem::take(&mut self.prices.value);
+            merged.extend(v);
+            self.prices.set(merged, src.clone());
         }
     }
 

@@ -18,13 +18,16 @@
 //! `panto config` lists them), `locations` (the folders configuration is read from) and
 //! `trust` (the trust file). Writing the user folder's private files is here too.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
 use panto_compact::{CompactionStrategy, LayerFile};
-use serde::Deserialize;
+use panto_model::{Price, Prices};
+use panto_provider::CacheTtl;
+use serde::{Deserialize, Deserializer};
 
 mod file;
 mod layers;
@@ -127,6 +130,9 @@ pub(crate) const KEYS: &[(&str, Needs)] = &[
         "store",
         Needs::Trust("it decides where your conversations are written"),
     ),
+    ("prompt_cache", Needs::Nothing),
+    ("cache_ttl", Needs::Nothing),
+    ("prices", Needs::Nothing),
 ];
 
 /// What `key` needs (unknown keys need nothing: the file parser has refused them already).
@@ -215,7 +221,8 @@ pub(crate) struct FileConfig {
     compaction_max_output_tokens: Option<u32>,
     context_window: Option<u64>,
     auto_compact: Option<f64>,
-    compaction_strategy: Option<StrategyName>,
+    #[serde(default, deserialize_with = "strategy")]
+    compaction_strategy: Option<CompactionStrategy>,
     base_url: Option<String>,
     system_prompt: Option<String>,
     timeout_secs: Option<u64>,
@@ -227,25 +234,56 @@ pub(crate) struct FileConfig {
     lock_timeout_secs: Option<u64>,
     max_response_mib: Option<u64>,
     store: Option<String>,
+    prompt_cache: Option<bool>,
+    cache_ttl: Option<TtlName>,
+    prices: Option<BTreeMap<String, PriceEntry>>,
 }
 
-/// `compaction_strategy` as a file spells it.
+/// `cache_ttl` as a file spells it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-enum StrategyName {
-    /// panto's own summary.
-    Summary,
-    /// The provider's native compaction, with panto's summary as the fallback.
-    Native,
+enum TtlName {
+    /// The provider's short lifetime.
+    #[serde(rename = "5m")]
+    Short,
+    /// The long one.
+    #[serde(rename = "1h")]
+    Long,
 }
 
-impl From<StrategyName> for CompactionStrategy {
-    fn from(name: StrategyName) -> CompactionStrategy {
+impl From<TtlName> for CacheTtl {
+    fn from(name: TtlName) -> CacheTtl {
         match name {
-            StrategyName::Summary => CompactionStrategy::Summary,
-            StrategyName::Native => CompactionStrategy::Native,
+            TtlName::Short => CacheTtl::Short,
+            TtlName::Long => CacheTtl::Long,
         }
     }
+}
+
+/// One model's prices in `[prices]`, per million tokens: `input` and `output`, and the cache's
+/// own when the provider's multipliers of the input price are not what the user pays.
+#[derive(Clone, Copy, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct PriceEntry {
+    input: f64,
+    output: f64,
+    cache_read: Option<f64>,
+    cache_write: Option<f64>,
+    cache_write_1h: Option<f64>,
+}
+
+impl From<PriceEntry> for Price {
+    fn from(p: PriceEntry) -> Price {
+        Price::new(p.input, p.output).with_cache(p.cache_read, p.cache_write, p.cache_write_1h)
+    }
+}
+
+/// `compaction_strategy` as a file spells it: a name of `CompactionStrategy::NAMES`, the one
+/// list of strategies.
+fn strategy<'de, D: Deserializer<'de>>(d: D) -> Result<Option<CompactionStrategy>, D::Error> {
+    let name = String::deserialize(d)?;
+    CompactionStrategy::parse(&name)
+        .map(Some)
+        .ok_or_else(|| serde::de::Error::unknown_variant(&name, &CompactionStrategy::NAMES))
 }
 
 /// Values given on the command line (`None` when the flag was not used).
@@ -317,6 +355,13 @@ pub(crate) struct Config {
     /// Where sessions are kept: `jsonl` (each SESSION a file), `jsonl:DIR`, `sqlite:PATH` or a
     /// `postgres://` URL (its password is a secret: shown only redacted).
     pub store: Setting<String>,
+    /// Whether panto uses the provider's prompt cache (its breakpoints, its key).
+    pub prompt_cache: Setting<bool>,
+    /// How long cache entries should live: `5m` or `1h`.
+    pub cache_ttl: Setting<CacheTtl>,
+    /// The user's prices per model, merged over the layers (a later layer's price of a model
+    /// replaces an earlier one's).
+    pub prices: Setting<BTreeMap<String, PriceEntry>>,
     /// The layer files that exist, in order (user, project).
     pub files: Vec<PathBuf>,
     /// Where COMPACTION.md overrides are looked for, in order (user, project; the project's
@@ -331,6 +376,18 @@ pub(crate) struct Config {
     pub searched: Vec<Searched>,
     /// What an untrusted project's file set and was ignored.
     pub ignored: Vec<Ignored>,
+}
+
+impl Config {
+    /// The user's prices, for the cost reports.
+    pub(crate) fn prices(&self) -> Prices {
+        self.prices
+            .value
+            .iter()
+            .fold(Prices::new(), |prices, (model, p)| {
+                prices.with(model, (*p).into())
+            })
+    }
 }
 
 /// Default keep-verbatim budget, tokens.

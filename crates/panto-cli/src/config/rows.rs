@@ -3,6 +3,15 @@
 use super::{Config, Source};
 
 impl Config {
+    /// The models with a price, or `(none)`.
+    fn price_list(&self) -> String {
+        if self.prices.value.is_empty() {
+            return "(none)".to_owned();
+        }
+        let models: Vec<&str> = self.prices.value.keys().map(String::as_str).collect();
+        models.join(", ")
+    }
+
     /// Each resolved value with its origin, for `panto config`.
     pub(crate) fn rows(&self) -> Vec<(&'static str, String, &Source)> {
         fn opt(v: &Option<String>) -> String {
@@ -102,6 +111,17 @@ impl Config {
                 crate::store_value::redacted(&self.store.value),
                 &self.store.source,
             ),
+            (
+                "prompt_cache",
+                self.prompt_cache.value.to_string(),
+                &self.prompt_cache.source,
+            ),
+            (
+                "cache_ttl",
+                self.cache_ttl.value.as_str().to_owned(),
+                &self.cache_ttl.source,
+            ),
+            ("prices", self.price_list(), &self.prices.source),
         ]
     }
 }

@@ -381,3 +381,42 @@ fn auto_compact_must_be_a_share_of_the_window() {
         run.stderr
     );
 }
+
+/// A well-known model's window comes from panto's catalogue before anything is configured,
+/// learned or discovered, and says so; a configured one overrides it.
+#[test]
+fn a_well_known_model_s_window_comes_from_the_catalogue_until_something_overrides_it() {
+    let sb = Sandbox::new();
+    let run = sb.run(&["window", "--provider", "openai", "--model", "gpt-4o"]);
+    run.expect_code(0);
+    assert!(
+        run.stdout.contains("gpt-4o: a window of 128000 tokens"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout.contains(&format!(
+            "catalogue: panto's list of well-known models, checked {}",
+            panto_compact::catalogue_checked()
+        )),
+        "{}",
+        run.stdout
+    );
+    let config = sb.run(&["config", "--provider", "openai", "--model", "gpt-4o"]);
+    config.expect_code(0);
+    assert!(config.stdout.contains("= 128000 "), "{}", config.stdout);
+    // A name the catalogue does not know is unknown, as before.
+    let run = sb.run(&["window", "--provider", "openai", "--model", "a-local-model"]);
+    assert!(
+        run.stdout.contains("the window is unknown"),
+        "{}",
+        run.stdout
+    );
+    sb.write(".panto/config.toml", "context_window = 200000\n");
+    let run = sb.run(&["window", "--provider", "openai", "--model", "gpt-4o"]);
+    assert!(
+        run.stdout.contains("a window of 200000 tokens") && run.stdout.contains("configured"),
+        "{}",
+        run.stdout
+    );
+}

@@ -334,7 +334,10 @@ async fn chat_through_stdin_with_compact_instructions() {
         .filter(|l| l.starts_with("panto: context "))
         .collect();
     assert_eq!(meters.len(), 4, "{stderr}");
-    assert_eq!(stderr.matches(" out; fake-model").count(), 3, "{stderr}");
+    // The first meter also says that the window is unknown: with the recall tool's schema in
+    // every request (about 300 tokens), it is too wide for the reply's token counts, which it
+    // leaves out to keep to its width.
+    assert_eq!(stderr.matches(" out; fake-model").count(), 2, "{stderr}");
     assert_eq!(stderr.matches("window unknown").count(), 1, "{stderr}");
     assert!(meters[0].contains(", window unknown; "), "{stderr}");
     let seen = model.seen();

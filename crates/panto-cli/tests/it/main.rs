@@ -12,19 +12,24 @@
 
 mod ahead;
 mod config;
+mod cost;
 mod errors;
 mod everyday;
 mod fake_model;
 mod faults;
 mod hints;
+mod keyboard;
 mod loopback;
+mod messages;
 mod native;
 mod offline;
 mod output;
+mod recall;
 mod ruler;
 mod safety;
 mod stores;
 mod support;
 mod terminal;
 mod trust;
+mod widths;
 mod windows;

@@ -120,10 +120,10 @@ fn context_on_a_terminal_shows_control_characters_as_escapes() {
         run.stdout
     );
     assert!(!run.stdout.contains('\u{7}') && !run.stdout.contains('\u{202e}'));
+    // The row is cut to the terminal's width (80 here) after the characters are escaped.
     assert!(
-        run.stdout.contains(
-            r"look \x1b]52;c;ZXZpbA==\x07 here \x1b[31mred\x1b[0m \x1b]0;title\x07 \u{202e}txt.exe"
-        ),
+        run.stdout
+            .contains(r"look \x1b]52;c;ZXZpbA==\x07 here \x1b[31mred\x1b[0m \x1…"),
         "{}",
         run.stdout
     );

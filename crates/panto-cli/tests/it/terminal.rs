@@ -312,7 +312,9 @@ pub(crate) fn chat_md_capture(n: usize) -> String {
 async fn a_chat_through_an_overflow_looks_as_docs_chat_md_shows() {
     use crate::fake_model::{FakeModel, Protocol};
 
-    let model = FakeModel::new(Protocol::OpenAiChat, 10_900);
+    // The limit leaves room for the recall tool's description and schema (about 1.2 kB a
+    // request) and the conversation's prompt cache key (about 60 bytes).
+    let model = FakeModel::new(Protocol::OpenAiChat, 11_700);
     let server = model.clone().start().await;
     let sb = Sandbox::new();
     // A conversation that already nears the window: the second prompt overflows it.

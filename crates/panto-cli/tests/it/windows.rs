@@ -204,7 +204,7 @@ async fn manual_compaction_of_a_conversation_larger_than_the_window_folds() {
             let shown = if configured {
                 "compacting in "
             } else {
-                "retrying with requests of about"
+                "retrying with smaller requests: about"
             };
             assert!(
                 run.stderr.contains(shown) && run.stderr.contains("step 1/"),
@@ -221,6 +221,15 @@ async fn manual_compaction_of_a_conversation_larger_than_the_window_folds() {
                     rejected(&model.seen()),
                     0,
                     "{case}: the configured window is respected"
+                );
+            } else if run.stderr.contains(", limit ") {
+                // The limit the refusal stated (the protocols whose error states it), which the
+                // run gave back, is kept for the next command.
+                let kept = std::fs::read_to_string(sb.data().join("windows.toml")).unwrap();
+                assert!(
+                    kept.contains("source = \"overflow\"")
+                        && kept.contains(&format!("tokens = {}", 47_000 / 3)),
+                    "{case}: {kept}"
                 );
             }
 

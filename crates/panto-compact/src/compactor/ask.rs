@@ -4,12 +4,11 @@
 
 use std::hash::{Hash, Hasher};
 
-use panto_model::Message;
-use panto_provider::{ProviderError, Request, StreamEvent};
+use panto_model::{Message, Usage};
+use panto_provider::{PromptCache, ProviderError, Request, RequestOptions, StreamEvent};
 use tracing::{Instrument, info_span};
 
-use super::Compactor;
-use super::state::FoldState;
+use super::folding::Fold;
 use crate::attempt::AttemptFailure;
 use crate::check::{Replaced, check_summary};
 use crate::config::ModelRef;
@@ -17,50 +16,48 @@ use crate::error::CompactError;
 use crate::events::CompactionEvent;
 use crate::source::RequestSource;
 
-impl Compactor {
+/// One request of a fold, as it is asked: its body, its input (hashed, to recognise it) and
+/// size, and what its answer is checked against.
+struct Asking<'q> {
+    request: Request,
+    input: u64,
+    input_tokens: u64,
+    replaced: &'q Replaced<'q>,
+    source: RequestSource<'q>,
+}
+
+impl Fold<'_, '_> {
     /// Asks `compaction_model` (when configured, and it has not failed in this fold) for one
     /// summary, then the active model when it fails. A model is never sent an input it has
     /// already rejected as too large, and a compaction model that failed is not asked again in
     /// the same fold. Counts every request.
-    pub(super) async fn ask_with_fallback(
+    pub(super) async fn ask(
         &mut self,
         system: &str,
         user_prompt: String,
         (input_tokens, max_output_tokens): (u64, u32),
         replaced: &Replaced<'_>,
         source: RequestSource<'_>,
-        state: &mut FoldState,
     ) -> Result<Answer, Failure> {
-        let input = input_hash(&user_prompt);
-        // A model that answered (whatever the checks made of its answer) took the input: the
-        // window holds at least that much.
-        let took = |state: &mut FoldState, model: &str, result: &Result<String, AttemptFailure>| {
-            if result
-                .as_ref()
-                .err()
-                .is_none_or(AttemptFailure::is_rejected_summary)
-            {
-                state.proven = state.proven.max(input_tokens);
-            }
-            if let Err(cause) = result {
-                state.failures.push(format!("{model}: {cause}"));
-            }
+        let compactor = &*self.run.compactor;
+        let (active, first) = (compactor.active.clone(), compactor.compaction_model.clone());
+        // A fold's prompt (the compaction prompt and a transcript) is read once and shares no
+        // prefix with the conversation's requests: nothing is worth writing to the cache.
+        let mut asking = Asking {
+            input: input_hash(&user_prompt),
+            request: Request::new(
+                active.model.clone(),
+                system,
+                vec![Message::user_text(user_prompt)],
+                max_output_tokens,
+            )
+            .with_options(RequestOptions::new().with_cache(PromptCache::off())),
+            input_tokens,
+            replaced,
+            source,
         };
-        let mut request = Request::new(
-            self.active.model.clone(),
-            system,
-            vec![Message::user_text(user_prompt)],
-            max_output_tokens,
-        );
-        if let Some(first) = self.compaction_model.clone()
-            && state.compaction_model_failed.is_none()
-            && !state.rejected.contains(&(first.model.clone(), input))
-        {
-            request.model.clone_from(&first.model);
-            state.folded.requests += 1;
-            let result = ask(&first, &request, replaced, source).await;
-            took(state, &first.model, &result);
-            let cause = match result {
+        if let Some(first) = first.filter(|m| self.may_ask(m, asking.input)) {
+            match self.ask_one(&first, &mut asking).await {
                 Ok(summary) => {
                     return Ok(Answer {
                         summary,
@@ -68,26 +65,17 @@ impl Compactor {
                         fallback_cause: None,
                     });
                 }
-                Err(cause) => cause,
-            };
-            if let AttemptFailure::Provider(error) = &cause
-                && error.is_context_overflow()
-            {
-                state.rejected.insert((first.model.clone(), input));
+                Err(cause) => self.fall_back(&first, &active, cause, asking.input),
             }
-            tracing::warn!(model = %first.model, %cause, "compaction model failed, falling back to the active model for the rest of this compaction");
-            self.emit(CompactionEvent::FallingBack {
-                failed_model: first.model.clone(),
-                cause: cause.clone(),
-                model: self.active.model.clone(),
-            });
-            state.compaction_model_failed = Some(cause);
         }
-        let active = self.active.clone();
-        if state.rejected.contains(&(active.model.clone(), input)) {
+        let asked = &self.state.asked;
+        if asked
+            .rejected
+            .contains(&(active.model.clone(), asking.input))
+        {
             // Never sent again: the fold shrinks instead.
             let error =
-                state
+                asked
                     .last_overflow
                     .clone()
                     .unwrap_or_else(|| ProviderError::ContextOverflow {
@@ -97,42 +85,121 @@ impl Compactor {
                     });
             return Err(Failure::Overflow { error });
         }
-        request.model.clone_from(&active.model);
-        state.folded.requests += 1;
-        let result = ask(&active, &request, replaced, source).await;
-        took(state, &active.model, &result);
-        match result {
-            Ok(summary) => Ok(Answer {
-                summary,
-                used: active,
-                fallback_cause: state.compaction_model_failed.clone(),
-            }),
-            Err(AttemptFailure::Provider(error)) if error.is_context_overflow() => {
-                state.rejected.insert((active.model.clone(), input));
-                state.last_overflow = Some(error.clone());
-                Err(Failure::Overflow { error })
-            }
-            Err(second) => {
-                let truncated = matches!(second, AttemptFailure::TruncatedSummary { .. });
-                let error = match (&self.compaction_model, &state.compaction_model_failed) {
-                    (Some(first), Some(cause)) => CompactError::BothModelsFailed {
-                        compaction_model: first.model.clone(),
-                        first: Box::new(cause.clone()),
-                        active_model: active.model.clone(),
-                        second: Box::new(second),
-                    },
-                    _ => CompactError::Compaction {
-                        model: active.model.clone(),
-                        cause: second,
-                    },
-                };
-                Err(if truncated {
-                    Failure::Truncated { error }
-                } else {
-                    Failure::Other(error)
-                })
-            }
+        let result = self.ask_one(&active, &mut asking).await;
+        self.answer_of_active(active, result, asking.input)
+    }
+
+    /// Whether the compaction model `model` may be asked for an input of hash `input`: it has
+    /// not failed in this fold, and did not reject that input.
+    fn may_ask(&self, model: &ModelRef, input: u64) -> bool {
+        let asked = &self.state.asked;
+        asked.compaction_model_failed.is_none()
+            && !asked.rejected.contains(&(model.model.clone(), input))
+    }
+
+    /// Asks `model` once, counted; a model that answered (whatever the checks made of its
+    /// answer) took the input, so the window holds at least that much; a failure is recorded.
+    async fn ask_one(
+        &mut self,
+        model: &ModelRef,
+        asking: &mut Asking<'_>,
+    ) -> Result<String, AttemptFailure> {
+        asking.request.model.clone_from(&model.model);
+        self.state.so_far.folded.requests += 1;
+        let spent = &mut self.state.so_far.folded.usage;
+        let result = ask(
+            model,
+            &asking.request,
+            asking.replaced,
+            asking.source,
+            spent,
+        )
+        .await;
+        if result
+            .as_ref()
+            .err()
+            .is_none_or(AttemptFailure::is_rejected_summary)
+        {
+            let limits = &mut self.state.limits;
+            limits.proven = limits.proven.max(asking.input_tokens);
         }
+        if let Err(cause) = &result {
+            let failure = format!("{}: {cause}", model.model);
+            self.state.asked.failures.push(failure);
+        }
+        result
+    }
+
+    /// The compaction model `first` failed with `cause` on the input of hash `input`: it is
+    /// not asked again in this fold (nor that input, when too large), and the `active` model is
+    /// asked instead; said (`FallingBack`).
+    fn fall_back(
+        &mut self,
+        first: &ModelRef,
+        active: &ModelRef,
+        cause: AttemptFailure,
+        input: u64,
+    ) {
+        if let AttemptFailure::Provider(error) = &cause
+            && error.is_context_overflow()
+        {
+            let asked = &mut self.state.asked;
+            asked.rejected.insert((first.model.clone(), input));
+        }
+        tracing::warn!(model = %first.model, %cause, "compaction model failed, falling back to the active model for the rest of this compaction");
+        self.run.emit(CompactionEvent::FallingBack {
+            failed_model: first.model.clone(),
+            cause: cause.clone(),
+            model: active.model.clone(),
+        });
+        self.state.asked.compaction_model_failed = Some(cause);
+    }
+
+    /// What the `active` model's `result` for the input of hash `input` makes of the step: its
+    /// summary, a rejection to shrink after (the input is never sent to it again), a summary
+    /// cut at the output limit, or the compaction's error (with the compaction model's cause,
+    /// when it failed first).
+    fn answer_of_active(
+        &mut self,
+        active: ModelRef,
+        result: Result<String, AttemptFailure>,
+        input: u64,
+    ) -> Result<Answer, Failure> {
+        let asked = &mut self.state.asked;
+        let second = match result {
+            Ok(summary) => {
+                return Ok(Answer {
+                    summary,
+                    used: active,
+                    fallback_cause: asked.compaction_model_failed.clone(),
+                });
+            }
+            Err(AttemptFailure::Provider(error)) if error.is_context_overflow() => {
+                asked.rejected.insert((active.model.clone(), input));
+                asked.last_overflow = Some(error.clone());
+                return Err(Failure::Overflow { error });
+            }
+            Err(second) => second,
+        };
+        let truncated = matches!(second, AttemptFailure::TruncatedSummary { .. });
+        let first = self.run.compactor.compaction_model.as_ref();
+        let error = match (first, &asked.compaction_model_failed) {
+            (Some(first), Some(cause)) => CompactError::BothModelsFailed {
+                compaction_model: first.model.clone(),
+                first: Box::new(cause.clone()),
+                active_model: active.model.clone(),
+                second: Box::new(second),
+            },
+            _ => CompactError::Compaction {
+                model: active.model.clone(),
+                cause: second,
+            },
+        };
+        Err(if truncated {
+            Failure::Truncated { error }
+        } else {
+            Failure::Other(error)
+        })
     }
 }
 
@@ -165,12 +232,13 @@ fn input_hash(text: &str) -> u64 {
 }
 
 /// Asks one model for the summary, which must have ended by itself (not at the output limit)
-/// and pass the checks.
+/// and pass the checks. The answer's usage, whatever the checks make of it, is added to `spent`.
 async fn ask(
     model: &ModelRef,
     request: &Request,
     replaced: &Replaced<'_>,
     source: RequestSource<'_>,
+    spent: &mut Option<Usage>,
 ) -> Result<String, AttemptFailure> {
     let span = info_span!("request", provider = model.provider.name(), model = %model.model);
     let answer = match &model.source {
@@ -185,6 +253,9 @@ async fn ask(
         }
     }
     .map_err(AttemptFailure::Provider)?;
+    if let Some(usage) = &answer.usage {
+        spent.get_or_insert_with(Usage::default).accumulate(usage);
+    }
     // The adapters normalise stop reasons (`panto_model::stop_reason`), so one spelling is
     // enough. An answer cut at the limit may end anywhere, the account of the newest turns
     // first: it is not a summary.

@@ -85,6 +85,31 @@ pub(super) struct ChunkPrompt {
     pub(super) elisions: Vec<Elision>,
 }
 
+/// The user prompt of the request for `chunk`, a turn too large for any request (or a part of
+/// one after the window shrank below it): the turn of `messages` with its bodies elided until
+/// it fits, after the summary `running`.
+///
+/// # Errors
+/// [`CompactError::TurnTooLarge`] when even its markers do not fit.
+fn elided_prompt(
+    chunk: &Chunk,
+    messages: &[Message],
+    running: Option<&str>,
+) -> Result<ChunkPrompt, CompactError> {
+    let (text, elisions) =
+        elide_to_fit(messages, chunk.capacity).ok_or(CompactError::TurnTooLarge {
+            tokens: chunk.tokens,
+            capacity: chunk.capacity,
+        })?;
+    let prompt = render_request_text(&text, running);
+    Ok(ChunkPrompt {
+        tokens: Heuristic.text(&prompt),
+        text: prompt,
+        transcript_len: text.len(),
+        elisions,
+    })
+}
+
 /// The user prompt of the request for `chunk`: the parts `parts` of `material` (of the
 /// turns whose messages are `messages`), after the summary `running`.
 ///
@@ -106,20 +131,7 @@ pub(super) fn chunk_prompt(
     running: Option<&str>,
 ) -> Result<ChunkPrompt, CompactError> {
     if chunk.needs_elision() {
-        // A turn too large for any request, or a part of one after the window shrank below
-        // it: the turn's bodies are elided until it fits.
-        let (text, elisions) =
-            elide_to_fit(messages, chunk.capacity).ok_or(CompactError::TurnTooLarge {
-                tokens: chunk.tokens,
-                capacity: chunk.capacity,
-            })?;
-        let prompt = render_request_text(&text, running);
-        return Ok(ChunkPrompt {
-            tokens: Heuristic.text(&prompt),
-            text: prompt,
-            transcript_len: text.len(),
-            elisions,
-        });
+        return elided_prompt(chunk, messages, running);
     }
     let all = &mut *material.parts;
     if all.transcript.len() != all.len() {

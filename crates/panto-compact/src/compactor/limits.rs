@@ -6,8 +6,9 @@ use panto_provider::ProviderError;
 use panto_size::{BLOCK_OVERHEAD, Heuristic, MESSAGE_OVERHEAD};
 use panto_transcript::render_request_text;
 
-use crate::config::{min_known, scale};
+use crate::config::min_known;
 use crate::fold::{MIN_OUTPUT_TOKENS, MIN_ROOM};
+use crate::window::scale;
 
 /// The estimated tokens of a compaction request besides its user prompt's text: the system
 /// prompt, and the overhead of the system part and of the one user message.
@@ -76,9 +77,4 @@ pub(super) fn shrink(
 pub(super) fn least_limit(fixed: u64, previous: u64) -> u64 {
     let floor = u64::from(MIN_OUTPUT_TOKENS);
     fixed + (previous + floor + MIN_ROOM).max(floor + floor / 4 + floor + MIN_ROOM)
-}
-
-/// Whether an overflow error stated the limit.
-pub(super) fn states_limit(error: &ProviderError) -> bool {
-    matches!(error, ProviderError::ContextOverflow { limit: Some(_), .. })
 }

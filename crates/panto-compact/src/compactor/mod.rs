@@ -1,53 +1,56 @@
 //! The compactor: one compaction from plan to append.
 //!
-//! One file per job. Here, the type ([`Compactor`]: its models, settings and events), the plan
-//! and rendering of a run ([`Compactor::prepare`]) and the run itself (`produce`: plan, fold or
-//! native compaction, build, write). The fold loop, a resumable walk over the summarized turns
-//! (`fold_loop.rs`), keeps where it stands in a `FoldState` (`state.rs`) and takes each step's
-//! answer, or panto's record of a step no summary passed, in `step.rs`; each request's prompt
-//! is made in `chunk.rs`, what it costs and how a rejection shrinks the limit in `limits.rs`,
-//! and the model calls, with the fallback from the compaction model to the active one, in
-//! `ask.rs`. What is written (the summary with its ledger, the entry and the copies, panto's
-//! own record when no model answered) is `write.rs`; native compaction, the other way of
-//! writing the summary, is `native.rs`.
+//! One file per job. Here, the type ([`Compactor`]: its models, settings and events) and its
+//! public calls; the plan and rendering of a run (`prepare.rs`); one run, with everything that
+//! holds only for it (`run.rs`: the window as the run knows it, what it learns); the seam
+//! between a run and the ways of writing its summary (`strategy.rs`: the one dispatch point,
+//! and the steps to add a strategy); the strategies, panto's summary (`summary.rs`) and the
+//! provider's native compaction (`native.rs`). The summary folds the prefix through as many
+//! requests as the window needs (a `Fold`, `folding.rs`), in passes, each a walk over the
+//! summarized turns (`walk.rs`), which keeps
+//! where it stands in a `FoldState` (`state.rs`) and takes each step's answer, or panto's
+//! record of a step no summary passed, in `step.rs`; what it walks, the transcript in parts
+//! (`parts.rs`); each request's prompt (`chunk.rs`), what it costs and how a rejection shrinks
+//! the limit (`limits.rs`); and the model calls, with the fallback from the compaction model to
+//! the active one (`ask.rs`). What is written (the summary with its ledger, the entry and the
+//! copies, panto's own record when no model answered) is `write.rs`.
 
 mod ask;
 mod chunk;
-mod fold_loop;
+mod folding;
 mod limits;
 mod native;
 mod parts;
+mod prepare;
+mod run;
 mod state;
 mod step;
+mod strategy;
+mod summary;
 #[cfg(test)]
 mod tests;
+mod walk;
 mod write;
 
-use std::borrow::Cow;
 use std::fmt;
 use std::ops::Range;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use panto_model::{EffectiveContext, IdKind, IdSource, KEPT_BY, Message, Trigger, UniqueIds};
+use panto_model::{EffectiveContext, IdKind, IdSource, KEPT_BY, Message, UniqueIds};
 use panto_size::{Heuristic, Sizer, UsageSizer, estimate};
 use panto_store::{SessionLog, Store};
-use panto_transcript::{TurnTranscript, render_request_text, render_request_turns, strip_ledger};
+use panto_transcript::{TurnTranscript, render_request_text};
 use serde_json::Value;
 use tracing::{Instrument, info_span};
 
-use crate::config::{
-    CompactRun, CompactionStrategy, CompactorConfig, Conversation, ModelRef, min_known,
-};
+use crate::config::{CompactRun, CompactorConfig, ModelRef};
 use crate::error::CompactError;
 use crate::events::CompactionEvent;
-use crate::fold::MIN_OUTPUT_TOKENS;
-use crate::ledger::with_ledger;
-use crate::plan::{
-    NotSmaller, NothingToCompact, Plan, keep_budget, manual_keep_budget, plan_and_turns,
-};
+use crate::plan::Plan;
 use crate::prompt::CompactionPrompt;
 use crate::report::CompactOutcome;
-use state::{FoldState, Folded, Learned};
+use crate::window::KnownWindows;
+use run::Run;
 
 // The crate's tests size a compaction request as the fold does.
 #[cfg(test)]
@@ -76,8 +79,8 @@ pub struct Prepared {
     pub previous_summary: Option<String>,
     /// Estimated tokens of the context before compaction.
     pub tokens_before: u64,
-    /// The limit every compaction request must fit, when one is known (see
-    /// [`CompactRun::request_limit`]).
+    /// The limit every compaction request must fit, when one is known
+    /// ([`KnownWindows::limit`] of the windows the run was given).
     pub limit: Option<u64>,
     /// What the request after the compaction leaves for the summary and its ledger, when the
     /// limit is known: the limit less [`CompactRun::reserved_within`] it and the kept turns.
@@ -140,11 +143,7 @@ pub struct Compactor {
     /// that measured the context may hand over ([`CompactRun::sizes`]).
     sizer: Option<Box<dyn Sizer + Send + Sync>>,
     ids: Arc<dyn IdSource>,
-    conversation: Option<Conversation>,
     events: Exclusive<Option<EventHandler>>,
-    /// What the last fold learned of the window (the largest input accepted, the limit it
-    /// ended with), for panto's own record written right after it failed.
-    learned: Option<Learned>,
 }
 
 impl fmt::Debug for Compactor {
@@ -169,10 +168,8 @@ impl Compactor {
             config: CompactorConfig::default(),
             prompt: CompactionPrompt::builtin(),
             sizer: None,
-            conversation: None,
             ids: Arc::new(UniqueIds),
             events: Exclusive::new(None),
-            learned: None,
         }
     }
 
@@ -213,25 +210,6 @@ impl Compactor {
         self
     }
 
-    /// Tells the compactor what the conversation's own requests look like (system prompt,
-    /// tools, options), which native compaction sends the summarized turns with. The
-    /// [`Driver`](crate::Driver) sets it before every compaction.
-    #[must_use]
-    pub fn with_conversation(mut self, conversation: Conversation) -> Compactor {
-        self.conversation = Some(conversation);
-        self
-    }
-
-    /// [`Compactor::with_conversation`] on a compactor in place (`None` forgets it).
-    pub fn set_conversation(&mut self, conversation: Option<Conversation>) {
-        self.conversation = conversation;
-    }
-
-    /// What the conversation's requests look like, when known.
-    pub fn conversation(&self) -> Option<&Conversation> {
-        self.conversation.as_ref()
-    }
-
     /// The active model.
     pub fn active(&self) -> &ModelRef {
         &self.active
@@ -262,108 +240,23 @@ impl Compactor {
         self.ids.next_id(kind)
     }
 
-    /// Plans a compaction of `context`, builds its system prompt and renders the transcript
-    /// of the summarized prefix (once, turn by turn, each turn sized), without asking any model.
-    ///
-    /// The budget is `keep_tokens` (the run's own, [`CompactRun::keep_tokens`], when given),
-    /// capped at a quarter of the limit the requests must fit ([`CompactRun::request_limit`])
-    /// when one is known. A manual compaction without a budget of its own keeps at most half
-    /// of the conversation ([`manual_keep_budget`]), so that it always summarizes something.
-    /// An overflow compaction must shrink the context, so when that budget would keep every
-    /// turn it keeps only the in-flight turn instead. `tokens_before` is the conversation's
-    /// size: the sum of the messages' sizes.
-    ///
-    /// # Errors
-    /// [`NothingToCompact`] when nothing lies before the kept suffix.
-    pub fn prepare(
-        &self,
-        context: &EffectiveContext,
-        options: &CompactRun,
-    ) -> Result<Prepared, NothingToCompact> {
-        // One sizing pass gives both the plan's sizes and `tokens_before`: the conversation's
-        // size is the sum of its messages' sizes, as the ruler (`panto_size::estimate`)
-        // counts it.
-        let sizes = match (&self.sizer, &options.sizes) {
-            (None, Some(sizes)) if sizes.len() == context.messages.len() => Cow::Borrowed(&**sizes),
-            _ => Cow::Owned(self.message_sizes(&context.messages)),
-        };
-        let tokens_before = sizes.iter().fold(0u64, |t, &s| t.saturating_add(s));
-        let limit = options.request_limit(self.config.context_window);
-        let mut budget = keep_budget(
-            options.keep_tokens.unwrap_or(self.config.keep_tokens),
-            limit,
-        );
-        if options.trigger == Trigger::Manual && options.keep_tokens.is_none() {
-            let head = usize::from(context.compaction.is_some()).min(sizes.len());
-            let conversation = sizes[head..].iter().fold(0u64, |t, &s| t.saturating_add(s));
-            budget = manual_keep_budget(budget, conversation);
-        }
-        if options.known_limit(self.config.context_window).is_none()
-            && let Some(bound) = limit
-        {
-            // Only a bound is known (the request that overflowed): the window may be far
-            // below it, so keep a tenth of it, which a window down to a fifth of the bound
-            // still holds beside an in-flight turn of the other half.
-            budget = budget.min(bound / 10);
-        }
-        let (mut p, mut all_turns) = plan_and_turns(context, &sizes, budget);
-        if p.is_empty() && options.must_fit() && p.kept_turns > 1 {
-            (p, all_turns) = plan_and_turns(context, &sizes, 0);
-        }
-        if p.is_empty() {
-            return Err(NothingToCompact {
-                turns: p.kept_turns,
-                tokens: p.kept_tokens,
-                budget: p.budget,
-            });
-        }
-        // The short built-in form when the window is small (and the user layered no prompt).
-        let system = self.prompt.system_prompt_for(options.instructions(), limit);
-        let prefix = &context.messages[p.prefix()];
-        // The plan's first turns are the prefix's (see `plan_and_turns`).
-        all_turns.truncate(p.summarized_turns);
-        let prefix_turns = all_turns;
-        let mut turn_tenths = Vec::with_capacity(prefix_turns.len());
-        // Rendered after the first request's head, so that a fold in one request builds it
-        // where the transcript lies (`into_request`).
-        let previous_summary = context.summary().map(strip_ledger);
-        let transcript = render_request_turns(prefix, &prefix_turns, previous_summary, |turn| {
-            turn_tenths.push(Heuristic.text_tenths(turn));
-        });
-        let kept_tokens = kept_tokens(context, &p);
-        let summary_room = limit.map(|l| {
-            l.saturating_sub(options.reserved_within(l))
-                .saturating_sub(kept_tokens)
-        });
-        let turn_tokens = turn_tenths.iter().map(|t| t.div_ceil(10)).collect();
-        let turns = prefix_turns
-            .into_iter()
-            .map(|t| t.start + p.head..t.end + p.head)
-            .collect();
-        Ok(Prepared {
-            tokens_before,
-            plan: p,
-            system,
-            transcript,
-            turns,
-            turn_tokens,
-            turn_tenths,
-            previous_summary: previous_summary.map(str::to_owned),
-            limit,
-            summary_room,
-            kept_tokens,
-        })
-    }
-
     /// Compacts `context` and appends the result to `log` in one conditional append.
     ///
     /// `context` must be the replay of `log` at its head. On success the log's new effective
     /// context is [`Compacted::context`](crate::Compacted::context): the summary block followed
     /// by the kept turns.
     ///
+    /// `windows` is everything known of the model's window; the run takes it and gives it back
+    /// updated, whatever the outcome: what its overflow said ([`CompactRun::teach`]), a limit a
+    /// compaction request was refused with, the largest request the model took. A
+    /// [`Driver`](crate::Driver) passes its own; an agent persists what it learned
+    /// ([`KnownWindows::learned`]).
+    ///
     /// # Errors
     /// [`CompactError::Compaction`] or [`CompactError::BothModelsFailed`] when no summary could
-    /// be obtained, [`CompactError::Store`] when the append failed (a
+    /// be obtained (unless the run writes panto's record then,
+    /// [`CompactRun::record_on_failure`]: that error is returned when the record cannot be
+    /// written either), [`CompactError::Store`] when the append failed (a
     /// [`StoreError::Conflict`](panto_store::StoreError::Conflict) when another writer
     /// appended since `log` last saw the session). In every error case nothing of the
     /// compaction is in effect.
@@ -372,40 +265,26 @@ impl Compactor {
         context: &EffectiveContext,
         log: &mut SessionLog<S>,
         options: CompactRun,
+        windows: &mut KnownWindows,
     ) -> Result<CompactOutcome, CompactError> {
         let span = info_span!("compaction", trigger = options.trigger.as_str());
-        let compacted = match self
-            .produce(context, &options)
-            .instrument(span.clone())
-            .await?
-        {
-            CompactOutcome::Compacted(c) => c,
-            nothing @ CompactOutcome::NothingToCompact(_) => return Ok(nothing),
+        let mut run = Run::new(self, context, &options, windows);
+        let produced = run.produce().instrument(span.clone()).await;
+        let outcome = match produced {
+            Ok(CompactOutcome::Compacted(c)) => run.append(log, *c, &span).await,
+            Ok(nothing) => Ok(nothing),
+            Err(failure) if options.record_on_failure && failure.no_summary_obtained() => {
+                run.write_record(log, failure).await
+            }
+            Err(error) => Err(error),
         };
-        let written = log
-            .append(&compacted.entries)
-            .instrument(info_span!(parent: &span, "write", entries = compacted.entries.len()))
-            .await;
-        if let Err(e) = written {
-            let error = CompactError::Store(e);
-            let report = &compacted.report;
-            self.emit(CompactionEvent::Failed {
-                trigger: report.trigger.clone(),
-                fallback: report.fallback,
-                plan: report.plan.clone(),
-                tokens_before: report.tokens_before,
-                error: error.to_string(),
-            });
-            return Err(error);
-        }
-        self.emit(CompactionEvent::Finished(Box::new(
-            compacted.report.clone(),
-        )));
-        Ok(CompactOutcome::Compacted(compacted))
+        run.teach(windows);
+        outcome
     }
 
     /// Compacts `context` without writing anything (a dry run): the same plan, requests and
-    /// fallback as [`Compactor::compact`], and the entries that it would append.
+    /// fallback as [`Compactor::compact`], and the entries that it would append. `windows`
+    /// comes back updated as with [`Compactor::compact`].
     ///
     /// # Errors
     /// [`CompactError::Compaction`] or [`CompactError::BothModelsFailed`].
@@ -413,157 +292,20 @@ impl Compactor {
         &mut self,
         context: &EffectiveContext,
         options: CompactRun,
+        windows: &mut KnownWindows,
     ) -> Result<CompactOutcome, CompactError> {
         let span = info_span!(
             "compaction",
             trigger = options.trigger.as_str(),
             dry_run = true
         );
-        let outcome = self.produce(context, &options).instrument(span).await?;
-        if let CompactOutcome::Compacted(c) = &outcome {
-            self.emit(CompactionEvent::Finished(Box::new(c.report.clone())));
+        let mut run = Run::new(self, context, &options, windows);
+        let produced = run.produce().instrument(span).await;
+        if let Ok(CompactOutcome::Compacted(c)) = &produced {
+            run.emit(CompactionEvent::Finished(Box::new(c.report.clone())));
         }
-        Ok(outcome)
-    }
-
-    /// Plans, folds the prefix through as many requests as the window needs, and builds the
-    /// append.
-    async fn produce(
-        &mut self,
-        context: &EffectiveContext,
-        options: &CompactRun,
-    ) -> Result<CompactOutcome, CompactError> {
-        let mut prepared = match info_span!("plan").in_scope(|| self.prepare(context, options)) {
-            Ok(p) => p,
-            Err(nothing) => {
-                tracing::info!(%nothing, "nothing to compact");
-                return Ok(CompactOutcome::NothingToCompact(nothing));
-            }
-        };
-        let first_model = self
-            .compaction_model
-            .as_ref()
-            .unwrap_or(&self.active)
-            .model
-            .clone();
-        self.emit(CompactionEvent::Started {
-            trigger: options.trigger.clone(),
-            model: first_model,
-            plan: prepared.plan.clone(),
-            tokens_before: prepared.tokens_before,
-        });
-        if self.config.compaction_strategy == CompactionStrategy::Native {
-            match native::ask(self, context, options, &prepared)
-                .instrument(info_span!("native"))
-                .await
-            {
-                Ok(native) => {
-                    prepared.plan = native.plan.clone();
-                    prepared.kept_tokens = kept_tokens(context, &prepared.plan);
-                    let folded = Folded {
-                        summary: with_ledger(&native.summary, &native.ledger, native.ledger_budget),
-                        ledger: native.ledger.clone(),
-                        used: Some(self.active.clone()),
-                        requests: 1,
-                        ..Folded::default()
-                    };
-                    let compacted = self.build(context, options, prepared, folded);
-                    let compacted = native::finish(compacted, &native, context);
-                    return Ok(CompactOutcome::Compacted(Box::new(compacted)));
-                }
-                Err(cause) => {
-                    tracing::warn!(%cause, "native compaction failed, writing panto's summary");
-                    self.emit(CompactionEvent::NativeFailed {
-                        cause: cause.to_string(),
-                    });
-                }
-            }
-        }
-        let mut state = FoldState::new(context, &prepared, self.config.max_output_tokens);
-        state.instructions = options.instructions().map(str::to_owned);
-        state.request_bound = options.request_bound();
-        let folded = self
-            .fold_all(context, options, &mut prepared, &mut state)
-            .await;
-        self.learned = Some(Learned {
-            proven: state.proven,
-            limit: state.limit,
-            failures: state.failures.clone(),
-        });
-        match folded {
-            Ok(()) => {
-                let folded = self.finish(options, &prepared, state);
-                let compacted = self.build(context, options, prepared, folded);
-                // A compaction that leaves the conversation no smaller is not written, unless
-                // the run forces it.
-                let report = &compacted.report;
-                if !options.force
-                    && let Err(not_smaller) =
-                        NotSmaller::check(report.tokens_before, report.tokens_after)
-                {
-                    let error = CompactError::NotSmaller(not_smaller);
-                    self.emit(CompactionEvent::Failed {
-                        trigger: options.trigger.clone(),
-                        fallback: report.fallback,
-                        plan: report.plan.clone(),
-                        tokens_before: report.tokens_before,
-                        error: error.to_string(),
-                    });
-                    return Err(error);
-                }
-                Ok(CompactOutcome::Compacted(Box::new(compacted)))
-            }
-            Err(error) => {
-                self.emit(CompactionEvent::Failed {
-                    trigger: options.trigger.clone(),
-                    fallback: self.compaction_model.is_some(),
-                    plan: prepared.plan.clone(),
-                    tokens_before: prepared.tokens_before,
-                    error: error.to_string(),
-                });
-                Err(error)
-            }
-        }
-    }
-
-    /// The limit the request after the compaction must fit, in estimated tokens, when
-    /// anything is known of it: the stated or configured window (or the smaller one a
-    /// rejection taught); when the provider stated none, the largest request it accepted (a
-    /// conversation request before, or a compaction request now), since all that is known of
-    /// the window is that it is above what the provider took and below what it rejected.
-    fn retry_target(
-        &self,
-        options: &CompactRun,
-        prepared: &Prepared,
-        state: &FoldState,
-    ) -> Option<u64> {
-        match options.known_limit(self.config.context_window) {
-            Some(known) => Some(known.min(state.limit.unwrap_or(known))),
-            // Nothing is known of a window that never refused a request (a manual compaction
-            // with none configured): no constraint.
-            None if prepared.limit.is_none() => None,
-            None => {
-                let proven = state.proven.max(options.accepted_tokens.unwrap_or(0));
-                let bound = min_known(state.limit, prepared.limit);
-                (proven > 0).then(|| bound.map_or(proven, |b| proven.min(b)))
-            }
-        }
-    }
-
-    /// The output limit of the fold's requests: the configured one, never below the floor,
-    /// and at most half of what the request after the compaction leaves for the summary (the
-    /// rest is for the ledger's rendering).
-    fn max_output(&self, summary_room: Option<u64>) -> u64 {
-        let floor = u64::from(MIN_OUTPUT_TOKENS);
-        let configured = u64::from(self.config.max_output_tokens).max(floor);
-        summary_room.map_or(configured, |room| configured.min((room / 2).max(floor)))
-    }
-
-    /// The most output a request of the fold may allow after a model's summary stopped at its
-    /// limit: the configured output limit (the fold's own keeps the final summary within what
-    /// the request after the compaction leaves; one that comes out larger is condensed).
-    fn longest_output(&self, state: &FoldState) -> u64 {
-        u64::from(self.config.max_output_tokens).max(state.max_output)
+        run.teach(windows);
+        produced
     }
 
     /// The size of each message of `messages`, by this compactor's sizer.

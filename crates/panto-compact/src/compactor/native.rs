@@ -25,33 +25,73 @@ use panto_model::{
     CompactionBlock, ContentBlock, EffectiveContext, Entry, KEPT_BY, Message, NATIVE,
     NATIVE_ANTHROPIC, RawJson, Role, THINKING_KEPT, replay, turns,
 };
-use panto_provider::{NativeCompaction, ProviderError, Request, StreamEvent};
+use panto_provider::{CacheMode, NativeCompaction, ProviderError, Request, StreamEvent};
 use panto_size::{Heuristic, estimate};
 use panto_transcript::Ledger;
 use serde_json::Value;
 
-use super::{Compactor, Prepared};
-use crate::config::{CompactRun, Conversation};
+use tracing::{Instrument, info_span};
+
+use super::run::Run;
+use super::state::Folded;
+use super::{Prepared, kept_tokens, summary};
+use crate::config::{CompactionStrategy, Conversation};
+use crate::error::CompactError;
+use crate::events::CompactionEvent;
 use crate::ledger::{ledger_budget, previous_ledger, rendered_len, with_ledger};
 use crate::plan::Plan;
 use crate::prompt::ADDITIONAL_INSTRUCTIONS_HEADING;
 use crate::report::Compacted;
 
+/// The compaction of `prepared` by the provider's native compaction, with the active model;
+/// panto's summary when it fails in any way (said, `NativeFailed`).
+///
+/// # Errors
+/// The summary's, when native compaction failed and so did panto's summary.
+pub(super) async fn produce(
+    run: &mut Run<'_>,
+    mut prepared: Prepared,
+) -> Result<Compacted, CompactError> {
+    let native = ask(run, &prepared).instrument(info_span!("native")).await;
+    match native {
+        Ok(native) => {
+            prepared.plan = native.plan.clone();
+            prepared.kept_tokens = kept_tokens(run.context, &prepared.plan);
+            let folded = Folded {
+                summary: with_ledger(&native.summary, &native.ledger, native.ledger_budget),
+                ledger: native.ledger.clone(),
+                used: Some(run.compactor.active.clone()),
+                requests: 1,
+                ..Folded::default()
+            };
+            let compacted = run.build(prepared, folded);
+            Ok(finish(compacted, &native, run.context))
+        }
+        Err(cause) => {
+            tracing::warn!(%cause, "native compaction failed, writing panto's summary");
+            run.emit(CompactionEvent::NativeFailed {
+                cause: cause.to_string(),
+            });
+            summary::produce(run, prepared).await
+        }
+    }
+}
+
 /// What a native compaction returned, ready to be written.
-pub(crate) struct Native {
+struct Native {
     /// The plan it compacted (the prepared one, its cut moved for the roles when needed).
-    pub(crate) plan: Plan,
+    plan: Plan,
     /// The entry's summary before its ledger.
-    pub(crate) summary: String,
+    summary: String,
     /// The ledger of what it replaces, merged with the previous one.
-    pub(crate) ledger: Ledger,
+    ledger: Ledger,
     /// The budget, in characters, of the ledger's rendering after the summary.
-    pub(crate) ledger_budget: usize,
+    ledger_budget: usize,
     /// The provider's answer.
-    pub(crate) compaction: NativeCompaction,
+    compaction: NativeCompaction,
     /// Whether the kept turns' thinking stays valid (Anthropic, asked with the conversation's
     /// own system prompt and tools).
-    pub(crate) thinking_kept: bool,
+    thinking_kept: bool,
 }
 
 /// Asks the active model's provider to compact the summarized turns of `prepared`.
@@ -60,21 +100,23 @@ pub(crate) struct Native {
 /// The provider's error ([`ProviderError::Unsupported`] for a provider without native
 /// compaction), or [`ProviderError::Unsupported`] when no cut has turns of both roles around
 /// it.
-pub(crate) async fn ask(
-    compactor: &Compactor,
-    context: &EffectiveContext,
-    options: &CompactRun,
-    prepared: &Prepared,
-) -> Result<Native, ProviderError> {
+async fn ask(run: &Run<'_>, prepared: &Prepared) -> Result<Native, ProviderError> {
+    let (context, options) = (run.context, run.options);
     let plan =
         cut_between_roles(context, &prepared.plan).ok_or_else(|| ProviderError::Unsupported {
             message: "no cut between turns of different roles".into(),
         })?;
-    let active = compactor.active();
-    let conversation = compactor.conversation();
+    let active = run.compactor.active();
+    let conversation = options.conversation.as_ref();
     let shape = conversation
         .cloned()
         .unwrap_or_else(|| Conversation::new(""));
+    // The conversation's own prefix, read from the cache its turns wrote; nothing after it is
+    // worth writing, since no later request extends this one.
+    let mut request_options = shape.options.clone();
+    if request_options.cache.is_on() {
+        request_options.cache.mode = CacheMode::ReadOnly;
+    }
     let request = Request::new(
         active.model.clone(),
         shape.system.clone(),
@@ -82,7 +124,7 @@ pub(crate) async fn ask(
         shape.max_output_tokens,
     )
     .with_tools(shape.tools.clone())
-    .with_options(shape.options.clone());
+    .with_options(request_options);
     let instructions = options
         .instructions()
         .map(|text| format!("{ADDITIONAL_INSTRUCTIONS_HEADING}\n\n{text}"));
@@ -94,7 +136,7 @@ pub(crate) async fn ask(
     let prefix = &context.messages[plan.prefix()];
     let before = previous_ledger(context);
     let budget = ledger_budget(
-        compactor.config().max_output_tokens,
+        run.compactor.config().max_output_tokens,
         rendered_len(context),
         prepared.transcript.text().len(),
         prepared.limit,
@@ -111,21 +153,9 @@ pub(crate) async fn ask(
     // A compaction that does not bring the context within the limit is a failure like any
     // other (`OpenAI`'s window keeps every user message, which may be most of it).
     if let Some(limit) = prepared.limit {
-        let mut head = CompactionBlock::new(with_ledger(&summary, &ledger, budget));
-        head.extra
-            .insert_raw(NATIVE.to_owned(), payload_of(&compaction));
-        let mut after = vec![Message::new(
-            Role::User,
-            vec![ContentBlock::Compaction(head)],
-        )];
-        // As the copies will be: marked, so that their usage (measured before the compaction)
-        // anchors nothing.
-        after.extend(context.messages[plan.kept()].iter().map(|m| {
-            let mut copy = m.clone();
-            copy.extra.insert(KEPT_BY.to_owned(), Value::from("native"));
-            copy
-        }));
-        let estimate = estimate(&shape.system, "", &after).total();
+        let head = with_ledger(&summary, &ledger, budget);
+        let kept = &context.messages[plan.kept()];
+        let estimate = size_after(&shape.system, head, &compaction, kept);
         if estimate >= limit {
             return Err(ProviderError::Unsupported {
                 message: format!(
@@ -145,13 +175,34 @@ pub(crate) async fn ask(
     })
 }
 
+/// panto's estimate of the context after a native `compaction` with the conversation's
+/// `system` prompt: the compaction block (`summary`, carrying the payload) and the `kept`
+/// turns, marked as their copies will be, so that their usage (measured before the
+/// compaction) anchors nothing.
+fn size_after(
+    system: &str,
+    summary: String,
+    compaction: &NativeCompaction,
+    kept: &[Message],
+) -> u64 {
+    let mut head = CompactionBlock::new(summary);
+    head.extra
+        .insert_raw(NATIVE.to_owned(), payload_of(compaction));
+    let mut after = vec![Message::new(
+        Role::User,
+        vec![ContentBlock::Compaction(head)],
+    )];
+    after.extend(kept.iter().map(|m| {
+        let mut copy = m.clone();
+        copy.extra.insert(KEPT_BY.to_owned(), Value::from("native"));
+        copy
+    }));
+    estimate(system, "", &after).total()
+}
+
 /// The compaction `compacted` (built from a [`Native`]) with the native payload and its usage
 /// on the entry, and the kept copies whose thinking stays valid marked so.
-pub(crate) fn finish(
-    mut compacted: Compacted,
-    native: &Native,
-    context: &EffectiveContext,
-) -> Compacted {
+fn finish(mut compacted: Compacted, native: &Native, context: &EffectiveContext) -> Compacted {
     let id = compacted.report.id.clone();
     let usage = native
         .compaction
@@ -171,7 +222,10 @@ pub(crate) fn finish(
         match entry {
             Entry::Compaction(c) => {
                 c.extra.insert_raw(NATIVE.to_owned(), payload(native));
-                c.extra.insert("strategy".into(), Value::from("native"));
+                c.extra.insert(
+                    "strategy".into(),
+                    Value::from(CompactionStrategy::Native.as_str()),
+                );
                 if let Some(usage) = &usage {
                     c.extra.insert("usage".into(), usage.clone());
                 }
@@ -276,7 +330,7 @@ mod tests {
     use super::cut_between_roles;
     use crate::{
         CompactOutcome, CompactRun, CompactionStrategy, Compactor, CompactorConfig, Conversation,
-        ModelRef,
+        KnownWindows, ModelRef,
     };
 
     fn context(roles: &str) -> EffectiveContext {
@@ -398,13 +452,16 @@ mod tests {
                     .with_keep_tokens(100)
                     .with_compaction_strategy(CompactionStrategy::Native),
             )
-            .with_sizer(FirstPromptLarge)
-            .with_conversation(Conversation::new("system"));
+            .with_sizer(FirstPromptLarge);
         let runtime = tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap();
         let outcome = runtime
-            .block_on(compactor.dry_run(&context, CompactRun::manual(None)))
+            .block_on(compactor.dry_run(
+                &context,
+                CompactRun::manual(None).with_conversation(Conversation::new("system")),
+                &mut KnownWindows::new(),
+            ))
             .unwrap();
         let CompactOutcome::Compacted(compacted) = outcome else {
             panic!("nothing compacted");

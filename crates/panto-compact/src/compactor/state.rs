@@ -1,9 +1,11 @@
-//! Where a fold stands (`FoldState`: the summary so far, the record so far, what was sent and
-//! what it learned) and what it produced (`Folded`). What it walks is in `parts.rs`.
+//! Where a fold stands (`FoldState`): the summary so far (`SoFar`), what it knows and guesses
+//! of the window (`Limits`), the outputs it allows (`Outputs`), what the models were asked and
+//! refused (`Asked`); what it produced (`Folded`); and what the run learned (`Taught`). What it
+//! walks is in `parts.rs`; the walk itself in `walk.rs`.
 
 use std::collections::HashSet;
 
-use panto_model::EffectiveContext;
+use panto_model::{EffectiveContext, Usage};
 use panto_provider::ProviderError;
 use panto_transcript::Ledger;
 
@@ -13,11 +15,27 @@ use crate::config::{ModelRef, RequestBound};
 use crate::fold::{FoldBudget, FoldPlan, MIN_OUTPUT_TOKENS};
 use crate::ledger::{ledger_budget, previous_ledger, rendered_len};
 use crate::report::{ElidedItem, FoldStep};
+use crate::window::{KnownWindows, Stated};
 
-/// Where a fold stands: the summary so far, the record so far, what was sent, and what the
-/// fold learned (a smaller limit, inputs a model rejected, a compaction model that failed).
-/// Everything a fold needs to go on from where it is.
+/// Where a fold stands: everything it needs to go on from where it is.
 pub(super) struct FoldState {
+    /// The summary and the record so far, and what was sent.
+    pub(super) so_far: SoFar,
+    /// What the fold knows and guesses of the window.
+    pub(super) limits: Limits,
+    /// The output limits of its requests.
+    pub(super) output: Outputs,
+    /// What the models were asked, and what they refused.
+    pub(super) asked: Asked,
+    /// Steps planned for the material after the one being folded (the turns after the
+    /// carried summary's pieces), so that the count shown is the whole fold's.
+    pub(super) later_steps: usize,
+    /// The run's extra instructions, for a system prompt chosen again for a smaller window.
+    pub(super) instructions: Option<String>,
+}
+
+/// The summary and the record so far.
+pub(super) struct SoFar {
     /// The summary so far (the model's text, no ledger): `<previous-summary>` of the next
     /// request.
     pub(super) running: Option<String>,
@@ -25,60 +43,54 @@ pub(super) struct FoldState {
     pub(super) ledger: Ledger,
     /// The steps, requests, elisions and models so far.
     pub(super) folded: Folded,
-    /// The limit every request must fit (smaller after a shrink).
+    /// The natural size of the ledger's rendering ([`ledger_budget`] of what was there and
+    /// what is summarized).
+    pub(super) natural_ledger_chars: usize,
+}
+
+/// What a fold knows and guesses of the window, in panto's estimated tokens.
+pub(super) struct Limits {
+    /// The limit every request must fit (smaller after a shrink, higher while it probes).
     pub(super) limit: Option<u64>,
-    /// The output limit of the fold's requests ([`Compactor::max_output`]).
-    pub(super) max_output: u64,
-    /// The least output of the fold's requests: [`MIN_OUTPUT_TOKENS`], doubled (up to the
-    /// configured output limit) each time a model's summary stopped at the output limit.
-    pub(super) min_output: u64,
+    /// The smallest input the provider rejected as too large without stating its limit: the
+    /// window is below it (and above `proven`).
+    pub(super) upper: Option<u64>,
+    /// The largest request the provider accepted (input and output): once a rejection has
+    /// shown the window below the planned limit, only this much is known to fit.
+    pub(super) proven: u64,
+    /// The latest limit the provider stated when it refused a request of the fold, with its
+    /// counts.
+    pub(super) stated: Option<Stated>,
     /// How often the limit was shrunk after a rejection.
     pub(super) shrinks: usize,
+    /// What bounds an overflow's requests: a summary cut at its output limit is asked again
+    /// only while the fold stays within it.
+    pub(super) request_bound: Option<RequestBound>,
+}
+
+/// The output limits of a fold's requests.
+pub(super) struct Outputs {
+    /// The most ([`Run::max_output`](super::run::Run::max_output)).
+    pub(super) max: u64,
+    /// The least: [`MIN_OUTPUT_TOKENS`], doubled (up to the configured output limit) each time a
+    /// model's summary stopped at the output limit.
+    pub(super) min: u64,
+}
+
+/// What the models of a fold were asked, and what they refused.
+#[derive(Default)]
+pub(super) struct Asked {
     /// Inputs rejected as too large, by model: never sent to that model again.
     pub(super) rejected: HashSet<(String, u64)>,
     /// The last rejection, which a repeated input would get again.
     pub(super) last_overflow: Option<ProviderError>,
     /// Why the compaction model failed, once it has: it is not asked again in this fold.
     pub(super) compaction_model_failed: Option<AttemptFailure>,
-    /// Steps planned for the material after the one being folded (the turns after the
-    /// carried summary's pieces), so that the count shown is the whole fold's.
-    pub(super) later_steps: usize,
-    /// The natural size of the ledger's rendering ([`ledger_budget`] of what was there and
-    /// what is summarized).
-    pub(super) natural_ledger_chars: usize,
-    /// The smallest input the provider rejected as too large without stating its limit: the
-    /// window is below it (and above `proven`).
-    pub(super) upper: Option<u64>,
     /// Every failed attempt so far, as `model: cause`.
     pub(super) failures: Vec<String>,
-    /// The run's extra instructions, for a system prompt chosen again for a smaller window.
-    pub(super) instructions: Option<String>,
-    /// What bounds an overflow's requests: a summary cut at its output limit is asked again
-    /// only while the fold stays within it.
-    pub(super) request_bound: Option<RequestBound>,
-    /// The largest request the provider accepted (input and output), in estimated tokens:
-    /// once a rejection has shown the window below the planned limit, only this much is known
-    /// to fit.
-    pub(super) proven: u64,
 }
 
 impl FoldState {
-    /// What the fold's requests must fit now: the limit, `fixed`, the summary the first request
-    /// carries (`previous` tokens), and the output limit and floor.
-    pub(super) fn budget(&self, fixed: u64, previous: u64) -> FoldBudget {
-        FoldBudget::new(self.limit, fixed, previous, self.max_output)
-            .with_min_output(self.min_output)
-    }
-
-    /// Whether a plan of `requests` more requests from here keeps the fold within the
-    /// overflow's bound on requests (always, when there is none).
-    pub(super) fn within_bound(&self, requests: usize) -> bool {
-        self.request_bound.is_none_or(|bound| {
-            self.folded.requests + requests + self.later_steps
-                <= bound.compaction_requests(self.upper)
-        })
-    }
-
     /// The start of a fold of `prepared`: the previous summary and record, nothing sent.
     pub(super) fn new(
         context: &EffectiveContext,
@@ -86,71 +98,66 @@ impl FoldState {
         max_output_tokens: u32,
     ) -> FoldState {
         FoldState {
-            running: prepared.previous_summary.clone(),
-            ledger: previous_ledger(context),
-            folded: Folded::default(),
-            limit: prepared.limit,
-            max_output: u64::from(max_output_tokens.max(MIN_OUTPUT_TOKENS)),
-            min_output: u64::from(MIN_OUTPUT_TOKENS),
-            shrinks: 0,
-            rejected: HashSet::new(),
-            last_overflow: None,
-            compaction_model_failed: None,
+            so_far: SoFar {
+                running: prepared.previous_summary.clone(),
+                ledger: previous_ledger(context),
+                folded: Folded::default(),
+                natural_ledger_chars: ledger_budget(
+                    max_output_tokens,
+                    rendered_len(context),
+                    prepared.transcript.text().len(),
+                    None,
+                ),
+            },
+            limits: Limits {
+                limit: prepared.limit,
+                upper: None,
+                proven: 0,
+                stated: None,
+                shrinks: 0,
+                request_bound: None,
+            },
+            output: Outputs {
+                max: u64::from(max_output_tokens.max(MIN_OUTPUT_TOKENS)),
+                min: u64::from(MIN_OUTPUT_TOKENS),
+            },
+            asked: Asked::default(),
             later_steps: 0,
-            natural_ledger_chars: ledger_budget(
-                max_output_tokens,
-                rendered_len(context),
-                prepared.transcript.text().len(),
-                None,
-            ),
-            proven: 0,
-            upper: None,
-            failures: Vec::new(),
             instructions: None,
-            request_bound: None,
         }
     }
-}
 
-/// What a fold learned of the window and the models, kept for panto's own record when the
-/// fold failed.
-pub(super) struct Learned {
-    pub(super) proven: u64,
-    pub(super) limit: Option<u64>,
-    pub(super) failures: Vec<String>,
-}
+    /// What the fold's requests must fit now: the limit, `fixed`, the summary the first request
+    /// carries (`previous` tokens), and the output limit and floor.
+    pub(super) fn budget(&self, fixed: u64, previous: u64) -> FoldBudget {
+        FoldBudget::new(self.limits.limit, fixed, previous, self.output.max)
+            .with_min_output(self.output.min)
+    }
 
-/// What a fold produced.
-#[derive(Default)]
-pub(super) struct Folded {
-    pub(super) summary: String,
-    pub(super) used: Option<ModelRef>,
-    pub(super) fallback_cause: Option<AttemptFailure>,
-    pub(super) steps: Vec<FoldStep>,
-    pub(super) requests: usize,
-    pub(super) elided: Vec<ElidedItem>,
-    pub(super) ledger: Ledger,
-    pub(super) degraded: Option<String>,
-    /// Every failed attempt, as `model: cause`.
-    pub(super) failures: Vec<String>,
-    /// The limit the fold ended with (lower than planned after a shrink).
-    pub(super) limit: Option<u64>,
-}
+    /// Whether a plan of `requests` more requests from here keeps the fold within the
+    /// overflow's bound on requests (always, when there is none).
+    pub(super) fn within_bound(&self, requests: usize) -> bool {
+        self.limits.request_bound.is_none_or(|bound| {
+            self.so_far.folded.requests + requests + self.later_steps
+                <= bound.compaction_requests(self.limits.upper)
+        })
+    }
 
-impl FoldState {
     /// The output limit of a request of `input_tokens` in `plan` (the `last` of the fold, or
     /// not). The plan leaves every request at least the floor (`FoldPlan`'s invariants).
     pub(super) fn output_for(&self, plan: &FoldPlan, last: bool, input_tokens: u64) -> u32 {
-        let most = self.max_output.max(self.min_output);
-        let output = match self.limit {
+        let most = self.output.max.max(self.output.min);
+        let output = match self.limits.limit {
             None => most,
             Some(l) if last => most.min(l.saturating_sub(input_tokens)),
             Some(l) => plan.output.min(l.saturating_sub(input_tokens)),
         }
-        .max(self.min_output);
+        .max(self.output.min);
         u32::try_from(output).unwrap_or(u32::MAX)
     }
+}
 
+impl Limits {
     /// Whether a request of `input_tokens` rejected after the fold's last shrink may still
     /// fall back to what is known to fit: when it tried higher than a request the provider
     /// took, after a rejection that stated no limit. The fold then goes on at that size and
@@ -166,8 +173,9 @@ impl FoldState {
     /// window, so while rejections are left the next requests try higher, half way (in
     /// proportion: the geometric mean) from the largest input taken to the smallest input
     /// rejected, and at most half again the input the limit allows; a failed try costs a
-    /// request and sends the limit back to what is known to fit, never to an input sent before. After the shrinks a fold allows, one more try is
-    /// left when something was taken: its failure falls back to that size for good.
+    /// request and sends the limit back to what is known to fit, never to an input sent
+    /// before. After the shrinks a fold allows, one more try is left when something was taken:
+    /// its failure falls back to that size for good.
     pub(super) fn probe_higher(&mut self) {
         if let (Some(upper), Some(limit)) = (self.upper, self.limit)
             && self.shrinks <= MAX_SHRINKS
@@ -180,6 +188,79 @@ impl FoldState {
             if probe > limit + limit / 10 {
                 self.limit = Some(probe);
             }
+        }
+    }
+
+    /// After a request of `input_tokens` was refused with `error`: one more shrink, and what the
+    /// refusal taught (the limit it stated, with its counts; else that the window is below that
+    /// input).
+    pub(super) fn refused(&mut self, error: &ProviderError, input_tokens: u64) {
+        self.shrinks += 1;
+        if let ProviderError::ContextOverflow {
+            limit: Some(limit),
+            input_tokens: counted,
+            ..
+        } = error
+        {
+            self.stated = Some(Stated::new(*limit).with_counts(*counted, input_tokens));
+        } else {
+            self.upper = Some(self.upper.map_or(input_tokens, |u| u.min(input_tokens)));
+        }
+    }
+}
+
+/// What a fold produced.
+#[derive(Default)]
+pub(super) struct Folded {
+    pub(super) summary: String,
+    pub(super) used: Option<ModelRef>,
+    pub(super) fallback_cause: Option<AttemptFailure>,
+    pub(super) steps: Vec<FoldStep>,
+    pub(super) requests: usize,
+    pub(super) elided: Vec<ElidedItem>,
+    pub(super) ledger: Ledger,
+    pub(super) degraded: Option<String>,
+    /// Every failed attempt, as `model: cause`.
+    pub(super) failures: Vec<String>,
+    /// What the fold's requests cost, as the providers reported it (every answer counted,
+    /// those the checks refused too).
+    pub(super) usage: Option<Usage>,
+}
+
+/// What a run learned of the window and the models: the limit a compaction request was
+/// refused with, the largest input a model took, the limit the fold ended with, and every
+/// failed attempt. The window takes the first two ([`Taught::teach`]); panto's record, written
+/// when the fold failed, is bounded by all of it.
+#[derive(Default)]
+pub(super) struct Taught {
+    pub(super) stated: Option<Stated>,
+    pub(super) proven: u64,
+    pub(super) limit: Option<u64>,
+    pub(super) failures: Vec<String>,
+}
+
+impl Taught {
+    /// What the fold of `state` learned.
+    pub(super) fn of(state: &FoldState) -> Taught {
+        Taught {
+            stated: state.limits.stated,
+            proven: state.limits.proven,
+            limit: state.limits.limit,
+            failures: state.asked.failures.clone(),
+        }
+    }
+
+    /// Gives `windows` what the run learned of the window: the limit the active model's
+    /// provider stated when it refused a compaction request (the provider's latest word), and
+    /// the largest compaction input a model took. A compaction request refused without a
+    /// limit says less than a conversation's (its output counts against the window too), so
+    /// it bounds the run's own tries only.
+    pub(super) fn teach(&self, windows: &mut KnownWindows) {
+        if let Some(stated) = self.stated {
+            windows.learn_stated(stated);
+        }
+        if self.proven > 0 {
+            windows.learn_accepted(self.proven);
         }
     }
 }

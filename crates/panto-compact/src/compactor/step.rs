@@ -51,7 +51,7 @@ impl FoldState {
             rejected: sent.rejected,
             recorded: None,
         };
-        let folded = &mut self.folded;
+        let folded = &mut self.so_far.folded;
         folded.fallback_cause = answer
             .fallback_cause
             .clone()
@@ -76,10 +76,10 @@ impl FoldState {
         (number, fixed, last): (usize, u64, bool),
         cause: &str,
     ) {
-        self.min_output = u64::from(MIN_OUTPUT_TOKENS);
+        self.output.min = u64::from(MIN_OUTPUT_TOKENS);
         let room = self.budget(fixed, 0).carried_reserve();
         let messages = &material.messages[sent.messages.clone()];
-        let previous = match self.running.as_deref() {
+        let previous = match self.so_far.running.as_deref() {
             Some(p) if last => Some(p.to_owned()),
             Some(p) => Some(head_within(p, room - room / 3)),
             None => None,
@@ -119,7 +119,8 @@ impl FoldState {
     /// (for the prefix's turns, not a carried summary's pieces), and `summary` the summary the
     /// next request carries.
     fn step_done(&mut self, step: FoldStep, sent: Sent, material: &Material<'_>, summary: String) {
-        let folded = &mut self.folded;
+        let so_far = &mut self.so_far;
+        let folded = &mut so_far.folded;
         folded.steps.push(step);
         if !material.carried {
             let messages = sent.messages;
@@ -133,11 +134,11 @@ impl FoldState {
                     kept: e.kept,
                 }
             }));
-            self.ledger = Ledger::merge(
-                &self.ledger,
+            so_far.ledger = Ledger::merge(
+                &so_far.ledger,
                 &Ledger::from_messages(&material.messages[sent.ledger]),
             );
         }
-        self.running = Some(summary);
+        so_far.running = Some(summary);
     }
 }

@@ -12,6 +12,7 @@ use super::parts::{PartSize, Parts};
 use super::{Compactor, kept_copies, kept_estimate};
 use crate::config::{CompactRun, ModelRef};
 use crate::testing::ScriptedProvider;
+use crate::window::KnownWindows;
 
 proptest! {
     /// The kept turns are sized once, in `prepare`; the size of the context after the
@@ -30,7 +31,7 @@ proptest! {
             keep_tokens: Some(keep),
             ..CompactRun::manual(None)
         };
-        let Ok(prepared) = compactor.prepare(&context, &run) else {
+        let Ok(prepared) = compactor.prepare(&context, &run, &KnownWindows::new()) else {
             return Ok(());
         };
         for summary in summaries {
@@ -67,10 +68,10 @@ proptest! {
         let measured = Measured::new(&context.messages);
         let handed = run.clone().with_sizes(measured.sizes().into());
         let ruler = Compactor::new(model());
-        prop_assert_eq!(ruler.prepare(&context, &handed), ruler.prepare(&context, &run));
+        prop_assert_eq!(ruler.prepare(&context, &handed, &KnownWindows::new()), ruler.prepare(&context, &run, &KnownWindows::new()));
         let own = Compactor::new(model()).with_sizer(Hundred);
         let wrong = run.clone().with_sizes(vec![1; context.messages.len()].into());
-        prop_assert_eq!(own.prepare(&context, &wrong), own.prepare(&context, &run));
+        prop_assert_eq!(own.prepare(&context, &wrong, &KnownWindows::new()), own.prepare(&context, &run, &KnownWindows::new()));
     }
 }
 

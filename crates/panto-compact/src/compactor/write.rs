@@ -2,59 +2,42 @@
 //! request after the compaction leaves; the entry and the kept copies marked `kept_by`; and,
 //! when no model could summarize, panto's own record in their place.
 
-use panto_model::{
-    COPIES_MARKED, CompactionEntry, EffectiveContext, Entry, Extra, IdKind, KEPT_BY, Message,
-    replay,
-};
+use panto_model::{COPIES_MARKED, CompactionEntry, Entry, Extra, IdKind, KEPT_BY, Message, replay};
 use panto_size::Heuristic;
 use panto_store::{SessionLog, Store};
 use panto_transcript::{Ledger, strip_ledger, transcript_items};
 use serde_json::{Value, json};
 
-use super::state::{FoldState, Folded};
-use super::{Compactor, Prepared, kept_estimate};
-use crate::config::{CompactRun, min_known};
+use super::run::Run;
+use super::state::{FoldState, Folded, SoFar};
+use super::{Prepared, kept_estimate};
+use crate::config::min_known;
 use crate::error::CompactError;
 use crate::events::CompactionEvent;
-use crate::ledger::{LEDGER_FIELD, with_ledger};
-use crate::plan::NotSmaller;
+use crate::ledger::{LEDGER_FIELD, with_ledger, with_recall_note};
+use crate::plan::{NotSmaller, Plan};
 use crate::record::{RECORD_ONLY_MODEL, record_only_text};
 use crate::report::{CompactOutcome, Compacted, CompactionReport};
 
-impl Compactor {
+impl Run<'_> {
     /// The summary of the fold with the ledger rendered after it, within what the request
     /// after the compaction leaves (its limit less what it holds besides the summary: the
     /// agent's system prompt, tools and reply, and the kept turns), and never more than the
     /// rendering's natural size ([`ledger_budget`]).
-    pub(super) fn finish(
-        &self,
-        options: &CompactRun,
-        prepared: &Prepared,
-        state: FoldState,
-    ) -> Folded {
-        let retry_limit = self.retry_target(options, prepared, &state);
-        let FoldState {
+    pub(super) fn finish(&self, prepared: &Prepared, state: FoldState) -> Folded {
+        let retry_limit = self.retry_target(prepared, &state);
+        let SoFar {
             running,
             ledger,
             mut folded,
-            limit,
             natural_ledger_chars,
-            failures,
-            ..
-        } = state;
-        folded.failures = failures;
+        } = state.so_far;
+        folded.failures = state.asked.failures;
         let text = running.unwrap_or_default();
-        let budget = self.rendering_budget(
-            prepared,
-            options,
-            retry_limit,
-            &text,
-            &ledger,
-            natural_ledger_chars,
-        );
+        let budget =
+            self.rendering_budget(prepared, retry_limit, &text, &ledger, natural_ledger_chars);
         folded.summary = with_ledger(&text, &ledger, budget);
         folded.ledger = ledger;
-        folded.limit = limit;
         folded
     }
 
@@ -64,7 +47,6 @@ impl Compactor {
     fn rendering_budget(
         &self,
         prepared: &Prepared,
-        options: &CompactRun,
         limit: Option<u64>,
         text: &str,
         ledger: &Ledger,
@@ -74,7 +56,7 @@ impl Compactor {
             return natural;
         };
         let used = kept_estimate(prepared, text)
-            + options.reserved_within(limit)
+            + self.options.reserved_within(limit)
             // A blank line between the summary and the rendering, and a margin for rounding.
             + 16;
         let target = limit.saturating_sub(used);
@@ -93,111 +75,22 @@ impl Compactor {
     }
 
     /// Builds the append: the compaction entry, then the kept copies marked `kept_by`.
-    pub(super) fn build(
-        &mut self,
-        context: &EffectiveContext,
-        options: &CompactRun,
-        prepared: Prepared,
-        folded: Folded,
-    ) -> Compacted {
-        let Folded {
-            summary,
-            used,
-            fallback_cause,
-            steps,
-            requests,
-            elided,
-            ledger,
-            degraded,
-            failures,
-            limit: _,
-        } = folded;
-        let used = used.unwrap_or_else(|| self.active.clone());
-        let (model, provider) = match &degraded {
+    pub(super) fn build(&mut self, prepared: Prepared, mut folded: Folded) -> Compacted {
+        let options = self.options;
+        let compactor = &*self.compactor;
+        folded.summary = with_recall_note(&folded.summary, compactor.config.recall_tool);
+        let used = folded.used.clone();
+        let used = used.unwrap_or_else(|| compactor.active.clone());
+        let (model, provider) = match &folded.degraded {
             Some(_) => (RECORD_ONLY_MODEL.to_owned(), "panto".to_owned()),
             None => (used.model.clone(), used.provider.name().to_owned()),
         };
-        let id = self.ids.next_id(IdKind::Compaction);
-        let copies: Vec<Message> = context.messages[prepared.plan.kept()]
-            .iter()
-            .map(|m| {
-                let mut copy = m.clone();
-                copy.id = Some(self.ids.next_id(IdKind::Message).into());
-                copy.extra
-                    .insert(KEPT_BY.to_owned(), Value::from(id.as_str()));
-                copy
-            })
-            .collect();
-        // Measured as `tokens_before` was: the sum of the messages' sizes by the same sizer.
-        // The ruler sized the copies once, in `prepare` (their ids and `kept_by` are not
-        // counted), so its sum is the summary's size and theirs.
-        let tokens_after = match &self.sizer {
-            None => kept_estimate(&prepared, &summary),
-            Some(sizer) => {
-                let mut after = Vec::with_capacity(copies.len() + 1);
-                after.push(Message::compaction(summary.clone()));
-                after.extend(copies.iter().cloned());
-                sizer
-                    .message_sizes(&after)
-                    .iter()
-                    .fold(0u64, |t, &s| t.saturating_add(s))
-            }
-        };
-
-        let plan = prepared.plan;
-        let mut extra = Extra::new();
-        if !copies.is_empty() {
-            // The copies follow in the same append: replay waits for all of them, so a crash
-            // that cuts the append replays to the old context (whatever the store).
-            extra.insert(COPIES_MARKED.into(), true.into());
-        }
-        extra.insert("provider".into(), provider.as_str().into());
-        if let Some(cause) = &degraded {
-            extra.insert("degraded".into(), true.into());
-            extra.insert("degraded_error".into(), cause.as_str().into());
-        }
-        extra.insert("fallback".into(), fallback_cause.is_some().into());
-        if let Some(cause) = &fallback_cause {
-            extra.insert("fallback_error".into(), cause.to_string().into());
-        }
-        extra.insert("keep_tokens".into(), plan.budget.into());
-        extra.insert("kept_turns".into(), (plan.kept_turns as u64).into());
-        extra.insert(
-            "summarized_turns".into(),
-            (plan.summarized_turns as u64).into(),
-        );
-        extra.insert(
-            "summarized_messages".into(),
-            (plan.prefix().len() as u64).into(),
-        );
-        extra.insert("requests".into(), (requests as u64).into());
-        if steps.len() > 1 {
-            extra.insert("fold_steps".into(), (steps.len() as u64).into());
-        }
-        // The steps whose turns no model's summary covered: panto's record of them went on.
-        let recorded: Vec<Value> = steps
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| s.recorded.is_some())
-            .map(|(i, _)| Value::from(i as u64 + 1))
-            .collect();
-        if !recorded.is_empty() {
-            extra.insert("recorded_steps".into(), Value::Array(recorded));
-        }
-        if !elided.is_empty() {
-            let items: Vec<Value> = elided
-                .iter()
-                .map(|e| {
-                    json!({"message": e.message_id, "block": e.block, "bytes": e.bytes, "kept": e.kept})
-                })
-                .collect();
-            extra.insert("elided".into(), Value::Array(items));
-        }
-        if !ledger.is_empty() {
-            extra.insert(LEDGER_FIELD.into(), ledger.to_json());
-        }
+        let id = compactor.ids.next_id(IdKind::Compaction);
+        let copies = self.copies(&prepared, &id);
+        let tokens_after = self.tokens_after(&prepared, &folded.summary, &copies);
+        let extra = entry_extra(&prepared.plan, &folded, &provider, copies.len());
         let instructions = options.instructions().map(str::to_owned);
-        let mut entry = CompactionEntry::new(summary.clone())
+        let mut entry = CompactionEntry::new(folded.summary.clone())
             .with_id(id.clone())
             .with_trigger(options.trigger.clone())
             .with_model(model.clone())
@@ -209,6 +102,17 @@ impl Compactor {
         entries.push(Entry::Compaction(entry));
         entries.extend(copies.into_iter().map(Entry::Message));
         let new_context = replay(entries.iter().cloned());
+        let Folded {
+            summary,
+            fallback_cause,
+            steps,
+            requests,
+            elided,
+            degraded,
+            failures,
+            usage,
+            ..
+        } = folded;
         Compacted {
             entries,
             context: new_context,
@@ -224,87 +128,168 @@ impl Compactor {
                 truncated: false,
                 tokens_before: prepared.tokens_before,
                 tokens_after,
-                plan,
+                plan: prepared.plan,
                 steps,
                 requests,
                 elided,
                 degraded,
                 failed_attempts: failures,
                 native: None,
-                usage: None,
+                usage,
             },
         }
     }
 
-    /// Compacts `context` with no model: the summary is panto's own record (the previous
-    /// summary, the ledger of the prefix merged with the previous one, and the last words of the
-    /// assistant in the prefix), marked as such, and appended to `log` like any compaction.
-    /// Overflow recovery uses it when no model could write a summary (`failure`), so that the
-    /// conversation goes on instead of dying; the entry says `degraded: true`.
+    /// The kept turns of `prepared` as the compaction `id` copies them: new ids, marked
+    /// `kept_by`.
+    fn copies(&self, prepared: &Prepared, id: &str) -> Vec<Message> {
+        let ids = &self.compactor.ids;
+        self.context.messages[prepared.plan.kept()]
+            .iter()
+            .map(|m| {
+                let mut copy = m.clone();
+                copy.id = Some(ids.next_id(IdKind::Message).into());
+                copy.extra.insert(KEPT_BY.to_owned(), Value::from(id));
+                copy
+            })
+            .collect()
+    }
+
+    /// The size of the context after the compaction (`summary` and the `copies`), measured as
+    /// `tokens_before` was: the sum of the messages' sizes by the same sizer. The ruler sized
+    /// the copies once, in `prepare` (their ids and `kept_by` are not counted), so its sum is
+    /// the summary's size and theirs.
+    fn tokens_after(&self, prepared: &Prepared, summary: &str, copies: &[Message]) -> u64 {
+        let Some(sizer) = &self.compactor.sizer else {
+            return kept_estimate(prepared, summary);
+        };
+        let mut after = Vec::with_capacity(copies.len() + 1);
+        after.push(Message::compaction(summary));
+        after.extend(copies.iter().cloned());
+        sizer
+            .message_sizes(&after)
+            .iter()
+            .fold(0u64, |t, &s| t.saturating_add(s))
+    }
+
+    /// Writes panto's own record of `context` after a run in which no model could summarize
+    /// (`failure`), for a run that asks for it ([`CompactRun::record_on_failure`]): the
+    /// previous summary, the ledger of the prefix merged with the previous one, and the last
+    /// words of the assistant in the prefix, marked as such (`degraded: true`), planned as the
+    /// run was (with the windows it was given) and appended to `log` like any compaction, so
+    /// that the conversation goes on instead of dying. What the failed fold learned of the
+    /// window (`taught`) bounds the record too.
     ///
     /// # Errors
-    /// [`CompactError::Store`] when the append failed, [`CompactError::NotSmaller`] when the
-    /// record would not make the conversation smaller (and the run does not force it); nothing
-    /// is in effect then.
-    pub async fn compact_record_only<S: Store>(
+    /// `failure` when the record cannot be written either (nothing to compact, not smaller
+    /// unless the run forces it, the append refused); nothing is in effect then.
+    pub(super) async fn write_record<S: Store>(
         &mut self,
-        context: &EffectiveContext,
         log: &mut SessionLog<S>,
-        options: &CompactRun,
-        failure: &CompactError,
+        failure: CompactError,
     ) -> Result<CompactOutcome, CompactError> {
-        let prepared = match self.prepare(context, options) {
-            Ok(p) => p,
-            Err(nothing) => return Ok(CompactOutcome::NothingToCompact(nothing)),
+        let (context, options) = (self.context, self.options);
+        let prepare = self.compactor.prepare(context, options, &self.windows);
+        let Ok(prepared) = prepare else {
+            return Err(failure);
         };
         let prefix = &context.messages[prepared.plan.prefix()];
         let items = transcript_items(prefix);
         let previous = prepared.previous_summary.as_deref().map(strip_ledger);
-        let mut state = FoldState::new(context, &prepared, self.config.max_output_tokens);
-        // What the fold that failed learned of the window bounds the record too.
-        if let Some(learned) = self.learned.take() {
-            state.proven = learned.proven;
-            state.limit = min_known(state.limit, learned.limit);
-            state.failures = learned.failures;
-        }
-        let natural = state.natural_ledger_chars;
-        let limit = self.retry_target(options, &prepared, &state);
-        let ledger = Ledger::merge(&state.ledger, &Ledger::from_items(&items));
+        let max_output_tokens = self.compactor.config.max_output_tokens;
+        let mut state = FoldState::new(context, &prepared, max_output_tokens);
+        let taught = std::mem::take(&mut self.taught);
+        state.limits.proven = taught.proven;
+        state.limits.limit = min_known(state.limits.limit, taught.limit);
+        let natural = state.so_far.natural_ledger_chars;
+        let limit = self.retry_target(&prepared, &state);
+        let ledger = Ledger::merge(&state.so_far.ledger, &Ledger::from_items(&items));
         // The record's own text takes half of what the request after it leaves (of the natural
         // size when nothing is known of the window); the ledger's rendering fits the rest.
         let room = limit.map_or(natural, |l| {
             let used = kept_estimate(&prepared, "") + options.reserved_within(l);
             usize::try_from(l.saturating_sub(used).saturating_mul(3)).unwrap_or(usize::MAX)
         });
-        let text = record_only_text(failure, previous, &items, room / 2);
-        let budget = self.rendering_budget(&prepared, options, limit, &text, &ledger, natural);
+        let text = record_only_text(&failure, previous, &items, room / 2);
+        let budget = self.rendering_budget(&prepared, limit, &text, &ledger, natural);
         let summary = with_ledger(&text, &ledger, budget);
-        let compacted = self.build(
-            context,
-            options,
-            prepared,
-            Folded {
-                summary,
-                ledger,
-                degraded: Some(failure.to_string()),
-                failures: state.failures,
-                ..Folded::default()
-            },
-        );
-        if !options.force {
-            NotSmaller::check(
-                compacted.report.tokens_before,
-                compacted.report.tokens_after,
-            )
-            .map_err(CompactError::NotSmaller)?;
+        let record = Folded {
+            summary,
+            ledger,
+            degraded: Some(failure.to_string()),
+            failures: taught.failures.clone(),
+            ..Folded::default()
+        };
+        self.taught = taught;
+        let compacted = self.build(prepared, record);
+        let report = &compacted.report;
+        if !options.force && NotSmaller::check(report.tokens_before, report.tokens_after).is_err() {
+            return Err(failure);
         }
         tracing::warn!(%failure, "no model could summarize; wrote panto's own record instead");
-        log.append(&compacted.entries)
-            .await
-            .map_err(CompactError::Store)?;
+        if log.append(&compacted.entries).await.is_err() {
+            return Err(failure);
+        }
         self.emit(CompactionEvent::Finished(Box::new(
             compacted.report.clone(),
         )));
         Ok(CompactOutcome::Compacted(Box::new(compacted)))
     }
+}
+
+/// The fields of a compaction entry besides its summary: how it was made (`provider`, the
+/// fallback, a degraded record), what it kept and summarized under `plan`, its requests and
+/// steps, what it elided, and the ledger; `copies_marked` when `copies` follow it.
+fn entry_extra(plan: &Plan, folded: &Folded, provider: &str, copies: usize) -> Extra {
+    let mut extra = Extra::new();
+    if copies > 0 {
+        // The copies follow in the same append: replay waits for all of them, so a crash that
+        // cuts the append replays to the old context (whatever the store).
+        extra.insert(COPIES_MARKED.into(), true.into());
+    }
+    extra.insert("provider".into(), provider.into());
+    if let Some(cause) = &folded.degraded {
+        extra.insert("degraded".into(), true.into());
+        extra.insert("degraded_error".into(), cause.as_str().into());
+    }
+    let fallback = &folded.fallback_cause;
+    extra.insert("fallback".into(), fallback.is_some().into());
+    if let Some(cause) = fallback {
+        extra.insert("fallback_error".into(), cause.to_string().into());
+    }
+    extra.insert("keep_tokens".into(), plan.budget.into());
+    extra.insert("kept_turns".into(), (plan.kept_turns as u64).into());
+    let summarized = plan.summarized_turns as u64;
+    extra.insert("summarized_turns".into(), summarized.into());
+    let messages = plan.prefix().len() as u64;
+    extra.insert("summarized_messages".into(), messages.into());
+    extra.insert("requests".into(), (folded.requests as u64).into());
+    let steps = &folded.steps;
+    if steps.len() > 1 {
+        extra.insert("fold_steps".into(), (steps.len() as u64).into());
+    }
+    // The steps whose turns no model's summary covered: panto's record of them went on.
+    let recorded: Vec<Value> = (1..=steps.len() as u64)
+        .zip(steps)
+        .filter(|(_, s)| s.recorded.is_some())
+        .map(|(i, _)| Value::from(i))
+        .collect();
+    if !recorded.is_empty() {
+        extra.insert("recorded_steps".into(), Value::Array(recorded));
+    }
+    if !folded.elided.is_empty() {
+        let items = folded.elided.iter().map(|e| {
+            json!({"message": e.message_id, "block": e.block, "bytes": e.bytes, "kept": e.kept})
+        });
+        extra.insert("elided".into(), Value::Array(items.collect()));
+    }
+    if !folded.ledger.is_empty() {
+        extra.insert(LEDGER_FIELD.into(), folded.ledger.to_json());
+    }
+    // What the summary cost (docs/session.md): the fold's answers, summed.
+    let usage = folded.usage.as_ref();
+    if let Some(value) = usage.and_then(|u| serde_json::to_value(u).ok()) {
+        extra.insert("usage".into(), value);
+    }
+    extra
 }

@@ -11,7 +11,7 @@ use crate::config::CompactRun;
 use crate::error::CompactError;
 use crate::events::CompactionEvent;
 use crate::report::{CompactOutcome, CompactionReport};
-use crate::window::{KnownWindows, Window, WindowSource};
+use crate::window::{KnownWindows, Window};
 
 /// panto's estimate of the next request of a [`Driver`] ([`Driver::next_request`]): its input
 /// in parts, the room kept for the reply, and the window it must fit.
@@ -26,7 +26,9 @@ pub struct NextRequest {
     pub reply_tokens: u64,
     /// The model's window, when known ([`Driver::window`]).
     pub window: Option<Window>,
-    /// The share of the window above which the driver compacts ahead, when on.
+    /// The share of the window above which the driver compacts ahead, when on: the configured
+    /// one as the prompt cache moves it (earlier when the cache is cold, later when it is
+    /// warm; docs/compaction.md, "Compaction that respects the cache").
     pub auto_compact: Option<f64>,
 }
 
@@ -93,37 +95,37 @@ impl<S: Store> Driver<S> {
         self
     }
 
-    /// Records `window` ([`KnownWindows::learn`]). A configured window belongs in the
-    /// compactor's settings ([`CompactorConfig::context_window`](crate::CompactorConfig::context_window)),
-    /// which this records as a configured one too.
+    /// Records `window` ([`KnownWindows::learn`]): a configured one
+    /// ([`WindowSource::Configured`](crate::WindowSource::Configured)), one the server said, one
+    /// persisted from an earlier conversation.
     pub fn learn_window(&mut self, window: Window) {
         self.windows.learn(window);
     }
 
-    /// Replaces the windows known besides the configured one (those learned and given) with
-    /// `windows` (its configured one is ignored): for another model, whose window the old
-    /// one's say nothing of.
-    pub fn set_windows(&mut self, windows: KnownWindows) {
-        self.windows = KnownWindows {
-            configured: None,
-            ..windows
-        };
+    /// The driver, knowing `windows` (every source at once: see [`Driver::set_windows`]).
+    pub fn with_windows(mut self, windows: KnownWindows) -> Driver<S> {
+        self.set_windows(windows);
+        self
     }
 
-    /// Every window known for the model: learned from overflows and silently truncated
-    /// requests, given with [`Driver::with_window`], and the configured one.
+    /// Replaces everything known of the window with `windows`: for another model, whose window
+    /// the old one's say nothing of.
+    pub fn set_windows(&mut self, windows: KnownWindows) {
+        self.windows = windows;
+    }
+
+    /// Everything known of the model's window: given (configured, said by the server,
+    /// persisted, the catalogue's), learned from overflows and silently truncated requests, and
+    /// from the compactions the driver ran. The driver owns it; every compaction run takes it
+    /// and gives it back updated.
     pub fn windows(&self) -> KnownWindows {
-        let mut known = self.windows;
-        if let Some(configured) = self.compactor.config().context_window {
-            known.learn(Window::new(configured, WindowSource::Configured));
-        }
-        known
+        self.windows
     }
 
     /// The model's window as far as the driver knows it: the smallest of those known
     /// ([`KnownWindows::window`]), with its source.
     pub fn window(&self) -> Option<Window> {
-        self.windows().window()
+        self.windows.window()
     }
 
     /// The window learned from requests (the limit an overflow stated, or the bound a request
@@ -140,11 +142,15 @@ impl<S: Store> Driver<S> {
     pub fn next_request(&self) -> NextRequest {
         let window = self.window();
         let reply = u64::from(self.max_output_tokens);
+        let reply_tokens = window.map_or(reply, |w| reply.min(w.tokens / 8));
         NextRequest {
             input: self.estimate(),
-            reply_tokens: window.map_or(reply, |w| reply.min(w.tokens / 8)),
+            reply_tokens,
             window,
-            auto_compact: self.auto_compact,
+            auto_compact: self.auto_compact.map(|share| match window {
+                Some(w) => self.cache_aware_share(share, w.tokens, reply_tokens),
+                None => share,
+            }),
         }
     }
 
@@ -168,6 +174,8 @@ impl<S: Store> Driver<S> {
             .estimate(&self.system, &tools_text(&self.tools))
             .total();
         let sizes: Arc<[u64]> = measured.sizes().into();
+        let reply = u64::from(self.max_output_tokens).min(window.tokens / 8);
+        let share = self.cache_aware_share(share, window.tokens, reply);
         let threshold_tokens = share_of(window.tokens, share);
         if estimated_tokens <= threshold_tokens {
             return Ok(None);
@@ -184,7 +192,7 @@ impl<S: Store> Driver<S> {
             window,
         });
         let outcome = self
-            .compact_with(CompactRun::auto(window.tokens).with_sizes(sizes))
+            .compact_with(CompactRun::auto().with_sizes(sizes))
             .await;
         let estimated_tokens = self.estimate().total();
         let fits = estimated_tokens <= window.tokens;

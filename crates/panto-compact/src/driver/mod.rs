@@ -6,6 +6,8 @@
 //! (`recover.rs`).
 
 mod ahead;
+mod cost;
+mod recall;
 mod recover;
 
 use panto_model::{EffectiveContext, Entry, IdKind, Message};
@@ -23,6 +25,7 @@ use crate::report::{CompactOutcome, CompactionReport};
 use crate::window::KnownWindows;
 
 pub use ahead::NextRequest;
+pub use cost::{COLD_SHARE, Clock, Spent};
 
 /// The answer to [`Driver::send`].
 #[derive(Clone, Debug, PartialEq)]
@@ -78,13 +81,17 @@ pub struct Driver<S> {
     tools: Vec<ToolSpec>,
     options: RequestOptions,
     max_output_tokens: u32,
-    /// The windows learned or given, every source but the configuration (which the
-    /// compactor's settings hold).
+    /// Everything known of the model's window: the one home of the window, which every
+    /// compaction run takes and gives back updated.
     windows: KnownWindows,
     /// The share of the window above which a request is compacted ahead, when on.
     auto_compact: Option<f64>,
     /// Whether `WindowUnknown` was reported.
     said_no_window: bool,
+    /// What the requests cost, and when the last one was answered.
+    accounts: cost::Accounts,
+    /// The index of the session that recall reads, kept current (`recall::RecallCache`).
+    recall_cache: recall::RecallCache,
 }
 
 impl<S: Store> Driver<S> {
@@ -102,6 +109,8 @@ impl<S: Store> Driver<S> {
             windows: KnownWindows::new(),
             auto_compact: None,
             said_no_window: false,
+            accounts: cost::Accounts::default(),
+            recall_cache: recall::RecallCache::default(),
         }
     }
 
@@ -245,8 +254,14 @@ impl<S: Store> Driver<S> {
         )
     }
 
-    /// The request the context would be sent as now.
+    /// The request the context would be sent as now. Its cache settings are the request
+    /// options', with the compaction message that leads a compacted context marked stable
+    /// (`PromptCache::stable_messages`), so that the adapter may anchor the cache after it.
     pub fn request(&self) -> Request {
+        let mut options = self.options.clone();
+        if self.context.summary().is_some() {
+            options.cache.stable_messages = 1;
+        }
         Request::new(
             self.compactor.active().model.clone(),
             self.system.clone(),
@@ -254,7 +269,7 @@ impl<S: Store> Driver<S> {
             self.max_output_tokens,
         )
         .with_tools(self.tools.clone())
-        .with_options(self.options.clone())
+        .with_options(options)
     }
 
     /// Appends `new` (a user prompt, or tool results; may be empty to resend the context),
@@ -344,8 +359,9 @@ impl<S: Store> Driver<S> {
     /// fits the conversation to the window it names), or an agent's own reason
     /// (`CompactRun::manual(None).with_trigger(Trigger::Other("nightly".into()))`).
     /// What the conversation's requests hold besides their messages (system prompt, tools,
-    /// reply) is added to `run` unless it says, and so is the window the driver learned or was
-    /// given ([`CompactRun::context_limit`]) when the run names none.
+    /// reply) is added to `run` unless it says, and so is what its requests look like (for
+    /// native compaction, [`CompactRun::conversation`]); the run works within the window the driver
+    /// knows ([`Driver::windows`]), and what it learns of it stays with the driver.
     ///
     /// # Errors
     /// As [`Compactor::compact`].
@@ -355,18 +371,16 @@ impl<S: Store> Driver<S> {
         } else {
             run.with_reserved_tokens(self.reserved_tokens(), u64::from(self.max_output_tokens))
         };
-        if run.context_limit.is_none() {
-            // A window learned or given bounds the run like a stated limit (the configured one
-            // is the compactor's own setting).
-            run.context_limit = self.windows.window().map(|w| w.tokens);
+        if run.conversation.is_none() {
+            run = run.with_conversation(self.conversation());
         }
-        self.compactor.set_conversation(Some(self.conversation()));
         let outcome = self
             .compactor
-            .compact(&self.context, &mut self.log, run)
+            .compact(&self.context, &mut self.log, run, &mut self.windows)
             .await?;
         if let CompactOutcome::Compacted(c) = &outcome {
             self.context = c.context.clone();
+            self.count_compaction(&c.report);
         }
         Ok(outcome)
     }
@@ -427,6 +441,8 @@ impl<S: Store> Driver<S> {
                 error,
             });
         }
+        self.note_sent();
+        self.count_reply(&reply, compaction.as_ref());
         self.context.messages.push(reply.clone());
         Ok(Reply::new(reply, compaction))
     }

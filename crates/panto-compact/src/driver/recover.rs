@@ -10,8 +10,8 @@ use super::{Driver, Reply, tools_text};
 use crate::config::CompactRun;
 use crate::error::CompactError;
 use crate::events::CompactionEvent;
-use crate::report::CompactOutcome;
-use crate::window::{KnownWindows, Window, WindowSource};
+use crate::report::{CompactOutcome, CompactionReport};
+use crate::window::Overflow;
 
 impl<S: Store> Driver<S> {
     /// Overflow recovery after `overflow` (an error, or the silent `truncation` said as one,
@@ -35,41 +35,20 @@ impl<S: Store> Driver<S> {
             });
         }
         tracing::info!(%overflow, "context overflow, compacting once");
-        let mut options = CompactRun::after_overflow(&overflow, overflowed_tokens);
-        match options.context_limit {
-            Some(limit) => self
-                .windows
-                .learn(Window::new(limit, WindowSource::Reported)),
-            None => {
-                self.windows.learn(Window::new(
-                    overflowed_tokens.saturating_sub(1),
-                    WindowSource::Bound,
-                ));
-                // A window stated by an earlier overflow or said by the server bounds this
-                // compaction like a stated limit, when it is below the request that did not
-                // fit (one above it is stale, or a model's longest context the server does not
-                // serve: the bound is better).
-                options.context_limit = KnownWindows {
-                    bound: None,
-                    ..self.windows
-                }
-                .window()
-                .map(|w| w.tokens)
-                .filter(|&w| w < overflowed_tokens);
-            }
-        }
-        let limit = options.known_limit(self.compactor.config().context_window);
-        let mut options = options
+        let run = CompactRun::after_overflow(&overflow, overflowed_tokens)
             .with_reserved_tokens(self.reserved_tokens(), u64::from(self.max_output_tokens))
-            .with_sizes(measured.sizes().into());
-        if let Some(accepted) = self.accepted_tokens(&measured, &tools) {
-            options = options.with_accepted_tokens(accepted);
-        }
-        let options_again = options.clone();
-        self.compactor.set_conversation(Some(self.conversation()));
+            .with_sizes(measured.sizes().into())
+            .with_conversation(self.conversation())
+            // No model could summarize: keep the conversation alive with panto's own record.
+            .with_record_on_failure(true);
+        // What the overflow taught (the limit it stated, else a bound below the request), and
+        // the largest request the provider took before it.
+        run.teach(&mut self.windows);
+        self.windows.accepted = self.accepted_tokens(&measured, &tools);
+        let limit = run.known_limit(&self.windows);
         let report = match self
             .compactor
-            .compact(&self.context, &mut self.log, options)
+            .compact(&self.context, &mut self.log, run, &mut self.windows)
             .await
         {
             Ok(CompactOutcome::Compacted(c)) => {
@@ -80,26 +59,6 @@ impl<S: Store> Driver<S> {
             Ok(CompactOutcome::NothingToCompact(nothing)) => {
                 return Err(CompactError::OverflowNothingToCompact { overflow, nothing });
             }
-            Err(e) if e.no_summary_obtained() => {
-                // No model could summarize: keep the conversation alive with panto's own record.
-                match self
-                    .compactor
-                    .compact_record_only(&self.context, &mut self.log, &options_again, &e)
-                    .await
-                {
-                    Ok(CompactOutcome::Compacted(c)) => {
-                        let c = *c;
-                        self.context = c.context;
-                        c.report
-                    }
-                    _ => {
-                        return Err(CompactError::OverflowCompactionFailed {
-                            overflow,
-                            compaction: Box::new(e),
-                        });
-                    }
-                }
-            }
             Err(e) => {
                 return Err(CompactError::OverflowCompactionFailed {
                     overflow,
@@ -107,7 +66,20 @@ impl<S: Store> Driver<S> {
                 });
             }
         };
+        let before = (overflow, overflowed_tokens, limit);
+        self.retry(before, report, stream).await
+    }
 
+    /// The one retry after the compaction `report` wrote, of a request that overflowed with
+    /// `overflow` at `overflowed_tokens` when `limit` was the known one: sent only when smaller
+    /// than that request and within the limit; another overflow is surfaced (its stated limit
+    /// learned), never compacted again.
+    async fn retry(
+        &mut self,
+        (overflow, overflowed_tokens, limit): (ProviderError, u64, Option<u64>),
+        report: CompactionReport,
+        stream: EventSink<'_>,
+    ) -> Result<Reply, CompactError> {
         // The progress check: retry only a request that is smaller than the one that failed,
         // and within the known limit.
         let estimated_tokens = self.estimate().total();
@@ -130,9 +102,13 @@ impl<S: Store> Driver<S> {
                 input_tokens,
                 limit,
             }) => {
-                if let Some(limit) = limit {
-                    self.windows
-                        .learn(Window::new(limit, WindowSource::Reported));
+                if limit.is_some() {
+                    // The limit it stated, scaled by the retry's counts.
+                    self.windows.overflowed(&Overflow {
+                        estimated: Some(estimated_tokens),
+                        counted: input_tokens,
+                        stated: limit,
+                    });
                 }
                 Err(CompactError::OverflowAfterCompaction {
                     // The context the retry sent, estimated above.

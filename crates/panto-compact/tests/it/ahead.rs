@@ -151,13 +151,14 @@ fn driver(server: Arc<Server>, window: Option<u64>, events: &Events) -> Driver<M
     let sink = events.clone();
     let compactor = Compactor::new(ModelRef::new(server, "local"))
         .with_ids(Arc::new(SequentialIds::new()))
-        .with_config(
-            CompactorConfig::new()
-                .with_keep_tokens(2_000)
-                .with_context_window(window),
-        )
+        .with_config(CompactorConfig::new().with_keep_tokens(2_000))
         .on_event(move |e| sink.lock().unwrap().push(e.clone()));
+    let mut windows = KnownWindows::new();
+    if let Some(window) = window {
+        windows.learn(Window::new(window, WindowSource::Configured));
+    }
     Driver::new(compactor, MemoryLog::memory(), Default::default())
+        .with_windows(windows)
         .with_system(AGENT)
         .with_max_output_tokens(512)
 }
@@ -435,10 +436,12 @@ async fn an_agent_compacts_with_its_own_trigger_or_ahead_through_compact_with() 
     assert_eq!(next.window, None);
     assert_eq!(next.reply_tokens, 512);
     assert_eq!(next.total(), next.input.total() + 512);
-    let outcome = d
-        .compact_with(CompactRun::auto(next.input.total() * 2))
-        .await
-        .unwrap();
+    // The window the agent works with, given to the driver, bounds its compaction.
+    d.learn_window(Window::new(
+        next.input.total() * 2,
+        WindowSource::Configured,
+    ));
+    let outcome = d.compact_with(CompactRun::auto()).await.unwrap();
     assert!(matches!(outcome, CompactOutcome::Compacted(_)));
     assert_eq!(
         compactions(&d),

@@ -1,6 +1,7 @@
 //! Error causes: every error that wraps another one hands it out through `source()`, so a
 //! caller can walk from a failed compaction down to the provider's or the system's error.
 
+use panto_compact::KnownWindows;
 use std::error::Error;
 
 use panto_compact::testing::{overflow, server_error};
@@ -31,7 +32,12 @@ async fn a_failed_compaction_leads_to_the_provider_error() {
     main.push(Err(server_error()));
     let mut log = log_of(&rounds(0, 3));
     let err = compactor(main_ref, 300)
-        .compact(&log.replay(), &mut log, CompactRun::manual(None))
+        .compact(
+            &log.replay(),
+            &mut log,
+            CompactRun::manual(None),
+            &mut KnownWindows::new(),
+        )
         .await
         .unwrap_err();
     let chain = causes(&err);
@@ -52,7 +58,12 @@ async fn when_both_models_fail_the_cause_is_the_last_failure() {
     let mut log = log_of(&rounds(0, 3));
     let err = compactor(main_ref, 300)
         .with_compaction_model(Some(cheap_ref))
-        .compact(&log.replay(), &mut log, CompactRun::manual(None))
+        .compact(
+            &log.replay(),
+            &mut log,
+            CompactRun::manual(None),
+            &mut KnownWindows::new(),
+        )
         .await
         .unwrap_err();
     assert!(matches!(err, CompactError::BothModelsFailed { .. }));

@@ -1,6 +1,7 @@
 //! Three chained compactions: only the latest summary is passed on, and turns kept by one
 //! compaction are summarized by the next, so no message of the conversation is ever lost.
 
+use panto_compact::KnownWindows;
 use panto_compact::{CompactOutcome, CompactRun};
 use panto_model::{ContentBlock, Entry, Message};
 use panto_transcript::strip_ledger;
@@ -48,7 +49,12 @@ async fn three_chained_compactions_pass_only_the_latest_summary_and_lose_nothing
         }
         let ctx = log.replay();
         let out = match c
-            .compact(&ctx, &mut log, CompactRun::manual(None))
+            .compact(
+                &ctx,
+                &mut log,
+                CompactRun::manual(None),
+                &mut KnownWindows::new(),
+            )
             .await
             .unwrap()
         {

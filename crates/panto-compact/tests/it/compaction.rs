@@ -1,6 +1,7 @@
 //! One compaction with scripted providers: success, model fallback, failures, nothing to
 //! compact, empty summaries, extra instructions, and what is written.
 
+use panto_compact::KnownWindows;
 use std::sync::{Arc, Mutex};
 
 use panto_compact::testing::{overflow, reply, server_error};
@@ -50,9 +51,14 @@ async fn success_appends_the_entry_then_the_kept_copies_in_one_call() {
     let (c, seen) = events(compactor(active, 300));
     let mut c = c;
     let out = compacted(
-        c.compact(&ctx, &mut log, CompactRun::manual(None))
-            .await
-            .unwrap(),
+        c.compact(
+            &ctx,
+            &mut log,
+            CompactRun::manual(None),
+            &mut KnownWindows::new(),
+        )
+        .await
+        .unwrap(),
     );
 
     // One append: the compaction entry, then one copy per kept message.
@@ -143,9 +149,14 @@ async fn compaction_model_failure_falls_back_once_to_the_active_provider() {
     let mut c = c;
     let ctx = log.replay();
     let out = compacted(
-        c.compact(&ctx, &mut log, CompactRun::manual(None))
-            .await
-            .unwrap(),
+        c.compact(
+            &ctx,
+            &mut log,
+            CompactRun::manual(None),
+            &mut KnownWindows::new(),
+        )
+        .await
+        .unwrap(),
     );
 
     assert_eq!((cheap.calls(), main.calls()), (1, 1));
@@ -188,9 +199,14 @@ async fn compaction_model_on_the_same_provider_falls_back_by_name() {
     let mut c = compactor(big, 300).with_compaction_model(Some(small));
     let ctx = log.replay();
     let out = compacted(
-        c.compact(&ctx, &mut log, CompactRun::manual(None))
-            .await
-            .unwrap(),
+        c.compact(
+            &ctx,
+            &mut log,
+            CompactRun::manual(None),
+            &mut KnownWindows::new(),
+        )
+        .await
+        .unwrap(),
     );
     let models: Vec<String> = provider.requests().into_iter().map(|r| r.model).collect();
     assert_eq!(models, ["small", "big"]);
@@ -211,7 +227,12 @@ async fn both_models_failing_carries_both_causes_and_writes_nothing() {
     let before = log.entries();
     let ctx = log.replay();
     let err = c
-        .compact(&ctx, &mut log, CompactRun::manual(None))
+        .compact(
+            &ctx,
+            &mut log,
+            CompactRun::manual(None),
+            &mut KnownWindows::new(),
+        )
         .await
         .unwrap_err();
     let CompactError::BothModelsFailed {
@@ -259,7 +280,12 @@ async fn active_model_failure_without_compaction_model_is_not_retried() {
     let mut c = compactor(main_ref, 300);
     let ctx = log.replay();
     let err = c
-        .compact(&ctx, &mut log, CompactRun::manual(None))
+        .compact(
+            &ctx,
+            &mut log,
+            CompactRun::manual(None),
+            &mut KnownWindows::new(),
+        )
         .await
         .unwrap_err();
     assert!(matches!(
@@ -279,7 +305,12 @@ async fn an_empty_summary_is_a_failed_compaction() {
     let mut c = compactor(main_ref, 300);
     let ctx = log.replay();
     let err = c
-        .compact(&ctx, &mut log, CompactRun::manual(None))
+        .compact(
+            &ctx,
+            &mut log,
+            CompactRun::manual(None),
+            &mut KnownWindows::new(),
+        )
         .await
         .unwrap_err();
     assert!(matches!(
@@ -306,9 +337,14 @@ async fn an_empty_summary_from_the_compaction_model_triggers_the_fallback() {
     let mut c = compactor(main_ref, 300).with_compaction_model(Some(cheap_ref));
     let ctx = log.replay();
     let out = compacted(
-        c.compact(&ctx, &mut log, CompactRun::manual(None))
-            .await
-            .unwrap(),
+        c.compact(
+            &ctx,
+            &mut log,
+            CompactRun::manual(None),
+            &mut KnownWindows::new(),
+        )
+        .await
+        .unwrap(),
     );
     assert_eq!(
         strip_ledger(&out.report.summary),
@@ -353,6 +389,7 @@ async fn nothing_to_compact_is_a_normal_outcome_with_a_clear_message() {
                 &ctx,
                 &mut log,
                 CompactRun::manual(None).with_keep_tokens(keep),
+                &mut KnownWindows::new(),
             )
             .await
             .unwrap();
@@ -376,9 +413,14 @@ async fn a_manual_compaction_without_its_own_budget_keeps_at_most_half() {
     let mut c = compactor(main_ref, 20_000);
     let ctx = log.replay();
     let out = compacted(
-        c.compact(&ctx, &mut log, CompactRun::manual(None))
-            .await
-            .unwrap(),
+        c.compact(
+            &ctx,
+            &mut log,
+            CompactRun::manual(None),
+            &mut KnownWindows::new(),
+        )
+        .await
+        .unwrap(),
     );
     let plan = &out.report.plan;
     assert_eq!(plan.budget, 600);
@@ -405,7 +447,12 @@ async fn a_compaction_that_saves_nothing_is_not_written_unless_forced() {
         let mut c = c;
         let ctx = log.replay();
         let result = c
-            .compact(&ctx, &mut log, CompactRun::manual(None).with_force(force))
+            .compact(
+                &ctx,
+                &mut log,
+                CompactRun::manual(None).with_force(force),
+                &mut KnownWindows::new(),
+            )
             .await;
         assert_eq!(main.calls(), 1);
         if force {
@@ -444,7 +491,12 @@ async fn a_refused_append_is_an_error_and_leaves_the_log_unchanged() {
     let mut c = c;
     let ctx = log.replay();
     let err = c
-        .compact(&ctx, &mut log, CompactRun::manual(None))
+        .compact(
+            &ctx,
+            &mut log,
+            CompactRun::manual(None),
+            &mut KnownWindows::new(),
+        )
         .await
         .unwrap_err();
     assert!(matches!(err, CompactError::Store(_)));
@@ -469,6 +521,7 @@ async fn extra_instructions_go_to_the_system_prompt_never_the_user_prompt() {
             &ctx,
             &mut log,
             CompactRun::manual(Some(format!("  {instructions}\n"))),
+            &mut KnownWindows::new(),
         )
         .await
         .unwrap(),
@@ -499,9 +552,14 @@ async fn blank_instructions_leave_the_prompt_alone() {
     let mut c = compactor(main_ref, 300);
     let ctx = log.replay();
     let out = compacted(
-        c.compact(&ctx, &mut log, CompactRun::manual(Some(" \n".into())))
-            .await
-            .unwrap(),
+        c.compact(
+            &ctx,
+            &mut log,
+            CompactRun::manual(Some(" \n".into())),
+            &mut KnownWindows::new(),
+        )
+        .await
+        .unwrap(),
     );
     assert_eq!(main.requests()[0].system, BUILTIN_PROMPT);
     assert_eq!(out.report.instructions, None);
@@ -515,9 +573,14 @@ async fn an_overflow_limit_caps_the_budget_at_a_quarter() {
     let mut c = compactor(main_ref, 20_000).with_prompt(short_prompt());
     let ctx = log.replay();
     let out = compacted(
-        c.compact(&ctx, &mut log, CompactRun::overflow(Some(1_200)))
-            .await
-            .unwrap(),
+        c.compact(
+            &ctx,
+            &mut log,
+            CompactRun::overflow(Some(1_200)),
+            &mut KnownWindows::new(),
+        )
+        .await
+        .unwrap(),
     );
     assert_eq!(out.report.plan.budget, 300);
     assert_eq!(out.report.plan.kept(), 9..12);
@@ -534,7 +597,12 @@ async fn a_summary_cut_at_the_output_limit_is_a_failed_attempt() {
     let mut c = compactor(main_ref, 300);
     let ctx = log.replay();
     let err = c
-        .compact(&ctx, &mut log, CompactRun::manual(None))
+        .compact(
+            &ctx,
+            &mut log,
+            CompactRun::manual(None),
+            &mut KnownWindows::new(),
+        )
         .await
         .unwrap_err();
     let CompactError::Compaction { cause, .. } = &err else {
@@ -568,9 +636,14 @@ async fn a_compaction_model_cut_at_the_output_limit_falls_back_to_the_active_mod
     let mut c = compactor(main_ref, 300).with_compaction_model(Some(cheap_ref));
     let ctx = log.replay();
     let out = compacted(
-        c.compact(&ctx, &mut log, CompactRun::manual(None))
-            .await
-            .unwrap(),
+        c.compact(
+            &ctx,
+            &mut log,
+            CompactRun::manual(None),
+            &mut KnownWindows::new(),
+        )
+        .await
+        .unwrap(),
     );
     assert_eq!(strip_ledger(&out.report.summary), "S1 whole");
     assert!(out.report.fallback && !out.report.truncated);
@@ -597,7 +670,11 @@ async fn a_dry_run_writes_nothing_and_returns_the_append() {
     main.push_text("S1");
     let mut c = compactor(main_ref, 300);
     let ctx = log.replay();
-    let out = compacted(c.dry_run(&ctx, CompactRun::manual(None)).await.unwrap());
+    let out = compacted(
+        c.dry_run(&ctx, CompactRun::manual(None), &mut KnownWindows::new())
+            .await
+            .unwrap(),
+    );
     assert_eq!(log.appends(), 0);
     assert_eq!(out.entries.len(), 4);
     let mut all = log.entries();
@@ -641,7 +718,13 @@ fn each_step_runs_in_its_own_tracing_span() {
         let mut run = || {
             let (_, mut log) = setup();
             let ctx = log.replay();
-            block_on(c.compact(&ctx, &mut log, CompactRun::manual(None))).unwrap();
+            block_on(c.compact(
+                &ctx,
+                &mut log,
+                CompactRun::manual(None),
+                &mut KnownWindows::new(),
+            ))
+            .unwrap();
         };
         // Tests on other threads may register the same callsites while no subscriber is
         // interested; once this thread has registered them all, rebuilding the interest cache
@@ -689,7 +772,7 @@ async fn a_degenerate_summary_from_the_compaction_model_triggers_the_fallback() 
     let ctx = log.replay();
     let probe = compactor(model("p", "p").1, 300);
     let prefix = probe
-        .prepare(&ctx, &CompactRun::manual(None))
+        .prepare(&ctx, &CompactRun::manual(None), &KnownWindows::new())
         .unwrap()
         .plan
         .prefix();
@@ -719,9 +802,14 @@ async fn a_degenerate_summary_from_the_compaction_model_triggers_the_fallback() 
             .with_compaction_model(Some(cheap_ref));
         let ctx = log.replay();
         let out = compacted(
-            c.compact(&ctx, &mut log, CompactRun::manual(None))
-                .await
-                .unwrap(),
+            c.compact(
+                &ctx,
+                &mut log,
+                CompactRun::manual(None),
+                &mut KnownWindows::new(),
+            )
+            .await
+            .unwrap(),
         );
         assert_eq!(
             strip_ledger(&out.report.summary),
@@ -790,7 +878,11 @@ async fn a_source_summarizer_reads_the_items_the_request_was_rendered_from() {
     let active = ModelRef::with_source(summarizer.clone(), "local");
     let ctx = log.replay();
     let mut c = compactor(active, 300);
-    let out = compacted(c.dry_run(&ctx, CompactRun::manual(None)).await.unwrap());
+    let out = compacted(
+        c.dry_run(&ctx, CompactRun::manual(None), &mut KnownWindows::new())
+            .await
+            .unwrap(),
+    );
     let seen = summarizer.seen.lock().unwrap();
     let [(items, previous, text)] = seen.as_slice() else {
         panic!("expected one request, got {}", seen.len());
@@ -849,9 +941,14 @@ async fn a_model_that_hands_back_the_previous_summary_fails_and_the_active_model
     let mut c = compactor(main_ref, 300).with_compaction_model(Some(cheap_ref));
     let ctx = log.replay();
     let out = compacted(
-        c.compact(&ctx, &mut log, CompactRun::manual(None))
-            .await
-            .unwrap(),
+        c.compact(
+            &ctx,
+            &mut log,
+            CompactRun::manual(None),
+            &mut KnownWindows::new(),
+        )
+        .await
+        .unwrap(),
     );
     assert!(
         cheap.requests()[0].messages[0]
@@ -875,7 +972,12 @@ async fn a_model_that_hands_back_the_previous_summary_fails_and_the_active_model
     let mut c = compactor(main_ref, 300);
     let ctx = log.replay();
     let err = c
-        .compact(&ctx, &mut log, CompactRun::manual(None))
+        .compact(
+            &ctx,
+            &mut log,
+            CompactRun::manual(None),
+            &mut KnownWindows::new(),
+        )
         .await
         .unwrap_err();
     assert!(
@@ -902,9 +1004,14 @@ async fn a_compaction_at_a_2048_token_limit_asks_a_model_with_the_short_prompt()
     let ctx = log.replay();
     assert!(estimate_request("", &ctx.messages) > 2_048);
     let out = compacted(
-        c.compact(&ctx, &mut log, CompactRun::overflow(Some(2_048)))
-            .await
-            .unwrap(),
+        c.compact(
+            &ctx,
+            &mut log,
+            CompactRun::overflow(Some(2_048)),
+            &mut KnownWindows::new(),
+        )
+        .await
+        .unwrap(),
     );
     let requests = main.requests();
     assert!(!requests.is_empty(), "no model was asked");
@@ -935,6 +1042,7 @@ async fn a_compaction_at_a_2048_token_limit_asks_a_model_with_the_short_prompt()
         &ctx,
         &mut log,
         CompactRun::overflow(Some(SHORT_PROMPT_BELOW)),
+        &mut KnownWindows::new(),
     )
     .await
     .unwrap();
@@ -945,8 +1053,13 @@ async fn a_compaction_at_a_2048_token_limit_asks_a_model_with_the_short_prompt()
 /// An overflow compaction of `log` at a stated 2,048-token window (Ollama's default).
 async fn at_2048(c: &mut Compactor, log: &mut MemoryLog) -> Result<CompactOutcome, CompactError> {
     let ctx = log.replay();
-    c.compact(&ctx, log, CompactRun::overflow(Some(2_048)))
-        .await
+    c.compact(
+        &ctx,
+        log,
+        CompactRun::overflow(Some(2_048)),
+        &mut KnownWindows::new(),
+    )
+    .await
 }
 
 fn cut_reply(text: &str) -> Message {
@@ -1071,9 +1184,14 @@ async fn a_summary_cut_at_the_output_limit_is_asked_again_only_within_the_reques
         }
         let mut c = Compactor::new(main_ref).with_ids(Arc::new(SequentialIds::new()));
         let ctx = log.replay();
-        c.compact(&ctx, &mut log, overflow_of(40 * 1_024))
-            .await
-            .unwrap();
+        c.compact(
+            &ctx,
+            &mut log,
+            overflow_of(40 * 1_024),
+            &mut KnownWindows::new(),
+        )
+        .await
+        .unwrap();
         main.calls()
     };
     assert!(planned >= 3, "{planned}");
@@ -1093,7 +1211,12 @@ async fn a_summary_cut_at_the_output_limit_is_asked_again_only_within_the_reques
         let mut c = Compactor::new(main_ref).with_ids(Arc::new(SequentialIds::new()));
         let ctx = log.replay();
         let out = c
-            .compact(&ctx, &mut log, overflow_of(allowed as u64 * 1_024))
+            .compact(
+                &ctx,
+                &mut log,
+                overflow_of(allowed as u64 * 1_024),
+                &mut KnownWindows::new(),
+            )
             .await;
         assert!(main.calls() <= allowed, "{} > {allowed}", main.calls());
         let out = compacted(out.unwrap());
@@ -1254,7 +1377,12 @@ async fn a_summary_cut_at_the_configured_output_limit_is_not_asked_again() {
     let mut c = compactor(main_ref, 300);
     let ctx = log.replay();
     let err = c
-        .compact(&ctx, &mut log, CompactRun::overflow(Some(20_000)))
+        .compact(
+            &ctx,
+            &mut log,
+            CompactRun::overflow(Some(20_000)),
+            &mut KnownWindows::new(),
+        )
         .await
         .unwrap_err();
     assert!(matches!(err, CompactError::Compaction { .. }), "{err:?}");
@@ -1279,9 +1407,14 @@ async fn a_prompt_the_user_layered_is_used_as_it_is_in_a_small_window() {
         .with_ids(Arc::new(SequentialIds::new()))
         .with_prompt(mine);
     let ctx = log.replay();
-    c.compact(&ctx, &mut log, CompactRun::overflow(Some(2_048)))
-        .await
-        .unwrap();
+    c.compact(
+        &ctx,
+        &mut log,
+        CompactRun::overflow(Some(2_048)),
+        &mut KnownWindows::new(),
+    )
+    .await
+    .unwrap();
     assert!(
         main.requests()
             .iter()

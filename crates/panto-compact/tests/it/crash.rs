@@ -1,6 +1,7 @@
 //! A crash at any byte of a compaction append leaves a session that replays to exactly the old
 //! or exactly the new context.
 
+use panto_compact::KnownWindows;
 use panto_compact::{CompactOutcome, CompactRun, MemoryLog};
 use panto_model::arbitrary::session;
 use panto_model::{Entry, Message, encode_line, encode_lines, read_entries_lossy, replay};
@@ -34,7 +35,7 @@ fn append_of(history: &[Message], keep: u64) -> Option<Append> {
     let old_bytes = log.to_jsonl().into_bytes();
     let old = log.replay().messages;
     let ctx = log.replay();
-    let out = block_on(c.compact(&ctx, &mut log, exact(keep))).unwrap();
+    let out = block_on(c.compact(&ctx, &mut log, exact(keep), &mut KnownWindows::new())).unwrap();
     let CompactOutcome::Compacted(out) = out else {
         return None;
     };
@@ -98,13 +99,14 @@ fn a_second_compaction_cut_at_any_byte_replays_to_the_first_or_the_second() {
     let mut c = compactor(active, 300);
     let mut log = log_of(&rounds(0, 3));
     let ctx = log.replay();
-    block_on(c.compact(&ctx, &mut log, exact(300))).unwrap();
+    block_on(c.compact(&ctx, &mut log, exact(300), &mut KnownWindows::new())).unwrap();
     let more: Vec<Entry> = rounds(3, 5).into_iter().map(Entry::Message).collect();
     let mut log = MemoryLog::with_entries([log.entries(), more].concat());
     let old_bytes = log.to_jsonl().into_bytes();
     let ctx = log.replay();
     let old = ctx.messages.clone();
-    let CompactOutcome::Compacted(out) = block_on(c.compact(&ctx, &mut log, exact(300))).unwrap()
+    let CompactOutcome::Compacted(out) =
+        block_on(c.compact(&ctx, &mut log, exact(300), &mut KnownWindows::new())).unwrap()
     else {
         panic!("expected a compaction")
     };

@@ -11,7 +11,7 @@ use panto_compact::{
     ReasoningEffort, RequestOptions, SessionLog, Store, StoreError, async_trait,
 };
 use panto_model::{Entry, Message, Trigger};
-use panto_provider::StreamEvent;
+use panto_provider::{PromptCache, StreamEvent};
 use panto_transcript::strip_ledger;
 
 use crate::*;
@@ -120,9 +120,17 @@ async fn request_options_reach_the_conversation_requests_and_the_retry_but_not_t
     let requests = p.requests();
     assert_eq!(requests.len(), 3);
     assert_eq!(requests[0].options, options);
-    // The summary is asked for with the provider's defaults.
-    assert_eq!(requests[1].options, RequestOptions::default());
-    assert_eq!(requests[2].options, options);
+    // The summary is asked for with the provider's defaults, and writes nothing to the cache
+    // (its prompt is read once).
+    assert_eq!(
+        requests[1].options,
+        RequestOptions::default().with_cache(PromptCache::off())
+    );
+    // The retry's context leads with the compaction, marked stable for the cache.
+    let stable = options
+        .clone()
+        .with_cache(PromptCache::new().with_stable_messages(1));
+    assert_eq!(requests[2].options, stable);
 }
 
 #[tokio::test]

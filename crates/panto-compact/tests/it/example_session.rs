@@ -2,6 +2,7 @@
 //! latest summary is the only one passed on, the copies kept by the last compaction are
 //! summarized, and the new append is crash-safe.
 
+use panto_compact::KnownWindows;
 use panto_compact::{CompactOutcome, CompactRun, MemoryLog};
 use panto_model::{Entry, encode_lines, read_entries, read_entries_lossy, replay};
 
@@ -28,7 +29,12 @@ async fn compacting_a_twice_compacted_session() {
     provider.push_text("## Goal\nMigrate `orders` from chrono to jiff. (third summary)");
     let mut c = compactor(active, 300);
     let out = match c
-        .compact(&before, &mut log, CompactRun::manual(None))
+        .compact(
+            &before,
+            &mut log,
+            CompactRun::manual(None),
+            &mut KnownWindows::new(),
+        )
         .await
         .unwrap()
     {

@@ -16,6 +16,7 @@ mod ahead;
 mod causes;
 mod chained;
 mod compaction;
+mod cost;
 mod crash;
 mod driver;
 mod example_session;
@@ -23,9 +24,11 @@ mod fold;
 mod ledger;
 mod pressure;
 mod props;
+mod recall;
 mod send;
 mod session;
 mod snapshots;
+mod window;
 
 use std::sync::Arc;
 

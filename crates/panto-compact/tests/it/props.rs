@@ -1,6 +1,7 @@
 //! Property tests, one per correctness rule of the seed, over generated conversations
 //! (`panto_model::arbitrary::session`), budgets and scripted provider answers.
 
+use panto_compact::KnownWindows;
 use std::collections::HashSet;
 use std::sync::Arc;
 
@@ -82,7 +83,7 @@ fn run(
     let mut c = compactor(ModelRef::new(provider.clone(), "big"), keep);
     let mut log = MemoryLog::with_entries(entries.to_vec());
     let old = log.replay();
-    let out = block_on(c.compact(&old, &mut log, exact(keep))).unwrap();
+    let out = block_on(c.compact(&old, &mut log, exact(keep), &mut KnownWindows::new())).unwrap();
     let out = match out {
         CompactOutcome::Compacted(c) => Some(*c),
         CompactOutcome::NothingToCompact(_) => None,
@@ -224,7 +225,7 @@ proptest! {
             let ctx = log.replay();
             let active = ctx.summary().map(|s| strip_ledger(s).to_owned());
             let calls = provider.calls();
-            let out = block_on(c.compact(&ctx, &mut log, exact(keep))).unwrap();
+            let out = block_on(c.compact(&ctx, &mut log, exact(keep), &mut KnownWindows::new())).unwrap();
             if matches!(out, CompactOutcome::NothingToCompact(_)) {
                 prop_assert_eq!(provider.calls(), calls);
                 continue;
@@ -312,7 +313,7 @@ proptest! {
             .with_compaction_model(Some(ModelRef::new(cheap.clone(), "small")));
         let mut log = MemoryLog::with_entries(entries.clone());
         let ctx = log.replay();
-        let result = block_on(c.compact(&ctx, &mut log, exact(0)));
+        let result = block_on(c.compact(&ctx, &mut log, exact(0), &mut KnownWindows::new()));
         floor_respected(&cheap.requests())?;
         floor_respected(&main.requests())?;
         let models: Vec<String> = [cheap.requests(), if same_provider { vec![] } else { main.requests() }]
@@ -378,7 +379,7 @@ proptest! {
         let sizes = Heuristic.message_sizes(&ctx.messages);
         let head = usize::from(ctx.compaction.is_some());
         let ts = turns(&ctx.messages[head..]);
-        let (keep_from, kept_turns) = match c.prepare(&ctx, &exact(keep)) {
+        let (keep_from, kept_turns) = match c.prepare(&ctx, &exact(keep), &KnownWindows::new()) {
             Ok(p) => (p.plan.keep_from, p.plan.kept_turns),
             Err(n) => (head, n.turns),
         };
@@ -422,7 +423,7 @@ proptest! {
         let ts = turns(&ctx.messages[head..]);
         let sizes = panto_size::UsageSizer::default().message_sizes(&ctx.messages);
         let conversation: u64 = sizes[head..].iter().sum();
-        match c.prepare(&ctx, &CompactRun::manual(None)) {
+        match c.prepare(&ctx, &CompactRun::manual(None), &KnownWindows::new()) {
             Ok(p) => {
                 prop_assert!(!p.plan.is_empty());
                 prop_assert!(p.plan.kept_tokens <= conversation / 2 || p.plan.kept_turns == 1);
@@ -453,7 +454,7 @@ proptest! {
             let mut log = MemoryLog::with_entries(entries.clone());
             let old = log.replay();
             let run = CompactRun::manual(None).with_keep_tokens(keep).with_force(force);
-            match block_on(c.compact(&old, &mut log, run)) {
+            match block_on(c.compact(&old, &mut log, run, &mut KnownWindows::new())) {
                 Ok(CompactOutcome::Compacted(out)) => {
                     let r = &out.report;
                     prop_assert!(force || r.tokens_after < r.tokens_before, "{} -> {}", r.tokens_before, r.tokens_after);

@@ -1,6 +1,7 @@
 //! Compile-time proof that the futures of a turn are `Send`, and a turn run inside
 //! `tokio::spawn` on the multi-thread runtime, as an axum handler or a worker task would.
 
+use panto_compact::KnownWindows;
 use std::future::Future;
 
 use panto_compact::testing::ScriptedProvider;
@@ -44,10 +45,13 @@ fn compactor_compact_is_send<S: Store>(
         context,
         log,
         CompactRun::manual(None),
+        &mut KnownWindows::new(),
     )));
-    drop(assert_send(
-        compactor.dry_run(context, CompactRun::manual(None)),
-    ));
+    drop(assert_send(compactor.dry_run(
+        context,
+        CompactRun::manual(None),
+        &mut KnownWindows::new(),
+    )));
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! A compaction written to a real JSONL file through the JSONL store loads back as the
 //! context the compactor returned, with the marker replay relies on written by the compactor.
 
+use panto_compact::KnownWindows;
 use panto_compact::{CompactOutcome, CompactRun, SessionLog, Store};
 use panto_model::{COPIES_MARKED, Entry};
 use panto_session::{JsonlStore, SessionOptions};
@@ -20,7 +21,12 @@ async fn a_compaction_appended_to_a_session_file_loads_back_as_the_new_context()
     provider.push_text("the summary");
     let mut compactor = compactor(active, 200);
     let outcome = compactor
-        .compact(&before, &mut log, CompactRun::manual(None))
+        .compact(
+            &before,
+            &mut log,
+            CompactRun::manual(None),
+            &mut KnownWindows::new(),
+        )
         .await
         .unwrap();
     let CompactOutcome::Compacted(compacted) = outcome else {

@@ -1,6 +1,7 @@
 //! Snapshots of whole compaction requests: the system prompt with and without extra
 //! instructions, and the user prompt with and without a previous summary.
 
+use panto_compact::KnownWindows;
 use panto_compact::{CompactOutcome, CompactRun};
 use panto_model::{ContentBlock, Entry, Message, Role};
 use panto_provider::Request;
@@ -77,7 +78,12 @@ async fn compaction_requests() {
 
     let ctx = log.replay();
     let first = c
-        .compact(&ctx, &mut log, CompactRun::manual(None))
+        .compact(
+            &ctx,
+            &mut log,
+            CompactRun::manual(None),
+            &mut KnownWindows::new(),
+        )
         .await
         .unwrap();
     assert!(matches!(first, CompactOutcome::Compacted(_)));
@@ -96,6 +102,7 @@ async fn compaction_requests() {
             &ctx,
             &mut log,
             CompactRun::manual(Some("Keep the exact test names.".into())),
+            &mut KnownWindows::new(),
         )
         .await
         .unwrap();

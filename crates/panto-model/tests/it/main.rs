@@ -11,6 +11,7 @@
 )]
 
 mod build;
+mod cost;
 mod decode;
 mod native;
 mod replay;

@@ -4,6 +4,7 @@
 //! `request.rs`, and the answer, whole or streamed, is read in `answer.rs`.
 
 mod answer;
+mod cache;
 mod request;
 
 use std::collections::HashMap;
@@ -23,6 +24,10 @@ use crate::secret::ApiKey;
 use crate::shared::key_header;
 use crate::thinking::{THINKING_BINDING_BETA, thinking_replay};
 use crate::transport::{Recovery, Transport, Wire, malformed};
+
+pub use cache::{
+    EXTENDED_CACHE_TTL_BETA, LOOKBACK_BLOCKS, MAX_BREAKPOINTS, minimum_cacheable_tokens,
+};
 
 use answer::{AnthropicStream, parse_message, parse_usage};
 use request::{thinking_budget, wire_body};
@@ -281,6 +286,9 @@ fn betas(request: &Request, compacting: bool) -> Vec<&'static str> {
     let mut betas = Vec::new();
     if thinking_replay(&request.messages, thinking_on(request)).drop_block {
         betas.push(THINKING_BINDING_BETA);
+    }
+    if cache::uses_long_lifetime(request) {
+        betas.push(EXTENDED_CACHE_TTL_BETA);
     }
     let mut on_demand = compacting;
     let mut threshold = false;

@@ -7,11 +7,14 @@ use panto_model::{
 use panto_provider::{Request, ToolChoice};
 use serde_json::{Map, Value, json};
 
+use panto_size::Heuristic;
+
 use crate::body::{Splice, WireBody};
 use crate::prepare::{compaction_text, prepare};
 use crate::shared::{insert_sampling, reasoning_budget, tool_choice};
 use crate::thinking::thinking_replay;
 
+use super::cache::{Stable, place_breakpoints};
 use super::{native_head, thinking_on};
 
 /// The request body as it goes on the wire.
@@ -19,10 +22,8 @@ pub(super) fn wire_body(request: &Request, stream: bool) -> WireBody {
     let replay = thinking_replay(&request.messages, thinking_on(request));
     let kept = native_head(replay.apply(&request.messages));
     let mut splice = Splice::default();
-    let messages: Vec<Value> = prepare(&kept, &compaction_text, Some(NATIVE_ANTHROPIC))
-        .iter()
-        .filter_map(|m| render_message(m, &mut splice))
-        .collect();
+    let messages = render_messages(&kept, &mut splice);
+    let stable = stable_blocks(request, &replay.apply(&request.messages), &messages);
     let mut body = Map::new();
     body.insert("model".into(), json!(request.model));
     body.insert("max_tokens".into(), json!(request.max_output_tokens));
@@ -51,6 +52,8 @@ pub(super) fn wire_body(request: &Request, stream: bool) -> WireBody {
         body.insert("stream".into(), Value::Bool(true));
     }
     let mut body = WireBody::new(Value::Object(body), splice, request);
+    let (value, splice) = body.parts_mut();
+    place_breakpoints(value, request, stable, &|block| block_tokens(block, splice));
     if replay.drop_block
         && let Some(Value::Object(thinking)) = body.value.get_mut("thinking")
     {
@@ -92,6 +95,54 @@ fn render_options(request: &Request, body: &mut Map<String, Value>) {
             "thinking".into(),
             json!({"type": "enabled", "budget_tokens": budget}),
         );
+    }
+}
+
+/// The messages rendered for the wire, after the wire preparation.
+fn render_messages(messages: &[Message], splice: &mut Splice) -> Vec<Value> {
+    prepare(messages, &compaction_text, Some(NATIVE_ANTHROPIC))
+        .iter()
+        .filter_map(|m| render_message(m, splice))
+        .collect()
+}
+
+/// How many rendered blocks the request's stable leading messages
+/// (`PromptCache::stable_messages`) make, when the rendering of the whole starts with theirs
+/// unchanged (results moved to their calls, or messages merged, can make it start otherwise).
+fn stable_blocks(request: &Request, kept: &[Message], rendered: &[Value]) -> Stable {
+    let n = request.options.cache.stable_messages.min(kept.len());
+    if n == 0 {
+        return Stable::default();
+    }
+    let head = native_head(kept[..n].to_vec());
+    let own = render_messages(&head, &mut Splice::default());
+    let blocks = |messages: &[Value]| -> Vec<Value> {
+        messages
+            .iter()
+            .filter_map(|m| m.get("content").and_then(Value::as_array))
+            .flatten()
+            .cloned()
+            .collect()
+    };
+    let (own, all) = (blocks(&own), blocks(rendered));
+    // A piece spliced in byte for byte stands as a placeholder unique to each rendering.
+    let same = |a: &Value, b: &Value| a == b || (a.is_string() && b.is_string());
+    let agrees = own.len() <= all.len() && own.iter().zip(&all).all(|(a, b)| same(a, b));
+    Stable {
+        blocks: agrees.then_some(own.len()),
+    }
+}
+
+/// Estimated tokens of a rendered block: a content block's size by panto's heuristic, a piece
+/// spliced in byte for byte by its text.
+fn block_tokens(block: &Value, splice: &Splice) -> u64 {
+    let heuristic = Heuristic;
+    if let Value::String(placeholder) = block {
+        return splice.piece(placeholder).map_or(0, |t| heuristic.text(t));
+    }
+    match serde_json::from_value::<ContentBlock>(block.clone()) {
+        Ok(parsed) => heuristic.block(&parsed),
+        Err(_) => heuristic.text(&block.to_string()),
     }
 }
 

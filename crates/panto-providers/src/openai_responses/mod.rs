@@ -132,7 +132,10 @@ fn parse_usage(u: &Value) -> Option<panto_model::Usage> {
     let cached = u
         .pointer("/input_tokens_details/cached_tokens")
         .and_then(Value::as_u64);
-    Some(cached_prompt_usage(input, output, cached))
+    let written = u
+        .pointer("/input_tokens_details/cache_write_tokens")
+        .and_then(Value::as_u64);
+    Some(cached_prompt_usage(input, output, cached, written))
 }
 
 /// The `compaction` output items of a response object's text, each read from its exact text.

@@ -7,7 +7,7 @@ use serde_json::{Map, Value, json};
 
 use crate::body::{Splice, WireBody};
 use crate::prepare::{compaction_text, flatten_result, image_url, prepare};
-use crate::shared::{arguments, insert_sampling, tool_choice};
+use crate::shared::{arguments, insert_cache_params, insert_sampling, tool_choice};
 
 use super::ENCRYPTED_CONTENT;
 
@@ -70,6 +70,7 @@ pub(super) fn wire_body(request: &Request, stream: bool, encrypted_reasoning: bo
 fn render_options(request: &Request, body: &mut Map<String, Value>) {
     let options = &request.options;
     insert_sampling(options, body, "top_p");
+    insert_cache_params(request, body);
     if let Some(effort) = options.reasoning_effort {
         body.insert("reasoning".into(), json!({"effort": effort.as_str()}));
     }

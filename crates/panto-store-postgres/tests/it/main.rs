@@ -12,6 +12,8 @@
 )]
 
 mod processes;
+mod schema;
+mod tls;
 
 use panto_model::{Entry, Message};
 use panto_store::{Head, Store, StoreError, conformance};
@@ -26,18 +28,44 @@ pub(crate) fn runtime() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
+/// The conformance suite on fresh schemas of the server at `url`.
+fn conformance_on(url: &str) {
+    runtime().block_on(async {
+        let mut stores = Vec::new();
+        for _ in conformance::checks::<PostgresStore>() {
+            stores.push(testing::fresh(url).await.unwrap());
+        }
+        conformance::run_all(|| stores.pop().unwrap()).await;
+    });
+}
+
 #[test]
 fn the_postgres_store_passes_the_conformance_suite() {
     let Some(url) = testing::server("the_postgres_store_passes_the_conformance_suite") else {
         return;
     };
-    runtime().block_on(async {
-        let mut stores = Vec::new();
-        for _ in conformance::checks::<PostgresStore>() {
-            stores.push(testing::fresh(&url).await.unwrap());
-        }
-        conformance::run_all(|| stores.pop().unwrap()).await;
-    });
+    conformance_on(&url);
+}
+
+#[test]
+fn the_conformance_suite_passes_over_tls() {
+    let Some(url) = testing::variable(testing::TLS_ENV, "the_conformance_suite_passes_over_tls")
+    else {
+        return;
+    };
+    assert!(url.contains("sslmode=verify-full"), "{url}");
+    conformance_on(&url);
+}
+
+#[test]
+fn the_conformance_suite_passes_through_pgbouncer_in_transaction_mode() {
+    let Some(url) = testing::variable(
+        testing::BOUNCER_ENV,
+        "the_conformance_suite_passes_through_pgbouncer_in_transaction_mode",
+    ) else {
+        return;
+    };
+    conformance_on(&url);
 }
 
 #[test]
@@ -128,12 +156,9 @@ fn bodies_are_the_exact_bytes_and_the_schema_is_migrated_once() {
             .append_records("s", Head::EMPTY, &records)
             .await
             .unwrap();
-        let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-            .await
-            .unwrap();
-        tokio::spawn(connection);
+        let client = testing::client(&url).await;
         let rows = client
-            .query("SELECT body FROM panto_entries WHERE session = 's' ORDER BY seq", &[])
+            .query("SELECT body FROM panto_entries e JOIN panto_sessions s ON s.id = e.session WHERE s.name = 's' ORDER BY seq", &[])
             .await
             .unwrap();
         let bodies: Vec<Vec<u8>> = rows.iter().map(|r| r.get(0)).collect();
@@ -155,7 +180,7 @@ fn bodies_are_the_exact_bytes_and_the_schema_is_migrated_once() {
         // The load starts at the latest compaction through the partial index.
         let plan: Vec<String> = client
             .query(
-                "EXPLAIN SELECT max(seq) FROM panto_entries WHERE session = 's' AND kind = 1",
+                "EXPLAIN SELECT max(seq) FROM panto_entries WHERE session = 1 AND kind = 1",
                 &[],
             )
             .await

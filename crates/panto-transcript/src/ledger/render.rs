@@ -27,8 +27,8 @@ impl Ledger {
     /// than its share takes all it needs, the others divide the rest by weight), so that no
     /// kind is emptied by another; what is left goes one item of each kind in turn, in that
     /// order. The note says how many items of each category were left out of the text, that
-    /// the compaction entry keeps them whole and that `panto ledger SESSION` prints them, and
-    /// how many the record itself no longer holds.
+    /// the compaction entry keeps them whole (it names no command: a library agent's model has
+    /// none to run), and how many the record itself no longer holds.
     pub fn render_within(&self, budget: usize) -> String {
         let lines = self.lines(Some(budget));
         let taken = choose(&lines, budget);
@@ -167,7 +167,7 @@ impl Ledger {
         if !left_here.is_empty() {
             let _ = writeln!(
                 out,
-                "\n(Left out here: {}; the compaction entry keeps them whole, `panto ledger SESSION` prints them.)",
+                "\n(Left out here: {}; the compaction entry keeps them whole.)",
                 counted(left_here)
             );
         }

@@ -17,17 +17,27 @@
 //! and the `panto` binary's do that (`crates/panto-cli/tests/it/stores.rs`).
 //!
 //! Why one file: it is test code (the `conformance` feature), one check after another in the
-//! order of the `Store` contract, each short and independent of the others.
+//! order of the `Store` contract, each short and independent of the others (`import.rs` holds
+//! the checks of imports and page sizes).
 
 use panto_model::{CompactionEntry, Entry, KEPT_BY, Message, UnknownEntry, replay};
 use proptest::prelude::*;
 use serde_json::Value;
+
+pub mod recall;
 
 use crate::error::StoreError;
 use crate::head::Head;
 use crate::log::SessionLog;
 use crate::record::{Record, RecordKind};
 use crate::store::Store;
+
+mod import;
+
+use import::{
+    a_failed_import_leaves_nothing, import_is_one_unit_in_batches,
+    import_refuses_a_session_with_entries, pages_stop_after_page_bytes,
+};
 
 /// Lines written by another program: unknown fields, unusual spacing and key order, an entry
 /// of an unknown type. A store must give each back byte for byte.
@@ -61,7 +71,16 @@ checks!(
     sessions_are_separate_and_listed,
     session_log_reloads_after_a_conflict,
     import_export_round_trip,
+    import_is_one_unit_in_batches,
+    a_failed_import_leaves_nothing,
+    import_refuses_a_session_with_entries,
+    pages_stop_after_page_bytes,
+    recall_finds_what_was_summarized,
+    fetch_gives_items_by_id,
+    recall_after_an_import,
 );
+
+use recall::{fetch_gives_items_by_id, recall_after_an_import, recall_finds_what_was_summarized};
 
 /// Runs every check, each on a fresh empty store from `fresh`, and panics at the first that
 /// fails, naming it.
@@ -571,6 +590,8 @@ pub async fn same_context<S: Store + ?Sized>(store: &S, session: &str, units: &[
         expected.push('\n');
     }
     assert_eq!(export(store, session, 4).await, expected);
+    // An index kept current over these appends answers as one built from the whole history.
+    recall::same_as_scan(store, session).await;
 }
 
 /// Unit `n` of a crash test: a compaction (summary `unit n`) and `copies` marked copies, each
@@ -624,6 +645,16 @@ pub async fn after_a_kill<S: Store + ?Sized>(
             assert_eq!(loaded.context.summary(), expected.as_deref());
             if whole > 0 {
                 assert_eq!(loaded.context.messages.len(), copies + 1);
+            }
+            if whole > 1 {
+                // What the latest whole unit summarized is recalled, torn records or not.
+                let query = crate::recall::RecallQuery::new("\"unit 0 copy 0\"");
+                let found = store
+                    .recall(session, &query)
+                    .await
+                    .expect("recall after a kill");
+                assert_eq!(recall::hit_ids(&found).first(), Some(&"c0-k0#0"));
+                recall::same_as_scan(store, session).await;
             }
         }
         Err(e) => panic!("a killed append left a session that does not load: {e}"),

@@ -1,0 +1,137 @@
+//! The plan and rendering of a compaction ([`Compactor::prepare`]): the kept suffix within the
+//! budget the window allows, the system prompt, and the transcript of the summarized prefix,
+//! rendered once, turn by turn, and sized.
+
+use std::borrow::Cow;
+use std::ops::Range;
+
+use panto_model::{EffectiveContext, Message, Trigger};
+use panto_size::Heuristic;
+use panto_transcript::{TurnTranscript, render_request_turns, strip_ledger};
+
+use super::{Compactor, Prepared, kept_tokens};
+use crate::config::CompactRun;
+use crate::plan::{NothingToCompact, keep_budget, manual_keep_budget, plan_and_turns};
+use crate::window::KnownWindows;
+
+impl Compactor {
+    /// Plans a compaction of `context`, builds its system prompt and renders the transcript
+    /// of the summarized prefix (once, turn by turn, each turn sized), without asking any model.
+    ///
+    /// `windows` is what is known of the window before the run (the run's overflow is learned
+    /// on a copy, [`CompactRun::teach`]). The budget is `keep_tokens` (the run's own,
+    /// [`CompactRun::keep_tokens`], when given), capped at a quarter of the limit the requests
+    /// must fit ([`KnownWindows::limit`]) when one is known. A manual compaction without a
+    /// budget of its own keeps at most half of the conversation ([`manual_keep_budget`]), so
+    /// that it always summarizes something.
+    /// An overflow compaction must shrink the context, so when that budget would keep every
+    /// turn it keeps only the in-flight turn instead. `tokens_before` is the conversation's
+    /// size: the sum of the messages' sizes.
+    ///
+    /// # Errors
+    /// [`NothingToCompact`] when nothing lies before the kept suffix.
+    pub fn prepare(
+        &self,
+        context: &EffectiveContext,
+        options: &CompactRun,
+        windows: &KnownWindows,
+    ) -> Result<Prepared, NothingToCompact> {
+        let mut windows = *windows;
+        options.teach(&mut windows);
+        // One sizing pass gives both the plan's sizes and `tokens_before`: the conversation's
+        // size is the sum of its messages' sizes, as the ruler (`panto_size::estimate`)
+        // counts it.
+        let sizes = match (&self.sizer, &options.sizes) {
+            (None, Some(sizes)) if sizes.len() == context.messages.len() => Cow::Borrowed(&**sizes),
+            _ => Cow::Owned(self.message_sizes(&context.messages)),
+        };
+        let tokens_before = sizes.iter().fold(0u64, |t, &s| t.saturating_add(s));
+        let limit = windows.limit();
+        let budget = self.budget(context, options, &windows, &sizes);
+        let (mut p, mut all_turns) = plan_and_turns(context, &sizes, budget);
+        if p.is_empty() && options.must_fit() && p.kept_turns > 1 {
+            (p, all_turns) = plan_and_turns(context, &sizes, 0);
+        }
+        if p.is_empty() {
+            return Err(NothingToCompact {
+                turns: p.kept_turns,
+                tokens: p.kept_tokens,
+                budget: p.budget,
+            });
+        }
+        // The short built-in form when the window is small (and the user layered no prompt).
+        let system = self.prompt.system_prompt_for(options.instructions(), limit);
+        let prefix = &context.messages[p.prefix()];
+        // The plan's first turns are the prefix's (see `plan_and_turns`).
+        all_turns.truncate(p.summarized_turns);
+        let prefix_turns = all_turns;
+        let previous_summary = context.summary().map(strip_ledger);
+        let (transcript, turn_tenths) = render(prefix, &prefix_turns, previous_summary);
+        let kept_tokens = kept_tokens(context, &p);
+        let summary_room = limit.map(|l| {
+            l.saturating_sub(options.reserved_within(l))
+                .saturating_sub(kept_tokens)
+        });
+        let turn_tokens = turn_tenths.iter().map(|t| t.div_ceil(10)).collect();
+        let turns = prefix_turns
+            .into_iter()
+            .map(|t| t.start + p.head..t.end + p.head)
+            .collect();
+        Ok(Prepared {
+            tokens_before,
+            plan: p,
+            system,
+            transcript,
+            turns,
+            turn_tokens,
+            turn_tenths,
+            previous_summary: previous_summary.map(str::to_owned),
+            limit,
+            summary_room,
+            kept_tokens,
+        })
+    }
+
+    /// The keep-verbatim budget of `options` over `context` (of message `sizes`), within what
+    /// `windows` (which learned the run's overflow) says of the window.
+    fn budget(
+        &self,
+        context: &EffectiveContext,
+        options: &CompactRun,
+        windows: &KnownWindows,
+        sizes: &[u64],
+    ) -> u64 {
+        let limit = windows.limit();
+        let keep = options.keep_tokens.unwrap_or(self.config.keep_tokens);
+        let mut budget = keep_budget(keep, limit);
+        if options.trigger == Trigger::Manual && options.keep_tokens.is_none() {
+            let head = usize::from(context.compaction.is_some()).min(sizes.len());
+            let conversation = sizes[head..].iter().fold(0u64, |t, &s| t.saturating_add(s));
+            budget = manual_keep_budget(budget, conversation);
+        }
+        if options.known_limit(windows).is_none()
+            && let Some(bound) = limit
+        {
+            // Only a bound is known (the request that overflowed): the window may be far
+            // below it, so keep a tenth of it, which a window down to a fifth of the bound
+            // still holds beside an in-flight turn of the other half.
+            budget = budget.min(bound / 10);
+        }
+        budget
+    }
+}
+
+/// The transcript of the prefix `messages`, turn by turn (`turns`), and each turn's size in
+/// tenths of a token. Rendered after the first request's head (with the `previous` summary),
+/// so that a fold in one request builds it where the transcript lies (`into_request`).
+fn render(
+    messages: &[Message],
+    turns: &[Range<usize>],
+    previous: Option<&str>,
+) -> (TurnTranscript, Vec<u64>) {
+    let mut tenths = Vec::with_capacity(turns.len());
+    let transcript = render_request_turns(messages, turns, previous, |turn| {
+        tenths.push(Heuristic.text_tenths(turn));
+    });
+    (transcript, tenths)
+}

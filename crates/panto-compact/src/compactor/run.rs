@@ -1,0 +1,180 @@
+//! One compaction run (`Run`): the compactor it runs with, the context, the run as asked, the
+//! window as the run knows it and what the run learns of it. Everything that holds only for
+//! one run lives here, never on the [`Compactor`]: it plans, hands the plan to the compactor's
+//! strategy (`strategy.rs`), and appends what the strategy produced, or panto's own record.
+
+use panto_model::EffectiveContext;
+use panto_store::{SessionLog, Store};
+use tracing::{Instrument, Span, info_span};
+
+use super::state::{FoldState, Taught};
+use super::{Compactor, Prepared};
+use crate::config::{CompactRun, min_known};
+use crate::error::CompactError;
+use crate::events::CompactionEvent;
+use crate::fold::MIN_OUTPUT_TOKENS;
+use crate::report::{CompactOutcome, Compacted};
+use crate::window::{KnownWindows, Window, WindowSource};
+
+/// One compaction run.
+pub(super) struct Run<'a> {
+    /// The compactor: its models, settings, sizer, ids and events.
+    pub(super) compactor: &'a mut Compactor,
+    /// The context compacted.
+    pub(super) context: &'a EffectiveContext,
+    /// The run as asked.
+    pub(super) options: &'a CompactRun,
+    /// The window as the run knows it: what it was given, and what its overflow said. The run
+    /// plans with it from start to end; what it learns goes to `taught`.
+    pub(super) windows: KnownWindows,
+    /// What the run learned of the window (and the failed attempts, for panto's record).
+    pub(super) taught: Taught,
+}
+
+impl<'a> Run<'a> {
+    /// A run of `options` over `context` with `compactor`, knowing `windows` and what the run's
+    /// overflow said.
+    pub(super) fn new(
+        compactor: &'a mut Compactor,
+        context: &'a EffectiveContext,
+        options: &'a CompactRun,
+        windows: &KnownWindows,
+    ) -> Run<'a> {
+        let mut windows = *windows;
+        options.teach(&mut windows);
+        Run {
+            compactor,
+            context,
+            options,
+            windows,
+            taught: Taught::default(),
+        }
+    }
+
+    /// Plans, and hands the plan to the compactor's strategy: the compaction ready to be
+    /// written, or nothing to compact.
+    ///
+    /// # Errors
+    /// The strategy's, when no summary was obtained or the compaction would not shrink.
+    pub(super) async fn produce(&mut self) -> Result<CompactOutcome, CompactError> {
+        let plan = || {
+            self.compactor
+                .prepare(self.context, self.options, &self.windows)
+        };
+        let prepared = match info_span!("plan").in_scope(plan) {
+            Ok(p) => p,
+            Err(nothing) => {
+                tracing::info!(%nothing, "nothing to compact");
+                return Ok(CompactOutcome::NothingToCompact(nothing));
+            }
+        };
+        let compactor = &*self.compactor;
+        let first = compactor.compaction_model.as_ref();
+        let model = first.unwrap_or(&compactor.active).model.clone();
+        self.emit(CompactionEvent::Started {
+            trigger: self.options.trigger.clone(),
+            model,
+            plan: prepared.plan.clone(),
+            tokens_before: prepared.tokens_before,
+        });
+        let strategy = self.compactor.config.compaction_strategy;
+        let compacted = strategy.produce(self, prepared).await?;
+        Ok(CompactOutcome::Compacted(Box::new(compacted)))
+    }
+
+    /// Appends `compacted` to `log` in one conditional append, and says so.
+    ///
+    /// # Errors
+    /// [`CompactError::Store`] when the append failed; nothing is in effect then.
+    pub(super) async fn append<S: Store>(
+        &mut self,
+        log: &mut SessionLog<S>,
+        compacted: Compacted,
+        span: &Span,
+    ) -> Result<CompactOutcome, CompactError> {
+        let written = log
+            .append(&compacted.entries)
+            .instrument(info_span!(parent: span, "write", entries = compacted.entries.len()))
+            .await;
+        let report = &compacted.report;
+        if let Err(e) = written {
+            let error = CompactError::Store(e);
+            let failed = (report.plan.clone(), report.tokens_before, report.fallback);
+            self.failed(failed, &error);
+            return Err(error);
+        }
+        self.emit(CompactionEvent::Finished(Box::new(report.clone())));
+        Ok(CompactOutcome::Compacted(Box::new(compacted)))
+    }
+
+    /// Gives `windows` back updated: what the run knew (the caller's, and what its overflow
+    /// said) and what it learned.
+    pub(super) fn teach(&self, windows: &mut KnownWindows) {
+        *windows = self.windows;
+        self.taught.teach(windows);
+    }
+
+    /// The plan again, within `target` tokens (as a window stated for the run): for a summary
+    /// that must leave the request after it within a window found smaller than planned.
+    pub(super) fn prepare_within(&self, target: u64) -> Option<Prepared> {
+        let tighter = KnownWindows::new().with(Window::new(target, WindowSource::Configured));
+        let prepare = self.compactor.prepare(self.context, self.options, &tighter);
+        prepare.ok()
+    }
+
+    /// The limit the request after the compaction must fit, in estimated tokens, when
+    /// anything is known of it: the stated or configured window (or the smaller one a
+    /// rejection taught); when the provider stated none, the largest request it accepted (a
+    /// conversation request before, or a compaction request now), since all that is known of
+    /// the window is that it is above what the provider took and below what it rejected.
+    pub(super) fn retry_target(&self, prepared: &Prepared, state: &FoldState) -> Option<u64> {
+        let limits = &state.limits;
+        match self.options.known_limit(&self.windows) {
+            Some(known) => Some(known.min(limits.limit.unwrap_or(known))),
+            // Nothing is known of a window that never refused a request (a manual compaction
+            // with none configured): no constraint.
+            None if prepared.limit.is_none() => None,
+            None => {
+                let proven = limits.proven.max(self.windows.accepted.unwrap_or(0));
+                let bound = min_known(limits.limit, prepared.limit);
+                (proven > 0).then(|| bound.map_or(proven, |b| proven.min(b)))
+            }
+        }
+    }
+
+    /// The output limit of the fold's requests: the configured one, never below the floor,
+    /// and at most half of what the request after the compaction leaves for the summary (the
+    /// rest is for the ledger's rendering).
+    pub(super) fn max_output(&self, summary_room: Option<u64>) -> u64 {
+        let floor = u64::from(MIN_OUTPUT_TOKENS);
+        let configured = u64::from(self.compactor.config.max_output_tokens).max(floor);
+        summary_room.map_or(configured, |room| configured.min((room / 2).max(floor)))
+    }
+
+    /// The most output a request of the fold may allow after a model's summary stopped at its
+    /// limit: the configured output limit (the fold's own keeps the final summary within what
+    /// the request after the compaction leaves; one that comes out larger is condensed).
+    pub(super) fn longest_output(&self, state: &FoldState) -> u64 {
+        u64::from(self.compactor.config.max_output_tokens).max(state.output.max)
+    }
+
+    /// Says that the run failed with `error`, for its plan, the size of the conversation and
+    /// whether a fallback model was involved.
+    pub(super) fn failed(
+        &mut self,
+        (plan, tokens_before, fallback): (crate::plan::Plan, u64, bool),
+        error: &CompactError,
+    ) {
+        self.emit(CompactionEvent::Failed {
+            trigger: self.options.trigger.clone(),
+            fallback,
+            plan,
+            tokens_before,
+            error: error.to_string(),
+        });
+    }
+
+    pub(super) fn emit(&mut self, event: CompactionEvent) {
+        self.compactor.emit(event);
+    }
+}

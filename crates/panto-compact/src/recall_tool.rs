@@ -1,0 +1,259 @@
+//! The recall tool: what an agent offers its model so that the model can reach what a
+//! compaction summarized. A thin adapter over [`Store::recall`] and [`Store::fetch`]: the same
+//! ranking, the same ids, a bounded result.
+//!
+//! ```
+//! let spec = panto_compact::recall_tool_spec();
+//! assert_eq!(spec.name, panto_compact::RECALL_TOOL);
+//! assert!(spec.input_schema["properties"]["query"].is_object());
+//! ```
+
+use std::fmt::Write as _;
+
+use panto_model::{ContentBlock, Item, ItemKind, Role};
+use panto_provider::ToolSpec;
+use panto_store::{Fetched, Hit, RecallQuery, Recalled, Store};
+use serde_json::{Value, json};
+
+/// The recall tool's name.
+pub const RECALL_TOOL: &str = "recall";
+
+/// The most characters the tool's answer holds.
+pub const RECALL_ANSWER_CHARS: usize = 6_000;
+
+/// The hits a search gives when the model does not say.
+const DEFAULT_HITS: usize = 5;
+
+/// The most hits the model may ask for.
+const MAX_HITS: u64 = 10;
+
+/// Neighbours on each side of a fetched item.
+const NEIGHBOURS: usize = 1;
+
+/// The recall tool's name, description and JSON schema, which every adapter turns into its
+/// protocol's tool shape.
+pub fn recall_tool_spec() -> ToolSpec {
+    ToolSpec::new(
+        RECALL_TOOL,
+        "Search the earlier part of this conversation that was summarized to save room: exact \
+         tool output, errors, commit ids, paths, numbers and what was said. Give `query` (a few \
+         words, or an exact identifier such as a SHA, a path:line or quoted error text) to get \
+         the best passages, each with an id; give `id` to read that item whole with its \
+         neighbours.",
+        json!({
+            "type": "object",
+            "properties": {
+                "query": {
+                    "type": "string",
+                    "description": "Words or exact identifiers to search for."
+                },
+                "id": {
+                    "type": "string",
+                    "description": "The id of a passage from an earlier recall, to read it whole."
+                },
+                "limit": {
+                    "type": "integer",
+                    "description": "How many passages to return (1 to 10, default 5)."
+                }
+            }
+        }),
+    )
+}
+
+/// The answer to one call of the recall tool: the tool result's text, whether it is an error,
+/// and one line that says what was done, for a person watching.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RecallAnswer {
+    /// The tool result's text, at most [`RECALL_ANSWER_CHARS`] characters.
+    pub text: String,
+    /// Whether the call failed (bad arguments, a store that could not answer).
+    pub is_error: bool,
+    /// One line for a person: `recalled 3 passages for 'migration error'`.
+    pub line: String,
+}
+
+impl RecallAnswer {
+    pub(crate) fn error(text: String) -> RecallAnswer {
+        RecallAnswer {
+            line: format!("recall failed: {text}"),
+            text,
+            is_error: true,
+        }
+    }
+
+    /// The tool result block answering the call `call_id`.
+    pub fn to_block(&self, call_id: &str) -> ContentBlock {
+        ContentBlock::tool_result(call_id, self.text.clone(), self.is_error)
+    }
+}
+
+/// What one call of the recall tool asks, read from its arguments.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RecallCall {
+    /// Search: the query, as a recall asks it.
+    Search(RecallQuery),
+    /// Fetch the item with this id, with [`RecallCall::NEIGHBOURS`] entries each side.
+    Fetch(String),
+}
+
+impl RecallCall {
+    /// Entries each side of a fetched item.
+    pub const NEIGHBOURS: usize = NEIGHBOURS;
+
+    /// Reads a call's arguments.
+    ///
+    /// # Errors
+    /// The error answer for the model when they ask for nothing.
+    pub fn parse(input: &Value) -> Result<RecallCall, RecallAnswer> {
+        let text = |key: &str| {
+            input
+                .get(key)
+                .and_then(Value::as_str)
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+        };
+        if let Some(id) = text("id") {
+            return Ok(RecallCall::Fetch(id.to_owned()));
+        }
+        let Some(query) = text("query") else {
+            return Err(RecallAnswer::error(
+                "give `query` (words to search for) or `id`".to_owned(),
+            ));
+        };
+        let limit = input
+            .get("limit")
+            .and_then(Value::as_u64)
+            .map_or(DEFAULT_HITS, |n| n.clamp(1, MAX_HITS) as usize);
+        Ok(RecallCall::Search(
+            RecallQuery::new(query).with_limit(limit),
+        ))
+    }
+}
+
+/// Answers a call of the recall tool whose arguments are `input`, from `session` of `store`
+/// (the `Driver` answers from the index it keeps: [`crate::Driver::answer_recall`]).
+pub async fn answer_recall<S: Store + ?Sized>(
+    store: &S,
+    session: &str,
+    input: &Value,
+) -> RecallAnswer {
+    match RecallCall::parse(input) {
+        Err(answer) => answer,
+        Ok(RecallCall::Fetch(id)) => match store.fetch(session, &id, NEIGHBOURS).await {
+            Ok(fetched) => fetch_answer(&id, &fetched),
+            Err(e) => RecallAnswer::error(e.to_string()),
+        },
+        Ok(RecallCall::Search(query)) => match store.recall(session, &query).await {
+            Ok(found) => search_answer(&query.text, &found),
+            Err(e) => RecallAnswer::error(e.to_string()),
+        },
+    }
+}
+
+/// The answer listing `found`'s hits.
+pub fn search_answer(query: &str, found: &Recalled) -> RecallAnswer {
+    let n = found.hits.len();
+    let line = format!("recalled {n} {} for '{query}'", passages(n));
+    if n == 0 {
+        return RecallAnswer {
+            text: format!("No earlier passage matches {query:?}."),
+            is_error: false,
+            line,
+        };
+    }
+    let mut text = format!(
+        "{n} {} for {query:?}, best first. Call {RECALL_TOOL} with an `id` to read one whole.\n",
+        passages(n)
+    );
+    let each = RECALL_ANSWER_CHARS.saturating_sub(text.len()) / n;
+    for hit in &found.hits {
+        let head = hit_heading(hit);
+        let room = each.saturating_sub(head.len() + 2);
+        let _ = writeln!(text, "\n{head}\n{}", cut(&hit.snippet, room));
+    }
+    RecallAnswer {
+        text: cut(&text, RECALL_ANSWER_CHARS),
+        is_error: false,
+        line,
+    }
+}
+
+fn passages(n: usize) -> &'static str {
+    if n == 1 { "passage" } else { "passages" }
+}
+
+/// `[id] what it is; where it is`.
+fn hit_heading(hit: &Hit) -> String {
+    let mut out = format!(
+        "[{}] {}",
+        hit.id,
+        describe(hit.kind, hit.role, hit.tool.as_deref(), hit.error)
+    );
+    let _ = write!(out, "; entry {} at position {}", hit.entry, hit.position);
+    if let Some(by) = &hit.summarized_by {
+        let _ = write!(out, ", summarized by {by}");
+    }
+    out
+}
+
+/// What an item is, in a few words: `tool result of bash, failed`.
+pub fn describe(kind: ItemKind, role: Option<Role>, tool: Option<&str>, error: bool) -> String {
+    let who = role.map_or("", Role::as_str);
+    let tool = tool.map(|t| format!(" of {t}")).unwrap_or_default();
+    match kind {
+        ItemKind::ToolCall => format!("tool call{tool}"),
+        ItemKind::ToolResult if error => format!("tool result{tool}, failed"),
+        ItemKind::ToolResult => format!("tool result{tool}"),
+        ItemKind::Thinking => format!("{who} thinking"),
+        ItemKind::Summary => "summary of a compaction".to_owned(),
+        ItemKind::Ledger => "ledger of a compaction".to_owned(),
+        _ => who.to_owned(),
+    }
+}
+
+/// The answer giving the fetched items, the asked ones with most of the room.
+pub fn fetch_answer(id: &str, fetched: &Fetched) -> RecallAnswer {
+    let asked = |i: &Item| fetched.asked.contains(&i.id);
+    let shares: usize = fetched
+        .items
+        .iter()
+        .map(|i| if asked(i) { 4 } else { 1 })
+        .sum();
+    let mut text = String::new();
+    for item in &fetched.items {
+        let share = if asked(item) { 4 } else { 1 };
+        let room = RECALL_ANSWER_CHARS * share / shares.max(1);
+        let mark = if asked(item) { " (asked)" } else { "" };
+        let head = format!(
+            "[{}] {}{mark}",
+            item.id,
+            describe(item.kind, item.role, item.tool.as_deref(), item.error)
+        );
+        let _ = writeln!(
+            text,
+            "{head}\n{}\n",
+            cut(&item.text, room.saturating_sub(head.len() + 2))
+        );
+    }
+    let n = fetched.items.len().saturating_sub(fetched.asked.len());
+    RecallAnswer {
+        text: cut(text.trim_end(), RECALL_ANSWER_CHARS),
+        is_error: false,
+        line: format!("fetched {id} with {n} neighbouring items"),
+    }
+}
+
+/// `text` cut to at most `max` characters, saying how many were left out.
+fn cut(text: &str, max: usize) -> String {
+    let total = text.chars().count();
+    if total <= max {
+        return text.to_owned();
+    }
+    let note = format!(" … ({} more characters)", total - max);
+    let keep = max.saturating_sub(note.chars().count());
+    let mut out: String = text.chars().take(keep).collect();
+    out.push_str(&note);
+    out
+}

@@ -1,0 +1,258 @@
+//! What a conversation costs and how compaction respects the prompt cache: the usage a
+//! compaction records, what a driver says it spent, the cache-aware proactive rule on a virtual
+//! clock, and the caching of compaction requests.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use panto_compact::{
+    COLD_SHARE, CompactOutcome, CompactionStrategy, Compactor, CompactorConfig, Driver, MemoryLog,
+    MemoryStore, ModelRef, Window, WindowSource,
+};
+use panto_model::{Entry, Message, Price, Prices, SequentialIds, Usage};
+use panto_provider::{
+    CacheMode, EventSink, NativeCompaction, PromptCache, Provider, ProviderError, Request,
+    RequestOptions, async_trait,
+};
+use panto_size::{Heuristic, Sizer};
+
+const AGENT: &str = "You are the agent.";
+
+/// A provider that caches like Anthropic as far as its usage says: within five minutes of the
+/// last request on the virtual clock, all but the last message is read from the cache and the
+/// rest written; after, everything is written. Compaction requests are not cached.
+struct Caching {
+    now: Arc<AtomicU64>,
+    last: AtomicU64,
+    requests: Mutex<Vec<Request>>,
+}
+
+impl Caching {
+    fn new(now: Arc<AtomicU64>) -> Arc<Caching> {
+        Arc::new(Caching {
+            now,
+            last: AtomicU64::new(u64::MAX),
+            requests: Mutex::new(Vec::new()),
+        })
+    }
+}
+
+#[async_trait]
+impl Provider for Caching {
+    fn name(&self) -> &str {
+        "caching"
+    }
+
+    async fn complete(
+        &self,
+        request: &Request,
+        _: EventSink<'_>,
+    ) -> Result<Message, ProviderError> {
+        self.requests.lock().unwrap().push(request.clone());
+        let sizes = Heuristic.message_sizes(&request.messages);
+        let total: u64 = Heuristic.text(&request.system) + sizes.iter().sum::<u64>();
+        if request.system != AGENT {
+            // A summary naming the notes it covers, so that no two are the same.
+            let text = serde_json::to_string(&request.messages).unwrap();
+            let transcript = text.rsplit("<transcript>").next().unwrap_or(&text);
+            let notes: Vec<&str> = transcript
+                .split("Note ")
+                .skip(1)
+                .filter_map(|rest| rest.split('.').next())
+                .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
+                .collect();
+            let summary = format!("The user sent notes {} about the parser.", notes.join(", "));
+            return Ok(Message::assistant_text(summary)
+                .with_model("claude-x")
+                .with_usage(Usage::new(total, 40)));
+        }
+        let now = self.now.load(Ordering::SeqCst);
+        let last = self.last.swap(now, Ordering::SeqCst);
+        let warm = last != u64::MAX && now.saturating_sub(last) < 300;
+        let new = *sizes.last().unwrap_or(&0);
+        let usage = if warm {
+            Usage::new(0, 12)
+                .with_cache_read(total - new)
+                .with_cache_creation(new)
+        } else {
+            Usage::new(0, 12).with_cache_creation(total)
+        };
+        Ok(Message::assistant_text("Noted.")
+            .with_model("claude-x")
+            .with_usage(usage))
+    }
+
+    async fn compact_natively(
+        &self,
+        request: &Request,
+        _: Option<&str>,
+        _: EventSink<'_>,
+    ) -> Result<NativeCompaction, ProviderError> {
+        self.requests.lock().unwrap().push(request.clone());
+        Err(ProviderError::Unsupported {
+            message: "not here".into(),
+        })
+    }
+}
+
+fn note(i: usize) -> Message {
+    Message::user_text(format!(
+        "Note {i}. {}",
+        "The parser keeps every token. ".repeat(30)
+    ))
+}
+
+fn driver(provider: Arc<Caching>, now: &Arc<AtomicU64>, window: u64) -> Driver<MemoryStore> {
+    let compactor = Compactor::new(ModelRef::new(provider, "claude-x"))
+        .with_ids(Arc::new(SequentialIds::new()))
+        .with_config(CompactorConfig::new().with_keep_tokens(600));
+    let clock = Arc::clone(now);
+    Driver::new(compactor, MemoryLog::memory(), Default::default())
+        .with_window(Window::new(window, WindowSource::Configured))
+        .with_system(AGENT)
+        .with_max_output_tokens(256)
+        .with_auto_compact(Some(0.8))
+        .with_clock(Arc::new(move || {
+            Duration::from_secs(clock.load(Ordering::SeqCst))
+        }))
+}
+
+fn minutes(now: &AtomicU64, n: u64) {
+    now.fetch_add(60 * n, Ordering::SeqCst);
+}
+
+/// While the cache holds most of the next request, the driver waits past the configured share
+/// (halfway to what the window allows); once the conversation has been idle past the cache's
+/// lifetime it compacts earlier ([`COLD_SHARE`] of the share), when a compaction loses no read.
+#[tokio::test]
+async fn compaction_waits_for_a_warm_cache_and_takes_a_cold_one() {
+    let now = Arc::new(AtomicU64::new(0));
+    let provider = Caching::new(Arc::clone(&now));
+    let mut d = driver(Arc::clone(&provider), &now, 20_000);
+    // Nothing known of the cache yet: the configured share.
+    assert_eq!(d.next_request().auto_compact, Some(0.8));
+    d.send(vec![note(0)], &mut |_| {}).await.unwrap();
+    minutes(&now, 1);
+    d.send(vec![note(1)], &mut |_| {}).await.unwrap();
+    assert!(d.cache_warm() && !d.cache_cold());
+    let warm = d.next_request().auto_compact.unwrap();
+    let most = 1.0 - 256.0 / 20_000.0;
+    assert!((warm - (0.8 + most) / 2.0).abs() < 1e-9, "{warm}");
+    minutes(&now, 6);
+    assert!(d.cache_cold() && !d.cache_warm());
+    assert_eq!(d.next_request().auto_compact, Some(0.8 * COLD_SHARE));
+    // Caching off: the configured share, whatever the clock says.
+    d = d.with_request_options(RequestOptions::new().with_cache(PromptCache::off()));
+    assert_eq!(d.next_request().auto_compact, Some(0.8));
+}
+
+/// A conversation sent a note a minute crosses the configured share with a warm cache and is
+/// not compacted until it reaches the warm share; after a long pause, the next note compacts
+/// it at the cold share though it is smaller than the configured one.
+#[tokio::test]
+async fn no_compaction_lands_before_a_warm_read_the_window_can_wait_for() {
+    let now = Arc::new(AtomicU64::new(0));
+    let provider = Caching::new(Arc::clone(&now));
+    let window = 20_000;
+    let mut d = driver(Arc::clone(&provider), &now, window);
+    let (mut waited, mut compacted) = (0, false);
+    for i in 0..60 {
+        let reply = d.send(vec![note(i)], &mut |_| {}).await.unwrap();
+        minutes(&now, 1);
+        let sent = reply.message.usage.as_ref().unwrap().input_total() as f64 / window as f64;
+        if let Some(report) = &reply.compacted_ahead {
+            // It came past the warm share, never between the configured one and it.
+            let before = report.tokens_before as f64 / window as f64;
+            assert!(before > 0.84, "{before}");
+            compacted = true;
+            break;
+        }
+        // Sent whole past the configured share: the cache was read, not thrown away.
+        waited += usize::from(sent > 0.8);
+    }
+    assert!(compacted && waited >= 2, "{waited}");
+    // A long pause: the cache is cold, and the next request compacts at the cold share.
+    for i in 60..200 {
+        let fraction = d.next_request().input.total() as f64 / window as f64;
+        if fraction > 0.8 * COLD_SHARE + 0.03 {
+            minutes(&now, 10);
+            let reply = d.send(vec![note(i)], &mut |_| {}).await.unwrap();
+            assert!(reply.compacted_ahead.is_some(), "{fraction}");
+            assert!(fraction < 0.8, "{fraction}");
+            return;
+        }
+        d.send(vec![note(i)], &mut |_| {}).await.unwrap();
+        minutes(&now, 1);
+    }
+    panic!("the conversation never grew past the cold share");
+}
+
+/// A compaction records what its summary cost on its entry (`usage`), the driver counts the
+/// replies and compactions it paid for, and the first reply after a compaction says what the
+/// compaction made it write again.
+#[tokio::test]
+async fn a_compaction_records_its_cost_and_the_driver_adds_it_up() {
+    let now = Arc::new(AtomicU64::new(0));
+    let provider = Caching::new(Arc::clone(&now));
+    let prices = Prices::new().with("claude-x", Price::new(3.0, 15.0));
+    let mut d = driver(Arc::clone(&provider), &now, 100_000).with_prices(prices);
+    for i in 0..6 {
+        d.send(vec![note(i)], &mut |_| {}).await.unwrap();
+    }
+    let CompactOutcome::Compacted(c) = d.compact(None).await.unwrap() else {
+        panic!("nothing compacted");
+    };
+    let usage = c.report.usage.clone().expect("the fold's usage");
+    assert!(
+        usage.input_tokens > 1_000 && usage.output_tokens > 0,
+        "{usage:?}"
+    );
+    let Entry::Compaction(entry) = &c.entries[0] else {
+        panic!()
+    };
+    assert_eq!(
+        entry.extra.get("usage"),
+        Some(&serde_json::to_value(&usage).unwrap())
+    );
+    d.send(vec![note(6)], &mut |_| {}).await.unwrap();
+    let spent = d.spent();
+    assert_eq!(spent.replies.replies, 7);
+    assert_eq!(spent.compactions.replies, 1);
+    assert_eq!(spent.compactions.input_tokens, usage.input_tokens);
+    let after = spent.written_after_compaction.unwrap();
+    assert!(after > 0, "{spent:?}");
+    assert!(spent.total().money().is_some());
+    // The compaction's own request asked the cache for nothing.
+    let requests = provider.requests.lock().unwrap();
+    let fold = requests.iter().find(|r| r.system != AGENT).unwrap();
+    assert_eq!(fold.options.cache, PromptCache::off());
+}
+
+/// A native compaction reuses the conversation's prefix and writes nothing new: its request is
+/// read-only; panto's summary after it asks the cache for nothing.
+#[tokio::test]
+async fn a_native_compaction_only_reads_the_cache() {
+    let now = Arc::new(AtomicU64::new(0));
+    let provider = Caching::new(Arc::clone(&now));
+    let compactor = Compactor::new(ModelRef::new(
+        Arc::clone(&provider) as Arc<dyn Provider>,
+        "claude-x",
+    ))
+    .with_ids(Arc::new(SequentialIds::new()))
+    .with_config(
+        CompactorConfig::new()
+            .with_keep_tokens(600)
+            .with_compaction_strategy(CompactionStrategy::Native),
+    );
+    let mut d = Driver::new(compactor, MemoryLog::memory(), Default::default()).with_system(AGENT);
+    for i in 0..6 {
+        d.send(vec![note(i)], &mut |_| {}).await.unwrap();
+    }
+    d.compact(None).await.unwrap();
+    let requests = provider.requests.lock().unwrap();
+    let native = &requests[6];
+    assert_eq!(native.system, AGENT);
+    assert_eq!(native.options.cache.mode, CacheMode::ReadOnly);
+    assert_eq!(requests[7].options.cache.mode, CacheMode::Off);
+}

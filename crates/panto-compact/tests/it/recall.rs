@@ -1,0 +1,108 @@
+//! The driver's recall: the index it keeps answers what the store's recall answers, after its
+//! own appends, a compaction and another writer's appends; and its recall tool round trip.
+
+use panto_compact::{CompactRun, Driver, MemoryLog, RECALL_TOOL, RecallQuery, Store};
+use panto_model::{ContentBlock, Entry, Message, Role};
+use serde_json::json;
+
+use crate::{block_on, compactor, log_of, model, rounds, short_prompt};
+
+const QUERIES: &[&str] = &[
+    "file 3",
+    "r2-2",
+    "contents",
+    "src/tool4.rs",
+    "\"done with file\"",
+];
+
+/// Checks that the driver's recall and fetch give the store's answers.
+async fn same_as_store(driver: &Driver<panto_compact::MemoryStore>) {
+    let log = driver.log();
+    for q in QUERIES {
+        let query = RecallQuery::new(*q).with_limit(10);
+        assert_eq!(
+            driver.recall(&query).await.unwrap(),
+            log.store().recall(log.session(), &query).await.unwrap(),
+            "{q}"
+        );
+    }
+    for id in ["tool2", "h3", "h5#0"] {
+        assert_eq!(
+            driver.fetch(id, 1).await.unwrap(),
+            log.store().fetch(log.session(), id, 1).await.unwrap(),
+            "{id}"
+        );
+    }
+}
+
+#[test]
+fn the_driver_s_index_answers_as_the_store_does() {
+    block_on(async {
+        let (provider, active) = model("p", "m");
+        let log: MemoryLog = log_of(&rounds(0, 6));
+        let context = log.replay();
+        let mut driver = Driver::new(
+            compactor(active, 300).with_prompt(short_prompt()),
+            log,
+            context,
+        )
+        .with_recall_tool();
+        same_as_store(&driver).await;
+        provider.push_text("The user read files 0 to 5.");
+        driver
+            .compact_with(CompactRun::manual(None).with_force(true))
+            .await
+            .unwrap();
+        same_as_store(&driver).await;
+        // What the compaction summarized is found; what it kept is not.
+        let found = driver.recall(&RecallQuery::new("r1-2")).await.unwrap();
+        assert_eq!(found.hits[0].id, "tool1");
+        assert!(found.hits[0].summarized_by.is_some());
+        // Another writer appends: the driver reads only what is new, once it has caught up.
+        let store = driver.log().store().clone();
+        let head = store.head(driver.log().session()).await.unwrap();
+        let more: Vec<Entry> = rounds(6, 8).into_iter().map(Entry::Message).collect();
+        store
+            .append(driver.log().session(), head, &more)
+            .await
+            .unwrap();
+        driver.reload().await.unwrap();
+        same_as_store(&driver).await;
+        // The tool, answered from the index.
+        let reply = Message::new(
+            Role::Assistant,
+            vec![ContentBlock::tool_use(
+                "c1",
+                RECALL_TOOL,
+                json!({"query": "contents of file 2"}),
+            )],
+        );
+        let answers = driver.answer_recall(&reply).await;
+        assert_eq!(answers.len(), 1);
+        assert!(
+            answers[0].1.text.contains("[tool2]"),
+            "{}",
+            answers[0].1.text
+        );
+        assert!(!answers[0].1.is_error);
+        let fetch = Message::new(
+            Role::Assistant,
+            vec![ContentBlock::tool_use(
+                "c2",
+                RECALL_TOOL,
+                json!({"id": "tool2"}),
+            )],
+        );
+        let answers = driver.answer_recall(&fetch).await;
+        assert!(
+            answers[0].1.text.contains("r2-2 contents of file 2"),
+            "{}",
+            answers[0].1.text
+        );
+        let bad = Message::new(
+            Role::Assistant,
+            vec![ContentBlock::tool_use("c3", RECALL_TOOL, json!({}))],
+        );
+        assert!(driver.answer_recall(&bad).await[0].1.is_error);
+    });
+}

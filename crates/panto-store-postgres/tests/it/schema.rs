@@ -1,0 +1,131 @@
+//! The schema: a database of migration 1 is migrated to the latest with its sessions whole, and
+//! session names of any length work (a name was once part of a b-tree key, bounded to about
+//! 2.7 KB).
+
+use panto_model::{Entry, Message};
+use panto_store::{Head, Store, conformance};
+use panto_store_postgres::{MIGRATIONS, PostgresOptions, PostgresStore, testing};
+
+use crate::runtime;
+
+#[test]
+fn a_database_of_migration_1_is_migrated_with_its_sessions() {
+    let Some(url) = testing::server("a_database_of_migration_1_is_migrated_with_its_sessions")
+    else {
+        return;
+    };
+    runtime().block_on(async {
+        let url = testing::fresh_url(&url).await;
+        let client = testing::client(&url).await;
+        // The schema as panto 0.1 left it, with two sessions in it.
+        client
+            .batch_execute(
+                "CREATE TABLE panto_schema_migrations (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now());",
+            )
+            .await
+            .unwrap();
+        client.batch_execute(MIGRATIONS[0].1).await.unwrap();
+        client
+            .batch_execute("INSERT INTO panto_schema_migrations (version) VALUES (1)")
+            .await
+            .unwrap();
+        let records = conformance::records_of(conformance::CONTRACT_FILE);
+        for name in ["first", "second"] {
+            client
+                .execute("INSERT INTO panto_sessions (name) VALUES ($1)", &[&name])
+                .await
+                .unwrap();
+            for (i, r) in records.iter().enumerate() {
+                let seq = i as i64 + 1;
+                client
+                    .execute(
+                        "INSERT INTO panto_entries (session, seq, kind, body) VALUES ($1, $2, $3, $4)",
+                        &[&name, &seq, &r.kind.code(), &r.text.as_bytes()],
+                    )
+                    .await
+                    .unwrap();
+            }
+        }
+        let store = PostgresStore::connect(&url).await.unwrap();
+        let version: i32 = client
+            .query_one("SELECT max(version) FROM panto_schema_migrations", &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(version as u32, MIGRATIONS.last().unwrap().0);
+        assert_eq!(store.list().await.unwrap(), vec!["first", "second"]);
+        for name in ["first", "second"] {
+            assert_eq!(
+                conformance::export(&store, name, 3).await,
+                conformance::CONTRACT_FILE
+            );
+            let loaded = store.load(name).await.unwrap();
+            assert_eq!(loaded.head, Head::new(records.len() as u64));
+            assert_eq!(loaded.context.summary(), Some("another program's summary"));
+        }
+        let head = store
+            .append(
+                "first",
+                Head::new(records.len() as u64),
+                &[Entry::Message(Message::user_text("after the migration"))],
+            )
+            .await
+            .unwrap();
+        assert_eq!(head, Head::new(records.len() as u64 + 1));
+    });
+}
+
+#[test]
+fn session_names_of_any_length_work() {
+    let Some(url) = testing::server("session_names_of_any_length_work") else {
+        return;
+    };
+    runtime().block_on(async {
+        let store = testing::fresh(&url).await.unwrap();
+        // Far past the 2,704 bytes a b-tree row may hold, with characters of every width.
+        let long: String = "é名🦀x/".repeat(10_000);
+        let similar = format!("{long}!");
+        for name in [&long, &similar] {
+            let head = store
+                .append(
+                    name,
+                    Head::EMPTY,
+                    &[Entry::Message(Message::user_text(name.len().to_string()))],
+                )
+                .await
+                .unwrap();
+            assert_eq!(head, Head::new(1));
+        }
+        assert_eq!(store.list().await.unwrap().len(), 2);
+        let loaded = store.load(&similar).await.unwrap();
+        assert_eq!(loaded.context.messages[0].text(), similar.len().to_string());
+        assert!(store.append(&long, Head::EMPTY, &[]).await.is_err());
+    });
+}
+
+#[test]
+fn a_store_that_may_not_create_tables_reads_an_empty_database_as_empty() {
+    let Some(url) =
+        testing::server("a_store_that_may_not_create_tables_reads_an_empty_database_as_empty")
+    else {
+        return;
+    };
+    runtime().block_on(async {
+        let url = testing::fresh_url(&url).await;
+        let options = PostgresOptions::default().with_create_tables(false);
+        let store = PostgresStore::connect_with(&url, options).await.unwrap();
+        assert!(store.list().await.unwrap().is_empty());
+        assert!(store.load("s").await.is_err());
+        assert_eq!(store.head("s").await.unwrap(), Head::EMPTY);
+        let client = testing::client(&url).await;
+        let tables: i64 = client
+            .query_one(
+                "SELECT count(*) FROM pg_tables WHERE tablename LIKE 'panto%' AND schemaname = current_schema()",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(tables, 0, "reading created no table");
+    });
+}

@@ -1,0 +1,53 @@
+//! Snippets: a short window of an item's text around what the query found, on one line.
+
+/// The most characters a snippet holds, its `…` marks aside.
+pub const SNIPPET_CHARS: usize = 240;
+
+/// Characters of context kept before the match.
+const BEFORE: usize = 80;
+
+/// A window of `text` of at most [`SNIPPET_CHARS`] characters around the first of `needles`
+/// found in it (case aside; the start of the text when none is), whitespace runs as one space,
+/// cut at word boundaries where it can be, with `…` where text was left out.
+pub fn snippet(text: &str, needles: &[&str]) -> String {
+    let flat = super::query::normalize(text);
+    let lower = &flat;
+    let at = needles
+        .iter()
+        .filter(|n| !n.is_empty())
+        .find_map(|n| lower.find(&n.to_lowercase()))
+        .unwrap_or(0);
+    // The window, in characters of `flat` (normalize lowercased it, so take the text's own
+    // characters from a flattened copy that kept the case).
+    let original: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let chars: Vec<char> = original.chars().collect();
+    let at_char = lower[..at].chars().count().min(chars.len());
+    let mut start = at_char.saturating_sub(BEFORE);
+    let mut end = (start + SNIPPET_CHARS).min(chars.len());
+    if end == chars.len() {
+        start = end.saturating_sub(SNIPPET_CHARS);
+    }
+    // Move the cuts to word boundaries when one is near.
+    if start > 0
+        && let Some(space) = chars[start..at_char.max(start)]
+            .iter()
+            .position(|c| *c == ' ')
+    {
+        start += space + 1;
+    }
+    if end < chars.len()
+        && let Some(space) = chars[start..end].iter().rposition(|c| *c == ' ')
+        && space > (end - start) / 2
+    {
+        end = start + space;
+    }
+    let mut out = String::new();
+    if start > 0 {
+        out.push('…');
+    }
+    out.extend(&chars[start..end]);
+    if end < chars.len() {
+        out.push('…');
+    }
+    out
+}

@@ -1,0 +1,270 @@
+//! Unit tests of recall: the tokenizer, the query parser, the ranking and the snippets.
+
+use std::collections::HashSet;
+
+use panto_model::{CompactionEntry, ContentBlock, Entry, Message, Role};
+
+use super::query::Query;
+use super::*;
+
+fn index(entries: &[Entry]) -> RecallIndex {
+    let mut index = RecallIndex::new();
+    for e in entries {
+        index.push(e);
+    }
+    index
+}
+
+fn user(id: &str, text: &str) -> Entry {
+    Entry::Message(Message::user_text(text).with_id(id))
+}
+
+fn ids(recalled: &Recalled) -> Vec<&str> {
+    recalled.hits.iter().map(|h| h.id.as_str()).collect()
+}
+
+#[test]
+fn terms_split_code_and_keep_identifiers_whole() {
+    let t = terms("see src/panto_store/lib.rs:42 for HashMap (commit a1b2c3d4e5) #123 v1.2.3");
+    for want in [
+        "src",
+        "panto_store",
+        "panto",
+        "store",
+        "lib",
+        "rs",
+        "42",
+        "src/panto_store/lib.rs:42",
+        "src/panto_store/lib.rs",
+        "lib.rs:42",
+        "lib.rs",
+        "hashmap",
+        "hash",
+        "map",
+        "a1b2c3d4e5",
+        "\u{1}a1b2c3d",
+        "#123",
+        "123",
+        "v1.2.3",
+    ] {
+        assert!(t.iter().any(|x| x == want), "{want} missing from {t:?}");
+    }
+}
+
+#[test]
+fn camel_case_parts() {
+    let t = terms("HTTPServer parseJSON2Value");
+    for want in [
+        "httpserver",
+        "http",
+        "server",
+        "parsejson2value",
+        "parse",
+        "json2",
+        "value",
+    ] {
+        assert!(t.iter().any(|x| x == want), "{want} missing from {t:?}");
+    }
+}
+
+#[test]
+fn queries_find_their_exact_strings() {
+    let q = Query::parse(r#"which SHA a1b2c3d for "connection refused" in src/lib.rs:42"#);
+    let needles: Vec<&str> = q.exact.iter().map(|e| e.needle.as_str()).collect();
+    assert_eq!(needles, ["connection refused", "a1b2c3d", "src/lib.rs:42"]);
+    assert!(!q.terms.iter().any(|t| t == "which" || t == "for"));
+    assert!(q.terms.iter().any(|t| t == "sha"));
+}
+
+#[test]
+fn an_identifier_ranks_its_exact_occurrences_first() {
+    let entries = vec![
+        user(
+            "m1",
+            "the migration failed again with an error, error, error in the migration",
+        ),
+        user("m2", "merged as a1b2c3d4e5f6 after the migration review"),
+        user("m3", "migration migration migration"),
+    ];
+    let found = recall_in(
+        &index(&entries),
+        &RecallQuery::new("migration a1b2c3d"),
+        &HashSet::new(),
+    );
+    assert_eq!(ids(&found)[0], "m2#0");
+    assert_eq!(found.hits[0].exact, 1);
+    assert!(found.hits[0].snippet.contains("a1b2c3d4e5f6"));
+}
+
+#[test]
+fn words_rank_by_bm25() {
+    let entries = vec![
+        user("m1", "the build is green"),
+        user("m2", "the database migration failed with a lock timeout"),
+        user("m3", "lunch"),
+    ];
+    let found = recall_in(
+        &index(&entries),
+        &RecallQuery::new("why did the migration fail"),
+        &HashSet::new(),
+    );
+    assert_eq!(ids(&found), ["m2#0"]);
+}
+
+#[test]
+fn tool_items_carry_their_call_and_tool() {
+    let entries = vec![
+        Entry::Message(
+            Message::new(
+                Role::Assistant,
+                vec![ContentBlock::tool_use(
+                    "toolu_1",
+                    "bash",
+                    serde_json::json!({"cmd": "git log -1"}),
+                )],
+            )
+            .with_id("m1"),
+        ),
+        Entry::Message(
+            Message::new(
+                Role::User,
+                vec![ContentBlock::tool_result(
+                    "toolu_1",
+                    "commit 9f8e7d6c5b4a",
+                    false,
+                )],
+            )
+            .with_id("m2"),
+        ),
+    ];
+    let found = recall_in(
+        &index(&entries),
+        &RecallQuery::new("9f8e7d6"),
+        &HashSet::new(),
+    );
+    let hit = &found.hits[0];
+    assert_eq!(hit.id, "toolu_1");
+    assert_eq!(hit.tool.as_deref(), Some("bash"));
+    assert_eq!(hit.call.as_deref(), Some("toolu_1"));
+    assert_eq!(hit.entry, "m2");
+}
+
+#[test]
+fn the_effective_context_is_left_out_and_copies_count_once() {
+    let entries = vec![
+        user("m1", "the port is 5432"),
+        user("m2", "the port was changed"),
+        Entry::Compaction(CompactionEntry::new("ports were discussed").with_id("c1")),
+        user("m3", "the port was changed"),
+    ];
+    let idx = index(&entries);
+    let context = panto_model::replay(entries.clone());
+    let found = recall_in(
+        &idx,
+        &RecallQuery::new("port"),
+        &context_fingerprints(&context),
+    );
+    assert_eq!(ids(&found), ["m1#0"]);
+    assert_eq!(found.hits[0].summarized_by.as_deref(), Some("c1"));
+    let all = recall_in(
+        &idx,
+        &RecallQuery::new("port").with_context(true),
+        &context_fingerprints(&context),
+    );
+    assert_eq!(ids(&all), ["m1#0", "m2#0"]);
+}
+
+#[test]
+fn fetch_gives_the_item_and_its_neighbours() {
+    let entries = vec![
+        user("m1", "one"),
+        user("m2", "two"),
+        user("m3", "three"),
+        user("m4", "four"),
+    ];
+    let idx = index(&entries);
+    let f = fetch_in(idx.items(), "m3#0", 1).unwrap();
+    let texts: Vec<&str> = f.items.iter().map(|i| i.text.as_str()).collect();
+    assert_eq!(texts, ["two", "three", "four"]);
+    assert_eq!(f.asked, ["m3#0"]);
+    let f = fetch_in(idx.items(), "m1", 0).unwrap();
+    assert_eq!(f.asked, ["m1#0"]);
+    assert!(fetch_in(idx.items(), "m9", 0).is_none());
+}
+
+#[test]
+fn snippets_centre_on_the_match() {
+    let text = format!("{} needle {}", "word ".repeat(200), "tail ".repeat(200));
+    let s = snippet(&text, &["needle"]);
+    assert!(s.contains("needle"));
+    assert!(s.starts_with('…') && s.ends_with('…'));
+    assert!(s.chars().count() <= SNIPPET_CHARS + 2);
+}
+
+mod properties {
+    use std::collections::HashSet;
+
+    use panto_model::{Entry, replay};
+    use proptest::prelude::*;
+
+    use super::super::*;
+    use crate::conformance::{unit_entries, units};
+
+    /// The first words of `text`, as a quoted phrase, when they make one.
+    fn phrase(text: &str) -> Option<String> {
+        let words: Vec<&str> = text.split_whitespace().take(6).collect();
+        let p = words.join(" ");
+        (p.chars().any(char::is_alphanumeric) && !p.contains(['"', '`'])).then_some(p)
+    }
+
+    proptest! {
+        /// Every item outside the effective context is found by a phrase it holds (or the
+        /// hits are full of items that hold it), and no hit is in the effective context.
+        #[test]
+        fn summarized_items_are_findable_and_the_context_is_left_out(units in units()) {
+            let entries: Vec<Entry> = unit_entries(&units).into_iter().flatten().collect();
+            let mut index = RecallIndex::new();
+            for e in &entries {
+                index.push(e);
+            }
+            let exclude = context_fingerprints(&replay(entries));
+            for item in index.items() {
+                let Some(p) = phrase(&item.text) else { continue };
+                let query = RecallQuery::new(format!("\"{p}\"")).with_limit(MAX_LIMIT);
+                let found = recall_in(&index, &query, &exclude);
+                for hit in &found.hits {
+                    let f = index.items().iter().find(|i| i.id == hit.id && i.position == hit.position);
+                    prop_assert!(!exclude.contains(&f.unwrap().fingerprint()), "{} is in the context", hit.id);
+                }
+                if exclude.contains(&item.fingerprint()) {
+                    continue;
+                }
+                let holds = found.hits.iter().any(|h| {
+                    index.items().iter().any(|i| {
+                        i.id == h.id && i.position == h.position && i.fingerprint() == item.fingerprint()
+                    })
+                });
+                let full = found.hits.len() == MAX_LIMIT && found.hits.iter().all(|h| h.exact > 0);
+                prop_assert!(holds || full, "{:?} not found by {:?}: {:?}", item.id, p, found.hits);
+            }
+        }
+
+        /// An index built in one go equals one built entry by entry between queries.
+        #[test]
+        fn an_index_built_at_once_equals_one_kept_current(units in units()) {
+            let entries: Vec<Entry> = unit_entries(&units).into_iter().flatten().collect();
+            let mut whole = RecallIndex::new();
+            entries.iter().for_each(|e| whole.push(e));
+            let mut current = RecallIndex::new();
+            let query = RecallQuery::new("a e i o u 1 2 3").with_limit(MAX_LIMIT).with_context(true);
+            for e in &entries {
+                current.push(e);
+                let _ = recall_in(&current, &query, &HashSet::new());
+            }
+            prop_assert_eq!(
+                recall_in(&whole, &query, &HashSet::new()),
+                recall_in(&current, &query, &HashSet::new())
+            );
+        }
+    }
+}
