@@ -54,8 +54,9 @@ commands:
          else `panto compact` with these arguments, e.g. --provider openai --model NAME)
   quality --pressure  facts kept through overflow compactions at windows of 4k, 8k and 16k
          tokens, against a loopback model that enforces the window (docs/compaction.md)
-  quality --recall [--list]  a needle exam: exact strings of the summarized part found in the
-         effective context after an offline compaction, in every store (docs/compaction.md)
+  quality --recall [--list] [--closed-book]  a needle exam: exact strings of the summarized
+         part found in the effective context after an offline compaction and by one `panto
+         recall`, in every store (docs/compaction.md; --closed-book skips the recall calls)
 ";
 
 fn main() -> Result<()> {
