@@ -13,7 +13,9 @@
 //! - `stores`: the same load and a one-message append on each store (JSONL, SQLite, PostgreSQL)
 //!   for a session of 1,000,000 messages ([`stores`](mod@stores));
 //! - `process`: the real pi session ×1, ×10 and ×100 through the `panto` processes, each run's
-//!   CPU time paired with a process parsing the same lines ([`real`](mod@real)).
+//!   CPU time paired with a process parsing the same lines ([`real`](mod@real));
+//! - `cost`: a scripted 300-turn tool-using session on each protocol against emulators of the
+//!   providers' prompt caching, billed with panto's caching and without ([`cost`](mod@cost)).
 //!
 //! The measurements run in a release build: from a debug build of xtask, the command re-runs
 //! itself with `cargo run --release`. Generated data goes under `target/bench/`, never into the
@@ -21,6 +23,7 @@
 //! `memory` for the next run, which reuses them). Timings are medians over repetitions, with
 //! the files in the page cache. `--quick` stops the sessions at 100k messages and 100 MB.
 
+mod cost;
 mod generate;
 mod process;
 mod real;
@@ -80,6 +83,11 @@ const SECTIONS: &[Section] = &[
         "the real pi session ×1, ×10 and ×100 through the panto processes, paired with a parse",
         real::process,
     ),
+    (
+        "cost",
+        "a 300-turn tool-using session billed with panto's prompt caching and without, per protocol",
+        cost::cost,
+    ),
 ];
 
 /// What `cargo xtask bench --help` prints.
@@ -101,6 +109,10 @@ sections:
   process  the real pi session (../shared/data/sessions/pi-large.jsonl) ×1, ×10, ×100 through
            panto context --json, panto transcript and panto compact --dry-run --provider
            offline, each run paired with a process parsing the same lines (CPU time by perf)
+  cost     a scripted 300-turn tool-using session per protocol (Anthropic, OpenAI Chat and
+           Responses) against loopback emulators of the providers' prompt caching: the input
+           billed with panto's caching and without, what the first request after a
+           compaction writes, and the cache-aware proactive rule against the plain one
 
 options:
   --quick  sessions up to 100k messages, histories up to 100 MB
@@ -429,9 +441,9 @@ fn session(root: &Path, flags: &Flags) -> Result<()> {
         let path = dir.join(format!("history-{}m.jsonl", size / MIB));
         generate(&path, size, &block, &tail)?;
         let len = fs::metadata(&path)?.len();
-        let (median, min, max, loaded) = time(5, 50, || {
+        let (median, min, max, (loaded, stats)) = time(5, 50, || {
             let s = Session::open(&path, opts.clone())?;
-            Ok(s.load_context()?)
+            Ok(s.load_context_with_stats()?)
         })?;
         if loaded.context.summary().is_none() || loaded.context.messages.len() != 209 {
             bail!(
@@ -454,8 +466,8 @@ fn session(root: &Path, flags: &Flags) -> Result<()> {
         loads.push(Load {
             size,
             len,
-            bytes_read: loaded.stats.bytes_read,
-            entries: loaded.stats.entries,
+            bytes_read: stats.bytes_read,
+            entries: stats.entries,
             load: [median, min, max],
             full,
         });

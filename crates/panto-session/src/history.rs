@@ -8,7 +8,7 @@ use panto_model::Entry;
 
 use crate::error::{Result, SessionError};
 use crate::lines::{After, Line, LineNumber, Run, Verdict, classify, has_bom, judge};
-use crate::warning::{Warning, WarningKind};
+use panto_store::{Warning, WarningKind};
 
 /// Iterator over every entry of a session file with its 1-based line number, returned by
 /// [`crate::Session::history`].
@@ -97,8 +97,8 @@ impl History {
         };
         match judge(&run, after) {
             Verdict::Skip { acknowledged } => {
-                self.warnings.push(Warning::new(
-                    self.path.clone(),
+                self.warnings.push(Warning::at_line(
+                    self.path.display().to_string(),
                     run.start,
                     Some(run.first.0 as usize),
                     WarningKind::Debris {
@@ -120,8 +120,8 @@ impl History {
     }
 
     fn warn(&mut self, offset: u64, kind: WarningKind) {
-        self.warnings.push(Warning::new(
-            self.path.clone(),
+        self.warnings.push(Warning::at_line(
+            self.path.display().to_string(),
             offset,
             Some(self.line),
             kind,

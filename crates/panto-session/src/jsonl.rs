@@ -91,12 +91,7 @@ fn load(session: &Session, name: &str) -> Result<Loaded, StoreError> {
             if !loaded.warnings.is_empty() {
                 session.resolve_lines(&mut loaded.warnings).map_err(error)?;
             }
-            let warnings = loaded.warnings.iter().map(ToString::to_string).collect();
-            Ok(Loaded::new(
-                loaded.context,
-                Head::new(loaded.stats.file_len),
-                warnings,
-            ))
+            Ok(loaded)
         }
         // A file with nothing in it yet (or only blank lines): the empty conversation.
         Err(SessionError::Empty { .. }) => {

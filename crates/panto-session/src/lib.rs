@@ -6,8 +6,10 @@
 //!   [`Session::append_at`] them only if the file still ends where the caller last saw it
 //!   (else [`SessionError::Conflict`]), [`Session::load_context`] the effective context, and
 //!   [`Session::history`] to stream every entry with its line number.
-//! - [`Loaded`] is the effective context plus [`Warning`]s (torn last line, remains of an
-//!   interrupted write, unknown entry types, incomplete compactions) and [`LoadStats`].
+//! - A load gives panto-store's [`Loaded`], the one every store returns: the effective context,
+//!   the head (the file's length) and typed [`Warning`]s (torn last line, remains of an
+//!   interrupted write, unknown entry types, incomplete compactions), each naming the file and
+//!   the line; [`Session::load_context_with_stats`] adds [`LoadStats`].
 //! - [`SessionOptions`] sets fsync, the lock timeout, the [`panto_model::IdSource`] that names
 //!   entries appended without an id ([`panto_model::UniqueIds`] by default,
 //!   [`panto_model::SequentialIds`] for tests) and the backwards read step. [`SessionError`]
@@ -44,15 +46,14 @@ mod load;
 mod lock;
 mod options;
 mod store;
-mod warning;
 
 pub use error::{LockHolder, Result, SessionError};
 pub use history::History;
 pub use jsonl::JsonlStore;
-pub use load::{LoadStats, Loaded};
+pub use load::LoadStats;
 pub use options::SessionOptions;
+pub use panto_store::{Loaded, Place, Warning, WarningKind};
 pub use store::{Appended, Session, Writer};
-pub use warning::{Warning, WarningKind};
 
 // The README's example runs as a doctest, so that what crates.io shows compiles and passes.
 #[cfg(doctest)]

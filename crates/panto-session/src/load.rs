@@ -18,23 +18,7 @@ use crate::error::{Result, SessionError};
 use crate::lines::{
     After, BackLines, Line, NewlinesAfter, Run, Verdict, classify, count_newlines, has_bom, judge,
 };
-use crate::warning::{Warning, WarningKind};
-
-/// The result of [`crate::Session::load_context`].
-#[derive(Clone, Debug, PartialEq)]
-#[non_exhaustive]
-pub struct Loaded {
-    /// The effective context, as `panto_model::replay` of the whole file would give it.
-    ///
-    /// Its `skipped` indices count entries from the first replayed entry (the active
-    /// compaction), not from the start of the file; [`Loaded::warnings`] carries the same
-    /// events with file positions.
-    pub context: EffectiveContext,
-    /// What was skipped in the part of the file that was read, in file order.
-    pub warnings: Vec<Warning>,
-    /// How much was read.
-    pub stats: LoadStats,
-}
+use panto_store::{Head, Loaded, Warning, WarningKind};
 
 /// How much of the file a load read: the measure that backwards loading keeps small.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -73,8 +57,13 @@ pub(crate) fn readable_len(path: &Path, file: &File) -> Result<u64> {
     Ok(len)
 }
 
-/// Loads the effective context of the file at `path`, opened as `file`.
-pub(crate) fn load(path: &Path, file: &File, chunk: usize) -> Result<Loaded> {
+/// Loads the effective context of the file at `path`, opened as `file`, and says how much it
+/// read. The [`Loaded`]'s head is the file's length when the load started; its warnings name
+/// the file and the line (its number when the load read back to the start of the file).
+/// The context's `skipped` indices count entries from the first replayed entry (the active
+/// compaction), not from the start of the file; the warnings carry the same events with file
+/// positions.
+pub(crate) fn load(path: &Path, file: &File, chunk: usize) -> Result<(Loaded, LoadStats)> {
     let len = readable_len(path, file)?;
     let io = |e| SessionError::io(path, "read", e);
     let mut back = BackLines::new(file, len, chunk);
@@ -206,24 +195,19 @@ pub(crate) fn load(path: &Path, file: &File, chunk: usize) -> Result<Loaded> {
     pending.sort_by_key(|p| p.offset);
     let warnings = pending
         .into_iter()
-        .map(|p| Warning {
-            path: path.to_path_buf(),
-            offset: p.offset,
+        .map(|p| {
             // With the whole file read, `newlines` is the file's newline count.
-            line: reached_start.then(|| (newlines - p.nl_from + 1) as usize),
-            kind: p.kind,
+            let line = reached_start.then(|| (newlines - p.nl_from + 1) as usize);
+            Warning::at_line(path.display().to_string(), p.offset, line, p.kind)
         })
         .collect();
-    Ok(Loaded {
-        warnings,
-        stats: LoadStats {
-            file_len: len,
-            bytes_read: back.bytes_read,
-            replay_from: if reached_start { 0 } else { replay_from },
-            entries: entries.slots.len(),
-        },
-        context,
-    })
+    let stats = LoadStats {
+        file_len: len,
+        bytes_read: back.bytes_read,
+        replay_from: if reached_start { 0 } else { replay_from },
+        entries: entries.slots.len(),
+    };
+    Ok((Loaded::new(context, Head::new(len), warnings), stats))
 }
 
 /// Whether the compaction at the end of `entries` (reverse file order) takes effect: the same

@@ -10,10 +10,11 @@ use serde_json::Value;
 use crate::error::{Result, SessionError};
 use crate::history::History;
 use crate::lines::{BackLines, Line, TORN_WRITE, classify, looks_torn, torn_write_record};
-use crate::load::{Loaded, load, malformed, readable_len};
+use crate::load::{LoadStats, load, malformed, readable_len};
 use crate::lock::{Lock, careful, careful_open_error};
 use crate::options::SessionOptions;
-use crate::warning::Warning;
+use panto_store::Loaded;
+use panto_store::{Place, Warning};
 
 /// An append-only JSONL session file.
 ///
@@ -193,6 +194,15 @@ impl Session {
     /// [`SessionError::IsDirectory`], [`SessionError::NotAFile`] and [`SessionError::Io`] from
     /// the file system.
     pub fn load_context(&self) -> Result<Loaded> {
+        self.load_context_with_stats().map(|(loaded, _)| loaded)
+    }
+
+    /// [`Session::load_context`], and how much of the file it read ([`LoadStats`]: the measure
+    /// that backwards loading keeps small).
+    ///
+    /// # Errors
+    /// As [`Session::load_context`].
+    pub fn load_context_with_stats(&self) -> Result<(Loaded, LoadStats)> {
         let file = open_read(&self.path)?;
         load(&self.path, &file, self.options.read_chunk_value())
     }
@@ -214,19 +224,24 @@ impl Session {
     /// # Errors
     /// When the file cannot be read.
     pub fn resolve_lines(&self, warnings: &mut [Warning]) -> Result<()> {
-        let mut todo: Vec<&mut Warning> =
-            warnings.iter_mut().filter(|w| w.line.is_none()).collect();
+        let mut todo: Vec<(u64, &mut Option<usize>)> = warnings
+            .iter_mut()
+            .filter_map(|w| match &mut w.place {
+                Place::Line { offset, line } if line.is_none() => Some((*offset, line)),
+                _ => None,
+            })
+            .collect();
         if todo.is_empty() {
             return Ok(());
         }
-        todo.sort_by_key(|w| w.offset);
+        todo.sort_by_key(|(offset, _)| *offset);
         let file = open_read(&self.path)?;
         let mut reader = io::BufReader::with_capacity(1 << 20, &file);
         let mut buf = vec![0u8; 1 << 20];
         let (mut pos, mut newlines) = (0u64, 0u64);
-        for w in todo {
-            while pos < w.offset {
-                let want = ((w.offset - pos) as usize).min(buf.len());
+        for (offset, line) in todo {
+            while pos < offset {
+                let want = ((offset - pos) as usize).min(buf.len());
                 let n = reader
                     .read(&mut buf[..want])
                     .map_err(|e| SessionError::io(&self.path, "read", e))?;
@@ -236,7 +251,7 @@ impl Session {
                 newlines += memchr::memchr_iter(b'\n', &buf[..n]).count() as u64;
                 pos += n as u64;
             }
-            w.line = Some(newlines as usize + 1);
+            *line = Some(newlines as usize + 1);
         }
         Ok(())
     }
@@ -396,11 +411,8 @@ impl Writer<'_> {
     /// # Errors
     /// As [`Session::load_context`].
     pub fn load_context(&self) -> Result<Loaded> {
-        load(
-            &self.session.path,
-            &self.file,
-            self.session.options.read_chunk_value(),
-        )
+        let chunk = self.session.options.read_chunk_value();
+        load(&self.session.path, &self.file, chunk).map(|(loaded, _)| loaded)
     }
 }
 

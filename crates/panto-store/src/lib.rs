@@ -60,6 +60,7 @@ mod record;
 mod source;
 mod store;
 mod tail;
+mod warning;
 
 #[cfg(feature = "conformance")]
 #[cfg_attr(docsrs, doc(cfg(feature = "conformance")))]
@@ -75,6 +76,7 @@ pub use record::{Record, RecordKind};
 pub use source::{RecordSource, Records};
 pub use store::{Loaded, PAGE_BYTES, Page, Store, fetch_by_scan, index_from, recall_by_scan};
 pub use tail::{replay_tail, takes_effect};
+pub use warning::{Place, Warning, WarningKind};
 
 // The README's example runs as a doctest, so that what crates.io shows compiles and passes.
 #[cfg(doctest)]

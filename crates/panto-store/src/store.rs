@@ -9,6 +9,7 @@ use panto_model::{EffectiveContext, Entry};
 use crate::error::StoreError;
 use crate::head::Head;
 use crate::recall::{Fetched, RecallQuery, Recalled};
+use crate::warning::Warning;
 
 mod scan;
 
@@ -25,8 +26,8 @@ pub struct Loaded {
     /// Where the session ended when it was read: the condition of the next append.
     pub head: Head,
     /// What the read noticed and skipped or repaired (a torn last line, an unknown entry type,
-    /// an interrupted compaction), each a sentence naming where.
-    pub warnings: Vec<String>,
+    /// an interrupted compaction), each naming where; its `Display` is a sentence.
+    pub warnings: Vec<Warning>,
     /// Whether the session exists but holds no entry at all (a file just created, say): an
     /// agent starts a conversation in it, a command that only reads it may refuse it.
     pub empty: bool,
@@ -34,7 +35,7 @@ pub struct Loaded {
 
 impl Loaded {
     /// A loaded session: its context, head and warnings.
-    pub fn new(context: EffectiveContext, head: Head, warnings: Vec<String>) -> Loaded {
+    pub fn new(context: EffectiveContext, head: Head, warnings: Vec<Warning>) -> Loaded {
         Loaded {
             context,
             head,

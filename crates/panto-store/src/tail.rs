@@ -6,6 +6,7 @@ use panto_model::{Entry, Replayer, Skipped, replay};
 
 use crate::head::Head;
 use crate::store::Loaded;
+use crate::warning::{Warning, WarningKind};
 
 /// Whether the compaction `entries[0]` takes effect, given the entries after it (all of them,
 /// or at least as many as it announces copies): replay honours it unless its marked copies are
@@ -40,21 +41,27 @@ pub fn takes_effect(entries: &[Entry]) -> bool {
 /// by its 1-based number in the session.
 pub fn replay_tail(entries: Vec<Entry>, head: Head, name: &str, first: u64) -> Loaded {
     let context = replay(entries);
+    let entry = |index: &usize| first + *index as u64 + 1;
     let warnings = context
         .skipped
         .iter()
         .filter_map(|s| match s {
-            Skipped::UnknownType { index, kind } => Some(format!(
-                "{name}: entry {}: unknown entry type `{kind}`, skipped",
-                first + *index as u64 + 1
+            Skipped::UnknownType { index, kind } => Some(Warning::at_entry(
+                name,
+                entry(index),
+                WarningKind::UnknownType { kind: kind.clone() },
             )),
             Skipped::IncompleteCompaction {
                 index,
                 expected,
                 found,
-            } => Some(format!(
-                "{name}: entry {}: a compaction announced {expected} kept copies but {found} follow it (an interrupted append); it is ignored",
-                first + *index as u64 + 1
+            } => Some(Warning::at_entry(
+                name,
+                entry(index),
+                WarningKind::IncompleteCompaction {
+                    expected: *expected,
+                    found: *found,
+                },
             )),
             _ => None,
         })

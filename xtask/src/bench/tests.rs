@@ -51,12 +51,12 @@ fn scale_sessions_are_valid_and_replay_as_the_generator_counted() {
     assert!(line.starts_with(br#"{"type":"compaction","id":"mc1""#));
 
     // The store's backwards load agrees, and reads only from the latest compaction.
-    let loaded = Session::open(&path, SessionOptions::default().fsync(false))
+    let (loaded, stats) = Session::open(&path, SessionOptions::default().fsync(false))
         .unwrap()
-        .load_context()
+        .load_context_with_stats()
         .unwrap();
     assert_eq!(loaded.context, ctx);
-    assert_eq!(loaded.stats.replay_from, facts.latest_compaction_offset);
+    assert_eq!(stats.replay_from, facts.latest_compaction_offset);
 
     // Usage is plausible enough that the sizer trusts most of it.
     let measured = panto_size::UsageSizer::default()

@@ -6,14 +6,21 @@
 //! - every crate's manifest inherits the workspace lints and sets what crates.io needs, and the
 //!   crate carries both licence files and a README of its own;
 //! - no two modules of one crate use each other in a circle (`modules`);
-//! - every path `docs/architecture.md` names exists (`paths`);
-//! - no file's code (its lines before an inline test module) runs past [`LONG_FILE`] lines
-//!   unless its header says why it stays one file (a `//!` line starting `Why one file:`):
-//!   a concept larger than a screen is a folder with one file per job.
+//! - every path a file of `docs/` names exists (`paths`);
+//! - no file's code (its lines before an inline test module; `#[cfg(test)] mod tests;` is a
+//!   declaration, not one) runs past [`LONG_FILE`] lines unless its header says why it stays
+//!   one file (a `//!` line starting `Why one file:`): a concept larger than a screen is a
+//!   folder with one file per job;
+//! - no function of that code spans more than [`functions::LONG_FUNCTION`] lines unless the
+//!   comments above it say why (a line starting `Why long:`): a long job is a run of small
+//!   steps (`functions`; those long when the check came are listed there, and the list only
+//!   shrinks).
 //!
 //! The same checks run as an ordinary `#[test]`, so `cargo test` catches them too; `tests.rs`
-//! plants a circle and a stale path in a repository of its own and sees each fail.
+//! plants each failure (a circle, a stale path in any doc, a long file, a long function) in a
+//! repository of its own and sees each fail.
 
+mod functions;
 mod lex;
 mod modules;
 mod paths;
@@ -49,6 +56,7 @@ pub(crate) fn check(root: &Path) -> Vec<String> {
     rust_files.retain(|p| p.extension().is_some_and(|e| e == "rs"));
     rust_files.sort();
     let mut sources = String::new();
+    let mut long = Vec::new();
     for file in &rust_files {
         let text = fs::read_to_string(file).unwrap_or_default();
         if !text.trim_start().starts_with("//!") {
@@ -60,8 +68,15 @@ pub(crate) fn check(root: &Path) -> Vec<String> {
         if let Some(problem) = long_file(&rel(root, file), &text) {
             problems.push(problem);
         }
+        let path = rel(root, file);
+        long.extend(
+            functions::long_functions(&path, &text)
+                .into_iter()
+                .map(|span| (path.clone(), span)),
+        );
         sources.push_str(&text);
     }
+    problems.extend(functions::problems(&long, &known_long(root)));
 
     let architecture = fs::read_to_string(root.join("docs/architecture.md")).unwrap_or_default();
     for krate in crate_names(root) {
@@ -123,7 +138,36 @@ pub(crate) fn check(root: &Path) -> Vec<String> {
     }
     problems.extend(circles(root));
     problems.extend(paths::stale(root, "docs/architecture.md"));
+    for doc in docs(root) {
+        if doc != "docs/architecture.md" {
+            problems.extend(paths::stale(root, &doc));
+        }
+    }
     problems
+}
+
+/// The known long functions ([`functions::KNOWN_LONG`]) of the repository at `root`: all of them
+/// for this repository, none for one planted by a test.
+fn known_long(root: &Path) -> Vec<(&'static str, &'static str)> {
+    let planted = !root.join("xtask/src/tidy/functions.rs").is_file();
+    if planted {
+        Vec::new()
+    } else {
+        functions::KNOWN_LONG.to_vec()
+    }
+}
+
+/// The Markdown files under `docs/`, relative to `root`, sorted.
+fn docs(root: &Path) -> Vec<String> {
+    let mut files = Vec::new();
+    walk(&root.join("docs"), &mut files);
+    let mut docs: Vec<String> = files
+        .iter()
+        .filter(|f| f.extension().is_some_and(|e| e == "md"))
+        .map(|f| rel(root, f))
+        .collect();
+    docs.sort();
+    docs
 }
 
 /// The most lines of code (tests aside) a file holds before it must say why it stays one.
@@ -133,15 +177,11 @@ pub(crate) const LONG_FILE: usize = 600;
 /// stays one. Test files (`tests.rs`, anything under a `tests/` folder) and the inline test
 /// module at the end of a file do not count.
 pub(crate) fn long_file(path: &str, text: &str) -> Option<String> {
-    if path.ends_with("/tests.rs") || path.contains("/tests/") {
+    if functions::is_test_file(path) {
         return None;
     }
-    let lines: Vec<&str> = text.lines().collect();
-    let code = lines
-        .windows(2)
-        .position(|w| w[0].trim() == "#[cfg(test)]" && w[1].starts_with("mod tests"))
-        .unwrap_or(lines.len());
-    let says_why = lines.iter().take_while(|l| l.starts_with("//!")).any(|l| {
+    let code = functions::code_lines(text);
+    let says_why = text.lines().take_while(|l| l.starts_with("//!")).any(|l| {
         l.trim_start_matches("//!")
             .trim_start()
             .starts_with("Why one file:")

@@ -1,10 +1,16 @@
-//! The map check: every path `docs/architecture.md` names exists.
+//! The path check: every path a file of `docs/` names exists.
 //!
 //! A word is a path when it starts with a top folder of the repository (`crates/`, `docs/`,
 //! `xtask/`, `examples/`, `.cargo/`) or names a Rust file (`*.rs`). A path is found relative to
 //! the root, or, inside a crate's section (a third-level heading naming `crates/NAME` in backticks), relative to that
 //! crate's folder or its `src/`; a bare file name (`fold.rs`) anywhere inside the section's
-//! crate, or, outside any crate's section, anywhere inside any crate.
+//! crate, or, outside any crate's section, anywhere inside any crate. The map
+//! (`docs/architecture.md`) is read strictly so; the other docs, which have no crate sections,
+//! may name a path from inside any crate or folder (`tests/it/main.rs`, `anthropic/cache.rs`):
+//! it exists when some file or folder of a crate or of xtask ends with it. In every doc a
+//! placeholder (`crates/panto-providers/src/NAME.rs`: a piece `NAME`, `PATH`, `DIR` or `FILE`) is no path; in the
+//! other docs neither is a
+//! word of a fenced `text` block in them (a sample of output, about someone else's project).
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -15,12 +21,27 @@ const TOP_FOLDERS: [&str; 5] = ["crates/", "docs/", "xtask/", "examples/", ".car
 /// The paths named in the map at `doc` (relative to `root`) that do not exist, one sentence
 /// each.
 pub(crate) fn stale(root: &Path, doc: &str) -> Vec<String> {
+    let map = doc == "docs/architecture.md";
+    let mut files = Vec::new();
+    if !map {
+        for dir in crate_folders(root) {
+            super::walk(&dir, &mut files);
+        }
+    }
     let Ok(text) = fs::read_to_string(root.join(doc)) else {
         return vec![format!("{doc} is missing")];
     };
     let mut problems = Vec::new();
     let mut section: Option<PathBuf> = None;
+    let mut sample = false;
     for (n, line) in text.lines().enumerate() {
+        if !map && line.trim_start().starts_with("```") {
+            sample = !sample && line.trim_start() == "```text";
+            continue;
+        }
+        if sample {
+            continue;
+        }
         if let Some(heading) = line.strip_prefix("### ") {
             let name = heading.trim().trim_matches('`').trim_end_matches('/');
             let dir = root.join(name);
@@ -29,7 +50,8 @@ pub(crate) fn stale(root: &Path, doc: &str) -> Vec<String> {
             section = None;
         }
         for word in words(line) {
-            if !exists(root, section.as_deref(), word) {
+            let anywhere = || !map && ends_some(&files, word);
+            if !placeholder(word) && !exists(root, section.as_deref(), word) && !anywhere() {
                 problems.push(format!(
                     "{doc}:{}: `{word}` does not exist (name the path as it is now, or drop it)",
                     n + 1
@@ -70,6 +92,21 @@ fn exists(root: &Path, section: Option<&Path>, word: &str) -> bool {
                 .any(|dir| contains_file(dir, word))
         }
     }
+}
+
+/// Whether `word` holds a placeholder: a piece in capitals (`NAME.rs`, `panto-store-NAME/`).
+fn placeholder(word: &str) -> bool {
+    word.split(['/', '.', '-', '_'])
+        .any(|piece| piece.len() > 1 && piece.chars().all(|c| c.is_ascii_uppercase()))
+}
+
+/// Whether some file of `files`, or a folder holding one, ends with `/word`.
+fn ends_some(files: &[PathBuf], word: &str) -> bool {
+    let tail = format!("/{}", word.trim_end_matches('/'));
+    files.iter().any(|f| {
+        let f = f.to_string_lossy();
+        f.ends_with(&tail) || f.contains(&format!("{tail}/"))
+    })
 }
 
 fn crate_folders(root: &Path) -> Vec<PathBuf> {

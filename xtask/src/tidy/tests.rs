@@ -271,3 +271,149 @@ fn a_long_file_fails_unless_it_says_why_and_tests_do_not_count() {
     let tested = format!("//! What it is for.\n{short}#[cfg(test)]\nmod tests {{\n{body}}}\n");
     assert_eq!(long_file("crates/a/src/ok.rs", &tested), None);
 }
+
+#[test]
+fn a_test_module_in_a_file_of_its_own_does_not_end_the_code() {
+    use super::{LONG_FILE, long_file};
+    let body = "fn f() {}\n".repeat(LONG_FILE);
+    // `mod tests;` declares the tests elsewhere: the code after it counts.
+    let declared = format!("//! What it is for.\n#[cfg(test)]\nmod tests;\n{body}");
+    let problem = long_file("crates/a/src/lib.rs", &declared).expect("its code is long");
+    assert!(
+        problem.starts_with("crates/a/src/lib.rs: 603 lines of code"),
+        "{problem}"
+    );
+    // An inline one at the end does end it, also when public to the crate.
+    let short = "fn f() {}\n".repeat(LONG_FILE - 10);
+    let inline = format!("//! What.\n{short}#[cfg(test)]\npub(crate) mod tests {{\n{body}}}\n");
+    assert_eq!(long_file("crates/a/src/lib.rs", &inline), None);
+}
+
+/// A file whose function `name` spans `lines` lines, with `above` just above it.
+fn function_of(name: &str, lines: usize, above: &str) -> String {
+    let body = "    let _ = \"}\"; // }\n".repeat(lines - 2);
+    format!("//! A file.\n\n{above}pub(crate) fn {name}(x: [u8; 2]) -> u8 {{\n{body}}}\n")
+}
+
+/// The problems of the long functions of the file `path` (its text `text`), none known.
+fn long_in(path: &str, text: &str) -> Vec<String> {
+    use super::functions::{long_functions, problems};
+    let found: Vec<_> = long_functions(path, text)
+        .into_iter()
+        .map(|span| (path.to_owned(), span))
+        .collect();
+    problems(&found, &[])
+}
+
+#[test]
+fn a_planted_long_function_fails_unless_it_says_why() {
+    use super::functions::LONG_FUNCTION;
+    let path = "crates/a/src/big.rs";
+    assert_eq!(
+        long_in(path, &function_of("fits", LONG_FUNCTION, "")),
+        Vec::<String>::new()
+    );
+    let long = function_of("sprawls", LONG_FUNCTION + 1, "/// Does much.\n");
+    assert_eq!(
+        long_in(path, &long),
+        [
+            "crates/a/src/big.rs:4: the function `sprawls` spans 101 lines, past 100: split it into steps, or say why above it (`// Why long: ...`)"
+        ]
+    );
+    let why =
+        "/// Does much.\n// Why long: one table of cases, read top to bottom.\n#[allow(unused)]\n";
+    let said = function_of("sprawls", LONG_FUNCTION + 1, why);
+    assert_eq!(long_in(path, &said), Vec::<String>::new());
+    // In a test file, or in the inline test module, it does not count.
+    assert_eq!(
+        long_in("crates/a/src/tests.rs", &long),
+        Vec::<String>::new()
+    );
+    let tested = format!(
+        "//! A file.\n#[cfg(test)]\nmod tests {{\n{}}}\n",
+        &long[12..]
+    );
+    assert_eq!(long_in(path, &tested), Vec::<String>::new());
+    // A nested function is measured by itself, and a declaration has no body.
+    let nested = format!(
+        "//! A file.\ntrait T {{\n    fn declared(&self);\n}}\nfn outer() {{\n{}}}\n",
+        &function_of("inner", LONG_FUNCTION + 5, "")[13..]
+    );
+    let problems = long_in(path, &nested);
+    assert_eq!(problems.len(), 2, "{problems:?}");
+    assert!(
+        problems[0].contains("`outer` spans 107 lines"),
+        "{problems:?}"
+    );
+    assert!(
+        problems[1].contains("`inner` spans 105 lines"),
+        "{problems:?}"
+    );
+
+    // The whole check reports it.
+    let repo = Planted::new("function");
+    repo.file("crates/demo/src/lib.rs", &long)
+        .file("crates/demo/Cargo.toml", "[package]\nname = \"demo\"\n");
+    let all = check(repo.root());
+    assert!(
+        all.iter()
+            .any(|p| p.starts_with("crates/demo/src/lib.rs:4: the function `sprawls`")),
+        "{all:?}"
+    );
+}
+
+#[test]
+fn a_known_long_function_passes_until_it_is_split_and_then_its_line_must_go() {
+    use super::functions::{LONG_FUNCTION, long_functions, problems};
+    let path = "crates/a/src/big.rs";
+    let known = [(path, "sprawls")];
+    let found = |text: &str| -> Vec<_> {
+        long_functions(path, text)
+            .into_iter()
+            .map(|span| (path.to_owned(), span))
+            .collect()
+    };
+    let long = function_of("sprawls", LONG_FUNCTION + 1, "");
+    assert_eq!(problems(&found(&long), &known), Vec::<String>::new());
+    // Another long function in the same file is not known.
+    let two = format!(
+        "{long}{}",
+        &function_of("grows", LONG_FUNCTION + 1, "")[12..]
+    );
+    let problems_two = problems(&found(&two), &known);
+    assert_eq!(problems_two.len(), 1, "{problems_two:?}");
+    assert!(problems_two[0].contains("`grows`"), "{problems_two:?}");
+    // Split, it must leave the list.
+    let split = function_of("sprawls", LONG_FUNCTION, "");
+    assert_eq!(
+        problems(&found(&split), &known),
+        [
+            "crates/a/src/big.rs: the function `sprawls` is no longer past 100 lines: drop it from KNOWN_LONG (xtask/src/tidy/functions.rs)"
+        ]
+    );
+}
+
+#[test]
+fn a_stale_path_in_any_doc_fails_the_check() {
+    let repo = Planted::new("docs");
+    repo.file("crates/demo/src/lib.rs", "//! Demo.\n")
+        .file("crates/demo/Cargo.toml", "[package]\nname = \"demo\"\n")
+        .file("docs/architecture.md", "# Architecture\n`crates/demo`\n")
+        .file(
+            "docs/guide.md",
+            "# Guide\nSee `crates/demo/src/lib.rs` and `crates/demo/src/gone.rs`.\n",
+        );
+    let all = check(repo.root());
+    let problem = "docs/guide.md:2: `crates/demo/src/gone.rs` does not exist (name the path as it is now, or drop it)";
+    assert!(all.iter().any(|p| p == problem), "{all:?}");
+    // Named from inside the crate, a placeholder, and a sample of output pass.
+    repo.file(
+        "docs/guide.md",
+        "# Guide\nSee `src/lib.rs`, `crates/demo/src/NAME.rs`.\n```text\n- `crates/x/src/y.rs`\n```\n",
+    );
+    let in_guide = |all: Vec<String>| all.into_iter().filter(|p| p.starts_with("docs/guide.md"));
+    assert_eq!(in_guide(check(repo.root())).count(), 0);
+    // The same sample outside its block does not.
+    repo.file("docs/guide.md", "# Guide\n- `crates/x/src/y.rs`\n");
+    assert_eq!(in_guide(check(repo.root())).count(), 1);
+}

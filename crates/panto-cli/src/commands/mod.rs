@@ -36,7 +36,7 @@ pub(crate) use compact::{CompactAsked, compact, manual_run, nothing_text};
 pub(crate) use cost::cost;
 pub(crate) use failure::{Hopeless, failure};
 pub(crate) use recall::{RecallAsked, recall, recall_in_chat, show};
-pub(crate) use send::{catch_up, driver, give_windows, meter, send, turn};
+pub(crate) use send::{catch_up, driver, earlier_cost, give_windows, meter, send, turn};
 pub(crate) use setup::{show_config, show_window, trust};
 pub(crate) use views::{context, ledger, transcript, write_context};
 #[cfg(test)]
@@ -87,7 +87,7 @@ pub(crate) async fn next_session_name(store: &AnyStore, name: &str) -> Result<St
 }
 
 /// Prints the warnings of a load on stderr.
-fn report_warnings(warnings: &[String]) {
+fn report_warnings(warnings: &[panto_compact::Warning]) {
     for w in warnings {
         say(&format!("panto: warning: {w}"));
     }

@@ -313,6 +313,96 @@ fn three_concurrent_sends_keep_every_prompt_and_refuse_late_replies_clearly() {
     }
 }
 
+/// A model server on loopback that, while it answers its first chat request, lets another
+/// writer append a prompt to the JSONL session at `session` (as another `panto` would), then
+/// answers every request with a numbered reply.
+fn racing_model(session: std::path::PathBuf) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let base = format!("http://{}/v1", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for (n, socket) in listener.incoming().enumerate() {
+            let Ok(mut socket) = socket else { return };
+            if !read_request(&mut socket) {
+                continue;
+            }
+            if n == 0 {
+                let mut file = std::fs::OpenOptions::new()
+                    .append(true)
+                    .open(&session)
+                    .unwrap();
+                file.write_all(
+                    b"{\"type\":\"message\",\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"Theirs.\"}]}\n",
+                )
+                .unwrap();
+            }
+            let body = format!(
+                r#"{{"choices":[{{"index":0,"message":{{"role":"assistant","content":"Reply {n}."}},"finish_reason":"stop"}}]}}"#
+            );
+            let answer = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = socket.write_all(answer.as_bytes());
+        }
+    });
+    base
+}
+
+#[test]
+fn the_same_send_after_a_lost_reply_answers_the_stored_prompt_instead_of_storing_it_again() {
+    let sb = Sandbox::new();
+    let session = sb.work().join("s.jsonl");
+    let base = racing_model(session.clone());
+    let send = || {
+        let mut cmd = sb.openai(&["send", "s.jsonl", "Mine."], &base);
+        cmd.env("OPENAI_API_KEY", "k");
+        sb.run_with(cmd)
+    };
+    let first = send();
+    first.expect_code(1);
+    assert!(
+        first
+            .stderr
+            .contains("Your message stays in the session: the same `panto send` again answers it without storing it twice"),
+        "{}",
+        first.stderr
+    );
+    let again = send();
+    again.expect_code(0);
+    assert!(
+        again.stderr.contains(
+            "this message is already in s.jsonl without an answer (an earlier send stored it, then failed); answering it instead of storing it again"
+        ),
+        "{}",
+        again.stderr
+    );
+    assert_eq!(again.stdout.trim(), "Reply 1.");
+    let lines: Vec<Value> = std::fs::read_to_string(&session)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let texts: Vec<String> = lines
+        .iter()
+        .map(|l| {
+            format!(
+                "{}: {}",
+                l["role"].as_str().unwrap(),
+                l["content"][0]["text"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert_eq!(
+        texts,
+        ["user: Mine.", "user: Theirs.", "assistant: Reply 1."],
+        "stored once, then answered"
+    );
+    // Once answered, the same message is a new prompt.
+    let third = send();
+    third.expect_code(0);
+    assert!(!third.stderr.contains("already in"), "{}", third.stderr);
+}
+
 /// A Contract 1 file of `rounds` rounds of four messages with long tool results (about 4 KiB a
 /// round), for an import that takes a while.
 fn big_file(rounds: usize) -> String {

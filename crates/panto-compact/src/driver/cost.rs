@@ -6,7 +6,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use panto_model::{Cost, Message, Prices, usage_cost};
+use panto_model::{CacheRates, Cost, Message, Prices, usage_cost};
 use panto_store::Store;
 
 use super::Driver;
@@ -34,6 +34,8 @@ pub(super) struct Accounts {
     /// Whether the latest reply's request found or left most of its input in the cache (its
     /// usage says so): a large prefix is cached.
     pub(super) large_prefix_cached: bool,
+    /// Whether the share compacted ahead at follows the cache (on by default).
+    pub(super) cache_aware: bool,
 }
 
 impl Default for Accounts {
@@ -48,6 +50,7 @@ impl Default for Accounts {
             clock: Arc::new(move || start.elapsed()),
             last_sent: None,
             large_prefix_cached: false,
+            cache_aware: true,
         }
     }
 }
@@ -87,6 +90,14 @@ impl<S: Store> Driver<S> {
     /// are in tokens only).
     pub fn with_prices(mut self, prices: Prices) -> Driver<S> {
         self.accounts.prices = prices;
+        self
+    }
+
+    /// The driver, moving the share it compacts ahead at with the prompt cache (`true`, the
+    /// default; docs/compaction.md, "Compaction that respects the cache") or not (`false`: the
+    /// configured share whatever the cache holds).
+    pub fn with_cache_aware_compaction(mut self, aware: bool) -> Driver<S> {
+        self.accounts.cache_aware = aware;
         self
     }
 
@@ -138,19 +149,27 @@ impl<S: Store> Driver<S> {
     /// - cold (idle past the cache's lifetime, [`Driver::cache_cold`]): [`COLD_SHARE`] of
     ///   `share`, earlier, since the next request writes its whole prompt anyway and a
     ///   compaction now loses no read;
-    /// - warm: halfway from `share` to the most the request may take of `window` with
-    ///   `reply_tokens` kept for the reply, later, since the next request reads its prefix from
-    ///   the cache ([`Driver::cache_warm`]) and compacting would make it write a new one;
+    /// - warm, on a model whose cache writes cost more than plain input (Anthropic, `OpenAI`
+    ///   from GPT-5.6, `panto_model::CacheRates`): halfway from `share` to the most the request
+    ///   may take of `window` with `reply_tokens` kept for the reply, later, since the next
+    ///   request reads its prefix from the cache ([`Driver::cache_warm`]) and compacting would
+    ///   make it write a new one at that premium;
     /// - otherwise (caching off, a provider that reports no caching, nothing sent yet by
     ///   this driver): `share`.
     pub(super) fn cache_aware_share(&self, share: f64, window: u64, reply_tokens: u64) -> f64 {
-        if !self.options.cache.is_on() || !self.accounts.large_prefix_cached {
+        if !self.accounts.cache_aware
+            || !self.options.cache.is_on()
+            || !self.accounts.large_prefix_cached
+        {
             return share;
         }
         if self.cache_cold() {
             return share * COLD_SHARE;
         }
-        if !self.cache_warm() {
+        // Waiting saves rewriting the prefix at a premium; where writes cost the plain input
+        // price, it only makes every request read a larger one (measured: docs/compaction.md).
+        let premium = CacheRates::for_model(&self.compactor.active().model).write > 1.0;
+        if !self.cache_warm() || !premium {
             return share;
         }
         #[expect(

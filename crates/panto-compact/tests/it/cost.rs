@@ -142,8 +142,27 @@ async fn compaction_waits_for_a_warm_cache_and_takes_a_cold_one() {
     minutes(&now, 6);
     assert!(d.cache_cold() && !d.cache_warm());
     assert_eq!(d.next_request().auto_compact, Some(0.8 * COLD_SHARE));
-    // Caching off: the configured share, whatever the clock says.
-    d = d.with_request_options(RequestOptions::new().with_cache(PromptCache::off()));
+    // A model whose cache writes cost the plain input price (`OpenAI` before GPT-5.6) gains
+    // nothing by waiting: warm, it keeps the configured share; cold, it still compacts early.
+    minutes(&now, 1);
+    let mut openai = driver(Caching::new(Arc::clone(&now)), &now, 20_000);
+    openai.compactor_mut().set_active(ModelRef::new(
+        Arc::clone(&provider) as Arc<dyn Provider>,
+        "gpt-5.1",
+    ));
+    openai.send(vec![note(0)], &mut |_| {}).await.unwrap();
+    minutes(&now, 1);
+    openai.send(vec![note(1)], &mut |_| {}).await.unwrap();
+    assert!(openai.cache_warm());
+    assert_eq!(openai.next_request().auto_compact, Some(0.8));
+    minutes(&now, 6);
+    assert_eq!(openai.next_request().auto_compact, Some(0.8 * COLD_SHARE));
+    // Turned off, or caching off: the configured share, whatever the clock says.
+    d = d.with_cache_aware_compaction(false);
+    assert_eq!(d.next_request().auto_compact, Some(0.8));
+    d = d
+        .with_cache_aware_compaction(true)
+        .with_request_options(RequestOptions::new().with_cache(PromptCache::off()));
     assert_eq!(d.next_request().auto_compact, Some(0.8));
 }
 

@@ -5,7 +5,7 @@ use std::fs;
 
 use panto_model::arbitrary::session;
 use panto_model::{Entry, Message, encode_line};
-use panto_session::{Session, SessionError, WarningKind};
+use panto_session::{Session, SessionError, Warning, WarningKind};
 use proptest::prelude::*;
 use proptest::sample::Index;
 
@@ -107,17 +107,18 @@ proptest! {
             prop_assert!(empty);
             return Ok(());
         }
-        let loaded = session.load_context().unwrap();
+        let (loaded, stats) = session.load_context_with_stats().unwrap();
         let full = forward(&session);
         prop_assert_eq!(essence(&loaded.context), essence(&full));
-        if loaded.stats.replay_from == 0 {
+        if stats.replay_from == 0 {
             // Every entry was replayed, so what was skipped is what a full replay skips.
             prop_assert_eq!(&loaded.context.skipped, &full.skipped);
         }
         // Every reported position is the start of a line holding what the warning says.
         let text = fs::read_to_string(&path).unwrap();
+        let offset = |w: &Warning| w.offset().unwrap() as usize;
         for w in &loaded.warnings {
-            let line = text[w.offset as usize..].lines().next().unwrap_or("");
+            let line = text[offset(w)..].lines().next().unwrap_or("");
             match &w.kind {
                 WarningKind::UnknownType { kind } => {
                     let want = format!("\"type\":\"{kind}\"");
@@ -129,15 +130,15 @@ proptest! {
                 }
                 other => prop_assert!(false, "unexpected warning {:?}", other),
             }
-            prop_assert!(w.offset == 0 || text.as_bytes()[w.offset as usize - 1] == b'\n');
+            prop_assert!(offset(w) == 0 || text.as_bytes()[offset(w) - 1] == b'\n');
         }
         // Line numbers, given or resolved, are the true ones.
         let mut resolved = loaded.warnings.clone();
         session.resolve_lines(&mut resolved).unwrap();
         for w in &resolved {
-            let want = text[..w.offset as usize].matches('\n').count() + 1;
-            prop_assert_eq!(w.line, Some(want));
-            if let Some(given) = loaded.warnings.iter().find(|v| v.offset == w.offset).and_then(|v| v.line) {
+            let want = text[..offset(w)].matches('\n').count() + 1;
+            prop_assert_eq!(w.line(), Some(want));
+            if let Some(given) = loaded.warnings.iter().find(|v| v.offset() == w.offset()).and_then(Warning::line) {
                 prop_assert_eq!(given, want);
             }
         }
@@ -195,12 +196,12 @@ fn loading_reads_only_what_follows_the_latest_compaction() {
     s.append(&[user("new 1"), user("new 2")]).unwrap();
     let len = fs::metadata(&path).unwrap().len();
     assert!(len > 1_500_000, "{len}");
-    let loaded = s.load_context().unwrap();
+    let (loaded, stats) = s.load_context_with_stats().unwrap();
     assert_eq!(loaded.context.summary(), Some("everything so far"));
     assert_eq!(loaded.context.messages.len(), 4);
-    assert_eq!(loaded.stats.entries, 4);
-    assert!(loaded.stats.bytes_read <= 64 * 1024, "{:?}", loaded.stats);
-    assert!(loaded.stats.replay_from > len - 1000, "{:?}", loaded.stats);
+    assert_eq!(stats.entries, 4);
+    assert!(stats.bytes_read <= 64 * 1024, "{stats:?}");
+    assert!(stats.replay_from > len - 1000, "{stats:?}");
     // Line numbers are unknown there (reading stopped early) until resolved.
     assert!(loaded.warnings.is_empty());
 }
@@ -237,7 +238,7 @@ fn an_incomplete_compaction_at_the_end_is_ignored_and_reading_goes_further_back(
         [format!(
             "{}: byte {}: compaction with 1 of its 2 kept copies ignored (an interrupted append)",
             path.display(),
-            loaded.warnings[0].offset
+            loaded.warnings[0].offset().unwrap()
         )]
     );
     assert_eq!(essence(&loaded.context), essence(&forward(&s)));

@@ -64,12 +64,12 @@ fn the_length_a_load_saw_is_the_end_to_append_at_after_a_torn_tail() {
     );
     let loaded = s.load_context().unwrap();
     let appended = s
-        .append_at(loaded.stats.file_len, &[user("after the torn line")])
+        .append_at(loaded.head.get(), &[user("after the torn line")])
         .unwrap();
     assert_eq!(appended.end, fs::metadata(&path).unwrap().len());
     let after = s.load_context().unwrap();
     assert_eq!(after.context.messages.len(), 2);
-    assert_eq!(after.stats.file_len, appended.end);
+    assert_eq!(after.head.get(), appended.end);
 }
 
 proptest! {

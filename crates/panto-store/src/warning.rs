@@ -1,41 +1,78 @@
-//! `Warning`: what a read noticed and skipped without failing.
+//! `Warning`: what a read of a session noticed and skipped or repaired without failing, and
+//! where; the one type every store's [`Loaded`](crate::Loaded) carries.
 
 use std::fmt;
-use std::path::PathBuf;
 
 /// Something a read skipped or repaired without failing: a torn last line, the remains of an
 /// interrupted write, an entry of an unknown type, an incomplete compaction, a byte-order mark,
-/// a lone surrogate. The file is never changed.
+/// a lone surrogate. Nothing stored is changed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Warning {
-    /// The session file.
-    pub path: PathBuf,
-    /// Byte offset of the start of the line concerned. Always known.
-    pub offset: u64,
-    /// 1-based line number, when known. Reading the full history always knows it; loading the
-    /// effective context knows it only when it read back to the start of the file, because
-    /// counting the lines of a long prefix would cost what backwards loading saves. Fill it in
-    /// with [`crate::Session::resolve_lines`] when needed.
-    pub line: Option<usize>,
+    /// The session: its file (the JSONL store) or its name (a database store).
+    pub session: String,
+    /// Where in it.
+    pub place: Place,
     /// What was noticed.
     pub kind: WarningKind,
 }
 
+/// Where in a session a [`Warning`] is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Place {
+    /// A line of a session file.
+    Line {
+        /// Byte offset of the start of the line. Always known.
+        offset: u64,
+        /// 1-based line number, when known. Reading the full history always knows it;
+        /// loading the effective context knows it only when it read back to the start of
+        /// the file, because counting the lines of a long prefix would cost what backwards
+        /// loading saves (`panto_session::Session::resolve_lines` fills it in).
+        line: Option<usize>,
+    },
+    /// An entry of a database session, by its 1-based number.
+    Entry(u64),
+}
+
 impl Warning {
-    /// A warning about the line of `path` that starts at byte `offset` (line `line`, when
-    /// known).
-    pub fn new(
-        path: impl Into<PathBuf>,
+    /// A warning about the line of the file `session` that starts at byte `offset` (line
+    /// `line`, when known).
+    pub fn at_line(
+        session: impl Into<String>,
         offset: u64,
         line: Option<usize>,
         kind: WarningKind,
     ) -> Warning {
         Warning {
-            path: path.into(),
-            offset,
-            line,
+            session: session.into(),
+            place: Place::Line { offset, line },
             kind,
+        }
+    }
+
+    /// A warning about entry `entry` (1-based) of the database session `session`.
+    pub fn at_entry(session: impl Into<String>, entry: u64, kind: WarningKind) -> Warning {
+        Warning {
+            session: session.into(),
+            place: Place::Entry(entry),
+            kind,
+        }
+    }
+
+    /// The byte offset of the line concerned, for a warning about a line of a file.
+    pub fn offset(&self) -> Option<u64> {
+        match self.place {
+            Place::Line { offset, .. } => Some(offset),
+            Place::Entry(_) => None,
+        }
+    }
+
+    /// The 1-based line number, for a warning about a line of a file whose number is known.
+    pub fn line(&self) -> Option<usize> {
+        match self.place {
+            Place::Line { line, .. } => line,
+            Place::Entry(_) => None,
         }
     }
 }
@@ -61,7 +98,7 @@ pub enum WarningKind {
         acknowledged: bool,
     },
     /// An entry whose `type` this version of panto does not know: skipped by replay, kept in
-    /// the file.
+    /// the session.
     UnknownType {
         /// Its `type`.
         kind: String,
@@ -84,10 +121,13 @@ pub enum WarningKind {
 
 impl fmt::Display for Warning {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: ", self.path.display())?;
-        match self.line {
-            Some(line) => write!(f, "line {line}: ")?,
-            None => write!(f, "byte {}: ", self.offset)?,
+        write!(f, "{}: ", self.session)?;
+        match self.place {
+            Place::Line {
+                line: Some(line), ..
+            } => write!(f, "line {line}: ")?,
+            Place::Line { offset, line: None } => write!(f, "byte {offset}: ")?,
+            Place::Entry(entry) => write!(f, "entry {entry}: ")?,
         }
         match &self.kind {
             WarningKind::TornTail { len } => write!(
