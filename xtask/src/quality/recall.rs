@@ -531,6 +531,12 @@ fn report(cases: &[Case], stores: &[Store], open_book: bool) -> Vec<String> {
             percent(o, n)
         );
     }
+    misses(first, &tallies, stores)
+}
+
+/// Prints each closed-book goal of [`GOALS`] over the first store; the goals missed in any
+/// store.
+fn misses(first: &Tally, tallies: &BTreeMap<&'static str, Tally>, stores: &[Store]) -> Vec<String> {
     let mut misses = Vec::new();
     for (label, least) in GOALS {
         let (n, c, _, _) = first.get(label);
