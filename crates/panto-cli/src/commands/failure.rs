@@ -106,9 +106,8 @@ fn root_cause(e: &CompactError) -> Option<&ProviderError> {
     }
 }
 
-fn hint(e: &CompactError, config: &Config) -> Option<String> {
-    let kind = config.provider.value;
-    let (key_var, url_var) = kind.env_vars().unwrap_or(("", ""));
+/// The hint of a request too large for the model's window, when `e` is one.
+fn window_hint(e: &CompactError, config: &Config) -> Option<String> {
     if let CompactError::ExceedsWindow { window, .. } = e {
         return Some(format!(
             "shorten the newest message, or use a model with a larger context window; {}",
@@ -146,6 +145,18 @@ fn hint(e: &CompactError, config: &Config) -> Option<String> {
         return Some(
             "the newest message may be too large on its own: shorten it, or use a model with a larger context window".to_owned(),
         );
+    }
+    None
+}
+
+fn hint(e: &CompactError, config: &Config) -> Option<String> {
+    let kind = config.provider.value;
+    let (key_var, url_var) = kind.env_vars().unwrap_or(("", ""));
+    if let Some(hint) = window_hint(e, config) {
+        return Some(hint);
+    }
+    if let Some(hint) = crate::stores::store_hint(e) {
+        return Some(hint);
     }
     if let Some(hint) = conflict_hint(e) {
         return Some(hint.to_owned());

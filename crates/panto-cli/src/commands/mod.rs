@@ -54,6 +54,12 @@ pub(crate) async fn open_store(config: &Config) -> Result<AnyStore> {
     crate::stores::open(config).await
 }
 
+/// The store of the configuration, for a command that only reads: it creates nothing (no
+/// SQLite file, no PostgreSQL table), and a missing file is bad input.
+pub(crate) async fn open_store_reading(config: &Config) -> Result<AnyStore> {
+    crate::stores::open_reading(config).await
+}
+
 /// The name of a new session next to `name` in `store`, for `/clear`: `notes.jsonl` gives
 /// `notes-2.jsonl`, then `notes-3.jsonl`, ... (and `notes-2.jsonl` gives `notes-3.jsonl`): the
 /// first that does not exist yet or holds nothing.
