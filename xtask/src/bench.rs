@@ -10,8 +10,9 @@
 //! - `memory`: the peak memory of those processes when only the history grows;
 //! - `session`: the effective context of a long session loads in time that does not grow with
 //!   the history, and append latency;
-//! - `stores`: the same load and a one-message append on each store (JSONL, SQLite, PostgreSQL)
-//!   for a session of 1,000,000 messages ([`stores`](mod@stores));
+//! - `stores`: the same load and a one-message append on each store (JSONL, SQLite, PostgreSQL,
+//!   plain and with TLS) for a session of 1,000,000 messages, and `panto import` of it into each
+//!   store with its throughput and peak memory ([`stores`](mod@stores), [`imports`](mod@imports));
 //! - `process`: the real pi session ×1, ×10 and ×100 through the `panto` processes, each run's
 //!   CPU time paired with a process parsing the same lines ([`real`](mod@real));
 //! - `cost`: a scripted 300-turn tool-using session on each protocol against emulators of the
@@ -25,6 +26,7 @@
 
 mod cost;
 mod generate;
+mod imports;
 mod process;
 mod real;
 mod recall;
@@ -102,8 +104,10 @@ sections:
            bytes into serde_json::Value, and the panto processes with their peak memory
   memory   peak memory of the panto processes when only the history grows
   session  effective-context load time over growing histories, and append latency
-  stores   per store (JSONL, SQLite, PostgreSQL when PANTO_TEST_POSTGRES is set): the load of
-           a 1,000,000-message session with a compaction near the end, and append latency
+  stores   per store (JSONL, SQLite, PostgreSQL when PANTO_TEST_POSTGRES is set, and with TLS
+           when PANTO_TEST_POSTGRES_TLS is): the load of a 1,000,000-message session with a
+           compaction near the end, append latency, and `panto import` of it with throughput
+           and peak memory (PANTO_BENCH_IMPORT_GIB=N imports a generated file of N GiB instead)
   recall   per store: a recall of a 1,000,000-message session cold, the index's build, a warm
            query, the update after an append, and the index's size against the session's
   process  the real pi session (../shared/data/sessions/pi-large.jsonl) ×1, ×10, ×100 through

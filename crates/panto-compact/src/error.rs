@@ -84,9 +84,16 @@ pub enum CompactError {
     /// overflow recovery it is the cause of [`CompactError::OverflowCompactionFailed`]: a
     /// request that cannot be made smaller is not sent again.
     NotSmaller(NotSmaller),
-    /// The store refused the append (another writer appended meanwhile:
-    /// [`StoreError::Conflict`]; or it failed); nothing of that append is in effect.
+    /// The store refused the append of a compaction (another writer appended meanwhile:
+    /// [`StoreError::Conflict`]; or it failed); nothing of that compaction is in effect. From
+    /// [`Driver::send`](crate::Driver::send), the new messages are stored: it was the
+    /// compaction ahead of the request that lost ([`Conflict::CompactionLost`]).
     Store(StoreError),
+    /// The new messages given to [`Driver::send`](crate::Driver::send) were not stored: the
+    /// store refused their append (a [`StoreError::Conflict`] when another writer appended since
+    /// the driver last saw the session: [`Conflict::NotStored`]). Nothing was written or sent;
+    /// after [`Driver::reload`](crate::Driver::reload), send them again.
+    NotStored(StoreError),
     /// The reply was obtained but could not be appended to the session (another writer
     /// appended while the model answered, or the store failed). The reply is handed back, not
     /// dropped: the caller decides (for example [`Driver::reload`](crate::Driver::reload),
@@ -219,6 +226,10 @@ impl fmt::Display for CompactError {
             CompactError::NotSmaller(n) => n.fmt(f),
             CompactError::NothingToCompact(n) => n.fmt(f),
             CompactError::Store(e) => write!(f, "could not write to the session: {e}"),
+            CompactError::NotStored(e) => write!(
+                f,
+                "the new message was not written to the session, and nothing was sent: {e}"
+            ),
             CompactError::ReplyNotAppended { error, .. } => write!(
                 f,
                 "the reply could not be written to the session, so it was not added to the conversation: {error}"
@@ -296,7 +307,9 @@ impl std::error::Error for CompactError {
             // The two pass-through variants are their inner error: they have its causes.
             CompactError::NoRoom(e) => e.source(),
             CompactError::Provider(e) => e.source(),
-            CompactError::Store(e) | CompactError::ReplyNotAppended { error: e, .. } => Some(e),
+            CompactError::Store(e)
+            | CompactError::NotStored(e)
+            | CompactError::ReplyNotAppended { error: e, .. } => Some(e),
             CompactError::OverflowCompactionFailed { compaction, .. } => Some(compaction.as_ref()),
             CompactError::ExceedsWindow { compaction, .. } => compaction
                 .as_deref()
@@ -322,6 +335,82 @@ impl CompactError {
                 | CompactError::NoRoom(_)
                 | CompactError::TurnTooLarge { .. }
         )
+    }
+}
+
+/// What of a turn the session holds when another writer's append made
+/// [`Driver::send`](crate::Driver::send) fail ([`CompactError::conflict`]). No lock is held
+/// while a model answers, so two writers of one session meet this way; what to do depends on
+/// whether the new messages are stored:
+///
+/// ```no_run
+/// # async fn turn<S: panto_compact::Store>(
+/// #     agent: &mut panto_compact::Driver<S>,
+/// #     prompt: panto_compact::Message,
+/// # ) -> Result<(), Box<dyn std::error::Error>> {
+/// use panto_compact::Conflict;
+///
+/// let mut new = vec![prompt];
+/// loop {
+///     match agent.send(new.clone(), &mut |_| {}).await {
+///         Ok(_reply) => break,
+///         Err(e) => match e.conflict() {
+///             // Nothing was written: catch up, and send the same messages again.
+///             Some(Conflict::NotStored) => {}
+///             // The messages are stored: sending them again would store them twice.
+///             Some(_) => new.clear(),
+///             None => return Err(e.into()),
+///         },
+///     }
+///     agent.reload().await?;
+///     if new.is_empty() && !agent.awaits_reply() {
+///         break; // another writer's reply answered them
+///     }
+/// }
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Conflict {
+    /// The new messages were not stored and nothing was sent ([`CompactError::NotStored`]):
+    /// after [`Driver::reload`](crate::Driver::reload), send them again.
+    NotStored,
+    /// The new messages are stored; a compaction (ahead of the request, or after an overflow)
+    /// lost to another writer, nothing of it is in effect, and the request was not sent (or
+    /// not sent again). After a reload, send nothing new
+    /// ([`Driver::awaits_reply`](crate::Driver::awaits_reply) says whether another writer
+    /// answered already): sending the messages again would store them twice.
+    CompactionLost,
+    /// The new messages are stored and the model answered, but another writer appended first:
+    /// the reply is handed back ([`CompactError::ReplyNotAppended`]), never written. After a
+    /// reload, send nothing new (it answered a conversation that has changed since), or append
+    /// the reply as it is.
+    ReplyLost,
+}
+
+impl Conflict {
+    /// Whether the new messages of the turn are in the session.
+    pub fn prompt_stored(self) -> bool {
+        !matches!(self, Conflict::NotStored)
+    }
+}
+
+impl CompactError {
+    /// Whether, and how, another writer's append made this fail: `None` when it is not a
+    /// conflict (a store that failed, a provider error, ...).
+    pub fn conflict(&self) -> Option<Conflict> {
+        match self {
+            CompactError::NotStored(e) if e.is_conflict() => Some(Conflict::NotStored),
+            CompactError::Store(e) if e.is_conflict() => Some(Conflict::CompactionLost),
+            CompactError::ReplyNotAppended { error, .. } if error.is_conflict() => {
+                Some(Conflict::ReplyLost)
+            }
+            CompactError::OverflowCompactionFailed { compaction, .. } => compaction
+                .conflict()
+                .filter(|c| *c == Conflict::CompactionLost),
+            _ => None,
+        }
     }
 }
 

@@ -115,13 +115,13 @@ mod window;
 
 pub use attempt::AttemptFailure;
 pub use catalogue::catalogue_checked;
-pub use compactor::{Compactor, MAX_LONGER, MAX_SHRINKS, Prepared};
+pub use compactor::{Compactor, MAX_LONGER, MAX_REBASES, MAX_SHRINKS, Prepared, REBASED_FIELD};
 pub use config::{
     CompactRun, CompactionStrategy, CompactorConfig, Conversation, DEFAULT_KEEP_TOKENS,
     DEFAULT_MAX_OUTPUT_TOKENS, ModelRef,
 };
 pub use driver::{COLD_SHARE, Clock, Driver, NextRequest, Reply, Spent};
-pub use error::CompactError;
+pub use error::{CompactError, Conflict};
 pub use events::CompactionEvent;
 pub use fold::{Chunk, FoldBudget, FoldError, FoldPlan, MIN_OUTPUT_TOKENS, MIN_ROOM, fold};
 pub use ledger::{

@@ -106,6 +106,11 @@ pub struct CompactionReport {
     /// What the compaction's requests cost, as the providers reported it: the fold's answers
     /// summed, or the native compaction's (also on the entry, as `usage`).
     pub usage: Option<Usage>,
+    /// The messages another writer appended to the session while the summary was written
+    /// (prompts or tool results, which leave the conversation awaiting a reply): the
+    /// compaction went after them, with copies of them after the kept turns (the entry's
+    /// `rebased`). 0 when no one did.
+    pub rebased: usize,
 }
 
 impl CompactionReport {
@@ -141,6 +146,7 @@ impl CompactionReport {
             failed_attempts: Vec::new(),
             native: None,
             usage: None,
+            rebased: 0,
         }
     }
 

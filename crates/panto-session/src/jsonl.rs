@@ -3,10 +3,13 @@
 
 use std::fs;
 use std::io::ErrorKind;
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 
-use panto_store::{Head, Loaded, PAGE_BYTES, Page, Record, Store, StoreError, async_trait};
+use panto_store::{
+    Head, Loaded, PAGE_BYTES, Page, Record, RecordSource, Store, StoreError, async_trait,
+};
 
+use crate::blocking::{blocking, to_store_error};
 use crate::error::SessionError;
 use crate::history::History;
 use crate::options::SessionOptions;
@@ -41,46 +44,25 @@ impl JsonlStore {
         self.root.join(name)
     }
 
-    /// The session file of `name` (which need not exist yet).
-    fn session(&self, name: &str) -> Session {
-        Session::unchecked(self.path(name), self.options.clone())
-    }
-}
-
-/// Runs `work` on tokio's blocking pool when inside a tokio runtime that has one, inline
-/// otherwise.
-///
-/// panto-store-sqlite has the same function: the stores do not depend on each other, and
-/// panto-store, which both depend on, links no runtime.
-async fn blocking<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> T {
-    match tokio::runtime::Handle::try_current() {
-        Ok(handle) if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
-            match tokio::task::spawn_blocking(work).await {
-                Ok(value) => value,
-                Err(e) => std::panic::resume_unwind(e.into_panic()),
+    /// The session file of `name` (which need not exist yet). Under a folder (`jsonl:DIR`), a
+    /// name must stay in it: no `..`, no absolute path.
+    fn session(&self, name: &str) -> Result<Session, StoreError> {
+        if !self.root.as_os_str().is_empty() {
+            let inside = !name.is_empty()
+                && Path::new(name)
+                    .components()
+                    .all(|c| matches!(c, Component::Normal(_)));
+            if !inside {
+                return Err(StoreError::invalid(
+                    name,
+                    format!(
+                        "{}: session {name:?} is not a file name in the folder (no `..`, no absolute path)",
+                        self.location()
+                    ),
+                ));
             }
         }
-        _ => work(),
-    }
-}
-
-/// The store's kind of a [`SessionError`]: a conflict, a missing file, something the user must
-/// fix, or a failure to try again.
-pub(crate) fn to_store_error(name: &str, e: SessionError) -> StoreError {
-    match e {
-        SessionError::NotFound { .. } => StoreError::not_found(name, e),
-        SessionError::Conflict {
-            expected, found, ..
-        } => StoreError::Conflict {
-            session: name.to_owned(),
-            expected: Head::new(expected),
-            found: Head::new(found),
-            source: Box::new(e),
-        },
-        SessionError::LockTimeout { .. } | SessionError::Io { .. } => {
-            StoreError::unavailable(name, e)
-        }
-        other => StoreError::invalid(name, other),
+        Ok(Session::unchecked(self.path(name), self.options.clone()))
     }
 }
 
@@ -224,12 +206,12 @@ impl Store for JsonlStore {
     }
 
     async fn load(&self, name: &str) -> Result<Loaded, StoreError> {
-        let (session, name) = (self.session(name), name.to_owned());
+        let (session, name) = (self.session(name)?, name.to_owned());
         blocking(move || load(&session, &name)).await
     }
 
     async fn head(&self, name: &str) -> Result<Head, StoreError> {
-        let (session, name) = (self.session(name), name.to_owned());
+        let (session, name) = (self.session(name)?, name.to_owned());
         blocking(move || head(&session, &name)).await
     }
 
@@ -239,13 +221,13 @@ impl Store for JsonlStore {
         at: Head,
         records: &[Record],
     ) -> Result<Head, StoreError> {
-        let (session, name) = (self.session(name), name.to_owned());
+        let (session, name) = (self.session(name)?, name.to_owned());
         let lines: Vec<String> = records.iter().map(|r| r.text.clone()).collect();
         blocking(move || append(&session, &name, at, &lines)).await
     }
 
     async fn read(&self, name: &str, from: Head, max: usize) -> Result<Page, StoreError> {
-        let (session, name) = (self.session(name), name.to_owned());
+        let (session, name) = (self.session(name)?, name.to_owned());
         blocking(move || read(&session, &name, from, max)).await
     }
 
@@ -254,12 +236,25 @@ impl Store for JsonlStore {
         blocking(move || list(&root)).await
     }
 
+    /// Writes the whole file beside the session and renames it into place (see
+    /// [`crate::JsonlSource`]'s module): all of it or nothing.
+    async fn import(&self, name: &str, source: &mut dyn RecordSource) -> Result<Head, StoreError> {
+        let session = self.session(name)?;
+        crate::import::import(
+            session.path().to_path_buf(),
+            name,
+            self.options.clone(),
+            source,
+        )
+        .await
+    }
+
     /// Creates the file when it does not exist (another writer creating it at the same moment
     /// is fine), then takes its append lock once and lets it go, so that a lock path panto must
     /// refuse (a link, not a regular file) is reported before a model is asked, not after its
     /// answer.
     async fn prepare_append(&self, name: &str) -> Result<(), StoreError> {
-        let (session, name) = (self.session(name), name.to_owned());
+        let (session, name) = (self.session(name)?, name.to_owned());
         blocking(move || {
             if let Err(SessionError::NotFound { .. }) = session.end() {
                 match Session::create(session.path(), session.options().clone()) {

@@ -38,8 +38,10 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod blocking;
 mod error;
 mod history;
+mod import;
 mod jsonl;
 mod lines;
 mod load;
@@ -49,6 +51,7 @@ mod store;
 
 pub use error::{LockHolder, Result, SessionError};
 pub use history::History;
+pub use import::{BATCH_BYTES, JsonlSource};
 pub use jsonl::JsonlStore;
 pub use load::LoadStats;
 pub use options::SessionOptions;

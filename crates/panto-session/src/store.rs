@@ -571,13 +571,13 @@ fn open_append(path: &Path) -> Result<File> {
 }
 
 /// Opens a session file for reading after checking what it is.
-fn open_read(path: &Path) -> Result<File> {
+pub(crate) fn open_read(path: &Path) -> Result<File> {
     check_file(path)?;
     File::open(path).map_err(|e| open_error(path, e, "open"))
 }
 
 /// Flushes the directory entry of a new file (Unix; elsewhere directories cannot be opened).
-fn sync_parent(path: &Path) -> Result<()> {
+pub(crate) fn sync_parent(path: &Path) -> Result<()> {
     #[cfg(unix)]
     {
         let dir = match path.parent() {

@@ -5,13 +5,13 @@
 //! Each host runs an agent (panto-compact's `Driver` over a `PostgresStore`) that asks a slow toy
 //! model three questions in the same session. Their turns overlap, so sometimes one host's
 //! append finds the session changed: the database refused it (the unique key on `(session,
-//! seq)`), nothing was written, and the host catches up with `Driver::reload` and goes on. When
-//! that happens to a prompt, it is sent again; when it happens to a reply (handed back in
-//! `CompactError::ReplyNotAppended`), the host drops that answer, which answered a conversation
-//! that has changed since, and asks again from the session as it is now (unless the other host's answer
-//! already covered its question). No lock is held while
-//! the model thinks. In the end every question is in the session exactly once, each followed
-//! by an answer after it.
+//! seq)`), nothing of that append was written, and the host catches up with `Driver::reload`
+//! and goes on as `Conflict`'s docs say. `CompactError::conflict` tells it what of the turn is
+//! stored: a question that was not stored is sent again; one that is stored (the reply, or a
+//! compaction, lost) is never sent again: the host asks the model about the session as it
+//! is now, unless the other host's answer already covered it (`Driver::awaits_reply`). No
+//! lock is held while the model thinks. In the end every question is in the session exactly
+//! once, each followed by an answer after it.
 
 #![allow(
     clippy::print_stdout,
@@ -25,8 +25,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use panto_compact::{
-    CompactError, Compactor, Driver, EventSink, Message, ModelRef, Provider, ProviderError,
-    Request, Role, Store, async_trait,
+    Compactor, Conflict, Driver, EventSink, Message, ModelRef, Provider, ProviderError, Request,
+    Role, Store, async_trait,
 };
 use panto_store_postgres::{PostgresStore, testing};
 
@@ -78,36 +78,30 @@ async fn host(name: &str, url: &str, session: &str) -> Result<(), Box<dyn std::e
         let question = format!("host {name}, question {i}");
         let mut new = vec![Message::user_text(question.clone())];
         loop {
-            match agent.send(new.clone(), &mut |_| {}).await {
+            let error = match agent.send(new.clone(), &mut |_| {}).await {
                 Ok(reply) => {
                     println!("[{name}] {}", reply.message.text());
                     break;
                 }
-                // The prompt was refused: nothing was written. Catch up and send it again.
-                Err(CompactError::Store(e)) if e.is_conflict() => {
-                    agent.reload().await?;
-                    println!("[{name}] the other host wrote first; caught up, asking again");
+                Err(e) => e,
+            };
+            match error.conflict() {
+                // Nothing was written: catch up, and send the question again.
+                Some(Conflict::NotStored) => {
+                    println!("[{name}] the other host wrote first; catching up, asking again");
                 }
-                // The prompt is in the session, but the other host wrote while the model
-                // answered: this answer is handed back; it answered a conversation that has
-                // changed, so catch up and ask again without a new prompt.
-                Err(CompactError::ReplyNotAppended { error, .. }) if error.is_conflict() => {
-                    agent.reload().await?;
-                    let quoted = format!("<{question}>");
-                    let answered =
-                        agent.context().messages.iter().any(|m| {
-                            m.role == Role::Assistant && m.text().contains(quoted.as_str())
-                        });
-                    if answered {
-                        println!("[{name}] the other host's answer covered my question");
-                        break;
-                    }
+                // The question is stored; the answer (or a compaction) lost to the other host.
+                // Sending it again would store it twice: ask about the session as it is now.
+                Some(_) => {
                     new.clear();
-                    println!(
-                        "[{name}] the other host wrote while the model answered; asking again"
-                    );
+                    println!("[{name}] the other host wrote while the model answered");
                 }
-                Err(e) => return Err(e.into()),
+                None => return Err(error.into()),
+            }
+            agent.reload().await?;
+            if new.is_empty() && !agent.awaits_reply() {
+                println!("[{name}] the other host's answer covered my question");
+                break;
             }
         }
     }

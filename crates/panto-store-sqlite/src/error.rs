@@ -1,4 +1,7 @@
-//! `SqliteError`: the store's own error, carried as the source of a `StoreError`.
+//! `SqliteError`: the store's own error, carried as the source of a `StoreError`; and the
+//! helpers that word a failed SQLite call.
+
+use panto_store::StoreError;
 
 /// What went wrong in the SQLite store, worded with the database file and the session. It is
 /// the [`source`](std::error::Error::source) of the [`panto_store::StoreError`] a caller gets.
@@ -35,4 +38,37 @@ pub enum SqliteError {
         /// Why.
         message: String,
     },
+}
+/// A failed SQLite call, worded with the database and what the store was doing.
+pub(crate) fn sqlite(
+    location: &str,
+    what: &str,
+) -> impl FnOnce(rusqlite::Error) -> SqliteError + use<> {
+    let (location, what) = (location.to_owned(), what.to_owned());
+    move |source| SqliteError::Sqlite {
+        location,
+        what,
+        source,
+    }
+}
+
+/// [`sqlite`], as the store error of `session`: `Invalid` (the user's to fix) for a file that
+/// cannot be opened or written (a folder that is not there, a permission, a file that is not a
+/// database), `Unavailable` otherwise.
+pub(crate) fn unavailable(
+    session: &str,
+    location: &str,
+    what: &str,
+) -> impl FnOnce(rusqlite::Error) -> StoreError + use<> {
+    let session = session.to_owned();
+    let wrap = sqlite(location, what);
+    move |e| {
+        use rusqlite::ErrorCode::{CannotOpen, NotADatabase, PermissionDenied, ReadOnly};
+        match e.sqlite_error_code() {
+            Some(CannotOpen | NotADatabase | PermissionDenied | ReadOnly) => {
+                StoreError::invalid(session, wrap(e))
+            }
+            _ => StoreError::unavailable(session, wrap(e)),
+        }
+    }
 }

@@ -43,10 +43,14 @@
 //! ```
 
 mod error;
+mod import;
+mod open;
+mod session;
 mod store;
 
 pub use error::SqliteError;
-pub use store::{MIGRATIONS, SqliteOptions, SqliteStore};
+pub use open::{MIGRATIONS, SqliteOptions};
+pub use store::SqliteStore;
 
 // The README's example runs as a doctest, so that what crates.io shows compiles and passes.
 #[cfg(doctest)]

@@ -1,80 +1,21 @@
-//! `SqliteStore`: the schema, its migrations, and the `Store` operations as SQL.
+//! `SqliteStore`: the `Store` operations as SQL, each on the store's connection on a
+//! blocking thread.
 
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
 
-use panto_model::{DecodeError, Entry};
 use panto_store::{
-    Head, Loaded, PAGE_BYTES, Page, Record, Store, StoreError, async_trait, replay_tail,
-    takes_effect,
+    Head, Loaded, PAGE_BYTES, Page, Record, RecordSource, Store, StoreError, async_trait,
+    replay_tail, takes_effect,
 };
-use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+use rusqlite::{Connection, TransactionBehavior, params};
 
-use crate::error::SqliteError;
-
-/// The schema, one migration per version, oldest first: `(version, SQL)`. [`SqliteStore::open`]
-/// runs those the file lacks (its `PRAGMA user_version` says which it has) in one write
-/// transaction each; a person can read or run them first (`panto sessions --schema`).
-///
-/// `panto_entries` holds one row per entry: the session's name, its position (`seq`, 1 for the
-/// first entry, no gaps), its kind (0 message, 1 compaction, 2 other) and its exact Contract 1
-/// text. The primary key `(session, seq)` is the order of a session and the guard against two
-/// rows at one position; the partial index on compactions is where a load starts.
-pub const MIGRATIONS: &[(u32, &str)] = &[(
-    1,
-    "-- 1: sessions and their entries, with an index on the compactions
-CREATE TABLE panto_sessions (
-    name TEXT NOT NULL PRIMARY KEY,
-    created_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
-);
-CREATE TABLE panto_entries (
-    session TEXT NOT NULL REFERENCES panto_sessions (name),
-    seq INTEGER NOT NULL,
-    kind INTEGER NOT NULL,
-    text TEXT NOT NULL,
-    PRIMARY KEY (session, seq)
-);
-CREATE INDEX panto_entries_compactions ON panto_entries (session, seq) WHERE kind = 1;
-",
-)];
-
-/// How a [`SqliteStore`] uses its file.
-#[derive(Clone, Debug)]
-#[non_exhaustive]
-pub struct SqliteOptions {
-    /// How long an append waits for another connection's write transaction before it fails
-    /// ([`StoreError::Unavailable`]). Default 10 s, as the JSONL store's lock timeout.
-    pub busy_timeout: Duration,
-    /// Whether each commit is flushed to disk before an append returns (`synchronous = FULL`;
-    /// off: `NORMAL`, which in WAL mode may lose the last appends on a power loss, never on a
-    /// crash of the process). Default on.
-    pub fsync: bool,
-}
-
-impl Default for SqliteOptions {
-    fn default() -> SqliteOptions {
-        SqliteOptions {
-            busy_timeout: Duration::from_secs(10),
-            fsync: true,
-        }
-    }
-}
-
-impl SqliteOptions {
-    /// Sets the busy timeout.
-    pub fn with_busy_timeout(mut self, timeout: Duration) -> SqliteOptions {
-        self.busy_timeout = timeout;
-        self
-    }
-
-    /// Sets whether commits are flushed to disk.
-    pub fn with_fsync(mut self, fsync: bool) -> SqliteOptions {
-        self.fsync = fsync;
-        self
-    }
-}
+use crate::error::{SqliteError, unavailable};
+use crate::open::{Opened, SqliteOptions, open};
+use crate::session::{
+    check_name, decode, exists, head_of, malformed, not_found, position, to_i64, to_u64,
+};
 
 /// Sessions in one SQLite database file. Cheap to clone (the clones share one connection);
 /// any number of processes may open the same file (WAL mode: readers never wait for a writer,
@@ -83,8 +24,11 @@ impl SqliteOptions {
 /// A [`Head`] is the number of entries of the session. Session names are any non-empty text.
 #[derive(Clone)]
 pub struct SqliteStore {
-    conn: Arc<Mutex<Connection>>,
-    location: Arc<str>,
+    pub(crate) conn: Arc<Mutex<Connection>>,
+    pub(crate) location: Arc<str>,
+    /// Whether the database has panto's tables (a store opened without creating them, on a
+    /// database without them, holds no session).
+    tables: bool,
 }
 
 impl fmt::Debug for SqliteStore {
@@ -100,7 +44,7 @@ impl fmt::Debug for SqliteStore {
 ///
 /// panto-session (`jsonl.rs`) has the same function: the stores do not depend on each other,
 /// and panto-store, which both depend on, links no runtime.
-async fn blocking<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> T {
+pub(crate) async fn blocking<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> T {
     match tokio::runtime::Handle::try_current() {
         Ok(handle) if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
             match tokio::task::spawn_blocking(work).await {
@@ -121,10 +65,13 @@ impl SqliteStore {
         SqliteStore::open_with(path, SqliteOptions::default()).await
     }
 
-    /// Opens (creating it when missing) the database at `path`: WAL mode, the busy timeout and
-    /// flushing of `options`, and the schema's missing [`MIGRATIONS`] applied.
+    /// Opens the database at `path`: created when missing (mode 0600, as its `-wal` and `-shm`
+    /// files) unless [`SqliteOptions::create`] is off; WAL mode, the busy timeout and flushing
+    /// of `options`, and the schema's missing [`crate::MIGRATIONS`] applied (not to a database
+    /// without panto's tables when `create` is off: it is left as it is and holds no session).
     ///
     /// # Errors
+    /// [`StoreError::NotFound`] for a missing file when `create` is off;
     /// [`StoreError::Unavailable`] when the file cannot be opened or migrated;
     /// [`StoreError::Invalid`] when it holds a schema newer than this version knows.
     pub async fn open_with(
@@ -134,11 +81,8 @@ impl SqliteStore {
         let path = path.into();
         let location: Arc<str> = format!("sqlite:{}", path.display()).into();
         let loc = location.clone();
-        let conn = blocking(move || open(&path, &options, &loc)).await?;
-        Ok(SqliteStore {
-            conn: Arc::new(Mutex::new(conn)),
-            location,
-        })
+        let opened = blocking(move || open(&path, &options, &loc)).await?;
+        Ok(SqliteStore::from_opened(opened, location))
     }
 
     /// [`SqliteStore::open_with`] for a caller outside an async runtime (a program's start, a
@@ -152,11 +96,28 @@ impl SqliteStore {
     ) -> Result<SqliteStore, StoreError> {
         let path = path.into();
         let location: Arc<str> = format!("sqlite:{}", path.display()).into();
-        let conn = open(&path, &options, &location)?;
-        Ok(SqliteStore {
-            conn: Arc::new(Mutex::new(conn)),
+        let opened = open(&path, &options, &location)?;
+        Ok(SqliteStore::from_opened(opened, location))
+    }
+
+    fn from_opened(opened: Opened, location: Arc<str>) -> SqliteStore {
+        SqliteStore {
+            conn: Arc::new(Mutex::new(opened.conn)),
             location,
-        })
+            tables: opened.tables,
+        }
+    }
+
+    /// The refusal of a write to a store that only reads a database without panto's tables.
+    fn reading_only(&self, session: &str) -> StoreError {
+        StoreError::invalid(
+            session,
+            SqliteError::Refused {
+                location: self.location.to_string(),
+                message: "the database has no tables of panto's, and this store only reads"
+                    .to_owned(),
+            },
+        )
     }
 
     fn with_conn<T: Send + 'static>(
@@ -172,168 +133,6 @@ impl SqliteStore {
             work(&mut conn, &location)
         })
     }
-}
-
-fn sqlite(location: &str, what: &str) -> impl FnOnce(rusqlite::Error) -> SqliteError + use<> {
-    let (location, what) = (location.to_owned(), what.to_owned());
-    move |source| SqliteError::Sqlite {
-        location,
-        what,
-        source,
-    }
-}
-
-fn unavailable(
-    session: &str,
-    location: &str,
-    what: &str,
-) -> impl FnOnce(rusqlite::Error) -> StoreError + use<> {
-    let session = session.to_owned();
-    let wrap = sqlite(location, what);
-    move |e| StoreError::unavailable(session, wrap(e))
-}
-
-fn open(path: &Path, options: &SqliteOptions, location: &str) -> Result<Connection, StoreError> {
-    let fail = |what: &str| unavailable("", location, what);
-    let conn = Connection::open(path).map_err(fail("cannot open the database"))?;
-    conn.busy_timeout(options.busy_timeout)
-        .map_err(fail("cannot set the busy timeout"))?;
-    let mode: String = conn
-        .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
-        .map_err(fail("cannot turn on WAL mode"))?;
-    if !mode.eq_ignore_ascii_case("wal") {
-        return Err(StoreError::unavailable(
-            "",
-            SqliteError::Refused {
-                location: location.to_owned(),
-                message: format!("the database stays in journal mode {mode}, not WAL"),
-            },
-        ));
-    }
-    let sync = if options.fsync { "FULL" } else { "NORMAL" };
-    conn.pragma_update(None, "synchronous", sync)
-        .map_err(fail("cannot set synchronous"))?;
-    migrate(conn, location)
-}
-
-fn migrate(mut conn: Connection, location: &str) -> Result<Connection, StoreError> {
-    let fail = |what: &str| unavailable("", location, what);
-    let latest = MIGRATIONS.last().map_or(0, |m| m.0);
-    for &(version, sql) in MIGRATIONS {
-        let have: u32 = conn
-            .query_row("PRAGMA user_version", [], |r| r.get(0))
-            .map_err(fail("cannot read the schema version"))?;
-        if have > latest {
-            return Err(StoreError::invalid(
-                "",
-                SqliteError::Refused {
-                    location: location.to_owned(),
-                    message: format!(
-                        "the database has schema version {have}, newer than this panto knows ({latest}); use a newer panto"
-                    ),
-                },
-            ));
-        }
-        if have >= version {
-            continue;
-        }
-        let tx = conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(fail("cannot start the migration"))?;
-        // Another process may have migrated while this one waited for the write lock.
-        let have: u32 = tx
-            .query_row("PRAGMA user_version", [], |r| r.get(0))
-            .map_err(fail("cannot read the schema version"))?;
-        if have < version {
-            tx.execute_batch(sql)
-                .map_err(fail(&format!("cannot apply migration {version}")))?;
-            tx.pragma_update(None, "user_version", version)
-                .map_err(fail("cannot record the schema version"))?;
-        }
-        tx.commit()
-            .map_err(fail(&format!("cannot commit migration {version}")))?;
-    }
-    Ok(conn)
-}
-
-fn check_name(session: &str, location: &str) -> Result<(), StoreError> {
-    if session.is_empty() {
-        return Err(StoreError::invalid(
-            session,
-            SqliteError::Refused {
-                location: location.to_owned(),
-                message: "a session name cannot be empty".to_owned(),
-            },
-        ));
-    }
-    Ok(())
-}
-
-fn to_u64(seq: i64) -> u64 {
-    u64::try_from(seq).unwrap_or(0)
-}
-
-fn to_i64(position: u64) -> i64 {
-    i64::try_from(position).unwrap_or(i64::MAX)
-}
-
-/// The entries of rows `(seq, text)`, decoded, each named by its position.
-fn decode(
-    rows: Vec<(i64, String)>,
-    session: &str,
-    location: &str,
-) -> Result<Vec<Entry>, StoreError> {
-    rows.into_iter()
-        .map(|(seq, text)| {
-            panto_model::decode_line(text.as_bytes(), position(seq))
-                .map_err(|source| malformed(session, location, source))
-        })
-        .collect()
-}
-
-/// A row's sequence number as the position a decoding error names.
-fn position(seq: i64) -> usize {
-    usize::try_from(seq).unwrap_or(usize::MAX)
-}
-
-/// A row whose text is not an entry: the user's to fix.
-fn malformed(session: &str, location: &str, source: DecodeError) -> StoreError {
-    StoreError::invalid(
-        session,
-        SqliteError::Malformed {
-            location: location.to_owned(),
-            session: session.to_owned(),
-            source,
-        },
-    )
-}
-
-fn head_of(conn: &Connection, session: &str, location: &str) -> Result<Head, StoreError> {
-    let seq: Option<i64> = conn
-        .prepare_cached("SELECT MAX(seq) FROM panto_entries WHERE session = ?1")
-        .and_then(|mut s| s.query_row(params![session], |r| r.get(0)))
-        .map_err(unavailable(session, location, "cannot read the head"))?;
-    Ok(Head::new(seq.map_or(0, to_u64)))
-}
-
-fn exists(conn: &Connection, session: &str, location: &str) -> Result<bool, StoreError> {
-    conn.prepare_cached("SELECT 1 FROM panto_sessions WHERE name = ?1")
-        .and_then(|mut s| {
-            s.query_row(params![session], |_| Ok(()))
-                .optional()
-                .map(|o| o.is_some())
-        })
-        .map_err(unavailable(session, location, "cannot look the session up"))
-}
-
-fn not_found(session: &str, location: &str) -> StoreError {
-    StoreError::not_found(
-        session,
-        SqliteError::Refused {
-            location: location.to_owned(),
-            message: format!("no session named {session}"),
-        },
-    )
 }
 
 fn rows(
@@ -422,7 +221,7 @@ fn append(
     }
     tx.prepare_cached("INSERT OR IGNORE INTO panto_sessions (name) VALUES (?1)")
         .and_then(|mut s| s.execute(params![session]))
-        .map_err(fail("cannot create the session"))?;
+        .map_err(fail("cannot append"))?;
     {
         let mut insert = tx
             .prepare_cached(
@@ -509,12 +308,20 @@ impl Store for SqliteStore {
     }
 
     async fn load(&self, session: &str) -> Result<Loaded, StoreError> {
+        if !self.tables {
+            check_name(session, &self.location)?;
+            return Err(not_found(session, &self.location));
+        }
         let session = session.to_owned();
         self.with_conn(move |conn, location| load(conn, &session, location))
             .await
     }
 
     async fn head(&self, session: &str) -> Result<Head, StoreError> {
+        if !self.tables {
+            check_name(session, &self.location)?;
+            return Ok(Head::EMPTY);
+        }
         let session = session.to_owned();
         self.with_conn(move |conn, location| {
             check_name(&session, location)?;
@@ -529,30 +336,62 @@ impl Store for SqliteStore {
         at: Head,
         records: &[Record],
     ) -> Result<Head, StoreError> {
+        if !self.tables {
+            return Err(self.reading_only(session));
+        }
         let (session, records) = (session.to_owned(), records.to_vec());
         self.with_conn(move |conn, location| append(conn, &session, location, at, &records))
             .await
     }
 
     async fn read(&self, session: &str, from: Head, max: usize) -> Result<Page, StoreError> {
+        if !self.tables {
+            check_name(session, &self.location)?;
+            return Err(not_found(session, &self.location));
+        }
         let session = session.to_owned();
         self.with_conn(move |conn, location| read(conn, &session, location, from, max))
             .await
     }
 
     async fn list(&self) -> Result<Vec<String>, StoreError> {
+        if !self.tables {
+            return Ok(Vec::new());
+        }
         self.with_conn(list).await
+    }
+
+    /// One `BEGIN IMMEDIATE` transaction for the whole history, fed a batch of the source at a
+    /// time: all of it, or nothing and no session. It holds the database's write lock while it
+    /// runs (other writers wait up to their busy timeout).
+    async fn import(
+        &self,
+        session: &str,
+        source: &mut dyn RecordSource,
+    ) -> Result<Head, StoreError> {
+        if !self.tables {
+            return Err(self.reading_only(session));
+        }
+        check_name(session, &self.location)?;
+        crate::import::import(&self.conn, &self.location, session, source).await
     }
 
     /// Creates the session when it does not exist (so that another program lists it), after
     /// checking its name; never writes an entry.
     async fn prepare_append(&self, session: &str) -> Result<(), StoreError> {
+        if !self.tables {
+            return Err(self.reading_only(session));
+        }
         let session = session.to_owned();
         self.with_conn(move |conn, location| {
             check_name(&session, location)?;
             conn.prepare_cached("INSERT OR IGNORE INTO panto_sessions (name) VALUES (?1)")
                 .and_then(|mut s| s.execute(params![session]))
-                .map_err(unavailable(&session, location, "cannot create the session"))?;
+                .map_err(unavailable(
+                    &session,
+                    location,
+                    "cannot register the session",
+                ))?;
             Ok(())
         })
         .await

@@ -6,7 +6,10 @@ use panto_model::Entry;
 use crate::error::StoreError;
 use crate::head::Head;
 use crate::record::Record;
-use crate::store::{Loaded, Store};
+use crate::store::{Loaded, Page, Store};
+
+/// How many records [`SessionLog::appended_since`] reads at a time.
+const PAGE: usize = 256;
 
 /// One session of a [`Store`], as this writer last saw it: the store, the session's name and
 /// the [`Head`] of the writer's last load or append.
@@ -92,6 +95,49 @@ impl<S: Store> SessionLog<S> {
         self.head = loaded.head;
         self.conflicted = false;
         Ok(loaded)
+    }
+
+    /// The records other writers appended since this log last saw the session, oldest first,
+    /// with where the session ends after them ([`Page::next`]). The head does not move: a
+    /// writer that takes those records into account appends after them with
+    /// [`SessionLog::append_after`]; one that does not [`SessionLog::reload`]s.
+    ///
+    /// # Errors
+    /// As [`Store::read`].
+    pub async fn appended_since(&self) -> Result<Page, StoreError> {
+        let mut records = Vec::new();
+        let mut from = self.head;
+        loop {
+            let page = match self.store.read(&self.session, from, PAGE).await {
+                // A session no one has created yet holds nothing.
+                Err(StoreError::NotFound { .. }) if from == Head::EMPTY => Page::default(),
+                other => other?,
+            };
+            if page.records.is_empty() {
+                return Ok(Page::new(records, from));
+            }
+            from = page.next;
+            records.extend(page.records);
+        }
+    }
+
+    /// Appends `entries` as one unit where the session ended after what other writers
+    /// appended (`head`, the [`Page::next`] of [`SessionLog::appended_since`]), for a writer
+    /// that has taken their records into account (a compaction that keeps them as copies).
+    /// The append is conditional on `head` as [`SessionLog::append`] is on the log's own; the
+    /// head moves only when it succeeds.
+    ///
+    /// # Errors
+    /// As [`SessionLog::append`].
+    pub async fn append_after(&mut self, head: Head, entries: &[Entry]) -> Result<(), StoreError> {
+        let records: Vec<Record> = entries.iter().map(Record::encode).collect();
+        let result = self
+            .store
+            .append_records(&self.session, head, &records)
+            .await;
+        self.conflicted = matches!(result, Err(StoreError::Conflict { .. }));
+        self.head = result?;
+        Ok(())
     }
 
     /// Whether another writer appended since this log last saw the session.

@@ -1,10 +1,12 @@
 //! The `stores` section: for each store (JSONL, SQLite, PostgreSQL), the effective-context
 //! load of a session of 1,000,000 messages whose latest compaction is near the end, and the
-//! latency of a one-message append, through the `panto_store::Store` trait.
+//! latency of a one-message append, through the `panto_store::Store` trait; PostgreSQL through
+//! its pool, plain and with TLS (which must stay within 1.5x of plain); and `panto import` of
+//! the session's file into each store, with its throughput and peak memory (`imports.rs`).
 //!
 //! PostgreSQL is measured when `PANTO_TEST_POSTGRES` names a server (`.ci/postgres run cargo
-//! xtask bench stores` starts one); its tables go into a schema of their own, dropped after
-//! (kept for a look with `PANTO_BENCH_KEEP=1`).
+//! xtask bench stores` starts one, and `PANTO_TEST_POSTGRES_TLS` for TLS); its tables go into a
+//! schema of their own, dropped after (kept for a look with `PANTO_BENCH_KEEP=1`).
 
 use std::path::Path;
 use std::time::Duration;
@@ -16,7 +18,9 @@ use panto_store::{Head, Record, Store};
 use panto_store_postgres::PostgresStore;
 use panto_store_sqlite::{SqliteOptions, SqliteStore};
 
-use super::{Flags, bench_dir, compaction, fmt_duration, round, time};
+use super::imports::{self, Import};
+use super::process::Runner;
+use super::{Flags, bench_dir, compaction, fmt_bytes, fmt_duration, round, time};
 use crate::table::Table;
 
 /// The messages of the generated session (with `--quick`: 100,000).
@@ -151,7 +155,6 @@ pub(super) fn stores(root: &Path, flags: &Flags) -> Result<()> {
             durable: if fsync { "fsync" } else { "no fsync" },
         });
     }
-    std::fs::remove_file(&path).ok();
     std::fs::remove_file(dir.join("session.jsonl.lock")).ok();
 
     // SQLite: one file, WAL.
@@ -187,18 +190,30 @@ pub(super) fn stores(root: &Path, flags: &Flags) -> Result<()> {
         let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
     }
 
-    // PostgreSQL, when a server is named.
+    // PostgreSQL, when a server is named: plain, then with TLS on the same data.
+    let tls = std::env::var(panto_store_postgres::testing::TLS_ENV)
+        .ok()
+        .filter(|u| !u.is_empty());
     match std::env::var(panto_store_postgres::testing::ENV) {
         Ok(url) if !url.is_empty() => {
-            let row = runtime.block_on(postgres(&url, &records))?;
-            rows.push(Row {
-                store: "PostgreSQL".to_owned(),
-                entries: count,
-                fill: row.0,
-                load: row.1,
-                append: row.2,
-                durable: "server default (synchronous_commit on)",
-            });
+            for (i, row) in runtime
+                .block_on(postgres(&url, tls.as_deref(), &records))?
+                .into_iter()
+                .enumerate()
+            {
+                rows.push(Row {
+                    store: if i == 0 {
+                        "PostgreSQL".to_owned()
+                    } else {
+                        "PostgreSQL, TLS".to_owned()
+                    },
+                    entries: count,
+                    fill: if i == 0 { row.0 } else { Duration::ZERO },
+                    load: row.1,
+                    append: row.2,
+                    durable: "server default (synchronous_commit on), through the pool",
+                });
+            }
         }
         _ => println!(
             "PostgreSQL: not measured ({} is not set; `.ci/postgres run cargo xtask bench stores` starts a server).\n",
@@ -246,6 +261,18 @@ pub(super) fn stores(root: &Path, flags: &Flags) -> Result<()> {
         size as f64 / (1024.0 * 1024.0)
     );
 
+    let imported = import_rows(root, &dir, &path, count, &runtime)?;
+    std::fs::remove_file(&path).ok();
+    println!(
+        "\n`panto import` (release) of the session's JSONL file{} into each store, one process \
+         each; peak memory is the process's resident high-water mark:\n",
+        match std::env::var("PANTO_BENCH_IMPORT_GIB") {
+            Ok(gib) => format!(" (replaced by a generated file of {gib} GiB)"),
+            Err(_) => String::new(),
+        }
+    );
+    imports::print(&imported);
+
     let jsonl = rows
         .iter()
         .filter(|r| r.store == "JSONL")
@@ -269,52 +296,156 @@ pub(super) fn stores(root: &Path, flags: &Flags) -> Result<()> {
             ),
         );
     }
+    verdicts(&rows, &imported);
     Ok(())
 }
 
-/// Fills, loads and appends on PostgreSQL in a schema of its own, dropped afterwards.
+/// TLS within 1.5x of plain; imports in bounded memory.
+fn verdicts(rows: &[Row], imported: &[Import]) {
+    let plain = rows.iter().find(|r| r.store == "PostgreSQL");
+    let tls = rows.iter().find(|r| r.store == "PostgreSQL, TLS");
+    if let (Some(plain), Some(tls)) = (plain, tls) {
+        for (what, p, t) in [
+            ("append", plain.append[0], tls.append[0]),
+            ("load", plain.load[0], tls.load[0]),
+        ] {
+            super::scale::verdict(
+                t.as_secs_f64() <= p.as_secs_f64() * 1.5,
+                &format!(
+                    "PostgreSQL {what} with TLS within 1.5x of plain: {} against {} ({:.2}x)",
+                    fmt_duration(t),
+                    fmt_duration(p),
+                    t.as_secs_f64() / p.as_secs_f64()
+                ),
+            );
+        }
+    }
+    for i in imported {
+        super::scale::verdict(
+            i.peak < 64 << 20,
+            &format!(
+                "{} import of {} in bounded memory (under 64 MiB): {}",
+                i.store,
+                fmt_bytes(i.bytes),
+                fmt_bytes(i.peak)
+            ),
+        );
+    }
+}
+
+/// `panto import` of the session's file (or of a generated one) into each store.
+fn import_rows(
+    root: &Path,
+    dir: &Path,
+    session: &Path,
+    entries: u64,
+    runtime: &tokio::runtime::Runtime,
+) -> Result<Vec<Import>> {
+    let runner = Runner::new(root, dir)?;
+    let (file, entries) = match std::env::var("PANTO_BENCH_IMPORT_GIB") {
+        Ok(gib) => {
+            let file = dir.join("import.jsonl");
+            let gib: u64 = gib
+                .parse()
+                .context("PANTO_BENCH_IMPORT_GIB is a number of GiB")?;
+            let n = imports::generate(&file, gib)?;
+            (file, n)
+        }
+        Err(_) => (session.to_path_buf(), usize::try_from(entries).unwrap_or(0)),
+    };
+    let folder = dir.join("imported");
+    let _ = std::fs::remove_dir_all(&folder);
+    std::fs::create_dir_all(&folder)?;
+    let db = dir.join("imported.sqlite3");
+    let mut stores = vec![
+        ("JSONL", format!("jsonl:{}", folder.display())),
+        ("SQLite", format!("sqlite:{}", db.display())),
+    ];
+    let postgres = std::env::var(panto_store_postgres::testing::ENV)
+        .ok()
+        .filter(|u| !u.is_empty());
+    let schema = format!("panto_bench_import_{}", std::process::id());
+    if let Some(url) = &postgres {
+        runtime.block_on(async {
+            panto_store_postgres::testing::client(url)
+                .await
+                .batch_execute(&format!("CREATE SCHEMA {schema}"))
+                .await
+        })?;
+        stores.push(("PostgreSQL", scoped(url, &schema)));
+    }
+    let result = imports::run(&runner, &file, entries, &stores);
+    let _ = std::fs::remove_dir_all(&folder);
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
+    }
+    if file != session {
+        let _ = std::fs::remove_file(&file);
+    }
+    if let Some(url) = &postgres {
+        runtime.block_on(async {
+            panto_store_postgres::testing::client(url)
+                .await
+                .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+                .await
+        })?;
+    }
+    result
+}
+
+/// `url` with panto's tables in `schema`.
+fn scoped(url: &str, schema: &str) -> String {
+    let sep = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{sep}options=-csearch_path%3D{schema}")
+}
+
+/// Fills, loads and appends on PostgreSQL in a schema of its own, dropped afterwards: through
+/// `url`, then (the same data) through `tls` when given. Returns the fill time (of the first)
+/// and each one's load and append times.
 async fn postgres(
     url: &str,
+    tls: Option<&str>,
     records: &[Record],
-) -> Result<(Duration, [Duration; 3], [Duration; 3])> {
-    use panto_store_postgres::tokio_postgres;
+) -> Result<Vec<(Duration, [Duration; 3], [Duration; 3])>> {
     let schema = format!("panto_bench_{}", std::process::id());
-    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await?;
-    tokio::spawn(connection);
+    let client = panto_store_postgres::testing::client(url).await;
     client
         .batch_execute(&format!(
             "DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}"
         ))
         .await?;
-    let sep = if url.contains('?') { '&' } else { '?' };
-    let scoped = format!("{url}{sep}options=-csearch_path%3D{schema}");
-    let store = PostgresStore::connect(&scoped).await?;
+    let store = PostgresStore::connect(&scoped(url, &schema)).await?;
     let started = std::time::Instant::now();
     fill(&store, "session", records, 5_000).await?;
     let filled = started.elapsed();
+    drop(store);
     client
         .batch_execute(&format!("ANALYZE {schema}.panto_entries"))
         .await?;
-    // `measure` blocks on its own runtime: run it on a thread of its own.
-    let (load, append) = std::thread::scope(|s| {
-        s.spawn(|| {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()?;
-            let store = runtime.block_on(PostgresStore::connect(&scoped))?;
-            Ok::<_, anyhow::Error>((
-                load_times(&runtime, &store, "session")?,
-                append_times(&runtime, &store, "session")?,
-            ))
-        })
-        .join()
-        .map_err(|_| anyhow::anyhow!("the PostgreSQL measurement panicked"))?
-    })?;
-    drop(store);
+    let mut out = Vec::new();
+    for url in std::iter::once(url).chain(tls) {
+        let scoped = scoped(url, &schema);
+        // `measure` blocks on its own runtime: run it on a thread of its own.
+        let (load, append) = std::thread::scope(|s| {
+            s.spawn(|| {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()?;
+                let store = runtime.block_on(PostgresStore::connect(&scoped))?;
+                Ok::<_, anyhow::Error>((
+                    load_times(&runtime, &store, "session")?,
+                    append_times(&runtime, &store, "session")?,
+                ))
+            })
+            .join()
+            .map_err(|_| anyhow::anyhow!("the PostgreSQL measurement panicked"))?
+        })?;
+        out.push((filled, load, append));
+    }
     if std::env::var_os("PANTO_BENCH_KEEP").is_none() {
         client
             .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
             .await?;
     }
-    Ok((filled, load, append))
+    Ok(out)
 }

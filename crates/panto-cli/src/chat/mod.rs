@@ -15,11 +15,11 @@ use std::path::Path;
 
 use anyhow::Result;
 use panto_compact::{CompactError, CompactOutcome, ModelRef, Reply};
-use panto_model::{ContentBlock, EffectiveContext, Message, Role};
+use panto_model::{ContentBlock, Cost, EffectiveContext, Message, Role};
 
 use crate::commands::{
-    CliDriver, active_model, catch_up, driver, failure, manual_run, meter, next_session_name,
-    nothing_text, open_store, turn, write_context,
+    CliDriver, active_model, catch_up, driver, earlier_cost, failure, manual_run, meter,
+    next_session_name, nothing_text, open_store, turn, write_context,
 };
 use crate::config::Config;
 use crate::input::{Input, Prompt};
@@ -46,17 +46,19 @@ pub(crate) async fn chat(config: &Config, session: Option<&Path>) -> Result<()> 
         },
     };
     let driver = driver(config, active, &name).await?;
+    let earlier = earlier_cost(config, &name).await;
     say(&format!(
         "panto chat: {name} ({}); /help lists commands",
         count(driver.context().messages.len(), "message")
     ));
     say("panto: Ctrl-C cancels a reply; Ctrl-D quits");
     if show_last_exchange(driver.context())? {
-        say(&meter(&driver, None));
+        say(&meter(&driver, None, earlier));
     }
     let chat = Chat {
         config,
         driver,
+        earlier,
         prompt,
         held: None,
     };
@@ -69,6 +71,9 @@ pub(crate) async fn chat(config: &Config, session: Option<&Path>) -> Result<()> 
 struct Chat<'a> {
     config: &'a Config,
     driver: CliDriver,
+    /// What the session's history cost when the chat opened it: the meter adds the driver's
+    /// requests to it, to show the session's cost so far.
+    earlier: Cost,
     prompt: Prompt,
     /// A bare command word held back, sent if typed again right away.
     held: Option<String>,
@@ -173,7 +178,7 @@ impl Chat<'_> {
             }
             Line::Retry => {
                 self.catch_up().await?;
-                if !awaits_reply(self.driver.context()) {
+                if !self.driver.awaits_reply() {
                     say("panto: nothing to resend: the last message already has its reply");
                     return Ok(Flow::Go);
                 }
@@ -206,7 +211,7 @@ impl Chat<'_> {
     fn replied(&mut self, result: Result<Reply>) {
         let e = match result {
             Ok(reply) => {
-                say(&meter(&self.driver, Some(&reply)));
+                say(&meter(&self.driver, Some(&reply), self.earlier));
                 return;
             }
             Err(e) => e,
@@ -215,7 +220,7 @@ impl Chat<'_> {
             say(&format!("panto: {}; /retry sends it again", error_text(&e)));
         } else {
             say(&format!("panto: {}", error_text(&e)));
-            if awaits_reply(self.driver.context()) {
+            if self.driver.awaits_reply() {
                 say(if e.is::<crate::commands::Hopeless>() {
                     "panto: your message stays in the session"
                 } else {
@@ -249,7 +254,9 @@ impl Chat<'_> {
                 self.prompt.unqueue();
             }
             // The compactor has printed its own line; the meter gives the new size.
-            Some(Ok(CompactOutcome::Compacted(_))) => say(&meter(&self.driver, None)),
+            Some(Ok(CompactOutcome::Compacted(_))) => {
+                say(&meter(&self.driver, None, self.earlier));
+            }
             Some(Ok(CompactOutcome::NothingToCompact(n))) => {
                 say(&format!("panto: {}", nothing_text(&n, config)));
             }
@@ -279,7 +286,7 @@ impl Chat<'_> {
             "panto: the next requests go to {name} (not {})",
             before.model
         ));
-        say(&meter(&self.driver, None));
+        say(&meter(&self.driver, None, self.earlier));
     }
 
     /// `/clear`: goes on in a new session of the same store, named after the current one (the
@@ -292,6 +299,8 @@ impl Chat<'_> {
         let name = next_session_name(&store, &from).await?;
         let active = self.driver.compactor().active().clone();
         self.driver = driver(config, active, &name).await?;
+        // A new session: nothing spent in it yet (a free name holds nothing).
+        self.earlier = Cost::default();
         say(&format!("panto: a new conversation, in {name}"));
         say(&format!("panto: the earlier one stays in {from}"));
         Ok(())
@@ -352,12 +361,4 @@ fn cut_lines(text: &str, max: usize) -> String {
 pub(crate) fn summary(ctx: &EffectiveContext) -> Option<&str> {
     ctx.compaction.as_ref()?;
     ctx.messages.first()?.compaction_summary()
-}
-
-/// Whether the conversation ends with a message that has no reply yet (so `/retry` can send
-/// it again).
-pub(crate) fn awaits_reply(ctx: &EffectiveContext) -> bool {
-    ctx.conversation()
-        .last()
-        .is_some_and(|m| m.role == Role::User)
 }

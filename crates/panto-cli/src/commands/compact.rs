@@ -19,8 +19,8 @@ use crate::ui::for_stdout;
 use super::cost::cost_json;
 use super::failure::failure;
 use super::{
-    compactor, exiting, load_existing, open_store, print_json, session_name, store_error,
-    user_config_file,
+    compactor, exiting, load_existing, open_store, open_store_reading, print_json, session_name,
+    store_error, user_config_file,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -68,7 +68,12 @@ pub(crate) async fn compact(config: &Config, path: &Path, asked: CompactAsked) -
         json: as_json,
         force,
     } = asked;
-    let store = open_store(config).await?;
+    // A dry run writes nothing, so it creates no store either.
+    let store = if dry_run {
+        open_store_reading(config).await?
+    } else {
+        open_store(config).await?
+    };
     let name = session_name(path);
     let mut compactor = compactor(config)?;
     let options = manual_run(config, instructions, force);

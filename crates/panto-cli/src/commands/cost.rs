@@ -22,12 +22,31 @@ use super::{open_store, print_json, session_name, store_error};
 const PAGE: usize = 1000;
 
 pub(crate) async fn cost(config: &Config, session: &Path, json: bool) -> Result<()> {
-    let store = open_store(config).await?;
     let name = session_name(session);
+    let Some(report) = session_cost(config, &name).await? else {
+        return Err(bad_input(format!(
+            "{name}: the session is empty: no entries yet"
+        )));
+    };
+    if json {
+        return print_json(&report_json(&report, config));
+    }
+    print!("{}", for_stdout(&report_text(&report)));
+    Ok(())
+}
+
+/// What session `name` of the configured store cost, from its whole history read page by page;
+/// nothing when the session holds no entry. `panto cost` prints it; the meter of a chat or a
+/// send starts from its totals (`commands::meter`).
+///
+/// # Errors
+/// A store that cannot be read, or an entry that does not decode (named with its line).
+pub(crate) async fn session_cost(config: &Config, name: &str) -> Result<Option<CostReport>> {
+    let store = open_store(config).await?;
     let mut counter = CostCounter::new(config.model.value.as_deref(), config.prices());
     let (mut from, mut line, mut any) = (Head::EMPTY, 0, false);
     loop {
-        let page = store.read(&name, from, PAGE).await.map_err(store_error)?;
+        let page = store.read(name, from, PAGE).await.map_err(store_error)?;
         if page.records.is_empty() {
             break;
         }
@@ -41,17 +60,7 @@ pub(crate) async fn cost(config: &Config, session: &Path, json: bool) -> Result<
         }
         from = page.next;
     }
-    if !any {
-        return Err(bad_input(format!(
-            "{name}: the session is empty: no entries yet"
-        )));
-    }
-    let report = counter.finish();
-    if json {
-        return print_json(&report_json(&report, config));
-    }
-    print!("{}", for_stdout(&report_text(&report)));
-    Ok(())
+    Ok(any.then(|| counter.finish()))
 }
 
 /// The `--json` document: `turns` (a row per user turn and per compaction, in session order)

@@ -2,7 +2,7 @@
 //! saying what to do next.
 
 use anyhow::anyhow;
-use panto_compact::{AttemptFailure, CompactError, StoreError};
+use panto_compact::{AttemptFailure, CompactError, Conflict, StoreError};
 use panto_provider::{About, ProviderError, Wait};
 
 use crate::bad_input;
@@ -106,9 +106,8 @@ fn root_cause(e: &CompactError) -> Option<&ProviderError> {
     }
 }
 
-fn hint(e: &CompactError, config: &Config) -> Option<String> {
-    let kind = config.provider.value;
-    let (key_var, url_var) = kind.env_vars().unwrap_or(("", ""));
+/// The hint of a request too large for the model's window, when `e` is one.
+fn window_hint(e: &CompactError, config: &Config) -> Option<String> {
     if let CompactError::ExceedsWindow { window, .. } = e {
         return Some(format!(
             "shorten the newest message, or use a model with a larger context window; {}",
@@ -147,10 +146,20 @@ fn hint(e: &CompactError, config: &Config) -> Option<String> {
             "the newest message may be too large on its own: shorten it, or use a model with a larger context window".to_owned(),
         );
     }
-    if is_conflict(e) {
-        return Some(
-            "another writer appended to this session while panto waited for the model; to keep messages from interleaving, nothing of this answer was written (a message sent before it stays in the session). Run the command again to continue from the session as it is now".to_owned(),
-        );
+    None
+}
+
+fn hint(e: &CompactError, config: &Config) -> Option<String> {
+    let kind = config.provider.value;
+    let (key_var, url_var) = kind.env_vars().unwrap_or(("", ""));
+    if let Some(hint) = window_hint(e, config) {
+        return Some(hint);
+    }
+    if let Some(hint) = crate::stores::store_hint(e) {
+        return Some(hint);
+    }
+    if let Some(hint) = conflict_hint(e) {
+        return Some(hint.to_owned());
     }
     Some(match root_cause(e)? {
         ProviderError::Authentication { .. } => {
@@ -204,6 +213,28 @@ fn hint(e: &CompactError, config: &Config) -> Option<String> {
         ProviderError::RateLimited { .. } => "wait a moment and try again".to_owned(),
         ProviderError::QuotaExceeded { .. } => "the provider's account has no quota or credit left for this request: check the account's plan and billing (trying again will not help until they change)".to_owned(),
         _ => return None,
+    })
+}
+
+/// What to do after another writer's append made a turn or a compaction fail, by what of it
+/// is stored; `None` when no other writer's append was the cause.
+fn conflict_hint(e: &CompactError) -> Option<&'static str> {
+    let Some(conflict) = e.conflict() else {
+        return is_conflict(e).then_some(
+            "another writer appended to this session meanwhile, so nothing of this was written; run the command again to continue from the session as it is now",
+        );
+    };
+    Some(match conflict {
+        Conflict::NotStored => {
+            "another writer appended to this session first, so your message was not stored and nothing was sent; run the command again to send it to the session as it is now"
+        }
+        Conflict::ReplyLost => {
+            "another writer appended to this session while panto waited for the model; to keep messages from interleaving, nothing of this answer was written. Your message stays in the session: the same `panto send` again answers it without storing it twice (in a chat, /retry)"
+        }
+        // A compaction of a turn (its prompt stored) or one asked for by hand.
+        _ => {
+            "another writer appended to this session while the compaction was written, so nothing of it was written (a message sent before it stays in the session: the same `panto send` again answers it without storing it twice, and /retry in a chat); run the command again to continue from the session as it is now"
+        }
     })
 }
 

@@ -36,7 +36,7 @@ pub(crate) use compact::{CompactAsked, compact, manual_run, nothing_text};
 pub(crate) use cost::cost;
 pub(crate) use failure::{Hopeless, failure};
 pub(crate) use recall::{RecallAsked, recall, recall_in_chat, show};
-pub(crate) use send::{catch_up, driver, give_windows, meter, send, turn};
+pub(crate) use send::{catch_up, driver, earlier_cost, give_windows, meter, send, turn};
 pub(crate) use setup::{show_config, show_window, trust};
 pub(crate) use views::{context, ledger, transcript, write_context};
 #[cfg(test)]
@@ -52,6 +52,12 @@ pub(crate) type CliDriver = Driver<AnyStore>;
 /// database, each SESSION a name there (`stores::open`).
 pub(crate) async fn open_store(config: &Config) -> Result<AnyStore> {
     crate::stores::open(config).await
+}
+
+/// The store of the configuration, for a command that only reads: it creates nothing (no
+/// SQLite file, no PostgreSQL table), and a missing file is bad input.
+pub(crate) async fn open_store_reading(config: &Config) -> Result<AnyStore> {
+    crate::stores::open_reading(config).await
 }
 
 /// The name of a new session next to `name` in `store`, for `/clear`: `notes.jsonl` gives

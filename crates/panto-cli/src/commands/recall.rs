@@ -14,7 +14,7 @@ use crate::ui::for_stdout;
 
 use crate::screen::say;
 
-use super::{CliDriver, load_existing, open_store, print_json, session_name, store_error};
+use super::{CliDriver, load_existing, open_store_reading, print_json, session_name, store_error};
 
 /// What `panto recall` was asked.
 #[derive(Debug)]
@@ -27,7 +27,7 @@ pub(crate) struct RecallAsked {
 
 /// `panto recall SESSION QUERY [--limit N] [--all] [--json]`.
 pub(crate) async fn recall(config: &Config, path: &Path, asked: RecallAsked) -> Result<()> {
-    let store = open_store(config).await?;
+    let store = open_store_reading(config).await?;
     let name = session_name(path);
     load_existing(&store, &name).await?;
     let query = RecallQuery::new(asked.query.clone())
@@ -143,7 +143,7 @@ pub(crate) async fn show(
     context: usize,
     as_json: bool,
 ) -> Result<()> {
-    let store = open_store(config).await?;
+    let store = open_store_reading(config).await?;
     let name = session_name(path);
     load_existing(&store, &name).await?;
     let fetched = match store.fetch(&name, id, context).await {

@@ -3,9 +3,11 @@
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use anyhow::Result;
-use panto_compact::{Driver, ModelRef, Reply, Store};
-use panto_model::Message;
+use anyhow::{Result, anyhow};
+use panto_compact::{
+    CompactError, Conflict, Driver, EffectiveContext, ModelRef, Reply, Role, Store, StoreError,
+};
+use panto_model::{Cost, Message};
 use panto_provider::{PromptCache, RequestOptions, StreamEvent};
 
 use crate::config::Config;
@@ -43,12 +45,29 @@ pub(crate) async fn send(config: &Config, path: &Path, message: String) -> Resul
         ));
     }
     let active = active_model(config, false)?;
-    let mut driver = driver(config, active, &session_name(path)).await?;
-    let new = vec![Message::user_text(message)];
+    let name = session_name(path);
+    let mut driver = driver(config, active, &name).await?;
+    // The meter is for a person watching; a script reading stderr gets only messages (and the
+    // history is read for the meter's cost only when it is shown).
+    let watched = crate::ui::stderr_is_terminal();
+    let earlier = if watched {
+        earlier_cost(config, &name).await
+    } else {
+        Cost::default()
+    };
+    // An earlier `panto send` of the same message stored it and failed before its reply was
+    // written: answer it, rather than store it a second time.
+    let new = if stored_unanswered(driver.context(), &message) {
+        say(&format!(
+            "panto: this message is already in {name} without an answer (an earlier send stored it, then failed); answering it instead of storing it again"
+        ));
+        Vec::new()
+    } else {
+        vec![Message::user_text(message)]
+    };
     let reply = turn(config, &mut driver, new, &mut Cancel::signal()).await??;
-    // The meter is for a person watching; a script reading stderr gets only messages.
-    if crate::ui::stderr_is_terminal() {
-        say(&meter(&driver, Some(&reply)));
+    if watched {
+        say(&meter(&driver, Some(&reply), earlier));
     }
     Ok(())
 }
@@ -56,9 +75,10 @@ pub(crate) async fn send(config: &Config, path: &Path, message: String) -> Resul
 /// The context meter: the size of the next request (system prompt included, as
 /// `panto context` counts it, from the same ruler) with its share of the model's window when
 /// the window is known (the driver's, `Driver::window`), the tokens of the request just
-/// answered as the provider counted them, and the active model. When the window is unknown it
-/// says so once per run.
-pub(crate) fn meter(driver: &CliDriver, reply: Option<&Reply>) -> String {
+/// answered as the provider counted them, the session's cost so far (`earlier`, what its
+/// history cost when the driver opened it ([`earlier_cost`]), and what the driver spent since),
+/// and the active model. When the window is unknown it says so once per run.
+pub(crate) fn meter(driver: &CliDriver, reply: Option<&Reply>, earlier: Cost) -> String {
     static SAID_UNKNOWN: AtomicBool = AtomicBool::new(false);
     let model = driver.compactor().active().model.as_str();
     // The driver's window: the CLI's (configured, kept, discovered, the catalogue's) and what
@@ -78,9 +98,22 @@ pub(crate) fn meter(driver: &CliDriver, reply: Option<&Reply>) -> String {
         say_unknown,
         model,
         auto_compact: driver.next_request().auto_compact,
-        spent: Some(driver.spent().total()),
+        spent: Some(earlier + driver.spent().total()),
     });
     format!("{line}{hint}")
+}
+
+/// What session `name`'s history cost before this run (`panto cost`'s totals), for the meter:
+/// nothing when the history cannot be read (the meter then counts this run's requests alone;
+/// `panto cost` names what is wrong).
+pub(crate) async fn earlier_cost(config: &Config, name: &str) -> Cost {
+    match super::cost::session_cost(config, name).await {
+        Ok(report) => report.map(|r| r.totals).unwrap_or_default(),
+        Err(e) => {
+            tracing::debug!("the meter counts this run alone: {e:#}");
+            Cost::default()
+        }
+    }
 }
 
 /// How session `name`'s requests use the prompt cache: as `prompt_cache` and `cache_ttl` say,
@@ -120,44 +153,105 @@ pub(crate) fn cache_key(config: &Config, name: &str) -> String {
     format!("panto-{hash:032x}")
 }
 
-/// How often a turn starts again when another writer appended between its load and its
-/// prompt's append.
+/// Whether `message` is a prompt of the conversation that no reply follows: one an earlier
+/// send stored before it failed (the only way a prompt goes unanswered).
+fn stored_unanswered(ctx: &EffectiveContext, message: &str) -> bool {
+    let conversation = ctx.conversation();
+    let after = conversation
+        .iter()
+        .rposition(|m| m.role == Role::Assistant)
+        .map_or(0, |at| at + 1);
+    conversation[after..]
+        .iter()
+        .any(|m| m.role == Role::User && m.text() == message)
+}
+
+/// How often a turn starts again when another writer appended first: before its prompt was
+/// stored (the prompt is sent again) or while the compaction ahead of its request was written
+/// (the stored prompt is answered).
 const PROMPT_CONFLICTS: usize = 3;
 
+/// A turn that failed, and what of it is stored when another writer's append was the cause.
+struct Failed {
+    error: anyhow::Error,
+    conflict: Option<Conflict>,
+}
+
+impl From<anyhow::Error> for Failed {
+    fn from(error: anyhow::Error) -> Failed {
+        Failed {
+            error,
+            conflict: None,
+        }
+    }
+}
+
 /// One user turn (`new` is the prompt, or nothing to resend the conversation as it stands):
-/// catches up with other writers, then sends. When another writer appended between the load
-/// and the append of the prompt, nothing has been sent yet, so the turn starts again from the
-/// session as it is now (a few times at most); a conflict when the reply is appended is
-/// reported (the prompt stays in the session). Returns the outcome of the turn.
+/// catches up with other writers, then sends. When another writer appended first, the turn
+/// goes on from the session as it is now (a few times at most): a prompt that was not stored
+/// is sent again, and one that was stored (the compaction ahead of its request lost) is
+/// answered without being stored again, unless another writer's reply answered it already
+/// (that reply is shown). A conflict when the reply is appended is reported: the prompt stays
+/// in the session, and the same `panto send` answers it. Returns the outcome of the turn.
 ///
 /// # Errors
 /// When the session cannot be read again; the outcome of the turn is the inner result.
 pub(crate) async fn turn(
     config: &Config,
     driver: &mut CliDriver,
-    new: Vec<Message>,
+    mut new: Vec<Message>,
     cancel: &mut Cancel,
 ) -> Result<Result<Reply>> {
     catch_up(driver).await?;
     let mut starts = 1;
     loop {
-        let before = driver.log().head();
         let result = match send_one(config, driver, new.clone(), cancel).await {
             // The model's recall calls are answered and the answers sent, until it replies.
-            Ok(reply) => answer_tools(config, driver, reply, cancel).await,
+            // The prompt is stored and answered by then: a conflict on the tool results ends
+            // the turn (starting it again would store the prompt twice).
+            Ok(reply) => answer_tools(config, driver, reply, cancel)
+                .await
+                .map_err(|f| Failed::from(f.error)),
             failed => failed,
         };
         // What the turn taught of the window is kept for the next command and conversation.
         let model = driver.compactor().active().model.clone();
         providers::remember(config, &model, driver.learned_window());
-        let prompt_refused =
-            result.is_err() && driver.log().conflicted() && driver.log().head() == before;
-        if !prompt_refused || starts > PROMPT_CONFLICTS {
-            return Ok(result);
+        let failed = match result {
+            Ok(reply) => return Ok(Ok(reply)),
+            Err(failed) => failed,
+        };
+        match failed.conflict {
+            Some(Conflict::NotStored) if starts <= PROMPT_CONFLICTS => {}
+            Some(Conflict::CompactionLost) if starts <= PROMPT_CONFLICTS => new.clear(),
+            _ => return Ok(Err(failed.error)),
         }
         starts += 1;
         catch_up(driver).await?;
+        if new.is_empty() && !driver.awaits_reply() {
+            return Ok(answered_by_another(driver));
+        }
     }
+}
+
+/// When another writer's reply answered the turn's stored prompt while its compaction was
+/// written: that reply, printed as this turn's would have been, and said so.
+fn answered_by_another(driver: &CliDriver) -> Result<Reply> {
+    let answer = driver
+        .context()
+        .conversation()
+        .iter()
+        .rev()
+        .find(|m| m.role == Role::Assistant)
+        .cloned()
+        .ok_or_else(|| anyhow!("the session changed and holds no reply to show"))?;
+    say(&format!(
+        "panto: another writer's reply, in {}, answered your message meanwhile:",
+        driver.log().session()
+    ));
+    crate::screen::answer(&answer.text());
+    crate::screen::answer("\n");
+    Ok(Reply::new(answer, None))
 }
 
 /// A conversation driver over session `name` of the configured store, loaded now (a session
@@ -221,7 +315,7 @@ async fn send_one(
     driver: &mut CliDriver,
     new: Vec<Message>,
     cancel: &mut Cancel,
-) -> Result<Reply> {
+) -> Result<Reply, Failed> {
     let name = driver.log().session().to_owned();
     let mut spinner = Spinner::start("waiting for the model");
     let mut printed = false;
@@ -246,20 +340,29 @@ async fn send_one(
         crate::screen::end_answer_line();
         return Err(anyhow::Error::new(Cancelled(format!(
             "cancelled: no reply was appended; your message stays in {name}"
-        ))));
+        )))
+        .into());
     };
     let reply = match result {
         Ok(reply) => reply,
         Err(e) => {
+            if !printed && let CompactError::ReplyNotAppended { reply, .. } = &e {
+                // An answer the session could not take is still the user's: shown, never
+                // dropped (the error below says it was not written).
+                crate::screen::answer(&reply.text());
+                crate::screen::answer("\n");
+            }
             // A reply cut short ends its line before the error is said.
             crate::screen::end_answer_line();
             let hopeless = !super::failure::retry_helps(&e);
+            let conflict = e.conflict();
             let e = failure(e, config);
-            return Err(if hopeless {
+            let error = if hopeless {
                 e.context(super::failure::Hopeless)
             } else {
                 e
-            });
+            };
+            return Err(Failed { error, conflict });
         }
     };
     if !printed {
@@ -284,13 +387,13 @@ async fn answer_tools(
     driver: &mut CliDriver,
     mut reply: Reply,
     cancel: &mut Cancel,
-) -> Result<Reply> {
+) -> Result<Reply, Failed> {
     for _ in 0..super::tools::MAX_ROUNDS {
         let results = super::tools::results(driver, &reply.message).await;
         if results.is_empty() {
             break;
         }
-        let results = Message::new(panto_model::Role::User, results);
+        let results = Message::new(Role::User, results);
         reply = send_one(config, driver, vec![results], cancel).await?;
     }
     Ok(reply)
@@ -306,12 +409,20 @@ async fn answer_tools(
 pub(crate) async fn catch_up(driver: &mut CliDriver) -> Result<()> {
     let seen = driver.log().head();
     let name = driver.log().session().to_owned();
-    let now = driver
-        .log()
-        .store()
-        .head(&name)
-        .await
-        .map_err(store_error)?;
+    let now = match driver.log().store().head(&name).await {
+        Ok(now) => now,
+        // The store cannot say now (a database out of reach past its reconnect time): go on
+        // from what this driver saw. The prompt's append is conditional on it, and says what is
+        // wrong if the store is still out of reach; a chat is not ended by it.
+        Err(e @ StoreError::Unavailable { .. }) => {
+            say(&format!(
+                "panto: warning: cannot tell whether {name} changed: {}",
+                crate::ui::error_text(&store_error(e))
+            ));
+            return Ok(());
+        }
+        Err(e) => return Err(store_error(e)),
+    };
     if now == seen {
         return Ok(());
     }

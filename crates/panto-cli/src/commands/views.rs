@@ -13,13 +13,13 @@ use crate::screen::say;
 use crate::ui::{count, for_stdout};
 
 use super::compact::{manual_run, nothing_text};
-use super::{compactor, exiting, load_existing, open_store, print_json, session_name};
+use super::{compactor, exiting, load_existing, open_store_reading, print_json, session_name};
 
 // ---------------------------------------------------------------------------------------------
 // context
 
 pub(crate) async fn context(config: &Config, path: &Path, as_json: bool) -> Result<()> {
-    let store = open_store(config).await?;
+    let store = open_store_reading(config).await?;
     let ctx = load_existing(&store, &session_name(path)).await?.context;
     // The one ruler: every size below comes from this estimate.
     let size = panto_size::estimate(&config.system_prompt.value, "", &ctx.messages);
@@ -293,7 +293,7 @@ fn preview(m: &Message, width: usize) -> String {
 // transcript
 
 pub(crate) async fn transcript(config: &Config, path: &Path) -> Result<()> {
-    let store = open_store(config).await?;
+    let store = open_store_reading(config).await?;
     let ctx = load_existing(&store, &session_name(path)).await?.context;
     let compactor = compactor(config)?;
     let windows = providers::known_windows(config, &compactor.active().model).0;
@@ -315,7 +315,7 @@ pub(crate) async fn transcript(config: &Config, path: &Path) -> Result<()> {
 /// `panto ledger SESSION [--json]`: the whole record stored on the active compaction entry
 /// (what the summary's rendering may have left out included).
 pub(crate) async fn ledger(config: &Config, path: &Path, as_json: bool) -> Result<()> {
-    let store = open_store(config).await?;
+    let store = open_store_reading(config).await?;
     let name = session_name(path);
     let ctx = load_existing(&store, &name).await?.context;
     if ctx.compaction.is_none() {

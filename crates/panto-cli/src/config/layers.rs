@@ -44,6 +44,10 @@ impl Config {
             max_retry_wait_secs: Setting::default(60),
             retries: Setting::default(3),
             lock_timeout_secs: Setting::default(10),
+            store_pool_size: Setting::default(4),
+            store_connect_timeout_secs: Setting::default(10),
+            store_statement_timeout_secs: Setting::default(30),
+            store_reconnect_secs: Setting::default(30),
             max_response_mib: Setting::default(
                 panto_providers::DEFAULT_MAX_RESPONSE_BYTES / (1024 * 1024),
             ),
@@ -238,6 +242,18 @@ impl Config {
         }
         if let Some(v) = f.lock_timeout_secs {
             self.lock_timeout_secs.set(v, src.clone());
+        }
+        if let Some(v) = f.store_pool_size {
+            self.store_pool_size.set(v, src.clone());
+        }
+        if let Some(v) = f.store_connect_timeout_secs {
+            self.store_connect_timeout_secs.set(v, src.clone());
+        }
+        if let Some(v) = f.store_statement_timeout_secs {
+            self.store_statement_timeout_secs.set(v, src.clone());
+        }
+        if let Some(v) = f.store_reconnect_secs {
+            self.store_reconnect_secs.set(v, src.clone());
         }
         if let Some(v) = f.max_response_mib
             && self.admit("max_response_mib", &v, src, trusted)

@@ -122,6 +122,10 @@ pub(crate) const KEYS: &[(&str, Needs)] = &[
     ("max_retry_wait_secs", Needs::Nothing),
     ("retries", Needs::Nothing),
     ("lock_timeout_secs", Needs::Nothing),
+    ("store_pool_size", Needs::Nothing),
+    ("store_connect_timeout_secs", Needs::Nothing),
+    ("store_statement_timeout_secs", Needs::Nothing),
+    ("store_reconnect_secs", Needs::Nothing),
     (
         "max_response_mib",
         Needs::Trust("it is the limit that protects your memory from a hostile server"),
@@ -232,6 +236,10 @@ pub(crate) struct FileConfig {
     max_retry_wait_secs: Option<u64>,
     retries: Option<u32>,
     lock_timeout_secs: Option<u64>,
+    store_pool_size: Option<usize>,
+    store_connect_timeout_secs: Option<u64>,
+    store_statement_timeout_secs: Option<u64>,
+    store_reconnect_secs: Option<u64>,
     max_response_mib: Option<u64>,
     store: Option<String>,
     prompt_cache: Option<bool>,
@@ -348,8 +356,17 @@ pub(crate) struct Config {
     pub max_retry_wait_secs: Setting<u64>,
     /// Retries of transient failures.
     pub retries: Setting<u32>,
-    /// How long an append waits for another writer's append lock, in seconds.
+    /// How long an append waits for another writer's append lock (or, on PostgreSQL, a
+    /// statement for a lock another session holds), in seconds.
     pub lock_timeout_secs: Setting<u64>,
+    /// How many connections the PostgreSQL store keeps at most.
+    pub store_pool_size: Setting<usize>,
+    /// How long connecting to the PostgreSQL store may take, in seconds (TLS and login included; the URL's `connect_timeout` wins).
+    pub store_connect_timeout_secs: Setting<u64>,
+    /// How long one statement of the PostgreSQL store may run, in seconds.
+    pub store_statement_timeout_secs: Setting<u64>,
+    /// How long an operation of the PostgreSQL store that lost its connection keeps trying, in seconds.
+    pub store_reconnect_secs: Setting<u64>,
     /// The cap on the size of one provider answer, MiB.
     pub max_response_mib: Setting<u64>,
     /// Where sessions are kept: `jsonl` (each SESSION a file), `jsonl:DIR`, `sqlite:PATH` or a

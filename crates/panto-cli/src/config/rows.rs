@@ -102,6 +102,26 @@ impl Config {
                 &self.lock_timeout_secs.source,
             ),
             (
+                "store_pool_size",
+                self.store_pool_size.value.to_string(),
+                &self.store_pool_size.source,
+            ),
+            (
+                "store_connect_timeout_secs",
+                self.store_connect_timeout_secs.value.to_string(),
+                &self.store_connect_timeout_secs.source,
+            ),
+            (
+                "store_statement_timeout_secs",
+                self.store_statement_timeout_secs.value.to_string(),
+                &self.store_statement_timeout_secs.source,
+            ),
+            (
+                "store_reconnect_secs",
+                self.store_reconnect_secs.value.to_string(),
+                &self.store_reconnect_secs.source,
+            ),
+            (
                 "max_response_mib",
                 self.max_response_mib.value.to_string(),
                 &self.max_response_mib.source,

@@ -1,6 +1,7 @@
 //! What a conversation costs, through the binary: `panto cost` (rows that add up to the totals,
 //! money with `[prices]`), the cost on `compact --json`, and the caching settings reaching the
-//! wire (`prompt_cache`, `cache_ttl`, the conversation's `prompt_cache_key`).
+//! wire (`prompt_cache`, `cache_ttl`, the conversation's `prompt_cache_key`), and the chat's
+//! meter showing the session's cost so far.
 
 use serde_json::Value;
 
@@ -93,6 +94,52 @@ fn panto_cost_of_an_empty_session_is_bad_input() {
     let run = sb.run(&["cost", "empty.jsonl"]);
     run.expect_code(2);
     assert!(run.stderr.contains("empty"), "{}", run.stderr);
+}
+
+/// The chat's meter shows the session's cost so far: what its history cost (the figures `panto
+/// cost` adds up) from the meter on resuming, and the chat's own replies added to it after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_chat_meter_counts_the_sessions_cost_so_far() {
+    let p = Protocol::OpenAiChat;
+    let server = FakeModel::new(p, 1_000_000).start().await;
+    let sb = Sandbox::new();
+    sb.write("c.jsonl", SESSION);
+    // A known window: the meter has room for the cost within its 60 columns.
+    std::fs::write(
+        sb.user_config.join("config.toml"),
+        "context_window = 100000\n",
+    )
+    .unwrap();
+    let history = sb.run(&["cost", "c.jsonl", "--json"]).expect_code(0).json();
+    // 2,510 + 335 + 3,000 + 1,965 billed; 2,800 of 9,430 input tokens read from the cache.
+    assert_eq!(history["totals"]["billed_input_tokens"], 7810);
+    let output = sb.chat_with_input(
+        crate::fake_model::chat_command(&sb, p, &server.uri()),
+        "Hello there.\n",
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let meters: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("panto: context "))
+        .collect();
+    assert_eq!(meters.len(), 2, "{stderr}");
+    assert!(
+        meters[0].contains("; 7.8k billed (29% cached)"),
+        "{}",
+        meters[0]
+    );
+    // The reply (plain input at the fake model's plain rates) adds to the history's figures; by
+    // itself it would show no cost at all (no price, no cache).
+    let billed = |meter: &str| -> String {
+        let (_, after) = meter.split_once("; ").unwrap();
+        after
+            .split("; ")
+            .find(|part| part.contains(" billed ("))
+            .unwrap_or_else(|| panic!("{meter}"))
+            .to_owned()
+    };
+    assert_ne!(billed(meters[1]), billed(meters[0]), "{stderr}");
 }
 
 async fn send(sb: &Sandbox, p: Protocol, server: &str, session: &str, i: usize) -> Run {

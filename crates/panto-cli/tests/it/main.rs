@@ -27,6 +27,8 @@ mod output;
 mod recall;
 mod ruler;
 mod safety;
+mod store_checks;
+mod store_faults;
 mod stores;
 mod support;
 mod terminal;

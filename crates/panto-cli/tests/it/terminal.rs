@@ -342,7 +342,9 @@ async fn a_chat_through_an_overflow_looks_as_docs_chat_md_shows() {
         let mut term = Terminal::spawn_sized(cmd, 100);
         term.wait_for_prompt();
         for (i, prompt) in prompts.iter().enumerate() {
-            term.enter(prompt, " out; fake-model", i + 1);
+            // Each reply's meter ends with the session's cost so far (or the model, where
+            // there is room), as the meter on resuming did.
+            term.enter(prompt, " cached)", i + 2);
         }
         term.enter("/summary", "/summary", 1);
         term.enter("/help", "/retry ", 1);

@@ -13,7 +13,8 @@
 //! (`parts.rs`); each request's prompt (`chunk.rs`), what it costs and how a rejection shrinks
 //! the limit (`limits.rs`); and the model calls, with the fallback from the compaction model to
 //! the active one (`ask.rs`). What is written (the summary with its ledger, the entry and the
-//! copies, panto's own record when no model answered) is `write.rs`.
+//! copies, panto's own record when no model answered) is `write.rs`, and its append, after
+//! another writer's prompts when they came first, `rebase.rs`.
 
 mod ask;
 mod chunk;
@@ -22,6 +23,7 @@ mod limits;
 mod native;
 mod parts;
 mod prepare;
+mod rebase;
 mod run;
 mod state;
 mod step;
@@ -31,6 +33,8 @@ mod summary;
 mod tests;
 mod walk;
 mod write;
+
+pub use rebase::{MAX_REBASES, REBASED_FIELD};
 
 use std::fmt;
 use std::ops::Range;

@@ -82,19 +82,22 @@ impl<'a> Run<'a> {
         Ok(CompactOutcome::Compacted(Box::new(compacted)))
     }
 
-    /// Appends `compacted` to `log` in one conditional append, and says so.
+    /// Appends `compacted` to `log` in one conditional append (after another writer's prompts
+    /// when they came first: `rebase.rs`), and says so.
     ///
     /// # Errors
     /// [`CompactError::Store`] when the append failed; nothing is in effect then.
     pub(super) async fn append<S: Store>(
         &mut self,
         log: &mut SessionLog<S>,
-        compacted: Compacted,
+        mut compacted: Compacted,
         span: &Span,
     ) -> Result<CompactOutcome, CompactError> {
-        let written = log
-            .append(&compacted.entries)
-            .instrument(info_span!(parent: span, "write", entries = compacted.entries.len()))
+        let entries = compacted.entries.len();
+        let written = self
+            .compactor
+            .write(log, &mut compacted)
+            .instrument(info_span!(parent: span, "write", entries))
             .await;
         let report = &compacted.report;
         if let Err(e) = written {

@@ -4,7 +4,7 @@
 
 use panto_model::{COPIES_MARKED, CompactionEntry, Entry, Extra, IdKind, KEPT_BY, Message, replay};
 use panto_size::Heuristic;
-use panto_store::{SessionLog, Store};
+use panto_store::{SessionLog, Store, StoreError};
 use panto_transcript::{Ledger, strip_ledger, transcript_items};
 use serde_json::{Value, json};
 
@@ -136,6 +136,7 @@ impl Run<'_> {
                 failed_attempts: failures,
                 native: None,
                 usage,
+                rebased: 0,
             },
         }
     }
@@ -221,14 +222,17 @@ impl Run<'_> {
             ..Folded::default()
         };
         self.taught = taught;
-        let compacted = self.build(prepared, record);
+        let mut compacted = self.build(prepared, record);
         let report = &compacted.report;
         if !options.force && NotSmaller::check(report.tokens_before, report.tokens_after).is_err() {
             return Err(failure);
         }
         tracing::warn!(%failure, "no model could summarize; wrote panto's own record instead");
-        if log.append(&compacted.entries).await.is_err() {
-            return Err(failure);
+        match self.compactor.write(log, &mut compacted).await {
+            Ok(()) => {}
+            // Another writer appended: that, not the models, is why nothing was written.
+            Err(e @ StoreError::Conflict { .. }) => return Err(CompactError::Store(e)),
+            Err(_) => return Err(failure),
         }
         self.emit(CompactionEvent::Finished(Box::new(
             compacted.report.clone(),

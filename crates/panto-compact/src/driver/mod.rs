@@ -196,6 +196,18 @@ impl<S: Store> Driver<S> {
         Ok(())
     }
 
+    /// Whether the conversation awaits a reply: it ends with a user message (a prompt, or tool
+    /// results) that no reply follows. After a conflict that stored the new messages
+    /// ([`Conflict::prompt_stored`](crate::Conflict::prompt_stored)) and a reload, a driver
+    /// that still awaits a reply sends nothing new (`send(vec![], ..)`); one that does not was
+    /// answered by another writer.
+    pub fn awaits_reply(&self) -> bool {
+        self.context
+            .conversation()
+            .last()
+            .is_some_and(|m| m.role == panto_model::Role::User)
+    }
+
     /// The whole ledger the latest compaction of the context recorded (empty when the context
     /// starts from none): the requests, files, errors, commands, todos and answers of
     /// everything summarized so far, of which a summary shows only the most telling part. An
@@ -296,11 +308,18 @@ impl<S: Store> Driver<S> {
     /// ([`Driver::learned_window`]). Streamed text of every attempt goes to `stream`. Messages
     /// without an id get one.
     ///
+    /// When another writer appended meanwhile, [`CompactError::conflict`] says what of the turn
+    /// is stored ([`Conflict`](crate::Conflict)): either `new` was not stored (send it again
+    /// after [`Driver::reload`]), or it is stored and a compaction or the reply lost (after a
+    /// reload, send nothing new while [`Driver::awaits_reply`]; sending `new` again would store
+    /// it twice).
+    ///
     /// # Errors
-    /// - [`CompactError::Store`]: the store refused the append of `new` (a
+    /// - [`CompactError::NotStored`]: the store refused the append of `new` (a
     ///   [`StoreError::Conflict`] when another writer appended since this driver last saw the
-    ///   session: nothing was sent or written; [`Driver::reload`] and send again), or of a
-    ///   compaction ahead of the request;
+    ///   session): nothing was sent or written;
+    /// - [`CompactError::Store`]: `new` is stored, and the store refused the append of the
+    ///   compaction ahead of the request (another writer appended meanwhile); nothing was sent;
     /// - [`CompactError::ExceedsWindow`]: with proactive compaction on, the request is still
     ///   estimated larger than the window, so it was not sent;
     /// - [`CompactError::ReplyNotAppended`]: the reply could not be appended; it is handed back;
@@ -320,7 +339,7 @@ impl<S: Store> Driver<S> {
         stream: EventSink<'_>,
     ) -> Result<Reply, CompactError> {
         if !new.is_empty() {
-            self.append(new).await.map_err(CompactError::Store)?;
+            self.append(new).await.map_err(CompactError::NotStored)?;
         }
         let ahead = self.compact_ahead().await?;
 

@@ -433,7 +433,7 @@ async fn a_prompt_appended_by_a_stale_driver_is_a_conflict_and_nothing_is_sent()
         .await
         .unwrap();
     let err = d.send(vec![user("mine")], &mut |_| {}).await.unwrap_err();
-    let CompactError::Store(e) = &err else {
+    let CompactError::NotStored(e) = &err else {
         panic!("expected a store conflict, got {err:?}")
     };
     assert!(e.is_conflict());

@@ -29,6 +29,7 @@ mod send;
 mod session;
 mod snapshots;
 mod window;
+mod writers;
 
 use std::sync::Arc;
 

@@ -11,6 +11,7 @@
     reason = "test code: fails loudly, paces its child processes"
 )]
 
+mod faults;
 mod processes;
 mod schema;
 mod tls;

@@ -1,5 +1,6 @@
 //! The SQLite store: the conformance suite, its property test, exact text in the database,
-//! several processes appending to one session, and `kill -9` in the middle of an append.
+//! the file's mode and who may create it, several processes appending to one session, and
+//! `kill -9` in the middle of an append.
 
 // Tests fail loudly and pace their child processes: unwrapping and sleeping on a test thread
 // are what they are for.
@@ -9,6 +10,7 @@
     reason = "test code: fails loudly, paces its child processes"
 )]
 
+mod files;
 mod processes;
 
 use panto_store::{Head, Store, StoreError, conformance};

@@ -15,14 +15,23 @@ const TASK: &str = "PANTO_SQLITE_CHILD";
 const COPIES: usize = 300;
 
 /// The child's side: `crash PATH` appends crash units forever; `write PATH W N` appends N
-/// entries as writer W, each conditional on the head it last saw, reloading after a conflict.
+/// entries as writer W, each conditional on the head it last saw, reloading after a conflict;
+/// `read PATH` loads session `s` as a command that only reads and prints how many messages.
 #[test]
 fn child() {
     let Ok(task) = std::env::var(TASK) else {
         return;
     };
     let args: Vec<&str> = task.split(' ').collect();
-    let options = SqliteOptions::default().with_fsync(false);
+    let mut options = SqliteOptions::default().with_fsync(false);
+    if args[0] == "read" {
+        // What a command that only reads does; says what it read on stdout.
+        options = options.with_create(false);
+        let store = block_on(SqliteStore::open_with(args[1], options)).unwrap();
+        let loaded = block_on(store.load("s")).unwrap();
+        println!("read {} messages", loaded.context.messages.len());
+        return;
+    }
     let store = block_on(SqliteStore::open_with(args[1], options)).unwrap();
     match args[0] {
         "crash" => {
@@ -50,6 +59,13 @@ fn child() {
         }
         other => panic!("unknown task {other}"),
     }
+}
+
+pub(crate) fn child_command(task: &str) -> Command {
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args(["processes::child", "--exact", "--nocapture"])
+        .env(TASK, task);
+    cmd
 }
 
 fn spawn(task: &str) -> Child {

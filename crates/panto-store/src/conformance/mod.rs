@@ -70,6 +70,7 @@ checks!(
     history_pages_in_order,
     sessions_are_separate_and_listed,
     session_log_reloads_after_a_conflict,
+    session_log_appends_after_what_others_appended,
     import_export_round_trip,
     import_is_one_unit_in_batches,
     a_failed_import_leaves_nothing,
@@ -351,6 +352,51 @@ async fn sessions_are_separate_and_listed<S: Store>(store: &S) {
         .filter(|n| *n == "a.jsonl" || *n == "b.jsonl")
         .collect();
     assert_eq!(ours, ["a.jsonl", "b.jsonl"], "sessions are listed, sorted");
+}
+
+async fn session_log_appends_after_what_others_appended<S: Store>(store: &S) {
+    let (mut mine, _) = SessionLog::open(store, "s.jsonl").await.expect("open");
+    let (mut theirs, _) = SessionLog::open(store, "s.jsonl").await.expect("open");
+    let none = mine.appended_since().await.expect("read");
+    assert!(none.records.is_empty());
+    assert_eq!(none.next, mine.head());
+    theirs
+        .append(&[user("one", "t1"), user("two", "t2")])
+        .await
+        .expect("append");
+    let before = mine.head();
+    let page = mine.appended_since().await.expect("read");
+    assert_eq!(mine.head(), before, "reading moves no head");
+    let texts: Vec<String> = page
+        .records
+        .iter()
+        .map(|r| match r.decode(1).expect("decode") {
+            Entry::Message(m) => m.text(),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(texts, ["one", "two"]);
+    // Appending at the old head still conflicts; after what was read, it lands.
+    assert!(mine.append(&[user("mine", "m1")]).await.is_err());
+    assert_eq!(mine.head(), before);
+    mine.append_after(page.next, &[user("mine", "m1")])
+        .await
+        .expect("append after");
+    assert!(!mine.conflicted());
+    assert_eq!(mine.head(), store.head("s.jsonl").await.expect("head"));
+    // A head another append has passed conflicts, and the head stays.
+    theirs.reload().await.expect("reload");
+    theirs.append(&[user("three", "t3")]).await.expect("append");
+    let stale = mine.head();
+    assert!(
+        mine.append_after(page.next, &[user("late", "m2")])
+            .await
+            .is_err()
+    );
+    assert_eq!(mine.head(), stale);
+    let loaded = store.load("s.jsonl").await.expect("load");
+    let texts: Vec<String> = loaded.context.messages.iter().map(Message::text).collect();
+    assert_eq!(texts, ["one", "two", "mine", "three"]);
 }
 
 async fn session_log_reloads_after_a_conflict<S: Store>(store: &S) {

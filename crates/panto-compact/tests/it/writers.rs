@@ -1,0 +1,329 @@
+//! Several writers on one session: what a conflict says was stored, and the documented
+//! recovery (`Conflict`), which never stores a prompt twice, whichever append lost: the
+//! prompt's, the compaction's ahead of the request, the overflow compaction's, or the reply's.
+
+use std::sync::Arc;
+use std::sync::Mutex;
+
+use panto_compact::{
+    CompactError, Compactor, CompactorConfig, Conflict, Driver, MemoryStore, ModelRef, Provider,
+    ProviderError, REBASED_FIELD, Request, SessionLog, Store, Window, WindowSource, async_trait,
+};
+use panto_model::{Entry, Message, Role, SequentialIds};
+use panto_provider::EventSink;
+
+use crate::short_prompt;
+
+const AGENT: &str = "You are the agent.";
+
+/// What the other writer appends while the model answers one request.
+#[derive(Clone, Debug)]
+enum Meanwhile {
+    /// Nothing.
+    Nothing,
+    /// A prompt of its own.
+    Prompt(&'static str),
+    /// A prompt and the reply to it (which answers every prompt before it too).
+    Exchange(&'static str),
+}
+
+/// A model over a shared session: while it answers request `i`, the other writer does
+/// `plan[i]`. A request that states a limit above `window` tokens of text overflows.
+struct Shared {
+    store: MemoryStore,
+    plan: Vec<Meanwhile>,
+    /// Requests larger than this many bytes of messages overflow.
+    overflow_bytes: usize,
+    requests: Mutex<Vec<Request>>,
+}
+
+impl Shared {
+    fn requests(&self) -> Vec<Request> {
+        self.requests.lock().unwrap().clone()
+    }
+}
+
+#[async_trait]
+impl Provider for Shared {
+    fn name(&self) -> &str {
+        "shared"
+    }
+
+    async fn complete(
+        &self,
+        request: &Request,
+        _events: EventSink<'_>,
+    ) -> Result<Message, ProviderError> {
+        let n = {
+            let mut seen = self.requests.lock().unwrap();
+            seen.push(request.clone());
+            seen.len() - 1
+        };
+        let theirs = match self.plan.get(n).cloned().unwrap_or(Meanwhile::Nothing) {
+            Meanwhile::Nothing => Vec::new(),
+            Meanwhile::Prompt(p) => vec![Message::user_text(p)],
+            Meanwhile::Exchange(p) => vec![
+                Message::user_text(p),
+                Message::assistant_text(format!("their answer to {p}")),
+            ],
+        };
+        if !theirs.is_empty() {
+            let head = self.store.head("s").await.unwrap();
+            let mut other = SessionLog::new(self.store.clone(), "s", head);
+            let entries: Vec<Entry> = theirs.into_iter().map(Entry::Message).collect();
+            other.append(&entries).await.unwrap();
+        }
+        if request.system != AGENT {
+            return Ok(Message::assistant_text("what was said before"));
+        }
+        let bytes: usize = request.messages.iter().map(|m| m.text().len()).sum();
+        if bytes > self.overflow_bytes {
+            return Err(ProviderError::ContextOverflow {
+                message: "prompt is too long".into(),
+                input_tokens: None,
+                limit: None,
+            });
+        }
+        Ok(Message::assistant_text("my answer"))
+    }
+}
+
+/// A session of `n` long exchanges, and a driver over it with a model that follows `plan`.
+async fn setup(
+    n: usize,
+    plan: Vec<Meanwhile>,
+    overflow_bytes: usize,
+) -> (Arc<Shared>, Driver<MemoryStore>) {
+    let store = MemoryStore::new();
+    let mut entries = Vec::new();
+    for i in 0..n {
+        let words = format!("exchange {i}: ") + &"the parser keeps its state. ".repeat(40);
+        entries.push(Entry::Message(Message::user_text(words.clone())));
+        entries.push(Entry::Message(Message::assistant_text(words)));
+    }
+    let (mut log, _) = SessionLog::open(store.clone(), "s").await.unwrap();
+    log.append(&entries).await.unwrap();
+    let shared = Arc::new(Shared {
+        store: store.clone(),
+        plan,
+        overflow_bytes,
+        requests: Mutex::new(Vec::new()),
+    });
+    let compactor = Compactor::new(ModelRef::new(shared.clone(), "m"))
+        .with_prompt(short_prompt())
+        .with_ids(Arc::new(SequentialIds::new()))
+        .with_config(CompactorConfig::new().with_keep_tokens(200));
+    let (driver, _) = Driver::open(compactor, store, "s").await.unwrap();
+    (shared, driver.with_system(AGENT))
+}
+
+/// The documented recovery (`Conflict`'s docs): until the turn is answered, send `new`
+/// again only when it was not stored. Returns the conflicts met.
+async fn send_until_answered(driver: &mut Driver<MemoryStore>, prompt: &str) -> Vec<Conflict> {
+    let mut new = vec![Message::user_text(prompt)];
+    let mut met = Vec::new();
+    for _ in 0..5 {
+        match driver.send(new.clone(), &mut |_| {}).await {
+            Ok(_) => return met,
+            Err(e) => {
+                let conflict = e
+                    .conflict()
+                    .unwrap_or_else(|| panic!("not a conflict: {e}"));
+                met.push(conflict);
+                if conflict.prompt_stored() {
+                    new.clear();
+                }
+            }
+        }
+        driver.reload().await.unwrap();
+        if new.is_empty() && !driver.awaits_reply() {
+            return met;
+        }
+    }
+    panic!("not answered after five sends: {met:?}");
+}
+
+/// How often `text` is stored as a user message (a compaction's kept copies are copies, not
+/// prompts).
+async fn stored(store: &MemoryStore, text: &str) -> usize {
+    store
+        .entries("s")
+        .iter()
+        .filter(|e| {
+            matches!(e, Entry::Message(m) if m.role == Role::User
+            && m.text() == text
+            && m.kept_by().is_none())
+        })
+        .count()
+}
+
+#[tokio::test]
+async fn a_prompt_refused_is_not_stored_and_is_sent_again() {
+    let (shared, mut driver) = setup(1, vec![], usize::MAX).await;
+    let head = shared.store.head("s").await.unwrap();
+    SessionLog::new(shared.store.clone(), "s", head)
+        .append(&[Entry::Message(Message::user_text("theirs"))])
+        .await
+        .unwrap();
+    let err = driver
+        .send(vec![Message::user_text("mine")], &mut |_| {})
+        .await
+        .unwrap_err();
+    assert!(matches!(err, CompactError::NotStored(_)), "{err:?}");
+    assert_eq!(err.conflict(), Some(Conflict::NotStored));
+    assert!(!Conflict::NotStored.prompt_stored());
+    assert!(err.to_string().contains("not written"), "{err}");
+    assert_eq!(stored(&shared.store, "mine").await, 0);
+    driver.reload().await.unwrap();
+    assert_eq!(send_until_answered(&mut driver, "mine").await, []);
+    assert_eq!(stored(&shared.store, "mine").await, 1);
+}
+
+/// A driver over a session above its threshold, compacting ahead; the model follows `plan`.
+async fn compacting_ahead(plan: Vec<Meanwhile>) -> (Arc<Shared>, Driver<MemoryStore>) {
+    let (shared, driver) = setup(4, plan, usize::MAX).await;
+    let driver = driver
+        .with_auto_compact(Some(0.5))
+        .with_window(Window::new(4_000, WindowSource::Reported));
+    (shared, driver)
+}
+
+#[tokio::test]
+async fn a_compaction_ahead_overtaken_by_a_prompt_is_written_after_it() {
+    // The first request is the compaction ahead: the other writer's prompt lands meanwhile.
+    let (shared, mut driver) = compacting_ahead(vec![Meanwhile::Prompt("theirs")]).await;
+    let reply = driver
+        .send(vec![Message::user_text("mine")], &mut |_| {})
+        .await
+        .unwrap();
+    let ahead = reply.compacted_ahead.expect("compacted ahead");
+    assert_eq!(ahead.rebased, 1, "their prompt joined the kept turns");
+    let entries = shared.store.entries("s");
+    let Some(Entry::Compaction(entry)) = entries.iter().find(|e| matches!(e, Entry::Compaction(_)))
+    else {
+        panic!("no compaction written")
+    };
+    assert_eq!(entry.extra[REBASED_FIELD], 1);
+    let requests = shared.requests();
+    assert_eq!(requests.iter().filter(|r| r.system != AGENT).count(), 1);
+    // The request after it answers both prompts, each once, after the summary.
+    let texts: Vec<String> = requests[1].messages.iter().map(Message::text).collect();
+    let summary = requests[1].messages[0]
+        .compaction_summary()
+        .unwrap_or_default();
+    assert!(summary.starts_with("what was said before"), "{summary}");
+    assert!(
+        texts.ends_with(&["mine".to_owned(), "theirs".to_owned()]),
+        "{texts:?}"
+    );
+    assert_eq!(stored(&shared.store, "mine").await, 1);
+    assert_eq!(stored(&shared.store, "theirs").await, 1);
+    // The session replays to what the driver holds.
+    assert_eq!(
+        shared.store.load("s").await.unwrap().context.messages,
+        driver.context().messages
+    );
+}
+
+#[tokio::test]
+async fn a_compaction_ahead_overtaken_by_a_reply_is_lost_and_the_prompt_kept_once() {
+    let (shared, mut driver) = compacting_ahead(vec![Meanwhile::Exchange("theirs")]).await;
+    let err = driver
+        .send(vec![Message::user_text("mine")], &mut |_| {})
+        .await
+        .unwrap_err();
+    assert!(matches!(err, CompactError::Store(_)), "{err:?}");
+    assert_eq!(err.conflict(), Some(Conflict::CompactionLost));
+    assert!(err.conflict().unwrap().prompt_stored());
+    driver.reload().await.unwrap();
+    assert!(!driver.awaits_reply(), "their reply answered mine too");
+    assert_eq!(stored(&shared.store, "mine").await, 1);
+    let compactions = shared
+        .store
+        .entries("s")
+        .iter()
+        .filter(|e| matches!(e, Entry::Compaction(_)))
+        .count();
+    assert_eq!(compactions, 0);
+}
+
+#[tokio::test]
+async fn the_documented_recovery_stores_the_prompt_once_when_the_compaction_ahead_loses() {
+    // A reply, then a prompt of the other writer's, each while a compaction of ours is written.
+    let plan = vec![Meanwhile::Exchange("theirs"), Meanwhile::Prompt("again")];
+    let (shared, mut driver) = compacting_ahead(plan).await;
+    let met = send_until_answered(&mut driver, "mine").await;
+    // Their reply answered mine: nothing more is asked.
+    assert_eq!(met, [Conflict::CompactionLost]);
+    assert_eq!(stored(&shared.store, "mine").await, 1);
+    assert_eq!(shared.requests().len(), 1);
+}
+
+#[tokio::test]
+async fn a_lost_reply_keeps_the_prompt_once_and_is_asked_again_while_unanswered() {
+    let (shared, mut driver) = setup(1, vec![Meanwhile::Prompt("theirs")], usize::MAX).await;
+    let err = driver
+        .send(vec![Message::user_text("mine")], &mut |_| {})
+        .await
+        .unwrap_err();
+    assert_eq!(err.conflict(), Some(Conflict::ReplyLost));
+    assert!(Conflict::ReplyLost.prompt_stored());
+    driver.reload().await.unwrap();
+    assert!(driver.awaits_reply(), "their prompt ends the session");
+    driver.send(vec![], &mut |_| {}).await.unwrap();
+    assert_eq!(stored(&shared.store, "mine").await, 1);
+    assert!(!driver.awaits_reply());
+}
+
+#[tokio::test]
+async fn a_prompt_another_writer_answered_is_not_asked_again() {
+    let (shared, mut driver) = setup(1, vec![Meanwhile::Exchange("theirs")], usize::MAX).await;
+    let met = send_until_answered(&mut driver, "mine").await;
+    assert_eq!(met, [Conflict::ReplyLost]);
+    assert_eq!(shared.requests().len(), 1, "their answer covered mine");
+    assert_eq!(stored(&shared.store, "mine").await, 1);
+}
+
+/// A send whose first request overflows, while the overflow's compaction is written the other
+/// writer does `meanwhile`.
+async fn overflowing(
+    meanwhile: Meanwhile,
+) -> (
+    Arc<Shared>,
+    Driver<MemoryStore>,
+    Result<panto_compact::Reply, CompactError>,
+) {
+    let (shared, mut driver) = setup(6, vec![Meanwhile::Nothing, meanwhile], 4_000).await;
+    let sent = driver
+        .send(vec![Message::user_text("mine")], &mut |_| {})
+        .await;
+    (shared, driver, sent)
+}
+
+#[tokio::test]
+async fn an_overflow_compaction_overtaken_by_a_reply_is_lost_and_the_prompt_kept_once() {
+    let (shared, mut driver, sent) = overflowing(Meanwhile::Exchange("theirs")).await;
+    let err = sent.unwrap_err();
+    assert!(
+        matches!(err, CompactError::OverflowCompactionFailed { .. }),
+        "{err:?}"
+    );
+    assert_eq!(err.conflict(), Some(Conflict::CompactionLost));
+    driver.reload().await.unwrap();
+    assert!(!driver.awaits_reply());
+    assert_eq!(stored(&shared.store, "mine").await, 1);
+}
+
+#[tokio::test]
+async fn an_overflow_compaction_overtaken_by_a_prompt_is_written_after_it_and_retried() {
+    let (shared, _, sent) = overflowing(Meanwhile::Prompt("theirs")).await;
+    let reply = sent.unwrap();
+    assert_eq!(reply.compaction.expect("compacted").rebased, 1);
+    assert_eq!(stored(&shared.store, "mine").await, 1);
+    let retry = shared.requests().last().unwrap().messages.clone();
+    let texts: Vec<String> = retry.iter().map(Message::text).collect();
+    assert!(
+        texts.ends_with(&["mine".to_owned(), "theirs".to_owned()]),
+        "{texts:?}"
+    );
+}
