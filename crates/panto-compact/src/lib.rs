@@ -157,8 +157,8 @@ pub use panto_provider::{
 pub use panto_size as size;
 pub use panto_store as store;
 pub use panto_store::{
-    Fetched, Head, Hit, Loaded, MemoryLog, MemoryStore, RecallQuery, Recalled, Record, SessionLog,
-    Store, StoreError, Warning,
+    Fetched, Head, Hit, Loaded, MemoryLog, MemoryStore, RecallQuery, Recalled, Record,
+    SessionChange, SessionLog, Store, StoreError, Warning,
 };
 pub use panto_transcript as transcript;
 pub use panto_transcript::Ledger;

@@ -11,7 +11,9 @@
 //! - [`Record`]: an entry as a store keeps it, its exact Contract 1 text and its
 //!   [`RecordKind`].
 //! - [`SessionLog`]: one session of a store as one writer last saw it, whose appends are
-//!   conditional on that view. The `Driver` and the `Compactor` write through it.
+//!   conditional on that view, and which tells other writers' appends from a session that
+//!   vanished or was replaced ([`SessionChange`]). The `Driver` and the `Compactor` write
+//!   through it.
 //! - [`MemoryStore`] (and [`MemoryLog`], one session of it): sessions in memory.
 //! - [`takes_effect`] and [`replay_tail`]: what a database store needs to load in O(tail).
 //! - With the `conformance` feature, `conformance` is the suite every store must pass (the
@@ -69,7 +71,7 @@ pub mod conformance;
 pub use async_trait::async_trait;
 pub use error::{BoxError, StoreError};
 pub use head::Head;
-pub use log::SessionLog;
+pub use log::{SessionChange, SessionLog};
 pub use memory::{MEMORY_SESSION, MemoryLog, MemoryStore};
 pub use recall::{Fetched, Hit, RecallQuery, Recalled};
 pub use record::{Record, RecordKind};

@@ -1,5 +1,8 @@
 //! `SessionLog`: one session of a store as one writer last saw it; its appends are conditional
-//! on that view, so a writer never interleaves its entries with another's.
+//! on that view, so a writer never interleaves its entries with another's, and it tells another
+//! writer's appends from a session that was replaced.
+
+use std::hash::{DefaultHasher, Hash, Hasher};
 
 use panto_model::Entry;
 
@@ -21,12 +24,53 @@ const PAGE: usize = 256;
 /// answer without holding up other writers.
 ///
 /// The `Driver` and the `Compactor` write through it; it is all they know of storage.
+///
+/// A head alone cannot tell another writer's appends from a session replaced by a longer one
+/// (another conversation copied over the file, a database session deleted and written again),
+/// so the log also keeps a *mark*: where one record it read or wrote starts and a hash of its
+/// text (the first record of its last append, or the session's first record after a load).
+/// [`SessionLog::change`] reads that one record again: O(1), whatever the history's length.
 #[derive(Clone, Debug)]
 pub struct SessionLog<S> {
     store: S,
     session: String,
     head: Head,
     conflicted: bool,
+    mark: Option<Mark>,
+}
+
+/// A record this log read or wrote: the position it starts at (the `from` that
+/// [`Store::read`] gives it back for) and a hash of its exact text.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Mark {
+    at: Head,
+    hash: u64,
+}
+
+impl Mark {
+    fn new(at: Head, record: &Record) -> Mark {
+        let mut hasher = DefaultHasher::new();
+        record.text.hash(&mut hasher);
+        Mark {
+            at,
+            hash: hasher.finish(),
+        }
+    }
+}
+
+/// What became of a session since a [`SessionLog`] last saw it ([`SessionLog::change`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SessionChange {
+    /// It ends where the log saw it end, with the log's record where it was.
+    Unchanged,
+    /// Other writers appended after what the log saw: it now ends at this head.
+    Appended(Head),
+    /// It is gone: no such session, or one that holds nothing any more.
+    Gone,
+    /// It holds another history than the one the log saw: shorter, or without the log's
+    /// record where it was (another conversation put in its place).
+    Replaced,
 }
 
 impl<S: Store> SessionLog<S> {
@@ -37,6 +81,7 @@ impl<S: Store> SessionLog<S> {
             session: session.into(),
             head,
             conflicted: false,
+            mark: None,
         }
     }
 
@@ -55,7 +100,9 @@ impl<S: Store> SessionLog<S> {
             Err(StoreError::NotFound { .. }) => Loaded::default(),
             other => other?,
         };
-        Ok((SessionLog::new(store, session, loaded.head), loaded))
+        let mut log = SessionLog::new(store, session, loaded.head);
+        log.mark_first().await?;
+        Ok((log, loaded))
     }
 
     /// Appends `entries` as one unit where this writer last saw the session end, and moves the
@@ -74,12 +121,13 @@ impl<S: Store> SessionLog<S> {
     /// # Errors
     /// As [`SessionLog::append`].
     pub async fn append_records(&mut self, records: &[Record]) -> Result<(), StoreError> {
-        let result = self
-            .store
-            .append_records(&self.session, self.head, records)
-            .await;
+        let at = self.head;
+        let result = self.store.append_records(&self.session, at, records).await;
         self.conflicted = matches!(result, Err(StoreError::Conflict { .. }));
         self.head = result?;
+        if let Some(first) = records.first() {
+            self.mark = Some(Mark::new(at, first));
+        }
         Ok(())
     }
 
@@ -94,7 +142,63 @@ impl<S: Store> SessionLog<S> {
         };
         self.head = loaded.head;
         self.conflicted = false;
+        self.mark_first().await?;
         Ok(loaded)
+    }
+
+    /// Marks the session's first record (when it has one): what the log read is that session.
+    /// A history that cannot be read from its start (a line before the latest compaction that
+    /// is not an entry, which a load does not reach) leaves no mark: the head alone is checked
+    /// until the log's first append marks its own record.
+    async fn mark_first(&mut self) -> Result<(), StoreError> {
+        self.mark = None;
+        if self.head == Head::EMPTY {
+            return Ok(());
+        }
+        let page = match self.store.read(&self.session, Head::EMPTY, 1).await {
+            Err(StoreError::NotFound { .. } | StoreError::Invalid { .. }) => return Ok(()),
+            other => other?,
+        };
+        self.mark = page.records.first().map(|r| Mark::new(Head::EMPTY, r));
+        Ok(())
+    }
+
+    /// What became of the session since this log last saw it: nothing, other writers'
+    /// appends, or it is gone or replaced (see [`SessionChange`]). Costs the store's head and one
+    /// record read at the log's mark, however long the history.
+    ///
+    /// A replacement that keeps the log's marked record where it was (a copy of this very
+    /// session, continued elsewhere) reads as appends: what the log saw is still its start.
+    ///
+    /// # Errors
+    /// As [`Store::head`] and [`Store::read`] (a session that is not found is
+    /// [`SessionChange::Gone`], a record the store cannot read where the mark is
+    /// [`SessionChange::Replaced`]).
+    pub async fn change(&self) -> Result<SessionChange, StoreError> {
+        let now = self.store.head(&self.session).await?;
+        if now == Head::EMPTY && self.head != Head::EMPTY {
+            return Ok(SessionChange::Gone);
+        }
+        if now < self.head {
+            return Ok(SessionChange::Replaced);
+        }
+        if let Some(mark) = self.mark {
+            let page = match self.store.read(&self.session, mark.at, 1).await {
+                Err(StoreError::NotFound { .. }) => return Ok(SessionChange::Gone),
+                // A position inside another file's line, say.
+                Err(StoreError::Invalid { .. }) => return Ok(SessionChange::Replaced),
+                other => other?,
+            };
+            let same = page.records.first().map(|r| Mark::new(mark.at, r)) == Some(mark);
+            if !same {
+                return Ok(SessionChange::Replaced);
+            }
+        }
+        Ok(if now == self.head {
+            SessionChange::Unchanged
+        } else {
+            SessionChange::Appended(now)
+        })
     }
 
     /// The records other writers appended since this log last saw the session, oldest first,
@@ -137,6 +241,9 @@ impl<S: Store> SessionLog<S> {
             .await;
         self.conflicted = matches!(result, Err(StoreError::Conflict { .. }));
         self.head = result?;
+        if let Some(first) = records.first() {
+            self.mark = Some(Mark::new(head, first));
+        }
         Ok(())
     }
 

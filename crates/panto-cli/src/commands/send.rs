@@ -5,7 +5,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::{Result, anyhow};
 use panto_compact::{
-    CompactError, Conflict, Driver, EffectiveContext, ModelRef, Reply, Role, Store, StoreError,
+    CompactError, Conflict, Driver, EffectiveContext, ModelRef, Reply, Role, SessionChange,
+    StoreError,
 };
 use panto_model::{Cost, Message};
 use panto_provider::{PromptCache, RequestOptions, StreamEvent};
@@ -400,17 +401,17 @@ async fn answer_tools(
 }
 
 /// The driver again, over the session as it is now, when another writer appended since it
-/// last looked; says so on stderr. A session that ends before where the driver last saw it
-/// (moved away, deleted, or replaced by a shorter one: positions only grow) is not continued:
-/// the chat would go on from another conversation, or an empty one.
+/// last looked; says so on stderr. A session that vanished (moved away, deleted) or was
+/// replaced (by a shorter file, or by another conversation of any length: the record the log
+/// last wrote or read is not where it was, `SessionLog::change`) is not continued: the chat
+/// would go on from another conversation, or an empty one.
 ///
 /// # Errors
 /// When the session cannot be read, or vanished or was replaced (bad input: exit 2).
 pub(crate) async fn catch_up(driver: &mut CliDriver) -> Result<()> {
-    let seen = driver.log().head();
     let name = driver.log().session().to_owned();
-    let now = match driver.log().store().head(&name).await {
-        Ok(now) => now,
+    let change = match driver.log().change().await {
+        Ok(change) => change,
         // The store cannot say now (a database out of reach past its reconnect time): go on
         // from what this driver saw. The prompt's append is conditional on it, and says what is
         // wrong if the store is still out of reach; a chat is not ended by it.
@@ -423,14 +424,11 @@ pub(crate) async fn catch_up(driver: &mut CliDriver) -> Result<()> {
         }
         Err(e) => return Err(store_error(e)),
     };
-    if now == seen {
-        return Ok(());
-    }
-    if now < seen {
-        return Err(bad_input(vanished(
-            &name,
-            now == panto_compact::Head::EMPTY,
-        )));
+    match change {
+        SessionChange::Unchanged => return Ok(()),
+        SessionChange::Appended(_) => {}
+        SessionChange::Gone => return Err(bad_input(vanished(&name, true))),
+        _ => return Err(bad_input(vanished(&name, false))),
     }
     let warnings = driver.reload().await.map_err(store_error)?;
     report_warnings(&warnings);
@@ -444,11 +442,11 @@ pub(crate) async fn catch_up(driver: &mut CliDriver) -> Result<()> {
 /// What is said of a session that vanished (`gone`) or was replaced while a command held it.
 fn vanished(name: &str, gone: bool) -> String {
     let what = if gone {
-        "is gone (moved away or deleted)"
+        "is gone since panto last read it (moved away or deleted)"
     } else {
-        "was replaced by a shorter one"
+        "was replaced since panto last read it (it no longer holds the conversation panto read and wrote)"
     };
     format!(
-        "{name} {what} since panto last read it, so the chat stops here rather than go on from a conversation that is not this one; nothing was written. `panto chat {name}` starts again from whatever is there now"
+        "{name} {what}, so the chat stops here rather than go on from a conversation that is not this one; nothing was written. `panto chat {name}` starts again from whatever is there now"
     )
 }

@@ -156,11 +156,12 @@ fn big_paste(lines: usize) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_20_kb_paste_and_typed_text_during_a_streamed_reply_are_queued_and_sent_whole() {
-    let server = Streamer::start(Duration::from_secs(3)).await;
+    // The pause leaves time to read the screen while the reply waits, on a loaded machine too.
+    let server = Streamer::start(Duration::from_secs(8)).await;
     let sb = Sandbox::new();
     let paste = big_paste(205);
     assert!(paste.len() >= 20 * 1024, "{}", paste.len());
-    let (shown, raw) = tokio::task::block_in_place(|| {
+    let (shown, raw, waiting) = tokio::task::block_in_place(|| {
         let mut term = chat(&sb, &server.url, 100);
         term.type_keys("first question\r");
         term.wait_for("Reply 1, first half", 1);
@@ -173,6 +174,9 @@ async fn a_20_kb_paste_and_typed_text_during_a_streamed_reply_are_queued_and_sen
         // Then a line typed ahead.
         term.type_keys("and a follow-up\r");
         term.wait_for("queued: and a follow-up", 1);
+        // The screen while the reply waits: what docs/chat.md shows of a queue.
+        std::thread::sleep(Duration::from_millis(300));
+        let waiting = term.screen().join("\n");
         term.wait_for("Reply 3, first half", 1);
         term.wait_for("; 50 in, 9 out; m", 3);
         term.wait_for_prompt();
@@ -180,10 +184,15 @@ async fn a_20_kb_paste_and_typed_text_during_a_streamed_reply_are_queued_and_sen
         let shown = term.screen();
         let (code, raw) = term.finish();
         assert_eq!(code, 0, "{}", shown.join("\n"));
-        (shown, raw)
+        (shown, raw, waiting)
     });
     // Nothing typed reached the reply's line; the queue was sent after it, in order.
     let text = shown.join("\n");
+    assert_eq!(
+        crate::terminal::chat_md_capture(2),
+        format!("{waiting}\n\n{}", shown[3..].join("\n")),
+        "docs/chat.md's capture of a queued message no longer shows what the chat draws; the screen while the reply waited:\n{waiting}\n\nafter it:\n{text}"
+    );
     assert!(
         shown
             .iter()

@@ -48,6 +48,12 @@ async fn context_fits_60_columns_in_the_chat_and_on_the_command_line() {
         term.finish().1
     });
     let rows = nothing_wrapped_from(&raw, 60, "> /context");
+    assert_eq!(
+        crate::terminal::chat_md_capture(3),
+        rows.join("\n"),
+        "docs/chat.md's capture of /context no longer shows what the chat draws; the screen now:\n{}",
+        rows.join("\n")
+    );
     assert!(
         rows.iter().any(|r| r.starts_with("  26 assistant")),
         "{}",

@@ -180,6 +180,15 @@ impl<S: Store> Driver<S> {
         if estimated_tokens <= threshold_tokens {
             return Ok(None);
         }
+        if self.ahead_lost && estimated_tokens <= window.tokens {
+            // This turn's compaction ahead lost to another writer already: the request fits,
+            // so it goes as it is rather than ask for another summary that may lose again.
+            self.compactor.emit(CompactionEvent::AheadSkipped {
+                reason: "a compaction ahead of this turn lost to another writer already".to_owned(),
+                sending: true,
+            });
+            return Ok(None);
+        }
         tracing::info!(
             estimated_tokens,
             threshold_tokens,
@@ -209,7 +218,10 @@ impl<S: Store> Driver<S> {
                 });
             }
             // Another writer appended: that is the caller's to resolve, not a reason to send.
-            Err(e @ CompactError::Store(_)) => return Err(e),
+            Err(e @ CompactError::Store(_)) => {
+                self.ahead_lost = e.conflict().is_some();
+                return Err(e);
+            }
             Ok(CompactOutcome::NothingToCompact(nothing)) => {
                 (nothing.to_string(), CompactError::NothingToCompact(nothing))
             }

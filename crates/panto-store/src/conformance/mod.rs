@@ -5,7 +5,8 @@
 //!
 //! The checks compare a store's load with `panto_model::replay` of what was appended, and its
 //! history with the exact text appended; they cover chains, kept copies, interrupted
-//! compactions, unknown entry types and fields, conditional appends, paging and listing, and
+//! compactions, unknown entry types and fields, conditional appends, paging and listing, a
+//! session replaced by a longer one told from another writer's appends (`replaced.rs`), and
 //! an import of a Contract 1 file whose export is that file byte for byte. They name sessions
 //! `s.jsonl`, `a.jsonl` and `b.jsonl`, which every store accepts (the JSONL store lists only
 //! files ending in `.jsonl`).
@@ -33,6 +34,9 @@ use crate::record::{Record, RecordKind};
 use crate::store::Store;
 
 mod import;
+mod replaced;
+
+use replaced::a_replaced_session_is_not_taken_for_appends;
 
 use import::{
     a_failed_import_leaves_nothing, import_is_one_unit_in_batches,
@@ -71,6 +75,7 @@ checks!(
     history_pages_in_order,
     sessions_are_separate_and_listed,
     session_log_reloads_after_a_conflict,
+    a_replaced_session_is_not_taken_for_appends,
     session_log_appends_after_what_others_appended,
     import_export_round_trip,
     import_is_one_unit_in_batches,
