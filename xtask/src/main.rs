@@ -40,7 +40,8 @@ usage: cargo xtask <command>
 
 commands:
   ci     fmt check, clippy -D warnings, tests, rustdoc -D warnings, cargo package (every crate
-         builds from its packaged form), tidy, deps, quality, quality --pressure (in that order)
+         builds from its packaged form), tidy, deps, quality, quality --pressure, quality
+         --recall (in that order)
   tidy   file headers, docs naming every crate, prompts referenced, no module circle, every
          path docs/architecture.md names exists
   deps   the pure crates must not reach IO, async runtimes or HTTP
@@ -53,8 +54,9 @@ commands:
          else `panto compact` with these arguments, e.g. --provider openai --model NAME)
   quality --pressure  facts kept through overflow compactions at windows of 4k, 8k and 16k
          tokens, against a loopback model that enforces the window (docs/compaction.md)
-  quality --recall [--list]  a needle exam: exact strings of the summarized part found in the
-         effective context after an offline compaction, in every store (docs/compaction.md)
+  quality --recall [--list] [--closed-book]  a needle exam: exact strings of the summarized
+         part found in the effective context after an offline compaction and by one `panto
+         recall`, in every store (docs/compaction.md; --closed-book skips the recall calls)
 ";
 
 fn main() -> Result<()> {
@@ -236,6 +238,8 @@ fn ci(root: &Path) -> Result<()> {
     quality(root, &[])?;
     eprintln!("==> quality --pressure");
     quality(root, &["--pressure".to_owned()])?;
+    eprintln!("==> quality --recall");
+    quality(root, &["--recall".to_owned()])?;
     eprintln!("ci: all steps passed");
     Ok(())
 }

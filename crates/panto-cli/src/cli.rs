@@ -4,6 +4,8 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+use panto_compact::CompactionStrategy;
+
 use crate::config::{Flags, ProviderKind};
 
 /// panto keeps long LLM-agent conversations alive by compacting them.
@@ -55,7 +57,7 @@ pub(crate) enum Command {
     },
     /// Compact the session now: summarize the older turns, keep the recent ones verbatim.
     #[command(
-        after_help = "Examples:\n  panto compact session.jsonl --dry-run\n  panto compact session.jsonl \\\n      --instructions 'keep every detail about bugs #3 and #4'\n  panto compact session.jsonl --provider anthropic \\\n      --model claude-sonnet-4-5 --compaction-model claude-haiku-4-5 --json"
+        after_help = "Examples:\n  panto compact session.jsonl --dry-run\n  panto compact session.jsonl --undo\n  panto compact session.jsonl \\\n      --instructions 'keep every detail about bugs #3 and #4'\n  panto compact session.jsonl --provider anthropic \\\n      --model claude-sonnet-4-5 --compaction-model claude-haiku-4-5 --json"
     )]
     Compact {
         /// The session file (JSONL).
@@ -72,6 +74,10 @@ pub(crate) enum Command {
         /// Write the compaction even when it would not make the conversation smaller.
         #[arg(long)]
         force: bool,
+        /// Undo the latest compaction or clearing instead: its context is current again (one
+        /// entry is appended; nothing is rewritten). Again, it goes one step further back.
+        #[arg(long, conflicts_with_all = ["instructions", "dry_run", "force"])]
+        undo: bool,
         /// Common options.
         #[command(flatten)]
         common: Common,
@@ -313,6 +319,17 @@ pub(crate) struct Common {
     /// (`auto_compact`; for example 0.8; 0 turns it off; off by default).
     #[arg(long, value_name = "SHARE", global = true, value_parser = share)]
     pub auto_compact: Option<f64>,
+    /// How a compaction is made (`compaction_strategy`; the list comes from
+    /// `CompactionStrategy::ALL`).
+    #[arg(
+        long,
+        value_name = "NAME",
+        global = true,
+        value_parser = parse_strategy,
+        help = format!("How a compaction is made: {}", CompactionStrategy::NAMES.join(", ")),
+        long_help = strategy_long_help(),
+    )]
+    pub compaction_strategy: Option<CompactionStrategy>,
 }
 
 impl Common {
@@ -327,8 +344,30 @@ impl Common {
             timeout_secs: self.timeout_secs,
             store: self.store.clone(),
             auto_compact: self.auto_compact,
+            compaction_strategy: self.compaction_strategy,
         }
     }
+}
+
+/// `--compaction-strategy`'s long help: each strategy with what it does, from the one list.
+fn strategy_long_help() -> String {
+    let each: Vec<String> = CompactionStrategy::ALL
+        .iter()
+        .map(|s| format!("{} ({})", s.as_str(), s.help()))
+        .collect();
+    format!(
+        "How a compaction is made (`compaction_strategy`): {}.",
+        each.join("; ")
+    )
+}
+
+fn parse_strategy(s: &str) -> Result<CompactionStrategy, String> {
+    CompactionStrategy::parse(s.trim()).ok_or_else(|| {
+        format!(
+            "unknown compaction strategy `{s}`; use {}",
+            CompactionStrategy::NAMES.join(", ")
+        )
+    })
 }
 
 /// `--provider`'s long help: each provider with what it is.

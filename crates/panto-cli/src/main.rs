@@ -40,8 +40,8 @@ use anyhow::{Context as _, Result};
 
 use crate::cli::{Cli, Command, Common};
 use crate::commands::{
-    CompactAsked, RecallAsked, compact, context, ledger, recall, send, show, show_config,
-    show_window, transcript, trust,
+    CompactAsked, RecallAsked, compact, compact_undo, context, ledger, recall, send, show,
+    show_config, show_window, transcript, trust,
 };
 use crate::config::{Config, Locations};
 use crate::screen::say;
@@ -125,6 +125,12 @@ pub(crate) async fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Context { session, json, .. } => context(&config, &session, json).await,
         Command::Transcript { session, .. } => transcript(&config, &session).await,
+        Command::Compact {
+            session,
+            json,
+            undo: true,
+            ..
+        } => compact_undo(&config, &session, json).await,
         Command::Compact {
             session,
             instructions,

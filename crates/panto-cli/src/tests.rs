@@ -372,6 +372,7 @@ fn chat_lines_are_messages_or_the_commands_help_lists() {
         compact(Some("--forceful please"), false),
     );
     check("/compacted", Line::Unknown("/compacted"));
+    check("/undo", Line::Undo);
     check("/model", Line::Model(None));
     check("/model  gpt-4o-mini ", Line::Model(Some("gpt-4o-mini")));
     check("/clear", Line::Clear);
@@ -388,7 +389,7 @@ fn chat_lines_are_messages_or_the_commands_help_lists() {
         Line::Message("first line\nsecond line"),
     );
     for command in [
-        "/help", "/context", "/summary", "/compact", "/model", "/clear", "/retry", "/exit",
+        "/help", "/context", "/summary", "/compact", "/undo", "/model", "/clear", "/retry", "/exit",
     ] {
         assert!(
             HELP.lines().any(|l| l.starts_with(command)),

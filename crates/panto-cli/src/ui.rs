@@ -7,7 +7,7 @@ use std::borrow::Cow;
 use std::io::{IsTerminal, Write};
 use std::sync::OnceLock;
 
-use panto_compact::CompactionEvent;
+use panto_compact::{CompactionEvent, CompactionStrategy};
 use panto_model::{Cost, Trigger, Usage};
 use panto_provider::{About, ProviderError, RetryNotice};
 
@@ -276,6 +276,25 @@ pub(crate) fn describe_event(event: &CompactionEvent) -> String {
         CompactionEvent::NativeFailed { cause } => format!(
             "panto: the provider's native compaction failed ({cause}); writing panto's summary instead"
         ),
+        CompactionEvent::ClearingNotEnough {
+            tokens_before,
+            tokens_after,
+            cleared,
+            reason,
+        } => format!(
+            "panto: clearing {} would take the conversation from about {tokens_before} to {tokens_after} tokens, which is not enough ({reason}): summarizing too",
+            count(*cleared, "old block")
+        ),
+        CompactionEvent::Finished(report) if report.strategy == CompactionStrategy::Clear => {
+            let bytes: usize = report.cleared.iter().map(|c| c.bytes).sum();
+            format!(
+                "panto: cleared {} ({bytes} bytes) without a model: conversation about {} -> {} tokens; {} kept verbatim",
+                count(report.cleared.len(), "old block"),
+                report.tokens_before,
+                report.tokens_after,
+                count(report.plan.kept().len(), "message"),
+            )
+        }
         CompactionEvent::Finished(report) => format!(
             "panto: compacted ({}{}{}{}): conversation about {} -> {} tokens; {} summarized, {} kept{}",
             report.model,

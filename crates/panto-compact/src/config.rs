@@ -128,14 +128,26 @@ pub enum CompactionStrategy {
     /// which goes back to that protocol byte for byte. Any failure (a provider without native
     /// compaction included) falls back to panto's summary.
     Native,
+    /// No model: in the turns before the kept suffix, tool results larger than a placeholder,
+    /// images and old thinking are replaced by placeholders that name the originals' ids
+    /// (docs/session.md, "Clearings"). The summary in effect is carried on unchanged.
+    Clear,
+    /// A clearing first; panto's summary (of the cleared conversation) only when the clearing
+    /// frees too little or leaves the next request above its target (docs/compaction.md,
+    /// "Clearing and tiers").
+    Tiered,
 }
 
 impl CompactionStrategy {
     /// Every strategy, in the order they are listed: the one list every other is made from
     /// (the CLI's configuration key, its errors and `panto config`). Adding a strategy:
     /// docs/architecture.md, "Adding a strategy".
-    pub const ALL: [CompactionStrategy; 2] =
-        [CompactionStrategy::Summary, CompactionStrategy::Native];
+    pub const ALL: [CompactionStrategy; 4] = [
+        CompactionStrategy::Summary,
+        CompactionStrategy::Tiered,
+        CompactionStrategy::Clear,
+        CompactionStrategy::Native,
+    ];
 
     /// The names of [`CompactionStrategy::ALL`], in order.
     pub const NAMES: [&'static str; CompactionStrategy::ALL.len()] = {
@@ -148,11 +160,13 @@ impl CompactionStrategy {
         names
     };
 
-    /// The name in configuration files: `summary` or `native`.
+    /// The name in configuration files: `summary`, `tiered`, `clear` or `native`.
     pub const fn as_str(self) -> &'static str {
         match self {
             CompactionStrategy::Summary => "summary",
             CompactionStrategy::Native => "native",
+            CompactionStrategy::Clear => "clear",
+            CompactionStrategy::Tiered => "tiered",
         }
     }
 
@@ -164,6 +178,12 @@ impl CompactionStrategy {
             }
             CompactionStrategy::Native => {
                 "the provider's native compaction, with panto's summary when it fails"
+            }
+            CompactionStrategy::Clear => {
+                "old tool results, images and thinking replaced by placeholders; no model asked"
+            }
+            CompactionStrategy::Tiered => {
+                "a clearing first, panto's summary only when the clearing is not enough"
             }
         }
     }
@@ -326,6 +346,12 @@ pub struct CompactRun {
     /// native compaction sends the summarized turns with; the [`Driver`](crate::Driver) sets it
     /// on every run.
     pub conversation: Option<Conversation>,
+    /// The size, in estimated tokens, that the request after the compaction should stay under,
+    /// below what it must fit: a proactive compaction leaves headroom under the threshold it
+    /// crossed (the [`Driver`](crate::Driver) sets half of it), so that the next sends do not
+    /// compact again. The summary's kept turns and ledger rendering, and a tiered run's choice
+    /// between clearing and summarizing, are budgeted from it. `None`: only the window.
+    pub target_tokens: Option<u64>,
 }
 
 impl CompactRun {
@@ -342,6 +368,7 @@ impl CompactRun {
             record_on_failure: false,
             sizes: None,
             conversation: None,
+            target_tokens: None,
         }
     }
 
@@ -449,6 +476,14 @@ impl CompactRun {
     #[must_use]
     pub fn with_conversation(mut self, conversation: Conversation) -> CompactRun {
         self.conversation = Some(conversation);
+        self
+    }
+
+    /// The run, leaving the request after it under `tokens` (see
+    /// [`CompactRun::target_tokens`]).
+    #[must_use]
+    pub fn with_target_tokens(mut self, tokens: u64) -> CompactRun {
+        self.target_tokens = Some(tokens);
         self
     }
 

@@ -139,6 +139,14 @@ pub enum CompactError {
     /// There was nothing to compact ahead of a request: the cause of
     /// [`CompactError::ExceedsWindow`] when that request is too large anyway.
     NothingToCompact(NothingToCompact),
+    /// [`undo`](crate::undo()) found nothing it can undo: why.
+    NothingToUndo(String),
+    /// A clearing found nothing worth clearing in the older turns: no tool result larger than
+    /// a placeholder, no image, no thinking before the tool loop in flight.
+    NothingToClear {
+        /// The messages of the older turns it looked at.
+        messages: usize,
+    },
     /// With proactive compaction on
     /// ([`Driver::with_auto_compact`](crate::Driver::with_auto_compact)): the next request is
     /// estimated larger than the model's window, after the compaction ahead of it or because
@@ -225,6 +233,11 @@ impl fmt::Display for CompactError {
             ),
             CompactError::NotSmaller(n) => n.fmt(f),
             CompactError::NothingToCompact(n) => n.fmt(f),
+            CompactError::NothingToUndo(why) => write!(f, "nothing to undo: {why}"),
+            CompactError::NothingToClear { messages } => write!(
+                f,
+                "nothing to clear: the {messages} older messages hold no tool result larger than a placeholder, no image and no thinking of a finished tool loop"
+            ),
             CompactError::Store(e) => write!(f, "could not write to the session: {e}"),
             CompactError::NotStored(e) => write!(
                 f,
@@ -301,7 +314,9 @@ impl std::error::Error for CompactError {
             CompactError::PromptEmpty { .. }
             | CompactError::TurnTooLarge { .. }
             | CompactError::NotSmaller(_)
-            | CompactError::NothingToCompact(_) => None,
+            | CompactError::NothingToCompact(_)
+            | CompactError::NothingToUndo(_)
+            | CompactError::NothingToClear { .. } => None,
             CompactError::Compaction { cause, .. } => Some(cause),
             CompactError::BothModelsFailed { second, .. } => Some(second.as_ref()),
             // The two pass-through variants are their inner error: they have its causes.

@@ -36,6 +36,19 @@ pub enum CompactionEvent {
         /// Estimated tokens of the context before compaction.
         tokens_before: u64,
     },
+    /// A tiered run cleared the older turns, and the clearing is not enough: it summarizes the
+    /// cleared conversation too (`Started` follows).
+    ClearingNotEnough {
+        /// Estimated tokens of the conversation before the clearing.
+        tokens_before: u64,
+        /// After it.
+        tokens_after: u64,
+        /// Blocks it cleared.
+        cleared: usize,
+        /// Why it is not enough: it frees too little, or leaves the next request above its
+        /// target.
+        reason: String,
+    },
     /// The fold is planned: how many requests the summarized prefix takes.
     Folding {
         /// Requests planned (1 when the prefix fits one request).

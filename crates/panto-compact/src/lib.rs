@@ -15,7 +15,8 @@
 //! - [`Driver`] is a conversation driver: it appends the new messages, sends the request, and on
 //!   [`ContextOverflow`](panto_provider::ProviderError::ContextOverflow) compacts once and retries
 //!   once; when no model can summarize, it writes panto's own record instead
-//!   ([`CompactRun::record_on_failure`]).
+//!   ([`CompactRun::record_on_failure`]). [`Driver::undo`] makes the context before the latest
+//!   compaction current again ([`Undone`]).
 //! - [`KnownWindows`] is everything known of the model's window (configured, stated by an
 //!   overflow, said by the server, bounded by a request that did not fit, panto's catalogue),
 //!   with the rules that combine it: the driver owns one, and a compaction run takes it and
@@ -111,11 +112,15 @@ mod report;
 mod source;
 #[cfg(any(test, feature = "test-support"))]
 pub mod testing;
+mod undo;
 mod window;
 
 pub use attempt::AttemptFailure;
 pub use catalogue::catalogue_checked;
-pub use compactor::{Compactor, MAX_LONGER, MAX_REBASES, MAX_SHRINKS, Prepared, REBASED_FIELD};
+pub use compactor::{
+    CLEAR_MIN_FREED_DIVISOR, CLEAR_RESULTS_ABOVE, CLEARING_NOTE, Compactor, MAX_LONGER,
+    MAX_REBASES, MAX_SHRINKS, Prepared, REBASED_FIELD, TIERED_TARGET_DIVISOR,
+};
 pub use config::{
     CompactRun, CompactionStrategy, CompactorConfig, Conversation, DEFAULT_KEEP_TOKENS,
     DEFAULT_MAX_OUTPUT_TOKENS, ModelRef,
@@ -134,8 +139,9 @@ pub use recall_tool::{
     fetch_answer, recall_tool_spec, search_answer,
 };
 pub use record::RECORD_ONLY_MODEL;
-pub use report::{CompactOutcome, Compacted, CompactionReport, ElidedItem, FoldStep};
+pub use report::{ClearedItem, CompactOutcome, Compacted, CompactionReport, ElidedItem, FoldStep};
 pub use source::{RequestSource, SourceSummarizer};
+pub use undo::{Undone, undo};
 pub use window::{KnownWindows, Overflow, Stated, Window, WindowSource};
 // The lower crates, whole, and the names an agent needs most, so that depending on this crate
 // alone is enough to implement a provider and a store and to run the loop.

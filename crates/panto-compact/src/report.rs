@@ -5,6 +5,7 @@ use std::ops::Range;
 use panto_model::{EffectiveContext, Entry, Trigger, Usage};
 
 use crate::attempt::AttemptFailure;
+use crate::config::CompactionStrategy;
 use crate::plan::{NothingToCompact, Plan};
 
 /// One request of a fold, as it was answered.
@@ -51,6 +52,51 @@ pub struct ElidedItem {
     pub bytes: usize,
     /// The bytes kept in the transcript (head and tail).
     pub kept: usize,
+}
+
+/// A block a clearing replaced by a placeholder (a tool result, an image) or removed (the
+/// thinking of a finished tool loop). The session keeps the original, which `panto show` and
+/// the recall tool fetch by [`ClearedItem::id`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ClearedItem {
+    /// Its item id (`panto_model::Item`): the call id for a tool result, `MESSAGE#BLOCK` for
+    /// another block; empty when its message has no id.
+    pub id: String,
+    /// The id of the message it was in, when it has one.
+    pub message: Option<String>,
+    /// The index of its block in that message.
+    pub block: usize,
+    /// What it was: `tool_result`, `image` or `thinking`.
+    pub kind: &'static str,
+    /// Its size in bytes (of text, or of an image's data).
+    pub bytes: usize,
+}
+
+impl ClearedItem {
+    /// Block `block` of the message `message` (by id, when it has one), of kind `kind` and
+    /// `bytes` bytes, named `MESSAGE#BLOCK`.
+    pub fn new(
+        message: Option<&str>,
+        block: usize,
+        kind: &'static str,
+        bytes: usize,
+    ) -> ClearedItem {
+        ClearedItem {
+            id: message.map_or(String::new(), |m| format!("{m}#{block}")),
+            message: message.map(str::to_owned),
+            block,
+            kind,
+            bytes,
+        }
+    }
+
+    /// The item with id `id` (a tool result's call id).
+    #[must_use]
+    pub fn with_id(mut self, id: impl Into<String>) -> ClearedItem {
+        self.id = id.into();
+        self
+    }
 }
 
 /// What a finished compaction did.
@@ -106,6 +152,12 @@ pub struct CompactionReport {
     /// What the compaction's requests cost, as the providers reported it: the fold's answers
     /// summed, or the native compaction's (also on the entry, as `usage`).
     pub usage: Option<Usage>,
+    /// How the entry was written: panto's summary, the provider's native compaction, or a
+    /// clearing ([`CompactionStrategy::Clear`]; a tiered run writes one of the last two).
+    pub strategy: CompactionStrategy,
+    /// What was cleared, by a clearing or by the clearing a tiered run made before it
+    /// summarized.
+    pub cleared: Vec<ClearedItem>,
     /// The messages another writer appended to the session while the summary was written
     /// (prompts or tool results, which leave the conversation awaiting a reply): the
     /// compaction went after them, with copies of them after the kept turns (the entry's
@@ -146,6 +198,8 @@ impl CompactionReport {
             failed_attempts: Vec::new(),
             native: None,
             usage: None,
+            strategy: CompactionStrategy::Summary,
+            cleared: Vec::new(),
             rebased: 0,
         }
     }

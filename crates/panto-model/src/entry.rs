@@ -7,6 +7,21 @@ use crate::message::{Extra, Message};
 /// compaction appended together with its marked copies.
 pub const COPIES_MARKED: &str = "copies_marked";
 
+/// The field of a compaction entry that says which strategy wrote it, when not panto's summary:
+/// `"native"` (the provider's own compaction) or [`CLEARING`].
+pub const STRATEGY: &str = "strategy";
+
+/// The [`STRATEGY`] of a clearing: a compaction entry that summarizes nothing. It carries the
+/// active summary on unchanged (or, with [`NO_SUMMARY`], a note that says what a clearing is),
+/// and its kept copies are the whole conversation, with old tool results (and old thinking and
+/// images) replaced by placeholders (docs/session.md, "Clearings").
+pub const CLEARING: &str = "clear";
+
+/// The field of a compaction entry whose `summary` summarizes nothing: a clearing made when no
+/// summary was active, whose summary is only a note. Readers that pass a previous summary on
+/// (the next compaction's `<previous-summary>`) leave it out.
+pub const NO_SUMMARY: &str = "no_summary";
+
 /// One line of a session file.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Entry {
@@ -14,6 +29,9 @@ pub enum Entry {
     Message(Message),
     /// `{"type":"compaction",...}`
     Compaction(CompactionEntry),
+    /// `{"type":"undo",...}`: makes the compaction (or clearing) it names void, so that the
+    /// effective context is again the one before it (docs/session.md, "Undo").
+    Undo(UndoEntry),
     /// Any other `type`: skipped by replay, kept in the file for forward compatibility.
     Unknown(UnknownEntry),
 }
@@ -24,6 +42,7 @@ impl Entry {
         match self {
             Entry::Message(m) => m.id.as_deref(),
             Entry::Compaction(c) => c.id.as_deref(),
+            Entry::Undo(u) => u.id.as_deref(),
             Entry::Unknown(u) => u.fields.get("id").and_then(serde_json::Value::as_str),
         }
     }
@@ -33,6 +52,7 @@ impl Entry {
         match self {
             Entry::Message(_) => "message",
             Entry::Compaction(_) => "compaction",
+            Entry::Undo(_) => "undo",
             Entry::Unknown(u) => &u.kind,
         }
     }
@@ -188,6 +208,66 @@ impl CompactionEntry {
     /// The entry with `extra` as its unmodelled fields, written back verbatim.
     #[must_use]
     pub fn with_extra(mut self, extra: Extra) -> CompactionEntry {
+        self.extra = extra;
+        self
+    }
+
+    /// The strategy that wrote it ([`STRATEGY`]): `"native"`, [`CLEARING`], or another
+    /// program's word; `None` for panto's summary.
+    pub fn strategy(&self) -> Option<&str> {
+        self.extra.get(STRATEGY).and_then(serde_json::Value::as_str)
+    }
+
+    /// Whether it is a clearing ([`CLEARING`]): it summarized nothing, and its copies are the
+    /// whole conversation with old tool results replaced by placeholders.
+    pub fn is_clearing(&self) -> bool {
+        self.strategy() == Some(CLEARING)
+    }
+
+    /// The summary of everything before it, when it has one: `None` for a clearing made when
+    /// no summary was active, whose summary is only a note ([`NO_SUMMARY`]).
+    pub fn summary_text(&self) -> Option<&str> {
+        let note = self.extra.get(NO_SUMMARY) == Some(&serde_json::Value::Bool(true));
+        (!note).then_some(self.summary.as_str())
+    }
+}
+
+/// `{"type":"undo","id":...,"undoes":...}`: the compaction (or clearing) entry `undoes` names
+/// is void from now on. Replay reads the session as if that entry and its kept copies were not
+/// there, so the effective context is again the one before it, followed by everything appended
+/// since; nothing is rewritten. Undoing twice names the compaction that became active again,
+/// one step further back.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct UndoEntry {
+    /// The entry id.
+    pub id: Option<String>,
+    /// The id of the compaction entry made void.
+    pub undoes: String,
+    /// Unmodelled fields.
+    pub extra: Extra,
+}
+
+impl UndoEntry {
+    /// An undo of the compaction entry `undoes`.
+    pub fn new(undoes: impl Into<String>) -> UndoEntry {
+        UndoEntry {
+            id: None,
+            undoes: undoes.into(),
+            extra: Extra::new(),
+        }
+    }
+
+    /// The entry with id `id`.
+    #[must_use]
+    pub fn with_id(mut self, id: impl Into<String>) -> UndoEntry {
+        self.id = Some(id.into());
+        self
+    }
+
+    /// The entry with `extra` as its unmodelled fields, written back verbatim.
+    #[must_use]
+    pub fn with_extra(mut self, extra: Extra) -> UndoEntry {
         self.extra = extra;
         self
     }

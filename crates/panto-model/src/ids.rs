@@ -1,9 +1,10 @@
 //! Entry ids: the one trait that names entries, its kind letters and its two implementations.
 //!
 //! Every id panto writes is a kind letter followed by letters and digits: `m` for a message,
-//! `c` for a compaction, `e` for any other entry. [`SequentialIds`] counts (`m1`, `c2`), the
-//! format Contract 1's examples use; [`UniqueIds`] adds the time and randomness that keep ids
-//! from different runs appending to one session file apart.
+//! `c` for a compaction (a clearing too), `u` for an undo, `e` for any other entry.
+//! [`SequentialIds`] counts (`m1`, `c2`), the format Contract 1's examples use; [`UniqueIds`]
+//! adds the time and randomness that keep ids from different runs appending to one session file
+//! apart.
 //!
 //! [`UniqueIds`] is the only item of this crate whose output depends on the world (the wall
 //! clock, the process id and the standard library's random hash keys); it reads no file and
@@ -26,8 +27,10 @@ use crate::Entry;
 pub enum IdKind {
     /// A message entry (`m`), including the kept copies a compaction appends.
     Message,
-    /// A compaction entry (`c`).
+    /// A compaction entry (`c`), a clearing's included.
     Compaction,
+    /// An undo entry (`u`).
+    Undo,
     /// An entry of a type this version does not know (`e`).
     Other,
 }
@@ -38,15 +41,17 @@ impl IdKind {
         match entry {
             Entry::Message(_) => IdKind::Message,
             Entry::Compaction(_) => IdKind::Compaction,
+            Entry::Undo(_) => IdKind::Undo,
             Entry::Unknown(_) => IdKind::Other,
         }
     }
 
-    /// The letter every id of this kind starts with: `m`, `c` or `e`.
+    /// The letter every id of this kind starts with: `m`, `c`, `u` or `e`.
     pub fn letter(self) -> char {
         match self {
             IdKind::Message => 'm',
             IdKind::Compaction => 'c',
+            IdKind::Undo => 'u',
             IdKind::Other => 'e',
         }
     }

@@ -168,7 +168,7 @@ impl Items {
                 }
                 out
             }
-            Entry::Unknown(_) => Vec::new(),
+            Entry::Undo(_) | Entry::Unknown(_) => Vec::new(),
         }
     }
 

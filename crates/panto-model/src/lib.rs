@@ -10,7 +10,8 @@
 //! - [`turns`] splits messages into whole turns (Contract 2), pairing results with calls through
 //!   [`CallIndex`]; [`validate`] reports protocol problems as values.
 //! - [`replay`] turns entries into the [`EffectiveContext`]: the latest compaction block followed
-//!   by the entries after it.
+//!   by the entries after it, less the compactions an undo entry made void ([`UndoEntry`]).
+//!   A clearing is a compaction entry that summarizes nothing ([`CLEARING`]).
 //! - [`usage_cost`] turns a reply's usage into what it cost ([`Cost`]: cache-weighted tokens
 //!   with each provider's [`CacheRates`], and money with the user's [`Prices`]).
 //! - [`Item`]: a block of a message or a compaction's summary or ledger, with a stable id
@@ -74,15 +75,19 @@ pub use decode::{
     BOM, DecodeError, Decoded, Entries, decode_line, decode_line_checked, encode_line,
     encode_lines, entries, from_json, read_entries, read_entries_lossy,
 };
-pub use entry::{COPIES_MARKED, CompactionEntry, Entry, Trigger, UnknownEntry};
+pub use entry::{
+    CLEARING, COPIES_MARKED, CompactionEntry, Entry, NO_SUMMARY, STRATEGY, Trigger, UndoEntry,
+    UnknownEntry,
+};
 pub use ids::{IdKind, IdSource, SequentialIds, UniqueIds};
 pub use item::{Item, ItemKind, ItemRef, Items, LEDGER, Match, context_items};
 pub use message::{
-    CompactionBlock, ContentBlock, Extra, ImageBlock, KEPT_BY, Message, NATIVE, NATIVE_ANTHROPIC,
-    NATIVE_OPENAI_RESPONSES, Name, OtherBlock, RawJson, Role, THINKING_KEPT, THINKING_RESET,
-    TextBlock, ThinkingBlock, ToolResultBlock, ToolResultContent, ToolUseBlock, Usage,
+    CLEARED, CLEARED_PREFIX, CompactionBlock, ContentBlock, Extra, ImageBlock, KEPT_BY, Message,
+    NATIVE, NATIVE_ANTHROPIC, NATIVE_OPENAI_RESPONSES, Name, OtherBlock, RawJson, Role,
+    THINKING_KEPT, THINKING_RESET, TextBlock, ThinkingBlock, ToolResultBlock, ToolResultContent,
+    ToolUseBlock, Usage,
 };
-pub use replay::{EffectiveContext, Replayer, Skipped, replay};
+pub use replay::{EffectiveContext, Replayer, Skipped, replay, undone};
 pub use turns::{allowed_cuts, turns};
 pub use validate::{Problem, validate};
 

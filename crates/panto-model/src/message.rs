@@ -204,6 +204,14 @@ pub const THINKING_RESET: &str = "thinking_reset";
 /// the items exactly as the provider returned them (see [`CompactionBlock::native_payload`]).
 pub const NATIVE: &str = "native";
 
+/// The field of a block that a clearing put in place of an old one (a tool result's
+/// placeholder, an image's): the id of the clearing. Adapters never send it.
+pub const CLEARED: &str = "cleared";
+
+/// How the text of a placeholder a clearing put in place of a tool result starts: the ledger
+/// reads nothing from such a text (the clearing recorded the original's).
+pub const CLEARED_PREFIX: &str = "[tool result cleared";
+
 /// One content block. Unknown block types are kept as [`ContentBlock::Other`].
 #[derive(Clone, Debug, PartialEq)]
 pub enum ContentBlock {
@@ -249,6 +257,16 @@ impl ContentBlock {
             ToolResultContent::Text(content.into()),
             Some(is_error),
         ))
+    }
+
+    /// The clearing that put this block in place of an old one ([`CLEARED`]), if any.
+    pub fn cleared_by(&self) -> Option<&str> {
+        let extra = match self {
+            ContentBlock::Text(t) => &t.extra,
+            ContentBlock::ToolResult(r) => &r.extra,
+            _ => return None,
+        };
+        extra.get(CLEARED).and_then(Value::as_str)
     }
 
     /// The wire name of the block type.

@@ -18,6 +18,17 @@
 //! it that are copies (the `kept_messages` it announces, or all of them when it does not say)
 //! are marked `kept_by` in the effective context, as panto's own copies are in the file, so that
 //! sizing never trusts their usage, which was measured before the compaction.
+//!
+//! Undo: an undo entry (`{"type":"undo","undoes":"c7"}`) makes the compaction it names void.
+//! Replay reads the entries as if that compaction and its kept copies (`kept_by: c7`) were not
+//! there, so the effective context is again the one before it, followed by everything appended
+//! since; the undo entry itself is not part of the conversation. An undo comes after what it
+//! voids, so [`replay`] reads the entries once for their undos before it replays them; a
+//! [`Replayer`] fed one entry at a time is told them first ([`Replayer::undoing`], [`undone`]).
+//! A clearing is a compaction entry too (docs/session.md, "Clearings"), so it is undone the
+//! same way.
+
+use std::collections::HashSet;
 
 use serde_json::Value;
 
@@ -92,6 +103,9 @@ pub struct Replayer {
     /// After a foreign compaction: how many more messages to mark as its copies (`u64::MAX`
     /// when it did not say), and the `kept_by` to mark them with.
     foreign: Option<(u64, String)>,
+    /// The ids of the compactions an undo made void: they and their kept copies are read as if
+    /// they were not there.
+    undone: HashSet<String>,
 }
 
 #[derive(Debug)]
@@ -109,14 +123,37 @@ impl Replayer {
         Replayer::default()
     }
 
+    /// The replayer, told the compactions that undo entries make void (their ids, [`undone`]
+    /// of the entries it will be fed): it reads each of them, and every kept copy marked with
+    /// its id, as if it were not there. Undo entries themselves are skipped whether told or
+    /// not, so a replayer fed entries one at a time must be told before the voided ones come.
+    #[must_use]
+    pub fn undoing(mut self, undone: HashSet<String>) -> Replayer {
+        self.undone = undone;
+        self
+    }
+
+    /// Whether `entry` is read as if it were not there: an undo entry, a compaction an undo
+    /// made void, or a kept copy of one.
+    fn invisible(&self, entry: &Entry) -> bool {
+        match entry {
+            Entry::Undo(_) => true,
+            _ if self.undone.is_empty() => false,
+            Entry::Compaction(c) => c.id.as_ref().is_some_and(|id| self.undone.contains(id)),
+            Entry::Message(m) => m.kept_by().is_some_and(|by| self.undone.contains(by)),
+            Entry::Unknown(_) => false,
+        }
+    }
+
     /// Applies `messages` as the next message entries, in order, as [`Replayer::push`] of each
     /// would. A replayer that has applied nothing but unknown entries so far takes the vector
     /// itself as the context's messages instead of moving them one by one into a new one: a
     /// reader that has decoded a long history without a compaction hands it over whole.
     pub fn push_messages(&mut self, messages: Vec<Message>) {
         // Nothing applied but unknown entries: an active compaction leads the messages with
-        // its own, so no messages and none pending is all it takes.
-        if self.ctx.messages.is_empty() && self.pending.is_none() {
+        // its own, so no messages and none pending is all it takes (and no undo, which may
+        // make some of them void).
+        if self.ctx.messages.is_empty() && self.pending.is_none() && self.undone.is_empty() {
             self.next_index += messages.len();
             self.ctx.messages = messages;
         } else {
@@ -130,6 +167,9 @@ impl Replayer {
     pub fn push(&mut self, entry: Entry) {
         let index = self.next_index;
         self.next_index += 1;
+        if self.invisible(&entry) {
+            return;
+        }
         if let Some(mut p) = self.pending.take() {
             match entry {
                 Entry::Message(m) if belongs_to(&m, &p.entry) => {
@@ -200,6 +240,8 @@ impl Replayer {
                 index,
                 kind: u.kind,
             }),
+            // Skipped before it gets here ([`Replayer::invisible`]).
+            Entry::Undo(_) => {}
         }
     }
 
@@ -258,9 +300,22 @@ fn belongs_to(m: &Message, c: &CompactionEntry) -> bool {
     }
 }
 
-/// Replays entries into the effective context.
+/// The ids of the compactions that the undo entries among `entries` make void.
+pub fn undone<'a>(entries: impl IntoIterator<Item = &'a Entry>) -> HashSet<String> {
+    entries
+        .into_iter()
+        .filter_map(|e| match e {
+            Entry::Undo(u) => Some(u.undoes.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Replays entries into the effective context: the undos first (the compactions they make
+/// void are read as if they were not there), then every entry in order.
 pub fn replay(entries: impl IntoIterator<Item = Entry>) -> EffectiveContext {
-    let mut r = Replayer::new();
+    let entries: Vec<Entry> = entries.into_iter().collect();
+    let mut r = Replayer::new().undoing(undone(&entries));
     for e in entries {
         r.push(e);
     }

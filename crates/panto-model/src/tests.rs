@@ -469,6 +469,7 @@ fn every_entry_kind_has_its_letter() {
     let lines = [
         (r#"{"type":"message","role":"user","content":[]}"#, 'm'),
         (r#"{"type":"compaction","summary":"s"}"#, 'c'),
+        (r#"{"type":"undo","undoes":"c1"}"#, 'u'),
         (r#"{"type":"bookmark","at":3}"#, 'e'),
     ];
     for (line, letter) in lines {

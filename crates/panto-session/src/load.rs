@@ -3,8 +3,9 @@
 //!
 //! Correctness argument: replay (`panto_model::Replayer`) resets everything when a compaction
 //! takes effect, and a compaction entry at position p takes effect in a full replay exactly
-//! when the entries after it contain its kept copies (whatever came before p: a compaction
-//! pending before p is abandoned when p arrives). So replaying from the latest compaction that
+//! when the entries after it contain its kept copies and no undo entry names it (whatever came
+//! before p: a compaction pending before p is abandoned when p arrives). An undo entry comes
+//! after the compaction it makes void, so reading backwards meets it first. So replaying from the latest compaction that
 //! takes effect gives the same messages, compaction and kept count as replaying the whole file.
 //! Whether a candidate takes effect is decided by running the same `Replayer` over it and the
 //! entries that follow, never by a second implementation of the rule.
@@ -12,7 +13,7 @@
 use std::fs::File;
 use std::path::Path;
 
-use panto_model::{DecodeError, EffectiveContext, Entry, Message, Replayer, Skipped};
+use panto_model::{DecodeError, EffectiveContext, Entry, Message, Replayer, Skipped, undone};
 
 use crate::error::{Result, SessionError};
 use crate::lines::{
@@ -210,9 +211,10 @@ pub(crate) fn load(path: &Path, file: &File, chunk: usize) -> Result<(Loaded, Lo
     Ok((Loaded::new(context, Head::new(len), warnings), stats))
 }
 
-/// Whether the compaction at the end of `entries` (reverse file order) takes effect: the same
-/// `Replayer` is run over it and the entries after it until it has seen as many non-unknown
-/// entries as copies announced; it took effect unless it was reported incomplete.
+/// Whether the compaction at the end of `entries` (reverse file order) takes effect: no undo
+/// entry read so far (all of them come after it) names it, and the same `Replayer` run over it
+/// and the entries after it, until it has seen as many entries as copies announced (unknown
+/// and undo entries aside), does not report it incomplete.
 fn takes_effect(entries: &Collected) -> bool {
     if entries.slots.last().is_none_or(|s| s.message) {
         return false;
@@ -220,15 +222,19 @@ fn takes_effect(entries: &Collected) -> bool {
     let Some(Entry::Compaction(c)) = entries.others.last() else {
         return false;
     };
+    let undone = undone(&entries.others);
+    if c.id.as_ref().is_some_and(|id| undone.contains(id)) {
+        return false;
+    }
     let need = c.kept_messages.unwrap_or(0);
-    let mut replayer = Replayer::new();
+    let mut replayer = Replayer::new().undoing(undone);
     replayer.push(Entry::Compaction(c.clone()));
     let mut seen = 0u64;
     for entry in entries.after_earliest() {
         if seen >= need {
             break;
         }
-        if !matches!(entry, Entry::Unknown(_)) {
+        if !matches!(entry, Entry::Unknown(_) | Entry::Undo(_)) {
             seen += 1;
         }
         replayer.push(entry);
@@ -303,7 +309,8 @@ impl Collected {
     /// and handed to the replayer whole ([`Replayer::push_messages`]). The entries are taken;
     /// their slots stay, for [`Collected::position`].
     fn replay(&mut self) -> EffectiveContext {
-        let mut replayer = Replayer::new();
+        // Undo entries are among the others, read before the compactions they make void.
+        let mut replayer = Replayer::new().undoing(undone(&self.others));
         let mut messages = std::mem::take(&mut self.messages);
         if self.others.is_empty() {
             messages.reverse();

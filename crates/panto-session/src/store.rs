@@ -476,6 +476,7 @@ fn assign_missing_ids(entries: &mut [Entry], options: &SessionOptions) -> Vec<St
                 c.id = Some(id.clone());
                 point_copies(rest, c.kept_messages.unwrap_or(0), &id);
             }
+            Entry::Undo(u) => u.id = Some(id.clone()),
             Entry::Unknown(u) => {
                 u.fields.insert("id".to_owned(), Value::String(id.clone()));
             }
@@ -492,7 +493,7 @@ fn point_copies(rest: &mut [Entry], mut n: u64, id: &str) {
             return;
         }
         match e {
-            Entry::Unknown(_) => {}
+            Entry::Unknown(_) | Entry::Undo(_) => {}
             Entry::Message(m) if m.extra.contains_key(KEPT_BY) => {
                 m.extra
                     .insert(KEPT_BY.to_owned(), Value::String(id.to_owned()));

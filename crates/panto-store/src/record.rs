@@ -8,9 +8,10 @@ use panto_model::{DecodeError, Entry, decode_line, encode_line};
 pub enum RecordKind {
     /// `{"type":"message",...}`.
     Message,
-    /// `{"type":"compaction",...}`.
+    /// `{"type":"compaction",...}` (a clearing included).
     Compaction,
-    /// Any other `type`: kept, skipped by replay.
+    /// Any other `type`: kept; an undo entry makes the compaction it names void, every other
+    /// type is skipped by replay.
     Other,
 }
 
@@ -20,7 +21,7 @@ impl RecordKind {
         match entry {
             Entry::Message(_) => RecordKind::Message,
             Entry::Compaction(_) => RecordKind::Compaction,
-            Entry::Unknown(_) => RecordKind::Other,
+            Entry::Undo(_) | Entry::Unknown(_) => RecordKind::Other,
         }
     }
 

@@ -2,28 +2,33 @@
 //! entries from the one that does, so that a database store loads in O(tail) as the JSONL
 //! store does.
 
-use panto_model::{Entry, Replayer, Skipped, replay};
+use panto_model::{Entry, Replayer, Skipped, replay, undone};
 
 use crate::head::Head;
 use crate::store::Loaded;
 use crate::warning::{Warning, WarningKind};
 
-/// Whether the compaction `entries[0]` takes effect, given the entries after it (all of them,
-/// or at least as many as it announces copies): replay honours it unless its marked copies are
-/// not all there. `false` when `entries[0]` is not a compaction.
+/// Whether the compaction `entries[0]` takes effect, given every entry after it: replay
+/// honours it unless its marked copies are not all there, or an undo entry after it makes it
+/// void (a clearing is a compaction entry, so the same holds of it). `false` when `entries[0]`
+/// is not a compaction.
 pub fn takes_effect(entries: &[Entry]) -> bool {
     let Some(Entry::Compaction(c)) = entries.first() else {
         return false;
     };
+    let undone = undone(&entries[1..]);
+    if c.id.as_ref().is_some_and(|id| undone.contains(id)) {
+        return false;
+    }
     let need = c.kept_messages.unwrap_or(0);
-    let mut replayer = Replayer::new();
+    let mut replayer = Replayer::new().undoing(undone);
     replayer.push(entries[0].clone());
     let mut seen = 0u64;
     for entry in &entries[1..] {
         if seen >= need {
             break;
         }
-        if !matches!(entry, Entry::Unknown(_)) {
+        if !matches!(entry, Entry::Unknown(_) | Entry::Undo(_)) {
             seen += 1;
         }
         replayer.push(entry.clone());

@@ -116,8 +116,8 @@ mod syntax;
 pub use error::TranscriptError;
 pub use item::{ItemView, Speaker, ToolInput, TranscriptItem, for_each_item, transcript_items};
 pub use ledger::{
-    LEDGER_CAP_BYTES, LEDGER_HEADING, Ledger, LedgerCounts, LedgerError, REQUEST_CHARS, clip,
-    is_request, one_line, strip_ledger,
+    Identifier, LEDGER_CAP_BYTES, LEDGER_HEADING, Ledger, LedgerCounts, LedgerError,
+    LedgerIdentifiers, REQUEST_CHARS, clip, is_request, one_line, strip_ledger,
 };
 pub use parse::{ParsedRequest, continued, item_marker, parse_request, parse_transcript};
 pub use render::{

@@ -9,6 +9,7 @@ pub(crate) const HELP: &str = "\
 /recall QUERY      search what compactions summarized
 /compact [text]    compact now; text adds instructions
 /compact --force   compact even if it saves nothing
+/undo              undo the latest compaction or clearing
 /model [NAME]      the model; with NAME, use NAME from now
 /clear, /new       go on in a new session file
 /retry             send again after a cancel or a failure
@@ -40,6 +41,8 @@ pub(crate) enum Line<'a> {
         /// Whether `--force` came first.
         force: bool,
     },
+    /// `/undo`.
+    Undo,
     /// `/model [NAME]`.
     Model(Option<&'a str>),
     /// `/clear` or `/new`.
@@ -94,6 +97,7 @@ pub(crate) fn parse_line(line: &str) -> Line<'_> {
                 force,
             }
         }
+        "undo" => Line::Undo,
         "model" => Line::Model(Some(rest).filter(|r| !r.is_empty())),
         "clear" | "new" => Line::Clear,
         "retry" => Line::Retry,
@@ -104,6 +108,6 @@ pub(crate) fn parse_line(line: &str) -> Line<'_> {
 
 /// The commands Tab completes.
 pub(crate) const COMMANDS: &[&str] = &[
-    "/help", "/context", "/summary", "/recall", "/compact", "/model", "/clear", "/new", "/retry",
-    "/exit", "/quit",
+    "/help", "/context", "/summary", "/recall", "/compact", "/undo", "/model", "/clear", "/new",
+    "/retry", "/exit", "/quit",
 ];

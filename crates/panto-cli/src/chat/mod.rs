@@ -1,5 +1,5 @@
 //! `panto chat`: the interactive loop, its slash commands (`/help`, `/context`, `/summary`,
-//! `/compact`, `/model`, `/clear`, `/retry`, `/exit`), the last exchange and the meter when a
+//! `/compact`, `/undo`, `/model`, `/clear`, `/retry`, `/exit`), the last exchange and the meter when a
 //! chat resumes, and the context meter after every reply. The input (raw-mode keys, the
 //! draft, the queue) is `input.rs`; the picker that `panto chat` without a SESSION shows is
 //! `picker.rs`; what one line asks for is `line.rs`.
@@ -19,7 +19,7 @@ use panto_model::{ContentBlock, Cost, EffectiveContext, Message, Role};
 
 use crate::commands::{
     CliDriver, active_model, catch_up, driver, earlier_cost, failure, manual_run, meter,
-    next_session_name, nothing_text, open_store, turn, write_context,
+    next_session_name, nothing_text, open_store, turn, undone_text, write_context,
 };
 use crate::config::Config;
 use crate::input::{Input, Prompt};
@@ -168,6 +168,18 @@ impl Chat<'_> {
                 self.compact(instructions, force).await?;
                 return Ok(Flow::Go);
             }
+            Line::Undo => {
+                self.catch_up().await?;
+                match self.driver.undo().await {
+                    Ok(undone) => {
+                        say(&format!("panto: {}", undone_text(&undone, "/undo")));
+                        say(&meter(&self.driver, None, self.earlier));
+                    }
+                    Err(e @ CompactError::NothingToUndo(_)) => say(&format!("panto: {e}")),
+                    Err(e) => say(&format!("panto: {}", error_text(&failure(e, config)))),
+                }
+                return Ok(Flow::Go);
+            }
             Line::Model(name) => {
                 self.model(name).await;
                 return Ok(Flow::Go);
@@ -260,6 +272,7 @@ impl Chat<'_> {
             Some(Ok(CompactOutcome::NothingToCompact(n))) => {
                 say(&format!("panto: {}", nothing_text(&n, config)));
             }
+            Some(Err(e @ CompactError::NothingToClear { .. })) => say(&format!("panto: {e}")),
             Some(Err(CompactError::NotSmaller(n))) => say(&format!(
                 "panto: {n}; nothing was written\nhint: /compact --force writes it anyway"
             )),

@@ -6,9 +6,9 @@ use std::path::Path;
 use anyhow::{Context as _, Result, anyhow};
 use panto_compact::{
     CompactError, CompactOutcome, CompactRun, CompactionStrategy, Conversation, NothingToCompact,
-    SessionLog, Store,
+    SessionLog, Store, Undone,
 };
-use panto_model::usage_cost;
+use panto_model::{UniqueIds, usage_cost};
 use serde_json::json;
 
 use crate::config::Config;
@@ -99,6 +99,17 @@ pub(crate) async fn compact(config: &Config, path: &Path, asked: CompactAsked) -
     spinner.stop();
     // What the compaction requests taught of the window is kept for the next command.
     providers::remember(config, &model, windows.learned());
+    if let Err(e @ CompactError::NothingToClear { .. }) = &outcome {
+        // Not a failure: like nothing to compact, a normal outcome.
+        if as_json {
+            print_json(
+                &json!({"summary": null, "nothing_to_compact": true, "message": e.to_string()}),
+            )?;
+        } else {
+            say(&format!("panto: {e}"));
+        }
+        return Ok(());
+    }
     let outcome = outcome
         .map_err(|e| match e {
             CompactError::NotSmaller(n) => anyhow!(
@@ -125,7 +136,12 @@ pub(crate) async fn compact(config: &Config, path: &Path, asked: CompactAsked) -
                     "failed_attempts": r.failed_attempts,
                     "truncated": r.truncated,
                     "dry_run": dry_run,
-                    "strategy": if r.native.is_some() { CompactionStrategy::Native } else { CompactionStrategy::Summary }.as_str(),
+                    "strategy": r.strategy.as_str(),
+                    "cleared": r.cleared.iter().map(|c| json!({
+                        "id": c.id,
+                        "kind": c.kind,
+                        "bytes": c.bytes,
+                    })).collect::<Vec<_>>(),
                     "native": r.native,
                     "usage": r.usage.as_ref().and_then(|u| serde_json::to_value(u).ok()),
                     "cost": r.usage.as_ref().map(|u| cost_json(
@@ -185,6 +201,52 @@ pub(crate) async fn compact(config: &Config, path: &Path, asked: CompactAsked) -
         }
     }
     Ok(())
+}
+
+/// `panto compact --undo`: the context before the latest compaction or clearing is current
+/// again (one undo entry appended; no model asked, so no provider is needed).
+pub(crate) async fn compact_undo(config: &Config, path: &Path, as_json: bool) -> Result<()> {
+    let store = open_store(config).await?;
+    let name = session_name(path);
+    store.prepare_append(&name).await.map_err(store_error)?;
+    let loaded = load_existing(&store, &name).await?;
+    let mut log = SessionLog::new(store.clone(), name.as_str(), loaded.head);
+    let undone = panto_compact::undo(&loaded.context, &mut log, &UniqueIds)
+        .await
+        .map_err(|e| match e {
+            CompactError::NothingToUndo(_) => crate::bad_input(format!("{}: {e}", path.display())),
+            e => failure(e, config),
+        })?;
+    if as_json {
+        print_json(&json!({
+            "undone": undone.undid,
+            "id": undone.id,
+            "strategy": undone.strategy.as_deref().unwrap_or(CompactionStrategy::Summary.as_str()),
+            "tokens_before": undone.tokens_before,
+            "tokens_after": undone.tokens_after,
+            "tokens_counted": "conversation",
+        }))?;
+    } else {
+        say(&format!(
+            "panto: {}",
+            undone_text(&undone, "`panto compact --undo`")
+        ));
+    }
+    exiting(undone.context);
+    Ok(())
+}
+
+/// What an undo did, for a person; `again` names the command that goes one step further back.
+pub(crate) fn undone_text(undone: &Undone, again: &str) -> String {
+    let what = match undone.strategy.as_deref() {
+        Some("clear") => "the clearing",
+        Some("native") => "the native compaction",
+        _ => "the compaction",
+    };
+    format!(
+        "undid {what}: the conversation is about {} tokens again (it was about {}); {again} again goes one step further back",
+        undone.tokens_after, undone.tokens_before
+    )
 }
 
 /// Why there was nothing to compact, in the words a person counts (not the library's turns),

@@ -32,7 +32,9 @@ mod setup;
 mod tools;
 mod views;
 
-pub(crate) use compact::{CompactAsked, compact, manual_run, nothing_text};
+pub(crate) use compact::{
+    CompactAsked, compact, compact_undo, manual_run, nothing_text, undone_text,
+};
 pub(crate) use cost::cost;
 pub(crate) use failure::{Hopeless, failure};
 pub(crate) use recall::{RecallAsked, recall, recall_in_chat, show};

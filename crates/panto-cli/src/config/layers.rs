@@ -323,6 +323,10 @@ impl Config {
             self.auto_compact
                 .set(Some(v), Source::Flag("--auto-compact"));
         }
+        if let Some(v) = flags.compaction_strategy {
+            self.compaction_strategy
+                .set(v, Source::Flag("--compaction-strategy"));
+        }
     }
 
     /// The share of the window above which requests are compacted ahead, when on: a share

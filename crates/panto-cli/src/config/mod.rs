@@ -311,6 +311,8 @@ pub(crate) struct Flags {
     pub timeout_secs: Option<u64>,
     /// `--store`
     pub store: Option<String>,
+    /// `--compaction-strategy`
+    pub compaction_strategy: Option<CompactionStrategy>,
     /// `--auto-compact`
     pub auto_compact: Option<f64>,
 }

@@ -123,6 +123,9 @@ async fn everyday_at(columns: usize) -> (String, Sandbox, Vec<Seen>) {
         // the way to force it; forced, it is written.
         term.enter("/compact", "/compact --force writes it anyway", 1);
         term.enter("/compact --force", "panto: compacted (other-model)", 1);
+        // Undone, the conversation is as it was; a second undo finds nothing to undo.
+        term.enter("/undo", "undid the compaction", 1);
+        term.enter("/undo", "nothing to undo", 1);
         term.type_keys("\u{4}");
         let (code, raw) = term.finish();
         assert_eq!(code, 0, "{}", screen_at(&raw, columns).join("\n"));
@@ -198,6 +201,8 @@ async fn the_everyday_chat_commands_at_100_and_60_columns() {
             1,
             "{second}"
         );
+        // `/undo` appended one undo entry, naming it; the second found nothing to undo.
+        assert_eq!(second.matches("\"type\":\"undo\"").count(), 1, "{second}");
         let lines = unwrapped(&raw, columns);
         let refused = lines
             .iter()

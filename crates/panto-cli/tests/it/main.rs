@@ -35,3 +35,4 @@ mod terminal;
 mod trust;
 mod widths;
 mod windows;
+mod writers;

@@ -235,7 +235,7 @@ fn the_offline_summary_is_bounded_on_a_long_session() {
     // Bounded, but both say what they left out, and the most recent request is there.
     assert!(
         own.contains("more left out")
-            && ledger.contains("(Left out here: 1407 requests, 406 errors and 1499 files read; the compaction entry keeps them whole"),
+            && ledger.contains("(Left out here: 1376 requests, 476 errors, 3832 identifiers and 749 files read; the compaction entry keeps them whole"),
         "{summary}"
     );
     assert!(
@@ -489,7 +489,7 @@ fn the_first_example_compacts_with_the_defaults() {
     assert!(!run.stderr.contains("nothing to compact"), "{}", run.stderr);
     assert!(
         run.stderr.contains(
-            "panto: compacted (offline-extractive): conversation about 3682 -> 2379 tokens"
+            "panto: compacted (offline-extractive): conversation about 3682 -> 2724 tokens"
         ),
         "{}",
         run.stderr

@@ -519,3 +519,65 @@ fn a_store_password_is_never_printed_and_an_untrusted_project_cannot_choose_the_
         run.stderr
     );
 }
+
+#[test]
+fn undo_on_every_store_steps_back_one_compaction_at_a_time_and_survives_export() {
+    let sb = sandbox();
+    let (path, _) = example("debugging.jsonl");
+    let original = sb.run(&["context", &path, "--json"]).json();
+    for (label, store) in stores("undo_on_every_store") {
+        panto(&sb, &store, &["import", &path, "s"]).expect_code(0);
+        let context = |sb: &Sandbox| {
+            let out = panto(sb, &store, &["context", "s", "--json"]);
+            out.expect_code(0);
+            out.json()
+        };
+        panto(&sb, &store, &["compact", "s", "--keep-tokens", "600"]).expect_code(0);
+        let first = context(&sb);
+        panto(&sb, &store, &["compact", "s", "--keep-tokens", "200"]).expect_code(0);
+        let undone = panto(&sb, &store, &["compact", "s", "--undo", "--json"]);
+        undone.expect_code(0);
+        let doc = undone.json();
+        assert_eq!(doc["strategy"], "summary", "{label}");
+        assert!(
+            doc["tokens_after"].as_u64() > doc["tokens_before"].as_u64(),
+            "{label}"
+        );
+        assert_eq!(
+            context(&sb),
+            first,
+            "{label}: the context before the second compaction"
+        );
+        let again = panto(&sb, &store, &["compact", "s", "--undo"]);
+        again.expect_code(0);
+        assert!(
+            again.stderr.contains("undid the compaction"),
+            "{label}: {}",
+            again.stderr
+        );
+        assert_eq!(
+            context(&sb),
+            original,
+            "{label}: the context before the first"
+        );
+        let nothing = panto(&sb, &store, &["compact", "s", "--undo"]);
+        nothing.expect_code(2);
+        assert!(
+            nothing.stderr.contains("nothing to undo"),
+            "{label}: {}",
+            nothing.stderr
+        );
+        // The undo entries travel with the session: a copy of it honours them too.
+        let export = panto(&sb, &store, &["export", "s"]);
+        export.expect_code(0);
+        assert_eq!(
+            export.stdout.matches(r#"{"type":"undo""#).count(),
+            2,
+            "{label}"
+        );
+        let copy = sb.work().join("copy.jsonl");
+        std::fs::write(&copy, &export.stdout).unwrap();
+        let copied = sb.run(&["context", &copy.display().to_string(), "--json"]);
+        assert_eq!(copied.json(), original, "{label}: the exported copy");
+    }
+}

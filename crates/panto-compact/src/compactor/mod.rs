@@ -18,6 +18,7 @@
 
 mod ask;
 mod chunk;
+mod clear;
 mod folding;
 mod limits;
 mod native;
@@ -31,6 +32,7 @@ mod strategy;
 mod summary;
 #[cfg(test)]
 mod tests;
+mod tiered;
 mod walk;
 mod write;
 
@@ -55,6 +57,9 @@ use crate::prompt::CompactionPrompt;
 use crate::report::CompactOutcome;
 use crate::window::KnownWindows;
 use run::Run;
+
+pub use clear::{CLEAR_RESULTS_ABOVE, CLEARING_NOTE};
+pub use tiered::{CLEAR_MIN_FREED_DIVISOR, TIERED_TARGET_DIVISOR};
 
 // The crate's tests size a compaction request as the fold does.
 #[cfg(test)]
@@ -242,6 +247,11 @@ impl Compactor {
     /// Makes the next id (used by the driver for messages appended without one).
     pub(crate) fn next_id(&self, kind: IdKind) -> String {
         self.ids.next_id(kind)
+    }
+
+    /// The id source.
+    pub(crate) fn ids(&self) -> &dyn IdSource {
+        &*self.ids
     }
 
     /// Compacts `context` and appends the result to `log` in one conditional append.

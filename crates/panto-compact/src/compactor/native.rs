@@ -248,6 +248,7 @@ fn finish(mut compacted: Compacted, native: &Native, context: &EffectiveContext)
     }
     compacted.context = replay(compacted.entries.iter().cloned());
     compacted.report.native = Some(native.compaction.protocol.clone());
+    compacted.report.strategy = CompactionStrategy::Native;
     compacted.report.usage.clone_from(&native.compaction.usage);
     compacted
 }

@@ -5,7 +5,7 @@
 use std::borrow::Cow;
 use std::ops::Range;
 
-use panto_model::{EffectiveContext, Message, Trigger};
+use panto_model::{CompactionEntry, EffectiveContext, Message, Trigger};
 use panto_size::Heuristic;
 use panto_transcript::{TurnTranscript, render_request_turns, strip_ledger};
 
@@ -65,7 +65,10 @@ impl Compactor {
         // The plan's first turns are the prefix's (see `plan_and_turns`).
         all_turns.truncate(p.summarized_turns);
         let prefix_turns = all_turns;
-        let previous_summary = context.summary().map(strip_ledger);
+        // A clearing made when no summary was active carries only a note, which is no summary.
+        let previous_summary = (context.compaction.as_ref())
+            .and_then(CompactionEntry::summary_text)
+            .map(strip_ledger);
         let (transcript, turn_tenths) = render(prefix, &prefix_turns, previous_summary);
         let kept_tokens = kept_tokens(context, &p);
         let summary_room = limit.map(|l| {

@@ -9,7 +9,7 @@ use tracing::{Instrument, Span, info_span};
 
 use super::state::{FoldState, Taught};
 use super::{Compactor, Prepared};
-use crate::config::{CompactRun, min_known};
+use crate::config::{CompactRun, CompactionStrategy, min_known};
 use crate::error::CompactError;
 use crate::events::CompactionEvent;
 use crate::fold::MIN_OUTPUT_TOKENS;
@@ -57,6 +57,18 @@ impl<'a> Run<'a> {
     /// # Errors
     /// The strategy's, when no summary was obtained or the compaction would not shrink.
     pub(super) async fn produce(&mut self) -> Result<CompactOutcome, CompactError> {
+        let strategy = self.compactor.config.compaction_strategy;
+        self.produce_with(strategy).await
+    }
+
+    /// [`Run::produce`] with `strategy` (a tiered run summarizes with the summary's).
+    ///
+    /// # Errors
+    /// As [`Run::produce`].
+    pub(super) async fn produce_with(
+        &mut self,
+        strategy: CompactionStrategy,
+    ) -> Result<CompactOutcome, CompactError> {
         let plan = || {
             self.compactor
                 .prepare(self.context, self.options, &self.windows)
@@ -68,6 +80,19 @@ impl<'a> Run<'a> {
                 return Ok(CompactOutcome::NothingToCompact(nothing));
             }
         };
+        // A clearing asks no model; a tiered run says it starts when it summarizes.
+        if !matches!(
+            strategy,
+            CompactionStrategy::Clear | CompactionStrategy::Tiered
+        ) {
+            self.started(&prepared);
+        }
+        let compacted = strategy.produce(self, prepared).await?;
+        Ok(CompactOutcome::Compacted(Box::new(compacted)))
+    }
+
+    /// Says that a model is about to be asked to summarize `prepared` (`Started`).
+    pub(super) fn started(&mut self, prepared: &Prepared) {
         let compactor = &*self.compactor;
         let first = compactor.compaction_model.as_ref();
         let model = first.unwrap_or(&compactor.active).model.clone();
@@ -77,9 +102,6 @@ impl<'a> Run<'a> {
             plan: prepared.plan.clone(),
             tokens_before: prepared.tokens_before,
         });
-        let strategy = self.compactor.config.compaction_strategy;
-        let compacted = strategy.produce(self, prepared).await?;
-        Ok(CompactOutcome::Compacted(Box::new(compacted)))
     }
 
     /// Appends `compacted` to `log` in one conditional append (after another writer's prompts
@@ -131,6 +153,17 @@ impl<'a> Run<'a> {
     /// conversation request before, or a compaction request now), since all that is known of
     /// the window is that it is above what the provider took and below what it rejected.
     pub(super) fn retry_target(&self, prepared: &Prepared, state: &FoldState) -> Option<u64> {
+        let fit = self.fit_target(prepared, state);
+        // A proactive compaction leaves room under the threshold it crossed (one rule with a
+        // tiered run's target, `tiered.rs`).
+        match (fit, self.options.target_tokens) {
+            (Some(fit), Some(target)) => Some(fit.min(target)),
+            (fit, _) => fit,
+        }
+    }
+
+    /// [`Run::retry_target`] without the run's own target: what the request must fit.
+    fn fit_target(&self, prepared: &Prepared, state: &FoldState) -> Option<u64> {
         let limits = &state.limits;
         match self.options.known_limit(&self.windows) {
             Some(known) => Some(known.min(limits.limit.unwrap_or(known))),

@@ -15,7 +15,7 @@
 //! help, which the CLI's flag, configuration and errors list), and one arm here.
 
 use super::run::Run;
-use super::{Prepared, native, summary};
+use super::{Prepared, clear, native, summary, tiered};
 use crate::config::CompactionStrategy;
 use crate::error::CompactError;
 use crate::report::Compacted;
@@ -36,6 +36,8 @@ impl CompactionStrategy {
         match self {
             CompactionStrategy::Summary => Box::pin(summary::produce(run, prepared)).await,
             CompactionStrategy::Native => Box::pin(native::produce(run, prepared)).await,
+            CompactionStrategy::Clear => Box::pin(clear::produce(run, prepared)).await,
+            CompactionStrategy::Tiered => Box::pin(tiered::produce(run, prepared)).await,
         }
     }
 }

@@ -19,7 +19,6 @@ use super::{Prepared, kept_estimate};
 use crate::error::CompactError;
 use crate::events::CompactionEvent;
 use crate::fold::{MIN_ROOM, fold};
-use crate::plan::NotSmaller;
 use crate::report::Compacted;
 
 /// The summary of `prepared`'s prefix, folded, with its ledger, ready to be appended.
@@ -51,16 +50,7 @@ pub(super) async fn produce(
     let compacted = run.build(prepared, folded);
     // A compaction that leaves the conversation no smaller is not written, unless the run
     // forces it.
-    let report = &compacted.report;
-    if !run.options.force
-        && let Err(not_smaller) = NotSmaller::check(report.tokens_before, report.tokens_after)
-    {
-        let error = CompactError::NotSmaller(not_smaller);
-        let failed = (report.plan.clone(), report.tokens_before, report.fallback);
-        run.failed(failed, &error);
-        return Err(error);
-    }
-    Ok(compacted)
+    run.check_smaller(compacted)
 }
 
 /// The whole fold: the prefix (the carried summary first, when it must be folded too); then,

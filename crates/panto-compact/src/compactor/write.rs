@@ -2,22 +2,26 @@
 //! request after the compaction leaves; the entry and the kept copies marked `kept_by`; and,
 //! when no model could summarize, panto's own record in their place.
 
-use panto_model::{COPIES_MARKED, CompactionEntry, Entry, Extra, IdKind, KEPT_BY, Message, replay};
+use panto_model::{
+    CLEARING, COPIES_MARKED, CompactionEntry, Entry, Extra, IdKind, KEPT_BY, Message, NO_SUMMARY,
+    STRATEGY, replay,
+};
 use panto_size::Heuristic;
 use panto_store::{SessionLog, Store, StoreError};
 use panto_transcript::{Ledger, strip_ledger, transcript_items};
 use serde_json::{Value, json};
 
+use super::clear::{CLEARING_NOTE, Cleared};
 use super::run::Run;
 use super::state::{FoldState, Folded, SoFar};
 use super::{Prepared, kept_estimate};
-use crate::config::min_known;
+use crate::config::{CompactionStrategy, min_known};
 use crate::error::CompactError;
 use crate::events::CompactionEvent;
-use crate::ledger::{LEDGER_FIELD, with_ledger, with_recall_note};
+use crate::ledger::{LEDGER_FIELD, previous_ledger, with_ledger, with_recall_note};
 use crate::plan::{NotSmaller, Plan};
 use crate::record::{RECORD_ONLY_MODEL, record_only_text};
-use crate::report::{CompactOutcome, Compacted, CompactionReport};
+use crate::report::{ClearedItem, CompactOutcome, Compacted, CompactionReport};
 
 impl Run<'_> {
     /// The summary of the fold with the ledger rendered after it, within what the request
@@ -136,9 +140,112 @@ impl Run<'_> {
                 failed_attempts: failures,
                 native: None,
                 usage,
+                strategy: CompactionStrategy::Summary,
+                cleared: Vec::new(),
                 rebased: 0,
             },
         }
+    }
+
+    /// Builds a clearing's append (`clear.rs`): the entry `id`, carrying the active summary
+    /// unchanged (or, with none, [`CLEARING_NOTE`] and `no_summary`), with the ledger of the
+    /// cleared originals merged over the active one, then a copy of every message of the
+    /// conversation as `cleared` made it, marked `kept_by`.
+    pub(super) fn build_clearing(
+        &mut self,
+        prepared: &Prepared,
+        id: String,
+        cleared: Cleared,
+    ) -> Compacted {
+        let context = self.context;
+        let carried = context
+            .compaction
+            .as_ref()
+            .and_then(CompactionEntry::summary_text)
+            .map(str::to_owned);
+        let summary = carried.clone().unwrap_or_else(|| CLEARING_NOTE.to_owned());
+        let ids = &self.compactor.ids;
+        let copies: Vec<Message> = cleared
+            .messages
+            .into_iter()
+            .map(|mut m| {
+                m.id = Some(ids.next_id(IdKind::Message).into());
+                m.extra.insert(KEPT_BY.to_owned(), Value::from(id.as_str()));
+                m
+            })
+            .collect();
+        let mut after = Vec::with_capacity(copies.len() + 1);
+        after.push(Message::compaction(summary.as_str()));
+        after.extend(copies.iter().cloned());
+        let tokens_after = self
+            .compactor
+            .message_sizes(&after)
+            .iter()
+            .fold(0u64, |t, &s| t.saturating_add(s));
+        let ledger = Ledger::merge(
+            &previous_ledger(context),
+            &Ledger::from_messages(&cleared.originals),
+        );
+        let mut extra = Extra::new();
+        if !copies.is_empty() {
+            extra.insert(COPIES_MARKED.into(), true.into());
+        }
+        extra.insert(STRATEGY.into(), CLEARING.into());
+        extra.insert("provider".into(), CLEARING_MODEL.into());
+        if carried.is_none() {
+            extra.insert(NO_SUMMARY.into(), true.into());
+        }
+        extra.insert("keep_tokens".into(), prepared.plan.budget.into());
+        extra.insert(CLEARED_FIELD.into(), cleared_json(&cleared.items));
+        if !ledger.is_empty() {
+            extra.insert(LEDGER_FIELD.into(), ledger.to_json());
+        }
+        let trigger = self.options.trigger.clone();
+        let entry = CompactionEntry::new(summary.as_str())
+            .with_id(id.as_str())
+            .with_trigger(trigger.clone())
+            .with_model(CLEARING_MODEL)
+            .with_tokens(prepared.tokens_before, tokens_after)
+            .with_kept_messages(copies.len() as u64)
+            .with_extra(extra);
+        let mut entries = Vec::with_capacity(copies.len() + 1);
+        entries.push(Entry::Compaction(entry));
+        entries.extend(copies.into_iter().map(Entry::Message));
+        let context = replay(entries.iter().cloned());
+        let mut report = CompactionReport::new(
+            id,
+            summary,
+            trigger,
+            CLEARING_MODEL,
+            CLEARING_MODEL,
+            prepared.plan.clone(),
+        )
+        .with_tokens(prepared.tokens_before, tokens_after);
+        report.requests = 0;
+        report.strategy = CompactionStrategy::Clear;
+        report.cleared = cleared.items;
+        Compacted::new(entries, context, report)
+    }
+
+    /// `compacted`, unless it would not make the conversation smaller and the run does not
+    /// force it: then [`CompactError::NotSmaller`], said as the run's failure.
+    ///
+    /// # Errors
+    /// [`CompactError::NotSmaller`].
+    pub(super) fn check_smaller(
+        &mut self,
+        compacted: Compacted,
+    ) -> Result<Compacted, CompactError> {
+        let report = &compacted.report;
+        if !self.options.force
+            && let Err(not_smaller) = NotSmaller::check(report.tokens_before, report.tokens_after)
+        {
+            let error = CompactError::NotSmaller(not_smaller);
+            let failed = (report.plan.clone(), report.tokens_before, report.fallback);
+            self.failed(failed, &error);
+            return Err(error);
+        }
+        Ok(compacted)
     }
 
     /// The kept turns of `prepared` as the compaction `id` copies them: new ids, marked
@@ -239,6 +346,23 @@ impl Run<'_> {
         )));
         Ok(CompactOutcome::Compacted(Box::new(compacted)))
     }
+}
+
+/// The model and provider a clearing's entry names: panto itself, no model was asked.
+pub(super) const CLEARING_MODEL: &str = "panto";
+
+/// The field of a compaction entry that lists what a clearing cleared (docs/session.md,
+/// "Clearings").
+pub(super) const CLEARED_FIELD: &str = "cleared";
+
+/// The `cleared` field of an entry: each cleared item's id, message, block, kind and size.
+pub(super) fn cleared_json(items: &[ClearedItem]) -> Value {
+    Value::Array(
+        items
+            .iter()
+            .map(|c| json!({"id": c.id, "message": c.message, "block": c.block, "kind": c.kind, "bytes": c.bytes}))
+            .collect(),
+    )
 }
 
 /// The fields of a compaction entry besides its summary: how it was made (`provider`, the

@@ -180,6 +180,15 @@ impl<S: Store> Driver<S> {
         if estimated_tokens <= threshold_tokens {
             return Ok(None);
         }
+        if self.ahead_lost && estimated_tokens <= window.tokens {
+            // This turn's compaction ahead lost to another writer already: the request fits,
+            // so it goes as it is rather than ask for another summary that may lose again.
+            self.compactor.emit(CompactionEvent::AheadSkipped {
+                reason: "a compaction ahead of this turn lost to another writer already".to_owned(),
+                sending: true,
+            });
+            return Ok(None);
+        }
         tracing::info!(
             estimated_tokens,
             threshold_tokens,
@@ -191,9 +200,12 @@ impl<S: Store> Driver<S> {
             threshold_tokens,
             window,
         });
-        let outcome = self
-            .compact_with(CompactRun::auto().with_sizes(sizes))
-            .await;
+        // Headroom: the request after the compaction stays under half the threshold, so that
+        // the next sends do not compact again (docs/compaction.md, "Clearing and tiers").
+        let run = CompactRun::auto()
+            .with_sizes(sizes)
+            .with_target_tokens(threshold_tokens / 2);
+        let outcome = self.compact_with(run).await;
         let estimated_tokens = self.estimate().total();
         let fits = estimated_tokens <= window.tokens;
         let skipped = match outcome {
@@ -206,7 +218,10 @@ impl<S: Store> Driver<S> {
                 });
             }
             // Another writer appended: that is the caller's to resolve, not a reason to send.
-            Err(e @ CompactError::Store(_)) => return Err(e),
+            Err(e @ CompactError::Store(_)) => {
+                self.ahead_lost = e.conflict().is_some();
+                return Err(e);
+            }
             Ok(CompactOutcome::NothingToCompact(nothing)) => {
                 (nothing.to_string(), CompactError::NothingToCompact(nothing))
             }

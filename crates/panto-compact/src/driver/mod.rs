@@ -22,6 +22,7 @@ use crate::config::{CompactRun, Conversation, DEFAULT_MAX_OUTPUT_TOKENS};
 use crate::error::CompactError;
 use crate::ledger::previous_ledger;
 use crate::report::{CompactOutcome, CompactionReport};
+use crate::undo::Undone;
 use crate::window::KnownWindows;
 
 pub use ahead::NextRequest;
@@ -88,6 +89,11 @@ pub struct Driver<S> {
     auto_compact: Option<f64>,
     /// Whether `WindowUnknown` was reported.
     said_no_window: bool,
+    /// Whether a compaction ahead of this turn's request lost its append to another writer
+    /// since the last reply: the turn then does not compact ahead again while its request fits
+    /// the window, so writers that take turns on one session cannot keep each other's turns
+    /// compacting (issue 39).
+    ahead_lost: bool,
     /// What the requests cost, and when the last one was answered.
     accounts: cost::Accounts,
     /// The index of the session that recall reads, kept current (`recall::RecallCache`).
@@ -109,6 +115,7 @@ impl<S: Store> Driver<S> {
             windows: KnownWindows::new(),
             auto_compact: None,
             said_no_window: false,
+            ahead_lost: false,
             accounts: cost::Accounts::default(),
             recall_cache: recall::RecallCache::default(),
         }
@@ -347,6 +354,7 @@ impl<S: Store> Driver<S> {
             Ok(reply) => match silent_truncation(&self.context.messages, &reply) {
                 None => {
                     let mut reply = self.accept(reply, None).await?;
+                    self.ahead_lost = false;
                     reply.compacted_ahead = ahead;
                     return Ok(reply);
                 }
@@ -356,9 +364,23 @@ impl<S: Store> Driver<S> {
             Err(e) => return Err(CompactError::Provider(e)),
         };
         let mut reply = self.recover(overflow, truncation, stream).await?;
+        self.ahead_lost = false;
         reply.compacted_ahead = ahead;
         reply.truncation = truncation;
         Ok(reply)
+    }
+
+    /// Makes the effective context before the latest compaction or clearing current again, by
+    /// appending an undo entry (nothing is rewritten), and goes on from it; undoing again goes
+    /// one step further back (docs/session.md, "Undo").
+    ///
+    /// # Errors
+    /// As [`undo`](crate::undo()); the driver is unchanged then.
+    pub async fn undo(&mut self) -> Result<Undone, CompactError> {
+        let ids = self.compactor.ids();
+        let undone = crate::undo::undo(&self.context, &mut self.log, ids).await?;
+        self.context = undone.context.clone();
+        Ok(undone)
     }
 
     /// Compacts the context now (`/compact`), with optional extra instructions.

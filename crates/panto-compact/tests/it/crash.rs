@@ -58,7 +58,7 @@ fn append_of(history: &[Message], keep: u64) -> Option<Append> {
 
 /// Replays `old_bytes` followed by the first `cut` bytes of `appended`, dropping a torn last
 /// line as the session store does, and checks the result is the old or the new context.
-fn check_every_cut(old_bytes: &[u8], appended: &[u8], old: &[Message], new: &[Message]) {
+pub(crate) fn check_every_cut(old_bytes: &[u8], appended: &[u8], old: &[Message], new: &[Message]) {
     let mut by_complete = std::collections::HashMap::new();
     for cut in 0..=appended.len() {
         let complete = appended[..cut]

@@ -15,6 +15,7 @@
 mod ahead;
 mod causes;
 mod chained;
+mod clear;
 mod compaction;
 mod cost;
 mod crash;
@@ -28,6 +29,7 @@ mod recall;
 mod send;
 mod session;
 mod snapshots;
+mod undo;
 mod window;
 mod writers;
 

@@ -33,6 +33,7 @@ fn driver_send_is_send<S: Store>(driver: &mut Driver<S>) {
 #[allow(dead_code)]
 fn driver_compact_is_send<S: Store>(driver: &mut Driver<S>) {
     drop(assert_send(driver.compact(None)));
+    drop(assert_send(driver.undo()));
 }
 
 #[allow(dead_code)]

@@ -13,7 +13,7 @@ use super::{
     Key, Tagged, TaggedVisitor, checked, opt_string, opt_u64, required, required_str,
     rest_into_extra, unknown, write_extra,
 };
-use crate::entry::{CompactionEntry, Entry, Trigger, UnknownEntry};
+use crate::entry::{CompactionEntry, Entry, Trigger, UndoEntry, UnknownEntry};
 use crate::message::{Extra, Message, RawJson, Role, Usage};
 
 impl<'de> Deserialize<'de> for Role {
@@ -219,6 +219,23 @@ impl Tagged for Entry {
                 c.extra = checked(extra)?;
                 Ok(Entry::Compaction(c))
             }
+            "undo" => {
+                let (mut id, mut undoes) = (None::<String>, None::<String>);
+                let mut extra = Extra::new();
+                while let Some(key) = map.next_key::<Key<'de>>()? {
+                    match key.as_str() {
+                        "id" => opt_string(&mut map, &mut id, "id", &mut extra)?,
+                        "undoes" => required_str(&mut map, &mut undoes, "undoes")?,
+                        _ => unknown(&mut map, key, &mut extra)?,
+                    }
+                }
+                let undoes = undoes.ok_or_else(|| A::Error::missing_field("undoes"))?;
+                Ok(Entry::Undo(UndoEntry {
+                    id,
+                    undoes,
+                    extra: checked(extra)?,
+                }))
+            }
             _ => Ok(Entry::Unknown(UnknownEntry {
                 kind,
                 fields: rest_into_extra(map)?,
@@ -266,6 +283,13 @@ impl Serialize for Entry {
                     m.serialize_entry("kept_messages", &v)?;
                 }
                 write_extra(&mut m, &c.extra)?;
+            }
+            Entry::Undo(u) => {
+                if let Some(id) = &u.id {
+                    m.serialize_entry("id", id)?;
+                }
+                m.serialize_entry("undoes", &u.undoes)?;
+                write_extra(&mut m, &u.extra)?;
             }
             Entry::Unknown(u) => write_extra(&mut m, &u.fields)?,
         }

@@ -79,3 +79,97 @@ proptest! {
         prop_assert_eq!(replay(read_entries(&file).unwrap()).messages, new);
     }
 }
+
+/// A session of `messages` compacted at each of `cuts` (message positions, at turn starts) in
+/// turn, each compaction keeping nothing: the entries, and the position of each compaction.
+fn chained(messages: &[Message], cuts: &[usize]) -> (Vec<Entry>, Vec<usize>) {
+    let mut entries = Vec::new();
+    let mut at = Vec::new();
+    let mut next = 0;
+    for (i, &cut) in cuts.iter().enumerate() {
+        let cut = cut.max(next);
+        entries.extend(messages[next..cut].iter().cloned().map(Entry::Message));
+        // A compaction that keeps nothing: active as soon as it is read.
+        entries.extend(compaction_append(&messages[..cut], cut, &format!("c{i}")));
+        next = cut;
+        at.push(entries.len() - 1);
+    }
+    entries.extend(messages[next..].iter().cloned().map(Entry::Message));
+    (entries, at)
+}
+
+/// The entries without the compaction at `at` and its copies.
+fn without(entries: &[Entry], at: usize) -> Vec<Entry> {
+    let Entry::Compaction(c) = &entries[at] else {
+        unreachable!("a compaction")
+    };
+    let id = c.id.clone().unwrap();
+    entries
+        .iter()
+        .enumerate()
+        .filter(|(i, e)| {
+            *i != at && !matches!(e, Entry::Message(m) if m.kept_by() == Some(id.as_str()))
+        })
+        .map(|(_, e)| e.clone())
+        .collect()
+}
+
+proptest! {
+    /// An undo of the active compaction replays as if that compaction and its copies were not
+    /// there, and a second undo (of the compaction then active) one step further back: undo
+    /// entries change nothing else, wherever they stand.
+    #[test]
+    fn an_undo_replays_as_if_its_compaction_were_not_there(
+        s in session(6),
+        picks in proptest::collection::vec(any::<prop::sample::Index>(), 1..4),
+        keep in any::<prop::sample::Index>(),
+        more in 0usize..3,
+    ) {
+        let ts = turns(&s.messages);
+        let mut cuts: Vec<usize> = picks.iter().map(|p| ts[p.index(ts.len())].start).collect();
+        cuts.sort_unstable();
+        // Each compaction keeps the turns after a point of its own, as copies.
+        let (mut entries, at) = chained(&s.messages, &cuts);
+        let last = *at.last().unwrap();
+        let Entry::Compaction(c) = entries[last].clone() else { unreachable!() };
+        let kept_from = ts[keep.index(ts.len())].start.min(cuts[cuts.len() - 1]);
+        let copies = compaction_append(&s.messages[..cuts[cuts.len() - 1]], kept_from, c.id.as_deref().unwrap());
+        entries.splice(last..=last, copies);
+        let plain = entries.clone();
+        // Messages appended after the undo stay.
+        let undo = |id: &str| Entry::Undo(panto_model::UndoEntry::new(id).with_id(format!("u-{id}")));
+        let mut undone = plain.clone();
+        undone.push(undo(c.id.as_deref().unwrap()));
+        for n in 0..more {
+            undone.push(Entry::Message(Message::user_text(format!("after {n}"))));
+        }
+        let mut expected = without(&plain, last);
+        for n in 0..more {
+            expected.push(Entry::Message(Message::user_text(format!("after {n}"))));
+        }
+        prop_assert_eq!(replay(undone.clone()), replay(expected.clone()));
+        // Twice: the compaction active now is the one before (if any).
+        if at.len() > 1 {
+            let before = at[at.len() - 2];
+            let Entry::Compaction(b) = &plain[before] else { unreachable!() };
+            undone.push(undo(b.id.as_deref().unwrap()));
+            let twice = without(&without(&plain, last), before);
+            let mut twice = twice;
+            for n in 0..more {
+                twice.push(Entry::Message(Message::user_text(format!("after {n}"))));
+            }
+            prop_assert_eq!(replay(undone), replay(twice));
+        }
+    }
+}
+
+#[test]
+fn an_undo_line_reads_and_writes_back_exactly() {
+    let line = r#"{"type":"undo","id":"u3","undoes":"c2","x-by":{"who": 1}}"#;
+    let entries = read_entries(line.as_bytes()).unwrap();
+    assert!(matches!(&entries[0], Entry::Undo(u) if u.undoes == "c2"));
+    assert_eq!(entries[0].id(), Some("u3"));
+    assert_eq!(encode_line(&entries[0]).trim_end(), line);
+    let missing = read_entries(br#"{"type":"undo","id":"u3"}"#).unwrap_err();
+    assert!(missing.to_string().contains("undoes"), "{missing}");
+}

@@ -25,6 +25,8 @@ enum Op {
     },
     /// An entry of a type panto does not know.
     Unknown,
+    /// An undo of one of the named compactions so far (the latest, mostly).
+    Undo(Index, bool),
     /// A blank line.
     Blank,
 }
@@ -35,6 +37,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (any::<Index>(), prop::bool::weighted(0.7), prop::bool::weighted(0.8), prop::bool::weighted(0.1))
             .prop_map(|(keep, complete, named, announce_none)| Op::Compaction { keep, complete, named, announce_none }),
         1 => Just(Op::Unknown),
+        1 => (any::<Index>(), prop::bool::weighted(0.7)).prop_map(|(i, latest)| Op::Undo(i, latest)),
         1 => Just(Op::Blank),
     ]
 }
@@ -43,6 +46,7 @@ fn op() -> impl Strategy<Value = Op> {
 fn build(messages: &[Message], ops: &[Op]) -> String {
     let mut text = String::new();
     let mut written: Vec<Message> = Vec::new();
+    let mut names: Vec<String> = Vec::new();
     let mut next = 0;
     for (i, op) in ops.iter().enumerate() {
         match op {
@@ -70,6 +74,9 @@ fn build(messages: &[Message], ops: &[Op]) -> String {
                 } else {
                     Some(k as u64 + 1)
                 };
+                if *named {
+                    names.push(id.clone());
+                }
                 let group = compaction_group(
                     named.then_some(id.as_str()),
                     &format!("summary {i}"),
@@ -81,6 +88,15 @@ fn build(messages: &[Message], ops: &[Op]) -> String {
                 }
             }
             Op::Unknown => text.push_str(&encode_line(&unknown("note"))),
+            Op::Undo(pick, latest) => {
+                let undoes = match (names.last(), latest) {
+                    (None, _) => "c-none".to_owned(),
+                    (Some(last), true) => last.clone(),
+                    (Some(_), false) => names[pick.index(names.len())].clone(),
+                };
+                let undo = panto_model::UndoEntry::new(undoes).with_id(format!("u{i}"));
+                text.push_str(&encode_line(&Entry::Undo(undo)));
+            }
             Op::Blank => text.push_str("  \n"),
         }
     }

@@ -12,7 +12,7 @@
 //! files ending in `.jsonl`).
 //!
 //! The property test of every store is [`units`] (any sequence of appends and compactions,
-//! complete, interrupted and foreign ones, with unknown entries) fed to [`same_context`]: the
+//! complete, interrupted and foreign ones, undos, with unknown entries) fed to [`same_context`]: the
 //! store's load equals `panto_model::replay` of what was appended, which is the same for every
 //! store. Crashes and several processes cannot be checked in one process; each store's tests
 //! and the `panto` binary's do that (`crates/panto-cli/tests/it/stores.rs`).
@@ -21,7 +21,7 @@
 //! order of the `Store` contract, each short and independent of the others (`import.rs` holds
 //! the checks of imports and page sizes).
 
-use panto_model::{CompactionEntry, Entry, KEPT_BY, Message, UnknownEntry, replay};
+use panto_model::{CompactionEntry, Entry, KEPT_BY, Message, UndoEntry, UnknownEntry, replay};
 use proptest::prelude::*;
 use serde_json::Value;
 
@@ -67,6 +67,7 @@ checks!(
     append_creates_and_loads,
     replay_matches_panto_model,
     chains_take_the_latest,
+    undo_steps_back_one_compaction_at_a_time,
     interrupted_compaction_is_ignored,
     foreign_lines_survive_byte_for_byte,
     stale_append_conflicts_and_writes_nothing,
@@ -207,6 +208,42 @@ async fn chains_take_the_latest<S: Store>(store: &S) {
     assert_eq!(loaded.context, replay(units.concat()));
     assert_eq!(loaded.context.summary(), Some("second summary"));
     assert_eq!(loaded.context.kept, 1);
+}
+
+async fn undo_steps_back_one_compaction_at_a_time<S: Store>(store: &S) {
+    // Two compactions, a message after each, then an undo of each in turn: every load is the
+    // context before the compaction undone, with what came after it.
+    let undo = |id: &str, of: &str| vec![Entry::Undo(UndoEntry::new(of).with_id(id))];
+    let mut units = vec![vec![user("one", "m1"), assistant("two", "m2")]];
+    units.push(compaction("c1", "first summary", &[assistant("two", "m2")]));
+    units.push(vec![user("three", "m3")]);
+    units.push(compaction("c2", "second summary", &[user("three", "m3")]));
+    units.push(vec![assistant("four", "m4")]);
+    units.push(undo("u1", "c2"));
+    let mut head = append_all(store, "s.jsonl", &units).await;
+    let loaded = store.load("s.jsonl").await.expect("load");
+    assert_eq!(loaded.context, replay(units.concat()));
+    assert_eq!(loaded.context.summary(), Some("first summary"));
+    let texts: Vec<String> = loaded
+        .context
+        .conversation()
+        .iter()
+        .map(Message::text)
+        .collect();
+    assert_eq!(texts, ["two", "three", "four"]);
+    let second = undo("u2", "c1");
+    let records: Vec<Record> = second.iter().map(Record::encode).collect();
+    head = store
+        .append_records("s.jsonl", head, &records)
+        .await
+        .expect("append");
+    units.push(second);
+    let loaded = store.load("s.jsonl").await.expect("load");
+    assert_eq!(loaded.head, head);
+    assert_eq!(loaded.context, replay(units.concat()));
+    assert_eq!(loaded.context.compaction, None);
+    let texts: Vec<String> = loaded.context.messages.iter().map(Message::text).collect();
+    assert_eq!(texts, ["one", "two", "three", "four"]);
 }
 
 async fn interrupted_compaction_is_ignored<S: Store>(store: &S) {
@@ -526,6 +563,9 @@ pub enum Unit {
     Interrupted(usize),
     /// A compaction another program wrote: no `copies_marked`, copies not marked.
     Foreign(usize),
+    /// An undo of the compaction active then (of none that exists when none is active), as
+    /// `Driver::undo` writes it: what was before it is the context again.
+    Undo,
 }
 
 /// Any sequence of appends and compactions over a valid conversation: the strategy of the
@@ -548,6 +588,7 @@ pub fn units() -> impl Strategy<Value = Vec<Unit>> {
                     0 | 1 => Unit::Compaction(kept),
                     2 => Unit::Interrupted(kept.max(1)),
                     3 => Unit::Foreign(kept),
+                    4 => Unit::Undo,
                     _ => continue,
                 });
             }
@@ -593,6 +634,12 @@ pub fn unit_entries(units: &[Unit]) -> Vec<Vec<Entry>> {
                 )];
                 entries.extend(kept);
                 entries
+            }
+            Unit::Undo => {
+                let so_far: Vec<Entry> = out.iter().flatten().cloned().collect();
+                let active = replay(so_far).compaction.and_then(|c| c.id);
+                let undoes = active.unwrap_or_else(|| "c-none".to_owned());
+                vec![Entry::Undo(UndoEntry::new(undoes).with_id(format!("u{u}")))]
             }
         });
     }

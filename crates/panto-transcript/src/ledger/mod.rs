@@ -3,20 +3,29 @@
 //!
 //! [`Ledger::from_items`] walks the items once: the user's requests (verbatim), the files
 //! modified and read, the errors tools reported and whether a later call on the same target
-//! succeeded, the distinct commands, the open todos of the latest todo list and the user's
-//! answers to the agent's questions. [`Ledger::merge`] combines an older ledger with a newer
-//! one (recency first) into the record stored typed on the compaction entry (see `serde`):
-//! every item, bounded only by [`LEDGER_CAP_BYTES`] of JSON ([`Ledger::cap`]).
-//! What the next model reads is a rendering of that record within a budget
-//! ([`Ledger::render_within`], most telling first); [`Ledger::render`] writes all of it.
+//! succeeded, the distinct commands, the open todos of the latest todo list, the user's
+//! answers to the agent's questions, and the exact identifiers of every text, call and result
+//! ([`LedgerIdentifiers`]: hex ids, numbers and values with their keys, URLs, `path:line`,
+//! versions, error lines, file paths, code names), each with how many items mention it.
+//! [`Ledger::merge`] combines an older ledger with a newer one (recency first, identifiers'
+//! counts added) into the record stored typed on the compaction entry (see `serde`): every
+//! item, bounded only by [`LEDGER_CAP_BYTES`] of JSON ([`Ledger::cap`], each kind within its
+//! fair share). What the next model reads is a rendering of that record within a budget
+//! ([`Ledger::render_within`], each kind within its fair share, most telling first);
+//! [`Ledger::render`] writes all of it.
 //!
 //! One file per job: the type and its merge here; the tool tables and argument readers in
 //! `tools.rs`; the pruned reading of a call's JSON arguments in `args.rs`; the walk over items
-//! in `walk.rs`; the record's cap in `record.rs`; the rendering in `render.rs`.
+//! in `walk.rs`; the identifiers found in a text in `scan/`, counted and merged in `ids.rs`;
+//! the fair shares of a budget in `share.rs`; the record's cap in `record.rs`; the rendering in
+//! `render.rs`.
 
 mod args;
+mod ids;
 mod record;
 mod render;
+mod scan;
+mod share;
 #[cfg(test)]
 mod tests;
 mod tools;
@@ -29,6 +38,7 @@ use panto_model::{ContentBlock, Message, Role, ToolResultContent};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+pub use ids::{Identifier, LedgerIdentifiers};
 pub use record::{LEDGER_CAP_BYTES, LedgerCounts};
 use walk::{Walk, error_key};
 
@@ -96,6 +106,10 @@ pub struct Ledger {
     pub todos: Vec<String>,
     /// The user's answers to the agent's questions (answers to question tools).
     pub answers: Vec<String>,
+    /// The exact identifiers of every text, call and result, successful output included,
+    /// each with how many items mention it, most referenced first.
+    #[serde(skip_serializing_if = "LedgerIdentifiers::is_empty")]
+    pub identifiers: LedgerIdentifiers,
     /// How many items the record no longer holds, over every merge so far: the oldest items
     /// dropped past [`LEDGER_CAP_BYTES`], and (in records an older panto wrote) the items its
     /// rendering budget cut from the record. One number, so that older readers still load it.
@@ -124,6 +138,7 @@ impl Ledger {
             && self.commands.is_empty()
             && self.todos.is_empty()
             && self.answers.is_empty()
+            && self.identifiers.is_empty()
     }
 
     /// The ledger of `items` (a transcript, oldest first). Deterministic; not budgeted.
@@ -146,7 +161,12 @@ impl Ledger {
         for message in messages {
             for block in &message.content {
                 match block {
-                    ContentBlock::Text(t) if message.role == Role::User => walk.request(&t.text),
+                    ContentBlock::Text(t) => {
+                        if message.role == Role::User {
+                            walk.request(&t.text);
+                        }
+                        walk.said(&t.text);
+                    }
                     ContentBlock::ToolUse(u) => walk.call_json(&u.id, &u.name, &u.input),
                     ContentBlock::ToolResult(r) => {
                         walk.result(&r.tool_use_id, None, r.failed(), || match &r.content {
@@ -202,6 +222,7 @@ impl Ledger {
                 older.todos.clone()
             },
             answers: chain(&newer.answers, &older.answers),
+            identifiers: LedgerIdentifiers::merge(&older.identifiers, &newer.identifiers),
             left_out: older.left_out.saturating_add(newer.left_out),
             dropped: older.dropped.plus(&newer.dropped),
             todo_list_seen: newer.todo_list_seen || older.todo_list_seen,
@@ -220,6 +241,7 @@ impl Ledger {
             + self.commands.len()
             + self.todos.len()
             + self.answers.len()
+            + self.identifiers.len()
     }
 
     /// The ledger stored on a compaction entry, read leniently: unknown fields are ignored, a

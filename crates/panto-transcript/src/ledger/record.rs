@@ -1,11 +1,14 @@
 //! The record: the ledger as stored on a compaction entry, every item, bounded only by
-//! [`LEDGER_CAP_BYTES`] of JSON ([`Ledger::cap`]), which drops the oldest, least telling items
-//! past it and counts them ([`Ledger::dropped`], [`LedgerCounts`]). The kinds of item, in the
-//! order a rendering takes them and the reverse order the record drops them, are defined here
-//! and shared with `render.rs`.
+//! [`LEDGER_CAP_BYTES`] of JSON ([`Ledger::cap`]), which past it keeps each kind of item within
+//! its fair share (`share.rs`), the most telling of each first, and counts what it drops
+//! ([`Ledger::dropped`], [`LedgerCounts`]). The kinds of item, in the order a rendering takes
+//! them, are defined here and shared with `render.rs`.
 
 use serde::{Deserialize, Serialize};
 
+use super::ids::{IdentifierKind, KINDS};
+use super::scan::ERROR_LINE_BYTES;
+use super::share::allocate;
 use super::{Ledger, clip, unique};
 
 /// The most bytes of JSON a stored ledger takes: 256 KiB.
@@ -53,6 +56,9 @@ pub struct LedgerCounts {
     /// The user's answers to questions.
     #[serde(skip_serializing_if = "is_zero")]
     pub answers: u64,
+    /// Identifiers, of every kind.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub identifiers: u64,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -90,6 +96,7 @@ impl LedgerCounts {
             Category::Commands => self.commands,
             Category::Todos => self.todos,
             Category::Answers => self.answers,
+            Category::Identifiers => self.identifiers,
         }
     }
 
@@ -102,6 +109,7 @@ impl LedgerCounts {
             Category::Commands => &mut self.commands,
             Category::Todos => &mut self.todos,
             Category::Answers => &mut self.answers,
+            Category::Identifiers => &mut self.identifiers,
         }
     }
 }
@@ -116,14 +124,16 @@ pub(super) enum Category {
     Commands,
     Todos,
     Answers,
+    Identifiers,
 }
 
-pub(super) const CATEGORIES: [Category; 7] = [
+pub(super) const CATEGORIES: [Category; 8] = [
     Category::Requests,
     Category::Modified,
     Category::Errors,
     Category::Todos,
     Category::Answers,
+    Category::Identifiers,
     Category::Commands,
     Category::Read,
 ];
@@ -139,12 +149,13 @@ impl Category {
             Category::Commands => ("command", "commands"),
             Category::Todos => ("open todo", "open todos"),
             Category::Answers => ("answer", "answers"),
+            Category::Identifiers => ("identifier", "identifiers"),
         }
     }
 }
 
 /// What a rendering chooses from, most telling first: the errors split by whether a later call
-/// resolved them.
+/// resolved them, and each kind of identifier.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Kind {
     Unresolved,
@@ -153,33 +164,30 @@ pub(super) enum Kind {
     Todos,
     Answers,
     Resolved,
+    Id(IdentifierKind),
     Commands,
     Read,
 }
 
 /// The kinds in the order a rendering takes them.
-pub(super) const PRIORITY: [Kind; 8] = [
+pub(super) const PRIORITY: [Kind; 17] = [
     Kind::Unresolved,
     Kind::Requests,
     Kind::Modified,
     Kind::Todos,
     Kind::Answers,
     Kind::Resolved,
+    Kind::Id(KINDS[0]),
+    Kind::Id(KINDS[1]),
+    Kind::Id(KINDS[2]),
+    Kind::Id(KINDS[3]),
+    Kind::Id(KINDS[4]),
+    Kind::Id(KINDS[5]),
+    Kind::Id(KINDS[6]),
+    Kind::Id(KINDS[7]),
+    Kind::Id(KINDS[8]),
     Kind::Commands,
     Kind::Read,
-];
-
-/// The kinds the record drops first past its cap, a tier at a time (within a tier, from the
-/// kind that takes the most bytes), the oldest item of a kind first: the reverse of
-/// [`PRIORITY`].
-const DROP_TIERS: [&[Kind]; 7] = [
-    &[Kind::Read, Kind::Commands],
-    &[Kind::Resolved],
-    &[Kind::Answers],
-    &[Kind::Todos],
-    &[Kind::Modified],
-    &[Kind::Requests],
-    &[Kind::Unresolved],
 ];
 
 impl Kind {
@@ -194,13 +202,66 @@ impl Kind {
             Kind::Modified => Category::Modified,
             Kind::Todos => Category::Todos,
             Kind::Answers => Category::Answers,
+            Kind::Id(_) => Category::Identifiers,
             Kind::Commands => Category::Commands,
             Kind::Read => Category::Read,
         }
     }
 }
 
-/// The positions of a kind's items in their list, most recent first.
+/// The weight of each kind, in [`PRIORITY`] order; they sum to 100, so a weight is the
+/// percentage of the budget a kind is sure of when every kind needs more than its share.
+///
+/// The user's requests weigh most (31: what was asked; on the large shared session they are
+/// 40% of what the ledger's kinds would take at full length, and `cargo xtask quality` wants 90%
+/// of them in the summary), then the errors nothing resolved (8) and the files modified (7);
+/// the exact identifiers together weigh 37 (issue 36: half the questions people ask later are
+/// answered only by what a tool printed); commands and files read, which the next model can
+/// run or read again, weigh 8. Measured with `cargo xtask quality --recall` and `quality`: on
+/// the shared sessions weights a few points either way move one measure up and the other down
+/// by a point or two; the rendering's budget, not the weights, is what limits them
+/// (docs/compaction.md).
+pub(super) const WEIGHTS: [u64; PRIORITY.len()] = {
+    let mut w = [0; PRIORITY.len()];
+    let mut i = 0;
+    while i < PRIORITY.len() {
+        w[i] = PRIORITY[i].weight();
+        i += 1;
+    }
+    w
+};
+
+impl Kind {
+    /// The kind's weight (see [`WEIGHTS`]).
+    pub(super) const fn weight(self) -> u64 {
+        use IdentifierKind as I;
+        match self {
+            Kind::Unresolved => 8,
+            Kind::Requests => 31,
+            Kind::Modified => 7,
+            Kind::Todos => 3,
+            Kind::Answers => 2,
+            Kind::Resolved => 4,
+            Kind::Id(I::HexId) => 3,
+            Kind::Id(I::Number | I::Path | I::Name) => 4,
+            Kind::Id(I::Value) => 7,
+            Kind::Id(I::ErrorLine) => 6,
+            Kind::Id(I::Url | I::Version) => 2,
+            Kind::Id(I::PathLine) => 5,
+            Kind::Commands => 6,
+            Kind::Read => 2,
+        }
+    }
+}
+
+/// Each kind's fair share of `budget` by [`WEIGHTS`], given what each `needs` (in
+/// [`PRIORITY`] order): `share.rs`'s water-filling.
+pub(super) fn fair_shares(budget: usize, needs: &[usize]) -> Vec<usize> {
+    allocate(budget, needs, &WEIGHTS)
+}
+
+/// The positions of a kind's items in their list, most telling first (most recent, or for
+/// identifiers most referenced).
 pub(super) fn positions(ledger: &Ledger, kind: Kind) -> Vec<usize> {
     let all = |n: usize| (0..n).collect();
     match kind {
@@ -211,16 +272,12 @@ pub(super) fn positions(ledger: &Ledger, kind: Kind) -> Vec<usize> {
             .filter(|(_, e)| e.resolved.is_none() == (kind == Kind::Unresolved))
             .map(|(i, _)| i)
             .collect(),
-        Kind::Requests => all(ledger.requests.len()),
-        Kind::Modified => all(ledger.modified.len()),
-        Kind::Todos => all(ledger.todos.len()),
-        Kind::Answers => all(ledger.answers.len()),
-        Kind::Commands => all(ledger.commands.len()),
-        Kind::Read => all(ledger.read.len()),
+        Kind::Id(k) => all(ledger.identifiers.get(k).len()),
+        _ => all(strings(ledger, kind).len()),
     }
 }
 
-/// The string list of a kind that is not an error.
+/// The string list of a kind that is not an error nor an identifier.
 pub(super) fn strings(ledger: &Ledger, kind: Kind) -> &[String] {
     match kind {
         Kind::Requests => &ledger.requests,
@@ -229,7 +286,7 @@ pub(super) fn strings(ledger: &Ledger, kind: Kind) -> &[String] {
         Kind::Answers => &ledger.answers,
         Kind::Commands => &ledger.commands,
         Kind::Read => &ledger.read,
-        Kind::Unresolved | Kind::Resolved => &[],
+        Kind::Unresolved | Kind::Resolved | Kind::Id(_) => &[],
     }
 }
 
@@ -241,24 +298,26 @@ fn json_len<T: Serialize>(item: &T) -> usize {
 impl Ledger {
     /// Keeps the record within `max_bytes` of JSON ([`Ledger::to_json`]): each item is first
     /// cut to the record's per-item length (8,000 characters for a request or an answer, 2,000
-    /// for anything else), then, while the JSON is larger than `max_bytes`, the oldest items
-    /// are dropped, least telling kinds first (files read and commands, then resolved errors,
-    /// answers, todos, files modified, requests, and unresolved errors last), and counted in
-    /// [`Ledger::dropped`] and [`Ledger::left_out`]. A record within the cap keeps every item.
+    /// for anything else, 200 for an error line), then, while the JSON is larger than
+    /// `max_bytes`, each kind keeps its fair share of the room (`share.rs`: a kind that needs
+    /// less than its share keeps everything, the others divide what is left by weight), its
+    /// most telling items first (the most recent, the most referenced identifiers); the rest
+    /// is dropped and counted in [`Ledger::dropped`] and [`Ledger::left_out`]. So no kind is
+    /// emptied by another, and a record within the cap keeps every item.
     ///
     /// [`Ledger::merge`] applies it with [`LEDGER_CAP_BYTES`].
     pub fn cap(&mut self, max_bytes: usize) {
         self.clip_to_record();
-        let mut target = max_bytes.saturating_sub(COUNTS_SLACK);
+        let mut slack = COUNTS_SLACK;
         loop {
             let size = serde_json::to_vec(self).map_or(0, |v| v.len());
             if size <= max_bytes || self.items() == 0 {
                 return;
             }
-            self.drop_oldest(size.saturating_sub(target));
+            self.keep_shares(size, max_bytes.saturating_sub(slack));
             // Dropping is counted in the JSON too; should the slack not have covered it, the
             // next round aims lower.
-            target = target.saturating_sub(COUNTS_SLACK);
+            slack = slack.saturating_mul(2);
         }
     }
 
@@ -287,42 +346,74 @@ impl Ledger {
                 }
             }
         }
-    }
-
-    /// Drops the oldest items, by [`DROP_TIERS`], until about `bytes` of JSON are gone.
-    fn drop_oldest(&mut self, mut bytes: usize) {
-        let positions: Vec<Vec<usize>> = PRIORITY.iter().map(|k| positions(self, *k)).collect();
-        let sizes: Vec<Vec<usize>> = PRIORITY
-            .iter()
-            .zip(&positions)
-            .map(|(kind, at)| match kind {
-                Kind::Unresolved | Kind::Resolved => {
-                    at.iter().map(|&i| json_len(&self.errors[i])).collect()
-                }
-                _ => {
-                    let list = strings(self, *kind);
-                    at.iter().map(|&i| json_len(&list[i])).collect()
-                }
-            })
-            .collect();
-        let mut keep: Vec<usize> = positions.iter().map(Vec::len).collect();
-        let mut kept: Vec<usize> = sizes.iter().map(|s| s.iter().sum()).collect();
-        for tier in DROP_TIERS {
-            while bytes > 0 {
-                let Some(k) = tier
+        for kind in KINDS {
+            let max = match kind {
+                IdentifierKind::ErrorLine => ERROR_LINE_BYTES,
+                _ => RECORD_ITEM_CHARS,
+            };
+            let list = self.identifiers.get_mut(kind);
+            if list.iter().any(|id| id.text.len() > max) {
+                let mut seen = std::collections::HashSet::new();
+                let clipped: Vec<_> = list
                     .iter()
-                    .map(|k| k.index())
-                    .filter(|&k| keep[k] > 0)
-                    .max_by_key(|&k| kept[k])
-                else {
-                    break;
-                };
-                keep[k] -= 1;
-                let size = sizes[k][keep[k]];
-                kept[k] -= size;
-                bytes = bytes.saturating_sub(size);
+                    .map(|id| super::Identifier::new(clip(&id.text, max), id.count))
+                    .filter(|id| seen.insert(id.text.clone()))
+                    .collect();
+                *list = clipped;
             }
         }
+    }
+
+    /// The JSON bytes of each kind's items, most telling first, by kind in [`PRIORITY`] order.
+    fn item_sizes(&self) -> Vec<Vec<usize>> {
+        PRIORITY
+            .iter()
+            .map(|kind| {
+                let at = positions(self, *kind);
+                match kind {
+                    Kind::Unresolved | Kind::Resolved => {
+                        at.iter().map(|&i| json_len(&self.errors[i])).collect()
+                    }
+                    Kind::Id(k) => {
+                        let list = self.identifiers.get(*k);
+                        at.iter().map(|&i| json_len(&list[i])).collect()
+                    }
+                    _ => {
+                        let list = strings(self, *kind);
+                        at.iter().map(|&i| json_len(&list[i])).collect()
+                    }
+                }
+            })
+            .collect()
+    }
+
+    /// Keeps each kind within its fair share of the room its items may take in a record of
+    /// `target` bytes (the record is `size` bytes now), and counts what it drops.
+    fn keep_shares(&mut self, size: usize, target: usize) {
+        let sizes = self.item_sizes();
+        let items: usize = sizes.iter().flatten().sum();
+        let room = target.saturating_sub(size.saturating_sub(items));
+        let needs: Vec<usize> = sizes.iter().map(|s| s.iter().sum()).collect();
+        let shares = fair_shares(room, &needs);
+        let keep: Vec<usize> = sizes
+            .iter()
+            .zip(&shares)
+            .map(|(s, share)| {
+                let mut used = 0;
+                s.iter()
+                    .take_while(|n| {
+                        used += **n;
+                        used <= *share
+                    })
+                    .count()
+            })
+            .collect();
+        self.keep_first(&keep);
+    }
+
+    /// Keeps the first `keep[k]` items of each kind, most telling first, and counts the rest.
+    fn keep_first(&mut self, keep: &[usize]) {
+        let positions: Vec<Vec<usize>> = PRIORITY.iter().map(|k| positions(self, *k)).collect();
         let mut dropped = 0u64;
         for (k, kind) in PRIORITY.iter().enumerate() {
             let gone = (positions[k].len() - keep[k]) as u64;
@@ -345,5 +436,10 @@ impl Ledger {
         self.answers.truncate(kept_of(Kind::Answers));
         self.commands.truncate(kept_of(Kind::Commands));
         self.read.truncate(kept_of(Kind::Read));
+        for kind in KINDS {
+            self.identifiers
+                .get_mut(kind)
+                .truncate(kept_of(Kind::Id(kind)));
+        }
     }
 }

@@ -1,50 +1,33 @@
-//! The rendering: what the next model reads of the record, chosen within a character budget,
-//! most telling first ([`Ledger::render_within`]), with a note of what it left out and where
-//! the record is; or all of it ([`Ledger::render`]).
+//! The rendering: what the next model reads of the record, chosen within a character budget
+//! ([`Ledger::render_within`]): each kind of item within its fair share of the budget
+//! (`share.rs`), the most telling of each first, then what is left by priority; with a note of
+//! what it left out and where the record is. Or all of it ([`Ledger::render`]).
 
 use std::fmt::Write as _;
 
-use super::record::{CATEGORIES, Kind, PRIORITY, positions, strings};
+use super::ids::IdentifierKind;
+use super::record::{CATEGORIES, Kind, PRIORITY, WEIGHTS, fair_shares, positions, strings};
 use super::{
     ANSWER_CHARS, ITEM_CHARS, LEDGER_CAP_BYTES, LEDGER_HEADING, Ledger, LedgerCounts, LedgerError,
     REQUEST_CHARS, clip, code_span, one_line,
 };
 
-/// The kinds a rendering takes first, within [`FIRST_SHARE_PERCENT`] of its budget.
-const FIRST: [Kind; 4] = [
-    Kind::Unresolved,
-    Kind::Requests,
-    Kind::Modified,
-    Kind::Todos,
-];
-
-/// The share of a rendering's budget kept for [`FIRST`] before the others get any.
-const FIRST_SHARE_PERCENT: usize = 70;
-
-impl Kind {
-    /// Whether the rendering may take this kind while unresolved errors are still left out.
-    pub(super) fn waits_for_unresolved(self) -> bool {
-        matches!(
-            self,
-            Kind::Answers | Kind::Resolved | Kind::Commands | Kind::Read
-        )
-    }
-}
-
 impl Ledger {
     /// The ledger as Markdown, opened by [`LEDGER_HEADING`], for the next model to read: the
     /// items chosen to fit `budget` characters (counted as UTF-8 bytes, never fewer than the
-    /// characters), the most telling first. The heading, the line under it and the closing
-    /// note on what was left out come on top of the budget.
+    /// characters). The heading, the line under it and the closing note on what was left out
+    /// come on top of the budget.
     ///
     /// Each item is first shortened to its own length (600 characters for a request, the most
-    /// recent one up to half the budget; 200 for a path, command, error or todo; 400 for an
-    /// answer). Then items are taken most recent first, one of each kind in turn: unresolved
-    /// errors, requests, files modified and open todos within 70% of the budget; then, within
-    /// the whole budget, those and the answers, resolved errors, commands and files read. No
-    /// answer, resolved error, command or file read is shown while an unresolved error is left
-    /// out. The note says how many items of each category were left out of the text, that the
-    /// compaction entry keeps them whole (it names no command: a library agent's model has
+    /// recent one up to the requests' share of the budget; 200 for a path, command, error,
+    /// todo or identifier; 400 for an answer). Then each kind (unresolved errors, requests,
+    /// files modified, open todos, answers, resolved errors, each kind of identifier, commands,
+    /// files read) takes its items, most telling first (most recent; identifiers most
+    /// referenced), within its fair share of the budget (`share.rs`: a kind that needs less
+    /// than its share takes all it needs, the others divide the rest by weight), so that no
+    /// kind is emptied by another; what is left goes one item of each kind in turn, in that
+    /// order. The note says how many items of each category were left out of the text, that
+    /// the compaction entry keeps them whole (it names no command: a library agent's model has
     /// none to run), and how many the record itself no longer holds.
     pub fn render_within(&self, budget: usize) -> String {
         let lines = self.lines(Some(budget));
@@ -61,7 +44,7 @@ impl Ledger {
         self.write(&lines, &taken)
     }
 
-    /// The text of every item, by kind in [`PRIORITY`] order, most recent first: shortened to
+    /// The text of every item, by kind in [`PRIORITY`] order, most telling first: shortened to
     /// the per-item lengths when there is a `budget`.
     pub(super) fn lines(&self, budget: Option<usize>) -> Vec<Vec<(usize, String)>> {
         let short = |text: &str, max: usize| match budget {
@@ -87,7 +70,7 @@ impl Ledger {
                             }
                             Kind::Requests => {
                                 let max = match budget {
-                                    Some(b) if rank == 0 => (b / 2).max(REQUEST_CHARS),
+                                    Some(b) if rank == 0 => latest_request_chars(b),
                                     _ => REQUEST_CHARS,
                                 };
                                 one_line(&short(&self.requests[i], max))
@@ -97,6 +80,12 @@ impl Ledger {
                             }
                             Kind::Todos => one_line(&short(&self.todos[i], ITEM_CHARS)),
                             Kind::Answers => one_line(&short(&self.answers[i], ANSWER_CHARS)),
+                            Kind::Id(IdentifierKind::ErrorLine) => {
+                                one_line(&short(&self.identifiers.error_lines[i].text, 120))
+                            }
+                            Kind::Id(k) => {
+                                code_span(&short(&self.identifiers.get(*k)[i].text, ITEM_CHARS))
+                            }
                         };
                         (i, line)
                     })
@@ -139,6 +128,28 @@ impl Ledger {
         bullets(&mut out, Section::Errors, &errors);
         bullets(&mut out, Section::Todos, shown(Kind::Todos));
         bullets(&mut out, Section::Answers, shown(Kind::Answers));
+        let mut titled = false;
+        for kind in INLINE {
+            let items = shown(Kind::Id(kind));
+            if items.is_empty() {
+                continue;
+            }
+            if !titled {
+                out.push_str(&title(Section::Identifiers));
+                titled = true;
+            }
+            out.push_str(&lead(kind));
+            for (_, span) in items {
+                out.push(' ');
+                out.push_str(span);
+            }
+            out.push('\n');
+        }
+        bullets(
+            &mut out,
+            Section::ErrorLines,
+            shown(Kind::Id(IdentifierKind::ErrorLine)),
+        );
         bullets(&mut out, Section::Commands, shown(Kind::Commands));
         bullets(&mut out, Section::Read, shown(Kind::Read));
         let mut left_here = LedgerCounts::default();
@@ -212,8 +223,32 @@ enum Section {
     Errors,
     Todos,
     Answers,
+    Identifiers,
+    ErrorLines,
     Commands,
     Read,
+}
+
+/// The kinds of identifier written inline, one line each under [`Section::Identifiers`].
+const INLINE: [IdentifierKind; 8] = [
+    IdentifierKind::HexId,
+    IdentifierKind::Number,
+    IdentifierKind::Value,
+    IdentifierKind::Url,
+    IdentifierKind::PathLine,
+    IdentifierKind::Version,
+    IdentifierKind::Path,
+    IdentifierKind::Name,
+];
+
+/// The start of an inline kind's line: `- hex ids:`.
+fn lead(kind: IdentifierKind) -> String {
+    format!("- {}:", kind.names().1)
+}
+
+/// The most characters of the most recent request: the requests' sure share of the budget.
+fn latest_request_chars(budget: usize) -> usize {
+    (budget * WEIGHTS[Kind::Requests.index()] as usize / 100).max(REQUEST_CHARS)
 }
 
 impl Kind {
@@ -224,6 +259,8 @@ impl Kind {
             Kind::Modified => Section::Modified,
             Kind::Todos => Section::Todos,
             Kind::Answers => Section::Answers,
+            Kind::Id(IdentifierKind::ErrorLine) => Section::ErrorLines,
+            Kind::Id(_) => Section::Identifiers,
             Kind::Commands => Section::Commands,
             Kind::Read => Section::Read,
         }
@@ -238,6 +275,8 @@ fn title(section: Section) -> String {
         Section::Errors => "Errors, most recent first",
         Section::Todos => "Open todos",
         Section::Answers => "The user's answers to questions",
+        Section::Identifiers => "Identifiers in the summarized turns, most referenced first",
+        Section::ErrorLines => "Error lines printed, most referenced first",
         Section::Commands => "Commands run, most recent first",
         Section::Read => "Files read, most recent first",
     };
@@ -245,63 +284,135 @@ fn title(section: Section) -> String {
 }
 
 /// How many of each kind's `lines` (in [`PRIORITY`] order) fit `budget` bytes of sections,
-/// taken as [`Ledger::render_within`] says.
+/// taken as [`Ledger::render_within`] says: each kind within its fair share, then one item of
+/// each kind in turn while any fits.
 pub(super) fn choose(lines: &[Vec<(usize, String)>], budget: usize) -> Vec<usize> {
-    // A numbered request line costs its number, which is at most the count's width.
-    let number = lines[Kind::Requests.index()].len().to_string().len() + 2;
-    let cost = |kind: Kind, line: &str| {
-        let prefix = if kind == Kind::Requests { number } else { 2 };
-        prefix + line.len() + 1
+    let costs = Costs::new(lines);
+    let needs: Vec<usize> = PRIORITY
+        .iter()
+        .map(|kind| {
+            let k = kind.index();
+            if lines[k].is_empty() {
+                return 0;
+            }
+            let heads = title(kind.section()).len() + costs.lead(*kind);
+            heads
+                + lines[k]
+                    .iter()
+                    .map(|(_, l)| costs.item(*kind, l))
+                    .sum::<usize>()
+        })
+        .collect();
+    let shares = fair_shares(budget, &needs);
+    let mut taking = Taking {
+        taken: vec![0; PRIORITY.len()],
+        spent: vec![0; PRIORITY.len()],
+        titled: Vec::new(),
+        used: 0,
     };
-    let mut taken = vec![0usize; PRIORITY.len()];
-    let mut titled: Vec<Section> = Vec::new();
-    let mut used = 0usize;
-    let first = budget * FIRST_SHARE_PERCENT / 100;
-    for (limit, kinds) in [(first, &FIRST[..]), (budget, &PRIORITY[..])] {
-        // By kind: whether it takes no more items in this pass.
-        let mut blocked = [true; PRIORITY.len()];
-        for kind in kinds {
-            blocked[kind.index()] = false;
+    for kind in PRIORITY {
+        let k = kind.index();
+        while let Some((_, line)) = lines[k].get(taking.taken[k]) {
+            let n = taking.cost(&costs, kind, line);
+            if taking.spent[k] + n > shares[k] || taking.used + n > budget {
+                break;
+            }
+            taking.take(kind, n);
         }
-        while blocked.iter().any(|b| !b) {
-            for kind in kinds {
-                let k = kind.index();
-                if blocked[k] {
-                    continue;
-                }
-                let Some((_, line)) = lines[k].get(taken[k]) else {
-                    blocked[k] = true;
-                    continue;
-                };
-                let u = Kind::Unresolved.index();
-                if kind.waits_for_unresolved() && taken[u] < lines[u].len() {
-                    // Its turn comes once every unresolved error is taken; if they can no
-                    // longer be, it never does.
-                    if blocked[u] {
-                        blocked[k] = true;
-                    }
-                    continue;
-                }
-                let section = kind.section();
-                let heading = if titled.contains(&section) {
-                    0
-                } else {
-                    title(section).len()
-                };
-                let n = cost(*kind, line) + heading;
-                if used + n <= limit {
-                    used += n;
-                    taken[k] += 1;
-                    if heading > 0 {
-                        titled.push(section);
-                    }
-                } else {
-                    blocked[k] = true;
-                }
+    }
+    // What is left: one item of each kind in turn, in priority order, while any fits.
+    let mut blocked = [false; PRIORITY.len()];
+    while blocked.iter().any(|b| !b) {
+        for kind in PRIORITY {
+            let k = kind.index();
+            if blocked[k] {
+                continue;
+            }
+            let Some((_, line)) = lines[k].get(taking.taken[k]) else {
+                blocked[k] = true;
+                continue;
+            };
+            let n = taking.cost(&costs, kind, line);
+            if taking.used + n <= budget {
+                taking.take(kind, n);
+            } else {
+                blocked[k] = true;
             }
         }
     }
-    taken
+    taking.taken
+}
+
+/// What each item of a rendering costs, in bytes of its section.
+struct Costs {
+    /// The width of a request's number and its `. `.
+    number: usize,
+}
+
+impl Costs {
+    fn new(lines: &[Vec<(usize, String)>]) -> Costs {
+        Costs {
+            number: lines[Kind::Requests.index()].len().to_string().len() + 2,
+        }
+    }
+
+    /// An item's own bytes: its line with its bullet or number and newline, or for an
+    /// identifier written inline, a space before it.
+    fn item(&self, kind: Kind, line: &str) -> usize {
+        match kind {
+            Kind::Requests => self.number + line.len() + 1,
+            Kind::Id(k) if INLINE.contains(&k) => 1 + line.len(),
+            _ => 2 + line.len() + 1,
+        }
+    }
+
+    /// What a kind's first item costs on top: an inline kind's lead and the line's end.
+    fn lead(&self, kind: Kind) -> usize {
+        match kind {
+            Kind::Id(k) if INLINE.contains(&k) => lead(k).len() + 1,
+            _ => 0,
+        }
+    }
+}
+
+/// The items taken so far.
+struct Taking {
+    taken: Vec<usize>,
+    /// By kind: the bytes its items took.
+    spent: Vec<usize>,
+    /// The sections whose title is written.
+    titled: Vec<Section>,
+    used: usize,
+}
+
+impl Taking {
+    /// What taking the next item of `kind`, `line`, costs: with its section's title and its
+    /// kind's lead when they are not written yet.
+    fn cost(&self, costs: &Costs, kind: Kind, line: &str) -> usize {
+        let section = kind.section();
+        let title_cost = if self.titled.contains(&section) {
+            0
+        } else {
+            title(section).len()
+        };
+        let lead_cost = if self.taken[kind.index()] == 0 {
+            costs.lead(kind)
+        } else {
+            0
+        };
+        title_cost + lead_cost + costs.item(kind, line)
+    }
+
+    fn take(&mut self, kind: Kind, cost: usize) {
+        let k = kind.index();
+        self.taken[k] += 1;
+        self.spent[k] += cost;
+        self.used += cost;
+        let section = kind.section();
+        if !self.titled.contains(&section) {
+            self.titled.push(section);
+        }
+    }
 }
 
 /// An error's line: the tool, its target, the message, how often and whether it was resolved.

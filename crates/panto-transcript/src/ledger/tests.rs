@@ -1,5 +1,8 @@
 //! Tests of the ledger: the walk against the plain one it replaced, the pruned arguments
-//! against the full ones (`walk`), and the record's cap and its renderings (`record`).
+//! against the full ones (`walk`), the record's cap and its renderings (`record`), and the
+//! identifiers (`tests/ids.rs`).
+
+mod ids;
 
 mod walk {
     //! The walk against the plain one it replaced (every step comparing with every earlier
@@ -12,9 +15,11 @@ mod walk {
     use serde_json::{Value, json};
 
     use super::super::args;
+    use super::super::ids::{IdentifierKind, LedgerIdentifiers};
+    use super::super::scan::{Origin, scan};
     use super::super::tools::{Kind, TODO_TEXT_KEYS, command, kind, open_todo, paths, todo_list};
     use super::super::walk::{error_message, success};
-    use super::super::{Ledger, LedgerError, is_request};
+    use super::super::{Identifier, Ledger, LedgerError, is_request};
     use crate::item::{ItemView, TranscriptItem};
 
     /// The readers of tool arguments as they were when they read the full value, kept as the
@@ -146,9 +151,69 @@ mod walk {
         }
     }
 
+    /// The identifiers of `items` counted plainly: for each item the distinct identifiers its
+    /// texts, call strings or result hold, then each counted once per item and ordered by
+    /// count, then by the latest item, then by text.
+    fn reference_identifiers(items: &[TranscriptItem]) -> LedgerIdentifiers {
+        fn strings(value: &Value, out: &mut Vec<String>) {
+            match value {
+                Value::String(s) => out.push(s.clone()),
+                Value::Array(a) => a.iter().for_each(|v| strings(v, out)),
+                Value::Object(o) => o.values().for_each(|v| strings(v, out)),
+                _ => {}
+            }
+        }
+        let mut all: Vec<(IdentifierKind, String, u32, usize)> = Vec::new();
+        for (n, item) in items.iter().enumerate() {
+            let mut here: Vec<(IdentifierKind, String)> = Vec::new();
+            let mut add = |kind: IdentifierKind, text: &str| {
+                if !here.iter().any(|(k, t)| *k == kind && t == text) {
+                    here.push((kind, text.to_owned()));
+                }
+            };
+            match item.view() {
+                ItemView::Text { text, .. } => scan(text, Origin::Said, &mut add),
+                ItemView::ToolCall { input, .. } => {
+                    let mut texts = Vec::new();
+                    strings(&input.value(), &mut texts);
+                    for t in &texts {
+                        scan(t, Origin::Said, &mut add);
+                    }
+                }
+                ItemView::ToolResult { is_error, text, .. } => {
+                    let origin = if is_error {
+                        Origin::Failed
+                    } else {
+                        Origin::Output
+                    };
+                    scan(&text, origin, &mut add);
+                }
+                _ => {}
+            }
+            for (kind, text) in here {
+                match all.iter_mut().find(|(k, t, _, _)| *k == kind && *t == text) {
+                    Some(seen) => {
+                        seen.2 += 1;
+                        seen.3 = n;
+                    }
+                    None => all.push((kind, text, 1, n)),
+                }
+            }
+        }
+        all.sort_by(|a, b| b.2.cmp(&a.2).then(b.3.cmp(&a.3)).then(a.1.cmp(&b.1)));
+        let mut ids = LedgerIdentifiers::default();
+        for (kind, text, count, _) in all {
+            ids.get_mut(kind).push(Identifier::new(text, count));
+        }
+        ids
+    }
+
     /// The ledger of `items` as the first walk computed it: quadratic, obviously right.
     fn reference(items: &[TranscriptItem]) -> Ledger {
-        let mut l = Ledger::default();
+        let mut l = Ledger {
+            identifiers: reference_identifiers(items),
+            ..Ledger::default()
+        };
         let mut calls: Vec<(String, String, Kind, String)> = Vec::new();
         for item in items {
             match item.view() {
@@ -829,8 +894,14 @@ mod record {
     use proptest::prelude::*;
     use serde_json::json;
 
-    use super::super::record::{Kind, PRIORITY, RECORD_ITEM_CHARS, RECORD_TEXT_CHARS};
+    use super::super::ids::IdentifierKind;
+    use super::super::record::{
+        Kind, PRIORITY, RECORD_ITEM_CHARS, RECORD_TEXT_CHARS, WEIGHTS, positions,
+    };
     use super::super::render::{INTRO, choose};
+
+    /// More than the heading, bullet, lead and line end of any kind's first item take.
+    const FIRST_ITEM_MARGIN: usize = 80;
     use super::super::{LEDGER_CAP_BYTES, LEDGER_HEADING, Ledger, LedgerError};
 
     /// One thing that happens in a conversation.
@@ -845,10 +916,33 @@ mod record {
         },
         Todos(Vec<String>),
         Answer(String),
+        /// A command that succeeded and printed these identifiers, one a line.
+        Printed(Vec<(IdentifierKind, String)>),
+        /// The assistant's text naming these identifiers, one a line.
+        Said(Vec<(IdentifierKind, String)>),
+    }
+
+    /// An identifier of a kind the ledger records, as a line of text would hold it.
+    fn identifier() -> impl Strategy<Value = (IdentifierKind, String)> {
+        use IdentifierKind as I;
+        let of = |kind: I, pattern: &'static str| pattern.prop_map(move |s| (kind, s));
+        prop_oneof![
+            of(I::HexId, "[0-9][a-f][0-9a-f]{5,12}"),
+            of(I::HexId, "#[0-9a-f]{6}"),
+            of(I::Number, "[a-z]{2,8}: [1-9][0-9]{0,5}"),
+            of(I::Value, "[a-z]{3,8} = \"[a-z]{1,8}\""),
+            of(I::Url, "https://[a-z]{2,8}\\.com/[a-z]{1,8}"),
+            of(I::PathLine, "src/[a-z]{1,6}\\.rs:[1-9][0-9]{0,3}"),
+            of(I::Version, "v?[1-9]\\.[0-9]{1,2}\\.[0-9]{1,2}"),
+            of(I::Path, "(src|docs)/[a-z]{1,6}/[a-z]{1,6}\\.(rs|md)"),
+            of(I::Name, "[a-z]{3,6}[A-Z][a-z]{2,6}"),
+        ]
     }
 
     fn event() -> impl Strategy<Value = Event> {
         prop_oneof![
+            prop::collection::vec(identifier(), 1..5).prop_map(Event::Printed),
+            prop::collection::vec(identifier(), 1..3).prop_map(Event::Said),
             "[a-z]{1,6}( [a-z]{1,8}){0,12}".prop_map(|s| Event::Request(format!("ask {s}"))),
             "src/[a-z]{1,6}\\.rs".prop_map(Event::Edit),
             "(src|docs)/[a-z]{1,6}\\.(rs|md)".prop_map(Event::Read),
@@ -867,11 +961,24 @@ mod record {
         let mut out = Vec::new();
         for (i, e) in events.iter().enumerate() {
             let id = format!("p{part}c{i}");
+            let lines = |ids: &[(IdentifierKind, String)]| {
+                let mut text = "the output:\n".to_owned();
+                for (_, id) in ids {
+                    text.push_str(id);
+                    text.push_str("\nthen more\n");
+                }
+                text
+            };
             let (name, input, result, failed) = match e {
                 Event::Request(text) => {
                     out.push(Message::user_text(text.clone()));
                     continue;
                 }
+                Event::Said(ids) => {
+                    out.push(Message::assistant_text(lines(ids)));
+                    continue;
+                }
+                Event::Printed(ids) => ("bash", json!({"command": "printenv"}), lines(ids), false),
                 Event::Edit(path) => ("edit", json!({"path": path}), "ok".to_owned(), false),
                 Event::Read(path) => ("read", json!({"path": path}), "text".to_owned(), false),
                 Event::Run { command, error } => (
@@ -937,6 +1044,18 @@ mod record {
             }
             prop_assert!(serde_json::to_vec(&record).unwrap().len() <= LEDGER_CAP_BYTES);
             prop_assert_eq!(record.left_out, 0);
+            for (k, events) in parts.iter().enumerate() {
+                let planted = events.iter().flat_map(|e| match e {
+                    Event::Printed(ids) | Event::Said(ids) => ids.clone(),
+                    _ => Vec::new(),
+                });
+                for (kind, id) in planted {
+                    prop_assert!(
+                        record.identifiers.get(kind).iter().any(|x| x.text == id),
+                        "{:?} {} of part {} not in the record", kind, id, k
+                    );
+                }
+            }
             for part in &derived {
                 for r in &part.requests {
                     prop_assert!(record.requests.contains(r), "request {} lost", r);
@@ -965,8 +1084,16 @@ mod record {
                 let taken = choose(&lines, budget);
                 prop_assert_eq!(&text, &record.write(&lines, &taken));
                 let u = Kind::Unresolved.index();
-                if PRIORITY.iter().any(|k| k.waits_for_unresolved() && taken[k.index()] > 0) {
-                    prop_assert_eq!(taken[u], lines[u].len(), "{}", text);
+                // No kind is emptied by another: one whose first item (with its heading) fits
+                // its sure share of the budget shows it.
+                for kind in PRIORITY {
+                    let k = kind.index();
+                    if let Some((_, first)) = lines[k].first() {
+                        let sure = budget * WEIGHTS[k] as usize / 100;
+                        if first.len() + FIRST_ITEM_MARGIN <= sure {
+                            prop_assert!(taken[k] > 0, "{:?} emptied at {}:\n{}", kind, budget, text);
+                        }
+                    }
                 }
                 // Every unresolved error shown is shown whole, as the text says.
                 let unresolved_shown = text.matches("(not resolved in the summarized turns)").count();
@@ -1010,25 +1137,29 @@ mod record {
     }
 
     #[test]
-    fn a_record_past_its_cap_drops_the_oldest_of_the_least_telling_kinds_and_counts_them() {
+    fn a_record_past_its_cap_keeps_each_kind_s_share_and_counts_what_it_drops() {
         let mut l = numbered(400);
+        let before_counts: Vec<usize> = PRIORITY.iter().map(|k| positions(&l, *k).len()).collect();
         let before = serde_json::to_vec(&l).unwrap().len();
         let cap = before * 3 / 4;
         l.cap(cap);
         let after = serde_json::to_vec(&l).unwrap().len();
         assert!(after <= cap, "{after} > {cap}");
-        // Files read and commands go first (all of them here), then resolved errors, the
-        // oldest first; requests and unresolved errors stay whole.
-        assert!(l.read.is_empty() && l.commands.is_empty());
-        assert_eq!((l.dropped.read, l.dropped.commands), (400, 400));
+        // Every kind keeps some of its items, the most recent; none is emptied by another.
+        for (kind, before) in PRIORITY.iter().zip(&before_counts) {
+            let kept = positions(&l, *kind).len();
+            assert!(*before == 0 || kept > 0, "{kind:?} emptied");
+        }
+        assert_eq!(l.requests[0], "request 399");
+        assert_eq!(l.commands[0], "command 399");
+        assert_eq!(l.read[0], "src/read 399");
+        // The errors, five times the size of any other kind, lose items; the requests, which
+        // need less than their share, keep all of theirs.
         assert_eq!(l.requests.len(), 400);
-        let unresolved = l.errors.iter().filter(|e| e.resolved.is_none()).count();
-        assert_eq!(unresolved, 200);
-        let resolved: Vec<&LedgerError> =
-            l.errors.iter().filter(|e| e.resolved.is_some()).collect();
-        assert!(resolved.len() < 200);
-        assert_eq!(resolved[0].target, "make 398");
-        assert_eq!(l.dropped.errors, 200 - resolved.len() as u64);
+        assert!(l.errors.len() < 400);
+        assert_eq!(l.dropped.commands, 400 - l.commands.len() as u64);
+        assert_eq!(l.dropped.requests, 400 - l.requests.len() as u64);
+        assert_eq!(l.dropped.errors, 400 - l.errors.len() as u64);
         assert_eq!(l.left_out, l.dropped.total());
         // Read back as stored, the counts survive.
         let stored = Ledger::from_json(&l.to_json()).unwrap();
@@ -1042,18 +1173,38 @@ mod record {
         assert!(text.contains("the oldest, dropped to keep the record under 256 KiB"));
     }
 
+    /// Issue 39, point 5: about 130 long unresolved errors pushed every user request and
+    /// modified file out of the record. Each kind now keeps its share.
     #[test]
-    fn a_tiny_cap_drops_everything_and_unresolved_errors_last() {
+    fn long_unresolved_errors_do_not_push_requests_and_files_out_of_the_record() {
+        let mut l = Ledger {
+            requests: (0..20).map(|i| format!("request {i}")).collect(),
+            modified: (0..20).map(|i| format!("src/file{i}.rs")).collect(),
+            errors: (0..130)
+                .map(|i| LedgerError::first("bash".into(), format!("make {i}"), "e".repeat(1_990)))
+                .collect(),
+            ..Ledger::default()
+        };
+        let size = serde_json::to_vec(&l).unwrap().len();
+        l.cap(size / 2);
+        assert_eq!(
+            l.requests.len(),
+            20,
+            "the requests need less than their share"
+        );
+        assert_eq!(l.modified.len(), 20);
+        assert!(!l.errors.is_empty() && l.errors.len() < 130);
+        assert_eq!(l.dropped.errors, 130 - l.errors.len() as u64);
+        assert!(serde_json::to_vec(&l).unwrap().len() <= size / 2);
+    }
+
+    #[test]
+    fn a_cap_with_no_room_drops_everything_and_counts_it() {
         let mut l = numbered(50);
-        let two_errors = serde_json::to_vec(&l.errors[..2]).unwrap().len();
-        let empty = serde_json::to_vec(&Ledger::default()).unwrap().len();
-        l.cap(empty + 600 + two_errors);
-        assert!(l.requests.is_empty() && l.commands.is_empty() && l.todos.is_empty());
-        assert!(l.errors.iter().all(|e| e.resolved.is_none()));
-        assert!(!l.errors.is_empty());
         l.cap(0);
         assert_eq!(l.items(), 0);
         assert_eq!(l.left_out, 350);
+        assert_eq!(l.dropped.total(), 350);
     }
 
     #[test]

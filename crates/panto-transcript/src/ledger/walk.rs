@@ -10,6 +10,8 @@ use panto_model::{CallIndex, RawJson, Role};
 use serde_json::Value;
 
 use super::args;
+use super::ids::Tally;
+use super::scan::Origin;
 use super::tools::{Kind, command, kind, paths, todo_list};
 use super::{Ledger, LedgerError, clip, code_span, is_request, one_line, unique};
 use crate::item::{ItemView, ToolInput};
@@ -125,6 +127,8 @@ pub(super) struct Walk<'a> {
     keys: Vec<Option<(&'a str, Name)>>,
     /// The files of the call being read, each once.
     files: Vec<Name>,
+    /// The identifiers of every item.
+    ids: Tally,
 }
 
 /// A tool call, as its results need it.
@@ -192,10 +196,12 @@ impl Names {
 impl<'a> Walk<'a> {
     pub(super) fn item(&mut self, item: ItemView<'a>) {
         match item {
-            ItemView::Text {
-                role: Role::User,
-                text,
-            } => self.request(text),
+            ItemView::Text { role, text } => {
+                if role == Role::User {
+                    self.request(text);
+                }
+                self.said(text);
+            }
             ItemView::ToolCall {
                 id, name, input, ..
             } => match input {
@@ -212,6 +218,12 @@ impl<'a> Walk<'a> {
         }
     }
 
+    /// A user's or assistant's text: its identifiers.
+    pub(super) fn said(&mut self, text: &str) {
+        self.ids.text(text, Origin::Said);
+        self.ids.next_item();
+    }
+
     pub(super) fn request(&mut self, text: &str) {
         if is_request(text) {
             self.ledger.requests.push(text.trim().to_owned());
@@ -221,13 +233,24 @@ impl<'a> Walk<'a> {
     /// A call whose arguments are JSON text: read without the strings the ledger never looks
     /// at when that is exact ([`args::read`]), else in full.
     pub(super) fn call_json(&mut self, id: &'a str, name: &'a str, input: &RawJson) {
+        if !self.ids.json(input.json()) {
+            self.ids.value(&input.to_value());
+        }
         match args::read(input.json()) {
-            Some(value) => self.call(id, name, &value),
-            None => self.call(id, name, &input.to_value()),
+            Some(value) => self.read_call(id, name, &value),
+            None => self.read_call(id, name, &input.to_value()),
         }
     }
 
+    /// A call whose arguments are a value.
     fn call(&mut self, id: &'a str, name: &'a str, input: &Value) {
+        self.ids.value(input);
+        self.read_call(id, name, input);
+    }
+
+    /// What the ledger reads of a call: its files, command, todo list, and its target.
+    fn read_call(&mut self, id: &'a str, name: &'a str, input: &Value) {
+        self.ids.next_item();
         let kind = kind(name, input);
         let names = &mut self.names;
         let files = &mut self.files;
@@ -301,7 +324,7 @@ impl<'a> Walk<'a> {
         }
     }
 
-    /// A result; its text is asked for only when it is read.
+    /// A result: its identifiers, and what it says of its call.
     pub(super) fn result<'t>(
         &mut self,
         id: &str,
@@ -309,6 +332,14 @@ impl<'a> Walk<'a> {
         is_error: bool,
         text: impl FnOnce() -> Cow<'t, str>,
     ) {
+        let text = text();
+        let origin = if is_error {
+            Origin::Failed
+        } else {
+            Origin::Output
+        };
+        self.ids.text(&text, origin);
+        self.ids.next_item();
         let call = match self.calls.latest(id) {
             Some(call) => call,
             None => {
@@ -323,7 +354,7 @@ impl<'a> Walk<'a> {
         };
         let l = &mut self.ledger;
         if is_error {
-            let message = error_message(&text());
+            let message = error_message(&text);
             let open = self.unresolved.entry(call.key).or_default();
             if let Some(&at) = open.get(&message) {
                 l.errors[at].count += 1;
@@ -337,7 +368,6 @@ impl<'a> Walk<'a> {
         }
         if call.kind == Kind::Question {
             // An answer to a question, unless it is empty (then a plain success).
-            let text = text();
             if !text.trim().is_empty() {
                 l.answers.push(text.trim().to_owned());
                 return;
@@ -361,6 +391,7 @@ impl<'a> Walk<'a> {
     pub(super) fn finish(self) -> Ledger {
         let names = &self.names;
         let mut l = self.ledger;
+        l.identifiers = self.ids.finish();
         l.requests = unique(l.requests.iter().rev());
         l.answers = unique(l.answers.iter().rev());
         l.modified = names.unique(self.modified.iter().rev().copied());

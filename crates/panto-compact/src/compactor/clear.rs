@@ -1,0 +1,263 @@
+//! Clearing as a strategy (`compaction_strategy = "clear"`, and the first step of `"tiered"`):
+//! in the turns before the kept suffix, tool results larger than a placeholder, images and the
+//! thinking of finished tool loops are replaced by placeholders; no model is asked. It is
+//! written as a compaction entry that carries the active summary unchanged, followed by copies
+//! of the whole conversation, so replay, the stores and crash safety need nothing new
+//! (docs/session.md, "Clearings").
+//!
+//! Why these blocks: a tool's output is what the conversation's bytes are mostly made of and
+//! what a summary drops anyway; the call stays whole (its name and arguments), the result keeps
+//! its call id, whether it failed, its size and its first line, and the original stays in the
+//! history, where the recall tool and `panto show SESSION ID` fetch it by that id. An image is
+//! a placeholder of its media type. Thinking is removed, not replaced (a placeholder in an
+//! assistant message would read as something the model said), and only before the current
+//! tool loop, whose thinking Anthropic wants back.
+
+use panto_model::{
+    CLEARED, CLEARED_PREFIX, ContentBlock, EffectiveContext, ImageBlock, Message, Role,
+    ToolResultBlock, ToolResultContent, ToolUseBlock,
+};
+use panto_transcript::{clip, one_line};
+use serde_json::Value;
+
+use super::Prepared;
+use super::run::Run;
+use crate::error::CompactError;
+use crate::report::{ClearedItem, Compacted};
+
+/// The least size, in bytes of text, of a tool result worth clearing: a placeholder is about
+/// 200 bytes, so a smaller result would save little (and an error message is usually short).
+pub const CLEAR_RESULTS_ABOVE: usize = 1_024;
+
+/// The summary of a clearing made when no summary is active: what the placeholders are.
+pub const CLEARING_NOTE: &str = "Earlier tool results of this conversation were cleared to save room. Each is replaced by a placeholder that keeps its size, whether it failed, its first line and its id; the calls are kept as they were, and the full results are kept in the session.";
+
+/// The most characters of a first line a placeholder quotes.
+const FIRST_LINE_CHARS: usize = 120;
+
+/// The clearing of `prepared`'s older turns, ready to be appended.
+///
+/// # Errors
+/// [`CompactError::NothingToClear`] when the older turns hold nothing larger than a
+/// placeholder; [`CompactError::NotSmaller`] when the clearing would not make the conversation
+/// smaller and the run does not force it.
+pub(super) async fn produce(
+    run: &mut Run<'_>,
+    prepared: Prepared,
+) -> Result<Compacted, CompactError> {
+    let compacted = clearing(run, &prepared)?;
+    run.check_smaller(compacted)
+}
+
+/// [`produce`] without the check that it shrinks (a tiered run checks more than that).
+///
+/// # Errors
+/// [`CompactError::NothingToClear`].
+pub(super) fn clearing(run: &mut Run<'_>, prepared: &Prepared) -> Result<Compacted, CompactError> {
+    let id = run.compactor.next_id(panto_model::IdKind::Compaction);
+    let recall = run.compactor.config.recall_tool;
+    let cleared = Cleared::of(run.context, prepared, &id, recall);
+    if cleared.items.is_empty() {
+        return Err(CompactError::NothingToClear {
+            messages: prepared.plan.prefix().len(),
+        });
+    }
+    Ok(run.build_clearing(prepared, id, cleared))
+}
+
+/// What a clearing makes of a context, before it is written.
+pub(super) struct Cleared {
+    /// Every message of the conversation, each old one with its cleared blocks replaced.
+    pub(super) messages: Vec<Message>,
+    /// What was cleared, in order.
+    pub(super) items: Vec<ClearedItem>,
+    /// The calls whose results were cleared and the original results, call then result: what
+    /// the clearing's ledger is derived from.
+    pub(super) originals: Vec<Message>,
+}
+
+impl Cleared {
+    /// The clearing `id` of the turns `prepared` summarizes in `context`; `recall` says whether
+    /// the agent offers the recall tool (the placeholders then name it).
+    fn of(context: &EffectiveContext, prepared: &Prepared, id: &str, recall: bool) -> Cleared {
+        let plan = &prepared.plan;
+        // Thinking is kept from the last prompt a person typed on: the tool loop in flight.
+        let loop_start = context.messages.iter().rposition(is_prompt).unwrap_or(0);
+        let mut out = Cleared {
+            messages: Vec::with_capacity(plan.end - plan.head),
+            items: Vec::new(),
+            originals: Vec::new(),
+        };
+        let mut calls: Vec<&ToolUseBlock> = Vec::new();
+        for (i, message) in context.messages.iter().enumerate().skip(plan.head) {
+            if i >= plan.keep_from {
+                out.messages.push(message.clone());
+                continue;
+            }
+            calls.extend(message.content.iter().filter_map(|b| match b {
+                ContentBlock::ToolUse(u) => Some(u),
+                _ => None,
+            }));
+            let thinking = i < loop_start;
+            let copy = out.clear(message, id, recall, (thinking, &calls));
+            out.messages.push(copy);
+        }
+        out
+    }
+
+    /// `message` with its blocks worth clearing replaced (its thinking removed when
+    /// `thinking`), each cleared block recorded; `calls` are the calls so far, to find a
+    /// result's call.
+    fn clear(
+        &mut self,
+        message: &Message,
+        id: &str,
+        recall: bool,
+        (thinking, calls): (bool, &[&ToolUseBlock]),
+    ) -> Message {
+        let mut copy = message.clone();
+        let name = message.id.as_deref();
+        let keeps_other = message.content.iter().any(|b| !is_thinking(b));
+        let mut content = Vec::with_capacity(copy.content.len());
+        for (block, b) in std::mem::take(&mut copy.content).into_iter().enumerate() {
+            let item = |kind, bytes| ClearedItem::new(name, block, kind, bytes);
+            match b {
+                ContentBlock::ToolResult(r) if worth_clearing(&r) => {
+                    let bytes = result_bytes(&r.content);
+                    let placeholder = result_placeholder(&r, id, recall);
+                    self.items
+                        .push(item("tool_result", bytes).with_id(r.tool_use_id.clone()));
+                    if let Some(call) = calls.iter().rev().find(|c| c.id == r.tool_use_id) {
+                        let call = ContentBlock::ToolUse((*call).clone());
+                        self.originals
+                            .push(Message::new(Role::Assistant, vec![call]));
+                    }
+                    self.originals
+                        .push(Message::new(Role::User, vec![ContentBlock::ToolResult(r)]));
+                    content.push(ContentBlock::ToolResult(placeholder));
+                }
+                ContentBlock::Image(image) => {
+                    let bytes = image_bytes(&image);
+                    let it = item("image", bytes);
+                    let text = image_placeholder(&image, &it.id, bytes);
+                    self.items.push(it);
+                    let mut block = panto_model::TextBlock::new(text);
+                    block.extra.insert(CLEARED.to_owned(), Value::from(id));
+                    content.push(ContentBlock::Text(block));
+                }
+                b if thinking && keeps_other && is_thinking(&b) => {
+                    let bytes = match &b {
+                        ContentBlock::Thinking(t) => t.thinking.len(),
+                        _ => 0,
+                    };
+                    self.items.push(item("thinking", bytes));
+                }
+                b => content.push(b),
+            }
+        }
+        copy.content = content;
+        copy
+    }
+}
+
+/// Whether a tool result is worth a placeholder: not one already, and larger than
+/// [`CLEAR_RESULTS_ABOVE`] or holding an image.
+fn worth_clearing(result: &ToolResultBlock) -> bool {
+    if result.extra.contains_key(CLEARED) {
+        return false;
+    }
+    let image = match &result.content {
+        ToolResultContent::Blocks(blocks) => {
+            blocks.iter().any(|b| matches!(b, ContentBlock::Image(_)))
+        }
+        ToolResultContent::Text(_) => false,
+    };
+    image || result_bytes(&result.content) > CLEAR_RESULTS_ABOVE
+}
+
+/// The bytes of a result's content: its text, and its images' data.
+fn result_bytes(content: &ToolResultContent) -> usize {
+    match content {
+        ToolResultContent::Text(text) => text.len(),
+        ToolResultContent::Blocks(blocks) => blocks
+            .iter()
+            .map(|b| match b {
+                ContentBlock::Text(t) => t.text.len(),
+                ContentBlock::Image(i) => image_bytes(i),
+                _ => 0,
+            })
+            .sum(),
+    }
+}
+
+/// The bytes of an image's data (its URL's, for one given by URL).
+fn image_bytes(image: &ImageBlock) -> usize {
+    ["data", "url"]
+        .iter()
+        .find_map(|k| image.source.get(*k).and_then(Value::as_str))
+        .map_or(0, str::len)
+}
+
+/// The placeholder of a cleared tool result: the same call, whether it failed, and a text that
+/// starts with [`CLEARED_PREFIX`] and says its size, its first line and its id.
+fn result_placeholder(result: &ToolResultBlock, id: &str, recall: bool) -> ToolResultBlock {
+    let text = result.content.text();
+    let lines = text.lines().count();
+    let first = text
+        .lines()
+        .find(|l| !l.trim().is_empty())
+        .map(|l| clip(&one_line(&clip(l, FIRST_LINE_CHARS * 4)), FIRST_LINE_CHARS));
+    let bytes = result_bytes(&result.content);
+    let failed = if result.failed() { ", failed" } else { "" };
+    let first = first.map_or(String::new(), |l| format!("; first line: {l}"));
+    let fetch = if recall {
+        ", which the recall tool fetches whole"
+    } else {
+        ""
+    };
+    let placeholder = format!(
+        "{CLEARED_PREFIX} to save room: {bytes} bytes in {lines} lines{failed}{first}; id {}{fetch}]",
+        result.tool_use_id
+    );
+    let mut block = ToolResultBlock::new(
+        result.tool_use_id.clone(),
+        ToolResultContent::Text(placeholder),
+        result.is_error,
+    );
+    block.extra.insert(CLEARED.to_owned(), Value::from(id));
+    block
+}
+
+/// The text that stands in for a cleared image.
+fn image_placeholder(image: &ImageBlock, item: &str, bytes: usize) -> String {
+    let media = image
+        .media_type()
+        .filter(|m| !m.is_empty())
+        .unwrap_or("image");
+    let id = if item.is_empty() {
+        String::new()
+    } else {
+        format!("; id {item}")
+    };
+    format!("[image cleared to save room: {media}, {bytes} bytes{id}]")
+}
+
+/// Whether a block is thinking (signed or redacted).
+fn is_thinking(block: &ContentBlock) -> bool {
+    match block {
+        ContentBlock::Thinking(_) => true,
+        ContentBlock::Other(o) => o.kind == "redacted_thinking",
+        _ => false,
+    }
+}
+
+/// Whether `m` is a prompt a person typed: a user message with something besides tool results.
+fn is_prompt(m: &Message) -> bool {
+    m.role == Role::User
+        && m.content.iter().any(|b| {
+            matches!(
+                b,
+                ContentBlock::Text(_) | ContentBlock::Image(_) | ContentBlock::Compaction(_)
+            )
+        })
+}

@@ -1,0 +1,137 @@
+//! The tiered strategy (`compaction_strategy = "tiered"`): a clearing first (`clear.rs`), and
+//! panto's summary of the cleared conversation only when the clearing is not enough
+//! (docs/compaction.md, "Clearing and tiers"). A composition of the two strategies, not an engine of its
+//! own: the summary is the summary strategy's, run over the context the clearing made (never
+//! written), and what is appended is one entry, the clearing's or the summary's.
+//!
+//! Not enough means, in one rule with the proactive compaction's headroom: the clearing frees
+//! less than a tenth of the window (of the conversation when no window is known), so that a
+//! clearing that barely helps is not made again at the next send; or it leaves the next
+//! request above its target, which is half the window (the verbatim conversation never
+//! settles above half of it: its oldest part is summarized) and, for a proactive compaction,
+//! half the threshold it crossed ([`CompactRun::target_tokens`](crate::CompactRun::target_tokens)).
+
+use panto_model::{Entry, replay};
+
+use super::Prepared;
+use super::clear::clearing;
+use super::run::Run;
+use super::write::{CLEARED_FIELD, cleared_json};
+use crate::config::{CompactionStrategy, min_known};
+use crate::error::CompactError;
+use crate::events::CompactionEvent;
+use crate::report::{CompactOutcome, Compacted};
+
+/// A clearing that frees less than the window divided by this (a tenth) is not written alone.
+pub const CLEAR_MIN_FREED_DIVISOR: u64 = 10;
+
+/// The request after a tiered compaction stays under the window divided by this (half).
+pub const TIERED_TARGET_DIVISOR: u64 = 2;
+
+/// The clearing of `prepared`'s older turns when it is enough, else the summary of the
+/// conversation it cleared.
+///
+/// # Errors
+/// The summary's, when the clearing is not enough and no summary was obtained; or
+/// [`CompactError::NotSmaller`].
+pub(super) async fn produce(
+    run: &mut Run<'_>,
+    prepared: Prepared,
+) -> Result<Compacted, CompactError> {
+    let cleared = match clearing(run, &prepared) {
+        Ok(cleared) => cleared,
+        Err(CompactError::NothingToClear { .. }) => {
+            run.started(&prepared);
+            return Box::pin(super::summary::produce(run, prepared)).await;
+        }
+        Err(e) => return Err(e),
+    };
+    let report = &cleared.report;
+    let Some(reason) = run.clearing_shortfall(&prepared, report.tokens_before, report.tokens_after)
+    else {
+        return run.check_smaller(cleared);
+    };
+    run.emit(CompactionEvent::ClearingNotEnough {
+        tokens_before: report.tokens_before,
+        tokens_after: report.tokens_after,
+        cleared: report.cleared.len(),
+        reason,
+    });
+    summarize_cleared(run, cleared).await
+}
+
+/// The summary of the conversation `cleared` made (its compaction leading it, never written),
+/// with what was cleared recorded on it and the conversation's size before the clearing.
+async fn summarize_cleared(
+    run: &mut Run<'_>,
+    cleared: Compacted,
+) -> Result<Compacted, CompactError> {
+    // The caller's sizes measured the uncleared messages.
+    let mut options = run.options.clone();
+    options.sizes = None;
+    let windows = run.windows;
+    let mut sub = Run::new(&mut *run.compactor, &cleared.context, &options, &windows);
+    let outcome = Box::pin(sub.produce_with(CompactionStrategy::Summary)).await;
+    run.taught = std::mem::take(&mut sub.taught);
+    let mut summary = match outcome? {
+        CompactOutcome::Compacted(c) => *c,
+        // Every turn left fits the budget: the clearing is all there is to do.
+        CompactOutcome::NothingToCompact(_) => return run.check_smaller(cleared),
+    };
+    let before = cleared.report.tokens_before;
+    if let Some(Entry::Compaction(entry)) = summary.entries.first_mut() {
+        entry.tokens_before = Some(before);
+        entry
+            .extra
+            .insert(CLEARED_FIELD.into(), cleared_json(&cleared.report.cleared));
+    }
+    summary.context = replay(summary.entries.iter().cloned());
+    summary.report.tokens_before = before;
+    summary.report.cleared = cleared.report.cleared;
+    Ok(summary)
+}
+
+impl Run<'_> {
+    /// Why a clearing that leaves the conversation at `after` tokens (from `before`) is not
+    /// enough for this run, or `None` when it is (see the module docs).
+    pub(super) fn clearing_shortfall(
+        &self,
+        prepared: &Prepared,
+        before: u64,
+        after: u64,
+    ) -> Option<String> {
+        let limit = self.clearing_limit(prepared);
+        let freed = before.saturating_sub(after);
+        let base = limit.unwrap_or(before);
+        if freed.saturating_mul(CLEAR_MIN_FREED_DIVISOR) < base {
+            let of = if limit.is_some() {
+                "the window"
+            } else {
+                "the conversation"
+            };
+            return Some(format!(
+                "it frees about {freed} tokens, less than a tenth of {of} ({base})"
+            ));
+        }
+        let target = min_known(
+            limit.map(|l| l / TIERED_TARGET_DIVISOR),
+            self.options.target_tokens,
+        )?;
+        let request = after.saturating_add(self.options.reserved_within(limit.unwrap_or(target)));
+        (request > target).then(|| {
+            format!(
+                "the next request would be about {request} tokens, above the target of {target}"
+            )
+        })
+    }
+
+    /// The window a clearing is measured against, in panto's estimated tokens: the known
+    /// limit, else (after an overflow that stated none) what is known to fit.
+    fn clearing_limit(&self, prepared: &Prepared) -> Option<u64> {
+        self.options.known_limit(&self.windows).or_else(|| {
+            prepared
+                .limit
+                .map(|bound| self.windows.accepted.map_or(bound, |a| a.min(bound)))
+        })
+    }
+}

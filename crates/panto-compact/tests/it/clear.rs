@@ -1,0 +1,313 @@
+//! Clearing (issue 37, points 1 to 3): old tool results become placeholders without a model,
+//! the calls and their pairing stay whole, the originals stay in the history where fetch finds
+//! them by the call id, the append is crash-safe like a compaction's, a summary after it merges
+//! the ledger of what it cleared, and the tiered strategy summarizes only when clearing is not
+//! enough.
+
+use panto_compact::{
+    CompactError, CompactOutcome, CompactRun, CompactionStrategy, Compactor, CompactorConfig,
+    Driver, KnownWindows, ModelRef,
+};
+use panto_model::{
+    CompactionEntry, ContentBlock, Entry, Message, Role, SequentialIds, encode_line, replay,
+    validate,
+};
+use std::sync::Arc;
+
+use crate::*;
+
+/// A tool output of `lines` lines, its first line naming `k`.
+fn bulky(k: usize, lines: usize) -> String {
+    let mut out = format!("contents of file {k}: the first line\n");
+    for i in 0..lines {
+        out.push_str(&format!("line {i} of file {k} with some words in it\n"));
+    }
+    out
+}
+
+/// Rounds like [`rounds`], each tool result `lines` lines long, round 1's a failure.
+fn bulky_rounds(n: usize, lines: usize) -> Vec<Message> {
+    let mut out = Vec::new();
+    for r in 0..n {
+        out.push(user(&format!("r{r}-0 please look at file {r}")));
+        out.push(call(&format!("r{r}-1 reading"), &format!("tool{r}")));
+        out.push(Message::new(
+            Role::User,
+            vec![ContentBlock::tool_result(
+                format!("tool{r}"),
+                bulky(r, lines),
+                r == 1,
+            )],
+        ));
+        out.push(assistant(&format!("r{r}-3 done with file {r}")));
+    }
+    out
+}
+
+/// A compactor with `strategy`, deterministic ids, the real size heuristic and `keep` tokens.
+fn compactor_with(active: ModelRef, keep: u64, strategy: CompactionStrategy) -> Compactor {
+    Compactor::new(active)
+        .with_ids(Arc::new(SequentialIds::new()))
+        .with_config(
+            CompactorConfig::new()
+                .with_keep_tokens(keep)
+                .with_compaction_strategy(strategy),
+        )
+}
+
+/// The tool results of `messages`, by call id.
+fn results(messages: &[Message]) -> Vec<(String, String)> {
+    messages
+        .iter()
+        .flat_map(|m| &m.content)
+        .filter_map(|b| match b {
+            ContentBlock::ToolResult(r) => Some((r.tool_use_id.clone(), r.content.text())),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_clearing_replaces_old_results_by_placeholders_and_asks_no_model() {
+    let history = bulky_rounds(4, 60);
+    let (provider, active) = model("p", "m");
+    let log = log_of(&history);
+    let context = log.replay();
+    let mut driver = Driver::new(
+        compactor_with(active, 1000, CompactionStrategy::Clear),
+        log,
+        context,
+    );
+    let out = driver.compact(None).await.unwrap();
+    let CompactOutcome::Compacted(out) = out else {
+        panic!("nothing cleared: {out:?}")
+    };
+    assert_eq!(provider.calls(), 0, "no model is asked");
+    assert_eq!(out.report.strategy, CompactionStrategy::Clear);
+    assert_eq!(out.report.requests, 0);
+    assert!(
+        out.report.tokens_after < out.report.tokens_before / 2,
+        "{:?}",
+        (out.report.tokens_before, out.report.tokens_after)
+    );
+
+    // The entry: a compaction with strategy "clear", copies of the whole conversation.
+    let Entry::Compaction(entry) = &out.entries[0] else {
+        panic!("{:?}", out.entries[0])
+    };
+    assert!(entry.is_clearing(), "{entry:?}");
+    assert_eq!(
+        entry.summary_text(),
+        None,
+        "no summary was active: only a note"
+    );
+    assert_eq!(entry.kept_messages, Some(history.len() as u64));
+    let cleared: Vec<&str> = entry.extra["cleared"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["id"].as_str().unwrap())
+        .collect();
+    assert!(
+        cleared.contains(&"tool0") && cleared.contains(&"tool1"),
+        "{cleared:?}"
+    );
+
+    let ctx = driver.context();
+    assert!(
+        validate(&ctx.messages).is_empty(),
+        "{:?}",
+        validate(&ctx.messages)
+    );
+    let now = results(&ctx.messages);
+    // Every call still has its result, and the calls are as they were.
+    assert_eq!(now.len(), 4);
+    let calls = |ms: &[Message]| -> Vec<ContentBlock> {
+        ms.iter()
+            .flat_map(|m| m.content.clone())
+            .filter(|b| matches!(b, ContentBlock::ToolUse(_)))
+            .collect()
+    };
+    assert_eq!(calls(&ctx.messages), calls(&history));
+    // The old results are placeholders: size, failure, first line and the id.
+    let (id, text) = &now[1];
+    assert_eq!(id, "tool1");
+    let original = bulky(1, 60);
+    assert!(text.starts_with(panto_model::CLEARED_PREFIX), "{text}");
+    assert!(
+        text.contains(&format!("{} bytes", original.len())),
+        "{text}"
+    );
+    assert!(text.contains("failed"), "{text}");
+    assert!(
+        text.contains("contents of file 1: the first line"),
+        "{text}"
+    );
+    assert!(text.contains("id tool1"), "{text}");
+    let failed = ctx
+        .messages
+        .iter()
+        .flat_map(|m| &m.content)
+        .find_map(|b| match b {
+            ContentBlock::ToolResult(r) if r.tool_use_id == "tool1" => Some(r.clone()),
+            _ => None,
+        });
+    assert!(failed.unwrap().failed(), "the placeholder keeps is_error");
+    // The newest round, in the kept suffix, is whole.
+    assert_eq!(now[3].1, bulky(3, 60));
+
+    // The originals stay in the history, and fetch gives each back whole by the call id.
+    for r in 0..3 {
+        let fetched = driver.fetch(&format!("tool{r}"), 0).await.unwrap();
+        let texts: Vec<String> = fetched.items.iter().map(|i| i.text.clone()).collect();
+        assert!(
+            texts.iter().any(|t| t == &bulky(r, 60)),
+            "tool{r}: {texts:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_clearing_with_nothing_bulky_is_refused() {
+    let (provider, active) = model("p", "m");
+    let log = log_of(&rounds(0, 4));
+    let context = log.replay();
+    let mut driver = Driver::new(
+        compactor_with(active, 100, CompactionStrategy::Clear),
+        log,
+        context,
+    );
+    let error = driver.compact(None).await.unwrap_err();
+    assert!(
+        matches!(error, CompactError::NothingToClear { .. }),
+        "{error:?}"
+    );
+    assert_eq!(provider.calls(), 0);
+    assert_eq!(driver.log().entries().len(), 16, "nothing appended");
+}
+
+#[tokio::test]
+async fn a_summary_after_a_clearing_merges_the_ledger_of_what_it_cleared() {
+    let history = bulky_rounds(4, 60);
+    let (provider, active) = model("p", "m");
+    let log = log_of(&history);
+    let context = log.replay();
+    let mut driver = Driver::new(
+        compactor_with(active, 400, CompactionStrategy::Clear),
+        log,
+        context,
+    );
+    driver.compact(None).await.unwrap();
+    let clearing = driver.context().compaction.clone().unwrap();
+    let ledger = clearing.extra["ledger"].to_string();
+    assert!(ledger.contains("src/tool1.rs"), "{ledger}");
+
+    let (c, log, context) = driver.into_parts();
+    let config = c
+        .config()
+        .with_compaction_strategy(CompactionStrategy::Summary);
+    let mut driver = Driver::new(c.with_config(config), log, context);
+    driver
+        .append(vec![
+            user("r9-0 one more prompt"),
+            assistant("r9-3 answered"),
+        ])
+        .await
+        .unwrap();
+    provider.push_text("the summary of it all");
+    let out = driver.compact(None).await.unwrap();
+    assert!(matches!(out, CompactOutcome::Compacted(_)), "{out:?}");
+    let summary: CompactionEntry = driver.context().compaction.clone().unwrap();
+    assert!(!summary.is_clearing());
+    let ledger = summary.extra["ledger"].to_string();
+    assert!(
+        ledger.contains("src/tool1.rs"),
+        "the cleared call survives: {ledger}"
+    );
+    // The summarizer was not handed the clearing's note as a previous summary.
+    let sent = serde_json::to_string(&provider.requests()[0].messages).unwrap();
+    assert!(!sent.contains("previous-summary"), "{sent}");
+}
+
+#[test]
+fn a_crash_at_any_byte_of_a_clearing_replays_to_the_old_or_the_new_context() {
+    let history = bulky_rounds(3, 30);
+    let (_, active) = model("p", "m");
+    let mut c = compactor_with(active, 300, CompactionStrategy::Clear);
+    let mut log = log_of(&history);
+    let old_bytes = log.to_jsonl().into_bytes();
+    let old = log.replay().messages;
+    let ctx = log.replay();
+    let out = block_on(c.compact(
+        &ctx,
+        &mut log,
+        CompactRun::manual(None),
+        &mut KnownWindows::new(),
+    ))
+    .unwrap();
+    let CompactOutcome::Compacted(out) = out else {
+        panic!("{out:?}")
+    };
+    let appended: Vec<u8> = out
+        .entries
+        .iter()
+        .flat_map(|e| encode_line(e).into_bytes())
+        .collect();
+    assert_eq!(replay(log.entries()).messages, out.context.messages);
+    crash::check_every_cut(&old_bytes, &appended, &old, &out.context.messages);
+}
+
+#[tokio::test]
+async fn tiered_clears_when_that_is_enough_and_summarizes_the_cleared_conversation_when_not() {
+    // Enough: the bulky results are most of the conversation.
+    let (provider, active) = model("p", "m");
+    let log = log_of(&bulky_rounds(4, 60));
+    let context = log.replay();
+    let mut driver = Driver::new(
+        compactor_with(active, 400, CompactionStrategy::Tiered),
+        log,
+        context,
+    );
+    let CompactOutcome::Compacted(out) = driver.compact(None).await.unwrap() else {
+        panic!()
+    };
+    assert_eq!(out.report.strategy, CompactionStrategy::Clear);
+    assert_eq!(provider.calls(), 0);
+
+    // Not enough: the results are small next to the talk, so it frees less than a tenth.
+    let mut history = bulky_rounds(2, 30);
+    for r in 10..40 {
+        history.push(user(&format!(
+            "r{r}-0 {}",
+            "a long prompt about the design ".repeat(20)
+        )));
+        history.push(assistant(&format!(
+            "r{r}-3 {}",
+            "a long answer about the design ".repeat(20)
+        )));
+    }
+    let (provider, active) = model("p", "m");
+    let log = log_of(&history);
+    let context = log.replay();
+    let mut driver = Driver::new(
+        compactor_with(active, 400, CompactionStrategy::Tiered),
+        log,
+        context,
+    );
+    provider.push_text("the summary");
+    let CompactOutcome::Compacted(out) = driver.compact(None).await.unwrap() else {
+        panic!()
+    };
+    assert_eq!(out.report.strategy, CompactionStrategy::Summary);
+    assert_eq!(provider.calls(), 1);
+    assert_eq!(out.report.cleared.len(), 2, "{:?}", out.report.cleared);
+    let Entry::Compaction(entry) = &out.entries[0] else {
+        panic!()
+    };
+    assert_eq!(entry.extra["cleared"].as_array().unwrap().len(), 2);
+    // The summarizer saw placeholders, not the bulky originals.
+    let sent = serde_json::to_string(&provider.requests()[0].messages).unwrap();
+    assert!(sent.contains("cleared to save room"), "{sent}");
+    assert!(!sent.contains("line 20 of file 0"), "{sent}");
+    assert!(validate(&driver.context().messages).is_empty());
+}

@@ -1,0 +1,391 @@
+//! The identifiers of a ledger ([`LedgerIdentifiers`]): the exact strings of a summarized part
+//! that a person asks about later (hex ids, numbers and values with their keys, URLs,
+//! `path:line`, versions, error lines), found in every text, call and result by `scan.rs`, each
+//! with how many items mentioned it, most referenced first. A walk counts them ([`Tally`]); a
+//! merge adds the counts of two records ([`LedgerIdentifiers::merge`]).
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+pub(super) use super::scan::{IdentifierKind, KINDS};
+use super::scan::{Origin, scan};
+
+/// One identifier: its exact text and how many items of the summarized turns mention it (a
+/// text, a call's arguments or a result counts once however often it repeats it). Stored as a
+/// pair, `["45ffe0a", 3]`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "(String, u32)", into = "(String, u32)")]
+#[non_exhaustive]
+pub struct Identifier {
+    /// The identifier as written: `45ffe0a`, `"fontSize": 14`, `src/main.rs:120`.
+    pub text: String,
+    /// How many items mention it.
+    pub count: u32,
+}
+
+impl Identifier {
+    /// An identifier mentioned `count` times.
+    pub fn new(text: impl Into<String>, count: u32) -> Identifier {
+        Identifier {
+            text: text.into(),
+            count,
+        }
+    }
+}
+
+impl From<(String, u32)> for Identifier {
+    fn from((text, count): (String, u32)) -> Identifier {
+        Identifier { text, count }
+    }
+}
+
+impl From<Identifier> for (String, u32) {
+    fn from(id: Identifier) -> (String, u32) {
+        (id.text, id.count)
+    }
+}
+
+/// The identifiers of a summarized part, by kind, each list most referenced first (then most
+/// recent first), without duplicates.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+#[non_exhaustive]
+pub struct LedgerIdentifiers {
+    /// Commit SHAs, hex colors, UUIDs: `45ffe0a`, `#8abeb7`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub hex_ids: Vec<Identifier>,
+    /// Numbers with their keys: `Total: 37`, `offset=280`, `"fontSize": 14`, `port = 8080`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub numbers: Vec<Identifier>,
+    /// Configuration values with their keys: `"accent": "#8abeb7"`, `TERM=xterm-256color`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub values: Vec<Identifier>,
+    /// URLs.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub urls: Vec<Identifier>,
+    /// `path:line` references: `src/main.rs:120:5`, `src/a.ts(3,4)`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub path_lines: Vec<Identifier>,
+    /// Versions: `v0.7.29`, `2.0.0-rc.1`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub versions: Vec<Identifier>,
+    /// The first lines of failed results, and lines of any output that report an error.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub error_lines: Vec<Identifier>,
+    /// File paths mentioned anywhere: a folder and an extension, `packages/tui/src/editor.ts`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub paths: Vec<Identifier>,
+    /// Code names: identifiers of six characters or more with an inner capital or an
+    /// underscore, `formatToolExecution`, `total_tokens`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub names: Vec<Identifier>,
+}
+
+impl LedgerIdentifiers {
+    pub(super) fn get(&self, kind: IdentifierKind) -> &Vec<Identifier> {
+        match kind {
+            IdentifierKind::HexId => &self.hex_ids,
+            IdentifierKind::Number => &self.numbers,
+            IdentifierKind::Value => &self.values,
+            IdentifierKind::Url => &self.urls,
+            IdentifierKind::PathLine => &self.path_lines,
+            IdentifierKind::Version => &self.versions,
+            IdentifierKind::ErrorLine => &self.error_lines,
+            IdentifierKind::Path => &self.paths,
+            IdentifierKind::Name => &self.names,
+        }
+    }
+
+    pub(super) fn get_mut(&mut self, kind: IdentifierKind) -> &mut Vec<Identifier> {
+        match kind {
+            IdentifierKind::HexId => &mut self.hex_ids,
+            IdentifierKind::Number => &mut self.numbers,
+            IdentifierKind::Value => &mut self.values,
+            IdentifierKind::Url => &mut self.urls,
+            IdentifierKind::PathLine => &mut self.path_lines,
+            IdentifierKind::Version => &mut self.versions,
+            IdentifierKind::ErrorLine => &mut self.error_lines,
+            IdentifierKind::Path => &mut self.paths,
+            IdentifierKind::Name => &mut self.names,
+        }
+    }
+
+    /// How many identifiers, over every kind.
+    pub fn len(&self) -> usize {
+        KINDS.iter().map(|k| self.get(*k).len()).sum()
+    }
+
+    /// Whether there is none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// `newer` over `older`: the counts of an identifier in both added, most referenced
+    /// first, and among equals the newer first.
+    pub fn merge(older: &LedgerIdentifiers, newer: &LedgerIdentifiers) -> LedgerIdentifiers {
+        let mut merged = LedgerIdentifiers::default();
+        for kind in KINDS {
+            let mut list: Vec<Identifier> = Vec::new();
+            let mut at: HashMap<&str, usize> = HashMap::new();
+            for id in newer.get(kind).iter().chain(older.get(kind)) {
+                match at.get(id.text.as_str()) {
+                    Some(&i) => list[i].count = list[i].count.saturating_add(id.count),
+                    None => {
+                        at.insert(&id.text, list.len());
+                        list.push(id.clone());
+                    }
+                }
+            }
+            // Stable: equal counts keep the newer first.
+            list.sort_by_key(|id| std::cmp::Reverse(id.count));
+            *merged.get_mut(kind) = list;
+        }
+        merged
+    }
+}
+
+/// What a walk knows of one identifier.
+#[derive(Clone, Copy)]
+struct Seen {
+    count: u32,
+    /// The latest item that mentioned it.
+    item: usize,
+}
+
+/// FNV-1a: a walk hashes every identifier it finds, most of them short, and has no adversary
+/// to fear (the texts are the session's own), so a simple hash serves better than `SipHash`.
+#[derive(Clone, Copy)]
+struct Fnv(u64);
+
+impl Default for Fnv {
+    fn default() -> Fnv {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+}
+
+type FnvMap<K, V> = HashMap<K, V, BuildHasherDefault<Fnv>>;
+
+/// The identifiers of a walk's items, counted once per item.
+#[derive(Default)]
+pub(super) struct Tally {
+    seen: [FnvMap<Box<str>, Seen>; KINDS.len()],
+    /// The number of the item being read.
+    item: usize,
+}
+
+impl Tally {
+    /// Counts the identifiers of one item's `text` (an item may give several texts: a call's
+    /// arguments; call [`Tally::next_item`] between items).
+    pub(super) fn text(&mut self, text: &str, origin: Origin) {
+        let item = self.item;
+        let seen = &mut self.seen;
+        scan(text, origin, &mut |kind, id| {
+            let map = &mut seen[kind.index()];
+            match map.get_mut(id) {
+                Some(s) if s.item == item => {}
+                Some(s) => {
+                    s.count = s.count.saturating_add(1);
+                    s.item = item;
+                }
+                None => {
+                    map.insert(id.into(), Seen { count: 1, item });
+                }
+            }
+        });
+    }
+
+    /// Moves on to the next item.
+    pub(super) fn next_item(&mut self) {
+        self.item += 1;
+    }
+
+    /// The identifiers, most referenced first, then most recent, then by text.
+    pub(super) fn finish(self) -> LedgerIdentifiers {
+        let mut ids = LedgerIdentifiers::default();
+        for (kind, map) in KINDS.into_iter().zip(self.seen) {
+            let mut list: Vec<(Box<str>, Seen)> = map.into_iter().collect();
+            list.sort_unstable_by(|(a, x), (b, y)| {
+                y.count
+                    .cmp(&x.count)
+                    .then(y.item.cmp(&x.item))
+                    .then(a.cmp(b))
+            });
+            *ids.get_mut(kind) = list
+                .into_iter()
+                .map(|(text, s)| Identifier::new(text, s.count))
+                .collect();
+        }
+        ids
+    }
+}
+
+impl Tally {
+    /// Counts the identifiers of a call's arguments: every string of `value` but its keys.
+    pub(super) fn value(&mut self, value: &Value) {
+        match value {
+            Value::String(s) => self.text(s, Origin::Said),
+            Value::Array(items) => items.iter().for_each(|v| self.value(v)),
+            Value::Object(map) => map.values().for_each(|v| self.value(v)),
+            _ => {}
+        }
+    }
+
+    /// Counts the identifiers of a call's arguments given as JSON text: every string value
+    /// (not the keys), decoded, as [`Tally::value`] counts them in the parsed value. Returns
+    /// `false`, having counted nothing, when an object of the text names a key twice (the
+    /// parsed value keeps only the last): the caller counts the parsed value instead.
+    pub(super) fn json(&mut self, text: &str) -> bool {
+        let Some(strings) = json_strings(text) else {
+            return false;
+        };
+        let mut buffer = String::new();
+        for (raw, escaped) in strings {
+            if escaped {
+                buffer.clear();
+                unescape(raw, &mut buffer);
+                self.text(&buffer, Origin::Said);
+            } else {
+                self.text(raw, Origin::Said);
+            }
+        }
+        true
+    }
+}
+
+/// The deepest nesting `serde_json` parses; a deeper value is read as its text.
+const MAX_DEPTH: usize = 127;
+
+/// The string values of a JSON text (not its keys), each raw between its quotes with whether
+/// it holds an escape; `None` whenever the parsed value could differ from what the strings
+/// say: an object names a key twice (the value keeps the last), a number has an exponent (one
+/// out of range makes the whole value its text), the nesting is deeper than `serde_json`
+/// parses, or the text ends inside a string.
+fn json_strings(text: &str) -> Option<Vec<(&str, bool)>> {
+    let bytes = text.as_bytes();
+    let mut strings = Vec::new();
+    // The keys of each open object, innermost last; `None` for an open array.
+    let mut open: Vec<Option<Vec<&str>>> = Vec::new();
+    let mut at = 0;
+    loop {
+        let next = memchr::memchr(b'"', &bytes[at..]).map(|i| at + i);
+        let structure = &bytes[at..next.unwrap_or(bytes.len())];
+        let mut previous = b' ';
+        for &b in structure {
+            match b {
+                b'{' => open.push(Some(Vec::new())),
+                b'[' => open.push(None),
+                b'}' | b']' => {
+                    open.pop();
+                }
+                b'e' | b'E' if previous.is_ascii_digit() || previous == b'.' => return None,
+                _ => {}
+            }
+            if open.len() > MAX_DEPTH {
+                return None;
+            }
+            previous = b;
+        }
+        let Some(quote) = next else {
+            return Some(strings);
+        };
+        let (close, escaped) = string_end(bytes, quote + 1)?;
+        let raw = &text[quote + 1..close];
+        at = close + 1;
+        let is_key = bytes[at..]
+            .iter()
+            .find(|b| !b.is_ascii_whitespace())
+            .is_some_and(|b| *b == b':');
+        match (is_key, open.last_mut()) {
+            (true, Some(Some(keys))) => {
+                // An escaped key could equal another written plainly: leave it to the parse.
+                if escaped || keys.contains(&raw) {
+                    return None;
+                }
+                keys.push(raw);
+            }
+            (true, _) => {}
+            (false, _) => strings.push((raw, escaped)),
+        }
+    }
+}
+
+/// The closing quote of a JSON string whose text starts at `from`, and whether it holds an
+/// escape.
+fn string_end(bytes: &[u8], from: usize) -> Option<(usize, bool)> {
+    let mut at = from;
+    let mut escaped = false;
+    loop {
+        let i = memchr::memchr2(b'"', b'\\', &bytes[at..])? + at;
+        if bytes[i] == b'"' {
+            return Some((i, escaped));
+        }
+        escaped = true;
+        at = i + 2;
+        if at > bytes.len() {
+            return None;
+        }
+    }
+}
+
+/// The text of a JSON string's escaped contents, as `serde_json` reads it (a lone surrogate
+/// as U+FFFD).
+fn unescape(raw: &str, out: &mut String) {
+    let mut rest = raw;
+    while let Some(i) = memchr::memchr(b'\\', rest.as_bytes()) {
+        out.push_str(&rest[..i]);
+        let esc = &rest[i + 1..];
+        let Some(c) = esc.chars().next() else { return };
+        rest = &esc[c.len_utf8()..];
+        match c {
+            'n' => out.push('\n'),
+            't' => out.push('\t'),
+            'r' => out.push('\r'),
+            'b' => out.push('\u{8}'),
+            'f' => out.push('\u{c}'),
+            'u' => {
+                let (ch, used) = unicode_escape(rest);
+                out.push(ch);
+                rest = &rest[used..];
+            }
+            other => out.push(other),
+        }
+    }
+    out.push_str(rest);
+}
+
+/// The character of a `\u` escape whose four hex digits start `rest`, with a second escape
+/// for a surrogate pair, and how many bytes of `rest` it used.
+fn unicode_escape(rest: &str) -> (char, usize) {
+    let hex = |s: &str| s.get(..4).and_then(|h| u32::from_str_radix(h, 16).ok());
+    let Some(first) = hex(rest) else {
+        return (char::REPLACEMENT_CHARACTER, 0);
+    };
+    let low = rest
+        .get(4..)
+        .and_then(|r| r.strip_prefix("\\u"))
+        .and_then(hex)
+        .filter(|second| (0xDC00..0xE000).contains(second));
+    if let (true, Some(second)) = ((0xD800..0xDC00).contains(&first), low) {
+        let c = 0x10000 + ((first - 0xD800) << 10) + (second - 0xDC00);
+        return (char::from_u32(c).unwrap_or(char::REPLACEMENT_CHARACTER), 10);
+    }
+    (
+        char::from_u32(first).unwrap_or(char::REPLACEMENT_CHARACTER),
+        4,
+    )
+}
