@@ -418,6 +418,29 @@ mod walk {
         }
     }
 
+    /// The shrunk form of a hang the property `items_one_at_a_time_are_the_transcript_items`
+    /// found in CI: a text ending in a key and its separator (`a:`, `b =  `) made the pair
+    /// scanner step past the end of the text forever, since bytes past it read as spaces.
+    #[test]
+    fn a_text_ending_in_a_key_and_its_separator_is_scanned_to_its_end() {
+        for text in ["a:", "a: ", "b =  ", "\"k\":", "x\nkey:\t"] {
+            let mut found = Vec::new();
+            scan(text, Origin::Said, &mut |kind, id: &str| {
+                found.push((kind, id.to_owned()))
+            });
+            let said = Message::new(Role::User, vec![ContentBlock::text(text)]);
+            let ledger = Ledger::from_messages(&[said]);
+            // Reaching here is the test (it hung); the value has no number to find.
+            assert!(
+                found
+                    .iter()
+                    .all(|(kind, _)| *kind != IdentifierKind::Number),
+                "{text:?}"
+            );
+            drop(ledger);
+        }
+    }
+
     #[test]
     fn a_repeated_error_counts_until_a_success_then_starts_again() {
         let call = |id: &str| TranscriptItem::ToolCall {

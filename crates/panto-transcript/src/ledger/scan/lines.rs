@@ -62,7 +62,7 @@ impl<F: FnMut(IdentifierKind, &str)> Scanner<'_, '_, F> {
         if quote && matches!(self.at(at), b'"' | b'\'') {
             at += 1;
         }
-        while matches!(self.at(at), b' ' | b'\t') {
+        while at < to && matches!(self.at(at), b' ' | b'\t') {
             at += 1;
         }
         let sep = self.at(at);
@@ -71,7 +71,7 @@ impl<F: FnMut(IdentifierKind, &str)> Scanner<'_, '_, F> {
             return;
         }
         at += 1;
-        while matches!(self.at(at), b' ' | b'\t') {
+        while at < to && matches!(self.at(at), b' ' | b'\t') {
             at += 1;
         }
         let value = at;
