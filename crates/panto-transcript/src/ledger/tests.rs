@@ -426,7 +426,7 @@ mod walk {
         for text in ["a:", "a: ", "b =  ", "\"k\":", "x\nkey:\t"] {
             let mut found = Vec::new();
             scan(text, Origin::Said, &mut |kind, id: &str| {
-                found.push((kind, id.to_owned()))
+                found.push((kind, id.to_owned()));
             });
             let said = Message::new(Role::User, vec![ContentBlock::text(text)]);
             let ledger = Ledger::from_messages(&[said]);
