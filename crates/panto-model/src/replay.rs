@@ -300,15 +300,26 @@ fn belongs_to(m: &Message, c: &CompactionEntry) -> bool {
     }
 }
 
-/// The ids of the compactions that the undo entries among `entries` make void.
+/// The ids of the compactions that the undo entries among `entries` (in file order) make
+/// void. An undo voids only a compaction written before it: one that names a compaction coming
+/// after it in `entries` is void itself (a log is appended to, so an undo cannot be of what was
+/// not there yet), which is also all that a load reading backwards from the end can see.
 pub fn undone<'a>(entries: impl IntoIterator<Item = &'a Entry>) -> HashSet<String> {
-    entries
-        .into_iter()
-        .filter_map(|e| match e {
-            Entry::Undo(u) => Some(u.undoes.clone()),
-            _ => None,
-        })
-        .collect()
+    let mut undone = HashSet::new();
+    for entry in entries {
+        match entry {
+            Entry::Undo(u) => {
+                undone.insert(u.undoes.clone());
+            }
+            Entry::Compaction(c) => {
+                if let Some(id) = &c.id {
+                    undone.remove(id);
+                }
+            }
+            _ => {}
+        }
+    }
+    undone
 }
 
 /// Replays entries into the effective context: the undos first (the compactions they make

@@ -222,7 +222,7 @@ fn takes_effect(entries: &Collected) -> bool {
     let Some(Entry::Compaction(c)) = entries.others.last() else {
         return false;
     };
-    let undone = undone(&entries.others);
+    let undone = undone(entries.others.iter().rev());
     if c.id.as_ref().is_some_and(|id| undone.contains(id)) {
         return false;
     }
@@ -310,7 +310,7 @@ impl Collected {
     /// their slots stay, for [`Collected::position`].
     fn replay(&mut self) -> EffectiveContext {
         // Undo entries are among the others, read before the compactions they make void.
-        let mut replayer = Replayer::new().undoing(undone(&self.others));
+        let mut replayer = Replayer::new().undoing(undone(self.others.iter().rev()));
         let mut messages = std::mem::take(&mut self.messages);
         if self.others.is_empty() {
             messages.reverse();

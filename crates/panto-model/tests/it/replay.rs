@@ -173,3 +173,24 @@ fn an_undo_line_reads_and_writes_back_exactly() {
     let missing = read_entries(br#"{"type":"undo","id":"u3"}"#).unwrap_err();
     assert!(missing.to_string().contains("undoes"), "{missing}");
 }
+
+/// The shrunk case of panto-session's `appending_through_the_store_gives_the_same_context_as_replay`:
+/// an undo written before the compaction it names voids nothing (an undo is of what was there
+/// when it was written), so replaying forwards agrees with a load that reads backwards from the
+/// end and never sees it.
+#[test]
+fn an_undo_before_the_compaction_it_names_voids_nothing() {
+    let messages = vec![
+        Message::user_text("first"),
+        Message::user_text("second"),
+        Message::user_text("third"),
+    ];
+    let compacted = compaction_append(&messages, 2, "c9");
+    let mut entries = vec![Entry::Undo(panto_model::UndoEntry::new("c9"))];
+    entries.extend(compacted.iter().cloned());
+    assert_eq!(replay(entries), replay(compacted.clone()));
+    // After it, the same undo does void it.
+    let mut after = compacted.clone();
+    after.push(Entry::Undo(panto_model::UndoEntry::new("c9")));
+    assert_ne!(replay(after), replay(compacted));
+}
