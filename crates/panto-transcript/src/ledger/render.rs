@@ -5,7 +5,7 @@
 
 use std::fmt::Write as _;
 
-use super::ids::IdentifierKind;
+use super::ids::{IdentifierKind, KINDS};
 use super::record::{CATEGORIES, Kind, PRIORITY, WEIGHTS, fair_shares, positions, strings};
 use super::{
     ANSWER_CHARS, ITEM_CHARS, LEDGER_CAP_BYTES, LEDGER_HEADING, Ledger, LedgerCounts, LedgerError,
@@ -129,7 +129,7 @@ impl Ledger {
         bullets(&mut out, Section::Todos, shown(Kind::Todos));
         bullets(&mut out, Section::Answers, shown(Kind::Answers));
         let mut titled = false;
-        for kind in INLINE {
+        for kind in KINDS.into_iter().filter(|&k| inline(k)) {
             let items = shown(Kind::Id(kind));
             if items.is_empty() {
                 continue;
@@ -229,17 +229,11 @@ enum Section {
     Read,
 }
 
-/// The kinds of identifier written inline, one line each under [`Section::Identifiers`].
-const INLINE: [IdentifierKind; 8] = [
-    IdentifierKind::HexId,
-    IdentifierKind::Number,
-    IdentifierKind::Value,
-    IdentifierKind::Url,
-    IdentifierKind::PathLine,
-    IdentifierKind::Version,
-    IdentifierKind::Path,
-    IdentifierKind::Name,
-];
+/// Whether identifiers of `kind` are written inline, one line each under
+/// [`Section::Identifiers`]: all but error lines, which have a section of their own.
+fn inline(kind: IdentifierKind) -> bool {
+    kind != IdentifierKind::ErrorLine
+}
 
 /// The start of an inline kind's line: `- hex ids:`.
 fn lead(kind: IdentifierKind) -> String {
@@ -361,7 +355,7 @@ impl Costs {
     fn item(&self, kind: Kind, line: &str) -> usize {
         match kind {
             Kind::Requests => self.number + line.len() + 1,
-            Kind::Id(k) if INLINE.contains(&k) => 1 + line.len(),
+            Kind::Id(k) if inline(k) => 1 + line.len(),
             _ => 2 + line.len() + 1,
         }
     }
@@ -369,7 +363,7 @@ impl Costs {
     /// What a kind's first item costs on top: an inline kind's lead and the line's end.
     fn lead(&self, kind: Kind) -> usize {
         match kind {
-            Kind::Id(k) if INLINE.contains(&k) => lead(k).len() + 1,
+            Kind::Id(k) if inline(k) => lead(k).len() + 1,
             _ => 0,
         }
     }
