@@ -13,6 +13,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::Value;
 
+use crate::raw_http::{read_request, write_chat_reply};
 use crate::support::{Run, Sandbox};
 
 /// How a server answers one connection, after reading its request.
@@ -48,33 +49,6 @@ impl RawServer {
 
     fn requests(&self) -> usize {
         self.requests.load(Ordering::SeqCst)
-    }
-}
-
-/// Reads the head and the `Content-Length` bytes of body of one request.
-fn read_request(socket: &mut TcpStream) -> bool {
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 8192];
-    loop {
-        let Ok(n) = socket.read(&mut chunk) else {
-            return false;
-        };
-        if n == 0 {
-            return false;
-        }
-        buf.extend_from_slice(&chunk[..n]);
-        let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
-            continue;
-        };
-        let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
-        let length: usize = head
-            .lines()
-            .find_map(|l| l.strip_prefix("content-length:"))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(0);
-        if buf.len() >= end + 4 + length {
-            return true;
-        }
     }
 }
 
@@ -427,12 +401,7 @@ fn ctrl_c_during_a_wait_cancels_and_keeps_the_prompt() {
 /// accepts too).
 fn slow_model(socket: &mut TcpStream) {
     std::thread::sleep(Duration::from_secs(3));
-    let body = r#"{"choices":[{"index":0,"message":{"role":"assistant","content":"Slow reply."},"finish_reason":"stop"}]}"#;
-    let answer = format!(
-        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    let _ = socket.write_all(answer.as_bytes());
+    write_chat_reply(socket, "Slow reply.");
 }
 
 #[test]

@@ -24,6 +24,7 @@ mod messages;
 mod native;
 mod offline;
 mod output;
+mod raw_http;
 mod recall;
 mod ruler;
 mod safety;

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use panto_store_postgres::testing;
 
-use crate::stores::read_request;
+use crate::raw_http::{read_request, write_chat_reply};
 use crate::support::Sandbox;
 
 /// One fault at a time on the shared server.
@@ -45,14 +45,7 @@ fn gated_model() -> GatedModel {
                 }
                 let _ = asked_tx.send(());
                 let _ = answer_rx.lock().unwrap().recv();
-                let body = format!(
-                    r#"{{"choices":[{{"index":0,"message":{{"role":"assistant","content":"Reply {n}."}},"finish_reason":"stop"}}]}}"#
-                );
-                let answer = format!(
-                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
-                    body.len()
-                );
-                let _ = socket.write_all(answer.as_bytes());
+                write_chat_reply(&mut socket, &format!("Reply {n}."));
             });
         }
     });

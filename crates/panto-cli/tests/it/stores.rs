@@ -5,13 +5,14 @@
 //! refuse the late replies with a clear message, and `kill -9` in the middle of an import leaves
 //! nothing or everything (`store_checks.rs` and `store_faults.rs` have the rest).
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::io::Write;
+use std::net::TcpListener;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use crate::raw_http::{read_request, write_chat_reply};
 use crate::support::{Run, Sandbox, repo_root};
 
 /// The stores to run a test on: `(label, --store value)`. The PostgreSQL one gets a schema of
@@ -214,43 +215,12 @@ fn slow_model() -> String {
             std::thread::spawn(move || {
                 if read_request(&mut socket) {
                     std::thread::sleep(Duration::from_secs(2));
-                    let body = r#"{"choices":[{"index":0,"message":{"role":"assistant","content":"Slow reply."},"finish_reason":"stop"}]}"#;
-                    let answer = format!(
-                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
-                        body.len()
-                    );
-                    let _ = socket.write_all(answer.as_bytes());
+                    write_chat_reply(&mut socket, "Slow reply.");
                 }
             });
         }
     });
     base
-}
-
-pub(crate) fn read_request(socket: &mut TcpStream) -> bool {
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 8192];
-    loop {
-        let Ok(n) = socket.read(&mut chunk) else {
-            return false;
-        };
-        if n == 0 {
-            return false;
-        }
-        buf.extend_from_slice(&chunk[..n]);
-        let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
-            continue;
-        };
-        let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
-        let length: usize = head
-            .lines()
-            .find_map(|l| l.strip_prefix("content-length:"))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(0);
-        if buf.len() >= end + 4 + length {
-            return true;
-        }
-    }
 }
 
 #[test]
@@ -335,14 +305,7 @@ fn racing_model(session: std::path::PathBuf) -> String {
                 )
                 .unwrap();
             }
-            let body = format!(
-                r#"{{"choices":[{{"index":0,"message":{{"role":"assistant","content":"Reply {n}."}},"finish_reason":"stop"}}]}}"#
-            );
-            let answer = format!(
-                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
-                body.len()
-            );
-            let _ = socket.write_all(answer.as_bytes());
+            write_chat_reply(&mut socket, &format!("Reply {n}."));
         }
     });
     base
