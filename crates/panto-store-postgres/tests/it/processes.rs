@@ -125,8 +125,25 @@ fn kill_9_in_the_middle_of_an_append_leaves_whole_units_only() {
             .unwrap();
         assert!(killed.success());
         child.wait().unwrap();
+        rt.block_on(settled(&store, "s"));
         rt.block_on(conformance::after_a_kill(&store, "s", COPIES, false));
     }
     let whole = rt.block_on(conformance::after_a_kill(&store, "s", COPIES, false));
     assert!(whole > 0, "no append finished before the kills");
+}
+
+/// Waits until `session`'s head stays put: a client killed after it sent its COMMIT leaves the
+/// server to carry that commit out (PostgreSQL finishes what it received), a moment after the
+/// client is gone, so a check that read the history before it would see one unit fewer than
+/// the load after it.
+async fn settled(store: &PostgresStore, session: &str) {
+    let mut last = store.head(session).await.unwrap();
+    loop {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let now = store.head(session).await.unwrap();
+        if now == last {
+            return;
+        }
+        last = now;
+    }
 }
