@@ -600,7 +600,12 @@ fn misses(first: &Tally, tallies: &BTreeMap<&'static str, Tally>, stores: &[Stor
         for store in stores {
             let r = tallies[store.name()].get(label);
             if (r.context as f64) < least * r.n as f64 || r.n == 0 {
-                misses.push(format!("{label} in {}: {} of {}", store.name(), r.context, r.n));
+                misses.push(format!(
+                    "{label} in {}: {} of {}",
+                    store.name(),
+                    r.context,
+                    r.n
+                ));
             }
         }
     }

@@ -182,8 +182,6 @@ pub(crate) fn finish<'a>(
             .then(b.1.terms.cmp(&a.1.terms))
             .then(rank::order(&a.0, &b.0))
     });
-    let exact: Vec<&str> = query.exact.iter().map(|e| e.needle.as_str()).collect();
-    let words: Vec<&str> = query.terms.iter().map(String::as_str).collect();
     scored
         .into_iter()
         .take(limit)
@@ -200,14 +198,32 @@ pub(crate) fn finish<'a>(
             exact: c.tier,
             near: near.terms,
             score: c.score,
-            snippet: if near.terms > 0 {
-                snippet::snippet_near(&it.text, &exact, Some(near.at))
-            } else {
-                snippet(&it.text, &[exact.as_slice(), words.as_slice()].concat())
-            },
+            snippet: cut_passage(&it.text, query, near, SNIPPET_CHARS),
             text: it.text.clone(),
         })
         .collect()
+}
+
+/// A window of at most `chars` characters of `text` (and `…` marks) around what the query
+/// finds in it: its first exact string, else the window holding most of its terms near each
+/// other, else its first term. A hit's snippet is one of [`SNIPPET_CHARS`]; the recall tool
+/// shows a larger one when it has the room.
+pub fn passage(text: &str, query: &str, chars: usize) -> String {
+    let query = Query::parse(query);
+    let near = near::nearest(text, &query.terms);
+    cut_passage(text, &query, near, chars)
+}
+
+/// [`passage`], with the query parsed and its window found.
+fn cut_passage(text: &str, query: &Query, near: near::Near, chars: usize) -> String {
+    let exact: Vec<&str> = query.exact.iter().map(|e| e.needle.as_str()).collect();
+    if near.terms > 0 {
+        snippet::snippet_near(text, &exact, Some(near.at), chars)
+    } else {
+        let words = query.terms.iter().map(String::as_str);
+        let needles: Vec<&str> = exact.iter().copied().chain(words).collect();
+        snippet::snippet_near(text, &needles, None, chars)
+    }
 }
 
 /// Recalls `query` from `index`, leaving out what `exclude` fingerprints.

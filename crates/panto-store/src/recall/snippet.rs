@@ -3,19 +3,22 @@
 /// The most characters a snippet holds, its `…` marks aside.
 pub const SNIPPET_CHARS: usize = 240;
 
-/// Characters of context kept before the match.
-const BEFORE: usize = 80;
-
 /// A window of `text` of at most [`SNIPPET_CHARS`] characters around the first of `needles`
 /// found in it (case aside; the start of the text when none is), whitespace runs as one space,
 /// cut at word boundaries where it can be, with `…` where text was left out.
 pub fn snippet(text: &str, needles: &[&str]) -> String {
-    snippet_near(text, needles, None)
+    snippet_near(text, needles, None, SNIPPET_CHARS)
 }
 
-/// [`snippet`], cut around the byte offset `near` of `text` (the window of the query's terms
-/// that ranked the item, [`super::near`]) when none of `needles` is found.
-pub(crate) fn snippet_near(text: &str, needles: &[&str], near: Option<usize>) -> String {
+/// [`snippet`] of at most `size` characters (a third of them before the match), cut around the
+/// byte offset `near` of `text` (the window of the query's terms that ranked the item,
+/// [`super::near`]) when none of `needles` is found.
+pub(crate) fn snippet_near(
+    text: &str,
+    needles: &[&str],
+    near: Option<usize>,
+    size: usize,
+) -> String {
     let flat = super::query::normalize(text);
     let lower = &flat;
     let found = needles
@@ -43,10 +46,10 @@ pub(crate) fn snippet_near(text: &str, needles: &[&str], near: Option<usize>) ->
     let original: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
     let chars: Vec<char> = original.chars().collect();
     let at_char = lower[..at].chars().count().min(chars.len());
-    let mut start = at_char.saturating_sub(BEFORE);
-    let mut end = (start + SNIPPET_CHARS).min(chars.len());
+    let mut start = at_char.saturating_sub(size / 3);
+    let mut end = (start + size).min(chars.len());
     if end == chars.len() {
-        start = end.saturating_sub(SNIPPET_CHARS);
+        start = end.saturating_sub(size);
     }
     // Move the cuts to word boundaries when one is near.
     if start > 0
