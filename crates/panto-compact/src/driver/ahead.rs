@@ -189,6 +189,27 @@ impl<S: Store> Driver<S> {
             });
             return Ok(None);
         }
+        // Another writer appended since this driver read the session: a summary of the context
+        // as read would lose its append (or be written after messages it never saw), so the
+        // turn says so before a model is asked: its caller reloads and sends again, and the
+        // turn then compacts ahead no more while its request fits (one head read, only on a
+        // turn that compacts ahead).
+        let found = self
+            .log
+            .store()
+            .head(self.log.session())
+            .await
+            .map_err(CompactError::Store)?;
+        if found != self.log.head() {
+            self.ahead_lost = true;
+            let store = self.log.store();
+            return Err(CompactError::Store(panto_store::StoreError::conflict(
+                &store.location(),
+                self.log.session(),
+                self.log.head(),
+                found,
+            )));
+        }
         tracing::info!(
             estimated_tokens,
             threshold_tokens,
