@@ -241,8 +241,8 @@ async fn stored<S: Store>(store: &S, session: &str) -> (Vec<String>, usize) {
 /// ahead here comes about every sixth turn of the session and asks for one or two summaries;
 /// each writer that crosses the threshold before the winner's compaction is written asks for
 /// one that loses (at most once a turn while the request fits), so writers x that is the
-/// most. Measured (2 writers x 200 sends): 109 on SQLite, 92 on PostgreSQL; (8 x 200): 979 on
-/// SQLite, 1,036 on PostgreSQL.
+/// most. Measured (2 writers x 200 sends): 109-114 on SQLite, 92-107 on PostgreSQL;
+/// (8 x 200): 979-980 on SQLite, 944-1,036 on PostgreSQL.
 fn summary_bound(writers: usize) -> usize {
     writers * SENDS
 }
