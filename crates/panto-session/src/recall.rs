@@ -86,7 +86,7 @@ const KEPT: usize = 16;
 /// Which file a path names now: device and inode (a sidecar deleted or replaced under a kept
 /// connection is another file); `None` when it does not exist or the platform cannot tell, and
 /// then nothing is kept.
-fn identity(path: &Path) -> Option<(u64, u64)> {
+fn identity(path: &Path) -> Option<FileId> {
     #[cfg(unix)]
     {
         use std::os::unix::fs::MetadataExt;
@@ -99,11 +99,14 @@ fn identity(path: &Path) -> Option<(u64, u64)> {
     }
 }
 
+/// A file's device and inode.
+type FileId = (u64, u64);
+
 /// The open connections to a store's sidecars, by sidecar path, each with the file it opened.
 /// A call takes the session's connection out (opening one when none is kept or the file on
 /// disk is another one) and gives it back when it succeeded, so two threads never share one.
 #[derive(Default)]
-pub(crate) struct Sidecars(Mutex<HashMap<PathBuf, ((u64, u64), Connection)>>);
+pub(crate) struct Sidecars(Mutex<HashMap<PathBuf, (FileId, Connection)>>);
 
 impl fmt::Debug for Sidecars {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -239,49 +239,8 @@ impl<'a> Ranking<'a> {
         stats: Stats,
         blocks: &'a HashMap<String, Vec<Block>>,
     ) -> Result<Ranking<'a>, Corrupt> {
-        let n = f64::from(stats.docs);
         let avg = average(stats);
-        let mut terms = Vec::new();
-        let mut fronts: HashMap<u32, Vec<(usize, Front)>> = HashMap::new();
-        for term in &query.terms {
-            let Some(list) = blocks.get(term) else {
-                continue;
-            };
-            let index = terms.len();
-            let mut df = 0u64;
-            let mut by_range: HashMap<u32, Vec<&'a [u8]>> = HashMap::new();
-            for b in list {
-                let range = b.meta.range;
-                let mut front = Front::default();
-                let mut past = false;
-                let count = walk(range, &b.data, |p| {
-                    past |= p.doc >= stats.docs;
-                    front.add(p.tf, p.len);
-                })
-                .ok_or(Corrupt)?;
-                if past {
-                    return Err(Corrupt);
-                }
-                if count == 0 {
-                    continue;
-                }
-                df += u64::from(count);
-                by_range.entry(range).or_default().push(&b.data);
-                let at = fronts.entry(range).or_default();
-                match at.last_mut() {
-                    Some((i, f)) if *i == index => {
-                        for &(tf, len) in &front.0 {
-                            f.add(tf, len);
-                        }
-                    }
-                    _ => at.push((index, front)),
-                }
-            }
-            terms.push(Term {
-                idf: idf(n, df as f64),
-                blocks: by_range,
-            });
-        }
+        let (terms, fronts) = walk_terms(query, stats, blocks)?;
         let mut tiered: HashMap<u32, Vec<(u32, u32)>> = HashMap::new();
         for (doc, tier) in tiers(query, blocks)? {
             tiered
@@ -425,6 +384,61 @@ impl<'a> Ranking<'a> {
     pub(crate) fn scored_ranges(&self) -> (usize, usize) {
         (self.next, self.plans.len())
     }
+}
+
+/// Each range's fronts: the index of a query term (among those items hold) and its front.
+type Fronts = HashMap<u32, Vec<(usize, Front)>>;
+
+/// Walks every block of `query`'s terms once: each term's idf and blocks by range, and the
+/// fronts of its postings by range.
+fn walk_terms<'a>(
+    query: &Query,
+    stats: Stats,
+    blocks: &'a HashMap<String, Vec<Block>>,
+) -> Result<(Vec<Term<'a>>, Fronts), Corrupt> {
+    let n = f64::from(stats.docs);
+    let mut terms = Vec::new();
+    let mut fronts: Fronts = HashMap::new();
+    for term in &query.terms {
+        let Some(list) = blocks.get(term) else {
+            continue;
+        };
+        let index = terms.len();
+        let mut df = 0u64;
+        let mut by_range: HashMap<u32, Vec<&'a [u8]>> = HashMap::new();
+        for b in list {
+            let range = b.meta.range;
+            let mut front = Front::default();
+            let mut past = false;
+            let count = walk(range, &b.data, |p| {
+                past |= p.doc >= stats.docs;
+                front.add(p.tf, p.len);
+            })
+            .ok_or(Corrupt)?;
+            if past {
+                return Err(Corrupt);
+            }
+            if count == 0 {
+                continue;
+            }
+            df += u64::from(count);
+            by_range.entry(range).or_default().push(&b.data);
+            let at = fronts.entry(range).or_default();
+            match at.last_mut() {
+                Some((i, f)) if *i == index => {
+                    for &(tf, len) in &front.0 {
+                        f.add(tf, len);
+                    }
+                }
+                _ => at.push((index, front)),
+            }
+        }
+        terms.push(Term {
+            idf: idf(n, df as f64),
+            blocks: by_range,
+        });
+    }
+    Ok((terms, fronts))
 }
 
 /// Keeps `c` in `heap` if it is among the best `want`.
