@@ -292,8 +292,14 @@ impl Terminal {
     /// Changes the terminal's width to `columns` (40 rows), as a user dragging its window's
     /// edge: the size is set on the terminal (TIOCSWINSZ) and the program told (SIGWINCH; the
     /// test's terminal is not the program's controlling one, so the kernel would not), and
-    /// the screen re-wraps at that point of what it received ([`reflow`]).
+    /// the screen re-wraps at that point of what it received ([`reflow`]). The program is
+    /// held still (SIGSTOP) until the terminal has read all it wrote, so what it drew for the
+    /// old width is read before the re-wrap, as a terminal reads it when the user is not
+    /// racing the program's output.
     pub(crate) fn resize(&self, columns: usize) {
+        let pid = rustix::process::Pid::from_child(&self.child);
+        rustix::process::kill_process(pid, rustix::process::Signal::STOP).unwrap();
+        self.drain();
         let size = rustix::termios::Winsize {
             ws_row: 40,
             ws_col: u16::try_from(columns).unwrap(),
@@ -305,8 +311,25 @@ impl Terminal {
             rustix::termios::tcsetwinsize(&self.keys, size).unwrap();
             seen.extend_from_slice(format!("\u{1b}]{RESIZE_MARK}{columns}\u{7}").as_bytes());
         }
-        let pid = rustix::process::Pid::from_child(&self.child);
+        rustix::process::kill_process(pid, rustix::process::Signal::CONT).unwrap();
         rustix::process::kill_process(pid, rustix::process::Signal::WINCH).unwrap();
+    }
+
+    /// Waits until nothing the program wrote is left unread: none waiting in the terminal
+    /// and nothing new received for a tenth of a second.
+    fn drain(&self) {
+        let step = std::time::Duration::from_millis(10);
+        let (mut len, mut quiet) = (usize::MAX, std::time::Duration::ZERO);
+        while quiet < std::time::Duration::from_millis(100) {
+            std::thread::sleep(step);
+            let pending = rustix::io::ioctl_fionread(&self.keys).unwrap_or(0);
+            let now = self.seen.lock().unwrap().len();
+            if pending > 0 || now != len {
+                (len, quiet) = (now, std::time::Duration::ZERO);
+            } else {
+                quiet += step;
+            }
+        }
     }
 
     /// Types `keys` (text, or escape sequences such as `\x1b[D` for the left arrow).
