@@ -46,6 +46,12 @@ mod llama_cpp;
     feature = "openai-responses",
     feature = "gemini"
 ))]
+mod mid_loop;
+#[cfg(all(
+    feature = "anthropic",
+    feature = "openai-responses",
+    feature = "gemini"
+))]
 mod native;
 #[cfg(feature = "openai-chat")]
 mod openai_chat;
