@@ -55,6 +55,7 @@
 //! # }
 //! ```
 
+mod copy;
 mod error;
 mod head;
 mod log;
@@ -71,13 +72,14 @@ mod warning;
 pub mod conformance;
 
 pub use async_trait::async_trait;
+pub use copy::copy_session;
 pub use error::{BoxError, StoreError};
 pub use head::Head;
 pub use log::{SessionChange, SessionLog};
 pub use memory::{MEMORY_SESSION, MemoryLog, MemoryStore};
 pub use recall::{Fetched, Hit, RecallQuery, Recalled};
 pub use record::{Record, RecordKind};
-pub use source::{RecordSource, Records, copy_session};
+pub use source::{RecordSource, Records};
 pub use store::{Loaded, PAGE_BYTES, Page, Store, fetch_by_scan, index_from, recall_by_scan};
 pub use tail::{replay_tail, takes_effect};
 pub use warning::{Place, Warning, WarningKind};
