@@ -3,7 +3,7 @@
 use std::io::Write;
 use std::path::Path;
 
-use anyhow::{Context as _, Result, anyhow};
+use anyhow::{Result, anyhow};
 use panto_compact::{
     CompactError, CompactOutcome, CompactRun, CompactionStrategy, Conversation, NothingToCompact,
     SessionLog, Store, Undone,

@@ -10,7 +10,7 @@ use panto_compact::{
 };
 
 /// The names a doc comment of the crate writes in backticks that start with a capital
-/// letter (`Trigger`, `[`UsageSizer`]`, `Trigger::Other`).
+/// letter: `Trigger`, a link to `UsageSizer`, the type of `Trigger::Other`.
 fn doc_names(dir: &Path, into: &mut BTreeSet<String>) {
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();

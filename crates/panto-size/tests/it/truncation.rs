@@ -260,7 +260,7 @@ proptest! {
         let mut messages = s.messages;
         let mut total = system;
         for i in 0..messages.len() {
-            if messages[i].role == panto_model::Role::Assistant {
+            if messages[i].role == Role::Assistant {
                 messages[i].usage = Some(Usage::new(total, Heuristic.message(&messages[i])));
                 let sent = &messages[..i];
                 prop_assert_eq!(silent_truncation(sent, &messages[i]), None, "at {}", i);
