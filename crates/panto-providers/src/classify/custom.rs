@@ -167,6 +167,13 @@ impl Classifier {
         self.decide(signals.embedded_status, None, &signals).error
     }
 
+    /// Recognises a 2xx JSON body that is really an error, as
+    /// [`error_in_success_body`](super::error_in_success_body) does, and classifies it with
+    /// this classifier.
+    pub fn error_in_success_body(&self, body: &Value) -> Option<ProviderError> {
+        super::is_error_body(body, 0).then(|| self.classify_stream_error(body))
+    }
+
     fn decide(
         &self,
         status: Option<u16>,

@@ -160,7 +160,7 @@ pub fn explain_success_body(protocol: Protocol, body: &Value) -> Option<Classifi
 }
 
 /// Whether a 2xx body carries an error instead of an answer.
-fn is_error_body(body: &Value, depth: usize) -> bool {
+pub(super) fn is_error_body(body: &Value, depth: usize) -> bool {
     match body {
         // Gemini's non-SSE streaming answer is an array of chunks; an error may be one of them.
         Value::Array(items) if depth == 0 => items.iter().any(|item| is_error_body(item, 1)),

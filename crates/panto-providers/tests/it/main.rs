@@ -26,6 +26,7 @@ mod common;
     feature = "gemini"
 ))]
 mod corpus_http;
+mod custom_client;
 mod discover;
 mod emulate;
 #[cfg(feature = "openai-chat")]
