@@ -4,6 +4,7 @@
 use std::fs;
 use std::io::ErrorKind;
 use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
 
 use panto_store::recall::context_fingerprints;
 use panto_store::{
@@ -15,6 +16,7 @@ use crate::blocking::{blocking, to_store_error};
 use crate::error::SessionError;
 use crate::history::History;
 use crate::options::SessionOptions;
+use crate::recall::Sidecars;
 use crate::store::Session;
 
 /// The JSONL store: each session is a file, named by its path under `root` (an absolute name
@@ -29,6 +31,8 @@ use crate::store::Session;
 pub struct JsonlStore {
     root: PathBuf,
     options: SessionOptions,
+    /// The recall sidecars' connections, kept open (shared by the store's clones).
+    sidecars: Arc<Sidecars>,
 }
 
 impl JsonlStore {
@@ -38,6 +42,7 @@ impl JsonlStore {
         JsonlStore {
             root: root.into(),
             options,
+            sidecars: Arc::default(),
         }
     }
 
@@ -54,7 +59,8 @@ impl JsonlStore {
     /// [`StoreError::Invalid`] for a name outside the store's folder.
     pub async fn rebuild_recall_index(&self, name: &str) -> Result<u32, StoreError> {
         let (session, name) = (self.session(name)?, name.to_owned());
-        blocking(move || crate::recall::rebuild(&session, &name)).await
+        let sidecars = Arc::clone(&self.sidecars);
+        blocking(move || crate::recall::rebuild(&sidecars, &session, &name)).await
     }
 
     /// The size in bytes of the recall index of session `name` (its sidecar file); 0 when
@@ -242,10 +248,11 @@ impl Store for JsonlStore {
     ) -> Result<Head, StoreError> {
         let (session, name) = (self.session(name)?, name.to_owned());
         let records = records.to_vec();
+        let sidecars = Arc::clone(&self.sidecars);
         blocking(move || {
             let lines: Vec<String> = records.iter().map(|r| r.text.clone()).collect();
             let end = append(&session, &name, at, &lines)?;
-            crate::recall::on_append(&session, at, end, &records);
+            crate::recall::on_append(&sidecars, &session, at, end, &records);
             Ok(end)
         })
         .await
@@ -255,10 +262,11 @@ impl Store for JsonlStore {
     /// by reading the file when the sidecar cannot be used.
     async fn recall(&self, name: &str, query: &RecallQuery) -> Result<Recalled, StoreError> {
         let (session, owned, q) = (self.session(name)?, name.to_owned(), query.clone());
+        let sidecars = Arc::clone(&self.sidecars);
         let found = blocking(move || {
             let loaded = load(&session, &owned)?;
             let exclude = context_fingerprints(&loaded.context);
-            Ok::<_, StoreError>(crate::recall::recall(&session, &q, &exclude))
+            Ok::<_, StoreError>(crate::recall::recall(&sidecars, &session, &q, &exclude))
         })
         .await?;
         match found {

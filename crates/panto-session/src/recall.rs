@@ -9,11 +9,17 @@
 //! cannot be opened or does not read back) recall reads the whole file, slower and the same.
 //! After an append through this store the index is brought up to date at once when it covered
 //! the file up to the append; appends of another program are caught up at the next recall.
+//!
+//! The store keeps its sidecars' connections open between calls ([`Sidecars`]): opening one
+//! runs its schema and, at the close of the last connection, SQLite checkpoints the
+//! write-ahead log into the file, which made each append cost tens of milliseconds.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+use std::fmt;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use panto_model::Entry;
@@ -72,6 +78,71 @@ fn open(path: &Path) -> Result<Connection, Unusable> {
     conn.execute_batch(index::SCHEMA)?;
     conn.execute_batch(FILE_SCHEMA)?;
     Ok(conn)
+}
+
+/// Sidecars kept open at most; past it, the kept ones are closed.
+const KEPT: usize = 16;
+
+/// Which file a path names now: device and inode (a sidecar deleted or replaced under a kept
+/// connection is another file); `None` when it does not exist or the platform cannot tell, and
+/// then nothing is kept.
+fn identity(path: &Path) -> Option<FileId> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = path;
+        None
+    }
+}
+
+/// A file's device and inode.
+type FileId = (u64, u64);
+
+/// The open connections to a store's sidecars, by sidecar path, each with the file it opened.
+/// A call takes the session's connection out (opening one when none is kept or the file on
+/// disk is another one) and gives it back when it succeeded, so two threads never share one.
+#[derive(Default)]
+pub(crate) struct Sidecars(Mutex<HashMap<PathBuf, (FileId, Connection)>>);
+
+impl fmt::Debug for Sidecars {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kept = self.0.lock().map_or(0, |m| m.len());
+        f.debug_struct("Sidecars").field("kept", &kept).finish()
+    }
+}
+
+impl Sidecars {
+    /// Runs `work` on a connection to the sidecar of the session file `path`, kept after it
+    /// when it succeeds.
+    fn with<T>(
+        &self,
+        path: &Path,
+        work: impl FnOnce(&mut Connection) -> Result<T, Unusable>,
+    ) -> Result<T, Unusable> {
+        let file = sidecar(path);
+        let now = identity(&file);
+        let kept = {
+            let mut map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+            map.remove(&file)
+        };
+        let mut conn = match kept {
+            Some((id, conn)) if Some(id) == now => conn,
+            _ => open(path)?,
+        };
+        let out = work(&mut conn)?;
+        if let Some(id) = identity(&file) {
+            let mut map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+            if map.len() >= KEPT {
+                map.clear();
+            }
+            map.insert(file, (id, conn));
+        }
+        Ok(out)
+    }
 }
 
 /// FNV-1a of the (up to) [`TAIL`] bytes of `path` before `head`.
@@ -186,24 +257,31 @@ fn catch_up(conn: &mut Connection, session: &Session) -> Result<IndexState, Unus
 /// Indexes `records`, just appended from `at` to `end` by this store, when the sidecar exists
 /// and covers the file up to `at`; otherwise leaves it to the next recall. Failures are
 /// ignored: the index is derived, and the next recall catches up or rebuilds.
-pub(crate) fn on_append(session: &Session, at: Head, end: Head, records: &[Record]) {
-    let _ = try_on_append(session, at, end, records);
-}
-
-fn try_on_append(
+pub(crate) fn on_append(
+    sidecars: &Sidecars,
     session: &Session,
     at: Head,
     end: Head,
     records: &[Record],
-) -> Result<(), Unusable> {
+) {
     if !sidecar(session.path()).exists() {
-        return Ok(());
+        return;
     }
     let written: u64 = records.iter().map(|r| r.text.len() as u64 + 1).sum();
     if at.get() + written != end.get() {
-        return Ok(());
+        return;
     }
-    let mut conn = open(session.path())?;
+    let _ = sidecars.with(session.path(), |conn| {
+        try_on_append(conn, session, at, records)
+    });
+}
+
+fn try_on_append(
+    conn: &mut Connection,
+    session: &Session,
+    at: Head,
+    records: &[Record],
+) -> Result<(), Unusable> {
     let mut file = session.open_for_reading().map_err(|_| Unusable)?;
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let Some(state) = valid_state(&tx, &mut file, at.get())? else {
@@ -236,28 +314,38 @@ fn entry_at(session: &Session, at: Head) -> Result<Entry, Unusable> {
 /// Recalls `query` with the sidecar, leaving out `exclude`; `None` when the sidecar cannot be
 /// used (the caller reads the file).
 pub(crate) fn recall(
+    sidecars: &Sidecars,
     session: &Session,
     query: &RecallQuery,
     exclude: &HashSet<u64>,
 ) -> Option<Recalled> {
-    let mut conn = open(session.path()).ok()?;
-    let state = catch_up(&mut conn, session).ok()?;
-    let lookup = Lookup::new(query);
-    let tx = conn.transaction().ok()?;
-    let found = index::recall(&tx, KEY, &lookup, state, exclude, |row| {
-        entry_at(session, row.at)
-    });
-    match found {
-        Ok(Found::Hits(hits)) => Some(Recalled::new(hits, u64::from(state.docs))),
-        Ok(Found::Corrupt) | Err(Failed::Sqlite(_) | Failed::Entry(Unusable)) => None,
-    }
+    sidecars
+        .with(session.path(), |conn| {
+            let state = catch_up(conn, session)?;
+            let lookup = Lookup::new(query);
+            let tx = conn.transaction()?;
+            let found = index::recall(&tx, KEY, &lookup, state, exclude, |row| {
+                entry_at(session, row.at)
+            });
+            match found {
+                Ok(Found::Hits(hits)) => Ok(Recalled::new(hits, u64::from(state.docs))),
+                Ok(Found::Corrupt) | Err(Failed::Sqlite(_) | Failed::Entry(Unusable)) => {
+                    Err(Unusable)
+                }
+            }
+        })
+        .ok()
 }
 
 /// Drops the sidecar's index and builds it again; returns how many items it holds.
 ///
 /// # Errors
 /// [`StoreError::Unavailable`] when the sidecar cannot be written.
-pub(crate) fn rebuild(session: &Session, name: &str) -> Result<u32, StoreError> {
+pub(crate) fn rebuild(
+    sidecars: &Sidecars,
+    session: &Session,
+    name: &str,
+) -> Result<u32, StoreError> {
     let fail = || {
         StoreError::unavailable(
             name,
@@ -267,10 +355,11 @@ pub(crate) fn rebuild(session: &Session, name: &str) -> Result<u32, StoreError> 
             ),
         )
     };
-    let mut conn = open(session.path()).map_err(|_| fail())?;
-    index::clear(&conn, KEY).map_err(|_| fail())?;
-    catch_up(&mut conn, session)
-        .map(|s| s.docs)
+    sidecars
+        .with(session.path(), |conn| {
+            index::clear(conn, KEY)?;
+            catch_up(conn, session).map(|s| s.docs)
+        })
         .map_err(|_| fail())
 }
 

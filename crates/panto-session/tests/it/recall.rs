@@ -70,3 +70,34 @@ fn the_sidecar_is_built_kept_caught_up_and_rebuilt() {
     .unwrap();
     assert_eq!(same(&store, "platypus").len(), 1);
 }
+
+/// The store keeps the sidecar's connection open between calls; a sidecar deleted under it is
+/// seen (another file, or none, at its path), and the next recall builds a new one on disk
+/// that the next append keeps current.
+#[test]
+fn a_sidecar_deleted_under_a_kept_connection_is_built_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = JsonlStore::new(dir.path(), opts());
+    let sidecar = dir.path().join("s.jsonl.recall.sqlite3");
+    let records = conformance::records_of(conformance::CONTRACT_FILE);
+    let head = block_on(store.append_records("s.jsonl", Head::EMPTY, &records)).unwrap();
+    assert_eq!(same(&store, "fn main")[0], "t1");
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = fs::remove_file(format!("{}{suffix}", sidecar.display()));
+    }
+    assert!(!sidecar.exists());
+    assert_eq!(same(&store, "fn main")[0], "t1");
+    assert!(sidecar.exists(), "the recall built the sidecar again");
+    let entry = Entry::Message(Message::user_text("a quokka at last").with_id("z1"));
+    block_on(store.append("s.jsonl", head, &[entry])).unwrap();
+    let conn = rusqlite::Connection::open(&sidecar).unwrap();
+    let text: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM panto_recall_postings WHERE term = 'quokka'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(text, 1, "the append went into the new sidecar");
+    assert_eq!(same(&store, "quokka"), ["z1#0"]);
+}

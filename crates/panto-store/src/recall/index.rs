@@ -14,7 +14,7 @@ use panto_model::{Entry, Item, ItemKind, Items};
 
 use super::postings::{Block, Posting, range_of};
 use super::query::Query;
-use super::rank::{BestFirst, Candidate, Stats, score};
+use super::rank::{Candidate, Ranking, Stats};
 use super::terms::for_each_term;
 
 /// What the index keeps of an item.
@@ -157,10 +157,11 @@ impl RecallIndex {
             total_len: self.total_len,
         };
         // Blocks this index built itself always decode.
-        let all = score(query, stats, &self.postings).unwrap_or_default();
+        let Ok(mut best) = Ranking::new(query, stats, &self.postings) else {
+            return Vec::new();
+        };
         let mut seen = HashSet::new();
         let mut out = Vec::new();
-        let mut best = BestFirst::new(all);
         loop {
             let chunk = best.next_chunk();
             if chunk.is_empty() {

@@ -23,7 +23,7 @@ use panto_model::{Entry, Item, ItemKind, Items};
 use super::index::term_counts;
 use super::postings::{Block, Posting, range_of};
 use super::query::Query;
-use super::rank::{BestFirst, Candidate, Corrupt, Stats, score};
+use super::rank::{Candidate, Corrupt, Ranking, Stats};
 use super::{Hit, MAX_LIMIT, RecallQuery, candidates_for, finish};
 use crate::head::Head;
 
@@ -199,18 +199,18 @@ impl Lookup {
         out
     }
 
-    /// Scores every item holding a term, `blocks` giving each term's blocks in range order.
+    /// Ranks the items holding a term, `blocks` giving each term's blocks in range order (it
+    /// scores only the ranges it must, see `rank.rs`).
     ///
     /// # Errors
     /// [`Corrupt`] when a block does not decode or names an item past `stats.docs`.
-    pub fn rank(
+    pub fn rank<'a>(
         &self,
         stats: Stats,
-        blocks: &HashMap<String, Vec<Block>>,
-    ) -> Result<Picker, Corrupt> {
-        let all = score(&self.query, stats, blocks)?;
+        blocks: &'a HashMap<String, Vec<Block>>,
+    ) -> Result<Picker<'a>, Corrupt> {
         Ok(Picker {
-            best: BestFirst::new(all),
+            best: Ranking::new(&self.query, stats, blocks)?,
             seen: HashSet::new(),
             picked: Vec::new(),
             want: candidates_for(self.limit),
@@ -235,14 +235,14 @@ impl Lookup {
 /// Takes the ranked items best first, leaving out the effective context's and all but the
 /// earliest of items that say the same, until it has the candidates the hits are chosen from.
 #[derive(Debug)]
-pub struct Picker {
-    best: BestFirst,
+pub struct Picker<'a> {
+    best: Ranking<'a>,
     seen: HashSet<u64>,
     picked: Vec<(Candidate, DocRow)>,
     want: usize,
 }
 
-impl Picker {
+impl Picker<'_> {
     /// The next items to look at, best first: the caller reads their [`DocRow`]s and gives
     /// them to [`Picker::offer`]. Empty when it has enough or none is left.
     pub fn next_docs(&mut self) -> Vec<u32> {

@@ -132,10 +132,18 @@ fn get(data: &[u8], at: &mut usize) -> Option<u32> {
 /// index): a number cut short or too long, an offset outside the range, offsets not rising, a
 /// term count of zero, or more occurrences than terms.
 pub fn decode(range: u32, data: &[u8]) -> Option<Vec<Posting>> {
-    let base = range.checked_mul(RANGE_DOCS)?;
     let mut out = Vec::with_capacity(data.len() / 3);
+    walk(range, data, |p| out.push(p))?;
+    Some(out)
+}
+
+/// Gives `each` the postings of a block of `range` in order, without collecting them; how
+/// many, or `None` where [`decode`] gives `None` (`each` may have seen some before).
+pub(crate) fn walk(range: u32, data: &[u8], mut each: impl FnMut(Posting)) -> Option<u32> {
+    let base = range.checked_mul(RANGE_DOCS)?;
     let mut at = 0;
     let mut next = 0;
+    let mut count = 0u32;
     while at < data.len() {
         let offset = get(data, &mut at)?;
         let tf = get(data, &mut at)?;
@@ -144,11 +152,12 @@ pub fn decode(range: u32, data: &[u8]) -> Option<Vec<Posting>> {
             return None;
         }
         next = offset + 1;
-        out.push(Posting {
+        each(Posting {
             doc: base.checked_add(offset)?,
             tf,
             len,
         });
+        count += 1;
     }
-    Some(out)
+    Some(count)
 }

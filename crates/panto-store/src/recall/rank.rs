@@ -2,15 +2,33 @@
 //! memory ([`super::RecallIndex`]) and for every index a store keeps, so that they score alike
 //! to the last bit.
 //!
-//! Every posting of the query's terms is scored (no skipping: a store's index answers exactly
-//! what the scan answers), into an array with a cell per item, which costs a few milliseconds
-//! for a million postings. The candidates are then taken best first a chunk at a time (a
-//! partial selection, then a sort of the chunk), so a query that matches half a million items
-//! sorts only the few hundred it reads.
+//! The candidates come out best first (tier, BM25 score, the earlier item), a chunk at a time,
+//! exactly as a ranking that scored every posting and sorted them all would give them, but
+//! without scoring most postings of a common term ([`Ranking`], block-max pruning):
+//!
+//! 1. every block is walked once without being kept (which checks it decodes, and counts a
+//!    term's items for its inverse document frequency), keeping for each term and range the
+//!    (occurrences, length) pairs of its postings that no other one of them dominates;
+//! 2. each range gets an upper bound, the sum over the query's terms of the best score one of
+//!    those pairs gives (computed by the very function that scores a posting, added in the
+//!    same order as an item's score), and the most exact strings an item of it may hold;
+//! 3. ranges are scored whole, the best bound first, until the candidates wanted all rank
+//!    before the next range's bound: no item of a range not scored can then come before them.
+//!
+//! Why the bound holds to the last bit: floating-point rounding is monotonic, so an item whose
+//! length is at least a pair's and whose occurrences equal it scores at most the pair's score,
+//! computed the same way; fewer occurrences score less by a margin (at least 3e-13 relative
+//! for counts up to [`TF_ORDERED`]) far above the few roundings of the formula, and above that
+//! count a pair dominates only pairs of the same count. Sums of larger parts in the same order
+//! round to at least as much. Ties are kept exact too: a range whose bound equals the last
+//! wanted candidate's score is skipped only when all its items come after that candidate.
+//! The property test `pruned_equals_exhaustive` compares it with the exhaustive ranking,
+//! which the tests keep as the reference.
 
-use std::collections::HashMap;
+use std::cmp::Ordering;
+use std::collections::{BinaryHeap, HashMap};
 
-use super::postings::{Block, Posting, decode};
+use super::postings::{Block, Posting, RANGE_DOCS, decode, walk};
 use super::query::Query;
 
 /// BM25's term-frequency saturation.
@@ -27,7 +45,7 @@ pub struct Candidate {
 }
 
 /// Tier first, then score, then the earlier item.
-pub(crate) fn order(a: &Candidate, b: &Candidate) -> std::cmp::Ordering {
+pub(crate) fn order(a: &Candidate, b: &Candidate) -> Ordering {
     b.tier
         .cmp(&a.tier)
         .then(b.score.total_cmp(&a.score))
@@ -47,6 +65,33 @@ pub struct Stats {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Corrupt;
 
+/// Occurrences of a term in one item up to which fewer occurrences at the same length are
+/// sure to score less once rounded (see the module docs).
+const TF_ORDERED: u32 = 1_000_000;
+
+/// BM25's contribution of a term of inverse document frequency `idf` to an item holding it
+/// `tf` times among `len` terms, the history's items having `avg` terms on average: the one
+/// formula every score and every bound is computed with.
+fn contribution(idf: f64, tf: u32, len: u32, avg: f64) -> f64 {
+    let len = f64::from(len);
+    let tf = f64::from(tf);
+    idf * tf * (K1 + 1.0) / (tf + K1 * (1.0 - B + B * len / avg))
+}
+
+/// BM25's inverse document frequency of a term `df` of `n` items hold.
+fn idf(n: f64, df: f64) -> f64 {
+    (1.0 + (n - df + 0.5) / (df + 0.5)).ln()
+}
+
+/// The average length BM25 normalises by.
+fn average(stats: Stats) -> f64 {
+    if stats.docs == 0 {
+        1.0
+    } else {
+        (stats.total_len as f64 / f64::from(stats.docs)).max(1.0)
+    }
+}
+
 /// The postings of a term, its blocks decoded in range order.
 fn postings_of(blocks: &[Block]) -> Result<Vec<Posting>, Corrupt> {
     let mut out = Vec::new();
@@ -56,55 +101,19 @@ fn postings_of(blocks: &[Block]) -> Result<Vec<Posting>, Corrupt> {
     Ok(out)
 }
 
-/// Every item that holds one of `query`'s terms or the lookup terms of one of its exact
-/// strings, with its tier and BM25 score, in no order. `blocks` holds each term's blocks in
-/// range order (none for a term no item has).
-pub(crate) fn score(
+/// For each exact string of `query`, the items that have all its lookup terms: how many of
+/// them each item may hold (its tier), for the items with one at least.
+fn tiers(
     query: &Query,
-    stats: Stats,
     blocks: &HashMap<String, Vec<Block>>,
-) -> Result<Vec<Candidate>, Corrupt> {
-    let n = f64::from(stats.docs);
-    let avg = if stats.docs == 0 {
-        1.0
-    } else {
-        (stats.total_len as f64 / n).max(1.0)
-    };
-    let size = stats.docs as usize;
-    let mut scores: Vec<f64> = Vec::new();
-    let mut touched: Vec<u32> = Vec::new();
-    let mut decoded: HashMap<&str, Vec<Posting>> = HashMap::new();
-    for term in &query.terms {
-        let list = match blocks.get(term) {
-            Some(b) => postings_of(b)?,
-            None => continue,
-        };
-        if scores.is_empty() {
-            scores = vec![0.0; size];
-        }
-        let df = list.len() as f64;
-        let idf = (1.0 + (n - df + 0.5) / (df + 0.5)).ln();
-        for p in &list {
-            let cell = scores.get_mut(p.doc as usize).ok_or(Corrupt)?;
-            if *cell == 0.0 {
-                touched.push(p.doc);
-            }
-            let len = f64::from(p.len);
-            let tf = f64::from(p.tf);
-            *cell += idf * tf * (K1 + 1.0) / (tf + K1 * (1.0 - B + B * len / avg));
-        }
-        decoded.insert(term.as_str(), list);
-    }
+) -> Result<HashMap<u32, u32>, Corrupt> {
     let mut tiers: HashMap<u32, u32> = HashMap::new();
     for exact in &query.exact {
         let mut lists: Vec<Vec<u32>> = Vec::new();
         for t in &exact.lookup {
-            let docs: Vec<u32> = match decoded.get(t.as_str()) {
-                Some(l) => l.iter().map(|p| p.doc).collect(),
-                None => match blocks.get(t) {
-                    Some(b) => postings_of(b)?.iter().map(|p| p.doc).collect(),
-                    None => Vec::new(),
-                },
+            let docs: Vec<u32> = match blocks.get(t) {
+                Some(b) => postings_of(b)?.iter().map(|p| p.doc).collect(),
+                None => Vec::new(),
             };
             lists.push(docs);
         }
@@ -112,20 +121,337 @@ pub(crate) fn score(
             *tiers.entry(doc).or_default() += 1;
         }
     }
-    let mut out: Vec<Candidate> = touched
-        .into_iter()
-        .map(|doc| Candidate {
-            doc,
-            tier: tiers.remove(&doc).unwrap_or(0),
-            score: scores[doc as usize],
+    Ok(tiers)
+}
+
+/// The (occurrences, length) pairs of a term's postings in one range that no other of them
+/// scores at least as high as, whatever the statistics: a term in every item of a range,
+/// once in each, keeps one pair, its shortest item's.
+#[derive(Debug, Default)]
+struct Front(Vec<(u32, u32)>);
+
+impl Front {
+    fn add(&mut self, tf: u32, len: u32) {
+        if self.0.iter().any(|&q| dominates(q, (tf, len))) {
+            return;
+        }
+        self.0.retain(|&q| !dominates((tf, len), q));
+        self.0.push((tf, len));
+    }
+
+    /// The best contribution of its pairs.
+    fn best(&self, idf: f64, avg: f64) -> f64 {
+        let mut best = 0.0;
+        for &(tf, len) in &self.0 {
+            let c = contribution(idf, tf, len, avg);
+            if c > best {
+                best = c;
+            }
+        }
+        best
+    }
+}
+
+/// Whether the pair `a` (occurrences, length) scores at least as high as `b` once rounded,
+/// whatever the idf and average length (see the module docs).
+fn dominates(a: (u32, u32), b: (u32, u32)) -> bool {
+    a.1 <= b.1 && (a.0 == b.0 || (a.0 > b.0 && a.0 <= TF_ORDERED))
+}
+
+/// A query term that some item holds: its idf and its blocks' bytes by range.
+#[derive(Debug)]
+struct Term<'a> {
+    idf: f64,
+    blocks: HashMap<u32, Vec<&'a [u8]>>,
+}
+
+/// A range to score, with what no item of it can rank above: `tier` exact strings, a score
+/// of `bound`, and the range's first item.
+#[derive(Clone, Copy, Debug)]
+struct Plan {
+    range: u32,
+    tier: u32,
+    bound: f64,
+}
+
+impl Plan {
+    /// Whether `c` ranks before every item of the range.
+    fn behind(&self, c: &Candidate) -> bool {
+        let first = Candidate {
+            doc: self.range.saturating_mul(RANGE_DOCS),
+            tier: self.tier,
+            score: self.bound,
+        };
+        order(c, &first) == Ordering::Less
+    }
+}
+
+/// A candidate in a heap whose top is the worst.
+#[derive(Debug)]
+struct Worst(Candidate);
+
+impl PartialEq for Worst {
+    fn eq(&self, other: &Worst) -> bool {
+        order(&self.0, &other.0) == Ordering::Equal
+    }
+}
+impl Eq for Worst {}
+impl PartialOrd for Worst {
+    fn partial_cmp(&self, other: &Worst) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Worst {
+    fn cmp(&self, other: &Worst) -> Ordering {
+        order(&self.0, &other.0)
+    }
+}
+
+/// Every item that holds one of a query's terms or the lookup terms of one of its exact
+/// strings, with its tier and BM25 score, taken best first a chunk at a time (64, then 256,
+/// ...): the chunks an exhaustive ranking would give, scoring only the ranges it must (see the
+/// module docs).
+#[derive(Debug)]
+pub(crate) struct Ranking<'a> {
+    terms: Vec<Term<'a>>,
+    avg: f64,
+    /// The ranges, the best bound first; those before `next` are scored.
+    plans: Vec<Plan>,
+    next: usize,
+    /// The items of a tier above 0, by range, not scored yet.
+    tiered: HashMap<u32, Vec<(u32, u32)>>,
+    /// The candidates of the ranges scored; the first `at` are the ones given, in order.
+    pool: Vec<Candidate>,
+    start: usize,
+    at: usize,
+    chunk: usize,
+}
+
+impl<'a> Ranking<'a> {
+    /// The ranking of `query` over `blocks`, each term's blocks in range order (none for a term
+    /// no item has), for a history with `stats`.
+    ///
+    /// # Errors
+    /// [`Corrupt`] when a block does not decode or one of a query term names an item past
+    /// `stats.docs`.
+    pub(crate) fn new(
+        query: &Query,
+        stats: Stats,
+        blocks: &'a HashMap<String, Vec<Block>>,
+    ) -> Result<Ranking<'a>, Corrupt> {
+        let avg = average(stats);
+        let (terms, fronts) = walk_terms(query, stats, blocks)?;
+        let mut tiered: HashMap<u32, Vec<(u32, u32)>> = HashMap::new();
+        for (doc, tier) in tiers(query, blocks)? {
+            tiered
+                .entry(doc / RANGE_DOCS)
+                .or_default()
+                .push((doc, tier));
+        }
+        let mut plans: Vec<Plan> = fronts
+            .iter()
+            .map(|(&range, parts)| {
+                // In the order of the query's terms, as an item's score adds them up.
+                let mut bound = 0.0;
+                for (i, front) in parts {
+                    bound += front.best(terms[*i].idf, avg);
+                }
+                Plan {
+                    range,
+                    tier: 0,
+                    bound,
+                }
+            })
+            .collect();
+        let mut index: HashMap<u32, usize> = plans
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (p.range, i))
+            .collect();
+        for (&range, docs) in &tiered {
+            let tier = docs.iter().map(|d| d.1).max().unwrap_or(0);
+            let i = *index.entry(range).or_insert_with(|| {
+                plans.push(Plan {
+                    range,
+                    tier: 0,
+                    bound: 0.0,
+                });
+                plans.len() - 1
+            });
+            plans[i].tier = tier;
+        }
+        plans.sort_by(|a, b| {
+            b.tier
+                .cmp(&a.tier)
+                .then(b.bound.total_cmp(&a.bound))
+                .then(a.range.cmp(&b.range))
+        });
+        Ok(Ranking {
+            terms,
+            avg,
+            plans,
+            next: 0,
+            tiered,
+            pool: Vec::new(),
+            start: 0,
+            at: 0,
+            chunk: 64,
         })
-        .collect();
-    out.extend(tiers.into_iter().map(|(doc, tier)| Candidate {
-        doc,
-        tier,
-        score: scores.get(doc as usize).copied().unwrap_or(0.0),
-    }));
-    Ok(out)
+    }
+
+    /// Scores every item of `range` that holds a term or is of a tier above 0, into the pool.
+    fn score_range(&mut self, range: u32, heap: &mut BinaryHeap<Worst>, want: usize) {
+        let base = range.saturating_mul(RANGE_DOCS);
+        let mut cells = [0.0f64; RANGE_DOCS as usize];
+        let mut touched: Vec<u32> = Vec::new();
+        for term in &self.terms {
+            let Some(parts) = term.blocks.get(&range) else {
+                continue;
+            };
+            for data in parts {
+                // Walked once already: it decodes.
+                let _ = walk(range, data, |p| {
+                    let cell = &mut cells[(p.doc - base) as usize];
+                    if *cell == 0.0 {
+                        touched.push(p.doc);
+                    }
+                    *cell += contribution(term.idf, p.tf, p.len, self.avg);
+                });
+            }
+        }
+        let mut tiers: HashMap<u32, u32> = self
+            .tiered
+            .remove(&range)
+            .unwrap_or_default()
+            .into_iter()
+            .collect();
+        let scored = touched
+            .into_iter()
+            .map(|doc| Candidate {
+                doc,
+                tier: tiers.remove(&doc).unwrap_or(0),
+                score: cells[(doc - base) as usize],
+            })
+            .collect::<Vec<_>>();
+        let rest = tiers.into_iter().map(|(doc, tier)| Candidate {
+            doc,
+            tier,
+            score: cells[(doc - base) as usize],
+        });
+        for c in scored.into_iter().chain(rest) {
+            keep(heap, c, want);
+            self.pool.push(c);
+        }
+    }
+
+    /// Scores ranges until the best `want` candidates are known.
+    fn fill(&mut self, want: usize) {
+        let mut heap = BinaryHeap::with_capacity(want + 1);
+        for c in &self.pool {
+            keep(&mut heap, *c, want);
+        }
+        while let Some(plan) = self.plans.get(self.next).copied() {
+            if heap.len() >= want && heap.peek().is_some_and(|w| plan.behind(&w.0)) {
+                break;
+            }
+            self.next += 1;
+            self.score_range(plan.range, &mut heap, want);
+        }
+    }
+
+    /// The next best candidates (empty when none is left).
+    pub(crate) fn next_chunk(&mut self) -> &[Candidate] {
+        let want = self.at + self.chunk;
+        self.fill(want);
+        let k = want.min(self.pool.len());
+        if k < self.pool.len() && k > 0 {
+            self.pool.select_nth_unstable_by(k - 1, order);
+        }
+        self.pool[..k].sort_by(order);
+        self.start = self.at;
+        self.at = k;
+        self.chunk *= 4;
+        &self.pool[self.start..self.at]
+    }
+
+    /// The chunk [`Ranking::next_chunk`] gave last.
+    pub(crate) fn last_chunk(&self) -> Vec<Candidate> {
+        self.pool[self.start..self.at].to_vec()
+    }
+
+    /// How many ranges it has scored, of how many.
+    #[cfg(test)]
+    pub(crate) fn scored_ranges(&self) -> (usize, usize) {
+        (self.next, self.plans.len())
+    }
+}
+
+/// Each range's fronts: the index of a query term (among those items hold) and its front.
+type Fronts = HashMap<u32, Vec<(usize, Front)>>;
+
+/// Walks every block of `query`'s terms once: each term's idf and blocks by range, and the
+/// fronts of its postings by range.
+fn walk_terms<'a>(
+    query: &Query,
+    stats: Stats,
+    blocks: &'a HashMap<String, Vec<Block>>,
+) -> Result<(Vec<Term<'a>>, Fronts), Corrupt> {
+    let n = f64::from(stats.docs);
+    let mut terms = Vec::new();
+    let mut fronts: Fronts = HashMap::new();
+    for term in &query.terms {
+        let Some(list) = blocks.get(term) else {
+            continue;
+        };
+        let index = terms.len();
+        let mut df = 0u64;
+        let mut by_range: HashMap<u32, Vec<&'a [u8]>> = HashMap::new();
+        for b in list {
+            let range = b.meta.range;
+            let mut front = Front::default();
+            let mut past = false;
+            let count = walk(range, &b.data, |p| {
+                past |= p.doc >= stats.docs;
+                front.add(p.tf, p.len);
+            })
+            .ok_or(Corrupt)?;
+            if past {
+                return Err(Corrupt);
+            }
+            if count == 0 {
+                continue;
+            }
+            df += u64::from(count);
+            by_range.entry(range).or_default().push(&b.data);
+            let at = fronts.entry(range).or_default();
+            match at.last_mut() {
+                Some((i, f)) if *i == index => {
+                    for &(tf, len) in &front.0 {
+                        f.add(tf, len);
+                    }
+                }
+                _ => at.push((index, front)),
+            }
+        }
+        terms.push(Term {
+            idf: idf(n, df as f64),
+            blocks: by_range,
+        });
+    }
+    Ok((terms, fronts))
+}
+
+/// Keeps `c` in `heap` if it is among the best `want`.
+fn keep(heap: &mut BinaryHeap<Worst>, c: Candidate, want: usize) {
+    if heap.len() < want {
+        heap.push(Worst(c));
+    } else if heap
+        .peek()
+        .is_some_and(|w| order(&c, &w.0) == Ordering::Less)
+    {
+        heap.pop();
+        heap.push(Worst(c));
+    }
 }
 
 /// The documents in every one of `lists` (each sorted); none when there is no list.
@@ -147,42 +473,8 @@ fn intersect(mut lists: Vec<Vec<u32>>) -> Vec<u32> {
     acc
 }
 
-/// Candidates taken best first (tier, score, the earlier item), a chunk at a time: a partial
-/// selection of the chunk, then a sort of it, so the rest is never sorted.
-#[derive(Debug)]
-pub(crate) struct BestFirst {
-    all: Vec<Candidate>,
-    start: usize,
-    at: usize,
-    chunk: usize,
-}
+#[cfg(test)]
+mod reference;
 
-impl BestFirst {
-    pub(crate) fn new(all: Vec<Candidate>) -> BestFirst {
-        BestFirst {
-            all,
-            start: 0,
-            at: 0,
-            chunk: 64,
-        }
-    }
-
-    /// The next best candidates (empty when none is left).
-    pub(crate) fn next_chunk(&mut self) -> &[Candidate] {
-        let rest = &mut self.all[self.at..];
-        let k = self.chunk.min(rest.len());
-        if k < rest.len() && k > 0 {
-            rest.select_nth_unstable_by(k - 1, order);
-        }
-        rest[..k].sort_by(order);
-        self.start = self.at;
-        self.at += k;
-        self.chunk *= 4;
-        &self.all[self.start..self.at]
-    }
-
-    /// The chunk [`BestFirst::next_chunk`] gave last.
-    pub(crate) fn last_chunk(&self) -> Vec<Candidate> {
-        self.all[self.start..self.at].to_vec()
-    }
-}
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,267 @@
+//! The pruned ranking against the exhaustive one it replaces.
+
+use std::collections::HashMap;
+
+use proptest::prelude::*;
+
+use super::super::postings::{Block, Posting, RANGE_DOCS};
+use super::super::query::{Exact, Query};
+use super::reference::{BestFirst, score};
+use super::{Candidate, Corrupt, Ranking, Stats};
+
+/// A small xorshift generator: the postings of thousands of items from one seed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// The blocks of `terms` over `docs` items: each item has a length from a short list (so
+/// that scores tie often) and holds each term with its own chance, a few times at most.
+fn blocks(seed: u64, docs: u32, terms: &[(&str, u64)]) -> (HashMap<String, Vec<Block>>, u64) {
+    let mut rng = Rng(seed | 1);
+    const LENS: [u32; 8] = [1, 2, 3, 5, 8, 13, 40, 300];
+    let mut out: HashMap<String, Vec<Block>> = HashMap::new();
+    let mut total = 0u64;
+    let mut shortest = 0;
+    for doc in 0..docs {
+        if doc % RANGE_DOCS == 0 {
+            // Ranges of longer items bound lower: the pruning has ranges to skip.
+            shortest = rng.below(LENS.len() as u64 - 1) as usize;
+        }
+        let len = LENS[shortest + rng.below((LENS.len() - shortest) as u64) as usize];
+        total += u64::from(len);
+        for &(term, percent) in terms {
+            if rng.below(100) >= percent {
+                continue;
+            }
+            let tf = 1 + rng.below(u64::from(len.min(4))) as u32;
+            let list = out.entry(term.to_owned()).or_default();
+            let range = doc / RANGE_DOCS;
+            if list.last().is_none_or(|b| b.meta.range != range) {
+                list.push(Block::new(range));
+            }
+            if let Some(b) = list.last_mut() {
+                b.push(Posting { doc, tf, len });
+            }
+        }
+    }
+    (out, total)
+}
+
+/// Every chunk of both rankings, until both are done: they must be the same.
+fn compare(query: &Query, stats: Stats, blocks: &HashMap<String, Vec<Block>>) -> (usize, usize) {
+    let reference = score(query, stats, blocks);
+    let pruned = Ranking::new(query, stats, blocks);
+    let (all, mut pruned) = match (reference, pruned) {
+        (Ok(a), Ok(p)) => (a, p),
+        (Err(Corrupt), Err(Corrupt)) => return (0, 0),
+        (a, p) => panic!(
+            "reference {:?}, pruned {:?}",
+            a.map(|v| v.len()),
+            p.map(|_| ())
+        ),
+    };
+    let mut best = BestFirst::new(all);
+    let mut first = None;
+    loop {
+        let want: Vec<Candidate> = best.next_chunk().to_vec();
+        let got: Vec<Candidate> = pruned.next_chunk().to_vec();
+        assert_eq!(got, want);
+        assert_eq!(pruned.last_chunk(), best.last_chunk());
+        first.get_or_insert(pruned.scored_ranges());
+        if want.is_empty() {
+            return first.unwrap_or_default();
+        }
+    }
+}
+
+fn exact_string(needle: &str, lookup: &[&str]) -> Exact {
+    Exact {
+        needle: needle.to_owned(),
+        lookup: lookup.iter().map(|t| (*t).to_owned()).collect(),
+    }
+}
+
+const TERMS: [&str; 5] = ["a", "b", "c", "d", "x"];
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    /// The pruned ranking gives the exhaustive ranking's chunks, to the last bit, for any
+    /// query terms in any order, exact strings or none, and statistics the postings fit.
+    #[test]
+    fn pruned_equals_exhaustive(
+        seed in any::<u64>(),
+        docs in 1u32..4_000,
+        chances in proptest::collection::vec(0u64..100, 5),
+        order in proptest::sample::subsequence(vec![0usize, 1, 2, 3, 4], 0..=5),
+        shuffle in any::<u64>(),
+        exacts in proptest::collection::vec(proptest::sample::subsequence(vec![0usize, 1, 2, 3, 4], 1..=2), 0..3),
+        extra_docs in 0u32..3,
+    ) {
+        let terms: Vec<(&str, u64)> = TERMS.iter().copied().zip(chances).collect();
+        let (blocks, total) = blocks(seed, docs, &terms);
+        let mut names: Vec<String> = order.iter().map(|&i| TERMS[i].to_owned()).collect();
+        let mut rng = Rng(shuffle | 1);
+        for i in (1..names.len()).rev() {
+            names.swap(i, rng.below(i as u64 + 1) as usize);
+        }
+        let exact = exacts
+            .iter()
+            .enumerate()
+            .map(|(i, l)| {
+                let lookup: Vec<&str> = l.iter().map(|&j| TERMS[j]).collect();
+                exact_string(&format!("e{i}"), &lookup)
+            })
+            .collect();
+        let query = Query { terms: names, exact };
+        let stats = Stats { docs: docs + extra_docs, total_len: total };
+        compare(&query, stats, &blocks);
+    }
+}
+
+/// A common term once in every item of 20 ranges, the items of one range shorter: the first
+/// chunk comes from that range alone.
+#[test]
+fn the_best_range_alone_gives_the_first_chunk() {
+    let mut list = Vec::new();
+    for range in 0..20u32 {
+        let mut b = Block::new(range);
+        for i in 0..RANGE_DOCS {
+            let len = if range == 7 { 3 } else { 10 };
+            b.push(Posting {
+                doc: range * RANGE_DOCS + i,
+                tf: 1,
+                len,
+            });
+        }
+        list.push(b);
+    }
+    let blocks = HashMap::from([("word".to_owned(), list)]);
+    let query = Query {
+        terms: vec!["word".to_owned()],
+        exact: Vec::new(),
+    };
+    let stats = Stats {
+        docs: 20 * RANGE_DOCS,
+        total_len: u64::from(19 * 10 * RANGE_DOCS + 3 * RANGE_DOCS),
+    };
+    assert_eq!(compare(&query, stats, &blocks), (1, 20));
+}
+
+/// Every item scores the same: ties go to the earlier item, so the first range gives the
+/// first chunk and the ranges after it, bounded by the same score, are not scored.
+#[test]
+fn ties_stop_at_the_first_range() {
+    let mut list = Vec::new();
+    for range in 0..20u32 {
+        let mut b = Block::new(range);
+        for i in 0..RANGE_DOCS {
+            b.push(Posting {
+                doc: range * RANGE_DOCS + i,
+                tf: 1,
+                len: 10,
+            });
+        }
+        list.push(b);
+    }
+    let blocks = HashMap::from([("word".to_owned(), list)]);
+    let query = Query {
+        terms: vec!["word".to_owned()],
+        exact: Vec::new(),
+    };
+    let stats = Stats {
+        docs: 20 * RANGE_DOCS,
+        total_len: u64::from(20 * 10 * RANGE_DOCS),
+    };
+    assert_eq!(compare(&query, stats, &blocks), (1, 20));
+}
+
+/// A block that does not decode makes the ranking fail even in a range it would not score.
+#[test]
+fn a_corrupt_block_anywhere_is_corrupt() {
+    let mut good = Block::new(0);
+    good.push(Posting {
+        doc: 0,
+        tf: 1,
+        len: 1,
+    });
+    let bad = Block {
+        data: vec![0x80],
+        ..Block::new(5)
+    };
+    let blocks = HashMap::from([("word".to_owned(), vec![good, bad])]);
+    let query = Query {
+        terms: vec!["word".to_owned()],
+        exact: Vec::new(),
+    };
+    let stats = Stats {
+        docs: 6 * RANGE_DOCS,
+        total_len: 6 * u64::from(RANGE_DOCS),
+    };
+    assert!(Ranking::new(&query, stats, &blocks).is_err());
+    compare(&query, stats, &blocks);
+}
+
+/// Pairs of the same length with fewer occurrences never bound a range above the pair with
+/// more, and the bound of a range is at least each of its items' scores, at any length.
+#[test]
+fn the_front_keeps_what_can_score_best() {
+    let mut f = super::Front::default();
+    for (tf, len) in [(1, 10), (1, 5), (2, 50), (3, 50), (1, 4), (3, 40)] {
+        f.add(tf, len);
+    }
+    let mut pairs = f.0.clone();
+    pairs.sort_unstable();
+    assert_eq!(pairs, [(1, 4), (3, 40)]);
+    for avg in [1.0, 7.5, 40.0, 1e6] {
+        let best = f.best(2.0, avg);
+        for (tf, len) in [(1, 10), (1, 5), (2, 50), (3, 50), (1, 4), (3, 40)] {
+            assert!(super::contribution(2.0, tf, len, avg) <= best);
+        }
+    }
+}
+
+/// A later range holds the best item; the first wanted candidates end with one scoring as
+/// much as an earlier range's bound: that range must be scored, since its items come first at
+/// equal scores.
+#[test]
+fn an_earlier_range_at_the_same_score_is_scored() {
+    let mut early = Block::new(0);
+    for i in 0..RANGE_DOCS {
+        early.push(Posting {
+            doc: i,
+            tf: 1,
+            len: 10,
+        });
+    }
+    let mut late = Block::new(1);
+    for i in 0..RANGE_DOCS {
+        let len = if i == 500 { 3 } else { 10 };
+        late.push(Posting {
+            doc: RANGE_DOCS + i,
+            tf: 1,
+            len,
+        });
+    }
+    let blocks = HashMap::from([("word".to_owned(), vec![early, late])]);
+    let query = Query {
+        terms: vec!["word".to_owned()],
+        exact: Vec::new(),
+    };
+    let stats = Stats {
+        docs: 2 * RANGE_DOCS,
+        total_len: 20 * u64::from(RANGE_DOCS),
+    };
+    assert_eq!(compare(&query, stats, &blocks), (2, 2));
+}
