@@ -23,6 +23,7 @@ mod driver;
 mod example_session;
 mod exports;
 mod fold;
+mod headroom;
 mod ledger;
 mod pressure;
 mod props;
