@@ -14,6 +14,8 @@
 //!   conditional on that view, and which tells other writers' appends from a session that
 //!   vanished or was replaced ([`SessionChange`]). The `Driver` and the `Compactor` write
 //!   through it.
+//! - [`copy_session`]: a session's whole history into a new session of the same or another
+//!   store, each record exactly, as one unit.
 //! - [`MemoryStore`] (and [`MemoryLog`], one session of it): sessions in memory.
 //! - [`takes_effect`] and [`replay_tail`]: what a database store needs to load in O(tail).
 //! - With the `conformance` feature, `conformance` is the suite every store must pass (the
@@ -53,6 +55,7 @@
 //! # }
 //! ```
 
+mod copy;
 mod error;
 mod head;
 mod log;
@@ -69,6 +72,7 @@ mod warning;
 pub mod conformance;
 
 pub use async_trait::async_trait;
+pub use copy::copy_session;
 pub use error::{BoxError, StoreError};
 pub use head::Head;
 pub use log::{SessionChange, SessionLog};
