@@ -72,11 +72,13 @@ impl Indexed for SqliteStore {
 }
 
 impl Indexed for PostgresStore {
-    async fn rebuild(&self, _: &str) -> Result<Option<Duration>> {
-        Ok(None)
+    async fn rebuild(&self, session: &str) -> Result<Option<Duration>> {
+        let started = Instant::now();
+        self.rebuild_recall_index(session).await?;
+        Ok(Some(started.elapsed()))
     }
-    async fn index_bytes(&self, _: &str) -> Result<Option<u64>> {
-        Ok(None)
+    async fn index_bytes(&self, session: &str) -> Result<Option<u64>> {
+        Ok(Some(self.recall_index_bytes(session).await?))
     }
 }
 
