@@ -38,6 +38,8 @@ struct Row {
     build: Option<Duration>,
     warm: [Duration; 3],
     worst: (&'static str, Duration),
+    /// Each query's median, fastest and slowest, in the order of [`QUERIES`].
+    queries: Vec<[Duration; 3]>,
     append: [Duration; 3],
     after: [Duration; 3],
     index_bytes: Option<u64>,
@@ -112,8 +114,9 @@ fn measure<S: Indexed>(
     let build = runtime.block_on(store.rebuild(session))?;
     let mut worst = ("", Duration::ZERO);
     let mut all = Vec::new();
+    let mut queries = Vec::new();
     for &(q, want) in QUERIES {
-        let (median, _, _, found) = time(2, 10, || {
+        let (median, min, max, found) = time(2, 10, || {
             Ok(runtime.block_on(store.recall(session, &RecallQuery::new(q)))?)
         })?;
         check(name, q, want, &found)?;
@@ -121,6 +124,7 @@ fn measure<S: Indexed>(
             worst = (q, median);
         }
         all.push(median);
+        queries.push([median, min, max]);
     }
     all.sort();
     let warm = [all[all.len() / 2], all[0], all[all.len() - 1]];
@@ -151,6 +155,7 @@ fn measure<S: Indexed>(
         build,
         warm,
         worst,
+        queries,
         append: spread(appends),
         after: spread(afters),
         index_bytes: runtime.block_on(store.index_bytes(session))?,
@@ -223,6 +228,21 @@ pub(super) fn recall(root: &Path, flags: &Flags) -> Result<()> {
         runtime.block_on(fill(&store, &session, &records, 5_000))?;
         rows.push(measure(&runtime, &store, &session, "PostgreSQL")?);
     }
+    let mut by_query = Table::new(
+        std::iter::once("query".to_owned())
+            .chain(
+                rows.iter()
+                    .map(|r| format!("{} (median, min–max)", r.store)),
+            )
+            .collect::<Vec<_>>(),
+    );
+    for (i, (q, _)) in QUERIES.iter().enumerate() {
+        by_query.row(
+            std::iter::once(format!("`{q}`"))
+                .chain(rows.iter().map(|r| three(r.queries[i])))
+                .collect::<Vec<_>>(),
+        );
+    }
     let mut table = Table::new([
         "store",
         "first recall",
@@ -255,5 +275,7 @@ pub(super) fn recall(root: &Path, flags: &Flags) -> Result<()> {
         ]);
     }
     println!("{table}");
+    println!("Warm recall of each query:\n");
+    println!("{by_query}");
     Ok(())
 }
