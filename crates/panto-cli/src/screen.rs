@@ -56,13 +56,43 @@ struct Screen {
     prompt: Option<PromptView>,
     /// The chat draws on stdout; `None` before any region was asked for.
     target: Option<Target>,
-    /// Rows from the region's first row to the cursor, when drawn.
-    drawn: Option<usize>,
+    /// Where the region was drawn, when it is on the screen.
+    drawn: Option<Drawn>,
     /// The width of the answer line still open on stdout (0: at a line start).
     open: usize,
     columns: usize,
     rows: usize,
     next_id: u64,
+}
+
+/// The region as drawn: enough to find its first row again after the terminal re-wrapped it.
+struct Drawn {
+    /// The cursor's row, counted from the region's first row, and its column.
+    cursor: (usize, usize),
+    /// The display width of each row drawn.
+    widths: Vec<usize>,
+    /// The terminal's width when it was drawn.
+    columns: usize,
+}
+
+impl Drawn {
+    /// Rows from the region's first row up to the cursor on a terminal now `columns` wide.
+    /// Narrowed, most terminals (VTE, kitty, iTerm2, Windows Terminal, tmux) re-wrap each
+    /// row that no longer fits, so a row of the region may now take several: the count
+    /// follows them, or erasing from the cursor would leave the region's first rows behind.
+    fn rows_up(&self, columns: usize) -> usize {
+        let columns = columns.max(1);
+        if columns >= self.columns {
+            return self.cursor.0;
+        }
+        let height = |w: usize| w.div_ceil(columns).max(1);
+        let above: usize = self.widths[..self.cursor.0]
+            .iter()
+            .map(|&w| height(w))
+            .sum();
+        let row = self.widths[self.cursor.0];
+        above + (self.cursor.1 / columns).min(height(row) - 1)
+    }
 }
 
 static SCREEN: Mutex<Screen> = Mutex::new(Screen {
@@ -104,7 +134,7 @@ pub(crate) fn columns() -> usize {
 /// The terminal changed size: the region is drawn again at the new width.
 pub(crate) fn resized(columns: u16, rows: u16) {
     with(|s| {
-        s.erase();
+        s.erase_at(usize::from(columns).max(1));
         s.columns = usize::from(columns).max(1);
         s.rows = usize::from(rows).max(1);
         s.draw();
@@ -339,12 +369,34 @@ impl Screen {
         }
         out.push_str(&format!("\r\x1b[{}G", cursor.1 + 1));
         self.write(out.as_bytes());
-        self.drawn = Some(row);
+        self.drawn = Some(Drawn {
+            cursor: (row, cursor.1),
+            widths: shown.iter().map(|r| width(&strip_sgr(r))).collect(),
+            columns: self.columns,
+        });
     }
 
-    /// Erases the region, leaving the cursor where the output goes on.
+    /// Erases the region, leaving the cursor where the output goes on. The terminal's width
+    /// is read first: one that changed since the region was drawn (a resize not yet
+    /// reported, or reported only now) re-wrapped it.
     fn erase(&mut self) {
-        let Some(row) = self.drawn.take() else { return };
+        if self.drawn.is_none() {
+            return;
+        }
+        let columns = crossterm::terminal::size()
+            .ok()
+            .filter(|(c, _)| *c > 0)
+            .map_or(self.columns, |(c, _)| usize::from(c));
+        self.erase_at(columns);
+    }
+
+    /// Erases the region from a terminal now `columns` wide.
+    fn erase_at(&mut self, columns: usize) {
+        let Some(drawn) = self.drawn.take() else {
+            return;
+        };
+        self.columns = columns.max(1);
+        let row = drawn.rows_up(self.columns);
         let mut out = String::from("\r");
         if row > 0 {
             out.push_str(&format!("\x1b[{row}A"));
@@ -356,6 +408,20 @@ impl Screen {
         }
         self.write(out.as_bytes());
     }
+}
+
+/// `text` without its SGR sequences (colours), as wide as it shows.
+fn strip_sgr(text: &str) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("\x1b[") {
+        out.push_str(&rest[..at]);
+        rest = &rest[at + 2..];
+        let end = rest.find('m').map_or(rest.len(), |e| e + 1);
+        rest = &rest[end..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// `rows` of `text` wrapped at `columns` cells, and where display column `at` of the text

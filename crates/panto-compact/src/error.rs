@@ -356,7 +356,8 @@ impl CompactError {
 /// What of a turn the session holds when another writer's append made
 /// [`Driver::send`](crate::Driver::send) fail ([`CompactError::conflict`]). No lock is held
 /// while a model answers, so two writers of one session meet this way; what to do depends on
-/// whether the new messages are stored:
+/// whether the new messages are stored. [`Driver::send_shared`](crate::Driver::send_shared)
+/// does this, with pauses that let every writer have its turn; by hand:
 ///
 /// ```no_run
 /// # async fn turn<S: panto_compact::Store>(

@@ -393,6 +393,25 @@ fn import_rows(
     result
 }
 
+/// Runs `measure` on a store connected through `url`, on a thread and a runtime of its own
+/// (`measure` blocks on the runtime).
+fn on_thread<T: Send>(
+    url: &str,
+    measure: impl FnOnce(&tokio::runtime::Runtime, &PostgresStore) -> Result<T> + Send,
+) -> Result<T> {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            let store = runtime.block_on(PostgresStore::connect(url))?;
+            measure(&runtime, &store)
+        })
+        .join()
+        .map_err(|_| anyhow::anyhow!("the PostgreSQL measurement panicked"))?
+    })
+}
+
 /// `url` with panto's tables in `schema`.
 fn scoped(url: &str, schema: &str) -> String {
     let sep = if url.contains('?') { '&' } else { '?' };
@@ -422,23 +441,21 @@ async fn postgres(
     client
         .batch_execute(&format!("ANALYZE {schema}.panto_entries"))
         .await?;
+    let urls: Vec<String> = std::iter::once(url)
+        .chain(tls)
+        .map(|u| scoped(u, &schema))
+        .collect();
+    // Every load first, then every append: an append lengthens the context a later load checks.
+    let mut loads = Vec::new();
+    for url in &urls {
+        loads.push(on_thread(url, |runtime, store| {
+            load_times(runtime, store, "session")
+        })?);
+    }
     let mut out = Vec::new();
-    for url in std::iter::once(url).chain(tls) {
-        let scoped = scoped(url, &schema);
-        // `measure` blocks on its own runtime: run it on a thread of its own.
-        let (load, append) = std::thread::scope(|s| {
-            s.spawn(|| {
-                let runtime = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()?;
-                let store = runtime.block_on(PostgresStore::connect(&scoped))?;
-                Ok::<_, anyhow::Error>((
-                    load_times(&runtime, &store, "session")?,
-                    append_times(&runtime, &store, "session")?,
-                ))
-            })
-            .join()
-            .map_err(|_| anyhow::anyhow!("the PostgreSQL measurement panicked"))?
+    for (url, load) in urls.iter().zip(loads) {
+        let append = on_thread(url, |runtime, store| {
+            append_times(runtime, store, "session")
         })?;
         out.push((filled, load, append));
     }

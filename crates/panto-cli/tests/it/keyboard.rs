@@ -18,13 +18,46 @@ use crate::support::{Sandbox, Terminal, screen_at};
 
 /// A streaming OpenAI-compatible server: each answer is "Reply N, first half" then, after
 /// `pause` (the first answer only), " and second half."; the bodies it received are kept.
-struct Streamer {
-    url: String,
+pub(crate) struct Streamer {
+    pub(crate) url: String,
     bodies: Arc<Mutex<Vec<Value>>>,
 }
 
+/// How the server takes the first request; later ones are answered at once.
+#[derive(Clone, Copy)]
+pub(crate) struct First {
+    /// How long it waits before its first byte (the spinner turns meanwhile).
+    pub(crate) wait: Duration,
+    /// How long it pauses after the first half of the answer.
+    pub(crate) pause: Duration,
+    /// How the first answer ends.
+    pub(crate) end: End,
+}
+
+#[derive(Clone, Copy)]
+pub(crate) enum End {
+    /// The second half and the end of the stream.
+    Whole,
+    /// The connection is dropped after the first half, as by a proxy or a crashed server.
+    Cut,
+    /// No answer at all: an HTTP 400 with OpenAI's error body, after `wait`.
+    Refused,
+}
+
+/// The error message the server gives with [`End::Refused`]: long, so that its line wraps.
+pub(crate) const REFUSAL: &str = "This model's maximum output length was exceeded by the requested max_tokens; lower max_tokens and send the request again (request req_7f3a91)";
+
 impl Streamer {
     async fn start(pause: Duration) -> Streamer {
+        Streamer::scripted(First {
+            wait: Duration::ZERO,
+            pause,
+            end: End::Whole,
+        })
+        .await
+    }
+
+    pub(crate) async fn scripted(first: First) -> Streamer {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}/v1", listener.local_addr().unwrap());
         let bodies = Arc::new(Mutex::new(Vec::new()));
@@ -36,7 +69,7 @@ impl Streamer {
                 };
                 let seen = seen.clone();
                 tokio::spawn(async move {
-                    let _ = answer(socket, seen, pause).await;
+                    let _ = answer(socket, seen, first).await;
                 });
             }
         });
@@ -44,7 +77,7 @@ impl Streamer {
     }
 
     /// The text of the last user message of each request, in order.
-    fn prompts(&self) -> Vec<String> {
+    pub(crate) fn prompts(&self) -> Vec<String> {
         self.bodies
             .lock()
             .unwrap()
@@ -64,7 +97,7 @@ impl Streamer {
 async fn answer(
     mut socket: tokio::net::TcpStream,
     seen: Arc<Mutex<Vec<Value>>>,
-    pause: Duration,
+    first: First,
 ) -> std::io::Result<()> {
     let mut buf = Vec::new();
     let mut chunk = vec![0u8; 65536];
@@ -104,6 +137,25 @@ async fn answer(
         }
         format!("data: {chunk}\n\n")
     };
+    let first = (n == 1).then_some(first);
+    if let Some(first) = first {
+        tokio::time::sleep(first.wait).await;
+    }
+    if let Some(First {
+        end: End::Refused, ..
+    }) = first
+    {
+        let body = json!({"error": {"message": REFUSAL, "type": "invalid_request_error",
+            "param": null, "code": null}})
+        .to_string();
+        let head = format!(
+            "HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+            body.len()
+        );
+        socket.write_all(head.as_bytes()).await?;
+        socket.write_all(body.as_bytes()).await?;
+        return socket.shutdown().await;
+    }
     socket
         .write_all(
             b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n",
@@ -113,8 +165,12 @@ async fn answer(
         .write_all(event(&format!("Reply {n}, first half"), None).as_bytes())
         .await?;
     socket.flush().await?;
-    if n == 1 {
-        tokio::time::sleep(pause).await;
+    if let Some(first) = first {
+        tokio::time::sleep(first.pause).await;
+        if let End::Cut = first.end {
+            // Dropped without the stream's end: no finish reason, no `[DONE]`.
+            return Ok(());
+        }
     }
     socket
         .write_all(event(" and second half.", Some("stop")).as_bytes())
@@ -124,7 +180,7 @@ async fn answer(
 }
 
 /// `panto chat c.jsonl` with model `m` at `url`, on a terminal `columns` wide.
-fn chat(sb: &Sandbox, url: &str, columns: usize) -> Terminal {
+pub(crate) fn chat(sb: &Sandbox, url: &str, columns: usize) -> Terminal {
     let mut cmd = sb.openai(&["chat", "c.jsonl"], url);
     cmd.env("OPENAI_API_KEY", "k");
     let term = Terminal::spawn_sized(cmd, columns);
@@ -133,7 +189,7 @@ fn chat(sb: &Sandbox, url: &str, columns: usize) -> Terminal {
 }
 
 /// The messages of the session file, as (role, text).
-fn messages(sb: &Sandbox) -> Vec<(String, String)> {
+pub(crate) fn messages(sb: &Sandbox) -> Vec<(String, String)> {
     let text = std::fs::read_to_string(sb.work().join("c.jsonl")).unwrap();
     text.lines()
         .map(|l| serde_json::from_str::<Value>(l).unwrap())
@@ -180,8 +236,9 @@ async fn a_20_kb_paste_and_typed_text_during_a_streamed_reply_are_queued_and_sen
         term.wait_for("Reply 3, first half", 1);
         term.wait_for("; 50 in, 9 out; m", 3);
         term.wait_for_prompt();
-        term.type_keys("\u{4}");
+        // Read before Ctrl-D, which ends the chat and takes its prompt away.
         let shown = term.screen();
+        term.type_keys("\u{4}");
         let (code, raw) = term.finish();
         assert_eq!(code, 0, "{}", shown.join("\n"));
         (shown, raw, waiting)
@@ -265,7 +322,7 @@ async fn ctrl_c_cancels_then_counts_only_at_an_empty_prompt_and_leaves_no_spinne
 }
 
 /// Whether `c` could be a frame of the spinner (braille patterns).
-fn is_spinner_frame(c: char) -> bool {
+pub(crate) fn is_spinner_frame(c: char) -> bool {
     ('\u{2800}'..='\u{28ff}').contains(&c)
 }
 

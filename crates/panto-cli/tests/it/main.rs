@@ -26,6 +26,7 @@ mod offline;
 mod output;
 mod raw_http;
 mod recall;
+mod region;
 mod ruler;
 mod safety;
 mod store_checks;

@@ -289,6 +289,49 @@ impl Terminal {
         screen_at(&self.raw(), self.columns)
     }
 
+    /// Changes the terminal's width to `columns` (40 rows), as a user dragging its window's
+    /// edge: the size is set on the terminal (TIOCSWINSZ) and the program told (SIGWINCH; the
+    /// test's terminal is not the program's controlling one, so the kernel would not), and
+    /// the screen re-wraps at that point of what it received ([`reflow`]). The program is
+    /// held still (SIGSTOP) until the terminal has read all it wrote, so what it drew for the
+    /// old width is read before the re-wrap, as a terminal reads it when the user is not
+    /// racing the program's output.
+    pub(crate) fn resize(&self, columns: usize) {
+        let pid = rustix::process::Pid::from_child(&self.child);
+        rustix::process::kill_process(pid, rustix::process::Signal::STOP).unwrap();
+        self.drain();
+        let size = rustix::termios::Winsize {
+            ws_row: 40,
+            ws_col: u16::try_from(columns).unwrap(),
+            ws_xpixel: 0,
+            ws_ypixel: 0,
+        };
+        {
+            let mut seen = self.seen.lock().unwrap();
+            rustix::termios::tcsetwinsize(&self.keys, size).unwrap();
+            seen.extend_from_slice(format!("\u{1b}]{RESIZE_MARK}{columns}\u{7}").as_bytes());
+        }
+        rustix::process::kill_process(pid, rustix::process::Signal::CONT).unwrap();
+        rustix::process::kill_process(pid, rustix::process::Signal::WINCH).unwrap();
+    }
+
+    /// Waits until nothing the program wrote is left unread: none waiting in the terminal
+    /// and nothing new received for a tenth of a second.
+    fn drain(&self) {
+        let step = std::time::Duration::from_millis(10);
+        let (mut len, mut quiet) = (usize::MAX, std::time::Duration::ZERO);
+        while quiet < std::time::Duration::from_millis(100) {
+            std::thread::sleep(step);
+            let pending = rustix::io::ioctl_fionread(&self.keys).unwrap_or(0);
+            let now = self.seen.lock().unwrap().len();
+            if pending > 0 || now != len {
+                (len, quiet) = (now, std::time::Duration::ZERO);
+            } else {
+                quiet += step;
+            }
+        }
+    }
+
     /// Types `keys` (text, or escape sequences such as `\x1b[D` for the left arrow).
     pub(crate) fn type_keys(&mut self, keys: &str) {
         use std::io::Write;
@@ -392,6 +435,7 @@ pub(crate) fn screen_at(raw: &str, columns: usize) -> Vec<String> {
 /// [`screen_at`], each line with whether it continues the one before (the terminal wrapped
 /// there).
 fn screen_rows(raw: &str, columns: usize) -> Vec<(String, bool)> {
+    let mut columns = columns;
     let mut lines: Vec<Vec<char>> = vec![Vec::new()];
     let mut continues: Vec<bool> = vec![false];
     let (mut row, mut col) = (0usize, 0usize);
@@ -438,16 +482,26 @@ fn screen_rows(raw: &str, columns: usize) -> Vec<(String, bool)> {
                         'J' if n(0) == 0 => {
                             lines[row].truncate(col);
                             lines.truncate(row + 1);
+                            continues.truncate(row + 1);
                         }
                         _ => {}
                     }
                 }
-                // An OSC string ends with BEL or ESC \.
+                // An OSC string ends with BEL or ESC \. The test's own mark of a resize is one.
                 Some(']') => {
+                    let mut text = String::new();
                     while let Some(p) = chars.next() {
                         if p == '\u{7}' || (p == '\u{1b}' && chars.next_if_eq(&'\\').is_some()) {
                             break;
                         }
+                        text.push(p);
+                    }
+                    if let Some(now) = text
+                        .strip_prefix(RESIZE_MARK)
+                        .and_then(|n| n.parse::<usize>().ok())
+                    {
+                        let was = std::mem::replace(&mut columns, now.max(1));
+                        (row, col) = reflow(&mut lines, &mut continues, (row, col), (was, columns));
                     }
                 }
                 _ => {}
@@ -497,6 +551,70 @@ fn screen_rows(raw: &str, columns: usize) -> Vec<(String, bool)> {
         shown.pop();
     }
     shown
+}
+
+/// The OSC string [`Terminal::resize`] puts into what the terminal received, with the new width.
+const RESIZE_MARK: &str = "panto-test-resize;";
+
+/// Re-wraps the screen's lines at `columns`, as most terminals do when their width changes
+/// (VTE, kitty, iTerm2, Windows Terminal, tmux): each line, with the rows that continue it, is
+/// cut into rows of the new width, and the cursor stays on the character it was on. Returns
+/// the cursor's new (row, column). `widths` is (before, after).
+fn reflow(
+    lines: &mut Vec<Vec<char>>,
+    continues: &mut Vec<bool>,
+    cursor: (usize, usize),
+    (was, columns): (usize, usize),
+) -> (usize, usize) {
+    while lines.len() <= cursor.0 {
+        lines.push(Vec::new());
+    }
+    let continued = |i: usize| i > 0 && continues.get(i).copied().unwrap_or(false);
+    // Whole lines, and the cursor as (line, offset in it).
+    let mut whole: Vec<Vec<char>> = Vec::new();
+    let mut at = (0, 0);
+    for (i, row) in lines.iter().enumerate() {
+        if !continued(i) {
+            whole.push(Vec::new());
+        }
+        let index = whole.len() - 1;
+        let line = &mut whole[index];
+        if i == cursor.0 {
+            at = (index, line.len() + cursor.1);
+        }
+        let start = line.len();
+        line.extend(row);
+        // A row the next continues was full: its blanks are part of the line.
+        if continued(i + 1) {
+            line.resize(line.len().max(start + was), ' ');
+        }
+    }
+    lines.clear();
+    continues.clear();
+    let mut moved = (0, 0);
+    for (i, line) in whole.iter().enumerate() {
+        let first = lines.len();
+        let mut chunks = line.chunks(columns).peekable();
+        if chunks.peek().is_none() {
+            lines.push(Vec::new());
+            continues.push(false);
+        }
+        for (j, chunk) in chunks.enumerate() {
+            lines.push(chunk.to_vec());
+            continues.push(j > 0);
+        }
+        if i == at.0 {
+            let rows = lines.len() - first;
+            let mut sub = at.1 / columns;
+            // Just past a full last row, the cursor waits at its end to wrap.
+            if at.1 > 0 && at.1 % columns == 0 && at.1 == line.len() {
+                sub -= 1;
+            }
+            let sub = sub.min(rows - 1);
+            moved = (first + sub, at.1 - sub * columns);
+        }
+    }
+    moved
 }
 
 /// What a terminal `columns` wide shows after receiving `raw`, as the program wrote it: a line

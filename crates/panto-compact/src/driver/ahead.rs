@@ -189,6 +189,7 @@ impl<S: Store> Driver<S> {
             });
             return Ok(None);
         }
+        self.check_unchanged().await?;
         tracing::info!(
             estimated_tokens,
             threshold_tokens,
@@ -241,5 +242,30 @@ impl<S: Store> Driver<S> {
                 compaction: Some(Box::new(error)),
             })
         }
+    }
+
+    /// Refuses to begin a compaction ahead when another writer appended since this driver read
+    /// the session: a summary of the context as read would lose its append (or be written
+    /// after messages it never saw), so the turn says so before a model is asked; its caller
+    /// reloads and sends again, and the turn then compacts ahead no more while its request
+    /// fits (one head read, only on a turn that compacts ahead).
+    async fn check_unchanged(&mut self) -> Result<(), CompactError> {
+        let found = self
+            .log
+            .store()
+            .head(self.log.session())
+            .await
+            .map_err(CompactError::Store)?;
+        if found == self.log.head() {
+            return Ok(());
+        }
+        self.ahead_lost = true;
+        let store = self.log.store();
+        Err(CompactError::Store(panto_store::StoreError::conflict(
+            &store.location(),
+            self.log.session(),
+            self.log.head(),
+            found,
+        )))
     }
 }

@@ -9,6 +9,7 @@ mod ahead;
 mod cost;
 mod recall;
 mod recover;
+mod shared;
 
 use panto_model::{EffectiveContext, Entry, IdKind, Message};
 use panto_provider::{EventSink, ProviderError, Request, RequestOptions, ToolSpec};
@@ -27,6 +28,7 @@ use crate::window::KnownWindows;
 
 pub use ahead::NextRequest;
 pub use cost::{COLD_SHARE, Clock, Spent};
+pub use shared::{SharedReply, SharedTurns};
 
 /// The answer to [`Driver::send`].
 #[derive(Clone, Debug, PartialEq)]
@@ -67,7 +69,7 @@ impl Reply {
 ///   fails the reply is handed back ([`CompactError::ReplyNotAppended`]), never dropped;
 /// - every append is conditional on the session as this driver last saw it: another writer's
 ///   entries are a conflict ([`StoreError::Conflict`]), never interleaved with this one's;
-///   [`Driver::reload`] catches up;
+///   [`Driver::reload`] catches up, and [`Driver::send_shared`] takes turns with the others;
 /// - at most one compaction ahead of the request (when proactive compaction is on), and at
 ///   most one compaction and one retry after it, whatever the provider answers;
 /// - with proactive compaction on and a window known, no request estimated larger than the
@@ -98,6 +100,8 @@ pub struct Driver<S> {
     accounts: cost::Accounts,
     /// The index of the session that recall reads, kept current (`recall::RecallCache`).
     recall_cache: recall::RecallCache,
+    /// The random pauses of [`Driver::send_shared`].
+    jitter: shared::Jitter,
 }
 
 impl<S: Store> Driver<S> {
@@ -118,6 +122,7 @@ impl<S: Store> Driver<S> {
             ahead_lost: false,
             accounts: cost::Accounts::default(),
             recall_cache: recall::RecallCache::default(),
+            jitter: shared::Jitter::new(),
         }
     }
 
@@ -326,7 +331,9 @@ impl<S: Store> Driver<S> {
     ///   [`StoreError::Conflict`] when another writer appended since this driver last saw the
     ///   session): nothing was sent or written;
     /// - [`CompactError::Store`]: `new` is stored, and the store refused the append of the
-    ///   compaction ahead of the request (another writer appended meanwhile); nothing was sent;
+    ///   compaction ahead of the request (another writer appended meanwhile), or another
+    ///   writer had appended before the compaction ahead began (no model was asked); nothing
+    ///   was sent;
     /// - [`CompactError::ExceedsWindow`]: with proactive compaction on, the request is still
     ///   estimated larger than the window, so it was not sent;
     /// - [`CompactError::ReplyNotAppended`]: the reply could not be appended; it is handed back;

@@ -22,6 +22,7 @@ mod crash;
 mod driver;
 mod example_session;
 mod fold;
+mod headroom;
 mod ledger;
 mod pressure;
 mod props;
