@@ -228,6 +228,12 @@ pub(super) fn recall(root: &Path, flags: &Flags) -> Result<()> {
         runtime.block_on(fill(&store, &session, &records, 5_000))?;
         rows.push(measure(&runtime, &store, &session, "PostgreSQL")?);
     }
+    print_tables(rows, session_bytes);
+    Ok(())
+}
+
+/// Prints the stores' figures and each query's warm times.
+fn print_tables(rows: Vec<Row>, session_bytes: u64) {
     let mut by_query = Table::new(
         std::iter::once("query".to_owned())
             .chain(
@@ -277,5 +283,4 @@ pub(super) fn recall(root: &Path, flags: &Flags) -> Result<()> {
     println!("{table}");
     println!("Warm recall of each query:\n");
     println!("{by_query}");
-    Ok(())
 }
