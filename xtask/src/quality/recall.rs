@@ -13,9 +13,12 @@
 //! by whether the record stored on the compaction entry (`panto ledger --json`) does; by
 //! recall, whether one recall of its query (`panto recall SESSION QUERY --limit 3 --json`) has
 //! a hit among its top 3 whose text holds the answer (and, a stricter column, whose snippet
-//! does: what the recall tool shows the model of each hit); and open-book, by whether the
-//! effective context or that recall's top 3 holds it: a model that has the book also has its
-//! context, and recall leaves out by design what the context holds verbatim.
+//! does); by the recall tool's answer, whether the text the tool returns to the model for the
+//! query with a limit of 3 (`panto_compact::answer_recall`, asked in process of the store
+//! `panto` wrote: each hit's passage of about its share of the answer's characters) holds it;
+//! and open-book, by whether the effective context or that recall's top 3 holds it (and,
+//! a stricter column, the context or the tool's answer): a model that has the book also has
+//! its context, and recall leaves out by design what the context holds verbatim.
 //!
 //! The goals of issue 36 ([`GOALS`], and open-book at least 90%) are checked in every store: a
 //! miss fails the command.
@@ -35,7 +38,9 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 use panto_model::{Message, read_entries, replay};
+use panto_session::{JsonlStore, SessionOptions};
 use panto_size::estimate;
+use panto_store::Store as _;
 use serde_json::Value;
 
 use self::questions::{Draw, Haystack, Question, questions};
@@ -96,6 +101,9 @@ struct Outcome {
 /// Hits one open-book recall reads.
 const OPEN_BOOK_HITS: &str = "3";
 
+/// Hits the recall tool is asked for (as [`OPEN_BOOK_HITS`]).
+const TOOL_HITS: u64 = 3;
+
 /// What one recall of a question's query held among its top hits.
 #[derive(Clone, Copy, Debug, Default)]
 struct Recalled {
@@ -103,6 +111,8 @@ struct Recalled {
     text: bool,
     /// A hit's snippet holds it.
     snippet: bool,
+    /// The recall tool's answer to the query (limit 3), the text the model reads, holds it.
+    tool: bool,
 }
 
 /// One session compacted at one keep budget, with its questions.
@@ -325,10 +335,42 @@ impl<'a> Runner<'a> {
         }))
     }
 
-    /// Whether one recall of each question's query holds its answer in its top 3 hits.
+    /// Whether one recall of each question's query holds its answer in its top 3 hits, and
+    /// whether the recall tool's answer to it does.
     fn open_book(&self, outcome: &Outcome, questions: &[Question]) -> Result<Vec<Recalled>> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let store: Box<dyn panto_store::Store> = runtime.block_on(async {
+            // The store `panto` wrote, named by the flags it was given (none for JSONL).
+            let value = outcome.store_args.get(1).map(String::as_str);
+            let store: Box<dyn panto_store::Store> = match value {
+                None => Box::new(JsonlStore::new(&self.dir, SessionOptions::default())),
+                Some(url) => match url.strip_prefix("sqlite:") {
+                    Some(db) => Box::new(panto_store_sqlite::SqliteStore::open(db).await?),
+                    None => Box::new(panto_store_postgres::PostgresStore::connect(url).await?),
+                },
+            };
+            Ok::<_, anyhow::Error>(store)
+        })?;
+        // The store answers for a loaded session, as `panto recall` loads it first.
+        runtime.block_on(store.load(&outcome.session))?;
         let mut out = Vec::with_capacity(questions.len());
         for q in questions {
+            let query = q.query.join(" ");
+            let input = serde_json::json!({ "query": query, "limit": TOOL_HITS });
+            let answer = runtime.block_on(panto_compact::answer_recall(
+                store.as_ref(),
+                &outcome.session,
+                &input,
+            ));
+            if answer.is_error {
+                bail!(
+                    "the recall tool failed in {} for {query:?}: {}",
+                    outcome.store,
+                    answer.text
+                );
+            }
             let mut args: Vec<String> = ["recall", &outcome.session, &q.query.join(" ")]
                 .iter()
                 .map(|a| (*a).to_owned())
@@ -349,6 +391,7 @@ impl<'a> Runner<'a> {
             out.push(Recalled {
                 text: q.found_in(&Haystack::new(&of("text"))),
                 snippet: q.found_in(&Haystack::new(&of("snippet"))),
+                tool: q.found_in(&Haystack::new(&answer.text)),
             });
         }
         Ok(out)

@@ -1,7 +1,8 @@
 //! The report of `cargo xtask quality --recall`: each case's sizes, the table of questions
 //! answered by each scorer (the effective context, the stored record, recall's top 3 texts and
-//! snippets, and open-book: the context or recall), per category and source, and the goals of
-//! issue 36 checked in every store.
+//! snippets, the recall tool's answer, and open-book: the context or recall, and the context or
+//! the tool's answer), per category and source, and the goals of issue 36 checked in every
+//! store (none on the tool's answer: it is measured, not gated).
 
 use std::collections::BTreeMap;
 
@@ -23,8 +24,12 @@ struct Row {
     recall: usize,
     /// Recall's top 3 hits' snippets.
     snippets: usize,
+    /// The recall tool's answer (limit 3): the text the model reads.
+    tool: usize,
     /// The effective context or recall's top 3 texts (open-book).
     open: usize,
+    /// The effective context or the recall tool's answer.
+    open_tool: usize,
 }
 
 /// Questions asked and answered, by a row's label.
@@ -34,15 +39,17 @@ struct Tally {
 }
 
 impl Tally {
-    /// Counts a question: `[context, record, recall, snippets]` say which answered it.
-    fn add(&mut self, label: &str, [context, record, recall, snippets]: [bool; 4]) {
+    /// Counts a question: `[context, record, recall, snippets, tool]` say which answered it.
+    fn add(&mut self, label: &str, [context, record, recall, snippets, tool]: [bool; 5]) {
         let e = self.rows.entry(label.to_owned()).or_default();
         e.n += 1;
         e.context += usize::from(context);
         e.record += usize::from(record);
         e.recall += usize::from(recall);
         e.snippets += usize::from(snippets);
+        e.tool += usize::from(tool);
         e.open += usize::from(context || recall);
+        e.open_tool += usize::from(context || tool);
     }
 
     fn get(&self, label: &str) -> Row {
@@ -78,6 +85,7 @@ fn score(cases: &[Case], of: fn(&Case) -> &[Question]) -> BTreeMap<&'static str,
                     q.found_in(&record),
                     recalled.text,
                     recalled.snippet,
+                    recalled.tool,
                 ];
                 tally.add("all", found);
                 tally.add(q.category.name(), found);
@@ -140,7 +148,9 @@ pub(super) fn report(cases: &[Case], stores: &[Store], open_book: bool) -> Vec<S
         "stored record",
         "recall, top 3",
         "recall, top 3 snippets",
+        "tool's answer",
         "open-book (context or recall)",
+        "context or tool's answer",
         "n over answers",
         "closed-book over answers",
         "open-book over answers",
@@ -155,7 +165,9 @@ pub(super) fn report(cases: &[Case], stores: &[Store], open_book: bool) -> Vec<S
             percent(r.record, r.n),
             open(r.recall, r.n),
             open(r.snippets, r.n),
+            open(r.tool, r.n),
             open(r.open, r.n),
+            open(r.open_tool, r.n),
             a.n.to_string(),
             percent(a.context, a.n),
             open(a.open, a.n),
@@ -166,13 +178,17 @@ pub(super) fn report(cases: &[Case], stores: &[Store], open_book: bool) -> Vec<S
     if open_book {
         let r = first.get("all");
         println!(
-            "goal open-book: {} ({} of {}; at least {:.0}%); recall alone {} ({} of {})",
+            "goal open-book: {} ({} of {}; at least {:.0}%); recall alone {} ({} of {}); \
+             the context or the tool's answer {} ({} of {}, not a goal)",
             percent(r.open, r.n),
             r.open,
             r.n,
             100.0 * OPEN_BOOK_GOAL,
             percent(r.recall, r.n),
             r.recall,
+            r.n,
+            percent(r.open_tool, r.n),
+            r.open_tool,
             r.n
         );
     }
@@ -210,7 +226,9 @@ fn per_store(
         "stored record",
         "recall, top 3",
         "recall, top 3 snippets",
+        "tool's answer",
         "open-book (context or recall)",
+        "context or tool's answer",
     ]);
     for store in stores {
         let r = tallies[store.name()].get("all");
@@ -221,7 +239,9 @@ fn per_store(
             percent(r.record, r.n),
             open(r.recall, r.n),
             open(r.snippets, r.n),
+            open(r.tool, r.n),
             open(r.open, r.n),
+            open(r.open_tool, r.n),
         ]);
     }
     per_store
