@@ -8,6 +8,12 @@
 //! runs in `tokio::spawn` on the multi-thread runtime, as it would in a server, and the
 //! database work runs on tokio's blocking pool. Besides panto-compact, the store is the only
 //! panto dependency it names.
+//!
+//! A turn that fails does not end the loop: the task hands the driver back with the turn's
+//! result, whatever it is, so the next turn goes on from the session as stored. `turn` sends
+//! again what a failure left unanswered (the toy model answers one request with a 503), and
+//! never stores a message twice: after any failure but [`CompactError::NotStored`] the new
+//! messages are stored, and the next attempt sends nothing new.
 
 #![allow(
     clippy::print_stdout,
@@ -16,11 +22,13 @@
 )]
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use panto_compact::serde_json::{self, json};
 use panto_compact::{
-    CompactionEvent, CompactionPrompt, Compactor, CompactorConfig, ContentBlock, Driver, EventSink,
-    Head, Message, ModelRef, Provider, ProviderError, Request, Role, Store, async_trait,
+    CompactError, CompactionEvent, CompactionPrompt, Compactor, CompactorConfig, ContentBlock,
+    Driver, EventSink, Head, Message, ModelRef, Provider, ProviderError, Request, Role, Store,
+    async_trait,
 };
 use panto_store_sqlite::SqliteStore;
 
@@ -38,8 +46,12 @@ fn words(request: &Request) -> u64 {
 const WINDOW: u64 = 300;
 
 /// A chat model: overflows past [`WINDOW`] words; reads a file when asked to, else
-/// acknowledges.
-struct ToyModel;
+/// acknowledges. The first request whose last message mentions the release is answered with
+/// a 503, as a busy server would.
+#[derive(Default)]
+struct ToyModel {
+    failed_once: AtomicBool,
+}
 
 #[async_trait]
 impl Provider for ToyModel {
@@ -62,6 +74,12 @@ impl Provider for ToyModel {
         }
         let last = request.messages.last().expect("a request has messages");
         let text = last.text();
+        if text.contains("release") && !self.failed_once.swap(true, Ordering::SeqCst) {
+            return Err(ProviderError::Server {
+                status: 503,
+                message: "the server is busy".into(),
+            });
+        }
         Ok(match text.strip_prefix("read ") {
             Some(path) => Message::new(
                 Role::Assistant,
@@ -109,9 +127,51 @@ fn file_text() -> String {
         .collect()
 }
 
+/// How many times a turn sends again after a transient failure.
+const ATTEMPTS: usize = 3;
+
+/// One turn: sends `prompt`, answers every tool call, and returns the model's words. A
+/// transient failure is sent again (nothing new once the prompt is stored, so it is never
+/// stored twice); any other failure is returned, and the driver stays usable.
+///
+/// # Errors
+/// The failure that ended the turn.
+async fn turn(agent: &mut Driver<SqliteStore>, prompt: &str) -> Result<Message, CompactError> {
+    let mut new = vec![Message::user_text(prompt)];
+    let mut failures = 0;
+    loop {
+        let error = match agent.send(new.clone(), &mut |_| {}).await {
+            Ok(reply) => match reply.message.content.first().cloned() {
+                // The tool loop: answer the call, then send the result.
+                Some(ContentBlock::ToolUse(call)) => {
+                    println!("  (tool {} {})", call.name, call.input);
+                    new = vec![Message::new(
+                        Role::User,
+                        vec![ContentBlock::tool_result(&call.id, file_text(), false)],
+                    )];
+                    continue;
+                }
+                _ => return Ok(reply.message),
+            },
+            Err(e) => e,
+        };
+        // Only a refused append leaves the new messages unstored; after anything else they
+        // are in the session, and sending them again would store them twice.
+        if !matches!(error, CompactError::NotStored(_)) {
+            new.clear();
+        }
+        let transient = matches!(&error, CompactError::Provider(p) if p.is_transient());
+        failures += 1;
+        if !transient || failures >= ATTEMPTS {
+            return Err(error);
+        }
+        eprintln!("  [{error}; sending again]");
+    }
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let compactor = Compactor::new(ModelRef::new(Arc::new(ToyModel), "toy-1"))
+    let compactor = Compactor::new(ModelRef::new(Arc::new(ToyModel::default()), "toy-1"))
         .with_compaction_model(Some(ModelRef::new(Arc::new(Summarizer), "summarizer-1")))
         // The built-in prompt alone is larger than the toy model's whole window.
         .with_prompt(CompactionPrompt::from_text(
@@ -151,29 +211,31 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         "read tests/lexer.rs",
         "please remember that the release is planned for the end of the month",
     ];
+    let mut failed = 0;
     for prompt in prompts {
         println!("> {prompt}");
         // Each turn is a task of its own, free to run on any worker thread: the driver moves
-        // in and comes back with the reply.
-        let turn = tokio::spawn(async move {
-            let mut reply = agent
-                .send(vec![Message::user_text(prompt)], &mut |_| {})
-                .await?;
-            // The tool loop: answer every tool call, then send the results.
-            while let Some(ContentBlock::ToolUse(call)) = reply.message.content.first().cloned() {
-                println!("  (tool {} {})", call.name, call.input);
-                let result = Message::new(
-                    Role::User,
-                    vec![ContentBlock::tool_result(&call.id, file_text(), false)],
-                );
-                reply = agent.send(vec![result], &mut |_| {}).await?;
-            }
-            Ok::<_, panto_compact::CompactError>((agent, reply))
+        // in and always comes back, with the turn's result beside it.
+        let task = tokio::spawn(async move {
+            let result = turn(&mut agent, prompt).await;
+            (agent, result)
         });
-        let (back, reply) = turn.await??;
+        let (back, result) = task.await?;
         agent = back;
-        println!("{}", reply.message.text());
+        match result {
+            Ok(reply) => println!("{}", reply.text()),
+            Err(e) => {
+                // The loop goes on: what the turn stored stays in the session.
+                eprintln!("  [the turn failed: {e}]");
+                failed += 1;
+            }
+        }
     }
+    assert_eq!(
+        failed, 0,
+        "the busy server's 503 was sent again and answered"
+    );
+    assert!(!agent.awaits_reply(), "every prompt is answered");
 
     // The store loads the same context the driver holds.
     let loaded = store.load("knot").await?;

@@ -13,11 +13,13 @@ pub const MIN_LEDGER_CHARS: usize = 2_000;
 /// ([`Ledger::render_within`]): the previous rendering's size (`previous_chars`, so that a
 /// chain never shrinks it) plus an eighth of what this compaction summarizes (`new_chars`: the
 /// prefix's transcript), at least [`MIN_LEDGER_CHARS`], and at most half the summary's output
-/// budget (`max_output_tokens` tokens at about four characters a token, halved). When the
-/// window is known or bounded (`limit`, in tokens) it is also at most `limit / 16` characters
-/// (about a sixtieth of the window), so that the rendering never stands between a small window
-/// and the retry. It bounds only what the next model reads: the record stored on the entry
-/// keeps every item.
+/// budget (`max_output_tokens` tokens at about four characters a token, halved). A `limit`
+/// (in tokens) caps it at `limit / 16` characters as well; the compactor passes none, since it
+/// bounds the rendering by the window in another way: it renders and sizes it until it fits
+/// what the request after the compaction leaves beside the summary, the kept turns and the
+/// agent's own parts (docs/compaction.md, "The ledger"), which at a small window may be more
+/// or less than `limit / 16`. It bounds only what the next model reads: the record stored on
+/// the entry keeps every item.
 pub fn ledger_budget(
     max_output_tokens: u32,
     previous_chars: usize,

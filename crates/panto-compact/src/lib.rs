@@ -38,9 +38,12 @@
 //! and the futures of [`Driver::send`], [`Driver::compact`] and [`Compactor::compact`] are
 //! `Send`, so a turn may run in a spawned task.
 //!
-//! One dependency is enough: the names needed to implement a [`Provider`] and a [`Store`] and
-//! to run the loop are re-exported here, and the lower crates are reachable
-//! whole as [`model`], [`provider`], [`size`] and [`transcript`].
+//! The names needed to implement a [`Provider`] and a [`Store`] and to run the loop are
+//! re-exported here, and the lower crates are reachable whole as [`model`], [`provider`],
+//! [`size`] and [`transcript`]: an agent that brings its own provider and keeps its session in
+//! memory depends on this crate alone. panto's HTTP adapters (`panto-providers`) and lasting
+//! stores (`panto-session`, `panto-store-sqlite`, `panto-store-postgres`) are crates of their
+//! own, and the futures need the agent's async runtime, so an agent on those names them too.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -147,21 +150,23 @@ pub use window::{KnownWindows, Overflow, Stated, Window, WindowSource};
 // alone is enough to implement a provider and a store and to run the loop.
 pub use panto_model as model;
 pub use panto_model::{
-    ContentBlock, EffectiveContext, Entry, Message, Role, Usage, encode_line, read_entries, replay,
+    ContentBlock, EffectiveContext, Entry, IdSource, Message, Role, SequentialIds, Trigger,
+    UniqueIds, Usage, encode_line, read_entries, replay,
 };
 pub use panto_provider as provider;
 pub use panto_provider::{
-    EventSink, Provider, ProviderError, ReasoningEffort, Request, RequestOptions, StreamEvent,
-    ToolChoice, ToolSpec, async_trait,
+    CacheMode, CacheTtl, EventSink, PromptCache, Provider, ProviderError, ReasoningEffort, Request,
+    RequestOptions, StreamEvent, ToolChoice, ToolSpec, async_trait,
 };
 pub use panto_size as size;
+pub use panto_size::{Heuristic, Sizer, Truncation, UsageSizer};
 pub use panto_store as store;
 pub use panto_store::{
     Fetched, Head, Hit, Loaded, MemoryLog, MemoryStore, RecallQuery, Recalled, Record,
-    SessionChange, SessionLog, Store, StoreError, Warning,
+    SessionChange, SessionLog, Store, StoreError, Warning, copy_session,
 };
 pub use panto_transcript as transcript;
-pub use panto_transcript::Ledger;
+pub use panto_transcript::{Ledger, TurnTranscript};
 pub use serde_json;
 
 pub use prompt::{

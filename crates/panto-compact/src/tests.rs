@@ -346,8 +346,8 @@ fn the_short_prompt_keeps_the_long_one_s_sections_and_its_ledger_note_in_brief()
         }
     }
     // A few hundred tokens, where the long one takes about 2,000.
-    let short = panto_size::Heuristic.text(BUILTIN_SHORT_PROMPT);
-    let long = panto_size::Heuristic.text(BUILTIN_PROMPT);
+    let short = Heuristic.text(BUILTIN_SHORT_PROMPT);
+    let long = Heuristic.text(BUILTIN_PROMPT);
     assert!(short < 400 && long > 4 * short, "{short} {long}");
     println!("short prompt {short} tokens, long {long}");
 }

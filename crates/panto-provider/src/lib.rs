@@ -232,9 +232,10 @@ pub type EventSink<'a> = &'a mut (dyn FnMut(StreamEvent<'_>) + Send);
 /// get only if it returns that variant for "the input is too large". `panto-providers` offers
 /// the pieces its own adapters use, so that a custom provider behaves the same: the classifier
 /// (`classify_response(protocol, status, retry_after, body)` and its siblings, which turn an
-/// HTTP error answer into the right [`ProviderError`]) and the wire preparation (the
-/// conversation rewritten into a shape every API accepts, thinking that may not be sent back
-/// left out).
+/// HTTP error answer into the right [`ProviderError`]), the wire preparation (the
+/// conversation rewritten into a shape every API accepts; it keeps every thinking block) and,
+/// apart from it, the rule of which thinking may be sent back to a protocol that binds thinking
+/// to its prefix (`wire::thinking_replay`, which a custom provider applies itself).
 ///
 /// Implement it with [`macro@async_trait`]:
 ///

@@ -365,6 +365,15 @@ impl BaseUrl {
         url.as_str().trim_end_matches('/').to_owned()
     }
 
+    /// The URL of `path` under the base URL as it is (no version added): `base/path`.
+    pub(crate) fn join(&self, path: &str) -> String {
+        format!(
+            "{}/{}",
+            self.url.as_str().trim_end_matches('/'),
+            path.trim_start_matches('/')
+        )
+    }
+
     /// The endpoint URL for `tail` (like `chat/completions`): the base path, then
     /// `default_version` unless the base path already names a version, then `tail`. A base
     /// path that already ends with `tail` is used as it is.

@@ -13,7 +13,11 @@
 //! is an error. The classification is a table of named rules evaluated in order, first match
 //! wins, with the vetoes (rate limits, quotas, output caps) placed before every rule that can
 //! say "context overflow"; the `explain_*` variants also name the rule that fired (see
-//! `docs/providers.md`).
+//! `docs/providers.md`). A provider of one's own classifies with a [`Classifier`]: the same
+//! table for one protocol or for any server ([`Classifier::generic`]), extended with its own
+//! [`CustomRule`]s on status, code and wording, placed so that they never outrank a veto, and
+//! sends through the adapters' own transport with an [`HttpClient`] (retries, waits, the
+//! deadline, the response cap and the key's scrubbing, as the adapters have them).
 //!
 //! The design choice to know: provider JSON never leaves this crate. Requests are rendered
 //! from `panto_model` messages after one shared wire preparation (compaction block as text,
@@ -76,6 +80,7 @@ mod adapter;
 mod anthropic;
 mod body;
 mod classify;
+mod client;
 mod config;
 mod discover;
 mod dynamic;
@@ -106,9 +111,10 @@ pub use anthropic::{
     EXTENDED_CACHE_TTL_BETA, LOOKBACK_BLOCKS, MAX_BREAKPOINTS, minimum_cacheable_tokens,
 };
 pub use classify::{
-    Classification, Verdict, classify_response, classify_stream_error, error_in_success_body,
-    explain_response, explain_stream_error, explain_success_body,
+    Classification, Classifier, CustomRule, Verdict, classify_response, classify_stream_error,
+    error_in_success_body, explain_response, explain_stream_error, explain_success_body,
 };
+pub use client::HttpClient;
 pub use config::{Config, DEFAULT_MAX_RESPONSE_BYTES, Environment, Error, RetryPolicy};
 pub use discover::{DiscoveredWindow, ServerKind, WindowProbe};
 #[cfg(feature = "gemini")]

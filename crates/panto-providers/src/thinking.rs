@@ -19,7 +19,8 @@
 //!
 //! Stale blocks are left out of the request (the session keeps them), with one exception. A
 //! tool loop in flight when its thinking went stale (the kept turns of an overflow in the
-//! middle of a loop, or the loop a refused request was answering) must keep its thinking while
+//! middle of a loop, a compaction written between a call and its results, or the loop a
+//! refused request was answering) must keep its thinking while
 //! it waits for the results ("an assistant turn whose tool call still waits for its result
 //! keeps its thinking"). Its stale blocks are therefore sent, in that request and in every
 //! later one, with `thinking.block_binding.prefix_mismatch_behavior: "drop_block"`, so that
@@ -110,7 +111,12 @@ pub fn thinking_replay(messages: &[Message], thinking_on: bool) -> ThinkingRepla
         } else {
             i
         };
-        if is_results(&messages[end - 1]) {
+        // A run that ends with a loop's results, or with its call whose results follow
+        // fresh (a compaction written between a call and its results: the results came
+        // after it), is a loop in flight.
+        let in_flight = is_results(&messages[end - 1])
+            || (is_call(&messages[end - 1]) && messages.get(end).is_some_and(is_results));
+        if in_flight {
             let from = messages[start..end]
                 .iter()
                 .rposition(is_users_words)
@@ -146,6 +152,15 @@ fn is_results(message: &Message) -> bool {
             .content
             .iter()
             .any(|b| matches!(b, ContentBlock::ToolResult(_)))
+}
+
+/// Whether a message is an assistant message that calls a tool.
+fn is_call(message: &Message) -> bool {
+    message.role == Role::Assistant
+        && message
+            .content
+            .iter()
+            .any(|b| matches!(b, ContentBlock::ToolUse(_)))
 }
 
 /// Whether a message holds the user's own words (a prompt, an image, a summary).

@@ -66,7 +66,7 @@ pub use heuristic::{
 };
 pub use truncation::{
     InputFloor, NEW_MESSAGES_DIVISOR, TRUNCATION_SLACK_PERCENT, Truncation, input_floor,
-    silent_truncation,
+    silent_truncation, thinking_tokens,
 };
 pub use usage::{
     Fallback, MessageSize, PLAUSIBLE_FACTOR, Source, UsageSizer, measure_span, plausible,

@@ -4,11 +4,11 @@
 //! The request after a reply holds everything the request that produced the reply held (the
 //! same system prompt and tools, every message, and more), so the provider's count of it can
 //! fall below its count of the earlier one only by what a provider leaves out of a resent
-//! conversation (thinking of finished turns, for one). [`input_floor`] is the least it can
-//! honestly count; [`silent_truncation`] compares a reply's count with it, and with the count
-//! before.
+//! conversation (the thinking of finished turns: [`thinking_tokens`]). [`input_floor`] is the
+//! least it can honestly count; [`silent_truncation`] compares a reply's count with it, and
+//! with the count before.
 
-use panto_model::Message;
+use panto_model::{ContentBlock, Message};
 
 use crate::Sizer;
 use crate::heuristic::Heuristic;
@@ -16,8 +16,9 @@ use crate::heuristic::Heuristic;
 /// How far below [`InputFloor::tokens`] an honest count may still fall, in percent of it: a
 /// quarter. On the real sessions (`docs/sizing.md`, "Silent truncation") no provider counted a
 /// request below its count of the request before by more than 0.74%; the slack leaves room for
-/// what providers drop from a resent conversation (the thinking of finished turns), while a
-/// front-truncated prompt (Ollama keeps about half of its window) falls far below it.
+/// the heuristic's error (the thinking a provider drops from a resent conversation is taken
+/// off the floor itself), while a front-truncated prompt (Ollama keeps about half of its
+/// window) falls far below it.
 pub const TRUNCATION_SLACK_PERCENT: u64 = 25;
 
 /// The heuristic's size of the messages after the last counted request is divided by this to
@@ -39,6 +40,9 @@ pub struct InputFloor {
     pub previous: u64,
     /// The index of that reply among the messages.
     pub anchor: usize,
+    /// The heuristic's size of the thinking before the anchor, which `previous` may have
+    /// counted and the next count may leave out; the floor is lowered by it.
+    pub thinking: u64,
 }
 
 /// A reply whose request the provider counted far below what it must hold: the provider cut
@@ -63,8 +67,17 @@ pub struct Truncation {
 /// counted nothing). Usage from before a compaction measured another context, so after a
 /// compaction there is no floor until the next reply. The floor is the anchor's input total
 /// plus the heuristic's size of the messages after the anchor divided by
-/// [`NEW_MESSAGES_DIVISOR`]; the anchor's own output is not counted (a reasoning model's output
-/// holds reasoning that is never sent back).
+/// [`NEW_MESSAGES_DIVISOR`], less the heuristic's size of every thinking block before the
+/// anchor ([`thinking_tokens`]); the anchor's own output is not counted (a reasoning model's
+/// output holds reasoning that is never sent back).
+///
+/// The thinking comes off because the previous count may hold thinking the next one does not:
+/// Anthropic counts the thinking of the tool loop in progress and leaves the thinking of
+/// finished turns out of the context, so the request after a loop ends is counted without
+/// the loop's thinking; local servers' chat templates drop earlier reasoning too; and panto
+/// leaves out thinking a provider refused. A loop whose thinking is a quarter of the request
+/// would otherwise look cut. The heuristic overestimates, so this lowers the floor by at
+/// least what a provider leaves out.
 ///
 /// Invariant: adding messages after the anchor never lowers the floor.
 pub fn input_floor(messages: &[Message]) -> Option<InputFloor> {
@@ -77,11 +90,30 @@ pub fn input_floor(messages: &[Message]) -> Option<InputFloor> {
         .message_sizes(&messages[anchor + 1..])
         .iter()
         .fold(0u64, |t, &s| t.saturating_add(s));
+    let thinking = thinking_tokens(&messages[..anchor]);
     Some(InputFloor {
-        tokens: previous.saturating_add(new / NEW_MESSAGES_DIVISOR),
+        tokens: previous
+            .saturating_sub(thinking)
+            .saturating_add(new / NEW_MESSAGES_DIVISOR),
         previous,
         anchor,
+        thinking,
     })
+}
+
+/// The heuristic's size of the thinking in `messages` that a provider may leave out of its
+/// count of a resent conversation: `thinking` blocks, and the `redacted_thinking` blocks and
+/// `reasoning` items panto keeps as they came.
+pub fn thinking_tokens(messages: &[Message]) -> u64 {
+    messages
+        .iter()
+        .flat_map(|m| &m.content)
+        .filter(|b| match b {
+            ContentBlock::Thinking(_) => true,
+            ContentBlock::Other(o) => matches!(o.kind.as_str(), "redacted_thinking" | "reasoning"),
+            _ => false,
+        })
+        .fold(0u64, |t, b| t.saturating_add(Heuristic.block(b)))
 }
 
 /// Whether the provider truncated the request made of `sent` silently, judging by `reply`: its

@@ -14,6 +14,8 @@
 //!   conditional on that view, and which tells other writers' appends from a session that
 //!   vanished or was replaced ([`SessionChange`]). The `Driver` and the `Compactor` write
 //!   through it.
+//! - [`copy_session`]: a session's whole history into a new session of the same or another
+//!   store, each record exactly, as one unit.
 //! - [`MemoryStore`] (and [`MemoryLog`], one session of it): sessions in memory.
 //! - [`takes_effect`] and [`replay_tail`]: what a database store needs to load in O(tail).
 //! - With the `conformance` feature, `conformance` is the suite every store must pass (the
@@ -53,6 +55,7 @@
 //! # }
 //! ```
 
+mod copy;
 mod error;
 mod head;
 mod log;
@@ -69,11 +72,12 @@ mod warning;
 pub mod conformance;
 
 pub use async_trait::async_trait;
+pub use copy::copy_session;
 pub use error::{BoxError, StoreError};
 pub use head::Head;
 pub use log::{SessionChange, SessionLog};
 pub use memory::{MEMORY_SESSION, MemoryLog, MemoryStore};
-pub use recall::{Fetched, Hit, RecallQuery, Recalled};
+pub use recall::{Fetched, Hit, RecallQuery, Recalled, passage};
 pub use record::{Record, RecordKind};
 pub use source::{RecordSource, Records};
 pub use store::{Loaded, PAGE_BYTES, Page, Store, fetch_by_scan, index_from, recall_by_scan};

@@ -45,3 +45,68 @@ proptest::proptest! {
         block_on(conformance::same_context(&MemoryStore::new(), "s", &units));
     }
 }
+
+/// Issue 39: `copy_session` copies a whole history, page after page, each record's text
+/// exactly, into a new session only; a copy onto a session that exists writes nothing.
+#[test]
+fn copy_session_copies_every_record_exactly_into_a_new_session_only() {
+    use crate::{Head, Store, StoreError, copy_session};
+    block_on(async {
+        let from = MemoryStore::new();
+        let to = MemoryStore::new();
+        // Records of a mebibyte each: the history spans several pages of `Store::read`.
+        let big = "x".repeat(1 << 20);
+        let texts: Vec<String> = (0..6)
+            .map(|i| {
+                format!(
+                    r#"{{"type":"message","role":"user","content":[{{"type":"text","text":"{i}{big}"}}], "foreign" : {i}}}"#
+                )
+            })
+            .collect();
+        let records: Vec<Record> = texts
+            .iter()
+            .map(|t| Record::parse(t.clone(), 1).expect("a message line"))
+            .collect();
+        from.append_records("a", Head::EMPTY, &records)
+            .await
+            .unwrap();
+        let first = from.read("a", Head::EMPTY, usize::MAX).await.unwrap();
+        assert!(first.records.len() < texts.len(), "more than one page");
+
+        let head = copy_session(&from, "a", &to, "b").await.unwrap();
+        assert_eq!(head, Head::new(texts.len() as u64));
+        let mut copied = Vec::new();
+        let mut at = Head::EMPTY;
+        loop {
+            let page = to.read("b", at, usize::MAX).await.unwrap();
+            if page.records.is_empty() {
+                break;
+            }
+            at = page.next;
+            copied.extend(page.records.into_iter().map(|r| r.text));
+        }
+        assert_eq!(copied, texts);
+        assert_eq!(
+            to.load("b").await.unwrap().context,
+            from.load("a").await.unwrap().context
+        );
+
+        // Onto a session that exists: a conflict, nothing written.
+        let again = copy_session(&from, "a", &to, "b").await;
+        assert!(
+            matches!(again, Err(StoreError::Conflict { .. })),
+            "{again:?}"
+        );
+        assert_eq!(to.head("b").await.unwrap(), head);
+        // Within one store, under another name.
+        copy_session(&from, "a", &from, "c").await.unwrap();
+        assert_eq!(from.head("c").await.unwrap(), head);
+        // From a session that does not exist: not found, and no session made.
+        let missing = copy_session(&from, "nope", &to, "d").await;
+        assert!(
+            matches!(missing, Err(StoreError::NotFound { .. })),
+            "{missing:?}"
+        );
+        assert_eq!(to.list().await.unwrap(), ["b"]);
+    });
+}

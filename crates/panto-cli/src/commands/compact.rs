@@ -3,7 +3,7 @@
 use std::io::Write;
 use std::path::Path;
 
-use anyhow::{Context as _, Result, anyhow};
+use anyhow::{Result, anyhow};
 use panto_compact::{
     CompactError, CompactOutcome, CompactRun, CompactionStrategy, Conversation, NothingToCompact,
     SessionLog, Store, Undone,
@@ -110,15 +110,29 @@ pub(crate) async fn compact(config: &Config, path: &Path, asked: CompactAsked) -
         }
         return Ok(());
     }
-    let outcome = outcome
-        .map_err(|e| match e {
-            CompactError::NotSmaller(n) => anyhow!(
-                "{n}\nhint: `panto compact {} --force` writes it anyway",
-                path.display()
-            ),
-            e => failure(e, config),
-        })
-        .with_context(|| format!("nothing was written to {}", path.display()))?;
+    let outcome = match outcome {
+        Ok(outcome) => outcome,
+        Err(e) => {
+            let error = match e {
+                CompactError::NotSmaller(n) => anyhow!(
+                    "{n}\nhint: `panto compact {} --force` writes it anyway",
+                    path.display()
+                ),
+                e => failure(e, config),
+            }
+            .context(format!("nothing was written to {}", path.display()));
+            // `--json` promises one document on stdout, a failure's included; the message
+            // still goes to stderr with the exit code.
+            if as_json {
+                print_json(&json!({
+                    "summary": null,
+                    "written": false,
+                    "error": format!("{error:#}"),
+                }))?;
+            }
+            return Err(error);
+        }
+    };
     match outcome {
         CompactOutcome::Compacted(c) => {
             let r = &c.report;

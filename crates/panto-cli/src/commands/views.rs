@@ -327,6 +327,21 @@ pub(crate) async fn ledger(config: &Config, path: &Path, as_json: bool) -> Resul
         }
         return Ok(());
     }
+    // A ledger stored but unreadable is not an empty one: say so, and where it is.
+    let stored = ctx
+        .compaction
+        .as_ref()
+        .and_then(|c| c.extra.get(panto_compact::LEDGER_FIELD));
+    if let Some(value) = stored
+        && panto_compact::Ledger::from_json(value).is_none()
+    {
+        let id = ctx.compaction.as_ref().and_then(|c| c.id.clone());
+        return Err(crate::bad_input(format!(
+            "{name}: the ledger stored on the latest compaction entry{} (field `{}`) cannot be read; the summary still carries its rendering (`panto context {name}`)",
+            id.map_or_else(String::new, |id| format!(" {id}")),
+            panto_compact::LEDGER_FIELD
+        )));
+    }
     let ledger = panto_compact::previous_ledger(&ctx);
     if as_json {
         print_json(&ledger.to_json())?;
@@ -334,7 +349,15 @@ pub(crate) async fn ledger(config: &Config, path: &Path, as_json: bool) -> Resul
     }
     if ledger.is_empty() {
         let mut out = std::io::stdout().lock();
-        writeln!(out, "the ledger of {} records nothing", for_stdout(&name))?;
+        if stored.is_some() {
+            writeln!(out, "the ledger of {} records nothing", for_stdout(&name))?;
+        } else {
+            writeln!(
+                out,
+                "the latest compaction of {} stores no ledger (another program or an earlier panto wrote it)",
+                for_stdout(&name)
+            )?;
+        }
         out.flush()?;
     } else {
         // The whole record, often long: through the pager on a terminal.

@@ -247,3 +247,42 @@ fn every_command_has_an_example_in_its_help() {
         );
     }
 }
+
+/// Issue 39, point 8: `panto compact --json` that fails prints one JSON document on stdout
+/// (`--json` promises one), saying nothing was written and why, besides stderr and exit 1.
+#[test]
+fn a_failed_compact_json_prints_one_document() {
+    let sb = Sandbox::new();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let base = format!("http://127.0.0.1:{port}/v1");
+    let path = sb.example("debugging.jsonl");
+    let before = std::fs::read(&path).unwrap();
+    sb.write(".panto/config.toml", "retries = 0\n");
+    let mut cmd = sb.openai(
+        &[
+            "compact",
+            path.to_str().unwrap(),
+            "--json",
+            "--keep-tokens",
+            "50",
+        ],
+        &base,
+    );
+    cmd.env("OPENAI_API_KEY", "k");
+    let run = sb.run_with(cmd);
+    run.expect_code(1);
+    let doc = run.json();
+    assert_eq!(doc["written"], false, "{doc}");
+    assert!(doc["summary"].is_null(), "{doc}");
+    let error = doc["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("nothing was written") && error.contains("connection"),
+        "{doc}"
+    );
+    assert!(run.stderr.contains("nothing was written"), "{}", run.stderr);
+    assert_eq!(std::fs::read(&path).unwrap(), before);
+}

@@ -371,6 +371,42 @@ fn an_offline_summary_that_quotes_pasted_code_is_never_refused_as_a_copy() {
     );
 }
 
+/// Issue 39, point 8: a stored ledger that cannot be read is an error that says where it is,
+/// not a ledger that "records nothing"; an entry with no ledger at all says that.
+#[test]
+fn ledger_tells_an_unreadable_record_from_an_empty_one() {
+    let sb = Sandbox::new();
+    let head = r#"{"type":"message","id":"m1","role":"user","content":[{"type":"text","text":"Fix the parser."}]}"#;
+    let tail = r#"{"type":"message","id":"m2","role":"user","content":[{"type":"text","text":"And the lexer."}]}"#;
+    let unreadable = sb.write(
+        "unreadable.jsonl",
+        &format!(
+            "{head}\n{}\n{tail}\n",
+            r#"{"type":"compaction","id":"c1","summary":"The parser was fixed.","ledger":"not a ledger"}"#
+        ),
+    );
+    let run = sb.run(&["ledger", unreadable.to_str().unwrap()]);
+    run.expect_code(2);
+    assert!(!run.stdout.contains("records nothing"), "{}", run.stdout);
+    assert!(
+        run.stderr.contains("c1")
+            && run.stderr.contains("`ledger`")
+            && run.stderr.contains("cannot be read"),
+        "{}",
+        run.stderr
+    );
+    let none = sb.write(
+        "none.jsonl",
+        &format!(
+            "{head}\n{}\n{tail}\n",
+            r#"{"type":"compaction","id":"c1","summary":"The parser was fixed."}"#
+        ),
+    );
+    let run = sb.run(&["ledger", none.to_str().unwrap()]);
+    run.expect_code(0);
+    assert!(run.stdout.contains("stores no ledger"), "{}", run.stdout);
+}
+
 #[test]
 fn ledger_prints_the_whole_record_of_the_latest_compaction() {
     let sb = Sandbox::new();

@@ -128,8 +128,61 @@ proptest! {
     }
 }
 
+/// Issue 39, point 7: a summary written for a library's agent names the recall tool when the
+/// agent offers it, and otherwise no way to the rest at all: never a command of the `panto`
+/// binary (`panto ledger SESSION`), which a library agent's model cannot run. The rendering
+/// here leaves items out, so its closing note is there to check.
+#[test]
+fn a_librarys_summary_names_the_recall_tool_or_nothing_never_a_command() {
+    for offered in [false, true] {
+        let provider = Arc::new(ScriptedProvider::new("main"));
+        for k in 0..64 {
+            provider.push_text(forgetful(k));
+        }
+        let mut compactor = Compactor::new(ModelRef::new(provider.clone(), "forgetful"))
+            .with_ids(Arc::new(SequentialIds::new()))
+            .with_config(CompactorConfig::new().with_recall_tool(offered));
+        let mut log = MemoryLog::memory();
+        let mut messages = Vec::new();
+        for k in 0..40 {
+            messages.extend(planted(k));
+            messages.extend(filler(1, 30));
+        }
+        let entries: Vec<Entry> = messages.into_iter().map(Entry::Message).collect();
+        block_on(log.append(&entries)).unwrap();
+        let ctx = log.replay();
+        let run = CompactRun::overflow(Some(4_096)).with_reserved_tokens(2_800, 0);
+        let out =
+            block_on(compactor.compact(&ctx, &mut log, run, &mut KnownWindows::new())).unwrap();
+        let CompactOutcome::Compacted(out) = out else {
+            panic!("nothing to compact")
+        };
+        let summary = &out.report.summary;
+        assert!(summary.contains("(Left out here:"), "{summary}");
+        for line in summary.lines() {
+            let lower = line.to_lowercase();
+            assert!(
+                !lower.contains("panto ledger")
+                    && !lower.contains("`panto ")
+                    && !lower.contains("panto show")
+                    && !lower.contains("panto recall"),
+                "a command in: {line}"
+            );
+        }
+        // The note that names the tool (`recall_note`), only when the tool is offered.
+        assert_eq!(
+            summary.contains(&panto_compact::recall_note()),
+            offered,
+            "{summary}"
+        );
+        assert!(
+            panto_compact::recall_note().contains(&format!("`{}`", panto_compact::RECALL_TOOL))
+        );
+    }
+}
+
 /// Under pressure, the record stays whole: chained overflow compactions at a 4,096-token window
-/// render only a short ledger after each summary (its budget is a sixteenth of the window), but
+/// render only a short ledger after each summary (what the next request leaves), but
 /// the record stored on the entry keeps every planted fact, and the rendering says so.
 #[test]
 fn a_small_window_budgets_the_rendering_and_never_the_stored_record() {

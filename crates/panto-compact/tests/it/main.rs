@@ -21,6 +21,7 @@ mod cost;
 mod crash;
 mod driver;
 mod example_session;
+mod exports;
 mod fold;
 mod headroom;
 mod ledger;

@@ -9,6 +9,7 @@
 //! ([`error_in_success_body`]). Each has an `explain_*` twin that also names the rule that
 //! fired. The rules are a table (`rules::RULES`), documented in `docs/providers.md`.
 
+mod custom;
 mod numbers;
 mod rules;
 mod signals;
@@ -24,6 +25,8 @@ use std::time::Duration;
 
 use panto_provider::ProviderError;
 use serde_json::Value;
+
+pub use custom::{Classifier, CustomRule};
 
 use crate::protocol::Protocol;
 use numbers::{Sizes, retry_delay_in_text};
@@ -157,7 +160,7 @@ pub fn explain_success_body(protocol: Protocol, body: &Value) -> Option<Classifi
 }
 
 /// Whether a 2xx body carries an error instead of an answer.
-fn is_error_body(body: &Value, depth: usize) -> bool {
+pub(super) fn is_error_body(body: &Value, depth: usize) -> bool {
     match body {
         // Gemini's non-SSE streaming answer is an array of chunks; an error may be one of them.
         Value::Array(items) if depth == 0 => items.iter().any(|item| is_error_body(item, 1)),
@@ -200,8 +203,29 @@ fn classify(
         retry_after,
     };
     let rule = rules::decide(&answer);
+    to_classification(
+        protocol,
+        status,
+        retry_after,
+        signals,
+        sizes,
+        rule.name,
+        rule.verdict,
+    )
+}
+
+/// The error a verdict gives, with the message, sizes and delay the answer states.
+fn to_classification(
+    protocol: Protocol,
+    status: Option<u16>,
+    retry_after: Option<Duration>,
+    signals: &Signals,
+    sizes: Sizes,
+    rule: &'static str,
+    verdict: Verdict,
+) -> Classification {
     let message = signals.message.clone();
-    let error = match rule.verdict {
+    let error = match verdict {
         Verdict::ContextOverflow => ProviderError::ContextOverflow {
             message,
             input_tokens: signals.n_prompt_tokens.or(sizes.input_tokens()),
@@ -236,8 +260,8 @@ fn classify(
         },
     };
     Classification {
-        rule: rule.name,
-        verdict: rule.verdict,
+        rule,
+        verdict,
         error,
     }
 }

@@ -94,6 +94,7 @@ pub(super) const SIZE_PATTERNS: &[&str] = &[
     "input length ({I}",
     "maximum context length ({W}",
     "maximum context length of {W}",
+    "maximum context of {W}",
     "maximum allowed length ({W}",
     "number of input tokens ({I})",
     "max_prompt_tokens ({W})",

@@ -84,7 +84,7 @@ pub(super) enum Test {
 }
 
 impl Test {
-    fn holds(&self, answer: &Answer<'_>) -> bool {
+    pub(super) fn holds(&self, answer: &Answer<'_>) -> bool {
         let status = answer.status;
         match self {
             Test::Status(set) => status.is_some_and(|s| set.contains(&s)),
@@ -208,6 +208,10 @@ pub(super) const QUOTA_WORDS: &[&str] = &[
     "regain access on",
     "extra usage is required",
     "usage credits are required",
+    // Gemini's and Vertex's `RESOURCE_EXHAUSTED` that names no wait: "Resource has been
+    // exhausted (e.g. check quota)." and a request over the organization's quota.
+    "check quota",
+    "organization quota",
 ];
 /// `OpenAI` and Groq put the kind of rate limit in `type`.
 pub(super) const OPENAI_RATE_TYPES: &[&str] = &["tokens", "requests", "tokens_usage_based"];
@@ -458,7 +462,16 @@ pub(super) const BYTE_CAP_WORDS: &[&str] = &[
     "request body too large",
 ];
 pub(super) const CONTEXT_WORDS: &[&str] = &["context"];
-pub(super) const WINDOW_WORDS: &[&str] = &["window", "length", "size", "limit"];
+/// What a generic message calls the window ("maximum context of 8192 tokens" names no window,
+/// length, size or limit).
+pub(super) const WINDOW_WORDS: &[&str] = &[
+    "window",
+    "length",
+    "size",
+    "limit",
+    "maximum context",
+    "max context",
+];
 pub(super) const EXCESS_WORDS: &[&str] = &[
     "exceed",
     "too long",
@@ -575,7 +588,9 @@ pub(super) const RULES: &[Rule] = &[
         why: "Quota, credit and billing wording that names no wait (Anthropic's \"credit \
               balance is too low\" and \"You have reached your specified API usage limits\" on \
               a 400, its \"Extra usage is required for long context requests\" on a 429, \
-              \"check your plan and billing\"), or a quota of \
+              \"check your plan and billing\", Gemini's `RESOURCE_EXHAUSTED` \"Resource has \
+              been exhausted (e.g. check quota).\" and \"exceeds your organization quota\" \
+              with no `RetryInfo`), or a quota of \
               `limit: 0` (Gemini's free tier for a model it does not include, even when it adds \
               a retry delay). The same wording with a delay is a quota that refills (Gemini's \
               per-minute limits): a rate limit, decided below.",

@@ -32,6 +32,7 @@ use self::errors::error_chain;
 pub(crate) use self::errors::excerpt;
 pub use self::errors::{CAUSE, CLOSED_EARLY, cut_short};
 pub(crate) use self::errors::{error_payload, event_json, fresh_id, malformed};
+pub(crate) use self::send::Judge;
 
 /// One protocol, as the transport needs to know it.
 pub(crate) trait Wire: Sync {

@@ -191,11 +191,27 @@ impl Transport {
         url: &str,
         body: &[u8],
     ) -> Result<Vec<u8>, ProviderError> {
+        let headers = self.headers(wire, request, false);
+        self.post_retrying(url, &headers, body, Judge::Protocol(wire.protocol()))
+            .await
+    }
+
+    /// Posts `body` to `url` with `headers` (the configured extra headers added), retrying
+    /// transient failures within the policy and one deadline, and returns the answer's bytes
+    /// once `judge` found no error in them. Errors are scrubbed of the key and the sensitive
+    /// headers.
+    pub(crate) async fn post_retrying(
+        &self,
+        url: &str,
+        headers: &HeaderMap,
+        body: &[u8],
+        judge: Judge<'_>,
+    ) -> Result<Vec<u8>, ProviderError> {
         let clock = Clock::start(self.config.request_timeout);
         let policy = self.config.retry;
         let mut retry = 0;
         loop {
-            let failure = match self.post_once(wire, request, url, body, &clock).await {
+            let failure = match self.post_once(url, headers, body, &clock, judge).await {
                 Ok(bytes) => return Ok(bytes),
                 Err(failure) => failure,
             };
@@ -314,6 +330,13 @@ impl Transport {
         body: &[u8],
         stream: bool,
     ) -> reqwest::RequestBuilder {
+        let headers = self.headers(wire, request, stream);
+        self.client.post(url).headers(headers).body(body.to_vec())
+    }
+
+    /// The headers of a request: JSON in (and SSE out when streaming), the wire's credentials
+    /// and protocol headers, the configured extra headers, and the request's own.
+    fn headers<W: Wire>(&self, wire: &W, request: &Request, stream: bool) -> HeaderMap {
         let mut headers = HeaderMap::new();
         headers.insert(
             CONTENT_TYPE,
@@ -327,19 +350,46 @@ impl Transport {
             headers.insert(name, value.clone());
         }
         request_headers(&mut headers, request);
-        self.client.post(url).headers(headers).body(body.to_vec())
+        headers
     }
 
-    async fn post_once<W: Wire>(
+    /// The headers of a custom provider's JSON request: JSON in and out, the key in
+    /// `key_header` after `prefix` (nothing when the key is empty), then the configured extra
+    /// headers.
+    pub(crate) fn json_headers(&self, key_header: &HeaderName, prefix: &str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            CONTENT_TYPE,
+            "application/json".parse().expect("static header"),
+        );
+        headers.insert(ACCEPT, "application/json".parse().expect("static header"));
+        crate::shared::key_header(
+            &mut headers,
+            key_header.clone(),
+            prefix,
+            &self.config.api_key,
+        );
+        for (name, value) in &self.extra {
+            headers.insert(name, value.clone());
+        }
+        headers
+    }
+
+    async fn post_once(
         &self,
-        wire: &W,
-        request: &Request,
         url: &str,
+        headers: &HeaderMap,
         body: &[u8],
         clock: &Clock,
+        judge: Judge<'_>,
     ) -> Result<Vec<u8>, Failure> {
         let started = Instant::now();
-        let send = self.post(wire, request, url, body, false).send();
+        let send = self
+            .client
+            .post(url)
+            .headers(headers.clone())
+            .body(body.to_vec())
+            .send();
         let what = "the server accepted the request but sent no answer";
         let mut response = match clock
             .within(Wait::FirstByte, started, Duration::MAX, what, send)
@@ -352,8 +402,7 @@ impl Transport {
         if !status.is_success() {
             let retry_after = retry::retry_after(response.headers(), SystemTime::now());
             let body = read_limited(response, clock.left().min(self.config.idle_timeout)).await;
-            let error =
-                classify::classify_response(wire.protocol(), status.as_u16(), retry_after, &body);
+            let error = judge.response(status.as_u16(), retry_after, &body);
             return Err(Failure { error, retry_after });
         }
         let bytes = self.read_whole(&mut response, clock).await?;
@@ -361,10 +410,36 @@ impl Transport {
             serde_json::from_slice(&bytes).map_err(|e| ProviderError::MalformedResponse {
                 message: format!("the answer is not valid JSON ({e}): {}", excerpt(&bytes)),
             })?;
-        if let Some(error) = classify::error_in_success_body(wire.protocol(), &value) {
+        if let Some(error) = judge.success_body(&value) {
             return Err(error.into());
         }
         Ok(bytes)
+    }
+}
+
+/// What decides whether an answer is an error, and which: the table for one of panto's
+/// protocols, or a caller's [`classify::Classifier`].
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Judge<'a> {
+    /// An adapter's protocol.
+    Protocol(Protocol),
+    /// A custom provider's classifier.
+    Classifier(&'a classify::Classifier),
+}
+
+impl Judge<'_> {
+    fn response(self, status: u16, retry_after: Option<Duration>, body: &[u8]) -> ProviderError {
+        match self {
+            Judge::Protocol(p) => classify::classify_response(p, status, retry_after, body),
+            Judge::Classifier(c) => c.classify_response(status, retry_after, body),
+        }
+    }
+
+    fn success_body(self, body: &Value) -> Option<ProviderError> {
+        match self {
+            Judge::Protocol(p) => classify::error_in_success_body(p, body),
+            Judge::Classifier(c) => c.error_in_success_body(body),
+        }
     }
 }
 

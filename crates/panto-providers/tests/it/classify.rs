@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use panto_provider::ProviderError;
 use panto_providers::{
-    Classification, Protocol, Verdict, classify_response, classify_stream_error,
-    error_in_success_body, explain_response, explain_stream_error, explain_success_body,
+    Classification, Classifier, CustomRule, Protocol, Verdict, classify_response,
+    classify_stream_error, error_in_success_body, explain_response, explain_stream_error,
+    explain_success_body,
 };
 use proptest::prelude::*;
 use serde_json::{Value, json};
@@ -855,4 +856,116 @@ proptest! {
             other => prop_assert!(false, "{other:?}"),
         }
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The classifier as a value, for a custom provider (issue 39, point 7).
+
+/// `Classifier::new(protocol)` decides every HTTP case of both corpora as the adapters do.
+#[test]
+fn a_classifier_for_a_protocol_decides_as_the_adapters_do() {
+    let mut compared = 0;
+    for name in ["overflow.jsonl", "overflow_variants.jsonl"] {
+        for case in load(&fixture(name)) {
+            let (Some(body), None) = (&case.body, &case.sse) else {
+                continue;
+            };
+            if case.status < 300 {
+                continue;
+            }
+            let bytes = match body {
+                Value::String(s) => s.clone().into_bytes(),
+                other => serde_json::to_vec(other).unwrap(),
+            };
+            assert_eq!(
+                Classifier::new(case.protocol).explain_response(case.status, None, &bytes),
+                explain_response(case.protocol, case.status, None, &bytes),
+                "{}",
+                case.id
+            );
+            compared += 1;
+        }
+    }
+    assert!(compared > 200, "{compared}");
+}
+
+/// The generic classifier reads a server that speaks no protocol exactly, and takes the
+/// caller's rules: one that answers an overflow comes after every veto, one that answers
+/// anything else comes before the whole table.
+#[test]
+fn a_generic_classifier_takes_the_callers_rules_below_the_vetoes() {
+    let body = |message: &str| {
+        json!({"error": {"message": message}})
+            .to_string()
+            .into_bytes()
+    };
+    let generic = Classifier::generic();
+    // The wording issue 39 found missed, now read by the built-in table.
+    let missed = body("Request exceeds the model's maximum context of 8192 tokens");
+    let found = generic.classify_response(400, None, &missed);
+    assert!(found.is_context_overflow(), "{found:?}");
+    // A wording the table does not know is the caller's to teach.
+    let own = body("Your conversation no longer fits in the model's memory.");
+    assert_eq!(
+        generic.explain_response(400, None, &own).verdict,
+        Verdict::Rejected
+    );
+    let taught = Classifier::generic().with_rule(
+        CustomRule::new("gateway-overflow", Verdict::ContextOverflow)
+            .with_status(400)
+            .with_phrase("No longer FITS in the model's memory"),
+    );
+    let decided = taught.explain_response(400, None, &own);
+    assert_eq!(
+        (decided.rule, decided.verdict),
+        ("gateway-overflow", Verdict::ContextOverflow)
+    );
+    // Its status is part of the rule.
+    assert_eq!(
+        taught.explain_response(422, None, &own).verdict,
+        Verdict::Rejected
+    );
+    // Never above a veto: a rate limit and a quota stay what they are.
+    assert_eq!(
+        taught.explain_response(429, None, &own).verdict,
+        Verdict::RateLimited
+    );
+    let quota = body("Your conversation no longer fits in the model's memory: check quota.");
+    assert!(matches!(
+        taught.classify_response(400, None, &quota),
+        ProviderError::QuotaExceeded { .. }
+    ));
+    // A rule that answers anything else comes first: it takes an overflow away.
+    let billing = body("prompt is too long for your plan tier");
+    assert!(
+        generic
+            .classify_response(400, None, &billing)
+            .is_context_overflow()
+    );
+    let plan = Classifier::generic().with_rule(
+        CustomRule::new("plan-tier", Verdict::QuotaExceeded)
+            .with_code("invalid_request_error")
+            .with_phrase("for your plan tier"),
+    );
+    assert!(
+        plan.classify_response(400, None, &billing)
+            .is_context_overflow(),
+        "the code is not there: the rule does not hold"
+    );
+    let coded = json!({"error": {"message": "prompt is too long for your plan tier", "type": "invalid_request_error"}})
+        .to_string();
+    let decided = plan.explain_response(400, None, coded.as_bytes());
+    assert_eq!(
+        (decided.rule, decided.verdict),
+        ("plan-tier", Verdict::QuotaExceeded)
+    );
+    // A rule that names nothing holds nowhere.
+    let empty = Classifier::generic().with_rule(CustomRule::new("empty", Verdict::Timeout));
+    assert_eq!(
+        empty.explain_response(400, None, &own).verdict,
+        Verdict::Rejected
+    );
+    // In a stream too.
+    let event = json!({"error": {"code": 400, "message": "Your conversation no longer fits in the model's memory."}});
+    assert!(taught.classify_stream_error(&event).is_context_overflow());
 }

@@ -310,6 +310,38 @@ async fn a_blocked_prompt_is_an_error() {
     assert!(error.to_string().contains("SAFETY"));
 }
 
+/// Issue 39, point 6: Gemini's quota answers that name no wait are sent once, never retried
+/// with "wait a moment"; the same answer with a `RetryInfo` delay is a quota that refills, and
+/// is retried.
+#[tokio::test]
+async fn a_quota_that_names_no_wait_is_not_retried() {
+    let check = json!({"error": {"code": 429, "message": "Resource has been exhausted (e.g. check quota).", "status": "RESOURCE_EXHAUSTED"}});
+    let organization = json!({"error": {"code": 429, "message": "This request exceeds your organization quota for input tokens.", "status": "RESOURCE_EXHAUSTED"}});
+    let refills = json!({"error": {"code": 429, "message": "Resource has been exhausted (e.g. check quota).", "status": "RESOURCE_EXHAUSTED",
+        "details": [{"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "0.01s"}]}});
+    for (body, sent) in [(check, 1), (organization, 1), (refills, 4)] {
+        let server = MockServer::start().await;
+        PROTOCOL
+            .answer(&server, ResponseTemplate::new(429).set_body_json(&body))
+            .await;
+        let error = run(&PROTOCOL.provider(&server, false), &hello())
+            .await
+            .0
+            .unwrap_err();
+        assert!(!error.is_context_overflow(), "{error}");
+        assert_eq!(
+            matches!(error, ProviderError::QuotaExceeded { .. }),
+            sent == 1,
+            "{error}"
+        );
+        assert_eq!(
+            server.received_requests().await.unwrap().len(),
+            sent,
+            "{body}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn errors_reach_the_classifier() {
     let overflow = json!({"error": {"code": 400, "message": "The input token count (132478) exceeds the maximum number of tokens allowed (131072).", "status": "INVALID_ARGUMENT"}});

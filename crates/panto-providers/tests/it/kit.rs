@@ -246,3 +246,25 @@ async fn anthropic_beta_values_are_joined() {
     );
     assert_eq!(body["thinking"]["type"], json!("enabled"));
 }
+
+/// Issue 39, point 4: a compaction written between a tool call and its results (the agent's
+/// `compact_with` mid loop) keeps the call as a copy, and the results come after it fresh. The
+/// loop is in flight: its call's thinking is sent with `drop_block` when thinking is on, not
+/// left out (Anthropic refuses an answered call whose message does not start with thinking).
+#[test]
+fn a_compaction_between_a_call_and_its_results_carries_the_calls_thinking() {
+    let messages = vec![
+        Message::compaction("summary"),
+        copy(user("q"), "c1"),
+        copy(call("t1"), "c1"),
+        result("t1"),
+    ];
+    let replay = thinking_replay(&messages, true);
+    assert!(replay.drop_block, "{replay:?}");
+    assert!(replay.left_out.is_empty(), "{replay:?}");
+    assert_eq!(replay.apply(&messages)[2].content.len(), 3);
+    // Without thinking on nothing requires it: left out like any stale block.
+    let off = thinking_replay(&messages, false);
+    assert!(!off.drop_block);
+    assert_eq!(off.left_out, [(2, 0), (2, 1)].into_iter().collect());
+}

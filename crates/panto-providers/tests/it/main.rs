@@ -26,6 +26,7 @@ mod common;
     feature = "gemini"
 ))]
 mod corpus_http;
+mod custom_client;
 mod discover;
 mod emulate;
 #[cfg(feature = "openai-chat")]
@@ -41,6 +42,12 @@ mod limits;
     feature = "openai-responses"
 ))]
 mod llama_cpp;
+#[cfg(all(
+    feature = "anthropic",
+    feature = "openai-responses",
+    feature = "gemini"
+))]
+mod mid_loop;
 #[cfg(all(
     feature = "anthropic",
     feature = "openai-responses",

@@ -36,14 +36,23 @@ async fn compact_between_call_and_result(provider: Arc<dyn Provider>, model: &st
         .await
         .unwrap()
         .message;
-    assert!(call.tool_use_ids().next().is_some(), "the model called a tool");
+    assert!(
+        call.tool_use_ids().next().is_some(),
+        "the model called a tool"
+    );
     let outcome = agent
         .compact_with(CompactRun::manual(None).with_force(true))
         .await
         .unwrap();
-    assert!(matches!(outcome, CompactOutcome::Compacted(_)), "{outcome:?}");
+    assert!(
+        matches!(outcome, CompactOutcome::Compacted(_)),
+        "{outcome:?}"
+    );
     let kept = agent.context().messages.last().unwrap();
-    assert!(kept.kept_by().is_some(), "the call is kept after the summary");
+    assert!(
+        kept.kept_by().is_some(),
+        "the call is kept after the summary"
+    );
     assert!(
         kept.content
             .iter()
@@ -54,7 +63,10 @@ async fn compact_between_call_and_result(provider: Arc<dyn Provider>, model: &st
         .send(vec![results(&call, 40)], &mut |_| {})
         .await
         .unwrap_or_else(|e| panic!("the results after the compaction: {e}"));
-    assert!(answer.compaction.is_none(), "no overflow, no second compaction");
+    assert!(
+        answer.compaction.is_none(),
+        "no overflow, no second compaction"
+    );
     let next = agent
         .send(vec![note(4, 200, true)], &mut |_| {})
         .await
@@ -100,8 +112,14 @@ async fn anthropic_keeps_a_calls_thinking_valid_across_compact_with() {
         results.raw
     );
     assert!(results.raw.contains("\"type\":\"thinking\""));
-    assert!(state.dropped >= 1, "the stale thinking was dropped by the API");
-    assert!(state.accepted > 0, "thinking written after it went back valid");
+    assert!(
+        state.dropped >= 1,
+        "the stale thinking was dropped by the API"
+    );
+    assert!(
+        state.accepted > 0,
+        "thinking written after it went back valid"
+    );
 }
 
 #[tokio::test]
@@ -126,5 +144,8 @@ async fn responses_keeps_a_calls_reasoning_across_compact_with() {
     compact_between_call_and_result(provider, "gpt-emulated").await;
     let state = responses.state();
     all_answered(&state.seen);
-    assert!(state.accepted > 0, "reasoning items went back and were verified");
+    assert!(
+        state.accepted > 0,
+        "reasoning items went back and were verified"
+    );
 }

@@ -4,12 +4,13 @@
 use std::path::PathBuf;
 
 use panto_model::arbitrary::session;
-use panto_model::{Message, Usage, read_entries, replay};
+use panto_model::{ContentBlock, Message, Role, ThinkingBlock, Usage, read_entries, replay};
 use panto_size::{
     Heuristic, NEW_MESSAGES_DIVISOR, Sizer, TRUNCATION_SLACK_PERCENT, input_floor,
-    silent_truncation,
+    silent_truncation, thinking_tokens,
 };
 use proptest::prelude::*;
+use serde_json::json;
 
 /// The shared real sessions (`../shared/data/sessions`, or `PANTO_CALIBRATE_SESSIONS`).
 fn shared_sessions() -> Option<Vec<PathBuf>> {
@@ -147,6 +148,73 @@ fn a_count_that_rose_or_stood_still_is_never_truncation() {
     assert_eq!(input_floor(&messages), None);
 }
 
+/// An assistant message of a tool loop: `thinking` (signed, as Anthropic sends it), then a call.
+fn thinking_call(thinking: &str, id: &str, input: u64) -> Message {
+    Message::new(
+        Role::Assistant,
+        vec![
+            ContentBlock::Thinking(ThinkingBlock::new(thinking, Some(format!("sig-{id}")))),
+            ContentBlock::tool_use(id, "read", json!({"path": "src/lib.rs"})),
+        ],
+    )
+    .with_model("claude")
+    .with_usage(Usage::new(input, 900))
+}
+
+/// Issue 39: Anthropic counts the thinking of the tool loop in progress and leaves the
+/// thinking of finished turns out, so the first request after a loop whose thinking is over a
+/// quarter of it is counted far below the last request of the loop. That is no truncation.
+#[test]
+fn thinking_left_out_after_a_finished_tool_loop_is_no_truncation() {
+    let thinking = "Weigh the parser's error paths against the grammar first. ".repeat(60);
+    let result = |id: &str| {
+        Message::new(
+            Role::User,
+            vec![ContentBlock::tool_result(id, "fn main() {}", false)],
+        )
+    };
+    let think = Heuristic.block(&ContentBlock::Thinking(ThinkingBlock::new(
+        thinking.as_str(),
+        Some("sig-t1".into()),
+    )));
+    // What Anthropic counts: the loop's thinking while the loop runs, none after it.
+    let base = 1_000;
+    let mut sent = vec![
+        Message::user_text("Fix the parser."),
+        thinking_call(&thinking, "t1", base),
+        result("t1"),
+        thinking_call(&thinking, "t2", base + think + 40),
+        result("t2"),
+        Message::assistant_text("Fixed.")
+            .with_model("claude")
+            .with_usage(Usage::new(base + 2 * think + 80, 20)),
+        Message::user_text("Now the lexer."),
+    ];
+    let reply = |input: u64| {
+        Message::assistant_text("On it.")
+            .with_model("claude")
+            .with_usage(Usage::new(input, 5))
+    };
+    let floor = input_floor(&sent).unwrap();
+    assert_eq!(floor.thinking, 2 * think);
+    assert_eq!(thinking_tokens(&sent), 2 * think);
+    let honest = base + 120;
+    assert!(
+        honest * 100 < (base + 2 * think) * (100 - TRUNCATION_SLACK_PERCENT),
+        "the loop's thinking is over a quarter of its last request"
+    );
+    assert_eq!(silent_truncation(&sent, &reply(honest)), None);
+    // A server that cut the front of the same request is still noticed.
+    assert!(silent_truncation(&sent, &reply(300)).is_some());
+    // Without thinking in the loop the same drop is a truncation.
+    for m in &mut sent {
+        m.content
+            .retain(|b| !matches!(b, ContentBlock::Thinking(_)));
+    }
+    assert_eq!(thinking_tokens(&sent), 0);
+    assert!(silent_truncation(&sent, &reply(honest)).is_some());
+}
+
 #[test]
 fn a_count_of_zero_another_model_or_no_usage_is_no_truncation() {
     let sent = vec![
@@ -192,7 +260,7 @@ proptest! {
         let mut messages = s.messages;
         let mut total = system;
         for i in 0..messages.len() {
-            if messages[i].role == panto_model::Role::Assistant {
+            if messages[i].role == Role::Assistant {
                 messages[i].usage = Some(Usage::new(total, Heuristic.message(&messages[i])));
                 let sent = &messages[..i];
                 prop_assert_eq!(silent_truncation(sent, &messages[i]), None, "at {}", i);
