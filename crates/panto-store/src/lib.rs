@@ -77,7 +77,7 @@ pub use error::{BoxError, StoreError};
 pub use head::Head;
 pub use log::{SessionChange, SessionLog};
 pub use memory::{MEMORY_SESSION, MemoryLog, MemoryStore};
-pub use recall::{Fetched, Hit, RecallQuery, Recalled};
+pub use recall::{Fetched, Hit, RecallQuery, Recalled, passage};
 pub use record::{Record, RecordKind};
 pub use source::{RecordSource, Records};
 pub use store::{Loaded, PAGE_BYTES, Page, Store, fetch_by_scan, index_from, recall_by_scan};

@@ -10,21 +10,25 @@
 //! the same in every store. The summarized part is the session's messages before the kept
 //! suffix; its questions are made mechanically (`recall/questions.rs`, `recall/needles.rs`).
 //! Each question is scored closed-book, by whether the effective context holds its answer, and
-//! by whether the record stored on the compaction entry (`panto ledger --json`) does; and
-//! open-book, by whether one recall of its query (`panto recall SESSION QUERY --limit 3
-//! --json`) has a hit among its top 3 whose text holds the answer.
+//! by whether the record stored on the compaction entry (`panto ledger --json`) does; by
+//! recall, whether one recall of its query (`panto recall SESSION QUERY --limit 3 --json`) has
+//! a hit among its top 3 whose text holds the answer (and, a stricter column, whose snippet
+//! does: what the recall tool shows the model of each hit); and open-book, by whether the
+//! effective context or that recall's top 3 holds it: a model that has the book also has its
+//! context, and recall leaves out by design what the context holds verbatim.
 //!
-//! The goals of issue 36 ([`GOALS`]) are checked in every store: a miss fails the command.
+//! The goals of issue 36 ([`GOALS`], and open-book at least 90%) are checked in every store: a
+//! miss fails the command.
 //! `--list` prints every question (category, where it was found, answer, query) for review;
 //! `--closed-book` leaves out the open-book column (a recall call per question and store is
 //! most of the run's time).
 
 mod needles;
 mod questions;
+mod report;
 #[cfg(test)]
 mod tests;
 
-use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -34,11 +38,10 @@ use panto_model::{Message, read_entries, replay};
 use panto_size::estimate;
 use serde_json::Value;
 
-use self::needles::{Category, Source};
 use self::questions::{Draw, Haystack, Question, questions};
+use self::report::{question_list, report};
 use super::KEEP_SHARES;
 use super::pressure::strings;
-use crate::table::Table;
 
 /// The most questions of one category in one case (session and keep budget).
 const CAP: usize = 25;
@@ -84,13 +87,23 @@ struct Outcome {
     session: String,
     store_args: Vec<String>,
     /// Per question of [`Case::questions`], then of [`Case::by_answer`]: whether recall's top 3
-    /// held the answer (filled once the questions are made).
-    open: Vec<bool>,
-    open_by_answer: Vec<bool>,
+    /// held the answer in their texts, and in their snippets (filled once the questions are
+    /// made).
+    open: Vec<Recalled>,
+    open_by_answer: Vec<Recalled>,
 }
 
 /// Hits one open-book recall reads.
 const OPEN_BOOK_HITS: &str = "3";
+
+/// What one recall of a question's query held among its top hits.
+#[derive(Clone, Copy, Debug, Default)]
+struct Recalled {
+    /// A hit's whole text holds the answer.
+    text: bool,
+    /// A hit's snippet holds it.
+    snippet: bool,
+}
 
 /// One session compacted at one keep budget, with its questions.
 struct Case {
@@ -313,7 +326,7 @@ impl<'a> Runner<'a> {
     }
 
     /// Whether one recall of each question's query holds its answer in its top 3 hits.
-    fn open_book(&self, outcome: &Outcome, questions: &[Question]) -> Result<Vec<bool>> {
+    fn open_book(&self, outcome: &Outcome, questions: &[Question]) -> Result<Vec<Recalled>> {
         let mut out = Vec::with_capacity(questions.len());
         for q in questions {
             let mut args: Vec<String> = ["recall", &outcome.session, &q.query.join(" ")]
@@ -324,14 +337,19 @@ impl<'a> Runner<'a> {
             args.extend(outcome.store_args.iter().cloned());
             let doc: Value = serde_json::from_str(&self.panto(&args)?)
                 .context("panto recall printed no JSON")?;
-            let hits: String = doc["hits"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|h| h["text"].as_str())
-                .collect::<Vec<_>>()
-                .join("\n");
-            out.push(q.found_in(&Haystack::new(&hits)));
+            let of = |key: &str| -> String {
+                doc["hits"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|h| h[key].as_str())
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            };
+            out.push(Recalled {
+                text: q.found_in(&Haystack::new(&of("text"))),
+                snippet: q.found_in(&Haystack::new(&of("snippet"))),
+            });
         }
         Ok(out)
     }
@@ -376,200 +394,4 @@ fn comparable(context: &Value) -> Vec<Value> {
             m
         })
         .collect()
-}
-
-/// Questions asked and answered, by a row's label.
-#[derive(Default)]
-struct Tally {
-    /// label -> (questions, answered by the context, by the record, by recall's top 3)
-    rows: BTreeMap<String, (usize, usize, usize, usize)>,
-}
-
-impl Tally {
-    /// Counts a question: `[context, record, open book]` say which answered it.
-    fn add(&mut self, label: &str, [context, record, open]: [bool; 3]) {
-        let e = self.rows.entry(label.to_owned()).or_default();
-        e.0 += 1;
-        e.1 += usize::from(context);
-        e.2 += usize::from(record);
-        e.3 += usize::from(open);
-    }
-
-    fn get(&self, label: &str) -> (usize, usize, usize, usize) {
-        self.rows.get(label).copied().unwrap_or_default()
-    }
-}
-
-fn percent(part: usize, all: usize) -> String {
-    if all == 0 {
-        return "-".to_owned();
-    }
-    format!("{:.0}%", 100.0 * part as f64 / all as f64)
-}
-
-/// Scores the questions `of` each case in every store: the tally of each store.
-fn score(cases: &[Case], of: fn(&Case) -> &[Question]) -> BTreeMap<&'static str, Tally> {
-    let mut by_store: BTreeMap<&'static str, Tally> = BTreeMap::new();
-    for case in cases {
-        for outcome in &case.outcomes {
-            let context = Haystack::new(&strings(&outcome.context["messages"]));
-            let record = Haystack::new(&strings(&outcome.ledger));
-            let tally = by_store.entry(outcome.store).or_default();
-            let asked = of(case);
-            let open = if std::ptr::eq(asked, case.questions.as_slice()) {
-                &outcome.open
-            } else {
-                &outcome.open_by_answer
-            };
-            for (i, q) in asked.iter().enumerate() {
-                let found = [
-                    q.found_in(&context),
-                    q.found_in(&record),
-                    open.get(i).copied().unwrap_or(false),
-                ];
-                tally.add("all", found);
-                tally.add(q.category.name(), found);
-                for s in &q.sources {
-                    tally.add(&format!("source: {}", s.name()), found);
-                }
-                if q.only_in_output() {
-                    tally.add("only in successful tool output", found);
-                }
-            }
-        }
-    }
-    by_store
-}
-
-/// Prints the tables and returns the goals missed, in any store.
-fn report(cases: &[Case], stores: &[Store], open_book: bool) -> Vec<String> {
-    // Without the open-book calls (`--closed-book`) their column says so.
-    let open = |o: usize, n: usize| {
-        if open_book {
-            percent(o, n)
-        } else {
-            "-".to_owned()
-        }
-    };
-    let mut sizes = Table::new([
-        "session",
-        "kept",
-        "summarized messages",
-        "tokens before",
-        "effective context tokens",
-        "summary tokens",
-        "questions",
-    ]);
-    for case in cases {
-        let ctx = &case.outcomes[0].context;
-        sizes.row([
-            case.name.clone(),
-            format!("1/{}", case.keep_share),
-            case.summarized.to_string(),
-            case.tokens_before.to_string(),
-            ctx["estimated_tokens"].to_string(),
-            ctx["size"]["summary"].to_string(),
-            case.questions.len().to_string(),
-        ]);
-    }
-    println!("{sizes}");
-    let tallies = score(cases, |c| &c.questions);
-    let answers = score(cases, |c| &c.by_answer);
-    let first = &tallies[stores[0].name()];
-    let by_answer = &answers[stores[0].name()];
-    let mut rows: Vec<String> = vec!["all".to_owned()];
-    rows.extend(Category::ALL.iter().map(|c| c.name().to_owned()));
-    rows.push("only in successful tool output".to_owned());
-    rows.extend(Source::ALL.iter().map(|s| format!("source: {}", s.name())));
-    let mut table = Table::new([
-        "questions",
-        "n",
-        "closed-book (context)",
-        "stored record",
-        "open-book (recall, top 3)",
-        "n over answers",
-        "closed-book over answers",
-        "open-book over answers",
-    ]);
-    for label in &rows {
-        let (n, c, r, o) = first.get(label);
-        let (an, ac, _, ao) = by_answer.get(label);
-        table.row([
-            label.clone(),
-            n.to_string(),
-            percent(c, n),
-            percent(r, n),
-            open(o, n),
-            an.to_string(),
-            percent(ac, an),
-            open(ao, an),
-        ]);
-    }
-    println!("{table}");
-    let mut per_store = Table::new([
-        "store",
-        "questions",
-        "closed-book (context)",
-        "stored record",
-        "open-book (recall, top 3)",
-    ]);
-    for store in stores {
-        let (n, c, r, o) = tallies[store.name()].get("all");
-        per_store.row([
-            store.name().to_owned(),
-            n.to_string(),
-            percent(c, n),
-            percent(r, n),
-            open(o, n),
-        ]);
-    }
-    println!("{per_store}");
-    if open_book {
-        let (n, _, _, o) = first.get("all");
-        println!(
-            "goal open-book: {} ({o} of {n}; at least 90%)",
-            percent(o, n)
-        );
-    }
-    misses(first, &tallies, stores)
-}
-
-/// Prints each closed-book goal of [`GOALS`] over the first store; the goals missed in any
-/// store.
-fn misses(first: &Tally, tallies: &BTreeMap<&'static str, Tally>, stores: &[Store]) -> Vec<String> {
-    let mut misses = Vec::new();
-    for (label, least) in GOALS {
-        let (n, c, _, _) = first.get(label);
-        println!(
-            "goal {label}: closed-book {} ({c} of {n}; at least {:.0}%)",
-            percent(c, n),
-            100.0 * least
-        );
-        for store in stores {
-            let (n, c, _, _) = tallies[store.name()].get(label);
-            if (c as f64) < least * n as f64 || n == 0 {
-                misses.push(format!("{label} in {}: {c} of {n}", store.name()));
-            }
-        }
-    }
-    misses
-}
-
-/// Every question, one per line: case, category, sources, answer, query, message id.
-fn question_list(cases: &[Case]) -> String {
-    let mut table = Table::new(["case", "category", "found in", "answer", "query", "message"]);
-    for case in cases {
-        for q in &case.questions {
-            let sources: Vec<&str> = q.sources.iter().map(|s| s.name()).collect();
-            table.row([
-                format!("{} 1/{}", case.name, case.keep_share),
-                q.category.name().to_owned(),
-                sources.join(", "),
-                format!("`{}`", q.answer),
-                q.query.join(" "),
-                q.message.clone().unwrap_or_default(),
-            ]);
-        }
-    }
-    table.to_string()
 }

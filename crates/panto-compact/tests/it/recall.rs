@@ -2,7 +2,7 @@
 //! own appends, a compaction and another writer's appends; and its recall tool round trip.
 
 use panto_compact::{CompactRun, Driver, MemoryLog, RECALL_TOOL, RecallQuery, Store};
-use panto_model::{ContentBlock, Entry, Message, Role};
+use panto_model::{CompactionEntry, ContentBlock, Entry, Message, Role};
 use serde_json::json;
 
 use crate::{block_on, compactor, log_of, model, rounds, short_prompt};
@@ -104,5 +104,67 @@ fn the_driver_s_index_answers_as_the_store_does() {
             vec![ContentBlock::tool_use("c3", RECALL_TOOL, json!({}))],
         );
         assert!(driver.answer_recall(&bad).await[0].1.is_error);
+    });
+}
+
+#[test]
+fn the_tool_shows_the_region_of_a_big_output_that_matched_as_large_as_its_room() {
+    block_on(async {
+        // A config dump of 200 lines; the asked key's value sits 150 characters after the
+        // words that find it, past what a 240-character snippet shows before its end.
+        let mut dump = String::new();
+        for i in 0..200 {
+            dump.push_str(&format!("setting_{i}: value number {i}\n"));
+        }
+        let at = dump.find("setting_120").unwrap();
+        dump.insert_str(
+            at,
+            &format!(
+                "# retry policy for the upstream pool {}\nretry_backoff_ms: 4711\n",
+                "of the gateway service ".repeat(6)
+            ),
+        );
+        let result = Message::new(
+            Role::User,
+            vec![ContentBlock::tool_result("cat1", dump, false)],
+        );
+        // A compaction summarized both: recall searches them.
+        let log = MemoryLog::with_entries(vec![
+            Entry::Message(Message::user_text("show me the gateway config").with_id("h1")),
+            Entry::Message(result.with_id("h2")),
+            Entry::Compaction(CompactionEntry::new("The gateway config was read.").with_id("c1")),
+        ]);
+        let found = log
+            .store()
+            .recall(
+                log.session(),
+                &RecallQuery::new("retry policy upstream pool"),
+            )
+            .await
+            .unwrap();
+        let snippet = &found.hits[0].snippet;
+        assert!(snippet.contains("retry policy"), "{snippet}");
+        assert!(
+            !snippet.contains("4711"),
+            "the snippet is too short: {snippet}"
+        );
+        let answer = panto_compact::answer_recall(
+            log.store(),
+            log.session(),
+            &json!({"query": "retry policy upstream pool", "limit": 1}),
+        )
+        .await;
+        assert!(
+            answer.text.contains("retry_backoff_ms: 4711"),
+            "{}",
+            answer.text
+        );
+        assert!(answer.text.contains("retry policy"), "{}", answer.text);
+        assert!(answer.text.chars().count() <= panto_compact::RECALL_ANSWER_CHARS);
+        assert!(
+            !answer.text.contains("setting_0:"),
+            "starts at the match: {}",
+            answer.text
+        );
     });
 }

@@ -15,6 +15,7 @@
 
 mod fetch;
 mod index;
+mod near;
 mod persist;
 mod postings;
 mod query;
@@ -100,6 +101,9 @@ pub struct Hit {
     pub summarized_by: Option<String>,
     /// How many of the query's exact strings (identifiers, quoted text) it holds.
     pub exact: u32,
+    /// How many distinct terms of the query its text holds close together (within a window of
+    /// 24 words), which orders hits of the same `exact` before their score.
+    pub near: u32,
     /// Its BM25 score.
     pub score: f64,
     /// The window of its text around the match (at most [`SNIPPET_CHARS`] characters).
@@ -148,16 +152,17 @@ pub(crate) fn candidates_for(limit: usize) -> usize {
     (limit * 4).max(32)
 }
 
-/// The second stage: the candidates' items read, the exact strings each holds counted, ordered
-/// again, the best `limit` made hits. `item` gives a candidate's item and the compaction that
-/// summarized it.
+/// The second stage: the candidates' items read, the exact strings each holds counted and the
+/// window holding most of the query's terms found ([`near::nearest`]), ordered again (exact
+/// strings, terms near each other, BM25, the earlier item), the best `limit` made hits. `item`
+/// gives a candidate's item and the compaction that summarized it.
 pub(crate) fn finish<'a>(
     query: &Query,
     candidates: Vec<Candidate>,
     limit: usize,
     mut item: impl FnMut(u32) -> Option<(&'a Item, Option<String>)>,
 ) -> Vec<Hit> {
-    let mut scored: Vec<(Candidate, &Item, Option<String>)> = Vec::new();
+    let mut scored: Vec<(Candidate, near::Near, &Item, Option<String>)> = Vec::new();
     for mut c in candidates {
         let Some((it, by)) = item(c.doc) else {
             continue;
@@ -168,19 +173,19 @@ pub(crate) fn finish<'a>(
             .iter()
             .filter(|e| text.contains(&e.needle))
             .count() as u32;
-        scored.push((c, it, by));
+        let near = near::nearest(&it.text, &query.terms);
+        scored.push((c, near, it, by));
     }
-    scored.sort_by(|a, b| rank::order(&a.0, &b.0));
-    let needles: Vec<&str> = query
-        .exact
-        .iter()
-        .map(|e| e.needle.as_str())
-        .chain(query.terms.iter().map(String::as_str))
-        .collect();
+    scored.sort_by(|a, b| {
+        b.0.tier
+            .cmp(&a.0.tier)
+            .then(b.1.terms.cmp(&a.1.terms))
+            .then(rank::order(&a.0, &b.0))
+    });
     scored
         .into_iter()
         .take(limit)
-        .map(|(c, it, by)| Hit {
+        .map(|(c, near, it, by)| Hit {
             id: it.id.clone(),
             entry: it.entry.clone(),
             position: it.position,
@@ -191,11 +196,34 @@ pub(crate) fn finish<'a>(
             error: it.error,
             summarized_by: by,
             exact: c.tier,
+            near: near.terms,
             score: c.score,
-            snippet: snippet(&it.text, &needles),
+            snippet: cut_passage(&it.text, query, near, SNIPPET_CHARS),
             text: it.text.clone(),
         })
         .collect()
+}
+
+/// A window of at most `chars` characters of `text` (and `…` marks) around what the query
+/// finds in it: its first exact string, else the window holding most of its terms near each
+/// other, else its first term. A hit's snippet is one of [`SNIPPET_CHARS`]; the recall tool
+/// shows a larger one when it has the room.
+pub fn passage(text: &str, query: &str, chars: usize) -> String {
+    let query = Query::parse(query);
+    let near = near::nearest(text, &query.terms);
+    cut_passage(text, &query, near, chars)
+}
+
+/// [`passage`], with the query parsed and its window found.
+fn cut_passage(text: &str, query: &Query, near: near::Near, chars: usize) -> String {
+    let exact: Vec<&str> = query.exact.iter().map(|e| e.needle.as_str()).collect();
+    if near.terms > 0 {
+        snippet::snippet_near(text, &exact, Some(near.at), chars)
+    } else {
+        let words = query.terms.iter().map(String::as_str);
+        let needles: Vec<&str> = exact.iter().copied().chain(words).collect();
+        snippet::snippet_near(text, &needles, None, chars)
+    }
 }
 
 /// Recalls `query` from `index`, leaving out what `exclude` fingerprints.

@@ -193,6 +193,40 @@ fn fetch_gives_the_item_and_its_neighbours() {
 }
 
 #[test]
+fn words_near_each_other_rank_above_words_scattered() {
+    // BM25 prefers the shorter item that has "timeout" twice; the long one holds the four
+    // words on one line, as a config dump holds a key and the words around its value.
+    let filler = "lorem ipsum dolor sit amet ".repeat(60);
+    let entries = vec![
+        user(
+            "m1",
+            &format!(
+                "retry timeout timeout {} pool {} size",
+                "x ".repeat(30),
+                "y ".repeat(30)
+            ),
+        ),
+        user(
+            "m2",
+            &format!("{filler} pool size retry timeout: 30 {filler} pool {filler} size"),
+        ),
+    ];
+    let found = recall_in(
+        &index(&entries),
+        &RecallQuery::new("pool size retry timeout"),
+        &HashSet::new(),
+    );
+    assert_eq!(found.hits[0].id, "m2#0", "{:?}", found.hits);
+    assert_eq!(found.hits[0].near, 4);
+    assert!(
+        found.hits[0].snippet.contains("timeout: 30"),
+        "{}",
+        found.hits[0].snippet
+    );
+    assert!(found.hits[1].near < 4);
+}
+
+#[test]
 fn snippets_centre_on_the_match() {
     let text = format!("{} needle {}", "word ".repeat(200), "tail ".repeat(200));
     let s = snippet(&text, &["needle"]);
