@@ -120,6 +120,14 @@ WHERE session = $1::bigint AND call = $2::text
   AND (position < $3::bigint OR (position = $3::bigint AND block < $4::int4))
 ORDER BY position DESC, block DESC LIMIT 1";
 
+const SIZE: &str = "SELECT (
+  (SELECT coalesce(sum(pg_column_size(t.*)), 0) FROM panto_recall_state t WHERE session = $1::bigint)
++ (SELECT coalesce(sum(pg_column_size(t.*)), 0) FROM panto_recall_postings t WHERE session = $1::bigint)
++ (SELECT coalesce(sum(pg_column_size(t.*)), 0) FROM panto_recall_docs t WHERE session = $1::bigint)
++ (SELECT coalesce(sum(pg_column_size(t.*)), 0) FROM panto_recall_calls t WHERE session = $1::bigint)
++ (SELECT coalesce(sum(pg_column_size(t.*)), 0) FROM panto_recall_compactions t WHERE session = $1::bigint)
+)::bigint";
+
 const SUMMARIZED_BY: &str = "SELECT name FROM panto_recall_compactions
 WHERE session = $1::bigint AND position > $2::bigint ORDER BY position LIMIT 1";
 
@@ -291,6 +299,44 @@ async fn target(pool: &Pool, c: &Client, session: &str) -> Result<Option<(i64, i
         Some(r) => Some((r.try_get(0)?, r.try_get(1)?)),
         None => None,
     })
+}
+
+/// Drops `session`'s index and builds it again; how many items it holds.
+pub(crate) async fn rebuild(pool: &Pool, c: &Client, session: &str) -> Result<u32, Fail> {
+    let Some((id, head)) = target(pool, c, session).await? else {
+        return Ok(0);
+    };
+    pool.begin(c, Phase::Normal).await?;
+    let cleared = async {
+        c.query_typed(
+            "SELECT pg_advisory_xact_lock(7061, hashtext($1::bigint::text))",
+            &[(&id, Type::INT8)],
+        )
+        .await?;
+        for sql in CLEAR {
+            c.query_typed(sql, &[(&id, Type::INT8)]).await?;
+        }
+        Ok::<_, Fail>(())
+    }
+    .await;
+    match cleared {
+        Ok(()) => c.batch_execute("COMMIT").await?,
+        Err(e) => {
+            let _ = c.batch_execute("ROLLBACK").await;
+            return Err(e);
+        }
+    }
+    Ok(catch_up(pool, c, id, head).await?.docs)
+}
+
+/// The bytes of `session`'s index rows as stored (`pg_column_size` of each row).
+pub(crate) async fn size(pool: &Pool, c: &Client, session: &str) -> Result<u64, Fail> {
+    let Some((id, _)) = target(pool, c, session).await? else {
+        return Ok(0);
+    };
+    let rows = pool.query(c, SIZE, &[(&id, Type::INT8)]).await?;
+    let total: i64 = rows.first().map_or(Ok(0), |r| r.try_get(0))?;
+    Ok(to_u64(total))
 }
 
 /// Brings `session`'s index up to date when it covers exactly the entries before `at` (after

@@ -133,6 +133,36 @@ impl PostgresStore {
         &self.pool.url
     }
 
+    /// Drops the recall index of `session` and builds it again from its entries; returns how
+    /// many items it holds (0 for a session that does not exist).
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when the database cannot be reached or written.
+    pub async fn rebuild_recall_index(&self, session: &str) -> Result<u32, StoreError> {
+        tries!(
+            self,
+            session,
+            "cannot build the recall index",
+            true,
+            |c, _a| crate::recall::rebuild(&self.pool, c, session)
+        )
+    }
+
+    /// The bytes the recall index of `session` holds in its tables' rows (`pg_column_size` of
+    /// each row, as stored, so after compression; pages and indexes aside).
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when the database cannot be reached.
+    pub async fn recall_index_bytes(&self, session: &str) -> Result<u64, StoreError> {
+        tries!(
+            self,
+            session,
+            "cannot read the recall index",
+            false,
+            |c, _a| crate::recall::size(&self.pool, c, session)
+        )
+    }
+
     fn check_name(&self, session: &str) -> Result<(), StoreError> {
         if session.is_empty() {
             return Err(StoreError::invalid(

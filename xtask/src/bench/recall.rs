@@ -38,6 +38,8 @@ struct Row {
     build: Option<Duration>,
     warm: [Duration; 3],
     worst: (&'static str, Duration),
+    /// Each query's median, fastest and slowest, in the order of [`QUERIES`].
+    queries: Vec<[Duration; 3]>,
     append: [Duration; 3],
     after: [Duration; 3],
     index_bytes: Option<u64>,
@@ -72,11 +74,13 @@ impl Indexed for SqliteStore {
 }
 
 impl Indexed for PostgresStore {
-    async fn rebuild(&self, _: &str) -> Result<Option<Duration>> {
-        Ok(None)
+    async fn rebuild(&self, session: &str) -> Result<Option<Duration>> {
+        let started = Instant::now();
+        self.rebuild_recall_index(session).await?;
+        Ok(Some(started.elapsed()))
     }
-    async fn index_bytes(&self, _: &str) -> Result<Option<u64>> {
-        Ok(None)
+    async fn index_bytes(&self, session: &str) -> Result<Option<u64>> {
+        Ok(Some(self.recall_index_bytes(session).await?))
     }
 }
 
@@ -110,8 +114,9 @@ fn measure<S: Indexed>(
     let build = runtime.block_on(store.rebuild(session))?;
     let mut worst = ("", Duration::ZERO);
     let mut all = Vec::new();
+    let mut queries = Vec::new();
     for &(q, want) in QUERIES {
-        let (median, _, _, found) = time(2, 10, || {
+        let (median, min, max, found) = time(2, 10, || {
             Ok(runtime.block_on(store.recall(session, &RecallQuery::new(q)))?)
         })?;
         check(name, q, want, &found)?;
@@ -119,6 +124,7 @@ fn measure<S: Indexed>(
             worst = (q, median);
         }
         all.push(median);
+        queries.push([median, min, max]);
     }
     all.sort();
     let warm = [all[all.len() / 2], all[0], all[all.len() - 1]];
@@ -149,6 +155,7 @@ fn measure<S: Indexed>(
         build,
         warm,
         worst,
+        queries,
         append: spread(appends),
         after: spread(afters),
         index_bytes: runtime.block_on(store.index_bytes(session))?,
@@ -221,6 +228,27 @@ pub(super) fn recall(root: &Path, flags: &Flags) -> Result<()> {
         runtime.block_on(fill(&store, &session, &records, 5_000))?;
         rows.push(measure(&runtime, &store, &session, "PostgreSQL")?);
     }
+    print_tables(rows, session_bytes);
+    Ok(())
+}
+
+/// Prints the stores' figures and each query's warm times.
+fn print_tables(rows: Vec<Row>, session_bytes: u64) {
+    let mut by_query = Table::new(
+        std::iter::once("query".to_owned())
+            .chain(
+                rows.iter()
+                    .map(|r| format!("{} (median, min–max)", r.store)),
+            )
+            .collect::<Vec<_>>(),
+    );
+    for (i, (q, _)) in QUERIES.iter().enumerate() {
+        by_query.row(
+            std::iter::once(format!("`{q}`"))
+                .chain(rows.iter().map(|r| three(r.queries[i])))
+                .collect::<Vec<_>>(),
+        );
+    }
     let mut table = Table::new([
         "store",
         "first recall",
@@ -253,5 +281,6 @@ pub(super) fn recall(root: &Path, flags: &Flags) -> Result<()> {
         ]);
     }
     println!("{table}");
-    Ok(())
+    println!("Warm recall of each query:\n");
+    println!("{by_query}");
 }

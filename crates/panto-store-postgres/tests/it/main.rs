@@ -238,3 +238,29 @@ fn a_password_never_reaches_an_error_or_debug() {
         );
     });
 }
+
+/// The recall index dropped and built again answers as the scan does, over as many items as
+/// the one kept current by the appends, and its size counts its rows.
+#[test]
+fn the_recall_index_is_rebuilt_and_measured() {
+    let Some(url) = testing::server("the_recall_index_is_rebuilt_and_measured") else {
+        return;
+    };
+    runtime().block_on(async {
+        let store = testing::fresh(&url).await.unwrap();
+        let records = conformance::records_of(conformance::CONTRACT_FILE);
+        store
+            .append_records("s", Head::EMPTY, &records)
+            .await
+            .unwrap();
+        conformance::recall::same_as_scan(&store, "s").await;
+        let kept = store.recall_index_bytes("s").await.unwrap();
+        assert!(kept > 0);
+        let items = store.rebuild_recall_index("s").await.unwrap();
+        assert!(items > 0);
+        assert_eq!(store.recall_index_bytes("s").await.unwrap(), kept);
+        conformance::recall::same_as_scan(&store, "s").await;
+        assert_eq!(store.rebuild_recall_index("none").await.unwrap(), 0);
+        assert_eq!(store.recall_index_bytes("none").await.unwrap(), 0);
+    });
+}

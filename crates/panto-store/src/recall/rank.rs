@@ -9,9 +9,11 @@
 //! 1. every block is walked once without being kept (which checks it decodes, and counts a
 //!    term's items for its inverse document frequency), keeping for each term and range the
 //!    (occurrences, length) pairs of its postings that no other one of them dominates;
+//!    The items that may hold an exact string (a tier above 0, which rank before all others)
+//!    get their scores in the same walk, so they are candidates before any range is scored;
 //! 2. each range gets an upper bound, the sum over the query's terms of the best score one of
 //!    those pairs gives (computed by the very function that scores a posting, added in the
-//!    same order as an item's score), and the most exact strings an item of it may hold;
+//!    same order as an item's score);
 //! 3. ranges are scored whole, the best bound first, until the candidates wanted all rank
 //!    before the next range's bound: no item of a range not scored can then come before them.
 //!
@@ -218,8 +220,8 @@ pub(crate) struct Ranking<'a> {
     /// The ranges, the best bound first; those before `next` are scored.
     plans: Vec<Plan>,
     next: usize,
-    /// The items of a tier above 0, by range, not scored yet.
-    tiered: HashMap<u32, Vec<(u32, u32)>>,
+    /// The items of a tier above 0 by range, in order: in the pool from the start.
+    tiered: HashMap<u32, Vec<u32>>,
     /// The candidates of the ranges scored; the first `at` are the ones given, in order.
     pool: Vec<Candidate>,
     start: usize,
@@ -240,13 +242,35 @@ impl<'a> Ranking<'a> {
         blocks: &'a HashMap<String, Vec<Block>>,
     ) -> Result<Ranking<'a>, Corrupt> {
         let avg = average(stats);
-        let (terms, fronts) = walk_terms(query, stats, blocks)?;
+        // The items of a tier above 0 rank before all others: their scores are taken while
+        // the blocks are walked, and no range needs scoring for them.
         let mut tiered: HashMap<u32, Vec<(u32, u32)>> = HashMap::new();
         for (doc, tier) in tiers(query, blocks)? {
             tiered
                 .entry(doc / RANGE_DOCS)
                 .or_default()
                 .push((doc, tier));
+        }
+        for docs in tiered.values_mut() {
+            docs.sort_unstable();
+        }
+        let (terms, fronts, hits) = walk_terms(query, stats, blocks, &tiered)?;
+        let mut scores: HashMap<u32, f64> = HashMap::new();
+        // In the walk's order: the query's terms in order, as an item's score adds them up.
+        for (doc, term, tf, len) in hits {
+            *scores.entry(doc).or_insert(0.0) += contribution(terms[term].idf, tf, len, avg);
+        }
+        let mut pool = Vec::new();
+        let mut skip: HashMap<u32, Vec<u32>> = HashMap::new();
+        for (range, docs) in tiered {
+            for &(doc, tier) in &docs {
+                pool.push(Candidate {
+                    doc,
+                    tier,
+                    score: scores.get(&doc).copied().unwrap_or(0.0),
+                });
+            }
+            skip.insert(range, docs.into_iter().map(|d| d.0).collect());
         }
         let mut plans: Vec<Plan> = fronts
             .iter()
@@ -263,23 +287,6 @@ impl<'a> Ranking<'a> {
                 }
             })
             .collect();
-        let mut index: HashMap<u32, usize> = plans
-            .iter()
-            .enumerate()
-            .map(|(i, p)| (p.range, i))
-            .collect();
-        for (&range, docs) in &tiered {
-            let tier = docs.iter().map(|d| d.1).max().unwrap_or(0);
-            let i = *index.entry(range).or_insert_with(|| {
-                plans.push(Plan {
-                    range,
-                    tier: 0,
-                    bound: 0.0,
-                });
-                plans.len() - 1
-            });
-            plans[i].tier = tier;
-        }
         plans.sort_by(|a, b| {
             b.tier
                 .cmp(&a.tier)
@@ -291,15 +298,16 @@ impl<'a> Ranking<'a> {
             avg,
             plans,
             next: 0,
-            tiered,
-            pool: Vec::new(),
+            tiered: skip,
+            pool,
             start: 0,
             at: 0,
             chunk: 64,
         })
     }
 
-    /// Scores every item of `range` that holds a term or is of a tier above 0, into the pool.
+    /// Scores every item of `range` that holds a term, into the pool (but those of a tier above
+    /// 0, there already).
     fn score_range(&mut self, range: u32, heap: &mut BinaryHeap<Worst>, want: usize) {
         let base = range.saturating_mul(RANGE_DOCS);
         let mut cells = [0.0f64; RANGE_DOCS as usize];
@@ -319,26 +327,16 @@ impl<'a> Ranking<'a> {
                 });
             }
         }
-        let mut tiers: HashMap<u32, u32> = self
-            .tiered
-            .remove(&range)
-            .unwrap_or_default()
-            .into_iter()
-            .collect();
-        let scored = touched
-            .into_iter()
-            .map(|doc| Candidate {
+        let tiered = self.tiered.get(&range).map_or(&[][..], Vec::as_slice);
+        for doc in touched {
+            if tiered.binary_search(&doc).is_ok() {
+                continue;
+            }
+            let c = Candidate {
                 doc,
-                tier: tiers.remove(&doc).unwrap_or(0),
+                tier: 0,
                 score: cells[(doc - base) as usize],
-            })
-            .collect::<Vec<_>>();
-        let rest = tiers.into_iter().map(|(doc, tier)| Candidate {
-            doc,
-            tier,
-            score: cells[(doc - base) as usize],
-        });
-        for c in scored.into_iter().chain(rest) {
+            };
             keep(heap, c, want);
             self.pool.push(c);
         }
@@ -386,19 +384,26 @@ impl<'a> Ranking<'a> {
     }
 }
 
+/// A posting of an item of a tier above 0: the item, the query term's index (among those items
+/// hold), its occurrences and the item's length.
+type Hit = (u32, usize, u32, u32);
+
 /// Each range's fronts: the index of a query term (among those items hold) and its front.
 type Fronts = HashMap<u32, Vec<(usize, Front)>>;
 
-/// Walks every block of `query`'s terms once: each term's idf and blocks by range, and the
-/// fronts of its postings by range.
+/// Walks every block of `query`'s terms once: each term's idf and blocks by range, the fronts
+/// of its postings by range, and the postings of the items of `tiered` (by range, in order),
+/// in the order walked.
 fn walk_terms<'a>(
     query: &Query,
     stats: Stats,
     blocks: &'a HashMap<String, Vec<Block>>,
-) -> Result<(Vec<Term<'a>>, Fronts), Corrupt> {
+    tiered: &HashMap<u32, Vec<(u32, u32)>>,
+) -> Result<(Vec<Term<'a>>, Fronts, Vec<Hit>), Corrupt> {
     let n = f64::from(stats.docs);
     let mut terms = Vec::new();
     let mut fronts: Fronts = HashMap::new();
+    let mut hits: Vec<Hit> = Vec::new();
     for term in &query.terms {
         let Some(list) = blocks.get(term) else {
             continue;
@@ -410,9 +415,17 @@ fn walk_terms<'a>(
             let range = b.meta.range;
             let mut front = Front::default();
             let mut past = false;
+            let marks = tiered.get(&range).map_or(&[][..], Vec::as_slice);
+            let mut j = 0;
             let count = walk(range, &b.data, |p| {
                 past |= p.doc >= stats.docs;
                 front.add(p.tf, p.len);
+                while j < marks.len() && marks[j].0 < p.doc {
+                    j += 1;
+                }
+                if marks.get(j).is_some_and(|m| m.0 == p.doc) {
+                    hits.push((p.doc, index, p.tf, p.len));
+                }
             })
             .ok_or(Corrupt)?;
             if past {
@@ -438,7 +451,7 @@ fn walk_terms<'a>(
             blocks: by_range,
         });
     }
-    Ok((terms, fronts))
+    Ok((terms, fronts, hits))
 }
 
 /// Keeps `c` in `heap` if it is among the best `want`.

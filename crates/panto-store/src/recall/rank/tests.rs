@@ -265,3 +265,42 @@ fn an_earlier_range_at_the_same_score_is_scored() {
     };
     assert_eq!(compare(&query, stats, &blocks), (2, 2));
 }
+
+/// An identifier in items of every range: those items rank first, their scores are taken in
+/// the walk of the blocks, and no range needs scoring for the first chunk.
+#[test]
+fn items_holding_an_exact_string_need_no_range_scored() {
+    let mut words = Vec::new();
+    let mut ids = Vec::new();
+    for range in 0..20u32 {
+        let mut w = Block::new(range);
+        let mut i = Block::new(range);
+        for n in 0..RANGE_DOCS {
+            let doc = range * RANGE_DOCS + n;
+            w.push(Posting {
+                doc,
+                tf: 1 + n % 3,
+                len: 10 + n % 7,
+            });
+            if n % 100 == 0 {
+                i.push(Posting {
+                    doc,
+                    tf: 1,
+                    len: 10 + n % 7,
+                });
+            }
+        }
+        words.push(w);
+        ids.push(i);
+    }
+    let blocks = HashMap::from([("word".to_owned(), words), ("id".to_owned(), ids)]);
+    let query = Query {
+        terms: vec!["word".to_owned(), "id".to_owned()],
+        exact: vec![exact_string("id", &["id"])],
+    };
+    let stats = Stats {
+        docs: 20 * RANGE_DOCS,
+        total_len: 13 * 20 * u64::from(RANGE_DOCS),
+    };
+    assert_eq!(compare(&query, stats, &blocks), (0, 20));
+}
