@@ -6,7 +6,7 @@
 //! tools), each turn 0 to 3 tool calls whose results are 300 to 2,000 tokens, sent through the
 //! real `Driver` and the real adapters (Anthropic Messages, `OpenAI` Chat Completions and
 //! Responses) to a `Loopback` whose window (40,000 of its tokens) is smaller than the one panto
-//! is configured with (48,000): the first overflow teaches the window, then `auto_compact = 0.8`
+//! is configured with (56,000): the first overflow teaches the window, then `auto_compact = 0.8`
 //! compacts ahead. A virtual clock moves 20 seconds a request, and 15 minutes every 60 turns (the
 //! cache goes cold). What each request is billed is the emulator's usage weighed by
 //! `panto_model::usage_cost`, the function every report uses.
@@ -33,8 +33,11 @@ use crate::table::Table;
 const TURNS: usize = 300;
 /// The emulator's window, in its tokens.
 const WINDOW: u64 = 40_000;
-/// The window panto is configured with: larger, so that the first overflow teaches it.
-const CONFIGURED: u64 = 48_000;
+/// The window panto is configured with: larger, so that the first overflow teaches it, and by
+/// more than a quarter, so that `auto_compact = 0.8` of it lies above the emulator's window and
+/// every protocol's session holds an overflow compaction besides its proactive ones (at 48,000
+/// the `OpenAI` sessions compacted ahead before any overflow).
+const CONFIGURED: u64 = 56_000;
 /// Turns between two long pauses.
 const IDLE_EVERY: usize = 60;
 
@@ -133,6 +136,13 @@ pub(crate) fn cost(_root: &std::path::Path, flags: &Flags) -> Result<()> {
             }
         }
         let name = protocol.name();
+        if aware.overflows == 0 || aware.compactions <= aware.overflows {
+            eprintln!(
+                "cost: {name}: {} overflow and {} proactive compactions; the section wants both",
+                aware.overflows,
+                aware.compactions.saturating_sub(aware.overflows)
+            );
+        }
         summary.row([
             name.to_owned(),
             aware.billed.replies.to_string(),
