@@ -301,10 +301,10 @@ async fn target(pool: &Pool, c: &Client, session: &str) -> Result<Option<(i64, i
     })
 }
 
-/// Drops `session`'s index and builds it again; how many items it holds.
-pub(crate) async fn rebuild(pool: &Pool, c: &Client, session: &str) -> Result<u32, Fail> {
-    let Some((id, head)) = target(pool, c, session).await? else {
-        return Ok(0);
+/// Drops `session`'s index (the next [`step`]s build it again).
+pub(crate) async fn clear(pool: &Pool, c: &Client, session: &str) -> Result<(), Fail> {
+    let Some((id, _)) = target(pool, c, session).await? else {
+        return Ok(());
     };
     pool.begin(c, Phase::Normal).await?;
     let cleared = async {
@@ -326,7 +326,28 @@ pub(crate) async fn rebuild(pool: &Pool, c: &Client, session: &str) -> Result<u3
             return Err(e);
         }
     }
-    Ok(catch_up(pool, c, id, head).await?.docs)
+    Ok(())
+}
+
+/// One transaction of bringing `session`'s index up to date (a chunk of entries): how many
+/// items it holds once it is, `None` while entries are left. A store runs each step as a try
+/// of its own, so a long backlog (a session imported, or written before the index) is never
+/// one try past the statement timeout.
+pub(crate) async fn step(pool: &Pool, c: &Client, session: &str) -> Result<Option<u32>, Fail> {
+    let Some((id, head)) = target(pool, c, session).await? else {
+        return Ok(Some(0));
+    };
+    pool.begin(c, Phase::Normal).await?;
+    match chunk(pool, c, id, head).await {
+        Ok(done) => {
+            c.batch_execute("COMMIT").await?;
+            Ok(done.map(|s| s.docs))
+        }
+        Err(e) => {
+            let _ = c.batch_execute("ROLLBACK").await;
+            Err(e)
+        }
+    }
 }
 
 /// The bytes of `session`'s index rows as stored (`pg_column_size` of each row).

@@ -144,8 +144,26 @@ impl PostgresStore {
             session,
             "cannot build the recall index",
             true,
-            |c, _a| crate::recall::rebuild(&self.pool, c, session)
-        )
+            |c, _a| crate::recall::clear(&self.pool, c, session)
+        )?;
+        self.catch_up_recall_index(session).await
+    }
+
+    /// Brings the recall index of `session` up to date, a chunk of entries per try (each within
+    /// the statement timeout); how many items it holds.
+    async fn catch_up_recall_index(&self, session: &str) -> Result<u32, StoreError> {
+        loop {
+            let done = tries!(
+                self,
+                session,
+                "cannot build the recall index",
+                true,
+                |c, _a| crate::recall::step(&self.pool, c, session)
+            )?;
+            if let Some(items) = done {
+                return Ok(items);
+            }
+        }
     }
 
     /// The bytes the recall index of `session` holds in its tables' rows (`pg_column_size` of
@@ -370,6 +388,9 @@ impl Store for PostgresStore {
     /// when it does not read back.
     async fn recall(&self, session: &str, query: &RecallQuery) -> Result<Recalled, StoreError> {
         let loaded = self.load(session).await?;
+        // Caught up first a chunk per try: the recall's own try then finds it current, or
+        // indexes the few entries appended since, well within the statement timeout.
+        self.catch_up_recall_index(session).await?;
         let found = tries!(
             self,
             session,

@@ -32,6 +32,7 @@ const QUERIES: &[(&str, Option<&str>)] = &[
 ];
 
 /// One store's figures.
+#[derive(Debug)]
 struct Row {
     store: &'static str,
     first: Duration,
@@ -208,6 +209,8 @@ pub(super) fn recall(root: &Path, flags: &Flags) -> Result<()> {
     remove();
     runtime.block_on(fill(&jsonl, "session.jsonl", &records, 100_000))?;
     rows.push(measure(&runtime, &jsonl, "session.jsonl", "JSONL")?);
+    // Each store's figures as they come, so a later store's failure loses none.
+    eprintln!("{:?}", rows.last());
     remove();
     let db = dir.join("session.sqlite3");
     for suffix in ["", "-wal", "-shm"] {
@@ -216,6 +219,7 @@ pub(super) fn recall(root: &Path, flags: &Flags) -> Result<()> {
     let sqlite = SqliteStore::open_blocking(&db, SqliteOptions::default().with_fsync(false))?;
     runtime.block_on(fill(&sqlite, "session", &records, 10_000))?;
     rows.push(measure(&runtime, &sqlite, "session", "SQLite")?);
+    eprintln!("{:?}", rows.last());
     drop(sqlite);
     for suffix in ["", "-wal", "-shm"] {
         let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));

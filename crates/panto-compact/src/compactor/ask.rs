@@ -56,7 +56,9 @@ impl Fold<'_, '_> {
             replaced,
             source,
         };
-        if let Some(first) = first.filter(|m| self.may_ask(m, asking.input)) {
+        let first = first.filter(|m| self.may_ask(m, asking.input));
+        self.state.asked.compaction_model_asked = first.is_some();
+        if let Some(first) = first {
             match self.ask_one(&first, &mut asking).await {
                 Ok(summary) => {
                     return Ok(Answer {

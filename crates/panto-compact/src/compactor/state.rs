@@ -88,6 +88,9 @@ pub(super) struct Asked {
     pub(super) compaction_model_failed: Option<AttemptFailure>,
     /// Every failed attempt so far, as `model: cause`.
     pub(super) failures: Vec<String>,
+    /// Whether the latest request asked the compaction model (it is not asked once it failed),
+    /// so that a step's warning names only the models that step asked.
+    pub(super) compaction_model_asked: bool,
 }
 
 impl FoldState {

@@ -363,7 +363,20 @@ impl<'m> Walk<'m> {
             return Err(error);
         }
         let (step, steps, last) = (request.step, request.steps, request.last);
-        let cause = error.to_string();
+        // The compaction's error names both models once both failed in the fold; this step
+        // asked only the active model when the compaction model had failed before.
+        let cause = match &error {
+            CompactError::BothModelsFailed {
+                active_model,
+                second,
+                ..
+            } if !fold.state.asked.compaction_model_asked => CompactError::Compaction {
+                model: active_model.clone(),
+                cause: (**second).clone(),
+            }
+            .to_string(),
+            _ => error.to_string(),
+        };
         tracing::warn!(step, %cause, "no model's summary of this step passed, going on from panto's record of its turns");
         fold.run.emit(CompactionEvent::StepRecorded {
             step,

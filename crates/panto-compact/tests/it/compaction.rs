@@ -1247,6 +1247,55 @@ async fn a_summary_cut_at_the_output_limit_is_asked_again_only_within_the_reques
     }
 }
 
+/// Issue 39, point 8: a step that asked only the active model (the compaction model failed an
+/// earlier step and is not asked again in the fold) is said to have failed with that model
+/// alone; the warning named the compaction model, which that step never asked.
+#[tokio::test]
+async fn a_step_warning_names_only_the_models_that_step_asked() {
+    let messages = long_rounds(10, 600);
+    let repeated = "keep going ".repeat(60);
+    let mut log = log_of(&messages);
+    let (cheap, cheap_ref) = model("cheap", "cheap-model");
+    let (main, main_ref) = model("main", "small-model");
+    // Step 1: the compaction model's answer fails the checks; the active model's passes.
+    cheap.push_text(repeated.clone());
+    main.push_text("## Goal\n- Answer the numbered requests (step 1).".to_owned());
+    // Step 2: the active model's answer fails too; the steps after it pass.
+    main.push_text(repeated.clone());
+    for i in 3..40 {
+        main.push_text(format!(
+            "## Goal\n- Answer the numbered requests (step {i})."
+        ));
+    }
+    let (c, seen) = events(
+        Compactor::new(main_ref)
+            .with_compaction_model(Some(cheap_ref))
+            .with_ids(Arc::new(SequentialIds::new())),
+    );
+    let mut c = c;
+    let out = compacted(at_2048(&mut c, &mut log).await.unwrap());
+    assert!(out.report.steps.len() >= 3, "{:?}", out.report.steps);
+    assert_eq!(
+        cheap.requests().len(),
+        1,
+        "the compaction model is asked once"
+    );
+    let recorded: Vec<(usize, String)> = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|e| match e {
+            CompactionEvent::StepRecorded { step, cause, .. } => Some((*step, cause.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(recorded.len(), 1, "{recorded:?}");
+    let (step, cause) = &recorded[0];
+    assert_eq!(*step, 2);
+    assert!(cause.contains("small-model"), "{cause}");
+    assert!(!cause.contains("cheap-model"), "{cause}");
+}
+
 /// Issue 26, point 5: a model is asked for every step, and panto's own record is written only
 /// for what the models failed. A step whose answers all fail panto's checks (here one phrase
 /// repeated) goes on from panto's record of its turns, said at once; the model summarizes the

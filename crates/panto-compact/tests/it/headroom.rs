@@ -4,25 +4,28 @@
 //! proactive compactions at 4k, 8k and 32k windows, with notes that fill the ledger (a file,
 //! an error and a command each), no two consecutive sends both compact, and every compaction
 //! keeps a whole earlier turn verbatim besides the prompt in flight.
+//!
+//! The model, the driver and the loop of proactive cycles are shared with `tiers.rs`, which
+//! runs them with the tiered and clearing strategies.
 
 use std::sync::Arc;
 
 use panto_compact::{
-    Compactor, CompactorConfig, Driver, KnownWindows, MemoryLog, MemoryStore, ModelRef, Window,
-    WindowSource,
+    CompactionReport, CompactionStrategy, Compactor, CompactorConfig, Driver, KnownWindows,
+    MemoryLog, MemoryStore, ModelRef, Window, WindowSource,
 };
 use panto_model::{Message, Role, SequentialIds, Usage};
 use panto_provider::{EventSink, Provider, ProviderError, Request, async_trait};
 
 /// The agent's system prompt; a request with another one is a compaction request.
-const AGENT: &str = "You are the agent.";
+pub(crate) const AGENT: &str = "You are the agent.";
 
 /// The share of the window a request is compacted ahead above.
-const SHARE: f64 = 0.8;
+pub(crate) const SHARE: f64 = 0.8;
 
 /// A model that answers a note briefly and summarizes in a few sentences (its summaries do
 /// not grow with the transcript, as a model's within its output limit do not).
-struct Model;
+pub(crate) struct Model;
 
 #[async_trait]
 impl Provider for Model {
@@ -59,7 +62,7 @@ impl Provider for Model {
 
 /// Note `i`, of about `tokens` tokens: a file edited, an error met and a command run (each a
 /// new ledger item), and filler.
-fn note(i: usize, tokens: u64) -> Message {
+pub(crate) fn note(i: usize, tokens: u64) -> Message {
     let head = format!(
         "Note {i}. I edited src/parser/module_{i}.rs and ran `cargo test -p parser --test t{i}`; \
          it failed with error[E0{:03}]: mismatched types in src/parser/module_{i}.rs:{}:9. ",
@@ -71,10 +74,29 @@ fn note(i: usize, tokens: u64) -> Message {
     Message::user_text(head + &filler.repeat(repeats.max(1)))
 }
 
-fn driver(window: u64) -> Driver<MemoryStore> {
-    let compactor = Compactor::new(ModelRef::new(Arc::new(Model), "model"))
+/// A driver over an empty session with a `window`-token window, compacting ahead at [`SHARE`]
+/// with `strategy`, keeping a quarter of the window verbatim.
+pub(crate) fn driver(window: u64, strategy: CompactionStrategy) -> Driver<MemoryStore> {
+    driver_of(
+        Compactor::new(ModelRef::new(Arc::new(Model), "model")),
+        window,
+        strategy,
+    )
+}
+
+/// [`driver`] over `compactor` (one with an event handler, say).
+pub(crate) fn driver_of(
+    compactor: Compactor,
+    window: u64,
+    strategy: CompactionStrategy,
+) -> Driver<MemoryStore> {
+    let compactor = compactor
         .with_ids(Arc::new(SequentialIds::new()))
-        .with_config(CompactorConfig::new().with_keep_tokens(window / 4));
+        .with_config(
+            CompactorConfig::new()
+                .with_keep_tokens(window / 4)
+                .with_compaction_strategy(strategy),
+        );
     let windows = KnownWindows::new().with(Window::new(window, WindowSource::Configured));
     Driver::new(compactor, MemoryLog::memory(), Default::default())
         .with_windows(windows)
@@ -83,16 +105,23 @@ fn driver(window: u64) -> Driver<MemoryStore> {
         .with_auto_compact(Some(SHARE))
 }
 
-/// Sends notes until `cycles` compactions ahead were written; returns the sends it took and
-/// the largest request after a compaction, as a share of the threshold.
-async fn cycles(window: u64, cycles: usize) -> (usize, f64) {
-    let mut d = driver(window);
+/// Sends `turn(i)` for i = 0, 1, ... until `cycles` compactions ahead were written, failing
+/// when two consecutive sends both compact ahead; `check` sees each compaction with the driver
+/// after it and the send's index. Returns the sends it took and the largest request after a
+/// compaction (less the send's reply), as a share of the threshold.
+pub(crate) async fn proactive_cycles(
+    d: &mut Driver<MemoryStore>,
+    window: u64,
+    cycles: usize,
+    mut turn: impl FnMut(usize) -> Vec<Message>,
+    mut check: impl FnMut(&Driver<MemoryStore>, &CompactionReport, usize),
+) -> (usize, f64) {
     let threshold = (window as f64 * SHARE) as u64;
     let (mut compactions, mut previous, mut largest_after) = (0, false, 0.0f64);
     let mut i = 0;
     while compactions < cycles {
         let reply = d
-            .send(vec![note(i, window / 24)], &mut |_| {})
+            .send(turn(i), &mut |_| {})
             .await
             .unwrap_or_else(|e| panic!("window {window}, send {i}: {e}"));
         let compacted = reply.compacted_ahead.is_some();
@@ -103,16 +132,7 @@ async fn cycles(window: u64, cycles: usize) -> (usize, f64) {
         );
         if let Some(report) = &reply.compacted_ahead {
             compactions += 1;
-            // The context after the compaction (less this send's reply): the summary, then
-            // kept turns verbatim. One of them is a whole earlier turn, its reply with it.
-            let context = &d.context().messages;
-            let kept = &context[..context.len() - 1];
-            assert!(
-                kept.iter()
-                    .any(|m| m.role == Role::Assistant && m.kept_by() == Some(&report.id[..])),
-                "window {window}, send {i}: compaction {} kept no earlier turn verbatim",
-                report.id
-            );
+            check(d, report, i);
             let after = d.estimate().total() - panto_size::Heuristic.message(&reply.message);
             largest_after = largest_after.max(after as f64 / threshold as f64);
         }
@@ -120,6 +140,27 @@ async fn cycles(window: u64, cycles: usize) -> (usize, f64) {
         i += 1;
     }
     (i, largest_after)
+}
+
+/// Sends notes until `cycles` compactions ahead were written, each keeping a whole earlier
+/// turn verbatim; returns the sends it took and the largest request after a compaction, as a
+/// share of the threshold.
+async fn cycles(window: u64, cycles: usize) -> (usize, f64) {
+    let mut d = driver(window, CompactionStrategy::Summary);
+    let turn = |i| vec![note(i, window / 24)];
+    proactive_cycles(&mut d, window, cycles, turn, |d, report, i| {
+        // The context after the compaction (less this send's reply): the summary, then
+        // kept turns verbatim. One of them is a whole earlier turn, its reply with it.
+        let context = &d.context().messages;
+        let kept = &context[..context.len() - 1];
+        assert!(
+            kept.iter()
+                .any(|m| m.role == Role::Assistant && m.kept_by() == Some(&report.id[..])),
+            "window {window}, send {i}: compaction {} kept no earlier turn verbatim",
+            report.id
+        );
+    })
+    .await
 }
 
 #[tokio::test]

@@ -31,6 +31,7 @@ mod recall;
 mod send;
 mod session;
 mod snapshots;
+mod tiers;
 mod undo;
 mod window;
 mod writers;
