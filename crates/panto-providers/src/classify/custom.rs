@@ -152,6 +152,7 @@ impl Classifier {
         body: &[u8],
     ) -> Classification {
         let signals = Signals::from_body(body);
+        // A 2xx or 3xx status says nothing about the error; fall back on the payload's own.
         let status = if status >= 400 {
             Some(status)
         } else {
@@ -163,8 +164,13 @@ impl Classifier {
     /// Classifies an error inside a stream, as
     /// [`classify_stream_error`](super::classify_stream_error) does.
     pub fn classify_stream_error(&self, payload: &Value) -> ProviderError {
+        self.explain_stream_error(payload).error
+    }
+
+    /// [`Classifier::classify_stream_error`], also naming the rule that fired.
+    pub fn explain_stream_error(&self, payload: &Value) -> Classification {
         let signals = Signals::from_value(payload);
-        self.decide(signals.embedded_status, None, &signals).error
+        self.decide(signals.embedded_status, None, &signals)
     }
 
     /// Recognises a 2xx JSON body that is really an error, as
@@ -182,7 +188,6 @@ impl Classifier {
     ) -> Classification {
         let protocol = self.protocol.unwrap_or(Protocol::OpenAiChat);
         let answer = Answer {
-            protocol,
             status,
             signals,
             sizes: Sizes::read(&signals.text),

@@ -30,7 +30,6 @@ pub use custom::{Classifier, CustomRule};
 
 use crate::protocol::Protocol;
 use numbers::{Sizes, retry_delay_in_text};
-use rules::Answer;
 use signals::Signals;
 
 /// What a rule decided, before it becomes a [`ProviderError`].
@@ -119,14 +118,7 @@ pub fn explain_response(
     retry_after: Option<Duration>,
     body: &[u8],
 ) -> Classification {
-    let signals = Signals::from_body(body);
-    // A 2xx or 3xx status says nothing about the error; fall back on the payload's own.
-    let status = if status >= 400 {
-        Some(status)
-    } else {
-        signals.embedded_status
-    };
-    classify(protocol, status, retry_after, &signals)
+    Classifier::new(protocol).explain_response(status, retry_after, body)
 }
 
 /// Classifies an error that arrived inside a stream that began with HTTP 200: the JSON payload
@@ -139,8 +131,7 @@ pub fn classify_stream_error(protocol: Protocol, payload: &Value) -> ProviderErr
 
 /// [`classify_stream_error`], also naming the rule that fired.
 pub fn explain_stream_error(protocol: Protocol, payload: &Value) -> Classification {
-    let signals = Signals::from_value(payload);
-    classify(protocol, signals.embedded_status, None, &signals)
+    Classifier::new(protocol).explain_stream_error(payload)
 }
 
 /// Recognises a 2xx JSON body that is really an error (`OpenRouter` answering 200 with an `error`
@@ -186,32 +177,6 @@ pub(super) fn is_error_body(body: &Value, depth: usize) -> bool {
         }
         _ => false,
     }
-}
-
-fn classify(
-    protocol: Protocol,
-    status: Option<u16>,
-    retry_after: Option<Duration>,
-    signals: &Signals,
-) -> Classification {
-    let sizes = Sizes::read(&signals.text);
-    let answer = Answer {
-        protocol,
-        status,
-        signals,
-        sizes,
-        retry_after,
-    };
-    let rule = rules::decide(&answer);
-    to_classification(
-        protocol,
-        status,
-        retry_after,
-        signals,
-        sizes,
-        rule.name,
-        rule.verdict,
-    )
 }
 
 /// The error a verdict gives, with the message, sizes and delay the answer states.

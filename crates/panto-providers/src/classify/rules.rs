@@ -20,8 +20,6 @@ use super::{Protocol, Verdict};
 
 /// One answer, as the rules see it.
 pub(super) struct Answer<'a> {
-    /// The wire protocol of the adapter that received it.
-    pub protocol: Protocol,
     /// The HTTP status of an error answer, or the status embedded in a stream event or a 2xx
     /// body; `None` when there is neither.
     pub status: Option<u16>,
@@ -135,14 +133,6 @@ fn states_zero_quota(text: &str) -> bool {
             _ => true,
         }
     })
-}
-
-/// The rule that decides `answer`: the first that applies to its protocol and holds.
-pub(super) fn decide(answer: &Answer<'_>) -> &'static Rule {
-    RULES
-        .iter()
-        .find(|rule| rule.protocols.contains(&answer.protocol) && rule.test.holds(answer))
-        .unwrap_or(&RULES[RULES.len() - 1])
 }
 
 const ALL: &[Protocol] = &Protocol::ALL;
