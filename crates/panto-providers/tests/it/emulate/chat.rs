@@ -3,11 +3,9 @@
 //! The rule, as "Function calling" states it
 //! (<https://platform.openai.com/docs/guides/function-calling>, the Chat Completions form):
 //! an assistant message with `tool_calls` is followed by one `tool` message for each call,
-//! with its `tool_call_id`, before any other message ("An assistant message with 'tool_calls'
-//! must be followed by tool messages responding to each 'tool_call_id'. The following
-//! tool_call_ids did not have response messages: …"), and a `tool` message answers a call of
-//! the assistant message before its run ("messages with role 'tool' must be a response to a
-//! preceeding message with 'tool_calls'"). It answers in the documented stream of chunks.
+//! with its `tool_call_id`, before any other message, and a `tool` message answers a call of
+//! the assistant message before its run. The refusals quote the API's messages. It answers in
+//! the documented stream of chunks.
 
 use serde_json::{Value, json};
 use wiremock::matchers::{method, path};

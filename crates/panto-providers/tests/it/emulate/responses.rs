@@ -11,7 +11,7 @@
 //! - "Function calling" (<https://developers.openai.com/api/docs/guides/function-calling>):
 //!   each `function_call` in the input is answered by a `function_call_output` with its
 //!   `call_id` ("No tool output found for function call …"), and each output answers a call
-//!   before it ("No tool call found for function call output with call_id …").
+//!   before it ("No tool call found for function call output with `call_id` …").
 //! - "Compaction" (<https://developers.openai.com/api/docs/guides/compaction>):
 //!   `POST /responses/compact` returns the window to continue from, the user's messages and
 //!   one opaque `compaction` item with `encrypted_content`, to be passed back as it is; with
