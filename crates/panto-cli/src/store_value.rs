@@ -27,8 +27,6 @@ pub(crate) enum Choice {
 
 /// A kind of store, as a store value names it.
 pub(crate) struct StoreKind {
-    /// Its name: `jsonl`, `sqlite`, `postgres`.
-    pub(crate) name: &'static str,
     /// The forms a person writes, each as help texts and errors show it (`sqlite:PATH`).
     pub(crate) forms: &'static [&'static str],
     /// What it is, in a few words, for a help text.
@@ -43,21 +41,18 @@ pub(crate) struct StoreKind {
 /// Every kind of store, in the order panto lists them.
 pub(crate) const KINDS: &[StoreKind] = &[
     StoreKind {
-        name: "jsonl",
         forms: &["jsonl", "jsonl:DIR"],
         help: "JSONL files: SESSION is a path, or a file name in DIR",
         database: false,
         read: read_jsonl,
     },
     StoreKind {
-        name: "sqlite",
         forms: &["sqlite:PATH"],
         help: "every session in one SQLite file",
         database: true,
         read: read_sqlite,
     },
     StoreKind {
-        name: "postgres",
         forms: &["postgres://USER@HOST/DB"],
         help: "a PostgreSQL database (a password: PGPASSWORD)",
         database: true,
@@ -97,7 +92,7 @@ pub(crate) fn forms(keep: impl Fn(&StoreKind) -> bool, last: &str) -> String {
         .filter(|k| keep(k))
         .flat_map(|k| k.forms.iter().copied())
         .collect();
-    crate::ui::listed(&forms, last)
+    crate::cli::listed(&forms, last)
 }
 
 /// `--store`'s help: each kind's forms with what it is.

@@ -11,20 +11,6 @@ use panto_compact::{CompactionEvent, CompactionStrategy};
 use panto_model::{Cost, Trigger, Usage};
 use panto_provider::{About, ProviderError, RetryNotice};
 
-/// Items of a list in words: joined by `, `, with `last` (`" or "`, `", "`) before the last
-/// one: `anthropic, openai or gemini`. Every list panto shows (providers, stores, variables) is
-/// joined here.
-pub(crate) fn listed<S: AsRef<str>>(items: &[S], last: &str) -> String {
-    match items.split_last() {
-        Some((tail, rest)) if !rest.is_empty() => {
-            let rest: Vec<&str> = rest.iter().map(AsRef::as_ref).collect();
-            format!("{}{last}{}", rest.join(", "), tail.as_ref())
-        }
-        Some((only, _)) => only.as_ref().to_owned(),
-        None => String::new(),
-    }
-}
-
 /// The line announcing a retry: `panto: retrying 2/3 in 4 s: connection failed: Connection
 /// refused (os error 111)`.
 pub(crate) fn describe_retry(notice: &RetryNotice<'_>) -> String {
