@@ -350,20 +350,6 @@ impl Common {
     }
 }
 
-/// Items of a list in words: joined by `, `, with `last` (`" or "`, `", "`) before the last
-/// one: `anthropic, openai or gemini`. Every list panto shows (providers, stores, variables) is
-/// joined here.
-pub(crate) fn listed<S: AsRef<str>>(items: &[S], last: &str) -> String {
-    match items.split_last() {
-        Some((tail, rest)) if !rest.is_empty() => {
-            let rest: Vec<&str> = rest.iter().map(AsRef::as_ref).collect();
-            format!("{}{last}{}", rest.join(", "), tail.as_ref())
-        }
-        Some((only, _)) => only.as_ref().to_owned(),
-        None => String::new(),
-    }
-}
-
 /// `--compaction-strategy`'s long help: each strategy with what it does, from the one list.
 fn strategy_long_help() -> String {
     let each: Vec<String> = CompactionStrategy::ALL
@@ -396,7 +382,10 @@ fn provider_long_help() -> String {
             format!("{} ({help})", v.get_name())
         })
         .collect();
-    format!("The provider: {}.", listed(&described, " or "))
+    format!(
+        "The provider: {}.",
+        crate::lists::listed(&described, " or ")
+    )
 }
 
 fn parse_provider(s: &str) -> Result<ProviderKind, String> {

@@ -92,7 +92,7 @@ pub(crate) fn forms(keep: impl Fn(&StoreKind) -> bool, last: &str) -> String {
         .filter(|k| keep(k))
         .flat_map(|k| k.forms.iter().copied())
         .collect();
-    crate::cli::listed(&forms, last)
+    crate::lists::listed(&forms, last)
 }
 
 /// `--store`'s help: each kind's forms with what it is.

@@ -1267,8 +1267,8 @@ fn the_docs_list_the_strategies_and_trusted_keys_of_the_one_definition() {
 
 #[test]
 fn lists_in_words_join_with_the_last_word_before_the_last_item() {
-    let text = crate::cli::listed(&crate::config::ProviderKind::key_variables(), " or ");
+    let text = crate::lists::listed(&crate::config::ProviderKind::key_variables(), " or ");
     assert_eq!(text, "ANTHROPIC_API_KEY, OPENAI_API_KEY or GEMINI_API_KEY");
-    assert_eq!(crate::cli::listed(&["a"], " or "), "a");
-    assert_eq!(crate::cli::listed::<&str>(&[], " or "), "");
+    assert_eq!(crate::lists::listed(&["a"], " or "), "a");
+    assert_eq!(crate::lists::listed::<&str>(&[], " or "), "");
 }

@@ -172,7 +172,7 @@ or once for every command, in {}:
 and set the provider's key: {}.
 For a local OpenAI-compatible server: --provider openai --base-url http://127.0.0.1:8080/v1 --model NAME",
         user_config_file(config),
-        crate::cli::listed(&ProviderKind::key_variables(), " or ")
+        crate::lists::listed(&ProviderKind::key_variables(), " or ")
     )
 }
 

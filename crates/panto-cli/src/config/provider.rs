@@ -44,7 +44,7 @@ impl ProviderKind {
             .iter()
             .map(|k| k.as_str())
             .collect();
-        crate::cli::listed(&names, last)
+        crate::lists::listed(&names, last)
     }
 
     /// The variables that hold the keys of every provider, each once, in the order of the
