@@ -410,15 +410,12 @@ fn pack(
     };
     for line in text.split_inclusive('\n') {
         let line_size = budget.size(line);
-        let head = if std::mem::take(&mut first) && mid {
-            0
-        } else {
-            head_of(line)
-        };
+        let first_mid = std::mem::take(&mut first) && mid;
         if line_size <= budget.limit || budget.measure == Measure::Lines {
             add(line, line_size, &mut pos);
             continue;
         }
+        let head = if first_mid { 0 } else { head_of(line) };
         let words = std::iter::once(&line[..head])
             .chain(line[head..].split_inclusive(' '))
             .filter(|w| !w.is_empty());
