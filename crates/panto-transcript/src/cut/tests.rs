@@ -1,3 +1,6 @@
+//! The cutter's property tests (budgets, char boundaries, prefixes and suffixes, pieces that
+//! concatenate back, idempotence) and the examples that pin its choices of boundary.
+
 use panto_size::Heuristic;
 use proptest::prelude::*;
 
