@@ -69,7 +69,7 @@ impl OfflineSummarizer {
 #[async_trait]
 impl Provider for OfflineSummarizer {
     fn name(&self) -> &str {
-        "offline"
+        crate::config::ProviderKind::Offline.as_str()
     }
 
     /// A compaction request that comes without its source (from a caller other than the
