@@ -11,9 +11,10 @@
 
 use std::collections::{HashMap, HashSet};
 
-use panto_model::Entry;
+use panto_model::{Entry, Item};
 use panto_store::recall::{
-    Block, Corrupt, DocRow, IndexState, Lookup, RangeMeta, Update, context_fingerprints, item_at,
+    Block, Candidate, Corrupt, DocRow, IndexState, Lookup, RangeMeta, Update, context_fingerprints,
+    item_at,
 };
 use panto_store::{Head, Loaded, RecallQuery, Recalled, StoreError};
 use tokio_postgres::Client;
@@ -115,10 +116,17 @@ ORDER BY u.t, p.part";
 const DOCS: &str = "SELECT doc, position, block, fingerprint FROM panto_recall_docs
 WHERE session = $1::bigint AND doc = ANY($2::int4[])";
 
-const TOOL: &str = "SELECT tool FROM panto_recall_calls
-WHERE session = $1::bigint AND call = $2::text
-  AND (position < $3::bigint OR (position = $3::bigint AND block < $4::int4))
-ORDER BY position DESC, block DESC LIMIT 1";
+/// `($1 id, $2 seqs)` → the entries of the candidates picked, in one round trip.
+const ENTRIES: &str = "SELECT seq, body FROM panto_entries
+WHERE session = $1::bigint AND seq = ANY($2::int8[])";
+
+/// `($1 id, $2 calls, $3 positions, $4 blocks, $5 indices)` → each index with the tool of
+/// the latest call with its id before its item (a tool result whose entry lacks its call).
+const TOOLS: &str = "SELECT u.i, (SELECT k.tool FROM panto_recall_calls k
+    WHERE k.session = $1::bigint AND k.call = u.c
+      AND (k.position < u.p OR (k.position = u.p AND k.block < u.b))
+    ORDER BY k.position DESC, k.block DESC LIMIT 1)
+FROM unnest($2::text[], $3::int8[], $4::int4[], $5::int4[]) AS u (c, p, b, i)";
 
 const SIZE: &str = "SELECT (
   (SELECT coalesce(sum(pg_column_size(t.*)), 0) FROM panto_recall_state t WHERE session = $1::bigint)
@@ -128,8 +136,10 @@ const SIZE: &str = "SELECT (
 + (SELECT coalesce(sum(pg_column_size(t.*)), 0) FROM panto_recall_compactions t WHERE session = $1::bigint)
 )::bigint";
 
-const SUMMARIZED_BY: &str = "SELECT name FROM panto_recall_compactions
-WHERE session = $1::bigint AND position > $2::bigint ORDER BY position LIMIT 1";
+/// `($1 id, $2 positions)` → each position with the first compaction after it, or NULL.
+const SUMMARIZED_BY: &str = "SELECT u.p, (SELECT c.name FROM panto_recall_compactions c
+    WHERE c.session = $1::bigint AND c.position > u.p ORDER BY c.position LIMIT 1)
+FROM unnest($2::int8[]) AS u (p)";
 
 fn state_of(row: Option<&tokio_postgres::Row>) -> Result<Option<IndexState>, Fail> {
     let Some(r) = row else {
@@ -396,7 +406,12 @@ pub(crate) async fn recall(
     let Some((id, head)) = target(pool, c, session).await? else {
         return Ok(None);
     };
-    let state = catch_up(pool, c, id, head).await?;
+    // Current already (the store caught it up before this try): no transaction, no lock.
+    let rows = pool.query(c, STATE, &[(&id, Type::INT8)]).await?;
+    let state = match state_of(rows.first())? {
+        Some(s) if to_i64(s.entries) == head => s,
+        _ => catch_up(pool, c, id, head).await?,
+    };
     let lookup = Lookup::new(query);
     if lookup.is_empty() {
         return Ok(Some(Recalled::new(Vec::new(), u64::from(state.docs))));
@@ -457,66 +472,100 @@ pub(crate) async fn recall(
             return Ok(None);
         }
     }
-    let mut picked = Vec::new();
-    for (cand, row) in picker.picked() {
-        let seq = to_i64(row.position + 1);
-        let rows = pool
-            .query(
-                c,
-                sql::RANGE,
-                &[(&id, Type::INT8), (&seq, Type::INT8), (&seq, Type::INT8)],
-            )
-            .await?;
-        let Some(r) = rows.first() else {
-            return Ok(None);
-        };
-        let body: &[u8] = r.try_get(1)?;
-        let line = usize::try_from(seq).unwrap_or(usize::MAX);
-        let Ok(entry) = panto_model::decode_line(body, line) else {
-            return Ok(None);
-        };
-        let entry: Entry = entry;
-        let position = to_i64(row.position);
-        let block = i32::try_from(row.block).unwrap_or(i32::MAX);
-        let mut tool = None;
-        if let Some(call) = item_at(&entry, row.position, row.block, |_| None)
-            .and_then(|i| (i.tool.is_none()).then_some(i.call).flatten())
-        {
-            let rows = pool
-                .query(
-                    c,
-                    TOOL,
-                    &[
-                        (&id, Type::INT8),
-                        (&call, Type::TEXT),
-                        (&position, Type::INT8),
-                        (&block, Type::INT4),
-                    ],
-                )
-                .await?;
-            tool = rows
-                .first()
-                .map(|r| r.try_get::<_, String>(0))
-                .transpose()?;
-        }
-        let Some(item) = item_at(&entry, row.position, row.block, |_| tool) else {
-            return Ok(None);
-        };
-        let rows = pool
-            .query(
-                c,
-                SUMMARIZED_BY,
-                &[(&id, Type::INT8), (&position, Type::INT8)],
-            )
-            .await?;
-        let by = rows
-            .first()
-            .map(|r| r.try_get::<_, String>(0))
-            .transpose()?;
-        picked.push((cand, item, by));
-    }
+    let Some(picked) = items(pool, c, id, picker.picked()).await? else {
+        return Ok(None);
+    };
     Ok(Some(Recalled::new(
         lookup.hits(picked),
         u64::from(state.docs),
     )))
+}
+
+/// The items of the candidates `picked`, each with the compaction that summarized it, read in
+/// three round trips whatever their number (the entries, the compactions, the tools of
+/// results whose entry lacks their call); `None` when the index names an item that is not
+/// there.
+async fn items(
+    pool: &Pool,
+    c: &Client,
+    id: i64,
+    picked: Vec<(Candidate, DocRow)>,
+) -> Result<Option<Vec<(Candidate, Item, Option<String>)>>, Fail> {
+    let seqs: Vec<i64> = picked.iter().map(|(_, r)| to_i64(r.position + 1)).collect();
+    let rows = pool
+        .query(c, ENTRIES, &[(&id, Type::INT8), (&seqs, Type::INT8_ARRAY)])
+        .await?;
+    let mut entries: HashMap<i64, Entry> = HashMap::new();
+    for r in &rows {
+        let (seq, body): (i64, &[u8]) = (r.try_get(0)?, r.try_get(1)?);
+        let line = usize::try_from(seq).unwrap_or(usize::MAX);
+        let Ok(entry) = panto_model::decode_line(body, line) else {
+            return Ok(None);
+        };
+        entries.insert(seq, entry);
+    }
+    let positions: Vec<i64> = picked.iter().map(|(_, r)| to_i64(r.position)).collect();
+    let rows = pool
+        .query(
+            c,
+            SUMMARIZED_BY,
+            &[(&id, Type::INT8), (&positions, Type::INT8_ARRAY)],
+        )
+        .await?;
+    let mut by: HashMap<i64, String> = HashMap::new();
+    for r in &rows {
+        let (position, name): (i64, Option<String>) = (r.try_get(0)?, r.try_get(1)?);
+        if let Some(name) = name {
+            by.insert(position, name);
+        }
+    }
+    let int4 = |n: u32| i32::try_from(n).unwrap_or(i32::MAX);
+    let (mut calls, mut at, mut blocks, mut which) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for (i, (_, row)) in picked.iter().enumerate() {
+        let Some(entry) = entries.get(&to_i64(row.position + 1)) else {
+            return Ok(None);
+        };
+        if let Some(call) = item_at(entry, row.position, row.block, |_| None)
+            .and_then(|i| (i.tool.is_none()).then_some(i.call).flatten())
+        {
+            calls.push(call);
+            at.push(to_i64(row.position));
+            blocks.push(int4(row.block));
+            which.push(i32::try_from(i).unwrap_or(i32::MAX));
+        }
+    }
+    let mut tools: HashMap<usize, String> = HashMap::new();
+    if !calls.is_empty() {
+        let rows = pool
+            .query(
+                c,
+                TOOLS,
+                &[
+                    (&id, Type::INT8),
+                    (&calls, Type::TEXT_ARRAY),
+                    (&at, Type::INT8_ARRAY),
+                    (&blocks, Type::INT4_ARRAY),
+                    (&which, Type::INT4_ARRAY),
+                ],
+            )
+            .await?;
+        for r in &rows {
+            let (i, tool): (i32, Option<String>) = (r.try_get(0)?, r.try_get(1)?);
+            if let Some(tool) = tool {
+                tools.insert(usize::try_from(i).unwrap_or(usize::MAX), tool);
+            }
+        }
+    }
+    let mut out = Vec::with_capacity(picked.len());
+    for (i, (cand, row)) in picked.into_iter().enumerate() {
+        let Some(entry) = entries.get(&to_i64(row.position + 1)) else {
+            return Ok(None);
+        };
+        let tool = tools.remove(&i);
+        let Some(item) = item_at(entry, row.position, row.block, |_| tool) else {
+            return Ok(None);
+        };
+        out.push((cand, item, by.get(&to_i64(row.position)).cloned()));
+    }
+    Ok(Some(out))
 }
