@@ -520,7 +520,8 @@ async fn items(
         }
     }
     let int4 = |n: u32| i32::try_from(n).unwrap_or(i32::MAX);
-    let (mut calls, mut at, mut blocks, mut which) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut calls, mut at, mut blocks, mut which) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for (i, (_, row)) in picked.iter().enumerate() {
         let Some(entry) = entries.get(&to_i64(row.position + 1)) else {
             return Ok(None);
