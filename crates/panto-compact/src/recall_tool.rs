@@ -33,6 +33,9 @@ const SNIPPET_FLOOR: usize = 240;
 /// Neighbours on each side of a fetched item.
 const NEIGHBOURS: usize = 1;
 
+/// The most characters of the items shown beside one hit ([`beside`]).
+const BESIDE_CHARS: usize = 400;
+
 /// The recall tool's name, description and JSON schema, which every adapter turns into its
 /// protocol's tool shape.
 pub fn recall_tool_spec() -> ToolSpec {
@@ -149,14 +152,106 @@ pub async fn answer_recall<S: Store + ?Sized>(
             Err(e) => RecallAnswer::error(e.to_string()),
         },
         Ok(RecallCall::Search(query)) => match store.recall(session, &query).await {
-            Ok(found) => search_answer(&query.text, &found),
+            Ok(found) => {
+                let mut around = Vec::with_capacity(found.hits.len());
+                for hit in &found.hits {
+                    let (id, context) = around_of(hit);
+                    // What is beside a hit only helps: a fetch that fails shows none.
+                    around.push(store.fetch(session, &id, context).await.unwrap_or_default());
+                }
+                search_answer(&query.text, &found, &around)
+            }
             Err(e) => RecallAnswer::error(e.to_string()),
         },
     }
 }
 
-/// The answer listing `found`'s hits.
-pub fn search_answer(query: &str, found: &Recalled) -> RecallAnswer {
+/// What to fetch for the items [`beside`] a hit, and with how many entries each side: a tool
+/// call's result by the call id (it may come several entries later, after the results of the
+/// calls made with it), else the hit with one entry each side.
+pub fn around_of(hit: &Hit) -> (String, usize) {
+    match (&hit.kind, &hit.call) {
+        (ItemKind::ToolCall, Some(call)) => (call.clone(), 0),
+        _ => (hit.id.clone(), NEIGHBOURS),
+    }
+}
+
+/// The items of `around` (what [`around_of`] fetched) that say what `hit` was about: for a
+/// tool result, the call that asked for it (the command); for a tool call, its result; for
+/// the assistant's text, the calls made in its message (or the next one's, when each of an
+/// assistant's blocks is an entry of its own).
+pub fn beside<'a>(hit: &Hit, around: &'a Fetched) -> Vec<&'a Item> {
+    let items = around
+        .items
+        .iter()
+        .filter(|i| i.id != hit.id || i.kind != hit.kind);
+    match hit.kind {
+        ItemKind::ToolResult | ItemKind::ToolCall => {
+            let wanted = if hit.kind == ItemKind::ToolResult {
+                ItemKind::ToolCall
+            } else {
+                ItemKind::ToolResult
+            };
+            items
+                .filter(|i| i.kind == wanted && i.call.is_some() && i.call == hit.call)
+                .take(1)
+                .collect()
+        }
+        ItemKind::Text | ItemKind::Thinking if hit.role == Some(Role::Assistant) => {
+            let calls = |position: u64| -> Vec<&'a Item> {
+                around
+                    .items
+                    .iter()
+                    .filter(|i| i.kind == ItemKind::ToolCall && i.position == position)
+                    .collect()
+            };
+            let same = calls(hit.position);
+            if same.is_empty() {
+                let next = around
+                    .items
+                    .iter()
+                    .find(|i| i.position > hit.position)
+                    .filter(|i| i.role == Some(Role::Assistant));
+                next.map(|i| calls(i.position)).unwrap_or_default()
+            } else {
+                same
+            }
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// An item's text as the tool shows it: a tool call's arguments one to a line (`command: git
+/// log -3`), strings unquoted, rather than the call's JSON, where a command's quotes and line
+/// breaks are escaped; any other item's text as it is.
+pub fn shown_text(kind: ItemKind, text: &str) -> String {
+    if kind != ItemKind::ToolCall {
+        return text.to_owned();
+    }
+    let Some((name, args)) = text.split_once(' ') else {
+        return text.to_owned();
+    };
+    let Ok(Value::Object(args)) = serde_json::from_str::<Value>(args) else {
+        return text.to_owned();
+    };
+    let mut out = name.to_owned();
+    for (key, value) in &args {
+        let _ = match value {
+            Value::String(s) => write!(out, "\n{key}: {s}"),
+            other => write!(out, "\n{key}: {other}"),
+        };
+    }
+    out
+}
+
+/// The answer listing `found`'s hits, each with the items `around` it (`around[i]` is what
+/// [`around_of`] fetched for hit `i`; missing or empty when nothing was) that [`beside`]
+/// chooses.
+///
+/// The room of [`RECALL_ANSWER_CHARS`] is shared so that no hit gets more than it can use: a
+/// hit whose text (and what is beside it) is short takes only that, and what it leaves goes to
+/// the others, whose passages ([`passage`]) grow with it.
+pub fn search_answer(query: &str, found: &Recalled, around: &[Fetched]) -> RecallAnswer {
     let n = found.hits.len();
     let line = format!("recalled {n} {} for '{query}'", passages(n));
     if n == 0 {
@@ -170,15 +265,57 @@ pub fn search_answer(query: &str, found: &Recalled) -> RecallAnswer {
         "{n} {} for {query:?}, best first. Call {RECALL_TOOL} with an `id` to read one whole.\n",
         passages(n)
     );
-    let each = RECALL_ANSWER_CHARS.saturating_sub(text.len()) / n;
-    for hit in &found.hits {
-        let head = hit_heading(hit);
-        // The passage around the match as large as the room allows (its `…` marks aside): a
-        // hit's 240-character snippet misses a third of the answers its text holds in the
-        // needle exam (docs/compaction.md), and the model should not need a fetch for them.
-        let room = each.saturating_sub(head.len() + 4);
-        let shown = passage(&hit.text, query, room.max(SNIPPET_FLOOR));
-        let _ = writeln!(text, "\n{head}\n{}", cut(&shown, room + 2));
+    let none = Fetched::default();
+    let shown: Vec<(String, String, Vec<String>)> = found
+        .hits
+        .iter()
+        .enumerate()
+        .map(|(i, hit)| {
+            let beside = beside(hit, around.get(i).unwrap_or(&none))
+                .into_iter()
+                .map(|item| {
+                    let what = describe(item.kind, item.role, item.tool.as_deref(), item.error);
+                    let text = shown_text(item.kind, &item.text);
+                    format!("[{}] {what}: {}", item.id, text.trim())
+                })
+                .collect();
+            (hit_heading(hit), shown_text(hit.kind, &hit.text), beside)
+        })
+        .collect();
+    // What each hit needs, and the room each gets: the least needs first, each at most an
+    // equal share of what is left.
+    let needs: Vec<usize> = shown
+        .iter()
+        .map(|(head, body, beside)| {
+            let beside: usize = beside.iter().map(|b| b.chars().count() + 1).sum();
+            head.len() + 4 + body.chars().count() + beside.min(BESIDE_CHARS)
+        })
+        .collect();
+    let mut rooms = vec![0; n];
+    let mut order: Vec<usize> = (0..n).collect();
+    order.sort_by_key(|&i| needs[i]);
+    let mut left = RECALL_ANSWER_CHARS.saturating_sub(text.len());
+    for (k, &i) in order.iter().enumerate() {
+        rooms[i] = needs[i].min(left / (n - k));
+        left -= rooms[i];
+    }
+    for (i, (head, body, beside)) in shown.iter().enumerate() {
+        let each = rooms[i];
+        // What is beside the hit: what it needs up to BESIDE_CHARS, and a third of the hit's
+        // room when the hit's own text needs the rest; each item an equal share.
+        let wanted: usize = beside.iter().map(|b| b.chars().count() + 1).sum();
+        let spare = each.saturating_sub(head.len() + 4 + body.chars().count());
+        let share = wanted.min(BESIDE_CHARS).min(spare.max(each / 3)) / beside.len().max(1);
+        let beside: String = beside
+            .iter()
+            .map(|b| format!("\n{}", cut(b, share.saturating_sub(1))))
+            .collect();
+        // The passage around the match as large as the room allows: a hit's 240-character
+        // snippet misses a third of the answers its text holds in the needle exam
+        // (docs/compaction.md), and the model should not need a fetch for them.
+        let room = each.saturating_sub(head.len() + 4 + beside.chars().count());
+        let passage = passage(body, query, room.max(SNIPPET_FLOOR));
+        let _ = writeln!(text, "\n{head}\n{}{beside}", cut(&passage, room + 2));
     }
     RecallAnswer {
         text: cut(&text, RECALL_ANSWER_CHARS),
@@ -241,7 +378,10 @@ pub fn fetch_answer(id: &str, fetched: &Fetched) -> RecallAnswer {
         let _ = writeln!(
             text,
             "{head}\n{}\n",
-            cut(&item.text, room.saturating_sub(head.len() + 2))
+            cut(
+                &shown_text(item.kind, &item.text),
+                room.saturating_sub(head.len() + 2)
+            )
         );
     }
     let n = fetched.items.len().saturating_sub(fetched.asked.len());
