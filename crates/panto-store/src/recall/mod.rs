@@ -206,8 +206,8 @@ pub(crate) fn finish<'a>(
 }
 
 /// What the recall tool shows of a hit's text: whole lines of at most about `chars` characters
-/// in all, chosen around what the query finds in it (its first exact string, else the window
-/// holding most of its terms near each other, else its first term), with the text's first line
+/// in all, chosen around what the query finds in it (the window holding most of its terms
+/// near each other, else its first exact string, else its first term), with the text's first line
 /// and the lines elsewhere that hold an exact string or say error, failed, panic, fatal or
 /// exception (the `passage` module says how); `…` lines mark what is left out. The whole text,
 /// its whitespace runs made one space, when it fits. A hit's snippet is one line of

@@ -5,8 +5,8 @@
 //! has the room of several hundred to a few thousand characters, and a tool's output is made of
 //! lines: a passage keeps them (each line's whitespace runs made one space) and chooses which,
 //! in this order while its room lasts:
-//! 1. the line the query matched (its first exact string, else the window of its terms,
-//!    [`super::near`]);
+//! 1. the line the query matched (where the window holding most of its terms starts,
+//!    [`super::near`], else its first exact string);
 //! 2. the text's first line, which says what a tool's output is (the command's first words, a
 //!    failed call's error);
 //! 3. half of the room for the lines around the match, a third before and two thirds after;
@@ -18,6 +18,8 @@
 //! Lines not shown are marked by a `…` line. A text whose matched line alone is longer than
 //! two thirds of the room (minified JSON, one long log line) gets the one-line window of
 //! [`super::snippet`] instead.
+
+use std::collections::HashSet;
 
 use super::near::Near;
 use super::query::{Query, normalize};
@@ -79,8 +81,12 @@ pub(crate) fn cut(text: &str, query: &Query, near: Near, chars: usize) -> String
         })
         .collect();
     marked.sort_unstable();
+    // A line like one shown says nothing more (`"created_at": ...` in every record).
+    let mut seen: HashSet<&str> = chosen.shown_texts();
     for (_, _, i) in marked {
-        chosen.take(i, MARKED_LINE, 2);
+        if seen.insert(lines[i].text.as_str()) {
+            chosen.take(i, MARKED_LINE, 2);
+        }
     }
     let rest = chosen.left();
     chosen.grow(anchor, rest);
@@ -103,21 +109,23 @@ fn lines(text: &str) -> Vec<Line> {
     out
 }
 
-/// The line the query matched: the first holding an exact string, else the one where the
-/// window of its terms starts, else the first holding a term, else the first.
+/// The line the query matched: the one where the window holding most of its terms near each
+/// other starts (its identifiers are terms too, so this is where most of what it asks is),
+/// else the first holding an exact string (a hex id prefix is no whole term), else the first
+/// holding a term, else the first.
 fn anchor(lines: &[Line], query: &Query, exact: &[&str], near: Near) -> usize {
+    if near.terms > 0 {
+        return lines
+            .iter()
+            .rposition(|l| l.start <= near.at)
+            .unwrap_or_default();
+    }
     let lowered = |l: &Line| normalize(&l.text);
     if let Some(i) = lines.iter().position(|l| {
         let low = lowered(l);
         exact.iter().any(|e| !e.is_empty() && low.contains(e))
     }) {
         return i;
-    }
-    if near.terms > 0 {
-        return lines
-            .iter()
-            .rposition(|l| l.start <= near.at)
-            .unwrap_or_default();
     }
     lines
         .iter()
@@ -161,6 +169,16 @@ impl<'a> Chosen<'a> {
         self.room -= cost;
         self.shown[i] = Some(most);
         true
+    }
+
+    /// The texts of the lines shown.
+    fn shown_texts(&self) -> HashSet<&'a str> {
+        self.shown
+            .iter()
+            .zip(self.lines)
+            .filter(|(shown, _)| shown.is_some())
+            .map(|(_, l)| l.text.as_str())
+            .collect()
     }
 
     /// Shows lines around `at` worth about `budget` characters, a third of them before it and
@@ -295,6 +313,34 @@ mod tests {
         let shown = of(&text, "abc123def456", 500);
         assert!(shown.contains("deploy token abc123def456 issued"));
         assert!(shown.contains("deploy again with abc123def456"), "{shown}");
+    }
+
+    #[test]
+    fn the_window_of_most_terms_beats_a_lone_exact_string() {
+        let mut lines = numbered(400);
+        lines[5] = "deps/ash_sqlite/mix.exs".to_owned();
+        for (i, dep) in ["ecto_sqlite3", "db_connection", "ash_sql", "ecto_sql"]
+            .iter()
+            .enumerate()
+        {
+            lines[300 + i] = format!("deps/{dep}/mix.exs");
+        }
+        let text = lines.join("\n");
+        let shown = of(&text, "db_connection ash_sql ecto_sqlite3", 400);
+        assert!(shown.contains("deps/ecto_sql/mix.exs"), "{shown}");
+    }
+
+    #[test]
+    fn a_line_like_one_shown_is_not_shown_again() {
+        let mut lines = numbered(600);
+        for i in [100, 300, 500] {
+            lines[i] = "\"created_at\": \"2026-02-10\",".to_owned();
+        }
+        lines[301] = "\"issue_id\": \"spotter-2qx.1\",".to_owned();
+        let text = lines.join("\n");
+        let shown = of(&text, "created_at issue_id", 300);
+        assert_eq!(shown.matches("created_at").count(), 1, "{shown}");
+        assert!(shown.contains("spotter-2qx.1"), "{shown}");
     }
 
     #[test]
