@@ -266,31 +266,15 @@ pub fn search_answer(query: &str, found: &Recalled, around: &[Fetched]) -> Recal
         passages(n)
     );
     let none = Fetched::default();
-    let shown: Vec<(String, String, Vec<String>)> = found
+    let shown: Vec<Shown> = found
         .hits
         .iter()
         .enumerate()
-        .map(|(i, hit)| {
-            let beside = beside(hit, around.get(i).unwrap_or(&none))
-                .into_iter()
-                .map(|item| {
-                    let what = describe(item.kind, item.role, item.tool.as_deref(), item.error);
-                    let text = shown_text(item.kind, &item.text);
-                    format!("[{}] {what}: {}", item.id, text.trim())
-                })
-                .collect();
-            (hit_heading(hit), shown_text(hit.kind, &hit.text), beside)
-        })
+        .map(|(i, hit)| Shown::of(hit, around.get(i).unwrap_or(&none)))
         .collect();
     // What each hit needs, and the room each gets: the least needs first, each at most an
     // equal share of what is left.
-    let needs: Vec<usize> = shown
-        .iter()
-        .map(|(head, body, beside)| {
-            let beside: usize = beside.iter().map(|b| b.chars().count() + 1).sum();
-            head.len() + 4 + body.chars().count() + beside.min(BESIDE_CHARS)
-        })
-        .collect();
+    let needs: Vec<usize> = shown.iter().map(Shown::needs).collect();
     let mut rooms = vec![0; n];
     let mut order: Vec<usize> = (0..n).collect();
     order.sort_by_key(|&i| needs[i]);
@@ -299,28 +283,103 @@ pub fn search_answer(query: &str, found: &Recalled, around: &[Fetched]) -> Recal
         rooms[i] = needs[i].min(left / (n - k));
         left -= rooms[i];
     }
-    for (i, (head, body, beside)) in shown.iter().enumerate() {
-        let each = rooms[i];
-        // What is beside the hit: what it needs up to BESIDE_CHARS, and a third of the hit's
-        // room when the hit's own text needs the rest; each item an equal share.
-        let wanted: usize = beside.iter().map(|b| b.chars().count() + 1).sum();
-        let spare = each.saturating_sub(head.len() + 4 + body.chars().count());
-        let share = wanted.min(BESIDE_CHARS).min(spare.max(each / 3)) / beside.len().max(1);
-        let beside: String = beside
-            .iter()
-            .map(|b| format!("\n{}", cut(b, share.saturating_sub(1))))
-            .collect();
-        // The passage around the match as large as the room allows: a hit's 240-character
-        // snippet misses a third of the answers its text holds in the needle exam
-        // (docs/compaction.md), and the model should not need a fetch for them.
-        let room = each.saturating_sub(head.len() + 4 + beside.chars().count());
-        let passage = passage(body, query, room.max(SNIPPET_FLOOR));
-        let _ = writeln!(text, "\n{head}\n{}{beside}", cut(&passage, room + 2));
+    for (shown, room) in shown.iter().zip(rooms) {
+        let _ = writeln!(text, "\n{}", shown.render(query, room));
     }
     RecallAnswer {
         text: cut(&text, RECALL_ANSWER_CHARS),
         is_error: false,
         line,
+    }
+}
+
+/// One hit as the answer shows it: its heading, its text, the short items beside it (calls),
+/// and, for a tool call, its result.
+struct Shown {
+    head: String,
+    body: String,
+    beside: Vec<String>,
+    /// A call's result: its heading and text, shown as a passage of its own.
+    result: Option<(String, String)>,
+}
+
+impl Shown {
+    fn of(hit: &Hit, around: &Fetched) -> Shown {
+        let mut beside_items = Vec::new();
+        let mut result = None;
+        for item in beside(hit, around) {
+            let what = describe(item.kind, item.role, item.tool.as_deref(), item.error);
+            let head = format!("[{}] {what}:", item.id);
+            if item.kind == ItemKind::ToolResult && hit.kind == ItemKind::ToolCall {
+                result = Some((head, item.text.trim().to_owned()));
+            } else {
+                let text = shown_text(item.kind, &item.text);
+                beside_items.push(format!("{head} {}", text.trim()));
+            }
+        }
+        Shown {
+            head: hit_heading(hit),
+            body: shown_text(hit.kind, &hit.text),
+            beside: beside_items,
+            result,
+        }
+    }
+
+    fn beside_needs(&self) -> usize {
+        self.beside.iter().map(|b| b.chars().count() + 1).sum()
+    }
+
+    fn result_needs(&self) -> usize {
+        self.result
+            .as_ref()
+            .map_or(0, |(head, text)| head.len() + 2 + text.chars().count())
+    }
+
+    /// The characters it takes to show whole (what is beside it at most [`BESIDE_CHARS`]).
+    fn needs(&self) -> usize {
+        self.head.len()
+            + 4
+            + self.body.chars().count()
+            + self.beside_needs().min(BESIDE_CHARS)
+            + self.result_needs()
+    }
+
+    /// The hit in about `room` characters: its heading; the passage of its text around the
+    /// match as large as the room allows (a hit's 240-character snippet misses a third of the
+    /// answers its text holds in the needle exam, docs/compaction.md, and the model should
+    /// not need a fetch for them); a call's result as a passage of its own, which shares the
+    /// room with the call; what is beside it, each item an equal share of what it needs up to
+    /// [`BESIDE_CHARS`] (a third of the room when the hit's own text needs the rest).
+    fn render(&self, query: &str, room: usize) -> String {
+        let fixed = self.head.len() + 4;
+        let spare = room.saturating_sub(fixed + self.body.chars().count() + self.result_needs());
+        let share = self
+            .beside_needs()
+            .min(BESIDE_CHARS)
+            .min(spare.max(room / 3))
+            / self.beside.len().max(1);
+        let beside: String = self
+            .beside
+            .iter()
+            .map(|b| format!("\n{}", cut(b, share.saturating_sub(1))))
+            .collect();
+        let left = room.saturating_sub(fixed + beside.chars().count());
+        let (body_room, result) = match &self.result {
+            None => (left, String::new()),
+            Some((head, text)) => {
+                let body = self.body.chars().count();
+                let body_room = body.min((left / 2).max(left.saturating_sub(self.result_needs())));
+                let room = left.saturating_sub(body_room + head.len() + 2);
+                let shown = passage(text, query, room.max(SNIPPET_FLOOR));
+                (body_room, format!("\n{head}\n{}", cut(&shown, room + 2)))
+            }
+        };
+        let shown = passage(&self.body, query, body_room.max(SNIPPET_FLOOR));
+        format!(
+            "{}\n{}{result}{beside}",
+            self.head,
+            cut(&shown, body_room + 2)
+        )
     }
 }
 

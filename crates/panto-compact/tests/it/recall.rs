@@ -268,7 +268,43 @@ fn a_hit_on_a_call_shows_the_head_of_its_result() {
         let text = tool_answer(calls_log(), "overnight_backfill").await;
         assert!(text.contains("[h4#0] tool call of bash"), "{text}");
         assert!(
-            text.contains("[t2] tool result of bash, failed: running 3 tests"),
+            text.contains("[t2] tool result of bash, failed:\nrunning 3 tests"),
+            "{text}"
+        );
+    });
+}
+
+#[test]
+fn a_hit_on_a_call_shows_its_result_s_error_lines_past_its_head() {
+    block_on(async {
+        let mut out: Vec<String> = (0..300).map(|i| format!("compiling crate_{i}")).collect();
+        out[250] = "error[E0425]: cannot find value `budget` in this scope".to_owned();
+        let log = MemoryLog::with_entries(vec![
+            Entry::Message(
+                Message::new(
+                    Role::Assistant,
+                    vec![ContentBlock::tool_use(
+                        "b1",
+                        "bash",
+                        json!({"command": "cargo build --workspace"}),
+                    )],
+                )
+                .with_id("h1"),
+            ),
+            Entry::Message(
+                Message::new(
+                    Role::User,
+                    vec![ContentBlock::tool_result("b1", out.join("\n"), true)],
+                )
+                .with_id("h2"),
+            ),
+            Entry::Compaction(CompactionEntry::new("The build failed.").with_id("c1")),
+        ]);
+        let text = tool_answer(log, "cargo build workspace").await;
+        assert!(text.contains("[h1#0] tool call of bash"), "{text}");
+        assert!(text.contains("compiling crate_0"), "the head: {text}");
+        assert!(
+            text.contains("error[E0425]: cannot find value `budget` in this scope"),
             "{text}"
         );
     });
