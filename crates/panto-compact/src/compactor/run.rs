@@ -7,7 +7,7 @@ use panto_model::EffectiveContext;
 use panto_store::{SessionLog, Store};
 use tracing::{Instrument, Span, info_span};
 
-use super::state::{FoldState, Taught};
+use super::state::{FoldState, SoFar, Taught};
 use super::{Compactor, Prepared};
 use crate::config::{CompactRun, CompactionStrategy, min_known};
 use crate::error::CompactError;
@@ -29,6 +29,9 @@ pub(super) struct Run<'a> {
     pub(super) windows: KnownWindows,
     /// What the run learned of the window (and the failed attempts, for panto's record).
     pub(super) taught: Taught,
+    /// A failed fold's plan and where it stood: panto's record goes on from the summary the
+    /// models gave, never in place of it (`write.rs`).
+    pub(super) partial: Option<(Prepared, SoFar)>,
 }
 
 impl<'a> Run<'a> {
@@ -48,6 +51,7 @@ impl<'a> Run<'a> {
             options,
             windows,
             taught: Taught::default(),
+            partial: None,
         }
     }
 

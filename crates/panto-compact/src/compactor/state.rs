@@ -46,6 +46,22 @@ pub(super) struct SoFar {
     /// The natural size of the ledger's rendering ([`ledger_budget`] of what was there and
     /// what is summarized).
     pub(super) natural_ledger_chars: usize,
+    /// How far the summary covers the prefix's turns, after the latest step of them: kept
+    /// when the fold fails later, so that panto's record is written only of the turns after.
+    pub(super) covered: Option<Covered>,
+}
+
+/// What the summary so far covers after a step of the prefix's turns (a model's summary or
+/// panto's record of that step): the turns whose messages end at `until`, in `summary`, made
+/// by the first `steps` steps. (A pass that condenses the summary later changes none of it.)
+#[derive(Clone)]
+pub(super) struct Covered {
+    /// The end of the messages covered, in the context's messages.
+    pub(super) until: usize,
+    /// The summary so far then (the text, no ledger).
+    pub(super) summary: String,
+    /// The steps that made it.
+    pub(super) steps: usize,
 }
 
 /// What a fold knows and guesses of the window, in panto's estimated tokens.
@@ -111,6 +127,7 @@ impl FoldState {
                     prepared.transcript.text().len(),
                     None,
                 ),
+                covered: None,
             },
             limits: Limits {
                 limit: prepared.limit,
