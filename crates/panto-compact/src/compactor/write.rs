@@ -306,7 +306,12 @@ impl Run<'_> {
         failure: CompactError,
     ) -> Result<CompactOutcome, CompactError> {
         let (context, options) = (self.context, self.options);
-        let partial = self.partial.take().and_then(|(prepared, so_far)| {
+        let partial = self.partial.take();
+        // What the failed fold sent and what it cost, counted whatever is kept of it.
+        let spent = partial.as_ref().map_or((0, None), |(_, so_far)| {
+            (so_far.folded.requests, so_far.folded.usage.clone())
+        });
+        let partial = partial.and_then(|(prepared, so_far)| {
             let covered = so_far.covered.clone()?;
             Some((prepared, so_far, covered))
         });
@@ -373,6 +378,8 @@ impl Run<'_> {
                     ledger,
                     degraded: Some(failure.to_string()),
                     failures: taught.failures.clone(),
+                    requests: spent.0,
+                    usage: spent.1,
                     ..Folded::default()
                 }
             }
