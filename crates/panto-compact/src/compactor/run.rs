@@ -170,7 +170,8 @@ impl<'a> Run<'a> {
     fn fit_target(&self, prepared: &Prepared, state: &FoldState) -> Option<u64> {
         let limits = &state.limits;
         match self.options.known_limit(&self.windows) {
-            Some(known) => Some(known.min(limits.limit.unwrap_or(known))),
+            // The fold's limit is a guess below a rejection, never below what a model took.
+            Some(known) => Some(known.min(limits.limit.unwrap_or(known).max(limits.proven))),
             // Nothing is known of a window that never refused a request (a manual compaction
             // with none configured): no constraint.
             None if prepared.limit.is_none() => None,

@@ -430,7 +430,9 @@ impl<'m> Walk<'m> {
     ) -> Result<(FoldPlan, u64), CompactError> {
         let input_tokens = request.input_tokens;
         let running = request.running.as_deref();
-        fold.state.limits.refused(error, input_tokens, u64::from(request.output));
+        fold.state
+            .limits
+            .refused(error, input_tokens, u64::from(request.output));
         let carried = running.map_or(0, previous_tokens);
         let transcript_tokens = input_tokens.saturating_sub(self.sizes.fixed + carried);
         let limits = &fold.state.limits;

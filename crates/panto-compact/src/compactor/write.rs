@@ -311,9 +311,14 @@ impl Run<'_> {
         let spent = partial.as_ref().map_or((0, None), |(_, so_far)| {
             (so_far.folded.requests, so_far.folded.usage.clone())
         });
+        // Only a summary a model gave is kept (steps panto recorded alone are recorded again).
         let partial = partial.and_then(|(prepared, so_far)| {
             let covered = so_far.covered.clone()?;
-            Some((prepared, so_far, covered))
+            so_far
+                .folded
+                .used
+                .is_some()
+                .then_some((prepared, so_far, covered))
         });
         let (prepared, partial) = match partial {
             Some((prepared, so_far, covered)) => (prepared, Some((so_far, covered))),
@@ -351,7 +356,14 @@ impl Run<'_> {
                     let chars = room.map_or(natural, |r| {
                         usize::try_from(r.saturating_mul(3) / 2).unwrap_or(usize::MAX)
                     });
-                    self.record_rest(&prepared, &mut folded, (from, rest), &summary, chars, &failure)
+                    self.record_rest(
+                        &prepared,
+                        &mut folded,
+                        (from, rest),
+                        &summary,
+                        chars,
+                        &failure,
+                    )
                 };
                 let budget =
                     self.rendering_budget(&prepared, limit, &text, &folded.ledger, natural);
@@ -407,7 +419,11 @@ impl Run<'_> {
     /// that limit cannot hold the kept turns beside a record (a window learned smaller than
     /// the keep budget), the planner is asked again within it: fewer turns are kept, and the
     /// record covers the rest, so that the retry fits.
-    fn record_plan(&self, prepared: Prepared, taught: &Taught) -> (Prepared, FoldState, Option<u64>) {
+    fn record_plan(
+        &self,
+        prepared: Prepared,
+        taught: &Taught,
+    ) -> (Prepared, FoldState, Option<u64>) {
         let max_output_tokens = self.compactor.config.max_output_tokens;
         let state_of = |prepared: &Prepared| {
             let mut state = FoldState::new(self.context, prepared, max_output_tokens);
@@ -416,7 +432,7 @@ impl Run<'_> {
             state
         };
         let state = state_of(&prepared);
-        let limit = self.retry_target(&prepared, &state);
+        let limit = self.record_target(&prepared, &state);
         let Some(l) = limit.filter(|_| self.options.must_fit()) else {
             return (prepared, state, limit);
         };
@@ -437,11 +453,24 @@ impl Run<'_> {
                     "the window is smaller than the keep budget: keeping fewer turns"
                 );
                 let state = state_of(&again);
-                let limit = self.retry_target(&again, &state);
+                let limit = self.record_target(&again, &state);
                 (again, state, limit)
             }
             _ => (prepared, state, limit),
         }
+    }
+
+    /// The limit the request after panto's record must fit ([`Run::retry_target`]); when the
+    /// window stated none and no request was taken, the limit the failed fold came down to
+    /// (below every input it was refused), for a run that must fit: a record sized for no
+    /// window, its kept turns planned for a window far larger, would overflow again.
+    fn record_target(&self, prepared: &Prepared, state: &FoldState) -> Option<u64> {
+        let fits = self
+            .options
+            .must_fit()
+            .then_some(state.limits.limit)
+            .flatten();
+        self.retry_target(prepared, state).or(fits)
     }
 
     /// The summary so far (`summary`) followed by panto's record of the turns no step covered
