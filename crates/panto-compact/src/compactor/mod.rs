@@ -287,8 +287,9 @@ impl Compactor {
         let outcome = match produced {
             Ok(CompactOutcome::Compacted(c)) => run.append(log, *c, &span).await,
             Ok(nothing) => Ok(nothing),
+            // Boxed: the record's future is large, and this branch is rare.
             Err(failure) if options.record_on_failure && failure.no_summary_obtained() => {
-                run.write_record(log, failure).await
+                Box::pin(run.write_record(log, failure)).await
             }
             Err(error) => Err(error),
         };

@@ -31,7 +31,7 @@ pub(super) struct Run<'a> {
     pub(super) taught: Taught,
     /// A failed fold's plan and where it stood: panto's record goes on from the summary the
     /// models gave, never in place of it (`write.rs`).
-    pub(super) partial: Option<(Prepared, SoFar)>,
+    pub(super) partial: Option<Box<(Prepared, SoFar)>>,
 }
 
 impl<'a> Run<'a> {

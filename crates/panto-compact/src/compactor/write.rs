@@ -308,11 +308,12 @@ impl Run<'_> {
         let (context, options) = (self.context, self.options);
         let partial = self.partial.take();
         // What the failed fold sent and what it cost, counted whatever is kept of it.
-        let spent = partial.as_ref().map_or((0, None), |(_, so_far)| {
+        let spent = partial.as_deref().map_or((0, None), |(_, so_far)| {
             (so_far.folded.requests, so_far.folded.usage.clone())
         });
         // Only a summary a model gave is kept (steps panto recorded alone are recorded again).
-        let partial = partial.and_then(|(prepared, so_far)| {
+        let partial = partial.and_then(|partial| {
+            let (prepared, so_far) = *partial;
             let covered = so_far.covered.clone()?;
             so_far
                 .folded
