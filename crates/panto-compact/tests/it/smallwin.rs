@@ -438,3 +438,40 @@ fn a_fold_that_runs_out_of_room_keeps_the_summaries_the_model_gave() {
     assert_eq!(entry.extra["recorded_steps"], json!([3]));
     assert!(entry.extra.get("degraded").is_none());
 }
+
+/// No model answers (every compaction request refused) at a window that states no limit,
+/// four times smaller than the conversation: the plan for the overflow kept 10 turns (1,542
+/// tokens, within a keep budget sized from the conversation), the fold came down to a guess of
+/// a few hundred tokens. panto's record keeps 2 turns (216 tokens), planned within that guess,
+/// and the retry is answered.
+#[test]
+fn panto_s_record_keeps_fewer_turns_when_the_window_learned_is_smaller_than_the_keep_budget() {
+    let window = 4_000;
+    let history = session(window * 4, window, false);
+    let mut server = Server::new(window, Stating::Unstated, false);
+    server.answers = 0;
+    let server = Arc::new(server);
+    let (driver, result, events) = send(history, server.clone());
+    let seen = server.seen();
+    check(&server, &driver, &result).unwrap();
+    let planned = events
+        .iter()
+        .find_map(|e| match e {
+            CompactionEvent::Started { plan, .. } => Some(plan.clone()),
+            _ => None,
+        })
+        .unwrap();
+    let reply = result.unwrap_or_else(|e| panic!("{e}"));
+    let report = reply.compaction.expect("panto's record");
+    assert_eq!(report.model, RECORD_ONLY_MODEL);
+    // The plan for the overflow kept the turns of a quarter of the conversation; the record
+    // keeps fewer.
+    assert!(planned.kept_tokens >= 1_000, "{planned:?}");
+    assert!(
+        report.plan.kept_tokens < planned.kept_tokens / 4,
+        "{:?}",
+        report.plan
+    );
+    let retry = seen.last().unwrap();
+    assert!(!retry.compaction && retry.fits);
+}
