@@ -307,12 +307,13 @@ pub(crate) struct Common {
     /// The longest a model request may take, retries included (`timeout_secs`).
     #[arg(long, value_name = "SECS", global = true, value_parser = whole_number)]
     pub timeout_secs: Option<u64>,
-    /// Where sessions are kept (`store`); the help text names the forms.
+    /// Where sessions are kept (`store`); the help text names the forms (the list comes from
+    /// `store_value::KINDS`).
     #[arg(
         long,
         value_name = "URL",
         global = true,
-        help = "Where sessions are kept: jsonl (default: SESSION is a file), jsonl:DIR, sqlite:PATH, or postgres://USER@HOST/DB (a password: PGPASSWORD). SESSION then names a session there"
+        help = crate::store_value::help()
     )]
     pub store: Option<String>,
     /// Compact a request before sending it when it is above this share of the model's window
@@ -381,12 +382,10 @@ fn provider_long_help() -> String {
             format!("{} ({help})", v.get_name())
         })
         .collect();
-    match described.split_last() {
-        Some((last, rest)) if !rest.is_empty() => {
-            format!("The provider: {} or {last}.", rest.join(", "))
-        }
-        _ => format!("The provider: {}.", described.concat()),
-    }
+    format!(
+        "The provider: {}.",
+        crate::lists::listed(&described, " or ")
+    )
 }
 
 fn parse_provider(s: &str) -> Result<ProviderKind, String> {

@@ -19,6 +19,7 @@ mod editor;
 mod fit;
 mod input;
 mod keys;
+mod lists;
 mod offline;
 mod providers;
 mod screen;

@@ -30,6 +30,7 @@ use std::fmt::Write as _;
 use panto_compact::{RequestSource, SourceSummarizer};
 use panto_model::{ContentBlock, Message, Role};
 use panto_provider::{EventSink, Provider, ProviderError, Request, StreamEvent, async_trait};
+use panto_transcript::cut::{self, Budget, Cut, ends};
 use panto_transcript::{
     ItemView, TranscriptItem, clip, is_request, one_line, parse_request, strip_ledger,
 };
@@ -68,7 +69,7 @@ impl OfflineSummarizer {
 #[async_trait]
 impl Provider for OfflineSummarizer {
     fn name(&self) -> &str {
-        "offline"
+        crate::config::ProviderKind::Offline.as_str()
     }
 
     /// A compaction request that comes without its source (from a caller other than the
@@ -291,7 +292,7 @@ fn looks_like_summary(text: &str) -> bool {
     if text.len() < PASTED_SUMMARY_CHARS {
         return false;
     }
-    let head: String = text.chars().take(300).collect::<String>().to_lowercase();
+    let head = cut::head(text, Budget::chars(300), Cut::Char).to_lowercase();
     let headings = text.lines().filter(|l| l.starts_with('#')).count();
     head.contains("summary") || head.contains("handoff") || headings >= 3
 }
@@ -522,35 +523,33 @@ fn carried_over(text: &str) -> String {
 }
 
 /// At most about `max` characters of `text`: whole, or its first two fifths and its last three
-/// fifths cut at line ends, with a line saying how much was left out between them (the end of
-/// a handoff is where the pending work is).
+/// fifths cut at line ends (at words when a line end is far), with a line saying how much was
+/// left out between them (the end of a handoff is where the pending work is).
 fn clip_middle(text: &str, max: usize) -> String {
-    let total = text.chars().count();
-    if total <= max {
+    if Budget::chars(max).fits(text) {
         return text.to_owned();
     }
     let head_chars = max * 2 / 5;
     let tail_chars = max.saturating_sub(head_chars + 60);
-    let head: String = text.chars().take(head_chars).collect();
-    let head = head.rfind('\n').map_or(head.as_str(), |i| &head[..i]);
-    let tail: String = text.chars().skip(total - tail_chars).collect();
-    let tail = tail.find('\n').map_or(tail.as_str(), |i| &tail[i + 1..]);
-    let left_out = total - head.chars().count() - tail.chars().count();
-    format!("{head}\n… ({left_out} characters of the earlier summary left out) …\n{tail}")
+    let kept = ends(
+        text,
+        Budget::chars(head_chars),
+        Budget::chars(tail_chars),
+        Cut::Nearest,
+    );
+    let left_out = kept.middle.chars().count();
+    kept.joined(&format!(
+        "… ({left_out} characters of the earlier summary left out) …"
+    ))
 }
 
 /// Like [`clip`], but cuts at the end of a line (or a word) when one is near.
 fn clip_block(text: &str, max: usize) -> String {
-    if text.chars().count() <= max {
+    if Budget::chars(max).fits(text) {
         return text.to_owned();
     }
-    let cut: String = text.chars().take(max.saturating_sub(1)).collect();
-    let at = cut
-        .rfind('\n')
-        .filter(|&i| i > cut.len() / 2)
-        .or_else(|| cut.rfind(' ').filter(|&i| i > cut.len() / 2))
-        .unwrap_or(cut.len());
-    format!("{}…", cut[..at].trim_end())
+    let kept = cut::head(text, Budget::chars(max.saturating_sub(1)), Cut::Nearest);
+    format!("{}…", kept.trim_end())
 }
 
 /// The distinct code spans of a walk, each with where it was last seen: the item's position
@@ -676,5 +675,45 @@ fn focus(terms: &[String], from: &str, text: &str, out: &mut Vec<String>) {
             let quoted = format!("{from}: {}", clip(&one_line(line), FOCUS_CHARS));
             push_unique(out, &quoted);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{clip_block, clip_middle};
+
+    #[test]
+    fn a_long_block_is_cut_at_a_line_end_with_an_ellipsis() {
+        let text = format!("{}\n{}", "first line ".repeat(5).trim_end(), "x".repeat(80));
+        assert_eq!(clip_block("short", 10), "short");
+        assert_eq!(
+            clip_block(&text, 70),
+            format!("{}…", "first line ".repeat(5).trim_end())
+        );
+        // No line end near: a word end.
+        assert_eq!(clip_block("one two three four", 12), "one two…");
+    }
+
+    #[test]
+    fn a_long_summary_keeps_its_first_and_last_lines_and_counts_the_rest() {
+        let lines: Vec<String> = (0..100).map(|i| format!("line {i:03}")).collect();
+        let text = lines.join("\n");
+        let clipped = clip_middle(&text, 400);
+        assert!(clipped.chars().count() <= 400, "{clipped}");
+        assert!(clipped.starts_with("line 000\n"));
+        assert!(clipped.ends_with("\nline 099"));
+        let marker = clipped
+            .lines()
+            .find(|l| l.starts_with('…'))
+            .expect("a marker line");
+        let left_out: usize = marker[marker.find('(').unwrap() + 1..]
+            .split(' ')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        let kept = clipped.len() - marker.len() - 1;
+        assert_eq!(kept + left_out, text.len());
+        assert_eq!(clip_middle("short", 400), "short");
     }
 }

@@ -1,5 +1,5 @@
-//! Where sessions are kept: the store a configuration names (`jsonl`, `jsonl:DIR`,
-//! `sqlite:PATH`, `postgres://...`), and the commands that move sessions in and out of it:
+//! Where sessions are kept: the store a configuration names (one of `store_value::KINDS`),
+//! and the commands that move sessions in and out of it:
 //! `import`, `export`, `sessions`.
 //!
 //! A PostgreSQL URL's password is a secret like an API key: every text this module shows of a
@@ -20,7 +20,7 @@ use panto_store_sqlite::{SqliteOptions, SqliteStore};
 use crate::bad_input;
 use crate::config::Config;
 use crate::screen::say;
-use crate::store_value::{Choice, parse};
+use crate::store_value::{self, Choice, parse};
 
 /// The store the commands read and write sessions in, chosen by the configuration.
 pub(crate) type AnyStore = Arc<dyn Store>;
@@ -250,9 +250,10 @@ pub(crate) async fn sessions(config: &Config, schema: bool) -> Result<()> {
         let choice = parse(&config.store.value).map_err(bad_input)?;
         let sql = match choice {
             Choice::Jsonl(_) => {
-                return Err(bad_input(
-                    "the JSONL store has no schema: each session is a file (choose a database with --store sqlite:PATH or --store postgres://...)",
-                ));
+                return Err(bad_input(format!(
+                    "the JSONL store has no schema: each session is a file (choose a database with --store {})",
+                    store_value::forms(|k| k.database, " or ")
+                )));
             }
             Choice::Sqlite(_) => {
                 let mut sql = String::from("BEGIN;\n");

@@ -1112,3 +1112,163 @@ mod editor {
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Lists written once: the docs' lists of stores, providers, variables, strategies and trusted
+// keys are the definitions' own.
+
+/// A file of the repository, read whole.
+#[expect(
+    clippy::disallowed_methods,
+    reason = "the repository's own documents, read whole by a test"
+)]
+fn repo_file(path: &str) -> String {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    std::fs::read_to_string(root.join(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// The lists `doc` marks `<!-- list: NAME -->` ... `<!-- /list -->`: each one's items in
+/// backticks, in order.
+fn doc_lists(doc: &str, name: &str) -> Vec<Vec<String>> {
+    let open = format!("<!-- list: {name} -->");
+    let mut lists = Vec::new();
+    let mut rest = doc;
+    while let Some(start) = rest.find(&open) {
+        let after = &rest[start + open.len()..];
+        let end = after
+            .find("<!-- /list -->")
+            .unwrap_or_else(|| panic!("`{open}` without its `<!-- /list -->`"));
+        let items = after[..end]
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .map(str::to_owned)
+            .collect();
+        lists.push(items);
+        rest = &after[end..];
+    }
+    lists
+}
+
+/// Checks that every list `name` of each of `files` is `expected`, and that there is one.
+fn check_doc_lists(files: &[&str], name: &str, expected: &[&str]) {
+    for file in files {
+        let lists = doc_lists(&repo_file(file), name);
+        assert!(!lists.is_empty(), "{file}: no `<!-- list: {name} -->`");
+        for list in lists {
+            assert_eq!(list, expected, "{file}: the list of {name}");
+        }
+    }
+}
+
+/// The line of the README's configuration example that sets `key`.
+fn readme_example_line(key: &str) -> String {
+    let readme = repo_file("README.md");
+    let prefix = format!("{key} = ");
+    readme
+        .lines()
+        .find(|l| l.starts_with(&prefix))
+        .unwrap_or_else(|| panic!("README.md: no `{prefix}` line"))
+        .to_owned()
+}
+
+#[test]
+fn the_docs_list_the_stores_of_the_one_table() {
+    let forms: Vec<&str> = crate::store_value::KINDS
+        .iter()
+        .flat_map(|k| k.forms.iter().copied())
+        .collect();
+    check_doc_lists(&["README.md", "docs/session.md"], "stores", &forms);
+}
+
+#[test]
+fn every_store_form_parses_to_its_kind_and_errors_name_every_form() {
+    use crate::store_value::{Choice, KINDS, help, parse};
+    for (i, kind) in KINDS.iter().enumerate() {
+        for form in kind.forms {
+            // As written: `sqlite:PATH` names a file called PATH.
+            let choice = parse(form).unwrap_or_else(|e| panic!("{form}: {e}"));
+            let row = match choice {
+                Choice::Jsonl(_) => 0,
+                Choice::Sqlite(_) => 1,
+                Choice::Postgres(_) => 2,
+            };
+            assert_eq!(row, i, "{form}");
+            assert!(help().contains(form), "--store's help lacks {form}");
+        }
+    }
+    let err = parse("mysql://u:secret@h/db").unwrap_err();
+    assert_eq!(
+        err,
+        "unknown store `mysql://u:<redacted>@h/db`: use jsonl, jsonl:DIR, sqlite:PATH or postgres://USER@HOST/DB"
+    );
+    assert_eq!(
+        parse("sqlite://").unwrap_err(),
+        "sqlite: needs a file: sqlite:PATH"
+    );
+    assert_eq!(
+        parse(" postgresql://a@h/d "),
+        Ok(Choice::Postgres("postgresql://a@h/d".to_owned()))
+    );
+    assert_eq!(
+        crate::store_value::forms(|k| k.database, " or "),
+        "sqlite:PATH or postgres://USER@HOST/DB"
+    );
+}
+
+#[test]
+fn the_docs_list_the_providers_and_their_variables_of_the_one_definition() {
+    use crate::config::ProviderKind;
+    use clap::ValueEnum;
+    let names: Vec<&str> = ProviderKind::value_variants()
+        .iter()
+        .map(|k| k.as_str())
+        .collect();
+    let line = readme_example_line("provider");
+    let (_, comment) = line
+        .split_once('#')
+        .expect("a comment naming the providers");
+    let listed: Vec<&str> = comment.split('|').map(str::trim).collect();
+    assert_eq!(listed, names, "README.md: {line}");
+    check_doc_lists(
+        &["README.md"],
+        "key variables",
+        &ProviderKind::key_variables(),
+    );
+    check_doc_lists(
+        &["README.md"],
+        "base URL variables",
+        &ProviderKind::base_url_variables(),
+    );
+    assert_eq!(
+        ProviderKind::key_variables(),
+        ["ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY"]
+    );
+}
+
+#[test]
+fn the_docs_list_the_strategies_and_trusted_keys_of_the_one_definition() {
+    use crate::config::{KEYS, Needs};
+    use panto_compact::CompactionStrategy;
+    let line = readme_example_line("compaction_strategy");
+    let quoted: Vec<&str> = line.split('"').skip(1).step_by(2).collect();
+    assert_eq!(quoted, CompactionStrategy::NAMES, "README.md: {line}");
+    let trusted: Vec<&str> = KEYS
+        .iter()
+        .filter(|(_, n)| matches!(n, Needs::Trust(_)))
+        .map(|(k, _)| *k)
+        .collect();
+    check_doc_lists(
+        &["README.md", "docs/trust.md", "docs/architecture.md"],
+        "trusted keys",
+        &trusted,
+    );
+}
+
+#[test]
+fn lists_in_words_join_with_the_last_word_before_the_last_item() {
+    let text = crate::lists::listed(&crate::config::ProviderKind::key_variables(), " or ");
+    assert_eq!(text, "ANTHROPIC_API_KEY, OPENAI_API_KEY or GEMINI_API_KEY");
+    assert_eq!(crate::lists::listed(&["a"], " or "), "a");
+    assert_eq!(crate::lists::listed::<&str>(&[], " or "), "");
+}

@@ -34,13 +34,7 @@ fn short_reason(error: &ProviderError) -> String {
             .unwrap_or(message);
         return format!("connection failed: {plain}");
     }
-    let text = error.to_string();
-    if text.chars().count() > 160 {
-        let cut: String = text.chars().take(159).collect();
-        format!("{cut}…")
-    } else {
-        text
-    }
+    panto_transcript::clip(&error.to_string(), 160)
 }
 
 /// Whether decorations (spinner) may be drawn: stderr is a terminal.

@@ -13,6 +13,7 @@ use std::fmt::Write as _;
 use panto_model::{ContentBlock, Item, ItemKind, Role};
 use panto_provider::ToolSpec;
 use panto_store::{Fetched, Hit, RecallQuery, Recalled, Store, passage};
+use panto_transcript::cut::{Budget, Cut, head};
 use serde_json::{Value, json};
 
 /// The recall tool's name.
@@ -260,7 +261,7 @@ fn cut(text: &str, max: usize) -> String {
     }
     let note = format!(" … ({} more characters)", total - max);
     let keep = max.saturating_sub(note.chars().count());
-    let mut out: String = text.chars().take(keep).collect();
+    let mut out = head(text, Budget::chars(keep), Cut::Char).to_owned();
     out.push_str(&note);
     out
 }

@@ -3,6 +3,7 @@
 
 use panto_model::Message;
 use panto_size::Heuristic;
+use panto_transcript::cut::{Budget, Cut, head};
 use panto_transcript::{Ledger, TranscriptItem, clip, one_line, transcript_items};
 
 use crate::error::CompactError;
@@ -156,13 +157,8 @@ pub(crate) fn head_within(text: &str, max_tokens: u64) -> String {
         return text.to_owned();
     }
     let note = "(The summary so far goes on; the ledger keeps its record.)\n";
-    let mut out = String::new();
-    for line in text.split_inclusive('\n') {
-        if Heuristic.text(&out) + Heuristic.text(line) + Heuristic.text(note) > max_tokens {
-            break;
-        }
-        out.push_str(line);
-    }
+    let room = Budget::tokens(max_tokens.saturating_sub(Heuristic.text(note)));
+    let mut out = head(text, room, Cut::Line).to_owned();
     while let Some(last) = out.trim_end_matches('\n').rsplit('\n').next()
         && !out.is_empty()
         && (last.starts_with('#') || last.trim().is_empty())

@@ -978,6 +978,41 @@ fn a_stream_is_scrubbed_of_every_secret_at_every_cut() {
     }
 }
 
+/// The adapters' table at the top of docs/providers.md and its list of features: each
+/// protocol's name, official API and variables as `Protocol` defines them, no row more.
+#[test]
+#[expect(
+    clippy::disallowed_methods,
+    reason = "the repository's own document, read whole by a test"
+)]
+fn the_docs_table_of_adapters_is_the_protocols_own() {
+    use crate::Protocol;
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/providers.md");
+    let doc = std::fs::read_to_string(path).expect("docs/providers.md");
+    let rows: Vec<Vec<&str>> = doc
+        .lines()
+        .skip_while(|l| !l.starts_with("| adapter |"))
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .map(|l| l.split('|').map(str::trim).collect())
+        .collect();
+    assert_eq!(rows.len(), Protocol::ALL.len(), "{rows:?}");
+    for (protocol, row) in Protocol::ALL.into_iter().zip(&rows) {
+        let env = protocol.environment();
+        let quoted = |s: &str| format!("`{s}`");
+        assert_eq!(row[2], quoted(protocol.name()), "{row:?}");
+        assert_eq!(row[4], quoted(env.default_base_url), "{row:?}");
+        assert_eq!(row[5], quoted(env.key_variable), "{row:?}");
+        assert_eq!(row[6], quoted(env.base_url_variable), "{row:?}");
+    }
+    let open = "<!-- list: features -->";
+    let at = doc.find(open).expect("the marked list of features") + open.len();
+    let list = &doc[at..at + doc[at..].find("<!-- /list -->").expect("its end")];
+    let features: Vec<&str> = list.split('`').skip(1).step_by(2).collect();
+    let defined: Vec<&str> = Protocol::ALL.iter().map(|p| p.feature()).collect();
+    assert_eq!(features, defined);
+}
+
 #[test]
 fn every_protocol_builds_its_adapter_under_its_own_name() {
     use crate::Protocol;

@@ -11,6 +11,9 @@
 //!   [`LEDGER_CAP_BYTES`] of JSON): the record stored on a compaction entry. What follows every
 //!   summary is a rendering of it within a budget ([`Ledger::render_within`], under
 //!   [`LEDGER_HEADING`]), which says what it left out and where the whole record is.
+//! - [`cut`] is the one text cutter of panto: a text's head, tail or both ends, or its pieces,
+//!   within a budget of bytes, characters, estimated tokens or lines, cut at a line end, else a
+//!   word, else a character; [`cut::split_items`] splits a transcript with the fold's leads.
 //!
 //! The one design choice to know: structure lives only at the start of lines (role markers) and
 //! on whole lines (envelope tags), and message text is escaped so that it can never produce
@@ -105,6 +108,7 @@
 //!
 //! This crate is pure: no IO, no async runtime, no network.
 
+pub mod cut;
 mod error;
 mod escape;
 mod item;

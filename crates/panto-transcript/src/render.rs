@@ -9,6 +9,7 @@ use std::ops::Range;
 
 use panto_model::{ContentBlock, Message, Role, ToolResultContent};
 
+use crate::cut::{Budget, Cut, ends};
 use crate::escape::{Bound, Escaper, Len, Sink, escape_into, write_raw_json, write_token};
 use crate::item::{ItemRef, ItemView, ToolInput, walk, walk_indexed};
 use crate::syntax::{
@@ -343,15 +344,15 @@ fn elide_item(item: &ItemRef<'_>, max_body: usize) -> Option<(String, usize, usi
         if text.len() <= max_body {
             return None;
         }
-        let head = floor_boundary(text, max_body / 2);
-        let tail = ceil_boundary(text, text.len() - max_body / 2);
-        let omitted = tail - head;
+        let half = Budget::bytes(max_body / 2);
+        let kept = ends(text, half, half, Cut::Char);
+        let omitted = kept.middle.len();
         let mut body = String::with_capacity(max_body + 128);
-        body.push_str(&text[..head]);
+        body.push_str(kept.head);
         body.push('\n');
         body.push_str(&elision_marker(omitted));
         body.push('\n');
-        body.push_str(&text[tail..]);
+        body.push_str(kept.tail);
         Some((body, text.len(), text.len() - omitted))
     };
     match item {
@@ -373,22 +374,6 @@ fn elide_item(item: &ItemRef<'_>, max_body: usize) -> Option<(String, usize, usi
         },
         ItemRef::View(_) => None,
     }
-}
-
-/// The largest character boundary of `text` at or before `i`.
-fn floor_boundary(text: &str, mut i: usize) -> usize {
-    while !text.is_char_boundary(i) {
-        i -= 1;
-    }
-    i
-}
-
-/// The smallest character boundary of `text` at or after `i`.
-fn ceil_boundary(text: &str, mut i: usize) -> usize {
-    while !text.is_char_boundary(i) {
-        i += 1;
-    }
-    i
 }
 
 /// Writes `item` with `body` (already elided) in place of its own.

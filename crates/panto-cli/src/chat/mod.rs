@@ -16,6 +16,7 @@ use std::path::Path;
 use anyhow::Result;
 use panto_compact::{CompactError, CompactOutcome, ModelRef, Reply};
 use panto_model::{ContentBlock, Cost, EffectiveContext, Message, Role};
+use panto_transcript::cut::{Budget, Cut, head};
 
 use crate::commands::{
     CliDriver, active_model, catch_up, driver, earlier_cost, failure, manual_run, meter,
@@ -359,14 +360,15 @@ fn is_prompt(m: &Message) -> bool {
 
 /// `text` cut to its first `max` lines, saying how many more there were.
 fn cut_lines(text: &str, max: usize) -> String {
-    let lines: Vec<&str> = text.trim_end().lines().collect();
-    if lines.len() <= max {
-        return lines.join("\n");
+    let text = text.trim_end();
+    let kept = head(text, Budget::lines(max), Cut::Line);
+    let joined = kept.lines().collect::<Vec<_>>().join("\n");
+    if kept.len() == text.len() {
+        return joined;
     }
     format!(
-        "{}\n[... {} more; /context lists the whole conversation]",
-        lines[..max].join("\n"),
-        count(lines.len() - max, "line")
+        "{joined}\n[... {} more; /context lists the whole conversation]",
+        count(text[kept.len()..].lines().count(), "line")
     )
 }
 
@@ -374,4 +376,19 @@ fn cut_lines(text: &str, max: usize) -> String {
 pub(crate) fn summary(ctx: &EffectiveContext) -> Option<&str> {
     ctx.compaction.as_ref()?;
     ctx.messages.first()?.compaction_summary()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cut_lines;
+
+    #[test]
+    fn long_text_is_cut_to_its_first_lines_saying_how_many_more() {
+        assert_eq!(cut_lines("a\nb\nc\n\n", 3), "a\nb\nc");
+        assert_eq!(
+            cut_lines("a\r\nb\nc\nd", 2),
+            "a\nb\n[... 2 lines more; /context lists the whole conversation]"
+        );
+        assert_eq!(cut_lines("", 2), "");
+    }
 }

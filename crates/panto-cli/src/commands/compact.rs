@@ -252,9 +252,13 @@ pub(crate) async fn compact_undo(config: &Config, path: &Path, as_json: bool) ->
 
 /// What an undo did, for a person; `again` names the command that goes one step further back.
 pub(crate) fn undone_text(undone: &Undone, again: &str) -> String {
-    let what = match undone.strategy.as_deref() {
-        Some("clear") => "the clearing",
-        Some("native") => "the native compaction",
+    let what = match undone
+        .strategy
+        .as_deref()
+        .and_then(CompactionStrategy::parse)
+    {
+        Some(CompactionStrategy::Clear) => "the clearing",
+        Some(CompactionStrategy::Native) => "the native compaction",
         _ => "the compaction",
     };
     format!(

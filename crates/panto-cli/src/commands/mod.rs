@@ -169,9 +169,10 @@ or once for every command, in {}:
     provider = \"anthropic\"
     model = \"claude-sonnet-4-5\"
 (a project's .panto/config.toml may choose the provider too, once you run `panto trust` in it),
-and set the provider's key: ANTHROPIC_API_KEY, OPENAI_API_KEY or GEMINI_API_KEY.
+and set the provider's key: {}.
 For a local OpenAI-compatible server: --provider openai --base-url http://127.0.0.1:8080/v1 --model NAME",
-        user_config_file(config)
+        user_config_file(config),
+        crate::lists::listed(&ProviderKind::key_variables(), " or ")
     )
 }
 

@@ -371,8 +371,8 @@ pub(crate) struct Config {
     pub store_reconnect_secs: Setting<u64>,
     /// The cap on the size of one provider answer, MiB.
     pub max_response_mib: Setting<u64>,
-    /// Where sessions are kept: `jsonl` (each SESSION a file), `jsonl:DIR`, `sqlite:PATH` or a
-    /// `postgres://` URL (its password is a secret: shown only redacted).
+    /// Where sessions are kept: a form of `store_value::KINDS` (a URL's password is a secret:
+    /// shown only redacted).
     pub store: Setting<String>,
     /// Whether panto uses the provider's prompt cache (its breakpoints, its key).
     pub prompt_cache: Setting<bool>,

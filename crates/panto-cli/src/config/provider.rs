@@ -44,10 +44,34 @@ impl ProviderKind {
             .iter()
             .map(|k| k.as_str())
             .collect();
-        match names.split_last() {
-            Some((tail, rest)) if !rest.is_empty() => format!("{}{last}{tail}", rest.join(", ")),
-            _ => names.concat(),
+        crate::lists::listed(&names, last)
+    }
+
+    /// The variables that hold the keys of every provider, each once, in the order of the
+    /// providers: `ANTHROPIC_API_KEY`, `OPENAI_API_KEY`, `GEMINI_API_KEY`.
+    pub(crate) fn key_variables() -> Vec<&'static str> {
+        ProviderKind::variables(|(key, _)| key)
+    }
+
+    /// The variables that set the base URLs, each once, in the order of the providers.
+    #[cfg(test)]
+    pub(crate) fn base_url_variables() -> Vec<&'static str> {
+        ProviderKind::variables(|(_, base_url)| base_url)
+    }
+
+    /// One of [`ProviderKind::env_vars`] of every provider, each variable once.
+    fn variables(pick: fn((&'static str, &'static str)) -> &'static str) -> Vec<&'static str> {
+        let mut vars: Vec<&'static str> = Vec::new();
+        for var in ProviderKind::value_variants()
+            .iter()
+            .filter_map(|k| k.env_vars())
+            .map(pick)
+        {
+            if !vars.contains(&var) {
+                vars.push(var);
+            }
         }
+        vars
     }
 
     /// The environment variables holding this provider's key and base URL.

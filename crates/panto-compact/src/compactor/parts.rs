@@ -15,7 +15,8 @@ use std::ops::Range;
 
 use panto_model::Message;
 use panto_size::Heuristic;
-use panto_transcript::{TurnTranscript, continued, item_marker, render_turns};
+use panto_transcript::cut::{Boundary, Budget, Lead, split, split_items};
+use panto_transcript::{TurnTranscript, continued, render_turns};
 
 use super::Prepared;
 use super::state::FoldState;
@@ -75,14 +76,6 @@ impl PartSize {
             line: capacity,
         }
     }
-}
-
-/// What leads a part that starts inside an item: that item's marker, and whether the part
-/// starts at the start of a line (else inside one).
-#[derive(Clone)]
-struct Lead {
-    marker: String,
-    line_start: bool,
 }
 
 impl Parts {
@@ -215,10 +208,10 @@ impl Parts {
     }
 
     /// The rest of turn `turn` (`whole` tenths), whose transcript `text` starts at `start` (led
-    /// by `open` when inside an item), cut into parts of at most `size.part` tokens: between
-    /// lines, and inside a line too large for a part between its words (after a space, never
-    /// inside a marker's head); a word larger than a part is a part of its own. Whole when a
-    /// word is larger than `size.line`.
+    /// by `open` when inside an item), cut into parts of at most `size.part` tokens by the
+    /// cutter's [`split_items`]: between lines, and inside a line too large for a part between
+    /// its words (after a space, never inside a marker's head); a word larger than a part is a
+    /// part of its own. Whole when a word is larger than `size.line`.
     fn push_cut(
         &mut self,
         (turn, whole): (usize, u64),
@@ -227,63 +220,16 @@ impl Parts {
         size: PartSize,
         open: Option<Lead>,
     ) {
-        let mut cuts: Vec<(usize, u64, Option<Lead>)> = Vec::new();
-        let (mut pos, mut tenths) = (start, 0u64);
-        let mut marker = open.as_ref().map(|l| l.marker.clone());
-        // A rest that starts inside a line: its first line is no line's start.
-        let mut mid = open.as_ref().is_some_and(|l| !l.line_start);
-        let mut lead = open.clone();
-        for line in text.split_inclusive('\n') {
-            let opens = if mid { None } else { item_marker(line) };
-            let line_tenths = Heuristic.text_tenths(line);
-            // The line whole, or its marker's head and then its words.
-            let head = if line_tenths <= size.part * 10 {
-                line.len()
-            } else {
-                opens.map_or(0, str::len)
-            };
-            let words = std::iter::once(&line[..head])
-                .chain(line[head..].split_inclusive(' '))
-                .filter(|w| !w.is_empty());
-            let mut line_start = !mid;
-            mid = false;
-            for word in words {
-                let word_tenths = if word.len() == line.len() {
-                    line_tenths
-                } else {
-                    Heuristic.text_tenths(word)
-                };
-                if word_tenths > size.line * 10 {
-                    self.push(turn, start + text.len(), whole, open);
-                    return;
-                }
-                if tenths > 0 && tenths + word_tenths > size.part * 10 {
-                    cuts.push((pos, tenths, lead.take()));
-                    tenths = 0;
-                    // Led by the marker of the item the part starts inside: the one before
-                    // this line, unless the line opens its own; this line's, inside it.
-                    let inside = if line_start {
-                        marker.as_deref().filter(|_| opens.is_none())
-                    } else {
-                        opens.or(marker.as_deref())
-                    };
-                    lead = inside.map(|m| Lead {
-                        marker: m.to_owned(),
-                        line_start,
-                    });
-                }
-                line_start = false;
-                pos += word.len();
-                tenths += word_tenths;
-            }
-            if let Some(m) = opens {
-                marker = Some(m.to_owned());
-            }
+        let pieces = split_items(text, Budget::tenths(size.part * 10), open.clone());
+        // Only a single word is larger than a part: one larger than a request leaves the turn
+        // whole, to be elided as it must be.
+        if pieces.iter().any(|p| p.size > size.line * 10) {
+            self.push(turn, start + text.len(), whole, open);
+            return;
         }
-        for (end, tenths, lead) in cuts {
-            self.push(turn, end, tenths, lead);
+        for piece in pieces {
+            self.push(turn, start + piece.end, piece.size, piece.lead);
         }
-        self.push(turn, pos, tenths, lead);
     }
 
     /// What a request may add to its parts' tokens: the lead of its first part and the tail
@@ -426,32 +372,12 @@ impl Pieces {
 }
 
 /// `text` in pieces of at most `max_tokens` estimated tokens each, cut between lines (a line
-/// longer than that between characters), in order; together they are the whole text.
+/// longer than that between words, a word longer than that between characters), in order;
+/// together they are the whole text, but for a last piece of blanks alone, which is dropped.
 pub(super) fn split_text(text: &str, max_tokens: u64) -> Vec<String> {
-    let max_tokens = max_tokens.max(1);
-    let mut pieces = Vec::new();
-    let mut piece = String::new();
-    for line in text.split_inclusive('\n') {
-        if !piece.is_empty() && Heuristic.text(&piece) + Heuristic.text(line) > max_tokens {
-            pieces.push(std::mem::take(&mut piece));
-        }
-        if Heuristic.text(line) <= max_tokens {
-            piece.push_str(line);
-            continue;
-        }
-        // A line too long for any piece: cut between characters.
-        let mut part = String::new();
-        for (i, c) in line.chars().enumerate() {
-            part.push(c);
-            // Sized every 64 characters, not at each one.
-            if (i + 1).is_multiple_of(64) && Heuristic.text(&part) >= max_tokens {
-                pieces.push(std::mem::take(&mut part));
-            }
-        }
-        piece = part;
+    let mut pieces = split(text, Budget::tokens(max_tokens.max(1)), Boundary::Char);
+    if pieces.last().is_some_and(|p| p.trim().is_empty()) {
+        pieces.pop();
     }
-    if !piece.trim().is_empty() {
-        pieces.push(piece);
-    }
-    pieces
+    pieces.into_iter().map(str::to_owned).collect()
 }

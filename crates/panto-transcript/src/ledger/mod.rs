@@ -42,6 +42,7 @@ pub use ids::{Identifier, LedgerIdentifiers};
 pub use record::{LEDGER_CAP_BYTES, LedgerCounts};
 use walk::{Walk, error_key};
 
+use crate::cut::{Budget, Cut, head};
 use crate::item::TranscriptItem;
 
 /// The heading that opens a rendered ledger. Everything from a line equal to it to the end of a
@@ -304,10 +305,10 @@ pub fn one_line(text: &str) -> String {
 
 /// `text` cut to at most `max` characters, the last of them an ellipsis when it was cut.
 pub fn clip(text: &str, max: usize) -> String {
-    if text.chars().count() <= max {
+    if Budget::chars(max).fits(text) {
         return text.to_owned();
     }
-    let mut out: String = text.chars().take(max.saturating_sub(1)).collect();
+    let mut out = head(text, Budget::chars(max.saturating_sub(1)), Cut::Char).to_owned();
     out.push('…');
     out
 }

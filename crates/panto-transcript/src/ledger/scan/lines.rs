@@ -2,6 +2,7 @@
 //! `key = value` pair, and in tool output an error line.
 
 use super::{ERROR_LINE_BYTES, FAILED_LINES, IdentifierKind, Line, Origin, Scanner, is_word};
+use crate::cut::{Budget, Cut, head};
 
 impl<F: FnMut(IdentifierKind, &str)> Scanner<'_, '_, F> {
     /// The line `line.start..end` (its newline excluded): a one-pair line, and in tool output
@@ -176,12 +177,10 @@ fn clip_line(line: &str, max: usize) -> &str {
     if line.len() <= max {
         return line;
     }
-    let mut cut = max;
-    while !line.is_char_boundary(cut) {
-        cut -= 1;
+    let kept = head(line, Budget::bytes(max), Cut::Nearest);
+    if kept.len() < line.len() && kept.ends_with(' ') {
+        kept.trim_end()
+    } else {
+        kept
     }
-    let head = &line[..cut];
-    head.rfind(' ')
-        .filter(|&i| i >= max / 2)
-        .map_or(head, |i| head[..i].trim_end())
 }
