@@ -6,6 +6,7 @@
 use std::borrow::Cow;
 use std::time::Duration;
 
+use panto_transcript::cut::{self, Budget, Cut};
 use serde_json::Value;
 
 use super::numbers::{parse_count, parse_duration};
@@ -447,21 +448,17 @@ fn compact_json(value: &Value) -> String {
 
 /// Cuts `s` to at most `max` characters, marking the cut.
 pub(super) fn truncate_chars(s: &str, max: usize) -> String {
-    match s.char_indices().nth(max) {
-        None => s.to_owned(),
-        Some((cut, _)) => format!("{}… (truncated)", &s[..cut]),
+    let kept = cut::head(s, Budget::chars(max), Cut::Char);
+    if kept.len() == s.len() {
+        s.to_owned()
+    } else {
+        format!("{kept}… (truncated)")
     }
 }
 
+/// At most `max` bytes of `s`, cut at a character boundary.
 fn truncate_bytes(s: &str, max: usize) -> &str {
-    if s.len() <= max {
-        return s;
-    }
-    let mut cut = max;
-    while !s.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    &s[..cut]
+    cut::head(s, Budget::bytes(max), Cut::Char)
 }
 
 /// Prefixes of credentials that a provider or a proxy might echo in a message.

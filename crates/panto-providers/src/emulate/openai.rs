@@ -18,6 +18,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use panto_transcript::cut::{self, Budget, Cut};
 use serde_json::{Value, json};
 
 use super::{Billed, Refusal, canonical};
@@ -82,7 +83,7 @@ impl OpenAiCache {
             .get("prompt_cache_key")
             .and_then(Value::as_str)
             .unwrap_or("");
-        let head = &text[..floor_char(&text, ROUTING_BYTES)];
+        let head = cut::head(&text, Budget::bytes(ROUTING_BYTES), Cut::Char);
         let route = format!("{key}\u{0}{}", super::chain(0, head));
         let held = self.routes.entry(route).or_default();
         held.retain(|h| h.expires > now);
@@ -197,13 +198,4 @@ fn prompt_text(body: &Value, flavor: OpenAiFlavor) -> String {
 /// The length in bytes of the longest common prefix of two texts.
 fn common_prefix(a: &str, b: &str) -> usize {
     a.bytes().zip(b.bytes()).take_while(|(x, y)| x == y).count()
-}
-
-/// The largest char boundary of `text` at or below `at`.
-fn floor_char(text: &str, at: usize) -> usize {
-    let mut at = at.min(text.len());
-    while !text.is_char_boundary(at) {
-        at -= 1;
-    }
-    at
 }
