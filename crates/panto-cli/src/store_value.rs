@@ -54,7 +54,7 @@ pub(crate) const KINDS: &[StoreKind] = &[
     },
     StoreKind {
         forms: &["postgres://USER@HOST/DB"],
-        help: "a PostgreSQL database (a password: PGPASSWORD)",
+        help: "a PostgreSQL database, its password best in PGPASSWORD",
         database: true,
         read: read_postgres,
     },

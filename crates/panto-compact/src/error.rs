@@ -165,10 +165,6 @@ pub enum CompactError {
         error: ProviderError,
         /// panto's estimate of the compacted request (system prompt and messages).
         estimated_tokens: u64,
-        /// The input size the provider reported for the retry, when it did.
-        input_tokens: Option<u64>,
-        /// The context limit the provider reported for the retry, when it did.
-        limit: Option<u64>,
     },
 }
 
@@ -293,14 +289,17 @@ impl fmt::Display for CompactError {
             }
             CompactError::OverflowAfterCompaction {
                 estimated_tokens,
-                input_tokens,
-                limit,
-                ..
-            } => write!(
-                f,
-                "the request still overflows after compaction: about {estimated_tokens} tokens remain{}; the newest turn may be too large on its own",
-                ProviderNumbers(*input_tokens, *limit)
-            ),
+                error,
+            } => {
+                write!(
+                    f,
+                    "the request still overflows after compaction: about {estimated_tokens} tokens remain"
+                )?;
+                if let Some(numbers) = error.token_numbers().filter(|n| !n.is_empty()) {
+                    write!(f, " (the provider stated {numbers})")?;
+                }
+                f.write_str("; the newest turn may be too large on its own")
+            }
         }
     }
 }
@@ -437,19 +436,6 @@ impl fmt::Display for LimitNote {
         match self.0 {
             Some(l) => write!(f, ", limit about {l}"),
             None => Ok(()),
-        }
-    }
-}
-
-struct ProviderNumbers(Option<u64>, Option<u64>);
-
-impl fmt::Display for ProviderNumbers {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match (self.0, self.1) {
-            (Some(n), Some(l)) => write!(f, " (the provider counted {n}, limit {l})"),
-            (Some(n), None) => write!(f, " (the provider counted {n})"),
-            (None, Some(l)) => write!(f, " (limit {l})"),
-            (None, None) => Ok(()),
         }
     }
 }

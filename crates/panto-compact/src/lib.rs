@@ -156,7 +156,7 @@ pub use panto_model::{
 pub use panto_provider as provider;
 pub use panto_provider::{
     CacheMode, CacheTtl, EventSink, PromptCache, Provider, ProviderError, ReasoningEffort, Request,
-    RequestOptions, StreamEvent, ToolChoice, ToolSpec, async_trait,
+    RequestOptions, StreamEvent, TokenNumbers, ToolChoice, ToolSpec, async_trait,
 };
 pub use panto_size as size;
 pub use panto_size::{Heuristic, Sizer, Truncation, UsageSizer};

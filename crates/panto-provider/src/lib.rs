@@ -8,7 +8,7 @@
 //!   an event callback as it streams. A third method, [`Provider::compact_natively`], has a
 //!   default.
 //! - [`ProviderError`]: typed failures; [`ProviderError::ContextOverflow`] is the one that
-//!   triggers compaction, [`ProviderError::WaitExpired`] names the [`Wait`] that ran out,
+//!   triggers compaction (the numbers it stated: [`TokenNumbers`]), [`ProviderError::WaitExpired`] names the [`Wait`] that ran out,
 //!   [`ProviderError::QuotaExceeded`] (the account's quota or billing) is never retried.
 //! - [`StreamEvent`]: what the caller hears while a request runs, text as it streams and each
 //!   retry as it is scheduled ([`RetryNotice`]).
@@ -343,7 +343,7 @@ forward!(&P, Box<P>, std::sync::Arc<P>);
 #[non_exhaustive]
 pub enum ProviderError {
     /// The request is too large for the model's context window; compacting the input can help.
-    #[error("context overflow: {message}{}", Sizes(*input_tokens, *limit))]
+    #[error("context overflow: {message}{}", Note(TokenNumbers::new(*input_tokens, *limit)))]
     ContextOverflow {
         /// The provider's message.
         message: String,
@@ -440,6 +440,18 @@ impl ProviderError {
         matches!(self, ProviderError::ContextOverflow { .. })
     }
 
+    /// The token numbers a context overflow stated; `None` for every other error.
+    pub fn token_numbers(&self) -> Option<TokenNumbers> {
+        match self {
+            ProviderError::ContextOverflow {
+                input_tokens,
+                limit,
+                ..
+            } => Some(TokenNumbers::new(*input_tokens, *limit)),
+            _ => None,
+        }
+    }
+
     /// Whether the same request may succeed if simply sent again later.
     ///
     /// Of the named waits only [`Wait::Connect`] is transient: a server that accepted the
@@ -461,15 +473,55 @@ impl ProviderError {
     }
 }
 
-struct Sizes(Option<u64>, Option<u64>);
+/// The token numbers a provider stated when it refused a request as too large: the input it
+/// counted and its context window, each when it said. The one type for them in errors:
+/// [`ProviderError::ContextOverflow`] shows them through it, and so does every error of
+/// panto-compact that reports them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct TokenNumbers {
+    /// The input size the provider counted, when it said.
+    pub input_tokens: Option<u64>,
+    /// The context limit the provider stated, when it did.
+    pub limit: Option<u64>,
+}
 
-impl fmt::Display for Sizes {
+impl TokenNumbers {
+    /// The numbers a provider stated, each when it did.
+    pub const fn new(input_tokens: Option<u64>, limit: Option<u64>) -> TokenNumbers {
+        TokenNumbers {
+            input_tokens,
+            limit,
+        }
+    }
+
+    /// Whether the provider stated neither number.
+    pub const fn is_empty(&self) -> bool {
+        self.input_tokens.is_none() && self.limit.is_none()
+    }
+}
+
+/// `2000 tokens, limit 1600`, `2000 tokens` or `limit 1600`; nothing when neither is known.
+impl fmt::Display for TokenNumbers {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match (self.0, self.1) {
-            (Some(n), Some(l)) => write!(f, " ({n} tokens, limit {l})"),
-            (Some(n), None) => write!(f, " ({n} tokens)"),
-            (None, Some(l)) => write!(f, " (limit {l})"),
+        match (self.input_tokens, self.limit) {
+            (Some(n), Some(l)) => write!(f, "{n} tokens, limit {l}"),
+            (Some(n), None) => write!(f, "{n} tokens"),
+            (None, Some(l)) => write!(f, "limit {l}"),
             (None, None) => Ok(()),
+        }
+    }
+}
+
+/// Token numbers as a note after a sentence: ` (2000 tokens, limit 1600)`, or nothing.
+struct Note(TokenNumbers);
+
+impl fmt::Display for Note {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.is_empty() {
+            Ok(())
+        } else {
+            write!(f, " ({})", self.0)
         }
     }
 }

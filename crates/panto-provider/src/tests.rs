@@ -1,9 +1,9 @@
-//! Unit tests of the error messages: durations for people, rate limits, quotas and named
-//! waits.
+//! Unit tests of the error messages: durations for people, rate limits, quotas, named
+//! waits and the token numbers of an overflow.
 
 use std::time::Duration;
 
-use crate::{About, ProviderError, Wait};
+use crate::{About, ProviderError, TokenNumbers, Wait};
 
 #[test]
 fn durations_read_in_their_largest_sensible_unit() {
@@ -204,4 +204,36 @@ fn a_cache_lifetime_is_named_as_a_configuration_file_names_it() {
     assert!(RequestOptions::new().cache.is_on());
     assert_eq!(RequestOptions::new().cache.mode, CacheMode::ReadWrite);
     assert!(!PromptCache::off().is_on());
+}
+
+#[test]
+fn an_overflow_shows_the_numbers_it_stated_through_token_numbers() {
+    let overflow = |input_tokens, limit| ProviderError::ContextOverflow {
+        message: "prompt is too long".into(),
+        input_tokens,
+        limit,
+    };
+    let cases = [
+        (Some(2_000), Some(1_600), " (2000 tokens, limit 1600)"),
+        (Some(2_000), None, " (2000 tokens)"),
+        (None, Some(1_600), " (limit 1600)"),
+        (None, None, ""),
+    ];
+    for (input, limit, note) in cases {
+        let error = overflow(input, limit);
+        assert_eq!(
+            error.to_string(),
+            format!("context overflow: prompt is too long{note}")
+        );
+        let numbers = error.token_numbers().unwrap();
+        assert_eq!(numbers, TokenNumbers::new(input, limit));
+        assert_eq!(numbers.is_empty(), note.is_empty());
+    }
+    assert_eq!(
+        ProviderError::Unsupported {
+            message: "x".into()
+        }
+        .token_numbers(),
+        None
+    );
 }

@@ -113,8 +113,6 @@ impl<S: Store> Driver<S> {
                 Err(CompactError::OverflowAfterCompaction {
                     // The context the retry sent, estimated above.
                     estimated_tokens,
-                    input_tokens,
-                    limit,
                     error: ProviderError::ContextOverflow {
                         message,
                         input_tokens,

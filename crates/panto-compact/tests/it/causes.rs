@@ -93,8 +93,6 @@ fn every_wrapping_variant_names_its_cause() {
         CompactError::OverflowAfterCompaction {
             error: overflowed(),
             estimated_tokens: 1_700,
-            input_tokens: Some(1_700),
-            limit: Some(1_600),
         },
         CompactError::FoldOverflow {
             step: 1,

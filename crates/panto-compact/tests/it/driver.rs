@@ -11,7 +11,7 @@ use panto_compact::{
     ReasoningEffort, RequestOptions, SessionLog, Store, StoreError, async_trait,
 };
 use panto_model::{Entry, Message, Trigger};
-use panto_provider::{PromptCache, StreamEvent};
+use panto_provider::{PromptCache, StreamEvent, TokenNumbers};
 use panto_transcript::strip_ledger;
 
 use crate::*;
@@ -228,8 +228,7 @@ async fn a_retry_that_overflows_again_is_surfaced_with_the_remaining_size() {
         .unwrap_err();
     let CompactError::OverflowAfterCompaction {
         estimated_tokens,
-        input_tokens,
-        limit,
+        error,
         ..
     } = &err
     else {
@@ -239,12 +238,15 @@ async fn a_retry_that_overflows_again_is_surfaced_with_the_remaining_size() {
         *estimated_tokens,
         estimate_request(SYSTEM, &d.context().messages)
     );
-    assert_eq!((*input_tokens, *limit), (Some(1_650), Some(1_600)));
+    assert_eq!(
+        error.token_numbers(),
+        Some(TokenNumbers::new(Some(1_650), Some(1_600)))
+    );
     assert_eq!(
         err.to_string(),
         format!(
             "the request still overflows after compaction: about {estimated_tokens} tokens remain \
-             (the provider counted 1650, limit 1600); the newest turn may be too large on its own"
+             (the provider stated 1650 tokens, limit 1600); the newest turn may be too large on its own"
         )
     );
     assert_eq!(p.calls(), 3);
