@@ -16,6 +16,7 @@ mod ahead;
 mod causes;
 mod chained;
 mod clear;
+mod clear_props;
 mod compaction;
 mod cost;
 mod crash;
