@@ -458,9 +458,37 @@ fn cut(text: &str, max: usize) -> String {
     if total <= max {
         return text.to_owned();
     }
-    let note = format!(" … ({} more characters)", total - max);
+    // The note counts what it leaves out, its own room included: its length depends on that
+    // count's digits, so it is settled in a step or two.
+    let mut left = total - max;
+    let note = loop {
+        let note = format!(" … ({left} more characters)");
+        let keep = max.saturating_sub(note.chars().count());
+        if total - keep <= left {
+            break note;
+        }
+        left = total - keep;
+    };
     let keep = max.saturating_sub(note.chars().count());
     let mut out = head(text, Budget::chars(keep), Cut::Char).to_owned();
     out.push_str(&note);
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cut;
+
+    #[test]
+    fn a_cut_answer_says_how_many_characters_it_left_out() {
+        assert_eq!(cut("short", 10), "short");
+        let text = "é".repeat(1_000);
+        let out = cut(&text, 100);
+        assert!(out.chars().count() <= 100, "{out}");
+        let kept = out.chars().take_while(|&c| c == 'é').count();
+        assert!(
+            out.ends_with(&format!(" … ({} more characters)", 1_000 - kept)),
+            "{out}"
+        );
+    }
 }

@@ -224,6 +224,12 @@ async fn a_summary_after_a_clearing_merges_the_ledger_of_what_it_cleared() {
         ledger.contains("src/tool1.rs"),
         "the cleared call survives: {ledger}"
     );
+    // The placeholders are not read as results: the failure is recorded once, from the
+    // original, and the placeholder's words are no identifiers.
+    let errors = summary.extra["ledger"]["errors"].as_array().unwrap();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert_eq!(errors[0]["message"], "contents of file 1: the first line");
+    assert!(!ledger.contains("cleared to save room"), "{ledger}");
     // The summarizer was not handed the clearing's note as a previous summary.
     let sent = serde_json::to_string(&provider.requests()[0].messages).unwrap();
     assert!(!sent.contains("previous-summary"), "{sent}");
@@ -310,4 +316,70 @@ async fn tiered_clears_when_that_is_enough_and_summarizes_the_cleared_conversati
     assert!(sent.contains("cleared to save room"), "{sent}");
     assert!(!sent.contains("line 20 of file 0"), "{sent}");
     assert!(validate(&driver.context().messages).is_empty());
+}
+
+/// The session of the store conformance suite's clearing checks
+/// (`panto_store::conformance::clearing`), as the compactor writes it: three rounds whose
+/// results are bulky (the second failed), the clearing of the older two, a prompt and its
+/// answer, then a summary chained after the clearing. Each append is one unit, the units
+/// separated by an empty line.
+async fn the_conformance_session() -> String {
+    let history = bulky_rounds(3, 30);
+    let (provider, active) = model("p", "m");
+    let log = log_of(&history);
+    let context = log.replay();
+    let mut driver = Driver::new(
+        compactor_with(active, 300, CompactionStrategy::Clear),
+        log,
+        context,
+    );
+    let CompactOutcome::Compacted(clearing) = driver.compact(None).await.unwrap() else {
+        panic!("nothing cleared")
+    };
+    let (c, log, context) = driver.into_parts();
+    let config = c
+        .config()
+        .with_keep_tokens(50)
+        .with_compaction_strategy(CompactionStrategy::Summary);
+    let mut driver = Driver::new(c.with_config(config), log, context);
+    let after = vec![
+        user("r9-0 one more prompt about src/tool0.rs"),
+        assistant("r9-3 answered"),
+    ];
+    driver.append(after.clone()).await.unwrap();
+    provider.push_text("the summary of it all");
+    let CompactOutcome::Compacted(summary) = driver.compact(None).await.unwrap() else {
+        panic!("no summary")
+    };
+    let sizes = [
+        history.len(),
+        clearing.entries.len(),
+        after.len(),
+        summary.entries.len(),
+    ];
+    let all = driver.log().entries();
+    let mut entries = all.iter();
+    let units: Vec<String> = sizes
+        .iter()
+        .map(|&n| entries.by_ref().take(n).map(encode_line).collect())
+        .collect();
+    assert!(entries.next().is_none());
+    units.join("\n")
+}
+
+#[tokio::test]
+async fn the_store_conformance_clearing_is_what_the_compactor_writes() {
+    let written = the_conformance_session().await;
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../panto-store/src/conformance/clearing.jsonl"
+    );
+    if std::env::var_os("PANTO_WRITE_FIXTURES").is_some() {
+        std::fs::write(path, &written).unwrap();
+    }
+    assert_eq!(
+        written,
+        panto_store::conformance::clearing::SESSION,
+        "the fixture is no longer what the compactor writes: read the difference, then write it again with PANTO_WRITE_FIXTURES=1"
+    );
 }

@@ -121,7 +121,8 @@ fn render_user(message: &Message, out: &mut Vec<Value>) {
 /// An assistant message: its blocks in order, as output-text messages, function calls,
 /// reasoning items (when they carry encrypted content) and native compaction items (exactly as
 /// received). A reasoning item is sent only with the item that followed it: the API refuses
-/// one "provided without its required following item".
+/// one "provided without its required following item" (so of two in a row, the first is left
+/// out).
 fn render_assistant(message: &Message, out: &mut Vec<Value>, splice: &mut Splice) {
     let start = out.len();
     let mut text: Vec<Value> = Vec::new();
@@ -145,6 +146,11 @@ fn render_assistant(message: &Message, out: &mut Vec<Value>, splice: &mut Splice
             ContentBlock::Thinking(t) => {
                 if let Some(encrypted) = t.extra.get(ENCRYPTED_CONTENT).and_then(Value::as_str) {
                     flush(&mut text, out);
+                    // A reasoning item right before this one (two replies merged, the first
+                    // left with nothing after its reasoning) has no following item of its own.
+                    if out.len() > start && is_reasoning(out.last()) {
+                        out.pop();
+                    }
                     let summary: Vec<Value> = if t.thinking.is_empty() {
                         Vec::new()
                     } else {
@@ -165,13 +171,14 @@ fn render_assistant(message: &Message, out: &mut Vec<Value>, splice: &mut Splice
     }
     flush(&mut text, out);
     // A reasoning item that nothing of its message follows (an answer cut while it reasoned).
-    while out.len() > start
-        && out
-            .last()
-            .and_then(|item| item.get("type"))
-            .and_then(Value::as_str)
-            == Some("reasoning")
-    {
+    while out.len() > start && is_reasoning(out.last()) {
         out.pop();
     }
+}
+
+/// Whether an input item is a reasoning item.
+fn is_reasoning(item: Option<&Value>) -> bool {
+    item.and_then(|item| item.get("type"))
+        .and_then(Value::as_str)
+        == Some("reasoning")
 }

@@ -18,6 +18,13 @@
 #[cfg(feature = "anthropic")]
 mod anthropic;
 mod classify;
+#[cfg(all(
+    feature = "anthropic",
+    feature = "openai-chat",
+    feature = "openai-responses",
+    feature = "gemini"
+))]
+mod cleared;
 mod common;
 #[cfg(all(
     feature = "anthropic",

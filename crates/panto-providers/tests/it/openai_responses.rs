@@ -437,3 +437,50 @@ async fn encrypted_reasoning_is_requested_on_demand_and_sent_back() {
         ])
     );
 }
+
+/// The shrunk case of `cleared::every_request_a_clearing_produces_passes_every_providers_rules`
+/// that found it: two assistant replies in a row (the user's empty prompt between them left
+/// out on the wire), the first with nothing after its reasoning. The API refuses a reasoning
+/// item "provided without its required following item", so only the second goes.
+#[tokio::test]
+async fn of_two_reasoning_items_in_a_row_only_the_one_with_a_following_item_is_sent() {
+    let server = MockServer::start().await;
+    PROTOCOL
+        .answer(
+            &server,
+            ResponseTemplate::new(200).set_body_json(response("completed")),
+        )
+        .await;
+    let p = OpenAiResponsesProvider::new(
+        common::config(&format!("{}/v1", server.uri())).with_streaming(false),
+    )
+    .unwrap()
+    .with_encrypted_reasoning(true);
+    let thinking = |n: &str| {
+        let mut t = ThinkingBlock::new(format!("thought {n}"), None);
+        t.extra
+            .insert("encrypted_content".into(), json!(format!("enc-{n}")));
+        ContentBlock::Thinking(t)
+    };
+    let mut request = hello();
+    request.messages.extend([
+        Message::new(Role::Assistant, vec![thinking("1"), ContentBlock::text("")]),
+        Message::user_text(""),
+        Message::new(
+            Role::Assistant,
+            vec![thinking("2"), ContentBlock::text("the answer")],
+        ),
+        Message::user_text("and then?"),
+    ]);
+    run(&p, &request).await.0.unwrap();
+    let bodies = common::bodies(&server).await;
+    assert_eq!(
+        bodies[0]["input"],
+        json!([
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Hello?"}]},
+            {"type": "reasoning", "summary": [{"type": "summary_text", "text": "thought 2"}], "encrypted_content": "enc-2"},
+            {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "the answer"}]},
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "and then?"}]}
+        ])
+    );
+}

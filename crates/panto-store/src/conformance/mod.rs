@@ -25,6 +25,7 @@ use panto_model::{CompactionEntry, Entry, KEPT_BY, Message, UndoEntry, UnknownEn
 use proptest::prelude::*;
 use serde_json::Value;
 
+pub mod clearing;
 pub mod recall;
 
 use crate::error::StoreError;
@@ -85,7 +86,18 @@ checks!(
     recall_finds_what_was_summarized,
     fetch_gives_items_by_id,
     recall_after_an_import,
+    a_clearing_round_trips_and_replays,
+    an_interrupted_clearing_is_ignored,
+    undo_steps_back_over_a_clearing,
+    cleared_results_are_fetched_whole_by_id,
+    a_summary_after_a_clearing_keeps_its_ledger,
 );
+
+use clearing::{
+    a_clearing_round_trips_and_replays, a_summary_after_a_clearing_keeps_its_ledger,
+    an_interrupted_clearing_is_ignored, cleared_results_are_fetched_whole_by_id,
+    undo_steps_back_over_a_clearing,
+};
 
 use recall::{fetch_gives_items_by_id, recall_after_an_import, recall_finds_what_was_summarized};
 
@@ -693,8 +705,14 @@ pub async fn same_context<S: Store + ?Sized>(store: &S, session: &str, units: &[
 }
 
 /// Unit `n` of a crash test: a compaction (summary `unit n`) and `copies` marked copies, each
-/// about 1 KiB, so that an append takes long enough to be killed in the middle of it.
+/// about 1 KiB, so that an append takes long enough to be killed in the middle of it. Every
+/// odd unit is a clearing (`strategy: "clear"`, carrying the summary), whose copies are tool
+/// calls and the placeholders of their cleared results, so that a crash in the middle of a
+/// clearing is checked on every store too.
 pub fn crash_unit(n: usize, copies: usize) -> Vec<Entry> {
+    if n % 2 == 1 {
+        return clearing_crash_unit(n, copies);
+    }
     let kept: Vec<Entry> = (0..copies)
         .map(|i| {
             user(
@@ -704,6 +722,58 @@ pub fn crash_unit(n: usize, copies: usize) -> Vec<Entry> {
         })
         .collect();
     compaction(&format!("c{n}"), &format!("unit {n}"), &kept)
+}
+
+/// The clearing of [`crash_unit`] `n`: copies alternate a call (about 1 KiB of arguments) and
+/// the placeholder of its cleared result, as a clearing writes them.
+fn clearing_crash_unit(n: usize, copies: usize) -> Vec<Entry> {
+    use panto_model::{CLEARED, CLEARED_PREFIX, ContentBlock, Role, ToolResultBlock};
+    let call = |i: usize| format!("t{n}-{i}");
+    let kept: Vec<Entry> = (0..copies)
+        .map(|i| {
+            let message = if i % 2 == 0 {
+                Message::new(
+                    Role::Assistant,
+                    vec![ContentBlock::tool_use(
+                        call(i),
+                        "read",
+                        serde_json::json!({"path": format!("src/{n}/{i}.rs"), "pad": "x".repeat(1000)}),
+                    )],
+                )
+            } else {
+                let mut placeholder = ToolResultBlock::new(
+                    call(i - 1),
+                    panto_model::ToolResultContent::Text(format!(
+                        "{CLEARED_PREFIX} to save room: 5000 bytes in 80 lines; first line: unit {n}; id {}]",
+                        call(i - 1)
+                    )),
+                    Some(false),
+                );
+                placeholder
+                    .extra
+                    .insert(CLEARED.to_owned(), Value::from(format!("c{n}")));
+                Message::new(Role::User, vec![ContentBlock::ToolResult(placeholder)])
+            };
+            Entry::Message(message.with_id(format!("m{n}-{i}")))
+        })
+        .collect();
+    let mut entries = compaction(&format!("c{n}"), &format!("unit {n}"), &kept);
+    if let Some(Entry::Compaction(c)) = entries.first_mut() {
+        let cleared: Vec<Value> = (0..copies)
+            .step_by(2)
+            .filter(|i| i + 1 < copies)
+            .map(|i| {
+                serde_json::json!({"id": call(i), "message": format!("m{n}-{}", i + 1), "block": 0, "kind": "tool_result", "bytes": 5000})
+            })
+            .collect();
+        c.extra.insert(
+            panto_model::STRATEGY.to_owned(),
+            Value::from(panto_model::CLEARING),
+        );
+        c.extra.insert("provider".to_owned(), Value::from("panto"));
+        c.extra.insert("cleared".to_owned(), Value::Array(cleared));
+    }
+    entries
 }
 
 /// After a process appending [`crash_unit`]s to `session` (from an empty session, one unit per

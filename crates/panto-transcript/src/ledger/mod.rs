@@ -152,7 +152,8 @@ impl Ledger {
     }
 
     /// [`Ledger::from_items`] of the transcript items of `messages`, read one at a time
-    /// instead of all held at once.
+    /// instead of all held at once, less the placeholders a clearing left (results marked
+    /// `cleared`), whose originals the clearing's own ledger holds.
     pub fn from_messages(messages: &[Message]) -> Ledger {
         // The items of `crate::for_each_item` that the walk reads, taken from the blocks
         // directly: a user's text, a call, a result. A result's name is left out: the walk
@@ -169,6 +170,11 @@ impl Ledger {
                         walk.said(&t.text);
                     }
                     ContentBlock::ToolUse(u) => walk.call_json(&u.id, &u.name, &u.input),
+                    // A clearing's placeholder is panto's words, not the tool's: the
+                    // clearing's own ledger recorded the original, and a summary after it
+                    // merges that (a placeholder would add its size as an identifier and its
+                    // failure a second time).
+                    ContentBlock::ToolResult(r) if r.extra.contains_key(panto_model::CLEARED) => {}
                     ContentBlock::ToolResult(r) => {
                         walk.result(&r.tool_use_id, None, r.failed(), || match &r.content {
                             ToolResultContent::Text(text) => Cow::Borrowed(text.as_str()),

@@ -11,6 +11,10 @@
 //!   Here a signature is bound to a digest of that prefix as it was sent.
 //! - "Thinking in tool and multi-turn workflows": with thinking on, the assistant message whose
 //!   tool calls are answered must bring its thinking back.
+//! - "Handle tool calls" (<https://platform.claude.com/docs/en/agents-and-tools/tool-use/handle-tool-calls>):
+//!   the results of an assistant message's `tool_use` blocks come in the very next user
+//!   message, one `tool_result` per call, before any text of that message; a `tool_result`
+//!   answers a `tool_use` of the message right before it.
 //! - "Compaction on demand" (<https://platform.claude.com/docs/en/build-with-claude/compaction-on-demand>):
 //!   a request with `"compaction": {"type": "summarize"}` and beta `compact-2026-09-04` is
 //!   answered with one `compaction` block (readable `content`, a `signature`) and
@@ -55,6 +59,10 @@ pub(crate) struct State {
     pub(crate) seen: Vec<Seen>,
     /// When set, compaction requests are answered with this status and message.
     pub(crate) fail_compaction: Option<(u16, String)>,
+    /// When set, a thinking block sent is not checked but bound to its prefix as sent: what
+    /// the API would have issued for that conversation (a test seeds a conversation it did
+    /// not produce here, then checks what panto makes of it).
+    pub(crate) prime: bool,
     /// Thinking blocks dropped under `drop_block`.
     pub(crate) dropped: usize,
     /// Thinking blocks checked and accepted.
@@ -201,6 +209,9 @@ impl State {
             .and_then(Value::as_array)
             .cloned()
             .unwrap_or_default();
+        if let Err(message) = pairing(&messages) {
+            return Err(error(400, "invalid_request_error", &message));
+        }
         // The prefix as the check sees it: a compaction block stands for what it summarized.
         let mut expanded: Vec<Value> = Vec::new();
         let mut exact = false;
@@ -268,7 +279,10 @@ impl State {
                         let signature =
                             block.get(field).and_then(Value::as_str).unwrap_or_default();
                         let prefix = json!({"system": system, "tools": tools, "messages": expanded, "blocks": blocks});
-                        if self.signatures.get(signature) == Some(&digest(&prefix)) {
+                        if self.prime {
+                            self.signatures
+                                .insert(signature.to_owned(), digest(&prefix));
+                        } else if self.signatures.get(signature) == Some(&digest(&prefix)) {
                             accepted += 1;
                         } else if drop {
                             dropped += 1;
@@ -390,6 +404,63 @@ impl State {
             false,
         ))
     }
+}
+
+/// The rule of tool use: each user message that follows an assistant message with `tool_use`
+/// blocks starts with one `tool_result` for each of them, and no `tool_result` answers
+/// anything but a call of the message right before it. The errors are the API's words.
+fn pairing(messages: &[Value]) -> Result<(), String> {
+    let blocks = |m: &Value| -> Vec<Value> {
+        m.get("content")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()
+    };
+    let ids = |m: &Value, kind: &str, field: &str| -> Vec<String> {
+        blocks(m)
+            .iter()
+            .filter(|b| b.get("type").and_then(Value::as_str) == Some(kind))
+            .filter_map(|b| b.get(field).and_then(Value::as_str).map(str::to_owned))
+            .collect()
+    };
+    for (i, message) in messages.iter().enumerate() {
+        let calls = if i == 0 {
+            Vec::new()
+        } else {
+            ids(&messages[i - 1], "tool_use", "id")
+        };
+        let results = ids(message, "tool_result", "tool_use_id");
+        for id in &results {
+            if !calls.contains(id) {
+                return Err(format!(
+                    "messages.{i}.content: unexpected `tool_use_id` found in `tool_result` blocks: {id}. Each `tool_result` block must have a corresponding `tool_use` block in the previous message."
+                ));
+            }
+        }
+        if calls.is_empty() {
+            continue;
+        }
+        let missing: Vec<&String> = calls.iter().filter(|c| !results.contains(c)).collect();
+        if !missing.is_empty() {
+            return Err(format!(
+                "messages.{i}: `tool_use` ids were found without `tool_result` blocks immediately after: {}. Each `tool_use` block must have a corresponding `tool_result` block in the next message.",
+                missing
+                    .iter()
+                    .map(|s| s.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        let first_other = blocks(message)
+            .iter()
+            .position(|b| b.get("type").and_then(Value::as_str) != Some("tool_result"));
+        if first_other.is_some_and(|k| k < results.len()) {
+            return Err(format!(
+                "messages.{i}: tool_result blocks must come first in the content of the message that answers the tool calls"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Whether a message holds a block of type `kind`.

@@ -8,9 +8,16 @@
 //! the current turn is everything after the last user message with the user's own words, and
 //! earlier turns are not checked. A call Gemini did not write may carry the documented value
 //! `skip_thought_signature_validator`. The pages state no binding to the prefix, so none is
-//! emulated: a compaction that replaces the prefix leaves the signatures valid.
+//! emulated: a compaction that replaces the prefix leaves the signatures valid. A call the
+//! emulator signed must come back with that signature, not the value for foreign calls.
+//!
+//! And the rule of function calling (<https://ai.google.dev/gemini-api/docs/function-calling>):
+//! the content after a model turn with `functionCall` parts holds one `functionResponse` for
+//! each of them, and a `functionResponse` answers a call of the turn right before it ("Please
+//! ensure that the number of function response parts is equal to the number of function call
+//! parts of the function call turn.").
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use serde_json::{Value, json};
 use wiremock::matchers::{method, path_regex};
@@ -27,6 +34,11 @@ pub(crate) struct State {
     pub(crate) signatures: HashSet<String>,
     /// Every request, in order.
     pub(crate) seen: Vec<Seen>,
+    /// The signature of each call it signed, by the call (`name` and `args`).
+    pub(crate) calls: HashMap<String, HashSet<String>>,
+    /// When set, every signature sent is taken as one the API issued for its part: a test
+    /// seeds a conversation it did not produce here, then checks what panto makes of it.
+    pub(crate) prime: bool,
     /// Current-turn function calls checked and accepted.
     pub(crate) accepted: usize,
     replies: usize,
@@ -122,6 +134,24 @@ impl State {
                 .cloned()
                 .unwrap_or_default()
         };
+        if let Err(message) = pairing(&contents) {
+            return Err(error(&message));
+        }
+        if self.prime {
+            for content in &contents {
+                for part in parts(content) {
+                    if let Some(signature) = part.get("thoughtSignature").and_then(Value::as_str) {
+                        self.signatures.insert(signature.to_owned());
+                        if let Some(call) = part.get("functionCall") {
+                            self.calls
+                                .entry(call_key(call))
+                                .or_default()
+                                .insert(signature.to_owned());
+                        }
+                    }
+                }
+            }
+        }
         let current = contents
             .iter()
             .rposition(|c| {
@@ -144,6 +174,13 @@ impl State {
                     return Err(error("Corrupted thought signature."));
                 }
                 if let Some(call) = part.get("functionCall") {
+                    let signed = self.calls.get(&call_key(call));
+                    if signed.is_some_and(|s| !signature.is_some_and(|g| s.contains(g))) {
+                        let name = call.get("name").and_then(Value::as_str).unwrap_or_default();
+                        return Err(error(&format!(
+                            "Function call `{name}` in the {k}. content block is missing its `thought_signature`."
+                        )));
+                    }
                     if first_call && signature.is_none() {
                         let name = call.get("name").and_then(Value::as_str).unwrap_or_default();
                         return Err(error(&format!(
@@ -173,8 +210,13 @@ impl State {
                 "STOP",
             )
         } else if wants_tool {
+            let call = json!({"name": "lookup", "args": {"n": r}});
+            self.calls
+                .entry(call_key(&call))
+                .or_default()
+                .insert(signature.clone());
             (
-                json!({"functionCall": {"name": "lookup", "args": {"n": r}}, "thoughtSignature": signature}),
+                json!({"functionCall": call, "thoughtSignature": signature}),
                 "STOP",
             )
         } else {
@@ -191,4 +233,31 @@ impl State {
         })
         .to_string())
     }
+}
+
+/// The rule of function calling (module docs): the content after a model turn with calls
+/// answers each of them, and answers only a turn with calls.
+fn pairing(contents: &[Value]) -> Result<(), String> {
+    let count = |c: &Value, key: &str| {
+        c.get("parts")
+            .and_then(Value::as_array)
+            .map_or(0, |ps| ps.iter().filter(|p| p.get(key).is_some()).count())
+    };
+    for (k, content) in contents.iter().enumerate() {
+        let responses = count(content, "functionResponse");
+        let calls = k
+            .checked_sub(1)
+            .map_or(0, |j| count(&contents[j], "functionCall"));
+        if (k > 0 && calls > 0 && responses != calls) || (calls == 0 && responses > 0) {
+            return Err(format!(
+                "Please ensure that the number of function response parts is equal to the number of function call parts of the function call turn. ({k}. content block: {responses} responses to {calls} calls)"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// What identifies a call the emulator signed: its name and arguments.
+fn call_key(call: &Value) -> String {
+    json!({"name": call.get("name"), "args": call.get("args")}).to_string()
 }

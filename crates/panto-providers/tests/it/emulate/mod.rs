@@ -18,6 +18,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde_json::Value;
 
+#[cfg(feature = "openai-chat")]
+pub(crate) mod chat;
 #[cfg(feature = "anthropic")]
 pub(crate) mod claude;
 #[cfg(feature = "gemini")]

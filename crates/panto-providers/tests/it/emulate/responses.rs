@@ -8,6 +8,10 @@
 //!   verified"; and a reasoning item is refused when it comes "without its required following
 //!   item" (the item it preceded in the output). No binding to the prefix is documented, so
 //!   none is emulated.
+//! - "Function calling" (<https://developers.openai.com/api/docs/guides/function-calling>):
+//!   each `function_call` in the input is answered by a `function_call_output` with its
+//!   `call_id` ("No tool output found for function call …"), and each output answers a call
+//!   before it ("No tool call found for function call output with `call_id` …").
 //! - "Compaction" (<https://developers.openai.com/api/docs/guides/compaction>):
 //!   `POST /responses/compact` returns the window to continue from, the user's messages and
 //!   one opaque `compaction` item with `encrypted_content`, to be passed back as it is; with
@@ -35,6 +39,9 @@ pub(crate) struct State {
     pub(crate) seen: Vec<Seen>,
     /// When set, `/responses/compact` answers with this status and message.
     pub(crate) fail_compaction: Option<(u16, String)>,
+    /// When set, every reasoning item sent is taken as one the API issued: a test seeds a
+    /// conversation it did not produce here, then checks what panto makes of it.
+    pub(crate) prime: bool,
     /// Reasoning items checked and accepted.
     pub(crate) accepted: usize,
     /// Requests that carried a compaction item byte for byte.
@@ -158,6 +165,9 @@ impl State {
             .and_then(Value::as_array)
             .cloned()
             .unwrap_or_default();
+        if let Err(message) = pairing(&input) {
+            return Err(error(&message, None));
+        }
         let mut accepted = 0;
         let mut exact = false;
         for (i, item) in input.iter().enumerate() {
@@ -167,6 +177,9 @@ impl State {
                         .get("encrypted_content")
                         .and_then(Value::as_str)
                         .unwrap_or_default();
+                    if self.prime {
+                        self.reasoning.insert(content.to_owned(), String::new());
+                    }
                     if !self.reasoning.contains_key(content) {
                         return Err(error(
                             &format!(
@@ -285,4 +298,43 @@ impl State {
             output.join(",")
         ))
     }
+}
+
+/// The rule of function calling (module docs): calls and outputs pair by `call_id`, each
+/// output after its call.
+fn pairing(input: &[Value]) -> Result<(), String> {
+    let call_id = |item: &Value| {
+        item.get("call_id")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let kind = |item: &Value| {
+        item.get("type")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let mut calls: Vec<String> = Vec::new();
+    for item in input {
+        match kind(item).as_str() {
+            "function_call" => calls.push(call_id(item)),
+            "function_call_output" if !calls.contains(&call_id(item)) => {
+                return Err(format!(
+                    "No tool call found for function call output with call_id {}.",
+                    call_id(item)
+                ));
+            }
+            _ => {}
+        }
+    }
+    for id in calls {
+        let answered = input
+            .iter()
+            .any(|i| kind(i) == "function_call_output" && call_id(i) == id);
+        if !answered {
+            return Err(format!("No tool output found for function call {id}."));
+        }
+    }
+    Ok(())
 }
