@@ -138,8 +138,8 @@ pub use ledger::{
 };
 pub use plan::{NotSmaller, NothingToCompact, Plan, keep_budget, manual_keep_budget, plan};
 pub use recall_tool::{
-    RECALL_ANSWER_CHARS, RECALL_TOOL, RecallAnswer, RecallCall, answer_recall, describe,
-    fetch_answer, recall_tool_spec, search_answer,
+    RECALL_ANSWER_CHARS, RECALL_TOOL, RecallAnswer, RecallCall, answer_recall, around_of, beside,
+    describe, fetch_answer, recall_tool_spec, search_answer, shown_text,
 };
 pub use record::RECORD_ONLY_MODEL;
 pub use report::{ClearedItem, CompactOutcome, Compacted, CompactionReport, ElidedItem, FoldStep};

@@ -34,6 +34,9 @@ const SNIPPET_FLOOR: usize = 240;
 /// Neighbours on each side of a fetched item.
 const NEIGHBOURS: usize = 1;
 
+/// The most characters of the items shown beside one hit ([`beside`]).
+const BESIDE_CHARS: usize = 400;
+
 /// The recall tool's name, description and JSON schema, which every adapter turns into its
 /// protocol's tool shape.
 pub fn recall_tool_spec() -> ToolSpec {
@@ -150,14 +153,106 @@ pub async fn answer_recall<S: Store + ?Sized>(
             Err(e) => RecallAnswer::error(e.to_string()),
         },
         Ok(RecallCall::Search(query)) => match store.recall(session, &query).await {
-            Ok(found) => search_answer(&query.text, &found),
+            Ok(found) => {
+                let mut around = Vec::with_capacity(found.hits.len());
+                for hit in &found.hits {
+                    let (id, context) = around_of(hit);
+                    // What is beside a hit only helps: a fetch that fails shows none.
+                    around.push(store.fetch(session, &id, context).await.unwrap_or_default());
+                }
+                search_answer(&query.text, &found, &around)
+            }
             Err(e) => RecallAnswer::error(e.to_string()),
         },
     }
 }
 
-/// The answer listing `found`'s hits.
-pub fn search_answer(query: &str, found: &Recalled) -> RecallAnswer {
+/// What to fetch for the items [`beside`] a hit, and with how many entries each side: a tool
+/// call's result by the call id (it may come several entries later, after the results of the
+/// calls made with it), else the hit with one entry each side.
+pub fn around_of(hit: &Hit) -> (String, usize) {
+    match (&hit.kind, &hit.call) {
+        (ItemKind::ToolCall, Some(call)) => (call.clone(), 0),
+        _ => (hit.id.clone(), NEIGHBOURS),
+    }
+}
+
+/// The items of `around` (what [`around_of`] fetched) that say what `hit` was about: for a
+/// tool result, the call that asked for it (the command); for a tool call, its result; for
+/// the assistant's text, the calls made in its message (or the next one's, when each of an
+/// assistant's blocks is an entry of its own).
+pub fn beside<'a>(hit: &Hit, around: &'a Fetched) -> Vec<&'a Item> {
+    let items = around
+        .items
+        .iter()
+        .filter(|i| i.id != hit.id || i.kind != hit.kind);
+    match hit.kind {
+        ItemKind::ToolResult | ItemKind::ToolCall => {
+            let wanted = if hit.kind == ItemKind::ToolResult {
+                ItemKind::ToolCall
+            } else {
+                ItemKind::ToolResult
+            };
+            items
+                .filter(|i| i.kind == wanted && i.call.is_some() && i.call == hit.call)
+                .take(1)
+                .collect()
+        }
+        ItemKind::Text | ItemKind::Thinking if hit.role == Some(Role::Assistant) => {
+            let calls = |position: u64| -> Vec<&'a Item> {
+                around
+                    .items
+                    .iter()
+                    .filter(|i| i.kind == ItemKind::ToolCall && i.position == position)
+                    .collect()
+            };
+            let same = calls(hit.position);
+            if same.is_empty() {
+                let next = around
+                    .items
+                    .iter()
+                    .find(|i| i.position > hit.position)
+                    .filter(|i| i.role == Some(Role::Assistant));
+                next.map(|i| calls(i.position)).unwrap_or_default()
+            } else {
+                same
+            }
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// An item's text as the tool shows it: a tool call's arguments one to a line (`command: git
+/// log -3`), strings unquoted, rather than the call's JSON, where a command's quotes and line
+/// breaks are escaped; any other item's text as it is.
+pub fn shown_text(kind: ItemKind, text: &str) -> String {
+    if kind != ItemKind::ToolCall {
+        return text.to_owned();
+    }
+    let Some((name, args)) = text.split_once(' ') else {
+        return text.to_owned();
+    };
+    let Ok(Value::Object(args)) = serde_json::from_str::<Value>(args) else {
+        return text.to_owned();
+    };
+    let mut out = name.to_owned();
+    for (key, value) in &args {
+        let _ = match value {
+            Value::String(s) => write!(out, "\n{key}: {s}"),
+            other => write!(out, "\n{key}: {other}"),
+        };
+    }
+    out
+}
+
+/// The answer listing `found`'s hits, each with the items `around` it (`around[i]` is what
+/// [`around_of`] fetched for hit `i`; missing or empty when nothing was) that [`beside`]
+/// chooses.
+///
+/// The room of [`RECALL_ANSWER_CHARS`] is shared so that no hit gets more than it can use: a
+/// hit whose text (and what is beside it) is short takes only that, and what it leaves goes to
+/// the others, whose passages ([`passage`]) grow with it.
+pub fn search_answer(query: &str, found: &Recalled, around: &[Fetched]) -> RecallAnswer {
     let n = found.hits.len();
     let line = format!("recalled {n} {} for '{query}'", passages(n));
     if n == 0 {
@@ -171,20 +266,121 @@ pub fn search_answer(query: &str, found: &Recalled) -> RecallAnswer {
         "{n} {} for {query:?}, best first. Call {RECALL_TOOL} with an `id` to read one whole.\n",
         passages(n)
     );
-    let each = RECALL_ANSWER_CHARS.saturating_sub(text.len()) / n;
-    for hit in &found.hits {
-        let head = hit_heading(hit);
-        // The passage around the match as large as the room allows (its `…` marks aside): a
-        // hit's 240-character snippet misses a third of the answers its text holds in the
-        // needle exam (docs/compaction.md), and the model should not need a fetch for them.
-        let room = each.saturating_sub(head.len() + 4);
-        let shown = passage(&hit.text, query, room.max(SNIPPET_FLOOR));
-        let _ = writeln!(text, "\n{head}\n{}", cut(&shown, room + 2));
+    let none = Fetched::default();
+    let shown: Vec<Shown> = found
+        .hits
+        .iter()
+        .enumerate()
+        .map(|(i, hit)| Shown::of(hit, around.get(i).unwrap_or(&none)))
+        .collect();
+    // What each hit needs, and the room each gets: the least needs first, each at most an
+    // equal share of what is left.
+    let needs: Vec<usize> = shown.iter().map(Shown::needs).collect();
+    let mut rooms = vec![0; n];
+    let mut order: Vec<usize> = (0..n).collect();
+    order.sort_by_key(|&i| needs[i]);
+    let mut left = RECALL_ANSWER_CHARS.saturating_sub(text.len());
+    for (k, &i) in order.iter().enumerate() {
+        rooms[i] = needs[i].min(left / (n - k));
+        left -= rooms[i];
+    }
+    for (shown, room) in shown.iter().zip(rooms) {
+        let _ = writeln!(text, "\n{}", shown.render(query, room));
     }
     RecallAnswer {
         text: cut(&text, RECALL_ANSWER_CHARS),
         is_error: false,
         line,
+    }
+}
+
+/// One hit as the answer shows it: its heading, its text, the short items beside it (calls),
+/// and, for a tool call, its result.
+struct Shown {
+    head: String,
+    body: String,
+    beside: Vec<String>,
+    /// A call's result: its heading and text, shown as a passage of its own.
+    result: Option<(String, String)>,
+}
+
+impl Shown {
+    fn of(hit: &Hit, around: &Fetched) -> Shown {
+        let mut beside_items = Vec::new();
+        let mut result = None;
+        for item in beside(hit, around) {
+            let what = describe(item.kind, item.role, item.tool.as_deref(), item.error);
+            let head = format!("[{}] {what}:", item.id);
+            if item.kind == ItemKind::ToolResult && hit.kind == ItemKind::ToolCall {
+                result = Some((head, item.text.trim().to_owned()));
+            } else {
+                let text = shown_text(item.kind, &item.text);
+                beside_items.push(format!("{head} {}", text.trim()));
+            }
+        }
+        Shown {
+            head: hit_heading(hit),
+            body: shown_text(hit.kind, &hit.text),
+            beside: beside_items,
+            result,
+        }
+    }
+
+    fn beside_needs(&self) -> usize {
+        self.beside.iter().map(|b| b.chars().count() + 1).sum()
+    }
+
+    fn result_needs(&self) -> usize {
+        self.result
+            .as_ref()
+            .map_or(0, |(head, text)| head.len() + 2 + text.chars().count())
+    }
+
+    /// The characters it takes to show whole (what is beside it at most [`BESIDE_CHARS`]).
+    fn needs(&self) -> usize {
+        self.head.len()
+            + 4
+            + self.body.chars().count()
+            + self.beside_needs().min(BESIDE_CHARS)
+            + self.result_needs()
+    }
+
+    /// The hit in about `room` characters: its heading; the passage of its text around the
+    /// match as large as the room allows (a hit's 240-character snippet misses a third of the
+    /// answers its text holds in the needle exam, docs/compaction.md, and the model should
+    /// not need a fetch for them); a call's result as a passage of its own, which shares the
+    /// room with the call; what is beside it, each item an equal share of what it needs up to
+    /// [`BESIDE_CHARS`] (a third of the room when the hit's own text needs the rest).
+    fn render(&self, query: &str, room: usize) -> String {
+        let fixed = self.head.len() + 4;
+        let spare = room.saturating_sub(fixed + self.body.chars().count() + self.result_needs());
+        let share = self
+            .beside_needs()
+            .min(BESIDE_CHARS)
+            .min(spare.max(room / 3))
+            / self.beside.len().max(1);
+        let beside: String = self
+            .beside
+            .iter()
+            .map(|b| format!("\n{}", cut(b, share.saturating_sub(1))))
+            .collect();
+        let left = room.saturating_sub(fixed + beside.chars().count());
+        let (body_room, result) = match &self.result {
+            None => (left, String::new()),
+            Some((head, text)) => {
+                let body = self.body.chars().count();
+                let body_room = body.min((left / 2).max(left.saturating_sub(self.result_needs())));
+                let room = left.saturating_sub(body_room + head.len() + 2);
+                let shown = passage(text, query, room.max(SNIPPET_FLOOR));
+                (body_room, format!("\n{head}\n{}", cut(&shown, room + 2)))
+            }
+        };
+        let shown = passage(&self.body, query, body_room.max(SNIPPET_FLOOR));
+        format!(
+            "{}\n{}{result}{beside}",
+            self.head,
+            cut(&shown, body_room + 2)
+        )
     }
 }
 
@@ -242,7 +438,10 @@ pub fn fetch_answer(id: &str, fetched: &Fetched) -> RecallAnswer {
         let _ = writeln!(
             text,
             "{head}\n{}\n",
-            cut(&item.text, room.saturating_sub(head.len() + 2))
+            cut(
+                &shown_text(item.kind, &item.text),
+                room.saturating_sub(head.len() + 2)
+            )
         );
     }
     let n = fetched.items.len().saturating_sub(fetched.asked.len());

@@ -15,13 +15,14 @@
 //! a hit among its top 3 whose text holds the answer (and, a stricter column, whose snippet
 //! does); by the recall tool's answer, whether the text the tool returns to the model for the
 //! query with a limit of 3 (`panto_compact::answer_recall`, asked in process of the store
-//! `panto` wrote: each hit's passage of about its share of the answer's characters) holds it;
-//! and open-book, by whether the effective context or that recall's top 3 holds it (and,
-//! a stricter column, the context or the tool's answer): a model that has the book also has
-//! its context, and recall leaves out by design what the context holds verbatim.
+//! `panto` wrote: each hit's passage and the items beside it, in the answer's 6,000
+//! characters) holds it;
+//! and open-book, by whether the effective context or the tool's answer holds it (and, a
+//! looser column, the context or the whole texts of recall's top 3): a model that has the book
+//! also has its context, and recall leaves out by design what the context holds verbatim.
 //!
-//! The goals of issue 36 ([`GOALS`], and open-book at least 90%) are checked in every store: a
-//! miss fails the command.
+//! The goals of issue 36 ([`GOALS`], and open-book, the context or the tool's answer, at least
+//! 90%) are checked in every store: a miss fails the command.
 //! `--list` prints every question (category, where it was found, answer, query) for review;
 //! `--closed-book` leaves out the open-book column (a recall call per question and store is
 //! most of the run's time).

@@ -4,7 +4,7 @@
 
 use std::hash::{Hash, Hasher};
 
-use panto_model::{Message, Usage};
+use panto_model::{ContentBlock, Message, Usage};
 use panto_provider::{PromptCache, ProviderError, Request, RequestOptions, StreamEvent};
 use tracing::{Instrument, info_span};
 
@@ -16,11 +16,13 @@ use crate::error::CompactError;
 use crate::events::CompactionEvent;
 use crate::source::RequestSource;
 
-/// One request of a fold, as it is asked: its body, its input (hashed, to recognise it) and
-/// size, and what its answer is checked against.
+/// One request of a fold, as it is asked: its body, its input (hashed when first needed, to
+/// recognise it) and size, and what its answer is checked against.
 struct Asking<'q> {
     request: Request,
-    input: u64,
+    /// The hash of the input, made only when a rejection is looked up or recorded: most folds
+    /// see none, and the input can be the whole transcript (tens of MB).
+    input: Option<u64>,
     input_tokens: u64,
     replaced: &'q Replaced<'q>,
     source: RequestSource<'q>,
@@ -44,7 +46,7 @@ impl Fold<'_, '_> {
         // A fold's prompt (the compaction prompt and a transcript) is read once and shares no
         // prefix with the conversation's requests: nothing is worth writing to the cache.
         let mut asking = Asking {
-            input: input_hash(&user_prompt),
+            input: None,
             request: Request::new(
                 active.model.clone(),
                 system,
@@ -56,7 +58,7 @@ impl Fold<'_, '_> {
             replaced,
             source,
         };
-        let first = first.filter(|m| self.may_ask(m, asking.input));
+        let first = first.filter(|m| self.may_ask(m, &mut asking));
         self.state.asked.compaction_model_asked = first.is_some();
         if let Some(first) = first {
             match self.ask_one(&first, &mut asking).await {
@@ -67,13 +69,14 @@ impl Fold<'_, '_> {
                         fallback_cause: None,
                     });
                 }
-                Err(cause) => self.fall_back(&first, &active, cause, asking.input),
+                Err(cause) => self.fall_back(&first, &active, cause, asking.input()),
             }
         }
         let asked = &self.state.asked;
-        if asked
-            .rejected
-            .contains(&(active.model.clone(), asking.input))
+        if !asked.rejected.is_empty()
+            && asked
+                .rejected
+                .contains(&(active.model.clone(), asking.input()))
         {
             // Never sent again: the fold shrinks instead.
             let error =
@@ -88,15 +91,18 @@ impl Fold<'_, '_> {
             return Err(Failure::Overflow { error });
         }
         let result = self.ask_one(&active, &mut asking).await;
-        self.answer_of_active(active, result, asking.input)
+        self.answer_of_active(active, result, &mut asking)
     }
 
-    /// Whether the compaction model `model` may be asked for an input of hash `input`: it has
+    /// Whether the compaction model `model` may be asked for the input of `asking`: it has
     /// not failed in this fold, and did not reject that input.
-    fn may_ask(&self, model: &ModelRef, input: u64) -> bool {
+    fn may_ask(&self, model: &ModelRef, asking: &mut Asking<'_>) -> bool {
         let asked = &self.state.asked;
         asked.compaction_model_failed.is_none()
-            && !asked.rejected.contains(&(model.model.clone(), input))
+            && (asked.rejected.is_empty()
+                || !asked
+                    .rejected
+                    .contains(&(model.model.clone(), asking.input())))
     }
 
     /// Asks `model` once, counted; a model that answered (whatever the checks made of its
@@ -157,7 +163,7 @@ impl Fold<'_, '_> {
         self.state.asked.compaction_model_failed = Some(cause);
     }
 
-    /// What the `active` model's `result` for the input of hash `input` makes of the step: its
+    /// What the `active` model's `result` for the input of `asking` makes of the step: its
     /// summary, a rejection to shrink after (the input is never sent to it again), a summary
     /// cut at the output limit, or the compaction's error (with the compaction model's cause,
     /// when it failed first).
@@ -165,7 +171,7 @@ impl Fold<'_, '_> {
         &mut self,
         active: ModelRef,
         result: Result<String, AttemptFailure>,
-        input: u64,
+        asking: &mut Asking<'_>,
     ) -> Result<Answer, Failure> {
         let asked = &mut self.state.asked;
         let second = match result {
@@ -177,7 +183,9 @@ impl Fold<'_, '_> {
                 });
             }
             Err(AttemptFailure::Provider(error)) if error.is_context_overflow() => {
-                asked.rejected.insert((active.model.clone(), input));
+                asked
+                    .rejected
+                    .insert((active.model.clone(), asking.input()));
                 asked.last_overflow = Some(error.clone());
                 return Err(Failure::Overflow { error });
             }
@@ -226,11 +234,23 @@ pub(super) enum Failure {
     Other(CompactError),
 }
 
-/// A hash of a request's input, to recognise one sent before.
-fn input_hash(text: &str) -> u64 {
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    text.hash(&mut hasher);
-    hasher.finish()
+impl Asking<'_> {
+    /// The hash of the request's input (its messages' text), to recognise one sent before;
+    /// made once, when first asked for.
+    fn input(&mut self) -> u64 {
+        let request = &self.request;
+        *self.input.get_or_insert_with(|| {
+            let mut hasher = std::collections::hash_map::DefaultHasher::new();
+            for message in &request.messages {
+                for block in &message.content {
+                    if let ContentBlock::Text(t) = block {
+                        t.text.hash(&mut hasher);
+                    }
+                }
+            }
+            hasher.finish()
+        })
+    }
 }
 
 /// Asks one model for the summary, which must have ended by itself (not at the output limit)

@@ -13,12 +13,15 @@
 //! (`parts.rs`); each request's prompt (`chunk.rs`), what it costs and how a rejection shrinks
 //! the limit (`limits.rs`); and the model calls, with the fallback from the compaction model to
 //! the active one (`ask.rs`). What is written (the summary with its ledger, the entry and the
-//! copies, panto's own record when no model answered) is `write.rs`, and its append, after
+//! copies) is `write.rs`; panto's own record when no model summarized the whole prefix (the
+//! models' summary so far, then panto's record of the turns after it) is `failed.rs`; and the
+//! append, after
 //! another writer's prompts when they came first, `rebase.rs`.
 
 mod ask;
 mod chunk;
 mod clear;
+mod failed;
 mod folding;
 mod limits;
 mod native;
@@ -287,8 +290,9 @@ impl Compactor {
         let outcome = match produced {
             Ok(CompactOutcome::Compacted(c)) => run.append(log, *c, &span).await,
             Ok(nothing) => Ok(nothing),
+            // Boxed: the record's future is large, and this branch is rare.
             Err(failure) if options.record_on_failure && failure.no_summary_obtained() => {
-                run.write_record(log, failure).await
+                Box::pin(run.write_record(log, failure)).await
             }
             Err(error) => Err(error),
         };

@@ -278,6 +278,21 @@ impl Parts {
         start..all.end
     }
 
+    /// Where the messages of the turns whose every part is before part `end` end: what a
+    /// summary of the parts up to `end` covers whole (a turn cut after its first parts is not
+    /// covered yet).
+    pub(super) fn whole_until(&self, end: usize) -> usize {
+        let Some(last) = end.checked_sub(1) else {
+            return self.turns.first().map_or(0, |t| t.start);
+        };
+        let turn = self.turn_of[last];
+        if end == self.len() || self.turn_of[end] != turn {
+            self.turns[turn].end
+        } else {
+            self.turns[turn].start
+        }
+    }
+
     /// Whether part `part` is the first of its turn.
     fn starts_turn(&self, part: usize) -> bool {
         part == 0 || self.turn_of[part - 1] != self.turn_of[part]

@@ -7,7 +7,7 @@ use panto_model::EffectiveContext;
 use panto_store::{SessionLog, Store};
 use tracing::{Instrument, Span, info_span};
 
-use super::state::{FoldState, Taught};
+use super::state::{FoldState, SoFar, Taught};
 use super::{Compactor, Prepared};
 use crate::config::{CompactRun, CompactionStrategy, min_known};
 use crate::error::CompactError;
@@ -29,6 +29,9 @@ pub(super) struct Run<'a> {
     pub(super) windows: KnownWindows,
     /// What the run learned of the window (and the failed attempts, for panto's record).
     pub(super) taught: Taught,
+    /// A failed fold's plan and where it stood: panto's record goes on from the summary the
+    /// models gave, never in place of it (`write.rs`).
+    pub(super) partial: Option<Box<(Prepared, SoFar)>>,
 }
 
 impl<'a> Run<'a> {
@@ -48,6 +51,7 @@ impl<'a> Run<'a> {
             options,
             windows,
             taught: Taught::default(),
+            partial: None,
         }
     }
 
@@ -166,7 +170,8 @@ impl<'a> Run<'a> {
     fn fit_target(&self, prepared: &Prepared, state: &FoldState) -> Option<u64> {
         let limits = &state.limits;
         match self.options.known_limit(&self.windows) {
-            Some(known) => Some(known.min(limits.limit.unwrap_or(known))),
+            // The fold's limit is a guess below a rejection, never below what a model took.
+            Some(known) => Some(known.min(limits.limit.unwrap_or(known).max(limits.proven))),
             // Nothing is known of a window that never refused a request (a manual compaction
             // with none configured): no constraint.
             None if prepared.limit.is_none() => None,

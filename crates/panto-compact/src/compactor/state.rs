@@ -15,7 +15,7 @@ use crate::config::{ModelRef, RequestBound};
 use crate::fold::{FoldBudget, FoldPlan, MIN_OUTPUT_TOKENS};
 use crate::ledger::{ledger_budget, previous_ledger, rendered_len};
 use crate::report::{ElidedItem, FoldStep};
-use crate::window::{KnownWindows, Stated};
+use crate::window::{KnownWindows, Stated, scale};
 
 /// Where a fold stands: everything it needs to go on from where it is.
 pub(super) struct FoldState {
@@ -46,6 +46,22 @@ pub(super) struct SoFar {
     /// The natural size of the ledger's rendering ([`ledger_budget`] of what was there and
     /// what is summarized).
     pub(super) natural_ledger_chars: usize,
+    /// How far the summary covers the prefix's turns, after the latest step of them: kept
+    /// when the fold fails later, so that panto's record is written only of the turns after.
+    pub(super) covered: Option<Covered>,
+}
+
+/// What the summary so far covers after a step of the prefix's turns (a model's summary or
+/// panto's record of that step): the turns whose messages end at `until`, in `summary`, made
+/// by the first `steps` steps. (A pass that condenses the summary later changes none of it.)
+#[derive(Clone)]
+pub(super) struct Covered {
+    /// The end of the messages covered, in the context's messages.
+    pub(super) until: usize,
+    /// The summary so far then (the text, no ledger).
+    pub(super) summary: String,
+    /// The steps that made it.
+    pub(super) steps: usize,
 }
 
 /// What a fold knows and guesses of the window, in panto's estimated tokens.
@@ -111,6 +127,7 @@ impl FoldState {
                     prepared.transcript.text().len(),
                     None,
                 ),
+                covered: None,
             },
             limits: Limits {
                 limit: prepared.limit,
@@ -194,22 +211,36 @@ impl Limits {
         }
     }
 
-    /// After a request of `input_tokens` was refused with `error`: one more shrink, and what the
-    /// refusal taught (the limit it stated, with its counts; else that the window is below that
-    /// input).
-    pub(super) fn refused(&mut self, error: &ProviderError, input_tokens: u64) {
+    /// After a request of `input_tokens` (allowing `output` more) was refused with `error`: one
+    /// more shrink, and what the refusal taught: the limit it stated, with its counts, when
+    /// that limit explains the refusal (it is below what was sent, in panto's tokens); else,
+    /// as for a refusal that stated none, that the window is below that input. A stated limit
+    /// the refusal contradicts ("7,300 tokens > 10,636 maximum") says nothing of the window.
+    pub(super) fn refused(&mut self, error: &ProviderError, input_tokens: u64, output: u64) {
         self.shrinks += 1;
         if let ProviderError::ContextOverflow {
             limit: Some(limit),
             input_tokens: counted,
             ..
         } = error
+            && explains(*limit, *counted, input_tokens, output)
         {
             self.stated = Some(Stated::new(*limit).with_counts(*counted, input_tokens));
         } else {
             self.upper = Some(self.upper.map_or(input_tokens, |u| u.min(input_tokens)));
         }
     }
+}
+
+/// Whether a refusal that stated `limit` (and counted the request at `counted`, when it said)
+/// explains the refusal of a request of `input` estimated tokens allowing `output` more: the
+/// limit, in panto's tokens, is below what was sent.
+pub(super) fn explains(limit: u64, counted: Option<u64>, input: u64, output: u64) -> bool {
+    let in_estimate = match counted {
+        Some(n) if n > 0 => scale(limit, input, n),
+        _ => limit,
+    };
+    in_estimate < input + output
 }
 
 /// What a fold produced.

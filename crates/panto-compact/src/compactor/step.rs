@@ -9,7 +9,7 @@ use panto_transcript::{Elision, Ledger, strip_ledger};
 
 use super::ask::Answer;
 use super::parts::Material;
-use super::state::FoldState;
+use super::state::{Covered, FoldState};
 use crate::fold::MIN_OUTPUT_TOKENS;
 use crate::record::{RECORD_ONLY_MODEL, head_within, step_record_text};
 use crate::report::{ElidedItem, FoldStep};
@@ -29,6 +29,10 @@ pub(super) struct Sent {
     pub(super) elisions: Vec<Elision>,
     /// Requests of this step rejected as too large before this one.
     pub(super) rejected: usize,
+    /// Where the messages of the turns the step completes end (a turn whose last part is in a
+    /// later step is not complete): with the steps before, the summary covers the material's
+    /// messages up to here.
+    pub(super) whole_until: usize,
 }
 
 impl FoldState {
@@ -138,6 +142,11 @@ impl FoldState {
                 &so_far.ledger,
                 &Ledger::from_messages(&material.messages[sent.ledger]),
             );
+            so_far.covered = Some(Covered {
+                until: sent.whole_until,
+                summary: summary.clone(),
+                steps: folded.steps.len(),
+            });
         }
         so_far.running = Some(summary);
     }

@@ -44,6 +44,7 @@ pub(super) async fn produce(
             (prepared.plan.clone(), prepared.tokens_before, fallback),
             &error,
         );
+        run.partial = Some(Box::new((prepared, state.so_far)));
         return Err(error);
     }
     let folded = run.finish(&prepared, state);

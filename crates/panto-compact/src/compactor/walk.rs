@@ -75,6 +75,8 @@ struct Request {
     elisions: Vec<Elision>,
     /// The transcript tokens it carries.
     carried_tokens: u64,
+    /// Where the messages of the turns it completes end ([`Sent::whole_until`]).
+    whole_until: usize,
 }
 
 impl Request {
@@ -214,6 +216,7 @@ impl<'m> Walk<'m> {
         let all = &*self.material.parts;
         let (turns, messages) = (all.turns_in(parts.clone()), all.messages(parts.clone()));
         let ledger = all.started(parts.clone());
+        let whole_until = all.whole_until(parts.end);
         let all_messages = self.material.messages;
         let chunk_messages = &all_messages[messages.clone()];
         // The summary this request carries (the state moves on when it is answered).
@@ -256,6 +259,7 @@ impl<'m> Walk<'m> {
             output,
             elisions,
             carried_tokens: chunk.tokens.min(chunk.capacity),
+            whole_until,
         };
         request.announce(fold);
         Ok((text, request))
@@ -344,6 +348,7 @@ impl<'m> Walk<'m> {
             max_output_tokens: request.output,
             elisions: request.elisions,
             rejected: self.rejected_here,
+            whole_until: request.whole_until,
         }
     }
 
@@ -425,7 +430,9 @@ impl<'m> Walk<'m> {
     ) -> Result<(FoldPlan, u64), CompactError> {
         let input_tokens = request.input_tokens;
         let running = request.running.as_deref();
-        fold.state.limits.refused(error, input_tokens);
+        fold.state
+            .limits
+            .refused(error, input_tokens, u64::from(request.output));
         let carried = running.map_or(0, previous_tokens);
         let transcript_tokens = input_tokens.saturating_sub(self.sizes.fixed + carried);
         let limits = &fold.state.limits;

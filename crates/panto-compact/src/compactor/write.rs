@@ -7,21 +7,19 @@ use panto_model::{
     STRATEGY, replay,
 };
 use panto_size::Heuristic;
-use panto_store::{SessionLog, Store, StoreError};
-use panto_transcript::{Ledger, strip_ledger, transcript_items};
+use panto_transcript::Ledger;
 use serde_json::{Value, json};
 
 use super::clear::{CLEARING_NOTE, Cleared};
 use super::run::Run;
 use super::state::{FoldState, Folded, SoFar};
 use super::{Prepared, kept_estimate};
-use crate::config::{CompactionStrategy, min_known};
+use crate::config::CompactionStrategy;
 use crate::error::CompactError;
-use crate::events::CompactionEvent;
 use crate::ledger::{LEDGER_FIELD, previous_ledger, with_ledger, with_recall_note};
 use crate::plan::{NotSmaller, Plan};
-use crate::record::{RECORD_ONLY_MODEL, record_only_text};
-use crate::report::{ClearedItem, CompactOutcome, Compacted, CompactionReport};
+use crate::record::RECORD_ONLY_MODEL;
+use crate::report::{ClearedItem, Compacted, CompactionReport};
 
 impl Run<'_> {
     /// The summary of the fold with the ledger rendered after it, within what the request
@@ -35,6 +33,7 @@ impl Run<'_> {
             ledger,
             mut folded,
             natural_ledger_chars,
+            ..
         } = state.so_far;
         folded.failures = state.asked.failures;
         let text = running.unwrap_or_default();
@@ -48,7 +47,7 @@ impl Run<'_> {
     /// The characters of the ledger's rendering after `text`: at most `natural`, and, when the
     /// retry's limit is known, what leaves the retry within it (found by measuring the
     /// rendering, a few times at most).
-    fn rendering_budget(
+    pub(super) fn rendering_budget(
         &self,
         prepared: &Prepared,
         limit: Option<u64>,
@@ -278,73 +277,6 @@ impl Run<'_> {
             .message_sizes(&after)
             .iter()
             .fold(0u64, |t, &s| t.saturating_add(s))
-    }
-
-    /// Writes panto's own record of `context` after a run in which no model could summarize
-    /// (`failure`), for a run that asks for it ([`CompactRun::record_on_failure`]): the
-    /// previous summary, the ledger of the prefix merged with the previous one, and the last
-    /// words of the assistant in the prefix, marked as such (`degraded: true`), planned as the
-    /// run was (with the windows it was given) and appended to `log` like any compaction, so
-    /// that the conversation goes on instead of dying. What the failed fold learned of the
-    /// window (`taught`) bounds the record too.
-    ///
-    /// # Errors
-    /// `failure` when the record cannot be written either (nothing to compact, not smaller
-    /// unless the run forces it, the append refused); nothing is in effect then.
-    pub(super) async fn write_record<S: Store>(
-        &mut self,
-        log: &mut SessionLog<S>,
-        failure: CompactError,
-    ) -> Result<CompactOutcome, CompactError> {
-        let (context, options) = (self.context, self.options);
-        let prepare = self.compactor.prepare(context, options, &self.windows);
-        let Ok(prepared) = prepare else {
-            return Err(failure);
-        };
-        let prefix = &context.messages[prepared.plan.prefix()];
-        let items = transcript_items(prefix);
-        let previous = prepared.previous_summary.as_deref().map(strip_ledger);
-        let max_output_tokens = self.compactor.config.max_output_tokens;
-        let mut state = FoldState::new(context, &prepared, max_output_tokens);
-        let taught = std::mem::take(&mut self.taught);
-        state.limits.proven = taught.proven;
-        state.limits.limit = min_known(state.limits.limit, taught.limit);
-        let natural = state.so_far.natural_ledger_chars;
-        let limit = self.retry_target(&prepared, &state);
-        let ledger = Ledger::merge(&state.so_far.ledger, &Ledger::from_items(&items));
-        // The record's own text takes half of what the request after it leaves (of the natural
-        // size when nothing is known of the window); the ledger's rendering fits the rest.
-        let room = limit.map_or(natural, |l| {
-            let used = kept_estimate(&prepared, "") + options.reserved_within(l);
-            usize::try_from(l.saturating_sub(used).saturating_mul(3)).unwrap_or(usize::MAX)
-        });
-        let text = record_only_text(&failure, previous, &items, room / 2);
-        let budget = self.rendering_budget(&prepared, limit, &text, &ledger, natural);
-        let summary = with_ledger(&text, &ledger, budget);
-        let record = Folded {
-            summary,
-            ledger,
-            degraded: Some(failure.to_string()),
-            failures: taught.failures.clone(),
-            ..Folded::default()
-        };
-        self.taught = taught;
-        let mut compacted = self.build(prepared, record);
-        let report = &compacted.report;
-        if !options.force && NotSmaller::check(report.tokens_before, report.tokens_after).is_err() {
-            return Err(failure);
-        }
-        tracing::warn!(%failure, "no model could summarize; wrote panto's own record instead");
-        match self.compactor.write(log, &mut compacted).await {
-            Ok(()) => {}
-            // Another writer appended: that, not the models, is why nothing was written.
-            Err(e @ StoreError::Conflict { .. }) => return Err(CompactError::Store(e)),
-            Err(_) => return Err(failure),
-        }
-        self.emit(CompactionEvent::Finished(Box::new(
-            compacted.report.clone(),
-        )));
-        Ok(CompactOutcome::Compacted(Box::new(compacted)))
     }
 }
 

@@ -15,7 +15,7 @@ use panto_store::{Fetched, Head, RecallQuery, Recalled, Store, StoreError, index
 
 use super::Driver;
 use crate::recall_tool::{
-    RECALL_TOOL, RecallAnswer, RecallCall, fetch_answer, recall_tool_spec, search_answer,
+    RECALL_TOOL, RecallAnswer, RecallCall, around_of, fetch_answer, recall_tool_spec, search_answer,
 };
 
 /// The index of a driver's session and where the history it holds ends.
@@ -125,7 +125,14 @@ impl<S: Store> Driver<S> {
                         }
                     }
                     Ok(RecallCall::Search(query)) => match self.recall(&query).await {
-                        Ok(found) => search_answer(&query.text, &found),
+                        Ok(found) => {
+                            let mut around = Vec::with_capacity(found.hits.len());
+                            for hit in &found.hits {
+                                let (id, context) = around_of(hit);
+                                around.push(self.fetch(&id, context).await.unwrap_or_default());
+                            }
+                            search_answer(&query.text, &found, &around)
+                        }
                         Err(e) => RecallAnswer::error(e.to_string()),
                     },
                 };

@@ -31,6 +31,7 @@ mod props;
 mod recall;
 mod send;
 mod session;
+mod smallwin;
 mod snapshots;
 mod tiers;
 mod undo;

@@ -16,6 +16,7 @@
 mod fetch;
 mod index;
 mod near;
+mod passage;
 mod persist;
 mod postings;
 mod query;
@@ -204,17 +205,22 @@ pub(crate) fn finish<'a>(
         .collect()
 }
 
-/// A window of at most `chars` characters of `text` (and `…` marks) around what the query
-/// finds in it: its first exact string, else the window holding most of its terms near each
-/// other, else its first term. A hit's snippet is one of [`SNIPPET_CHARS`]; the recall tool
-/// shows a larger one when it has the room.
+/// What the recall tool shows of a hit's text: whole lines of at most about `chars` characters
+/// in all, chosen around what the query finds in it (the window holding most of its terms
+/// near each other, else its first exact string, else its first term), with the text's first line
+/// and the lines elsewhere that hold an exact string or say error, failed, panic, fatal or
+/// exception (the `passage` module says how); `…` lines mark what is left out. The whole text,
+/// its whitespace runs made one space, when it fits. A hit's snippet is one line of
+/// [`SNIPPET_CHARS`].
 pub fn passage(text: &str, query: &str, chars: usize) -> String {
     let query = Query::parse(query);
     let near = near::nearest(text, &query.terms);
-    cut_passage(text, &query, near, chars)
+    passage::cut(text, &query, near, chars)
 }
 
-/// [`passage`], with the query parsed and its window found.
+/// A hit's snippet: a window of at most `chars` characters of `text` on one line (and `…`
+/// marks) around its first exact string, else the window of the query's terms, else its
+/// first term.
 fn cut_passage(text: &str, query: &Query, near: near::Near, chars: usize) -> String {
     let exact: Vec<&str> = query.exact.iter().map(|e| e.needle.as_str()).collect();
     if near.terms > 0 {

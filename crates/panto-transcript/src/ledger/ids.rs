@@ -155,35 +155,51 @@ struct Seen {
     item: usize,
 }
 
-/// FNV-1a: a walk hashes every identifier it finds, most of them short, and has no adversary
-/// to fear (the texts are the session's own), so a simple hash serves better than `SipHash`.
-#[derive(Clone, Copy)]
-struct Fnv(u64);
+/// A multiply-rotate hash taking eight bytes a step: a walk hashes every identifier it finds
+/// (up to an error line's 200 bytes) and has no adversary to fear (the texts are the session's
+/// own), so a simple hash serves better than `SipHash`, and eight bytes a step better than
+/// FNV's one (whose byte-by-byte multiply chain was most of the time spent counting an
+/// identifier). The order of a tally's lists never depends on the hash (`Tally::finish` sorts).
+#[derive(Clone, Copy, Default)]
+struct Fast(u64);
 
-impl Default for Fnv {
-    fn default() -> Fnv {
-        Fnv(0xcbf2_9ce4_8422_2325)
+/// An odd constant with well-spread bits (the one `rustc-hash` uses).
+const MULTIPLIER: u64 = 0xf135_7aea_2e62_a9c5;
+
+impl Fast {
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0 ^ word).wrapping_mul(MULTIPLIER).rotate_left(26);
     }
 }
 
-impl Hasher for Fnv {
+impl Hasher for Fast {
     fn finish(&self) -> u64 {
-        self.0
+        // The table takes its bucket from the low bits and its tag from the top seven: mix
+        // the high product bits down once more.
+        self.0 ^ (self.0 >> 29)
     }
 
     fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
+        let mut chunks = bytes.chunks_exact(8);
+        for chunk in &mut chunks {
+            self.add(u64::from_le_bytes(chunk.try_into().expect("eight bytes")));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut last = [0u8; 8];
+            last[..rest.len()].copy_from_slice(rest);
+            // The length keeps `ab` and `ab\0` apart.
+            self.add(u64::from_le_bytes(last) ^ ((rest.len() as u64) << 59));
         }
     }
 }
 
-type FnvMap<K, V> = HashMap<K, V, BuildHasherDefault<Fnv>>;
+type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<Fast>>;
 
 /// The identifiers of a walk's items, counted once per item.
 #[derive(Default)]
 pub(super) struct Tally {
-    seen: [FnvMap<Box<str>, Seen>; KINDS.len()],
+    seen: [FastMap<Box<str>, Seen>; KINDS.len()],
     /// The number of the item being read.
     item: usize,
 }

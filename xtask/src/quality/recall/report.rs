@@ -2,7 +2,7 @@
 //! answered by each scorer (the effective context, the stored record, recall's top 3 texts and
 //! snippets, the recall tool's answer, and open-book: the context or recall, and the context or
 //! the tool's answer), per category and source, and the goals of issue 36 checked in every
-//! store (none on the tool's answer: it is measured, not gated).
+//! store (open-book as the model reads it: the context or the tool's answer).
 
 use std::collections::BTreeMap;
 
@@ -149,10 +149,11 @@ pub(super) fn report(cases: &[Case], stores: &[Store], open_book: bool) -> Vec<S
         "recall, top 3",
         "recall, top 3 snippets",
         "tool's answer",
-        "open-book (context or recall)",
-        "context or tool's answer",
+        "context or recall's texts",
+        "open-book (context or tool's answer)",
         "n over answers",
         "closed-book over answers",
+        "context or recall's texts over answers",
         "open-book over answers",
     ]);
     for label in &rows {
@@ -171,6 +172,7 @@ pub(super) fn report(cases: &[Case], stores: &[Store], open_book: bool) -> Vec<S
             a.n.to_string(),
             percent(a.context, a.n),
             open(a.open, a.n),
+            open(a.open_tool, a.n),
         ]);
     }
     println!("{table}");
@@ -182,8 +184,9 @@ pub(super) fn report(cases: &[Case], stores: &[Store], open_book: bool) -> Vec<S
     missed
 }
 
-/// Prints the open-book goal over the first store (with recall alone and the tool's answer,
-/// which are not goals); the stores where open-book misses it.
+/// Prints the open-book goal over the first store, as the model reads it (the context or the
+/// recall tool's answer) and over recall's whole hit texts (not a goal: the model reads the
+/// tool's answer, not the texts); the stores where the goal is missed.
 fn open_book_misses(
     first: &Tally,
     tallies: &BTreeMap<&'static str, Tally>,
@@ -191,31 +194,31 @@ fn open_book_misses(
 ) -> Vec<String> {
     let r = first.get("all");
     println!(
-        "goal open-book: {} ({} of {}; at least {:.0}%); recall alone {} ({} of {}); \
-         the tool's answer {} ({} of {}), the context or the tool's answer {} ({} of {}), \
-         not goals",
-        percent(r.open, r.n),
-        r.open,
+        "goal open-book (the context or the tool's answer): {} ({} of {}; at least {:.0}%); \
+         the tool's answer alone {} ({} of {}), the context or recall's whole hit texts {} \
+         ({} of {}), recall's texts alone {} ({} of {}), not goals",
+        percent(r.open_tool, r.n),
+        r.open_tool,
         r.n,
         100.0 * OPEN_BOOK_GOAL,
-        percent(r.recall, r.n),
-        r.recall,
-        r.n,
         percent(r.tool, r.n),
         r.tool,
         r.n,
-        percent(r.open_tool, r.n),
-        r.open_tool,
+        percent(r.open, r.n),
+        r.open,
+        r.n,
+        percent(r.recall, r.n),
+        r.recall,
         r.n
     );
     let mut missed = Vec::new();
     for store in stores {
         let r = tallies[store.name()].get("all");
-        if (r.open as f64) < OPEN_BOOK_GOAL * r.n as f64 || r.n == 0 {
+        if (r.open_tool as f64) < OPEN_BOOK_GOAL * r.n as f64 || r.n == 0 {
             missed.push(format!(
-                "open-book in {}: {} of {}",
+                "open-book (the context or the tool's answer) in {}: {} of {}",
                 store.name(),
-                r.open,
+                r.open_tool,
                 r.n
             ));
         }
@@ -224,7 +227,7 @@ fn open_book_misses(
 }
 
 /// The goal of issue 36 for open-book: the least share of questions that the effective
-/// context or one recall's top 3 answers.
+/// context or the recall tool's answer to one call (limit 3) answers.
 const OPEN_BOOK_GOAL: f64 = 0.90;
 
 /// The table of each store's answers to all the questions.
@@ -241,8 +244,8 @@ fn per_store(
         "recall, top 3",
         "recall, top 3 snippets",
         "tool's answer",
-        "open-book (context or recall)",
-        "context or tool's answer",
+        "context or recall's texts",
+        "open-book (context or tool's answer)",
     ]);
     for store in stores {
         let r = tallies[store.name()].get("all");
