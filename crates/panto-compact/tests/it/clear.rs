@@ -56,7 +56,7 @@ fn compactor_with(active: ModelRef, keep: u64, strategy: CompactionStrategy) -> 
 }
 
 /// The tool results of `messages`, by call id.
-fn results(messages: &[Message]) -> Vec<(String, String)> {
+pub(crate) fn results(messages: &[Message]) -> Vec<(String, String)> {
     messages
         .iter()
         .flat_map(|m| &m.content)

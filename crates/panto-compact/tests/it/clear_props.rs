@@ -96,14 +96,7 @@ fn problems(messages: &[Message]) -> Vec<Problem> {
 
 /// The original text of every tool result of `messages`, by call id.
 fn originals(messages: &[Message]) -> HashMap<String, String> {
-    messages
-        .iter()
-        .flat_map(|m| &m.content)
-        .filter_map(|b| match b {
-            ContentBlock::ToolResult(r) => Some((r.tool_use_id.clone(), r.content.text())),
-            _ => None,
-        })
-        .collect()
+    crate::clear::results(messages).into_iter().collect()
 }
 
 /// `store` holds `entries` as session `name`, one append, and loads as their replay, and its
