@@ -16,7 +16,10 @@
 //! - `process`: the real pi session ×1, ×10 and ×100 through the `panto` processes, each run's
 //!   CPU time paired with a process parsing the same lines ([`real`](mod@real));
 //! - `cost`: a scripted 300-turn tool-using session on each protocol against emulators of the
-//!   providers' prompt caching, billed with panto's caching and without ([`cost`](mod@cost)).
+//!   providers' prompt caching, billed with panto's caching and without ([`cost`](mod@cost));
+//! - `huge`: one tool result of 1 to 10 MiB compacted at a 4,096-token window by the summary
+//!   and tiered strategies, in an older turn and in the last: model requests and panto's time,
+//!   which must grow linearly with the result ([`huge`](mod@huge)).
 //!
 //! The measurements run in a release build: from a debug build of xtask, the command re-runs
 //! itself with `cargo run --release`. Generated data goes under `target/bench/`, never into the
@@ -26,6 +29,7 @@
 
 mod cost;
 mod generate;
+mod huge;
 mod imports;
 mod process;
 mod real;
@@ -90,6 +94,11 @@ const SECTIONS: &[Section] = &[
         "a 300-turn tool-using session billed with panto's prompt caching and without, per protocol",
         cost::cost,
     ),
+    (
+        "huge",
+        "one tool result of 1 to 10 MiB compacted at a 4k window, by the summary and tiered strategies",
+        huge::huge,
+    ),
 ];
 
 /// What `cargo xtask bench --help` prints.
@@ -117,6 +126,9 @@ sections:
            Responses) against loopback emulators of the providers' prompt caching: the input
            billed with panto's caching and without, what the first request after a
            compaction writes, and the cache-aware proactive rule against the plain one
+  huge     one tool result of 1, 2, 5 and 10 MiB (--quick: 1 and 2) in an older turn and in
+           the last, compacted at a 4,096-token window by the summary and tiered strategies
+           against a model in process: model requests and wall time
 
 options:
   --quick  sessions up to 100k messages, histories up to 100 MB

@@ -81,7 +81,7 @@ fn pipeline(bytes: &[u8]) -> (EffectiveContext, Plan) {
 /// equals wall time.
 pub(super) struct ThreadTime;
 
-fn thread_cpu_now() -> Duration {
+pub(super) fn thread_cpu_now() -> Duration {
     let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
     Duration::new(
         t.tv_sec.max(0) as u64,

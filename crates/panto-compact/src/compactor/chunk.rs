@@ -7,20 +7,29 @@ use std::ops::Range;
 use panto_model::Message;
 use panto_size::Heuristic;
 use panto_transcript::{
-    Elision, TranscriptItem, render_request_text, render_transcript_elided, transcript_items,
+    Elision, TranscriptItem, item_marker, parse_transcript, render_request_text,
+    render_transcript_elided,
 };
 
 use super::parts::{Material, TAIL};
 use crate::error::CompactError;
 use crate::fold::Chunk;
 
-/// The body of the last transcript item of `messages`: what the summary must not merely copy.
-pub(super) fn last_body(messages: &[Message]) -> String {
-    let Some(last) = messages.len().checked_sub(1) else {
-        return String::new();
+/// The body of the last item of a request's transcript, `lead` (the marker a part cut inside
+/// an item starts with, if any) then `slice`: what the summary must not merely copy. Read from
+/// the text the request carries, so it is at most the request's size: a part of a huge tool
+/// result is checked against that part, never against the whole result (which the request does
+/// not hold, and whose copy per step made a fold quadratic in the size of one turn).
+fn last_body(lead: Option<&str>, slice: &str) -> String {
+    let item = match last_marker_line(slice) {
+        Some(at) => parse_transcript(&slice[at..]).pop(),
+        None => {
+            let mut led = lead.unwrap_or_default().to_owned();
+            led.push_str(slice);
+            parse_transcript(&led).pop()
+        }
     };
-    // The last item comes from the last message; its tool names do not matter here.
-    match transcript_items(&messages[last..]).pop() {
+    match item {
         Some(
             TranscriptItem::Text { text, .. }
             | TranscriptItem::Thinking { text, .. }
@@ -29,6 +38,19 @@ pub(super) fn last_body(messages: &[Message]) -> String {
         ) => text,
         _ => String::new(),
     }
+}
+
+/// Where the last line of `text` that opens an item starts (escaping keeps message text from
+/// looking like one), scanning back from the end.
+fn last_marker_line(text: &str) -> Option<usize> {
+    let mut starts = text
+        .rmatch_indices('\n')
+        .map(|(at, _)| at + 1)
+        .chain(std::iter::once(0));
+    starts.find(|&at| {
+        let line = text[at..].split_inclusive('\n').next().unwrap_or("");
+        item_marker(line).is_some()
+    })
 }
 
 /// The transcript of `messages` (one turn too large for any request) with its item bodies
@@ -83,6 +105,8 @@ pub(super) struct ChunkPrompt {
     pub(super) tokens: u64,
     /// The item bodies elided in its transcript.
     pub(super) elisions: Vec<Elision>,
+    /// The body of its transcript's last item ([`last_body`]).
+    pub(super) last_body: String,
 }
 
 /// The user prompt of the request for `chunk`, a turn too large for any request (or a part of
@@ -107,6 +131,7 @@ fn elided_prompt(
         text: prompt,
         transcript_len: text.len(),
         elisions,
+        last_body: last_body(None, &text),
     })
 }
 
@@ -146,6 +171,7 @@ pub(super) fn chunk_prompt(
         TAIL
     };
     let transcript_len = lead.as_deref().map_or(0, str::len) + slice.len() + tail.len();
+    let last_body = last_body(lead.as_deref(), slice);
     // Exact: the envelope's cost, the lead's, the parts' and the tail's add up to the prompt's.
     let envelope = render_request_text("", running);
     let tenths = Heuristic.text_tenths(&envelope)
@@ -169,5 +195,6 @@ pub(super) fn chunk_prompt(
         transcript_len,
         tokens: tenths.div_ceil(10),
         elisions: Vec::new(),
+        last_body,
     })
 }

@@ -138,10 +138,14 @@ impl FoldState {
                     kept: e.kept,
                 }
             }));
-            so_far.ledger = Ledger::merge(
-                &so_far.ledger,
-                &Ledger::from_messages(&material.messages[sent.ledger]),
-            );
+            // A step inside a turn begun before derives nothing new: merging nothing would
+            // copy and re-cap the whole record once per step (the steps of one huge turn).
+            if !sent.ledger.is_empty() {
+                so_far.ledger = Ledger::merge(
+                    &so_far.ledger,
+                    &Ledger::from_messages(&material.messages[sent.ledger]),
+                );
+            }
             so_far.covered = Some(Covered {
                 until: sent.whole_until,
                 summary: summary.clone(),

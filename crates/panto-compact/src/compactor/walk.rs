@@ -14,7 +14,7 @@ use panto_provider::ProviderError;
 use panto_transcript::Elision;
 
 use super::ask::{Answer, Failure};
-use super::chunk::{ChunkPrompt, chunk_prompt, last_body};
+use super::chunk::{ChunkPrompt, chunk_prompt};
 use super::folding::Fold;
 use super::limits::{envelope_tokens, least_limit, previous_tokens, request_overhead, shrink};
 use super::parts::{Material, PartSize};
@@ -226,6 +226,7 @@ impl<'m> Walk<'m> {
             transcript_len,
             tokens,
             elisions,
+            last_body,
         } = chunk_prompt(
             &mut self.material,
             chunk,
@@ -239,7 +240,7 @@ impl<'m> Walk<'m> {
         let last_message = if extractive || self.material.carried {
             String::new()
         } else {
-            last_body(chunk_messages)
+            last_body
         };
         // The prompt is sized from the parts' sizes (an elided one, new text, is sized here).
         let input_tokens = self.sizes.base_tokens + tokens;

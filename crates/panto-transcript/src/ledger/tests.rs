@@ -416,6 +416,17 @@ mod walk {
             }
             prop_assert_eq!(merged.errors.len(), older.errors.len() + newer.errors.len());
         }
+
+        /// A fold skips the merge of a step that derives nothing (a part of a turn begun in
+        /// an earlier step): that is the same as merging an empty ledger into a merged one.
+        #[test]
+        fn merging_nothing_into_a_merged_ledger_changes_nothing(
+            older in prop::collection::vec(item(), 0..40),
+            newer in prop::collection::vec(item(), 0..40),
+        ) {
+            let merged = Ledger::merge(&reference(&older), &reference(&newer));
+            prop_assert_eq!(Ledger::merge(&merged, &Ledger::default()), merged);
+        }
     }
 
     /// The shrunk form of a hang the property `items_one_at_a_time_are_the_transcript_items`
