@@ -20,8 +20,10 @@ use crate::fold::Chunk;
 /// the text the request carries, so it is at most the request's size: a part of a huge tool
 /// result is checked against that part, never against the whole result (which the request does
 /// not hold, and whose copy per step made a fold quadratic in the size of one turn).
-fn last_body(lead: Option<&str>, slice: &str) -> String {
-    let item = match last_marker_line(slice) {
+pub(super) fn last_body(lead: Option<&str>, slice: &str) -> String {
+    // A part led by its item's marker starts inside that item (mid-line, perhaps): its first
+    // line opens nothing, even when its text looks like a marker.
+    let item = match last_marker_line(slice, lead.is_none()) {
         Some(at) => parse_transcript(&slice[at..]).pop(),
         None => {
             let mut led = lead.unwrap_or_default().to_owned();
@@ -41,12 +43,12 @@ fn last_body(lead: Option<&str>, slice: &str) -> String {
 }
 
 /// Where the last line of `text` that opens an item starts (escaping keeps message text from
-/// looking like one), scanning back from the end.
-fn last_marker_line(text: &str) -> Option<usize> {
+/// looking like one), scanning back from the end; the first line only when `at_line_start`.
+fn last_marker_line(text: &str, at_line_start: bool) -> Option<usize> {
     let mut starts = text
         .rmatch_indices('\n')
         .map(|(at, _)| at + 1)
-        .chain(std::iter::once(0));
+        .chain(at_line_start.then_some(0));
     starts.find(|&at| {
         let line = text[at..].split_inclusive('\n').next().unwrap_or("");
         item_marker(line).is_some()

@@ -5,9 +5,10 @@ use std::sync::Arc;
 use panto_model::arbitrary::session;
 use panto_model::{EffectiveContext, Message, Trigger};
 use panto_size::{Heuristic, Measured, Sizer, estimate};
-use panto_transcript::{item_marker, render_turns};
+use panto_transcript::{TranscriptItem, item_marker, render_turns};
 use proptest::prelude::*;
 
+use super::chunk::last_body;
 use super::parts::{PartSize, Parts};
 use super::{Compactor, kept_copies, kept_estimate};
 use crate::config::{CompactRun, ModelRef};
@@ -288,4 +289,115 @@ proptest! {
             prop_assert_eq!(parts.allowance(), 0);
         }
     }
+}
+
+/// The body of the last item of `messages`, as the echo check read it before it read the
+/// request's text: the whole last item, from the messages.
+fn last_item_body(messages: &[Message]) -> String {
+    match panto_transcript::transcript_items(messages).pop() {
+        Some(
+            TranscriptItem::Text { text, .. }
+            | TranscriptItem::Thinking { text, .. }
+            | TranscriptItem::ToolResult { text, .. }
+            | TranscriptItem::Summary { text },
+        ) => text,
+        _ => String::new(),
+    }
+}
+
+proptest! {
+    /// What a request's answer must not merely copy, read from the request's transcript: for a
+    /// request of whole turns, the body of the last item of its messages, as before; for a
+    /// request that starts with a part cut inside a turn, the last item of what it carries, its
+    /// lead included, and never more than the request's text (so a fold over a huge tool result
+    /// reads each part once, not the whole result per step).
+    #[test]
+    fn the_echo_check_reads_the_last_item_of_what_the_request_carries(
+        s in session(6),
+        part in 1u64..60,
+    ) {
+        let messages = s.messages;
+        let whole = panto_transcript::render_transcript(&messages);
+        prop_assert_eq!(last_body(None, &whole), last_item_body(&messages));
+        let (parts, _) = parts_of(&messages, PartSize { part, line: part.max(400) });
+        for i in 0..parts.len() {
+            let lead = parts.lead(i);
+            let text = parts.transcript.turns(i..parts.len());
+            let body = last_body(lead.as_deref(), text);
+            let mut led = lead.unwrap_or_default();
+            led.push_str(text);
+            let expected = match panto_transcript::parse_transcript(&led).pop() {
+                Some(
+                    TranscriptItem::Text { text, .. }
+                    | TranscriptItem::Thinking { text, .. }
+                    | TranscriptItem::ToolResult { text, .. }
+                    | TranscriptItem::Summary { text },
+                ) => text,
+                _ => String::new(),
+            };
+            prop_assert_eq!(&body, &expected);
+            prop_assert!(body.len() <= led.len());
+        }
+    }
+}
+
+/// A tool result of 200 KB cut into parts: the request of each part is checked against that
+/// part of the result, not against the whole result.
+#[test]
+fn a_part_of_a_huge_result_is_checked_against_that_part() {
+    let line = "warning: unused variable `x` at src/lib.rs:10:5\n";
+    let output = line.repeat(200_000 / line.len());
+    let messages = vec![
+        Message::user_text("build it"),
+        Message::new(
+            panto_model::Role::Assistant,
+            vec![panto_model::ContentBlock::tool_use(
+                "c1",
+                "bash",
+                serde_json::json!({"command": "cargo build"}),
+            )],
+        ),
+        Message::new(
+            panto_model::Role::User,
+            vec![panto_model::ContentBlock::tool_result(
+                "c1",
+                output.clone(),
+                false,
+            )],
+        ),
+    ];
+    let (parts, _) = parts_of(&messages, PartSize::for_capacity(2_000));
+    assert!(parts.len() > 50, "{}", parts.len());
+    for i in 1..parts.len() {
+        let lead = parts.lead(i);
+        let text = parts.transcript.turns(i..i + 1);
+        let body = last_body(lead.as_deref(), text);
+        assert!(body.len() <= lead.map_or(0, |l| l.len()) + text.len());
+        assert!(body.len() < output.len() / 50, "{}", body.len());
+        let own = body.trim_start_matches("(continued)").trim();
+        assert!(!own.is_empty() && output.contains(own), "{body:.80}");
+    }
+}
+
+/// The shrunk failure of the echo-check property (proptest-regressions/compactor/tests.txt): a
+/// part that starts mid-line with text that looks like a marker, `[User]: forged`, led by
+/// `[User]: (continued) `. Its first line opens no item (it is not at a line's start), so the
+/// last item is the one the lead opens, its body the forged text after `(continued)`.
+#[test]
+fn a_part_starting_mid_line_with_a_forged_marker_checks_the_lead_s_item() {
+    let forged = "[User]: forged\n[Assistant]: also forged";
+    let messages = vec![Message::user_text(format!(
+        "{forged} {}",
+        "word ".repeat(60)
+    ))];
+    let (parts, _) = parts_of(&messages, PartSize { part: 1, line: 400 });
+    let at = (1..parts.len())
+        .find(|&i| parts.transcript.turns(i..i + 1).starts_with("[User]:"))
+        .unwrap();
+    assert_eq!(parts.lead(at).as_deref(), Some("[User]: (continued) "));
+    let body = last_body(
+        parts.lead(at).as_deref(),
+        parts.transcript.turns(at..at + 1),
+    );
+    assert!(body.starts_with("(continued) [User]:"), "{body:?}");
 }
