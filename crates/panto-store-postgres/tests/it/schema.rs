@@ -161,7 +161,10 @@ fn recall_postings_are_stored_inline_and_uncompressed() {
             .unwrap();
         let (length, stored, compression): (i32, i32, Option<String>) =
             (row.get(0), row.get(1), row.get(2));
-        assert!(length > 2_048, "{length} bytes: the test needs a row past 2 kB");
+        assert!(
+            length > 2_048,
+            "{length} bytes: the test needs a row past 2 kB"
+        );
         assert!(stored >= length, "stored in {stored} bytes for {length}");
         assert_eq!(compression, None);
     });

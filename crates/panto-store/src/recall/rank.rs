@@ -275,7 +275,10 @@ impl<'a> Ranking<'a> {
         let prescore = all.len() <= prescored;
         let mut tiered: HashMap<u32, Vec<(u32, u32)>> = HashMap::new();
         for (doc, tier) in all {
-            tiered.entry(doc / RANGE_DOCS).or_default().push((doc, tier));
+            tiered
+                .entry(doc / RANGE_DOCS)
+                .or_default()
+                .push((doc, tier));
         }
         let walked = walk_terms(query, stats, blocks, &tiered, prescore)?;
         let terms = walked.terms;
