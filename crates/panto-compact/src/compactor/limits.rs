@@ -45,15 +45,8 @@ pub(super) fn shrink(
     proven: u64,
 ) -> u64 {
     let sent = input + output;
-    let (reported, counted) = match error {
-        ProviderError::ContextOverflow {
-            limit,
-            input_tokens,
-            ..
-        } => (*limit, *input_tokens),
-        _ => (None, None),
-    };
-    let from_numbers = reported.map(|l| match counted {
+    let stated = error.token_numbers().unwrap_or_default();
+    let from_numbers = stated.limit.map(|l| match stated.input_tokens {
         Some(n) if n > 0 => scale(l, input, n),
         _ => l,
     });
