@@ -21,11 +21,13 @@
 //! on the shared sessions read as turns (`turns.rs`). `cargo xtask quality --recall`
 //! (`recall.rs`) is a needle exam: how many exact strings of the summarized part (SHAs,
 //! numbers, config values, ...) the effective context still holds after an offline compaction,
-//! in every store.
+//! in every store. `cargo xtask quality --strategies` (`strategies.rs`) compares the compaction
+//! strategies over five chained compactions (issue 37).
 
 mod loopback;
 mod pressure;
 mod recall;
+mod strategies;
 #[cfg(test)]
 mod tests;
 mod turns;
@@ -90,6 +92,9 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
             bail!("quality --pressure takes no other argument");
         }
         return pressure::run(root, &panto, &session_files(&dir)?);
+    }
+    if args.first().is_some_and(|a| a == "--strategies") {
+        return strategies::run(root, &panto, &session_files(&dir)?, &args[1..]);
     }
     if args.first().is_some_and(|a| a == "--recall") {
         return recall::run(root, &panto, &session_files(&dir)?, &args[1..]);

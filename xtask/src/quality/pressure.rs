@@ -471,7 +471,7 @@ fn tally(
     }
 }
 
-fn session_entries(path: &Path) -> Result<Vec<Value>> {
+pub(super) fn session_entries(path: &Path) -> Result<Vec<Value>> {
     let text = fs::read_to_string(path)?;
     text.lines()
         .filter(|l| !l.trim().is_empty())
@@ -481,7 +481,7 @@ fn session_entries(path: &Path) -> Result<Vec<Value>> {
 
 /// `panto` in `dir`, with the loopback model, an empty user configuration and none of the
 /// caller's provider variables.
-fn panto_command(
+pub(super) fn panto_command(
     panto: &Path,
     work: &Path,
     dir: &Path,
@@ -516,7 +516,7 @@ fn panto_command(
     cmd
 }
 
-fn json_of(
+pub(super) fn json_of(
     panto: &Path,
     work: &Path,
     dir: &Path,

@@ -27,8 +27,8 @@
 //! `--closed-book` leaves out the open-book column (a recall call per question and store is
 //! most of the run's time).
 
-mod needles;
-mod questions;
+pub(super) mod needles;
+pub(super) mod questions;
 mod report;
 #[cfg(test)]
 mod tests;
