@@ -309,16 +309,18 @@ fn score_session(
 }
 
 fn run_panto(panto: &Path, args: &[&str], extra: &[String]) -> Result<String> {
-    let out = Command::new(panto)
-        .args(args)
-        .args(extra)
-        .env("NO_COLOR", "1")
-        .output()
-        .with_context(|| format!("cannot run {}", panto.display()))?;
+    let mut cmd = Command::new(panto);
+    cmd.args(args).args(extra).env("NO_COLOR", "1");
+    stdout_of(&mut cmd, &args.join(" "))
+}
+
+/// The standard output of a `panto` command whose arguments are `what`, or an error that names
+/// them with what it printed on standard error.
+pub(super) fn stdout_of(cmd: &mut Command, what: &str) -> Result<String> {
+    let out = cmd.output().context("cannot run panto")?;
     if !out.status.success() {
         bail!(
-            "panto {} failed ({}): {}",
-            args.join(" "),
+            "panto {what} failed ({}): {}",
             out.status,
             String::from_utf8_lossy(&out.stderr).trim()
         );

@@ -523,19 +523,9 @@ pub(super) fn json_of(
     server: &Loopback,
     args: &[&str],
 ) -> Result<Value> {
-    let out = panto_command(panto, work, dir, server, args)
-        .output()
-        .context("cannot run panto")?;
-    if !out.status.success() {
-        bail!(
-            "panto {} failed ({}): {}",
-            args.join(" "),
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    serde_json::from_slice(&out.stdout)
-        .with_context(|| format!("panto {} printed no JSON", args.join(" ")))
+    let what = args.join(" ");
+    let out = super::stdout_of(&mut panto_command(panto, work, dir, server, args), &what)?;
+    serde_json::from_str(&out).with_context(|| format!("panto {what} printed no JSON"))
 }
 
 /// Every string in a JSON value, one per line.

@@ -25,6 +25,8 @@
 
 mod chain;
 mod load;
+#[cfg(test)]
+mod tests;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
