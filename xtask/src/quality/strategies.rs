@@ -57,7 +57,7 @@ const TOOL_HEAVY: f64 = 0.5;
 const TOKEN_FACTOR: f64 = 5.0;
 
 /// The goals that fail the command when missed (the others are reported).
-const GATED: &[Goal] = &[Goal::FewerTokens];
+const GATED: &[Goal] = &[Goal::FewerTokens, Goal::Huge];
 
 /// The goals of issue 37, point 8.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
