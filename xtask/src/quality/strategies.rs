@@ -263,6 +263,9 @@ fn percent(part: usize, all: usize) -> String {
     format!("{:.0}% ({part} of {all})", 100.0 * part as f64 / all as f64)
 }
 
+/// A summarizer and a strategy.
+type Key = (&'static str, &'static str);
+
 fn print_equal(equal: &[Equal<'_>]) {
     println!(
         "\nat equal retained tokens: {CHAIN} chained `panto compact`, the budget R set by the clearing, within {:.0}%; the offline summarizer (extractive) and the loopback model (its summary names no fact)\n",
@@ -281,7 +284,8 @@ fn print_equal(equal: &[Equal<'_>]) {
         "model tokens / compaction",
         "wall / compaction",
     ]);
-    let mut totals: Vec<((&str, &str), (usize, usize))> = Vec::new();
+    // (summarizer, strategy) -> (questions answered, questions asked)
+    let mut totals: Vec<(Key, (usize, usize))> = Vec::new();
     for e in equal {
         for (strategy, chain) in EQUAL_STRATEGIES.iter().zip(&e.chains) {
             let kinds: Vec<&str> = chain
