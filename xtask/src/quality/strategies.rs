@@ -113,27 +113,7 @@ pub(super) fn run(root: &Path, panto: &Path, sessions: &[PathBuf], args: &[Strin
         read.push(Session::read(path)?);
     }
     let server = Loopback::start(UNBOUNDED)?;
-    let runners = [
-        Runner {
-            panto,
-            work: &work,
-            summarizer: "offline",
-            provider: ["--provider", "offline"].map(str::to_owned).to_vec(),
-        },
-        Runner {
-            panto,
-            work: &work,
-            summarizer: "loopback",
-            provider: vec![
-                "--provider".to_owned(),
-                "openai".to_owned(),
-                "--model".to_owned(),
-                "pressure-model".to_owned(),
-                "--base-url".to_owned(),
-                server.base_url(),
-            ],
-        },
-    ];
+    let runners = runners(panto, &work, &server);
     let mut equal = Vec::new();
     for runner in &runners {
         for session in &read {
@@ -211,8 +191,35 @@ pub(super) fn run(root: &Path, panto: &Path, sessions: &[PathBuf], args: &[Strin
     }
 }
 
-/// The three chains of `session` at equal retained tokens, or `None` when the clearing clears
-/// nothing (then every strategy but the summary has nothing to do).
+/// The runners of the chains: with the offline summarizer, and with the loopback model
+/// `server`.
+fn runners<'a>(panto: &'a Path, work: &'a Path, server: &Loopback) -> [Runner<'a>; 2] {
+    let loopback = [
+        "--provider",
+        "openai",
+        "--model",
+        "pressure-model",
+        "--base-url",
+        &server.base_url(),
+    ];
+    [
+        Runner {
+            panto,
+            work,
+            summarizer: "offline",
+            provider: ["--provider", "offline"].map(str::to_owned).to_vec(),
+        },
+        Runner {
+            panto,
+            work,
+            summarizer: "loopback",
+            provider: loopback.map(str::to_owned).to_vec(),
+        },
+    ]
+}
+
+/// The chains of `session` at equal retained tokens ([`EQUAL_STRATEGIES`]), or `None` when the
+/// clearing clears nothing (then every strategy but the summary has nothing to do).
 fn equal_retained<'a>(runner: &Runner<'_>, session: &'a Session) -> Result<Option<Equal<'a>>> {
     let start = (session.tokens / 8).max(1);
     let clear = runner.chain(session, "clear", start, None)?;
