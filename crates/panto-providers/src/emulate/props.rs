@@ -268,7 +268,11 @@ fn an_assistant_message_of_unsigned_thinking_leaves_no_two_user_messages_side_by
         Message::user_text("Read the parser."),
         Message::new(
             Role::Assistant,
-            vec![ContentBlock::tool_use("c1", "read", json!({"path": "src/parser.rs"}))],
+            vec![ContentBlock::tool_use(
+                "c1",
+                "read",
+                json!({"path": "src/parser.rs"}),
+            )],
         ),
         Message::new(
             Role::User,
