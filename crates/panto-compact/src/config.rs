@@ -322,7 +322,7 @@ pub struct CompactRun {
     /// compaction fits. `None` counts as 0 (the `Driver` always sets it).
     pub reserved_tokens: Option<u64>,
     /// The output limit of the conversation's requests: room for the reply is kept beside the
-    /// request after the compaction, at most an eighth of the window. `None` counts as 0.
+    /// request after the compaction ([`CompactRun::reserved_within`]). `None` counts as 0.
     pub reply_tokens: Option<u64>,
     /// This run's keep-verbatim budget, given explicitly (`panto compact --keep-tokens N`):
     /// it replaces [`CompactorConfig::keep_tokens`], and a manual run does not cap it at half
@@ -426,10 +426,12 @@ impl CompactRun {
     }
 
     /// What the conversation's request after a compaction holds besides the summary and the
-    /// kept turns, within a window of `limit`: the system prompt and tools, and the room for
-    /// the reply (at most an eighth of the window).
-    pub fn reserved_within(&self, limit: u64) -> u64 {
-        self.reserved_tokens.unwrap_or(0) + self.reply_tokens.unwrap_or(0).min(limit / 8)
+    /// kept turns, within a window of `limit` of which `windows` is known: the system prompt
+    /// and tools, and the room for the reply ([`KnownWindows::reply_room`]: the whole reply
+    /// when the server counts it against the window, else at most an eighth of the window).
+    pub fn reserved_within(&self, limit: u64, windows: &KnownWindows) -> u64 {
+        let reply = windows.reply_room(self.reply_tokens.unwrap_or(0), limit);
+        self.reserved_tokens.unwrap_or(0) + reply
     }
 
     /// The run with the ruler's sizes of the context's messages (see [`CompactRun::sizes`]).

@@ -140,6 +140,15 @@ impl Stated {
         self
     }
 
+    /// Whether its numbers show that the server counts the output budget against its window:
+    /// the input it counted lies within the limit it stated, so the request was refused for
+    /// what it asked beyond its input (vLLM's "maximum context length is 8,000 tokens. However,
+    /// you requested 9,000 tokens (7,000 in the messages, 2,000 in the completion)"). An input
+    /// counted above the limit shows nothing: the input alone was too much.
+    pub fn shows_output_counted(&self) -> bool {
+        matches!(self.counted, Some(counted) if counted > 0 && counted <= self.tokens)
+    }
+
     /// The limit in panto's estimated tokens: scaled by `estimated / counted` when the provider
     /// counted the refused request higher than panto did, else as stated.
     pub fn in_estimate(&self) -> u64 {
@@ -231,6 +240,13 @@ pub struct KnownWindows {
     /// (the conversation's request before an overflow, or a compaction request a model
     /// answered): the window holds at least this much.
     pub accepted: Option<u64>,
+    /// Whether the server counts a request's output budget (its `max_tokens`) against the
+    /// window, as `OpenAI` and vLLM do ("you requested 6,616 tokens (568 in the messages,
+    /// 6,048 in the completion)"), rather than the input only, as llama.cpp does (`n_prompt_tokens`
+    /// against `n_ctx`): learned from a refusal whose numbers show it
+    /// ([`KnownWindows::overflowed`]); `None` while nothing has. It decides the room a request
+    /// keeps for its reply ([`KnownWindows::reply_room`]).
+    pub counts_output: Option<bool>,
 }
 
 impl KnownWindows {
@@ -285,15 +301,21 @@ impl KnownWindows {
     }
 
     /// Records a limit an overflow stated, with its counts: it replaces the earlier one (the
-    /// provider's latest word). A limit of 0 says nothing.
+    /// provider's latest word); and when the input it counted lies within that limit, that the
+    /// server counts the output too ([`Stated::shows_output_counted`]). A limit of 0 says
+    /// nothing.
     pub fn learn_stated(&mut self, stated: Stated) {
+        if stated.shows_output_counted() {
+            self.counts_output = Some(true);
+        }
         if stated.tokens > 0 {
             self.reported = Some(stated);
         }
     }
 
-    /// Records what `overflow` taught: the limit it stated (with its counts), else a bound just
-    /// below panto's estimate of the refused request. Learning it twice changes nothing.
+    /// Records what `overflow` taught: the limit it stated (with its counts,
+    /// [`KnownWindows::learn_stated`]), else a bound just below panto's estimate of the refused
+    /// request. Learning it twice changes nothing.
     pub fn overflowed(&mut self, overflow: &Overflow) {
         match (overflow.stated, overflow.estimated) {
             (Some(limit), estimated) => self.learn_stated(Stated {
@@ -306,6 +328,23 @@ impl KnownWindows {
                 WindowSource::Bound,
             )),
             (None, None) => {}
+        }
+    }
+
+    /// The room a request within a window of `limit` tokens keeps for a reply of up to `reply`
+    /// tokens (its output limit): the whole reply when the server counts the output against the
+    /// window ([`KnownWindows::counts_output`]), since a request whose input and output budget
+    /// exceed the window is refused; else at most an eighth of the window, which a server that
+    /// counts the input only does not require (it takes any input within its window) but which
+    /// leaves the reply room to be written. A reply above half the window is never kept whole:
+    /// a server that counted it would have left the conversation less room than the reply (and
+    /// refused every request long before), so the numbers that said so were a limit stated
+    /// too high, not an output counted.
+    pub fn reply_room(&self, reply: u64, limit: u64) -> u64 {
+        if self.counts_output == Some(true) && reply <= limit / 2 {
+            reply
+        } else {
+            reply.min(limit / 8)
         }
     }
 

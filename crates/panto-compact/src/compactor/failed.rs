@@ -98,7 +98,7 @@ impl Run<'_> {
         let (prepared, state, limit) = self.record_plan(prepared, &taught);
         // What the request after the record leaves for it (the record's text and its ledger).
         let room = limit.map(|l| {
-            let used = kept_estimate(&prepared, "") + options.reserved_within(l);
+            let used = kept_estimate(&prepared, "") + self.reserved_within(l);
             l.saturating_sub(used)
         });
         let sizing = Sizing {
@@ -212,7 +212,7 @@ impl Run<'_> {
             return (prepared, state, limit);
         };
         // The record needs room of its own: a quarter of the limit at least.
-        let needed = kept_estimate(&prepared, "") + self.options.reserved_within(l) + l / 4;
+        let needed = kept_estimate(&prepared, "") + self.reserved_within(l) + l / 4;
         if needed <= l {
             return (prepared, state, limit);
         }

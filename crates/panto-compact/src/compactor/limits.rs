@@ -45,31 +45,41 @@ pub(super) fn shrink(
     proven: u64,
 ) -> u64 {
     let sent = input + output;
-    let (reported, counted) = match error {
-        ProviderError::ContextOverflow {
-            limit,
-            input_tokens,
-            ..
-        } => (*limit, *input_tokens),
-        _ => (None, None),
-    };
-    let from_numbers = reported.map(|l| match counted {
-        Some(n) if n > 0 => scale(l, input, n),
-        _ => l,
-    });
     let halved = sent.saturating_sub(transcript / 2 + 1);
     let guess = if proven > 0 && proven < input {
         proven + u64::from(MIN_OUTPUT_TOKENS)
     } else {
         input / 4
     };
-    let smaller = match from_numbers {
-        Some(l) if l < sent => l.min(halved.max(l * 9 / 10)),
-        _ => guess,
+    let smaller = match believed_limit(error, input, output) {
+        Some(l) => l.min(halved.max(l * 9 / 10)),
+        None => guess,
     };
     min_known(limit, Some(smaller))
         .unwrap_or(smaller)
         .min(sent.saturating_sub(1))
+}
+
+/// The limit the refusal `error` stated, in panto's estimated tokens (scaled by `input /
+/// counted` when it counted the request), when it explains the refusal of a request of
+/// `input` estimated tokens allowing `output` more: the limit is below what was sent. A
+/// refusal that states no limit, or one its own numbers contradict ("7,300 tokens > 10,636
+/// maximum"), says nothing of the window: `None`. The one judge of a stated limit in a fold:
+/// the shrink after a refusal and what the fold learns of it (`Limits::refused`) both ask it.
+pub(super) fn believed_limit(error: &ProviderError, input: u64, output: u64) -> Option<u64> {
+    let ProviderError::ContextOverflow {
+        limit: Some(limit),
+        input_tokens: counted,
+        ..
+    } = error
+    else {
+        return None;
+    };
+    let in_estimate = match counted {
+        Some(n) if *n > 0 => scale(*limit, input, *n),
+        _ => *limit,
+    };
+    (in_estimate < input + output).then_some(in_estimate)
 }
 
 /// The least limit a fold can plan in: the fixed part, the summary carried (or the reserve of

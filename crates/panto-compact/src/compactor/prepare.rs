@@ -72,7 +72,7 @@ impl Compactor {
         let (transcript, turn_tenths) = render(prefix, &prefix_turns, previous_summary);
         let kept_tokens = kept_tokens(context, &p);
         let summary_room = limit.map(|l| {
-            l.saturating_sub(options.reserved_within(l))
+            l.saturating_sub(options.reserved_within(l, &windows))
                 .saturating_sub(kept_tokens)
         });
         let turn_tokens = turn_tenths.iter().map(|t| t.div_ceil(10)).collect();

@@ -183,6 +183,13 @@ impl<'a> Run<'a> {
         }
     }
 
+    /// What the request after the compaction holds besides the summary and the kept turns,
+    /// within a window of `limit`: the system prompt, the tools and the room for the reply,
+    /// as the window the run knows says ([`CompactRun::reserved_within`]).
+    pub(super) fn reserved_within(&self, limit: u64) -> u64 {
+        self.options.reserved_within(limit, &self.windows)
+    }
+
     /// The output limit of the fold's requests: the configured one, never below the floor,
     /// and at most half of what the request after the compaction leaves for the summary (the
     /// rest is for the ledger's rendering).

@@ -9,13 +9,14 @@ use panto_model::{EffectiveContext, Usage};
 use panto_provider::ProviderError;
 use panto_transcript::Ledger;
 
+use super::limits::believed_limit;
 use super::{MAX_SHRINKS, Prepared};
 use crate::attempt::AttemptFailure;
 use crate::config::{ModelRef, RequestBound};
 use crate::fold::{FoldBudget, FoldPlan, MIN_OUTPUT_TOKENS};
 use crate::ledger::{ledger_budget, previous_ledger, rendered_len};
 use crate::report::{ElidedItem, FoldStep};
-use crate::window::{KnownWindows, Stated, scale};
+use crate::window::{KnownWindows, Stated};
 
 /// Where a fold stands: everything it needs to go on from where it is.
 pub(super) struct FoldState {
@@ -223,24 +224,13 @@ impl Limits {
             input_tokens: counted,
             ..
         } = error
-            && explains(*limit, *counted, input_tokens, output)
+            && believed_limit(error, input_tokens, output).is_some()
         {
             self.stated = Some(Stated::new(*limit).with_counts(*counted, input_tokens));
         } else {
             self.upper = Some(self.upper.map_or(input_tokens, |u| u.min(input_tokens)));
         }
     }
-}
-
-/// Whether a refusal that stated `limit` (and counted the request at `counted`, when it said)
-/// explains the refusal of a request of `input` estimated tokens allowing `output` more: the
-/// limit, in panto's tokens, is below what was sent.
-pub(super) fn explains(limit: u64, counted: Option<u64>, input: u64, output: u64) -> bool {
-    let in_estimate = match counted {
-        Some(n) if n > 0 => scale(limit, input, n),
-        _ => limit,
-    };
-    in_estimate < input + output
 }
 
 /// What a fold produced.

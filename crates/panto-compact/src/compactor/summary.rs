@@ -160,7 +160,7 @@ impl Fold<'_, '_> {
     /// `prepared`, fits `target`.
     fn fits(&self, prepared: &Prepared, target: u64) -> bool {
         let summary = self.state.so_far.running.as_deref().unwrap_or("");
-        kept_estimate(prepared, summary) + self.run.options.reserved_within(target) <= target
+        kept_estimate(prepared, summary) + self.run.reserved_within(target) <= target
     }
 
     /// The turns of `prepared` from turn `from` on (the planner summarized them for a window

@@ -117,7 +117,7 @@ impl Run<'_> {
             limit.map(|l| l / TIERED_TARGET_DIVISOR),
             self.options.target_tokens,
         )?;
-        let request = after.saturating_add(self.options.reserved_within(limit.unwrap_or(target)));
+        let request = after.saturating_add(self.reserved_within(limit.unwrap_or(target)));
         (request > target).then(|| {
             format!(
                 "the next request would be about {request} tokens, above the target of {target}"

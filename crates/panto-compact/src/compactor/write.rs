@@ -59,7 +59,7 @@ impl Run<'_> {
             return natural;
         };
         let used = kept_estimate(prepared, text)
-            + self.options.reserved_within(limit)
+            + self.reserved_within(limit)
             // A blank line between the summary and the rendering, and a margin for rounding.
             + 16;
         let target = limit.saturating_sub(used);

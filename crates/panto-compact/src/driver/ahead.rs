@@ -22,7 +22,9 @@ pub struct NextRequest {
     /// its total (the one ruler, `panto_size::estimate`).
     pub input: RequestEstimate,
     /// The room kept for the reply: the output limit, at most an eighth of the window when the
-    /// window is known (as a compaction keeps it).
+    /// window is known, unless the server counts the output against it
+    /// ([`KnownWindows::reply_room`](crate::KnownWindows::reply_room), as a compaction keeps
+    /// it).
     pub reply_tokens: u64,
     /// The model's window, when known ([`Driver::window`]).
     pub window: Option<Window>,
@@ -142,7 +144,7 @@ impl<S: Store> Driver<S> {
     pub fn next_request(&self) -> NextRequest {
         let window = self.window();
         let reply = u64::from(self.max_output_tokens);
-        let reply_tokens = window.map_or(reply, |w| reply.min(w.tokens / 8));
+        let reply_tokens = window.map_or(reply, |w| self.windows.reply_room(reply, w.tokens));
         NextRequest {
             input: self.estimate(),
             reply_tokens,
@@ -174,7 +176,9 @@ impl<S: Store> Driver<S> {
             .estimate(&self.system, &tools_text(&self.tools))
             .total();
         let sizes: Arc<[u64]> = measured.sizes().into();
-        let reply = u64::from(self.max_output_tokens).min(window.tokens / 8);
+        let reply = self
+            .windows
+            .reply_room(u64::from(self.max_output_tokens), window.tokens);
         let share = self.cache_aware_share(share, window.tokens, reply);
         let threshold_tokens = share_of(window.tokens, share);
         if estimated_tokens <= threshold_tokens {

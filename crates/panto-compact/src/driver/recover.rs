@@ -81,9 +81,18 @@ impl<S: Store> Driver<S> {
         stream: EventSink<'_>,
     ) -> Result<Reply, CompactError> {
         // The progress check: retry only a request that is smaller than the one that failed,
-        // and within the known limit.
+        // and within the known limit, with its output budget when the server counts it.
         let estimated_tokens = self.estimate().total();
-        if estimated_tokens >= overflowed_tokens || limit.is_some_and(|l| estimated_tokens > l) {
+        let reply = u64::from(self.max_output_tokens);
+        let counted = |l: u64| {
+            let output = if self.windows.counts_output == Some(true) {
+                reply
+            } else {
+                0
+            };
+            estimated_tokens.saturating_add(output) > l
+        };
+        if estimated_tokens >= overflowed_tokens || limit.is_some_and(counted) {
             return Err(CompactError::OverflowNoProgress {
                 overflow,
                 estimated_tokens,

@@ -270,3 +270,39 @@ async fn a_compaction_run_gives_back_the_limit_its_requests_were_refused_with() 
         Some(Window::new(3_000, WindowSource::Reported))
     );
 }
+
+proptest! {
+    /// Whether the server counts the output against its window is learned from a refusal's
+    /// numbers: an input counted within the limit stated shows it (vLLM's "you requested 9,000
+    /// tokens (7,000 in the messages, 2,000 in the completion)" for a window of 8,000); one
+    /// counted above shows nothing. The room kept for the reply is the whole reply then (at
+    /// most half the window), else at most an eighth of the window.
+    #[test]
+    fn a_refusal_whose_input_fits_its_limit_shows_the_output_counted(
+        limit in 1_000u64..200_000,
+        counted in 1u64..400_000,
+        reply in 0u64..100_000,
+    ) {
+        let mut windows = KnownWindows::new();
+        prop_assert_eq!(windows.reply_room(reply, limit), reply.min(limit / 8));
+        windows.overflowed(&Overflow::new(
+            &ProviderError::ContextOverflow {
+                message: "too long".into(),
+                input_tokens: Some(counted),
+                limit: Some(limit),
+            },
+            counted,
+        ));
+        let counts = counted <= limit;
+        prop_assert_eq!(windows.counts_output, counts.then_some(true));
+        let room = windows.reply_room(reply, limit);
+        if counts && reply <= limit / 2 {
+            prop_assert_eq!(room, reply);
+        } else {
+            prop_assert_eq!(room, reply.min(limit / 8));
+        }
+        // Learned once, it stays: a later refusal of the input alone shows nothing new.
+        windows.overflowed(&Overflow::stating(Some(limit)));
+        prop_assert_eq!(windows.counts_output, counts.then_some(true));
+    }
+}

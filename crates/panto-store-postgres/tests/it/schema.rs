@@ -129,3 +129,53 @@ fn a_store_that_may_not_create_tables_reads_an_empty_database_as_empty() {
         assert_eq!(tables, 0, "reading created no table");
     });
 }
+
+/// The recall postings stay in the table's own pages, uncompressed (migration 4): a range of a
+/// term every item holds is past the 2 kB from which PostgreSQL would otherwise compress the
+/// value or move it to the TOAST table, which a recall of common words read thousands of times.
+#[test]
+fn recall_postings_are_stored_inline_and_uncompressed() {
+    let Some(url) = testing::server("recall_postings_are_stored_inline_and_uncompressed") else {
+        return;
+    };
+    runtime().block_on(async {
+        let url = testing::fresh_url(&url).await;
+        let store = PostgresStore::connect(&url).await.unwrap();
+        // 1,500 items holding `common`: its first range's postings are some 4 kB.
+        let entries: Vec<Entry> = (0..1_500)
+            .map(|i| Entry::Message(Message::user_text(format!("common words {i}"))))
+            .collect();
+        store.append("s", Head::EMPTY, &entries).await.unwrap();
+        store
+            .recall("s", &panto_store::RecallQuery::new("common"))
+            .await
+            .unwrap();
+        let client = testing::client(&url).await;
+        let row = client
+            .query_one(
+                "SELECT length(data), pg_column_compression(data)
+                 FROM panto_recall_postings WHERE term = md5('common')::uuid AND part = 0",
+                &[],
+            )
+            .await
+            .unwrap();
+        let (length, compression): (i32, Option<String>) = (row.get(0), row.get(1));
+        assert!(
+            length > 2_048,
+            "{length} bytes: the test needs a row past 2 kB"
+        );
+        assert_eq!(compression, None);
+        // Nothing moved out to the TOAST table (`pg_column_size` cannot tell: it gives an
+        // external value's own size).
+        let toast: i64 = client
+            .query_one(
+                "SELECT pg_relation_size(reltoastrelid) FROM pg_class
+                 WHERE oid = 'panto_recall_postings'::regclass",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(toast, 0, "the postings' TOAST table holds {toast} bytes");
+    });
+}

@@ -10,10 +10,16 @@
 //!    term's items for its inverse document frequency), keeping for each term and range the
 //!    (occurrences, length) pairs of its postings that no other one of them dominates;
 //!    The items that may hold an exact string (a tier above 0, which rank before all others)
-//!    get their scores in the same walk, so they are candidates before any range is scored;
+//!    are found first (the intersection of each exact string's lookup terms). When they are
+//!    few ([`PRESCORED`]) they get their scores in the walk, so they are candidates before any
+//!    range is scored; when they are many (a quoted phrase of common words, in every range),
+//!    the walk keeps for each range a second front, over the postings of its items of the
+//!    range's highest tier only, and they are scored with their range;
 //! 2. each range gets an upper bound, the sum over the query's terms of the best score one of
 //!    those pairs gives (computed by the very function that scores a posting, added in the
-//!    same order as an item's score);
+//!    same order as an item's score); a range with items of a tier above 0 that are not
+//!    scored yet is bounded by its highest tier and the best score of that tier's items (its
+//!    items of lower tiers rank after any item of that tier);
 //! 3. ranges are scored whole, the best bound first, until the candidates wanted all rank
 //!    before the next range's bound: no item of a range not scored can then come before them.
 //!
@@ -104,12 +110,9 @@ fn postings_of(blocks: &[Block]) -> Result<Vec<Posting>, Corrupt> {
 }
 
 /// For each exact string of `query`, the items that have all its lookup terms: how many of
-/// them each item may hold (its tier), for the items with one at least.
-fn tiers(
-    query: &Query,
-    blocks: &HashMap<String, Vec<Block>>,
-) -> Result<HashMap<u32, u32>, Corrupt> {
-    let mut tiers: HashMap<u32, u32> = HashMap::new();
+/// them each item may hold (its tier), for the items with one at least, in item order.
+fn tiers(query: &Query, blocks: &HashMap<String, Vec<Block>>) -> Result<Vec<(u32, u32)>, Corrupt> {
+    let mut all: Vec<u32> = Vec::new();
     for exact in &query.exact {
         let mut lists: Vec<Vec<u32>> = Vec::new();
         for t in &exact.lookup {
@@ -119,11 +122,17 @@ fn tiers(
             };
             lists.push(docs);
         }
-        for doc in intersect(lists) {
-            *tiers.entry(doc).or_default() += 1;
+        all.extend(intersect(lists));
+    }
+    all.sort_unstable();
+    let mut out: Vec<(u32, u32)> = Vec::new();
+    for doc in all {
+        match out.last_mut() {
+            Some((d, n)) if *d == doc => *n += 1,
+            _ => out.push((doc, 1)),
         }
     }
-    Ok(tiers)
+    Ok(out)
 }
 
 /// The (occurrences, length) pairs of a term's postings in one range that no other of them
@@ -209,6 +218,12 @@ impl Ord for Worst {
     }
 }
 
+/// Items of a tier above 0 up to which their scores are taken in the walk of the blocks and
+/// they are candidates from the start; past it (a quoted phrase of common words, in every
+/// range), each range is bounded by its items of the highest tier instead and they are scored
+/// with their range.
+const PRESCORED: usize = 4096;
+
 /// Every item that holds one of a query's terms or the lookup terms of one of its exact
 /// strings, with its tier and BM25 score, taken best first a chunk at a time (64, then 256,
 /// ...): the chunks an exhaustive ranking would give, scoring only the ranges it must (see the
@@ -220,8 +235,11 @@ pub(crate) struct Ranking<'a> {
     /// The ranges, the best bound first; those before `next` are scored.
     plans: Vec<Plan>,
     next: usize,
-    /// The items of a tier above 0 by range, in order: in the pool from the start.
-    tiered: HashMap<u32, Vec<u32>>,
+    /// The items of a tier above 0 by range, in order, with their tiers.
+    tiered: HashMap<u32, Vec<(u32, u32)>>,
+    /// Whether the items of `tiered` are in the pool from the start (else a range's scoring
+    /// gives them).
+    prescored: bool,
     /// The candidates of the ranges scored; the first `at` are the ones given, in order.
     pool: Vec<Candidate>,
     start: usize,
@@ -241,52 +259,80 @@ impl<'a> Ranking<'a> {
         stats: Stats,
         blocks: &'a HashMap<String, Vec<Block>>,
     ) -> Result<Ranking<'a>, Corrupt> {
+        Ranking::with_prescored(query, stats, blocks, PRESCORED)
+    }
+
+    /// [`Ranking::new`], the items of a tier above 0 scored in the walk when they are at most
+    /// `prescored`.
+    pub(crate) fn with_prescored(
+        query: &Query,
+        stats: Stats,
+        blocks: &'a HashMap<String, Vec<Block>>,
+        prescored: usize,
+    ) -> Result<Ranking<'a>, Corrupt> {
         let avg = average(stats);
-        // The items of a tier above 0 rank before all others: their scores are taken while
-        // the blocks are walked, and no range needs scoring for them.
+        let all = tiers(query, blocks)?;
+        let prescore = all.len() <= prescored;
         let mut tiered: HashMap<u32, Vec<(u32, u32)>> = HashMap::new();
-        for (doc, tier) in tiers(query, blocks)? {
+        for (doc, tier) in all {
             tiered
                 .entry(doc / RANGE_DOCS)
                 .or_default()
                 .push((doc, tier));
         }
-        for docs in tiered.values_mut() {
-            docs.sort_unstable();
-        }
-        let (terms, fronts, hits) = walk_terms(query, stats, blocks, &tiered)?;
-        let mut scores: HashMap<u32, f64> = HashMap::new();
-        // In the walk's order: the query's terms in order, as an item's score adds them up.
-        for (doc, term, tf, len) in hits {
-            *scores.entry(doc).or_insert(0.0) += contribution(terms[term].idf, tf, len, avg);
-        }
+        let walked = walk_terms(query, stats, blocks, &tiered, prescore)?;
+        let terms = walked.terms;
         let mut pool = Vec::new();
-        let mut skip: HashMap<u32, Vec<u32>> = HashMap::new();
-        for (range, docs) in tiered {
-            for &(doc, tier) in &docs {
-                pool.push(Candidate {
-                    doc,
-                    tier,
-                    score: scores.get(&doc).copied().unwrap_or(0.0),
+        if prescore {
+            // The items of a tier above 0 rank before all others: their scores are taken
+            // in the walk, in its order (the query's terms in order, as an item's score adds
+            // them up), and no range needs scoring for them.
+            let mut scores: HashMap<u32, f64> = HashMap::new();
+            for (doc, term, tf, len) in walked.hits {
+                *scores.entry(doc).or_insert(0.0) += contribution(terms[term].idf, tf, len, avg);
+            }
+            for docs in tiered.values() {
+                for &(doc, tier) in docs {
+                    pool.push(Candidate {
+                        doc,
+                        tier,
+                        score: scores.get(&doc).copied().unwrap_or(0.0),
+                    });
+                }
+            }
+        }
+        let bound = |parts: &[(usize, Front)]| {
+            // In the order of the query's terms, as an item's score adds them up.
+            let mut bound = 0.0;
+            for (i, front) in parts {
+                bound += front.best(terms[*i].idf, avg);
+            }
+            bound
+        };
+        let mut plans: Vec<Plan> = Vec::new();
+        for (&range, parts) in &walked.fronts {
+            if !prescore && tiered.contains_key(&range) {
+                continue;
+            }
+            plans.push(Plan {
+                range,
+                tier: 0,
+                bound: bound(parts),
+            });
+        }
+        if !prescore {
+            // A range with items of a tier above 0: none of its items ranks above its best
+            // tier with the best score of that tier's items.
+            for (&range, docs) in &tiered {
+                let top = docs.iter().map(|d| d.1).max().unwrap_or(0);
+                let parts = walked.top.get(&range).map_or(&[][..], Vec::as_slice);
+                plans.push(Plan {
+                    range,
+                    tier: top,
+                    bound: bound(parts),
                 });
             }
-            skip.insert(range, docs.into_iter().map(|d| d.0).collect());
         }
-        let mut plans: Vec<Plan> = fronts
-            .iter()
-            .map(|(&range, parts)| {
-                // In the order of the query's terms, as an item's score adds them up.
-                let mut bound = 0.0;
-                for (i, front) in parts {
-                    bound += front.best(terms[*i].idf, avg);
-                }
-                Plan {
-                    range,
-                    tier: 0,
-                    bound,
-                }
-            })
-            .collect();
         plans.sort_by(|a, b| {
             b.tier
                 .cmp(&a.tier)
@@ -298,7 +344,8 @@ impl<'a> Ranking<'a> {
             avg,
             plans,
             next: 0,
-            tiered: skip,
+            tiered,
+            prescored: prescore,
             pool,
             start: 0,
             at: 0,
@@ -306,8 +353,8 @@ impl<'a> Ranking<'a> {
         })
     }
 
-    /// Scores every item of `range` that holds a term, into the pool (but those of a tier above
-    /// 0, there already).
+    /// Scores every item of `range` that holds a term or is of a tier above 0, into the pool
+    /// (but those of a tier above 0 when they are there already).
     fn score_range(&mut self, range: u32, heap: &mut BinaryHeap<Worst>, want: usize) {
         let base = range.saturating_mul(RANGE_DOCS);
         let mut cells = [0.0f64; RANGE_DOCS as usize];
@@ -328,17 +375,35 @@ impl<'a> Ranking<'a> {
             }
         }
         let tiered = self.tiered.get(&range).map_or(&[][..], Vec::as_slice);
+        let mut add = |c: Candidate, pool: &mut Vec<Candidate>| {
+            keep(heap, c, want);
+            pool.push(c);
+        };
         for doc in touched {
-            if tiered.binary_search(&doc).is_ok() {
-                continue;
-            }
+            let tier = match tiered.binary_search_by_key(&doc, |d| d.0) {
+                Ok(_) if self.prescored => continue,
+                Ok(i) => tiered[i].1,
+                Err(_) => 0,
+            };
             let c = Candidate {
                 doc,
-                tier: 0,
+                tier,
                 score: cells[(doc - base) as usize],
             };
-            keep(heap, c, want);
-            self.pool.push(c);
+            add(c, &mut self.pool);
+        }
+        if !self.prescored {
+            // Those that hold no term of the query (an exact string's lookup terms only).
+            for &(doc, tier) in tiered {
+                if cells[(doc - base) as usize] == 0.0 {
+                    let c = Candidate {
+                        doc,
+                        tier,
+                        score: 0.0,
+                    };
+                    add(c, &mut self.pool);
+                }
+            }
         }
     }
 
@@ -391,40 +456,81 @@ type Hit = (u32, usize, u32, u32);
 /// Each range's fronts: the index of a query term (among those items hold) and its front.
 type Fronts = HashMap<u32, Vec<(usize, Front)>>;
 
+/// What one walk of the query's blocks finds.
+struct Walked<'a> {
+    /// Each term's idf and blocks by range.
+    terms: Vec<Term<'a>>,
+    /// The fronts of each range's postings.
+    fronts: Fronts,
+    /// The fronts of the postings of each range's items of its highest tier (when not
+    /// prescored).
+    top: Fronts,
+    /// The postings of the items of a tier above 0 in the order walked (when prescored).
+    hits: Vec<Hit>,
+}
+
+/// Adds `front`, of the term of index `index`, to a range's fronts `at`.
+fn add_front(at: &mut Vec<(usize, Front)>, index: usize, front: Front) {
+    match at.last_mut() {
+        Some((i, f)) if *i == index => {
+            for &(tf, len) in &front.0 {
+                f.add(tf, len);
+            }
+        }
+        _ => at.push((index, front)),
+    }
+}
+
 /// Walks every block of `query`'s terms once: each term's idf and blocks by range, the fronts
-/// of its postings by range, and the postings of the items of `tiered` (by range, in order),
-/// in the order walked.
+/// of its postings by range, and for the items of `tiered` (by range, in order) either their
+/// postings (`prescore`) or the fronts of the postings of each range's items of its highest
+/// tier.
 fn walk_terms<'a>(
     query: &Query,
     stats: Stats,
     blocks: &'a HashMap<String, Vec<Block>>,
     tiered: &HashMap<u32, Vec<(u32, u32)>>,
-) -> Result<(Vec<Term<'a>>, Fronts, Vec<Hit>), Corrupt> {
+    prescore: bool,
+) -> Result<Walked<'a>, Corrupt> {
     let n = f64::from(stats.docs);
-    let mut terms = Vec::new();
-    let mut fronts: Fronts = HashMap::new();
-    let mut hits: Vec<Hit> = Vec::new();
+    let mut out = Walked {
+        terms: Vec::new(),
+        fronts: HashMap::new(),
+        top: HashMap::new(),
+        hits: Vec::new(),
+    };
+    let tops: HashMap<u32, u32> = tiered
+        .iter()
+        .map(|(&r, docs)| (r, docs.iter().map(|d| d.1).max().unwrap_or(0)))
+        .collect();
     for term in &query.terms {
         let Some(list) = blocks.get(term) else {
             continue;
         };
-        let index = terms.len();
+        let index = out.terms.len();
         let mut df = 0u64;
         let mut by_range: HashMap<u32, Vec<&'a [u8]>> = HashMap::new();
         for b in list {
             let range = b.meta.range;
             let mut front = Front::default();
+            let mut high = Front::default();
             let mut past = false;
             let marks = tiered.get(&range).map_or(&[][..], Vec::as_slice);
+            let top = tops.get(&range).copied().unwrap_or(0);
             let mut j = 0;
+            let hits = &mut out.hits;
             let count = walk(range, &b.data, |p| {
                 past |= p.doc >= stats.docs;
                 front.add(p.tf, p.len);
                 while j < marks.len() && marks[j].0 < p.doc {
                     j += 1;
                 }
-                if marks.get(j).is_some_and(|m| m.0 == p.doc) {
-                    hits.push((p.doc, index, p.tf, p.len));
+                if let Some(m) = marks.get(j).filter(|m| m.0 == p.doc) {
+                    if prescore {
+                        hits.push((p.doc, index, p.tf, p.len));
+                    } else if m.1 == top {
+                        high.add(p.tf, p.len);
+                    }
                 }
             })
             .ok_or(Corrupt)?;
@@ -436,22 +542,17 @@ fn walk_terms<'a>(
             }
             df += u64::from(count);
             by_range.entry(range).or_default().push(&b.data);
-            let at = fronts.entry(range).or_default();
-            match at.last_mut() {
-                Some((i, f)) if *i == index => {
-                    for &(tf, len) in &front.0 {
-                        f.add(tf, len);
-                    }
-                }
-                _ => at.push((index, front)),
+            add_front(out.fronts.entry(range).or_default(), index, front);
+            if !high.0.is_empty() {
+                add_front(out.top.entry(range).or_default(), index, high);
             }
         }
-        terms.push(Term {
+        out.terms.push(Term {
             idf: idf(n, df as f64),
             blocks: by_range,
         });
     }
-    Ok((terms, fronts, hits))
+    Ok(out)
 }
 
 /// Keeps `c` in `heap` if it is among the best `want`.

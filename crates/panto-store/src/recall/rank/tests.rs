@@ -7,7 +7,7 @@ use proptest::prelude::*;
 use super::super::postings::{Block, Posting, RANGE_DOCS};
 use super::super::query::{Exact, Query};
 use super::reference::{BestFirst, score};
-use super::{Candidate, Corrupt, Ranking, Stats};
+use super::{Candidate, Corrupt, PRESCORED, Ranking, Stats};
 
 /// A small xorshift generator: the postings of thousands of items from one seed.
 struct Rng(u64);
@@ -60,8 +60,19 @@ fn blocks(seed: u64, docs: u32, terms: &[(&str, u64)]) -> (HashMap<String, Vec<B
 
 /// Every chunk of both rankings, until both are done: they must be the same.
 fn compare(query: &Query, stats: Stats, blocks: &HashMap<String, Vec<Block>>) -> (usize, usize) {
+    compare_with(query, stats, blocks, PRESCORED)
+}
+
+/// [`compare`], the items of a tier above 0 scored in the walk when they are at most
+/// `prescored` (else with their ranges).
+fn compare_with(
+    query: &Query,
+    stats: Stats,
+    blocks: &HashMap<String, Vec<Block>>,
+    prescored: usize,
+) -> (usize, usize) {
     let reference = score(query, stats, blocks);
-    let pruned = Ranking::new(query, stats, blocks);
+    let pruned = Ranking::with_prescored(query, stats, blocks, prescored);
     let (all, mut pruned) = match (reference, pruned) {
         (Ok(a), Ok(p)) => (a, p),
         (Err(Corrupt), Err(Corrupt)) => return (0, 0),
@@ -126,7 +137,10 @@ proptest! {
             .collect();
         let query = Query { terms: names, exact };
         let stats = Stats { docs: docs + extra_docs, total_len: total };
+        // Both ways of ranking the items of a tier above 0: scored in the walk, and with
+        // their ranges.
         compare(&query, stats, &blocks);
+        compare_with(&query, stats, &blocks, 0);
     }
 }
 
@@ -303,4 +317,35 @@ fn items_holding_an_exact_string_need_no_range_scored() {
         total_len: 13 * 20 * u64::from(RANGE_DOCS),
     };
     assert_eq!(compare(&query, stats, &blocks), (0, 20));
+}
+
+/// A quoted phrase of words every item of 20 ranges holds (past the items scored in the walk):
+/// every item is of tier 1, each range is bounded by its own, and the ties stop the scoring at
+/// the first range.
+#[test]
+fn an_exact_string_in_every_item_scores_one_range() {
+    let mut words = Vec::new();
+    for range in 0..20u32 {
+        let mut w = Block::new(range);
+        for n in 0..RANGE_DOCS {
+            w.push(Posting {
+                doc: range * RANGE_DOCS + n,
+                tf: 1,
+                len: 12,
+            });
+        }
+        words.push(w);
+    }
+    let blocks = HashMap::from([("word".to_owned(), words)]);
+    let query = Query {
+        terms: vec!["word".to_owned()],
+        exact: vec![exact_string("word", &["word"])],
+    };
+    let stats = Stats {
+        docs: 20 * RANGE_DOCS,
+        total_len: 12 * 20 * u64::from(RANGE_DOCS),
+    };
+    assert_eq!(compare(&query, stats, &blocks), (1, 20));
+    // Scored in the walk, no range is.
+    assert_eq!(compare_with(&query, stats, &blocks, usize::MAX), (0, 20));
 }
