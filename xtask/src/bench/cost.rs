@@ -289,6 +289,9 @@ const RULES: [CacheAware; 4] = [
     CacheAware::ON,
 ];
 
+/// A window, a pattern of pauses, and the sessions of each rule of [`RULES`] under them.
+type SweepRow = (u64, Pauses, Vec<Outcome>);
+
 /// The sweep (`--sweep`): each part of the cache-aware rule on and off, over windows and
 /// pauses, per protocol (one thread each); what each session was billed against the plain
 /// share's.
@@ -298,7 +301,7 @@ fn sweep(turns: usize) -> Result<()> {
         Protocol::OpenAiChat,
         Protocol::OpenAiResponses,
     ];
-    let runs: Vec<Result<Vec<(u64, Pauses, Vec<Outcome>)>>> = std::thread::scope(|scope| {
+    let runs: Vec<Result<Vec<SweepRow>>> = std::thread::scope(|scope| {
         let threads: Vec<_> = protocols
             .iter()
             .map(|&protocol| scope.spawn(move || sweep_protocol(protocol, turns)))
@@ -386,7 +389,7 @@ fn sweep(turns: usize) -> Result<()> {
 }
 
 /// The sweep's sessions of one protocol: per window and pauses, one per rule of [`RULES`].
-fn sweep_protocol(protocol: Protocol, turns: usize) -> Result<Vec<(u64, Pauses, Vec<Outcome>)>> {
+fn sweep_protocol(protocol: Protocol, turns: usize) -> Result<Vec<SweepRow>> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
