@@ -3,15 +3,17 @@
 //! (`.ci/postgres run cargo run -p panto-store-postgres --example two_hosts` starts a server).
 //!
 //! Each host runs an agent (panto-compact's `Driver` over a `PostgresStore`) that asks a slow toy
-//! model three questions in the same session. Their turns overlap, so sometimes one host's
-//! append finds the session changed: the database refused it (the unique key on `(session,
-//! seq)`), nothing of that append was written, and the host catches up with `Driver::reload`
-//! and goes on as `Conflict`'s docs say. `CompactError::conflict` tells it what of the turn is
-//! stored: a question that was not stored is sent again; one that is stored (the reply, or a
-//! compaction, lost) is never sent again: the host asks the model about the session as it
-//! is now, unless the other host's answer already covered it (`Driver::awaits_reply`). No
-//! lock is held while the model thinks. In the end every question is in the session exactly
-//! once, each followed by an answer after it.
+//! model three questions in the same session, each with `Driver::send_shared`. Their turns
+//! overlap, so sometimes one host's append finds the session changed: the database refused it
+//! (the unique key on `(session, seq)`), nothing of that append was written, and
+//! `send_shared` catches up (`Driver::reload`) and goes on as `Conflict`'s docs say, after a
+//! jittered pause that lets the host that lost go first next time. The conflict says what of
+//! the turn is stored: a question that was not stored is sent again; one that is stored (the
+//! reply, or a compaction, lost) is never sent again: the host asks the model about the
+//! session as it is now, unless the other host's answer already covered it
+//! (`Driver::awaits_reply`; the reply is then `None`). No lock is held while the model thinks.
+//! In the end every question is in the session exactly once, each followed by an answer after
+//! it.
 
 #![allow(
     clippy::print_stdout,
@@ -26,7 +28,7 @@ use std::time::Duration;
 
 use panto_compact::{
     Compactor, Conflict, Driver, EventSink, Message, ModelRef, Provider, ProviderError, Request,
-    Role, Store, async_trait,
+    Role, SharedTurns, Store, async_trait,
 };
 use panto_store_postgres::{PostgresStore, testing};
 
@@ -69,40 +71,32 @@ impl Provider for SlowModel {
     }
 }
 
-/// One host: three questions, catching up whenever the other host wrote first.
+/// One host: three questions, each a turn that `Driver::send_shared` takes with the other host.
 async fn host(name: &str, url: &str, session: &str) -> Result<(), Box<dyn std::error::Error>> {
     let store = PostgresStore::connect(url).await?;
     let compactor = Compactor::new(ModelRef::new(Arc::new(SlowModel), "slow-1"));
     let (mut agent, _) = Driver::open(compactor, store, session).await?;
+    let turns = SharedTurns::new();
     for i in 0..3 {
         let question = format!("host {name}, question {i}");
-        let mut new = vec![Message::user_text(question.clone())];
-        loop {
-            let error = match agent.send(new.clone(), &mut |_| {}).await {
-                Ok(reply) => {
-                    println!("[{name}] {}", reply.message.text());
-                    break;
+        let new = vec![Message::user_text(question)];
+        let shared = agent
+            .send_shared(new, &mut |_| {}, &turns, tokio::time::sleep)
+            .await?;
+        for conflict in &shared.conflicts {
+            match conflict {
+                // Nothing was written: send_shared caught up and asked again.
+                Conflict::NotStored => {
+                    println!("[{name}] the other host wrote first; caught up, asked again");
                 }
-                Err(e) => e,
-            };
-            match error.conflict() {
-                // Nothing was written: catch up, and send the question again.
-                Some(Conflict::NotStored) => {
-                    println!("[{name}] the other host wrote first; catching up, asking again");
-                }
-                // The question is stored; the answer (or a compaction) lost to the other host.
-                // Sending it again would store it twice: ask about the session as it is now.
-                Some(_) => {
-                    new.clear();
-                    println!("[{name}] the other host wrote while the model answered");
-                }
-                None => return Err(error.into()),
+                // The question was stored; the answer (or a compaction) lost: send_shared
+                // never sent it again, it asked about the session as it is now.
+                _ => println!("[{name}] the other host wrote while the model answered"),
             }
-            agent.reload().await?;
-            if new.is_empty() && !agent.awaits_reply() {
-                println!("[{name}] the other host's answer covered my question");
-                break;
-            }
+        }
+        match shared.reply {
+            Some(reply) => println!("[{name}] {}", reply.message.text()),
+            None => println!("[{name}] the other host's answer covered my question"),
         }
     }
     Ok(())

@@ -31,6 +31,7 @@ mod props;
 mod recall;
 mod send;
 mod session;
+mod shared;
 mod smallwin;
 mod snapshots;
 mod tiers;
