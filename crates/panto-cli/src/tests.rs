@@ -302,7 +302,7 @@ fn an_error_quoted_by_every_layer_that_wraps_it_is_printed_once() {
 fn a_compaction_error_whose_causes_are_reachable_prints_each_cause_once() {
     use crate::ui::error_text;
     use panto_compact::{AttemptFailure, CompactError};
-    use panto_provider::ProviderError;
+    use panto_provider::{ProviderError, TokenNumbers};
 
     let server = || ProviderError::Server {
         status: 500,
@@ -310,8 +310,7 @@ fn a_compaction_error_whose_causes_are_reachable_prints_each_cause_once() {
     };
     let overflow = ProviderError::ContextOverflow {
         message: "prompt is too long".into(),
-        input_tokens: Some(2_000),
-        limit: Some(1_600),
+        numbers: TokenNumbers::new(Some(2_000), Some(1_600)),
     };
     let err = CompactError::OverflowCompactionFailed {
         overflow,

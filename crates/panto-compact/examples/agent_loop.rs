@@ -28,7 +28,7 @@ use panto_compact::serde_json::{self, json};
 use panto_compact::{
     CompactError, CompactionEvent, CompactionPrompt, Compactor, CompactorConfig, ContentBlock,
     Driver, EventSink, Head, Message, ModelRef, Provider, ProviderError, Request, Role, Store,
-    async_trait,
+    TokenNumbers, async_trait,
 };
 use panto_store_sqlite::SqliteStore;
 
@@ -68,8 +68,7 @@ impl Provider for ToyModel {
         if size > WINDOW {
             return Err(ProviderError::ContextOverflow {
                 message: "prompt is too long".into(),
-                input_tokens: Some(size),
-                limit: None,
+                numbers: TokenNumbers::new(Some(size), None),
             });
         }
         let last = request.messages.last().expect("a request has messages");

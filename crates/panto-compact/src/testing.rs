@@ -17,7 +17,9 @@ use std::collections::VecDeque;
 use std::sync::{Mutex, MutexGuard};
 
 use panto_model::{ContentBlock, Message, Usage};
-use panto_provider::{EventSink, Provider, ProviderError, Request, StreamEvent, async_trait};
+use panto_provider::{
+    EventSink, Provider, ProviderError, Request, StreamEvent, TokenNumbers, async_trait,
+};
 
 /// A provider that answers from a queue of scripted results and records every request.
 ///
@@ -127,8 +129,7 @@ pub fn reply(text: impl Into<String>) -> Message {
 pub fn overflow(input_tokens: Option<u64>, limit: Option<u64>) -> ProviderError {
     ProviderError::ContextOverflow {
         message: "prompt is too long".to_owned(),
-        input_tokens,
-        limit,
+        numbers: TokenNumbers::new(input_tokens, limit),
     }
 }
 

@@ -179,18 +179,11 @@ impl Overflow {
     /// The overflow `error` (a [`ProviderError::ContextOverflow`]; any other error states no
     /// numbers) answered to a request panto estimated at `estimated` tokens.
     pub fn new(error: &ProviderError, estimated: u64) -> Overflow {
-        let (stated, counted) = match error {
-            ProviderError::ContextOverflow {
-                limit,
-                input_tokens,
-                ..
-            } => (*limit, *input_tokens),
-            _ => (None, None),
-        };
+        let numbers = error.token_numbers().unwrap_or_default();
         Overflow {
             estimated: Some(estimated),
-            counted,
-            stated,
+            counted: numbers.input_tokens,
+            stated: numbers.limit,
         }
     }
 

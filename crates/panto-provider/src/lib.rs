@@ -24,15 +24,14 @@
 //!
 //! ```
 //! use panto_model::Message;
-//! use panto_provider::{ProviderError, Request};
+//! use panto_provider::{ProviderError, Request, TokenNumbers};
 //!
 //! let request = Request::new("a-model", "You are terse.", vec![Message::user_text("hi")], 1_024);
 //! assert_eq!(request.messages.len(), 1);
 //! // The one error that compaction can cure.
 //! let overflow = ProviderError::ContextOverflow {
 //!     message: "prompt is too long".into(),
-//!     input_tokens: Some(210_000),
-//!     limit: Some(200_000),
+//!     numbers: TokenNumbers::new(Some(210_000), Some(200_000)),
 //! };
 //! assert!(overflow.is_context_overflow());
 //! ```
@@ -343,14 +342,12 @@ forward!(&P, Box<P>, std::sync::Arc<P>);
 #[non_exhaustive]
 pub enum ProviderError {
     /// The request is too large for the model's context window; compacting the input can help.
-    #[error("context overflow: {message}{}", Note(TokenNumbers::new(*input_tokens, *limit)))]
+    #[error("context overflow: {message}{}", Note(*numbers))]
     ContextOverflow {
         /// The provider's message.
         message: String,
-        /// The input size the provider reported, when it did.
-        input_tokens: Option<u64>,
-        /// The context limit the provider reported, when it did.
-        limit: Option<u64>,
+        /// The input size and the context limit the provider reported, each when it did.
+        numbers: TokenNumbers,
     },
     /// Too many requests or tokens per unit of time (a rate limit, or a quota that refills by
     /// the minute, hour or day): the same request may succeed after a wait.
@@ -443,11 +440,7 @@ impl ProviderError {
     /// The token numbers a context overflow stated; `None` for every other error.
     pub fn token_numbers(&self) -> Option<TokenNumbers> {
         match self {
-            ProviderError::ContextOverflow {
-                input_tokens,
-                limit,
-                ..
-            } => Some(TokenNumbers::new(*input_tokens, *limit)),
+            ProviderError::ContextOverflow { numbers, .. } => Some(*numbers),
             _ => None,
         }
     }

@@ -210,8 +210,7 @@ fn a_cache_lifetime_is_named_as_a_configuration_file_names_it() {
 fn an_overflow_shows_the_numbers_it_stated_through_token_numbers() {
     let overflow = |input_tokens, limit| ProviderError::ContextOverflow {
         message: "prompt is too long".into(),
-        input_tokens,
-        limit,
+        numbers: TokenNumbers::new(input_tokens, limit),
     };
     let cases = [
         (Some(2_000), Some(1_600), " (2000 tokens, limit 1600)"),

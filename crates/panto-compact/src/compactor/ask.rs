@@ -5,7 +5,9 @@
 use std::hash::{Hash, Hasher};
 
 use panto_model::{ContentBlock, Message, Usage};
-use panto_provider::{PromptCache, ProviderError, Request, RequestOptions, StreamEvent};
+use panto_provider::{
+    PromptCache, ProviderError, Request, RequestOptions, StreamEvent, TokenNumbers,
+};
 use tracing::{Instrument, info_span};
 
 use super::folding::Fold;
@@ -85,8 +87,7 @@ impl Fold<'_, '_> {
                     .clone()
                     .unwrap_or_else(|| ProviderError::ContextOverflow {
                         message: "this input was rejected as too large before".to_owned(),
-                        input_tokens: None,
-                        limit: None,
+                        numbers: TokenNumbers::default(),
                     });
             return Err(Failure::Overflow { error });
         }

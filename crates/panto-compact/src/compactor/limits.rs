@@ -67,17 +67,11 @@ pub(super) fn shrink(
 /// maximum"), says nothing of the window: `None`. The one judge of a stated limit in a fold:
 /// the shrink after a refusal and what the fold learns of it (`Limits::refused`) both ask it.
 pub(super) fn believed_limit(error: &ProviderError, input: u64, output: u64) -> Option<u64> {
-    let ProviderError::ContextOverflow {
-        limit: Some(limit),
-        input_tokens: counted,
-        ..
-    } = error
-    else {
-        return None;
-    };
-    let in_estimate = match counted {
-        Some(n) if *n > 0 => scale(*limit, input, *n),
-        _ => *limit,
+    let stated = error.token_numbers()?;
+    let limit = stated.limit?;
+    let in_estimate = match stated.input_tokens {
+        Some(n) if n > 0 => scale(limit, input, n),
+        _ => limit,
     };
     (in_estimate < input + output).then_some(in_estimate)
 }

@@ -219,14 +219,11 @@ impl Limits {
     /// the refusal contradicts ("7,300 tokens > 10,636 maximum") says nothing of the window.
     pub(super) fn refused(&mut self, error: &ProviderError, input_tokens: u64, output: u64) {
         self.shrinks += 1;
-        if let ProviderError::ContextOverflow {
-            limit: Some(limit),
-            input_tokens: counted,
-            ..
-        } = error
+        let stated = error.token_numbers().unwrap_or_default();
+        if let Some(limit) = stated.limit
             && believed_limit(error, input_tokens, output).is_some()
         {
-            self.stated = Some(Stated::new(*limit).with_counts(*counted, input_tokens));
+            self.stated = Some(Stated::new(limit).with_counts(stated.input_tokens, input_tokens));
         } else {
             self.upper = Some(self.upper.map_or(input_tokens, |u| u.min(input_tokens)));
         }

@@ -2,7 +2,7 @@
 //! learn what it taught of the window, compact once, and send once more.
 
 use panto_model::Role;
-use panto_provider::{EventSink, ProviderError};
+use panto_provider::{EventSink, ProviderError, TokenNumbers};
 use panto_size::{Measured, Truncation};
 use panto_store::Store;
 
@@ -106,27 +106,16 @@ impl<S: Store> Driver<S> {
         });
         match self.complete(&mut *stream, "retry").await {
             Ok(reply) => self.accept(reply, Some(report)).await,
-            Err(ProviderError::ContextOverflow {
-                message,
-                input_tokens,
-                limit,
-            }) => {
-                if limit.is_some() {
+            Err(error @ ProviderError::ContextOverflow { .. }) => {
+                let overflow = Overflow::new(&error, estimated_tokens);
+                if overflow.stated.is_some() {
                     // The limit it stated, scaled by the retry's counts.
-                    self.windows.overflowed(&Overflow {
-                        estimated: Some(estimated_tokens),
-                        counted: input_tokens,
-                        stated: limit,
-                    });
+                    self.windows.overflowed(&overflow);
                 }
                 Err(CompactError::OverflowAfterCompaction {
                     // The context the retry sent, estimated above.
                     estimated_tokens,
-                    error: ProviderError::ContextOverflow {
-                        message,
-                        input_tokens,
-                        limit,
-                    },
+                    error,
                 })
             }
             Err(e) => Err(CompactError::Provider(e)),
@@ -153,7 +142,6 @@ pub(super) fn truncated_overflow(truncation: &Truncation) -> ProviderError {
             "the server answered, but counted only {} input tokens for a request that holds at least {} (it counted {} for the request before): it cut the request to fit its context window and said nothing",
             truncation.counted, truncation.floor, truncation.previous
         ),
-        input_tokens: None,
-        limit: None,
+        numbers: TokenNumbers::default(),
     }
 }

@@ -9,7 +9,7 @@ use panto_compact::{
     KnownWindows, MemoryLog, MemoryStore, ModelRef, Window, WindowSource,
 };
 use panto_model::{Entry, Message, SequentialIds, Trigger, Usage};
-use panto_provider::{EventSink, Provider, ProviderError, Request, async_trait};
+use panto_provider::{EventSink, Provider, ProviderError, Request, TokenNumbers, async_trait};
 use panto_size::{Heuristic, Sizer};
 
 /// The agent's system prompt; a request with another one is a compaction request.
@@ -95,8 +95,7 @@ impl Provider for Server {
                             "This model's maximum context length is {} tokens. However, your messages resulted in {counted} tokens.",
                             self.window
                         ),
-                        input_tokens: Some(counted),
-                        limit: Some(self.window),
+                        numbers: TokenNumbers::new(Some(counted), Some(self.window)),
                     });
                 }
                 Over::RejectQuietly => {
@@ -107,8 +106,7 @@ impl Provider for Server {
                     });
                     return Err(ProviderError::ContextOverflow {
                         message: "the request exceeds the available context size".into(),
-                        input_tokens: None,
-                        limit: None,
+                        numbers: TokenNumbers::default(),
                     });
                 }
                 Over::Truncate => {

@@ -12,7 +12,7 @@ use panto_compact::{
     RECORD_ONLY_MODEL, SHORT_PROMPT_BELOW,
 };
 use panto_model::{Entry, KEPT_BY, Trigger, replay};
-use panto_provider::ProviderError;
+use panto_provider::{ProviderError, TokenNumbers};
 use panto_transcript::strip_ledger;
 use serde_json::json;
 
@@ -1170,8 +1170,7 @@ async fn a_summary_cut_at_the_output_limit_is_asked_again_only_within_the_reques
     let overflow_of = |conversation: u64| {
         let error = ProviderError::ContextOverflow {
             message: "prompt is too long".into(),
-            input_tokens: Some(conversation),
-            limit: Some(2_048),
+            numbers: TokenNumbers::new(Some(conversation), Some(2_048)),
         };
         CompactRun::after_overflow(&error, conversation)
     };

@@ -9,7 +9,7 @@ use panto_compact::{
     MIN_OUTPUT_TOKENS, MIN_ROOM, MemoryLog, MemoryStore, ModelRef, Reply, fold,
 };
 use panto_model::{ContentBlock, Entry, Message, Role, SequentialIds};
-use panto_provider::{EventSink, Provider, ProviderError, Request, async_trait};
+use panto_provider::{EventSink, Provider, ProviderError, Request, TokenNumbers, async_trait};
 use panto_size::Heuristic;
 use proptest::prelude::*;
 
@@ -166,8 +166,10 @@ impl Provider for Window {
         if !fits {
             return Err(ProviderError::ContextOverflow {
                 message: "prompt is too long".into(),
-                input_tokens: self.numbers.then_some(counted),
-                limit: self.numbers.then_some(self.window),
+                numbers: TokenNumbers::new(
+                    self.numbers.then_some(counted),
+                    self.numbers.then_some(self.window),
+                ),
             });
         }
         let text = if compaction {

@@ -13,7 +13,7 @@ use panto_compact::{
     MemoryLog, MemoryStore, ModelRef, RECORD_ONLY_MODEL, Reply,
 };
 use panto_model::{ContentBlock, Entry, Message, Role, SequentialIds};
-use panto_provider::{EventSink, Provider, ProviderError, Request, async_trait};
+use panto_provider::{EventSink, Provider, ProviderError, Request, TokenNumbers, async_trait};
 use proptest::prelude::*;
 use serde_json::json;
 
@@ -84,8 +84,10 @@ impl Provider for Enforcer {
         if !fits {
             return Err(ProviderError::ContextOverflow {
                 message: "the request exceeds the available context size".into(),
-                input_tokens: self.numbers.then_some(counted),
-                limit: self.numbers.then_some(self.window),
+                numbers: TokenNumbers::new(
+                    self.numbers.then_some(counted),
+                    self.numbers.then_some(self.window),
+                ),
             });
         }
         if !compaction {

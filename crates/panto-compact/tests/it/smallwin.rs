@@ -13,7 +13,7 @@ use panto_compact::{
     RECORD_ONLY_MODEL, Reply,
 };
 use panto_model::{ContentBlock, Entry, Message, Role, SequentialIds};
-use panto_provider::{EventSink, Provider, ProviderError, Request, async_trait};
+use panto_provider::{EventSink, Provider, ProviderError, Request, TokenNumbers, async_trait};
 use proptest::prelude::*;
 use serde_json::json;
 
@@ -88,13 +88,11 @@ impl Server {
                     "This model's maximum context length is {limit} tokens. However, you requested {counted} tokens ({input} in the messages, {} in the completion).",
                     counted - input
                 ),
-                input_tokens: Some(input),
-                limit: Some(limit),
+                numbers: TokenNumbers::new(Some(input), Some(limit)),
             },
             None => ProviderError::ContextOverflow {
                 message: "the request exceeds the available context size, try increasing it".into(),
-                input_tokens: None,
-                limit: None,
+                numbers: TokenNumbers::default(),
             },
         }
     }

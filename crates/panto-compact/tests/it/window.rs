@@ -6,7 +6,7 @@ use std::sync::Arc;
 use panto_compact::testing::ScriptedProvider;
 use panto_compact::{
     CompactRun, Compactor, KnownWindows, MemoryLog, ModelRef, Overflow, ProviderError, Stated,
-    Window, WindowSource,
+    TokenNumbers, Window, WindowSource,
 };
 use proptest::prelude::*;
 
@@ -122,8 +122,7 @@ proptest! {
         windows.overflowed(&Overflow::new(
             &ProviderError::ContextOverflow {
                 message: "too long".into(),
-                input_tokens: Some(counted),
-                limit: Some(limit),
+                numbers: TokenNumbers::new(Some(counted), Some(limit)),
             },
             estimated,
         ));
@@ -135,8 +134,7 @@ proptest! {
         windows.overflowed(&Overflow::new(
             &ProviderError::ContextOverflow {
                 message: "too long".into(),
-                input_tokens: Some(counted),
-                limit: Some(limit),
+                numbers: TokenNumbers::new(Some(counted), Some(limit)),
             },
             estimated,
         ));
@@ -249,8 +247,7 @@ async fn a_compaction_run_gives_back_the_limit_its_requests_were_refused_with() 
     let provider = Arc::new(ScriptedProvider::new("m"));
     provider.push(Err(ProviderError::ContextOverflow {
         message: "too long".into(),
-        input_tokens: Some(9_000),
-        limit: Some(3_000),
+        numbers: TokenNumbers::new(Some(9_000), Some(3_000)),
     }));
     provider.push_text("The user asked twelve questions about the parser.");
     provider.push_text("The user asked twelve questions about the parser, and more.");
@@ -288,8 +285,7 @@ proptest! {
         windows.overflowed(&Overflow::new(
             &ProviderError::ContextOverflow {
                 message: "too long".into(),
-                input_tokens: Some(counted),
-                limit: Some(limit),
+                numbers: TokenNumbers::new(Some(counted), Some(limit)),
             },
             counted,
         ));

@@ -10,7 +10,7 @@ use panto_compact::{
     ProviderError, REBASED_FIELD, Request, SessionLog, Store, Window, WindowSource, async_trait,
 };
 use panto_model::{Entry, Message, Role, SequentialIds};
-use panto_provider::EventSink;
+use panto_provider::{EventSink, TokenNumbers};
 
 use crate::short_prompt;
 
@@ -80,8 +80,7 @@ impl Provider for Shared {
         if bytes > self.overflow_bytes {
             return Err(ProviderError::ContextOverflow {
                 message: "prompt is too long".into(),
-                input_tokens: None,
-                limit: None,
+                numbers: TokenNumbers::default(),
             });
         }
         Ok(Message::assistant_text("my answer"))

@@ -23,7 +23,7 @@ mod tests;
 
 use std::time::Duration;
 
-use panto_provider::ProviderError;
+use panto_provider::{ProviderError, TokenNumbers};
 use serde_json::Value;
 
 pub use custom::{Classifier, CustomRule};
@@ -193,8 +193,10 @@ fn to_classification(
     let error = match verdict {
         Verdict::ContextOverflow => ProviderError::ContextOverflow {
             message,
-            input_tokens: signals.n_prompt_tokens.or(sizes.input_tokens()),
-            limit: signals.n_ctx.or(sizes.limit),
+            numbers: TokenNumbers::new(
+                signals.n_prompt_tokens.or(sizes.input_tokens()),
+                signals.n_ctx.or(sizes.limit),
+            ),
         },
         Verdict::RateLimited => ProviderError::RateLimited {
             message,

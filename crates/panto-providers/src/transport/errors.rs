@@ -167,14 +167,9 @@ pub(super) fn map_message(
 ) -> Result<ProviderError, ProviderError> {
     use ProviderError as E;
     Ok(match error {
-        E::ContextOverflow {
-            message,
-            input_tokens,
-            limit,
-        } => E::ContextOverflow {
+        E::ContextOverflow { message, numbers } => E::ContextOverflow {
             message: f(message),
-            input_tokens,
-            limit,
+            numbers,
         },
         E::RateLimited {
             message,

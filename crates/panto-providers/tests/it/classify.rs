@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use panto_provider::ProviderError;
+use panto_provider::{ProviderError, TokenNumbers};
 use panto_providers::{
     Classification, Classifier, CustomRule, Protocol, Verdict, classify_response,
     classify_stream_error, error_in_success_body, explain_response, explain_stream_error,
@@ -204,12 +204,9 @@ fn check_file(path: &Path, strict: bool) -> (usize, Vec<String>) {
                     case.error
                 ));
             }
-            if let ProviderError::ContextOverflow {
-                input_tokens,
-                limit,
-                ..
-            } = &first.error
-                && (case.input_tokens != Some(*input_tokens) || case.limit != Some(*limit))
+            if let ProviderError::ContextOverflow { numbers, .. } = &first.error
+                && (case.input_tokens != Some(numbers.input_tokens)
+                    || case.limit != Some(numbers.limit))
             {
                 failures.push(format!(
                     "{}: expected input_tokens {:?} limit {:?}, got {got}",
@@ -597,8 +594,7 @@ fn success_bodies() {
         error_in_success_body(Protocol::OpenAiChat, &openrouter),
         Some(ProviderError::ContextOverflow {
             message: "This endpoint's maximum context length is 131072 tokens. However, you requested about 140000 tokens (139000 of text input, 1000 in the output).".into(),
-            input_tokens: Some(139_000),
-            limit: Some(131_072),
+            numbers: TokenNumbers::new(Some(139_000), Some(131_072)),
         })
     );
 }
@@ -831,7 +827,7 @@ proptest! {
         let body = json!({"error": {"message": text, "type": "invalid_request_error", "param": "messages", "code": if code { json!("context_length_exceeded") } else { Value::Null }}});
         let found = classify_response(Protocol::OpenAiChat, 400, None, body.to_string().as_bytes());
         if window.saturating_sub(completion) >= 256 {
-            prop_assert_eq!(found, ProviderError::ContextOverflow { message: text, input_tokens: Some(messages), limit: Some(window) });
+            prop_assert_eq!(found, ProviderError::ContextOverflow { message: text, numbers: TokenNumbers::new(Some(messages), Some(window)) });
         } else {
             prop_assert!(matches!(found, ProviderError::InvalidRequest { status: 400, .. }), "{found:?}");
         }
@@ -849,9 +845,8 @@ proptest! {
         };
         let found = classify_response(Protocol::Anthropic, 400, None, body.to_string().as_bytes());
         match found {
-            ProviderError::ContextOverflow { input_tokens, limit: l, .. } => {
-                prop_assert_eq!(input_tokens, Some(input));
-                prop_assert_eq!(l, Some(limit));
+            ProviderError::ContextOverflow { numbers, .. } => {
+                prop_assert_eq!(numbers, TokenNumbers::new(Some(input), Some(limit)));
             }
             other => prop_assert!(false, "{other:?}"),
         }

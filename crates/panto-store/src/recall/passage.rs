@@ -21,6 +21,8 @@
 
 use std::collections::HashSet;
 
+use panto_transcript::cut::{Budget, Cut, head};
+
 use super::near::Near;
 use super::query::{Query, normalize};
 
@@ -215,8 +217,8 @@ impl<'a> Chosen<'a> {
         }
     }
 
-    /// The lines shown, in order, a `…` line for each run left out; a line cut shows `…` at
-    /// its end.
+    /// The lines shown, in order, a `…` line for each run left out; a line cut (at a word where
+    /// that keeps most of it) shows `…` at its end.
     fn render(&self) -> String {
         let mut out: Vec<String> = Vec::new();
         let mut gap = false;
@@ -228,10 +230,9 @@ impl<'a> Chosen<'a> {
                         gap = false;
                     }
                     if line.chars > *most {
-                        let mut cut: String =
-                            line.text.chars().take(most.saturating_sub(1)).collect();
-                        cut.push('…');
-                        out.push(cut);
+                        let room = Budget::chars(most.saturating_sub(1));
+                        let kept = head(&line.text, room, Cut::Nearest).trim_end_matches(' ');
+                        out.push(format!("{kept}…"));
                     } else {
                         out.push(line.text.clone());
                     }

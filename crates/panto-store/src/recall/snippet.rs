@@ -1,5 +1,7 @@
 //! Snippets: a short window of an item's text around what the query found, on one line.
 
+use panto_transcript::cut::{Budget, Cut, head, tail};
+
 /// The most characters a snippet holds, its `…` marks aside.
 pub const SNIPPET_CHARS: usize = 240;
 
@@ -41,37 +43,30 @@ pub(crate) fn snippet_near(
         }
         _ => 0,
     };
-    // The window, in characters of `flat` (normalize lowercased it, so take the text's own
-    // characters from a flattened copy that kept the case).
+    // The window, cut by the one cutter around the match in a flattened copy that kept the
+    // case (normalize lowercased `flat`, so the match is found there by its character count).
     let original: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    let chars: Vec<char> = original.chars().collect();
-    let at_char = lower[..at].chars().count().min(chars.len());
-    let mut start = at_char.saturating_sub(size / 3);
-    let mut end = (start + size).min(chars.len());
-    if end == chars.len() {
-        start = end.saturating_sub(size);
-    }
-    // Move the cuts to word boundaries when one is near.
-    if start > 0
-        && let Some(space) = chars[start..at_char.max(start)]
-            .iter()
-            .position(|c| *c == ' ')
-    {
-        start += space + 1;
-    }
-    if end < chars.len()
-        && let Some(space) = chars[start..end].iter().rposition(|c| *c == ' ')
-        && space > (end - start) / 2
-    {
-        end = start + space;
-    }
-    let mut out = String::new();
-    if start > 0 {
+    let at_char = lower[..at].chars().count();
+    let at_byte = original
+        .char_indices()
+        .nth(at_char)
+        .map_or(original.len(), |(i, _)| i);
+    let (before, after) = original.split_at(at_byte);
+    // A third of the room before the match, more when the text ends sooner after it.
+    let before_room = (size / 3).max(size.saturating_sub(after.chars().count()));
+    let shown_before = tail(before, Budget::chars(before_room), Cut::Nearest);
+    let after_room = size - before.chars().count().min(before_room);
+    let shown_after = head(after, Budget::chars(after_room), Cut::Nearest);
+    let mut out = String::with_capacity(shown_before.len() + shown_after.len() + 6);
+    if shown_before.len() < before.len() {
         out.push('…');
     }
-    out.extend(&chars[start..end]);
-    if end < chars.len() {
+    out.push_str(shown_before);
+    if shown_after.len() < after.len() {
+        out.push_str(shown_after.trim_end_matches(' '));
         out.push('…');
+    } else {
+        out.push_str(shown_after);
     }
     out
 }

@@ -283,6 +283,28 @@ mod properties {
             }
         }
 
+        /// A snippet keeps to its room (its `…` marks aside), is one window of the text's
+        /// words, marked where it leaves text out, and shows a word it was asked for whole.
+        #[test]
+        fn a_snippet_is_one_window_of_the_text_holding_the_match(
+            words in proptest::collection::vec("(alpha|Beta|x|y|zz|é|longer-word-here|a{1,60})", 0..200),
+            needle in "(beta|alpha|gamma)",
+            size in 12usize..400,
+        ) {
+            let text = words.join(if words.len() % 3 == 0 { "\n " } else { " " });
+            let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+            let s = snippet::snippet_near(&text, &[needle.as_str()], None, size);
+            let inner = s.strip_prefix('…').unwrap_or(&s);
+            let inner = inner.strip_suffix('…').unwrap_or(inner);
+            prop_assert!(inner.chars().count() <= size, "{} > {size}: {s:?}", inner.chars().count());
+            prop_assert!(flat.contains(inner), "{inner:?} is no window of the text");
+            prop_assert_eq!(s.starts_with('…'), !flat.starts_with(inner), "{:?}", s);
+            prop_assert_eq!(s.ends_with('…'), !flat.ends_with(inner), "{:?}", s);
+            if flat.to_lowercase().contains(needle.as_str()) && needle.len() * 2 <= size {
+                prop_assert!(s.to_lowercase().contains(needle.as_str()), "{needle} not in {s:?}");
+            }
+        }
+
         /// An index built in one go equals one built entry by entry between queries.
         #[test]
         fn an_index_built_at_once_equals_one_kept_current(units in units()) {

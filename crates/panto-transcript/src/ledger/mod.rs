@@ -142,7 +142,9 @@ impl Ledger {
             && self.identifiers.is_empty()
     }
 
-    /// The ledger of `items` (a transcript, oldest first). Deterministic; not budgeted.
+    /// The ledger of `items` (a transcript, oldest first), less the placeholders a clearing
+    /// left (tool results whose text starts with [`panto_model::CLEARED_PREFIX`]), whose
+    /// originals the clearing's own ledger holds. Deterministic; not budgeted.
     pub fn from_items(items: &[TranscriptItem]) -> Ledger {
         let mut walk = Walk::default();
         for item in items {
@@ -153,7 +155,8 @@ impl Ledger {
 
     /// [`Ledger::from_items`] of the transcript items of `messages`, read one at a time
     /// instead of all held at once, less the placeholders a clearing left (results marked
-    /// `cleared`), whose originals the clearing's own ledger holds.
+    /// `cleared`, or whose text says they are one), whose originals the clearing's own ledger
+    /// holds.
     pub fn from_messages(messages: &[Message]) -> Ledger {
         // The items of `crate::for_each_item` that the walk reads, taken from the blocks
         // directly: a user's text, a call, a result. A result's name is left out: the walk
@@ -170,11 +173,12 @@ impl Ledger {
                         walk.said(&t.text);
                     }
                     ContentBlock::ToolUse(u) => walk.call_json(&u.id, &u.name, &u.input),
-                    // A clearing's placeholder is panto's words, not the tool's: the
-                    // clearing's own ledger recorded the original, and a summary after it
-                    // merges that (a placeholder would add its size as an identifier and its
-                    // failure a second time).
-                    ContentBlock::ToolResult(r) if r.extra.contains_key(panto_model::CLEARED) => {}
+                    // A clearing's placeholder, by its mark or, as `from_items` knows it, by
+                    // its text (`walk::is_placeholder`).
+                    ContentBlock::ToolResult(r)
+                        if r.extra.contains_key(panto_model::CLEARED)
+                            || matches!(&r.content, ToolResultContent::Text(t) if walk::is_placeholder(t)) =>
+                        {}
                     ContentBlock::ToolResult(r) => {
                         walk.result(&r.tool_use_id, None, r.failed(), || match &r.content {
                             ToolResultContent::Text(text) => Cow::Borrowed(text.as_str()),

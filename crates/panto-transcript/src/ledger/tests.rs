@@ -442,6 +442,57 @@ mod walk {
     }
 
     #[test]
+    fn a_clearing_placeholder_is_read_as_nothing_from_items_or_messages() {
+        let call = TranscriptItem::ToolCall {
+            role: Role::Assistant,
+            id: "t1".to_owned(),
+            name: "bash".to_owned(),
+            input: json!({"command": "cargo build"}),
+        };
+        let text = format!(
+            "{} to save room: 48213 bytes in 912 lines, failed; first line: error[E0308]: mismatched types in parse_config; id t1]",
+            panto_model::CLEARED_PREFIX
+        );
+        let placeholder = TranscriptItem::ToolResult {
+            id: "t1".to_owned(),
+            name: Some("bash".to_owned()),
+            is_error: true,
+            text: text.clone(),
+        };
+        let alone = Ledger::from_items(std::slice::from_ref(&call));
+        let with = Ledger::from_items(&[call, placeholder]);
+        // The failure and the size are the clearing's words: the ledger of the clearing
+        // recorded the original's.
+        assert!(with.errors.is_empty(), "{:?}", with.errors);
+        assert_eq!(with, alone);
+        let call = Message::new(
+            Role::Assistant,
+            vec![ContentBlock::tool_use(
+                "t1",
+                "bash",
+                json!({"command": "cargo build"}),
+            )],
+        );
+        let result = |marked: bool| {
+            let mut block = panto_model::ToolResultBlock::new(
+                "t1",
+                panto_model::ToolResultContent::Text(text.clone()),
+                Some(true),
+            );
+            if marked {
+                block
+                    .extra
+                    .insert(panto_model::CLEARED.to_owned(), json!("c1"));
+            }
+            Message::new(Role::User, vec![ContentBlock::ToolResult(block)])
+        };
+        for marked in [true, false] {
+            let messages = [call.clone(), result(marked)];
+            assert_eq!(Ledger::from_messages(&messages), alone, "marked: {marked}");
+        }
+    }
+
+    #[test]
     fn a_repeated_error_counts_until_a_success_then_starts_again() {
         let call = |id: &str| TranscriptItem::ToolCall {
             role: Role::Assistant,

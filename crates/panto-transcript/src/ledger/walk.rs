@@ -6,7 +6,7 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::rc::Rc;
 
-use panto_model::{CallIndex, RawJson, Role};
+use panto_model::{CLEARED_PREFIX, CallIndex, RawJson, Role};
 use serde_json::Value;
 
 use super::args;
@@ -208,6 +208,8 @@ impl<'a> Walk<'a> {
                 ToolInput::Value(input) => self.call(id, name, input),
                 ToolInput::Text(raw) => self.call_json(id, name, raw),
             },
+            // A transcript item carries no `cleared` mark: a placeholder is known by its text.
+            ItemView::ToolResult { text, .. } if is_placeholder(&text) => {}
             ItemView::ToolResult {
                 id,
                 name,
@@ -419,4 +421,12 @@ impl<'a> Walk<'a> {
             .collect();
         l
     }
+}
+
+/// Whether a tool result's text is a placeholder a clearing left (it starts with
+/// [`CLEARED_PREFIX`]): panto's words, not the tool's. The clearing's own ledger recorded the
+/// original, and a summary after it merges that; reading the placeholder would add its size as
+/// an identifier and its failure a second time.
+pub(super) fn is_placeholder(text: &str) -> bool {
+    text.starts_with(CLEARED_PREFIX)
 }
