@@ -57,6 +57,35 @@ impl Tally {
     }
 }
 
+/// The headers of [`Row::cells`]: how many questions, then each scorer's share.
+const SCORED: [&str; 8] = [
+    "n",
+    "closed-book (context)",
+    "stored record",
+    "recall, top 3",
+    "recall, top 3 snippets",
+    "tool's answer",
+    "context or recall's texts",
+    "open-book (context or tool's answer)",
+];
+
+impl Row {
+    /// The row's cells under [`SCORED`]: how many questions, and the share each scorer
+    /// answered (`open` writes the shares of the scorers that need the open-book calls).
+    fn cells(&self, open: &dyn Fn(usize, usize) -> String) -> [String; 8] {
+        [
+            self.n.to_string(),
+            percent(self.context, self.n),
+            percent(self.record, self.n),
+            open(self.recall, self.n),
+            open(self.snippets, self.n),
+            open(self.tool, self.n),
+            open(self.open, self.n),
+            open(self.open_tool, self.n),
+        ]
+    }
+}
+
 fn percent(part: usize, all: usize) -> String {
     if all == 0 {
         return "-".to_owned();
@@ -141,39 +170,25 @@ pub(super) fn report(cases: &[Case], stores: &[Store], open_book: bool) -> Vec<S
     rows.extend(Category::ALL.iter().map(|c| c.name().to_owned()));
     rows.push("only in successful tool output".to_owned());
     rows.extend(Source::ALL.iter().map(|s| format!("source: {}", s.name())));
-    let mut table = Table::new([
-        "questions",
-        "n",
-        "closed-book (context)",
-        "stored record",
-        "recall, top 3",
-        "recall, top 3 snippets",
-        "tool's answer",
-        "context or recall's texts",
-        "open-book (context or tool's answer)",
+    let mut table = Table::new(["questions"].into_iter().chain(SCORED).chain([
         "n over answers",
         "closed-book over answers",
         "context or recall's texts over answers",
         "open-book over answers",
-    ]);
+    ]));
     for label in &rows {
-        let r = first.get(label);
         let a = by_answer.get(label);
-        table.row([
-            label.clone(),
-            r.n.to_string(),
-            percent(r.context, r.n),
-            percent(r.record, r.n),
-            open(r.recall, r.n),
-            open(r.snippets, r.n),
-            open(r.tool, r.n),
-            open(r.open, r.n),
-            open(r.open_tool, r.n),
-            a.n.to_string(),
-            percent(a.context, a.n),
-            open(a.open, a.n),
-            open(a.open_tool, a.n),
-        ]);
+        table.row(
+            [label.clone()]
+                .into_iter()
+                .chain(first.get(label).cells(&open))
+                .chain([
+                    a.n.to_string(),
+                    percent(a.context, a.n),
+                    open(a.open, a.n),
+                    open(a.open_tool, a.n),
+                ]),
+        );
     }
     println!("{table}");
     println!("{}", per_store(&tallies, stores, &open));
@@ -236,30 +251,14 @@ fn per_store(
     stores: &[Store],
     open: &dyn Fn(usize, usize) -> String,
 ) -> Table {
-    let mut per_store = Table::new([
-        "store",
-        "questions",
-        "closed-book (context)",
-        "stored record",
-        "recall, top 3",
-        "recall, top 3 snippets",
-        "tool's answer",
-        "context or recall's texts",
-        "open-book (context or tool's answer)",
-    ]);
+    let mut per_store = Table::new(
+        ["store", "questions"]
+            .into_iter()
+            .chain(SCORED.into_iter().skip(1)),
+    );
     for store in stores {
-        let r = tallies[store.name()].get("all");
-        per_store.row([
-            store.name().to_owned(),
-            r.n.to_string(),
-            percent(r.context, r.n),
-            percent(r.record, r.n),
-            open(r.recall, r.n),
-            open(r.snippets, r.n),
-            open(r.tool, r.n),
-            open(r.open, r.n),
-            open(r.open_tool, r.n),
-        ]);
+        let cells = tallies[store.name()].get("all").cells(open);
+        per_store.row([store.name().to_owned()].into_iter().chain(cells));
     }
     per_store
 }

@@ -8,10 +8,10 @@
 //! the documented stream of chunks.
 
 use serde_json::{Value, json};
-use wiremock::matchers::{method, path};
-use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
+use wiremock::matchers::path;
+use wiremock::{MockServer, Request, Respond, ResponseTemplate};
 
-use super::{SUMMARY_PROMPT, Seen, Shared, tokens};
+use super::{SUMMARY_PROMPT, Seen, Shared, serve, tokens};
 
 /// What the emulator knows.
 #[derive(Debug, Default)]
@@ -30,17 +30,11 @@ pub(crate) struct Chat(pub(crate) Shared<State>);
 impl Chat {
     /// Starts an emulator with a window of `window` tokens, at `{uri}/v1`.
     pub(crate) async fn start(window: u64) -> (MockServer, Chat) {
-        let server = MockServer::start().await;
         let chat = Chat(Shared::new(State {
             window,
             ..State::default()
         }));
-        Mock::given(method("POST"))
-            .and(path("/v1/chat/completions"))
-            .respond_with(chat.clone())
-            .mount(&server)
-            .await;
-        (server, chat)
+        serve(chat, [path("/v1/chat/completions")]).await
     }
 
     /// The state.

@@ -30,10 +30,10 @@
 use std::collections::HashMap;
 
 use serde_json::{Value, json};
-use wiremock::matchers::{method, path};
-use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
+use wiremock::matchers::path;
+use wiremock::{MockServer, Request, Respond, ResponseTemplate};
 
-use super::{SUMMARY_PROMPT, Seen, Shared, digest, tokens};
+use super::{SUMMARY_PROMPT, Seen, Shared, digest, serve, tokens};
 
 /// One on-demand compaction the emulator wrote.
 #[derive(Clone, Debug)]
@@ -79,17 +79,11 @@ pub(crate) struct Claude(pub(crate) Shared<State>);
 impl Claude {
     /// Starts an emulator with a window of `window` tokens.
     pub(crate) async fn start(window: u64) -> (MockServer, Claude) {
-        let server = MockServer::start().await;
         let claude = Claude(Shared::new(State {
             window,
             ..State::default()
         }));
-        Mock::given(method("POST"))
-            .and(path("/v1/messages"))
-            .respond_with(claude.clone())
-            .mount(&server)
-            .await;
-        (server, claude)
+        serve(claude, [path("/v1/messages")]).await
     }
 
     /// The state.

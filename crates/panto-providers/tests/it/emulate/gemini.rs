@@ -20,10 +20,10 @@
 use std::collections::{HashMap, HashSet};
 
 use serde_json::{Value, json};
-use wiremock::matchers::{method, path_regex};
-use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
+use wiremock::matchers::path_regex;
+use wiremock::{MockServer, Request, Respond, ResponseTemplate};
 
-use super::{SUMMARY_PROMPT, Seen, Shared, tokens};
+use super::{SUMMARY_PROMPT, Seen, Shared, serve, tokens};
 
 /// What the emulator knows.
 #[derive(Debug, Default)]
@@ -51,19 +51,12 @@ pub(crate) struct Gemini(pub(crate) Shared<State>);
 impl Gemini {
     /// Starts an emulator with a window of `window` tokens.
     pub(crate) async fn start(window: u64) -> (MockServer, Gemini) {
-        let server = MockServer::start().await;
         let gemini = Gemini(Shared::new(State {
             window,
             ..State::default()
         }));
-        Mock::given(method("POST"))
-            .and(path_regex(
-                "^/v1beta/models/[^/]+:(generateContent|streamGenerateContent)$",
-            ))
-            .respond_with(gemini.clone())
-            .mount(&server)
-            .await;
-        (server, gemini)
+        let generate = path_regex("^/v1beta/models/[^/]+:(generateContent|streamGenerateContent)$");
+        serve(gemini, [generate]).await
     }
 
     /// The state.

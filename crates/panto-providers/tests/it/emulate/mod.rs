@@ -17,6 +17,8 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde_json::Value;
+use wiremock::matchers::method;
+use wiremock::{Match, Mock, MockServer, Respond};
 
 #[cfg(feature = "openai-chat")]
 pub(crate) mod chat;
@@ -79,6 +81,24 @@ impl<S: Default> Shared<S> {
     pub(crate) fn lock(&self) -> MutexGuard<'_, S> {
         self.0.lock().unwrap()
     }
+}
+
+/// A server on 127.0.0.1 on which `emulator` answers every POST to a path `paths` match: how
+/// each emulator starts.
+pub(crate) async fn serve<E, M>(emulator: E, paths: impl IntoIterator<Item = M>) -> (MockServer, E)
+where
+    E: Respond + Clone + 'static,
+    M: Match + 'static,
+{
+    let server = MockServer::start().await;
+    for p in paths {
+        Mock::given(method("POST"))
+            .and(p)
+            .respond_with(emulator.clone())
+            .mount(&server)
+            .await;
+    }
+    (server, emulator)
 }
 
 /// What an emulator saw of one request.

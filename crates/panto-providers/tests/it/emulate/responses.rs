@@ -21,10 +21,10 @@
 use std::collections::HashMap;
 
 use serde_json::{Value, json};
-use wiremock::matchers::{method, path};
-use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
+use wiremock::matchers::path;
+use wiremock::{MockServer, Request, Respond, ResponseTemplate};
 
-use super::{SUMMARY_PROMPT, Seen, Shared, digest, tokens};
+use super::{SUMMARY_PROMPT, Seen, Shared, digest, serve, tokens};
 
 /// What the emulator knows.
 #[derive(Debug, Default)]
@@ -56,19 +56,15 @@ pub(crate) struct Responses(pub(crate) Shared<State>);
 impl Responses {
     /// Starts an emulator with a window of `window` tokens.
     pub(crate) async fn start(window: u64) -> (MockServer, Responses) {
-        let server = MockServer::start().await;
         let responses = Responses(Shared::new(State {
             window,
             ..State::default()
         }));
-        for p in ["/v1/responses", "/v1/responses/compact"] {
-            Mock::given(method("POST"))
-                .and(path(p))
-                .respond_with(responses.clone())
-                .mount(&server)
-                .await;
-        }
-        (server, responses)
+        serve(
+            responses,
+            ["/v1/responses", "/v1/responses/compact"].map(path),
+        )
+        .await
     }
 
     /// The state.
