@@ -1,4 +1,4 @@
-//! `cargo xtask bench [SECTION...] [--quick] [--keep]`: measurements, one section each, printed
+//! `cargo xtask bench [SECTION...] [--quick] [--keep] [--sweep]`: measurements, one section each, printed
 //! as Markdown tables (`docs/benchmarks.md` holds the latest).
 //!
 //! Sections, in the order a full run takes them:
@@ -94,7 +94,7 @@ const SECTIONS: &[Section] = &[
 
 /// What `cargo xtask bench --help` prints.
 const USAGE: &str = "\
-usage: cargo xtask bench [SECTION...] [--quick] [--keep]
+usage: cargo xtask bench [SECTION...] [--quick] [--keep] [--sweep]
 
 Runs the measurements of docs/benchmarks.md in a release build and prints them as Markdown.
 With no SECTION, every section runs (about 10 minutes).
@@ -121,6 +121,8 @@ sections:
 options:
   --quick  sessions up to 100k messages, histories up to 100 MB
   --keep   keep the generated sessions under target/bench/ and reuse them next run
+  --sweep  cost: instead of the default run, the cache-aware rule's parts on and off over
+           windows of 24,000 to 64,000 and three patterns of pauses, per protocol
   --help   print this
 ";
 
@@ -131,6 +133,9 @@ pub(crate) struct Flags {
     quick: bool,
     /// Keep the generated sessions of `scale` and `memory` (and reuse kept ones).
     keep: bool,
+    /// `cost`: sweep windows, pauses and the parts of the cache-aware rule instead of the
+    /// default run.
+    sweep: bool,
 }
 
 pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
@@ -185,6 +190,7 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
         match a.as_str() {
             "--quick" => flags.quick = true,
             "--keep" => flags.keep = true,
+            "--sweep" => flags.sweep = true,
             name => match SECTIONS.iter().find(|s| s.0 == name) {
                 Some(s) => chosen.push(s),
                 None => bail!("unknown bench argument `{name}`\n\n{USAGE}"),

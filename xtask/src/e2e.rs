@@ -398,7 +398,13 @@ fn report(results: &[Outcome], build_note: &str, suite_time: Duration) {
 
 /// Builds the `panto` binary and returns its path.
 pub(crate) fn build_panto(root: &Path) -> Result<PathBuf> {
-    eprintln!("e2e: cargo build -p panto-cli");
+    build_panto_in(root, false)
+}
+
+/// The `panto` binary of a debug build, or of a release build when `release` (for timings).
+pub(crate) fn build_panto_in(root: &Path, release: bool) -> Result<PathBuf> {
+    let profile = if release { " --release" } else { "" };
+    eprintln!("e2e: cargo build -p panto-cli{profile}");
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
     let output = Command::new(cargo)
         .args([
@@ -409,6 +415,7 @@ pub(crate) fn build_panto(root: &Path) -> Result<PathBuf> {
             "panto",
             "--message-format=json-render-diagnostics",
         ])
+        .args(release.then_some("--release"))
         .current_dir(root)
         .stderr(Stdio::inherit())
         .output()

@@ -21,11 +21,13 @@
 //! on the shared sessions read as turns (`turns.rs`). `cargo xtask quality --recall`
 //! (`recall.rs`) is a needle exam: how many exact strings of the summarized part (SHAs,
 //! numbers, config values, ...) the effective context still holds after an offline compaction,
-//! in every store.
+//! in every store. `cargo xtask quality --strategies` (`strategies.rs`) compares the compaction
+//! strategies over five chained compactions (issue 37).
 
 mod loopback;
 mod pressure;
 mod recall;
+mod strategies;
 #[cfg(test)]
 mod tests;
 mod turns;
@@ -90,6 +92,9 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
             bail!("quality --pressure takes no other argument");
         }
         return pressure::run(root, &panto, &session_files(&dir)?);
+    }
+    if args.first().is_some_and(|a| a == "--strategies") {
+        return strategies::run(root, &panto, &session_files(&dir)?, &args[1..]);
     }
     if args.first().is_some_and(|a| a == "--recall") {
         return recall::run(root, &panto, &session_files(&dir)?, &args[1..]);
@@ -304,16 +309,18 @@ fn score_session(
 }
 
 fn run_panto(panto: &Path, args: &[&str], extra: &[String]) -> Result<String> {
-    let out = Command::new(panto)
-        .args(args)
-        .args(extra)
-        .env("NO_COLOR", "1")
-        .output()
-        .with_context(|| format!("cannot run {}", panto.display()))?;
+    let mut cmd = Command::new(panto);
+    cmd.args(args).args(extra).env("NO_COLOR", "1");
+    stdout_of(&mut cmd, &args.join(" "))
+}
+
+/// The standard output of a `panto` command whose arguments are `what`, or an error that names
+/// them with what it printed on standard error.
+pub(super) fn stdout_of(cmd: &mut Command, what: &str) -> Result<String> {
+    let out = cmd.output().context("cannot run panto")?;
     if !out.status.success() {
         bail!(
-            "panto {} failed ({}): {}",
-            args.join(" "),
+            "panto {what} failed ({}): {}",
             out.status,
             String::from_utf8_lossy(&out.stderr).trim()
         );

@@ -128,7 +128,9 @@ pub use config::{
     CompactRun, CompactionStrategy, CompactorConfig, Conversation, DEFAULT_KEEP_TOKENS,
     DEFAULT_MAX_OUTPUT_TOKENS, ModelRef,
 };
-pub use driver::{COLD_SHARE, Clock, Driver, NextRequest, Reply, SharedReply, SharedTurns, Spent};
+pub use driver::{
+    COLD_SHARE, CacheAware, Clock, Driver, NextRequest, Reply, SharedReply, SharedTurns, Spent,
+};
 pub use error::{CompactError, Conflict};
 pub use events::CompactionEvent;
 pub use fold::{Chunk, FoldBudget, FoldError, FoldPlan, MIN_OUTPUT_TOKENS, MIN_ROOM, fold};

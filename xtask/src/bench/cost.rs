@@ -10,6 +10,11 @@
 //! compacts ahead. A virtual clock moves 20 seconds a request, and 15 minutes every 60 turns (the
 //! cache goes cold). What each request is billed is the emulator's usage weighed by
 //! `panto_model::usage_cost`, the function every report uses.
+//!
+//! `--sweep` runs instead the same session with each part of the cache-aware rule
+//! (`CacheAware`) on and off, over emulator windows of 24,000 to 64,000 (panto configured with
+//! the same) and three patterns of pauses (none, 15 minutes every 60 turns, 6 minutes every 10),
+//! per protocol: the measurements the rule was chosen from (docs/compaction.md).
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -17,7 +22,8 @@ use std::time::Duration;
 use anyhow::Result;
 use panto_compact::provider::{PromptCache, Provider, RequestOptions, ToolSpec};
 use panto_compact::{
-    Compactor, CompactorConfig, Driver, MemoryLog, MemoryStore, ModelRef, Window, WindowSource,
+    CacheAware, Compactor, CompactorConfig, Driver, MemoryLog, MemoryStore, ModelRef, Window,
+    WindowSource,
 };
 use panto_model::{ContentBlock, Cost, Message, Prices, Role, Usage, usage_cost};
 use panto_providers::emulate::{Loopback, LoopbackConfig, Script, Scripted, Seen, tokens_of};
@@ -28,6 +34,8 @@ use serde_json::{Value, json};
 
 use super::Flags;
 use crate::table::Table;
+
+mod sweep;
 
 /// User turns of the session.
 const TURNS: usize = 300;
@@ -40,13 +48,65 @@ const WINDOW: u64 = 40_000;
 const CONFIGURED: u64 = 56_000;
 /// Turns between two long pauses.
 const IDLE_EVERY: usize = 60;
+/// The emulator's windows of the sweep (`--sweep`).
+const SWEEP_WINDOWS: [u64; 6] = [24_000, 32_000, 40_000, 48_000, 56_000, 64_000];
 
-/// One session to run: a protocol, and how panto caches.
+/// One session to run: a protocol, how panto caches, the windows and the pauses.
 #[derive(Clone, Copy, Debug)]
 struct Variant {
     protocol: Protocol,
     caching: bool,
-    cache_aware: bool,
+    /// The parts of the cache-aware rule the driver applies.
+    parts: CacheAware,
+    /// The emulator's window, in its tokens.
+    window: u64,
+    /// The window panto is configured with.
+    configured: u64,
+    pauses: Pauses,
+}
+
+impl Variant {
+    /// The default run's session of `protocol`.
+    fn default_run(protocol: Protocol, caching: bool, parts: CacheAware) -> Variant {
+        Variant {
+            protocol,
+            caching,
+            parts,
+            window: WINDOW,
+            configured: CONFIGURED,
+            pauses: Pauses::OCCASIONAL,
+        }
+    }
+}
+
+/// When the scripted user pauses, and for how long.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Pauses {
+    /// A pause after every `every`th turn (none when 0).
+    every: usize,
+    /// Its length, in minutes.
+    minutes: u64,
+    name: &'static str,
+}
+
+impl Pauses {
+    const NONE: Pauses = Pauses {
+        every: 0,
+        minutes: 0,
+        name: "none",
+    };
+    /// The default run's: 15 minutes every 60 turns, past a 5-minute cache.
+    const OCCASIONAL: Pauses = Pauses {
+        every: IDLE_EVERY,
+        minutes: 15,
+        name: "15 min / 60 turns",
+    };
+    /// Past the cache's lifetime every tenth turn.
+    const FREQUENT: Pauses = Pauses {
+        every: 10,
+        minutes: 6,
+        name: "6 min / 10 turns",
+    };
 }
 
 /// What a session was billed, and what the emulator saw.
@@ -60,6 +120,11 @@ struct Outcome {
     refused: Vec<String>,
     overflows: usize,
     compaction_requests: usize,
+    /// What the compaction requests alone were billed.
+    compaction_billed: u64,
+    /// The input of the conversation's answered requests (not the compactions'), and how many.
+    conversation_input: u64,
+    conversation_requests: u64,
     compactions: usize,
     /// The first answered request after each compaction: (read, written, total, unchanged
     /// prefix: tools and system prompt).
@@ -68,10 +133,13 @@ struct Outcome {
 }
 
 pub(crate) fn cost(_root: &std::path::Path, flags: &Flags) -> Result<()> {
+    let turns = if flags.quick { TURNS / 3 } else { TURNS };
+    if flags.sweep {
+        return sweep::sweep(turns);
+    }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let turns = if flags.quick { TURNS / 3 } else { TURNS };
     let mut summary = Table::new([
         "protocol",
         "requests",
@@ -109,17 +177,15 @@ pub(crate) fn cost(_root: &std::path::Path, flags: &Flags) -> Result<()> {
         Protocol::OpenAiChat,
         Protocol::OpenAiResponses,
     ] {
-        let run = |caching, cache_aware| {
-            let v = Variant {
-                protocol,
-                caching,
-                cache_aware,
-            };
-            runtime.block_on(session(v, turns))
+        let run = |caching, parts| {
+            runtime.block_on(session(
+                Variant::default_run(protocol, caching, parts),
+                turns,
+            ))
         };
-        let aware = run(true, true)?;
-        let plain = run(true, false)?;
-        let none = run(false, false)?;
+        let aware = run(true, CacheAware::DEFAULT)?;
+        let plain = run(true, CacheAware::OFF)?;
+        let none = run(false, CacheAware::OFF)?;
         for o in [&aware, &plain, &none] {
             requests += o.requests;
             refused += o.refused.len();
@@ -203,7 +269,7 @@ pub(crate) fn cost(_root: &std::path::Path, flags: &Flags) -> Result<()> {
     );
     print!("{after}");
     println!(
-        "\nThe proactive rule: the configured share against the cache-aware one (docs/compaction.md):\n"
+        "\nThe proactive rule: the configured share against the cache-aware one as shipped (`CacheAware::DEFAULT`, the cold part alone; docs/compaction.md; `--sweep` measures each part over windows and pauses):\n"
     );
     print!("{rule}");
     println!(
@@ -224,7 +290,7 @@ async fn session(variant: Variant, turns: usize) -> Result<Outcome> {
         plan: Arc::clone(&plan),
     });
     let config = LoopbackConfig {
-        window: WINDOW,
+        window: variant.window,
         anthropic_minimum: 1024,
     };
     let loopback = Arc::new(Loopback::start(config, script).await?);
@@ -265,8 +331,8 @@ async fn session(variant: Variant, turns: usize) -> Result<Outcome> {
             }
             new = vec![Message::new(Role::User, results)];
         }
-        if turn % IDLE_EVERY == 0 {
-            loopback.advance(Duration::from_secs(15 * 60));
+        if variant.pauses.every > 0 && turn % variant.pauses.every == 0 {
+            loopback.advance(Duration::from_secs(variant.pauses.minutes * 60));
         }
     }
     let mut outcome = account(&loopback.take(), model);
@@ -297,10 +363,10 @@ fn driver(variant: Variant, loopback: &Arc<Loopback>, model: &str) -> Result<Dri
             .with_system(agent_prompt())
             .with_tools(tools())
             .with_max_output_tokens(1024)
-            .with_window(Window::new(CONFIGURED, WindowSource::Configured))
+            .with_window(Window::new(variant.configured, WindowSource::Configured))
             .with_auto_compact(Some(0.8))
             .with_request_options(RequestOptions::new().with_cache(cache))
-            .with_cache_aware_compaction(variant.cache_aware)
+            .with_cache_aware_parts(variant.parts)
             .with_clock(Arc::new(move || clock.now())),
     )
 }
@@ -331,14 +397,20 @@ fn account(seen: &[Seen], model: &str) -> Outcome {
             "cache_creation".into(),
             json!({"ephemeral_5m_input_tokens": b.cache_write, "ephemeral_1h_input_tokens": b.cache_write_long}),
         );
-        out.billed += usage_cost(&usage, Some(model), &Prices::new());
+        let cost = usage_cost(&usage, Some(model), &Prices::new());
+        out.billed += cost;
         if compaction {
             out.compaction_requests += 1;
+            out.compaction_billed += cost.billed_input_tokens;
             if !compacting {
                 out.compactions += 1;
             }
             compacting = true;
-        } else if compacting {
+        } else {
+            out.conversation_input += b.total();
+            out.conversation_requests += 1;
+        }
+        if !compaction && compacting {
             compacting = false;
             let written = b.cache_write + b.cache_write_long;
             out.after

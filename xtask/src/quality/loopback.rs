@@ -50,6 +50,8 @@ pub(super) struct Seen {
     pub fitted: bool,
     /// The `messages` of the request, as sent: two equal ones are the same request sent twice.
     pub messages: String,
+    /// The output the server answered with, in tokens (0 for a rejected request).
+    pub output: u64,
 }
 
 struct State {
@@ -203,6 +205,20 @@ fn answer(state: &State, body: &[u8]) -> (u16, &'static str, String) {
         .or_else(|| request["max_completion_tokens"].as_u64())
         .unwrap_or(0);
     let fitted = input + max_output <= state.window;
+    let text = if !fitted {
+        String::new()
+    } else if compaction {
+        let last = messages
+            .iter()
+            .rev()
+            .find(|m| m["role"] == "user")
+            .map(|m| text_of(&m["content"]))
+            .unwrap_or_default();
+        summary(&last)
+    } else {
+        REPLY.to_owned()
+    };
+    let output = text.len().div_ceil(BYTES_PER_TOKEN) as u64;
     state
         .seen
         .lock()
@@ -213,6 +229,7 @@ fn answer(state: &State, body: &[u8]) -> (u16, &'static str, String) {
             max_output,
             fitted,
             messages: request["messages"].to_string(),
+            output,
         });
     if !fitted {
         let message = format!(
@@ -226,18 +243,6 @@ fn answer(state: &State, body: &[u8]) -> (u16, &'static str, String) {
             "param": "messages", "code": "context_length_exceeded"}});
         return (400, "application/json", error.to_string());
     }
-    let text = if compaction {
-        let last = messages
-            .iter()
-            .rev()
-            .find(|m| m["role"] == "user")
-            .map(|m| text_of(&m["content"]))
-            .unwrap_or_default();
-        summary(&last)
-    } else {
-        REPLY.to_owned()
-    };
-    let output = text.len().div_ceil(BYTES_PER_TOKEN) as u64;
     let usage = json!({"prompt_tokens": input, "completion_tokens": output,
         "total_tokens": input + output});
     if request["stream"] == true {

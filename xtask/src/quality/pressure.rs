@@ -471,7 +471,7 @@ fn tally(
     }
 }
 
-fn session_entries(path: &Path) -> Result<Vec<Value>> {
+pub(super) fn session_entries(path: &Path) -> Result<Vec<Value>> {
     let text = fs::read_to_string(path)?;
     text.lines()
         .filter(|l| !l.trim().is_empty())
@@ -481,7 +481,7 @@ fn session_entries(path: &Path) -> Result<Vec<Value>> {
 
 /// `panto` in `dir`, with the loopback model, an empty user configuration and none of the
 /// caller's provider variables.
-fn panto_command(
+pub(super) fn panto_command(
     panto: &Path,
     work: &Path,
     dir: &Path,
@@ -516,26 +516,16 @@ fn panto_command(
     cmd
 }
 
-fn json_of(
+pub(super) fn json_of(
     panto: &Path,
     work: &Path,
     dir: &Path,
     server: &Loopback,
     args: &[&str],
 ) -> Result<Value> {
-    let out = panto_command(panto, work, dir, server, args)
-        .output()
-        .context("cannot run panto")?;
-    if !out.status.success() {
-        bail!(
-            "panto {} failed ({}): {}",
-            args.join(" "),
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    serde_json::from_slice(&out.stdout)
-        .with_context(|| format!("panto {} printed no JSON", args.join(" ")))
+    let what = args.join(" ");
+    let out = super::stdout_of(&mut panto_command(panto, work, dir, server, args), &what)?;
+    serde_json::from_str(&out).with_context(|| format!("panto {what} printed no JSON"))
 }
 
 /// Every string in a JSON value, one per line.

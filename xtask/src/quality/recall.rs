@@ -27,8 +27,8 @@
 //! `--closed-book` leaves out the open-book column (a recall call per question and store is
 //! most of the run's time).
 
-mod needles;
-mod questions;
+pub(super) mod needles;
+pub(super) mod questions;
 mod report;
 #[cfg(test)]
 mod tests;
@@ -409,16 +409,7 @@ impl<'a> Runner<'a> {
         for var in ["PANTO_STORE", "PANTO_LOG", "PANTO_PROVIDER", "PANTO_MODEL"] {
             cmd.env_remove(var);
         }
-        let out = cmd.output().context("cannot run panto")?;
-        if !out.status.success() {
-            bail!(
-                "panto {} failed ({}): {}",
-                args.join(" "),
-                out.status,
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
-        }
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        super::stdout_of(&mut cmd, &args.join(" "))
     }
 }
 

@@ -74,6 +74,7 @@ fn the_loopback_model_rejects_a_request_over_its_window_in_openai_words() {
     let seen = server.take();
     assert_eq!(seen.len(), 1);
     assert!(!seen[0].fitted && !seen[0].compaction && seen[0].max_output == 50);
+    assert_eq!(seen[0].output, 0, "a rejected request has no output");
     assert!(server.take().is_empty(), "take empties the log");
 }
 
@@ -118,6 +119,9 @@ fn conversation_requests_get_the_reply_and_compactions_a_summary() {
         seen.iter().map(|s| s.compaction).collect::<Vec<_>>(),
         [false, true]
     );
+    // The output counted is the answer's, a token for every three bytes.
+    assert_eq!(seen[0].output, REPLY.len().div_ceil(3) as u64);
+    assert_eq!(seen[1].output, summary(prompt).len().div_ceil(3) as u64);
 }
 
 #[test]

@@ -73,10 +73,15 @@ async fn summarize_cleared(
     let mut sub = Run::new(&mut *run.compactor, &cleared.context, &options, &windows);
     let outcome = Box::pin(sub.produce_with(CompactionStrategy::Summary)).await;
     run.taught = std::mem::take(&mut sub.taught);
-    let mut summary = match outcome? {
-        CompactOutcome::Compacted(c) => *c,
+    let mut summary = match outcome {
+        Ok(CompactOutcome::Compacted(c)) => *c,
         // Every turn left fits the budget: the clearing is all there is to do.
-        CompactOutcome::NothingToCompact(_) => return run.check_smaller(cleared),
+        Ok(CompactOutcome::NothingToCompact(_)) => return run.check_smaller(cleared),
+        // The summary (with the ledger of the originals) is larger than the cleared turns it
+        // would replace: the clearing alone is the smaller context, and an overflow's retry
+        // may fit it (`quality --strategies` found a send that failed without this).
+        Err(CompactError::NotSmaller(_)) => return run.check_smaller(cleared),
+        Err(e) => return Err(e),
     };
     let before = cleared.report.tokens_before;
     if let Some(Entry::Compaction(entry)) = summary.entries.first_mut() {

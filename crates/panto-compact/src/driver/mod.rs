@@ -27,7 +27,7 @@ use crate::undo::Undone;
 use crate::window::KnownWindows;
 
 pub use ahead::NextRequest;
-pub use cost::{COLD_SHARE, Clock, Spent};
+pub use cost::{COLD_SHARE, CacheAware, Clock, Spent};
 pub use shared::{SharedReply, SharedTurns};
 
 /// The answer to [`Driver::send`].

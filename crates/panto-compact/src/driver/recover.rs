@@ -81,14 +81,14 @@ impl<S: Store> Driver<S> {
         stream: EventSink<'_>,
     ) -> Result<Reply, CompactError> {
         // The progress check: retry only a request that is smaller than the one that failed,
-        // and within the known limit, with its output budget when the server counts it.
+        // and within the known limit, with the room for its reply when the server counts the
+        // output (the room the compaction kept, `KnownWindows::reply_room`).
         let estimated_tokens = self.estimate().total();
         let reply = u64::from(self.max_output_tokens);
         let counted = |l: u64| {
-            let output = if self.windows.counts_output == Some(true) {
-                reply
-            } else {
-                0
+            let output = match self.windows.counts_output {
+                Some(true) => self.windows.reply_room(reply, l),
+                _ => 0,
             };
             estimated_tokens.saturating_add(output) > l
         };

@@ -44,6 +44,22 @@ fn bulky_rounds(n: usize, lines: usize) -> Vec<Message> {
     out
 }
 
+/// Thirty rounds of a long prompt and a long answer, no tool: talk a clearing cannot shrink.
+fn design_talk() -> Vec<Message> {
+    let mut out = Vec::new();
+    for r in 10..40 {
+        out.push(user(&format!(
+            "r{r}-0 {}",
+            "a long prompt about the design ".repeat(20)
+        )));
+        out.push(assistant(&format!(
+            "r{r}-3 {}",
+            "a long answer about the design ".repeat(20)
+        )));
+    }
+    out
+}
+
 /// A compactor with `strategy`, deterministic ids, the real size heuristic and `keep` tokens.
 fn compactor_with(active: ModelRef, keep: u64, strategy: CompactionStrategy) -> Compactor {
     Compactor::new(active)
@@ -282,16 +298,7 @@ async fn tiered_clears_when_that_is_enough_and_summarizes_the_cleared_conversati
 
     // Not enough: the results are small next to the talk, so it frees less than a tenth.
     let mut history = bulky_rounds(2, 30);
-    for r in 10..40 {
-        history.push(user(&format!(
-            "r{r}-0 {}",
-            "a long prompt about the design ".repeat(20)
-        )));
-        history.push(assistant(&format!(
-            "r{r}-3 {}",
-            "a long answer about the design ".repeat(20)
-        )));
-    }
+    history.extend(design_talk());
     let (provider, active) = model("p", "m");
     let log = log_of(&history);
     let context = log.replay();
@@ -382,4 +389,51 @@ async fn the_store_conformance_clearing_is_what_the_compactor_writes() {
         panto_store::conformance::clearing::SESSION,
         "the fixture is no longer what the compactor writes: read the difference, then write it again with PANTO_WRITE_FIXTURES=1"
     );
+}
+
+#[tokio::test]
+async fn tiered_writes_the_clearing_when_the_summary_of_the_cleared_turns_is_not_smaller() {
+    // One bulky round, then talk that the keep budget keeps verbatim: the clearing frees less
+    // than a tenth of the conversation, so tiered summarizes the cleared turn, a few words and
+    // a placeholder, and the summary with its ledger is larger than that turn. Before the fix
+    // this was `NotSmaller` and nothing was written (`quality --strategies`, 4,096 tokens).
+    let mut history = bulky_rounds(1, 30);
+    history.extend(design_talk());
+    let talk = panto_size::estimate("", "", &design_talk()).total();
+    let (provider, active) = model("p", "m");
+    let log = log_of(&history);
+    let context = log.replay();
+    let mut driver = Driver::new(
+        compactor_with(active, 400, CompactionStrategy::Tiered),
+        log,
+        context,
+    );
+    provider.push_text(
+        "## Summary\nThe user asked the assistant to look at the first file of the project, and \
+         the assistant read it with a tool whose output was long: thirty lines that each named \
+         the file and a line number. Nothing in it was an error.\n\n## Progress\nThe reading \
+         finished and the assistant said it was done with the file; the design talk that \
+         followed is kept verbatim after this summary.\n\n## Next steps\nGo on with the design \
+         discussion where the kept messages leave it, and read the other files when the user \
+         asks for them. Keep the file's line numbers in mind when the user names one.",
+    );
+    // The run's own budget keeps the talk and not the bulky turn, cleared or not
+    // (`panto compact --keep-tokens`).
+    let run = CompactRun::manual(None).with_keep_tokens(talk + 10);
+    let CompactOutcome::Compacted(out) = driver.compact_with(run).await.unwrap() else {
+        panic!("nothing written")
+    };
+    assert_eq!(provider.calls(), 1, "tiered asked for the summary first");
+    assert_eq!(
+        out.report.strategy,
+        CompactionStrategy::Clear,
+        "{} -> {}, plan {:?}, summary {}",
+        out.report.tokens_before,
+        out.report.tokens_after,
+        out.report.plan,
+        out.report.summary
+    );
+    assert_eq!(out.report.cleared.len(), 1, "{:?}", out.report.cleared);
+    assert!(out.report.tokens_after < out.report.tokens_before);
+    assert!(validate(&driver.context().messages).is_empty());
 }

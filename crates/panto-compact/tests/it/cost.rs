@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use panto_compact::{
-    COLD_SHARE, CompactOutcome, CompactionStrategy, Compactor, CompactorConfig, Driver, MemoryLog,
-    MemoryStore, ModelRef, Window, WindowSource,
+    COLD_SHARE, CacheAware, CompactOutcome, CompactionStrategy, Compactor, CompactorConfig, Driver,
+    MemoryLog, MemoryStore, ModelRef, Window, WindowSource,
 };
 use panto_model::{Entry, Message, Price, Prices, SequentialIds, Usage};
 use panto_provider::{
@@ -122,11 +122,13 @@ fn minutes(now: &AtomicU64, n: u64) {
     now.fetch_add(60 * n, Ordering::SeqCst);
 }
 
-/// While the cache holds most of the next request, the driver waits past the configured share
-/// (halfway to what the window allows); once the conversation has been idle past the cache's
-/// lifetime it compacts earlier ([`COLD_SHARE`] of the share), when a compaction loses no read.
+/// By default (the cold part alone, [`CacheAware::DEFAULT`]) a warm cache keeps the configured
+/// share, and once the conversation has been idle past the cache's lifetime the driver compacts
+/// earlier ([`COLD_SHARE`] of the share), when a compaction loses no read. With the warm part
+/// on, while the cache holds most of the next request, it waits past the configured share
+/// (halfway to what the window allows).
 #[tokio::test]
-async fn compaction_waits_for_a_warm_cache_and_takes_a_cold_one() {
+async fn the_share_moves_with_the_cache_by_the_parts_in_force() {
     let now = Arc::new(AtomicU64::new(0));
     let provider = Caching::new(Arc::clone(&now));
     let mut d = driver(Arc::clone(&provider), &now, 20_000);
@@ -136,16 +138,30 @@ async fn compaction_waits_for_a_warm_cache_and_takes_a_cold_one() {
     minutes(&now, 1);
     d.send(vec![note(1)], &mut |_| {}).await.unwrap();
     assert!(d.cache_warm() && !d.cache_cold());
+    // Warm, by default: the configured share.
+    assert_eq!(d.next_request().auto_compact, Some(0.8));
+    // Warm, with the warm part on: halfway to the most the window allows.
+    d = d.with_cache_aware_parts(CacheAware::ON);
     let warm = d.next_request().auto_compact.unwrap();
     let most = 1.0 - 256.0 / 20_000.0;
     assert!((warm - (0.8 + most) / 2.0).abs() < 1e-9, "{warm}");
+    d = d.with_cache_aware_parts(CacheAware::OFF.with_warm(true));
+    assert_eq!(d.next_request().auto_compact, Some(warm));
+    d = d.with_cache_aware_parts(CacheAware::DEFAULT);
     minutes(&now, 6);
     assert!(d.cache_cold() && !d.cache_warm());
     assert_eq!(d.next_request().auto_compact, Some(0.8 * COLD_SHARE));
+    // Cold with the warm part alone: the configured share.
+    d = d.with_cache_aware_parts(CacheAware::OFF.with_warm(true));
+    assert_eq!(d.next_request().auto_compact, Some(0.8));
+    d = d.with_cache_aware_parts(CacheAware::ON);
+    assert_eq!(d.next_request().auto_compact, Some(0.8 * COLD_SHARE));
     // A model whose cache writes cost the plain input price (`OpenAI` before GPT-5.6) gains
-    // nothing by waiting: warm, it keeps the configured share; cold, it still compacts early.
+    // nothing by waiting: warm, it keeps the configured share even with the warm part on;
+    // cold, it still compacts early.
     minutes(&now, 1);
-    let mut openai = driver(Caching::new(Arc::clone(&now)), &now, 20_000);
+    let mut openai =
+        driver(Caching::new(Arc::clone(&now)), &now, 20_000).with_cache_aware_parts(CacheAware::ON);
     openai.compactor_mut().set_active(ModelRef::new(
         Arc::clone(&provider) as Arc<dyn Provider>,
         "gpt-5.1",
@@ -166,15 +182,56 @@ async fn compaction_waits_for_a_warm_cache_and_takes_a_cold_one() {
     assert_eq!(d.next_request().auto_compact, Some(0.8));
 }
 
-/// A conversation sent a note a minute crosses the configured share with a warm cache and is
-/// not compacted until it reaches the warm share; after a long pause, the next note compacts
-/// it at the cold share though it is smaller than the configured one.
+/// By default a conversation sent a note a minute is compacted once it crosses the configured
+/// share, warm cache or not (the wait costs more than the rewrite it saves: docs/compaction.md);
+/// after a long pause, the next note compacts it at the cold share though it is smaller than the
+/// configured one.
 #[tokio::test]
-async fn no_compaction_lands_before_a_warm_read_the_window_can_wait_for() {
+async fn a_warm_conversation_compacts_at_the_share_and_a_cold_one_earlier() {
     let now = Arc::new(AtomicU64::new(0));
     let provider = Caching::new(Arc::clone(&now));
     let window = 20_000;
     let mut d = driver(Arc::clone(&provider), &now, window);
+    let mut compacted = false;
+    for i in 0..60 {
+        let estimate = d.next_request().input.total() as f64 / window as f64;
+        let reply = d.send(vec![note(i)], &mut |_| {}).await.unwrap();
+        minutes(&now, 1);
+        if let Some(report) = &reply.compacted_ahead {
+            let before = report.tokens_before as f64 / window as f64;
+            assert!((0.8..0.84).contains(&before) && before > 0.8, "{before}");
+            compacted = true;
+            break;
+        }
+        // Every request sent whole was estimated at most at the configured share before its
+        // note.
+        assert!(estimate <= 0.8, "{estimate}");
+    }
+    assert!(compacted);
+    for i in 60..200 {
+        let fraction = d.next_request().input.total() as f64 / window as f64;
+        if fraction > 0.8 * COLD_SHARE + 0.03 {
+            minutes(&now, 10);
+            let reply = d.send(vec![note(i)], &mut |_| {}).await.unwrap();
+            assert!(reply.compacted_ahead.is_some(), "{fraction}");
+            assert!(fraction < 0.8, "{fraction}");
+            return;
+        }
+        d.send(vec![note(i)], &mut |_| {}).await.unwrap();
+        minutes(&now, 1);
+    }
+    panic!("the conversation never grew past the cold share");
+}
+
+/// With the warm part on, a conversation sent a note a minute crosses the configured share with
+/// a warm cache and is not compacted until it reaches the warm share; after a long pause, the
+/// next note compacts it at the cold share though it is smaller than the configured one.
+#[tokio::test]
+async fn with_the_warm_part_no_compaction_lands_before_a_warm_read_the_window_can_wait_for() {
+    let now = Arc::new(AtomicU64::new(0));
+    let provider = Caching::new(Arc::clone(&now));
+    let window = 20_000;
+    let mut d = driver(Arc::clone(&provider), &now, window).with_cache_aware_parts(CacheAware::ON);
     let (mut waited, mut compacted) = (0, false);
     for i in 0..60 {
         let reply = d.send(vec![note(i)], &mut |_| {}).await.unwrap();

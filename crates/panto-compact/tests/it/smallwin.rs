@@ -47,14 +47,16 @@ struct Seen {
 }
 
 /// A server with a window of `window` tokens of panto's estimate, which rejects a request
-/// whose input (and output reserve, when `counts_output`) exceeds it, in the wording of
-/// `stating`; it answers a compaction request with a short summary numbered by the server, and
+/// whose input (and output reserve, when `counts_output`: the driver's is then a
+/// `reply_share`th of the window) exceeds it, in the wording of `stating`; it answers a
+/// compaction request with a short summary numbered by the server, and
 /// stops answering compaction requests (it rejects them as too large) after `answers` of them.
 struct Server {
     window: u64,
     stating: Stating,
     counts_output: bool,
     answers: usize,
+    reply_share: u64,
     seen: Mutex<Vec<Seen>>,
 }
 
@@ -65,6 +67,7 @@ impl Server {
             stating,
             counts_output,
             answers: usize::MAX,
+            reply_share: 8,
             seen: Mutex::new(Vec::new()),
         }
     }
@@ -193,7 +196,7 @@ fn send(
     Result<Reply, CompactError>,
     Vec<CompactionEvent>,
 ) {
-    let (window, counts_output) = (server.window, server.counts_output);
+    let (window, counts_output, share) = (server.window, server.counts_output, server.reply_share);
     let log = MemoryLog::with_entries(history.into_iter().map(Entry::Message).collect());
     let ctx = log.replay();
     let events = Arc::new(Mutex::new(Vec::new()));
@@ -202,10 +205,11 @@ fn send(
         .with_ids(Arc::new(SequentialIds::new()))
         .on_event(move |e| sink.lock().unwrap().push(e.clone()));
     // A server that counts the output against the window is configured with a reply budget
-    // within it; one that counts the input only is sent the default.
+    // within it (an eighth of it unless the case says); one that counts the input only is
+    // sent the default.
     let mut driver = Driver::new(compactor, log, ctx).with_system(AGENT);
     if counts_output {
-        driver = driver.with_max_output_tokens(u32::try_from(window / 8).unwrap());
+        driver = driver.with_max_output_tokens(u32::try_from(window / share).unwrap());
     }
     let prompt = Message::user_text("now fix the last one");
     let result = block_on(driver.send(vec![prompt], &mut |_| {}));
@@ -472,4 +476,29 @@ fn panto_s_record_keeps_fewer_turns_when_the_window_learned_is_smaller_than_the_
     );
     let retry = seen.last().unwrap();
     assert!(!retry.compaction && retry.fits);
+}
+
+/// A server that counts the reply's output budget against its window (vLLM's wording), with a
+/// reply budget of half the window, and an overflow whose counted input lies within the limit
+/// it states: the window learns that the output counts, the compaction keeps the whole reply's
+/// room, and the retry is answered. Before, every budget kept an eighth of the window for the
+/// reply, and the retry (1,272 tokens of input and 1,250 of output at a window of 2,500)
+/// overflowed; at 1,500 tokens it was 895 and 750.
+#[test]
+fn a_server_that_counts_the_reply_gets_a_retry_with_room_for_it() {
+    for window in [1_500, 2_500] {
+        let history = session(window * 6 / 10, window, false);
+        let mut server = Server::new(window, Stating::Stated, true);
+        server.reply_share = 2;
+        let server = Arc::new(server);
+        let (driver, result, _) = send(history, server.clone());
+        let seen = server.seen();
+        assert!(seen[0].input <= window && !seen[0].fits, "{:?}", seen[0]);
+        check(&server, &driver, &result).unwrap();
+        let reply = result.unwrap_or_else(|e| panic!("window {window}: {e}"));
+        assert_eq!(reply.message.text(), "the reply");
+        assert_eq!(driver.windows().counts_output, Some(true));
+        let retry = seen.last().unwrap();
+        assert!(retry.fits && retry.input + u64::from(retry.output) <= window);
+    }
 }

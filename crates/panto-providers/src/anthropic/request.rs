@@ -98,12 +98,35 @@ fn render_options(request: &Request, body: &mut Map<String, Value>) {
     }
 }
 
-/// The messages rendered for the wire, after the wire preparation.
+/// The messages rendered for the wire, after the wire preparation. Thinking without a signature
+/// cannot go back (the API accepts a thinking block only with the signature it gave) and is
+/// left out before the preparation, so that a message it leaves empty is dropped there and the
+/// messages around it merged: an assistant message of nothing but such thinking would otherwise
+/// vanish at rendering and leave two user messages side by side on the wire.
 fn render_messages(messages: &[Message], splice: &mut Splice) -> Vec<Value> {
+    let sendable;
+    let messages = if messages.iter().flat_map(|m| &m.content).any(unsigned) {
+        sendable = messages
+            .iter()
+            .filter_map(|m| {
+                let mut m = m.clone();
+                m.content.retain(|b| !unsigned(b));
+                (!m.content.is_empty()).then_some(m)
+            })
+            .collect::<Vec<_>>();
+        &sendable[..]
+    } else {
+        messages
+    };
     prepare(messages, &compaction_text, Some(NATIVE_ANTHROPIC))
         .iter()
         .filter_map(|m| render_message(m, splice))
         .collect()
+}
+
+/// Whether a block is thinking without a signature, which this protocol cannot send back.
+fn unsigned(block: &ContentBlock) -> bool {
+    matches!(block, ContentBlock::Thinking(t) if t.signature.as_deref().is_none_or(str::is_empty))
 }
 
 /// How many rendered blocks the request's stable leading messages

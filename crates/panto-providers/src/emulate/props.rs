@@ -34,6 +34,9 @@ struct Shape {
     ttl: CacheTtl,
     key: bool,
     model: &'static str,
+    /// Every thinking block without its signature (a conversation carried over from a
+    /// provider that signs nothing): Anthropic cannot take it back.
+    unsigned: bool,
 }
 
 fn shape() -> impl Strategy<Value = Shape> {
@@ -58,9 +61,21 @@ fn shape() -> impl Strategy<Value = Shape> {
             Just("gpt-4o"),
             Just("gpt-5.5"),
         ],
+        prop::bool::weighted(0.25),
     )
         .prop_map(
-            |(compaction, long_loop, cleared, own_markers, system_chars, mode, ttl, key, model)| {
+            |(
+                compaction,
+                long_loop,
+                cleared,
+                own_markers,
+                system_chars,
+                mode,
+                ttl,
+                key,
+                model,
+                unsigned,
+            )| {
                 Shape {
                     compaction,
                     long_loop,
@@ -71,6 +86,7 @@ fn shape() -> impl Strategy<Value = Shape> {
                     ttl,
                     key,
                     model,
+                    unsigned,
                 }
             },
         )
@@ -112,6 +128,13 @@ fn request(mut messages: Vec<Message>, shape: &Shape) -> Request {
         for block in messages.iter_mut().flat_map(|m| m.content.iter_mut()) {
             if let ContentBlock::ToolResult(r) = block {
                 r.content = ToolResultContent::Text("[cleared: re-read the file if needed]".into());
+            }
+        }
+    }
+    if shape.unsigned {
+        for block in messages.iter_mut().flat_map(|m| m.content.iter_mut()) {
+            if let ContentBlock::Thinking(t) = block {
+                t.signature = None;
             }
         }
     }
@@ -163,6 +186,19 @@ fn prompt(body: &Value) -> String {
     canonical(&body)
 }
 
+/// Whether the messages of a body alternate in role (the wire preparation's promise): two
+/// messages of one role side by side are merged by the API into one turn, behind the back of
+/// the breakpoints placed on them.
+fn alternates(body: &Value) -> bool {
+    let roles: Vec<&str> = body["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m["role"].as_str())
+        .collect();
+    roles.windows(2).all(|w| w[0] != w[1])
+}
+
 fn betas(request: &Request) -> Vec<String> {
     let mut headers = HeaderMap::new();
     AnthropicWire::default().headers(&ApiKey::new("k"), request, &mut headers);
@@ -188,6 +224,7 @@ proptest! {
         let betas: Vec<&str> = betas.iter().map(String::as_str).collect();
         let breakpoints = AnthropicCache::breakpoints(&body, &betas);
         prop_assert!(breakpoints.is_ok(), "{:?}", breakpoints);
+        prop_assert!(alternates(&body), "{}", body["messages"]);
         let mut cache = AnthropicCache::new(1024);
         prop_assert!(cache.check(&body, &betas, Duration::ZERO).is_ok());
         prop_assert!(cache.check(&body, &betas, Duration::from_secs(60)).is_ok());
@@ -218,4 +255,55 @@ proptest! {
         let text = gemini.to_string();
         prop_assert!(!text.contains("cache_control") && !text.contains("prompt_cache"));
     }
+}
+
+/// An assistant message of nothing but thinking without a signature (which Anthropic cannot
+/// take back) is dropped before the wire preparation, so the user messages around it are
+/// merged into one there, where the breakpoints are placed, rather than sent side by side; the
+/// emulator accepts the request and reads it back from the cache.
+#[test]
+fn an_assistant_message_of_unsigned_thinking_leaves_no_two_user_messages_side_by_side() {
+    let results = "fn main() {}\n".repeat(400);
+    let messages = vec![
+        Message::user_text("Read the parser."),
+        Message::new(
+            Role::Assistant,
+            vec![ContentBlock::tool_use(
+                "c1",
+                "read",
+                json!({"path": "src/parser.rs"}),
+            )],
+        ),
+        Message::new(
+            Role::User,
+            vec![ContentBlock::tool_result("c1", results, false)],
+        ),
+        Message::new(
+            Role::Assistant,
+            vec![ContentBlock::Thinking(panto_model::ThinkingBlock::new(
+                "The parser looks fine.",
+                None,
+            ))],
+        ),
+        Message::user_text("Then run its tests."),
+    ];
+    let request = Request::new("claude-sonnet-4-5", "You are terse.", messages, 4_096)
+        .with_options(RequestOptions::new().with_cache(PromptCache::new()));
+    let body = bytes_of(&AnthropicWire::default(), &request);
+    assert!(alternates(&body), "{}", body["messages"]);
+    let roles: Vec<&str> = body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(roles, ["user", "assistant", "user"]);
+    // The results and the next prompt, in that order, in the one user message.
+    let last = &body["messages"][2]["content"];
+    assert_eq!(last[0]["type"], "tool_result", "{last}");
+    assert_eq!(last[1]["text"], "Then run its tests.", "{last}");
+    let mut cache = AnthropicCache::new(1024);
+    cache.check(&body, &[], Duration::ZERO).unwrap();
+    let again = cache.check(&body, &[], Duration::from_secs(60)).unwrap();
+    assert!(again.cache_read > 0, "{again:?}");
 }

@@ -1,0 +1,155 @@
+//! `cargo xtask bench cost --sweep`: the section's session with each part of the cache-aware
+//! rule (`CacheAware`) on and off, over emulator windows of 24,000 to 64,000 (panto configured
+//! with the same) and three patterns of pauses, per protocol, one thread each: the
+//! measurements the rule was chosen from (docs/compaction.md, "Compaction that respects the
+//! cache").
+
+use anyhow::Result;
+use panto_compact::CacheAware;
+use panto_providers::Protocol;
+
+use super::{Outcome, Pauses, SWEEP_WINDOWS, Variant, ratio, session};
+use crate::table::Table;
+
+/// The parts of the rule the sweep compares: none (the plain share), each alone, both.
+const RULES: [CacheAware; 4] = [
+    CacheAware::OFF,
+    CacheAware::OFF.with_cold(true),
+    CacheAware::OFF.with_warm(true),
+    CacheAware::ON,
+];
+
+/// A window, a pattern of pauses, and the sessions of each rule of [`RULES`] under them.
+type SweepRow = (u64, Pauses, Vec<Outcome>);
+
+/// The sweep (`--sweep`): each part of the cache-aware rule on and off, over windows and
+/// pauses, per protocol (one thread each); what each session was billed against the plain
+/// share's.
+pub(super) fn sweep(turns: usize) -> Result<()> {
+    let protocols = [
+        Protocol::Anthropic,
+        Protocol::OpenAiChat,
+        Protocol::OpenAiResponses,
+    ];
+    let runs: Vec<Result<Vec<SweepRow>>> = std::thread::scope(|scope| {
+        let threads: Vec<_> = protocols
+            .iter()
+            .map(|&protocol| scope.spawn(move || sweep_protocol(protocol, turns)))
+            .collect();
+        threads
+            .into_iter()
+            .map(|t| {
+                t.join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("a sweep thread panicked")))
+            })
+            .collect()
+    });
+    let mut table = Table::new([
+        "protocol",
+        "window",
+        "pauses",
+        "billed, plain",
+        "cold only",
+        "warm only",
+        "both",
+        "compactions (overflows) plain / cold / warm / both",
+        "compaction requests' share, plain / both",
+        "mean request, plain / cold / warm / both",
+    ])
+    .right([1, 3, 4, 5, 6]);
+    let mut worst = [
+        (0.0_f64, String::new()),
+        (0.0, String::new()),
+        (0.0, String::new()),
+    ];
+    for (protocol, rows) in protocols.iter().zip(runs) {
+        for (window, pauses, outcomes) in rows? {
+            let plain = outcomes[0].billed.billed_input_tokens;
+            let mut cells = vec![
+                protocol.name().to_owned(),
+                window.to_string(),
+                pauses.name.to_owned(),
+                plain.to_string(),
+            ];
+            for (k, o) in outcomes.iter().enumerate().skip(1) {
+                let more = ratio(o.billed.billed_input_tokens, plain) - 1.0;
+                if more > worst[k - 1].0 {
+                    worst[k - 1] = (
+                        more,
+                        format!("{} {window} {}", protocol.name(), pauses.name),
+                    );
+                }
+                cells.push(format!("{:+.1}%", 100.0 * more));
+            }
+            let join = |f: &dyn Fn(&Outcome) -> String| {
+                outcomes.iter().map(f).collect::<Vec<_>>().join(" / ")
+            };
+            cells.push(join(&|o| format!("{} ({})", o.compactions, o.overflows)));
+            let share =
+                |o: &Outcome| 100.0 * ratio(o.compaction_billed, o.billed.billed_input_tokens);
+            cells.push(format!(
+                "{:.0}% / {:.0}%",
+                share(&outcomes[0]),
+                share(&outcomes[3])
+            ));
+            cells.push(join(&|o| {
+                (o.conversation_input / o.conversation_requests.max(1)).to_string()
+            }));
+            table.row(cells);
+        }
+    }
+    println!(
+        "{turns} turns per session; panto configured with the emulator's window; `auto_compact = 0.8`; a request every 20 s of a virtual clock. Billed input (cache-weighted tokens) with the plain share, and each rule's difference from it (negative: cheaper).\n"
+    );
+    print!("{table}");
+    let named = |(more, at): &(f64, String)| {
+        if at.is_empty() {
+            "never".to_owned()
+        } else {
+            format!("{:+.1}% ({at})", 100.0 * more)
+        }
+    };
+    println!(
+        "\nThe most each rule cost more than the plain share over the sweep: cold only {}, warm only {}, both {}.",
+        named(&worst[0]),
+        named(&worst[1]),
+        named(&worst[2])
+    );
+    Ok(())
+}
+
+/// The sweep's sessions of one protocol: per window and pauses, one per rule of [`RULES`].
+fn sweep_protocol(protocol: Protocol, turns: usize) -> Result<Vec<SweepRow>> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let mut rows = Vec::new();
+    for window in SWEEP_WINDOWS {
+        for pauses in [Pauses::NONE, Pauses::OCCASIONAL, Pauses::FREQUENT] {
+            let mut outcomes = Vec::new();
+            for parts in RULES {
+                let v = Variant {
+                    protocol,
+                    caching: true,
+                    parts,
+                    window,
+                    configured: window,
+                    pauses,
+                };
+                let o = runtime.block_on(session(v, turns))?;
+                if !o.refused.is_empty() || !o.errors.is_empty() {
+                    eprintln!(
+                        "cost: {} {window} {}: refused {:?}, failed {:?}",
+                        protocol.name(),
+                        pauses.name,
+                        o.refused.first(),
+                        o.errors.first()
+                    );
+                }
+                outcomes.push(o);
+            }
+            rows.push((window, pauses, outcomes));
+        }
+    }
+    Ok(rows)
+}
