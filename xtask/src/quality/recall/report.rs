@@ -309,3 +309,31 @@ pub(super) fn question_list(cases: &[Case]) -> String {
     }
     table.to_string()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{Row, SCORED, percent};
+
+    #[test]
+    fn a_rows_cells_are_its_count_and_each_scorers_share_under_the_scored_headers() {
+        let row = Row {
+            n: 4,
+            context: 1,
+            record: 2,
+            recall: 3,
+            snippets: 0,
+            tool: 4,
+            open: 3,
+            open_tool: 4,
+        };
+        let shown = row.cells(&|o, n| percent(o, n));
+        assert_eq!(
+            shown,
+            ["4", "25%", "50%", "75%", "0%", "100%", "75%", "100%"]
+        );
+        // Without the open-book calls only the context and the record are scored.
+        let closed = row.cells(&|_, _| "-".to_owned());
+        assert_eq!(closed, ["4", "25%", "50%", "-", "-", "-", "-", "-"]);
+        assert_eq!(SCORED[0], "n");
+    }
+}
