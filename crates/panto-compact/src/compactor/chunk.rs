@@ -31,6 +31,12 @@ pub(super) fn last_body(lead: Option<&str>, slice: &str) -> String {
             parse_transcript(&led).pop()
         }
     };
+    body_of(item)
+}
+
+/// The body of a transcript item that carries text (a call carries none): what an answer must
+/// not merely copy.
+pub(super) fn body_of(item: Option<TranscriptItem>) -> String {
     match item {
         Some(
             TranscriptItem::Text { text, .. }

@@ -5,10 +5,10 @@ use std::sync::Arc;
 use panto_model::arbitrary::session;
 use panto_model::{EffectiveContext, Message, Trigger};
 use panto_size::{Heuristic, Measured, Sizer, estimate};
-use panto_transcript::{TranscriptItem, item_marker, render_turns};
+use panto_transcript::{item_marker, render_turns};
 use proptest::prelude::*;
 
-use super::chunk::last_body;
+use super::chunk::{body_of, last_body};
 use super::parts::{PartSize, Parts};
 use super::{Compactor, kept_copies, kept_estimate};
 use crate::config::{CompactRun, ModelRef};
@@ -294,15 +294,7 @@ proptest! {
 /// The body of the last item of `messages`, as the echo check read it before it read the
 /// request's text: the whole last item, from the messages.
 fn last_item_body(messages: &[Message]) -> String {
-    match panto_transcript::transcript_items(messages).pop() {
-        Some(
-            TranscriptItem::Text { text, .. }
-            | TranscriptItem::Thinking { text, .. }
-            | TranscriptItem::ToolResult { text, .. }
-            | TranscriptItem::Summary { text },
-        ) => text,
-        _ => String::new(),
-    }
+    body_of(panto_transcript::transcript_items(messages).pop())
 }
 
 proptest! {
@@ -326,15 +318,7 @@ proptest! {
             let body = last_body(lead.as_deref(), text);
             let mut led = lead.unwrap_or_default();
             led.push_str(text);
-            let expected = match panto_transcript::parse_transcript(&led).pop() {
-                Some(
-                    TranscriptItem::Text { text, .. }
-                    | TranscriptItem::Thinking { text, .. }
-                    | TranscriptItem::ToolResult { text, .. }
-                    | TranscriptItem::Summary { text },
-                ) => text,
-                _ => String::new(),
-            };
+            let expected = body_of(panto_transcript::parse_transcript(&led).pop());
             prop_assert_eq!(&body, &expected);
             prop_assert!(body.len() <= led.len());
         }

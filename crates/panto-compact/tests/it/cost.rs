@@ -182,6 +182,28 @@ async fn the_share_moves_with_the_cache_by_the_parts_in_force() {
     assert_eq!(d.next_request().auto_compact, Some(0.8));
 }
 
+/// Sends a note a minute until the conversation passes the cold share (still under the
+/// configured one), then pauses past the cache's lifetime: the next note compacts it.
+async fn compacts_at_the_cold_share_after_a_pause(
+    d: &mut Driver<MemoryStore>,
+    now: &AtomicU64,
+    window: u64,
+) {
+    for i in 60..200 {
+        let fraction = d.next_request().input.total() as f64 / window as f64;
+        if fraction > 0.8 * COLD_SHARE + 0.03 {
+            minutes(now, 10);
+            let reply = d.send(vec![note(i)], &mut |_| {}).await.unwrap();
+            assert!(reply.compacted_ahead.is_some(), "{fraction}");
+            assert!(fraction < 0.8, "{fraction}");
+            return;
+        }
+        d.send(vec![note(i)], &mut |_| {}).await.unwrap();
+        minutes(now, 1);
+    }
+    panic!("the conversation never grew past the cold share");
+}
+
 /// By default a conversation sent a note a minute is compacted once it crosses the configured
 /// share, warm cache or not (the wait costs more than the rewrite it saves: docs/compaction.md);
 /// after a long pause, the next note compacts it at the cold share though it is smaller than the
@@ -208,19 +230,7 @@ async fn a_warm_conversation_compacts_at_the_share_and_a_cold_one_earlier() {
         assert!(estimate <= 0.8, "{estimate}");
     }
     assert!(compacted);
-    for i in 60..200 {
-        let fraction = d.next_request().input.total() as f64 / window as f64;
-        if fraction > 0.8 * COLD_SHARE + 0.03 {
-            minutes(&now, 10);
-            let reply = d.send(vec![note(i)], &mut |_| {}).await.unwrap();
-            assert!(reply.compacted_ahead.is_some(), "{fraction}");
-            assert!(fraction < 0.8, "{fraction}");
-            return;
-        }
-        d.send(vec![note(i)], &mut |_| {}).await.unwrap();
-        minutes(&now, 1);
-    }
-    panic!("the conversation never grew past the cold share");
+    compacts_at_the_cold_share_after_a_pause(&mut d, &now, window).await;
 }
 
 /// With the warm part on, a conversation sent a note a minute crosses the configured share with
@@ -249,19 +259,7 @@ async fn with_the_warm_part_no_compaction_lands_before_a_warm_read_the_window_ca
     }
     assert!(compacted && waited >= 2, "{waited}");
     // A long pause: the cache is cold, and the next request compacts at the cold share.
-    for i in 60..200 {
-        let fraction = d.next_request().input.total() as f64 / window as f64;
-        if fraction > 0.8 * COLD_SHARE + 0.03 {
-            minutes(&now, 10);
-            let reply = d.send(vec![note(i)], &mut |_| {}).await.unwrap();
-            assert!(reply.compacted_ahead.is_some(), "{fraction}");
-            assert!(fraction < 0.8, "{fraction}");
-            return;
-        }
-        d.send(vec![note(i)], &mut |_| {}).await.unwrap();
-        minutes(&now, 1);
-    }
-    panic!("the conversation never grew past the cold share");
+    compacts_at_the_cold_share_after_a_pause(&mut d, &now, window).await;
 }
 
 /// A compaction records what its summary cost on its entry (`usage`), the driver counts the
