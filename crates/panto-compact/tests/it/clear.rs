@@ -60,6 +60,18 @@ fn design_talk() -> Vec<Message> {
     out
 }
 
+/// A driver over `history` in memory whose compactor keeps `keep` tokens by `strategy`.
+fn driver_with(
+    history: &[Message],
+    active: ModelRef,
+    keep: u64,
+    strategy: CompactionStrategy,
+) -> Driver<panto_compact::MemoryStore> {
+    let log = log_of(history);
+    let context = log.replay();
+    Driver::new(compactor_with(active, keep, strategy), log, context)
+}
+
 /// A compactor with `strategy`, deterministic ids, the real size heuristic and `keep` tokens.
 fn compactor_with(active: ModelRef, keep: u64, strategy: CompactionStrategy) -> Compactor {
     Compactor::new(active)
@@ -87,13 +99,7 @@ pub(crate) fn results(messages: &[Message]) -> Vec<(String, String)> {
 async fn a_clearing_replaces_old_results_by_placeholders_and_asks_no_model() {
     let history = bulky_rounds(4, 60);
     let (provider, active) = model("p", "m");
-    let log = log_of(&history);
-    let context = log.replay();
-    let mut driver = Driver::new(
-        compactor_with(active, 1000, CompactionStrategy::Clear),
-        log,
-        context,
-    );
+    let mut driver = driver_with(&history, active, 1000, CompactionStrategy::Clear);
     let out = driver.compact(None).await.unwrap();
     let CompactOutcome::Compacted(out) = out else {
         panic!("nothing cleared: {out:?}")
@@ -186,13 +192,7 @@ async fn a_clearing_replaces_old_results_by_placeholders_and_asks_no_model() {
 #[tokio::test]
 async fn a_clearing_with_nothing_bulky_is_refused() {
     let (provider, active) = model("p", "m");
-    let log = log_of(&rounds(0, 4));
-    let context = log.replay();
-    let mut driver = Driver::new(
-        compactor_with(active, 100, CompactionStrategy::Clear),
-        log,
-        context,
-    );
+    let mut driver = driver_with(&rounds(0, 4), active, 100, CompactionStrategy::Clear);
     let error = driver.compact(None).await.unwrap_err();
     assert!(
         matches!(error, CompactError::NothingToClear { .. }),
@@ -206,13 +206,7 @@ async fn a_clearing_with_nothing_bulky_is_refused() {
 async fn a_summary_after_a_clearing_merges_the_ledger_of_what_it_cleared() {
     let history = bulky_rounds(4, 60);
     let (provider, active) = model("p", "m");
-    let log = log_of(&history);
-    let context = log.replay();
-    let mut driver = Driver::new(
-        compactor_with(active, 400, CompactionStrategy::Clear),
-        log,
-        context,
-    );
+    let mut driver = driver_with(&history, active, 400, CompactionStrategy::Clear);
     driver.compact(None).await.unwrap();
     let clearing = driver.context().compaction.clone().unwrap();
     let ledger = clearing.extra["ledger"].to_string();
@@ -283,12 +277,11 @@ fn a_crash_at_any_byte_of_a_clearing_replays_to_the_old_or_the_new_context() {
 async fn tiered_clears_when_that_is_enough_and_summarizes_the_cleared_conversation_when_not() {
     // Enough: the bulky results are most of the conversation.
     let (provider, active) = model("p", "m");
-    let log = log_of(&bulky_rounds(4, 60));
-    let context = log.replay();
-    let mut driver = Driver::new(
-        compactor_with(active, 400, CompactionStrategy::Tiered),
-        log,
-        context,
+    let mut driver = driver_with(
+        &bulky_rounds(4, 60),
+        active,
+        400,
+        CompactionStrategy::Tiered,
     );
     let CompactOutcome::Compacted(out) = driver.compact(None).await.unwrap() else {
         panic!()
@@ -300,13 +293,7 @@ async fn tiered_clears_when_that_is_enough_and_summarizes_the_cleared_conversati
     let mut history = bulky_rounds(2, 30);
     history.extend(design_talk());
     let (provider, active) = model("p", "m");
-    let log = log_of(&history);
-    let context = log.replay();
-    let mut driver = Driver::new(
-        compactor_with(active, 400, CompactionStrategy::Tiered),
-        log,
-        context,
-    );
+    let mut driver = driver_with(&history, active, 400, CompactionStrategy::Tiered);
     provider.push_text("the summary");
     let CompactOutcome::Compacted(out) = driver.compact(None).await.unwrap() else {
         panic!()
@@ -333,13 +320,7 @@ async fn tiered_clears_when_that_is_enough_and_summarizes_the_cleared_conversati
 async fn the_conformance_session() -> String {
     let history = bulky_rounds(3, 30);
     let (provider, active) = model("p", "m");
-    let log = log_of(&history);
-    let context = log.replay();
-    let mut driver = Driver::new(
-        compactor_with(active, 300, CompactionStrategy::Clear),
-        log,
-        context,
-    );
+    let mut driver = driver_with(&history, active, 300, CompactionStrategy::Clear);
     let CompactOutcome::Compacted(clearing) = driver.compact(None).await.unwrap() else {
         panic!("nothing cleared")
     };
@@ -401,13 +382,7 @@ async fn tiered_writes_the_clearing_when_the_summary_of_the_cleared_turns_is_not
     history.extend(design_talk());
     let talk = panto_size::estimate("", "", &design_talk()).total();
     let (provider, active) = model("p", "m");
-    let log = log_of(&history);
-    let context = log.replay();
-    let mut driver = Driver::new(
-        compactor_with(active, 400, CompactionStrategy::Tiered),
-        log,
-        context,
-    );
+    let mut driver = driver_with(&history, active, 400, CompactionStrategy::Tiered);
     provider.push_text(
         "## Summary\nThe user asked the assistant to look at the first file of the project, and \
          the assistant read it with a tool whose output was long: thirty lines that each named \
