@@ -13,8 +13,8 @@ use std::collections::{HashMap, HashSet};
 
 use panto_model::{Entry, Item};
 use panto_store::recall::{
-    Block, Candidate, Corrupt, DocRow, IndexState, Lookup, RangeMeta, Update, context_fingerprints,
-    item_at,
+    Block, Candidate, Corrupt, DocRow, IndexState, Lookup, RangeBound, RangeMeta, Update,
+    context_fingerprints, item_at, join_bounds,
 };
 use panto_store::{Head, Loaded, RecallQuery, Recalled, StoreError};
 use tokio_postgres::Client;
@@ -77,6 +77,25 @@ ALTER TABLE panto_recall_postings SET (toast_tuple_target = 8160);
 ALTER TABLE panto_recall_postings ALTER COLUMN data SET STORAGE MAIN;
 ";
 
+/// Migration 5: each term's bounds by range apart from its postings (how many items of the
+/// range hold it, the front of its postings: `panto_store::recall::join_bounds`), so that a
+/// recall reads its terms' bounds in one round trip, then the postings of the ranges it
+/// scores only, a batch of ranges per round trip. Every index written before it is dropped
+/// (it has no bounds); the next recall of a session builds it again.
+pub(crate) const BOUNDS: &str =
+    "-- 5: the recall index's bounds apart from its postings (see recall.rs)
+CREATE TABLE panto_recall_bounds (
+    session bigint NOT NULL,
+    term uuid NOT NULL,
+    part integer NOT NULL,
+    count integer NOT NULL,
+    front bytea NOT NULL,
+    PRIMARY KEY (session, term, part)
+);
+TRUNCATE panto_recall_state, panto_recall_postings, panto_recall_docs, panto_recall_calls,
+    panto_recall_compactions;
+";
+
 /// Entries indexed per transaction.
 const CHUNK: i64 = 20_000;
 
@@ -88,7 +107,8 @@ FROM panto_sessions s WHERE md5(s.name) = md5($1::text) AND s.name = $1::text";
 const STATE: &str =
     "SELECT entries, docs, total_len FROM panto_recall_state WHERE session = $1::bigint";
 
-const CLEAR: [&str; 5] = [
+const CLEAR: [&str; 6] = [
+    "DELETE FROM panto_recall_bounds WHERE session = $1::bigint",
     "DELETE FROM panto_recall_state WHERE session = $1::bigint",
     "DELETE FROM panto_recall_postings WHERE session = $1::bigint",
     "DELETE FROM panto_recall_docs WHERE session = $1::bigint",
@@ -101,6 +121,29 @@ SELECT $1::bigint, md5(u.t)::uuid, u.p, u.d
 FROM unnest($2::text[], $3::int4[], $4::bytea[]) AS u (t, p, d)
 ON CONFLICT (session, term, part)
 DO UPDATE SET data = panto_recall_postings.data || excluded.data";
+
+/// `($1 id, $2 terms, $3 parts)` → the bounds the index holds of those terms and ranges.
+const GET_BOUNDS: &str = "SELECT u.i, b.count, b.front
+FROM unnest($2::text[], $3::int4[], $4::int4[]) AS u (t, p, i)
+JOIN panto_recall_bounds b ON b.session = $1::bigint AND b.term = md5(u.t)::uuid AND b.part = u.p";
+
+const PUT_BOUNDS: &str = "INSERT INTO panto_recall_bounds (session, term, part, count, front)
+SELECT $1::bigint, md5(u.t)::uuid, u.p, u.n, u.f
+FROM unnest($2::text[], $3::int4[], $4::int4[], $5::bytea[]) AS u (t, p, n, f)
+ON CONFLICT (session, term, part)
+DO UPDATE SET count = excluded.count, front = excluded.front";
+
+/// `($1 id, $2 terms)` → each term's bounds by range.
+const BOUNDS_OF: &str = "SELECT u.t, b.part, b.count, b.front
+FROM unnest($2::text[]) AS u (t)
+JOIN panto_recall_bounds b ON b.session = $1::bigint AND b.term = md5(u.t)::uuid
+ORDER BY u.t, b.part";
+
+/// `($1 id, $2 terms, $3 parts)` → the postings of those terms in those ranges.
+const POSTINGS_IN: &str = "SELECT u.t, p.part, p.data
+FROM unnest($2::text[]) AS u (t)
+JOIN panto_recall_postings p ON p.session = $1::bigint AND p.term = md5(u.t)::uuid
+    AND p.part = ANY($3::int4[])";
 
 const PUT_DOCS: &str = "INSERT INTO panto_recall_docs (session, doc, position, block, fingerprint)
 SELECT $1::bigint, u.d, u.p, u.b, u.f
@@ -240,6 +283,45 @@ async fn write(c: &Client, id: i64, update: &mut Update) -> Result<(), Fail> {
         .map(|b| i32::try_from(b.1.meta.range).unwrap_or(i32::MAX))
         .collect();
     let data: Vec<&[u8]> = blocks.iter().map(|b| b.1.data.as_slice()).collect();
+    // The bounds: what the index holds of each term and range, joined with the new postings.
+    let which: Vec<i32> = (0..blocks.len())
+        .map(|i| i32::try_from(i).unwrap_or(i32::MAX))
+        .collect();
+    let rows = c
+        .query_typed(
+            GET_BOUNDS,
+            &[
+                (&id, Type::INT8),
+                (&terms, Type::TEXT_ARRAY),
+                (&parts, Type::INT4_ARRAY),
+                (&which, Type::INT4_ARRAY),
+            ],
+        )
+        .await?;
+    let mut before: HashMap<usize, (i32, Vec<u8>)> = HashMap::new();
+    for r in &rows {
+        let (i, count, front): (i32, i32, Vec<u8>) = (r.try_get(0)?, r.try_get(1)?, r.try_get(2)?);
+        before.insert(usize::try_from(i).unwrap_or(usize::MAX), (count, front));
+    }
+    let (mut counts, mut fronts) = (Vec::with_capacity(blocks.len()), Vec::new());
+    for (i, (_, block)) in blocks.iter().enumerate() {
+        let (count, front) = before.remove(&i).unwrap_or_default();
+        let added = i32::try_from(block.meta.count).unwrap_or(i32::MAX);
+        counts.push(count.saturating_add(added));
+        // Bytes the index wrote itself: they decode (else the next recall finds it corrupt).
+        fronts.push(join_bounds(&front, block).unwrap_or_default());
+    }
+    c.query_typed(
+        PUT_BOUNDS,
+        &[
+            (&id, Type::INT8),
+            (&terms, Type::TEXT_ARRAY),
+            (&parts, Type::INT4_ARRAY),
+            (&counts, Type::INT4_ARRAY),
+            (&fronts, Type::BYTEA_ARRAY),
+        ],
+    )
+    .await?;
     c.query_typed(
         PUT_POSTINGS,
         &[
@@ -428,7 +510,7 @@ pub(crate) async fn recall(
     if lookup.is_empty() {
         return Ok(Some(Recalled::new(Vec::new(), u64::from(state.docs))));
     }
-    let terms = lookup.terms();
+    let terms = lookup.whole_terms();
     let rows = pool
         .query(
             c,
@@ -437,18 +519,41 @@ pub(crate) async fn recall(
         )
         .await?;
     let mut blocks: HashMap<String, Vec<Block>> = HashMap::new();
-    for r in &rows {
-        let (term, part, data): (String, i32, Vec<u8>) =
-            (r.try_get(0)?, r.try_get(1)?, r.try_get(2)?);
-        blocks.entry(term).or_default().push(Block {
-            meta: RangeMeta {
+    add_blocks(&mut blocks, &rows)?;
+    let Ok(tiered) = lookup.tier_ranges(&blocks) else {
+        return Ok(None);
+    };
+    let bounded = lookup.bounded_terms();
+    let mut bounds: HashMap<String, Vec<RangeBound>> = HashMap::new();
+    if !bounded.is_empty() {
+        let rows = pool
+            .query(
+                c,
+                BOUNDS_OF,
+                &[(&id, Type::INT8), (&bounded, Type::TEXT_ARRAY)],
+            )
+            .await?;
+        for r in &rows {
+            let (term, part, count, front): (String, i32, i32, Vec<u8>) =
+                (r.try_get(0)?, r.try_get(1)?, r.try_get(2)?, r.try_get(3)?);
+            bounds.entry(term).or_default().push(RangeBound {
                 range: u32::try_from(part).unwrap_or(u32::MAX),
-                ..RangeMeta::default()
-            },
-            data,
-        });
+                count: u32::try_from(count).unwrap_or(0),
+                front,
+            });
+        }
+        for t in bounds.keys() {
+            blocks.entry(t.clone()).or_default();
+        }
+        if !tiered.is_empty() {
+            let rows = postings_in(pool, c, id, &bounded, &tiered).await?;
+            add_blocks(&mut blocks, &rows)?;
+            for list in blocks.values_mut() {
+                list.sort_by_key(|b| b.meta.range);
+            }
+        }
     }
-    let Ok(mut picker) = lookup.rank(state.stats(), &blocks) else {
+    let Ok(mut picker) = lookup.rank_bounded(state.stats(), &blocks, &bounds) else {
         return Ok(None);
     };
     let exclude = if lookup.include_context() {
@@ -457,6 +562,29 @@ pub(crate) async fn recall(
         context_fingerprints(&loaded.context)
     };
     loop {
+        loop {
+            let need = picker.needs();
+            if need.is_empty() {
+                break;
+            }
+            // One round trip for the batch of ranges.
+            let rows = postings_in(pool, c, id, &bounded, &need).await?;
+            let mut found: HashMap<u32, Vec<(String, Vec<u8>)>> = HashMap::new();
+            for r in &rows {
+                let (term, part, data): (String, i32, Vec<u8>) =
+                    (r.try_get(0)?, r.try_get(1)?, r.try_get(2)?);
+                found
+                    .entry(u32::try_from(part).unwrap_or(u32::MAX))
+                    .or_default()
+                    .push((term, data));
+            }
+            for range in need {
+                let these = found.remove(&range).unwrap_or_default();
+                if picker.give(range, these) == Err(Corrupt) {
+                    return Ok(None);
+                }
+            }
+        }
         let docs = picker.next_docs();
         if docs.is_empty() {
             break;
@@ -491,6 +619,50 @@ pub(crate) async fn recall(
         lookup.hits(picked),
         u64::from(state.docs),
     )))
+}
+
+/// Adds to `blocks` the rows of [`POSTINGS`] or [`POSTINGS_IN`] (term, part, data).
+fn add_blocks(
+    blocks: &mut HashMap<String, Vec<Block>>,
+    rows: &[tokio_postgres::Row],
+) -> Result<(), Fail> {
+    for r in rows {
+        let (term, part, data): (String, i32, Vec<u8>) =
+            (r.try_get(0)?, r.try_get(1)?, r.try_get(2)?);
+        blocks.entry(term).or_default().push(Block {
+            meta: RangeMeta {
+                range: u32::try_from(part).unwrap_or(u32::MAX),
+                ..RangeMeta::default()
+            },
+            data,
+        });
+    }
+    Ok(())
+}
+
+/// The postings of `terms` in `ranges`, in one round trip.
+async fn postings_in(
+    pool: &Pool,
+    c: &Client,
+    id: i64,
+    terms: &[String],
+    ranges: &[u32],
+) -> Result<Vec<tokio_postgres::Row>, Fail> {
+    let parts: Vec<i32> = ranges
+        .iter()
+        .map(|r| i32::try_from(*r).unwrap_or(i32::MAX))
+        .collect();
+    Ok(pool
+        .query(
+            c,
+            POSTINGS_IN,
+            &[
+                (&id, Type::INT8),
+                (&terms, Type::TEXT_ARRAY),
+                (&parts, Type::INT4_ARRAY),
+            ],
+        )
+        .await?)
 }
 
 /// The items of the candidates `picked`, each with the compaction that summarized it, read in

@@ -33,10 +33,11 @@
 //! The property test `pruned_equals_exhaustive` compares it with the exhaustive ranking,
 //! which the tests keep as the reference.
 
+use std::borrow::Cow;
 use std::cmp::Ordering;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::{BinaryHeap, HashMap, HashSet};
 
-use super::postings::{Block, Posting, RANGE_DOCS, decode, walk};
+use super::postings::{Block, Posting, RANGE_DOCS, decode, get, put, walk};
 use super::query::Query;
 
 /// BM25's term-frequency saturation.
@@ -163,17 +164,72 @@ impl Front {
     }
 }
 
+impl Front {
+    /// Its pairs as bytes, in order (so that a front's bytes do not depend on the order its
+    /// pairs came in): LEB128 numbers, occurrences then length.
+    fn encode(&self) -> Vec<u8> {
+        let mut pairs = self.0.clone();
+        pairs.sort_unstable();
+        let mut out = Vec::with_capacity(pairs.len() * 3);
+        for (tf, len) in pairs {
+            put(&mut out, tf);
+            put(&mut out, len);
+        }
+        out
+    }
+
+    /// Adds the pairs of `data` ([`Front::encode`]'s); `None` when they are not pairs.
+    fn add_encoded(&mut self, data: &[u8]) -> Option<()> {
+        let mut at = 0;
+        while at < data.len() {
+            let tf = get(data, &mut at)?;
+            let len = get(data, &mut at)?;
+            if tf == 0 || tf > len {
+                return None;
+            }
+            self.add(tf, len);
+        }
+        Some(())
+    }
+}
+
+/// The bounds of a term in one range as an index stores them apart from its postings: the
+/// pairs (occurrences, length) of its postings that no other one of them dominates, encoded,
+/// of `before` (bytes this function gave, or empty) and of the postings of `block`; `None`
+/// when `before` or the block does not decode.
+pub fn join_bounds(before: &[u8], block: &Block) -> Option<Vec<u8>> {
+    let mut front = Front::default();
+    front.add_encoded(before)?;
+    walk(block.meta.range, &block.data, |p| front.add(p.tf, p.len))?;
+    Some(front.encode())
+}
+
+/// A term's bounds in one range, read from an index that stores them apart from its
+/// postings: the range, how many of its items hold the term, and the encoded front
+/// ([`join_bounds`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RangeBound {
+    /// The range.
+    pub range: u32,
+    /// How many of its items hold the term.
+    pub count: u32,
+    /// [`join_bounds`]' bytes.
+    pub front: Vec<u8>,
+}
+
 /// Whether the pair `a` (occurrences, length) scores at least as high as `b` once rounded,
 /// whatever the idf and average length (see the module docs).
 fn dominates(a: (u32, u32), b: (u32, u32)) -> bool {
     a.1 <= b.1 && (a.0 == b.0 || (a.0 > b.0 && a.0 <= TF_ORDERED))
 }
 
-/// A query term that some item holds: its idf and its blocks' bytes by range.
+/// A query term that some item holds: its idf and its blocks' bytes by range (of a term
+/// read by its bounds, only the ranges read so far).
 #[derive(Debug)]
 struct Term<'a> {
+    name: String,
     idf: f64,
-    blocks: HashMap<u32, Vec<&'a [u8]>>,
+    blocks: HashMap<u32, Vec<Cow<'a, [u8]>>>,
 }
 
 /// A range to score, with what no item of it can rank above: `tier` exact strings, a score
@@ -245,7 +301,17 @@ pub(crate) struct Ranking<'a> {
     start: usize,
     at: usize,
     chunk: usize,
+    /// Whether some term was read by its bounds, its postings to be read by range
+    /// ([`Ranking::needs`]); the ranges whose postings are in, and how many to ask next.
+    lazy: bool,
+    loaded: HashSet<u32>,
+    batch: usize,
+    docs: u32,
 }
+
+/// Ranges whose postings are asked for at first when a term was read by its bounds; each ask
+/// after it asks for four times more.
+const FIRST_BATCH: usize = 4;
 
 impl<'a> Ranking<'a> {
     /// The ranking of `query` over `blocks`, each term's blocks in range order (none for a term
@@ -270,6 +336,33 @@ impl<'a> Ranking<'a> {
         blocks: &'a HashMap<String, Vec<Block>>,
         prescored: usize,
     ) -> Result<Ranking<'a>, Corrupt> {
+        Ranking::build(query, stats, blocks, &HashMap::new(), prescored)
+    }
+
+    /// [`Ranking::new`] over an index that stores each term's bounds by range apart from its
+    /// postings: the terms of `bounds` are read by them, `blocks` holding only those of their
+    /// ranges that have items of a tier above 0 (see [`tier_ranges`]), the others read when
+    /// a range is to be scored ([`Ranking::needs`], [`Ranking::give`]); `blocks` holds the
+    /// other terms' whole.
+    ///
+    /// # Errors
+    /// As [`Ranking::new`], and when a bound does not decode.
+    pub(crate) fn bounded(
+        query: &Query,
+        stats: Stats,
+        blocks: &'a HashMap<String, Vec<Block>>,
+        bounds: &HashMap<String, Vec<RangeBound>>,
+    ) -> Result<Ranking<'a>, Corrupt> {
+        Ranking::build(query, stats, blocks, bounds, PRESCORED)
+    }
+
+    fn build(
+        query: &Query,
+        stats: Stats,
+        blocks: &'a HashMap<String, Vec<Block>>,
+        bounds: &HashMap<String, Vec<RangeBound>>,
+        prescored: usize,
+    ) -> Result<Ranking<'a>, Corrupt> {
         let avg = average(stats);
         let all = tiers(query, blocks)?;
         let prescore = all.len() <= prescored;
@@ -280,8 +373,15 @@ impl<'a> Ranking<'a> {
                 .or_default()
                 .push((doc, tier));
         }
-        let walked = walk_terms(query, stats, blocks, &tiered, prescore)?;
+        let walked = walk_terms(query, stats, blocks, bounds, &tiered, prescore)?;
         let terms = walked.terms;
+        let lazy = terms.iter().any(|t| bounds.contains_key(&t.name));
+        // The ranges with items of a tier above 0 are in whole (tier_ranges).
+        let loaded: HashSet<u32> = if lazy {
+            tiered.keys().copied().collect()
+        } else {
+            HashSet::new()
+        };
         let mut pool = Vec::new();
         if prescore {
             // The items of a tier above 0 rank before all others: their scores are taken
@@ -350,7 +450,49 @@ impl<'a> Ranking<'a> {
             start: 0,
             at: 0,
             chunk: 64,
+            lazy,
+            loaded,
+            batch: FIRST_BATCH,
+            docs: stats.docs,
         })
+    }
+
+    /// The terms read by their bounds (whose postings [`Ranking::give`] takes by range).
+    pub(crate) fn lazy_terms(&self) -> bool {
+        self.lazy
+    }
+
+    /// The ranges whose postings (of the terms read by their bounds) the next chunk needs
+    /// before [`Ranking::next_chunk`] can give it, the best bound first; empty when none.
+    /// Each ask names more ranges than the one before (4, 16, 64, ...), those that may still
+    /// be scored.
+    pub(crate) fn needs(&mut self) -> Vec<u32> {
+        let want = self.at + self.chunk;
+        self.fill(want)
+    }
+
+    /// Takes the postings of `range` of the terms read by their bounds: for each, its name
+    /// and its blocks' bytes (none for a term no item of the range holds).
+    ///
+    /// # Errors
+    /// [`Corrupt`] when a block does not decode or names an item past the history's.
+    pub(crate) fn give(
+        &mut self,
+        range: u32,
+        found: Vec<(String, Vec<u8>)>,
+    ) -> Result<(), Corrupt> {
+        for (name, data) in found {
+            let mut past = false;
+            walk(range, &data, |p| past |= p.doc >= self.docs).ok_or(Corrupt)?;
+            if past {
+                return Err(Corrupt);
+            }
+            if let Some(term) = self.terms.iter_mut().find(|t| t.name == name) {
+                term.blocks.entry(range).or_default().push(Cow::Owned(data));
+            }
+        }
+        self.loaded.insert(range);
+        Ok(())
     }
 
     /// Scores every item of `range` that holds a term or is of a tier above 0, into the pool
@@ -364,7 +506,7 @@ impl<'a> Ranking<'a> {
                 continue;
             };
             for data in parts {
-                // Walked once already: it decodes.
+                // Walked once already (or checked by `give`): it decodes.
                 let _ = walk(range, data, |p| {
                     let cell = &mut cells[(p.doc - base) as usize];
                     if *cell == 0.0 {
@@ -407,25 +549,44 @@ impl<'a> Ranking<'a> {
         }
     }
 
-    /// Scores ranges until the best `want` candidates are known.
-    fn fill(&mut self, want: usize) {
+    /// Scores ranges until the best `want` candidates are known, or until a range to score
+    /// lacks its postings: then the ranges to read (that one and the next ones that may be
+    /// scored, up to the batch), which it returns.
+    fn fill(&mut self, want: usize) -> Vec<u32> {
         let mut heap = BinaryHeap::with_capacity(want + 1);
         for c in &self.pool {
             keep(&mut heap, *c, want);
         }
+        let stop = |heap: &BinaryHeap<Worst>, plan: &Plan| {
+            heap.len() >= want && heap.peek().is_some_and(|w| plan.behind(&w.0))
+        };
         while let Some(plan) = self.plans.get(self.next).copied() {
-            if heap.len() >= want && heap.peek().is_some_and(|w| plan.behind(&w.0)) {
+            if stop(&heap, &plan) {
                 break;
+            }
+            if self.lazy && !self.loaded.contains(&plan.range) {
+                let need: Vec<u32> = self.plans[self.next..]
+                    .iter()
+                    .take_while(|p| !stop(&heap, p))
+                    .filter(|p| !self.loaded.contains(&p.range))
+                    .map(|p| p.range)
+                    .take(self.batch)
+                    .collect();
+                self.batch = self.batch.saturating_mul(4);
+                return need;
             }
             self.next += 1;
             self.score_range(plan.range, &mut heap, want);
         }
+        Vec::new()
     }
 
-    /// The next best candidates (empty when none is left).
+    /// The next best candidates (empty when none is left); over an index read by bounds,
+    /// once [`Ranking::needs`] is empty.
     pub(crate) fn next_chunk(&mut self) -> &[Candidate] {
         let want = self.at + self.chunk;
-        self.fill(want);
+        let need = self.fill(want);
+        debug_assert!(need.is_empty(), "next_chunk before its postings: {need:?}");
         let k = want.min(self.pool.len());
         if k < self.pool.len() && k > 0 {
             self.pool.select_nth_unstable_by(k - 1, order);
@@ -489,6 +650,7 @@ fn walk_terms<'a>(
     query: &Query,
     stats: Stats,
     blocks: &'a HashMap<String, Vec<Block>>,
+    bounds: &HashMap<String, Vec<RangeBound>>,
     tiered: &HashMap<u32, Vec<(u32, u32)>>,
     prescore: bool,
 ) -> Result<Walked<'a>, Corrupt> {
@@ -504,12 +666,30 @@ fn walk_terms<'a>(
         .map(|(&r, docs)| (r, docs.iter().map(|d| d.1).max().unwrap_or(0)))
         .collect();
     for term in &query.terms {
-        let Some(list) = blocks.get(term) else {
-            continue;
+        let stored = bounds.get(term).filter(|b| !b.is_empty());
+        let list = match (blocks.get(term), stored) {
+            (Some(list), _) => list.as_slice(),
+            (None, Some(_)) => &[],
+            (None, None) => continue,
         };
         let index = out.terms.len();
         let mut df = 0u64;
-        let mut by_range: HashMap<u32, Vec<&'a [u8]>> = HashMap::new();
+        if let Some(stored) = stored {
+            // Its idf and fronts from its bounds; `list` holds the ranges of tiered items only.
+            for b in stored {
+                if b.count == 0 {
+                    continue;
+                }
+                let mut front = Front::default();
+                front.add_encoded(&b.front).ok_or(Corrupt)?;
+                if front.0.is_empty() || range_of_past(b.range, stats.docs) {
+                    return Err(Corrupt);
+                }
+                df += u64::from(b.count);
+                add_front(out.fronts.entry(b.range).or_default(), index, front);
+            }
+        }
+        let mut by_range: HashMap<u32, Vec<Cow<'a, [u8]>>> = HashMap::new();
         for b in list {
             let range = b.meta.range;
             let mut front = Front::default();
@@ -540,18 +720,46 @@ fn walk_terms<'a>(
             if count == 0 {
                 continue;
             }
-            df += u64::from(count);
-            by_range.entry(range).or_default().push(&b.data);
-            add_front(out.fronts.entry(range).or_default(), index, front);
+            by_range
+                .entry(range)
+                .or_default()
+                .push(Cow::Borrowed(&b.data));
+            if stored.is_none() {
+                df += u64::from(count);
+                add_front(out.fronts.entry(range).or_default(), index, front);
+            }
             if !high.0.is_empty() {
                 add_front(out.top.entry(range).or_default(), index, high);
             }
         }
         out.terms.push(Term {
+            name: term.clone(),
             idf: idf(n, df as f64),
             blocks: by_range,
         });
     }
+    Ok(out)
+}
+
+/// Whether `range` starts past a history of `docs` items.
+fn range_of_past(range: u32, docs: u32) -> bool {
+    u64::from(range) * u64::from(RANGE_DOCS) >= u64::from(docs)
+}
+
+/// The ranges with items of a tier above 0 for `query` (they must be read whole, whatever
+/// the terms' bounds), `blocks` holding the lookup terms of its exact strings whole.
+///
+/// # Errors
+/// [`Corrupt`] when a block does not decode.
+pub(crate) fn tier_ranges(
+    query: &Query,
+    blocks: &HashMap<String, Vec<Block>>,
+) -> Result<Vec<u32>, Corrupt> {
+    let mut out: Vec<u32> = tiers(query, blocks)?
+        .iter()
+        .map(|(doc, _)| doc / RANGE_DOCS)
+        .collect();
+    out.dedup();
     Ok(out)
 }
 
