@@ -37,8 +37,16 @@ use std::borrow::Cow;
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap, HashSet};
 
-use super::postings::{Block, Posting, RANGE_DOCS, decode, get, put, walk};
+use super::postings::{Block, Posting, RANGE_DOCS, decode, walk};
 use super::query::Query;
+
+mod front;
+mod walk;
+
+use front::Front;
+pub use front::{RangeBound, join_bounds};
+pub(crate) use walk::tier_ranges;
+use walk::walk_terms;
 
 /// BM25's term-frequency saturation.
 const K1: f64 = 1.2;
@@ -134,93 +142,6 @@ fn tiers(query: &Query, blocks: &HashMap<String, Vec<Block>>) -> Result<Vec<(u32
         }
     }
     Ok(out)
-}
-
-/// The (occurrences, length) pairs of a term's postings in one range that no other of them
-/// scores at least as high as, whatever the statistics: a term in every item of a range,
-/// once in each, keeps one pair, its shortest item's.
-#[derive(Debug, Default)]
-struct Front(Vec<(u32, u32)>);
-
-impl Front {
-    fn add(&mut self, tf: u32, len: u32) {
-        if self.0.iter().any(|&q| dominates(q, (tf, len))) {
-            return;
-        }
-        self.0.retain(|&q| !dominates((tf, len), q));
-        self.0.push((tf, len));
-    }
-
-    /// The best contribution of its pairs.
-    fn best(&self, idf: f64, avg: f64) -> f64 {
-        let mut best = 0.0;
-        for &(tf, len) in &self.0 {
-            let c = contribution(idf, tf, len, avg);
-            if c > best {
-                best = c;
-            }
-        }
-        best
-    }
-}
-
-impl Front {
-    /// Its pairs as bytes, in order (so that a front's bytes do not depend on the order its
-    /// pairs came in): LEB128 numbers, occurrences then length.
-    fn encode(&self) -> Vec<u8> {
-        let mut pairs = self.0.clone();
-        pairs.sort_unstable();
-        let mut out = Vec::with_capacity(pairs.len() * 3);
-        for (tf, len) in pairs {
-            put(&mut out, tf);
-            put(&mut out, len);
-        }
-        out
-    }
-
-    /// Adds the pairs of `data` ([`Front::encode`]'s); `None` when they are not pairs.
-    fn add_encoded(&mut self, data: &[u8]) -> Option<()> {
-        let mut at = 0;
-        while at < data.len() {
-            let tf = get(data, &mut at)?;
-            let len = get(data, &mut at)?;
-            if tf == 0 || tf > len {
-                return None;
-            }
-            self.add(tf, len);
-        }
-        Some(())
-    }
-}
-
-/// The bounds of a term in one range as an index stores them apart from its postings: the
-/// pairs (occurrences, length) of its postings that no other one of them dominates, encoded,
-/// of `before` (bytes this function gave, or empty) and of the postings of `block`; `None`
-/// when `before` or the block does not decode.
-pub fn join_bounds(before: &[u8], block: &Block) -> Option<Vec<u8>> {
-    let mut front = Front::default();
-    front.add_encoded(before)?;
-    walk(block.meta.range, &block.data, |p| front.add(p.tf, p.len))?;
-    Some(front.encode())
-}
-
-/// A term's bounds in one range, read from an index that stores them apart from its
-/// postings: the range, how many of its items hold the term, and the encoded front
-/// ([`join_bounds`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RangeBound {
-    /// The range.
-    pub range: u32,
-    /// How many of its items hold the term.
-    pub count: u32,
-    /// [`join_bounds`]' bytes.
-    pub front: Vec<u8>,
-}
-
-/// Whether the pair `a` (occurrences, length) scores at least as high as `b` once rounded,
-/// whatever the idf and average length (see the module docs).
-fn dominates(a: (u32, u32), b: (u32, u32)) -> bool {
-    a.1 <= b.1 && (a.0 == b.0 || (a.0 > b.0 && a.0 <= TF_ORDERED))
 }
 
 /// A query term that some item holds: its idf and its blocks' bytes by range (of a term
@@ -608,159 +529,6 @@ impl<'a> Ranking<'a> {
     pub(crate) fn scored_ranges(&self) -> (usize, usize) {
         (self.next, self.plans.len())
     }
-}
-
-/// A posting of an item of a tier above 0: the item, the query term's index (among those items
-/// hold), its occurrences and the item's length.
-type Hit = (u32, usize, u32, u32);
-
-/// Each range's fronts: the index of a query term (among those items hold) and its front.
-type Fronts = HashMap<u32, Vec<(usize, Front)>>;
-
-/// What one walk of the query's blocks finds.
-struct Walked<'a> {
-    /// Each term's idf and blocks by range.
-    terms: Vec<Term<'a>>,
-    /// The fronts of each range's postings.
-    fronts: Fronts,
-    /// The fronts of the postings of each range's items of its highest tier (when not
-    /// prescored).
-    top: Fronts,
-    /// The postings of the items of a tier above 0 in the order walked (when prescored).
-    hits: Vec<Hit>,
-}
-
-/// Adds `front`, of the term of index `index`, to a range's fronts `at`.
-fn add_front(at: &mut Vec<(usize, Front)>, index: usize, front: Front) {
-    match at.last_mut() {
-        Some((i, f)) if *i == index => {
-            for &(tf, len) in &front.0 {
-                f.add(tf, len);
-            }
-        }
-        _ => at.push((index, front)),
-    }
-}
-
-/// Walks every block of `query`'s terms once: each term's idf and blocks by range, the fronts
-/// of its postings by range, and for the items of `tiered` (by range, in order) either their
-/// postings (`prescore`) or the fronts of the postings of each range's items of its highest
-/// tier.
-fn walk_terms<'a>(
-    query: &Query,
-    stats: Stats,
-    blocks: &'a HashMap<String, Vec<Block>>,
-    bounds: &HashMap<String, Vec<RangeBound>>,
-    tiered: &HashMap<u32, Vec<(u32, u32)>>,
-    prescore: bool,
-) -> Result<Walked<'a>, Corrupt> {
-    let n = f64::from(stats.docs);
-    let mut out = Walked {
-        terms: Vec::new(),
-        fronts: HashMap::new(),
-        top: HashMap::new(),
-        hits: Vec::new(),
-    };
-    let tops: HashMap<u32, u32> = tiered
-        .iter()
-        .map(|(&r, docs)| (r, docs.iter().map(|d| d.1).max().unwrap_or(0)))
-        .collect();
-    for term in &query.terms {
-        let stored = bounds.get(term).filter(|b| !b.is_empty());
-        let list = match (blocks.get(term), stored) {
-            (Some(list), _) => list.as_slice(),
-            (None, Some(_)) => &[],
-            (None, None) => continue,
-        };
-        let index = out.terms.len();
-        let mut df = 0u64;
-        if let Some(stored) = stored {
-            // Its idf and fronts from its bounds; `list` holds the ranges of tiered items only.
-            for b in stored {
-                if b.count == 0 {
-                    continue;
-                }
-                let mut front = Front::default();
-                front.add_encoded(&b.front).ok_or(Corrupt)?;
-                if front.0.is_empty() || range_of_past(b.range, stats.docs) {
-                    return Err(Corrupt);
-                }
-                df += u64::from(b.count);
-                add_front(out.fronts.entry(b.range).or_default(), index, front);
-            }
-        }
-        let mut by_range: HashMap<u32, Vec<Cow<'a, [u8]>>> = HashMap::new();
-        for b in list {
-            let range = b.meta.range;
-            let mut front = Front::default();
-            let mut high = Front::default();
-            let mut past = false;
-            let marks = tiered.get(&range).map_or(&[][..], Vec::as_slice);
-            let top = tops.get(&range).copied().unwrap_or(0);
-            let mut j = 0;
-            let hits = &mut out.hits;
-            let count = walk(range, &b.data, |p| {
-                past |= p.doc >= stats.docs;
-                front.add(p.tf, p.len);
-                while j < marks.len() && marks[j].0 < p.doc {
-                    j += 1;
-                }
-                if let Some(m) = marks.get(j).filter(|m| m.0 == p.doc) {
-                    if prescore {
-                        hits.push((p.doc, index, p.tf, p.len));
-                    } else if m.1 == top {
-                        high.add(p.tf, p.len);
-                    }
-                }
-            })
-            .ok_or(Corrupt)?;
-            if past {
-                return Err(Corrupt);
-            }
-            if count == 0 {
-                continue;
-            }
-            by_range
-                .entry(range)
-                .or_default()
-                .push(Cow::Borrowed(&b.data));
-            if stored.is_none() {
-                df += u64::from(count);
-                add_front(out.fronts.entry(range).or_default(), index, front);
-            }
-            if !high.0.is_empty() {
-                add_front(out.top.entry(range).or_default(), index, high);
-            }
-        }
-        out.terms.push(Term {
-            name: term.clone(),
-            idf: idf(n, df as f64),
-            blocks: by_range,
-        });
-    }
-    Ok(out)
-}
-
-/// Whether `range` starts past a history of `docs` items.
-fn range_of_past(range: u32, docs: u32) -> bool {
-    u64::from(range) * u64::from(RANGE_DOCS) >= u64::from(docs)
-}
-
-/// The ranges with items of a tier above 0 for `query` (they must be read whole, whatever
-/// the terms' bounds), `blocks` holding the lookup terms of its exact strings whole.
-///
-/// # Errors
-/// [`Corrupt`] when a block does not decode.
-pub(crate) fn tier_ranges(
-    query: &Query,
-    blocks: &HashMap<String, Vec<Block>>,
-) -> Result<Vec<u32>, Corrupt> {
-    let mut out: Vec<u32> = tiers(query, blocks)?
-        .iter()
-        .map(|(doc, _)| doc / RANGE_DOCS)
-        .collect();
-    out.dedup();
-    Ok(out)
 }
 
 /// Keeps `c` in `heap` if it is among the best `want`.
