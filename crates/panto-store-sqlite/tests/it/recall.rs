@@ -109,3 +109,31 @@ fn an_index_of_the_format_before_bounds_is_built_again() {
     assert_eq!(rows(&path), kept);
     block_on(conformance::recall::same_as_scan(&store, "s"));
 }
+
+/// Two words never in one item, each in short items of every range: no range's bound (the
+/// best of each word added up) is reached by an item, so the ranking scores every range,
+/// reading their postings by range at first and then, once it asks for a quarter of them or
+/// more at once, by one walk of each word's rows. The answer is the scan's.
+#[test]
+fn a_query_that_scores_every_range_reads_them_all_and_answers_as_the_scan() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = fresh(&dir, "w.sqlite3");
+    let entries: Vec<panto_model::Entry> = (0..24 * 1024)
+        .map(|i| {
+            let text = match i % 4 {
+                0 => format!("alpha {i}"),
+                1 => format!("beta {i}"),
+                _ => format!("neither word here, item {i}, {}", "x ".repeat(i % 7)),
+            };
+            panto_model::Entry::Message(panto_model::Message::user_text(text))
+        })
+        .collect();
+    block_on(store.append("s", panto_store::Head::EMPTY, &entries)).unwrap();
+    for query in ["alpha beta", "beta alpha item"] {
+        let q = RecallQuery::new(query).with_limit(20).with_context(true);
+        let mine = block_on(store.recall("s", &q)).unwrap();
+        let scan = block_on(panto_store::recall_by_scan(&store, "s", &q)).unwrap();
+        assert_eq!(mine, scan, "{query}");
+        assert_eq!(mine.hits.len(), 20);
+    }
+}
