@@ -294,13 +294,13 @@ pub fn recall<E>(
     if lookup.is_empty() {
         return Ok(Found::Hits(Vec::new()));
     }
-    let mut get = conn.prepare_cached(
+    let mut whole = conn.prepare_cached(
         "SELECT part, data FROM panto_recall_postings WHERE session = ?1 AND term = ?2
          ORDER BY part",
     )?;
     let mut blocks: HashMap<String, Vec<Block>> = HashMap::new();
     for term in lookup.whole_terms() {
-        let list = get
+        let list = whole
             .query_map(params![session, term], |r| {
                 Ok(Block {
                     meta: RangeMeta {
@@ -390,7 +390,7 @@ pub fn recall<E>(
                     // lookup per range.
                     let wanted: HashSet<u32> = need.iter().copied().collect();
                     for term in &bounded {
-                        let mut rows = get.query(params![session, term])?;
+                        let mut rows = whole.query(params![session, term])?;
                         while let Some(r) = rows.next()? {
                             let range: u32 = r.get(0)?;
                             if wanted.contains(&range) {
