@@ -1271,3 +1271,24 @@ fn lists_in_words_join_with_the_last_word_before_the_last_item() {
     assert_eq!(crate::lists::listed(&["a"], " or "), "a");
     assert_eq!(crate::lists::listed::<&str>(&[], " or "), "");
 }
+
+#[test]
+fn a_tiered_run_that_writes_the_clearing_alone_says_so_after_saying_it_summarizes() {
+    use panto_compact::CompactionEvent;
+
+    let not_enough = CompactionEvent::ClearingNotEnough {
+        tokens_before: 9_000,
+        tokens_after: 8_500,
+        cleared: 2,
+        reason: "it frees about 500 tokens, less than a tenth of the window (8192)".into(),
+    };
+    assert!(describe_event(&not_enough).contains("not enough"));
+    let alone = CompactionEvent::ClearedAlone {
+        reason: "the compaction would not make the conversation smaller".into(),
+    };
+    let said = describe_event(&alone);
+    assert_eq!(
+        said,
+        "panto: the summary of the cleared conversation is not written (the compaction would not make the conversation smaller): writing the clearing alone"
+    );
+}

@@ -212,6 +212,10 @@ pub const CLEARED: &str = "cleared";
 /// reads nothing from such a text (the clearing recorded the original's).
 pub const CLEARED_PREFIX: &str = "[tool result cleared";
 
+/// How the text a clearing put in place of an image starts: not something the user said (the
+/// ledger reads nothing from it, and never takes it for a request).
+pub const CLEARED_IMAGE_PREFIX: &str = "[image cleared";
+
 /// One content block. Unknown block types are kept as [`ContentBlock::Other`].
 #[derive(Clone, Debug, PartialEq)]
 pub enum ContentBlock {

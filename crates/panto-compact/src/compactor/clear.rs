@@ -14,8 +14,8 @@
 //! tool loop, whose thinking Anthropic wants back.
 
 use panto_model::{
-    CLEARED, CLEARED_PREFIX, ContentBlock, EffectiveContext, ImageBlock, Message, Role,
-    ToolResultBlock, ToolResultContent, ToolUseBlock,
+    CLEARED, CLEARED_IMAGE_PREFIX, CLEARED_PREFIX, ContentBlock, EffectiveContext, ImageBlock,
+    Message, Role, ToolResultBlock, ToolResultContent, ToolUseBlock,
 };
 use panto_transcript::{clip, one_line};
 use serde_json::Value;
@@ -228,7 +228,7 @@ fn result_placeholder(result: &ToolResultBlock, id: &str, recall: bool) -> ToolR
     block
 }
 
-/// The text that stands in for a cleared image.
+/// The text that stands in for a cleared image: it starts with [`CLEARED_IMAGE_PREFIX`].
 fn image_placeholder(image: &ImageBlock, item: &str, bytes: usize) -> String {
     let media = image
         .media_type()
@@ -239,7 +239,7 @@ fn image_placeholder(image: &ImageBlock, item: &str, bytes: usize) -> String {
     } else {
         format!("; id {item}")
     };
-    format!("[image cleared to save room: {media}, {bytes} bytes{id}]")
+    format!("{CLEARED_IMAGE_PREFIX} to save room: {media}, {bytes} bytes{id}]")
 }
 
 /// Whether a block is thinking (signed or redacted).

@@ -71,16 +71,22 @@ async fn summarize_cleared(
     options.sizes = None;
     let windows = run.windows;
     let mut sub = Run::new(&mut *run.compactor, &cleared.context, &options, &windows);
+    // A summary that is not smaller is this run's fallback, not its failure.
+    sub.not_smaller_is_failure = false;
     let outcome = Box::pin(sub.produce_with(CompactionStrategy::Summary)).await;
     run.taught = std::mem::take(&mut sub.taught);
     let mut summary = match outcome {
         Ok(CompactOutcome::Compacted(c)) => *c,
         // Every turn left fits the budget: the clearing is all there is to do.
-        Ok(CompactOutcome::NothingToCompact(_)) => return run.check_smaller(cleared),
+        Ok(CompactOutcome::NothingToCompact(nothing)) => {
+            return run.cleared_alone(cleared, nothing.to_string());
+        }
         // The summary (with the ledger of the originals) is larger than the cleared turns it
         // would replace: the clearing alone is the smaller context, and an overflow's retry
         // may fit it (`quality --strategies` found a send that failed without this).
-        Err(CompactError::NotSmaller(_)) => return run.check_smaller(cleared),
+        Err(CompactError::NotSmaller(n)) => {
+            return run.cleared_alone(cleared, n.to_string());
+        }
         Err(e) => return Err(e),
     };
     let before = cleared.report.tokens_before;
@@ -97,6 +103,19 @@ async fn summarize_cleared(
 }
 
 impl Run<'_> {
+    /// `cleared` written alone after all, for `reason` (said as `ClearedAlone`).
+    ///
+    /// # Errors
+    /// [`CompactError::NotSmaller`].
+    fn cleared_alone(
+        &mut self,
+        cleared: Compacted,
+        reason: String,
+    ) -> Result<Compacted, CompactError> {
+        self.emit(CompactionEvent::ClearedAlone { reason });
+        self.check_smaller(cleared)
+    }
+
     /// Why a clearing that leaves the conversation at `after` tokens (from `before`) is not
     /// enough for this run, or `None` when it is (see the module docs).
     pub(super) fn clearing_shortfall(

@@ -240,8 +240,10 @@ impl Run<'_> {
             && let Err(not_smaller) = NotSmaller::check(report.tokens_before, report.tokens_after)
         {
             let error = CompactError::NotSmaller(not_smaller);
-            let failed = (report.plan.clone(), report.tokens_before, report.fallback);
-            self.failed(failed, &error);
+            if self.not_smaller_is_failure {
+                let failed = (report.plan.clone(), report.tokens_before, report.fallback);
+                self.failed(failed, &error);
+            }
             return Err(error);
         }
         Ok(compacted)

@@ -5,14 +5,14 @@
 //! enough.
 
 use panto_compact::{
-    CompactError, CompactOutcome, CompactRun, CompactionStrategy, Compactor, CompactorConfig,
-    Driver, KnownWindows, ModelRef,
+    CompactError, CompactOutcome, CompactRun, CompactionEvent, CompactionStrategy, Compactor,
+    CompactorConfig, Driver, KnownWindows, ModelRef,
 };
 use panto_model::{
     CompactionEntry, ContentBlock, Entry, Message, Role, SequentialIds, encode_line, replay,
     validate,
 };
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use crate::*;
 
@@ -382,7 +382,13 @@ async fn tiered_writes_the_clearing_when_the_summary_of_the_cleared_turns_is_not
     history.extend(design_talk());
     let talk = panto_size::estimate("", "", &design_talk()).total();
     let (provider, active) = model("p", "m");
-    let mut driver = driver_with(&history, active, 400, CompactionStrategy::Tiered);
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let seen = Arc::clone(&events);
+    let log = log_of(&history);
+    let context = log.replay();
+    let compactor = compactor_with(active, 400, CompactionStrategy::Tiered)
+        .on_event(move |e| seen.lock().unwrap().push(e.clone()));
+    let mut driver = Driver::new(compactor, log, context);
     provider.push_text(
         "## Summary\nThe user asked the assistant to look at the first file of the project, and \
          the assistant read it with a tool whose output was long: thirty lines that each named \
@@ -411,4 +417,27 @@ async fn tiered_writes_the_clearing_when_the_summary_of_the_cleared_turns_is_not
     assert_eq!(out.report.cleared.len(), 1, "{:?}", out.report.cleared);
     assert!(out.report.tokens_after < out.report.tokens_before);
     assert!(validate(&driver.context().messages).is_empty());
+    // What it said: not enough, then the clearing alone after all, and no failure (it said
+    // "summarizing too" and a failed compaction before, then wrote the clearing).
+    let events = events.lock().unwrap();
+    let kinds: Vec<&str> = events
+        .iter()
+        .filter_map(|e| match e {
+            CompactionEvent::ClearingNotEnough { .. } => Some("not enough"),
+            CompactionEvent::ClearedAlone { reason } => {
+                assert!(
+                    reason.contains("not make the conversation smaller"),
+                    "{reason}"
+                );
+                Some("alone")
+            }
+            CompactionEvent::Failed { .. } => Some("failed"),
+            CompactionEvent::Finished(r) => {
+                assert_eq!(r.strategy, CompactionStrategy::Clear);
+                Some("finished")
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(kinds, ["not enough", "alone", "finished"]);
 }
