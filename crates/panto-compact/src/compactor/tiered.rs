@@ -151,7 +151,7 @@ impl Run<'_> {
 
     /// The window a clearing is measured against, in panto's estimated tokens: the known
     /// limit, else (after an overflow that stated none) what is known to fit.
-    fn clearing_limit(&self, prepared: &Prepared) -> Option<u64> {
+    pub(super) fn clearing_limit(&self, prepared: &Prepared) -> Option<u64> {
         self.options.known_limit(&self.windows).or_else(|| {
             prepared
                 .limit

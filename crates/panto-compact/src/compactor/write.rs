@@ -7,16 +7,20 @@ use panto_model::{
     STRATEGY, replay,
 };
 use panto_size::Heuristic;
-use panto_transcript::Ledger;
+use panto_transcript::{Ledger, strip_ledger};
 use serde_json::{Value, json};
 
 use super::clear::{CLEARING_NOTE, Cleared};
 use super::run::Run;
 use super::state::{FoldState, Folded, SoFar};
+use super::tiered::TIERED_TARGET_DIVISOR;
 use super::{Prepared, kept_estimate};
 use crate::config::CompactionStrategy;
+use crate::config::min_known;
 use crate::error::CompactError;
-use crate::ledger::{LEDGER_FIELD, previous_ledger, with_ledger, with_recall_note};
+use crate::ledger::{
+    LEDGER_FIELD, ledger_budget, previous_ledger, rendered_len, with_ledger, with_recall_note,
+};
 use crate::plan::{NotSmaller, Plan};
 use crate::record::RECORD_ONLY_MODEL;
 use crate::report::{ClearedItem, Compacted, CompactionReport};
@@ -62,19 +66,56 @@ impl Run<'_> {
             + self.reserved_within(limit)
             // A blank line between the summary and the rendering, and a margin for rounding.
             + 16;
-        let target = limit.saturating_sub(used);
-        let mut chars =
-            natural.min(usize::try_from(target.saturating_mul(4)).unwrap_or(usize::MAX));
-        for _ in 0..6 {
-            let tokens = Heuristic.text(&ledger.render_within(chars));
-            if tokens <= target || chars == 0 {
-                break;
-            }
-            let scaled =
-                u128::from(chars as u64) * u128::from(target) * 9 / (10 * u128::from(tokens));
-            chars = usize::try_from(scaled).unwrap_or(0);
+        chars_within(limit.saturating_sub(used), ledger, natural)
+    }
+
+    /// The characters of the ledger's rendering after a clearing's `text` (the summary it
+    /// carries, or the note), followed by copies of `copies_tokens` tokens: the natural budget
+    /// of a summary of the same prefix ([`ledger_budget`]), within a quarter of what the
+    /// clearing frees ([`CLEARING_LEDGER_SHARE`]) and, when a window is known, of what leaves
+    /// the request after the clearing within a tiered run's target (half the window, and the
+    /// run's own target), so that what it adds never makes a clearing that was enough not
+    /// enough; but never less than the rendering the context holds (a chain does not shrink
+    /// its record) unless the window itself has no room for it. 0 when no room is left.
+    fn clearing_rendering_budget(
+        &self,
+        prepared: &Prepared,
+        text: &str,
+        ledger: &Ledger,
+        copies_tokens: u64,
+    ) -> usize {
+        let natural = ledger_budget(
+            self.compactor.config.max_output_tokens,
+            rendered_len(self.context),
+            prepared.transcript.text().len(),
+            None,
+        );
+        let text_tokens = Heuristic.message(&Message::compaction(text));
+        // A share of what the clearing freed: the record of the cleared output is never more
+        // than a fraction of it, so a clearing that frees little stays small.
+        let freed = prepared
+            .tokens_before
+            .saturating_sub(copies_tokens + text_tokens);
+        // Never less than the rendering already in the context (a clearing chained after a
+        // summary or a clearing does not shrink its record), unless the window itself says so.
+        let carried = self
+            .context
+            .summary()
+            .map_or(0, |s| Heuristic.text(&s[strip_ledger(s).len()..]));
+        let mut room = freed / CLEARING_LEDGER_SHARE;
+        let limit = self.clearing_limit(prepared);
+        let reserved = |l: u64| copies_tokens + text_tokens + self.reserved_within(l) + 16;
+        if let Some(target) = min_known(
+            limit.map(|l| l / TIERED_TARGET_DIVISOR),
+            self.options.target_tokens,
+        ) {
+            room = room.min(target.saturating_sub(reserved(limit.unwrap_or(target))));
         }
-        chars
+        room = room.max(carried);
+        if let Some(limit) = limit {
+            room = room.min(limit.saturating_sub(reserved(limit)));
+        }
+        chars_within(room, ledger, natural)
     }
 
     /// Builds the append: the compaction entry, then the kept copies marked `kept_by`.
@@ -147,8 +188,9 @@ impl Run<'_> {
     }
 
     /// Builds a clearing's append (`clear.rs`): the entry `id`, carrying the active summary
-    /// unchanged (or, with none, [`CLEARING_NOTE`] and `no_summary`), with the ledger of the
-    /// cleared originals merged over the active one, then a copy of every message of the
+    /// (or, with none, [`CLEARING_NOTE`] and `no_summary`) followed by the rendering of the
+    /// ledger of the cleared originals merged over the active one (so the identifiers of what
+    /// was cleared stay in the context: issue 37, point 8), then a copy of every message of the
     /// conversation as `cleared` made it, marked `kept_by`.
     pub(super) fn build_clearing(
         &mut self,
@@ -162,7 +204,13 @@ impl Run<'_> {
             .as_ref()
             .and_then(CompactionEntry::summary_text)
             .map(str::to_owned);
-        let summary = carried.clone().unwrap_or_else(|| CLEARING_NOTE.to_owned());
+        // The summary carried without the ledger rendered into it: the rendering after it is
+        // the merged ledger's, what was cleared included.
+        let text = carried.as_deref().map_or(CLEARING_NOTE, strip_ledger);
+        let ledger = Ledger::merge(
+            &previous_ledger(context),
+            &Ledger::from_messages(&cleared.originals),
+        );
         let ids = &self.compactor.ids;
         let copies: Vec<Message> = cleared
             .messages
@@ -173,18 +221,22 @@ impl Run<'_> {
                 m
             })
             .collect();
+        // The context after it, sized as one (a sizer that reads usage shares spans), first
+        // with the text alone to find the copies' size.
         let mut after = Vec::with_capacity(copies.len() + 1);
-        after.push(Message::compaction(summary.as_str()));
+        after.push(Message::compaction(text));
         after.extend(copies.iter().cloned());
-        let tokens_after = self
-            .compactor
-            .message_sizes(&after)
-            .iter()
-            .fold(0u64, |t, &s| t.saturating_add(s));
-        let ledger = Ledger::merge(
-            &previous_ledger(context),
-            &Ledger::from_messages(&cleared.originals),
-        );
+        let sum = |sizes: &[u64]| sizes.iter().fold(0u64, |t, &s| t.saturating_add(s));
+        let copies_tokens = sum(&self.compactor.message_sizes(&after)[1..]);
+        let budget = self.clearing_rendering_budget(prepared, text, &ledger, copies_tokens);
+        let summary = if budget == 0 {
+            text.to_owned()
+        } else {
+            with_ledger(text, &ledger, budget)
+        };
+        let summary = with_recall_note(&summary, self.compactor.config.recall_tool);
+        after[0] = Message::compaction(summary.as_str());
+        let tokens_after = sum(&self.compactor.message_sizes(&after));
         let mut extra = Extra::new();
         if !copies.is_empty() {
             extra.insert(COPIES_MARKED.into(), true.into());
@@ -280,6 +332,25 @@ impl Run<'_> {
             .iter()
             .fold(0u64, |t, &s| t.saturating_add(s))
     }
+}
+
+/// A clearing's rendering of its ledger takes at most what it freed divided by this (a
+/// quarter).
+pub(super) const CLEARING_LEDGER_SHARE: u64 = 4;
+
+/// The characters of a ledger's rendering that fit `target` tokens: at most `natural`, found by
+/// measuring the rendering, a few times at most.
+fn chars_within(target: u64, ledger: &Ledger, natural: usize) -> usize {
+    let mut chars = natural.min(usize::try_from(target.saturating_mul(4)).unwrap_or(usize::MAX));
+    for _ in 0..6 {
+        let tokens = Heuristic.text(&ledger.render_within(chars));
+        if tokens <= target || chars == 0 {
+            break;
+        }
+        let scaled = u128::from(chars as u64) * u128::from(target) * 9 / (10 * u128::from(tokens));
+        chars = usize::try_from(scaled).unwrap_or(0);
+    }
+    chars
 }
 
 /// The model and provider a clearing's entry names: panto itself, no model was asked.
