@@ -13,14 +13,10 @@ use serde_json::{Value, json};
 use super::clear::{CLEARING_NOTE, Cleared};
 use super::run::Run;
 use super::state::{FoldState, Folded, SoFar};
-use super::tiered::TIERED_TARGET_DIVISOR;
 use super::{Prepared, kept_estimate};
 use crate::config::CompactionStrategy;
-use crate::config::min_known;
 use crate::error::CompactError;
-use crate::ledger::{
-    LEDGER_FIELD, ledger_budget, previous_ledger, rendered_len, with_ledger, with_recall_note,
-};
+use crate::ledger::{LEDGER_FIELD, previous_ledger, with_ledger, with_recall_note};
 use crate::plan::{NotSmaller, Plan};
 use crate::record::RECORD_ONLY_MODEL;
 use crate::report::{ClearedItem, Compacted, CompactionReport};
@@ -67,55 +63,6 @@ impl Run<'_> {
             // A blank line between the summary and the rendering, and a margin for rounding.
             + 16;
         chars_within(limit.saturating_sub(used), ledger, natural)
-    }
-
-    /// The characters of the ledger's rendering after a clearing's `text` (the summary it
-    /// carries, or the note), followed by copies of `copies_tokens` tokens: the natural budget
-    /// of a summary of the same prefix ([`ledger_budget`]), within a quarter of what the
-    /// clearing frees ([`CLEARING_LEDGER_SHARE`]) and, when a window is known, of what leaves
-    /// the request after the clearing within a tiered run's target (half the window, and the
-    /// run's own target), so that what it adds never makes a clearing that was enough not
-    /// enough; but never less than the rendering the context holds (a chain does not shrink
-    /// its record) unless the window itself has no room for it. 0 when no room is left.
-    fn clearing_rendering_budget(
-        &self,
-        prepared: &Prepared,
-        text: &str,
-        ledger: &Ledger,
-        copies_tokens: u64,
-    ) -> usize {
-        let natural = ledger_budget(
-            self.compactor.config.max_output_tokens,
-            rendered_len(self.context),
-            prepared.transcript.text().len(),
-            None,
-        );
-        let text_tokens = Heuristic.message(&Message::compaction(text));
-        // A share of what the clearing freed: the record of the cleared output is never more
-        // than a fraction of it, so a clearing that frees little stays small.
-        let freed = prepared
-            .tokens_before
-            .saturating_sub(copies_tokens + text_tokens);
-        // Never less than the rendering already in the context (a clearing chained after a
-        // summary or a clearing does not shrink its record), unless the window itself says so.
-        let carried = self
-            .context
-            .summary()
-            .map_or(0, |s| Heuristic.text(&s[strip_ledger(s).len()..]));
-        let mut room = freed / CLEARING_LEDGER_SHARE;
-        let limit = self.clearing_limit(prepared);
-        let reserved = |l: u64| copies_tokens + text_tokens + self.reserved_within(l) + 16;
-        if let Some(target) = min_known(
-            limit.map(|l| l / TIERED_TARGET_DIVISOR),
-            self.options.target_tokens,
-        ) {
-            room = room.min(target.saturating_sub(reserved(limit.unwrap_or(target))));
-        }
-        room = room.max(carried);
-        if let Some(limit) = limit {
-            room = room.min(limit.saturating_sub(reserved(limit)));
-        }
-        chars_within(room, ledger, natural)
     }
 
     /// Builds the append: the compaction entry, then the kept copies marked `kept_by`.
@@ -334,13 +281,9 @@ impl Run<'_> {
     }
 }
 
-/// A clearing's rendering of its ledger takes at most what it freed divided by this (a
-/// quarter).
-pub(super) const CLEARING_LEDGER_SHARE: u64 = 4;
-
 /// The characters of a ledger's rendering that fit `target` tokens: at most `natural`, found by
 /// measuring the rendering, a few times at most.
-fn chars_within(target: u64, ledger: &Ledger, natural: usize) -> usize {
+pub(super) fn chars_within(target: u64, ledger: &Ledger, natural: usize) -> usize {
     let mut chars = natural.min(usize::try_from(target.saturating_mul(4)).unwrap_or(usize::MAX));
     for _ in 0..6 {
         let tokens = Heuristic.text(&ledger.render_within(chars));
