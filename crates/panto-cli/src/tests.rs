@@ -901,11 +901,24 @@ fn the_windows_file_keeps_one_learned_and_one_discovered_window_per_model_and_no
         source: source.into(),
         detail: String::new(),
         at: 0,
+        counts_output: None,
     };
     let mut file = WindowFile::default();
     assert!(file.put(record("m", 4096, "discovered")));
     assert!(file.put(record("m", 8192, "overflow")));
     assert!(!file.put(record("m", 8192, "overflow")), "nothing changed");
+    // Whether the server counts the output is kept with the learned window (and read back
+    // below): learning it changes the record.
+    let counting = Record {
+        counts_output: Some(true),
+        ..record("m", 8192, "overflow")
+    };
+    assert!(file.put(counting.clone()));
+    assert!(!file.put(counting), "nothing changed");
+    let text = toml::to_string(&file).unwrap();
+    assert!(text.contains("counts_output = true"), "{text}");
+    let back: WindowFile = toml::from_str(&text).unwrap();
+    assert_eq!(back.windows, file.windows);
     // A bound replaces the stated limit (both are learned); the discovered one stays.
     assert!(file.put(record("m", 3000, "bound")));
     assert!(file.put(record("other", 2048, "overflow")));
