@@ -296,14 +296,11 @@ where
 {
     let first = Thinker::default();
     if !setup.history.is_empty() {
-        let mut signed = first.signed.lock().unwrap();
-        for turn in 0..setup.history.len() / 4 {
-            for step in 0..2 {
-                let (text, signature) = history_thinking(turn, step);
-                signed.insert(signature, text);
-            }
+        let thinking = (0..setup.history.len() / 4)
+            .flat_map(|turn| (0..2).map(move |step| history_thinking(turn, step)));
+        for (text, signature) in thinking {
+            first.signed.lock().unwrap().insert(signature, text);
         }
-        drop(signed);
         let compactor = Compactor::new(ModelRef::new(Arc::new(Thinker::default()), "thinker-1"));
         let (mut before, _) = Driver::open(compactor, open().await, "s").await.unwrap();
         before.append(setup.history.clone()).await.unwrap();
