@@ -76,6 +76,9 @@ pub(crate) fn known_windows(config: &Config, model: &str) -> (KnownWindows, Vec<
     for w in records.iter().filter_map(Record::window) {
         known.learn(w);
     }
+    if let Some(counts) = records.iter().find_map(|r| r.counts_output) {
+        known.counts_output = Some(counts);
+    }
     (known, records)
 }
 
@@ -126,13 +129,15 @@ pub(crate) fn window_origin(config: &Config, window: Window, records: &[Record])
     }
 }
 
-/// Keeps in the data folder what a command learned of the window of `model`: `learned`, what
-/// the driver or the compaction run says it learned (`KnownWindows::learned`: a stated limit,
-/// or a bound a request that did not fit taught). A stated limit replaces what is kept (the
-/// provider's latest word); a bound only what it tightens (every bound holds). A file that
-/// cannot be written is said once; the conversation goes on.
-pub(crate) fn remember(config: &Config, model: &str, learned: Option<Window>) {
-    let Some(window) = learned else {
+/// Keeps in the data folder what a command learned of the window of `model`, from `known`,
+/// the windows the driver or the compaction run gives back: the window learned
+/// (`KnownWindows::learned`: a stated limit, or a bound a request that did not fit taught),
+/// with whether the server counts the output against it (`KnownWindows::counts_output`). A
+/// stated limit replaces what is kept (the provider's latest word); a bound only what it
+/// tightens (every bound holds); what was known of the output stays until something says
+/// otherwise. A file that cannot be written is said once; the conversation goes on.
+pub(crate) fn remember(config: &Config, model: &str, known: &KnownWindows) {
+    let Some(window) = known.learned() else {
         return;
     };
     let Some(path) = windows::path() else {
@@ -143,16 +148,20 @@ pub(crate) fn remember(config: &Config, model: &str, learned: Option<Window>) {
         return;
     };
     let key = Key::of(config, model);
-    let kept = file
+    let kept_record = file
         .of(&key)
-        .filter_map(Record::window)
-        .find(|w| w.source.is_learned());
-    let keep = match (kept, window.source) {
-        (Some(k), WindowSource::Reported) => k == window,
-        (Some(k), _) => k.tokens <= window.tokens,
-        (None, _) => false,
+        .find(|r| r.window().is_some_and(|w| w.source.is_learned()));
+    let kept = kept_record.and_then(Record::window);
+    let counts_output = known
+        .counts_output
+        .or(kept_record.and_then(|r| r.counts_output));
+    let same_output = kept_record.is_some_and(|r| r.counts_output == counts_output);
+    let (window, keep) = match (kept, window.source) {
+        (Some(k), WindowSource::Reported) => (window, k == window),
+        (Some(k), _) if k.tokens <= window.tokens => (k, true),
+        (_, _) => (window, false),
     };
-    if keep {
+    if keep && same_output {
         return;
     }
     let detail = match window.source {
@@ -170,6 +179,7 @@ pub(crate) fn remember(config: &Config, model: &str, learned: Option<Window>) {
         source: window.source.as_str().to_owned(),
         detail,
         at: windows::now(),
+        counts_output,
     });
     if changed && let Err(e) = file.write(&path) {
         note_once(&format!(
@@ -231,6 +241,7 @@ pub(crate) async fn discover(config: &Config, model: &str) -> Result<Option<Reco
             },
         ),
         at: windows::now(),
+        counts_output: None,
     };
     if let Some(path) = windows::path()
         && let Ok(mut file) = WindowFile::read(&path)

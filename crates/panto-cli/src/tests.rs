@@ -901,11 +901,24 @@ fn the_windows_file_keeps_one_learned_and_one_discovered_window_per_model_and_no
         source: source.into(),
         detail: String::new(),
         at: 0,
+        counts_output: None,
     };
     let mut file = WindowFile::default();
     assert!(file.put(record("m", 4096, "discovered")));
     assert!(file.put(record("m", 8192, "overflow")));
     assert!(!file.put(record("m", 8192, "overflow")), "nothing changed");
+    // Whether the server counts the output is kept with the learned window (and read back
+    // below): learning it changes the record.
+    let counting = Record {
+        counts_output: Some(true),
+        ..record("m", 8192, "overflow")
+    };
+    assert!(file.put(counting.clone()));
+    assert!(!file.put(counting), "nothing changed");
+    let text = toml::to_string(&file).unwrap();
+    assert!(text.contains("counts_output = true"), "{text}");
+    let back: WindowFile = toml::from_str(&text).unwrap();
+    assert_eq!(back.windows, file.windows);
     // A bound replaces the stated limit (both are learned); the discovered one stays.
     assert!(file.put(record("m", 3000, "bound")));
     assert!(file.put(record("other", 2048, "overflow")));
@@ -1270,4 +1283,25 @@ fn lists_in_words_join_with_the_last_word_before_the_last_item() {
     assert_eq!(text, "ANTHROPIC_API_KEY, OPENAI_API_KEY or GEMINI_API_KEY");
     assert_eq!(crate::lists::listed(&["a"], " or "), "a");
     assert_eq!(crate::lists::listed::<&str>(&[], " or "), "");
+}
+
+#[test]
+fn a_tiered_run_that_writes_the_clearing_alone_says_so_after_saying_it_summarizes() {
+    use panto_compact::CompactionEvent;
+
+    let not_enough = CompactionEvent::ClearingNotEnough {
+        tokens_before: 9_000,
+        tokens_after: 8_500,
+        cleared: 2,
+        reason: "it frees about 500 tokens, less than a tenth of the window (8192)".into(),
+    };
+    assert!(describe_event(&not_enough).contains("not enough"));
+    let alone = CompactionEvent::ClearedAlone {
+        reason: "the compaction would not make the conversation smaller".into(),
+    };
+    let said = describe_event(&alone);
+    assert_eq!(
+        said,
+        "panto: the summary of the cleared conversation is not written (the compaction would not make the conversation smaller): writing the clearing alone"
+    );
 }

@@ -279,6 +279,9 @@ pub(crate) fn describe_event(event: &CompactionEvent) -> String {
             "panto: clearing {} would take the conversation from about {tokens_before} to {tokens_after} tokens, which is not enough ({reason}): summarizing too",
             count(*cleared, "old block")
         ),
+        CompactionEvent::ClearedAlone { reason } => format!(
+            "panto: the summary of the cleared conversation is not written ({reason}): writing the clearing alone"
+        ),
         CompactionEvent::Finished(report) if report.strategy == CompactionStrategy::Clear => {
             let bytes: usize = report.cleared.iter().map(|c| c.bytes).sum();
             format!(

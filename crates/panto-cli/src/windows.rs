@@ -92,6 +92,12 @@ pub(crate) struct Record {
     /// When it was recorded, in seconds since 1970.
     #[serde(default)]
     pub at: u64,
+    /// On a learned record, whether the server counts a request's output budget against its
+    /// window (`KnownWindows::counts_output`, learned from the same overflow), so that the
+    /// next conversation keeps room for the whole reply from its first request. Absent when
+    /// nothing showed it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub counts_output: Option<bool>,
 }
 
 impl Record {
@@ -145,7 +151,10 @@ impl WindowFile {
                 && learned(r) == learned(&record)
         };
         if let Some(old) = self.windows.iter_mut().find(|r| same(r)) {
-            if old.tokens == record.tokens && old.source == record.source {
+            if old.tokens == record.tokens
+                && old.source == record.source
+                && old.counts_output == record.counts_output
+            {
                 return false;
             }
             *old = record;

@@ -135,6 +135,10 @@ pub enum CompactError {
         overflowed_tokens: u64,
         /// The limit known, in panto's estimates.
         limit: Option<u64>,
+        /// The compaction was a clearing alone (its report's `strategy` is `Clear`): it
+        /// summarized nothing, so what is too large is the text it left verbatim, not
+        /// necessarily the newest turn.
+        by_clearing: bool,
     },
     /// There was nothing to compact ahead of a request: the cause of
     /// [`CompactError::ExceedsWindow`] when that request is too large anyway.
@@ -158,6 +162,8 @@ pub enum CompactError {
         window: Window,
         /// Why compacting ahead did not make it fit, when it wrote nothing.
         compaction: Option<Box<CompactError>>,
+        /// What it wrote was a clearing alone (see [`CompactError::OverflowNoProgress`]).
+        by_clearing: bool,
     },
     /// The request still overflowed after compaction; it is not compacted again.
     OverflowAfterCompaction {
@@ -165,6 +171,8 @@ pub enum CompactError {
         error: ProviderError,
         /// panto's estimate of the compacted request (system prompt and messages).
         estimated_tokens: u64,
+        /// The compaction was a clearing alone (see [`CompactError::OverflowNoProgress`]).
+        by_clearing: bool,
     },
 }
 
@@ -265,16 +273,28 @@ impl fmt::Display for CompactError {
                 estimated_tokens,
                 overflowed_tokens,
                 limit,
+                by_clearing,
                 ..
-            } => write!(
-                f,
-                "the newest turn is too large for the context window on its own: after compaction the request is still about {estimated_tokens} tokens (it was about {overflowed_tokens}{}), so it was not sent again",
-                LimitNote(*limit)
-            ),
+            } => {
+                let (cause, after) = if *by_clearing {
+                    (CLEARED_TEXT_TOO_LARGE, "clearing")
+                } else {
+                    (
+                        "the newest turn is too large for the context window on its own",
+                        "compaction",
+                    )
+                };
+                write!(
+                    f,
+                    "{cause}: after {after} the request is still about {estimated_tokens} tokens (it was about {overflowed_tokens}{}), so it was not sent again",
+                    LimitNote(*limit)
+                )
+            }
             CompactError::ExceedsWindow {
                 estimated_tokens,
                 window,
                 compaction,
+                by_clearing,
             } => {
                 write!(
                     f,
@@ -284,12 +304,14 @@ impl fmt::Display for CompactError {
                 )?;
                 match compaction {
                     Some(c) => write!(f, "; compacting first wrote nothing: {c}"),
+                    None if *by_clearing => write!(f, "; {CLEARED_TEXT_TOO_LARGE}"),
                     None => f.write_str("; the newest turn is too large on its own"),
                 }
             }
             CompactError::OverflowAfterCompaction {
                 estimated_tokens,
                 error,
+                by_clearing,
             } => {
                 write!(
                     f,
@@ -298,7 +320,11 @@ impl fmt::Display for CompactError {
                 if let Some(numbers) = error.token_numbers().filter(|n| !n.is_empty()) {
                     write!(f, " (the provider stated {numbers})")?;
                 }
-                f.write_str("; the newest turn may be too large on its own")
+                if *by_clearing {
+                    write!(f, "; {CLEARED_TEXT_TOO_LARGE}")
+                } else {
+                    f.write_str("; the newest turn may be too large on its own")
+                }
             }
         }
     }
@@ -428,6 +454,9 @@ impl CompactError {
         }
     }
 }
+
+/// What is too large after a clearing alone that did not fit: it summarizes nothing.
+const CLEARED_TEXT_TOO_LARGE: &str = "clearing old tool output is not enough: the conversation's text it keeps verbatim (prompts, answers, calls and placeholders) is too large for the window, and a clearing summarizes none of it (`compaction_strategy = \"tiered\"` or `\"summary\"` would)";
 
 struct LimitNote(Option<u64>);
 

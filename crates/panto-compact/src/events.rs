@@ -37,7 +37,8 @@ pub enum CompactionEvent {
         tokens_before: u64,
     },
     /// A tiered run cleared the older turns, and the clearing is not enough: it summarizes the
-    /// cleared conversation too (`Started` follows).
+    /// cleared conversation too (`Started` follows, unless the summary has nothing to do; a
+    /// summary that is not written is said by [`CompactionEvent::ClearedAlone`]).
     ClearingNotEnough {
         /// Estimated tokens of the conversation before the clearing.
         tokens_before: u64,
@@ -47,6 +48,13 @@ pub enum CompactionEvent {
         cleared: usize,
         /// Why it is not enough: it frees too little, or leaves the next request above its
         /// target.
+        reason: String,
+    },
+    /// A tiered run that said [`CompactionEvent::ClearingNotEnough`] writes the clearing alone
+    /// after all: the summary of the cleared conversation would not be smaller than it, or
+    /// every turn the clearing left fits the keep budget. `Finished` (a clearing's) follows.
+    ClearedAlone {
+        /// Why the summary was not written.
         reason: String,
     },
     /// The fold is planned: how many requests the summarized prefix takes.

@@ -121,8 +121,9 @@ mod window;
 pub use attempt::AttemptFailure;
 pub use catalogue::catalogue_checked;
 pub use compactor::{
-    CLEAR_MIN_FREED_DIVISOR, CLEAR_RESULTS_ABOVE, CLEARING_NOTE, Compactor, MAX_LONGER,
-    MAX_REBASES, MAX_SHRINKS, Prepared, REBASED_FIELD, TIERED_TARGET_DIVISOR,
+    CLEAR_MIN_FREED_DIVISOR, CLEAR_RESULTS_ABOVE, CLEARING_NOTE, CUT_RESULTS_ABOVE_DIVISOR,
+    CUT_RESULTS_TO_DIVISOR, Compactor, MAX_LONGER, MAX_REBASES, MAX_SHRINKS, Prepared,
+    REBASED_FIELD, TIERED_TARGET_DIVISOR,
 };
 pub use config::{
     CompactRun, CompactionStrategy, CompactorConfig, Conversation, DEFAULT_KEEP_TOKENS,

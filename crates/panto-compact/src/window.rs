@@ -119,6 +119,9 @@ pub struct Stated {
     pub counted: Option<u64>,
     /// panto's estimate of the refused request, when known.
     pub estimated: Option<u64>,
+    /// The output budget the provider said it counted against the limit, when it said
+    /// ([`TokenNumbers::output_tokens`](panto_provider::TokenNumbers)).
+    pub output: Option<u64>,
 }
 
 impl Stated {
@@ -128,7 +131,15 @@ impl Stated {
             tokens,
             counted: None,
             estimated: None,
+            output: None,
         }
+    }
+
+    /// The same, with the output budget the provider said it counted against the limit.
+    #[must_use]
+    pub fn with_output(mut self, output: Option<u64>) -> Stated {
+        self.output = output;
+        self
     }
 
     /// The same, stated for a request the provider counted at `counted` tokens (when it said)
@@ -141,12 +152,15 @@ impl Stated {
     }
 
     /// Whether its numbers show that the server counts the output budget against its window:
-    /// the input it counted lies within the limit it stated, so the request was refused for
-    /// what it asked beyond its input (vLLM's "maximum context length is 8,000 tokens. However,
-    /// you requested 9,000 tokens (7,000 in the messages, 2,000 in the completion)"). An input
-    /// counted above the limit shows nothing: the input alone was too much.
+    /// it said which output it counted (vLLM's "maximum context length is 8,000 tokens.
+    /// However, you requested 9,000 tokens (7,000 in the messages, 2,000 in the completion)",
+    /// Anthropic's "143,653 + 64,000 > 200,000"), or the input it counted lies within the
+    /// limit it stated, so the request was refused for what it asked beyond its input. An input
+    /// counted above the limit, without the output, shows nothing: the input alone was too
+    /// much.
     pub fn shows_output_counted(&self) -> bool {
-        matches!(self.counted, Some(counted) if counted > 0 && counted <= self.tokens)
+        self.output.is_some_and(|o| o > 0)
+            || matches!(self.counted, Some(counted) if counted > 0 && counted <= self.tokens)
     }
 
     /// The limit in panto's estimated tokens: scaled by `estimated / counted` when the provider
@@ -173,6 +187,8 @@ pub struct Overflow {
     pub counted: Option<u64>,
     /// The limit the error stated, when it did.
     pub stated: Option<u64>,
+    /// The output budget the error said it counted against that limit, when it did.
+    pub output: Option<u64>,
 }
 
 impl Overflow {
@@ -184,6 +200,7 @@ impl Overflow {
             estimated: Some(estimated),
             counted: numbers.input_tokens,
             stated: numbers.limit,
+            output: numbers.output_tokens,
         }
     }
 
@@ -315,6 +332,7 @@ impl KnownWindows {
                 tokens: limit,
                 counted: overflow.counted,
                 estimated,
+                output: overflow.output,
             }),
             (None, Some(estimated)) => self.learn(Window::new(
                 estimated.saturating_sub(1),

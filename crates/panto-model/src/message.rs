@@ -212,6 +212,18 @@ pub const CLEARED: &str = "cleared";
 /// reads nothing from such a text (the clearing recorded the original's).
 pub const CLEARED_PREFIX: &str = "[tool result cleared";
 
+/// The field of a tool result that a clearing cut in the kept turns (a result of the turn in
+/// flight too large for the window: its head and a note): the id of the clearing. Adapters
+/// never send it.
+pub const CUT: &str = "cut";
+
+/// How the note after a cut tool result's head starts (on a line of its own).
+pub const CUT_PREFIX: &str = "[tool result cut";
+
+/// How the text a clearing put in place of an image starts: not something the user said (the
+/// ledger reads nothing from it, and never takes it for a request).
+pub const CLEARED_IMAGE_PREFIX: &str = "[image cleared";
+
 /// One content block. Unknown block types are kept as [`ContentBlock::Other`].
 #[derive(Clone, Debug, PartialEq)]
 pub enum ContentBlock {

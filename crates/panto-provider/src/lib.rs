@@ -477,6 +477,10 @@ pub struct TokenNumbers {
     pub input_tokens: Option<u64>,
     /// The context limit the provider stated, when it did.
     pub limit: Option<u64>,
+    /// The output budget the provider counted against that limit, when it said (vLLM's and
+    /// `OpenAI`'s "6,048 in the completion", Anthropic's "143,653 + 64,000 > 200,000"): a
+    /// server that states it counts a request's output against its window.
+    pub output_tokens: Option<u64>,
 }
 
 impl TokenNumbers {
@@ -485,7 +489,16 @@ impl TokenNumbers {
         TokenNumbers {
             input_tokens,
             limit,
+            output_tokens: None,
         }
+    }
+
+    /// The same, with the output budget the provider counted against the limit (when it
+    /// stated one).
+    #[must_use]
+    pub const fn with_output(mut self, output_tokens: Option<u64>) -> TokenNumbers {
+        self.output_tokens = output_tokens;
+        self
     }
 
     /// Whether the provider stated neither number.

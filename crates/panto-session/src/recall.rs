@@ -70,13 +70,26 @@ impl From<std::io::Error> for Unusable {
     }
 }
 
+/// The sidecar's format (its `PRAGMA user_version`): a sidecar of another one is emptied at
+/// open and built again, never read. 1: the terms' bounds apart from their postings.
+pub(crate) const FORMAT: u32 = 1;
+
 fn open(path: &Path) -> Result<Connection, Unusable> {
-    let conn = Connection::open(sidecar(path))?;
+    let mut conn = Connection::open(sidecar(path))?;
     conn.busy_timeout(Duration::from_secs(10))?;
     let _: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
     conn.pragma_update(None, "synchronous", "NORMAL")?;
     conn.execute_batch(index::SCHEMA)?;
+    conn.execute_batch(index::BOUNDS)?;
     conn.execute_batch(FILE_SCHEMA)?;
+    let format: u32 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    if format != FORMAT {
+        let tx = conn.transaction()?;
+        tx.execute_batch(index::EMPTY)?;
+        tx.execute_batch("DELETE FROM panto_recall_file")?;
+        tx.pragma_update(None, "user_version", FORMAT)?;
+        tx.commit()?;
+    }
     Ok(conn)
 }
 

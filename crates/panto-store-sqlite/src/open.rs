@@ -38,6 +38,7 @@ CREATE INDEX panto_entries_compactions ON panto_entries (session, seq) WHERE kin
 ",
     ),
     (2, crate::recall::SCHEMA),
+    (3, crate::recall::WITH_BOUNDS),
 ];
 
 /// How a [`crate::SqliteStore`] uses its file.

@@ -11,7 +11,9 @@
 use std::collections::{HashMap, HashSet};
 
 use panto_model::Entry;
-use panto_store::recall::{Block, Corrupt, DocRow, IndexState, Lookup, RangeMeta, Update, item_at};
+use panto_store::recall::{
+    Block, Corrupt, DocRow, IndexState, Lookup, RangeBound, RangeMeta, Update, item_at, join_bounds,
+};
 use panto_store::{Head, Hit};
 use rusqlite::{Connection, OptionalExtension, params};
 
@@ -65,6 +67,48 @@ fn nat(n: i64) -> u64 {
     u64::try_from(n).unwrap_or(0)
 }
 
+/// The table of each term's bounds by range, apart from its postings (so that a recall reads
+/// the bounds of its terms, then the postings of the ranges it scores only): how many items
+/// of the range hold the term, and the front of its postings
+/// (`panto_store::recall::join_bounds`). `CREATE ... IF NOT EXISTS`, as [`SCHEMA`].
+macro_rules! bounds_table {
+    () => {
+        "CREATE TABLE IF NOT EXISTS panto_recall_bounds (
+    session TEXT NOT NULL,
+    term TEXT NOT NULL,
+    part INTEGER NOT NULL,
+    count INTEGER NOT NULL,
+    front BLOB NOT NULL,
+    PRIMARY KEY (session, term, part)
+) WITHOUT ROWID;
+"
+    };
+}
+
+/// The bounds' table (see `bounds_table`).
+pub const BOUNDS: &str = bounds_table!();
+
+/// Empties every recall table (see [`EMPTY`]).
+macro_rules! empty_tables {
+    () => {
+        "DELETE FROM panto_recall_state;
+DELETE FROM panto_recall_postings;
+DELETE FROM panto_recall_docs;
+DELETE FROM panto_recall_calls;
+DELETE FROM panto_recall_compactions;
+DELETE FROM panto_recall_bounds;
+"
+    };
+}
+
+/// The recall tables, each emptied: an index of an older format is dropped, and the next
+/// recall builds it again.
+pub const EMPTY: &str = empty_tables!();
+
+/// The SQLite store's migration 3: the bounds' table, and every index written before it
+/// dropped (it has no bounds; the next recall of a session builds its index again).
+pub const WITH_BOUNDS: &str = concat!(bounds_table!(), empty_tables!());
+
 /// The state of `session`'s index, if it has one.
 ///
 /// # Errors
@@ -95,6 +139,7 @@ pub fn clear(conn: &Connection, session: &str) -> rusqlite::Result<()> {
         "panto_recall_docs",
         "panto_recall_calls",
         "panto_recall_compactions",
+        "panto_recall_bounds",
     ] {
         conn.prepare_cached(&format!("DELETE FROM {table} WHERE session = ?1"))?
             .execute(params![session])?;
@@ -116,8 +161,31 @@ pub fn write(conn: &Connection, session: &str, update: &mut Update) -> rusqlite:
             "INSERT OR REPLACE INTO panto_recall_postings (session, term, part, data)
              VALUES (?1, ?2, ?3, ?4)",
         )?;
+        let mut get_bounds = conn.prepare_cached(
+            "SELECT count, front FROM panto_recall_bounds
+             WHERE session = ?1 AND term = ?2 AND part = ?3",
+        )?;
+        let mut put_bounds = conn.prepare_cached(
+            "INSERT OR REPLACE INTO panto_recall_bounds (session, term, part, count, front)
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+        )?;
         for (term, block) in update.blocks() {
             let range = block.meta.range;
+            let (count, front): (u32, Vec<u8>) = get_bounds
+                .query_row(params![session, term, range], |r| {
+                    Ok((r.get(0)?, r.get(1)?))
+                })
+                .optional()?
+                .unwrap_or_default();
+            // The index built these bytes itself: they decode.
+            let front = join_bounds(&front, &block).unwrap_or_default();
+            put_bounds.execute(params![
+                session,
+                term,
+                range,
+                count.saturating_add(block.meta.count),
+                front
+            ])?;
             let before: Option<Vec<u8>> = get
                 .query_row(params![session, term, range], |r| r.get(0))
                 .optional()?;
@@ -226,30 +294,75 @@ pub fn recall<E>(
     if lookup.is_empty() {
         return Ok(Found::Hits(Vec::new()));
     }
+    let mut get = conn.prepare_cached(
+        "SELECT part, data FROM panto_recall_postings WHERE session = ?1 AND term = ?2
+         ORDER BY part",
+    )?;
     let mut blocks: HashMap<String, Vec<Block>> = HashMap::new();
-    {
-        let mut get = conn.prepare_cached(
-            "SELECT part, data FROM panto_recall_postings WHERE session = ?1 AND term = ?2
-             ORDER BY part",
-        )?;
-        for term in lookup.terms() {
-            let list = get
-                .query_map(params![session, term], |r| {
-                    Ok(Block {
-                        meta: RangeMeta {
-                            range: r.get(0)?,
-                            ..RangeMeta::default()
-                        },
-                        data: r.get(1)?,
-                    })
-                })?
-                .collect::<rusqlite::Result<Vec<Block>>>()?;
-            if !list.is_empty() {
-                blocks.insert(term, list);
-            }
+    for term in lookup.whole_terms() {
+        let list = get
+            .query_map(params![session, term], |r| {
+                Ok(Block {
+                    meta: RangeMeta {
+                        range: r.get(0)?,
+                        ..RangeMeta::default()
+                    },
+                    data: r.get(1)?,
+                })
+            })?
+            .collect::<rusqlite::Result<Vec<Block>>>()?;
+        if !list.is_empty() {
+            blocks.insert(term, list);
         }
     }
-    let Ok(mut picker) = lookup.rank(state.stats(), &blocks) else {
+    let Ok(tiered) = lookup.tier_ranges(&blocks) else {
+        return Ok(Found::Corrupt);
+    };
+    let bounded = lookup.bounded_terms();
+    let mut get_range = conn.prepare_cached(
+        "SELECT data FROM panto_recall_postings WHERE session = ?1 AND term = ?2 AND part = ?3",
+    )?;
+    let mut range_of = |term: &str, range: u32| -> rusqlite::Result<Option<Vec<u8>>> {
+        get_range
+            .query_row(params![session, term, range], |r| r.get(0))
+            .optional()
+    };
+    let mut bounds: HashMap<String, Vec<RangeBound>> = HashMap::new();
+    {
+        let mut get = conn.prepare_cached(
+            "SELECT part, count, front FROM panto_recall_bounds WHERE session = ?1 AND term = ?2
+             ORDER BY part",
+        )?;
+        for term in &bounded {
+            let list = get
+                .query_map(params![session, term], |r| {
+                    Ok(RangeBound {
+                        range: r.get(0)?,
+                        count: r.get(1)?,
+                        front: r.get(2)?,
+                    })
+                })?
+                .collect::<rusqlite::Result<Vec<RangeBound>>>()?;
+            if list.is_empty() {
+                continue;
+            }
+            let mut part = Vec::new();
+            for &range in &tiered {
+                if let Some(data) = range_of(term, range)? {
+                    part.push(Block {
+                        meta: RangeMeta {
+                            range,
+                            ..RangeMeta::default()
+                        },
+                        data,
+                    });
+                }
+            }
+            blocks.insert(term.clone(), part);
+            bounds.insert(term.clone(), list);
+        }
+    }
+    let Ok(mut picker) = lookup.rank_bounded(state.stats(), &blocks, &bounds) else {
         return Ok(Found::Corrupt);
     };
     let none = HashSet::new();
@@ -264,6 +377,23 @@ pub fn recall<E>(
              WHERE session = ?1 AND doc = ?2",
         )?;
         loop {
+            loop {
+                let need = picker.needs();
+                if need.is_empty() {
+                    break;
+                }
+                for range in need {
+                    let mut found = Vec::new();
+                    for term in &bounded {
+                        if let Some(data) = range_of(term, range)? {
+                            found.push((term.clone(), data));
+                        }
+                    }
+                    if picker.give(range, found) == Err(Corrupt) {
+                        return Ok(Found::Corrupt);
+                    }
+                }
+            }
             let docs = picker.next_docs();
             if docs.is_empty() {
                 break;
@@ -336,6 +466,8 @@ pub fn size(conn: &Connection, session: &str) -> rusqlite::Result<u64> {
         "SELECT COALESCE(SUM(length(session) + length(term) + length(data) + 4), 0)
          FROM panto_recall_postings WHERE session = ?1",
         "SELECT COALESCE(SUM(length(session) + 28), 0) FROM panto_recall_docs WHERE session = ?1",
+        "SELECT COALESCE(SUM(length(session) + length(term) + length(front) + 8), 0)
+         FROM panto_recall_bounds WHERE session = ?1",
         "SELECT COALESCE(SUM(length(session) + length(call) + length(tool) + 12), 0)
          FROM panto_recall_calls WHERE session = ?1",
         "SELECT COALESCE(SUM(length(session) + length(name) + 8), 0)

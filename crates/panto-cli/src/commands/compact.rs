@@ -98,7 +98,7 @@ pub(crate) async fn compact(config: &Config, path: &Path, asked: CompactAsked) -
     };
     spinner.stop();
     // What the compaction requests taught of the window is kept for the next command.
-    providers::remember(config, &model, windows.learned());
+    providers::remember(config, &model, &windows);
     if let Err(e @ CompactError::NothingToClear { .. }) = &outcome {
         // Not a failure: like nothing to compact, a normal outcome.
         if as_json {

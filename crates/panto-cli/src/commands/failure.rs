@@ -108,6 +108,21 @@ fn root_cause(e: &CompactError) -> Option<&ProviderError> {
 
 /// The hint of a request too large for the model's window, when `e` is one.
 fn window_hint(e: &CompactError, config: &Config) -> Option<String> {
+    if let CompactError::ExceedsWindow {
+        by_clearing: true, ..
+    }
+    | CompactError::OverflowNoProgress {
+        by_clearing: true, ..
+    }
+    | CompactError::OverflowAfterCompaction {
+        by_clearing: true, ..
+    } = e
+    {
+        return Some(format!(
+            "`compaction_strategy = \"tiered\"` (in {}, or `--compaction-strategy tiered`) summarizes what clearing leaves when clearing is not enough",
+            user_config_file(config)
+        ));
+    }
     if let CompactError::ExceedsWindow { window, .. } = e {
         return Some(format!(
             "shorten the newest message, or use a model with a larger context window; {}",

@@ -217,7 +217,7 @@ pub(crate) async fn turn(
         };
         // What the turn taught of the window is kept for the next command and conversation.
         let model = driver.compactor().active().model.clone();
-        providers::remember(config, &model, driver.learned_window());
+        providers::remember(config, &model, &driver.windows());
         let failed = match result {
             Ok(reply) => return Ok(Ok(reply)),
             Err(failed) => failed,

@@ -37,6 +37,7 @@ pub(crate) async fn context(config: &Config, path: &Path, as_json: bool) -> Resu
                 "threshold_tokens": config
                     .auto_compact_share()
                     .map(|s| (w.tokens as f64 * s).floor() as u64),
+                "counts_output": known.counts_output,
             })
         });
         let doc = ContextDoc {

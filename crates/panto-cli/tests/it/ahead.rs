@@ -215,6 +215,9 @@ async fn a_window_an_overflow_stated_is_kept_shown_used_ahead_and_forgotten() {
     let doc: Value = serde_json::from_str(&context.stdout).unwrap();
     assert_eq!(doc["window"]["tokens"], json!(stated));
     assert_eq!(doc["window"]["source"], "overflow");
+    // Its numbers ("your messages resulted in N tokens", above the limit) say nothing of
+    // the output.
+    assert_eq!(doc["window"]["counts_output"], Value::Null);
 
     // One command forgets it.
     let forget = panto(&sb, p, &server.uri(), &["window", "--forget"]).await;
@@ -232,6 +235,55 @@ async fn a_window_an_overflow_stated_is_kept_shown_used_ahead_and_forgotten() {
         "{}",
         context.stdout
     );
+}
+
+/// A server whose overflow states the completion it counted (vLLM's wording): that it counts
+/// the output against its window is kept with the window learned (issue 39 point 3), and a
+/// new conversation with the same model starts knowing it; `panto window --forget` forgets
+/// both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn that_the_server_counts_the_output_is_kept_with_the_window_and_read_back() {
+    let p = Protocol::OpenAiChat;
+    let mut model = FakeModel::new(p, LIMIT_BYTES);
+    model.states_completion = true;
+    let server = model.clone().start().await;
+    let sb = Sandbox::new();
+    // A reply budget the window holds (the default 4,096 fills this one: no compaction helps).
+    std::fs::create_dir_all(&sb.user_config).unwrap();
+    std::fs::write(
+        sb.user_config.join("config.toml"),
+        "max_output_tokens = 1000\n",
+    )
+    .unwrap();
+    let mut i = 0;
+    while model.seen().iter().all(|s| s.answer != "overflow") {
+        panto(&sb, p, &server.uri(), &["send", "s.jsonl", &message(i)])
+            .await
+            .expect_code(0);
+        i += 1;
+        assert!(i < 30, "the server never overflowed");
+    }
+    let kept = std::fs::read_to_string(sb.data().join("windows.toml")).unwrap();
+    assert!(
+        kept.contains(&format!("tokens = {WINDOW_TOKENS}")),
+        "{kept}"
+    );
+    assert!(kept.contains("counts_output = true"), "{kept}");
+    // A new conversation reads it back.
+    panto(&sb, p, &server.uri(), &["send", "t.jsonl", &message(0)])
+        .await
+        .expect_code(0);
+    let context = panto(&sb, p, &server.uri(), &["context", "t.jsonl", "--json"]).await;
+    context.expect_code(0);
+    let doc: Value = serde_json::from_str(&context.stdout).unwrap();
+    assert_eq!(doc["window"]["tokens"], json!(WINDOW_TOKENS));
+    assert_eq!(doc["window"]["counts_output"], json!(true));
+    panto(&sb, p, &server.uri(), &["window", "--forget"])
+        .await
+        .expect_code(0);
+    let context = panto(&sb, p, &server.uri(), &["context", "t.jsonl", "--json"]).await;
+    let doc: Value = serde_json::from_str(&context.stdout).unwrap();
+    assert_eq!(doc["window"]["counts_output"], Value::Null);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

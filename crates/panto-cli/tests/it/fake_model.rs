@@ -85,6 +85,10 @@ pub(crate) struct FakeModel {
     /// Whether the overflow error states the numbers (tokens and limit), as most providers
     /// do, or only says the input is too long, as llama.cpp, Ollama and LM Studio do.
     pub numbers: bool,
+    /// Whether the Chat Completions overflow is worded as vLLM's, stating the completion the
+    /// request asked for besides its messages ("you requested N tokens (X in the messages, M in
+    /// the completion)"): the wording of a server that counts the output against its window.
+    pub states_completion: bool,
     /// Whether a streamed conversation reply (Chat Completions) stops half-way, before its
     /// `finish_reason` and `data: [DONE]`, as when a connection drops.
     pub cut_replies: bool,
@@ -131,6 +135,7 @@ impl FakeModel {
             fail_with: None,
             limit_compactions: false,
             numbers: true,
+            states_completion: false,
             cut_replies: false,
             empty_summaries: false,
             truncate_silently: false,
@@ -152,10 +157,20 @@ impl FakeModel {
         self.log.lock().unwrap().clone()
     }
 
-    fn overflow(&self, bytes: usize) -> ResponseTemplate {
+    fn overflow(&self, bytes: usize, body: &Value) -> ResponseTemplate {
         let (tokens, limit) = (bytes / 3, self.limit / 3);
         if !self.numbers {
             return ResponseTemplate::new(400).set_body_json(self.overflow_without_numbers());
+        }
+        if self.states_completion && self.protocol == Protocol::OpenAiChat {
+            let completion = body["max_tokens"]
+                .as_u64()
+                .or(body["max_completion_tokens"].as_u64())
+                .unwrap_or(0);
+            let requested = tokens as u64 + completion;
+            return ResponseTemplate::new(400).set_body_json(json!({"object": "error",
+                "message": format!("This model's maximum context length is {limit} tokens. However, you requested {requested} tokens ({tokens} in the messages, {completion} in the completion). Please reduce the length of the messages or completion."),
+                "type": "BadRequestError", "param": null, "code": 400}));
         }
         let body = match self.protocol {
             Protocol::Anthropic => {
@@ -272,7 +287,7 @@ impl Respond for FakeModel {
             self.not_found(&model)
         } else if compaction && self.limit_compactions && bytes > self.limit {
             seen.answer = "overflow";
-            self.overflow(bytes)
+            self.overflow(bytes, &seen.body)
         } else if compaction && self.empty_summaries {
             seen.answer = "empty";
             answer(self.protocol, stream, "", bytes)
@@ -305,7 +320,7 @@ impl Respond for FakeModel {
             )
         } else if bytes > self.limit {
             seen.answer = "overflow";
-            self.overflow(bytes)
+            self.overflow(bytes, &seen.body)
         } else if self.cut_replies && stream && self.protocol == Protocol::OpenAiChat {
             seen.answer = "cut";
             let chunk = json!({"id": "c1", "object": "chat.completion.chunk", "model": "fake",

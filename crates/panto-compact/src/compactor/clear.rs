@@ -14,9 +14,10 @@
 //! tool loop, whose thinking Anthropic wants back.
 
 use panto_model::{
-    CLEARED, CLEARED_PREFIX, ContentBlock, EffectiveContext, ImageBlock, Message, Role,
-    ToolResultBlock, ToolResultContent, ToolUseBlock,
+    CLEARED, CLEARED_IMAGE_PREFIX, CLEARED_PREFIX, CUT, CUT_PREFIX, ContentBlock, EffectiveContext,
+    ImageBlock, Message, Role, ToolResultBlock, ToolResultContent, ToolUseBlock,
 };
+use panto_transcript::cut::{self, Budget};
 use panto_transcript::{clip, one_line};
 use serde_json::Value;
 
@@ -29,11 +30,22 @@ use crate::report::{ClearedItem, Compacted};
 /// 200 bytes, so a smaller result would save little (and an error message is usually short).
 pub const CLEAR_RESULTS_ABOVE: usize = 1_024;
 
+/// The kind, in a clearing's `cleared` list, of a result cut in the kept turns.
+pub(super) const CUT_KIND: &str = "tool_result_cut";
+
 /// The summary of a clearing made when no summary is active: what the placeholders are.
 pub const CLEARING_NOTE: &str = "Earlier tool results of this conversation were cleared to save room. Each is replaced by a placeholder that keeps its size, whether it failed, its first line and its id; the calls are kept as they were, and the full results are kept in the session.";
 
 /// The most characters of a first line a placeholder quotes.
 const FIRST_LINE_CHARS: usize = 120;
+
+/// A tool result in the kept turns (the turn in flight) larger than the window divided by this
+/// (a quarter) is cut (issue 37, point 6): no other compaction can make room for it.
+pub const CUT_RESULTS_ABOVE_DIVISOR: u64 = 4;
+
+/// A result cut in the kept turns keeps its head within the window divided by this (an
+/// eighth).
+pub const CUT_RESULTS_TO_DIVISOR: u64 = 8;
 
 /// The clearing of `prepared`'s older turns, ready to be appended.
 ///
@@ -56,7 +68,12 @@ pub(super) async fn produce(
 pub(super) fn clearing(run: &mut Run<'_>, prepared: &Prepared) -> Result<Compacted, CompactError> {
     let id = run.compactor.next_id(panto_model::IdKind::Compaction);
     let recall = run.compactor.config.recall_tool;
-    let cleared = Cleared::of(run.context, prepared, &id, recall);
+    let limit = run.clearing_limit(prepared);
+    let cut = limit.map(|l| Cut {
+        above: l / CUT_RESULTS_ABOVE_DIVISOR,
+        to: l / CUT_RESULTS_TO_DIVISOR,
+    });
+    let cleared = Cleared::of(run.context, prepared, &id, (recall, cut));
     if cleared.items.is_empty() {
         return Err(CompactError::NothingToClear {
             messages: prepared.plan.prefix().len(),
@@ -76,10 +93,25 @@ pub(super) struct Cleared {
     pub(super) originals: Vec<Message>,
 }
 
+/// The tool results of the kept turns that are cut, and to what, in estimated tokens.
+#[derive(Clone, Copy)]
+struct Cut {
+    /// Results larger than this are cut.
+    above: u64,
+    /// To their head within this.
+    to: u64,
+}
+
 impl Cleared {
     /// The clearing `id` of the turns `prepared` summarizes in `context`; `recall` says whether
-    /// the agent offers the recall tool (the placeholders then name it).
-    fn of(context: &EffectiveContext, prepared: &Prepared, id: &str, recall: bool) -> Cleared {
+    /// the agent offers the recall tool (the placeholders then name it); the kept turns'
+    /// results are cut as `cut` says, when a window is known.
+    fn of(
+        context: &EffectiveContext,
+        prepared: &Prepared,
+        id: &str,
+        (recall, cut): (bool, Option<Cut>),
+    ) -> Cleared {
         let plan = &prepared.plan;
         // Thinking is kept from the last prompt a person typed on: the tool loop in flight.
         let loop_start = context.messages.iter().rposition(is_prompt).unwrap_or(0);
@@ -90,19 +122,92 @@ impl Cleared {
         };
         let mut calls: Vec<&ToolUseBlock> = Vec::new();
         for (i, message) in context.messages.iter().enumerate().skip(plan.head) {
-            if i >= plan.keep_from {
-                out.messages.push(message.clone());
-                continue;
-            }
             calls.extend(message.content.iter().filter_map(|b| match b {
                 ContentBlock::ToolUse(u) => Some(u),
                 _ => None,
             }));
+            if i >= plan.keep_from {
+                let copy = match cut {
+                    Some(cut) => out.cut(message, id, recall, (cut, &calls)),
+                    None => message.clone(),
+                };
+                out.messages.push(copy);
+                continue;
+            }
             let thinking = i < loop_start;
             let copy = out.clear(message, id, recall, (thinking, &calls));
             out.messages.push(copy);
         }
         out
+    }
+
+    /// A kept `message` with its tool results larger than `cut.above` cut to their head within
+    /// `cut.to` and a note that says what is left out and where the whole is (issue 37, point
+    /// 6: a result in the turn in flight too large for the window). The call stays, the cut
+    /// result keeps its call id, `is_error` and place, so every protocol's pairing holds; it
+    /// is marked [`CUT`] (not `cleared`, so an older turn's clearing can still clear it).
+    fn cut(
+        &mut self,
+        message: &Message,
+        id: &str,
+        recall: bool,
+        (cut, calls): (Cut, &[&ToolUseBlock]),
+    ) -> Message {
+        let too_large = |b: &ContentBlock| match b {
+            ContentBlock::ToolResult(r) => {
+                !r.extra.contains_key(CLEARED)
+                    && !r.extra.contains_key(CUT)
+                    && !Budget::tokens(cut.above).fits(&r.content.text())
+            }
+            _ => false,
+        };
+        if !message.content.iter().any(too_large) {
+            return message.clone();
+        }
+        let mut copy = message.clone();
+        let name = message.id.as_deref();
+        for (block, b) in copy.content.iter_mut().enumerate() {
+            if !too_large(b) {
+                continue;
+            }
+            let ContentBlock::ToolResult(r) = b else {
+                continue;
+            };
+            let bytes = result_bytes(&r.content);
+            self.items.push(
+                ClearedItem::new(name, block, CUT_KIND, bytes).with_id(r.tool_use_id.clone()),
+            );
+            if let Some(call) = calls.iter().rev().find(|c| c.id == r.tool_use_id) {
+                let call = ContentBlock::ToolUse((*call).clone());
+                self.originals
+                    .push(Message::new(Role::Assistant, vec![call]));
+            }
+            let text = r.content.text();
+            let head = cut::head(&text, Budget::tokens(cut.to), cut::Cut::Nearest);
+            let lines = text.lines().count();
+            let fetch = if recall {
+                "; the recall tool fetches it whole by that id"
+            } else {
+                "; it is kept whole in the session under that id"
+            };
+            let note = format!(
+                "{head}\n{CUT_PREFIX} to fit the context window: the first {} of its {bytes} bytes ({lines} lines) are above; id {}{fetch}]",
+                head.len(),
+                r.tool_use_id
+            );
+            let mut placeholder = ToolResultBlock::new(
+                r.tool_use_id.clone(),
+                ToolResultContent::Text(note),
+                r.is_error,
+            );
+            placeholder.extra.insert(CUT.to_owned(), Value::from(id));
+            let original = std::mem::replace(r, placeholder);
+            self.originals.push(Message::new(
+                Role::User,
+                vec![ContentBlock::ToolResult(original)],
+            ));
+        }
+        copy
     }
 
     /// `message` with its blocks worth clearing replaced (its thinking removed when
@@ -228,7 +333,7 @@ fn result_placeholder(result: &ToolResultBlock, id: &str, recall: bool) -> ToolR
     block
 }
 
-/// The text that stands in for a cleared image.
+/// The text that stands in for a cleared image: it starts with [`CLEARED_IMAGE_PREFIX`].
 fn image_placeholder(image: &ImageBlock, item: &str, bytes: usize) -> String {
     let media = image
         .media_type()
@@ -239,7 +344,7 @@ fn image_placeholder(image: &ImageBlock, item: &str, bytes: usize) -> String {
     } else {
         format!("; id {item}")
     };
-    format!("[image cleared to save room: {media}, {bytes} bytes{id}]")
+    format!("{CLEARED_IMAGE_PREFIX} to save room: {media}, {bytes} bytes{id}]")
 }
 
 /// Whether a block is thinking (signed or redacted).

@@ -61,7 +61,9 @@ use crate::report::CompactOutcome;
 use crate::window::KnownWindows;
 use run::Run;
 
-pub use clear::{CLEAR_RESULTS_ABOVE, CLEARING_NOTE};
+pub use clear::{
+    CLEAR_RESULTS_ABOVE, CLEARING_NOTE, CUT_RESULTS_ABOVE_DIVISOR, CUT_RESULTS_TO_DIVISOR,
+};
 pub use tiered::{CLEAR_MIN_FREED_DIVISOR, TIERED_TARGET_DIVISOR};
 
 // The crate's tests size a compaction request as the fold does.

@@ -32,6 +32,9 @@ pub(super) struct Run<'a> {
     /// A failed fold's plan and where it stood: panto's record goes on from the summary the
     /// models gave, never in place of it (`write.rs`).
     pub(super) partial: Option<Box<(Prepared, SoFar)>>,
+    /// Whether a compaction that would not be smaller is said as the run's failure (`Failed`);
+    /// not for a tiered run's summary, whose caller writes the clearing alone then.
+    pub(super) not_smaller_is_failure: bool,
 }
 
 impl<'a> Run<'a> {
@@ -52,6 +55,7 @@ impl<'a> Run<'a> {
             windows,
             taught: Taught::default(),
             partial: None,
+            not_smaller_is_failure: true,
         }
     }
 

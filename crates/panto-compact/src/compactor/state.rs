@@ -223,7 +223,11 @@ impl Limits {
         if let Some(limit) = stated.limit
             && believed_limit(error, input_tokens, output).is_some()
         {
-            self.stated = Some(Stated::new(limit).with_counts(stated.input_tokens, input_tokens));
+            self.stated = Some(
+                Stated::new(limit)
+                    .with_counts(stated.input_tokens, input_tokens)
+                    .with_output(stated.output_tokens),
+            );
         } else {
             self.upper = Some(self.upper.map_or(input_tokens, |u| u.min(input_tokens)));
         }

@@ -11,15 +11,18 @@
 //! settles above half of it: its oldest part is summarized) and, for a proactive compaction,
 //! half the threshold it crossed ([`CompactRun::target_tokens`](crate::CompactRun::target_tokens)).
 
-use panto_model::{Entry, replay};
+use panto_model::{Entry, Message, replay};
+use panto_size::Heuristic;
+use panto_transcript::{Ledger, strip_ledger};
 
 use super::Prepared;
 use super::clear::clearing;
 use super::run::Run;
-use super::write::{CLEARED_FIELD, cleared_json};
+use super::write::{CLEARED_FIELD, chars_within, cleared_json};
 use crate::config::{CompactionStrategy, min_known};
 use crate::error::CompactError;
 use crate::events::CompactionEvent;
+use crate::ledger::{ledger_budget, rendered_len};
 use crate::report::{CompactOutcome, Compacted};
 
 /// A clearing that frees less than the window divided by this (a tenth) is not written alone.
@@ -27,6 +30,10 @@ pub const CLEAR_MIN_FREED_DIVISOR: u64 = 10;
 
 /// The request after a tiered compaction stays under the window divided by this (half).
 pub const TIERED_TARGET_DIVISOR: u64 = 2;
+
+/// A clearing's rendering of its ledger takes at most what it freed divided by this (a
+/// quarter).
+pub(super) const CLEARING_LEDGER_SHARE: u64 = 4;
 
 /// The clearing of `prepared`'s older turns when it is enough, else the summary of the
 /// conversation it cleared.
@@ -71,16 +78,22 @@ async fn summarize_cleared(
     options.sizes = None;
     let windows = run.windows;
     let mut sub = Run::new(&mut *run.compactor, &cleared.context, &options, &windows);
+    // A summary that is not smaller is this run's fallback, not its failure.
+    sub.not_smaller_is_failure = false;
     let outcome = Box::pin(sub.produce_with(CompactionStrategy::Summary)).await;
     run.taught = std::mem::take(&mut sub.taught);
     let mut summary = match outcome {
         Ok(CompactOutcome::Compacted(c)) => *c,
         // Every turn left fits the budget: the clearing is all there is to do.
-        Ok(CompactOutcome::NothingToCompact(_)) => return run.check_smaller(cleared),
+        Ok(CompactOutcome::NothingToCompact(nothing)) => {
+            return run.cleared_alone(cleared, nothing.to_string());
+        }
         // The summary (with the ledger of the originals) is larger than the cleared turns it
         // would replace: the clearing alone is the smaller context, and an overflow's retry
         // may fit it (`quality --strategies` found a send that failed without this).
-        Err(CompactError::NotSmaller(_)) => return run.check_smaller(cleared),
+        Err(CompactError::NotSmaller(n)) => {
+            return run.cleared_alone(cleared, n.to_string());
+        }
         Err(e) => return Err(e),
     };
     let before = cleared.report.tokens_before;
@@ -97,6 +110,68 @@ async fn summarize_cleared(
 }
 
 impl Run<'_> {
+    /// The characters of the ledger's rendering after a clearing's `text` (the summary it
+    /// carries, or the note), followed by copies of `copies_tokens` tokens: the natural budget
+    /// of a summary of the same prefix ([`ledger_budget`]), within a quarter of what the
+    /// clearing frees ([`CLEARING_LEDGER_SHARE`]) and, when a window is known, of what leaves
+    /// the request after the clearing within a tiered run's target (half the window, and the
+    /// run's own target), so that what it adds never makes a clearing that was enough not
+    /// enough; but never less than the rendering the context holds (a chain does not shrink
+    /// its record) unless the window itself has no room for it. 0 when no room is left.
+    pub(super) fn clearing_rendering_budget(
+        &self,
+        prepared: &Prepared,
+        text: &str,
+        ledger: &Ledger,
+        copies_tokens: u64,
+    ) -> usize {
+        let natural = ledger_budget(
+            self.compactor.config.max_output_tokens,
+            rendered_len(self.context),
+            prepared.transcript.text().len(),
+            None,
+        );
+        let text_tokens = Heuristic.message(&Message::compaction(text));
+        // A share of what the clearing freed: the record of the cleared output is never more
+        // than a fraction of it, so a clearing that frees little stays small.
+        let freed = prepared
+            .tokens_before
+            .saturating_sub(copies_tokens + text_tokens);
+        // Never less than the rendering already in the context (a clearing chained after a
+        // summary or a clearing does not shrink its record), unless the window itself says so.
+        let carried = self
+            .context
+            .summary()
+            .map_or(0, |s| Heuristic.text(&s[strip_ledger(s).len()..]));
+        let mut room = freed / CLEARING_LEDGER_SHARE;
+        let limit = self.clearing_limit(prepared);
+        let reserved = |l: u64| copies_tokens + text_tokens + self.reserved_within(l) + 16;
+        if let Some(target) = min_known(
+            limit.map(|l| l / TIERED_TARGET_DIVISOR),
+            self.options.target_tokens,
+        ) {
+            room = room.min(target.saturating_sub(reserved(limit.unwrap_or(target))));
+        }
+        room = room.max(carried);
+        if let Some(limit) = limit {
+            room = room.min(limit.saturating_sub(reserved(limit)));
+        }
+        chars_within(room, ledger, natural)
+    }
+
+    /// `cleared` written alone after all, for `reason` (said as `ClearedAlone`).
+    ///
+    /// # Errors
+    /// [`CompactError::NotSmaller`].
+    fn cleared_alone(
+        &mut self,
+        cleared: Compacted,
+        reason: String,
+    ) -> Result<Compacted, CompactError> {
+        self.emit(CompactionEvent::ClearedAlone { reason });
+        self.check_smaller(cleared)
+    }
+
     /// Why a clearing that leaves the conversation at `after` tokens (from `before`) is not
     /// enough for this run, or `None` when it is (see the module docs).
     pub(super) fn clearing_shortfall(
@@ -132,7 +207,7 @@ impl Run<'_> {
 
     /// The window a clearing is measured against, in panto's estimated tokens: the known
     /// limit, else (after an overflow that stated none) what is known to fit.
-    fn clearing_limit(&self, prepared: &Prepared) -> Option<u64> {
+    pub(super) fn clearing_limit(&self, prepared: &Prepared) -> Option<u64> {
         self.options.known_limit(&self.windows).or_else(|| {
             prepared
                 .limit

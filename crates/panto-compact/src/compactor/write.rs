@@ -7,7 +7,7 @@ use panto_model::{
     STRATEGY, replay,
 };
 use panto_size::Heuristic;
-use panto_transcript::Ledger;
+use panto_transcript::{Ledger, strip_ledger};
 use serde_json::{Value, json};
 
 use super::clear::{CLEARING_NOTE, Cleared};
@@ -62,19 +62,7 @@ impl Run<'_> {
             + self.reserved_within(limit)
             // A blank line between the summary and the rendering, and a margin for rounding.
             + 16;
-        let target = limit.saturating_sub(used);
-        let mut chars =
-            natural.min(usize::try_from(target.saturating_mul(4)).unwrap_or(usize::MAX));
-        for _ in 0..6 {
-            let tokens = Heuristic.text(&ledger.render_within(chars));
-            if tokens <= target || chars == 0 {
-                break;
-            }
-            let scaled =
-                u128::from(chars as u64) * u128::from(target) * 9 / (10 * u128::from(tokens));
-            chars = usize::try_from(scaled).unwrap_or(0);
-        }
-        chars
+        chars_within(limit.saturating_sub(used), ledger, natural)
     }
 
     /// Builds the append: the compaction entry, then the kept copies marked `kept_by`.
@@ -147,8 +135,9 @@ impl Run<'_> {
     }
 
     /// Builds a clearing's append (`clear.rs`): the entry `id`, carrying the active summary
-    /// unchanged (or, with none, [`CLEARING_NOTE`] and `no_summary`), with the ledger of the
-    /// cleared originals merged over the active one, then a copy of every message of the
+    /// (or, with none, [`CLEARING_NOTE`] and `no_summary`) followed by the rendering of the
+    /// ledger of the cleared originals merged over the active one (so the identifiers of what
+    /// was cleared stay in the context: issue 37, point 8), then a copy of every message of the
     /// conversation as `cleared` made it, marked `kept_by`.
     pub(super) fn build_clearing(
         &mut self,
@@ -162,7 +151,13 @@ impl Run<'_> {
             .as_ref()
             .and_then(CompactionEntry::summary_text)
             .map(str::to_owned);
-        let summary = carried.clone().unwrap_or_else(|| CLEARING_NOTE.to_owned());
+        // The summary carried without the ledger rendered into it: the rendering after it is
+        // the merged ledger's, what was cleared included.
+        let text = carried.as_deref().map_or(CLEARING_NOTE, strip_ledger);
+        let ledger = Ledger::merge(
+            &previous_ledger(context),
+            &Ledger::from_messages(&cleared.originals),
+        );
         let ids = &self.compactor.ids;
         let copies: Vec<Message> = cleared
             .messages
@@ -173,18 +168,22 @@ impl Run<'_> {
                 m
             })
             .collect();
+        // The context after it, sized as one (a sizer that reads usage shares spans), first
+        // with the text alone to find the copies' size.
         let mut after = Vec::with_capacity(copies.len() + 1);
-        after.push(Message::compaction(summary.as_str()));
+        after.push(Message::compaction(text));
         after.extend(copies.iter().cloned());
-        let tokens_after = self
-            .compactor
-            .message_sizes(&after)
-            .iter()
-            .fold(0u64, |t, &s| t.saturating_add(s));
-        let ledger = Ledger::merge(
-            &previous_ledger(context),
-            &Ledger::from_messages(&cleared.originals),
-        );
+        let sum = |sizes: &[u64]| sizes.iter().fold(0u64, |t, &s| t.saturating_add(s));
+        let copies_tokens = sum(&self.compactor.message_sizes(&after)[1..]);
+        let budget = self.clearing_rendering_budget(prepared, text, &ledger, copies_tokens);
+        let summary = if budget == 0 {
+            text.to_owned()
+        } else {
+            with_ledger(text, &ledger, budget)
+        };
+        let summary = with_recall_note(&summary, self.compactor.config.recall_tool);
+        after[0] = Message::compaction(summary.as_str());
+        let tokens_after = sum(&self.compactor.message_sizes(&after));
         let mut extra = Extra::new();
         if !copies.is_empty() {
             extra.insert(COPIES_MARKED.into(), true.into());
@@ -240,8 +239,10 @@ impl Run<'_> {
             && let Err(not_smaller) = NotSmaller::check(report.tokens_before, report.tokens_after)
         {
             let error = CompactError::NotSmaller(not_smaller);
-            let failed = (report.plan.clone(), report.tokens_before, report.fallback);
-            self.failed(failed, &error);
+            if self.not_smaller_is_failure {
+                let failed = (report.plan.clone(), report.tokens_before, report.fallback);
+                self.failed(failed, &error);
+            }
             return Err(error);
         }
         Ok(compacted)
@@ -278,6 +279,21 @@ impl Run<'_> {
             .iter()
             .fold(0u64, |t, &s| t.saturating_add(s))
     }
+}
+
+/// The characters of a ledger's rendering that fit `target` tokens: at most `natural`, found by
+/// measuring the rendering, a few times at most.
+pub(super) fn chars_within(target: u64, ledger: &Ledger, natural: usize) -> usize {
+    let mut chars = natural.min(usize::try_from(target.saturating_mul(4)).unwrap_or(usize::MAX));
+    for _ in 0..6 {
+        let tokens = Heuristic.text(&ledger.render_within(chars));
+        if tokens <= target || chars == 0 {
+            break;
+        }
+        let scaled = u128::from(chars as u64) * u128::from(target) * 9 / (10 * u128::from(tokens));
+        chars = usize::try_from(scaled).unwrap_or(0);
+    }
+    chars
 }
 
 /// The model and provider a clearing's entry names: panto itself, no model was asked.

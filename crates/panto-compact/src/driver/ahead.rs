@@ -7,7 +7,7 @@ use panto_size::{Measured, RequestEstimate};
 use panto_store::Store;
 
 use super::{Driver, tools_text};
-use crate::config::CompactRun;
+use crate::config::{CompactRun, CompactionStrategy};
 use crate::error::CompactError;
 use crate::events::CompactionEvent;
 use crate::report::{CompactOutcome, CompactionReport};
@@ -216,11 +216,12 @@ impl<S: Store> Driver<S> {
         let fits = estimated_tokens <= window.tokens;
         let skipped = match outcome {
             Ok(CompactOutcome::Compacted(c)) if fits => return Ok(Some(c.report)),
-            Ok(CompactOutcome::Compacted(_)) => {
+            Ok(CompactOutcome::Compacted(c)) => {
                 return Err(CompactError::ExceedsWindow {
                     estimated_tokens,
                     window,
                     compaction: None,
+                    by_clearing: c.report.strategy == CompactionStrategy::Clear,
                 });
             }
             // Another writer appended: that is the caller's to resolve, not a reason to send.
@@ -245,6 +246,7 @@ impl<S: Store> Driver<S> {
                 estimated_tokens,
                 window,
                 compaction: Some(Box::new(error)),
+                by_clearing: false,
             })
         }
     }

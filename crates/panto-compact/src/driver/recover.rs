@@ -7,7 +7,7 @@ use panto_size::{Measured, Truncation};
 use panto_store::Store;
 
 use super::{Driver, Reply, tools_text};
-use crate::config::CompactRun;
+use crate::config::{CompactRun, CompactionStrategy};
 use crate::error::CompactError;
 use crate::events::CompactionEvent;
 use crate::report::{CompactOutcome, CompactionReport};
@@ -84,6 +84,7 @@ impl<S: Store> Driver<S> {
         // and within the known limit, with the room for its reply when the server counts the
         // output (the room the compaction kept, `KnownWindows::reply_room`).
         let estimated_tokens = self.estimate().total();
+        let by_clearing = report.strategy == CompactionStrategy::Clear;
         let reply = u64::from(self.max_output_tokens);
         let counted = |l: u64| {
             let output = match self.windows.counts_output {
@@ -98,6 +99,7 @@ impl<S: Store> Driver<S> {
                 estimated_tokens,
                 overflowed_tokens,
                 limit,
+                by_clearing,
             });
         }
         self.compactor.emit(CompactionEvent::Retrying {
@@ -116,6 +118,7 @@ impl<S: Store> Driver<S> {
                     // The context the retry sent, estimated above.
                     estimated_tokens,
                     error,
+                    by_clearing,
                 })
             }
             Err(e) => Err(CompactError::Provider(e)),

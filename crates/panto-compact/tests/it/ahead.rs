@@ -535,3 +535,102 @@ async fn a_known_window_above_the_request_that_overflowed_does_not_bound_its_com
     // And the bound is what the driver knows now.
     assert_eq!(d.window().map(|w| w.source), Some(WindowSource::Bound));
 }
+
+/// Issue 37, point 6: the model's call just returned a result far larger than the window (the
+/// turn in flight, which every strategy keeps verbatim), and the request that sends it back
+/// overflows. The tiered strategy cuts the result to its head within an eighth of the window,
+/// with a note naming its id and size, and the send is answered: the overflow and the retry,
+/// no compaction request. The original stays in the session, and the copy keeps its call's id
+/// and place (the pairing holds).
+#[tokio::test]
+async fn a_huge_result_in_the_turn_in_flight_is_cut_and_the_send_is_answered() {
+    use panto_compact::CompactionStrategy;
+    use panto_model::{ContentBlock, Role, validate};
+
+    let server = Server::new(4_096, Over::Reject);
+    let compactor = Compactor::new(ModelRef::new(server.clone(), "local"))
+        .with_ids(Arc::new(SequentialIds::new()))
+        .with_config(
+            CompactorConfig::new()
+                .with_keep_tokens(2_000)
+                .with_compaction_strategy(CompactionStrategy::Tiered),
+        );
+    let mut d = Driver::new(compactor, MemoryLog::memory(), Default::default())
+        .with_system(AGENT)
+        .with_max_output_tokens(512);
+    let call = Message::new(
+        Role::Assistant,
+        vec![
+            ContentBlock::text("Building it."),
+            ContentBlock::tool_use(
+                "call_build",
+                "bash",
+                serde_json::json!({"command": "cargo build 2>&1"}),
+            ),
+        ],
+    );
+    d.append(vec![Message::user_text("Build the workspace."), call])
+        .await
+        .unwrap();
+    let mut log = String::new();
+    let mut n = 0;
+    while log.len() < 2_000_000 {
+        n += 1;
+        log.push_str(&format!(
+            "[{n:07}] Compiling crate-{} v0.{}.{} (/src/crates/crate-{}/src/lib.rs:{})\n",
+            n % 997,
+            n % 13,
+            n % 7,
+            n % 997,
+            n % 400
+        ));
+    }
+    let bytes = log.len();
+    let result = Message::new(
+        Role::User,
+        vec![ContentBlock::tool_result("call_build", log, false)],
+    );
+    let reply = d.send(vec![result], &mut |_| {}).await.unwrap();
+    let report = reply.compaction.expect("the overflow compacted");
+    let seen = server.seen();
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    assert!(seen.iter().all(|s| !s.compaction), "{seen:?}");
+    assert_eq!(report.cleared.len(), 1, "{:?}", report.cleared);
+    assert_eq!(report.cleared[0].id, "call_build");
+    assert_eq!(report.cleared[0].bytes, bytes);
+    // The copy: the head of the result and the note, under the same call id, after its call.
+    let context = d.context();
+    assert!(validate(&context.messages).is_empty());
+    let cut = context
+        .messages
+        .iter()
+        .flat_map(|m| &m.content)
+        .find_map(|b| match b {
+            ContentBlock::ToolResult(r) if r.tool_use_id == "call_build" => Some(r),
+            _ => None,
+        })
+        .expect("the result");
+    let text = cut.content.text();
+    assert!(
+        text.starts_with("[0000001] Compiling crate-1"),
+        "{}",
+        &text[..80]
+    );
+    assert!(text.len() < 4_096 * 4 / 8 + 400, "{}", text.len());
+    let note = text.lines().last().unwrap();
+    assert!(note.starts_with(panto_model::CUT_PREFIX), "{note}");
+    assert!(
+        note.contains(&format!("{bytes} bytes")) && note.contains("id call_build"),
+        "{note}"
+    );
+    assert!(cut.extra.contains_key(panto_model::CUT));
+    // The original is in the session whole.
+    let whole = d.log().entries().iter().any(|e| match e {
+        Entry::Message(m) => m.content.iter().any(|b| match b {
+            ContentBlock::ToolResult(r) => r.content.text().len() == bytes,
+            _ => false,
+        }),
+        _ => false,
+    });
+    assert!(whole);
+}

@@ -89,10 +89,12 @@ fn every_wrapping_variant_names_its_cause() {
             estimated_tokens: 2_100,
             overflowed_tokens: 2_000,
             limit: Some(1_600),
+            by_clearing: false,
         },
         CompactError::OverflowAfterCompaction {
             error: overflowed(),
             estimated_tokens: 1_700,
+            by_clearing: false,
         },
         CompactError::FoldOverflow {
             step: 1,

@@ -21,8 +21,8 @@ use std::time::Duration;
 
 use panto_compact::{
     CompactionStrategy, Compactor, CompactorConfig, ContentBlock, Driver, Head, MemoryStore,
-    Message, ModelRef, Provider, ProviderError, Request, Role, SharedTurns, Store, Window,
-    WindowSource, async_trait,
+    Message, ModelRef, Provider, ProviderError, Request, Role, SharedTurns, Store, TokenNumbers,
+    Window, WindowSource, async_trait,
 };
 use panto_model::{Entry, ThinkingBlock, validate};
 use panto_provider::EventSink;
@@ -45,6 +45,11 @@ const SUMMARIES_PER_SEND: usize = 8;
 /// and their thinking are numbered and kept across all of them.
 #[derive(Default)]
 struct Thinker {
+    /// A window that counts the reply's output budget against it (vLLM): a conversation
+    /// request whose input and `max_output_tokens` exceed it is refused in vLLM's words.
+    counting: Option<u64>,
+    /// How many requests that window refused, over every writer.
+    refused: Arc<AtomicUsize>,
     summaries: AtomicUsize,
     answers: Arc<AtomicUsize>,
     /// The thinking each answer of every writer's model carried, by its signature.
@@ -104,6 +109,20 @@ impl Provider for Thinker {
                  {latest}; each was answered."
             )));
         }
+        if let Some(window) = self.counting {
+            let input = crate::estimate_request(&request.system, &request.messages);
+            let output = u64::from(request.max_output_tokens);
+            if input + output > window {
+                self.refused.fetch_add(1, Ordering::Relaxed);
+                return Err(ProviderError::ContextOverflow {
+                    message: format!(
+                        "This model's maximum context length is {window} tokens. However, you requested {} tokens ({input} in the messages, {output} in the completion).",
+                        input + output
+                    ),
+                    numbers: TokenNumbers::new(Some(input), Some(window)).with_output(Some(output)),
+                });
+            }
+        }
         if let Err(problem) = self.check(request) {
             return Err(ProviderError::InvalidRequest {
                 status: 400,
@@ -146,20 +165,24 @@ fn prompt(writer: usize, i: usize) -> String {
 }
 
 /// What a run sets up besides its writers: the compaction strategy, the history stored before
-/// the writers begin, and the most summary requests one send may ask for.
+/// the writers begin, the most summary requests one send may ask for, and whether the model's
+/// window counts the output against it (learned from its refusals, never told).
 struct Setup {
     strategy: CompactionStrategy,
     history: Vec<Message>,
     summaries_per_send: usize,
+    counting: bool,
 }
 
 impl Setup {
-    /// panto's summary, no history before the writers, [`SUMMARIES_PER_SEND`].
+    /// panto's summary, no history before the writers, [`SUMMARIES_PER_SEND`], a window told
+    /// to every writer that does not count the output.
     fn plain() -> Setup {
         Setup {
             strategy: CompactionStrategy::Summary,
             history: Vec::new(),
             summaries_per_send: SUMMARIES_PER_SEND,
+            counting: false,
         }
     }
 }
@@ -212,7 +235,8 @@ fn tool_loops(results: &[usize]) -> Vec<Message> {
 }
 
 /// One writer: `sends` prompts with `send_shared`, at a window of `window` tokens with
-/// compaction ahead at half of it. Returns the most summary requests one send asked for.
+/// compaction ahead at half of it. Returns the most summary requests one send asked for, and
+/// what the writer's driver learned of the output (`KnownWindows::counts_output`).
 async fn write<S: Store>(
     store: S,
     model: Arc<Thinker>,
@@ -220,7 +244,7 @@ async fn write<S: Store>(
     writer: usize,
     sends: usize,
     strategy: CompactionStrategy,
-) -> usize {
+) -> (usize, Option<bool>) {
     let compactor = Compactor::new(ModelRef::new(model.clone(), "thinker-1"))
         .with_prompt(short_prompt())
         .with_config(
@@ -229,11 +253,15 @@ async fn write<S: Store>(
                 .with_compaction_strategy(strategy),
         );
     let (agent, _) = Driver::open(compactor, store, "s").await.unwrap();
-    let mut agent = agent
-        .with_system(AGENT)
-        .with_max_output_tokens(u32::try_from(window / 8).unwrap())
-        .with_auto_compact(Some(0.5))
-        .with_window(Window::new(window, WindowSource::Reported));
+    // A window that counts the output is learned from its refusals, with a reply budget of a
+    // third of it (an eighth kept for the reply would not do); the other is given.
+    let agent = agent.with_system(AGENT).with_auto_compact(Some(0.5));
+    let mut agent = match model.counting {
+        Some(_) => agent.with_max_output_tokens(u32::try_from(window / 3).unwrap()),
+        None => agent
+            .with_max_output_tokens(u32::try_from(window / 8).unwrap())
+            .with_window(Window::new(window, WindowSource::Reported)),
+    };
     let turns = SharedTurns::new()
         .with_pause(Duration::from_millis(4))
         .with_max_tries(200);
@@ -251,7 +279,7 @@ async fn write<S: Store>(
             .unwrap_or_else(|e| panic!("writer {writer}, send {i}: {e}"));
         most = most.max(model.summaries.load(Ordering::Relaxed) - before);
     }
-    most
+    (most, agent.windows().counts_output)
 }
 
 /// Every entry of `store`'s session, oldest first.
@@ -271,6 +299,10 @@ async fn entries<S: Store>(store: &S) -> Vec<Entry> {
 
 /// `writers` writers of `sends` prompts each on the stores `open` gives (one per writer, and
 /// one to read the session after), at a window of `window` tokens.
+/// With [`Setup::counting`], the model's window counts the output against it and is learned
+/// from its refusals: then some request is refused, every writer that saw a refusal learns that
+/// the output counts, and every send is still answered (a retry without room for the whole
+/// reply would be refused and fail the send).
 async fn run<S, F, Fut>(open: F, window: u64, writers: usize, sends: usize)
 where
     S: Store + 'static,
@@ -309,6 +341,8 @@ where
     for writer in 0..writers {
         let store = open().await;
         let model = Arc::new(Thinker {
+            counting: setup.counting.then_some(window),
+            refused: first.refused.clone(),
             summaries: AtomicUsize::new(0),
             answers: first.answers.clone(),
             signed: first.signed.clone(),
@@ -323,12 +357,21 @@ where
             setup.strategy,
         )));
     }
+    let mut learned = 0;
     for task in tasks {
-        let most = task.await.unwrap();
+        let (most, counts_output) = task.await.unwrap();
         assert!(
             most <= setup.summaries_per_send,
             "a send asked for {most} summaries"
         );
+        learned += usize::from(counts_output == Some(true));
+    }
+    if setup.counting {
+        let refused = first.refused.load(Ordering::Relaxed);
+        assert!(refused > 0, "the window of {window} refused nothing");
+        assert!(learned > 0, "no writer learned that the output counts");
+    } else {
+        assert_eq!(learned, 0);
     }
     // No request the model got, of the conversation or of a summary, was larger than the
     // window (a result of a MiB never went to it whole).
@@ -383,6 +426,32 @@ async fn shared_turns_with_thinking_at_windows_under_4k_on_the_memory_store() {
     }
 }
 
+/// Several writers on SQLite, thinking on, against a window that counts the reply's output
+/// (vLLM's refusal, the completion stated) and that no writer is told: `counts_output` and
+/// `reply_room` used together with `send_shared` and thinking (issue 39 point 3).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_turns_with_thinking_learn_a_window_that_counts_the_output_on_sqlite() {
+    for window in [1_500, 3_000] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("shared.db");
+        let setup = Setup {
+            counting: true,
+            ..Setup::plain()
+        };
+        run_with(
+            || {
+                let path = path.clone();
+                async move { SqliteStore::open(path).await.unwrap() }
+            },
+            window,
+            3,
+            12,
+            setup,
+        )
+        .await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shared_turns_with_thinking_at_windows_under_4k_on_sqlite() {
     for window in [1_500, 3_000] {
@@ -426,6 +495,7 @@ async fn a_huge_tool_result_with_signed_thinking_compacts_under_several_writers(
             strategy,
             history: with_a_huge_result(),
             summaries_per_send: HUGE_FOLD_SUMMARIES,
+            counting: false,
         };
         let store = MemoryStore::new();
         let entries = run_with(|| async { store.clone() }, window, 3, 6, setup()).await;
@@ -472,7 +542,7 @@ where
     let setup = Setup {
         strategy: CompactionStrategy::Tiered,
         history: tool_loops(&[4_000; 8]),
-        summaries_per_send: SUMMARIES_PER_SEND,
+        ..Setup::plain()
     };
     let entries = run_with(open, 3_000, 3, 10, setup).await;
     // At a window this small the clearing alone never reaches the target (the kept turns and

@@ -175,7 +175,11 @@ async fn clearing_alone_cannot_hold_the_floor_once_the_talk_passes_the_threshold
     for i in 0..10 * PHASE {
         match d.send(turn(window, i), &mut |_| {}).await {
             Ok(reply) => clearings += usize::from(reply.compacted_ahead.is_some()),
-            Err(CompactError::ExceedsWindow { .. }) => {
+            Err(e @ CompactError::ExceedsWindow { .. }) => {
+                // The cause is the text the clearing left, not the newest turn (a short
+                // prompt).
+                let said = e.to_string();
+                assert!(!said.contains("newest turn"), "{said}");
                 println!(
                     "clear alone at {window}: {clearings} clearings, then send {i} exceeds the \
                      window (the conversation {} tokens, the threshold {threshold})",
@@ -188,4 +192,49 @@ async fn clearing_alone_cannot_hold_the_floor_once_the_talk_passes_the_threshold
         }
     }
     panic!("clearing alone held the floor over {} sends", 10 * PHASE);
+}
+
+/// A clearing written ahead of a send that leaves the request above the window: the error
+/// says the text the clearing kept verbatim is too large, not the newest turn, which is under
+/// half the window here (issue 37, review: it used to blame the newest turn).
+#[tokio::test]
+async fn a_clearing_that_leaves_the_text_too_large_says_so_not_the_newest_turn() {
+    let window = 8_192;
+    let mut d = driver_of(
+        Compactor::new(ModelRef::new(Arc::new(Model), "model")),
+        window,
+        CompactionStrategy::Clear,
+    );
+    // A tool result of about 1,000 tokens, then three notes: the request is about 5,900
+    // tokens, under the threshold (6,553). Then a note of about 3,800 tokens (under half the
+    // window): the clearing frees the result, and the talk it keeps (about 8,600 tokens) is
+    // above the window.
+    let mut first = turn(window, 0);
+    if let ContentBlock::ToolResult(r) = &mut first[2].content[0] {
+        r.content = panto_model::ToolResultContent::Text("line of output\n".repeat(270));
+    }
+    d.send(first, &mut |_| {}).await.unwrap();
+    for i in 1..4 {
+        let reply = d.send(vec![note(i, 1_200)], &mut |_| {}).await.unwrap();
+        assert!(reply.compacted_ahead.is_none(), "send {i}");
+    }
+    let newest = note(4, 3_000);
+    let err = d.send(vec![newest], &mut |_| {}).await.unwrap_err();
+    let said = err.to_string();
+    assert!(
+        matches!(
+            err,
+            CompactError::ExceedsWindow {
+                by_clearing: true,
+                compaction: None,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(said.contains("keeps verbatim"), "{said}");
+    assert!(!said.contains("newest turn"), "{said}");
+    // What was written is a clearing.
+    let active = d.context().compaction.as_ref().expect("a clearing");
+    assert!(active.is_clearing(), "{active:?}");
 }

@@ -271,25 +271,28 @@ async fn a_compaction_run_gives_back_the_limit_its_requests_were_refused_with() 
 proptest! {
     /// Whether the server counts the output against its window is learned from a refusal's
     /// numbers: an input counted within the limit stated shows it (vLLM's "you requested 9,000
-    /// tokens (7,000 in the messages, 2,000 in the completion)" for a window of 8,000); one
-    /// counted above shows nothing. The room kept for the reply is the whole reply then (at
+    /// tokens (7,000 in the messages, 2,000 in the completion)" for a window of 8,000), and so
+    /// does an output the refusal says it counted, whatever the input (vLLM's "(112,946 in the
+    /// messages, 10,000 in the completion)" for a window of 16,384); an input counted above
+    /// the limit, without an output, shows nothing. The room kept for the reply is the whole reply then (at
     /// most half the window), else at most an eighth of the window.
     #[test]
     fn a_refusal_whose_input_fits_its_limit_shows_the_output_counted(
         limit in 1_000u64..200_000,
         counted in 1u64..400_000,
         reply in 0u64..100_000,
+        output in prop::option::of(0u64..50_000),
     ) {
         let mut windows = KnownWindows::new();
         prop_assert_eq!(windows.reply_room(reply, limit), reply.min(limit / 8));
         windows.overflowed(&Overflow::new(
             &ProviderError::ContextOverflow {
                 message: "too long".into(),
-                numbers: TokenNumbers::new(Some(counted), Some(limit)),
+                numbers: TokenNumbers::new(Some(counted), Some(limit)).with_output(output),
             },
             counted,
         ));
-        let counts = counted <= limit;
+        let counts = counted <= limit || output.is_some_and(|o| o > 0);
         prop_assert_eq!(windows.counts_output, counts.then_some(true));
         let room = windows.reply_room(reply, limit);
         if counts && reply <= limit / 2 {

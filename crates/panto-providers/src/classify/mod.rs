@@ -196,7 +196,8 @@ fn to_classification(
             numbers: TokenNumbers::new(
                 signals.n_prompt_tokens.or(sizes.input_tokens()),
                 signals.n_ctx.or(sizes.limit),
-            ),
+            )
+            .with_output(sizes.output),
         },
         Verdict::RateLimited => ProviderError::RateLimited {
             message,

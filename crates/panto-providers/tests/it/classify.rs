@@ -31,6 +31,8 @@ struct Case {
     error: Option<String>,
     input_tokens: Option<Option<u64>>,
     limit: Option<Option<u64>>,
+    /// The output the body states was counted against the limit, when the case says.
+    output_tokens: Option<Option<u64>>,
 }
 
 fn protocol(name: &str) -> Protocol {
@@ -79,6 +81,7 @@ fn load(path: &Path) -> Vec<Case> {
                 error: v.get("error").and_then(Value::as_str).map(str::to_owned),
                 input_tokens: optional_count(&v, "input_tokens"),
                 limit: optional_count(&v, "limit"),
+                output_tokens: optional_count(&v, "output_tokens"),
             }
         })
         .collect()
@@ -206,13 +209,17 @@ fn check_file(path: &Path, strict: bool) -> (usize, Vec<String>) {
             }
             if let ProviderError::ContextOverflow { numbers, .. } = &first.error
                 && (case.input_tokens != Some(numbers.input_tokens)
-                    || case.limit != Some(numbers.limit))
+                    || case.limit != Some(numbers.limit)
+                    || case
+                        .output_tokens
+                        .is_some_and(|o| o != numbers.output_tokens))
             {
                 failures.push(format!(
-                    "{}: expected input_tokens {:?} limit {:?}, got {got}",
+                    "{}: expected input_tokens {:?} limit {:?} output_tokens {:?}, got {got}",
                     loc(case),
                     case.input_tokens,
-                    case.limit
+                    case.limit,
+                    case.output_tokens
                 ));
             }
         }
@@ -594,7 +601,7 @@ fn success_bodies() {
         error_in_success_body(Protocol::OpenAiChat, &openrouter),
         Some(ProviderError::ContextOverflow {
             message: "This endpoint's maximum context length is 131072 tokens. However, you requested about 140000 tokens (139000 of text input, 1000 in the output).".into(),
-            numbers: TokenNumbers::new(Some(139_000), Some(131_072)),
+            numbers: TokenNumbers::new(Some(139_000), Some(131_072)).with_output(Some(1_000)),
         })
     );
 }
@@ -804,7 +811,7 @@ proptest! {
     }
 
     /// OpenAI-style numbers decide: overflow when the completion leaves the input room, and
-    /// then the stated sizes are reported.
+    /// then the stated sizes are reported, the completion's too.
     #[test]
     fn output_room_decides(window in 1_000u64..2_000_000, messages in 1u64..3_000_000, completion in 0u64..2_000_000, sep in any::<bool>(), code in any::<bool>()) {
         let fmt = |n: u64| {
@@ -827,7 +834,7 @@ proptest! {
         let body = json!({"error": {"message": text, "type": "invalid_request_error", "param": "messages", "code": if code { json!("context_length_exceeded") } else { Value::Null }}});
         let found = classify_response(Protocol::OpenAiChat, 400, None, body.to_string().as_bytes());
         if window.saturating_sub(completion) >= 256 {
-            prop_assert_eq!(found, ProviderError::ContextOverflow { message: text, numbers: TokenNumbers::new(Some(messages), Some(window)) });
+            prop_assert_eq!(found, ProviderError::ContextOverflow { message: text, numbers: TokenNumbers::new(Some(messages), Some(window)).with_output(Some(completion)) });
         } else {
             prop_assert!(matches!(found, ProviderError::InvalidRequest { status: 400, .. }), "{found:?}");
         }

@@ -80,4 +80,6 @@ mod protocols;
 ))]
 mod secrets;
 #[cfg(feature = "openai-chat")]
+mod smallwin_http;
+#[cfg(feature = "openai-chat")]
 mod transport;

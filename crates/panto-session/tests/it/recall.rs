@@ -101,3 +101,32 @@ fn a_sidecar_deleted_under_a_kept_connection_is_built_again() {
     assert_eq!(text, 1, "the append went into the new sidecar");
     assert_eq!(same(&store, "quokka"), ["z1#0"]);
 }
+
+/// A sidecar of the format before the terms' bounds (no `user_version`, postings without
+/// bounds) is emptied when opened and built again, never read as it is.
+#[test]
+fn a_sidecar_of_an_older_format_is_built_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = JsonlStore::new(dir.path(), opts());
+    let sidecar = dir.path().join("s.jsonl.recall.sqlite3");
+    let records = conformance::records_of(conformance::CONTRACT_FILE);
+    block_on(store.append_records("s.jsonl", Head::EMPTY, &records)).unwrap();
+    let before = same(&store, "fn main");
+    assert_eq!(before[0], "t1");
+    drop(store);
+    let conn = rusqlite::Connection::open(&sidecar).unwrap();
+    conn.execute_batch("DROP TABLE panto_recall_bounds; PRAGMA user_version = 0;")
+        .unwrap();
+    drop(conn);
+    let store = JsonlStore::new(dir.path(), opts());
+    assert_eq!(same(&store, "fn main"), before);
+    let conn = rusqlite::Connection::open(&sidecar).unwrap();
+    let (format, bounds): (i64, i64) = (
+        conn.query_row("PRAGMA user_version", [], |r| r.get(0))
+            .unwrap(),
+        conn.query_row("SELECT count(*) FROM panto_recall_bounds", [], |r| r.get(0))
+            .unwrap(),
+    );
+    assert_eq!(format, 1);
+    assert!(bounds > 0, "built again, with its bounds");
+}

@@ -179,3 +179,49 @@ fn recall_postings_are_stored_inline_and_uncompressed() {
         assert_eq!(toast, 0, "the postings' TOAST table holds {toast} bytes");
     });
 }
+
+/// A recall index of migration 4 (postings, no bounds) is dropped by migration 5 and built
+/// again at the next recall, never read without its bounds.
+#[test]
+fn a_recall_index_before_the_bounds_is_built_again() {
+    let Some(url) = testing::server("a_recall_index_before_the_bounds_is_built_again") else {
+        return;
+    };
+    runtime().block_on(async {
+        let url = testing::fresh_url(&url).await;
+        let store = PostgresStore::connect(&url).await.unwrap();
+        let records = conformance::records_of(conformance::CONTRACT_FILE);
+        store
+            .append_records("s", Head::EMPTY, &records)
+            .await
+            .unwrap();
+        let query = panto_store::RecallQuery::new("fn main");
+        let before = store.recall("s", &query).await.unwrap();
+        assert!(!before.hits.is_empty());
+        drop(store);
+        // What a panto of migration 4 left: the index without the bounds' table.
+        let client = testing::client(&url).await;
+        client
+            .batch_execute(
+                "DROP TABLE panto_recall_bounds;
+                 DELETE FROM panto_schema_migrations WHERE version = 5;",
+            )
+            .await
+            .unwrap();
+        let store = PostgresStore::connect(&url).await.unwrap();
+        let states: i64 = client
+            .query_one("SELECT count(*) FROM panto_recall_state", &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(states, 0, "migration 5 dropped the old index");
+        assert_eq!(store.recall("s", &query).await.unwrap(), before);
+        let bounds: i64 = client
+            .query_one("SELECT count(*) FROM panto_recall_bounds", &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert!(bounds > 0, "built again, with its bounds");
+        conformance::recall::same_as_scan(&store, "s").await;
+    });
+}

@@ -16,6 +16,7 @@ fn rows(path: &std::path::Path) -> Vec<String> {
         ("panto_recall_docs", "doc"),
         ("panto_recall_calls", "call, position, block"),
         ("panto_recall_compactions", "position"),
+        ("panto_recall_bounds", "term, part"),
     ] {
         let mut stmt = conn
             .prepare(&format!(
@@ -77,4 +78,34 @@ fn a_dropped_index_is_built_at_the_next_recall() {
     conn.execute("UPDATE panto_recall_postings SET data = x'ffffffffff'", [])
         .unwrap();
     assert_eq!(block_on(store.recall("s", &query)).unwrap(), before);
+}
+
+/// A database whose index has the format before the terms' bounds (migration 3) has it
+/// dropped when opened, and built again at the next recall, never read without its bounds.
+#[test]
+fn an_index_of_the_format_before_bounds_is_built_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = fresh(&dir, "o.sqlite3");
+    let records = conformance::records_of(conformance::CONTRACT_FILE);
+    block_on(store.append_records("s", panto_store::Head::EMPTY, &records)).unwrap();
+    let path = dir.path().join("o.sqlite3");
+    let kept = rows(&path);
+    let query = RecallQuery::new("fn main");
+    let before = block_on(store.recall("s", &query)).unwrap();
+    assert!(!before.hits.is_empty());
+    drop(store);
+    // What a panto of schema 2 left: the postings, no bounds.
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute_batch("DROP TABLE panto_recall_bounds; PRAGMA user_version = 2;")
+        .unwrap();
+    drop(conn);
+    let store = fresh(&dir, "o.sqlite3");
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let states: i64 = conn
+        .query_row("SELECT count(*) FROM panto_recall_state", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(states, 0, "the old index was dropped");
+    assert_eq!(block_on(store.recall("s", &query)).unwrap(), before);
+    assert_eq!(rows(&path), kept);
+    block_on(conformance::recall::same_as_scan(&store, "s"));
 }

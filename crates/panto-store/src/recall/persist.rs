@@ -1,12 +1,15 @@
 //! What a store needs to keep an index of its own, pure: the rows an append adds to it
 //! ([`Update`]), and the steps of a recall that reads it ([`Lookup`], [`Picker`]).
 //!
-//! An index a store keeps has four tables, whatever it keeps them in (docs/recall.md):
+//! An index a store keeps has five tables, whatever it keeps them in (docs/recall.md):
 //! - its state ([`IndexState`]): how many entries it covers, the store's head after them, how
 //!   many items, and their terms in all (BM25's statistics);
 //! - postings: per term and range of [`RANGE_DOCS`](super::postings::RANGE_DOCS) items, a
 //!   [`Block`]'s bytes; an append only adds bytes at the end of a term's last range, so a
 //!   database appends them with `||`;
+//! - bounds: per term and range, how many items hold the term and the front of its postings
+//!   ([`super::join_bounds`]), apart from the postings, so that a recall reads the bounds of
+//!   its terms first, then the postings of the ranges it scores ([`Lookup::rank_bounded`]);
 //! - items ([`DocRow`]): where each item is (its entry's position and store head, its block)
 //!   and its fingerprint, which recall leaves out by;
 //! - calls ([`CallRow`]) and compactions: a tool result's tool is its latest earlier call's,
@@ -23,7 +26,7 @@ use panto_model::{Entry, Item, ItemKind, Items};
 use super::index::term_counts;
 use super::postings::{Block, Posting, range_of};
 use super::query::Query;
-use super::rank::{Candidate, Corrupt, Ranking, Stats};
+use super::rank::{Candidate, Corrupt, RangeBound, Ranking, Stats, tier_ranges};
 use super::{Hit, MAX_LIMIT, RecallQuery, candidates_for, finish};
 use crate::head::Head;
 
@@ -199,6 +202,67 @@ impl Lookup {
         out
     }
 
+    /// The terms whose blocks the ranking reads whole: the lookup terms of the query's exact
+    /// strings (which items hold them all is found first).
+    pub fn whole_terms(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for e in &self.query.exact {
+            for t in &e.lookup {
+                if !out.contains(t) {
+                    out.push(t.clone());
+                }
+            }
+        }
+        out
+    }
+
+    /// The terms an index that stores bounds apart from postings gives by their bounds
+    /// ([`Lookup::rank_bounded`]): the query's other terms.
+    pub fn bounded_terms(&self) -> Vec<String> {
+        let whole = self.whole_terms();
+        self.query
+            .terms
+            .iter()
+            .filter(|t| !whole.contains(t))
+            .cloned()
+            .collect()
+    }
+
+    /// The ranges of which [`Lookup::rank_bounded`] needs the postings of the bounded terms
+    /// from the start (those with items that may hold an exact string), `blocks` holding the
+    /// whole terms'; none when the query has no exact string.
+    ///
+    /// # Errors
+    /// [`Corrupt`] when a block does not decode.
+    pub fn tier_ranges(&self, blocks: &HashMap<String, Vec<Block>>) -> Result<Vec<u32>, Corrupt> {
+        if self.query.exact.is_empty() {
+            return Ok(Vec::new());
+        }
+        tier_ranges(&self.query, blocks)
+    }
+
+    /// Ranks as [`Lookup::rank`] over an index that stores each term's bounds by range apart
+    /// from its postings: `blocks` holds the [`Lookup::whole_terms`]' blocks and those of the
+    /// [`Lookup::bounded_terms`] in the [`Lookup::tier_ranges`], `bounds` the bounded terms'
+    /// bounds in range order (none for a term no item holds). The picker then asks for the
+    /// postings of the ranges it scores ([`Picker::needs`]).
+    ///
+    /// # Errors
+    /// [`Corrupt`] when a block or bound does not decode or names an item past `stats.docs`.
+    pub fn rank_bounded<'a>(
+        &self,
+        stats: Stats,
+        blocks: &'a HashMap<String, Vec<Block>>,
+        bounds: &HashMap<String, Vec<RangeBound>>,
+    ) -> Result<Picker<'a>, Corrupt> {
+        Ok(Picker {
+            best: Ranking::bounded(&self.query, stats, blocks, bounds)?,
+            seen: HashSet::new(),
+            picked: Vec::new(),
+            want: candidates_for(self.limit),
+        })
+    }
+
     /// Ranks the items holding a term, `blocks` giving each term's blocks in range order (it
     /// scores only the ranges it must, see `rank.rs`).
     ///
@@ -243,8 +307,29 @@ pub struct Picker<'a> {
 }
 
 impl Picker<'_> {
+    /// The ranges whose postings of the bounded terms ([`Lookup::bounded_terms`]) it needs
+    /// before [`Picker::next_docs`]: the caller reads them and gives each with
+    /// [`Picker::give`], then asks again until it is empty. Always empty after
+    /// [`Lookup::rank`].
+    pub fn needs(&mut self) -> Vec<u32> {
+        if self.picked.len() >= self.want || !self.best.lazy_terms() {
+            return Vec::new();
+        }
+        self.best.needs()
+    }
+
+    /// Gives the postings of `range` that [`Picker::needs`] asked for: each bounded term that
+    /// an item of the range holds with its blocks' bytes in order, joined.
+    ///
+    /// # Errors
+    /// [`Corrupt`] when a block does not decode or names an item past the history's.
+    pub fn give(&mut self, range: u32, found: Vec<(String, Vec<u8>)>) -> Result<(), Corrupt> {
+        self.best.give(range, found)
+    }
+
     /// The next items to look at, best first: the caller reads their [`DocRow`]s and gives
-    /// them to [`Picker::offer`]. Empty when it has enough or none is left.
+    /// them to [`Picker::offer`]. Empty when it has enough or none is left. Over an index read
+    /// by bounds, once [`Picker::needs`] is empty.
     pub fn next_docs(&mut self) -> Vec<u32> {
         if self.picked.len() >= self.want {
             return Vec::new();

@@ -107,7 +107,7 @@ pub fn range_of(doc: u32) -> u32 {
     doc / RANGE_DOCS
 }
 
-fn put(out: &mut Vec<u8>, mut n: u32) {
+pub(crate) fn put(out: &mut Vec<u8>, mut n: u32) {
     while n >= 0x80 {
         out.push((n as u8) | 0x80);
         n >>= 7;
@@ -115,7 +115,7 @@ fn put(out: &mut Vec<u8>, mut n: u32) {
     out.push(n as u8);
 }
 
-fn get(data: &[u8], at: &mut usize) -> Option<u32> {
+pub(crate) fn get(data: &[u8], at: &mut usize) -> Option<u32> {
     let mut n: u32 = 0;
     for shift in [0, 7, 14, 21, 28] {
         let b = *data.get(*at)?;

@@ -33,11 +33,20 @@
 //! The property test `pruned_equals_exhaustive` compares it with the exhaustive ranking,
 //! which the tests keep as the reference.
 
+use std::borrow::Cow;
 use std::cmp::Ordering;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::{BinaryHeap, HashMap, HashSet};
 
 use super::postings::{Block, Posting, RANGE_DOCS, decode, walk};
 use super::query::Query;
+
+mod front;
+mod walk;
+
+use front::Front;
+pub use front::{RangeBound, join_bounds};
+pub(crate) use walk::tier_ranges;
+use walk::walk_terms;
 
 /// BM25's term-frequency saturation.
 const K1: f64 = 1.2;
@@ -135,45 +144,13 @@ fn tiers(query: &Query, blocks: &HashMap<String, Vec<Block>>) -> Result<Vec<(u32
     Ok(out)
 }
 
-/// The (occurrences, length) pairs of a term's postings in one range that no other of them
-/// scores at least as high as, whatever the statistics: a term in every item of a range,
-/// once in each, keeps one pair, its shortest item's.
-#[derive(Debug, Default)]
-struct Front(Vec<(u32, u32)>);
-
-impl Front {
-    fn add(&mut self, tf: u32, len: u32) {
-        if self.0.iter().any(|&q| dominates(q, (tf, len))) {
-            return;
-        }
-        self.0.retain(|&q| !dominates((tf, len), q));
-        self.0.push((tf, len));
-    }
-
-    /// The best contribution of its pairs.
-    fn best(&self, idf: f64, avg: f64) -> f64 {
-        let mut best = 0.0;
-        for &(tf, len) in &self.0 {
-            let c = contribution(idf, tf, len, avg);
-            if c > best {
-                best = c;
-            }
-        }
-        best
-    }
-}
-
-/// Whether the pair `a` (occurrences, length) scores at least as high as `b` once rounded,
-/// whatever the idf and average length (see the module docs).
-fn dominates(a: (u32, u32), b: (u32, u32)) -> bool {
-    a.1 <= b.1 && (a.0 == b.0 || (a.0 > b.0 && a.0 <= TF_ORDERED))
-}
-
-/// A query term that some item holds: its idf and its blocks' bytes by range.
+/// A query term that some item holds: its idf and its blocks' bytes by range (of a term
+/// read by its bounds, only the ranges read so far).
 #[derive(Debug)]
 struct Term<'a> {
+    name: String,
     idf: f64,
-    blocks: HashMap<u32, Vec<&'a [u8]>>,
+    blocks: HashMap<u32, Vec<Cow<'a, [u8]>>>,
 }
 
 /// A range to score, with what no item of it can rank above: `tier` exact strings, a score
@@ -245,7 +222,17 @@ pub(crate) struct Ranking<'a> {
     start: usize,
     at: usize,
     chunk: usize,
+    /// Whether some term was read by its bounds, its postings to be read by range
+    /// ([`Ranking::needs`]); the ranges whose postings are in, and how many to ask next.
+    lazy: bool,
+    loaded: HashSet<u32>,
+    batch: usize,
+    docs: u32,
 }
+
+/// Ranges whose postings are asked for at first when a term was read by its bounds; each ask
+/// after it asks for four times more.
+const FIRST_BATCH: usize = 4;
 
 impl<'a> Ranking<'a> {
     /// The ranking of `query` over `blocks`, each term's blocks in range order (none for a term
@@ -270,6 +257,33 @@ impl<'a> Ranking<'a> {
         blocks: &'a HashMap<String, Vec<Block>>,
         prescored: usize,
     ) -> Result<Ranking<'a>, Corrupt> {
+        Ranking::build(query, stats, blocks, &HashMap::new(), prescored)
+    }
+
+    /// [`Ranking::new`] over an index that stores each term's bounds by range apart from its
+    /// postings: the terms of `bounds` are read by them, `blocks` holding only those of their
+    /// ranges that have items of a tier above 0 (see [`tier_ranges`]), the others read when
+    /// a range is to be scored ([`Ranking::needs`], [`Ranking::give`]); `blocks` holds the
+    /// other terms' whole.
+    ///
+    /// # Errors
+    /// As [`Ranking::new`], and when a bound does not decode.
+    pub(crate) fn bounded(
+        query: &Query,
+        stats: Stats,
+        blocks: &'a HashMap<String, Vec<Block>>,
+        bounds: &HashMap<String, Vec<RangeBound>>,
+    ) -> Result<Ranking<'a>, Corrupt> {
+        Ranking::build(query, stats, blocks, bounds, PRESCORED)
+    }
+
+    fn build(
+        query: &Query,
+        stats: Stats,
+        blocks: &'a HashMap<String, Vec<Block>>,
+        bounds: &HashMap<String, Vec<RangeBound>>,
+        prescored: usize,
+    ) -> Result<Ranking<'a>, Corrupt> {
         let avg = average(stats);
         let all = tiers(query, blocks)?;
         let prescore = all.len() <= prescored;
@@ -280,8 +294,15 @@ impl<'a> Ranking<'a> {
                 .or_default()
                 .push((doc, tier));
         }
-        let walked = walk_terms(query, stats, blocks, &tiered, prescore)?;
+        let walked = walk_terms(query, stats, blocks, bounds, &tiered, prescore)?;
         let terms = walked.terms;
+        let lazy = terms.iter().any(|t| bounds.contains_key(&t.name));
+        // The ranges with items of a tier above 0 are in whole (tier_ranges).
+        let loaded: HashSet<u32> = if lazy {
+            tiered.keys().copied().collect()
+        } else {
+            HashSet::new()
+        };
         let mut pool = Vec::new();
         if prescore {
             // The items of a tier above 0 rank before all others: their scores are taken
@@ -350,7 +371,49 @@ impl<'a> Ranking<'a> {
             start: 0,
             at: 0,
             chunk: 64,
+            lazy,
+            loaded,
+            batch: FIRST_BATCH,
+            docs: stats.docs,
         })
+    }
+
+    /// The terms read by their bounds (whose postings [`Ranking::give`] takes by range).
+    pub(crate) fn lazy_terms(&self) -> bool {
+        self.lazy
+    }
+
+    /// The ranges whose postings (of the terms read by their bounds) the next chunk needs
+    /// before [`Ranking::next_chunk`] can give it, the best bound first; empty when none.
+    /// Each ask names more ranges than the one before (4, 16, 64, ...), those that may still
+    /// be scored.
+    pub(crate) fn needs(&mut self) -> Vec<u32> {
+        let want = self.at + self.chunk;
+        self.fill(want)
+    }
+
+    /// Takes the postings of `range` of the terms read by their bounds: for each, its name
+    /// and its blocks' bytes (none for a term no item of the range holds).
+    ///
+    /// # Errors
+    /// [`Corrupt`] when a block does not decode or names an item past the history's.
+    pub(crate) fn give(
+        &mut self,
+        range: u32,
+        found: Vec<(String, Vec<u8>)>,
+    ) -> Result<(), Corrupt> {
+        for (name, data) in found {
+            let mut past = false;
+            walk(range, &data, |p| past |= p.doc >= self.docs).ok_or(Corrupt)?;
+            if past {
+                return Err(Corrupt);
+            }
+            if let Some(term) = self.terms.iter_mut().find(|t| t.name == name) {
+                term.blocks.entry(range).or_default().push(Cow::Owned(data));
+            }
+        }
+        self.loaded.insert(range);
+        Ok(())
     }
 
     /// Scores every item of `range` that holds a term or is of a tier above 0, into the pool
@@ -364,7 +427,7 @@ impl<'a> Ranking<'a> {
                 continue;
             };
             for data in parts {
-                // Walked once already: it decodes.
+                // Walked once already (or checked by `give`): it decodes.
                 let _ = walk(range, data, |p| {
                     let cell = &mut cells[(p.doc - base) as usize];
                     if *cell == 0.0 {
@@ -407,25 +470,44 @@ impl<'a> Ranking<'a> {
         }
     }
 
-    /// Scores ranges until the best `want` candidates are known.
-    fn fill(&mut self, want: usize) {
+    /// Scores ranges until the best `want` candidates are known, or until a range to score
+    /// lacks its postings: then the ranges to read (that one and the next ones that may be
+    /// scored, up to the batch), which it returns.
+    fn fill(&mut self, want: usize) -> Vec<u32> {
         let mut heap = BinaryHeap::with_capacity(want + 1);
         for c in &self.pool {
             keep(&mut heap, *c, want);
         }
+        let stop = |heap: &BinaryHeap<Worst>, plan: &Plan| {
+            heap.len() >= want && heap.peek().is_some_and(|w| plan.behind(&w.0))
+        };
         while let Some(plan) = self.plans.get(self.next).copied() {
-            if heap.len() >= want && heap.peek().is_some_and(|w| plan.behind(&w.0)) {
+            if stop(&heap, &plan) {
                 break;
+            }
+            if self.lazy && !self.loaded.contains(&plan.range) {
+                let need: Vec<u32> = self.plans[self.next..]
+                    .iter()
+                    .take_while(|p| !stop(&heap, p))
+                    .filter(|p| !self.loaded.contains(&p.range))
+                    .map(|p| p.range)
+                    .take(self.batch)
+                    .collect();
+                self.batch = self.batch.saturating_mul(4);
+                return need;
             }
             self.next += 1;
             self.score_range(plan.range, &mut heap, want);
         }
+        Vec::new()
     }
 
-    /// The next best candidates (empty when none is left).
+    /// The next best candidates (empty when none is left); over an index read by bounds,
+    /// once [`Ranking::needs`] is empty.
     pub(crate) fn next_chunk(&mut self) -> &[Candidate] {
         let want = self.at + self.chunk;
-        self.fill(want);
+        let need = self.fill(want);
+        debug_assert!(need.is_empty(), "next_chunk before its postings: {need:?}");
         let k = want.min(self.pool.len());
         if k < self.pool.len() && k > 0 {
             self.pool.select_nth_unstable_by(k - 1, order);
@@ -447,112 +529,6 @@ impl<'a> Ranking<'a> {
     pub(crate) fn scored_ranges(&self) -> (usize, usize) {
         (self.next, self.plans.len())
     }
-}
-
-/// A posting of an item of a tier above 0: the item, the query term's index (among those items
-/// hold), its occurrences and the item's length.
-type Hit = (u32, usize, u32, u32);
-
-/// Each range's fronts: the index of a query term (among those items hold) and its front.
-type Fronts = HashMap<u32, Vec<(usize, Front)>>;
-
-/// What one walk of the query's blocks finds.
-struct Walked<'a> {
-    /// Each term's idf and blocks by range.
-    terms: Vec<Term<'a>>,
-    /// The fronts of each range's postings.
-    fronts: Fronts,
-    /// The fronts of the postings of each range's items of its highest tier (when not
-    /// prescored).
-    top: Fronts,
-    /// The postings of the items of a tier above 0 in the order walked (when prescored).
-    hits: Vec<Hit>,
-}
-
-/// Adds `front`, of the term of index `index`, to a range's fronts `at`.
-fn add_front(at: &mut Vec<(usize, Front)>, index: usize, front: Front) {
-    match at.last_mut() {
-        Some((i, f)) if *i == index => {
-            for &(tf, len) in &front.0 {
-                f.add(tf, len);
-            }
-        }
-        _ => at.push((index, front)),
-    }
-}
-
-/// Walks every block of `query`'s terms once: each term's idf and blocks by range, the fronts
-/// of its postings by range, and for the items of `tiered` (by range, in order) either their
-/// postings (`prescore`) or the fronts of the postings of each range's items of its highest
-/// tier.
-fn walk_terms<'a>(
-    query: &Query,
-    stats: Stats,
-    blocks: &'a HashMap<String, Vec<Block>>,
-    tiered: &HashMap<u32, Vec<(u32, u32)>>,
-    prescore: bool,
-) -> Result<Walked<'a>, Corrupt> {
-    let n = f64::from(stats.docs);
-    let mut out = Walked {
-        terms: Vec::new(),
-        fronts: HashMap::new(),
-        top: HashMap::new(),
-        hits: Vec::new(),
-    };
-    let tops: HashMap<u32, u32> = tiered
-        .iter()
-        .map(|(&r, docs)| (r, docs.iter().map(|d| d.1).max().unwrap_or(0)))
-        .collect();
-    for term in &query.terms {
-        let Some(list) = blocks.get(term) else {
-            continue;
-        };
-        let index = out.terms.len();
-        let mut df = 0u64;
-        let mut by_range: HashMap<u32, Vec<&'a [u8]>> = HashMap::new();
-        for b in list {
-            let range = b.meta.range;
-            let mut front = Front::default();
-            let mut high = Front::default();
-            let mut past = false;
-            let marks = tiered.get(&range).map_or(&[][..], Vec::as_slice);
-            let top = tops.get(&range).copied().unwrap_or(0);
-            let mut j = 0;
-            let hits = &mut out.hits;
-            let count = walk(range, &b.data, |p| {
-                past |= p.doc >= stats.docs;
-                front.add(p.tf, p.len);
-                while j < marks.len() && marks[j].0 < p.doc {
-                    j += 1;
-                }
-                if let Some(m) = marks.get(j).filter(|m| m.0 == p.doc) {
-                    if prescore {
-                        hits.push((p.doc, index, p.tf, p.len));
-                    } else if m.1 == top {
-                        high.add(p.tf, p.len);
-                    }
-                }
-            })
-            .ok_or(Corrupt)?;
-            if past {
-                return Err(Corrupt);
-            }
-            if count == 0 {
-                continue;
-            }
-            df += u64::from(count);
-            by_range.entry(range).or_default().push(&b.data);
-            add_front(out.fronts.entry(range).or_default(), index, front);
-            if !high.0.is_empty() {
-                add_front(out.top.entry(range).or_default(), index, high);
-            }
-        }
-        out.terms.push(Term {
-            idf: idf(n, df as f64),
-            blocks: by_range,
-        });
-    }
-    Ok(out)
 }
 
 /// Keeps `c` in `heap` if it is among the best `want`.

@@ -34,7 +34,7 @@ mod walk;
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 
-use panto_model::{ContentBlock, Message, Role, ToolResultContent};
+use panto_model::{ContentBlock, Message, ToolResultContent};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -166,12 +166,7 @@ impl Ledger {
         for message in messages {
             for block in &message.content {
                 match block {
-                    ContentBlock::Text(t) => {
-                        if message.role == Role::User {
-                            walk.request(&t.text);
-                        }
-                        walk.said(&t.text);
-                    }
+                    ContentBlock::Text(t) => walk.text(message.role, &t.text),
                     ContentBlock::ToolUse(u) => walk.call_json(&u.id, &u.name, &u.input),
                     // A clearing's placeholder, by its mark or, as `from_items` knows it, by
                     // its text (`walk::is_placeholder`).

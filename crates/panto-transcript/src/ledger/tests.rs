@@ -504,6 +504,36 @@ mod walk {
     }
 
     #[test]
+    fn a_cleared_images_placeholder_is_no_request_from_items_or_messages() {
+        let text = format!(
+            "{} to save room: image/png, 48213 bytes; id m3:0]",
+            panto_model::CLEARED_IMAGE_PREFIX
+        );
+        let asked = "Why does build.rs fail at line 42?";
+        let items = [
+            TranscriptItem::Text {
+                role: Role::User,
+                text: text.clone(),
+            },
+            TranscriptItem::Text {
+                role: Role::User,
+                text: asked.to_owned(),
+            },
+        ];
+        let from_items = Ledger::from_items(&items);
+        assert_eq!(from_items.requests, vec![asked.to_owned()]);
+        let mut block = panto_model::TextBlock::new(text);
+        block
+            .extra
+            .insert(panto_model::CLEARED.to_owned(), json!("c1"));
+        let messages = [
+            Message::new(Role::User, vec![ContentBlock::Text(block)]),
+            Message::new(Role::User, vec![ContentBlock::text(asked)]),
+        ];
+        assert_eq!(Ledger::from_messages(&messages), from_items);
+    }
+
+    #[test]
     fn a_repeated_error_counts_until_a_success_then_starts_again() {
         let call = |id: &str| TranscriptItem::ToolCall {
             role: Role::Assistant,

@@ -6,7 +6,7 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::rc::Rc;
 
-use panto_model::{CLEARED_PREFIX, CallIndex, RawJson, Role};
+use panto_model::{CLEARED_IMAGE_PREFIX, CLEARED_PREFIX, CallIndex, RawJson, Role};
 use serde_json::Value;
 
 use super::args;
@@ -196,12 +196,7 @@ impl Names {
 impl<'a> Walk<'a> {
     pub(super) fn item(&mut self, item: ItemView<'a>) {
         match item {
-            ItemView::Text { role, text } => {
-                if role == Role::User {
-                    self.request(text);
-                }
-                self.said(text);
-            }
+            ItemView::Text { role, text } => self.text(role, text),
             ItemView::ToolCall {
                 id, name, input, ..
             } => match input {
@@ -218,6 +213,18 @@ impl<'a> Walk<'a> {
             } => self.result(id, name, is_error, || text),
             _ => {}
         }
+    }
+
+    /// A text block of `role`: a request when a user's, and its identifiers. An image's
+    /// placeholder is the clearing's words, not the user's: nothing.
+    pub(super) fn text(&mut self, role: Role, text: &str) {
+        if text.starts_with(CLEARED_IMAGE_PREFIX) {
+            return;
+        }
+        if role == Role::User {
+            self.request(text);
+        }
+        self.said(text);
     }
 
     /// A user's or assistant's text: its identifiers.

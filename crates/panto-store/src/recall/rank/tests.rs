@@ -4,10 +4,10 @@ use std::collections::HashMap;
 
 use proptest::prelude::*;
 
-use super::super::postings::{Block, Posting, RANGE_DOCS};
+use super::super::postings::{Block, Posting, RANGE_DOCS, decode};
 use super::super::query::{Exact, Query};
 use super::reference::{BestFirst, score};
-use super::{Candidate, Corrupt, PRESCORED, Ranking, Stats};
+use super::{Candidate, Corrupt, PRESCORED, RangeBound, Ranking, Stats, join_bounds, tier_ranges};
 
 /// A small xorshift generator: the postings of thousands of items from one seed.
 struct Rng(u64);
@@ -141,6 +141,93 @@ proptest! {
         // their ranges.
         compare(&query, stats, &blocks);
         compare_with(&query, stats, &blocks, 0);
+        // Read as an index that stores bounds apart from postings gives them.
+        compare_bounded(&query, stats, &blocks, PRESCORED);
+        compare_bounded(&query, stats, &blocks, 0);
+    }
+}
+
+/// [`compare_with`] for the ranking of an index that stores bounds: the terms that are no
+/// exact string's lookup term given by their bounds and the postings of their tiered ranges,
+/// the others read by range as it asks. Every chunk must be the exhaustive ranking's.
+fn compare_bounded(
+    query: &Query,
+    stats: Stats,
+    blocks: &HashMap<String, Vec<Block>>,
+    prescored: usize,
+) {
+    let whole: Vec<&String> = query.exact.iter().flat_map(|e| &e.lookup).collect();
+    let bounded: Vec<&String> = query.terms.iter().filter(|t| !whole.contains(t)).collect();
+    let mut given: HashMap<String, Vec<Block>> = HashMap::new();
+    for t in &whole {
+        if let Some(list) = blocks.get(*t) {
+            given.insert((*t).clone(), list.clone());
+        }
+    }
+    let Ok(tiered) = tier_ranges(query, &given) else {
+        return;
+    };
+    let mut bounds: HashMap<String, Vec<RangeBound>> = HashMap::new();
+    for t in &bounded {
+        let Some(list) = blocks.get(*t) else {
+            continue;
+        };
+        // Two halves joined, as two appends to a range store them.
+        let mut out = Vec::new();
+        for b in list {
+            let postings = decode(b.meta.range, &b.data).expect("decodes");
+            let (mut first, mut second) = (Block::new(b.meta.range), Block::new(b.meta.range));
+            for (i, p) in postings.iter().enumerate() {
+                if i < postings.len() / 2 {
+                    first.push(*p);
+                } else {
+                    second.push(*p);
+                }
+            }
+            let front = join_bounds(&[], &first).expect("bounds");
+            let front = join_bounds(&front, &second).expect("bounds");
+            out.push(RangeBound {
+                range: b.meta.range,
+                count: b.meta.count,
+                front,
+            });
+        }
+        bounds.insert((*t).clone(), out);
+        let part: Vec<Block> = list
+            .iter()
+            .filter(|b| tiered.contains(&b.meta.range))
+            .cloned()
+            .collect();
+        given.insert((*t).clone(), part);
+    }
+    let reference = score(query, stats, blocks).expect("not corrupt");
+    let Ok(mut pruned) = Ranking::build(query, stats, &given, &bounds, prescored) else {
+        panic!("the bounded ranking is corrupt where the reference is not");
+    };
+    let mut best = BestFirst::new(reference);
+    loop {
+        loop {
+            let need = pruned.needs();
+            if need.is_empty() {
+                break;
+            }
+            for range in need {
+                let found = bounded
+                    .iter()
+                    .filter_map(|t| {
+                        let b = blocks.get(*t)?.iter().find(|b| b.meta.range == range)?;
+                        Some(((*t).clone(), b.data.clone()))
+                    })
+                    .collect();
+                pruned.give(range, found).expect("decodes");
+            }
+        }
+        let want: Vec<Candidate> = best.next_chunk().to_vec();
+        let got: Vec<Candidate> = pruned.next_chunk().to_vec();
+        assert_eq!(got, want);
+        if want.is_empty() {
+            return;
+        }
     }
 }
 

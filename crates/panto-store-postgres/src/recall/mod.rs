@@ -13,8 +13,8 @@ use std::collections::{HashMap, HashSet};
 
 use panto_model::{Entry, Item};
 use panto_store::recall::{
-    Block, Candidate, Corrupt, DocRow, IndexState, Lookup, RangeMeta, Update, context_fingerprints,
-    item_at,
+    Block, Candidate, Corrupt, DocRow, IndexState, Lookup, RangeBound, RangeMeta, Update,
+    context_fingerprints, item_at,
 };
 use panto_store::{Head, Loaded, RecallQuery, Recalled, StoreError};
 use tokio_postgres::Client;
@@ -25,57 +25,11 @@ use crate::pool::{Phase, Pool};
 use crate::session::{to_i64, to_u64};
 use crate::sql;
 
-/// Migration 3: the recall index's tables (derived from the entries; each may be emptied, and
-/// the next recall builds the session's index again).
-pub(crate) const SCHEMA: &str = "-- 3: the recall index (derived data: see docs/recall.md)
-CREATE TABLE panto_recall_state (
-    session bigint PRIMARY KEY REFERENCES panto_sessions (id),
-    entries bigint NOT NULL,
-    docs bigint NOT NULL,
-    total_len bigint NOT NULL
-);
-CREATE TABLE panto_recall_postings (
-    session bigint NOT NULL,
-    term uuid NOT NULL,
-    part integer NOT NULL,
-    data bytea NOT NULL,
-    PRIMARY KEY (session, term, part)
-);
-CREATE TABLE panto_recall_docs (
-    session bigint NOT NULL,
-    doc integer NOT NULL,
-    position bigint NOT NULL,
-    block integer NOT NULL,
-    fingerprint bigint NOT NULL,
-    PRIMARY KEY (session, doc)
-);
-CREATE TABLE panto_recall_calls (
-    session bigint NOT NULL,
-    call text NOT NULL,
-    position bigint NOT NULL,
-    block integer NOT NULL,
-    tool text NOT NULL,
-    PRIMARY KEY (session, call, position, block)
-);
-CREATE TABLE panto_recall_compactions (
-    session bigint NOT NULL,
-    position bigint NOT NULL,
-    name text NOT NULL,
-    PRIMARY KEY (session, position)
-);
-";
+mod schema;
+mod write;
 
-/// Migration 4: the postings rows kept in the table's own pages, uncompressed, up to a page.
-/// A range's block is about 3 kB for a common term, past the 2 kB from which PostgreSQL by
-/// default compresses a value, if it compresses, and otherwise moves it out to the TOAST
-/// table: a recall of three common words then fetched some 3,600 values through the TOAST
-/// table's index (with `psql` on 3 × 1,220 rows of 3 kB: 18 to 36 ms of the server's, inline
-/// 3 to 14 ms). Rows written before it stay as they
-/// were (right, only slower) until rewritten: an append rewrites its range's, a rebuild all.
-pub(crate) const INLINE: &str = "-- 4: the recall postings inline (see recall.rs)
-ALTER TABLE panto_recall_postings SET (toast_tuple_target = 8160);
-ALTER TABLE panto_recall_postings ALTER COLUMN data SET STORAGE MAIN;
-";
+pub(crate) use schema::{BOUNDS, INLINE, SCHEMA};
+use write::write;
 
 /// Entries indexed per transaction.
 const CHUNK: i64 = 20_000;
@@ -88,7 +42,8 @@ FROM panto_sessions s WHERE md5(s.name) = md5($1::text) AND s.name = $1::text";
 const STATE: &str =
     "SELECT entries, docs, total_len FROM panto_recall_state WHERE session = $1::bigint";
 
-const CLEAR: [&str; 5] = [
+const CLEAR: [&str; 6] = [
+    "DELETE FROM panto_recall_bounds WHERE session = $1::bigint",
     "DELETE FROM panto_recall_state WHERE session = $1::bigint",
     "DELETE FROM panto_recall_postings WHERE session = $1::bigint",
     "DELETE FROM panto_recall_docs WHERE session = $1::bigint",
@@ -96,29 +51,17 @@ const CLEAR: [&str; 5] = [
     "DELETE FROM panto_recall_compactions WHERE session = $1::bigint",
 ];
 
-const PUT_POSTINGS: &str = "INSERT INTO panto_recall_postings (session, term, part, data)
-SELECT $1::bigint, md5(u.t)::uuid, u.p, u.d
-FROM unnest($2::text[], $3::int4[], $4::bytea[]) AS u (t, p, d)
-ON CONFLICT (session, term, part)
-DO UPDATE SET data = panto_recall_postings.data || excluded.data";
+/// `($1 id, $2 terms)` → each term's bounds by range.
+const BOUNDS_OF: &str = "SELECT u.t, b.part, b.count, b.front
+FROM unnest($2::text[]) AS u (t)
+JOIN panto_recall_bounds b ON b.session = $1::bigint AND b.term = md5(u.t)::uuid
+ORDER BY u.t, b.part";
 
-const PUT_DOCS: &str = "INSERT INTO panto_recall_docs (session, doc, position, block, fingerprint)
-SELECT $1::bigint, u.d, u.p, u.b, u.f
-FROM unnest($2::int4[], $3::int8[], $4::int4[], $5::int8[]) AS u (d, p, b, f)";
-
-const PUT_CALLS: &str = "INSERT INTO panto_recall_calls (session, call, position, block, tool)
-SELECT $1::bigint, u.c, u.p, u.b, u.t
-FROM unnest($2::text[], $3::int8[], $4::int4[], $5::text[]) AS u (c, p, b, t)
-ON CONFLICT DO NOTHING";
-
-const PUT_COMPACTIONS: &str = "INSERT INTO panto_recall_compactions (session, position, name)
-SELECT $1::bigint, u.p, u.n FROM unnest($2::int8[], $3::text[]) AS u (p, n)
-ON CONFLICT DO NOTHING";
-
-const PUT_STATE: &str = "INSERT INTO panto_recall_state (session, entries, docs, total_len)
-VALUES ($1::bigint, $2::bigint, $3::bigint, $4::bigint)
-ON CONFLICT (session) DO UPDATE
-SET entries = excluded.entries, docs = excluded.docs, total_len = excluded.total_len";
+/// `($1 id, $2 terms, $3 parts)` → the postings of those terms in those ranges.
+const POSTINGS_IN: &str = "SELECT u.t, p.part, p.data
+FROM unnest($2::text[]) AS u (t)
+JOIN panto_recall_postings p ON p.session = $1::bigint AND p.term = md5(u.t)::uuid
+    AND p.part = ANY($3::int4[])";
 
 const POSTINGS: &str = "SELECT u.t, p.part, p.data
 FROM unnest($2::text[]) AS u (t)
@@ -230,88 +173,6 @@ async fn chunk(pool: &Pool, c: &Client, id: i64, head: i64) -> Result<Option<Ind
     }
     write(c, id, &mut update).await?;
     Ok(None)
-}
-
-async fn write(c: &Client, id: i64, update: &mut Update) -> Result<(), Fail> {
-    let blocks = update.blocks();
-    let terms: Vec<&str> = blocks.iter().map(|b| b.0.as_str()).collect();
-    let parts: Vec<i32> = blocks
-        .iter()
-        .map(|b| i32::try_from(b.1.meta.range).unwrap_or(i32::MAX))
-        .collect();
-    let data: Vec<&[u8]> = blocks.iter().map(|b| b.1.data.as_slice()).collect();
-    c.query_typed(
-        PUT_POSTINGS,
-        &[
-            (&id, Type::INT8),
-            (&terms, Type::TEXT_ARRAY),
-            (&parts, Type::INT4_ARRAY),
-            (&data, Type::BYTEA_ARRAY),
-        ],
-    )
-    .await?;
-    let int4 = |n: u32| i32::try_from(n).unwrap_or(i32::MAX);
-    let docs: Vec<i32> = update.docs.iter().map(|d| int4(d.doc)).collect();
-    let positions: Vec<i64> = update.docs.iter().map(|d| to_i64(d.position)).collect();
-    let doc_blocks: Vec<i32> = update.docs.iter().map(|d| int4(d.block)).collect();
-    let prints: Vec<i64> = update
-        .docs
-        .iter()
-        .map(|d| d.fingerprint.cast_signed())
-        .collect();
-    c.query_typed(
-        PUT_DOCS,
-        &[
-            (&id, Type::INT8),
-            (&docs, Type::INT4_ARRAY),
-            (&positions, Type::INT8_ARRAY),
-            (&doc_blocks, Type::INT4_ARRAY),
-            (&prints, Type::INT8_ARRAY),
-        ],
-    )
-    .await?;
-    let calls: Vec<&str> = update.calls.iter().map(|c| c.call.as_str()).collect();
-    let call_positions: Vec<i64> = update.calls.iter().map(|c| to_i64(c.position)).collect();
-    let call_blocks: Vec<i32> = update.calls.iter().map(|c| int4(c.block)).collect();
-    let tools: Vec<&str> = update.calls.iter().map(|c| c.tool.as_str()).collect();
-    c.query_typed(
-        PUT_CALLS,
-        &[
-            (&id, Type::INT8),
-            (&calls, Type::TEXT_ARRAY),
-            (&call_positions, Type::INT8_ARRAY),
-            (&call_blocks, Type::INT4_ARRAY),
-            (&tools, Type::TEXT_ARRAY),
-        ],
-    )
-    .await?;
-    let cpos: Vec<i64> = update.compactions.iter().map(|c| to_i64(c.0)).collect();
-    let names: Vec<&str> = update.compactions.iter().map(|c| c.1.as_str()).collect();
-    c.query_typed(
-        PUT_COMPACTIONS,
-        &[
-            (&id, Type::INT8),
-            (&cpos, Type::INT8_ARRAY),
-            (&names, Type::TEXT_ARRAY),
-        ],
-    )
-    .await?;
-    let s = update.state;
-    let (entries, n, total) = (to_i64(s.entries), i64::from(s.docs), to_i64(s.total_len));
-    c.query_typed(
-        PUT_STATE,
-        &[
-            (&id, Type::INT8),
-            (&entries, Type::INT8),
-            (&n, Type::INT8),
-            (&total, Type::INT8),
-        ],
-    )
-    .await?;
-    update.docs.clear();
-    update.calls.clear();
-    update.compactions.clear();
-    Ok(())
 }
 
 /// The id and head of `session`, if it exists.
@@ -428,7 +289,7 @@ pub(crate) async fn recall(
     if lookup.is_empty() {
         return Ok(Some(Recalled::new(Vec::new(), u64::from(state.docs))));
     }
-    let terms = lookup.terms();
+    let terms = lookup.whole_terms();
     let rows = pool
         .query(
             c,
@@ -437,18 +298,41 @@ pub(crate) async fn recall(
         )
         .await?;
     let mut blocks: HashMap<String, Vec<Block>> = HashMap::new();
-    for r in &rows {
-        let (term, part, data): (String, i32, Vec<u8>) =
-            (r.try_get(0)?, r.try_get(1)?, r.try_get(2)?);
-        blocks.entry(term).or_default().push(Block {
-            meta: RangeMeta {
+    add_blocks(&mut blocks, &rows)?;
+    let Ok(tiered) = lookup.tier_ranges(&blocks) else {
+        return Ok(None);
+    };
+    let bounded = lookup.bounded_terms();
+    let mut bounds: HashMap<String, Vec<RangeBound>> = HashMap::new();
+    if !bounded.is_empty() {
+        let rows = pool
+            .query(
+                c,
+                BOUNDS_OF,
+                &[(&id, Type::INT8), (&bounded, Type::TEXT_ARRAY)],
+            )
+            .await?;
+        for r in &rows {
+            let (term, part, count, front): (String, i32, i32, Vec<u8>) =
+                (r.try_get(0)?, r.try_get(1)?, r.try_get(2)?, r.try_get(3)?);
+            bounds.entry(term).or_default().push(RangeBound {
                 range: u32::try_from(part).unwrap_or(u32::MAX),
-                ..RangeMeta::default()
-            },
-            data,
-        });
+                count: u32::try_from(count).unwrap_or(0),
+                front,
+            });
+        }
+        for t in bounds.keys() {
+            blocks.entry(t.clone()).or_default();
+        }
+        if !tiered.is_empty() {
+            let rows = postings_in(pool, c, id, &bounded, &tiered).await?;
+            add_blocks(&mut blocks, &rows)?;
+            for list in blocks.values_mut() {
+                list.sort_by_key(|b| b.meta.range);
+            }
+        }
     }
-    let Ok(mut picker) = lookup.rank(state.stats(), &blocks) else {
+    let Ok(mut picker) = lookup.rank_bounded(state.stats(), &blocks, &bounds) else {
         return Ok(None);
     };
     let exclude = if lookup.include_context() {
@@ -457,6 +341,29 @@ pub(crate) async fn recall(
         context_fingerprints(&loaded.context)
     };
     loop {
+        loop {
+            let need = picker.needs();
+            if need.is_empty() {
+                break;
+            }
+            // One round trip for the batch of ranges.
+            let rows = postings_in(pool, c, id, &bounded, &need).await?;
+            let mut found: HashMap<u32, Vec<(String, Vec<u8>)>> = HashMap::new();
+            for r in &rows {
+                let (term, part, data): (String, i32, Vec<u8>) =
+                    (r.try_get(0)?, r.try_get(1)?, r.try_get(2)?);
+                found
+                    .entry(u32::try_from(part).unwrap_or(u32::MAX))
+                    .or_default()
+                    .push((term, data));
+            }
+            for range in need {
+                let these = found.remove(&range).unwrap_or_default();
+                if picker.give(range, these) == Err(Corrupt) {
+                    return Ok(None);
+                }
+            }
+        }
         let docs = picker.next_docs();
         if docs.is_empty() {
             break;
@@ -491,6 +398,50 @@ pub(crate) async fn recall(
         lookup.hits(picked),
         u64::from(state.docs),
     )))
+}
+
+/// Adds to `blocks` the rows of [`POSTINGS`] or [`POSTINGS_IN`] (term, part, data).
+fn add_blocks(
+    blocks: &mut HashMap<String, Vec<Block>>,
+    rows: &[tokio_postgres::Row],
+) -> Result<(), Fail> {
+    for r in rows {
+        let (term, part, data): (String, i32, Vec<u8>) =
+            (r.try_get(0)?, r.try_get(1)?, r.try_get(2)?);
+        blocks.entry(term).or_default().push(Block {
+            meta: RangeMeta {
+                range: u32::try_from(part).unwrap_or(u32::MAX),
+                ..RangeMeta::default()
+            },
+            data,
+        });
+    }
+    Ok(())
+}
+
+/// The postings of `terms` in `ranges`, in one round trip.
+async fn postings_in(
+    pool: &Pool,
+    c: &Client,
+    id: i64,
+    terms: &[String],
+    ranges: &[u32],
+) -> Result<Vec<tokio_postgres::Row>, Fail> {
+    let parts: Vec<i32> = ranges
+        .iter()
+        .map(|r| i32::try_from(*r).unwrap_or(i32::MAX))
+        .collect();
+    Ok(pool
+        .query(
+            c,
+            POSTINGS_IN,
+            &[
+                (&id, Type::INT8),
+                (&terms, Type::TEXT_ARRAY),
+                (&parts, Type::INT4_ARRAY),
+            ],
+        )
+        .await?)
 }
 
 /// The items of the candidates `picked`, each with the compaction that summarized it, read in

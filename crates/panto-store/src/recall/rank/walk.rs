@@ -1,0 +1,164 @@
+//! The one walk of a query's blocks that a ranking starts with: each term's idf and blocks
+//! by range, the fronts of its postings by range (or, for a term an index gives by its
+//! bounds, those bounds), and what the items of a tier above 0 need.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+
+use super::super::postings::{Block, RANGE_DOCS, walk};
+use super::super::query::Query;
+use super::front::{Front, RangeBound};
+use super::{Corrupt, Stats, Term, idf, tiers};
+
+/// A posting of an item of a tier above 0: the item, the query term's index (among those items
+/// hold), its occurrences and the item's length.
+pub(super) type Hit = (u32, usize, u32, u32);
+
+/// Each range's fronts: the index of a query term (among those items hold) and its front.
+pub(super) type Fronts = HashMap<u32, Vec<(usize, Front)>>;
+
+/// What one walk of the query's blocks finds.
+pub(super) struct Walked<'a> {
+    /// Each term's idf and blocks by range.
+    pub(super) terms: Vec<Term<'a>>,
+    /// The fronts of each range's postings.
+    pub(super) fronts: Fronts,
+    /// The fronts of the postings of each range's items of its highest tier (when not
+    /// prescored).
+    pub(super) top: Fronts,
+    /// The postings of the items of a tier above 0 in the order walked (when prescored).
+    pub(super) hits: Vec<Hit>,
+}
+
+/// Adds `front`, of the term of index `index`, to a range's fronts `at`.
+pub(super) fn add_front(at: &mut Vec<(usize, Front)>, index: usize, front: Front) {
+    match at.last_mut() {
+        Some((i, f)) if *i == index => {
+            for &(tf, len) in &front.0 {
+                f.add(tf, len);
+            }
+        }
+        _ => at.push((index, front)),
+    }
+}
+
+/// Walks every block of `query`'s terms once: each term's idf and blocks by range, the fronts
+/// of its postings by range, and for the items of `tiered` (by range, in order) either their
+/// postings (`prescore`) or the fronts of the postings of each range's items of its highest
+/// tier.
+pub(super) fn walk_terms<'a>(
+    query: &Query,
+    stats: Stats,
+    blocks: &'a HashMap<String, Vec<Block>>,
+    bounds: &HashMap<String, Vec<RangeBound>>,
+    tiered: &HashMap<u32, Vec<(u32, u32)>>,
+    prescore: bool,
+) -> Result<Walked<'a>, Corrupt> {
+    let n = f64::from(stats.docs);
+    let mut out = Walked {
+        terms: Vec::new(),
+        fronts: HashMap::new(),
+        top: HashMap::new(),
+        hits: Vec::new(),
+    };
+    let tops: HashMap<u32, u32> = tiered
+        .iter()
+        .map(|(&r, docs)| (r, docs.iter().map(|d| d.1).max().unwrap_or(0)))
+        .collect();
+    for term in &query.terms {
+        let stored = bounds.get(term).filter(|b| !b.is_empty());
+        let list = match (blocks.get(term), stored) {
+            (Some(list), _) => list.as_slice(),
+            (None, Some(_)) => &[],
+            (None, None) => continue,
+        };
+        let index = out.terms.len();
+        let mut df = 0u64;
+        if let Some(stored) = stored {
+            // Its idf and fronts from its bounds; `list` holds the ranges of tiered items only.
+            for b in stored {
+                if b.count == 0 {
+                    continue;
+                }
+                let mut front = Front::default();
+                front.add_encoded(&b.front).ok_or(Corrupt)?;
+                if front.0.is_empty() || range_of_past(b.range, stats.docs) {
+                    return Err(Corrupt);
+                }
+                df += u64::from(b.count);
+                add_front(out.fronts.entry(b.range).or_default(), index, front);
+            }
+        }
+        let mut by_range: HashMap<u32, Vec<Cow<'a, [u8]>>> = HashMap::new();
+        for b in list {
+            let range = b.meta.range;
+            let mut front = Front::default();
+            let mut high = Front::default();
+            let mut past = false;
+            let marks = tiered.get(&range).map_or(&[][..], Vec::as_slice);
+            let top = tops.get(&range).copied().unwrap_or(0);
+            let mut j = 0;
+            let hits = &mut out.hits;
+            let count = walk(range, &b.data, |p| {
+                past |= p.doc >= stats.docs;
+                front.add(p.tf, p.len);
+                while j < marks.len() && marks[j].0 < p.doc {
+                    j += 1;
+                }
+                if let Some(m) = marks.get(j).filter(|m| m.0 == p.doc) {
+                    if prescore {
+                        hits.push((p.doc, index, p.tf, p.len));
+                    } else if m.1 == top {
+                        high.add(p.tf, p.len);
+                    }
+                }
+            })
+            .ok_or(Corrupt)?;
+            if past {
+                return Err(Corrupt);
+            }
+            if count == 0 {
+                continue;
+            }
+            by_range
+                .entry(range)
+                .or_default()
+                .push(Cow::Borrowed(&b.data));
+            if stored.is_none() {
+                df += u64::from(count);
+                add_front(out.fronts.entry(range).or_default(), index, front);
+            }
+            if !high.0.is_empty() {
+                add_front(out.top.entry(range).or_default(), index, high);
+            }
+        }
+        out.terms.push(Term {
+            name: term.clone(),
+            idf: idf(n, df as f64),
+            blocks: by_range,
+        });
+    }
+    Ok(out)
+}
+
+/// Whether `range` starts past a history of `docs` items.
+fn range_of_past(range: u32, docs: u32) -> bool {
+    u64::from(range) * u64::from(RANGE_DOCS) >= u64::from(docs)
+}
+
+/// The ranges with items of a tier above 0 for `query` (they must be read whole, whatever
+/// the terms' bounds), `blocks` holding the lookup terms of its exact strings whole.
+///
+/// # Errors
+/// [`Corrupt`] when a block does not decode.
+pub(crate) fn tier_ranges(
+    query: &Query,
+    blocks: &HashMap<String, Vec<Block>>,
+) -> Result<Vec<u32>, Corrupt> {
+    let mut out: Vec<u32> = tiers(query, blocks)?
+        .iter()
+        .map(|(doc, _)| doc / RANGE_DOCS)
+        .collect();
+    out.dedup();
+    Ok(out)
+}
