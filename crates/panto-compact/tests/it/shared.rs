@@ -110,7 +110,7 @@ impl Provider for Thinker {
             )));
         }
         if let Some(window) = self.counting {
-            let input = crate::estimate_request(&request.system, &request.messages);
+            let input = estimate_request(&request.system, &request.messages);
             let output = u64::from(request.max_output_tokens);
             if input + output > window {
                 self.refused.fetch_add(1, Ordering::Relaxed);
