@@ -294,13 +294,13 @@ pub fn recall<E>(
     if lookup.is_empty() {
         return Ok(Found::Hits(Vec::new()));
     }
-    let mut get = conn.prepare_cached(
+    let mut whole = conn.prepare_cached(
         "SELECT part, data FROM panto_recall_postings WHERE session = ?1 AND term = ?2
          ORDER BY part",
     )?;
     let mut blocks: HashMap<String, Vec<Block>> = HashMap::new();
     for term in lookup.whole_terms() {
-        let list = get
+        let list = whole
             .query_map(params![session, term], |r| {
                 Ok(Block {
                     meta: RangeMeta {
@@ -365,6 +365,8 @@ pub fn recall<E>(
     let Ok(mut picker) = lookup.rank_bounded(state.stats(), &blocks, &bounds) else {
         return Ok(Found::Corrupt);
     };
+    // How many ranges a bounded term has at most.
+    let ranges = bounds.values().map(Vec::len).max().unwrap_or(0);
     let none = HashSet::new();
     let exclude = if lookup.include_context() {
         &none
@@ -382,14 +384,35 @@ pub fn recall<E>(
                 if need.is_empty() {
                     break;
                 }
-                for range in need {
-                    let mut found = Vec::new();
+                let mut found: HashMap<u32, Vec<(String, Vec<u8>)>> = HashMap::new();
+                if need.len().saturating_mul(4) >= ranges {
+                    // A quarter of the ranges or more: one walk of each term's rows beats a
+                    // lookup per range.
+                    let wanted: HashSet<u32> = need.iter().copied().collect();
                     for term in &bounded {
-                        if let Some(data) = range_of(term, range)? {
-                            found.push((term.clone(), data));
+                        let mut rows = whole.query(params![session, term])?;
+                        while let Some(r) = rows.next()? {
+                            let range: u32 = r.get(0)?;
+                            if wanted.contains(&range) {
+                                found
+                                    .entry(range)
+                                    .or_default()
+                                    .push((term.clone(), r.get(1)?));
+                            }
                         }
                     }
-                    if picker.give(range, found) == Err(Corrupt) {
+                } else {
+                    for &range in &need {
+                        for term in &bounded {
+                            if let Some(data) = range_of(term, range)? {
+                                found.entry(range).or_default().push((term.clone(), data));
+                            }
+                        }
+                    }
+                }
+                for range in need {
+                    let these = found.remove(&range).unwrap_or_default();
+                    if picker.give(range, these) == Err(Corrupt) {
                         return Ok(Found::Corrupt);
                     }
                 }

@@ -109,3 +109,39 @@ fn an_index_of_the_format_before_bounds_is_built_again() {
     assert_eq!(rows(&path), kept);
     block_on(conformance::recall::same_as_scan(&store, "s"));
 }
+
+/// Two words never in one item: no range's bound (the best of each word added up) is reached
+/// by an item, so the ranking scores every range. The ranges of the highest bounds (both words
+/// in items of 5 terms) are not those of the best items (`alpha` alone in items of 2 terms,
+/// `beta` in long ones): those are in the second batch of ranges asked for, which is more
+/// than a quarter of them and read by one walk of each word's rows. The answer is the scan's.
+#[test]
+fn a_query_that_scores_every_range_reads_them_all_and_answers_as_the_scan() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = fresh(&dir, "w.sqlite3");
+    let long = "w ".repeat(60);
+    let entries: Vec<panto_model::Entry> = (0..24 * 1024)
+        .map(|i| {
+            let range = i / 1024;
+            let text = match (i % 4, range) {
+                (0, 0..4) => format!("alpha {i} w w w"),
+                (1, 0..4) => format!("beta {i} w w w"),
+                (0, 4..20) => format!("alpha {i}"),
+                (0, _) => format!("alpha {i} {long}"),
+                (1, _) => format!("beta {i} {long}"),
+                _ => format!("neither {i}"),
+            };
+            panto_model::Entry::Message(panto_model::Message::user_text(text))
+        })
+        .collect();
+    block_on(store.append("s", panto_store::Head::EMPTY, &entries)).unwrap();
+    let q = RecallQuery::new("alpha beta")
+        .with_limit(20)
+        .with_context(true);
+    let mine = block_on(store.recall("s", &q)).unwrap();
+    let scan = block_on(panto_store::recall_by_scan(&store, "s", &q)).unwrap();
+    assert_eq!(mine, scan);
+    // The best are `alpha` alone in the short items of ranges 4 to 19.
+    assert_eq!(mine.hits.len(), 20);
+    assert_eq!(mine.hits[0].text, "alpha 4096");
+}
