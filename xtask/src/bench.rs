@@ -1,4 +1,4 @@
-//! `cargo xtask bench [SECTION...] [--quick] [--keep] [--sweep]`: measurements, one section each, printed
+//! `cargo xtask bench [SECTION...] [--quick] [--keep] [--sweep] [--sweep-warm]`: measurements, one section each, printed
 //! as Markdown tables (`docs/benchmarks.md` holds the latest).
 //!
 //! Sections, in the order a full run takes them:
@@ -103,7 +103,7 @@ const SECTIONS: &[Section] = &[
 
 /// What `cargo xtask bench --help` prints.
 const USAGE: &str = "\
-usage: cargo xtask bench [SECTION...] [--quick] [--keep] [--sweep]
+usage: cargo xtask bench [SECTION...] [--quick] [--keep] [--sweep] [--sweep-warm]
 
 Runs the measurements of docs/benchmarks.md in a release build and prints them as Markdown.
 With no SECTION, every section runs (about 10 minutes).
@@ -135,6 +135,9 @@ options:
   --keep   keep the generated sessions under target/bench/ and reuse them next run
   --sweep  cost: instead of the default run, the cache-aware rule's parts on and off over
            windows of 24,000 to 64,000 and three patterns of pauses, per protocol
+  --sweep-warm  cost: instead of the default run, the warm wait compacting to the waited
+           share's headroom against the configured share's, on Anthropic, over the same
+           windows and pauses
   --help   print this
 ";
 
@@ -148,6 +151,9 @@ pub(crate) struct Flags {
     /// `cost`: sweep windows, pauses and the parts of the cache-aware rule instead of the
     /// default run.
     sweep: bool,
+    /// `cost`: sweep the warm wait's headroom (the waited share's or the configured one's)
+    /// instead of the default run.
+    sweep_warm: bool,
 }
 
 pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
@@ -203,6 +209,7 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
             "--quick" => flags.quick = true,
             "--keep" => flags.keep = true,
             "--sweep" => flags.sweep = true,
+            "--sweep-warm" => flags.sweep_warm = true,
             name => match SECTIONS.iter().find(|s| s.0 == name) {
                 Some(s) => chosen.push(s),
                 None => bail!("unknown bench argument `{name}`\n\n{USAGE}"),

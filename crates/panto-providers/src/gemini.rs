@@ -15,7 +15,7 @@ use crate::adapter::adapter_common;
 use crate::body::{Splice, WireBody};
 use crate::classify;
 use crate::config::{BaseUrl, Config, Error};
-use crate::prepare::{compaction_text, flatten_result, prepare};
+use crate::prepare::{compaction_text, flatten_result, prepare_sendable};
 use crate::protocol::Protocol;
 use crate::secret::ApiKey;
 use crate::shared::{
@@ -127,7 +127,7 @@ impl Wire for GeminiWire {
 
 /// The request body.
 pub(crate) fn request_body(request: &Request) -> Value {
-    let messages = prepare(&request.messages, &compaction_text, None);
+    let messages = prepare_sendable(&request.messages, &compaction_text, None, &|_, b| sends(b));
     // Function responses name the function, not the call: map call ids to names.
     let mut names: HashMap<&str, &str> = HashMap::new();
     for message in &messages {
@@ -209,6 +209,19 @@ fn render_options(request: &Request, body: &mut Map<String, Value>) {
             "toolConfig".into(),
             json!({"functionCallingConfig": calling}),
         );
+    }
+}
+
+/// Whether a block goes on the wire ([`render_parts`] renders it): text, tool calls and results,
+/// images, and thinking only with Gemini's thought signature.
+fn sends(block: &ContentBlock) -> bool {
+    match block {
+        ContentBlock::Text(_)
+        | ContentBlock::ToolUse(_)
+        | ContentBlock::ToolResult(_)
+        | ContentBlock::Image(_) => true,
+        ContentBlock::Thinking(t) => t.extra.contains_key(THOUGHT_SIGNATURE),
+        _ => false,
     }
 }
 

@@ -13,7 +13,7 @@ use crate::adapter::adapter_common;
 use crate::body::{Splice, WireBody};
 use crate::classify;
 use crate::config::{BaseUrl, Config, Error};
-use crate::prepare::{compaction_text, flatten_result, image_url, prepare};
+use crate::prepare::{compaction_text, flatten_result, image_url, prepare_sendable};
 use crate::protocol::Protocol;
 use crate::secret::ApiKey;
 use crate::shared::{
@@ -124,7 +124,7 @@ pub(crate) fn request_body(request: &Request, stream: bool, field: MaxTokensFiel
     if !request.system.is_empty() {
         messages.push(json!({"role": "system", "content": request.system}));
     }
-    for message in prepare(&request.messages, &compaction_text, None) {
+    for message in prepare_sendable(&request.messages, &compaction_text, None, &sends) {
         match message.role {
             Role::User => render_user(&message, &mut messages),
             Role::Assistant => messages.extend(render_assistant(&message)),
@@ -174,6 +174,17 @@ fn render_options(request: &Request, body: &mut Map<String, Value>) {
     });
     if let Some(choice) = choice {
         body.insert("tool_choice".into(), choice);
+    }
+}
+
+/// Whether a block of a message of `role` goes on the wire ([`render_user`] and
+/// [`render_assistant`] render it): text, tool calls and results, and a user's images; thinking
+/// never goes back on this protocol.
+fn sends(role: Role, block: &ContentBlock) -> bool {
+    match block {
+        ContentBlock::Text(_) | ContentBlock::ToolUse(_) | ContentBlock::ToolResult(_) => true,
+        ContentBlock::Image(i) => role == Role::User && image_url(&i.source).is_some(),
+        _ => false,
     }
 }
 

@@ -103,6 +103,26 @@ pub(crate) fn prepare(
     out
 }
 
+/// [`prepare`] for an adapter that sends, of a prepared message, only the blocks `sends` takes
+/// (by the message's role): a message with none of them (an assistant message of nothing but
+/// thinking the protocol cannot send back) would vanish at rendering and leave the messages
+/// around it, of one role, side by side on the wire. Such messages are left out and the rest
+/// prepared again, which merges their neighbours, so that roles still alternate.
+pub(crate) fn prepare_sendable(
+    messages: &[Message],
+    compaction: &dyn Fn(&str) -> String,
+    native: Option<&str>,
+    sends: &dyn Fn(Role, &ContentBlock) -> bool,
+) -> Vec<Message> {
+    let prepared = prepare(messages, compaction, native);
+    let renders = |m: &Message| m.content.iter().any(|b| sends(m.role, b));
+    if prepared.iter().all(renders) {
+        return prepared;
+    }
+    let kept: Vec<Message> = prepared.into_iter().filter(renders).collect();
+    prepare(&kept, compaction, native)
+}
+
 /// A synthetic error result for a call that was never answered.
 fn synthetic_result(id: &str) -> ContentBlock {
     ContentBlock::tool_result(id, INTERRUPTED, true)

@@ -137,6 +137,9 @@ pub(crate) fn cost(_root: &std::path::Path, flags: &Flags) -> Result<()> {
     if flags.sweep {
         return sweep::sweep(turns);
     }
+    if flags.sweep_warm {
+        return sweep::sweep_warm(turns);
+    }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;

@@ -179,8 +179,8 @@ impl<S: Store> Driver<S> {
         let reply = self
             .windows
             .reply_room(u64::from(self.max_output_tokens), window.tokens);
-        let share = self.cache_aware_share(share, window.tokens, reply);
-        let threshold_tokens = share_of(window.tokens, share);
+        let in_force = self.cache_aware_share(share, window.tokens, reply);
+        let threshold_tokens = share_of(window.tokens, in_force);
         if estimated_tokens <= threshold_tokens {
             return Ok(None);
         }
@@ -207,9 +207,10 @@ impl<S: Store> Driver<S> {
         });
         // Headroom: the request after the compaction stays under half the threshold, so that
         // the next sends do not compact again (docs/compaction.md, "Clearing and tiers").
+        let target_tokens = share_of(window.tokens, self.headroom_share(share, in_force)) / 2;
         let run = CompactRun::auto()
             .with_sizes(sizes)
-            .with_target_tokens(threshold_tokens / 2);
+            .with_target_tokens(target_tokens);
         let outcome = self.compact_with(run).await;
         let estimated_tokens = self.estimate().total();
         let fits = estimated_tokens <= window.tokens;

@@ -31,6 +31,12 @@ pub struct CacheAware {
     /// Wait past the share while the cache holds a large prefix, on a model whose cache writes
     /// cost a premium.
     pub warm: bool,
+    /// When the warm wait moved the share, compact to the headroom of the configured share (half
+    /// of it) rather than of the waited one, so that the waited compaction keeps no more than a
+    /// plain one. Off in every preset: measured (`cargo xtask bench cost --sweep-warm`), it
+    /// halves the warm wait's extra cost at small windows but still costs more than the plain
+    /// share (docs/compaction.md).
+    pub warm_keeps_share: bool,
 }
 
 impl CacheAware {
@@ -38,18 +44,21 @@ impl CacheAware {
     pub const DEFAULT: CacheAware = CacheAware {
         cold: true,
         warm: false,
+        warm_keeps_share: false,
     };
 
     /// Both parts on.
     pub const ON: CacheAware = CacheAware {
         cold: true,
         warm: true,
+        warm_keeps_share: false,
     };
 
     /// Both parts off: the configured share whatever the cache holds.
     pub const OFF: CacheAware = CacheAware {
         cold: false,
         warm: false,
+        warm_keeps_share: false,
     };
 
     /// With the cold part on or off.
@@ -61,6 +70,13 @@ impl CacheAware {
     /// With the warm part on or off.
     pub const fn with_warm(mut self, warm: bool) -> CacheAware {
         self.warm = warm;
+        self
+    }
+
+    /// With a warm wait's compaction keeping the configured share's headroom, or the waited
+    /// share's (see [`CacheAware::warm_keeps_share`]).
+    pub const fn with_warm_keeps_share(mut self, keeps: bool) -> CacheAware {
+        self.warm_keeps_share = keeps;
         self
     }
 }
@@ -249,6 +265,17 @@ impl<S: Store> Driver<S> {
         )]
         let most = 1.0 - reply_tokens as f64 / window.max(1) as f64;
         share.max((share + most) / 2.0).min(most.max(share))
+    }
+
+    /// The share whose headroom (half of it) a compaction ahead at `in_force` (the share
+    /// [`Driver::cache_aware_share`] gave for the configured `share`) compacts to: the share in
+    /// force, or the configured one after a warm wait when [`CacheAware::warm_keeps_share`].
+    pub(super) fn headroom_share(&self, share: f64, in_force: f64) -> f64 {
+        if in_force > share && self.accounts.cache_aware.warm_keeps_share {
+            share
+        } else {
+            in_force
+        }
     }
 
     /// Notes that a request is being sent now.

@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use panto_compact::{
-    COLD_SHARE, CacheAware, CompactOutcome, CompactionStrategy, Compactor, CompactorConfig, Driver,
-    MemoryLog, MemoryStore, ModelRef, Window, WindowSource,
+    COLD_SHARE, CacheAware, CompactOutcome, CompactionEvent, CompactionStrategy, Compactor,
+    CompactorConfig, Driver, MemoryLog, MemoryStore, ModelRef, Window, WindowSource,
 };
 use panto_model::{Entry, Message, Price, Prices, SequentialIds, Usage};
 use panto_provider::{
@@ -16,6 +16,9 @@ use panto_provider::{
     RequestOptions, async_trait,
 };
 use panto_size::{Heuristic, Sizer};
+use proptest::prelude::*;
+use proptest::strategy::ValueTree;
+use proptest::test_runner::TestCaseError;
 
 const AGENT: &str = "You are the agent.";
 
@@ -97,16 +100,30 @@ impl Provider for Caching {
 }
 
 fn note(i: usize) -> Message {
+    note_of(i, 30)
+}
+
+/// Note `i`, of `repeats` sentences.
+fn note_of(i: usize, repeats: usize) -> Message {
     Message::user_text(format!(
         "Note {i}. {}",
-        "The parser keeps every token. ".repeat(30)
+        "The parser keeps every token. ".repeat(repeats)
     ))
 }
 
-fn driver(provider: Arc<Caching>, now: &Arc<AtomicU64>, window: u64) -> Driver<MemoryStore> {
-    let compactor = Compactor::new(ModelRef::new(provider, "claude-x"))
+fn compactor(provider: Arc<Caching>) -> Compactor {
+    Compactor::new(ModelRef::new(provider, "claude-x"))
         .with_ids(Arc::new(SequentialIds::new()))
-        .with_config(CompactorConfig::new().with_keep_tokens(600));
+        .with_config(CompactorConfig::new().with_keep_tokens(600))
+}
+
+fn driver(provider: Arc<Caching>, now: &Arc<AtomicU64>, window: u64) -> Driver<MemoryStore> {
+    driver_over(compactor(provider), now, window)
+}
+
+/// The driver of these tests over `compactor`: a known window, `auto_compact = 0.8`, and the
+/// virtual clock `now` (in seconds).
+fn driver_over(compactor: Compactor, now: &Arc<AtomicU64>, window: u64) -> Driver<MemoryStore> {
     let clock = Arc::clone(now);
     Driver::new(compactor, MemoryLog::memory(), Default::default())
         .with_window(Window::new(window, WindowSource::Configured))
@@ -231,6 +248,128 @@ async fn a_warm_conversation_compacts_at_the_share_and_a_cold_one_earlier() {
     }
     assert!(compacted);
     compacts_at_the_cold_share_after_a_pause(&mut d, &now, window).await;
+}
+
+/// One generated conversation under the default rule (see the property below): before each
+/// note the virtual clock moves by its gap, and the provider's own view of its cache (a request
+/// less than five minutes ago, whose prefix it then reads: a large one, all but the newest note)
+/// says whether the request is about to read a large warm prefix.
+/// Returns how many compactions came at the configured share with a warm cache, and how many
+/// below it with a cold one.
+async fn check_the_default_rule(
+    timings: Vec<(u64, usize)>,
+) -> Result<(usize, usize), TestCaseError> {
+    let now = Arc::new(AtomicU64::new(0));
+    let provider = Caching::new(Arc::clone(&now));
+    let announced = Arc::new(Mutex::new(Vec::new()));
+    let sink = Arc::clone(&announced);
+    let compactor = compactor(Arc::clone(&provider)).on_event(move |e| {
+        if let CompactionEvent::CompactingAhead {
+            estimated_tokens,
+            threshold_tokens,
+            ..
+        } = e
+        {
+            sink.lock()
+                .unwrap()
+                .push((*estimated_tokens, *threshold_tokens));
+        }
+    });
+    let window = 20_000;
+    let mut d = driver_over(compactor, &now, window);
+    let configured = (window as f64 * 0.8) as u64;
+    let cold = (window as f64 * 0.8 * COLD_SHARE) as u64;
+    let (mut warm_crossings, mut cold_compactions) = (0, 0);
+    for (i, (gap, repeats)) in timings.into_iter().enumerate() {
+        now.fetch_add(gap, Ordering::SeqCst);
+        let last = provider.last.load(Ordering::SeqCst);
+        let warm = last != u64::MAX && now.load(Ordering::SeqCst) - last < 300;
+        let note = note_of(i, repeats);
+        let mut messages = d.context().messages.clone();
+        messages.push(note.clone());
+        let estimate = crate::estimate_request(AGENT, &messages);
+        let reply = d
+            .send(vec![note], &mut |_| {})
+            .await
+            .map_err(|e| TestCaseError::fail(format!("send {i}: {e}")))?;
+        let announced = announced.lock().unwrap().pop();
+        match (&reply.compacted_ahead, announced) {
+            (Some(_), Some((estimated, threshold))) => {
+                prop_assert_eq!(estimated, estimate, "send {}", i);
+                if warm {
+                    // Warm and large: never below the configured share; at it, due.
+                    prop_assert_eq!(threshold, configured, "send {}", i);
+                    prop_assert!(estimate > configured, "send {}: {}", i, estimate);
+                    warm_crossings += 1;
+                } else if last != u64::MAX {
+                    // The cache expired: the cold share, below the configured one.
+                    prop_assert_eq!(threshold, cold, "send {}", i);
+                    cold_compactions += usize::from(estimate <= configured);
+                }
+            }
+            (None, None) => {
+                // Sent whole: under the share in force (the configured one, warm or unknown;
+                // the cold one once the cache expired).
+                let in_force = if warm || last == u64::MAX {
+                    configured
+                } else {
+                    cold
+                };
+                prop_assert!(
+                    estimate <= in_force,
+                    "send {}: {} > {}",
+                    i,
+                    estimate,
+                    in_force
+                );
+            }
+            (ahead, announced) => {
+                prop_assert!(false, "send {}: {:?} against {:?}", i, ahead, announced);
+            }
+        }
+    }
+    Ok((warm_crossings, cold_compactions))
+}
+
+/// Timings of a conversation: the seconds before each note (mostly an answer within the
+/// cache's five minutes, sometimes a pause past it) and each note's length in sentences.
+fn timings() -> impl Strategy<Value = Vec<(u64, usize)>> {
+    proptest::collection::vec(
+        (
+            prop_oneof![9 => 5u64..290, 1 => 300u64..7_200],
+            10usize..150,
+        ),
+        40..120,
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    /// Point 5 of issue 38 as the default rule ([`CacheAware::DEFAULT`]) reads it: over
+    /// generated timings, no compaction below the configured share ever lands while the cache
+    /// is warm and holds a large prefix; at the share the compaction is due (no wait); once the
+    /// cache has expired, a conversation past the cold share is compacted before it is sent.
+    #[test]
+    fn by_default_no_compaction_below_the_share_lands_before_a_large_warm_read(
+        timings in timings(),
+    ) {
+        crate::block_on(check_the_default_rule(timings))?;
+    }
+}
+
+/// The property above met both sides of the rule over its cases: compactions at the share
+/// with a warm cache, and compactions below it with a cold one.
+#[test]
+fn the_default_rules_property_meets_warm_and_cold_compactions() {
+    let mut runner = proptest::test_runner::TestRunner::deterministic();
+    let (mut warm, mut cold) = (0, 0);
+    for _ in 0..8 {
+        let timings = timings().new_tree(&mut runner).unwrap().current();
+        let (w, c) = crate::block_on(check_the_default_rule(timings)).unwrap();
+        (warm, cold) = (warm + w, cold + c);
+    }
+    assert!(warm > 0 && cold > 0, "warm {warm}, cold {cold}");
 }
 
 /// With the warm part on, a conversation sent a note a minute crosses the configured share with

@@ -4,25 +4,32 @@
 //! one store) and on SQLite (each writer with its own connection to one file, as processes
 //! are). Every prompt is stored exactly once and a reply follows it, every request the model
 //! gets is a valid conversation whose thinking blocks are whole (a model's signed thinking goes
-//! back as it came), every stored reply keeps its thinking, the window compacts, and no send
-//! asks for more than a few summaries.
+//! back as it came) and fits the window, every stored reply keeps its thinking, the window
+//! compacts, and no send asks for more than a few summaries.
+//!
+//! The same writers over a history that came before them (features used together, issue 38):
+//! tool loops whose steps carry signed thinking, one of them with a tool result of a MiB that the
+//! first compaction must fold (or clear) while the writers contend for the session; and the
+//! tiered strategy with several writers on SQLite and on PostgreSQL (`PANTO_TEST_POSTGRES`,
+//! `.ci/postgres run ...`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use panto_compact::{
-    Compactor, CompactorConfig, ContentBlock, Driver, Head, MemoryStore, Message, ModelRef,
-    Provider, ProviderError, Request, Role, SharedTurns, Store, TokenNumbers, Window, WindowSource,
-    async_trait,
+    CompactionStrategy, Compactor, CompactorConfig, ContentBlock, Driver, Head, MemoryStore,
+    Message, ModelRef, Provider, ProviderError, Request, Role, SharedTurns, Store, TokenNumbers,
+    Window, WindowSource, async_trait,
 };
 use panto_model::{Entry, ThinkingBlock, validate};
 use panto_provider::EventSink;
+use panto_store_postgres::{PostgresStore, testing};
 use panto_store_sqlite::SqliteStore;
 
-use crate::short_prompt;
+use crate::{estimate_request, short_prompt};
 
 const AGENT: &str = "You are the agent.";
 
@@ -47,6 +54,9 @@ struct Thinker {
     answers: Arc<AtomicUsize>,
     /// The thinking each answer of every writer's model carried, by its signature.
     signed: Arc<Mutex<HashMap<String, String>>>,
+    /// The largest request of the conversation and of a summary, by panto's estimate, over
+    /// all of them.
+    largest: Arc<[AtomicU64; 2]>,
 }
 
 impl Thinker {
@@ -82,6 +92,8 @@ impl Provider for Thinker {
         _events: EventSink<'_>,
     ) -> Result<Message, ProviderError> {
         tokio::time::sleep(Duration::from_millis(2)).await;
+        let size = estimate_request(&request.system, &request.messages);
+        self.largest[usize::from(request.system != AGENT)].fetch_max(size, Ordering::Relaxed);
         if request.system != AGENT {
             let n = self.summaries.fetch_add(1, Ordering::Relaxed);
             // A summary that says something new each time: how many questions the transcript
@@ -98,7 +110,7 @@ impl Provider for Thinker {
             )));
         }
         if let Some(window) = self.counting {
-            let input = crate::estimate_request(&request.system, &request.messages);
+            let input = estimate_request(&request.system, &request.messages);
             let output = u64::from(request.max_output_tokens);
             if input + output > window {
                 self.refused.fetch_add(1, Ordering::Relaxed);
@@ -152,6 +164,76 @@ fn prompt(writer: usize, i: usize) -> String {
     )
 }
 
+/// What a run sets up besides its writers: the compaction strategy, the history stored before
+/// the writers begin, the most summary requests one send may ask for, and whether the model's
+/// window counts the output against it (learned from its refusals, never told).
+struct Setup {
+    strategy: CompactionStrategy,
+    history: Vec<Message>,
+    summaries_per_send: usize,
+    counting: bool,
+}
+
+impl Setup {
+    /// panto's summary, no history before the writers, [`SUMMARIES_PER_SEND`], a window told
+    /// to every writer that does not count the output.
+    fn plain() -> Setup {
+        Setup {
+            strategy: CompactionStrategy::Summary,
+            history: Vec::new(),
+            summaries_per_send: SUMMARIES_PER_SEND,
+            counting: false,
+        }
+    }
+}
+
+/// The thinking of step `step` of the history's tool loop `turn`, and its signature.
+fn history_thinking(turn: usize, step: usize) -> (String, String) {
+    (
+        format!(
+            "history thinking {turn}.{step}: {}",
+            "read it before answering. ".repeat(6)
+        ),
+        format!("history-sig-{turn}-{step}"),
+    )
+}
+
+/// A history of tool loops of a coding agent whose model thinks before each step, one per
+/// entry of `results` (the tool result's length in bytes): the user's request; signed thinking
+/// and a call of `read`; its result; signed thinking and the answer.
+fn tool_loops(results: &[usize]) -> Vec<Message> {
+    let thinking = |turn, step| {
+        let (text, signature) = history_thinking(turn, step);
+        ContentBlock::Thinking(ThinkingBlock::new(text, Some(signature)))
+    };
+    let line = "error[E0502]: cannot borrow `cache` as mutable; the race is in src/lib.rs\n";
+    let mut out = Vec::new();
+    for (turn, &bytes) in results.iter().enumerate() {
+        let id = format!("call-{turn}");
+        let output = line.repeat(bytes / line.len() + 1);
+        out.push(Message::user_text(format!("Read build log {turn}.")));
+        out.push(Message::new(
+            Role::Assistant,
+            vec![
+                thinking(turn, 0),
+                ContentBlock::tool_use(&id, "read", serde_json::json!({"path": "build.log"})),
+            ],
+        ));
+        out.push(Message::new(
+            Role::User,
+            vec![ContentBlock::tool_result(&id, output, false)],
+        ));
+        out.push(Message::new(
+            Role::Assistant,
+            vec![
+                thinking(turn, 1),
+                ContentBlock::text(format!("Log {turn} shows the race in src/lib.rs.")),
+            ],
+        ));
+    }
+    out
+}
+
 /// One writer: `sends` prompts with `send_shared`, at a window of `window` tokens with
 /// compaction ahead at half of it. Returns the most summary requests one send asked for, and
 /// what the writer's driver learned of the output (`KnownWindows::counts_output`).
@@ -161,10 +243,15 @@ async fn write<S: Store>(
     window: u64,
     writer: usize,
     sends: usize,
+    strategy: CompactionStrategy,
 ) -> (usize, Option<bool>) {
     let compactor = Compactor::new(ModelRef::new(model.clone(), "thinker-1"))
         .with_prompt(short_prompt())
-        .with_config(CompactorConfig::new().with_keep_tokens(window / 4));
+        .with_config(
+            CompactorConfig::new()
+                .with_keep_tokens(window / 4)
+                .with_compaction_strategy(strategy),
+        );
     let (agent, _) = Driver::open(compactor, store, "s").await.unwrap();
     // A window that counts the output is learned from its refusals, with a reply budget of a
     // third of it (an eighth kept for the reply would not do); the other is given.
@@ -212,8 +299,8 @@ async fn entries<S: Store>(store: &S) -> Vec<Entry> {
 
 /// `writers` writers of `sends` prompts each on the stores `open` gives (one per writer, and
 /// one to read the session after), at a window of `window` tokens.
-/// With `counting`, the model's window counts the output against it and is learned from
-/// its refusals: then some request is refused, every writer that saw a refusal learns that
+/// With [`Setup::counting`], the model's window counts the output against it and is learned
+/// from its refusals: then some request is refused, every writer that saw a refusal learns that
 /// the output counts, and every send is still answered (a retry without room for the whole
 /// reply would be refused and fail the send).
 async fn run<S, F, Fut>(open: F, window: u64, writers: usize, sends: usize)
@@ -222,44 +309,77 @@ where
     F: Fn() -> Fut,
     Fut: Future<Output = S>,
 {
-    run_with(open, window, (writers, sends), false).await;
+    run_with(open, window, writers, sends, Setup::plain()).await;
 }
 
-async fn run_with<S, F, Fut>(open: F, window: u64, (writers, sends): (usize, usize), counting: bool)
+/// [`run`] as `setup` says: its history stored first, then the writers with its strategy.
+/// Returns the session's entries.
+async fn run_with<S, F, Fut>(
+    open: F,
+    window: u64,
+    writers: usize,
+    sends: usize,
+    setup: Setup,
+) -> Vec<Entry>
 where
     S: Store + 'static,
     F: Fn() -> Fut,
     Fut: Future<Output = S>,
 {
     let first = Thinker::default();
+    if !setup.history.is_empty() {
+        let thinking = (0..setup.history.len() / 4)
+            .flat_map(|turn| (0..2).map(move |step| history_thinking(turn, step)));
+        for (text, signature) in thinking {
+            first.signed.lock().unwrap().insert(signature, text);
+        }
+        let compactor = Compactor::new(ModelRef::new(Arc::new(Thinker::default()), "thinker-1"));
+        let (mut before, _) = Driver::open(compactor, open().await, "s").await.unwrap();
+        before.append(setup.history.clone()).await.unwrap();
+    }
     let mut tasks = Vec::new();
     for writer in 0..writers {
         let store = open().await;
         let model = Arc::new(Thinker {
-            counting: counting.then_some(window),
+            counting: setup.counting.then_some(window),
             refused: first.refused.clone(),
             summaries: AtomicUsize::new(0),
             answers: first.answers.clone(),
             signed: first.signed.clone(),
+            largest: first.largest.clone(),
         });
-        tasks.push(tokio::spawn(write(store, model, window, writer, sends)));
+        tasks.push(tokio::spawn(write(
+            store,
+            model,
+            window,
+            writer,
+            sends,
+            setup.strategy,
+        )));
     }
     let mut learned = 0;
     for task in tasks {
         let (most, counts_output) = task.await.unwrap();
         assert!(
-            most <= SUMMARIES_PER_SEND,
+            most <= setup.summaries_per_send,
             "a send asked for {most} summaries"
         );
         learned += usize::from(counts_output == Some(true));
     }
-    if counting {
+    if setup.counting {
         let refused = first.refused.load(Ordering::Relaxed);
         assert!(refused > 0, "the window of {window} refused nothing");
         assert!(learned > 0, "no writer learned that the output counts");
     } else {
         assert_eq!(learned, 0);
     }
+    // No request the model got, of the conversation or of a summary, was larger than the
+    // window (a result of a MiB never went to it whole).
+    let [conversation, summary] = [0, 1].map(|k| first.largest[k].load(Ordering::Relaxed));
+    assert!(
+        conversation <= window && summary <= window,
+        "window {window}: the largest request was {conversation} (conversation), {summary} (summary)"
+    );
     let entries = entries(&open().await).await;
     let messages: Vec<&Message> = entries
         .iter()
@@ -295,6 +415,7 @@ where
             "a reply lost its thinking: {reply:?}"
         );
     }
+    entries
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -313,14 +434,19 @@ async fn shared_turns_with_thinking_learn_a_window_that_counts_the_output_on_sql
     for window in [1_500, 3_000] {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("shared.db");
+        let setup = Setup {
+            counting: true,
+            ..Setup::plain()
+        };
         run_with(
             || {
                 let path = path.clone();
                 async move { SqliteStore::open(path).await.unwrap() }
             },
             window,
-            (3, 12),
-            true,
+            3,
+            12,
+            setup,
         )
         .await;
     }
@@ -342,4 +468,117 @@ async fn shared_turns_with_thinking_at_windows_under_4k_on_sqlite() {
         )
         .await;
     }
+}
+
+/// The history's tool loops: three of them, the middle one's result a MiB (about 260,000
+/// tokens against windows under 4,000), the others' 6,000 bytes.
+fn with_a_huge_result() -> Vec<Message> {
+    tool_loops(&[6_000, 1 << 20, 6_000])
+}
+
+/// How many summary requests one send may ask for when the first compaction folds a result of
+/// a MiB: the fold cuts it into parts of an eighth of a request, 180 requests at this window
+/// (as at 4,096 in docs/benchmarks.md, `huge`), and a turn may fold twice (its compaction
+/// ahead, then once more after its reply lost and the conversation grew past the threshold).
+const HUGE_FOLD_SUMMARIES: usize = 400;
+
+/// A tool result of a MiB in a tool loop whose steps carry signed thinking, with several
+/// writers: the first compaction of each writer's first send must fold it (summary) or clear
+/// it (tiered) while the others contend for the session. Each strategy on the memory store and
+/// on SQLite: every prompt is stored once and answered, thinking goes back whole, no request
+/// is larger than the window, and the result is gone from the effective context.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_tool_result_with_signed_thinking_compacts_under_several_writers() {
+    let window = 3_000;
+    for strategy in [CompactionStrategy::Summary, CompactionStrategy::Tiered] {
+        let setup = || Setup {
+            strategy,
+            history: with_a_huge_result(),
+            summaries_per_send: HUGE_FOLD_SUMMARIES,
+            counting: false,
+        };
+        let store = MemoryStore::new();
+        let entries = run_with(|| async { store.clone() }, window, 3, 6, setup()).await;
+        the_huge_result_is_gone(store.clone(), window, strategy).await;
+        assert!(entries.len() > with_a_huge_result().len());
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("huge.db");
+        let open = || {
+            let path = path.clone();
+            async move { SqliteStore::open(path).await.unwrap() }
+        };
+        run_with(open, window, 3, 6, setup()).await;
+        the_huge_result_is_gone(open().await, window, strategy).await;
+    }
+}
+
+/// The effective context of `store`'s session after the writers: within the window, and no
+/// longer holding the result of a MiB (summarized, or cleared to a placeholder).
+async fn the_huge_result_is_gone<S: Store>(store: S, window: u64, strategy: CompactionStrategy) {
+    let compactor = Compactor::new(ModelRef::new(Arc::new(Thinker::default()), "thinker-1"));
+    let (after, _) = Driver::open(compactor, store, "s").await.unwrap();
+    let size = estimate_request(AGENT, &after.context().messages);
+    assert!(size <= window, "{strategy:?}: the context is {size} tokens");
+    let largest = (after.context().messages.iter())
+        .map(|m| serde_json::to_string(m).unwrap().len())
+        .max()
+        .unwrap_or(0);
+    assert!(
+        largest < 100_000,
+        "{strategy:?}: a message of {largest} bytes"
+    );
+}
+
+/// The tiered strategy (a clearing first, a summary only when it frees too little) with several
+/// writers and compaction ahead on, over a history of tool loops with signed thinking: each
+/// writer's store as `open` gives it. The clearings and summaries written by whichever writer
+/// won are what every other writer reloads and sends.
+async fn tiered_with_writers<S, F, Fut>(open: F)
+where
+    S: Store + 'static,
+    F: Fn() -> Fut,
+    Fut: Future<Output = S>,
+{
+    let setup = Setup {
+        strategy: CompactionStrategy::Tiered,
+        history: tool_loops(&[4_000; 8]),
+        ..Setup::plain()
+    };
+    let entries = run_with(open, 3_000, 3, 10, setup).await;
+    // At a window this small the clearing alone never reaches the target (the kept turns and
+    // the reply's room take it), so the tiered strategy summarizes the cleared conversation;
+    // the tool results it cleared first are recorded on the summary's entry.
+    let cleared: usize = (entries.iter())
+        .filter_map(|e| match e {
+            Entry::Compaction(c) => c.extra.get("cleared").and_then(|v| v.as_array()),
+            _ => None,
+        })
+        .map(Vec::len)
+        .sum();
+    assert!(cleared >= 8, "the tiered strategy cleared {cleared} items");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tiered_compaction_with_several_writers_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiered.db");
+    tiered_with_writers(|| {
+        let path = path.clone();
+        async move { SqliteStore::open(path).await.unwrap() }
+    })
+    .await;
+}
+
+/// The same on PostgreSQL: each writer with its own pool on one schema, as hosts are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tiered_compaction_with_several_writers_on_postgres() {
+    let Some(url) = testing::server("tiered_compaction_with_several_writers_on_postgres") else {
+        return;
+    };
+    let url = testing::fresh_url(&url).await;
+    tiered_with_writers(|| {
+        let url = url.clone();
+        async move { PostgresStore::connect(&url).await.unwrap() }
+    })
+    .await;
 }

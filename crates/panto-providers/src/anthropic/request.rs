@@ -10,7 +10,7 @@ use serde_json::{Map, Value, json};
 use panto_size::Heuristic;
 
 use crate::body::{Splice, WireBody};
-use crate::prepare::{compaction_text, prepare};
+use crate::prepare::{compaction_text, prepare_sendable};
 use crate::shared::{insert_sampling, reasoning_budget, tool_choice};
 use crate::thinking::thinking_replay;
 
@@ -99,34 +99,30 @@ fn render_options(request: &Request, body: &mut Map<String, Value>) {
 }
 
 /// The messages rendered for the wire, after the wire preparation. Thinking without a signature
-/// cannot go back (the API accepts a thinking block only with the signature it gave) and is
-/// left out before the preparation, so that a message it leaves empty is dropped there and the
-/// messages around it merged: an assistant message of nothing but such thinking would otherwise
-/// vanish at rendering and leave two user messages side by side on the wire.
+/// cannot go back (the API accepts a thinking block only with the signature it gave), nor can an
+/// `OpenAI` compaction item: a message of nothing else is left out there and the messages
+/// around it merged (`prepare_sendable`), rather than vanish at rendering and leave two user
+/// messages side by side on the wire.
 fn render_messages(messages: &[Message], splice: &mut Splice) -> Vec<Value> {
-    let sendable;
-    let messages = if messages.iter().flat_map(|m| &m.content).any(unsigned) {
-        sendable = messages
-            .iter()
-            .filter_map(|m| {
-                let mut m = m.clone();
-                m.content.retain(|b| !unsigned(b));
-                (!m.content.is_empty()).then_some(m)
-            })
-            .collect::<Vec<_>>();
-        &sendable[..]
-    } else {
-        messages
-    };
-    prepare(messages, &compaction_text, Some(NATIVE_ANTHROPIC))
-        .iter()
-        .filter_map(|m| render_message(m, splice))
-        .collect()
+    prepare_sendable(
+        messages,
+        &compaction_text,
+        Some(NATIVE_ANTHROPIC),
+        &|_, b| sends(b),
+    )
+    .iter()
+    .filter_map(|m| render_message(m, splice))
+    .collect()
 }
 
-/// Whether a block is thinking without a signature, which this protocol cannot send back.
-fn unsigned(block: &ContentBlock) -> bool {
-    matches!(block, ContentBlock::Thinking(t) if t.signature.as_deref().is_none_or(str::is_empty))
+/// Whether this protocol sends a block back ([`render_block`] renders it): not thinking without
+/// a signature, nor an `OpenAI` compaction item.
+fn sends(block: &ContentBlock) -> bool {
+    match block {
+        ContentBlock::Thinking(t) => t.signature.as_deref().is_some_and(|s| !s.is_empty()),
+        ContentBlock::Other(o) => o.native_compaction() != Some(NATIVE_OPENAI_RESPONSES),
+        _ => true,
+    }
 }
 
 /// How many rendered blocks the request's stable leading messages

@@ -6,7 +6,7 @@ use panto_provider::{Request, ToolChoice};
 use serde_json::{Map, Value, json};
 
 use crate::body::{Splice, WireBody};
-use crate::prepare::{compaction_text, flatten_result, image_url, prepare};
+use crate::prepare::{compaction_text, flatten_result, image_url, prepare_sendable};
 use crate::shared::{arguments, insert_cache_params, insert_sampling, tool_choice};
 
 use super::ENCRYPTED_CONTENT;
@@ -24,13 +24,34 @@ pub(super) fn render_input(request: &Request, splice: &mut Splice) -> Vec<Value>
         input.extend(items.iter().map(|item| splice.raw(item.json())));
         messages = &messages[1..];
     }
-    for message in prepare(messages, &compaction_text, Some(NATIVE_OPENAI_RESPONSES)) {
+    let prepared = prepare_sendable(
+        messages,
+        &compaction_text,
+        Some(NATIVE_OPENAI_RESPONSES),
+        &sends,
+    );
+    for message in prepared {
         match message.role {
             Role::User => render_user(&message, &mut input),
             Role::Assistant => render_assistant(&message, &mut input, splice),
         }
     }
     input
+}
+
+/// Whether a block of a message of `role` goes on the wire by itself ([`render_user`] and
+/// [`render_assistant`] render it): text, tool calls and results, a user's images and a native
+/// compaction item. Thinking does not: a reasoning item goes back only before something else of
+/// its message, so a message of nothing but thinking renders nothing.
+fn sends(role: Role, block: &ContentBlock) -> bool {
+    match block {
+        ContentBlock::Text(_) | ContentBlock::ToolUse(_) | ContentBlock::ToolResult(_) => true,
+        ContentBlock::Image(i) => role == Role::User && input_image(&i.source).is_some(),
+        ContentBlock::Other(o) => {
+            role == Role::Assistant && o.native_compaction() == Some(NATIVE_OPENAI_RESPONSES)
+        }
+        _ => false,
+    }
 }
 
 /// The request body as it goes on the wire.

@@ -4,8 +4,8 @@
 //! request options on the wire; extra headers; a caller's client. Each protocol's fixtures
 //! live beside its own tests (`PROTOCOL` in `anthropic.rs`, `openai_chat.rs`, ...).
 
-use panto_model::{ContentBlock, Usage};
-use panto_provider::{Provider, ProviderError, RequestOptions};
+use panto_model::{ContentBlock, Message, Role, ThinkingBlock, Usage};
+use panto_provider::{Provider, ProviderError, Request, RequestOptions};
 use panto_providers::{Config, Error};
 use serde_json::{Value, json};
 use wiremock::matchers::method;
@@ -48,6 +48,91 @@ async fn serve(
     protocol.answer(&server, response).await;
     let provider = protocol.provider(&server, streaming);
     (server, provider)
+}
+
+/// The roles of a request body's conversation in order, as the protocol names them (a
+/// Responses item other than a message by its type).
+fn wire_roles(protocol: &str, body: &Value) -> Vec<String> {
+    let (list, role) = match protocol {
+        "openai-responses" => ("/input", "/role"),
+        "gemini" => ("/contents", "/role"),
+        _ => ("/messages", "/role"),
+    };
+    body.pointer(list)
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|item| {
+            let named = item.pointer(role).or_else(|| item.get("type"));
+            named.and_then(Value::as_str).unwrap_or("?").to_owned()
+        })
+        .filter(|r| r != "system")
+        .collect()
+}
+
+/// An assistant message of nothing but thinking that the protocol cannot send back (unsigned;
+/// another provider's signature; a Responses reasoning item with nothing after it) is left out
+/// before the wire and the user messages around it merged, on every protocol: never two user
+/// messages side by side (fixed for Anthropic first; Chat dropped every thinking-only message
+/// at rendering, Responses and Gemini theirs). Thinking the protocol does take back keeps its
+/// message.
+#[tokio::test]
+async fn an_assistant_message_of_thinking_that_cannot_go_back_leaves_no_two_user_messages() {
+    let thinking = |signature: Option<&str>, extra: Option<(&str, &str)>| {
+        let mut t = ThinkingBlock::new("Look at the parser first.", signature.map(str::to_owned));
+        if let Some((k, v)) = extra {
+            t.extra.insert(k.to_owned(), json!(v));
+        }
+        ContentBlock::Thinking(t)
+    };
+    let kinds = [
+        ("unsigned", thinking(None, None)),
+        ("Anthropic-signed", thinking(Some("sig-a"), None)),
+        (
+            "Responses-encrypted",
+            thinking(None, Some(("encrypted_content", "gAAAA-enc"))),
+        ),
+        (
+            "Gemini-signed",
+            thinking(None, Some(("thoughtSignature", "c2ln"))),
+        ),
+    ];
+    for protocol in protocols() {
+        for (kind, block) in &kinds {
+            let at = format!("{}, {kind}", protocol.name);
+            let (server, provider) =
+                serve(protocol, false, protocol.text_answer("Ok.", false)).await;
+            let request = Request::new(
+                "test-model",
+                "Be brief.",
+                vec![
+                    Message::user_text("Read the parser."),
+                    Message::new(Role::Assistant, vec![block.clone()]),
+                    Message::user_text("And the lexer?"),
+                ],
+                256,
+            );
+            let (result, _) = run(&provider, &request).await;
+            result.unwrap_or_else(|e| panic!("{at}: {e}"));
+            let body = &bodies(&server).await[0];
+            let roles = wire_roles(protocol.name, body);
+            let kept = matches!(
+                (protocol.name, *kind),
+                ("anthropic", "Anthropic-signed") | ("gemini", "Gemini-signed")
+            );
+            let expected: &[&str] = match (kept, protocol.name) {
+                (false, _) => &["user"],
+                (true, "gemini") => &["user", "model", "user"],
+                (true, _) => &["user", "assistant", "user"],
+            };
+            assert_eq!(roles, expected, "{at}: {body}");
+            let text = body.to_string();
+            assert!(
+                text.contains("Read the parser.") && text.contains("And the lexer?"),
+                "{at}: {text}"
+            );
+        }
+    }
 }
 
 #[tokio::test]

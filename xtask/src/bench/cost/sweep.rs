@@ -120,14 +120,25 @@ pub(super) fn sweep(turns: usize) -> Result<()> {
 
 /// The sweep's sessions of one protocol: per window and pauses, one per rule of [`RULES`].
 fn sweep_protocol(protocol: Protocol, turns: usize) -> Result<Vec<SweepRow>> {
+    sweep_rules(protocol, turns, &SWEEP_WINDOWS, &RULES)
+}
+
+/// The sessions of `protocol` over `windows` and the three patterns of pauses, one per rule of
+/// `rules`.
+fn sweep_rules(
+    protocol: Protocol,
+    turns: usize,
+    windows: &[u64],
+    rules: &[CacheAware],
+) -> Result<Vec<SweepRow>> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     let mut rows = Vec::new();
-    for window in SWEEP_WINDOWS {
+    for &window in windows {
         for pauses in [Pauses::NONE, Pauses::OCCASIONAL, Pauses::FREQUENT] {
             let mut outcomes = Vec::new();
-            for parts in RULES {
+            for &parts in rules {
                 let v = Variant {
                     protocol,
                     caching: true,
@@ -152,4 +163,89 @@ fn sweep_protocol(protocol: Protocol, turns: usize) -> Result<Vec<SweepRow>> {
         }
     }
     Ok(rows)
+}
+
+/// The rules of the warm sweep (`--sweep-warm`): the plain share, the warm wait compacting to
+/// the waited share's headroom (as `--sweep` measured it) and to the configured share's, and
+/// both parts with each.
+const WARM_RULES: [CacheAware; 5] = [
+    CacheAware::OFF,
+    CacheAware::OFF.with_warm(true),
+    CacheAware::OFF.with_warm(true).with_warm_keeps_share(true),
+    CacheAware::ON,
+    CacheAware::ON.with_warm_keeps_share(true),
+];
+
+/// The warm sweep (`--sweep-warm`): whether the warm wait pays when its compaction keeps the
+/// configured share's amount (`CacheAware::warm_keeps_share`) rather than the waited share's,
+/// on Anthropic (the one protocol of the section whose model writes its cache at a premium, so
+/// the only one where the warm part applies), over the windows of [`SWEEP_WINDOWS`], one thread
+/// per two windows.
+pub(super) fn sweep_warm(turns: usize) -> Result<()> {
+    let runs: Vec<Result<Vec<SweepRow>>> = std::thread::scope(|scope| {
+        let threads: Vec<_> = SWEEP_WINDOWS
+            .chunks(2)
+            .map(|windows| {
+                scope.spawn(move || sweep_rules(Protocol::Anthropic, turns, windows, &WARM_RULES))
+            })
+            .collect();
+        threads
+            .into_iter()
+            .map(|t| {
+                t.join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("a sweep thread panicked")))
+            })
+            .collect()
+    });
+    let mut table = Table::new([
+        "window",
+        "pauses",
+        "billed, plain",
+        "warm, waited headroom",
+        "warm, configured headroom",
+        "both, waited headroom",
+        "both, configured headroom",
+        "compactions (overflows) plain / warm / warm kept / both / both kept",
+        "mean request, plain / warm / warm kept / both / both kept",
+    ])
+    .right([0, 2, 3, 4, 5, 6]);
+    let mut worst = vec![(f64::MIN, String::new()); WARM_RULES.len() - 1];
+    for rows in runs {
+        for (window, pauses, outcomes) in rows? {
+            let plain = outcomes[0].billed.billed_input_tokens;
+            let mut cells = vec![
+                window.to_string(),
+                pauses.name.to_owned(),
+                plain.to_string(),
+            ];
+            for (k, o) in outcomes.iter().enumerate().skip(1) {
+                let more = ratio(o.billed.billed_input_tokens, plain) - 1.0;
+                if more > worst[k - 1].0 {
+                    worst[k - 1] = (more, format!("{window} {}", pauses.name));
+                }
+                cells.push(format!("{:+.1}%", 100.0 * more));
+            }
+            let join = |f: &dyn Fn(&Outcome) -> String| {
+                outcomes.iter().map(f).collect::<Vec<_>>().join(" / ")
+            };
+            cells.push(join(&|o| format!("{} ({})", o.compactions, o.overflows)));
+            cells.push(join(&|o| {
+                (o.conversation_input / o.conversation_requests.max(1)).to_string()
+            }));
+            table.row(cells);
+        }
+    }
+    println!(
+        "Anthropic, {turns} turns per session; panto configured with the emulator's window; `auto_compact = 0.8`; a request every 20 s of a virtual clock. Billed input (cache-weighted tokens) with the plain share, and each rule's difference from it (negative: cheaper). \"Waited headroom\": a warm wait's compaction keeps half the waited share (as `--sweep`); \"configured headroom\": half the configured share (`CacheAware::warm_keeps_share`).\n"
+    );
+    print!("{table}");
+    let named = |(more, at): &(f64, String)| format!("{:+.1}% ({at})", 100.0 * more);
+    println!(
+        "\nThe most each rule cost more than the plain share: warm, waited headroom {}; warm, configured headroom {}; both, waited {}; both, configured {}.",
+        named(&worst[0]),
+        named(&worst[1]),
+        named(&worst[2]),
+        named(&worst[3])
+    );
+    Ok(())
 }
