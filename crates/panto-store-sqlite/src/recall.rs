@@ -346,16 +346,30 @@ pub fn recall<E>(
             if list.is_empty() {
                 continue;
             }
+            let block = |range: u32, data: Vec<u8>| Block {
+                meta: RangeMeta {
+                    range,
+                    ..RangeMeta::default()
+                },
+                data,
+            };
             let mut part = Vec::new();
-            for &range in &tiered {
-                if let Some(data) = range_of(term, range)? {
-                    part.push(Block {
-                        meta: RangeMeta {
-                            range,
-                            ..RangeMeta::default()
-                        },
-                        data,
-                    });
+            if tiered.len().saturating_mul(4) >= list.len() {
+                // A quarter of the term's ranges or more (an exact string in every range):
+                // one walk of its rows, as for a batch of as many.
+                let wanted: HashSet<u32> = tiered.iter().copied().collect();
+                let mut rows = whole.query(params![session, term])?;
+                while let Some(r) = rows.next()? {
+                    let range: u32 = r.get(0)?;
+                    if wanted.contains(&range) {
+                        part.push(block(range, r.get(1)?));
+                    }
+                }
+            } else {
+                for &range in &tiered {
+                    if let Some(data) = range_of(term, range)? {
+                        part.push(block(range, data));
+                    }
                 }
             }
             blocks.insert(term.clone(), part);
