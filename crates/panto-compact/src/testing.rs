@@ -16,10 +16,12 @@
 use std::collections::VecDeque;
 use std::sync::{Mutex, MutexGuard};
 
-use panto_model::{ContentBlock, Message, Usage};
+use panto_model::{ContentBlock, Message, Role, Usage};
 use panto_provider::{
     EventSink, Provider, ProviderError, Request, StreamEvent, TokenNumbers, async_trait,
 };
+use panto_size::Heuristic;
+use serde_json::json;
 
 /// A provider that answers from a queue of scripted results and records every request.
 ///
@@ -139,4 +141,60 @@ pub fn server_error() -> ProviderError {
         status: 500,
         message: "internal error".to_owned(),
     }
+}
+
+/// A conversation whose request, with the system prompt `system`, is about `tokens` tokens by
+/// the heuristic ruler: talk (prompts and answers of a few hundred tokens each), or, with
+/// `tools`, a tool loop whose results are large (up to half of `window` each). The
+/// small-window tests and sweeps build their histories with it.
+#[must_use]
+pub fn sized_conversation(system: &str, tokens: u64, window: u64, tools: bool) -> Vec<Message> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while panto_size::estimate(system, "", &out).total() < tokens {
+        if tools {
+            let id = format!("t{i}");
+            out.push(Message::user_text(format!("req-{i} look at log {i}")));
+            out.push(Message::new(
+                Role::Assistant,
+                vec![
+                    ContentBlock::text(format!("reading log {i}")),
+                    ContentBlock::tool_use(&id, "read", json!({"path": format!("log{i}")})),
+                ],
+            ));
+            let lines = usize::try_from(window / 2 / 8).unwrap_or(usize::MAX) + 10 * (i % 3);
+            let body: Vec<String> = (0..lines).map(|l| format!("log {i} line {l}")).collect();
+            out.push(Message::new(
+                Role::User,
+                vec![ContentBlock::tool_result(&id, body.join("\n"), false)],
+            ));
+            out.push(Message::assistant_text(format!("log {i} says it worked")));
+        } else {
+            let words = 40 + 30 * (i % 5);
+            out.push(Message::user_text(format!(
+                "req-{i} {}",
+                vec!["please"; words].join(" ")
+            )));
+            out.push(Message::assistant_text(format!(
+                "ans-{i} {}",
+                vec!["done"; words].join(" ")
+            )));
+        }
+        i += 1;
+    }
+    out
+}
+
+/// The heuristic ruler's count of the transcript a compaction request's prompt carries: the
+/// text between its `<transcript>` tags (the whole prompt when it has none).
+#[must_use]
+pub fn transcript_tokens(prompt: &str) -> u64 {
+    let start = prompt
+        .find("<transcript>")
+        .map_or(0, |i| i + "<transcript>".len());
+    let end = prompt
+        .rfind("</transcript>")
+        .unwrap_or(prompt.len())
+        .max(start);
+    Heuristic.text(&prompt[start..end])
 }

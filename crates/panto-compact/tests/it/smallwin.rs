@@ -8,13 +8,13 @@
 
 use std::sync::{Arc, Mutex};
 
+use panto_compact::testing::{sized_conversation, transcript_tokens};
 use panto_compact::{
     CompactError, CompactionEvent, Compactor, Driver, MIN_OUTPUT_TOKENS, MemoryLog, MemoryStore,
     ModelRef, RECORD_ONLY_MODEL, Reply,
 };
-use panto_model::{ContentBlock, Entry, Message, Role, SequentialIds};
+use panto_model::{Entry, Message, SequentialIds};
 use panto_provider::{EventSink, Provider, ProviderError, Request, TokenNumbers, async_trait};
-use panto_size::Heuristic;
 use proptest::prelude::*;
 use serde_json::json;
 
@@ -158,58 +158,6 @@ impl Provider for Server {
             answer.unwrap_or_else(|| "the reply".to_owned()),
         ))
     }
-}
-
-/// panto's estimate of the transcript a compaction request's prompt carries: the text between
-/// its `<transcript>` tags.
-fn transcript_tokens(prompt: &str) -> u64 {
-    let start = prompt
-        .find("<transcript>")
-        .map_or(0, |i| i + "<transcript>".len());
-    let end = prompt
-        .rfind("</transcript>")
-        .unwrap_or(prompt.len())
-        .max(start);
-    Heuristic.text(&prompt[start..end])
-}
-
-/// A conversation of about `tokens` tokens: talk (prompts and answers of a few hundred
-/// tokens), or a tool loop whose results are large (up to half of `window` each).
-fn session(tokens: u64, window: u64, tools: bool) -> Vec<Message> {
-    let mut out = Vec::new();
-    let mut i = 0;
-    while estimate_request(AGENT, &out) < tokens {
-        if tools {
-            let id = format!("t{i}");
-            out.push(Message::user_text(format!("req-{i} look at log {i}")));
-            out.push(Message::new(
-                Role::Assistant,
-                vec![
-                    ContentBlock::text(format!("reading log {i}")),
-                    ContentBlock::tool_use(&id, "read", json!({"path": format!("log{i}")})),
-                ],
-            ));
-            let lines = (window / 2 / 8) as usize + 10 * (i % 3);
-            let body: Vec<String> = (0..lines).map(|l| format!("log {i} line {l}")).collect();
-            out.push(Message::new(
-                Role::User,
-                vec![ContentBlock::tool_result(&id, body.join("\n"), false)],
-            ));
-            out.push(Message::assistant_text(format!("log {i} says it worked")));
-        } else {
-            let words = 40 + 30 * (i % 5);
-            out.push(Message::user_text(format!(
-                "req-{i} {}",
-                vec!["please"; words].join(" ")
-            )));
-            out.push(Message::assistant_text(format!(
-                "ans-{i} {}",
-                vec!["done"; words].join(" ")
-            )));
-        }
-        i += 1;
-    }
-    out
 }
 
 /// Sends a short prompt after `history` to `server` through a driver with the default
@@ -415,7 +363,7 @@ fn case_with_reply(
     answers: usize,
     share: Option<u64>,
 ) -> Result<(usize, u64), TestCaseError> {
-    let history = session((window as f64 * times) as u64, window, tools);
+    let history = sized_conversation(AGENT, (window as f64 * times) as u64, window, tools);
     let mut server = Server::new(window, stating, counts_output);
     server.answers = answers;
     server.reply_share = share;
@@ -465,7 +413,7 @@ fn panto_s_record_counts_the_requests_of_the_fold_that_failed() {
 #[test]
 fn a_stated_window_under_2k_ends_answered_within_the_room_its_fixed_part_leaves() {
     let window = 1_248;
-    let history = session((window as f64 * 1.3) as u64, window, false);
+    let history = sized_conversation(AGENT, (window as f64 * 1.3) as u64, window, false);
     let server = Arc::new(Server::new(window, Stating::Stated, false));
     let (driver, result, _) = send(history, server.clone());
     check(&server, &driver, &result).unwrap();
@@ -511,7 +459,7 @@ fn a_stated_limit_the_rejection_contradicts_is_taken_as_no_limit() {
 #[test]
 fn a_fold_that_runs_out_of_room_keeps_the_summaries_the_model_gave() {
     let window = 3_000;
-    let history = session(window * 4, window, false);
+    let history = sized_conversation(AGENT, window * 4, window, false);
     let mut server = Server::new(window, Stating::Stated, false);
     server.answers = 2;
     let server = Arc::new(server);
@@ -562,7 +510,7 @@ fn a_fold_that_runs_out_of_room_keeps_the_summaries_the_model_gave() {
 #[test]
 fn panto_s_record_keeps_fewer_turns_when_the_window_learned_is_smaller_than_the_keep_budget() {
     let window = 4_000;
-    let history = session(window * 4, window, false);
+    let history = sized_conversation(AGENT, window * 4, window, false);
     let mut server = Server::new(window, Stating::Unstated, false);
     server.answers = 0;
     let server = Arc::new(server);
@@ -600,7 +548,7 @@ fn panto_s_record_keeps_fewer_turns_when_the_window_learned_is_smaller_than_the_
 #[test]
 fn a_server_that_counts_the_reply_gets_a_retry_with_room_for_it() {
     for window in [1_500, 2_500] {
-        let history = session(window * 6 / 10, window, false);
+        let history = sized_conversation(AGENT, window * 6 / 10, window, false);
         let mut server = Server::new(window, Stating::Stated, true);
         server.reply_share = Some(2);
         let server = Arc::new(server);
@@ -629,7 +577,7 @@ fn the_retry_to_an_input_only_server_of_5_500_tokens_is_sized_by_its_input() {
     let mut beyond = 0;
     for tools in [false, true] {
         for times in [1.1, 1.3, 1.6, 2.0, 3.0, 4.0] {
-            let history = session((window as f64 * times) as u64, window, tools);
+            let history = sized_conversation(AGENT, (window as f64 * times) as u64, window, tools);
             let server = Arc::new(Server::new(window, Stating::Unstated, false));
             let (driver, result, _) = send(history, server.clone());
             check(&server, &driver, &result).unwrap();

@@ -12,7 +12,8 @@
 
 use std::sync::{Arc, Mutex};
 
-use panto_compact::model::{ContentBlock, Entry, Message, Role, SequentialIds};
+use panto_compact::model::{Entry, Message, SequentialIds};
+use panto_compact::testing::{sized_conversation, transcript_tokens};
 use panto_compact::{
     CompactError, Compactor, Driver, Heuristic, MIN_OUTPUT_TOKENS, MemoryLog, ModelRef, Provider,
 };
@@ -76,18 +77,6 @@ fn texts(message: &Value) -> String {
         out.push_str(call["function"]["arguments"].as_str().unwrap_or_default());
     }
     out
-}
-
-/// The heuristic's count of the text between a prompt's `<transcript>` tags.
-fn transcript_tokens(prompt: &str) -> u64 {
-    let start = prompt
-        .find("<transcript>")
-        .map_or(0, |i| i + "<transcript>".len());
-    let end = prompt
-        .rfind("</transcript>")
-        .unwrap_or(prompt.len())
-        .max(start);
-    Heuristic.text(&prompt[start..end])
 }
 
 impl Server {
@@ -159,45 +148,6 @@ impl Respond for Server {
     }
 }
 
-/// A conversation of about `tokens` tokens: talk, or a tool loop whose results are large (up
-/// to half of `window` each).
-fn session(tokens: u64, window: u64, tools: bool) -> Vec<Message> {
-    let mut out = Vec::new();
-    let mut i = 0;
-    while panto_compact::size::estimate(AGENT, "", &out).total() < tokens {
-        if tools {
-            let id = format!("t{i}");
-            out.push(Message::user_text(format!("req-{i} look at log {i}")));
-            out.push(Message::new(
-                Role::Assistant,
-                vec![
-                    ContentBlock::text(format!("reading log {i}")),
-                    ContentBlock::tool_use(&id, "read", json!({"path": format!("log{i}")})),
-                ],
-            ));
-            let lines = (window / 2 / 8) as usize + 10 * (i % 3);
-            let body: Vec<String> = (0..lines).map(|l| format!("log {i} line {l}")).collect();
-            out.push(Message::new(
-                Role::User,
-                vec![ContentBlock::tool_result(&id, body.join("\n"), false)],
-            ));
-            out.push(Message::assistant_text(format!("log {i} says it worked")));
-        } else {
-            let words = 40 + 30 * (i % 5);
-            out.push(Message::user_text(format!(
-                "req-{i} {}",
-                vec!["please"; words].join(" ")
-            )));
-            out.push(Message::assistant_text(format!(
-                "ans-{i} {}",
-                vec!["done"; words].join(" ")
-            )));
-        }
-        i += 1;
-    }
-    out
-}
-
 /// The sweep's bound derived from what the fold learned (panto-compact's
 /// `tests/it/smallwin.rs`, `derived_bound`), in the server's count: the overflow and the
 /// retry, `ceil(conversation / room)` steps, 3 requests per compaction request refused.
@@ -241,7 +191,7 @@ async fn case(window: u64, wording: Wording, tools: bool, times: f64, share: u64
     let mut settings = config(&format!("{}/v1", mock.uri())).with_streaming(false);
     settings.retry.max_retries = 0;
     let provider: Arc<dyn Provider> = Arc::new(OpenAiChatProvider::new(settings).unwrap());
-    let history = session((window as f64 * times) as u64, window, tools);
+    let history = sized_conversation(AGENT, (window as f64 * times) as u64, window, tools);
     let log = MemoryLog::with_entries(history.into_iter().map(Entry::Message).collect());
     let context = log.replay();
     let compactor =

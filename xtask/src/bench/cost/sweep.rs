@@ -31,19 +31,7 @@ pub(super) fn sweep(turns: usize) -> Result<()> {
         Protocol::OpenAiChat,
         Protocol::OpenAiResponses,
     ];
-    let runs: Vec<Result<Vec<SweepRow>>> = std::thread::scope(|scope| {
-        let threads: Vec<_> = protocols
-            .iter()
-            .map(|&protocol| scope.spawn(move || sweep_protocol(protocol, turns)))
-            .collect();
-        threads
-            .into_iter()
-            .map(|t| {
-                t.join()
-                    .unwrap_or_else(|_| Err(anyhow::anyhow!("a sweep thread panicked")))
-            })
-            .collect()
-    });
+    let runs = on_threads(&protocols, |&protocol| sweep_protocol(protocol, turns));
     let mut table = Table::new([
         "protocol",
         "window",
@@ -119,6 +107,28 @@ pub(super) fn sweep(turns: usize) -> Result<()> {
 }
 
 /// The sweep's sessions of one protocol: per window and pauses, one per rule of [`RULES`].
+/// `run` on each of `parts`, each on a thread of its own, the answers in `parts`' order; a
+/// thread that panicked answers an error.
+fn on_threads<P: Sync, F>(parts: &[P], run: F) -> Vec<Result<Vec<SweepRow>>>
+where
+    F: Fn(&P) -> Result<Vec<SweepRow>> + Sync,
+{
+    let run = &run;
+    std::thread::scope(|scope| {
+        let threads: Vec<_> = parts
+            .iter()
+            .map(|part| scope.spawn(move || run(part)))
+            .collect();
+        threads
+            .into_iter()
+            .map(|t| {
+                t.join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("a sweep thread panicked")))
+            })
+            .collect()
+    })
+}
+
 fn sweep_protocol(protocol: Protocol, turns: usize) -> Result<Vec<SweepRow>> {
     sweep_rules(protocol, turns, &SWEEP_WINDOWS, &RULES)
 }
@@ -182,20 +192,9 @@ const WARM_RULES: [CacheAware; 5] = [
 /// the only one where the warm part applies), over the windows of [`SWEEP_WINDOWS`], one thread
 /// per two windows.
 pub(super) fn sweep_warm(turns: usize) -> Result<()> {
-    let runs: Vec<Result<Vec<SweepRow>>> = std::thread::scope(|scope| {
-        let threads: Vec<_> = SWEEP_WINDOWS
-            .chunks(2)
-            .map(|windows| {
-                scope.spawn(move || sweep_rules(Protocol::Anthropic, turns, windows, &WARM_RULES))
-            })
-            .collect();
-        threads
-            .into_iter()
-            .map(|t| {
-                t.join()
-                    .unwrap_or_else(|_| Err(anyhow::anyhow!("a sweep thread panicked")))
-            })
-            .collect()
+    let chunks: Vec<&[u64]> = SWEEP_WINDOWS.chunks(2).collect();
+    let runs = on_threads(&chunks, |windows| {
+        sweep_rules(Protocol::Anthropic, turns, windows, &WARM_RULES)
     });
     let mut table = Table::new([
         "window",
