@@ -99,9 +99,13 @@ pub(super) fn walk_terms<'a>(
             let top = tops.get(&range).copied().unwrap_or(0);
             let mut j = 0;
             let hits = &mut out.hits;
+            let whole = stored.is_none();
             let count = walk(range, &b.data, |p| {
                 past |= p.doc >= stats.docs;
-                front.add(p.tf, p.len);
+                if whole {
+                    // (A term read by its bounds has its fronts.)
+                    front.add(p.tf, p.len);
+                }
                 while j < marks.len() && marks[j].0 < p.doc {
                     j += 1;
                 }
@@ -124,7 +128,7 @@ pub(super) fn walk_terms<'a>(
                 .entry(range)
                 .or_default()
                 .push(Cow::Borrowed(&b.data));
-            if stored.is_none() {
+            if whole {
                 df += u64::from(count);
                 add_front(out.fronts.entry(range).or_default(), index, front);
             }
@@ -146,19 +150,33 @@ fn range_of_past(range: u32, docs: u32) -> bool {
     u64::from(range) * u64::from(RANGE_DOCS) >= u64::from(docs)
 }
 
-/// The ranges with items of a tier above 0 for `query` (they must be read whole, whatever
-/// the terms' bounds), `blocks` holding the lookup terms of its exact strings whole.
+/// The items that may hold an exact string of a query, found once from the lookup terms'
+/// blocks for both the store (which reads the postings of their ranges whole, whatever the
+/// terms' bounds) and the ranking.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Tiers {
+    /// Each such item with its tier, in item order.
+    pub(super) items: Vec<(u32, u32)>,
+    ranges: Vec<u32>,
+}
+
+impl Tiers {
+    /// The ranges with items of a tier above 0, in order.
+    pub fn ranges(&self) -> &[u32] {
+        &self.ranges
+    }
+}
+
+/// The [`Tiers`] of `query`, `blocks` holding the lookup terms of its exact strings whole.
 ///
 /// # Errors
 /// [`Corrupt`] when a block does not decode.
-pub(crate) fn tier_ranges(
+pub(crate) fn tiers_of(
     query: &Query,
     blocks: &HashMap<String, Vec<Block>>,
-) -> Result<Vec<u32>, Corrupt> {
-    let mut out: Vec<u32> = tiers(query, blocks)?
-        .iter()
-        .map(|(doc, _)| doc / RANGE_DOCS)
-        .collect();
-    out.dedup();
-    Ok(out)
+) -> Result<Tiers, Corrupt> {
+    let items = tiers(query, blocks)?;
+    let mut ranges: Vec<u32> = items.iter().map(|(doc, _)| doc / RANGE_DOCS).collect();
+    ranges.dedup();
+    Ok(Tiers { items, ranges })
 }
