@@ -267,7 +267,7 @@ pub(super) fn profile(args: &[String]) -> Result<()> {
         }
         "sqlite" => {
             let sqlite = SqliteStore::open_blocking(
-                &dir.join("session.sqlite3"),
+                dir.join("session.sqlite3"),
                 SqliteOptions::default().with_fsync(false),
             )?;
             run(&|| Ok(runtime.block_on(sqlite.recall("session", &query))?))

@@ -201,7 +201,8 @@ fn compare_bounded(
         given.insert((*t).clone(), part);
     }
     let reference = score(query, stats, blocks).expect("not corrupt");
-    let Ok(mut pruned) = Ranking::build(query, stats, &given, &bounds, Some(tiers), prescored) else {
+    let Ok(mut pruned) = Ranking::build(query, stats, &given, &bounds, Some(tiers), prescored)
+    else {
         panic!("the bounded ranking is corrupt where the reference is not");
     };
     let mut best = BestFirst::new(reference);
