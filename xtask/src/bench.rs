@@ -174,7 +174,6 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
         return stages::child(&args[1..]);
     }
     if args.first().map(String::as_str) == Some("__recall") {
-        // One recall query alone, for a profiler; run the release build directly.
         return recall::profile(&args[1..]);
     }
     if args.first().map(String::as_str) == Some("__profile") {

@@ -47,7 +47,7 @@ use front::Front;
 pub use front::{RangeBound, join_bounds};
 pub use walk::Tiers;
 pub(crate) use walk::tiers_of;
-use walk::walk_terms;
+use walk::{tiers, walk_terms};
 
 /// BM25's term-frequency saturation.
 const K1: f64 = 1.2;
@@ -108,32 +108,6 @@ fn average(stats: Stats) -> f64 {
     } else {
         (stats.total_len as f64 / f64::from(stats.docs)).max(1.0)
     }
-}
-
-/// For each exact string of `query`, the items that have all its lookup terms: how many of
-/// them each item may hold (its tier), for the items with one at least, in item order.
-fn tiers(query: &Query, blocks: &HashMap<String, Vec<Block>>) -> Result<Vec<(u32, u32)>, Corrupt> {
-    let mut all: Vec<u32> = Vec::new();
-    for exact in &query.exact {
-        let mut lists: Vec<Vec<u32>> = Vec::new();
-        for t in &exact.lookup {
-            let mut docs: Vec<u32> = Vec::new();
-            for b in blocks.get(t).map_or(&[][..], Vec::as_slice) {
-                walk(b.meta.range, &b.data, |p| docs.push(p.doc)).ok_or(Corrupt)?;
-            }
-            lists.push(docs);
-        }
-        all.extend(intersect(lists));
-    }
-    all.sort_unstable();
-    let mut out: Vec<(u32, u32)> = Vec::new();
-    for doc in all {
-        match out.last_mut() {
-            Some((d, n)) if *d == doc => *n += 1,
-            _ => out.push((doc, 1)),
-        }
-    }
-    Ok(out)
 }
 
 /// A query term that some item holds: its idf and its blocks' bytes by range (of a term
@@ -286,6 +260,8 @@ impl<'a> Ranking<'a> {
         Ranking::build(query, stats, blocks, bounds, Some(tiers), PRESCORED)
     }
 
+    // Why long: the setup of a ranking in order (the tiers, the one walk, the candidates of a
+    // tier above 0, each range's plan), each step using what the one before found.
     /// The ranking, `found` the [`Tiers`] of `query` over `blocks` when they are known.
     fn build(
         query: &Query,
@@ -296,10 +272,7 @@ impl<'a> Ranking<'a> {
         prescored: usize,
     ) -> Result<Ranking<'a>, Corrupt> {
         let avg = average(stats);
-        let all = match found {
-            Some(t) => t.items,
-            None => tiers(query, blocks)?,
-        };
+        let all = found.map_or_else(|| tiers(query, blocks), |t| Ok(t.items))?;
         let prescore = all.len() <= prescored;
         let mut tiered: HashMap<u32, Vec<(u32, u32)>> = HashMap::new();
         // In item order: each range's items one run.
@@ -618,25 +591,6 @@ fn keep(heap: &mut BinaryHeap<Worst>, c: Candidate, want: usize) {
         heap.pop();
         heap.push(Worst(c));
     }
-}
-
-/// The documents in every one of `lists` (each sorted); none when there is no list.
-fn intersect(mut lists: Vec<Vec<u32>>) -> Vec<u32> {
-    lists.sort_by_key(Vec::len);
-    let mut it = lists.into_iter();
-    let Some(mut acc) = it.next() else {
-        return Vec::new();
-    };
-    for list in it {
-        let mut j = 0;
-        acc.retain(|&d| {
-            while j < list.len() && list[j] < d {
-                j += 1;
-            }
-            j < list.len() && list[j] == d
-        });
-    }
-    acc
 }
 
 #[cfg(test)]

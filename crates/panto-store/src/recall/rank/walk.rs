@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use super::super::postings::{Block, RANGE_DOCS, walk};
 use super::super::query::Query;
 use super::front::{Front, RangeBound};
-use super::{Corrupt, Stats, Term, idf, tiers};
+use super::{Corrupt, Stats, Term, idf};
 
 /// A posting of an item of a tier above 0: the item, the query term's index (among those items
 /// hold), its occurrences and the item's length.
@@ -179,4 +179,52 @@ pub(crate) fn tiers_of(
     let mut ranges: Vec<u32> = items.iter().map(|(doc, _)| doc / RANGE_DOCS).collect();
     ranges.dedup();
     Ok(Tiers { items, ranges })
+}
+
+/// For each exact string of `query`, the items that have all its lookup terms: how many of
+/// them each item may hold (its tier), for the items with one at least, in item order.
+pub(super) fn tiers(
+    query: &Query,
+    blocks: &HashMap<String, Vec<Block>>,
+) -> Result<Vec<(u32, u32)>, Corrupt> {
+    let mut all: Vec<u32> = Vec::new();
+    for exact in &query.exact {
+        let mut lists: Vec<Vec<u32>> = Vec::new();
+        for t in &exact.lookup {
+            let mut docs: Vec<u32> = Vec::new();
+            for b in blocks.get(t).map_or(&[][..], Vec::as_slice) {
+                walk(b.meta.range, &b.data, |p| docs.push(p.doc)).ok_or(Corrupt)?;
+            }
+            lists.push(docs);
+        }
+        all.extend(intersect(lists));
+    }
+    all.sort_unstable();
+    let mut out: Vec<(u32, u32)> = Vec::new();
+    for doc in all {
+        match out.last_mut() {
+            Some((d, n)) if *d == doc => *n += 1,
+            _ => out.push((doc, 1)),
+        }
+    }
+    Ok(out)
+}
+
+/// The documents in every one of `lists` (each sorted); none when there is no list.
+pub(super) fn intersect(mut lists: Vec<Vec<u32>>) -> Vec<u32> {
+    lists.sort_by_key(Vec::len);
+    let mut it = lists.into_iter();
+    let Some(mut acc) = it.next() else {
+        return Vec::new();
+    };
+    for list in it {
+        let mut j = 0;
+        acc.retain(|&d| {
+            while j < list.len() && list[j] < d {
+                j += 1;
+            }
+            j < list.len() && list[j] == d
+        });
+    }
+    acc
 }
