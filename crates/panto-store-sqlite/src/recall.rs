@@ -315,9 +315,10 @@ pub fn recall<E>(
             blocks.insert(term, list);
         }
     }
-    let Ok(tiered) = lookup.tier_ranges(&blocks) else {
+    let Ok(tiers) = lookup.tiers(&blocks) else {
         return Ok(Found::Corrupt);
     };
+    let tiered = tiers.ranges();
     let bounded = lookup.bounded_terms();
     let mut get_range = conn.prepare_cached(
         "SELECT data FROM panto_recall_postings WHERE session = ?1 AND term = ?2 AND part = ?3",
@@ -366,7 +367,7 @@ pub fn recall<E>(
                     }
                 }
             } else {
-                for &range in &tiered {
+                for &range in tiered {
                     if let Some(data) = range_of(term, range)? {
                         part.push(block(range, data));
                     }
@@ -376,7 +377,7 @@ pub fn recall<E>(
             bounds.insert(term.clone(), list);
         }
     }
-    let Ok(mut picker) = lookup.rank_bounded(state.stats(), &blocks, &bounds) else {
+    let Ok(mut picker) = lookup.rank_bounded(state.stats(), &blocks, &bounds, tiers) else {
         return Ok(Found::Corrupt);
     };
     // How many ranges a bounded term has at most.

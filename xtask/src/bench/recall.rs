@@ -211,7 +211,9 @@ pub(super) fn recall(root: &Path, flags: &Flags) -> Result<()> {
     rows.push(measure(&runtime, &jsonl, "session.jsonl", "JSONL")?);
     // Each store's figures as they come, so a later store's failure loses none.
     eprintln!("{:?}", rows.last());
-    remove();
+    if !flags.keep {
+        remove();
+    }
     let db = dir.join("session.sqlite3");
     for suffix in ["", "-wal", "-shm"] {
         let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
@@ -221,8 +223,10 @@ pub(super) fn recall(root: &Path, flags: &Flags) -> Result<()> {
     rows.push(measure(&runtime, &sqlite, "session", "SQLite")?);
     eprintln!("{:?}", rows.last());
     drop(sqlite);
-    for suffix in ["", "-wal", "-shm"] {
-        let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
+    if !flags.keep {
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
+        }
     }
     if let Ok(url) = std::env::var(panto_store_postgres::testing::ENV)
         && !url.is_empty()
@@ -234,6 +238,42 @@ pub(super) fn recall(root: &Path, flags: &Flags) -> Result<()> {
     }
     print_tables(rows, session_bytes);
     Ok(())
+}
+
+/// `__recall STORE DIR QUERY REPS`: one warm-up recall of `QUERY` and `REPS` more on the session
+/// a `--keep` run of this section left in `DIR` (`target/bench/recall`), on `jsonl` or
+/// `sqlite`, for a profiler (run the release build directly; the count of a recall is the
+/// difference between `REPS` 1 and 0).
+pub(super) fn profile(args: &[String]) -> Result<()> {
+    let [store, dir, query, rest @ ..] = args else {
+        bail!("usage: xtask bench __recall jsonl|sqlite DIR QUERY [REPS]");
+    };
+    let reps: usize = rest.first().map_or(Ok(1), |r| r.parse())?;
+    let dir = Path::new(dir);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let query = RecallQuery::new(query.as_str());
+    let run = |store: &dyn Fn() -> Result<Recalled>| -> Result<()> {
+        for _ in 0..=reps {
+            std::hint::black_box(store()?);
+        }
+        Ok(())
+    };
+    match store.as_str() {
+        "jsonl" => {
+            let jsonl = JsonlStore::new(dir, SessionOptions::default().fsync(false));
+            run(&|| Ok(runtime.block_on(jsonl.recall("session.jsonl", &query))?))
+        }
+        "sqlite" => {
+            let sqlite = SqliteStore::open_blocking(
+                dir.join("session.sqlite3"),
+                SqliteOptions::default().with_fsync(false),
+            )?;
+            run(&|| Ok(runtime.block_on(sqlite.recall("session", &query))?))
+        }
+        other => bail!("no store `{other}` (jsonl or sqlite)"),
+    }
 }
 
 /// Prints the stores' figures and each query's warm times.

@@ -299,7 +299,7 @@ pub(crate) async fn recall(
         .await?;
     let mut blocks: HashMap<String, Vec<Block>> = HashMap::new();
     add_blocks(&mut blocks, &rows)?;
-    let Ok(tiered) = lookup.tier_ranges(&blocks) else {
+    let Ok(tiers) = lookup.tiers(&blocks) else {
         return Ok(None);
     };
     let bounded = lookup.bounded_terms();
@@ -324,15 +324,15 @@ pub(crate) async fn recall(
         for t in bounds.keys() {
             blocks.entry(t.clone()).or_default();
         }
-        if !tiered.is_empty() {
-            let rows = postings_in(pool, c, id, &bounded, &tiered).await?;
+        if !tiers.ranges().is_empty() {
+            let rows = postings_in(pool, c, id, &bounded, tiers.ranges()).await?;
             add_blocks(&mut blocks, &rows)?;
             for list in blocks.values_mut() {
                 list.sort_by_key(|b| b.meta.range);
             }
         }
     }
-    let Ok(mut picker) = lookup.rank_bounded(state.stats(), &blocks, &bounds) else {
+    let Ok(mut picker) = lookup.rank_bounded(state.stats(), &blocks, &bounds, tiers) else {
         return Ok(None);
     };
     let exclude = if lookup.include_context() {

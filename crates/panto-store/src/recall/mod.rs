@@ -32,7 +32,7 @@ pub use fetch::fetch_in;
 pub use index::RecallIndex;
 pub use persist::{CallRow, DocRow, IndexState, Lookup, Picker, Update, item_at};
 pub use postings::{Block, Posting, RANGE_DOCS, RangeMeta, decode as decode_block, range_of};
-pub use rank::{Candidate, Corrupt, RangeBound, Stats, join_bounds};
+pub use rank::{Candidate, Corrupt, RangeBound, Stats, Tiers, join_bounds};
 pub use snippet::{SNIPPET_CHARS, snippet};
 pub use terms::terms;
 
