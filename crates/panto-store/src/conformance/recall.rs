@@ -333,3 +333,39 @@ pub(super) async fn fetch_after_an_import_and_a_copy<S: Store>(store: &S) {
         store.fetch("s.jsonl", "r6", 2).await.expect("fetch"),
     );
 }
+
+/// `rounds` rounds of a tool loop: a prompt (`u{i}`), a call (`a{i}`, call id `toolu_{i}`, tool
+/// `bash`), and from the fourth round on the result (`r{i}`) of the call three rounds before, so
+/// that a fetch around a result reads entries after its call. For tests of an index of ids that
+/// must read only the entries around an id.
+pub fn tool_rounds(rounds: usize) -> Vec<Entry> {
+    let mut out = Vec::new();
+    for i in 0..rounds {
+        out.push(user(&format!("round {i}: run the tests"), &format!("u{i}")));
+        out.push(Entry::Message(
+            Message::new(
+                Role::Assistant,
+                vec![ContentBlock::tool_use(
+                    format!("toolu_{i}"),
+                    "bash",
+                    serde_json::json!({"command": format!("cargo test round_{i}")}),
+                )],
+            )
+            .with_id(format!("a{i}")),
+        ));
+        if i >= 3 {
+            out.push(Entry::Message(
+                Message::new(
+                    Role::User,
+                    vec![ContentBlock::tool_result(
+                        format!("toolu_{}", i - 3),
+                        format!("test result of round {}: ok", i - 3),
+                        false,
+                    )],
+                )
+                .with_id(format!("r{i}")),
+            ));
+        }
+    }
+    out
+}

@@ -207,3 +207,155 @@ pub fn fetch_window(
     }
     Some(pick(&items, &asked, named.position(), context))
 }
+
+#[cfg(test)]
+mod tests {
+    use panto_model::{Entry, Item, ItemKind, ItemRef, Items, Message};
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::conformance::{unit_entries, units};
+
+    /// The items of `entries`, with the index of ids a store keeps of them.
+    fn walk(entries: &[Entry]) -> (Vec<Item>, Vec<IdRow>) {
+        let (mut walk, mut items, mut rows) = (Items::new(), Vec::new(), Vec::new());
+        for (p, e) in entries.iter().enumerate() {
+            let these = walk.of(p as u64, e);
+            id_rows(e, p as u64, &these, &mut rows);
+            items.extend(these);
+        }
+        (items, rows)
+    }
+
+    /// A fetch as a store with an index of ids makes it, in memory: the id looked up in the
+    /// first rows, the window from the positions with items, only its entries read, the tool of
+    /// a result whose call is before it looked up. `Some(None)` when the id names nothing.
+    fn indexed(entries: &[Entry], id: &str, context: usize) -> Option<Option<Fetched>> {
+        let (all, rows) = walk(entries);
+        let wanted = ItemRef::new(id);
+        let first = |item: bool| {
+            rows.iter()
+                .find(|r| r.item == item && r.id == wanted.as_str())
+                .map(|r| r.position)
+        };
+        let positions = positions_of(&all);
+        let Some(named) = Named::find(id, first(true), first(false), |p| positions.contains(&p))
+        else {
+            return Some(None);
+        };
+        let at = positions.binary_search(&named.position()).ok()?;
+        let expect = positions
+            [at.saturating_sub(context)..=(at + context).min(positions.len() - 1)]
+            .to_vec();
+        let (lo, hi) = (expect[0] as usize, expect[expect.len() - 1] as usize);
+        let tool = |call: &str, p: u64, b: u32| {
+            all.iter()
+                .filter(|i| {
+                    i.kind == ItemKind::ToolCall
+                        && i.call.as_deref() == Some(call)
+                        && (i.position, i.block as u32) < (p, b)
+                })
+                .last()
+                .and_then(|i| i.tool.clone())
+        };
+        Some(fetch_window(
+            lo as u64,
+            &entries[lo..=hi],
+            &expect,
+            id,
+            context,
+            named,
+            tool,
+        ))
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// On any session of appends and compactions (kept copies repeat call ids), the fetch
+        /// of every id from the entries of its window equals the fetch over every item.
+        #[test]
+        fn a_window_fetch_equals_the_fetch_over_every_item(
+            units in units(),
+            context in 0usize..3,
+        ) {
+            let entries: Vec<Entry> = unit_entries(&units).into_iter().flatten().collect();
+            let (all, _) = walk(&entries);
+            let mut ids: Vec<String> = all.iter().flat_map(|i| [i.id.clone(), i.entry.clone()]).collect();
+            ids.extend((0..=entries.len()).map(|p| format!("@{p}")));
+            ids.extend(entries.iter().filter_map(|e| e.id().map(str::to_owned)));
+            for id in ids {
+                prop_assert_eq!(
+                    indexed(&entries, &id, context),
+                    Some(fetch_in(&all, &id, context)),
+                    "{}", id
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn at_position_takes_the_canonical_form_only() {
+        assert_eq!(at_position("@12"), Some(12));
+        assert_eq!(at_position(" @0 "), Some(0));
+        for id in ["@012", "@", "@-1", "@1x", "12", "@+1"] {
+            assert_eq!(at_position(id), None, "{id}");
+        }
+    }
+
+    #[test]
+    fn an_items_own_id_wins_and_of_two_entries_the_earlier() {
+        let never = |_: u64| -> bool { panic!("not asked when an item has the id") };
+        assert_eq!(
+            Named::find("x", Some(9), Some(1), never),
+            Some(Named::Item(9))
+        );
+        assert_eq!(
+            Named::find("@5", None, Some(7), |p| p == 5),
+            Some(Named::Entry(5))
+        );
+        assert_eq!(
+            Named::find("@5", None, Some(2), |p| p == 5),
+            Some(Named::Entry(2))
+        );
+        assert_eq!(Named::find("@5", None, None, |_| false), None);
+    }
+
+    /// A window that does not hold what the index said (positions with items it does not have,
+    /// an entry's id where it named an item's) is refused, never answered short.
+    #[test]
+    fn a_window_unlike_the_index_is_refused() {
+        let entries: Vec<Entry> = (0..5)
+            .map(|i| Entry::Message(Message::user_text(format!("m{i}")).with_id(format!("m{i}"))))
+            .collect();
+        let none = |_: &str, _: u64, _: u32| None;
+        let fetched = fetch_window(
+            1,
+            &entries[1..4],
+            &[1, 2, 3],
+            "m2",
+            1,
+            Named::Entry(2),
+            none,
+        );
+        assert_eq!(fetched.map(|f| f.items.len()), Some(3));
+        // The index gave positions the entries do not have.
+        assert_eq!(
+            fetch_window(
+                1,
+                &entries[1..4],
+                &[1, 2, 4],
+                "m2",
+                1,
+                Named::Entry(2),
+                none
+            ),
+            None
+        );
+        // The index said an item's own id, the window has an entry's.
+        assert_eq!(
+            fetch_window(1, &entries[1..4], &[1, 2, 3], "m2", 1, Named::Item(2), none),
+            None
+        );
+    }
+}
