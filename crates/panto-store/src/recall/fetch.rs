@@ -250,12 +250,12 @@ mod tests {
         let (lo, hi) = (expect[0] as usize, expect[expect.len() - 1] as usize);
         let tool = |call: &str, p: u64, b: u32| {
             all.iter()
-                .filter(|i| {
+                .rev()
+                .find(|i| {
                     i.kind == ItemKind::ToolCall
                         && i.call.as_deref() == Some(call)
                         && (i.position, i.block as u32) < (p, b)
                 })
-                .last()
                 .and_then(|i| i.tool.clone())
         };
         Some(fetch_window(
