@@ -6,7 +6,7 @@ use std::fs;
 use std::io::{Seek, SeekFrom, Write};
 
 use panto_session::JsonlStore;
-use panto_store::{Head, Store, conformance, fetch_by_scan};
+use panto_store::{Head, Store, conformance};
 
 use crate::opts;
 
@@ -25,24 +25,12 @@ fn a_fetch_reads_only_the_lines_around_the_id() {
     let store = JsonlStore::new(dir.path(), opts());
     let entries = conformance::recall::tool_rounds(100);
     block_on(store.append("s.jsonl", Head::EMPTY, &entries)).unwrap();
-    let asks = [
-        ("toolu_80", 0),
-        ("toolu_80", 2),
-        ("r83", 2),
-        ("u80#0", 1),
-        ("@250", 2),
-    ];
     // The first fetch builds the sidecar.
-    let expected: Vec<_> = asks
-        .iter()
-        .map(|(id, n)| block_on(store.fetch("s.jsonl", id, *n)).unwrap())
-        .collect();
-    for ((id, n), want) in asks.iter().zip(&expected) {
-        assert_eq!(
-            &block_on(fetch_by_scan(&store, "s.jsonl", id, *n)).unwrap(),
-            want
-        );
-    }
+    let expected = block_on(conformance::recall::late_fetches(&store, "s.jsonl", false)).unwrap();
+    assert_eq!(
+        block_on(conformance::recall::late_fetches(&store, "s.jsonl", true)).unwrap(),
+        expected
+    );
     assert_eq!(expected[0].items[0].tool.as_deref(), Some("bash"));
     // The first line made garbage of the same length, in place.
     let path = dir.path().join("s.jsonl");
@@ -52,14 +40,9 @@ fn a_fetch_reads_only_the_lines_around_the_id() {
     file.seek(SeekFrom::Start(0)).unwrap();
     file.write_all("{".repeat(first).as_bytes()).unwrap();
     drop(file);
-    assert!(block_on(fetch_by_scan(&store, "s.jsonl", "toolu_80", 0)).is_err());
-    for ((id, n), want) in asks.iter().zip(&expected) {
-        assert_eq!(
-            &block_on(store.fetch("s.jsonl", id, *n)).unwrap(),
-            want,
-            "{id}"
-        );
-    }
+    assert!(block_on(conformance::recall::late_fetches(&store, "s.jsonl", true)).is_err());
+    let fetched = block_on(conformance::recall::late_fetches(&store, "s.jsonl", false)).unwrap();
+    assert_eq!(fetched, expected);
 }
 
 /// A sidecar removed is built again by the next fetch; one emptied of its ids answers by

@@ -1,7 +1,7 @@
 //! Fetch by id with the index of ids: only the entries around the id are read, and an index
 //! dropped, emptied of its ids or of an older schema answers as the scan.
 
-use panto_store::{Head, Store, conformance, fetch_by_scan};
+use panto_store::{Head, Store, conformance};
 
 use super::{block_on, fresh};
 
@@ -13,17 +13,7 @@ fn a_fetch_reads_only_the_entries_around_the_id() {
     let store = fresh(&dir, "f.sqlite3");
     let entries = conformance::recall::tool_rounds(100);
     block_on(store.append("s", Head::EMPTY, &entries)).unwrap();
-    let asks = [
-        ("toolu_80", 0),
-        ("toolu_80", 2),
-        ("r83", 2),
-        ("u80#0", 1),
-        ("@250", 2),
-    ];
-    let expected: Vec<_> = asks
-        .iter()
-        .map(|(id, n)| block_on(fetch_by_scan(&store, "s", id, *n)).unwrap())
-        .collect();
+    let expected = block_on(conformance::recall::late_fetches(&store, "s", true)).unwrap();
     // The result of toolu_80 is three rounds after its call: its tool comes from the index.
     assert_eq!(expected[0].items[0].tool.as_deref(), Some("bash"));
     let conn = rusqlite::Connection::open(dir.path().join("f.sqlite3")).unwrap();
@@ -32,10 +22,9 @@ fn a_fetch_reads_only_the_entries_around_the_id() {
         [],
     )
     .unwrap();
-    assert!(block_on(fetch_by_scan(&store, "s", "toolu_80", 0)).is_err());
-    for ((id, n), want) in asks.iter().zip(&expected) {
-        assert_eq!(&block_on(store.fetch("s", id, *n)).unwrap(), want, "{id}");
-    }
+    assert!(block_on(conformance::recall::late_fetches(&store, "s", true)).is_err());
+    let fetched = block_on(conformance::recall::late_fetches(&store, "s", false)).unwrap();
+    assert_eq!(fetched, expected);
 }
 
 /// An index without its ids answers by scan; one dropped whole is built again by the fetch;

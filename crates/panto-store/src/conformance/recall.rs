@@ -369,3 +369,31 @@ pub fn tool_rounds(rounds: usize) -> Vec<Entry> {
     }
     out
 }
+
+/// What a store's test of reading only the entries around an id fetches from a session of
+/// [`tool_rounds`]`(100)`: ids of items, results and positions late in it, with 0 to 2 entries
+/// of context, from the store's fetch or by scan (`scan`).
+///
+/// # Errors
+/// The first fetch's that fails.
+pub async fn late_fetches<S: Store + ?Sized>(
+    store: &S,
+    session: &str,
+    scan: bool,
+) -> Result<Vec<crate::recall::Fetched>, StoreError> {
+    let mut out = Vec::new();
+    for (id, n) in [
+        ("toolu_80", 0),
+        ("toolu_80", 2),
+        ("r83", 2),
+        ("u80#0", 1),
+        ("@250", 2),
+    ] {
+        out.push(if scan {
+            fetch_by_scan(store, session, id, n).await?
+        } else {
+            store.fetch(session, id, n).await?
+        });
+    }
+    Ok(out)
+}
