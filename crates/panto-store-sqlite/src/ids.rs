@@ -9,7 +9,9 @@ use panto_store::recall::{IdRow, IndexState, Named};
 use rusqlite::{Connection, OptionalExtension, params};
 
 /// The ids' table and the index of the items' rows by position (`CREATE ... IF NOT EXISTS`, so
-/// a sidecar runs it at each open). An id is the table's key with its kind: the first row of
+/// a sidecar runs it at each open), with the head before each entry in it: without `at`, SQLite
+/// chose the primary key for `position = ?` and walked the session's rows (6 ms at position
+/// 45,000 of 100,000 entries, against 0.5 ms near the start). An id is the table's key with its kind: the first row of
 /// each is kept (`INSERT OR IGNORE`), the earliest, as entries are indexed in order.
 macro_rules! ids_table {
     () => {
@@ -20,7 +22,7 @@ macro_rules! ids_table {
     position INTEGER NOT NULL,
     PRIMARY KEY (session, id, item)
 ) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS panto_recall_docs_position ON panto_recall_docs (session, position);
+CREATE INDEX IF NOT EXISTS panto_recall_docs_at ON panto_recall_docs (session, position, at);
 "
     };
 }
