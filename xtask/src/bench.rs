@@ -29,6 +29,7 @@
 //! the files in the page cache. `--quick` stops the sessions at 100k messages and 100 MB.
 
 mod cost;
+mod fetch;
 mod generate;
 mod huge;
 mod imports;

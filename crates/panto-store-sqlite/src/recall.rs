@@ -140,6 +140,7 @@ pub fn clear(conn: &Connection, session: &str) -> rusqlite::Result<()> {
         "panto_recall_calls",
         "panto_recall_compactions",
         "panto_recall_bounds",
+        "panto_recall_ids",
     ] {
         conn.prepare_cached(&format!("DELETE FROM {table} WHERE session = ?1"))?
             .execute(params![session])?;
@@ -233,9 +234,11 @@ pub fn write(conn: &Connection, session: &str, update: &mut Update) -> rusqlite:
             put.execute(params![session, int(*position), name])?;
         }
     }
+    crate::ids::write(conn, session, &update.ids)?;
     update.docs.clear();
     update.calls.clear();
     update.compactions.clear();
+    update.ids.clear();
     let s = update.state;
     conn.prepare_cached(
         "INSERT OR REPLACE INTO panto_recall_state (session, entries, head, docs, total_len)
@@ -510,6 +513,8 @@ pub fn size(conn: &Connection, session: &str) -> rusqlite::Result<u64> {
          FROM panto_recall_calls WHERE session = ?1",
         "SELECT COALESCE(SUM(length(session) + length(name) + 8), 0)
          FROM panto_recall_compactions WHERE session = ?1",
+        "SELECT COALESCE(SUM(length(session) + length(id) + 10), 0)
+         FROM panto_recall_ids WHERE session = ?1",
     ] {
         let n: i64 = conn.query_row(sql, params![session], |r| r.get(0))?;
         total += n;

@@ -23,6 +23,7 @@ use std::collections::{HashMap, HashSet};
 
 use panto_model::{Entry, Item, ItemKind, Items};
 
+use super::fetch::{IdRow, id_rows};
 use super::index::term_counts;
 use super::postings::{Block, Posting, range_of};
 use super::query::Query;
@@ -92,6 +93,8 @@ pub struct Update {
     pub calls: Vec<CallRow>,
     /// Their compactions: position and id (`@N` without one).
     pub compactions: Vec<(u64, String)>,
+    /// Their items' ids and their entries' ([`super::fetch`]'s index of ids).
+    pub ids: Vec<IdRow>,
     blocks: HashMap<(String, u32), Block>,
     walk: Items,
 }
@@ -117,7 +120,9 @@ impl Update {
             let name = c.id.clone().unwrap_or_else(|| format!("@{position}"));
             self.compactions.push((position, name));
         }
-        for item in self.walk.of(position, entry) {
+        let items = self.walk.of(position, entry);
+        id_rows(entry, position, &items, &mut self.ids);
+        for item in items {
             let doc = self.state.docs;
             let (counts, len) = term_counts(&item.text);
             for (term, tf) in counts {
