@@ -124,8 +124,9 @@ pub enum CompactError {
         nothing: NothingToCompact,
     },
     /// After the overflow compaction, the rebuilt request is estimated no smaller than the one
-    /// that overflowed, or above the known limit: the in-flight turn alone is too large, so the
-    /// retry is not sent. The compaction stays written.
+    /// that overflowed, or above the known limit: what the compaction kept verbatim (the
+    /// in-flight turn, with the turns kept beside it and other writers' prompts that joined
+    /// it) is too large, so the retry is not sent. The compaction stays written.
     OverflowNoProgress {
         /// The overflow the first request ended with.
         overflow: ProviderError,
@@ -139,6 +140,9 @@ pub enum CompactError {
         /// summarized nothing, so what is too large is the text it left verbatim, not
         /// necessarily the newest turn.
         by_clearing: bool,
+        /// The compaction kept the newest turn alone (no older turn, no other writer's
+        /// message after it): then it is that turn that is too large.
+        newest_turn_alone: bool,
     },
     /// There was nothing to compact ahead of a request: the cause of
     /// [`CompactError::ExceedsWindow`] when that request is too large anyway.
@@ -274,13 +278,19 @@ impl fmt::Display for CompactError {
                 overflowed_tokens,
                 limit,
                 by_clearing,
+                newest_turn_alone,
                 ..
             } => {
                 let (cause, after) = if *by_clearing {
                     (CLEARED_TEXT_TOO_LARGE, "clearing")
-                } else {
+                } else if *newest_turn_alone {
                     (
                         "the newest turn is too large for the context window on its own",
+                        "compaction",
+                    )
+                } else {
+                    (
+                        "what the compaction kept verbatim (the newest turn with the turns or other writers' messages kept beside it) is too large for the context window",
                         "compaction",
                     )
                 };

@@ -140,10 +140,15 @@ fn window_hint(e: &CompactError, config: &Config) -> Option<String> {
             }
         ));
     }
-    if let CompactError::OverflowNoProgress { .. } = e {
-        return Some(
-            "shorten the newest message, or use a model with a larger context window".to_owned(),
-        );
+    if let CompactError::OverflowNoProgress {
+        newest_turn_alone, ..
+    } = e
+    {
+        return Some(if *newest_turn_alone {
+            "shorten the newest message, or use a model with a larger context window".to_owned()
+        } else {
+            "use a model with a larger context window".to_owned()
+        });
     }
     if let CompactError::OverflowCompactionFailed { compaction, .. } = e
         && matches!(

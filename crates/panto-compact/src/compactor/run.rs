@@ -148,9 +148,12 @@ impl<'a> Run<'a> {
     }
 
     /// The plan again, within `target` tokens (as a window stated for the run): for a summary
-    /// that must leave the request after it within a window found smaller than planned.
+    /// that must leave the request after it within a window found smaller than planned. The
+    /// room for the reply is kept as the run knows it (whether the server counts the output),
+    /// as the check that the request fits keeps it (`Run::reserved_within`).
     pub(super) fn prepare_within(&self, target: u64) -> Option<Prepared> {
-        let tighter = KnownWindows::new().with(Window::new(target, WindowSource::Configured));
+        let mut tighter = KnownWindows::new().with(Window::new(target, WindowSource::Configured));
+        tighter.counts_output = self.windows.counts_output;
         let prepare = self.compactor.prepare(self.context, self.options, &tighter);
         prepare.ok()
     }

@@ -343,8 +343,10 @@ impl<S: Store> Driver<S> {
     ///   the overflow could not be compacted away; nothing was written (a compaction that
     ///   would not make the conversation smaller, [`CompactError::NotSmaller`], is not written
     ///   and the request is not sent again);
-    /// - [`CompactError::OverflowNoProgress`]: the compacted request would not be smaller (the
-    ///   in-flight turn alone is too large), so it was not sent; the compaction stays written;
+    /// - [`CompactError::OverflowNoProgress`]: the compacted request would not be smaller, or
+    ///   not within the known limit (what the compaction kept verbatim is too large), so it
+    ///   was not sent; the compaction stays written (a compaction overtaken by other writers'
+    ///   prompts is compacted once more first);
     /// - [`CompactError::OverflowAfterCompaction`]: the retry overflowed too (the compaction
     ///   stays written); it is not compacted again.
     pub async fn send(

@@ -10,13 +10,15 @@ use super::{Driver, Reply, tools_text};
 use crate::config::{CompactRun, CompactionStrategy};
 use crate::error::CompactError;
 use crate::events::CompactionEvent;
+use crate::plan::NothingToCompact;
 use crate::report::{CompactOutcome, CompactionReport};
 use crate::window::Overflow;
 
 impl<S: Store> Driver<S> {
     /// Overflow recovery after `overflow` (an error, or the silent `truncation` said as one,
-    /// which is reported first): learns what the overflow taught of the window, compacts once,
-    /// and sends once more.
+    /// which is reported first): learns what the overflow taught of the window, compacts once
+    /// (twice when other writers' prompts joined the kept turns and the retry no longer fits
+    /// with them), and sends once more.
     pub(super) async fn recover(
         &mut self,
         overflow: ProviderError,
@@ -36,27 +38,15 @@ impl<S: Store> Driver<S> {
         }
         tracing::info!(%overflow, "context overflow, compacting once");
         let run = CompactRun::after_overflow(&overflow, overflowed_tokens)
-            .with_reserved_tokens(self.reserved_tokens(), u64::from(self.max_output_tokens))
-            .with_sizes(measured.sizes().into())
-            .with_conversation(self.conversation())
-            // No model could summarize: keep the conversation alive with panto's own record.
-            .with_record_on_failure(true);
+            .with_sizes(measured.sizes().into());
         // What the overflow taught (the limit it stated, else a bound below the request), and
         // the largest request the provider took before it.
         run.teach(&mut self.windows);
         self.windows.accepted = self.accepted_tokens(&measured, &tools);
         let limit = run.known_limit(&self.windows);
-        let report = match self
-            .compactor
-            .compact(&self.context, &mut self.log, run, &mut self.windows)
-            .await
-        {
-            Ok(CompactOutcome::Compacted(c)) => {
-                let c = *c;
-                self.context = c.context;
-                c.report
-            }
-            Ok(CompactOutcome::NothingToCompact(nothing)) => {
+        let mut report = match self.compact_for_retry(run).await {
+            Ok(Ok(report)) => report,
+            Ok(Err(nothing)) => {
                 return Err(CompactError::OverflowNothingToCompact { overflow, nothing });
             }
             Err(e) => {
@@ -66,8 +56,83 @@ impl<S: Store> Driver<S> {
                 });
             }
         };
+        // Other writers' prompts, taken in after the kept turns when they came first
+        // (`rebase.rs`), were not in the plan, which sized the kept turns to leave the retry
+        // within the limit: when the retry no longer fits with them, compact once more from the
+        // context as written (the model's summary carried on, never thrown away), so that it
+        // fits again. Nothing more to compact leaves the first compaction for the check below.
+        if report.rebased > 0 && !self.retry_fits(self.estimate().total(), overflowed_tokens, limit)
+        {
+            tracing::info!(
+                rebased = report.rebased,
+                "other writers' messages joined the kept turns and the retry no longer fits: compacting once more"
+            );
+            let measured = Measured::new(&self.context.messages);
+            let again = CompactRun::after_overflow(&overflow, overflowed_tokens)
+                .with_sizes(measured.sizes().into());
+            match self.compact_for_retry(again).await {
+                Ok(Ok(second)) => report = second,
+                Ok(Err(_)) => {}
+                Err(e) => {
+                    return Err(CompactError::OverflowCompactionFailed {
+                        overflow,
+                        compaction: Box::new(e),
+                    });
+                }
+            }
+        }
         let before = (overflow, overflowed_tokens, limit);
         self.retry(before, report, stream).await
+    }
+
+    /// The overflow compaction of `run` (the reserve, conversation and panto's record on
+    /// failure added) over the context: its report, the context replaced by the compacted
+    /// one; or why there was nothing to compact.
+    ///
+    /// # Errors
+    /// The compaction's, when it failed; nothing of it is written then.
+    async fn compact_for_retry(
+        &mut self,
+        run: CompactRun,
+    ) -> Result<Result<CompactionReport, NothingToCompact>, CompactError> {
+        let run = run
+            .with_reserved_tokens(self.reserved_tokens(), u64::from(self.max_output_tokens))
+            .with_conversation(self.conversation())
+            // No model could summarize: keep the conversation alive with panto's own record.
+            .with_record_on_failure(true);
+        let outcome = self
+            .compactor
+            .compact(&self.context, &mut self.log, run, &mut self.windows)
+            .await?;
+        Ok(match outcome {
+            CompactOutcome::Compacted(c) => {
+                let c = *c;
+                self.context = c.context;
+                Ok(c.report)
+            }
+            CompactOutcome::NothingToCompact(nothing) => Err(nothing),
+        })
+    }
+
+    /// Whether a retry of `estimated_tokens` may be sent after a request of
+    /// `overflowed_tokens` overflowed with `limit` known: smaller than that request, and within
+    /// the limit with the room for its reply when the server counts the output (the room the
+    /// compaction kept, `KnownWindows::reply_room`).
+    fn retry_fits(
+        &self,
+        estimated_tokens: u64,
+        overflowed_tokens: u64,
+        limit: Option<u64>,
+    ) -> bool {
+        let reply = u64::from(self.max_output_tokens);
+        let counted = |l: u64| {
+            let output = match self.windows.counts_output {
+                Some(true) => self.windows.reply_room(reply, l),
+                _ => 0,
+            };
+            estimated_tokens.saturating_add(output) > l
+        };
+        estimated_tokens < overflowed_tokens && !limit.is_some_and(counted)
     }
 
     /// The one retry after the compaction `report` wrote, of a request that overflowed with
@@ -80,26 +145,20 @@ impl<S: Store> Driver<S> {
         report: CompactionReport,
         stream: EventSink<'_>,
     ) -> Result<Reply, CompactError> {
-        // The progress check: retry only a request that is smaller than the one that failed,
-        // and within the known limit, with the room for its reply when the server counts the
-        // output (the room the compaction kept, `KnownWindows::reply_room`).
+        // The progress check (`Driver::retry_fits`).
         let estimated_tokens = self.estimate().total();
         let by_clearing = report.strategy == CompactionStrategy::Clear;
-        let reply = u64::from(self.max_output_tokens);
-        let counted = |l: u64| {
-            let output = match self.windows.counts_output {
-                Some(true) => self.windows.reply_room(reply, l),
-                _ => 0,
-            };
-            estimated_tokens.saturating_add(output) > l
-        };
-        if estimated_tokens >= overflowed_tokens || limit.is_some_and(counted) {
+        if !self.retry_fits(estimated_tokens, overflowed_tokens, limit) {
+            // What is too large: the newest turn alone, or also turns kept with it (the
+            // compaction kept more, or other writers' messages joined it).
+            let newest_turn_alone = report.plan.kept_turns <= 1 && report.rebased == 0;
             return Err(CompactError::OverflowNoProgress {
                 overflow,
                 estimated_tokens,
                 overflowed_tokens,
                 limit,
                 by_clearing,
+                newest_turn_alone,
             });
         }
         self.compactor.emit(CompactionEvent::Retrying {

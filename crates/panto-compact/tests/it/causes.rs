@@ -90,6 +90,7 @@ fn every_wrapping_variant_names_its_cause() {
             overflowed_tokens: 2_000,
             limit: Some(1_600),
             by_clearing: false,
+            newest_turn_alone: true,
         },
         CompactError::OverflowAfterCompaction {
             error: overflowed(),
@@ -131,4 +132,26 @@ fn an_unreadable_prompt_leads_to_the_system_error() {
     );
     let io = cause_of::<std::io::Error>(&err).expect("the io error is the cause");
     assert!(err.to_string().ends_with(&io.to_string()), "{err}");
+}
+
+/// Issue 39 point 3: an overflow whose compaction kept turns beside the newest one (or other
+/// writers' prompts after it) does not blame the newest turn alone.
+#[test]
+fn no_progress_blames_the_newest_turn_only_when_it_was_kept_alone() {
+    let no_progress = |newest_turn_alone| CompactError::OverflowNoProgress {
+        overflow: overflow(Some(2_000), Some(1_500)),
+        estimated_tokens: 1_014,
+        overflowed_tokens: 1_451,
+        limit: Some(1_500),
+        by_clearing: false,
+        newest_turn_alone,
+    };
+    let alone = no_progress(true).to_string();
+    assert!(alone.contains("the newest turn is too large"), "{alone}");
+    let beside = no_progress(false).to_string();
+    assert!(!beside.contains("newest turn is too large"), "{beside}");
+    assert!(
+        beside.contains("what the compaction kept verbatim"),
+        "{beside}"
+    );
 }

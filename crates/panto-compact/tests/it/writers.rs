@@ -12,7 +12,7 @@ use panto_compact::{
 use panto_model::{Entry, Message, Role, SequentialIds};
 use panto_provider::{EventSink, TokenNumbers};
 
-use crate::short_prompt;
+use crate::{estimate_request, short_prompt};
 
 const AGENT: &str = "You are the agent.";
 
@@ -25,6 +25,8 @@ enum Meanwhile {
     Prompt(&'static str),
     /// A prompt and the reply to it (which answers every prompt before it too).
     Exchange(&'static str),
+    /// A long prompt: its words, said this many times.
+    Long(&'static str, usize),
 }
 
 /// A model over a shared session: while it answers request `i`, the other writer does
@@ -34,6 +36,9 @@ struct Shared {
     plan: Vec<Meanwhile>,
     /// Requests larger than this many bytes of messages overflow.
     overflow_bytes: usize,
+    /// A window of this many tokens (panto's estimate) that counts the reply's output budget
+    /// against it and says so in vLLM's words when a request does not fit, when `Some`.
+    counting: Option<u64>,
     requests: Mutex<Vec<Request>>,
 }
 
@@ -62,6 +67,7 @@ impl Provider for Shared {
         let theirs = match self.plan.get(n).cloned().unwrap_or(Meanwhile::Nothing) {
             Meanwhile::Nothing => Vec::new(),
             Meanwhile::Prompt(p) => vec![Message::user_text(p)],
+            Meanwhile::Long(words, n) => vec![Message::user_text(words.repeat(n))],
             Meanwhile::Exchange(p) => vec![
                 Message::user_text(p),
                 Message::assistant_text(format!("their answer to {p}")),
@@ -75,6 +81,19 @@ impl Provider for Shared {
         }
         if request.system != AGENT {
             return Ok(Message::assistant_text("what was said before"));
+        }
+        if let Some(window) = self.counting {
+            let input = estimate_request(&request.system, &request.messages);
+            let output = u64::from(request.max_output_tokens);
+            if input + output > window {
+                return Err(ProviderError::ContextOverflow {
+                    message: format!(
+                        "This model's maximum context length is {window} tokens. However, you requested {} tokens ({input} in the messages, {output} in the completion).",
+                        input + output
+                    ),
+                    numbers: TokenNumbers::new(Some(input), Some(window)).with_output(Some(output)),
+                });
+            }
         }
         let bytes: usize = request.messages.iter().map(|m| m.text().len()).sum();
         if bytes > self.overflow_bytes {
@@ -106,6 +125,7 @@ async fn setup(
         store: store.clone(),
         plan,
         overflow_bytes,
+        counting: None,
         requests: Mutex::new(Vec::new()),
     });
     let compactor = Compactor::new(ModelRef::new(shared.clone(), "m"))
@@ -325,4 +345,91 @@ async fn an_overflow_compaction_overtaken_by_a_prompt_is_written_after_it_and_re
         texts.ends_with(&["mine".to_owned(), "theirs".to_owned()]),
         "{texts:?}"
     );
+}
+
+/// Issue 39 point 3, several writers with a window that counts the output (the bug behind
+/// `shared_turns_with_thinking_learn_a_window_that_counts_the_output_on_sqlite`, one run in
+/// eight): the overflow compaction sizes its kept turns to leave the retry within the limit
+/// with the whole reply beside it, and another writer's long prompt, appended while the
+/// summary was written, joins the kept turns after the plan (`rebase.rs`). The retry would
+/// then be over the limit once the reply's room is counted; the driver compacts once more from
+/// the context as written, the first summary carried on, and the retry fits and is answered.
+#[tokio::test]
+async fn an_overflow_compaction_overtaken_by_a_long_prompt_compacts_once_more_and_the_retry_fits() {
+    const WINDOW: u64 = 1_500;
+    const REPLY: u32 = 500;
+    let store = MemoryStore::new();
+    let mut entries = Vec::new();
+    for i in 0..30 {
+        let words = format!("exchange {i}: ") + &"the parser keeps its state. ".repeat(7);
+        entries.push(Entry::Message(Message::user_text(words.clone())));
+        entries.push(Entry::Message(Message::assistant_text(words)));
+    }
+    let (mut log, _) = SessionLog::open(store.clone(), "s").await.unwrap();
+    log.append(&entries).await.unwrap();
+    // While the overflow's summary is written, the other writer asks a long question.
+    let theirs = "why does the parser lose its state? ";
+    let plan = vec![Meanwhile::Nothing, Meanwhile::Long(theirs, 55)];
+    let shared = Arc::new(Shared {
+        store: store.clone(),
+        plan,
+        overflow_bytes: usize::MAX,
+        counting: Some(WINDOW),
+        requests: Mutex::new(Vec::new()),
+    });
+    let compactor = Compactor::new(ModelRef::new(shared.clone(), "m"))
+        .with_prompt(short_prompt())
+        .with_ids(Arc::new(SequentialIds::new()))
+        .with_config(CompactorConfig::new().with_keep_tokens(WINDOW / 4));
+    let (driver, _) = Driver::open(compactor, store.clone(), "s").await.unwrap();
+    let mut driver = driver.with_system(AGENT).with_max_output_tokens(REPLY);
+    let sent = driver
+        .send(vec![Message::user_text("mine")], &mut |_| {})
+        .await;
+    let reply = sent.unwrap_or_else(|e| panic!("the send failed: {e}"));
+    assert_eq!(driver.windows().counts_output, Some(true));
+    // Two compactions: the first written after their prompt, the second from it.
+    let written: Vec<Entry> = store
+        .entries("s")
+        .into_iter()
+        .filter(|e| matches!(e, Entry::Compaction(_)))
+        .collect();
+    assert_eq!(written.len(), 2, "{written:?}");
+    let Entry::Compaction(first) = &written[0] else {
+        unreachable!()
+    };
+    assert_eq!(
+        first.extra[REBASED_FIELD], 1,
+        "their prompt joined the kept turns"
+    );
+    // The requests: the overflow, the first compaction's fold, the second compaction's, the
+    // retry. The second summary goes on from the first (the model's work is kept, not thrown
+    // away), and summarizes my prompt, which the plan had kept and their prompt now follows.
+    let requests = shared.requests();
+    let summaries: Vec<&Request> = requests.iter().filter(|r| r.system != AGENT).collect();
+    assert!(summaries.len() >= 2, "{} summary requests", summaries.len());
+    let second: String = summaries
+        .last()
+        .unwrap()
+        .messages
+        .iter()
+        .map(Message::text)
+        .collect();
+    assert!(
+        second.contains("<previous-summary>\nwhat was said before"),
+        "{second}"
+    );
+    assert!(second.contains("[User]: mine"), "{second}");
+    // The retry fits the window with the whole reply beside it, and holds both prompts.
+    let retry = requests.last().unwrap();
+    assert_eq!(retry.system, AGENT);
+    let input = estimate_request(&retry.system, &retry.messages);
+    assert!(
+        input + u64::from(REPLY) <= WINDOW,
+        "the retry is {input} tokens with {REPLY} for the reply"
+    );
+    let last = retry.messages.last().unwrap().text();
+    assert!(last.starts_with(theirs), "{last}");
+    assert_eq!(reply.message.text(), "my answer");
+    assert_eq!(stored(&store, "mine").await, 1);
 }
