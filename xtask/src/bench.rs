@@ -25,8 +25,8 @@
 //! itself with `cargo run --release`. Generated data goes under `target/bench/`, never into the
 //! repository, and is deleted afterwards (`--keep` keeps the generated sessions of `scale` and
 //! `memory` for the next run, which reuses them, and the `recall` section's JSONL and SQLite
-//! sessions for `xtask bench __recall`, a profiler's run of one query). Timings are medians over repetitions, with
-//! the files in the page cache. `--quick` stops the sessions at 100k messages and 100 MB.
+//! sessions for `xtask bench __recall`, a profiler's run of one query). Timings are medians
+//! over repetitions, with the files in the page cache. `--quick` stops at 100k messages, 100 MB.
 
 mod cost;
 mod fetch;
@@ -166,20 +166,16 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
         print!("{USAGE}");
         return Ok(());
     }
-    if args.first().map(String::as_str) == Some("__parse") {
-        // The baseline process of the `process` section.
-        return real::parse(&args[1..]);
-    }
-    if args.first().map(String::as_str) == Some("__stages") {
-        // The criterion child of the `scale` section (already a release build).
-        return stages::child(&args[1..]);
-    }
-    if args.first().map(String::as_str) == Some("__recall") {
-        return recall::profile(&args[1..]);
-    }
-    if args.first().map(String::as_str) == Some("__profile") {
-        // One stage alone, for a profiler; run the release build directly.
-        return stages::profile(&args[1..]);
+    // The children other runs start, already release builds: the baseline process of the
+    // `process` section, the criterion child of `scale`, one recall query and one stage alone
+    // for a profiler.
+    let rest = args.get(1..).unwrap_or_default();
+    match args.first().map(String::as_str) {
+        Some("__parse") => return real::parse(rest),
+        Some("__stages") => return stages::child(rest),
+        Some("__recall") => return recall::profile(rest),
+        Some("__profile") => return stages::profile(rest),
+        _ => {}
     }
     if cfg!(debug_assertions) {
         // Timings of a debug build mean nothing: run the release build of this same command.

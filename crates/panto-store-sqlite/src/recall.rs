@@ -148,58 +148,63 @@ pub fn clear(conn: &Connection, session: &str) -> rusqlite::Result<()> {
     Ok(())
 }
 
+/// Writes `update`'s postings after the ranges' stored ones, and each range's bounds (its
+/// count and the front of its postings) joined with the stored ones.
+fn write_postings(conn: &Connection, session: &str, update: &mut Update) -> rusqlite::Result<()> {
+    // The new postings go after the range's (SQLite's `||` would make text of blobs).
+    let mut get = conn.prepare_cached(
+        "SELECT data FROM panto_recall_postings WHERE session = ?1 AND term = ?2 AND part = ?3",
+    )?;
+    let mut put = conn.prepare_cached(
+        "INSERT OR REPLACE INTO panto_recall_postings (session, term, part, data)
+         VALUES (?1, ?2, ?3, ?4)",
+    )?;
+    let mut get_bounds = conn.prepare_cached(
+        "SELECT count, front FROM panto_recall_bounds
+         WHERE session = ?1 AND term = ?2 AND part = ?3",
+    )?;
+    let mut put_bounds = conn.prepare_cached(
+        "INSERT OR REPLACE INTO panto_recall_bounds (session, term, part, count, front)
+         VALUES (?1, ?2, ?3, ?4, ?5)",
+    )?;
+    for (term, block) in update.blocks() {
+        let range = block.meta.range;
+        let (count, front): (u32, Vec<u8>) = get_bounds
+            .query_row(params![session, term, range], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .optional()?
+            .unwrap_or_default();
+        // The index built these bytes itself: they decode.
+        let front = join_bounds(&front, &block).unwrap_or_default();
+        put_bounds.execute(params![
+            session,
+            term,
+            range,
+            count.saturating_add(block.meta.count),
+            front
+        ])?;
+        let before: Option<Vec<u8>> = get
+            .query_row(params![session, term, range], |r| r.get(0))
+            .optional()?;
+        let data = match before {
+            Some(mut data) => {
+                data.extend_from_slice(&block.data);
+                data
+            }
+            None => block.data,
+        };
+        put.execute(params![session, term, range, data])?;
+    }
+    Ok(())
+}
+
 /// Writes `update`'s rows after what `session`'s index holds, and its state.
 ///
 /// # Errors
 /// SQLite's.
 pub fn write(conn: &Connection, session: &str, update: &mut Update) -> rusqlite::Result<()> {
-    {
-        // The new postings go after the range's (SQLite's `||` would make text of blobs).
-        let mut get = conn.prepare_cached(
-            "SELECT data FROM panto_recall_postings WHERE session = ?1 AND term = ?2 AND part = ?3",
-        )?;
-        let mut put = conn.prepare_cached(
-            "INSERT OR REPLACE INTO panto_recall_postings (session, term, part, data)
-             VALUES (?1, ?2, ?3, ?4)",
-        )?;
-        let mut get_bounds = conn.prepare_cached(
-            "SELECT count, front FROM panto_recall_bounds
-             WHERE session = ?1 AND term = ?2 AND part = ?3",
-        )?;
-        let mut put_bounds = conn.prepare_cached(
-            "INSERT OR REPLACE INTO panto_recall_bounds (session, term, part, count, front)
-             VALUES (?1, ?2, ?3, ?4, ?5)",
-        )?;
-        for (term, block) in update.blocks() {
-            let range = block.meta.range;
-            let (count, front): (u32, Vec<u8>) = get_bounds
-                .query_row(params![session, term, range], |r| {
-                    Ok((r.get(0)?, r.get(1)?))
-                })
-                .optional()?
-                .unwrap_or_default();
-            // The index built these bytes itself: they decode.
-            let front = join_bounds(&front, &block).unwrap_or_default();
-            put_bounds.execute(params![
-                session,
-                term,
-                range,
-                count.saturating_add(block.meta.count),
-                front
-            ])?;
-            let before: Option<Vec<u8>> = get
-                .query_row(params![session, term, range], |r| r.get(0))
-                .optional()?;
-            let data = match before {
-                Some(mut data) => {
-                    data.extend_from_slice(&block.data);
-                    data
-                }
-                None => block.data,
-            };
-            put.execute(params![session, term, range, data])?;
-        }
-    }
+    write_postings(conn, session, update)?;
     {
         let mut put = conn.prepare_cached(
             "INSERT INTO panto_recall_docs (session, doc, position, at, block, fingerprint)
