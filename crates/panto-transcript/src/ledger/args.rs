@@ -33,7 +33,6 @@ use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visit
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-use super::ids::unescape;
 use super::tools::{
     COMMAND_KEYS, TODO_LIST_KEYS, TODO_STATUS, TODO_TEXT_KEYS, is_patch_key, is_path_key,
 };
@@ -289,4 +288,52 @@ impl<'de> Visitor<'de> for Pruned<'_, 'de> {
         }
         Ok(Value::Object(out))
     }
+}
+
+/// The text of a JSON string's escaped contents, as `serde_json` reads it (a lone surrogate
+/// as U+FFFD).
+fn unescape(raw: &str, out: &mut String) {
+    let mut rest = raw;
+    while let Some(i) = memchr::memchr(b'\\', rest.as_bytes()) {
+        out.push_str(&rest[..i]);
+        let esc = &rest[i + 1..];
+        let Some(c) = esc.chars().next() else { return };
+        rest = &esc[c.len_utf8()..];
+        match c {
+            'n' => out.push('\n'),
+            't' => out.push('\t'),
+            'r' => out.push('\r'),
+            'b' => out.push('\u{8}'),
+            'f' => out.push('\u{c}'),
+            'u' => {
+                let (ch, used) = unicode_escape(rest);
+                out.push(ch);
+                rest = &rest[used..];
+            }
+            other => out.push(other),
+        }
+    }
+    out.push_str(rest);
+}
+
+/// The character of a `\u` escape whose four hex digits start `rest`, with a second escape
+/// for a surrogate pair, and how many bytes of `rest` it used.
+fn unicode_escape(rest: &str) -> (char, usize) {
+    let hex = |s: &str| s.get(..4).and_then(|h| u32::from_str_radix(h, 16).ok());
+    let Some(first) = hex(rest) else {
+        return (char::REPLACEMENT_CHARACTER, 0);
+    };
+    let low = rest
+        .get(4..)
+        .and_then(|r| r.strip_prefix("\\u"))
+        .and_then(hex)
+        .filter(|second| (0xDC00..0xE000).contains(second));
+    if let (true, Some(second)) = ((0xD800..0xDC00).contains(&first), low) {
+        let c = 0x10000 + ((first - 0xD800) << 10) + (second - 0xDC00);
+        return (char::from_u32(c).unwrap_or(char::REPLACEMENT_CHARACTER), 10);
+    }
+    (
+        char::from_u32(first).unwrap_or(char::REPLACEMENT_CHARACTER),
+        4,
+    )
 }

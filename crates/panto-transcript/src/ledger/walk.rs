@@ -9,7 +9,6 @@ use std::rc::Rc;
 use panto_model::{CLEARED_IMAGE_PREFIX, CLEARED_PREFIX, CallIndex, RawJson, Role};
 use serde_json::Value;
 
-use super::args;
 use super::ids::Tally;
 use super::scan::Origin;
 use super::tools::{Kind, command, kind, paths, todo_list};
