@@ -1,7 +1,8 @@
 //! The arguments of a tool call as the ledger reads them: parsed from the call's JSON text by
 //! `serde_json` into a `Value` whose strings the ledger never looks at (an edit's old and new
 //! text, a written file's content) are `null`, so that reading a long session does not copy
-//! every file an agent wrote.
+//! every file an agent wrote. The same pass gathers every string value, decoded, for the
+//! ledger's identifiers ([`read_with_strings`]), so a call's text is parsed once.
 //!
 //! [`read`] gives the value `serde_json` would give with those strings replaced by `null`:
 //! every key, number, boolean and container stays, in its place (a repeated key's last value
@@ -25,6 +26,7 @@
 //! [`MAX_DEPTH`] and a key `serde_json` gives a meaning of its own. A `Some` is therefore always
 //! the full parse, pruned; the ledger's tests compare the readers' decisions on both.
 
+use std::borrow::Cow;
 use std::fmt;
 
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
@@ -37,12 +39,36 @@ use super::tools::{
 
 /// `text` parsed as tool arguments, pruned (see the module docs); `None` when the full parse
 /// must decide.
+#[cfg(test)]
 pub(super) fn read(text: &str) -> Option<Value> {
+    parse(text, None)
+}
+
+/// The string values of arguments (not their keys), decoded, as the full value holds them:
+/// gathered by [`read_with_strings`] in the same pass that prunes the value.
+#[derive(Default)]
+pub(super) struct Strings<'t> {
+    pub list: Vec<Cow<'t, str>>,
+    /// Whether an object named a key twice: the full value keeps only the last one's strings,
+    /// and `list` holds both, so it must not be used.
+    pub repeated: bool,
+}
+
+/// [`read`], also gathering every string value of `text` into `strings` (one pass over the
+/// text for both: the ledger's identifiers and what it reads of the call). The strings left
+/// out of the value are decoded from their raw text, a lone surrogate as U+FFFD as the full
+/// parse reads it.
+pub(super) fn read_with_strings<'t>(text: &'t str, strings: &mut Strings<'t>) -> Option<Value> {
+    parse(text, Some(strings))
+}
+
+fn parse<'t>(text: &'t str, strings: Option<&mut Strings<'t>>) -> Option<Value> {
     let mut de = serde_json::Deserializer::from_str(text);
     let value = Pruned {
         place: Place::Top,
         keep: true,
         depth: 0,
+        strings,
     }
     .deserialize(&mut de)
     .ok()?;
@@ -97,11 +123,12 @@ impl Place {
 
 /// The value at `place`; a string is kept when `keep` is true and is `null` otherwise.
 /// `depth` counts the objects and arrays around it, across the nested parses of [`skipped`].
-#[derive(Clone, Copy)]
-struct Pruned {
+/// Every string value met is added to `strings` when there are some.
+struct Pruned<'s, 't> {
     place: Place,
     keep: bool,
     depth: usize,
+    strings: Option<&'s mut Strings<'t>>,
 }
 
 /// The deepest nesting read here, across nested parses; deeper arguments are left to the full
@@ -109,16 +136,36 @@ struct Pruned {
 const MAX_DEPTH: usize = 100;
 
 /// The value of raw text `raw` that sits at `place` under a key whose strings are not kept:
-/// `null` for a string, else its pruned value.
-fn skipped(raw: &str, place: Place, depth: usize) -> Result<Value, serde_json::Error> {
+/// `null` for a string (added to `strings`, decoded), else its pruned value.
+fn skipped<'t>(
+    raw: &'t str,
+    place: Place,
+    depth: usize,
+    strings: Option<&mut Strings<'t>>,
+) -> Result<Value, serde_json::Error> {
     match raw.as_bytes().first() {
-        Some(b'"') => Ok(Value::Null),
+        Some(b'"') => {
+            if let Some(strings) = strings {
+                let inner = &raw[1..raw.len() - 1];
+                strings
+                    .list
+                    .push(if memchr::memchr(b'\\', inner.as_bytes()).is_some() {
+                        let mut out = String::with_capacity(inner.len());
+                        unescape(inner, &mut out);
+                        Cow::Owned(out)
+                    } else {
+                        Cow::Borrowed(inner)
+                    });
+            }
+            Ok(Value::Null)
+        }
         Some(b'{' | b'[') => {
             let mut de = serde_json::Deserializer::from_str(raw);
             let value = Pruned {
                 place,
                 keep: false,
                 depth,
+                strings,
             }
             .deserialize(&mut de)?;
             de.end()?;
@@ -128,9 +175,9 @@ fn skipped(raw: &str, place: Place, depth: usize) -> Result<Value, serde_json::E
     }
 }
 
-impl Pruned {
+impl<'t> Pruned<'_, 't> {
     /// The depth inside the object or array this value opens, or an error past [`MAX_DEPTH`].
-    fn deeper<E: de::Error>(self) -> Result<usize, E> {
+    fn deeper<E: de::Error>(&self) -> Result<usize, E> {
         if self.depth >= MAX_DEPTH {
             return Err(E::custom("nested too deep"));
         }
@@ -138,7 +185,7 @@ impl Pruned {
     }
 }
 
-impl<'de> DeserializeSeed<'de> for Pruned {
+impl<'de> DeserializeSeed<'de> for Pruned<'_, 'de> {
     type Value = Value;
 
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
@@ -146,7 +193,7 @@ impl<'de> DeserializeSeed<'de> for Pruned {
     }
 }
 
-impl<'de> Visitor<'de> for Pruned {
+impl<'de> Visitor<'de> for Pruned<'_, 'de> {
     type Value = Value;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -173,7 +220,10 @@ impl<'de> Visitor<'de> for Pruned {
         Ok(Value::Null)
     }
 
-    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Value, E> {
+        if let Some(strings) = self.strings {
+            strings.list.push(Cow::Borrowed(v));
+        }
         Ok(if self.keep {
             Value::String(v.to_owned())
         } else {
@@ -181,21 +231,33 @@ impl<'de> Visitor<'de> for Pruned {
         })
     }
 
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        if let Some(strings) = self.strings {
+            strings.list.push(Cow::Owned(v.to_owned()));
+        }
+        Ok(if self.keep {
+            Value::String(v.to_owned())
+        } else {
+            Value::Null
+        })
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(mut self, mut seq: A) -> Result<Value, A::Error> {
         let depth = self.deeper()?;
-        let element = Pruned {
-            place: self.place.element(),
+        let place = self.place.element();
+        let mut items = Vec::new();
+        while let Some(v) = seq.next_element_seed(Pruned {
+            place,
             keep: true,
             depth,
-        };
-        let mut items = Vec::new();
-        while let Some(v) = seq.next_element_seed(element)? {
+            strings: self.strings.as_deref_mut(),
+        })? {
             items.push(v);
         }
         Ok(Value::Array(items))
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+    fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<Value, A::Error> {
         let depth = self.deeper()?;
         let mut out = Map::new();
         while let Some(key) = map.next_key::<String>()? {
@@ -209,15 +271,69 @@ impl<'de> Visitor<'de> for Pruned {
                     place,
                     keep: true,
                     depth,
+                    strings: self.strings.as_deref_mut(),
                 })?
             } else {
                 // Most such values are long strings (an edit's texts): skipped as raw text,
                 // without unescaping them, and read only when they can hold something kept.
                 let raw: &'de RawValue = map.next_value()?;
-                skipped(raw.get(), place, depth).map_err(de::Error::custom)?
+                skipped(raw.get(), place, depth, self.strings.as_deref_mut())
+                    .map_err(de::Error::custom)?
             };
-            out.insert(key, value);
+            if out.insert(key, value).is_some()
+                && let Some(strings) = self.strings.as_deref_mut()
+            {
+                strings.repeated = true;
+            }
         }
         Ok(Value::Object(out))
     }
+}
+
+/// The text of a JSON string's escaped contents, as `serde_json` reads it (a lone surrogate
+/// as U+FFFD).
+fn unescape(raw: &str, out: &mut String) {
+    let mut rest = raw;
+    while let Some(i) = memchr::memchr(b'\\', rest.as_bytes()) {
+        out.push_str(&rest[..i]);
+        let esc = &rest[i + 1..];
+        let Some(c) = esc.chars().next() else { return };
+        rest = &esc[c.len_utf8()..];
+        match c {
+            'n' => out.push('\n'),
+            't' => out.push('\t'),
+            'r' => out.push('\r'),
+            'b' => out.push('\u{8}'),
+            'f' => out.push('\u{c}'),
+            'u' => {
+                let (ch, used) = unicode_escape(rest);
+                out.push(ch);
+                rest = &rest[used..];
+            }
+            other => out.push(other),
+        }
+    }
+    out.push_str(rest);
+}
+
+/// The character of a `\u` escape whose four hex digits start `rest`, with a second escape
+/// for a surrogate pair, and how many bytes of `rest` it used.
+fn unicode_escape(rest: &str) -> (char, usize) {
+    let hex = |s: &str| s.get(..4).and_then(|h| u32::from_str_radix(h, 16).ok());
+    let Some(first) = hex(rest) else {
+        return (char::REPLACEMENT_CHARACTER, 0);
+    };
+    let low = rest
+        .get(4..)
+        .and_then(|r| r.strip_prefix("\\u"))
+        .and_then(hex)
+        .filter(|second| (0xDC00..0xE000).contains(second));
+    if let (true, Some(second)) = ((0xD800..0xDC00).contains(&first), low) {
+        let c = 0x10000 + ((first - 0xD800) << 10) + (second - 0xDC00);
+        return (char::from_u32(c).unwrap_or(char::REPLACEMENT_CHARACTER), 10);
+    }
+    (
+        char::from_u32(first).unwrap_or(char::REPLACEMENT_CHARACTER),
+        4,
+    )
 }

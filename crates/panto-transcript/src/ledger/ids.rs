@@ -10,6 +10,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::args;
 pub(super) use super::scan::{IdentifierKind, KINDS};
 use super::scan::{Origin, scan};
 
@@ -261,147 +262,21 @@ impl Tally {
         }
     }
 
-    /// Counts the identifiers of a call's arguments given as JSON text: every string value
-    /// (not the keys), decoded, as [`Tally::value`] counts them in the parsed value. Returns
-    /// `false`, having counted nothing, when an object of the text names a key twice (the
-    /// parsed value keeps only the last): the caller counts the parsed value instead.
-    pub(super) fn json(&mut self, text: &str) -> bool {
-        let Some(strings) = json_strings(text) else {
-            return false;
-        };
-        let mut buffer = String::new();
-        for (raw, escaped) in strings {
-            if escaped {
-                buffer.clear();
-                unescape(raw, &mut buffer);
-                self.text(&buffer, Origin::Said);
-            } else {
-                self.text(raw, Origin::Said);
-            }
-        }
-        true
-    }
-}
-
-/// The deepest nesting `serde_json` parses; a deeper value is read as its text.
-const MAX_DEPTH: usize = 127;
-
-/// The string values of a JSON text (not its keys), each raw between its quotes with whether
-/// it holds an escape; `None` whenever the parsed value could differ from what the strings
-/// say: an object names a key twice (the value keeps the last), a number has an exponent (one
-/// out of range makes the whole value its text), the nesting is deeper than `serde_json`
-/// parses, or the text ends inside a string.
-fn json_strings(text: &str) -> Option<Vec<(&str, bool)>> {
-    let bytes = text.as_bytes();
-    let mut strings = Vec::new();
-    // The keys of each open object, innermost last; `None` for an open array.
-    let mut open: Vec<Option<Vec<&str>>> = Vec::new();
-    let mut at = 0;
-    loop {
-        let next = memchr::memchr(b'"', &bytes[at..]).map(|i| at + i);
-        let structure = &bytes[at..next.unwrap_or(bytes.len())];
-        let mut previous = b' ';
-        for &b in structure {
-            match b {
-                b'{' => open.push(Some(Vec::new())),
-                b'[' => open.push(None),
-                b'}' | b']' => {
-                    open.pop();
-                }
-                b'e' | b'E' if previous.is_ascii_digit() || previous == b'.' => return None,
-                _ => {}
-            }
-            if open.len() > MAX_DEPTH {
-                return None;
-            }
-            previous = b;
-        }
-        let Some(quote) = next else {
-            return Some(strings);
-        };
-        let (close, escaped) = string_end(bytes, quote + 1)?;
-        let raw = &text[quote + 1..close];
-        at = close + 1;
-        let is_key = bytes[at..]
-            .iter()
-            .find(|b| !b.is_ascii_whitespace())
-            .is_some_and(|b| *b == b':');
-        match (is_key, open.last_mut()) {
-            (true, Some(Some(keys))) => {
-                // An escaped key could equal another written plainly: leave it to the parse.
-                if escaped || keys.contains(&raw) {
-                    return None;
-                }
-                keys.push(raw);
-            }
-            (true, _) => {}
-            (false, _) => strings.push((raw, escaped)),
-        }
-    }
-}
-
-/// The closing quote of a JSON string whose text starts at `from`, and whether it holds an
-/// escape.
-fn string_end(bytes: &[u8], from: usize) -> Option<(usize, bool)> {
-    let mut at = from;
-    let mut escaped = false;
-    loop {
-        let i = memchr::memchr2(b'"', b'\\', &bytes[at..])? + at;
-        if bytes[i] == b'"' {
-            return Some((i, escaped));
-        }
-        escaped = true;
-        at = i + 2;
-        if at > bytes.len() {
+    /// Counts the identifiers of a call's arguments given as JSON text, and returns what the
+    /// ledger reads of the call (the pruned value of [`args::read_with_strings`]), both from
+    /// one parse: every string value (not the keys), decoded, as [`Tally::value`] counts them
+    /// in the parsed value. Returns `None`, having counted nothing, when the text is to be
+    /// read through its parsed value: the pruned reading steps aside, or an object names a key
+    /// twice (the parsed value keeps only the last).
+    pub(super) fn json(&mut self, text: &str) -> Option<Value> {
+        let mut strings = args::Strings::default();
+        let value = args::read_with_strings(text, &mut strings)?;
+        if strings.repeated {
             return None;
         }
-    }
-}
-
-/// The text of a JSON string's escaped contents, as `serde_json` reads it (a lone surrogate
-/// as U+FFFD).
-fn unescape(raw: &str, out: &mut String) {
-    let mut rest = raw;
-    while let Some(i) = memchr::memchr(b'\\', rest.as_bytes()) {
-        out.push_str(&rest[..i]);
-        let esc = &rest[i + 1..];
-        let Some(c) = esc.chars().next() else { return };
-        rest = &esc[c.len_utf8()..];
-        match c {
-            'n' => out.push('\n'),
-            't' => out.push('\t'),
-            'r' => out.push('\r'),
-            'b' => out.push('\u{8}'),
-            'f' => out.push('\u{c}'),
-            'u' => {
-                let (ch, used) = unicode_escape(rest);
-                out.push(ch);
-                rest = &rest[used..];
-            }
-            other => out.push(other),
+        for s in &strings.list {
+            self.text(s, Origin::Said);
         }
+        Some(value)
     }
-    out.push_str(rest);
-}
-
-/// The character of a `\u` escape whose four hex digits start `rest`, with a second escape
-/// for a surrogate pair, and how many bytes of `rest` it used.
-fn unicode_escape(rest: &str) -> (char, usize) {
-    let hex = |s: &str| s.get(..4).and_then(|h| u32::from_str_radix(h, 16).ok());
-    let Some(first) = hex(rest) else {
-        return (char::REPLACEMENT_CHARACTER, 0);
-    };
-    let low = rest
-        .get(4..)
-        .and_then(|r| r.strip_prefix("\\u"))
-        .and_then(hex)
-        .filter(|second| (0xDC00..0xE000).contains(second));
-    if let (true, Some(second)) = ((0xD800..0xDC00).contains(&first), low) {
-        let c = 0x10000 + ((first - 0xD800) << 10) + (second - 0xDC00);
-        return (char::from_u32(c).unwrap_or(char::REPLACEMENT_CHARACTER), 10);
-    }
-    (
-        char::from_u32(first).unwrap_or(char::REPLACEMENT_CHARACTER),
-        4,
-    )
 }

@@ -9,7 +9,6 @@ use std::rc::Rc;
 use panto_model::{CLEARED_IMAGE_PREFIX, CLEARED_PREFIX, CallIndex, RawJson, Role};
 use serde_json::Value;
 
-use super::args;
 use super::ids::Tally;
 use super::scan::Origin;
 use super::tools::{Kind, command, kind, paths, todo_list};
@@ -239,15 +238,13 @@ impl<'a> Walk<'a> {
         }
     }
 
-    /// A call whose arguments are JSON text: read without the strings the ledger never looks
-    /// at when that is exact ([`args::read`]), else in full.
+    /// A call whose arguments are JSON text: its identifiers and what the ledger reads of it
+    /// from one parse that leaves out the strings the ledger never reads, when that is exact
+    /// ([`Tally::json`]), else from the parsed value.
     pub(super) fn call_json(&mut self, id: &'a str, name: &'a str, input: &RawJson) {
-        if !self.ids.json(input.json()) {
-            self.ids.value(&input.to_value());
-        }
-        match args::read(input.json()) {
+        match self.ids.json(input.json()) {
             Some(value) => self.read_call(id, name, &value),
-            None => self.read_call(id, name, &input.to_value()),
+            None => self.call(id, name, &input.to_value()),
         }
     }
 
