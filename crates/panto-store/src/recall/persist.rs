@@ -93,7 +93,8 @@ pub struct Update {
     pub calls: Vec<CallRow>,
     /// Their compactions: position and id (`@N` without one).
     pub compactions: Vec<(u64, String)>,
-    /// Their items' ids and their entries' ([`super::fetch`]'s index of ids).
+    /// Their items' ids and their entries' (the index of ids a fetch reads: docs/recall.md,
+    /// "Fetch by id").
     pub ids: Vec<IdRow>,
     blocks: HashMap<(String, u32), Block>,
     walk: Items,
