@@ -388,10 +388,13 @@ impl Store for PostgresStore {
     /// Answers from the session's recall index (`crate::recall`), caught up first; by scan
     /// when it does not read back.
     async fn recall(&self, session: &str, query: &RecallQuery) -> Result<Recalled, StoreError> {
-        let loaded = self.load(session).await?;
         // Caught up first a chunk per try: the recall's own try then finds it current, or
-        // indexes the few entries appended since, well within the statement timeout.
-        self.catch_up_recall_index(session).await?;
+        // indexes the few entries appended since, well within the statement timeout. The
+        // effective context is loaded meanwhile, on a connection of its own.
+        let (loaded, caught) =
+            tokio::join!(self.load(session), self.catch_up_recall_index(session));
+        let loaded = loaded?;
+        caught?;
         let found = tries!(
             self,
             session,

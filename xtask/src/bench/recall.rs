@@ -252,10 +252,12 @@ pub(super) fn recall(root: &Path, flags: &Flags) -> Result<()> {
 /// `__recall STORE DIR QUERY REPS`: one warm-up recall of `QUERY` and `REPS` more on the session
 /// a `--keep` run of this section left in `DIR` (`target/bench/recall`), on `jsonl` or
 /// `sqlite`, for a profiler (run the release build directly; the count of a recall is the
-/// difference between `REPS` 1 and 0).
+/// difference between `REPS` 1 and 0). On `postgres`, `DIR` is the session's name in the
+/// database of `PANTO_TEST_POSTGRES` (a run of this section leaves `bench-recall-PID` there
+/// while the server runs: `.ci/postgres start`).
 pub(super) fn profile(args: &[String]) -> Result<()> {
     let [store, dir, query, rest @ ..] = args else {
-        bail!("usage: xtask bench __recall jsonl|sqlite DIR QUERY [REPS]");
+        bail!("usage: xtask bench __recall jsonl|sqlite|postgres DIR QUERY [REPS]");
     };
     let reps: usize = rest.first().map_or(Ok(1), |r| r.parse())?;
     let dir = Path::new(dir);
@@ -281,7 +283,13 @@ pub(super) fn profile(args: &[String]) -> Result<()> {
             )?;
             run(&|| Ok(runtime.block_on(sqlite.recall("session", &query))?))
         }
-        other => bail!("no store `{other}` (jsonl or sqlite)"),
+        "postgres" => {
+            let url = std::env::var(panto_store_postgres::testing::ENV)?;
+            let store = runtime.block_on(PostgresStore::connect(&url))?;
+            let session = dir.to_string_lossy();
+            run(&|| Ok(runtime.block_on(store.recall(&session, &query))?))
+        }
+        other => bail!("no store `{other}` (jsonl, sqlite or postgres)"),
     }
 }
 

@@ -10,7 +10,7 @@ use panto_store::recall::{IdRow, Named, fetch_window};
 use tokio_postgres::Client;
 use tokio_postgres::types::Type;
 
-use super::{STATE, TOOLS, catch_up, state_of, target};
+use super::{current, target, tools_of};
 use crate::attempt::Fail;
 use crate::pool::Pool;
 use crate::session::{to_i64, to_u64};
@@ -100,14 +100,11 @@ pub(crate) async fn fetch(
     wanted: &str,
     context: usize,
 ) -> Result<Option<Answer>, Fail> {
-    let Some((id, head)) = target(pool, c, session).await? else {
+    let Some(t) = target(pool, c, session).await? else {
         return Ok(None);
     };
-    let rows = pool.query(c, STATE, &[(&id, Type::INT8)]).await?;
-    let state = match state_of(rows.first())? {
-        Some(s) if to_i64(s.entries) == head => s,
-        _ => catch_up(pool, c, id, head).await?,
-    };
+    let state = current(pool, c, &t).await?;
+    let id = t.id;
     let name = ItemRef::new(wanted);
     let name = name.as_str();
     let rows = pool
@@ -208,9 +205,7 @@ async fn tools_before(
     entries: &[Entry],
 ) -> Result<HashMap<(String, u64, u32), String>, Fail> {
     let mut walk = Items::new();
-    let (mut calls, mut at, mut blocks, mut which) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    let mut keys = Vec::new();
+    let mut asked = Vec::new();
     for (i, entry) in entries.iter().enumerate() {
         let position = first + i as u64;
         for item in walk.of(position, entry) {
@@ -219,37 +214,13 @@ async fn tools_before(
                 && let Some(call) = item.call
             {
                 let block = u32::try_from(item.block).unwrap_or(u32::MAX);
-                which.push(i32::try_from(keys.len()).unwrap_or(i32::MAX));
-                calls.push(call.clone());
-                at.push(to_i64(position));
-                blocks.push(i32::try_from(block).unwrap_or(i32::MAX));
-                keys.push((call, position, block));
+                asked.push((call, position, block));
             }
         }
     }
-    let mut out = HashMap::new();
-    if keys.is_empty() {
-        return Ok(out);
-    }
-    let rows = pool
-        .query(
-            c,
-            TOOLS,
-            &[
-                (&id, Type::INT8),
-                (&calls, Type::TEXT_ARRAY),
-                (&at, Type::INT8_ARRAY),
-                (&blocks, Type::INT4_ARRAY),
-                (&which, Type::INT4_ARRAY),
-            ],
-        )
-        .await?;
-    for r in &rows {
-        let (i, tool): (i32, Option<String>) = (r.try_get(0)?, r.try_get(1)?);
-        if let (Some(tool), Some(key)) = (tool, keys.get(usize::try_from(i).unwrap_or(usize::MAX)))
-        {
-            out.insert(key.clone(), tool);
-        }
-    }
-    Ok(out)
+    let found = tools_of(pool, c, id, &asked).await?;
+    Ok(found
+        .into_iter()
+        .filter_map(|(i, tool)| asked.get(i).map(|key| (key.clone(), tool)))
+        .collect())
 }

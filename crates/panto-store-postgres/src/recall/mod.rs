@@ -18,7 +18,7 @@ use panto_store::recall::{
 };
 use panto_store::{Head, Loaded, RecallQuery, Recalled, StoreError};
 use tokio_postgres::Client;
-use tokio_postgres::types::Type;
+use tokio_postgres::types::{ToSql, Type};
 
 use crate::attempt::Fail;
 use crate::pool::{Phase, Pool};
@@ -36,10 +36,12 @@ use write::write;
 /// Entries indexed per transaction.
 const CHUNK: i64 = 20_000;
 
-/// `($1 name)` → the session's id and head.
+/// `($1 name)` → the session's id and head, and its index's state (NULLs without one).
 const TARGET: &str = "SELECT s.id,
-       coalesce((SELECT max(e.seq) FROM panto_entries e WHERE e.session = s.id), 0)
-FROM panto_sessions s WHERE md5(s.name) = md5($1::text) AND s.name = $1::text";
+       coalesce((SELECT max(e.seq) FROM panto_entries e WHERE e.session = s.id), 0),
+       r.entries, r.docs, r.total_len
+FROM panto_sessions s LEFT JOIN panto_recall_state r ON r.session = s.id
+WHERE md5(s.name) = md5($1::text) AND s.name = $1::text";
 
 const STATE: &str =
     "SELECT entries, docs, total_len FROM panto_recall_state WHERE session = $1::bigint";
@@ -66,6 +68,7 @@ FROM unnest($2::text[]) AS u (t)
 JOIN panto_recall_postings p ON p.session = $1::bigint AND p.term = md5(u.t)::uuid
     AND p.part = ANY($3::int4[])";
 
+/// `($1 id, $2 terms)` → the postings of those terms, whole.
 const POSTINGS: &str = "SELECT u.t, p.part, p.data
 FROM unnest($2::text[]) AS u (t)
 JOIN panto_recall_postings p ON p.session = $1::bigint AND p.term = md5(u.t)::uuid
@@ -104,13 +107,21 @@ fn state_of(row: Option<&tokio_postgres::Row>) -> Result<Option<IndexState>, Fai
     let Some(r) = row else {
         return Ok(None);
     };
-    let (entries, docs, total_len): (i64, i64, i64) = (r.try_get(0)?, r.try_get(1)?, r.try_get(2)?);
-    Ok(Some(IndexState {
+    Ok(Some(index_state(
+        r.try_get(0)?,
+        r.try_get(1)?,
+        r.try_get(2)?,
+    )))
+}
+
+/// The state of a row of `panto_recall_state` (entries, docs, total length).
+fn index_state(entries: i64, docs: i64, total_len: i64) -> IndexState {
+    IndexState {
         entries: to_u64(entries),
         head: Head::new(to_u64(entries)),
         docs: u32::try_from(docs).unwrap_or(u32::MAX),
         total_len: to_u64(total_len),
-    }))
+    }
 }
 
 /// Brings the index of session `id` (which ends at `head`) up to date; returns its state.
@@ -179,18 +190,52 @@ async fn chunk(pool: &Pool, c: &Client, id: i64, head: i64) -> Result<Option<Ind
     Ok(None)
 }
 
-/// The id and head of `session`, if it exists.
-async fn target(pool: &Pool, c: &Client, session: &str) -> Result<Option<(i64, i64)>, Fail> {
+/// A session as [`target`] finds it.
+struct Target {
+    id: i64,
+    /// Its last entry's seq.
+    head: i64,
+    /// Its index's state, if it has one.
+    state: Option<IndexState>,
+}
+
+impl Target {
+    /// The index's state when it covers the whole session.
+    fn current(&self) -> Option<IndexState> {
+        self.state.filter(|s| to_i64(s.entries) == self.head)
+    }
+}
+
+/// The id, head and index state of `session`, if it exists: one round trip.
+async fn target(pool: &Pool, c: &Client, session: &str) -> Result<Option<Target>, Fail> {
     let rows = pool.query(c, TARGET, &[(&session, Type::TEXT)]).await?;
-    Ok(match rows.first() {
-        Some(r) => Some((r.try_get(0)?, r.try_get(1)?)),
-        None => None,
-    })
+    let Some(r) = rows.first() else {
+        return Ok(None);
+    };
+    let (entries, docs, total_len): (Option<i64>, Option<i64>, Option<i64>) =
+        (r.try_get(2)?, r.try_get(3)?, r.try_get(4)?);
+    let state = match (entries, docs, total_len) {
+        (Some(entries), Some(docs), Some(total_len)) => Some(index_state(entries, docs, total_len)),
+        _ => None,
+    };
+    Ok(Some(Target {
+        id: r.try_get(0)?,
+        head: r.try_get(1)?,
+        state,
+    }))
+}
+
+/// The state of the index of the session `t`, caught up first when it is behind.
+async fn current(pool: &Pool, c: &Client, t: &Target) -> Result<IndexState, Fail> {
+    match t.current() {
+        Some(s) => Ok(s),
+        None => catch_up(pool, c, t.id, t.head).await,
+    }
 }
 
 /// Drops `session`'s index (the next [`step`]s build it again).
 pub(crate) async fn clear(pool: &Pool, c: &Client, session: &str) -> Result<(), Fail> {
-    let Some((id, _)) = target(pool, c, session).await? else {
+    let Some(Target { id, .. }) = target(pool, c, session).await? else {
         return Ok(());
     };
     pool.begin(c, Phase::Normal).await?;
@@ -221,9 +266,14 @@ pub(crate) async fn clear(pool: &Pool, c: &Client, session: &str) -> Result<(), 
 /// of its own, so a long backlog (a session imported, or written before the index) is never
 /// one try past the statement timeout.
 pub(crate) async fn step(pool: &Pool, c: &Client, session: &str) -> Result<Option<u32>, Fail> {
-    let Some((id, head)) = target(pool, c, session).await? else {
+    let Some(t) = target(pool, c, session).await? else {
         return Ok(Some(0));
     };
+    // Current already (the common case of a recall): no transaction, no lock.
+    if let Some(s) = t.current() {
+        return Ok(Some(s.docs));
+    }
+    let (id, head) = (t.id, t.head);
     pool.begin(c, Phase::Normal).await?;
     match chunk(pool, c, id, head).await {
         Ok(done) => {
@@ -239,7 +289,7 @@ pub(crate) async fn step(pool: &Pool, c: &Client, session: &str) -> Result<Optio
 
 /// The bytes of `session`'s index rows as stored (`pg_column_size` of each row).
 pub(crate) async fn size(pool: &Pool, c: &Client, session: &str) -> Result<u64, Fail> {
-    let Some((id, _)) = target(pool, c, session).await? else {
+    let Some(Target { id, .. }) = target(pool, c, session).await? else {
         return Ok(0);
     };
     let rows = pool.query(c, SIZE, &[(&id, Type::INT8)]).await?;
@@ -247,23 +297,25 @@ pub(crate) async fn size(pool: &Pool, c: &Client, session: &str) -> Result<u64, 
     Ok(to_u64(total))
 }
 
-/// Brings `session`'s index up to date when it covers exactly the entries before `at` (after
-/// an append this store made); never builds one.
+/// Brings `session`'s index up to date after an append this store made at `at`: when the
+/// index covers exactly the entries before `at`, or when the append was the session's first
+/// (`at` 0, which starts the index: a new session has no state row yet). Never builds the
+/// index of a session written before it (the next recall does, a chunk per try).
 pub(crate) async fn after_append(
     pool: &Pool,
     c: &Client,
     session: &str,
     at: u64,
 ) -> Result<(), Fail> {
-    let Some((id, head)) = target(pool, c, session).await? else {
+    let Some(t) = target(pool, c, session).await? else {
         return Ok(());
     };
-    let rows = pool.query(c, STATE, &[(&id, Type::INT8)]).await?;
-    match state_of(rows.first())? {
-        Some(s) if s.entries == at || at == 0 => {
-            catch_up(pool, c, id, head).await?;
-        }
-        _ => {}
+    let follows = match t.state {
+        Some(s) => s.entries == at || at == 0,
+        None => at == 0,
+    };
+    if follows {
+        catch_up(pool, c, t.id, t.head).await?;
     }
     Ok(())
 }
@@ -280,43 +332,31 @@ pub(crate) async fn recall(
     loaded: &Loaded,
     query: &RecallQuery,
 ) -> Result<Option<Recalled>, Fail> {
-    let Some((id, head)) = target(pool, c, session).await? else {
+    let Some(t) = target(pool, c, session).await? else {
         return Ok(None);
     };
     // Current already (the store caught it up before this try): no transaction, no lock.
-    let rows = pool.query(c, STATE, &[(&id, Type::INT8)]).await?;
-    let state = match state_of(rows.first())? {
-        Some(s) if to_i64(s.entries) == head => s,
-        _ => catch_up(pool, c, id, head).await?,
-    };
+    let state = current(pool, c, &t).await?;
+    let id = t.id;
     let lookup = Lookup::new(query);
     if lookup.is_empty() {
         return Ok(Some(Recalled::new(Vec::new(), u64::from(state.docs))));
     }
     let terms = lookup.whole_terms();
-    let rows = pool
-        .query(
-            c,
-            POSTINGS,
-            &[(&id, Type::INT8), (&terms, Type::TEXT_ARRAY)],
-        )
-        .await?;
+    let bounded = lookup.bounded_terms();
+    // The whole terms' postings and the bounded terms' bounds in one round trip (pipelined).
+    let (whole, bound_rows) = tokio::join!(
+        of_terms(pool, c, POSTINGS, id, &terms),
+        of_terms(pool, c, BOUNDS_OF, id, &bounded),
+    );
     let mut blocks: HashMap<String, Vec<Block>> = HashMap::new();
-    add_blocks(&mut blocks, &rows)?;
+    add_blocks(&mut blocks, &whole?)?;
     let Ok(tiers) = lookup.tiers(&blocks) else {
         return Ok(None);
     };
-    let bounded = lookup.bounded_terms();
     let mut bounds: HashMap<String, Vec<RangeBound>> = HashMap::new();
     if !bounded.is_empty() {
-        let rows = pool
-            .query(
-                c,
-                BOUNDS_OF,
-                &[(&id, Type::INT8), (&bounded, Type::TEXT_ARRAY)],
-            )
-            .await?;
-        for r in &rows {
+        for r in &bound_rows? {
             let (term, part, count, front): (String, i32, i32, Vec<u8>) =
                 (r.try_get(0)?, r.try_get(1)?, r.try_get(2)?, r.try_get(3)?);
             bounds.entry(term).or_default().push(RangeBound {
@@ -404,6 +444,23 @@ pub(crate) async fn recall(
     )))
 }
 
+/// The rows of `sql` (of [`POSTINGS`] and [`BOUNDS_OF`]) for `terms` of session `id`: none
+/// without a term, with no round trip.
+async fn of_terms(
+    pool: &Pool,
+    c: &Client,
+    sql: &str,
+    id: i64,
+    terms: &[String],
+) -> Result<Vec<tokio_postgres::Row>, Fail> {
+    if terms.is_empty() {
+        return Ok(Vec::new());
+    }
+    Ok(pool
+        .query(c, sql, &[(&id, Type::INT8), (&terms, Type::TEXT_ARRAY)])
+        .await?)
+}
+
 /// Adds to `blocks` the rows of [`POSTINGS`] or [`POSTINGS_IN`] (term, part, data).
 fn add_blocks(
     blocks: &mut HashMap<String, Vec<Block>>,
@@ -448,6 +505,51 @@ async fn postings_in(
         .await?)
 }
 
+/// The tool of each `(call, position, block)` asked, by its index in `asked`: the tool of the
+/// latest call with that id before that item (a tool result whose entry lacks its call), in
+/// one round trip (none when nothing is asked).
+async fn tools_of(
+    pool: &Pool,
+    c: &Client,
+    id: i64,
+    asked: &[(String, u64, u32)],
+) -> Result<HashMap<usize, String>, Fail> {
+    let mut out = HashMap::new();
+    if asked.is_empty() {
+        return Ok(out);
+    }
+    let int4 = |n: usize| i32::try_from(n).unwrap_or(i32::MAX);
+    let calls: Vec<&str> = asked.iter().map(|a| a.0.as_str()).collect();
+    let at: Vec<i64> = asked.iter().map(|a| to_i64(a.1)).collect();
+    let blocks: Vec<i32> = asked
+        .iter()
+        .map(|a| int4(usize::try_from(a.2).unwrap_or(usize::MAX)))
+        .collect();
+    let which: Vec<i32> = (0..asked.len()).map(int4).collect();
+    let rows = pool
+        .query(
+            c,
+            TOOLS,
+            &[
+                (&id, Type::INT8),
+                (&calls, Type::TEXT_ARRAY),
+                (&at, Type::INT8_ARRAY),
+                (&blocks, Type::INT4_ARRAY),
+                (&which, Type::INT4_ARRAY),
+            ],
+        )
+        .await?;
+    for r in &rows {
+        let (i, tool): (i32, Option<String>) = (r.try_get(0)?, r.try_get(1)?);
+        if let (Some(tool), Ok(i)) = (tool, usize::try_from(i))
+            && i < asked.len()
+        {
+            out.insert(i, tool);
+        }
+    }
+    Ok(out)
+}
+
 /// The items of the candidates `picked`, each with the compaction that summarized it, read in
 /// three round trips whatever their number (the entries, the compactions, the tools of
 /// results whose entry lacks their call); `None` when the index names an item that is not
@@ -459,9 +561,16 @@ async fn items(
     picked: Vec<(Candidate, DocRow)>,
 ) -> Result<Option<Vec<(Candidate, Item, Option<String>)>>, Fail> {
     let seqs: Vec<i64> = picked.iter().map(|(_, r)| to_i64(r.position + 1)).collect();
-    let rows = pool
-        .query(c, ENTRIES, &[(&id, Type::INT8), (&seqs, Type::INT8_ARRAY)])
-        .await?;
+    let positions: Vec<i64> = picked.iter().map(|(_, r)| to_i64(r.position)).collect();
+    // The entries and the compactions in one round trip (pipelined).
+    let by_seq: [(&(dyn ToSql + Sync), Type); 2] = [(&id, Type::INT8), (&seqs, Type::INT8_ARRAY)];
+    let by_position: [(&(dyn ToSql + Sync), Type); 2] =
+        [(&id, Type::INT8), (&positions, Type::INT8_ARRAY)];
+    let (rows, summarized) = tokio::join!(
+        pool.query(c, ENTRIES, &by_seq),
+        pool.query(c, SUMMARIZED_BY, &by_position)
+    );
+    let (rows, summarized) = (rows?, summarized?);
     let mut entries: HashMap<i64, Entry> = HashMap::new();
     for r in &rows {
         let (seq, body): (i64, &[u8]) = (r.try_get(0)?, r.try_get(1)?);
@@ -471,24 +580,15 @@ async fn items(
         };
         entries.insert(seq, entry);
     }
-    let positions: Vec<i64> = picked.iter().map(|(_, r)| to_i64(r.position)).collect();
-    let rows = pool
-        .query(
-            c,
-            SUMMARIZED_BY,
-            &[(&id, Type::INT8), (&positions, Type::INT8_ARRAY)],
-        )
-        .await?;
     let mut by: HashMap<i64, String> = HashMap::new();
-    for r in &rows {
+    for r in &summarized {
         let (position, name): (i64, Option<String>) = (r.try_get(0)?, r.try_get(1)?);
         if let Some(name) = name {
             by.insert(position, name);
         }
     }
-    let int4 = |n: u32| i32::try_from(n).unwrap_or(i32::MAX);
-    let (mut calls, mut at, mut blocks, mut which) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut asked = Vec::new();
+    let mut which = Vec::new();
     for (i, (_, row)) in picked.iter().enumerate() {
         let Some(entry) = entries.get(&to_i64(row.position + 1)) else {
             return Ok(None);
@@ -496,34 +596,15 @@ async fn items(
         if let Some(call) = item_at(entry, row.position, row.block, |_| None)
             .and_then(|i| (i.tool.is_none()).then_some(i.call).flatten())
         {
-            calls.push(call);
-            at.push(to_i64(row.position));
-            blocks.push(int4(row.block));
-            which.push(i32::try_from(i).unwrap_or(i32::MAX));
+            asked.push((call, row.position, row.block));
+            which.push(i);
         }
     }
-    let mut tools: HashMap<usize, String> = HashMap::new();
-    if !calls.is_empty() {
-        let rows = pool
-            .query(
-                c,
-                TOOLS,
-                &[
-                    (&id, Type::INT8),
-                    (&calls, Type::TEXT_ARRAY),
-                    (&at, Type::INT8_ARRAY),
-                    (&blocks, Type::INT4_ARRAY),
-                    (&which, Type::INT4_ARRAY),
-                ],
-            )
-            .await?;
-        for r in &rows {
-            let (i, tool): (i32, Option<String>) = (r.try_get(0)?, r.try_get(1)?);
-            if let Some(tool) = tool {
-                tools.insert(usize::try_from(i).unwrap_or(usize::MAX), tool);
-            }
-        }
-    }
+    let mut tools: HashMap<usize, String> = tools_of(pool, c, id, &asked)
+        .await?
+        .into_iter()
+        .map(|(k, tool)| (which[k], tool))
+        .collect();
     let mut out = Vec::with_capacity(picked.len());
     for (i, (cand, row)) in picked.into_iter().enumerate() {
         let Some(entry) = entries.get(&to_i64(row.position + 1)) else {

@@ -228,3 +228,37 @@ fn a_recall_index_before_the_bounds_is_built_again() {
         conformance::recall::same_as_scan(&store, "s").await;
     });
 }
+
+/// A new session's recall index is started by its first append and extended by the next (no
+/// state row is needed for that), so the first recall finds it current and builds nothing;
+/// it answers as the scan does.
+#[test]
+fn the_first_append_starts_the_recall_index() {
+    let Some(url) = testing::server("the_first_append_starts_the_recall_index") else {
+        return;
+    };
+    runtime().block_on(async {
+        let url = testing::fresh_url(&url).await;
+        let store = PostgresStore::connect(&url).await.unwrap();
+        let client = testing::client(&url).await;
+        let indexed = || async {
+            let rows = client
+                .query(
+                    "SELECT r.entries FROM panto_recall_state r
+                     JOIN panto_sessions s ON s.id = r.session WHERE s.name = 's'",
+                    &[],
+                )
+                .await
+                .unwrap();
+            rows.first().map(|r| r.get::<_, i64>(0))
+        };
+        let records = conformance::records_of(conformance::CONTRACT_FILE);
+        let (first, rest) = records.split_at(records.len() / 2);
+        let head = store.append_records("s", Head::EMPTY, first).await.unwrap();
+        assert!(head.get() > 0);
+        assert_eq!(indexed().await, Some(i64::try_from(head.get()).unwrap()));
+        let head = store.append_records("s", head, rest).await.unwrap();
+        assert_eq!(indexed().await, Some(i64::try_from(head.get()).unwrap()));
+        conformance::recall::same_as_scan(&store, "s").await;
+    });
+}
