@@ -262,3 +262,23 @@ fn the_first_append_starts_the_recall_index() {
         conformance::recall::same_as_scan(&store, "s").await;
     });
 }
+
+/// A store of one connection recalls and fetches: the effective context's load and the index's
+/// catch-up check, which a recall runs together, wait for each other's connection.
+#[test]
+fn a_store_of_one_connection_recalls() {
+    let Some(url) = testing::server("a_store_of_one_connection_recalls") else {
+        return;
+    };
+    runtime().block_on(async {
+        let store = testing::fresh_with(&url, PostgresOptions::default().with_pool_size(1))
+            .await
+            .unwrap();
+        let records = conformance::records_of(conformance::CONTRACT_FILE);
+        store
+            .append_records("s", Head::EMPTY, &records)
+            .await
+            .unwrap();
+        conformance::recall::same_as_scan(&store, "s").await;
+    });
+}
