@@ -28,7 +28,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write as _;
 
 use panto_compact::{RequestSource, SourceSummarizer};
-use panto_model::{ContentBlock, Message, Role};
+use panto_model::{Message, Role};
 use panto_provider::{EventSink, Provider, ProviderError, Request, StreamEvent, async_trait};
 use panto_transcript::cut::{self, Budget, Cut, ends};
 use panto_transcript::{
@@ -94,16 +94,9 @@ impl SourceSummarizer for OfflineSummarizer {
         request: &Request,
         source: RequestSource<'_>,
     ) -> Result<Message, ProviderError> {
-        let message = compaction_message(request)?;
-        // The size of what the summary replaces, counted without copying the prompt.
-        let chars = message
-            .content
-            .iter()
-            .map(|b| match b {
-                ContentBlock::Text(t) => t.text.len(),
-                _ => 0,
-            })
-            .sum();
+        compaction_message(request)?;
+        // The size of what the summary replaces: the prompt's, which need not be written.
+        let chars = source.prompt_len;
         let summary = summarize_walk(
             |f| source.for_each_item(|item| f(&item)),
             source.previous_summary,

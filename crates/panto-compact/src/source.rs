@@ -3,7 +3,7 @@
 
 use panto_model::Message;
 use panto_provider::{ProviderError, Request};
-use panto_transcript::{ItemView, for_each_item};
+use panto_transcript::{ItemView, for_each_item, request_len};
 
 /// What one compaction request was rendered from: the messages it summarizes and the previous
 /// summary it carries as `<previous-summary>`.
@@ -17,14 +17,20 @@ pub struct RequestSource<'a> {
     pub messages: &'a [Message],
     /// The summary the request carries as `<previous-summary>`, when it carries one.
     pub previous_summary: Option<&'a str>,
+    /// The length in bytes of the request's user prompt (the text of its one user message),
+    /// which the compactor may leave unwritten for a [`SourceSummarizer`].
+    pub prompt_len: usize,
 }
 
 impl<'a> RequestSource<'a> {
-    /// The source of a request over `messages` with `previous_summary`.
+    /// The source of a request over `messages` with `previous_summary`, whose user prompt is
+    /// the request of those messages ([`panto_transcript::render_request`], measured here
+    /// without writing it).
     pub fn new(messages: &'a [Message], previous_summary: Option<&'a str>) -> RequestSource<'a> {
         RequestSource {
             messages,
             previous_summary,
+            prompt_len: request_len(messages, previous_summary),
         }
     }
 
@@ -45,7 +51,10 @@ impl<'a> RequestSource<'a> {
 /// CLI's offline one) does not parse back a transcript rendered a moment earlier.
 pub trait SourceSummarizer: Send + Sync {
     /// Answers `request`, whose transcript was rendered from `source`, like
-    /// [`Provider::complete`](panto_provider::Provider::complete) would.
+    /// [`Provider::complete`](panto_provider::Provider::complete) would. The text of the
+    /// request's one user message may be left empty (the compactor writes a prompt of whole
+    /// turns only for a model that reads it, so that the transcript is never held whole for
+    /// a summarizer that does not): its length is [`RequestSource::prompt_len`].
     ///
     /// # Errors
     /// A [`ProviderError`], as the provider would give.

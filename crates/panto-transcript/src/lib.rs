@@ -127,7 +127,7 @@ pub use parse::{ParsedRequest, continued, item_marker, parse_request, parse_tran
 pub use render::{
     Elision, TurnTranscript, elision_marker, render_request, render_request_text,
     render_request_turns, render_transcript, render_transcript_elided, render_transcript_into,
-    render_turns, render_turns_with,
+    render_turns, render_turns_with, request_len, turn_ends_with,
 };
 
 // The README's example runs as a doctest, so that what crates.io shows compiles and passes.

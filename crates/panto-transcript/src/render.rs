@@ -235,6 +235,38 @@ pub fn render_turns_with(
     render_after(String::new(), messages, turns, each)
 }
 
+/// Where each turn's part ends in the transcript [`render_turns_with`] would render (its
+/// [`TurnTranscript::ends`]), calling `each` with the text of every turn, in order, as it does,
+/// without keeping the transcript: each turn is rendered into one buffer, cleared for the next.
+/// For a pass over the turns' texts (sizing them) when the whole text is not wanted at once.
+pub fn turn_ends_with(
+    messages: &[Message],
+    turns: &[Range<usize>],
+    mut each: impl FnMut(&str),
+) -> Vec<usize> {
+    let mut text = String::new();
+    let mut ends = Vec::with_capacity(turns.len());
+    let mut end = 0;
+    for turn in turns {
+        text.clear();
+        walk(&messages[turn.clone()], |item| write_item(&mut text, item));
+        each(&text);
+        end += text.len();
+        ends.push(end);
+    }
+    ends
+}
+
+/// The length in bytes of [`render_request`] of `prefix` and `previous_summary`, measured
+/// without writing it.
+pub fn request_len(prefix: &[Message], previous_summary: Option<&str>) -> usize {
+    let mut len = Len::default();
+    open_request(&mut len, previous_summary);
+    walk(prefix, |item| write_item(&mut len, item));
+    close_request(&mut len);
+    len.0
+}
+
 /// [`render_turns_with`] for a compaction request: the buffer starts with the head of the
 /// envelope for `previous_summary`, so that [`TurnTranscript::into_request`] of turn 0 with
 /// the same summary writes the close after the text and moves nothing. The text, the turns

@@ -298,9 +298,8 @@ pub(crate) async fn transcript(config: &Config, path: &Path) -> Result<()> {
     let ctx = load_existing(&store, &session_name(path)).await?.context;
     let compactor = compactor(config)?;
     let windows = providers::known_windows(config, &compactor.active().model).0;
-    match compactor.prepare(&ctx, &manual_run(config, None, false), &windows) {
-        Ok(prepared) => {
-            let text = prepared.into_user_prompt();
+    match compactor.prepare_request(&ctx, &manual_run(config, None, false), &windows) {
+        Ok((_, text)) => {
             // Megabytes, often: through the pager on a terminal.
             crate::ui::paged(|out| out.write_all(for_stdout(&text).as_bytes()))?;
         }

@@ -8,8 +8,10 @@ use panto_model::{ContentBlock, Message, Usage};
 use panto_provider::{
     PromptCache, ProviderError, Request, RequestOptions, StreamEvent, TokenNumbers,
 };
+use panto_transcript::render_request;
 use tracing::{Instrument, info_span};
 
+use super::chunk::Prompt;
 use super::folding::Fold;
 use crate::attempt::AttemptFailure;
 use crate::check::{Replaced, check_summary};
@@ -22,6 +24,10 @@ use crate::source::RequestSource;
 /// recognise it) and size, and what its answer is checked against.
 struct Asking<'q> {
     request: Request,
+    /// Whether the request's user message holds its prompt: a prompt of whole turns
+    /// ([`Prompt::OfSource`]) is written only when a model that reads it is asked or its input
+    /// is hashed; a summarizer that reads the source gets the message empty.
+    written: bool,
     /// The hash of the input, made only when a rejection is looked up or recorded: most folds
     /// see none, and the input can be the whole transcript (tens of MB).
     input: Option<u64>,
@@ -38,7 +44,7 @@ impl Fold<'_, '_> {
     pub(super) async fn ask(
         &mut self,
         system: &str,
-        user_prompt: String,
+        user_prompt: Prompt,
         (input_tokens, max_output_tokens): (u64, u32),
         replaced: &Replaced<'_>,
         source: RequestSource<'_>,
@@ -47,12 +53,17 @@ impl Fold<'_, '_> {
         let (active, first) = (compactor.active.clone(), compactor.compaction_model.clone());
         // A fold's prompt (the compaction prompt and a transcript) is read once and shares no
         // prefix with the conversation's requests: nothing is worth writing to the cache.
+        let (text, written) = match user_prompt {
+            Prompt::Text(text) => (text, true),
+            Prompt::OfSource => (String::new(), false),
+        };
         let mut asking = Asking {
             input: None,
+            written,
             request: Request::new(
                 active.model.clone(),
                 system,
-                vec![Message::user_text(user_prompt)],
+                vec![Message::user_text(text)],
                 max_output_tokens,
             )
             .with_options(RequestOptions::new().with_cache(PromptCache::off())),
@@ -114,6 +125,9 @@ impl Fold<'_, '_> {
         asking: &mut Asking<'_>,
     ) -> Result<String, AttemptFailure> {
         asking.request.model.clone_from(&model.model);
+        if model.source.is_none() {
+            asking.write();
+        }
         self.state.so_far.folded.requests += 1;
         let spent = &mut self.state.so_far.folded.usage;
         let result = ask(
@@ -236,9 +250,21 @@ pub(super) enum Failure {
 }
 
 impl Asking<'_> {
+    /// Writes the request's prompt into its user message, when it is not written yet: the
+    /// request of the source's messages after the summary it carries, as the text a request of
+    /// whole turns carries.
+    fn write(&mut self) {
+        if !self.written {
+            let prompt = render_request(self.source.messages, self.source.previous_summary);
+            self.request.messages = vec![Message::user_text(prompt)];
+            self.written = true;
+        }
+    }
+
     /// The hash of the request's input (its messages' text), to recognise one sent before;
     /// made once, when first asked for.
     fn input(&mut self) -> u64 {
+        self.write();
         let request = &self.request;
         *self.input.get_or_insert_with(|| {
             let mut hasher = std::collections::hash_map::DefaultHasher::new();

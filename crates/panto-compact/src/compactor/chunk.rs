@@ -7,11 +7,11 @@ use std::ops::Range;
 use panto_model::Message;
 use panto_size::Heuristic;
 use panto_transcript::{
-    Elision, TranscriptItem, item_marker, parse_transcript, render_request_text,
+    Elision, TranscriptItem, item_marker, parse_transcript, render_request_text, render_transcript,
     render_transcript_elided,
 };
 
-use super::parts::{Material, TAIL};
+use super::parts::{Material, Parts, TAIL};
 use crate::error::CompactError;
 use crate::fold::Chunk;
 
@@ -106,7 +106,9 @@ fn elide_to_fit(messages: &[Message], capacity: u64) -> Option<(String, Vec<Elis
 /// The user prompt of one request of a fold.
 pub(super) struct ChunkPrompt {
     /// The prompt.
-    pub(super) text: String,
+    pub(super) text: Prompt,
+    /// Its length in bytes.
+    pub(super) len: usize,
     /// The bytes of the transcript in it.
     pub(super) transcript_len: usize,
     /// Its estimated tokens.
@@ -136,7 +138,8 @@ fn elided_prompt(
     let prompt = render_request_text(&text, running);
     Ok(ChunkPrompt {
         tokens: Heuristic.text(&prompt),
-        text: prompt,
+        len: prompt.len(),
+        text: Prompt::Text(prompt),
         transcript_len: text.len(),
         elisions,
         last_body: last_body(None, &text),
@@ -146,12 +149,15 @@ fn elided_prompt(
 /// The user prompt of the request for `chunk`: the parts `parts` of `material` (of the
 /// turns whose messages are `messages`), after the summary `running`.
 ///
-/// The chunk's transcript is a slice of the one rendered once, led by the marker of the item
-/// its first part starts inside (if it does) and closed by a line break when it ends inside a
-/// line, unless a body must be elided. The last request
-/// is built in that transcript's own buffer (moved, not copied) when nothing leads it; any
-/// other copies its slice once. Its size comes from the parts' sizes, never from sizing its
-/// text again (an elided one, new text, is sized here).
+/// When the parts are whole turns, the prompt is the request of those turns' messages
+/// ([`Prompt::OfSource`]), written only when a model reads it: the transcript is never
+/// rendered whole for a summarizer that reads the source, and what a request carries is
+/// rendered when it is sent. Otherwise the chunk's transcript is a slice of the one rendered
+/// (again, when it is not held), led by the marker of the item its first part starts inside
+/// (if it does) and closed by a line break when it ends inside a line, unless a body must be
+/// elided. The last request is built in that transcript's own buffer (moved, not copied)
+/// when nothing leads it; any other copies its slice once. Its size comes from the parts'
+/// sizes, never from sizing its text again (an elided one, new text, is sized here).
 ///
 /// # Errors
 /// [`CompactError::TurnTooLarge`] when even the markers of a turn too large for any request do
@@ -166,11 +172,23 @@ pub(super) fn chunk_prompt(
     if chunk.needs_elision() {
         return elided_prompt(chunk, messages, running);
     }
+    // Exact: the envelope's cost, the lead's, the parts' and the tail's add up to the prompt's.
+    let envelope = render_request_text("", running);
     let all = &mut *material.parts;
-    if all.transcript.len() != all.len() {
-        // An earlier last request took the transcript and overflowed.
-        all.render_again(material.messages);
+    let parts_tenths = Heuristic.text_tenths(&envelope) + all.tenths(parts.clone());
+    if all.whole_turns(parts.clone()) {
+        let transcript_len = all.text_len(parts.clone());
+        let last_body = last_body(None, &last_turn_text(all, parts, material.messages));
+        return Ok(ChunkPrompt {
+            text: Prompt::OfSource,
+            len: envelope.len() + transcript_len,
+            transcript_len,
+            tokens: parts_tenths.div_ceil(10),
+            elisions: Vec::new(),
+            last_body,
+        });
     }
+    all.render(material.messages);
     let lead = all.lead(parts.start);
     let slice = all.transcript.turns(parts.clone());
     let tail = if slice.is_empty() || slice.ends_with('\n') {
@@ -180,11 +198,8 @@ pub(super) fn chunk_prompt(
     };
     let transcript_len = lead.as_deref().map_or(0, str::len) + slice.len() + tail.len();
     let last_body = last_body(lead.as_deref(), slice);
-    // Exact: the envelope's cost, the lead's, the parts' and the tail's add up to the prompt's.
-    let envelope = render_request_text("", running);
-    let tenths = Heuristic.text_tenths(&envelope)
+    let tenths = parts_tenths
         + lead.as_deref().map_or(0, |l| Heuristic.text_tenths(l))
-        + all.tenths(parts.clone())
         + Heuristic.text_tenths(tail);
     let text = match lead {
         None if parts.end == all.len() => {
@@ -199,10 +214,32 @@ pub(super) fn chunk_prompt(
         }
     };
     Ok(ChunkPrompt {
-        text,
+        len: envelope.len() + transcript_len,
+        text: Prompt::Text(text),
         transcript_len,
         tokens: tenths.div_ceil(10),
         elisions: Vec::new(),
         last_body,
     })
+}
+
+/// The transcript of the last turn of the parts `parts` (whole turns of `messages`) that
+/// renders to any text: where the last item of their transcript starts, since every turn's
+/// text starts with an item's marker.
+pub(super) fn last_turn_text(all: &Parts, parts: Range<usize>, messages: &[Message]) -> String {
+    let turns = all.turns_in(parts);
+    turns
+        .rev()
+        .map(|turn| render_transcript(&messages[all.turn(turn)]))
+        .find(|text| !text.is_empty())
+        .unwrap_or_default()
+}
+
+/// A request's user prompt: its text, or, for a request of whole turns, the request of their
+/// messages after the summary it carries (`render_request` of its
+/// [`RequestSource`](crate::RequestSource)), written only when a model that reads it is asked
+/// or its input must be recognised.
+pub(super) enum Prompt {
+    Text(String),
+    OfSource,
 }

@@ -48,7 +48,6 @@ use std::sync::{Arc, Mutex, PoisonError};
 use panto_model::{EffectiveContext, IdKind, IdSource, KEPT_BY, Message, UniqueIds};
 use panto_size::{Heuristic, Sizer, UsageSizer, estimate};
 use panto_store::{SessionLog, Store};
-use panto_transcript::{TurnTranscript, render_request_text};
 use serde_json::Value;
 use tracing::{Instrument, info_span};
 
@@ -70,8 +69,8 @@ pub use tiered::{CLEAR_MIN_FREED_DIVISOR, TIERED_TARGET_DIVISOR};
 #[cfg(test)]
 pub(crate) use limits::request_overhead;
 
-/// A compaction ready to be sent: the plan, the system prompt and the transcript of the
-/// summarized prefix, rendered once, turn by turn, and sized. Made by [`Compactor::prepare`].
+/// A compaction ready to be sent: the plan, the system prompt and the sizes of the transcript
+/// of the summarized prefix, turn by turn. Made by [`Compactor::prepare`].
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub struct Prepared {
@@ -79,8 +78,9 @@ pub struct Prepared {
     pub plan: Plan,
     /// The system prompt: COMPACTION.md plus any extra instructions.
     pub system: String,
-    /// The transcript of the summarized prefix, turn by turn.
-    pub transcript: TurnTranscript,
+    /// Where each turn's part of the summarized prefix's transcript ends in that transcript,
+    /// in bytes (the transcript itself is not kept: a fold renders what a request sends).
+    pub turn_ends: Vec<usize>,
     /// The summarized prefix's turns, as ranges of the context's messages.
     pub turns: Vec<Range<usize>>,
     /// Estimated tokens of each turn's transcript.
@@ -107,17 +107,9 @@ pub struct Prepared {
 }
 
 impl Prepared {
-    /// The user prompt of a compaction in one request: the whole prefix's transcript and the
-    /// previous summary. (A fold sends slices of the same transcript.)
-    pub fn user_prompt(&self) -> String {
-        render_request_text(self.transcript.text(), self.previous_summary.as_deref())
-    }
-
-    /// [`Prepared::user_prompt`], built in the transcript's own buffer instead of a copy of it
-    /// ([`TurnTranscript::into_request`]).
-    pub fn into_user_prompt(self) -> String {
-        self.transcript
-            .into_request(0, self.previous_summary.as_deref())
+    /// The length in bytes of the summarized prefix's transcript.
+    pub fn transcript_len(&self) -> usize {
+        self.turn_ends.last().copied().unwrap_or(0)
     }
 }
 

@@ -138,7 +138,7 @@ async fn ask(run: &Run<'_>, prepared: &Prepared) -> Result<Native, ProviderError
     let budget = ledger_budget(
         run.compactor.config().max_output_tokens,
         rendered_len(context),
-        prepared.transcript.text().len(),
+        prepared.transcript_len(),
         prepared.limit,
     );
     let ledger = Ledger::merge(&before, &Ledger::from_messages(prefix));

@@ -52,7 +52,9 @@ pub(super) struct Parts {
     /// Each part's transcript in tenths of a token, without its lead: a run of parts sizes
     /// exactly, without sizing its text again.
     tenths: Vec<u64>,
-    /// The transcript, one part after the other (taken by the last request of a fold).
+    /// The transcript, one part after the other, when it is held: rendered only when a part
+    /// must be cut from its text or a request carries a piece of a turn, and taken by the last
+    /// such request of a fold ([`Parts::rendered`]).
     pub(super) transcript: TurnTranscript,
     /// Where each part ends in the transcript, to cut it again after a re-rendering.
     ends: Vec<usize>,
@@ -81,23 +83,43 @@ impl PartSize {
 impl Parts {
     /// The turns `turns` rendered as `transcript` (one part per turn) with their sizes in
     /// tenths, in parts no larger than `size` where a turn allows it (`None`: whole turns).
+    #[cfg(test)]
     pub(super) fn cut(
         turns: Vec<Range<usize>>,
         transcript: TurnTranscript,
         turn_tenths: &[u64],
         size: Option<PartSize>,
     ) -> Parts {
-        let mut parts = Parts::whole(turns, transcript, turn_tenths);
+        let ends = transcript.ends().to_vec();
+        let mut parts = Parts::whole(turns, (transcript, ends), turn_tenths);
         if size.is_some() {
-            parts.cut_from(0, size);
+            parts.cut_from(0, size, &[]);
         }
         parts
     }
 
-    /// One part per turn: the turns `turns` rendered as `transcript`, sized `turn_tenths`.
+    /// The turns `turns` of `messages`, whose transcript is not held (each turn's part of it
+    /// ends at `ends`), sized `turn_tenths`, in parts no larger than `size` where a turn
+    /// allows it (`None`: whole turns): the transcript is rendered only if a turn is cut.
+    pub(super) fn sized(
+        turns: Vec<Range<usize>>,
+        ends: Vec<usize>,
+        turn_tenths: &[u64],
+        size: Option<PartSize>,
+        messages: &[Message],
+    ) -> Parts {
+        let mut parts = Parts::whole(turns, (TurnTranscript::default(), ends), turn_tenths);
+        if size.is_some() {
+            parts.cut_from(0, size, messages);
+        }
+        parts
+    }
+
+    /// One part per turn: the turns `turns`, their transcript (the text, when it is held) and
+    /// where each turn's part of it ends, sized `turn_tenths`.
     pub(super) fn whole(
         turns: Vec<Range<usize>>,
-        transcript: TurnTranscript,
+        (transcript, ends): (TurnTranscript, Vec<usize>),
         turn_tenths: &[u64],
     ) -> Parts {
         Parts {
@@ -105,7 +127,7 @@ impl Parts {
             lead: vec![None; turns.len()],
             tokens: turn_tenths.iter().map(|t| t.div_ceil(10)).collect(),
             tenths: turn_tenths.to_vec(),
-            ends: transcript.ends().to_vec(),
+            ends,
             turns,
             transcript,
             lead_most: 0,
@@ -113,28 +135,38 @@ impl Parts {
         }
     }
 
+    /// Whether the transcript is held (rendered, and not taken by a request).
+    fn rendered(&self) -> bool {
+        self.transcript.len() == self.len()
+    }
+
+    /// Renders the transcript, in the same parts, when it is not held.
+    pub(super) fn render(&mut self, messages: &[Message]) {
+        if !self.rendered() {
+            self.render_again(messages);
+        }
+    }
+
     /// Cuts the parts from `from` on again, no larger than `size` where their turns allow it
     /// (after the window shrank below a part, which would otherwise be elided), or, with no
     /// size, each turn's rest whole again. Whether the number of parts changed; `messages`
-    /// render the transcript again when the last request took it.
+    /// render the transcript when a turn is cut and it is not held.
     pub(super) fn recut(
         &mut self,
         from: usize,
         size: Option<PartSize>,
         messages: &[Message],
     ) -> bool {
-        if self.transcript.len() != self.len() {
-            self.render_again(messages);
-        }
-        self.cut_from(from, size)
+        self.cut_from(from, size, messages)
     }
 
     /// The parts from `from` on, cut again turn by turn (each turn's rest from `from` on,
     /// whole or in parts of `size`): the text is the same, only where it is cut changes, and
-    /// the allowance is measured again. Whether the number of parts changed.
-    fn cut_from(&mut self, from: usize, size: Option<PartSize>) -> bool {
+    /// the allowance is measured again. Whether the number of parts changed. The text is read
+    /// (and rendered from `messages` when it is not held) only when a turn is cut or some
+    /// turn is in more than one part; whole turns are sized from their ends alone.
+    fn cut_from(&mut self, from: usize, size: Option<PartSize>, messages: &[Message]) -> bool {
         let before = self.len();
-        let transcript = std::mem::take(&mut self.transcript);
         // The remaining parts, turn by turn: where each turn's rest starts, what leads it, and
         // its size.
         let mut rests = Vec::new();
@@ -153,6 +185,11 @@ impl Parts {
             ));
             part = last;
         }
+        let cuts = size.is_some_and(|s| rests.iter().any(|r| r.3 > s.part * 10));
+        if cuts {
+            self.render(messages);
+        }
+        let transcript = std::mem::take(&mut self.transcript);
         for v in [&mut self.tokens, &mut self.tenths] {
             v.truncate(from);
         }
@@ -160,11 +197,16 @@ impl Parts {
         self.lead.truncate(from);
         self.ends.truncate(from);
         for (turn, start, end, tenths, lead) in rests {
-            let text = &transcript.text()[start..end];
-            self.push_turn((turn, tenths), start, text, size, lead);
+            match size.filter(|s| tenths > s.part * 10) {
+                Some(size) => {
+                    let text = &transcript.text()[start..end];
+                    self.push_cut((turn, tenths), start, text, size, lead);
+                }
+                None => self.push(turn, end, tenths, lead),
+            }
         }
+        self.transcript = transcript;
         // What may lead and close a request of these parts.
-        let text = transcript.text();
         self.lead_most = self
             .lead
             .iter()
@@ -172,30 +214,22 @@ impl Parts {
             .map(|l| Heuristic.text(&continued(&l.marker, l.line_start)))
             .max()
             .unwrap_or(0);
-        let inside = self
-            .ends
-            .iter()
-            .any(|&e| e > 0 && text.as_bytes()[e - 1] != b'\n');
-        self.tail = if inside { Heuristic.text(TAIL) } else { 0 };
-        let ends = self.ends.clone();
-        self.transcript = transcript.with_ends(ends);
-        self.len() != before
-    }
-
-    /// The rest of turn `turn` (`whole` tenths): its transcript `text`, which starts at
-    /// `start`, led by `open` when it starts inside an item; whole, or in parts of `size`.
-    fn push_turn(
-        &mut self,
-        (turn, whole): (usize, u64),
-        start: usize,
-        text: &str,
-        size: Option<PartSize>,
-        open: Option<Lead>,
-    ) {
-        match size.filter(|s| whole > s.part * 10) {
-            Some(size) => self.push_cut((turn, whole), start, text, size, open),
-            None => self.push(turn, start + text.len(), whole, open),
+        if !self.transcript.is_empty() {
+            // Held: the same text in the new parts.
+            let transcript = std::mem::take(&mut self.transcript);
+            self.transcript = transcript.with_ends(self.ends.clone());
         }
+        // Whole turns never end inside a line (every item ends with a line break): the text
+        // is read only when some turn is in parts.
+        let inside = self.len() != self.turns.len() && {
+            self.render(messages);
+            let text = self.transcript.text();
+            self.ends
+                .iter()
+                .any(|&e| e > 0 && text.as_bytes()[e - 1] != b'\n')
+        };
+        self.tail = if inside { Heuristic.text(TAIL) } else { 0 };
+        self.len() != before
     }
 
     /// One part of turn `turn`, ending at `end`.
@@ -298,6 +332,50 @@ impl Parts {
         part == 0 || self.turn_of[part - 1] != self.turn_of[part]
     }
 
+    /// Whether the parts `parts` are whole turns: their transcript is that of their turns'
+    /// messages, with nothing to lead it.
+    pub(super) fn whole_turns(&self, parts: Range<usize>) -> bool {
+        self.starts_turn(parts.start)
+            && self.lead[parts.start].is_none()
+            && (parts.end == self.len() || self.starts_turn(parts.end))
+    }
+
+    /// The bytes of the transcript of the parts `parts`, without a lead.
+    pub(super) fn text_len(&self, parts: Range<usize>) -> usize {
+        match parts.end.checked_sub(1) {
+            Some(last) if !parts.is_empty() => {
+                let start = if parts.start == 0 {
+                    0
+                } else {
+                    self.ends[parts.start - 1]
+                };
+                self.ends[last] - start
+            }
+            _ => 0,
+        }
+    }
+
+    /// Everything the parts are but their text: turns, leads, sizes, ends and allowance.
+    #[cfg(test)]
+    #[allow(clippy::type_complexity)]
+    pub(super) fn shape(&self) -> (&[usize], Vec<Option<String>>, &[u64], &[u64], &[usize], u64) {
+        let leads = (0..self.len()).map(|i| self.lead(i)).collect();
+        let allowance = self.allowance();
+        (
+            &self.turn_of,
+            leads,
+            &self.tokens,
+            &self.tenths,
+            &self.ends,
+            allowance,
+        )
+    }
+
+    /// The messages of turn `turn`.
+    pub(super) fn turn(&self, turn: usize) -> Range<usize> {
+        self.turns[turn].clone()
+    }
+
     /// The line that leads a request whose transcript starts with part `part`, when the part
     /// starts inside an item.
     pub(super) fn lead(&self, part: usize) -> Option<String> {
@@ -310,9 +388,9 @@ impl Parts {
         self.tenths[parts].iter().sum()
     }
 
-    /// Renders the transcript again, in the same parts, after the last request of a fold took
-    /// it (and was rejected).
-    pub(super) fn render_again(&mut self, messages: &[Message]) {
+    /// Renders the transcript again, in the same parts (it was not rendered, or a request
+    /// took it).
+    fn render_again(&mut self, messages: &[Message]) {
         let head = self.turns.first().map_or(0, |t| t.start);
         let end = self.turns.last().map_or(head, |t| t.end);
         let relative: Vec<Range<usize>> = self
@@ -328,16 +406,22 @@ impl Parts {
 /// The summarized prefix of `prepared` in parts for the fold's requests (taking its
 /// transcript): a turn larger than an eighth of what a later request carries is cut between
 /// its lines or words; whole turns when no limit is known.
-pub(super) fn prefix_parts(prepared: &mut Prepared, state: &FoldState, fixed: u64) -> Parts {
+pub(super) fn prefix_parts(
+    prepared: &Prepared,
+    state: &FoldState,
+    fixed: u64,
+    messages: &[Message],
+) -> Parts {
     let size = state
         .budget(fixed, 0)
         .later_capacity()
         .map(PartSize::for_capacity);
-    Parts::cut(
+    Parts::sized(
         prepared.turns.clone(),
-        std::mem::take(&mut prepared.transcript),
+        prepared.turn_ends.clone(),
         &prepared.turn_tenths,
         size,
+        messages,
     )
 }
 
@@ -356,8 +440,9 @@ impl Pieces {
         let turn_tenths: Vec<u64> = (0..turns.len())
             .map(|i| Heuristic.text_tenths(transcript.turns(i..i + 1)))
             .collect();
+        let ends = transcript.ends().to_vec();
         Pieces {
-            parts: Parts::whole(turns, transcript, &turn_tenths),
+            parts: Parts::whole(turns, (transcript, ends), &turn_tenths),
             messages,
         }
     }

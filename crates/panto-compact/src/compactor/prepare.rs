@@ -7,7 +7,7 @@ use std::ops::Range;
 
 use panto_model::{CompactionEntry, EffectiveContext, Message, Trigger};
 use panto_size::Heuristic;
-use panto_transcript::{TurnTranscript, render_request_turns, strip_ledger};
+use panto_transcript::{TurnTranscript, render_request_turns, strip_ledger, turn_ends_with};
 
 use super::{Compactor, Prepared, kept_tokens};
 use crate::config::CompactRun;
@@ -15,8 +15,10 @@ use crate::plan::{NothingToCompact, keep_budget, manual_keep_budget, plan_and_tu
 use crate::window::KnownWindows;
 
 impl Compactor {
-    /// Plans a compaction of `context`, builds its system prompt and renders the transcript
-    /// of the summarized prefix (once, turn by turn, each turn sized), without asking any model.
+    /// Plans a compaction of `context`, builds its system prompt and sizes the transcript of
+    /// the summarized prefix turn by turn, without asking any model and without keeping the
+    /// transcript: each turn is rendered and sized in one buffer, and a fold renders what each
+    /// request sends when it sends it ([`Compactor::prepare_request`] keeps it).
     ///
     /// `windows` is what is known of the window before the run (the run's overflow is learned
     /// on a copy, [`CompactRun::teach`]). The budget is `keep_tokens` (the run's own,
@@ -36,6 +38,36 @@ impl Compactor {
         options: &CompactRun,
         windows: &KnownWindows,
     ) -> Result<Prepared, NothingToCompact> {
+        self.prepare_with(context, options, windows, false)
+            .map(|(prepared, _)| prepared)
+    }
+
+    /// [`Compactor::prepare`], and the user prompt of the compaction in one request (the
+    /// previous summary and the whole prefix's transcript), rendered as the turns are sized,
+    /// in one buffer: what `panto transcript` prints.
+    ///
+    /// # Errors
+    /// [`NothingToCompact`] when nothing lies before the kept suffix.
+    pub fn prepare_request(
+        &self,
+        context: &EffectiveContext,
+        options: &CompactRun,
+        windows: &KnownWindows,
+    ) -> Result<(Prepared, String), NothingToCompact> {
+        let (prepared, transcript) = self.prepare_with(context, options, windows, true)?;
+        let transcript = transcript.unwrap_or_default();
+        let prompt = transcript.into_request(0, prepared.previous_summary.as_deref());
+        Ok((prepared, prompt))
+    }
+
+    /// [`Compactor::prepare`], with the transcript rendered whole and kept when `keep`.
+    fn prepare_with(
+        &self,
+        context: &EffectiveContext,
+        options: &CompactRun,
+        windows: &KnownWindows,
+        keep: bool,
+    ) -> Result<(Prepared, Option<TurnTranscript>), NothingToCompact> {
         let mut windows = *windows;
         options.teach(&mut windows);
         // One sizing pass gives both the plan's sizes and `tokens_before`: the conversation's
@@ -69,7 +101,8 @@ impl Compactor {
         let previous_summary = (context.compaction.as_ref())
             .and_then(CompactionEntry::summary_text)
             .map(strip_ledger);
-        let (transcript, turn_tenths) = render(prefix, &prefix_turns, previous_summary);
+        let (transcript, turn_ends, turn_tenths) =
+            render(prefix, &prefix_turns, previous_summary, keep);
         let kept_tokens = kept_tokens(context, &p);
         let summary_room = limit.map(|l| {
             l.saturating_sub(options.reserved_within(l, &windows))
@@ -80,11 +113,11 @@ impl Compactor {
             .into_iter()
             .map(|t| t.start + p.head..t.end + p.head)
             .collect();
-        Ok(Prepared {
+        let prepared = Prepared {
             tokens_before,
             plan: p,
             system,
-            transcript,
+            turn_ends,
             turns,
             turn_tokens,
             turn_tenths,
@@ -92,7 +125,8 @@ impl Compactor {
             limit,
             summary_room,
             kept_tokens,
-        })
+        };
+        Ok((prepared, transcript))
     }
 
     /// The keep-verbatim budget of `options` over `context` (of message `sizes`), within what
@@ -124,17 +158,24 @@ impl Compactor {
     }
 }
 
-/// The transcript of the prefix `messages`, turn by turn (`turns`), and each turn's size in
-/// tenths of a token. Rendered after the first request's head (with the `previous` summary),
-/// so that a fold in one request builds it where the transcript lies (`into_request`).
+/// The end of each turn's part of the transcript of the prefix `messages`, turn by turn
+/// (`turns`), and each turn's size in tenths of a token; with the transcript itself when
+/// `keep`, rendered after the request's head (with the `previous` summary), so that the
+/// request of the whole prefix is built where the transcript lies (`into_request`).
 fn render(
     messages: &[Message],
     turns: &[Range<usize>],
     previous: Option<&str>,
-) -> (TurnTranscript, Vec<u64>) {
+    keep: bool,
+) -> (Option<TurnTranscript>, Vec<usize>, Vec<u64>) {
     let mut tenths = Vec::with_capacity(turns.len());
-    let transcript = render_request_turns(messages, turns, previous, |turn| {
-        tenths.push(Heuristic.text_tenths(turn));
-    });
-    (transcript, tenths)
+    let size = |turn: &str| tenths.push(Heuristic.text_tenths(turn));
+    if keep {
+        let transcript = render_request_turns(messages, turns, previous, size);
+        let ends = transcript.ends().to_vec();
+        (Some(transcript), ends, tenths)
+    } else {
+        let ends = turn_ends_with(messages, turns, size);
+        (None, ends, tenths)
+    }
 }

@@ -125,7 +125,7 @@ impl FoldState {
                 natural_ledger_chars: ledger_budget(
                     max_output_tokens,
                     rendered_len(context),
-                    prepared.transcript.text().len(),
+                    prepared.transcript_len(),
                     None,
                 ),
                 covered: None,

@@ -117,7 +117,7 @@ impl Fold<'_, '_> {
         } else {
             self.state.so_far.running.as_deref().map(previous_tokens)
         };
-        let mut parts = prefix_parts(prepared, &self.state, fixed);
+        let mut parts = prefix_parts(prepared, &self.state, fixed, &self.run.context.messages);
         let budget = self
             .state
             .budget(fixed + parts.allowance(), previous.unwrap_or(0));
@@ -181,7 +181,7 @@ impl Fold<'_, '_> {
             turns = prepared.turns.len() - from,
             "the window is smaller than planned: summarizing more turns, going on from the summary so far"
         );
-        let mut parts = prefix_parts(prepared, &self.state, fixed);
+        let mut parts = prefix_parts(prepared, &self.state, fixed, &self.run.context.messages);
         let from = parts.first_of(from);
         let running = self.state.so_far.running.clone();
         let rest = self.plan(&parts, from, fixed, running.as_deref())?;

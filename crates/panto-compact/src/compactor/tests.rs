@@ -5,10 +5,10 @@ use std::sync::Arc;
 use panto_model::arbitrary::session;
 use panto_model::{EffectiveContext, Message, Trigger};
 use panto_size::{Heuristic, Measured, Sizer, estimate};
-use panto_transcript::{item_marker, render_turns};
+use panto_transcript::{item_marker, render_request, render_request_text, render_turns};
 use proptest::prelude::*;
 
-use super::chunk::{body_of, last_body};
+use super::chunk::{body_of, last_body, last_turn_text};
 use super::parts::{PartSize, Parts};
 use super::{Compactor, kept_copies, kept_estimate};
 use crate::config::{CompactRun, ModelRef};
@@ -86,6 +86,53 @@ fn parts_of(messages: &[Message], size: PartSize) -> (Parts, String) {
         .collect();
     let whole = transcript.text().to_owned();
     (Parts::cut(turns, transcript, &tenths, Some(size)), whole)
+}
+
+proptest! {
+    /// The parts of a transcript that is not held (`Compactor::prepare` keeps only each turn's
+    /// end and size) are the parts cut from the rendered transcript, whole turns or cut; the
+    /// text, rendered when a request needs it, is that transcript; and a run of whole turns is
+    /// told apart, with its length and the body its answer must not copy read without it.
+    #[test]
+    fn parts_of_a_transcript_not_held_are_the_parts_of_the_rendered_one(
+        s in session(8),
+        part in 1u64..60,
+        line in 20u64..400,
+        cut in any::<bool>(),
+        running in prop::option::of("[a-z \n]{0,40}"),
+    ) {
+        let messages = s.messages;
+        let size = cut.then_some(PartSize { part, line: line.max(part) });
+        let turns = panto_model::turns(&messages);
+        let transcript = render_turns(&messages, &turns);
+        let tenths: Vec<u64> = (0..turns.len())
+            .map(|i| Heuristic.text_tenths(transcript.turns(i..i + 1)))
+            .collect();
+        let whole = transcript.text().to_owned();
+        let ends = transcript.ends().to_vec();
+        let rendered = Parts::cut(turns.clone(), transcript, &tenths, size);
+        let mut sized = Parts::sized(turns, ends, &tenths, size, &messages);
+        prop_assert_eq!(sized.shape(), rendered.shape());
+        let n = sized.len();
+        for a in 0..n {
+            for b in a + 1..=n {
+                let slice = rendered.transcript.turns(a..b);
+                prop_assert_eq!(sized.text_len(a..b), slice.len());
+                if sized.whole_turns(a..b) {
+                    let of = &messages[sized.messages(a..b)];
+                    prop_assert_eq!(
+                        render_request(of, running.as_deref()),
+                        render_request_text(slice, running.as_deref())
+                    );
+                    let last = last_turn_text(&sized, a..b, &messages);
+                    prop_assert_eq!(last_body(None, &last), last_body(None, slice));
+                }
+            }
+        }
+        sized.render(&messages);
+        prop_assert_eq!(sized.transcript.text(), whole.as_str());
+        prop_assert_eq!(&sized.transcript, &rendered.transcript);
+    }
 }
 
 proptest! {
@@ -200,7 +247,8 @@ fn a_large_turn_is_cut_between_lines_and_led_by_its_marker() {
     assert_eq!(parts.started(2..parts.len()), 4..4);
     // Whole turns when no size is given.
     let transcript = render_turns(&messages, &[0..2, 2..4]);
-    let whole = Parts::whole(vec![0..2, 2..4], transcript, &tenths);
+    let ends = transcript.ends().to_vec();
+    let whole = Parts::whole(vec![0..2, 2..4], (transcript, ends), &tenths);
     assert_eq!(whole.len(), 2);
 }
 
@@ -234,7 +282,7 @@ fn text_that_looks_like_a_marker_inside_a_line_stays_inside_a_line_when_cut() {
         } else {
             format!("{led}\n")
         };
-        let request = panto_transcript::render_request_text(&closed, None);
+        let request = render_request_text(&closed, None);
         let parsed = panto_transcript::parse_request(&request).unwrap();
         // One item per part: a forged marker never opens one.
         assert_eq!(parsed.items.len(), 1, "{closed:?}");

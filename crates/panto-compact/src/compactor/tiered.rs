@@ -148,7 +148,7 @@ impl Run<'_> {
         let natural = ledger_budget(
             self.compactor.config.max_output_tokens,
             rendered_len(self.context),
-            prepared.transcript.text().len(),
+            prepared.transcript_len(),
             None,
         );
         // The text with the recall tool's note after the rendering, as written.

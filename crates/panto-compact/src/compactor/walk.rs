@@ -14,7 +14,7 @@ use panto_provider::ProviderError;
 use panto_transcript::Elision;
 
 use super::ask::{Answer, Failure};
-use super::chunk::{ChunkPrompt, chunk_prompt};
+use super::chunk::{ChunkPrompt, Prompt, chunk_prompt};
 use super::folding::Fold;
 use super::limits::{envelope_tokens, least_limit, previous_tokens, request_overhead, shrink};
 use super::parts::{Material, PartSize};
@@ -70,6 +70,8 @@ struct Request {
     /// What its answer must not merely copy.
     last_message: String,
     transcript_len: usize,
+    /// The bytes of its user prompt.
+    prompt_len: usize,
     input_tokens: u64,
     output: u32,
     elisions: Vec<Elision>,
@@ -209,7 +211,7 @@ impl<'m> Walk<'m> {
         &mut self,
         fold: &mut Fold<'_, '_>,
         chunk: &Chunk,
-    ) -> Result<(String, Request), CompactError> {
+    ) -> Result<(Prompt, Request), CompactError> {
         let step = fold.state.so_far.folded.steps.len() + 1;
         let steps = self.steps(fold);
         let parts = chunk.turns.start + self.base..chunk.turns.end + self.base;
@@ -223,6 +225,7 @@ impl<'m> Walk<'m> {
         let running = fold.state.so_far.running.clone();
         let ChunkPrompt {
             text,
+            len: prompt_len,
             transcript_len,
             tokens,
             elisions,
@@ -256,6 +259,7 @@ impl<'m> Walk<'m> {
             running,
             last_message,
             transcript_len,
+            prompt_len,
             input_tokens,
             output,
             elisions,
@@ -270,7 +274,7 @@ impl<'m> Walk<'m> {
     async fn ask(
         &self,
         fold: &mut Fold<'_, '_>,
-        prompt: String,
+        prompt: Prompt,
         request: &Request,
     ) -> Result<Answer, Failure> {
         let running = request.running.as_deref();
@@ -287,7 +291,11 @@ impl<'m> Walk<'m> {
             },
             chars: request.transcript_len + running.map_or(0, str::len),
         };
-        let source = RequestSource::new(&self.material.messages[request.messages.clone()], running);
+        let source = RequestSource {
+            messages: &self.material.messages[request.messages.clone()],
+            previous_summary: running,
+            prompt_len: request.prompt_len,
+        };
         let sizes = (request.input_tokens, request.output);
         fold.ask(&self.system, prompt, sizes, &replaced, source)
             .await

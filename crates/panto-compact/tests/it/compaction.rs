@@ -825,18 +825,22 @@ async fn a_degenerate_summary_from_the_compaction_model_triggers_the_fallback() 
     }
 }
 
-/// What [`FromSource`] was given: the items, the previous summary and the request's text.
+/// What [`FromSource`] was given: the items, the previous summary, the request's text and
+/// the prompt's length.
 type Seen = (
     Vec<panto_transcript::TranscriptItem>,
     Option<String>,
     String,
+    usize,
 );
 
 /// A summarizer that reads a request's source: it records what it was given and answers from
-/// the items, and its provider side fails (the compactor must not call it).
+/// the items (or fails, when `fails`), and its provider side fails (the compactor must not
+/// call it).
 #[derive(Default)]
 struct FromSource {
     seen: Mutex<Vec<Seen>>,
+    fails: bool,
 }
 
 #[panto_provider::async_trait]
@@ -866,7 +870,11 @@ impl panto_compact::SourceSummarizer for FromSource {
             items,
             source.previous_summary.map(str::to_owned),
             request.messages[0].text(),
+            source.prompt_len,
         ));
+        if self.fails {
+            return Err(server_error());
+        }
         Ok(reply(summary))
     }
 }
@@ -884,17 +892,63 @@ async fn a_source_summarizer_reads_the_items_the_request_was_rendered_from() {
             .unwrap(),
     );
     let seen = summarizer.seen.lock().unwrap();
-    let [(items, previous, text)] = seen.as_slice() else {
+    let [(items, previous, text, prompt_len)] = seen.as_slice() else {
         panic!("expected one request, got {}", seen.len());
     };
     // The items of the summarized messages, whole; the same as the request's text reads back.
+    // That text is not written for a summarizer that does not read it: only its length is.
     let plan = &out.report.plan;
     let summarized = &messages[plan.head..plan.keep_from];
+    let prompt = panto_transcript::render_request(summarized, None);
     assert_eq!(items, &panto_transcript::transcript_items(summarized));
-    assert_eq!(&panto_transcript::parse_request(text).unwrap().items, items);
+    assert_eq!(
+        &panto_transcript::parse_request(&prompt).unwrap().items,
+        items
+    );
+    assert_eq!(text, "");
+    assert_eq!(*prompt_len, prompt.len());
     assert_eq!(previous, &None);
     let expect = format!("S: {} items were summarized.", items.len());
     assert!(out.report.summary.starts_with(&expect));
+}
+
+/// A compaction model that reads the source and fails: the active model, which reads the
+/// text, is sent the request with its prompt written whole, the same text the source's
+/// summarizer was told the length of.
+#[tokio::test]
+async fn a_model_that_reads_the_text_after_a_source_summarizer_gets_the_whole_prompt() {
+    let (messages, log) = setup();
+    let summarizer = Arc::new(FromSource {
+        fails: true,
+        ..FromSource::default()
+    });
+    let (main, main_ref) = model("main-provider", "big");
+    main.push_text("S1 from the active model");
+    let mut c = compactor(main_ref, 300)
+        .with_compaction_model(Some(ModelRef::with_source(summarizer.clone(), "local")));
+    let ctx = log.replay();
+    let out = compacted(
+        c.dry_run(&ctx, CompactRun::manual(None), &mut KnownWindows::new())
+            .await
+            .unwrap(),
+    );
+    assert_eq!(
+        strip_ledger(&out.report.summary),
+        "S1 from the active model"
+    );
+    let plan = &out.report.plan;
+    let prompt = panto_transcript::render_request(&messages[plan.head..plan.keep_from], None);
+    let seen = summarizer.seen.lock().unwrap();
+    let [(_, _, text, prompt_len)] = seen.as_slice() else {
+        panic!("expected one request, got {}", seen.len());
+    };
+    assert_eq!((text.as_str(), *prompt_len), ("", prompt.len()));
+    let requests = main.requests();
+    let [request] = requests.as_slice() else {
+        panic!("expected one request, got {}", requests.len());
+    };
+    assert_eq!(request.messages.len(), 1);
+    assert_eq!(request.messages[0].text(), prompt);
 }
 
 /// `rounds` rounds of a user request and an assistant answer, each about `chars` characters of

@@ -10,7 +10,7 @@ use panto_transcript::{
     Ledger, ParsedRequest, TranscriptItem, continued, elision_marker, for_each_item, item_marker,
     parse_request, parse_transcript, render_request, render_request_text, render_request_turns,
     render_transcript, render_transcript_elided, render_transcript_into, render_turns,
-    render_turns_with, transcript_items,
+    render_turns_with, request_len, transcript_items, turn_ends_with,
 };
 use proptest::collection::vec;
 use proptest::prelude::*;
@@ -298,6 +298,32 @@ proptest! {
                 prop_assert_eq!(rendered.turns(a..b), render_transcript(messages));
             }
         }
+    }
+
+    #[test]
+    fn turn_ends_without_the_transcript_are_those_of_the_rendered_transcript(
+        session in arbitrary::session(6),
+    ) {
+        let turns = panto_model::turns(&session.messages);
+        let rendered = render_turns(&session.messages, &turns);
+        let mut handed = Vec::new();
+        let ends = turn_ends_with(&session.messages, &turns, |t| handed.push(t.to_owned()));
+        prop_assert_eq!(ends.as_slice(), rendered.ends());
+        prop_assert_eq!(handed.len(), turns.len());
+        for (i, t) in handed.iter().enumerate() {
+            prop_assert_eq!(t.as_str(), rendered.turns(i..i + 1));
+            // Every item ends with a line break, so a whole turn never ends inside a line.
+            prop_assert!(t.is_empty() || t.ends_with('\n'));
+        }
+    }
+
+    #[test]
+    fn a_requests_measured_length_is_its_rendered_length(
+        session in arbitrary::session(6),
+        summary in prop::option::of(text()),
+    ) {
+        let request = render_request(&session.messages, summary.as_deref());
+        prop_assert_eq!(request_len(&session.messages, summary.as_deref()), request.len());
     }
 
     #[test]
