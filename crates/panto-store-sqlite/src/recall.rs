@@ -101,6 +101,9 @@ DELETE FROM panto_recall_bounds;
     };
 }
 
+// By path, for the migration of the ids (`crate::ids::WITH_IDS`).
+pub(crate) use empty_tables;
+
 /// The recall tables, each emptied: an index of an older format is dropped, and the next
 /// recall builds it again.
 pub const EMPTY: &str = empty_tables!();

@@ -1,4 +1,4 @@
-//! `SqliteStore`: the `Store` operations as SQL, each on the store's connection on a
+//! `SqliteStore`: the `Store` operations as SQL, each on one of the store's connections on a
 //! blocking thread.
 
 use std::fmt;
