@@ -101,9 +101,6 @@ DELETE FROM panto_recall_bounds;
     };
 }
 
-// By path, for the migration of the ids (`crate::ids::WITH_IDS`).
-pub(crate) use empty_tables;
-
 /// The recall tables, each emptied: an index of an older format is dropped, and the next
 /// recall builds it again.
 pub const EMPTY: &str = empty_tables!();
@@ -111,6 +108,11 @@ pub const EMPTY: &str = empty_tables!();
 /// The SQLite store's migration 3: the bounds' table, and every index written before it
 /// dropped (it has no bounds; the next recall of a session builds its index again).
 pub const WITH_BOUNDS: &str = concat!(bounds_table!(), empty_tables!());
+
+/// The SQLite store's migration 4: the ids' table ([`crate::ids::IDS`]), and every index
+/// written before it dropped (it has no ids; the next recall or fetch of a session builds its
+/// index again).
+pub const WITH_IDS: &str = concat!(crate::ids::ids_table!(), empty_tables!());
 
 /// The state of `session`'s index, if it has one.
 ///
