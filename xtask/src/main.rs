@@ -42,6 +42,8 @@ commands:
   ci     fmt check, clippy -D warnings, tests, rustdoc -D warnings, cargo package (every crate
          builds from its packaged form), tidy, deps, quality, quality --pressure, quality
          --recall, quality --strategies --no-huge (in that order)
+  package  the ci step cargo package alone: every crate built from its packaged form, after
+         forgetting an earlier run's packages, builds and unpacked copies
   tidy   file headers, docs naming every crate, prompts referenced, no module circle, every
          path docs/architecture.md names exists
   deps   the pure crates must not reach IO, async runtimes or HTTP
@@ -67,6 +69,7 @@ fn main() -> Result<()> {
     let root = project_root();
     match args.first().map(String::as_str) {
         Some("ci") => ci(&root),
+        Some("package") => package(&root),
         Some("tidy") => tidy::run(&root),
         Some("deps") => deps::run(&root),
         #[cfg(feature = "bench")]
@@ -217,22 +220,7 @@ fn ci(root: &Path) -> Result<()> {
     // `--workspace` packages them together, so one crate may depend on another unpublished one;
     // xtask is never published. `--allow-dirty` lets a contributor run ci before committing; on
     // a clean clone it changes nothing.
-    forget_packaged(root)?;
-    step(
-        root,
-        "package",
-        &[
-            "package",
-            "--workspace",
-            "--exclude",
-            "xtask",
-            "--locked",
-            "--allow-dirty",
-            "--target-dir",
-            PACKAGE_TARGET,
-        ],
-        &[],
-    )?;
+    package(root)?;
     eprintln!("==> tidy");
     tidy::run(root)?;
     eprintln!("==> deps");
@@ -299,18 +287,46 @@ fn step(root: &Path, name: &str, args: &[&str], env: &[(&str, &str)]) -> Result<
     Ok(())
 }
 
+/// `cargo package` of every published crate, each verified by building it from its packaged
+/// form, after forgetting what an earlier run packaged ([`forget_packaged`]).
+fn package(root: &Path) -> Result<()> {
+    forget_packaged(root)?;
+    step(
+        root,
+        "package",
+        &[
+            "package",
+            "--workspace",
+            "--exclude",
+            "xtask",
+            "--locked",
+            "--allow-dirty",
+            "--target-dir",
+            PACKAGE_TARGET,
+        ],
+        &[],
+    )
+}
+
 /// The target folder of `cargo package`'s verification builds (see [`forget_packaged`]).
 const PACKAGE_TARGET: &str = "target/package-verify";
 
-/// Removes what an earlier `cargo package` left behind: `target/package` (its temporary
-/// registry) and cargo's unpacked copies of the workspace crates taken from that registry.
-/// Cargo reuses an unpacked copy of the same name and version, so without this a second run
-/// verifies against the sources of the first.
+/// Removes what an earlier `cargo package` left behind: its `package` folder (the `.crate`
+/// files and the temporary registry; `target/package` from before the verification builds had
+/// a folder of their own) and cargo's unpacked copies of the workspace crates taken from that
+/// registry. Cargo reuses an unpacked copy of the same name and version, so without this a
+/// second run verifies against the sources of the first (measured: a constant added to
+/// panto-store and used by panto-store-sqlite, then renamed in both, failed the second run's
+/// verification with E0425 when the copies were kept, and passed when they were removed).
 fn forget_packaged(root: &Path) -> Result<()> {
-    let package = root.join("target/package");
-    if package.exists() {
-        std::fs::remove_dir_all(&package)
-            .with_context(|| format!("could not remove {}", package.display()))?;
+    for package in [
+        root.join("target/package"),
+        root.join(PACKAGE_TARGET).join("package"),
+    ] {
+        if package.exists() {
+            std::fs::remove_dir_all(&package)
+                .with_context(|| format!("could not remove {}", package.display()))?;
+        }
     }
     // The verification builds go to a target folder of their own, where every panto crate is
     // a copy from the temporary registry. Cargo never checks a registry crate's sources again,

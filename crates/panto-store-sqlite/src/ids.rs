@@ -30,18 +30,8 @@ CREATE INDEX IF NOT EXISTS panto_recall_docs_at ON panto_recall_docs (session, p
 /// The ids' table (see `ids_table`).
 pub const IDS: &str = ids_table!();
 
-/// The SQLite store's migration 4: the ids' table, and every index written before it dropped
-/// (it has no ids; the next recall or fetch of a session builds its index again).
-pub const WITH_IDS: &str = concat!(
-    ids_table!(),
-    "DELETE FROM panto_recall_state;
-DELETE FROM panto_recall_postings;
-DELETE FROM panto_recall_docs;
-DELETE FROM panto_recall_calls;
-DELETE FROM panto_recall_compactions;
-DELETE FROM panto_recall_bounds;
-"
-);
+// By path, for migration 4 (`crate::recall::WITH_IDS`).
+pub(crate) use ids_table;
 
 /// Empties the ids' table of every session (with [`crate::recall::EMPTY`]).
 pub const EMPTY_IDS: &str = "DELETE FROM panto_recall_ids;\n";

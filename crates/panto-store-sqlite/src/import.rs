@@ -2,14 +2,18 @@
 //! batches through a channel of one batch, so the import holds one batch whatever the size of
 //! the history. The source failing, or the transaction, rolls all of it back (the session's
 //! row included).
-
-use std::sync::{Arc, Mutex, PoisonError};
+//!
+//! The transaction runs on a connection opened for the import, not on the store's: the source
+//! may be a session of the same store (a copy within it), whose pages are read on the store's
+//! reader connection while the transaction is open. With one connection for both, the import
+//! would hold it waiting for the next batch while the read of that batch waited for it.
 
 use panto_store::{Head, Record, RecordSource, StoreError};
 use rusqlite::{Connection, TransactionBehavior, params};
 use tokio::sync::mpsc;
 
 use crate::error::unavailable;
+use crate::open::Connect;
 use crate::session::{head_of, to_i64};
 
 /// What the async side tells the transaction.
@@ -20,17 +24,17 @@ enum Step {
     Commit,
 }
 
-/// [`panto_store::Store::import`] on the connection `conn`.
+/// [`panto_store::Store::import`] on a connection that `connect` opens for it.
 pub(crate) async fn import(
-    conn: &Arc<Mutex<Connection>>,
+    connect: &Connect,
     location: &str,
     session: &str,
     source: &mut dyn RecordSource,
 ) -> Result<Head, StoreError> {
     let (tx, rx) = mpsc::channel::<Step>(1);
-    let (conn, location, name) = (conn.clone(), location.to_owned(), session.to_owned());
+    let (connect, location, name) = (connect.clone(), location.to_owned(), session.to_owned());
     let writer = tokio::task::spawn_blocking(move || {
-        let mut conn = conn.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut conn = connect.open(&location)?;
         write(&mut conn, &location, &name, rx)
     });
     let mut failed = None;

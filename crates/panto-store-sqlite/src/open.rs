@@ -39,7 +39,7 @@ CREATE INDEX panto_entries_compactions ON panto_entries (session, seq) WHERE kin
     ),
     (2, crate::recall::SCHEMA),
     (3, crate::recall::WITH_BOUNDS),
-    (4, crate::ids::WITH_IDS),
+    (4, crate::recall::WITH_IDS),
 ];
 
 /// How a [`crate::SqliteStore`] uses its file.
@@ -89,10 +89,42 @@ impl SqliteOptions {
     }
 }
 
-/// What opening found: the connection, and whether the database has panto's tables.
+/// What opening found: the connection, a second one for reading pages, and whether the
+/// database has panto's tables.
 pub(crate) struct Opened {
     pub conn: Connection,
+    pub reader: Connection,
     pub tables: bool,
+    /// How to open more connections to the same database, as this one was opened.
+    pub again: Connect,
+}
+
+/// How to open another connection to a database [`open`] opened: the same file (or URI), flags,
+/// busy timeout and flushing, with no migration (the first connection ran them). A store reads
+/// pages on one and runs each import on one of its own, so that a copy within the store reads
+/// while its import's transaction is open (WAL: a reader never waits for a writer).
+#[derive(Clone, Debug)]
+pub(crate) struct Connect {
+    target: std::path::PathBuf,
+    flags: OpenFlags,
+    busy: Duration,
+    /// `synchronous`, for a connection that writes; none for a database opened as it stands.
+    sync: Option<&'static str>,
+}
+
+impl Connect {
+    pub(crate) fn open(&self, location: &str) -> Result<Connection, StoreError> {
+        let fail = |what: &str| unavailable("", location, what);
+        let conn = Connection::open_with_flags(&self.target, self.flags)
+            .map_err(fail("cannot open the database"))?;
+        conn.busy_timeout(self.busy)
+            .map_err(fail("cannot set the busy timeout"))?;
+        if let Some(sync) = self.sync {
+            conn.pragma_update(None, "synchronous", sync)
+                .map_err(fail("cannot set synchronous"))?;
+        }
+        Ok(conn)
+    }
 }
 
 /// Creates the database file, empty, mode 0600, without following a link, unless something is
@@ -124,11 +156,28 @@ fn create_private(path: &Path, location: &str) -> Result<(), StoreError> {
     }
 }
 
+/// Opens the database at `path` (see [`crate::SqliteStore::open_with`]), and a second
+/// connection to it for reading pages.
 pub(crate) fn open(
     path: &Path,
     options: &SqliteOptions,
     location: &str,
 ) -> Result<Opened, StoreError> {
+    let (conn, tables, again) = open_first(path, options, location)?;
+    Ok(Opened {
+        reader: again.open(location)?,
+        conn,
+        tables,
+        again,
+    })
+}
+
+/// The first connection to the database, whether it has panto's tables, and how to open more.
+fn open_first(
+    path: &Path,
+    options: &SqliteOptions,
+    location: &str,
+) -> Result<(Connection, bool, Connect), StoreError> {
     let fail = |what: &str| unavailable("", location, what);
     let mut flags = OpenFlags::SQLITE_OPEN_READ_WRITE
         | OpenFlags::SQLITE_OPEN_URI
@@ -145,10 +194,16 @@ pub(crate) fn open(
             },
         ));
     }
-    let conn =
-        Connection::open_with_flags(path, flags).map_err(fail("cannot open the database"))?;
-    conn.busy_timeout(options.busy_timeout)
-        .map_err(fail("cannot set the busy timeout"))?;
+    let mut again = Connect {
+        target: path.to_owned(),
+        flags,
+        busy: options.busy_timeout,
+        sync: None,
+    };
+    let conn = again.open(location)?;
+    // The file is there now: another connection never creates one (a file removed meanwhile
+    // is an error, not a new empty database).
+    again.flags.remove(OpenFlags::SQLITE_OPEN_CREATE);
     let have: u32 = match conn.query_row("PRAGMA user_version", [], |r| r.get(0)) {
         Ok(have) => have,
         Err(e) if !options.create && io_failure(&e) && wal_is_empty(path) => {
@@ -162,19 +217,14 @@ pub(crate) fn open(
     };
     if have == 0 && !options.create {
         // Not a database of panto's (or an empty one): a reader leaves it as it is.
-        return Ok(Opened {
-            conn,
-            tables: false,
-        });
+        return Ok((conn, false, again));
     }
     wal(&conn, options.busy_timeout, location)?;
     let sync = if options.fsync { "FULL" } else { "NORMAL" };
     conn.pragma_update(None, "synchronous", sync)
         .map_err(fail("cannot set synchronous"))?;
-    Ok(Opened {
-        conn: migrate(conn, location)?,
-        tables: true,
-    })
+    again.sync = Some(sync);
+    Ok((migrate(conn, location)?, true, again))
 }
 
 /// Whether SQLite failed for want of room or at the file system (a full disk, a size limit).
@@ -194,7 +244,10 @@ fn wal_is_empty(path: &Path) -> bool {
 
 /// The database opened read-only as it stands (`immutable`: no lock, no WAL index), for a
 /// reader on a full disk.
-fn open_as_it_stands(path: &Path, location: &str) -> Result<Opened, StoreError> {
+fn open_as_it_stands(
+    path: &Path,
+    location: &str,
+) -> Result<(Connection, bool, Connect), StoreError> {
     let fail = |what: &str| unavailable("", location, what);
     let mut uri = String::from("file:");
     for b in path.to_string_lossy().bytes() {
@@ -208,15 +261,17 @@ fn open_as_it_stands(path: &Path, location: &str) -> Result<Opened, StoreError> 
     let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
         | OpenFlags::SQLITE_OPEN_URI
         | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-    let conn =
-        Connection::open_with_flags(&uri, flags).map_err(fail("cannot open the database"))?;
+    let again = Connect {
+        target: uri.into(),
+        flags,
+        busy: Duration::ZERO,
+        sync: None,
+    };
+    let conn = again.open(location)?;
     let have: u32 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .map_err(fail("cannot read the schema version"))?;
-    Ok(Opened {
-        conn,
-        tables: have > 0,
-    })
+    Ok((conn, have > 0, again))
 }
 
 /// Turns WAL mode on. Switching a new database to WAL needs it to itself for a moment, and

@@ -109,6 +109,11 @@ pub const EMPTY: &str = empty_tables!();
 /// dropped (it has no bounds; the next recall of a session builds its index again).
 pub const WITH_BOUNDS: &str = concat!(bounds_table!(), empty_tables!());
 
+/// The SQLite store's migration 4: the ids' table ([`crate::ids::IDS`]), and every index
+/// written before it dropped (it has no ids; the next recall or fetch of a session builds its
+/// index again).
+pub const WITH_IDS: &str = concat!(crate::ids::ids_table!(), empty_tables!());
+
 /// The state of `session`'s index, if it has one.
 ///
 /// # Errors

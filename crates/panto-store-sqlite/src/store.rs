@@ -1,4 +1,4 @@
-//! `SqliteStore`: the `Store` operations as SQL, each on the store's connection on a
+//! `SqliteStore`: the `Store` operations as SQL, each on one of the store's connections on a
 //! blocking thread.
 
 use std::fmt;
@@ -12,7 +12,7 @@ use panto_store::{
 use rusqlite::{Connection, TransactionBehavior, params};
 
 use crate::error::{SqliteError, unavailable};
-use crate::open::{Opened, SqliteOptions, open};
+use crate::open::{Connect, Opened, SqliteOptions, open};
 use crate::session::{
     check_name, decode, exists, head_of, malformed, not_found, position, to_i64, to_u64,
 };
@@ -20,14 +20,25 @@ use crate::session::{
 mod fetch;
 mod recall;
 
-/// Sessions in one SQLite database file. Cheap to clone (the clones share one connection);
-/// any number of processes may open the same file (WAL mode: readers never wait for a writer,
-/// writers take turns for the microseconds of an append).
+/// Sessions in one SQLite database file. Cheap to clone (the clones share the store's
+/// connections); any number of processes may open the same file (WAL mode: readers never wait
+/// for a writer, writers take turns for the microseconds of an append).
+///
+/// A store holds two connections: one for what writes (and loads, heads, lists, recalls), one
+/// for reading pages ([`Store::read`]); each import opens a third for its transaction. So a
+/// copy from a session of the store into another ([`panto_store::copy_session`]) reads its
+/// pages while its import's transaction is open, and an append meanwhile waits for the import
+/// as another process's append would (up to the busy timeout, then
+/// [`StoreError::Unavailable`]), never for a read.
 ///
 /// A [`Head`] is the number of entries of the session. Session names are any non-empty text.
 #[derive(Clone)]
 pub struct SqliteStore {
     pub(crate) conn: Arc<Mutex<Connection>>,
+    /// The connection [`Store::read`] reads pages on.
+    reader: Arc<Mutex<Connection>>,
+    /// How an import opens its own connection.
+    again: Connect,
     pub(crate) location: Arc<str>,
     /// Whether the database has panto's tables (a store opened without creating them, on a
     /// database without them, holds no session).
@@ -106,6 +117,8 @@ impl SqliteStore {
     fn from_opened(opened: Opened, location: Arc<str>) -> SqliteStore {
         SqliteStore {
             conn: Arc::new(Mutex::new(opened.conn)),
+            reader: Arc::new(Mutex::new(opened.reader)),
+            again: opened.again,
             location,
             tables: opened.tables,
         }
@@ -127,15 +140,23 @@ impl SqliteStore {
         &self,
         work: impl FnOnce(&mut Connection, &str) -> Result<T, StoreError> + Send + 'static,
     ) -> impl Future<Output = Result<T, StoreError>> + Send + 'static {
-        let conn = self.conn.clone();
-        let location = self.location.clone();
-        blocking(move || {
-            // A panic in the middle of a transaction drops it, which rolls it back: the
-            // connection is fine to use after a poisoned lock.
-            let mut conn = conn.lock().unwrap_or_else(PoisonError::into_inner);
-            work(&mut conn, &location)
-        })
+        on(&self.conn, &self.location, work)
     }
+}
+
+/// `work` on the connection `conn`, on a blocking thread (see [`blocking`]).
+fn on<T: Send + 'static>(
+    conn: &Arc<Mutex<Connection>>,
+    location: &Arc<str>,
+    work: impl FnOnce(&mut Connection, &str) -> Result<T, StoreError> + Send + 'static,
+) -> impl Future<Output = Result<T, StoreError>> + Send + 'static {
+    let (conn, location) = (conn.clone(), location.clone());
+    blocking(move || {
+        // A panic in the middle of a transaction drops it, which rolls it back: the
+        // connection is fine to use after a poisoned lock.
+        let mut conn = conn.lock().unwrap_or_else(PoisonError::into_inner);
+        work(&mut conn, &location)
+    })
 }
 
 fn rows(
@@ -354,8 +375,10 @@ impl Store for SqliteStore {
             return Err(not_found(session, &self.location));
         }
         let session = session.to_owned();
-        self.with_conn(move |conn, location| read(conn, &session, location, from, max))
-            .await
+        on(&self.reader, &self.location, move |conn, location| {
+            read(conn, &session, location, from, max)
+        })
+        .await
     }
 
     async fn list(&self) -> Result<Vec<String>, StoreError> {
@@ -401,8 +424,10 @@ impl Store for SqliteStore {
     }
 
     /// One `BEGIN IMMEDIATE` transaction for the whole history, fed a batch of the source at a
-    /// time: all of it, or nothing and no session. It holds the database's write lock while it
-    /// runs (other writers wait up to their busy timeout).
+    /// time: all of it, or nothing and no session. It runs on a connection of its own, opened
+    /// for it, and holds the database's write lock while it runs: other writers, of this store
+    /// too, wait up to their busy timeout, and pages of the store are read meanwhile (a copy
+    /// within the store).
     async fn import(
         &self,
         session: &str,
@@ -412,7 +437,7 @@ impl Store for SqliteStore {
             return Err(self.reading_only(session));
         }
         check_name(session, &self.location)?;
-        crate::import::import(&self.conn, &self.location, session, source).await
+        crate::import::import(&self.again, &self.location, session, source).await
     }
 
     /// Creates the session when it does not exist (so that another program lists it), after

@@ -12,6 +12,10 @@
 //! first compaction must fold (or clear) while the writers contend for the session; and the
 //! tiered strategy with several writers on SQLite and on PostgreSQL (`PANTO_TEST_POSTGRES`,
 //! `.ci/postgres run ...`).
+//!
+//! After every run, the recall index the writers kept answers each fetch and recall as a scan
+//! of the session does (`Store::fetch` against `fetch_by_scan`), two writers alone too on SQLite
+//! and PostgreSQL.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -380,7 +384,11 @@ where
         conversation <= window && summary <= window,
         "window {window}: the largest request was {conversation} (conversation), {summary} (summary)"
     );
-    let entries = entries(&open().await).await;
+    let reader = open().await;
+    // The recall index the writers' appends kept, compactions among them, answers every fetch
+    // and recall as a scan of the session does.
+    panto_store::conformance::recall::same_as_scan(&reader, "s").await;
+    let entries = entries(&reader).await;
     let messages: Vec<&Message> = entries
         .iter()
         .filter_map(|e| match e {
@@ -472,6 +480,46 @@ async fn shared_turns_with_thinking_at_windows_under_4k_on_sqlite() {
         )
         .await;
     }
+}
+
+/// Two writers with compaction ahead on one SQLite file, each on its own connection: the
+/// index their interleaved appends and compactions kept answers as the scan does (checked in
+/// [`run_with`]).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_writers_with_auto_compaction_fetch_as_the_scan_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("two.db");
+    run(
+        || {
+            let path = path.clone();
+            async move { SqliteStore::open(path).await.unwrap() }
+        },
+        3_000,
+        2,
+        16,
+    )
+    .await;
+}
+
+/// The same on PostgreSQL, each writer with its own pool on one schema, as hosts are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_writers_with_auto_compaction_fetch_as_the_scan_on_postgres() {
+    let Some(url) =
+        testing::server("two_writers_with_auto_compaction_fetch_as_the_scan_on_postgres")
+    else {
+        return;
+    };
+    let url = testing::fresh_url(&url).await;
+    run(
+        || {
+            let url = url.clone();
+            async move { PostgresStore::connect(&url).await.unwrap() }
+        },
+        3_000,
+        2,
+        16,
+    )
+    .await;
 }
 
 /// The history's tool loops: three of them, the middle one's result a MiB (about 260,000

@@ -10,6 +10,7 @@
     reason = "test code: fails loudly, paces its child processes"
 )]
 
+mod copy;
 mod fetch;
 mod files;
 mod processes;
