@@ -51,6 +51,7 @@ pub(crate) fn store_hint(e: &(dyn std::error::Error + 'static)) -> Option<String
                 Limit::Connect { from_url: true, .. } => "the store URL's `connect_timeout` bounds connecting: check that the server is up and reachable, or raise it".to_owned(),
                 Limit::Connect { .. } => "`store_connect_timeout_secs` bounds connecting (TLS and login included): check that the server is up and reachable, or raise it in config.toml".to_owned(),
                 Limit::Statement(_) => "`store_statement_timeout_secs` bounds each statement and each wait for the server's answer: check that the server is not stuck, or raise it in config.toml".to_owned(),
+                Limit::PoolWait { .. } => "every connection of the store's pool stayed in use: raise `store_pool_size` in config.toml, or run fewer operations on one store at once".to_owned(),
                 Limit::Lock(_) => "`lock_timeout_secs` bounds the wait for a lock another session holds on panto's tables: find what holds it (pg_locks), or raise it in config.toml".to_owned(),
                 _ => "`store_reconnect_secs` bounds how long panto tries to reach the database again after losing it: check the server, or raise it in config.toml".to_owned(),
             });

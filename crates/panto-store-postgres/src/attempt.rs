@@ -210,6 +210,18 @@ pub(crate) fn connect_error(pool: &Pool, e: PoolError) -> StoreError {
                 },
             )
         }
+        PoolError::Timeout(TimeoutType::Wait) => StoreError::unavailable(
+            "",
+            PostgresError::Timeout {
+                location: pool.location().to_owned(),
+                what: "no free connection".to_owned(),
+                limit: Limit::PoolWait {
+                    limit: pool.options.pool_wait,
+                    size: pool.options.pool_size.max(1),
+                },
+                detail: String::new(),
+            },
+        ),
         e => StoreError::unavailable(
             "",
             PostgresError::Database {

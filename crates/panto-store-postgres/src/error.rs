@@ -22,6 +22,13 @@ pub enum Limit {
     Lock(Duration),
     /// The connection was lost and no new one could be made within the reconnect time.
     Reconnect(Duration),
+    /// Every connection of the pool (`size` of them) stayed in use for the pool wait.
+    PoolWait {
+        /// The limit.
+        limit: Duration,
+        /// The pool's size.
+        size: usize,
+    },
 }
 
 impl fmt::Display for Limit {
@@ -53,6 +60,11 @@ impl fmt::Display for Limit {
             Limit::Reconnect(limit) => write!(
                 f,
                 "the connection was lost and no new one could be made within the reconnect time ({} s)",
+                limit.as_secs()
+            ),
+            Limit::PoolWait { limit, size } => write!(
+                f,
+                "every connection of the pool ({size}) stayed in use for the pool wait ({} s)",
                 limit.as_secs()
             ),
         }

@@ -16,6 +16,10 @@ pub struct PostgresOptions {
     /// transaction; the client gives up a second later when the server does not answer at
     /// all). Default 30 s.
     pub statement_timeout: Duration,
+    /// How long an operation may wait for a connection of the pool when every one is in use
+    /// (by other operations of the store, or by an import that holds one for its whole
+    /// transaction, as a copy within the store does while its source reads). Default 30 s.
+    pub pool_wait: Duration,
     /// How long a statement may wait for a lock (the server's `lock_timeout`, set in each
     /// transaction): a table another program locked. Default 10 s.
     pub lock_timeout: Duration,
@@ -34,6 +38,7 @@ impl Default for PostgresOptions {
             pool_size: 4,
             connect_timeout: Duration::from_secs(10),
             statement_timeout: Duration::from_secs(30),
+            pool_wait: Duration::from_secs(30),
             lock_timeout: Duration::from_secs(10),
             reconnect: Duration::from_secs(30),
             create_tables: true,
@@ -57,6 +62,12 @@ impl PostgresOptions {
     /// Sets the statement timeout.
     pub fn with_statement_timeout(mut self, timeout: Duration) -> PostgresOptions {
         self.statement_timeout = timeout;
+        self
+    }
+
+    /// Sets how long an operation waits for a free connection of the pool.
+    pub fn with_pool_wait(mut self, wait: Duration) -> PostgresOptions {
+        self.pool_wait = wait;
         self
     }
 

@@ -111,6 +111,7 @@ impl Pool {
             .max_size(options.pool_size.max(1))
             .runtime(Runtime::Tokio1)
             .create_timeout(connect.map(|(limit, _)| limit))
+            .wait_timeout((!options.pool_wait.is_zero()).then_some(options.pool_wait))
             .build()
             .map_err(|e| refused(format!("cannot make the pool: {e}")))?;
         let mut normal = vec![

@@ -282,3 +282,51 @@ fn a_store_of_one_connection_recalls() {
         conformance::recall::same_as_scan(&store, "s").await;
     });
 }
+
+/// A copy within a store of one connection cannot read its source while its import holds that
+/// connection: it ends with the pool wait's error, whole (no target session), never waits for
+/// ever (it did before the pool had a wait limit). A pool of two copies within the store.
+#[test]
+fn a_copy_within_a_store_of_one_connection_ends_with_the_pool_wait() {
+    let Some(url) =
+        testing::server("a_copy_within_a_store_of_one_connection_ends_with_the_pool_wait")
+    else {
+        return;
+    };
+    runtime().block_on(async {
+        let options = PostgresOptions::default()
+            .with_pool_size(1)
+            .with_pool_wait(std::time::Duration::from_secs(2));
+        let store = testing::fresh_with(&url, options).await.unwrap();
+        let records = conformance::records_of(conformance::CONTRACT_FILE);
+        let head = store
+            .append_records("s", Head::EMPTY, &records)
+            .await
+            .unwrap();
+        let copy = panto_store::copy_session(&store, "s", &store, "t");
+        let ended = tokio::time::timeout(std::time::Duration::from_secs(60), copy)
+            .await
+            .expect("the copy waited for ever");
+        let e = ended.expect_err("one connection cannot both read and import");
+        let text = format!(
+            "{e}: {}",
+            std::error::Error::source(&e)
+                .map(ToString::to_string)
+                .unwrap_or_default()
+        );
+        assert!(text.contains("pool wait (2 s)"), "{text}");
+        assert_eq!(store.head("t").await.unwrap(), Head::EMPTY);
+        assert_eq!(store.head("s").await.unwrap(), head);
+
+        let two = testing::fresh_with(&url, PostgresOptions::default().with_pool_size(2))
+            .await
+            .unwrap();
+        two.append_records("s", Head::EMPTY, &records)
+            .await
+            .unwrap();
+        let copied = panto_store::copy_session(&two, "s", &two, "t")
+            .await
+            .unwrap();
+        assert_eq!(copied, head);
+    });
+}
