@@ -82,10 +82,10 @@ pub use entry::{
 pub use ids::{IdKind, IdSource, SequentialIds, UniqueIds};
 pub use item::{Item, ItemKind, ItemRef, Items, LEDGER, Match, context_items};
 pub use message::{
-    CLEARED, CLEARED_IMAGE_PREFIX, CLEARED_PREFIX, CUT, CUT_PREFIX, CompactionBlock, ContentBlock,
-    Extra, ImageBlock, KEPT_BY, Message, NATIVE, NATIVE_ANTHROPIC, NATIVE_OPENAI_RESPONSES, Name,
-    OtherBlock, RawJson, Role, THINKING_KEPT, THINKING_RESET, TextBlock, ThinkingBlock,
-    ToolResultBlock, ToolResultContent, ToolUseBlock, Usage,
+    CLEARED, CLEARED_IMAGE_PREFIX, CLEARED_INPUT_PREFIX, CLEARED_PREFIX, CUT, CUT_PREFIX,
+    CompactionBlock, ContentBlock, Extra, ImageBlock, KEPT_BY, Message, NATIVE, NATIVE_ANTHROPIC,
+    NATIVE_OPENAI_RESPONSES, Name, OtherBlock, RawJson, Role, THINKING_KEPT, THINKING_RESET,
+    TextBlock, ThinkingBlock, ToolResultBlock, ToolResultContent, ToolUseBlock, Usage,
 };
 pub use replay::{EffectiveContext, Replayer, Skipped, replay, undone};
 pub use turns::{allowed_cuts, turns};

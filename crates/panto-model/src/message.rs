@@ -212,6 +212,11 @@ pub const CLEARED: &str = "cleared";
 /// reads nothing from such a text (the clearing recorded the original's).
 pub const CLEARED_PREFIX: &str = "[tool result cleared";
 
+/// How a string a clearing put in place of a large argument of an old tool call starts (the
+/// call keeps its keys; issue 37, point 8): the ledger reads no identifier from it (the
+/// clearing recorded the original's).
+pub const CLEARED_INPUT_PREFIX: &str = "[argument cleared";
+
 /// The field of a tool result that a clearing cut in the kept turns (a result of the turn in
 /// flight too large for the window: its head and a note): the id of the clearing. Adapters
 /// never send it.
@@ -271,11 +276,13 @@ impl ContentBlock {
         ))
     }
 
-    /// The clearing that put this block in place of an old one ([`CLEARED`]), if any.
+    /// The clearing that put this block in place of an old one ([`CLEARED`]), or that cleared
+    /// the large arguments of this call, if any.
     pub fn cleared_by(&self) -> Option<&str> {
         let extra = match self {
             ContentBlock::Text(t) => &t.extra,
             ContentBlock::ToolResult(r) => &r.extra,
+            ContentBlock::ToolUse(u) => &u.extra,
             _ => return None,
         };
         extra.get(CLEARED).and_then(Value::as_str)

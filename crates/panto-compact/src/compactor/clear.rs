@@ -1,21 +1,28 @@
 //! Clearing as a strategy (`compaction_strategy = "clear"`, and the first step of `"tiered"`):
-//! in the turns before the kept suffix, tool results larger than a placeholder, images and the
-//! thinking of finished tool loops are replaced by placeholders; no model is asked. It is
-//! written as a compaction entry that carries the active summary unchanged, followed by copies
-//! of the whole conversation, so replay, the stores and crash safety need nothing new
-//! (docs/session.md, "Clearings").
+//! in the turns before the kept suffix, tool results larger than a placeholder, images, and the
+//! large arguments and the thinking of finished tool loops are replaced by placeholders; no
+//! model is asked. It is written as a compaction entry that carries the active summary
+//! unchanged, followed by copies of the whole conversation, so replay, the stores and crash
+//! safety need nothing new (docs/session.md, "Clearings").
 //!
 //! Why these blocks: a tool's output is what the conversation's bytes are mostly made of and
-//! what a summary drops anyway; the call stays whole (its name and arguments), the result keeps
-//! its call id, whether it failed, its size and its first line, and the original stays in the
+//! what a summary drops anyway; the call stays (its name and arguments), the result keeps its
+//! call id, whether it failed, its size and its first line, and the original stays in the
 //! history, where the recall tool and `panto show SESSION ID` fetch it by that id. An image is
-//! a placeholder of its media type. Thinking is removed, not replaced (a placeholder in an
-//! assistant message would read as something the model said), and only before the current
-//! tool loop, whose thinking Anthropic wants back.
+//! a placeholder of its media type. A call of a finished tool loop keeps its keys, each string
+//! argument larger than [`CLEAR_INPUTS_ABOVE`] (a file a call writes) replaced by a placeholder
+//! string that names the call's item id (`MESSAGE#BLOCK`, which fetches the call whole; its
+//! call id names its result), as Anthropic's context editing clears tool inputs
+//! (`clear_tool_inputs`). Thinking is removed, not replaced (a placeholder in an assistant
+//! message would read as something the model said). Neither is touched in the tool loop in
+//! flight, whose thinking Anthropic wants back with the calls it signed.
+
+use std::collections::HashSet;
 
 use panto_model::{
-    CLEARED, CLEARED_IMAGE_PREFIX, CLEARED_PREFIX, CUT, CUT_PREFIX, ContentBlock, EffectiveContext,
-    ImageBlock, Message, Role, ToolResultBlock, ToolResultContent, ToolUseBlock,
+    CLEARED, CLEARED_IMAGE_PREFIX, CLEARED_INPUT_PREFIX, CLEARED_PREFIX, CUT, CUT_PREFIX,
+    ContentBlock, EffectiveContext, ImageBlock, Message, RawJson, Role, ToolResultBlock,
+    ToolResultContent, ToolUseBlock,
 };
 use panto_transcript::cut::{self, Budget};
 use panto_transcript::{clip, one_line};
@@ -29,6 +36,14 @@ use crate::report::{ClearedItem, Compacted};
 /// The least size, in bytes of text, of a tool result worth clearing: a placeholder is about
 /// 200 bytes, so a smaller result would save little (and an error message is usually short).
 pub const CLEAR_RESULTS_ABOVE: usize = 1_024;
+
+/// The least size, in bytes, of a string argument of an old tool call worth clearing (issue 37,
+/// point 8): the file a write call carries, an edit's old and new text. The same as a result's
+/// ([`CLEAR_RESULTS_ABOVE`]): its placeholder is about 200 bytes too.
+pub const CLEAR_INPUTS_ABOVE: usize = CLEAR_RESULTS_ABOVE;
+
+/// The kind, in a clearing's `cleared` list, of a call whose large arguments were cleared.
+pub(super) const INPUT_KIND: &str = "tool_input";
 
 /// The kind, in a clearing's `cleared` list, of a result cut in the kept turns.
 pub(super) const CUT_KIND: &str = "tool_result_cut";
@@ -88,9 +103,11 @@ pub(super) struct Cleared {
     pub(super) messages: Vec<Message>,
     /// What was cleared, in order.
     pub(super) items: Vec<ClearedItem>,
-    /// The calls whose results were cleared and the original results, call then result: what
-    /// the clearing's ledger is derived from.
+    /// The calls whose results or arguments were cleared and the original results, call then
+    /// result, each call once: what the clearing's ledger is derived from.
     pub(super) originals: Vec<Message>,
+    /// The ids of the calls in `originals`.
+    called: HashSet<String>,
 }
 
 /// The tool results of the kept turns that are cut, and to what, in estimated tokens.
@@ -119,6 +136,7 @@ impl Cleared {
             messages: Vec::with_capacity(plan.end - plan.head),
             items: Vec::new(),
             originals: Vec::new(),
+            called: HashSet::new(),
         };
         let mut calls: Vec<&ToolUseBlock> = Vec::new();
         for (i, message) in context.messages.iter().enumerate().skip(plan.head) {
@@ -134,8 +152,8 @@ impl Cleared {
                 out.messages.push(copy);
                 continue;
             }
-            let thinking = i < loop_start;
-            let copy = out.clear(message, id, recall, (thinking, &calls));
+            let finished = i < loop_start;
+            let copy = out.clear(message, id, recall, (finished, &calls));
             out.messages.push(copy);
         }
         out
@@ -177,11 +195,7 @@ impl Cleared {
             self.items.push(
                 ClearedItem::new(name, block, CUT_KIND, bytes).with_id(r.tool_use_id.clone()),
             );
-            if let Some(call) = calls.iter().rev().find(|c| c.id == r.tool_use_id) {
-                let call = ContentBlock::ToolUse((*call).clone());
-                self.originals
-                    .push(Message::new(Role::Assistant, vec![call]));
-            }
+            self.original_call(calls, &r.tool_use_id);
             let text = r.content.text();
             let head = cut::head(&text, Budget::tokens(cut.to), cut::Cut::Nearest);
             let lines = text.lines().count();
@@ -210,15 +224,27 @@ impl Cleared {
         copy
     }
 
-    /// `message` with its blocks worth clearing replaced (its thinking removed when
-    /// `thinking`), each cleared block recorded; `calls` are the calls so far, to find a
-    /// result's call.
+    /// The original of the call `call_id` among `calls` (the calls so far), added to
+    /// [`Cleared::originals`] unless it is there already.
+    fn original_call(&mut self, calls: &[&ToolUseBlock], call_id: &str) {
+        if let Some(call) = calls.iter().rev().find(|c| c.id == call_id)
+            && self.called.insert(call.id.clone())
+        {
+            let call = ContentBlock::ToolUse((*call).clone());
+            self.originals
+                .push(Message::new(Role::Assistant, vec![call]));
+        }
+    }
+
+    /// `message` with its blocks worth clearing replaced (when `finished`, a message of a
+    /// finished tool loop, also its calls' large arguments, and its thinking removed), each
+    /// cleared block recorded; `calls` are the calls so far, to find a result's call.
     fn clear(
         &mut self,
         message: &Message,
         id: &str,
         recall: bool,
-        (thinking, calls): (bool, &[&ToolUseBlock]),
+        (finished, calls): (bool, &[&ToolUseBlock]),
     ) -> Message {
         let mut copy = message.clone();
         let name = message.id.as_deref();
@@ -232,11 +258,7 @@ impl Cleared {
                     let placeholder = result_placeholder(&r, id, recall);
                     self.items
                         .push(item("tool_result", bytes).with_id(r.tool_use_id.clone()));
-                    if let Some(call) = calls.iter().rev().find(|c| c.id == r.tool_use_id) {
-                        let call = ContentBlock::ToolUse((*call).clone());
-                        self.originals
-                            .push(Message::new(Role::Assistant, vec![call]));
-                    }
+                    self.original_call(calls, &r.tool_use_id);
                     self.originals
                         .push(Message::new(Role::User, vec![ContentBlock::ToolResult(r)]));
                     content.push(ContentBlock::ToolResult(placeholder));
@@ -250,7 +272,20 @@ impl Cleared {
                     block.extra.insert(CLEARED.to_owned(), Value::from(id));
                     content.push(ContentBlock::Text(block));
                 }
-                b if thinking && keeps_other && is_thinking(&b) => {
+                // Only where the thinking goes too: a call of the tool loop in flight stays as
+                // its provider signed it (docs/compaction.md, section 13).
+                ContentBlock::ToolUse(u) if finished && name.is_some() => {
+                    let it = item(INPUT_KIND, 0);
+                    match cleared_input(&u, &it.id, id, recall) {
+                        Some((copy, bytes)) => {
+                            self.items.push(ClearedItem { bytes, ..it });
+                            self.original_call(calls, &u.id);
+                            content.push(ContentBlock::ToolUse(copy));
+                        }
+                        None => content.push(ContentBlock::ToolUse(u)),
+                    }
+                }
+                b if finished && keeps_other && is_thinking(&b) => {
                     let bytes = match &b {
                         ContentBlock::Thinking(t) => t.thinking.len(),
                         _ => 0,
@@ -306,23 +341,12 @@ fn image_bytes(image: &ImageBlock) -> usize {
 /// The placeholder of a cleared tool result: the same call, whether it failed, and a text that
 /// starts with [`CLEARED_PREFIX`] and says its size, its first line and its id.
 fn result_placeholder(result: &ToolResultBlock, id: &str, recall: bool) -> ToolResultBlock {
-    let text = result.content.text();
-    let lines = text.lines().count();
-    let first = text
-        .lines()
-        .find(|l| !l.trim().is_empty())
-        .map(|l| clip(&one_line(&clip(l, FIRST_LINE_CHARS * 4)), FIRST_LINE_CHARS));
-    let bytes = result_bytes(&result.content);
     let failed = if result.failed() { ", failed" } else { "" };
-    let first = first.map_or(String::new(), |l| format!("; first line: {l}"));
-    let fetch = if recall {
-        ", which the recall tool fetches whole"
-    } else {
-        ""
-    };
-    let placeholder = format!(
-        "{CLEARED_PREFIX} to save room: {bytes} bytes in {lines} lines{failed}{first}; id {}{fetch}]",
-        result.tool_use_id
+    let placeholder = placeholder_text(
+        CLEARED_PREFIX,
+        &result.content.text(),
+        result_bytes(&result.content),
+        (failed, &result.tool_use_id, recall),
     );
     let mut block = ToolResultBlock::new(
         result.tool_use_id.clone(),
@@ -331,6 +355,75 @@ fn result_placeholder(result: &ToolResultBlock, id: &str, recall: bool) -> ToolR
     );
     block.extra.insert(CLEARED.to_owned(), Value::from(id));
     block
+}
+
+/// `{prefix} to save room: ...]`, what stands in for `text` of `bytes` bytes: its size, its
+/// lines, `failed` (`", failed"` or nothing), its first line and the `item` id that fetches it
+/// whole (with `recall`, the placeholder says the recall tool does).
+fn placeholder_text(
+    prefix: &str,
+    text: &str,
+    bytes: usize,
+    (failed, item, recall): (&str, &str, bool),
+) -> String {
+    let lines = text.lines().count();
+    let first = text
+        .lines()
+        .find(|l| !l.trim().is_empty())
+        .map(|l| clip(&one_line(&clip(l, FIRST_LINE_CHARS * 4)), FIRST_LINE_CHARS));
+    let first = first.map_or(String::new(), |l| format!("; first line: {l}"));
+    let fetch = if recall {
+        ", which the recall tool fetches whole"
+    } else {
+        ""
+    };
+    format!(
+        "{prefix} to save room: {bytes} bytes in {lines} lines{failed}{first}; id {item}{fetch}]"
+    )
+}
+
+/// `call` with each string of its arguments (at any depth) larger than [`CLEAR_INPUTS_ABOVE`]
+/// replaced by a placeholder that starts with [`CLEARED_INPUT_PREFIX`] and names `item` (the
+/// call's item id), marked cleared by `clearing`, and the bytes cleared; `None` when no
+/// argument is that large. The keys stay, so the arguments are still an object every protocol
+/// accepts (Anthropic's `input`, Gemini's `args`, the JSON text of Chat's and Responses'
+/// `arguments`).
+fn cleared_input(
+    call: &ToolUseBlock,
+    item: &str,
+    clearing: &str,
+    recall: bool,
+) -> Option<(ToolUseBlock, usize)> {
+    fn clear(value: &mut Value, placeholder: &dyn Fn(&str) -> String, bytes: &mut usize) {
+        match value {
+            Value::String(s) if s.len() > CLEAR_INPUTS_ABOVE => {
+                *bytes += s.len();
+                *s = placeholder(s);
+            }
+            Value::Array(items) => items.iter_mut().for_each(|v| clear(v, placeholder, bytes)),
+            Value::Object(map) => map.values_mut().for_each(|v| clear(v, placeholder, bytes)),
+            _ => {}
+        }
+    }
+    // A string argument is no longer than the JSON text of the arguments.
+    if item.is_empty()
+        || call.extra.contains_key(CLEARED)
+        || call.input.json().len() <= CLEAR_INPUTS_ABOVE
+    {
+        return None;
+    }
+    let mut value = call.input.value().clone();
+    let mut bytes = 0;
+    let placeholder =
+        |s: &str| placeholder_text(CLEARED_INPUT_PREFIX, s, s.len(), ("", item, recall));
+    clear(&mut value, &placeholder, &mut bytes);
+    if bytes == 0 {
+        return None;
+    }
+    let mut copy = call.clone();
+    copy.input = RawJson::from(value);
+    copy.extra.insert(CLEARED.to_owned(), Value::from(clearing));
+    Some((copy, bytes))
 }
 
 /// The text that stands in for a cleared image: it starts with [`CLEARED_IMAGE_PREFIX`].

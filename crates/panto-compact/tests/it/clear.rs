@@ -597,3 +597,128 @@ async fn tiered_bounds_the_conversation_by_half_the_window_and_summarizes_only_t
     assert!(driver.estimate().conversation() <= room);
     assert!(validate(&driver.context().messages).is_empty());
 }
+
+/// A call that writes `src/w{r}.rs`: its `content` is bulky and names a URL, its `path` and
+/// `mode` are short.
+fn write_call(r: usize) -> Message {
+    let content = format!(
+        "{}see https://example.com/specs/w{r}-v2 for the format\n",
+        bulky(r, 40)
+    );
+    Message::new(
+        Role::Assistant,
+        vec![
+            ContentBlock::text(format!("r{r}-1 writing")),
+            ContentBlock::tool_use(
+                format!("w{r}"),
+                "write",
+                serde_json::json!({"path": format!("src/w{r}.rs"), "content": content, "mode": "create"}),
+            ),
+        ],
+    )
+}
+
+/// The call `id` among `messages`.
+fn call_of<'a>(messages: &'a [Message], id: &str) -> &'a panto_model::ToolUseBlock {
+    messages
+        .iter()
+        .flat_map(|m| &m.content)
+        .find_map(|b| match b {
+            ContentBlock::ToolUse(u) if u.id == id => Some(u),
+            _ => None,
+        })
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_clearing_replaces_the_large_arguments_of_old_calls_and_fetches_them_whole_by_id() {
+    // Three rounds that each write a file; the last is the tool loop in flight.
+    let mut history = Vec::new();
+    for r in 0..3 {
+        history.push(user(&format!("r{r}-0 please write file {r}")));
+        history.push(write_call(r));
+        history.push(result(&format!("w{r}"), &format!("wrote src/w{r}.rs")));
+    }
+    let (provider, active) = model("p", "m");
+    let mut driver = driver_with(&history, active, 50, CompactionStrategy::Clear);
+    let CompactOutcome::Compacted(out) = driver.compact(None).await.unwrap() else {
+        panic!("nothing cleared")
+    };
+    assert_eq!(provider.calls(), 0, "no model is asked");
+    // Rounds 0 and 1 are finished tool loops: their calls' content is cleared, named by the
+    // call's item id (message h2 and h5, block 1), its size the bytes cleared.
+    let inputs: Vec<(&str, usize)> = out
+        .report
+        .cleared
+        .iter()
+        .filter(|c| c.kind == "tool_input")
+        .map(|c| (c.id.as_str(), c.bytes))
+        .collect();
+    let original = |r: usize| {
+        call_of(&history, &format!("w{r}")).input["content"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    assert_eq!(
+        inputs,
+        vec![("h2#1", original(0).len()), ("h5#1", original(1).len())]
+    );
+    let ctx = driver.context().messages.clone();
+    assert!(validate(&ctx).is_empty(), "{:?}", validate(&ctx));
+    for (r, item) in [(0, "h2#1"), (1, "h5#1")] {
+        let call = call_of(&ctx, &format!("w{r}"));
+        // The same keys, the short arguments as they were, the content a placeholder.
+        let keys: Vec<&String> = call.input.as_object().unwrap().keys().collect();
+        assert_eq!(keys, ["content", "mode", "path"]);
+        assert_eq!(
+            call.input["path"],
+            serde_json::json!(format!("src/w{r}.rs"))
+        );
+        assert_eq!(call.input["mode"], serde_json::json!("create"));
+        let text = call.input["content"].as_str().unwrap();
+        assert!(
+            text.starts_with(panto_model::CLEARED_INPUT_PREFIX),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!("{} bytes", original(r).len())),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!("contents of file {r}: the first line")),
+            "{text}"
+        );
+        assert!(text.contains(&format!("id {item}")), "{text}");
+        assert!(call.extra.contains_key(panto_model::CLEARED));
+        // Fetched whole by that id: the call as it was written.
+        let whole = call_of(&history, &format!("w{r}"));
+        let fetched = driver.fetch(item, 0).await.unwrap();
+        assert_eq!(fetched.items.len(), 1, "{:?}", fetched.items);
+        assert_eq!(
+            fetched.items[0].text,
+            format!("write {}", whole.input.json())
+        );
+    }
+    // The tool loop in flight keeps its call as its provider made it.
+    assert_eq!(call_of(&ctx, "w2"), call_of(&history, "w2"));
+    // The clearing's ledger read the originals: the URL only the cleared content named.
+    let Entry::Compaction(entry) = &out.entries[0] else {
+        panic!("{:?}", out.entries[0])
+    };
+    let ledger = entry.extra["ledger"].to_string();
+    assert!(
+        ledger.contains("https://example.com/specs/w0-v2"),
+        "{ledger}"
+    );
+    assert!(
+        !ledger.contains("h2#1"),
+        "a placeholder is no identifier: {ledger}"
+    );
+    // Undo brings the arguments back.
+    driver.undo().await.unwrap();
+    assert_eq!(
+        call_of(&driver.context().messages, "w0"),
+        call_of(&history, "w0")
+    );
+}

@@ -1,9 +1,11 @@
 //! Issue 37's property test of clearing: after any sequence of appends, clearings, tiered
 //! runs, summaries and undos over a generated conversation (thinking, tool loops with results
-//! spread over messages, images, failed and bulky results), every tool call has its result
-//! (a call the conversation still waits on aside), the effective context is the replay of what
-//! was appended, it loads the same from the JSONL and the SQLite stores, and every result a
-//! clearing replaced is fetched whole by its id, from the driver and from each store.
+//! spread over messages, images, failed and bulky results, calls with bulky arguments), every
+//! tool call has its result (a call the conversation still waits on aside), a call whose
+//! arguments were cleared keeps their keys, the effective context is the replay of what was
+//! appended, it loads the same from the JSONL and the SQLite stores, and every result and
+//! every call's arguments a clearing replaced are fetched whole by the id the clearing names,
+//! from the driver and from each store.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -13,7 +15,8 @@ use panto_compact::{
     MemoryStore, Store,
 };
 use panto_model::{
-    ContentBlock, Entry, Message, Problem, SequentialIds, ToolResultContent, replay, validate,
+    CLEARED, ContentBlock, Entry, Message, Problem, RawJson, SequentialIds, ToolResultContent,
+    replay, validate,
 };
 use panto_session::{JsonlStore, SessionOptions};
 use panto_store::{Head, Record};
@@ -49,8 +52,14 @@ fn bulky(k: usize) -> String {
     out
 }
 
-/// The generated conversation with the results `flags` marks made bulky, every message with
-/// an id, and the chunks it is appended in (never between the results of one step).
+/// The arguments of a call that writes a file of about 1.5 KB, `k`'s.
+fn bulky_input(k: usize) -> RawJson {
+    RawJson::from(serde_json::json!({"path": format!("src/f{k}.rs"), "content": bulky(k)}))
+}
+
+/// The generated conversation with the results and the calls `flags` marks made bulky, every
+/// message with an id, and the chunks it is appended in (never between the results of one
+/// step).
 fn conversation(
     session: panto_model::arbitrary::Session,
     flags: &[bool],
@@ -61,11 +70,20 @@ fn conversation(
     for (i, m) in messages.iter_mut().enumerate() {
         m.id = Some(format!("g{i}").into());
         for b in &mut m.content {
-            if let ContentBlock::ToolResult(r) = b {
-                k += 1;
-                if flags[k % flags.len()] {
-                    r.content = ToolResultContent::Text(bulky(k));
+            match b {
+                ContentBlock::ToolResult(r) => {
+                    k += 1;
+                    if flags[k % flags.len()] {
+                        r.content = ToolResultContent::Text(bulky(k));
+                    }
                 }
+                ContentBlock::ToolUse(u) => {
+                    k += 1;
+                    if flags[k % flags.len()] {
+                        u.input = bulky_input(k);
+                    }
+                }
+                _ => {}
             }
         }
     }
@@ -97,6 +115,43 @@ fn problems(messages: &[Message]) -> Vec<Problem> {
 /// The original text of every tool result of `messages`, by call id.
 fn originals(messages: &[Message]) -> HashMap<String, String> {
     crate::clear::results(messages).into_iter().collect()
+}
+
+/// The original of every tool call of `messages` by call id: its text as an item
+/// (`panto_model::Item`: the name and the arguments' JSON) and the keys of its arguments.
+fn original_calls(messages: &[Message]) -> HashMap<String, (String, Vec<String>)> {
+    messages
+        .iter()
+        .flat_map(|m| &m.content)
+        .filter_map(|b| match b {
+            ContentBlock::ToolUse(u) => Some((
+                u.id.clone(),
+                (format!("{} {}", u.name, u.input.json()), keys(&u.input)),
+            )),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The keys of a call's arguments, when they are an object.
+fn keys(input: &RawJson) -> Vec<String> {
+    input
+        .as_object()
+        .map(|o| o.keys().cloned().collect())
+        .unwrap_or_default()
+}
+
+/// The call id of each call of `messages` by its item id (`MESSAGE#BLOCK`).
+fn calls_by_item(messages: &[Message]) -> HashMap<String, String> {
+    let mut out = HashMap::new();
+    for m in messages {
+        for (block, b) in m.content.iter().enumerate() {
+            if let (Some(id), ContentBlock::ToolUse(u)) = (&m.id, b) {
+                out.insert(format!("{id}#{block}"), u.id.clone());
+            }
+        }
+    }
+    out
 }
 
 /// `store` holds `entries` as session `name`, one append, and loads as their replay, and its
@@ -135,7 +190,8 @@ async fn check(
     ops: Vec<Op>,
     keep: u64,
 ) -> Result<(), TestCaseError> {
-    let whole = originals(&messages);
+    let mut whole = originals(&messages);
+    let calls = original_calls(&messages);
     let (provider, active) = model("p", "m");
     let compactor = Compactor::new(active)
         .with_ids(Arc::new(SequentialIds::starting_at(1_000)))
@@ -159,14 +215,23 @@ async fn check(
                 let config = c.config().with_compaction_strategy(strategy);
                 driver = Driver::new(c.with_config(config), log, context);
                 provider.push_text("the summary so far");
+                let by_item = calls_by_item(&driver.context().messages);
                 match driver.compact(None).await {
-                    Ok(CompactOutcome::Compacted(out)) => cleared.extend(
-                        out.report
-                            .cleared
-                            .iter()
-                            .filter(|c| c.kind == "tool_result")
-                            .map(|c| c.id.clone()),
-                    ),
+                    Ok(CompactOutcome::Compacted(out)) => {
+                        for c in &out.report.cleared {
+                            match c.kind {
+                                "tool_result" => cleared.push(c.id.clone()),
+                                // Named by the call's item id; what it fetches is the call
+                                // as it was written.
+                                "tool_input" => {
+                                    let call = &by_item[&c.id];
+                                    whole.insert(c.id.clone(), calls[call].0.clone());
+                                    cleared.push(c.id.clone());
+                                }
+                                _ => {}
+                            }
+                        }
+                    }
                     Ok(_)
                     | Err(
                         CompactError::NothingToClear { .. }
@@ -179,6 +244,13 @@ async fn check(
         }
         let context = driver.context().clone();
         prop_assert_eq!(problems(&context.messages), vec![]);
+        for b in context.messages.iter().flat_map(|m| &m.content) {
+            if let ContentBlock::ToolUse(u) = b
+                && u.extra.contains_key(CLEARED)
+            {
+                prop_assert_eq!(keys(&u.input), calls[&u.id].1.clone(), "{}", u.input.json());
+            }
+        }
         let entries = driver.log().entries();
         let replayed = replay(entries.clone());
         prop_assert_eq!(&replayed.messages, &context.messages);

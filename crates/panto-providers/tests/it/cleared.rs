@@ -1,7 +1,8 @@
 //! Issue 37, point 1: every request a clearing produces passes every provider's rules.
 //!
 //! Generated conversations (`panto_model::arbitrary::session`: thinking, tool loops with
-//! results spread over several messages, images, failed results, bulky outputs, sometimes a
+//! results spread over several messages, images, failed results, bulky outputs and calls with
+//! bulky arguments, sometimes a
 //! summary compaction before, sometimes a tool loop in flight) are cleared by the real
 //! compactor (`"clear"` and `"tiered"`), then sent through each adapter to the emulator of its
 //! provider's rules (`emulate`): Anthropic with preserved thinking, Gemini with thought
@@ -71,9 +72,10 @@ fn image() -> ContentBlock {
 /// Makes a generated conversation one a thinking model wrote: every assistant message starts
 /// with a signed thinking block and holds more than thinking (its Responses `encrypted_content` beside), the first call of
 /// each carries a Gemini thought signature, and the results marked in `bulky` are large (every
-/// fifth of them an image with text); no reply carries usage (the emulators count their own).
+/// fifth of them an image with text), as are the arguments of the calls marked (a file to
+/// write); no reply carries usage (the emulators count their own).
 fn decorate(messages: &mut [Message], bulky_flags: &[bool]) {
-    let (mut thinking, mut result) = (0, 0);
+    let (mut thinking, mut result, mut call) = (0, 0, 0);
     for m in messages.iter_mut() {
         // Usage of another scale than the emulators' would read as a request cut silently.
         m.usage = None;
@@ -120,6 +122,13 @@ fn decorate(messages: &mut [Message], bulky_flags: &[bool]) {
             }
         }
         for b in &mut m.content {
+            if let ContentBlock::ToolUse(u) = b {
+                call += 1;
+                if bulky_flags[(call + 3) % bulky_flags.len()] {
+                    u.input =
+                        json!({"path": format!("src/f{call}.rs"), "content": bulky(call)}).into();
+                }
+            }
             if let ContentBlock::ToolResult(r) = b {
                 result += 1;
                 if bulky_flags[result % bulky_flags.len()] {
@@ -218,11 +227,13 @@ struct Emulators {
     chat: (MockServer, Chat),
 }
 
-/// How many runs compacted, cleared something, and had a tool loop in flight.
+/// How many runs compacted, cleared something, cleared a call's arguments, and had a tool
+/// loop in flight.
 #[derive(Debug, Default)]
 struct Stats {
     compacted: usize,
     cleared: usize,
+    inputs: usize,
     in_flight: usize,
 }
 
@@ -295,7 +306,8 @@ impl Emulators {
 }
 
 /// The blocks of the last assistant message of a conversation in a tool loop that are
-/// thinking: what Anthropic wants back unmodified while the loop goes on.
+/// thinking or calls: what Anthropic wants back unmodified while the loop goes on, and what
+/// Gemini's signatures of the current turn sign.
 fn loop_thinking(messages: &[Message]) -> Option<Vec<ContentBlock>> {
     if !messages.last().is_some_and(is_results) {
         return None;
@@ -304,7 +316,7 @@ fn loop_thinking(messages: &[Message]) -> Option<Vec<ContentBlock>> {
     Some(
         call.content
             .iter()
-            .filter(|b| matches!(b, ContentBlock::Thinking(_)))
+            .filter(|b| matches!(b, ContentBlock::Thinking(_) | ContentBlock::ToolUse(_)))
             .cloned()
             .collect(),
     )
@@ -353,6 +365,7 @@ async fn run(case: &Case, emulators: &Emulators, protocol: Protocol) -> Result<(
             let mut stats = emulators.stats.lock().unwrap();
             stats.compacted += 1;
             stats.cleared += usize::from(!out.report.cleared.is_empty());
+            stats.inputs += usize::from(out.report.cleared.iter().any(|c| c.kind == "tool_input"));
             stats.in_flight += usize::from(before.is_some());
         }
         Ok(other) => return Err(format!("{other:?}")),
@@ -366,7 +379,7 @@ async fn run(case: &Case, emulators: &Emulators, protocol: Protocol) -> Result<(
     }
     if loop_thinking(context) != before {
         return Err(format!(
-            "the thinking of the loop in flight changed: {before:?} -> {:?}",
+            "the thinking or the calls of the loop in flight changed: {before:?} -> {:?}",
             loop_thinking(context)
         ));
     }
@@ -451,6 +464,7 @@ fn every_request_a_clearing_produces_passes_every_providers_rules() {
     // Four protocols a case: most cases cleared something, some in the middle of a tool loop.
     let stats = emulators.stats.lock().unwrap();
     assert!(stats.cleared >= 4 * 12, "{stats:?}");
+    assert!(stats.inputs >= 4 * 6, "{stats:?}");
     assert!(stats.in_flight >= 4 * 3, "{stats:?}");
     let claude = emulators.claude.1.state();
     assert!(

@@ -252,9 +252,11 @@ impl Tally {
 }
 
 impl Tally {
-    /// Counts the identifiers of a call's arguments: every string of `value` but its keys.
+    /// Counts the identifiers of a call's arguments: every string of `value` but its keys and
+    /// the placeholders a clearing left for large ones ([`cleared_argument`]).
     pub(super) fn value(&mut self, value: &Value) {
         match value {
+            Value::String(s) if cleared_argument(s) => {}
             Value::String(s) => self.text(s, Origin::Said),
             Value::Array(items) => items.iter().for_each(|v| self.value(v)),
             Value::Object(map) => map.values().for_each(|v| self.value(v)),
@@ -274,9 +276,16 @@ impl Tally {
         if strings.repeated {
             return None;
         }
-        for s in &strings.list {
+        for s in strings.list.iter().filter(|s| !cleared_argument(s)) {
             self.text(s, Origin::Said);
         }
         Some(value)
     }
+}
+
+/// Whether a call's argument is the placeholder a clearing left for a large one (it starts
+/// with [`panto_model::CLEARED_INPUT_PREFIX`]): panto's words, whose size and id are no
+/// identifiers of the conversation; the clearing's ledger recorded the original's.
+fn cleared_argument(s: &str) -> bool {
+    s.starts_with(panto_model::CLEARED_INPUT_PREFIX)
 }

@@ -504,6 +504,38 @@ mod walk {
     }
 
     #[test]
+    fn a_cleared_arguments_placeholder_is_read_as_nothing_from_items_or_messages() {
+        // The size, the first line and the item id are the clearing's words: the ledger of
+        // the clearing recorded the original's.
+        let placeholder = format!(
+            "{} to save room: 9120 bytes in 240 lines; first line: see https://example.com/a v1.2.3; id m7#1]",
+            panto_model::CLEARED_INPUT_PREFIX
+        );
+        let call = |content: &str| TranscriptItem::ToolCall {
+            role: Role::Assistant,
+            id: "t1".to_owned(),
+            name: "write".to_owned(),
+            input: json!({"path": "src/lib.rs", "content": content}),
+        };
+        let with = Ledger::from_items(&[call(&placeholder)]);
+        assert_eq!(with, Ledger::from_items(&[call("x")]));
+        assert_ne!(
+            Ledger::from_items(&[call("see https://example.com/a v1.2.3")]),
+            with,
+            "the same words outside a placeholder are read"
+        );
+        let message = Message::new(
+            Role::Assistant,
+            vec![ContentBlock::tool_use(
+                "t1",
+                "write",
+                json!({"path": "src/lib.rs", "content": placeholder}),
+            )],
+        );
+        assert_eq!(Ledger::from_messages(&[message]), with);
+    }
+
+    #[test]
     fn a_cleared_images_placeholder_is_no_request_from_items_or_messages() {
         let text = format!(
             "{} to save room: image/png, 48213 bytes; id m3:0]",
