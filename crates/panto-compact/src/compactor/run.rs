@@ -12,7 +12,7 @@ use super::{Compactor, Prepared};
 use crate::config::{CompactRun, CompactionStrategy, min_known};
 use crate::error::CompactError;
 use crate::events::CompactionEvent;
-use crate::fold::MIN_OUTPUT_TOKENS;
+use crate::fold::output_floor;
 use crate::report::{CompactOutcome, Compacted};
 use crate::window::{KnownWindows, Window, WindowSource};
 
@@ -148,9 +148,12 @@ impl<'a> Run<'a> {
     }
 
     /// The plan again, within `target` tokens (as a window stated for the run): for a summary
-    /// that must leave the request after it within a window found smaller than planned.
+    /// that must leave the request after it within a window found smaller than planned. The
+    /// room for the reply is kept as the run knows it (whether the server counts the output),
+    /// as the check that the request fits keeps it (`Run::reserved_within`).
     pub(super) fn prepare_within(&self, target: u64) -> Option<Prepared> {
-        let tighter = KnownWindows::new().with(Window::new(target, WindowSource::Configured));
+        let mut tighter = KnownWindows::new().with(Window::new(target, WindowSource::Configured));
+        tighter.counts_output = self.windows.counts_output;
         let prepare = self.compactor.prepare(self.context, self.options, &tighter);
         prepare.ok()
     }
@@ -194,11 +197,12 @@ impl<'a> Run<'a> {
         self.options.reserved_within(limit, &self.windows)
     }
 
-    /// The output limit of the fold's requests: the configured one, never below the floor,
-    /// and at most half of what the request after the compaction leaves for the summary (the
-    /// rest is for the ledger's rendering).
+    /// The output limit of the fold's requests: the configured one, never below the floor
+    /// ([`crate::MIN_OUTPUT_TOKENS`], or [`output_floor`] of a smaller limit), and at most half of
+    /// what the request after the compaction leaves for the summary (the rest is for the
+    /// ledger's rendering).
     pub(super) fn max_output(&self, summary_room: Option<u64>) -> u64 {
-        let floor = u64::from(MIN_OUTPUT_TOKENS);
+        let floor = output_floor(self.windows.limit());
         let configured = u64::from(self.compactor.config.max_output_tokens).max(floor);
         summary_room.map_or(configured, |room| configured.min((room / 2).max(floor)))
     }
