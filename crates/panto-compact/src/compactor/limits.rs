@@ -46,7 +46,9 @@ pub(super) fn shrink(
 ) -> u64 {
     let sent = input + output;
     let halved = sent.saturating_sub(transcript / 2 + 1);
-    let guess = if proven > 0 && proven < input {
+    // A request of `proven` input was taken: the window holds at least that, whatever a
+    // smaller input refused with a larger output says (never a quarter of that input).
+    let guess = if proven > 0 {
         proven + output_floor(limit)
     } else {
         input / 4
