@@ -24,10 +24,12 @@
 //! The measurements run in a release build: from a debug build of xtask, the command re-runs
 //! itself with `cargo run --release`. Generated data goes under `target/bench/`, never into the
 //! repository, and is deleted afterwards (`--keep` keeps the generated sessions of `scale` and
-//! `memory` for the next run, which reuses them). Timings are medians over repetitions, with
+//! `memory` for the next run, which reuses them, and the `recall` section's JSONL and SQLite
+//! sessions for `xtask bench __recall`, a profiler's run of one query). Timings are medians over repetitions, with
 //! the files in the page cache. `--quick` stops the sessions at 100k messages and 100 MB.
 
 mod cost;
+mod fetch;
 mod generate;
 mod huge;
 mod imports;
@@ -171,6 +173,9 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
     if args.first().map(String::as_str) == Some("__stages") {
         // The criterion child of the `scale` section (already a release build).
         return stages::child(&args[1..]);
+    }
+    if args.first().map(String::as_str) == Some("__recall") {
+        return recall::profile(&args[1..]);
     }
     if args.first().map(String::as_str) == Some("__profile") {
         // One stage alone, for a profiler; run the release build directly.

@@ -352,6 +352,11 @@ pub struct CompactRun {
     /// compact again. The summary's kept turns and ledger rendering, and a tiered run's choice
     /// between clearing and summarizing, are budgeted from it. `None`: only the window.
     pub target_tokens: Option<u64>,
+    /// A tiered run's summary of the conversation its clearing made: the keep-verbatim budget,
+    /// above a quarter of the window when the tiered target leaves room for it, so that the
+    /// model reads only the oldest turns the clearing could not bring under the target
+    /// (`compactor/tiered.rs`). `None` for every other run.
+    pub(crate) verbatim_budget: Option<u64>,
 }
 
 impl CompactRun {
@@ -369,6 +374,7 @@ impl CompactRun {
             sizes: None,
             conversation: None,
             target_tokens: None,
+            verbatim_budget: None,
         }
     }
 

@@ -6,10 +6,10 @@ use std::io::ErrorKind;
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
-use panto_store::recall::context_fingerprints;
+use panto_store::recall::{context_fingerprints, no_such_id};
 use panto_store::{
-    Head, Loaded, PAGE_BYTES, Page, RecallQuery, Recalled, Record, RecordSource, Store, StoreError,
-    async_trait, recall_by_scan,
+    Fetched, Head, Loaded, PAGE_BYTES, Page, RecallQuery, Recalled, Record, RecordSource, Store,
+    StoreError, async_trait, fetch_by_scan, recall_by_scan,
 };
 
 use crate::blocking::{blocking, to_store_error};
@@ -272,6 +272,22 @@ impl Store for JsonlStore {
         match found {
             Some(found) => Ok(found),
             None => recall_by_scan(self, name, query).await,
+        }
+    }
+
+    /// Answers from the session's sidecar (`crate::fetch`), reading the lines around the id
+    /// only; by reading the file when the sidecar cannot be used or cannot tell.
+    async fn fetch(&self, name: &str, id: &str, context: usize) -> Result<Fetched, StoreError> {
+        let (session, wanted) = (self.session(name)?, id.to_owned());
+        let sidecars = Arc::clone(&self.sidecars);
+        let found = blocking(move || {
+            Ok::<_, StoreError>(crate::fetch::fetch(&sidecars, &session, &wanted, context))
+        })
+        .await?;
+        match found {
+            Some(crate::fetch::Answer::Found(found)) => Ok(found),
+            Some(crate::fetch::Answer::None) => Err(no_such_id(&self.location(), name, id)),
+            None => fetch_by_scan(self, name, id, context).await,
         }
     }
 

@@ -40,6 +40,7 @@
 
 mod blocking;
 mod error;
+mod fetch;
 mod history;
 mod import;
 mod jsonl;

@@ -32,7 +32,7 @@ use crate::history::History;
 use crate::store::Session;
 
 /// The session name in the sidecar's tables (one session per sidecar).
-const KEY: &str = "";
+pub(crate) const KEY: &str = "";
 
 /// Entries indexed per transaction when the sidecar is built or caught up.
 const CHUNK: usize = 20_000;
@@ -71,8 +71,9 @@ impl From<std::io::Error> for Unusable {
 }
 
 /// The sidecar's format (its `PRAGMA user_version`): a sidecar of another one is emptied at
-/// open and built again, never read. 1: the terms' bounds apart from their postings.
-pub(crate) const FORMAT: u32 = 1;
+/// open and built again, never read. 1: the terms' bounds apart from their postings; 2: the
+/// ids (`panto_store_sqlite::ids`), which a fetch by id reads.
+pub(crate) const FORMAT: u32 = 2;
 
 fn open(path: &Path) -> Result<Connection, Unusable> {
     let mut conn = Connection::open(sidecar(path))?;
@@ -81,11 +82,13 @@ fn open(path: &Path) -> Result<Connection, Unusable> {
     conn.pragma_update(None, "synchronous", "NORMAL")?;
     conn.execute_batch(index::SCHEMA)?;
     conn.execute_batch(index::BOUNDS)?;
+    conn.execute_batch(panto_store_sqlite::ids::IDS)?;
     conn.execute_batch(FILE_SCHEMA)?;
     let format: u32 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
     if format != FORMAT {
         let tx = conn.transaction()?;
         tx.execute_batch(index::EMPTY)?;
+        tx.execute_batch(panto_store_sqlite::ids::EMPTY_IDS)?;
         tx.execute_batch("DELETE FROM panto_recall_file")?;
         tx.pragma_update(None, "user_version", FORMAT)?;
         tx.commit()?;
@@ -131,7 +134,7 @@ impl fmt::Debug for Sidecars {
 impl Sidecars {
     /// Runs `work` on a connection to the sidecar of the session file `path`, kept after it
     /// when it succeeds.
-    fn with<T>(
+    pub(crate) fn with<T>(
         &self,
         path: &Path,
         work: impl FnOnce(&mut Connection) -> Result<T, Unusable>,
@@ -213,7 +216,7 @@ fn write(conn: &Connection, file: &mut File, update: &mut Update) -> Result<(), 
 
 /// Brings the sidecar up to the end of the file (building it when missing or not the file's),
 /// a chunk of entries per transaction; returns its state.
-fn catch_up(conn: &mut Connection, session: &Session) -> Result<IndexState, Unusable> {
+pub(crate) fn catch_up(conn: &mut Connection, session: &Session) -> Result<IndexState, Unusable> {
     // Usually it is current: a read tells, without the write lock.
     {
         let mut file = session.open_for_reading().map_err(|_| Unusable)?;

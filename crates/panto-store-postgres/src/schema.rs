@@ -61,6 +61,7 @@ CREATE INDEX panto_entries_compactions ON panto_entries (session, seq) WHERE kin
     (3, crate::recall::SCHEMA),
     (4, crate::recall::INLINE),
     (5, crate::recall::BOUNDS),
+    (6, crate::recall::IDS),
 ];
 
 /// The whole schema as one SQL script a person can run (in a transaction) instead of letting

@@ -5,9 +5,10 @@ use std::fmt;
 use std::sync::Arc;
 
 use panto_model::Entry;
+use panto_store::recall::no_such_id;
 use panto_store::{
-    Head, Loaded, PAGE_BYTES, Page, RecallQuery, Recalled, Record, RecordSource, Store, StoreError,
-    async_trait, recall_by_scan, replay_tail, takes_effect,
+    Fetched, Head, Loaded, PAGE_BYTES, Page, RecallQuery, Recalled, Record, RecordSource, Store,
+    StoreError, async_trait, fetch_by_scan, recall_by_scan, replay_tail, takes_effect,
 };
 use tokio_postgres::Client;
 use tokio_postgres::types::Type;
@@ -401,6 +402,28 @@ impl Store for PostgresStore {
         match found {
             Some(found) => Ok(found),
             None => recall_by_scan(self, session, query).await,
+        }
+    }
+
+    /// Answers from the session's recall index (`crate::recall`'s ids), caught up first,
+    /// reading the entries around the id only; by scan when the index cannot tell.
+    async fn fetch(&self, session: &str, id: &str, context: usize) -> Result<Fetched, StoreError> {
+        self.check_name(session)?;
+        if !self.tables {
+            return fetch_by_scan(self, session, id, context).await;
+        }
+        self.catch_up_recall_index(session).await?;
+        let found = tries!(
+            self,
+            session,
+            "cannot read the recall index",
+            false,
+            |c, _a| crate::recall::fetch(&self.pool, c, session, id, context)
+        )?;
+        match found {
+            Some(crate::recall::Answer::Found(found)) => Ok(found),
+            Some(crate::recall::Answer::None) => Err(no_such_id(&self.location(), session, id)),
+            None => fetch_by_scan(self, session, id, context).await,
         }
     }
 

@@ -43,6 +43,7 @@
 //! ```
 
 mod error;
+pub mod ids;
 mod import;
 mod open;
 pub mod recall;

@@ -39,6 +39,7 @@ CREATE INDEX panto_entries_compactions ON panto_entries (session, seq) WHERE kin
     ),
     (2, crate::recall::SCHEMA),
     (3, crate::recall::WITH_BOUNDS),
+    (4, crate::ids::WITH_IDS),
 ];
 
 /// How a [`crate::SqliteStore`] uses its file.

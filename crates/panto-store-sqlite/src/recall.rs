@@ -140,6 +140,7 @@ pub fn clear(conn: &Connection, session: &str) -> rusqlite::Result<()> {
         "panto_recall_calls",
         "panto_recall_compactions",
         "panto_recall_bounds",
+        "panto_recall_ids",
     ] {
         conn.prepare_cached(&format!("DELETE FROM {table} WHERE session = ?1"))?
             .execute(params![session])?;
@@ -233,9 +234,11 @@ pub fn write(conn: &Connection, session: &str, update: &mut Update) -> rusqlite:
             put.execute(params![session, int(*position), name])?;
         }
     }
+    crate::ids::write(conn, session, &update.ids)?;
     update.docs.clear();
     update.calls.clear();
     update.compactions.clear();
+    update.ids.clear();
     let s = update.state;
     conn.prepare_cached(
         "INSERT OR REPLACE INTO panto_recall_state (session, entries, head, docs, total_len)
@@ -315,9 +318,10 @@ pub fn recall<E>(
             blocks.insert(term, list);
         }
     }
-    let Ok(tiered) = lookup.tier_ranges(&blocks) else {
+    let Ok(tiers) = lookup.tiers(&blocks) else {
         return Ok(Found::Corrupt);
     };
+    let tiered = tiers.ranges();
     let bounded = lookup.bounded_terms();
     let mut get_range = conn.prepare_cached(
         "SELECT data FROM panto_recall_postings WHERE session = ?1 AND term = ?2 AND part = ?3",
@@ -366,7 +370,7 @@ pub fn recall<E>(
                     }
                 }
             } else {
-                for &range in &tiered {
+                for &range in tiered {
                     if let Some(data) = range_of(term, range)? {
                         part.push(block(range, data));
                     }
@@ -376,7 +380,7 @@ pub fn recall<E>(
             bounds.insert(term.clone(), list);
         }
     }
-    let Ok(mut picker) = lookup.rank_bounded(state.stats(), &blocks, &bounds) else {
+    let Ok(mut picker) = lookup.rank_bounded(state.stats(), &blocks, &bounds, tiers) else {
         return Ok(Found::Corrupt);
     };
     // How many ranges a bounded term has at most.
@@ -509,6 +513,8 @@ pub fn size(conn: &Connection, session: &str) -> rusqlite::Result<u64> {
          FROM panto_recall_calls WHERE session = ?1",
         "SELECT COALESCE(SUM(length(session) + length(name) + 8), 0)
          FROM panto_recall_compactions WHERE session = ?1",
+        "SELECT COALESCE(SUM(length(session) + length(id) + 10), 0)
+         FROM panto_recall_ids WHERE session = ?1",
     ] {
         let n: i64 = conn.query_row(sql, params![session], |r| r.get(0))?;
         total += n;

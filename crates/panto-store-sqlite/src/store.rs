@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use panto_store::{
-    Head, Loaded, PAGE_BYTES, Page, RecallQuery, Recalled, Record, RecordSource, Store, StoreError,
-    async_trait, recall_by_scan, replay_tail, takes_effect,
+    Fetched, Head, Loaded, PAGE_BYTES, Page, RecallQuery, Recalled, Record, RecordSource, Store,
+    StoreError, async_trait, fetch_by_scan, recall_by_scan, replay_tail, takes_effect,
 };
 use rusqlite::{Connection, TransactionBehavior, params};
 
@@ -17,6 +17,7 @@ use crate::session::{
     check_name, decode, exists, head_of, malformed, not_found, position, to_i64, to_u64,
 };
 
+mod fetch;
 mod recall;
 
 /// Sessions in one SQLite database file. Cheap to clone (the clones share one connection);
@@ -377,6 +378,25 @@ impl Store for SqliteStore {
         match found {
             Some(found) => Ok(found),
             None => recall_by_scan(self, session, query).await,
+        }
+    }
+
+    /// Answers from the session's index of ids (`crate::ids`), reading the entries around the
+    /// id only; by scan when the index cannot tell.
+    async fn fetch(&self, session: &str, id: &str, context: usize) -> Result<Fetched, StoreError> {
+        if !self.tables {
+            return fetch_by_scan(self, session, id, context).await;
+        }
+        let (name, wanted) = (session.to_owned(), id.to_owned());
+        let found = self
+            .with_conn(move |conn, location| {
+                check_name(&name, location)?;
+                fetch::fetch(conn, &name, location, &wanted, context)
+            })
+            .await?;
+        match found {
+            Some(found) => Ok(found),
+            None => fetch_by_scan(self, session, id, context).await,
         }
     }
 

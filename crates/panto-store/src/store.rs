@@ -199,7 +199,10 @@ pub trait Store: Send + Sync {
     }
 
     /// The item (or the items of the entry) `id` names in `session`'s history, with the items
-    /// of `context` entries before and after it. The default reads the whole history.
+    /// of `context` entries before and after it (entries that yield items: an undo is not
+    /// counted). The default reads the whole history ([`fetch_by_scan`]); a store that keeps an
+    /// index of ids (`crate::recall::fetch`) reads the entries around the id only, and answers
+    /// the same.
     ///
     /// # Errors
     /// [`StoreError::NotFound`] when nothing has that id; as [`Store::read`].

@@ -17,6 +17,7 @@ use panto_store::{RecallQuery, Recalled, Record, Store};
 use panto_store_postgres::PostgresStore;
 use panto_store_sqlite::{SqliteOptions, SqliteStore};
 
+use super::fetch::{self, Fetches};
 use super::stores::{MESSAGES, fill, records};
 use super::{Flags, bench_dir, fmt_duration, time};
 use crate::table::Table;
@@ -44,6 +45,8 @@ struct Row {
     append: [Duration; 3],
     after: [Duration; 3],
     index_bytes: Option<u64>,
+    /// Fetches by id and the recall tool's answers (`super::fetch`).
+    fetch: Fetches,
 }
 
 /// What the store's index can say of itself: rebuild it, and its size.
@@ -107,6 +110,7 @@ fn measure<S: Indexed>(
     store: &S,
     session: &str,
     name: &'static str,
+    rounds: usize,
 ) -> Result<Row> {
     let started = Instant::now();
     let found = runtime.block_on(store.recall(session, &RecallQuery::new(QUERIES[0].0)))?;
@@ -146,6 +150,8 @@ fn measure<S: Indexed>(
         afters.push(started.elapsed());
         check(name, "quokka", None, &found)?;
     }
+    let texts: Vec<&str> = QUERIES.iter().map(|q| q.0).collect();
+    let fetch = fetch::measure(runtime, store, session, rounds, &texts)?;
     let spread = |mut v: Vec<Duration>| {
         v.sort();
         [v[v.len() / 2], v[0], v[v.len() - 1]]
@@ -160,6 +166,7 @@ fn measure<S: Indexed>(
         append: spread(appends),
         after: spread(afters),
         index_bytes: runtime.block_on(store.index_bytes(session))?,
+        fetch,
     })
 }
 
@@ -179,6 +186,8 @@ pub(super) fn recall(root: &Path, flags: &Flags) -> Result<()> {
         .enable_all()
         .build()?;
     let records: Vec<Record> = records(messages);
+    // The generated session's rounds of four messages (a compaction of 5 records every 200).
+    let rounds = messages / 4 * 200 / 201;
     let session_bytes: u64 = records.iter().map(|r| r.text.len() as u64 + 1).sum();
     println!(
         "The session of the `stores` section ({} entries, {:.0} MiB of JSONL), through \
@@ -208,21 +217,25 @@ pub(super) fn recall(root: &Path, flags: &Flags) -> Result<()> {
     };
     remove();
     runtime.block_on(fill(&jsonl, "session.jsonl", &records, 100_000))?;
-    rows.push(measure(&runtime, &jsonl, "session.jsonl", "JSONL")?);
+    rows.push(measure(&runtime, &jsonl, "session.jsonl", "JSONL", rounds)?);
     // Each store's figures as they come, so a later store's failure loses none.
     eprintln!("{:?}", rows.last());
-    remove();
+    if !flags.keep {
+        remove();
+    }
     let db = dir.join("session.sqlite3");
     for suffix in ["", "-wal", "-shm"] {
         let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
     }
     let sqlite = SqliteStore::open_blocking(&db, SqliteOptions::default().with_fsync(false))?;
     runtime.block_on(fill(&sqlite, "session", &records, 10_000))?;
-    rows.push(measure(&runtime, &sqlite, "session", "SQLite")?);
+    rows.push(measure(&runtime, &sqlite, "session", "SQLite", rounds)?);
     eprintln!("{:?}", rows.last());
     drop(sqlite);
-    for suffix in ["", "-wal", "-shm"] {
-        let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
+    if !flags.keep {
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
+        }
     }
     if let Ok(url) = std::env::var(panto_store_postgres::testing::ENV)
         && !url.is_empty()
@@ -230,14 +243,52 @@ pub(super) fn recall(root: &Path, flags: &Flags) -> Result<()> {
         let store = runtime.block_on(PostgresStore::connect(&url))?;
         let session = format!("bench-recall-{}", std::process::id());
         runtime.block_on(fill(&store, &session, &records, 5_000))?;
-        rows.push(measure(&runtime, &store, &session, "PostgreSQL")?);
+        rows.push(measure(&runtime, &store, &session, "PostgreSQL", rounds)?);
     }
     print_tables(rows, session_bytes);
     Ok(())
 }
 
+/// `__recall STORE DIR QUERY REPS`: one warm-up recall of `QUERY` and `REPS` more on the session
+/// a `--keep` run of this section left in `DIR` (`target/bench/recall`), on `jsonl` or
+/// `sqlite`, for a profiler (run the release build directly; the count of a recall is the
+/// difference between `REPS` 1 and 0).
+pub(super) fn profile(args: &[String]) -> Result<()> {
+    let [store, dir, query, rest @ ..] = args else {
+        bail!("usage: xtask bench __recall jsonl|sqlite DIR QUERY [REPS]");
+    };
+    let reps: usize = rest.first().map_or(Ok(1), |r| r.parse())?;
+    let dir = Path::new(dir);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let query = RecallQuery::new(query.as_str());
+    let run = |store: &dyn Fn() -> Result<Recalled>| -> Result<()> {
+        for _ in 0..=reps {
+            std::hint::black_box(store()?);
+        }
+        Ok(())
+    };
+    match store.as_str() {
+        "jsonl" => {
+            let jsonl = JsonlStore::new(dir, SessionOptions::default().fsync(false));
+            run(&|| Ok(runtime.block_on(jsonl.recall("session.jsonl", &query))?))
+        }
+        "sqlite" => {
+            let sqlite = SqliteStore::open_blocking(
+                dir.join("session.sqlite3"),
+                SqliteOptions::default().with_fsync(false),
+            )?;
+            run(&|| Ok(runtime.block_on(sqlite.recall("session", &query))?))
+        }
+        other => bail!("no store `{other}` (jsonl or sqlite)"),
+    }
+}
+
 /// Prints the stores' figures and each query's warm times.
 fn print_tables(rows: Vec<Row>, session_bytes: u64) {
+    let fetches: Vec<(&str, &Fetches)> = rows.iter().map(|r| (r.store, &r.fetch)).collect();
+    let fetches = fetch::rows(&fetches);
     let mut by_query = Table::new(
         std::iter::once("query".to_owned())
             .chain(
@@ -287,4 +338,5 @@ fn print_tables(rows: Vec<Row>, session_bytes: u64) {
     println!("{table}");
     println!("Warm recall of each query:\n");
     println!("{by_query}");
+    println!("{}", fetch::table(&fetches));
 }

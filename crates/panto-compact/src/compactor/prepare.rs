@@ -106,7 +106,7 @@ impl Compactor {
     ) -> u64 {
         let limit = windows.limit();
         let keep = options.keep_tokens.unwrap_or(self.config.keep_tokens);
-        let mut budget = keep_budget(keep, limit);
+        let mut budget = keep_budget(keep, limit).max(options.verbatim_budget.unwrap_or(0));
         if options.trigger == Trigger::Manual && options.keep_tokens.is_none() {
             let head = usize::from(context.compaction.is_some()).min(sizes.len());
             let conversation = sizes[head..].iter().fold(0u64, |t, &s| t.saturating_add(s));

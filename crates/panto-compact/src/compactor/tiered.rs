@@ -6,10 +6,18 @@
 //!
 //! Not enough means, in one rule with the proactive compaction's headroom: the clearing frees
 //! less than a tenth of the window (of the conversation when no window is known), so that a
-//! clearing that barely helps is not made again at the next send; or it leaves the next
-//! request above its target, which is half the window (the verbatim conversation never
-//! settles above half of it: its oldest part is summarized) and, for a proactive compaction,
-//! half the threshold it crossed ([`CompactRun::target_tokens`](crate::CompactRun::target_tokens)).
+//! clearing that barely helps is not made again at the next send; or it leaves the
+//! conversation above its room ([`Run::tiered_room`]): half the window (the verbatim
+//! conversation never settles above half of it: its oldest part is summarized) and, for a
+//! proactive compaction, what the request may hold under half the threshold it crossed
+//! ([`CompactRun::target_tokens`](crate::CompactRun::target_tokens)) once the system prompt,
+//! the tools and the reply's room are counted.
+//!
+//! When the clearing is not enough, the summary reads only what the clearing could not bring
+//! under that room: its kept turns take the room less a share for the summary
+//! ([`TIERED_SUMMARY_SHARE`]), when that is more than the usual quarter of the window, so the
+//! model is asked about the oldest turns alone (and never about the cleared output, which it
+//! sees as placeholders).
 
 use panto_model::{Entry, Message, replay};
 use panto_size::Heuristic;
@@ -22,14 +30,19 @@ use super::write::{CLEARED_FIELD, chars_within, cleared_json};
 use crate::config::{CompactionStrategy, min_known};
 use crate::error::CompactError;
 use crate::events::CompactionEvent;
-use crate::ledger::{ledger_budget, rendered_len};
+use crate::ledger::{ledger_budget, rendered_len, with_recall_note};
 use crate::report::{CompactOutcome, Compacted};
 
 /// A clearing that frees less than the window divided by this (a tenth) is not written alone.
 pub const CLEAR_MIN_FREED_DIVISOR: u64 = 10;
 
-/// The request after a tiered compaction stays under the window divided by this (half).
+/// The conversation after a tiered compaction stays under the window divided by this (half).
 pub const TIERED_TARGET_DIVISOR: u64 = 2;
+
+/// A tiered run's summary keeps verbatim the room under its target less the room divided by
+/// this (a quarter, for the summary and its ledger), when that is more than the summary
+/// strategy's own budget: the model then reads only the oldest turns.
+pub(super) const TIERED_SUMMARY_SHARE: u64 = 4;
 
 /// A clearing's rendering of its ledger takes at most what it freed divided by this (half:
 /// about what a summary of the same prefix renders, an eighth of its characters; with a
@@ -66,18 +79,23 @@ pub(super) async fn produce(
         cleared: report.cleared.len(),
         reason,
     });
-    summarize_cleared(run, cleared).await
+    let room = run.tiered_room(run.clearing_limit(&prepared));
+    summarize_cleared(run, cleared, room).await
 }
 
 /// The summary of the conversation `cleared` made (its compaction leading it, never written),
-/// with what was cleared recorded on it and the conversation's size before the clearing.
+/// with what was cleared recorded on it and the conversation's size before the clearing. With
+/// a `room` for the conversation after it, the summary keeps verbatim all of it but a share
+/// ([`TIERED_SUMMARY_SHARE`]), so that the model reads only the oldest turns.
 async fn summarize_cleared(
     run: &mut Run<'_>,
     cleared: Compacted,
+    room: Option<u64>,
 ) -> Result<Compacted, CompactError> {
     // The caller's sizes measured the uncleared messages.
     let mut options = run.options.clone();
     options.sizes = None;
+    options.verbatim_budget = room.map(|r| r - r / TIERED_SUMMARY_SHARE);
     let windows = run.windows;
     let mut sub = Run::new(&mut *run.compactor, &cleared.context, &options, &windows);
     // A summary that is not smaller is this run's fallback, not its failure.
@@ -133,7 +151,9 @@ impl Run<'_> {
             prepared.transcript.text().len(),
             None,
         );
-        let text_tokens = Heuristic.message(&Message::compaction(text));
+        // The text with the recall tool's note after the rendering, as written.
+        let noted = with_recall_note(text, self.compactor.config.recall_tool);
+        let text_tokens = Heuristic.message(&Message::compaction(noted.as_str()));
         // A share of what the clearing freed: the record of the cleared output is never more
         // than a fraction of it, so a clearing that frees little stays small.
         let freed = prepared
@@ -147,16 +167,13 @@ impl Run<'_> {
             .map_or(0, |s| Heuristic.text(&s[strip_ledger(s).len()..]));
         let mut room = freed / CLEARING_LEDGER_SHARE;
         let limit = self.clearing_limit(prepared);
-        let reserved = |l: u64| copies_tokens + text_tokens + self.reserved_within(l) + 16;
-        if let Some(target) = min_known(
-            limit.map(|l| l / TIERED_TARGET_DIVISOR),
-            self.options.target_tokens,
-        ) {
-            room = room.min(target.saturating_sub(reserved(limit.unwrap_or(target))));
+        let copies = copies_tokens + text_tokens + 16;
+        if let Some(tiered) = self.tiered_room(limit) {
+            room = room.min(tiered.saturating_sub(copies));
         }
         room = room.max(carried);
         if let Some(limit) = limit {
-            room = room.min(limit.saturating_sub(reserved(limit)));
+            room = room.min(limit.saturating_sub(copies + self.reserved_within(limit)));
         }
         chars_within(room, ledger, natural)
     }
@@ -195,16 +212,26 @@ impl Run<'_> {
                 "it frees about {freed} tokens, less than a tenth of {of} ({base})"
             ));
         }
-        let target = min_known(
-            limit.map(|l| l / TIERED_TARGET_DIVISOR),
-            self.options.target_tokens,
-        )?;
-        let request = after.saturating_add(self.reserved_within(limit.unwrap_or(target)));
-        (request > target).then(|| {
+        let room = self.tiered_room(limit)?;
+        (after > room).then(|| {
             format!(
-                "the next request would be about {request} tokens, above the target of {target}"
+                "the conversation would stay about {after} tokens, above the target of {room} \
+                 (half the window, and a proactive run's headroom)"
             )
         })
+    }
+
+    /// The most the conversation may hold after a tiered compaction, in estimated tokens, when
+    /// anything bounds it: half of the window `limit` (the conversation, not the request: the
+    /// window holds the system prompt, the tools and the reply besides), and for a run with a
+    /// target of its own (a proactive one) that target less what the request holds besides the
+    /// conversation, so that the headroom the driver asked for holds.
+    pub(super) fn tiered_room(&self, limit: Option<u64>) -> Option<u64> {
+        let own = self
+            .options
+            .target_tokens
+            .map(|t| t.saturating_sub(self.reserved_within(limit.unwrap_or(t))));
+        min_known(limit.map(|l| l / TIERED_TARGET_DIVISOR), own)
     }
 
     /// The window a clearing is measured against, in panto's estimated tokens: the known

@@ -6,7 +6,7 @@
 
 use panto_compact::{
     CompactError, CompactOutcome, CompactRun, CompactionEvent, CompactionStrategy, Compactor,
-    CompactorConfig, Driver, KnownWindows, ModelRef,
+    CompactorConfig, Driver, KnownWindows, ModelRef, Window, WindowSource,
 };
 use panto_model::{
     CompactionEntry, ContentBlock, Entry, Message, Role, SequentialIds, encode_line, replay,
@@ -509,4 +509,91 @@ async fn tiered_writes_the_clearing_when_the_summary_of_the_cleared_turns_is_not
         })
         .collect();
     assert_eq!(kinds, ["not enough", "alone", "finished"]);
+}
+
+/// A driver over `history` in memory whose compactor keeps `keep` tokens by `strategy`, with a
+/// configured window of `window` tokens and replies of up to `reply` tokens.
+fn driver_in_window(
+    history: &[Message],
+    active: ModelRef,
+    strategy: CompactionStrategy,
+    (window, reply): (u64, u32),
+) -> Driver<panto_compact::MemoryStore> {
+    let mut windows = KnownWindows::new();
+    windows.learn(Window::new(window, WindowSource::Configured));
+    driver_with(history, active, 400, strategy)
+        .with_windows(windows)
+        .with_max_output_tokens(reply)
+}
+
+#[tokio::test]
+async fn tiered_bounds_the_conversation_by_half_the_window_and_summarizes_only_the_oldest_turns() {
+    // Enough: a clearing that leaves the conversation under half the window is written alone,
+    // though the reply's room takes the request past half of it. It used to count the request,
+    // and at 4,096 tokens asked a model for a summary that came out larger and was thrown away
+    // (`quality --strategies`, cc-tool_heavy: 977 tokens for nothing).
+    let history = bulky_rounds(4, 60);
+    let (_, active) = model("p", "m");
+    let mut driver = driver_with(&history, active, 400, CompactionStrategy::Clear);
+    let CompactOutcome::Compacted(alone) = driver.compact(None).await.unwrap() else {
+        panic!()
+    };
+    let after = alone.report.tokens_after;
+    let window = 2 * after + 2;
+    let reply = u32::try_from(window / 8).unwrap();
+    assert!(
+        after + window / 8 > window / 2,
+        "the request passes half the window"
+    );
+    let (provider, active) = model("p", "m");
+    let mut driver = driver_in_window(
+        &history,
+        active,
+        CompactionStrategy::Tiered,
+        (window, reply),
+    );
+    let CompactOutcome::Compacted(out) = driver.compact(None).await.unwrap() else {
+        panic!()
+    };
+    assert_eq!(out.report.strategy, CompactionStrategy::Clear);
+    assert_eq!(provider.calls(), 0);
+    assert!(
+        out.report.tokens_after <= window / 2,
+        "{}",
+        out.report.tokens_after
+    );
+
+    // Not enough: talk a clearing cannot shrink keeps the conversation above half the window.
+    // The summary keeps verbatim all of that half but a quarter (the summary strategy alone
+    // keeps 400 tokens here), so the model reads only the oldest turns, and the bulky outputs
+    // as placeholders.
+    let mut history = bulky_rounds(2, 30);
+    history.extend(design_talk());
+    let talk = panto_size::estimate("", "", &design_talk()).total();
+    let window = talk + talk / 3;
+    let (provider, active) = model("p", "m");
+    let mut driver = driver_in_window(&history, active, CompactionStrategy::Tiered, (window, 64));
+    provider.push_text("the summary");
+    let CompactOutcome::Compacted(out) = driver.compact(None).await.unwrap() else {
+        panic!()
+    };
+    assert_eq!(out.report.strategy, CompactionStrategy::Summary);
+    assert_eq!(provider.calls(), 1);
+    let room = window / 2;
+    assert_eq!(out.report.plan.budget, room - room / 4);
+    assert!(
+        out.report.plan.kept_tokens > window / 4,
+        "{:?}",
+        out.report.plan
+    );
+    let sent = serde_json::to_string(&provider.requests()[0].messages).unwrap();
+    assert!(
+        sent.contains("r10-0 a long prompt"),
+        "the oldest talk is summarized"
+    );
+    assert!(!sent.contains("r39-0"), "the newest talk is kept, not read");
+    assert!(sent.contains("cleared to save room"), "{sent}");
+    assert!(!sent.contains("line 20 of file 0"), "{sent}");
+    assert!(driver.estimate().conversation() <= room);
+    assert!(validate(&driver.context().messages).is_empty());
 }

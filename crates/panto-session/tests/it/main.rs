@@ -16,6 +16,7 @@ mod append;
 mod concurrent;
 mod crash;
 mod errors;
+mod fetch;
 mod foreign;
 mod links;
 mod load;

@@ -127,6 +127,6 @@ fn a_sidecar_of_an_older_format_is_built_again() {
         conn.query_row("SELECT count(*) FROM panto_recall_bounds", [], |r| r.get(0))
             .unwrap(),
     );
-    assert_eq!(format, 1);
+    assert_eq!(format, 2);
     assert!(bounds > 0, "built again, with its bounds");
 }

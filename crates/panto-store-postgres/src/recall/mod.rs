@@ -25,9 +25,11 @@ use crate::pool::{Phase, Pool};
 use crate::session::{to_i64, to_u64};
 use crate::sql;
 
+mod fetch;
 mod schema;
 mod write;
 
+pub(crate) use fetch::{Answer, IDS, fetch};
 pub(crate) use schema::{BOUNDS, INLINE, SCHEMA};
 use write::write;
 
@@ -42,7 +44,8 @@ FROM panto_sessions s WHERE md5(s.name) = md5($1::text) AND s.name = $1::text";
 const STATE: &str =
     "SELECT entries, docs, total_len FROM panto_recall_state WHERE session = $1::bigint";
 
-const CLEAR: [&str; 6] = [
+const CLEAR: [&str; 7] = [
+    "DELETE FROM panto_recall_ids WHERE session = $1::bigint",
     "DELETE FROM panto_recall_bounds WHERE session = $1::bigint",
     "DELETE FROM panto_recall_state WHERE session = $1::bigint",
     "DELETE FROM panto_recall_postings WHERE session = $1::bigint",
@@ -89,6 +92,7 @@ const SIZE: &str = "SELECT (
 + (SELECT coalesce(sum(pg_column_size(t.*)), 0) FROM panto_recall_docs t WHERE session = $1::bigint)
 + (SELECT coalesce(sum(pg_column_size(t.*)), 0) FROM panto_recall_calls t WHERE session = $1::bigint)
 + (SELECT coalesce(sum(pg_column_size(t.*)), 0) FROM panto_recall_compactions t WHERE session = $1::bigint)
++ (SELECT coalesce(sum(pg_column_size(t.*)), 0) FROM panto_recall_ids t WHERE session = $1::bigint)
 )::bigint";
 
 /// `($1 id, $2 positions)` → each position with the first compaction after it, or NULL.
@@ -299,7 +303,7 @@ pub(crate) async fn recall(
         .await?;
     let mut blocks: HashMap<String, Vec<Block>> = HashMap::new();
     add_blocks(&mut blocks, &rows)?;
-    let Ok(tiered) = lookup.tier_ranges(&blocks) else {
+    let Ok(tiers) = lookup.tiers(&blocks) else {
         return Ok(None);
     };
     let bounded = lookup.bounded_terms();
@@ -324,15 +328,15 @@ pub(crate) async fn recall(
         for t in bounds.keys() {
             blocks.entry(t.clone()).or_default();
         }
-        if !tiered.is_empty() {
-            let rows = postings_in(pool, c, id, &bounded, &tiered).await?;
+        if !tiers.ranges().is_empty() {
+            let rows = postings_in(pool, c, id, &bounded, tiers.ranges()).await?;
             add_blocks(&mut blocks, &rows)?;
             for list in blocks.values_mut() {
                 list.sort_by_key(|b| b.meta.range);
             }
         }
     }
-    let Ok(mut picker) = lookup.rank_bounded(state.stats(), &blocks, &bounds) else {
+    let Ok(mut picker) = lookup.rank_bounded(state.stats(), &blocks, &bounds, tiers) else {
         return Ok(None);
     };
     let exclude = if lookup.include_context() {

@@ -122,9 +122,11 @@ pub(super) async fn write(c: &Client, id: i64, update: &mut Update) -> Result<()
         ],
     )
     .await?;
+    super::fetch::write_ids(c, id, &update.ids).await?;
     update.docs.clear();
     update.calls.clear();
     update.compactions.clear();
+    update.ids.clear();
     Ok(())
 }
 

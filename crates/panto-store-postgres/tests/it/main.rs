@@ -12,6 +12,7 @@
 )]
 
 mod faults;
+mod fetch;
 mod processes;
 mod schema;
 mod tls;

@@ -199,12 +199,15 @@ fn a_recall_index_before_the_bounds_is_built_again() {
         let before = store.recall("s", &query).await.unwrap();
         assert!(!before.hits.is_empty());
         drop(store);
-        // What a panto of migration 4 left: the index without the bounds' table.
+        // What a panto of migration 4 left: the index without the bounds' table (nor the ids
+        // of migration 6).
         let client = testing::client(&url).await;
         client
             .batch_execute(
                 "DROP TABLE panto_recall_bounds;
-                 DELETE FROM panto_schema_migrations WHERE version = 5;",
+                 DROP TABLE panto_recall_ids;
+                 DROP INDEX panto_recall_docs_position;
+                 DELETE FROM panto_schema_migrations WHERE version >= 5;",
             )
             .await
             .unwrap();

@@ -10,6 +10,7 @@
     reason = "test code: fails loudly, paces its child processes"
 )]
 
+mod fetch;
 mod files;
 mod processes;
 mod recall;

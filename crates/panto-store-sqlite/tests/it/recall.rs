@@ -17,6 +17,7 @@ fn rows(path: &std::path::Path) -> Vec<String> {
         ("panto_recall_calls", "call, position, block"),
         ("panto_recall_compactions", "position"),
         ("panto_recall_bounds", "term, part"),
+        ("panto_recall_ids", "id, item"),
     ] {
         let mut stmt = conn
             .prepare(&format!(

@@ -85,6 +85,8 @@ checks!(
     pages_stop_after_page_bytes,
     recall_finds_what_was_summarized,
     fetch_gives_items_by_id,
+    fetch_follows_the_id_rules,
+    fetch_after_an_import_and_a_copy,
     recall_after_an_import,
     a_clearing_round_trips_and_replays,
     an_interrupted_clearing_is_ignored,
@@ -99,7 +101,10 @@ use clearing::{
     undo_steps_back_over_a_clearing,
 };
 
-use recall::{fetch_gives_items_by_id, recall_after_an_import, recall_finds_what_was_summarized};
+use recall::{
+    fetch_after_an_import_and_a_copy, fetch_follows_the_id_rules, fetch_gives_items_by_id,
+    recall_after_an_import, recall_finds_what_was_summarized,
+};
 
 /// Runs every check, each on a fresh empty store from `fresh`, and panics at the first that
 /// fails, naming it.

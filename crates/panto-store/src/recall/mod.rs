@@ -28,11 +28,11 @@ use std::collections::HashSet;
 
 use panto_model::{EffectiveContext, Item, ItemKind, Role, context_items};
 
-pub use fetch::fetch_in;
+pub use fetch::{IdRow, Named, at_position, fetch_in, fetch_window, id_rows, no_such_id};
 pub use index::RecallIndex;
 pub use persist::{CallRow, DocRow, IndexState, Lookup, Picker, Update, item_at};
 pub use postings::{Block, Posting, RANGE_DOCS, RangeMeta, decode as decode_block, range_of};
-pub use rank::{Candidate, Corrupt, RangeBound, Stats, join_bounds};
+pub use rank::{Candidate, Corrupt, RangeBound, Stats, Tiers, join_bounds};
 pub use snippet::{SNIPPET_CHARS, snippet};
 pub use terms::terms;
 

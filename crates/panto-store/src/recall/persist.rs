@@ -23,10 +23,11 @@ use std::collections::{HashMap, HashSet};
 
 use panto_model::{Entry, Item, ItemKind, Items};
 
+use super::fetch::{IdRow, id_rows};
 use super::index::term_counts;
 use super::postings::{Block, Posting, range_of};
 use super::query::Query;
-use super::rank::{Candidate, Corrupt, RangeBound, Ranking, Stats, tier_ranges};
+use super::rank::{Candidate, Corrupt, RangeBound, Ranking, Stats, Tiers, tiers_of};
 use super::{Hit, MAX_LIMIT, RecallQuery, candidates_for, finish};
 use crate::head::Head;
 
@@ -92,6 +93,8 @@ pub struct Update {
     pub calls: Vec<CallRow>,
     /// Their compactions: position and id (`@N` without one).
     pub compactions: Vec<(u64, String)>,
+    /// Their items' ids and their entries' ([`super::fetch`]'s index of ids).
+    pub ids: Vec<IdRow>,
     blocks: HashMap<(String, u32), Block>,
     walk: Items,
 }
@@ -117,7 +120,9 @@ impl Update {
             let name = c.id.clone().unwrap_or_else(|| format!("@{position}"));
             self.compactions.push((position, name));
         }
-        for item in self.walk.of(position, entry) {
+        let items = self.walk.of(position, entry);
+        id_rows(entry, position, &items, &mut self.ids);
+        for item in items {
             let doc = self.state.docs;
             let (counts, len) = term_counts(&item.text);
             for (term, tf) in counts {
@@ -228,24 +233,26 @@ impl Lookup {
             .collect()
     }
 
-    /// The ranges of which [`Lookup::rank_bounded`] needs the postings of the bounded terms
-    /// from the start (those with items that may hold an exact string), `blocks` holding the
-    /// whole terms'; none when the query has no exact string.
+    /// The items that may hold an exact string, `blocks` holding the whole terms': their
+    /// [`Tiers::ranges`] are those of which [`Lookup::rank_bounded`], which takes them, needs
+    /// the postings of the bounded terms from the start; none when the query has no exact
+    /// string.
     ///
     /// # Errors
     /// [`Corrupt`] when a block does not decode.
-    pub fn tier_ranges(&self, blocks: &HashMap<String, Vec<Block>>) -> Result<Vec<u32>, Corrupt> {
+    pub fn tiers(&self, blocks: &HashMap<String, Vec<Block>>) -> Result<Tiers, Corrupt> {
         if self.query.exact.is_empty() {
-            return Ok(Vec::new());
+            return Ok(Tiers::default());
         }
-        tier_ranges(&self.query, blocks)
+        tiers_of(&self.query, blocks)
     }
 
     /// Ranks as [`Lookup::rank`] over an index that stores each term's bounds by range apart
     /// from its postings: `blocks` holds the [`Lookup::whole_terms`]' blocks and those of the
-    /// [`Lookup::bounded_terms`] in the [`Lookup::tier_ranges`], `bounds` the bounded terms'
-    /// bounds in range order (none for a term no item holds). The picker then asks for the
-    /// postings of the ranges it scores ([`Picker::needs`]).
+    /// [`Lookup::bounded_terms`] in the ranges of `tiers` (from [`Lookup::tiers`] over the
+    /// same blocks), `bounds` the bounded terms' bounds in range order (none for a term no
+    /// item holds). The picker then asks for the postings of the ranges it scores
+    /// ([`Picker::needs`]).
     ///
     /// # Errors
     /// [`Corrupt`] when a block or bound does not decode or names an item past `stats.docs`.
@@ -254,9 +261,10 @@ impl Lookup {
         stats: Stats,
         blocks: &'a HashMap<String, Vec<Block>>,
         bounds: &HashMap<String, Vec<RangeBound>>,
+        tiers: Tiers,
     ) -> Result<Picker<'a>, Corrupt> {
         Ok(Picker {
-            best: Ranking::bounded(&self.query, stats, blocks, bounds)?,
+            best: Ranking::bounded(&self.query, stats, blocks, bounds, tiers)?,
             seen: HashSet::new(),
             picked: Vec::new(),
             want: candidates_for(self.limit),

@@ -115,9 +115,16 @@ pub(crate) fn put(out: &mut Vec<u8>, mut n: u32) {
     out.push(n as u8);
 }
 
+#[inline]
 pub(crate) fn get(data: &[u8], at: &mut usize) -> Option<u32> {
-    let mut n: u32 = 0;
-    for shift in [0, 7, 14, 21, 28] {
+    let first = *data.get(*at)?;
+    *at += 1;
+    if first < 0x80 {
+        // Most numbers of a block (occurrences, lengths, many offsets) take one byte.
+        return Some(u32::from(first));
+    }
+    let mut n = u32::from(first & 0x7f);
+    for shift in [7, 14, 21, 28] {
         let b = *data.get(*at)?;
         *at += 1;
         n |= u32::from(b & 0x7f).checked_shl(shift)?;

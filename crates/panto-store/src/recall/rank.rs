@@ -37,7 +37,7 @@ use std::borrow::Cow;
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap, HashSet};
 
-use super::postings::{Block, Posting, RANGE_DOCS, decode, walk};
+use super::postings::{Block, RANGE_DOCS, walk};
 use super::query::Query;
 
 mod front;
@@ -45,8 +45,9 @@ mod walk;
 
 use front::Front;
 pub use front::{RangeBound, join_bounds};
-pub(crate) use walk::tier_ranges;
-use walk::walk_terms;
+pub use walk::Tiers;
+pub(crate) use walk::tiers_of;
+use walk::{tiers, walk_terms};
 
 /// BM25's term-frequency saturation.
 const K1: f64 = 1.2;
@@ -65,8 +66,8 @@ pub struct Candidate {
 pub(crate) fn order(a: &Candidate, b: &Candidate) -> Ordering {
     b.tier
         .cmp(&a.tier)
-        .then(b.score.total_cmp(&a.score))
-        .then(a.doc.cmp(&b.doc))
+        .then_with(|| b.score.total_cmp(&a.score))
+        .then_with(|| a.doc.cmp(&b.doc))
 }
 
 /// The statistics of a whole history that BM25 needs: how many items, and their terms in all.
@@ -107,41 +108,6 @@ fn average(stats: Stats) -> f64 {
     } else {
         (stats.total_len as f64 / f64::from(stats.docs)).max(1.0)
     }
-}
-
-/// The postings of a term, its blocks decoded in range order.
-fn postings_of(blocks: &[Block]) -> Result<Vec<Posting>, Corrupt> {
-    let mut out = Vec::new();
-    for b in blocks {
-        out.extend(decode(b.meta.range, &b.data).ok_or(Corrupt)?);
-    }
-    Ok(out)
-}
-
-/// For each exact string of `query`, the items that have all its lookup terms: how many of
-/// them each item may hold (its tier), for the items with one at least, in item order.
-fn tiers(query: &Query, blocks: &HashMap<String, Vec<Block>>) -> Result<Vec<(u32, u32)>, Corrupt> {
-    let mut all: Vec<u32> = Vec::new();
-    for exact in &query.exact {
-        let mut lists: Vec<Vec<u32>> = Vec::new();
-        for t in &exact.lookup {
-            let docs: Vec<u32> = match blocks.get(t) {
-                Some(b) => postings_of(b)?.iter().map(|p| p.doc).collect(),
-                None => Vec::new(),
-            };
-            lists.push(docs);
-        }
-        all.extend(intersect(lists));
-    }
-    all.sort_unstable();
-    let mut out: Vec<(u32, u32)> = Vec::new();
-    for doc in all {
-        match out.last_mut() {
-            Some((d, n)) if *d == doc => *n += 1,
-            _ => out.push((doc, 1)),
-        }
-    }
-    Ok(out)
 }
 
 /// A query term that some item holds: its idf and its blocks' bytes by range (of a term
@@ -217,8 +183,17 @@ pub(crate) struct Ranking<'a> {
     /// Whether the items of `tiered` are in the pool from the start (else a range's scoring
     /// gives them).
     prescored: bool,
-    /// The candidates of the ranges scored; the first `at` are the ones given, in order.
+    /// The candidates of the ranges scored that may be among the best `cap` (with every one
+    /// of them); the first `at` are the ones given, in order.
     pool: Vec<Candidate>,
+    /// The candidates before any range is scored (the items of a tier above 0 when
+    /// prescored), which a scoring from the start begins with.
+    first: Vec<Candidate>,
+    /// How many of the best candidates the pool keeps: past twice as many, it keeps only
+    /// those, and `floor`, the last of them, turns away every later candidate that does not
+    /// rank before it. A chunk that wants more than `cap` after that scores its ranges again.
+    cap: usize,
+    floor: Option<Candidate>,
     start: usize,
     at: usize,
     chunk: usize,
@@ -226,9 +201,16 @@ pub(crate) struct Ranking<'a> {
     /// ([`Ranking::needs`]); the ranges whose postings are in, and how many to ask next.
     lazy: bool,
     loaded: HashSet<u32>,
+    /// The scores of the ranges given ([`Ranking::give`]), in item order, kept for their
+    /// scoring instead of their postings.
+    given: HashMap<u32, Vec<(u32, f64)>>,
     batch: usize,
     docs: u32,
 }
+
+/// How many candidates the pool keeps at first: the first two chunks' (64 and 256), so that
+/// a ranking asked for them scores each range once.
+const CAP: usize = 320;
 
 /// Ranges whose postings are asked for at first when a term was read by its bounds; each ask
 /// after it asks for four times more.
@@ -257,12 +239,12 @@ impl<'a> Ranking<'a> {
         blocks: &'a HashMap<String, Vec<Block>>,
         prescored: usize,
     ) -> Result<Ranking<'a>, Corrupt> {
-        Ranking::build(query, stats, blocks, &HashMap::new(), prescored)
+        Ranking::build(query, stats, blocks, &HashMap::new(), None, prescored)
     }
 
     /// [`Ranking::new`] over an index that stores each term's bounds by range apart from its
     /// postings: the terms of `bounds` are read by them, `blocks` holding only those of their
-    /// ranges that have items of a tier above 0 (see [`tier_ranges`]), the others read when
+    /// ranges that have items of a tier above 0 (`tiers`, see [`tiers_of`]), the others read when
     /// a range is to be scored ([`Ranking::needs`], [`Ranking::give`]); `blocks` holds the
     /// other terms' whole.
     ///
@@ -273,31 +255,34 @@ impl<'a> Ranking<'a> {
         stats: Stats,
         blocks: &'a HashMap<String, Vec<Block>>,
         bounds: &HashMap<String, Vec<RangeBound>>,
+        tiers: Tiers,
     ) -> Result<Ranking<'a>, Corrupt> {
-        Ranking::build(query, stats, blocks, bounds, PRESCORED)
+        Ranking::build(query, stats, blocks, bounds, Some(tiers), PRESCORED)
     }
 
+    // Why long: the setup of a ranking in order (the tiers, the one walk, the candidates of a
+    // tier above 0, each range's plan), each step using what the one before found.
+    /// The ranking, `found` the [`Tiers`] of `query` over `blocks` when they are known.
     fn build(
         query: &Query,
         stats: Stats,
         blocks: &'a HashMap<String, Vec<Block>>,
         bounds: &HashMap<String, Vec<RangeBound>>,
+        found: Option<Tiers>,
         prescored: usize,
     ) -> Result<Ranking<'a>, Corrupt> {
         let avg = average(stats);
-        let all = tiers(query, blocks)?;
+        let all = found.map_or_else(|| tiers(query, blocks), |t| Ok(t.items))?;
         let prescore = all.len() <= prescored;
         let mut tiered: HashMap<u32, Vec<(u32, u32)>> = HashMap::new();
-        for (doc, tier) in all {
-            tiered
-                .entry(doc / RANGE_DOCS)
-                .or_default()
-                .push((doc, tier));
+        // In item order: each range's items one run.
+        for run in all.chunk_by(|a, b| a.0 / RANGE_DOCS == b.0 / RANGE_DOCS) {
+            tiered.insert(run[0].0 / RANGE_DOCS, run.to_vec());
         }
         let walked = walk_terms(query, stats, blocks, bounds, &tiered, prescore)?;
         let terms = walked.terms;
         let lazy = terms.iter().any(|t| bounds.contains_key(&t.name));
-        // The ranges with items of a tier above 0 are in whole (tier_ranges).
+        // The ranges with items of a tier above 0 are in whole (Tiers::ranges).
         let loaded: HashSet<u32> = if lazy {
             tiered.keys().copied().collect()
         } else {
@@ -367,12 +352,16 @@ impl<'a> Ranking<'a> {
             next: 0,
             tiered,
             prescored: prescore,
+            first: pool.clone(),
             pool,
+            cap: CAP,
+            floor: None,
             start: 0,
             at: 0,
             chunk: 64,
             lazy,
             loaded,
+            given: HashMap::new(),
             batch: FIRST_BATCH,
             docs: stats.docs,
         })
@@ -403,69 +392,118 @@ impl<'a> Ranking<'a> {
         found: Vec<(String, Vec<u8>)>,
     ) -> Result<(), Corrupt> {
         for (name, data) in found {
-            let mut past = false;
-            walk(range, &data, |p| past |= p.doc >= self.docs).ok_or(Corrupt)?;
-            if past {
-                return Err(Corrupt);
-            }
             if let Some(term) = self.terms.iter_mut().find(|t| t.name == name) {
                 term.blocks.entry(range).or_default().push(Cow::Owned(data));
+            } else {
+                let mut past = false;
+                walk(range, &data, |p| past |= p.doc >= self.docs).ok_or(Corrupt)?;
+                if past {
+                    return Err(Corrupt);
+                }
             }
         }
+        // One walk both checks the postings and scores the range, whose scores are kept
+        // instead of its bytes.
+        let scores = self.range_scores(range).ok_or(Corrupt)?;
+        for term in &mut self.terms {
+            term.blocks.remove(&range);
+        }
+        self.given.insert(range, scores);
         self.loaded.insert(range);
         Ok(())
     }
 
-    /// Scores every item of `range` that holds a term or is of a tier above 0, into the pool
-    /// (but those of a tier above 0 when they are there already).
-    fn score_range(&mut self, range: u32, heap: &mut BinaryHeap<Worst>, want: usize) {
-        let base = range.saturating_mul(RANGE_DOCS);
+    /// The scores of the items of `range` that hold a term (each the sum of its terms'
+    /// contributions in the query's order), in item order; `None` when a block of the range
+    /// does not decode or names an item past the history's.
+    fn range_scores(&self, range: u32) -> Option<Vec<(u32, f64)>> {
+        let base = range.checked_mul(RANGE_DOCS)?;
         let mut cells = [0.0f64; RANGE_DOCS as usize];
-        let mut touched: Vec<u32> = Vec::new();
+        let mut past = false;
         for term in &self.terms {
             let Some(parts) = term.blocks.get(&range) else {
                 continue;
             };
             for data in parts {
-                // Walked once already (or checked by `give`): it decodes.
-                let _ = walk(range, data, |p| {
-                    let cell = &mut cells[(p.doc - base) as usize];
-                    if *cell == 0.0 {
-                        touched.push(p.doc);
-                    }
-                    *cell += contribution(term.idf, p.tf, p.len, self.avg);
-                });
+                walk(range, data, |p| {
+                    past |= p.doc >= self.docs;
+                    cells[(p.doc - base) as usize] += contribution(term.idf, p.tf, p.len, self.avg);
+                })?;
             }
         }
+        if past {
+            return None;
+        }
+        let mut out = Vec::new();
+        for (doc, &score) in (base..).zip(&cells) {
+            // A contribution is above 0: a cell at 0 is an item that holds no term.
+            if score != 0.0 {
+                out.push((doc, score));
+            }
+        }
+        Some(out)
+    }
+
+    /// Scores every item of `range` that holds a term or is of a tier above 0, into the pool
+    /// (but those of a tier above 0 when they are there already).
+    fn score_range(&mut self, range: u32, heap: &mut BinaryHeap<Worst>, want: usize) {
+        let computed = if self.given.contains_key(&range) {
+            Vec::new()
+        } else {
+            // Walked once already: it decodes.
+            self.range_scores(range).unwrap_or_default()
+        };
+        let scores = self.given.get(&range).map_or(&computed[..], Vec::as_slice);
         let tiered = self.tiered.get(&range).map_or(&[][..], Vec::as_slice);
+        let (cap, floor) = (self.cap, &mut self.floor);
         let mut add = |c: Candidate, pool: &mut Vec<Candidate>| {
+            if floor.is_some_and(|f| order(&c, &f) != Ordering::Less) {
+                // At least `cap` candidates rank before it, so `want` of the heap's too.
+                return;
+            }
             keep(heap, c, want);
             pool.push(c);
+            if pool.len() >= cap.saturating_mul(2) {
+                pool.select_nth_unstable_by(cap - 1, order);
+                pool.truncate(cap);
+                *floor = pool.get(cap - 1).copied();
+            }
         };
-        for doc in touched {
-            let tier = match tiered.binary_search_by_key(&doc, |d| d.0) {
-                Ok(_) if self.prescored => continue,
-                Ok(i) => tiered[i].1,
-                Err(_) => 0,
-            };
-            let c = Candidate {
-                doc,
-                tier,
-                score: cells[(doc - base) as usize],
-            };
-            add(c, &mut self.pool);
-        }
-        if !self.prescored {
-            // Those that hold no term of the query (an exact string's lookup terms only).
-            for &(doc, tier) in tiered {
-                if cells[(doc - base) as usize] == 0.0 {
+        // Both in item order: the items of a tier above 0 merged in.
+        let mut j = 0;
+        for &(doc, score) in scores {
+            while let Some(&(other, tier)) = tiered.get(j).filter(|t| t.0 < doc) {
+                j += 1;
+                if !self.prescored {
+                    // It holds no term of the query (an exact string's lookup terms only).
                     let c = Candidate {
-                        doc,
+                        doc: other,
                         tier,
                         score: 0.0,
                     };
                     add(c, &mut self.pool);
                 }
+            }
+            let tier = match tiered.get(j).filter(|t| t.0 == doc) {
+                Some(&(_, tier)) => {
+                    j += 1;
+                    if self.prescored {
+                        continue;
+                    }
+                    tier
+                }
+                None => 0,
+            };
+            add(Candidate { doc, tier, score }, &mut self.pool);
+        }
+        if !self.prescored {
+            for &(doc, tier) in &tiered[j..] {
+                let c = Candidate {
+                    doc,
+                    tier,
+                    score: 0.0,
+                };
+                add(c, &mut self.pool);
             }
         }
     }
@@ -474,6 +512,17 @@ impl<'a> Ranking<'a> {
     /// lacks its postings: then the ranges to read (that one and the next ones that may be
     /// scored, up to the batch), which it returns.
     fn fill(&mut self, want: usize) -> Vec<u32> {
+        if want > self.cap {
+            if self.floor.is_some() {
+                // The pool let candidates go that this chunk may want: score again from
+                // the start (the ranges scored have their postings in).
+                self.pool.clone_from(&self.first);
+                self.floor = None;
+                self.next = 0;
+            }
+            // This chunk and the next one (four times larger).
+            self.cap = want.saturating_mul(5);
+        }
         let mut heap = BinaryHeap::with_capacity(want + 1);
         for c in &self.pool {
             keep(&mut heap, *c, want);
@@ -542,25 +591,6 @@ fn keep(heap: &mut BinaryHeap<Worst>, c: Candidate, want: usize) {
         heap.pop();
         heap.push(Worst(c));
     }
-}
-
-/// The documents in every one of `lists` (each sorted); none when there is no list.
-fn intersect(mut lists: Vec<Vec<u32>>) -> Vec<u32> {
-    lists.sort_by_key(Vec::len);
-    let mut it = lists.into_iter();
-    let Some(mut acc) = it.next() else {
-        return Vec::new();
-    };
-    for list in it {
-        let mut j = 0;
-        acc.retain(|&d| {
-            while j < list.len() && list[j] < d {
-                j += 1;
-            }
-            j < list.len() && list[j] == d
-        });
-    }
-    acc
 }
 
 #[cfg(test)]

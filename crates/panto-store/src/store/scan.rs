@@ -8,7 +8,8 @@ use super::Store;
 use crate::error::StoreError;
 use crate::head::Head;
 use crate::recall::{
-    Fetched, RecallIndex, RecallQuery, Recalled, context_fingerprints, fetch_in, recall_in,
+    Fetched, RecallIndex, RecallQuery, Recalled, context_fingerprints, fetch_in, no_such_id,
+    recall_in,
 };
 
 /// Records read per page.
@@ -99,13 +100,5 @@ pub async fn fetch_by_scan<S: Store + ?Sized>(
         items.extend(walk.of(position, entry));
     })
     .await?;
-    fetch_in(&items, id, context).ok_or_else(|| {
-        StoreError::not_found(
-            session,
-            format!(
-                "{}: session {session} has no item or entry {id}",
-                store.location()
-            ),
-        )
-    })
+    fetch_in(&items, id, context).ok_or_else(|| no_such_id(&store.location(), session, id))
 }

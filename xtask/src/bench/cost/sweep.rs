@@ -59,20 +59,8 @@ pub(super) fn sweep(turns: usize) -> Result<()> {
                 pauses.name.to_owned(),
                 plain.to_string(),
             ];
-            for (k, o) in outcomes.iter().enumerate().skip(1) {
-                let more = ratio(o.billed.billed_input_tokens, plain) - 1.0;
-                if more > worst[k - 1].0 {
-                    worst[k - 1] = (
-                        more,
-                        format!("{} {window} {}", protocol.name(), pauses.name),
-                    );
-                }
-                cells.push(format!("{:+.1}%", 100.0 * more));
-            }
-            let join = |f: &dyn Fn(&Outcome) -> String| {
-                outcomes.iter().map(f).collect::<Vec<_>>().join(" / ")
-            };
-            cells.push(join(&|o| format!("{} ({})", o.compactions, o.overflows)));
+            let at = format!("{} {window} {}", protocol.name(), pauses.name);
+            rule_cells(&outcomes, &mut worst, &at, &mut cells);
             let share =
                 |o: &Outcome| 100.0 * ratio(o.compaction_billed, o.billed.billed_input_tokens);
             cells.push(format!(
@@ -80,9 +68,7 @@ pub(super) fn sweep(turns: usize) -> Result<()> {
                 share(&outcomes[0]),
                 share(&outcomes[3])
             ));
-            cells.push(join(&|o| {
-                (o.conversation_input / o.conversation_requests.max(1)).to_string()
-            }));
+            cells.push(mean_requests(&outcomes));
             table.row(cells);
         }
     }
@@ -104,6 +90,40 @@ pub(super) fn sweep(turns: usize) -> Result<()> {
         named(&worst[2])
     );
     Ok(())
+}
+
+/// The cells every sweep's row shares, after its plain share: each rule's billed input against
+/// the plain share's (the first outcome), noting in `worst` the most each cost more and `at`
+/// which cell, then the compactions (and overflows) of every rule.
+fn rule_cells(
+    outcomes: &[Outcome],
+    worst: &mut [(f64, String)],
+    at: &str,
+    cells: &mut Vec<String>,
+) {
+    let plain = outcomes[0].billed.billed_input_tokens;
+    for (k, o) in outcomes.iter().enumerate().skip(1) {
+        let more = ratio(o.billed.billed_input_tokens, plain) - 1.0;
+        if more > worst[k - 1].0 {
+            worst[k - 1] = (more, at.to_owned());
+        }
+        cells.push(format!("{:+.1}%", 100.0 * more));
+    }
+    cells.push(joined(outcomes, |o| {
+        format!("{} ({})", o.compactions, o.overflows)
+    }));
+}
+
+/// Every rule's mean conversation request, joined.
+fn mean_requests(outcomes: &[Outcome]) -> String {
+    joined(outcomes, |o| {
+        (o.conversation_input / o.conversation_requests.max(1)).to_string()
+    })
+}
+
+/// `cell` of every outcome, joined by ` / `.
+fn joined(outcomes: &[Outcome], cell: impl Fn(&Outcome) -> String) -> String {
+    outcomes.iter().map(cell).collect::<Vec<_>>().join(" / ")
 }
 
 /// The sweep's sessions of one protocol: per window and pauses, one per rule of [`RULES`].
@@ -217,20 +237,9 @@ pub(super) fn sweep_warm(turns: usize) -> Result<()> {
                 pauses.name.to_owned(),
                 plain.to_string(),
             ];
-            for (k, o) in outcomes.iter().enumerate().skip(1) {
-                let more = ratio(o.billed.billed_input_tokens, plain) - 1.0;
-                if more > worst[k - 1].0 {
-                    worst[k - 1] = (more, format!("{window} {}", pauses.name));
-                }
-                cells.push(format!("{:+.1}%", 100.0 * more));
-            }
-            let join = |f: &dyn Fn(&Outcome) -> String| {
-                outcomes.iter().map(f).collect::<Vec<_>>().join(" / ")
-            };
-            cells.push(join(&|o| format!("{} ({})", o.compactions, o.overflows)));
-            cells.push(join(&|o| {
-                (o.conversation_input / o.conversation_requests.max(1)).to_string()
-            }));
+            let at = format!("{window} {}", pauses.name);
+            rule_cells(&outcomes, &mut worst, &at, &mut cells);
+            cells.push(mean_requests(&outcomes));
             table.row(cells);
         }
     }

@@ -6,7 +6,8 @@ use std::collections::HashMap;
 
 use super::super::postings::{Block, Posting, decode};
 use super::super::query::Query;
-use super::{Candidate, Corrupt, Stats, intersect, order};
+use super::walk::intersect;
+use super::{Candidate, Corrupt, Stats, order};
 
 const K1: f64 = 1.2;
 const B: f64 = 0.75;

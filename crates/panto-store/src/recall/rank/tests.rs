@@ -7,7 +7,7 @@ use proptest::prelude::*;
 use super::super::postings::{Block, Posting, RANGE_DOCS, decode};
 use super::super::query::{Exact, Query};
 use super::reference::{BestFirst, score};
-use super::{Candidate, Corrupt, PRESCORED, RangeBound, Ranking, Stats, join_bounds, tier_ranges};
+use super::{Candidate, Corrupt, PRESCORED, RangeBound, Ranking, Stats, join_bounds, tiers_of};
 
 /// A small xorshift generator: the postings of thousands of items from one seed.
 struct Rng(u64);
@@ -165,7 +165,8 @@ fn compare_bounded(
         }
     }
     // Blocks the test encoded itself are never corrupt: an error here is a bug, not a skip.
-    let tiered = tier_ranges(query, &given).expect("not corrupt");
+    let tiers = tiers_of(query, &given).expect("not corrupt");
+    let tiered = tiers.ranges();
     let mut bounds: HashMap<String, Vec<RangeBound>> = HashMap::new();
     for t in &bounded {
         let Some(list) = blocks.get(*t) else {
@@ -200,7 +201,8 @@ fn compare_bounded(
         given.insert((*t).clone(), part);
     }
     let reference = score(query, stats, blocks).expect("not corrupt");
-    let Ok(mut pruned) = Ranking::build(query, stats, &given, &bounds, prescored) else {
+    let Ok(mut pruned) = Ranking::build(query, stats, &given, &bounds, Some(tiers), prescored)
+    else {
         panic!("the bounded ranking is corrupt where the reference is not");
     };
     let mut best = BestFirst::new(reference);
@@ -434,4 +436,36 @@ fn an_exact_string_in_every_item_scores_one_range() {
     assert_eq!(compare(&query, stats, &blocks), (1, 20));
     // Scored in the walk, no range is.
     assert_eq!(compare_with(&query, stats, &blocks, usize::MAX), (0, 20));
+}
+
+/// Far more candidates than the pool keeps (4,000 items holding the word, every score
+/// different): every chunk is still the exhaustive ranking's, the later ones (past the
+/// pool's first 320) from ranges scored again.
+#[test]
+fn chunks_past_the_pool_are_the_exhaustive_ones() {
+    let mut list = Vec::new();
+    for doc in 0..4_000u32 {
+        let range = doc / RANGE_DOCS;
+        if list.last().is_none_or(|b: &Block| b.meta.range != range) {
+            list.push(Block::new(range));
+        }
+        if let Some(b) = list.last_mut() {
+            b.push(Posting {
+                doc,
+                tf: 1 + doc % 3,
+                len: 5 + (doc * 7) % 50,
+            });
+        }
+    }
+    let blocks = HashMap::from([("w".to_owned(), list)]);
+    let query = Query {
+        terms: vec!["w".to_owned()],
+        exact: Vec::new(),
+    };
+    let stats = Stats {
+        docs: 4_000,
+        total_len: 4_000 * 30,
+    };
+    compare(&query, stats, &blocks);
+    compare_bounded(&query, stats, &blocks, PRESCORED);
 }

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use super::super::postings::{Block, RANGE_DOCS, walk};
 use super::super::query::Query;
 use super::front::{Front, RangeBound};
-use super::{Corrupt, Stats, Term, idf, tiers};
+use super::{Corrupt, Stats, Term, idf};
 
 /// A posting of an item of a tier above 0: the item, the query term's index (among those items
 /// hold), its occurrences and the item's length.
@@ -99,9 +99,13 @@ pub(super) fn walk_terms<'a>(
             let top = tops.get(&range).copied().unwrap_or(0);
             let mut j = 0;
             let hits = &mut out.hits;
+            let whole = stored.is_none();
             let count = walk(range, &b.data, |p| {
                 past |= p.doc >= stats.docs;
-                front.add(p.tf, p.len);
+                if whole {
+                    // (A term read by its bounds has its fronts.)
+                    front.add(p.tf, p.len);
+                }
                 while j < marks.len() && marks[j].0 < p.doc {
                     j += 1;
                 }
@@ -124,7 +128,7 @@ pub(super) fn walk_terms<'a>(
                 .entry(range)
                 .or_default()
                 .push(Cow::Borrowed(&b.data));
-            if stored.is_none() {
+            if whole {
                 df += u64::from(count);
                 add_front(out.fronts.entry(range).or_default(), index, front);
             }
@@ -146,19 +150,81 @@ fn range_of_past(range: u32, docs: u32) -> bool {
     u64::from(range) * u64::from(RANGE_DOCS) >= u64::from(docs)
 }
 
-/// The ranges with items of a tier above 0 for `query` (they must be read whole, whatever
-/// the terms' bounds), `blocks` holding the lookup terms of its exact strings whole.
+/// The items that may hold an exact string of a query, found once from the lookup terms'
+/// blocks for both the store (which reads the postings of their ranges whole, whatever the
+/// terms' bounds) and the ranking.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Tiers {
+    /// Each such item with its tier, in item order.
+    pub(super) items: Vec<(u32, u32)>,
+    ranges: Vec<u32>,
+}
+
+impl Tiers {
+    /// The ranges with items of a tier above 0, in order.
+    pub fn ranges(&self) -> &[u32] {
+        &self.ranges
+    }
+}
+
+/// The [`Tiers`] of `query`, `blocks` holding the lookup terms of its exact strings whole.
 ///
 /// # Errors
 /// [`Corrupt`] when a block does not decode.
-pub(crate) fn tier_ranges(
+pub(crate) fn tiers_of(
     query: &Query,
     blocks: &HashMap<String, Vec<Block>>,
-) -> Result<Vec<u32>, Corrupt> {
-    let mut out: Vec<u32> = tiers(query, blocks)?
-        .iter()
-        .map(|(doc, _)| doc / RANGE_DOCS)
-        .collect();
-    out.dedup();
+) -> Result<Tiers, Corrupt> {
+    let items = tiers(query, blocks)?;
+    let mut ranges: Vec<u32> = items.iter().map(|(doc, _)| doc / RANGE_DOCS).collect();
+    ranges.dedup();
+    Ok(Tiers { items, ranges })
+}
+
+/// For each exact string of `query`, the items that have all its lookup terms: how many of
+/// them each item may hold (its tier), for the items with one at least, in item order.
+pub(super) fn tiers(
+    query: &Query,
+    blocks: &HashMap<String, Vec<Block>>,
+) -> Result<Vec<(u32, u32)>, Corrupt> {
+    let mut all: Vec<u32> = Vec::new();
+    for exact in &query.exact {
+        let mut lists: Vec<Vec<u32>> = Vec::new();
+        for t in &exact.lookup {
+            let mut docs: Vec<u32> = Vec::new();
+            for b in blocks.get(t).map_or(&[][..], Vec::as_slice) {
+                walk(b.meta.range, &b.data, |p| docs.push(p.doc)).ok_or(Corrupt)?;
+            }
+            lists.push(docs);
+        }
+        all.extend(intersect(lists));
+    }
+    all.sort_unstable();
+    let mut out: Vec<(u32, u32)> = Vec::new();
+    for doc in all {
+        match out.last_mut() {
+            Some((d, n)) if *d == doc => *n += 1,
+            _ => out.push((doc, 1)),
+        }
+    }
     Ok(out)
+}
+
+/// The documents in every one of `lists` (each sorted); none when there is no list.
+pub(super) fn intersect(mut lists: Vec<Vec<u32>>) -> Vec<u32> {
+    lists.sort_by_key(Vec::len);
+    let mut it = lists.into_iter();
+    let Some(mut acc) = it.next() else {
+        return Vec::new();
+    };
+    for list in it {
+        let mut j = 0;
+        acc.retain(|&d| {
+            while j < list.len() && list[j] < d {
+                j += 1;
+            }
+            j < list.len() && list[j] == d
+        });
+    }
+    acc
 }
