@@ -25,6 +25,23 @@ pub const MIN_ROOM: u64 = 64;
 /// with more output, [`crate::MAX_LONGER`]).
 pub const MIN_OUTPUT_TOKENS: u32 = 256;
 
+/// The least output floor a small limit brings [`output_floor`] to: 64 tokens.
+pub const MIN_SMALL_OUTPUT_TOKENS: u64 = 64;
+
+/// The least output a compaction request allows within a limit of `limit` tokens:
+/// [`MIN_OUTPUT_TOKENS`]; under [`crate::TINY_PROMPT_BELOW`] (2,000 tokens) a tenth of the
+/// limit, never below [`MIN_SMALL_OUTPUT_TOKENS`]. There a floor of 256 with the summary a
+/// later request carries (an output and a quarter) took more than half the window (issue 39
+/// point 3); a tenth of 1,000 tokens (100) still holds the tiny prompt's summary of about 60
+/// words ([`crate::BUILTIN_TINY_PROMPT`]), and leaves a later request half the window for the
+/// transcript beside the prompt and the envelope. Nothing changes at 2,000 tokens and above.
+pub fn output_floor(limit: Option<u64>) -> u64 {
+    match limit {
+        Some(l) if l < crate::TINY_PROMPT_BELOW => (l / 10).max(MIN_SMALL_OUTPUT_TOKENS),
+        _ => u64::from(MIN_OUTPUT_TOKENS),
+    }
+}
+
 /// What the requests of a fold must fit, in panto's estimated tokens.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -40,8 +57,8 @@ pub struct FoldBudget {
     /// The configured output limit of a compaction request (raised to [`FoldBudget::min_output`]
     /// when below it).
     pub max_output: u64,
-    /// The least output a request allows: [`MIN_OUTPUT_TOKENS`] (a smaller value counts as it),
-    /// raised by a fold whose model ran out of output ([`FoldBudget::with_min_output`]).
+    /// The least output a request allows: [`output_floor`] of the limit (a smaller value counts
+    /// as it), raised by a fold whose model ran out of output ([`FoldBudget::with_min_output`]).
     pub min_output: u64,
 }
 
@@ -54,22 +71,22 @@ impl FoldBudget {
             fixed,
             previous,
             max_output,
-            min_output: u64::from(MIN_OUTPUT_TOKENS),
+            min_output: output_floor(limit),
         }
     }
 
     /// The same budget with every request allowing at least `tokens` of output (never less than
-    /// [`MIN_OUTPUT_TOKENS`]): the chunks shrink to make the room.
+    /// [`output_floor`] of the limit): the chunks shrink to make the room.
     #[must_use]
     pub fn with_min_output(mut self, tokens: u64) -> FoldBudget {
-        self.min_output = tokens.max(u64::from(MIN_OUTPUT_TOKENS));
+        self.min_output = tokens.max(output_floor(self.limit));
         self
     }
 
-    /// The output floor of this budget: [`FoldBudget::min_output`], at least
-    /// [`MIN_OUTPUT_TOKENS`].
+    /// The output floor of this budget: [`FoldBudget::min_output`], at least [`output_floor`]
+    /// of the limit.
     fn floor(&self) -> u64 {
-        self.min_output.max(u64::from(MIN_OUTPUT_TOKENS))
+        self.min_output.max(output_floor(self.limit))
     }
 
     /// The transcript tokens a request of the fold after the first may carry, beside the
@@ -129,7 +146,7 @@ impl Chunk {
 ///
 /// Invariants (property-tested):
 /// - the chunks are non-empty, consecutive, and cover every turn exactly once, in order;
-/// - every request allows at least [`MIN_OUTPUT_TOKENS`] of output: `output >= MIN_OUTPUT_TOKENS`;
+/// - every request allows at least [`output_floor`] of the limit: `output >= output_floor(limit)`;
 /// - every request fits: `fixed + previous_k + min(tokens, capacity) + output <= limit`, where
 ///   `previous_k` is the budget's `previous` for the first chunk and [`FoldPlan::reserve`] for
 ///   the others (the running summary is at most the output of the request before);
@@ -202,7 +219,8 @@ impl fmt::Display for FoldError {
                 summary,
             } => write!(
                 f,
-                "a compaction request does not fit a context of about {limit} tokens: the compaction prompt takes about {fixed} tokens and the summary it carries about {summary}, which leaves less than {MIN_ROOM} tokens for the conversation beside the {MIN_OUTPUT_TOKENS} tokens the new summary needs at least"
+                "a compaction request does not fit a context of about {limit} tokens: the compaction prompt takes about {fixed} tokens and the summary it carries about {summary}, which leaves less than {MIN_ROOM} tokens for the conversation beside the {} tokens the new summary needs at least",
+                output_floor(Some(*limit))
             ),
         }
     }
@@ -213,7 +231,7 @@ impl std::error::Error for FoldError {}
 /// Folds a prefix whose turns have the estimated transcript sizes `turn_tokens` into requests
 /// that fit `budget`.
 ///
-/// - The floor is [`FoldBudget::min_output`], at least [`MIN_OUTPUT_TOKENS`]; `max_output` below
+/// - The floor is [`FoldBudget::min_output`], at least [`output_floor`] of the limit; `max_output` below
 ///   it counts as the floor: no request allows less.
 /// - No known limit: one request with every turn, output `max_output`.
 /// - Otherwise the room of a request is `limit - fixed - previous`, and the output of every

@@ -16,6 +16,23 @@ pub const BUILTIN_PROMPT: &str = include_str!("../prompts/COMPACTION.md");
 /// takes about 2,000. Used for small windows ([`SHORT_PROMPT_BELOW`]).
 pub const BUILTIN_SHORT_PROMPT: &str = include_str!("../prompts/COMPACTION-SHORT.md");
 
+/// The tiniest form of the built-in prompt (`prompts/COMPACTION-TINY.md`): the task and the
+/// ledger note in two short paragraphs, about 130 tokens by panto's estimate. Used for windows
+/// under 2,000 tokens ([`TINY_PROMPT_BELOW`]).
+pub const BUILTIN_TINY_PROMPT: &str = include_str!("../prompts/COMPACTION-TINY.md");
+
+/// The request limit, in panto's estimated tokens, below which a compaction uses
+/// [`BUILTIN_TINY_PROMPT`] instead of [`BUILTIN_SHORT_PROMPT`] (when no `COMPACTION.md` was
+/// layered): 2,000.
+///
+/// Below it the short prompt (367 tokens), the envelope, the summary a request carries and the
+/// output floor take more than half the window, so each request of a fold would carry less than
+/// half the window of transcript and a fold would take more requests than issue 39's bound,
+/// `2 + ceil(conversation / (window / 2))`. With the tiny prompt and the output floor a tenth
+/// of the limit there ([`crate::output_floor`]), a later request at 1,000 tokens keeps more
+/// than half of it for the transcript.
+pub const TINY_PROMPT_BELOW: u64 = 2_000;
+
 /// The request limit, in panto's estimated tokens, below which a compaction uses
 /// [`BUILTIN_SHORT_PROMPT`] instead of [`BUILTIN_PROMPT`] (when no `COMPACTION.md` was layered):
 /// 8,192.
@@ -141,7 +158,9 @@ impl CompactionPrompt {
     /// [`BUILTIN_SHORT_PROMPT`] when [`CompactionPrompt::uses_short_form`], else
     /// [`CompactionPrompt::text`].
     pub fn text_for(&self, limit: Option<u64>) -> &str {
-        if self.uses_short_form(limit) {
+        if self.uses_short_form(limit) && limit.is_some_and(|l| l < TINY_PROMPT_BELOW) {
+            BUILTIN_TINY_PROMPT
+        } else if self.uses_short_form(limit) {
             BUILTIN_SHORT_PROMPT
         } else {
             &self.text

@@ -7,7 +7,7 @@ use panto_size::{BLOCK_OVERHEAD, Heuristic, MESSAGE_OVERHEAD};
 use panto_transcript::render_request_text;
 
 use crate::config::min_known;
-use crate::fold::{MIN_OUTPUT_TOKENS, MIN_ROOM};
+use crate::fold::{MIN_ROOM, output_floor};
 use crate::window::scale;
 
 /// The estimated tokens of a compaction request besides its user prompt's text: the system
@@ -46,8 +46,10 @@ pub(super) fn shrink(
 ) -> u64 {
     let sent = input + output;
     let halved = sent.saturating_sub(transcript / 2 + 1);
-    let guess = if proven > 0 && proven < input {
-        proven + u64::from(MIN_OUTPUT_TOKENS)
+    // A request of `proven` input was taken: the window holds at least that, whatever a
+    // smaller input refused with a larger output says (never a quarter of that input).
+    let guess = if proven > 0 {
+        proven + output_floor(limit)
     } else {
         input / 4
     };
@@ -77,8 +79,7 @@ pub(super) fn believed_limit(error: &ProviderError, input: u64, output: u64) -> 
 }
 
 /// The least limit a fold can plan in: the fixed part, the summary carried (or the reserve of
-/// a later request), the output floor and the least transcript ([`fold`]'s `NoRoom` rule).
-pub(super) fn least_limit(fixed: u64, previous: u64) -> u64 {
-    let floor = u64::from(MIN_OUTPUT_TOKENS);
+/// a later request), the output `floor` and the least transcript ([`fold`]'s `NoRoom` rule).
+pub(super) fn least_limit(fixed: u64, previous: u64, floor: u64) -> u64 {
     fixed + (previous + floor + MIN_ROOM).max(floor + floor / 4 + floor + MIN_ROOM)
 }

@@ -12,7 +12,7 @@ use super::{Compactor, Prepared};
 use crate::config::{CompactRun, CompactionStrategy, min_known};
 use crate::error::CompactError;
 use crate::events::CompactionEvent;
-use crate::fold::MIN_OUTPUT_TOKENS;
+use crate::fold::output_floor;
 use crate::report::{CompactOutcome, Compacted};
 use crate::window::{KnownWindows, Window, WindowSource};
 
@@ -197,11 +197,12 @@ impl<'a> Run<'a> {
         self.options.reserved_within(limit, &self.windows)
     }
 
-    /// The output limit of the fold's requests: the configured one, never below the floor,
-    /// and at most half of what the request after the compaction leaves for the summary (the
-    /// rest is for the ledger's rendering).
+    /// The output limit of the fold's requests: the configured one, never below the floor
+    /// ([`crate::MIN_OUTPUT_TOKENS`], or [`output_floor`] of a smaller limit), and at most half of
+    /// what the request after the compaction leaves for the summary (the rest is for the
+    /// ledger's rendering).
     pub(super) fn max_output(&self, summary_room: Option<u64>) -> u64 {
-        let floor = u64::from(MIN_OUTPUT_TOKENS);
+        let floor = output_floor(self.windows.limit());
         let configured = u64::from(self.compactor.config.max_output_tokens).max(floor);
         summary_room.map_or(configured, |room| configured.min((room / 2).max(floor)))
     }

@@ -13,7 +13,7 @@ use super::limits::believed_limit;
 use super::{MAX_SHRINKS, Prepared};
 use crate::attempt::AttemptFailure;
 use crate::config::{ModelRef, RequestBound};
-use crate::fold::{FoldBudget, FoldPlan, MIN_OUTPUT_TOKENS};
+use crate::fold::{FoldBudget, FoldPlan, MIN_OUTPUT_TOKENS, output_floor};
 use crate::ledger::{ledger_budget, previous_ledger, rendered_len};
 use crate::report::{ElidedItem, FoldStep};
 use crate::window::{KnownWindows, Stated};
@@ -89,8 +89,8 @@ pub(super) struct Limits {
 pub(super) struct Outputs {
     /// The most ([`Run::max_output`](super::run::Run::max_output)).
     pub(super) max: u64,
-    /// The least: [`MIN_OUTPUT_TOKENS`], doubled (up to the configured output limit) each time a
-    /// model's summary stopped at the output limit.
+    /// The least: 0 for the floor of the limit ([`output_floor`]), doubled (up to the configured
+    /// output limit) from a request's output each time a model's summary stopped at it.
     pub(super) min: u64,
 }
 
@@ -140,7 +140,7 @@ impl FoldState {
             },
             output: Outputs {
                 max: u64::from(max_output_tokens.max(MIN_OUTPUT_TOKENS)),
-                min: u64::from(MIN_OUTPUT_TOKENS),
+                min: 0,
             },
             asked: Asked::default(),
             later_steps: 0,
@@ -167,13 +167,14 @@ impl FoldState {
     /// The output limit of a request of `input_tokens` in `plan` (the `last` of the fold, or
     /// not). The plan leaves every request at least the floor (`FoldPlan`'s invariants).
     pub(super) fn output_for(&self, plan: &FoldPlan, last: bool, input_tokens: u64) -> u32 {
-        let most = self.output.max.max(self.output.min);
+        let least = self.output.min.max(output_floor(self.limits.limit));
+        let most = self.output.max.max(least);
         let output = match self.limits.limit {
             None => most,
             Some(l) if last => most.min(l.saturating_sub(input_tokens)),
             Some(l) => plan.output.min(l.saturating_sub(input_tokens)),
         }
-        .max(self.output.min);
+        .max(least);
         u32::try_from(output).unwrap_or(u32::MAX)
     }
 }
@@ -201,7 +202,7 @@ impl Limits {
         if let (Some(upper), Some(limit)) = (self.upper, self.limit)
             && self.shrinks <= MAX_SHRINKS
         {
-            let floor = u64::from(MIN_OUTPUT_TOKENS);
+            let floor = output_floor(Some(limit));
             let between = (self.proven as f64 * upper as f64).sqrt() as u64;
             // The most input the limit allows, and half again.
             let most = limit.saturating_sub(floor);

@@ -23,7 +23,7 @@ use super::{MAX_LONGER, MAX_SHRINKS};
 use crate::check::Replaced;
 use crate::error::CompactError;
 use crate::events::CompactionEvent;
-use crate::fold::{Chunk, FoldPlan};
+use crate::fold::{Chunk, FoldPlan, output_floor};
 use crate::source::RequestSource;
 
 /// One pass of a fold over `material`, from part `done` on.
@@ -455,7 +455,12 @@ impl<'m> Walk<'m> {
             self.sizes = Overheads::of(&self.system);
         }
         // Never below the least limit a fold can work in (a guess may undershoot).
-        let least = least_limit(self.sizes.fixed + self.material.parts.allowance(), carried);
+        let floor = output_floor(Some(smaller));
+        let least = least_limit(
+            self.sizes.fixed + self.material.parts.allowance(),
+            carried,
+            floor,
+        );
         if smaller < least && least < input_tokens {
             smaller = least;
         }

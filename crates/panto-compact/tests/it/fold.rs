@@ -6,7 +6,8 @@ use std::sync::{Arc, Mutex};
 
 use panto_compact::{
     CompactError, Compactor, CompactorConfig, Driver, FoldBudget, FoldError, MAX_SHRINKS,
-    MIN_OUTPUT_TOKENS, MIN_ROOM, MemoryLog, MemoryStore, ModelRef, Reply, fold,
+    MIN_OUTPUT_TOKENS, MIN_ROOM, MIN_SMALL_OUTPUT_TOKENS, MemoryLog, MemoryStore, ModelRef, Reply,
+    fold, output_floor,
 };
 use panto_model::{ContentBlock, Entry, Message, Role, SequentialIds};
 use panto_provider::{EventSink, Provider, ProviderError, Request, TokenNumbers, async_trait};
@@ -16,10 +17,11 @@ use proptest::prelude::*;
 use crate::{block_on, estimate_request, short_prompt};
 
 /// The output floor, in the plan's unit.
-const FLOOR: u64 = MIN_OUTPUT_TOKENS as u64;
 
 /// Checks every invariant of a fold plan against its budget.
 fn check_plan(turns: &[u64], budget: &FoldBudget) -> Result<(), TestCaseError> {
+    // The floor of the budget's limit: MIN_OUTPUT_TOKENS, a tenth of a limit under 2,000.
+    let floor = output_floor(budget.limit);
     let plan = match fold(turns, budget) {
         Ok(plan) => plan,
         Err(FoldError::NoRoom { .. }) => {
@@ -27,9 +29,9 @@ fn check_plan(turns: &[u64], budget: &FoldBudget) -> Result<(), TestCaseError> {
             // summary it carries and the output floor: the first with the previous summary, or
             // a later one with the running summary's reserve (one and a half floors).
             let limit = budget.limit.unwrap();
-            let summary = budget.previous.max(FLOOR + FLOOR / 2);
+            let summary = budget.previous.max(floor + floor / 2);
             prop_assert!(
-                limit < budget.fixed + summary + FLOOR + MIN_ROOM,
+                limit < budget.fixed + summary + floor + MIN_ROOM,
                 "{budget:?}"
             );
             return Ok(());
@@ -47,7 +49,7 @@ fn check_plan(turns: &[u64], budget: &FoldBudget) -> Result<(), TestCaseError> {
     prop_assert_eq!(next, turns.len());
     prop_assert!(plan.requests() <= plan.bound());
     // No request allows less than the floor, whatever the window and the configuration.
-    prop_assert!(plan.output >= FLOOR, "{plan:?}");
+    prop_assert!(plan.output >= floor, "{plan:?}");
     match budget.limit {
         None => prop_assert!(plan.requests() <= 1),
         Some(limit) => {
@@ -258,7 +260,11 @@ proptest! {
         }
         // Every compaction request allows at least the output floor.
         for s in seen.iter().filter(|s| s.0) {
-            prop_assert!(s.3 >= MIN_OUTPUT_TOKENS, "{seen:?}");
+            // MIN_OUTPUT_TOKENS, or a tenth (at least 64) of a limit the fold believes under
+            // 2,000 tokens; a window of 10,000 is never believed that small (a refusal's guess
+            // is at least a quarter of a request over it, in estimates at most 1.1 times).
+            let floor = if window >= 10_000 { MIN_OUTPUT_TOKENS } else { MIN_SMALL_OUTPUT_TOKENS as u32 };
+            prop_assert!(s.3 >= floor, "{seen:?}");
         }
         // At most one retry of the conversation, and a bounded number of rejected requests.
         let conversation: Vec<_> = seen.iter().filter(|s| !s.0).collect();

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use panto_compact::model::{Entry, Message, SequentialIds};
 use panto_compact::testing::{sized_conversation, transcript_tokens};
 use panto_compact::{
-    CompactError, Compactor, Driver, Heuristic, MIN_OUTPUT_TOKENS, MemoryLog, ModelRef, Provider,
+    CompactError, Compactor, Driver, Heuristic, MemoryLog, ModelRef, Provider, output_floor,
 };
 use panto_providers::OpenAiChatProvider;
 use serde_json::{Value, json};
@@ -169,7 +169,7 @@ fn derived_bound(window: u64, wording: Wording, seen: &[Seen]) -> usize {
         .map(|s| s.input.saturating_sub(s.transcript))
         .max()
         .unwrap_or(0)
-        + u64::from(MIN_OUTPUT_TOKENS);
+        + output_floor(Some(learned));
     let room = (learned / 2).min(learned.saturating_sub(fixed)).max(1);
     2 + seen[0].input.div_ceil(room) as usize + 3 * refused
 }
