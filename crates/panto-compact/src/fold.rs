@@ -35,6 +35,10 @@ pub const MIN_SMALL_OUTPUT_TOKENS: u64 = 64;
 /// point 3); a tenth of 1,000 tokens (100) still holds the tiny prompt's summary of about 60
 /// words ([`crate::BUILTIN_TINY_PROMPT`]), and leaves a later request half the window for the
 /// transcript beside the prompt and the envelope. Nothing changes at 2,000 tokens and above.
+/// A compaction asks it of the limit that decides the form of its requests
+/// ([`crate::TINY_PROMPT_BELOW`]): a window stated at 2,000 tokens or more keeps the floor of
+/// 256 even where panto's estimate of it is lower (its budgets raise the floor with
+/// [`FoldBudget::with_min_output`]).
 pub fn output_floor(limit: Option<u64>) -> u64 {
     match limit {
         Some(l) if l < crate::TINY_PROMPT_BELOW => (l / 10).max(MIN_SMALL_OUTPUT_TOKENS),
@@ -198,8 +202,7 @@ impl FoldPlan {
 #[non_exhaustive]
 pub enum FoldError {
     /// The fixed part of a request (system prompt, envelope) and the summary it must carry
-    /// leave less than [`MIN_ROOM`] tokens of transcript beside [`MIN_OUTPUT_TOKENS`] of
-    /// output.
+    /// leave less than [`MIN_ROOM`] tokens of transcript beside the output floor.
     NoRoom {
         /// The limit.
         limit: u64,
@@ -207,6 +210,9 @@ pub enum FoldError {
         fixed: u64,
         /// The summary the request would carry (the previous one, or the running one).
         summary: u64,
+        /// The output floor of the budget ([`FoldBudget::min_output`], at least
+        /// [`output_floor`] of the limit).
+        floor: u64,
     },
 }
 
@@ -217,10 +223,10 @@ impl fmt::Display for FoldError {
                 limit,
                 fixed,
                 summary,
+                floor,
             } => write!(
                 f,
-                "a compaction request does not fit a context of about {limit} tokens: the compaction prompt takes about {fixed} tokens and the summary it carries about {summary}, which leaves less than {MIN_ROOM} tokens for the conversation beside the {} tokens the new summary needs at least",
-                output_floor(Some(*limit))
+                "a compaction request does not fit a context of about {limit} tokens: the compaction prompt takes about {fixed} tokens and the summary it carries about {summary}, which leaves less than {MIN_ROOM} tokens for the conversation beside the {floor} tokens the new summary needs at least"
             ),
         }
     }
@@ -231,8 +237,8 @@ impl std::error::Error for FoldError {}
 /// Folds a prefix whose turns have the estimated transcript sizes `turn_tokens` into requests
 /// that fit `budget`.
 ///
-/// - The floor is [`FoldBudget::min_output`], at least [`output_floor`] of the limit; `max_output` below
-///   it counts as the floor: no request allows less.
+/// - The floor is [`FoldBudget::min_output`], at least [`output_floor`] of the limit;
+///   `max_output` below it counts as the floor: no request allows less.
 /// - No known limit: one request with every turn, output `max_output`.
 /// - Otherwise the room of a request is `limit - fixed - previous`, and the output of every
 ///   request but the last is `min(max_output, room / 8)`, at least the floor. When
@@ -250,7 +256,7 @@ impl std::error::Error for FoldError {}
 ///
 /// # Errors
 /// [`FoldError::NoRoom`] when a request cannot hold [`MIN_ROOM`] tokens of transcript and
-/// [`MIN_OUTPUT_TOKENS`] of output besides its fixed part and the summary it carries.
+/// the output floor besides its fixed part and the summary it carries.
 pub fn fold(turn_tokens: &[u64], budget: &FoldBudget) -> Result<FoldPlan, FoldError> {
     let total = turn_tokens.iter().fold(0u64, |a, &t| a.saturating_add(t));
     let all = |capacity, output| FoldPlan {
@@ -277,6 +283,7 @@ pub fn fold(turn_tokens: &[u64], budget: &FoldBudget) -> Result<FoldPlan, FoldEr
         limit,
         fixed: budget.fixed,
         summary,
+        floor,
     };
     let room = limit
         .saturating_sub(budget.fixed)

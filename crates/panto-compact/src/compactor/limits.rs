@@ -7,7 +7,7 @@ use panto_size::{BLOCK_OVERHEAD, Heuristic, MESSAGE_OVERHEAD};
 use panto_transcript::render_request_text;
 
 use crate::config::min_known;
-use crate::fold::{MIN_ROOM, output_floor};
+use crate::fold::MIN_ROOM;
 use crate::window::scale;
 
 /// The estimated tokens of a compaction request besides its user prompt's text: the system
@@ -33,11 +33,12 @@ pub(super) fn previous_tokens(summary: &str) -> u64 {
 /// a transcript of `transcript` tokens) overflowed with `error`: from the provider's numbers
 /// when they explain the rejection. Else the window lies somewhere below the rejected input:
 /// when a request of `proven` input tokens was accepted before, the limit goes back to what
-/// is known to fit (later requests may try higher again, see `fold_material`); else to a
+/// is known to fit with the output `floor` of the fold (later requests may try higher again,
+/// see `fold_material`); else to a
 /// quarter of the rejected input, so that the rejections a fold allows reach a window a
 /// sixteenth of the first request. Always below what failed.
 pub(super) fn shrink(
-    limit: Option<u64>,
+    (limit, floor): (Option<u64>, u64),
     error: &ProviderError,
     input: u64,
     output: u64,
@@ -49,7 +50,7 @@ pub(super) fn shrink(
     // A request of `proven` input was taken: the window holds at least that, whatever a
     // smaller input refused with a larger output says (never a quarter of that input).
     let guess = if proven > 0 {
-        proven + output_floor(limit)
+        proven + floor
     } else {
         input / 4
     };

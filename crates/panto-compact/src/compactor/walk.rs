@@ -440,7 +440,7 @@ impl<'m> Walk<'m> {
         let output = u64::from(request.output);
         let (limit, proven) = (limits.limit, limits.proven);
         let mut smaller = shrink(
-            limit,
+            (limit, limits.floor()),
             error,
             input_tokens,
             output,
@@ -449,13 +449,14 @@ impl<'m> Walk<'m> {
         );
         let instructions = fold.state.instructions.as_deref();
         let prompt = &fold.run.compactor.prompt;
-        let shorter = prompt.system_prompt_for(instructions, Some(smaller));
+        let form = fold.state.limits.form(Some(smaller));
+        let shorter = prompt.system_prompt_for(instructions, form);
         if shorter.len() < self.system.len() {
             self.system = shorter;
             self.sizes = Overheads::of(&self.system);
         }
         // Never below the least limit a fold can work in (a guess may undershoot).
-        let floor = output_floor(Some(smaller));
+        let floor = output_floor(form);
         let least = least_limit(
             self.sizes.fixed + self.material.parts.allowance(),
             carried,
