@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex};
 
 use panto_compact::testing::{sized_conversation, transcript_tokens};
 use panto_compact::{
-    CompactError, CompactionEvent, Compactor, Driver, MemoryLog, MemoryStore, ModelRef,
-    RECORD_ONLY_MODEL, Reply, output_floor,
+    CompactError, CompactionEvent, Compactor, Driver, MIN_OUTPUT_TOKENS, MemoryLog, MemoryStore,
+    ModelRef, RECORD_ONLY_MODEL, Reply, TINY_PROMPT_BELOW, output_floor,
 };
 use panto_model::{Entry, Message, SequentialIds};
 use panto_provider::{EventSink, Provider, ProviderError, Request, TokenNumbers, async_trait};
@@ -232,13 +232,31 @@ fn derived_bound(server: &Server, seen: &[Seen]) -> (usize, u64, u64) {
         .map(|s| s.input - s.transcript)
         .max()
         .unwrap_or(0)
-        + output_floor(Some(learned));
+        + floor_of(server, learned);
     let room = (learned / 2).min(learned.saturating_sub(fixed)).max(1);
     (
         2 + seen[0].input.div_ceil(room) as usize + 3 * refused,
         fixed,
         room,
     )
+}
+
+/// The output floor of the fold's requests within `limit`: a tenth of it (at least 64) where
+/// the window is tiny, stated (truly or not) under 2,000 tokens; 256 elsewhere, a window that
+/// states no limit included (panto never takes it for tiny, `TINY_PROMPT_BELOW`).
+fn floor_of(server: &Server, limit: u64) -> u64 {
+    let window = server.window;
+    let stated = match server.stating {
+        Stating::Stated => Some(window),
+        Stating::Unstated => None,
+        Stating::TooHigh => Some(window + window / 2),
+        Stating::TooLow => Some(window - window / 4),
+    };
+    if stated.is_some_and(|w| w < TINY_PROMPT_BELOW) {
+        output_floor(Some(limit))
+    } else {
+        u64::from(MIN_OUTPUT_TOKENS)
+    }
 }
 
 /// The checks of one case: the outcome, the bound, and that the entry keeps the models' work.
@@ -627,6 +645,41 @@ fn an_unstated_small_window_keeps_the_model_s_last_summary_in_panto_s_record() {
     .unwrap();
 }
 
+/// What one case of a probe came to: the requests, the issue's bound, whether the send failed
+/// and whether the sweep's checks failed (with why).
+struct Probed {
+    requests: usize,
+    issue: usize,
+    failed: bool,
+    answered: bool,
+    broken: Option<String>,
+}
+
+/// One case of a probe, as [`case_with_reply`] runs it, counted rather than asserted.
+fn probe(
+    (window, stating, counts_output): (u64, Stating, bool),
+    (share, tools, times, answers): (Option<u64>, bool, f64, usize),
+) -> Probed {
+    let history = sized_conversation(AGENT, (window as f64 * times) as u64, window, tools);
+    let mut server = Server::new(window, stating, counts_output);
+    server.answers = answers;
+    server.reply_share = share;
+    let server = Arc::new(server);
+    let (driver, result, _) = send(history, server.clone());
+    let seen = server.seen();
+    Probed {
+        requests: seen.len(),
+        issue: issue_bound(seen[0].input, window, Stating::Stated),
+        failed: result.is_err(),
+        answered: seen.iter().any(|s| s.answer.is_some()),
+        broken: check(&server, &driver, &result)
+            .err()
+            .map(|e| e.to_string()),
+    }
+}
+
+/// The issue's bound over a grid of stated windows from 1,000 to 2,369 tokens (steps of 37),
+/// both servers, the four reply budgets, talk and tools, 1.3, 2 and 3 times the window.
 #[test]
 #[ignore = "probe"]
 fn probe_issue_bound_grid() {
@@ -636,35 +689,19 @@ fn probe_issue_bound_grid() {
             for share in [None, Some(8u64), Some(4), Some(2)] {
                 for tools in [false, true] {
                     for times in [1.3f64, 2.0, 3.0] {
-                        let history = sized_conversation(
-                            AGENT,
-                            (window as f64 * times) as u64,
-                            window,
-                            tools,
+                        let p = probe(
+                            (window, Stating::Stated, counts_output),
+                            (share, tools, times, usize::MAX),
                         );
-                        let mut server = Server::new(window, Stating::Stated, counts_output);
-                        server.reply_share = share;
-                        let server = Arc::new(server);
-                        let (_driver, result, _) = send(history, server.clone());
-                        let seen = server.seen();
                         cases += 1;
-                        if !seen.iter().any(|s| s.answer.is_some()) {
-                            unasked += 1;
-                        }
-                        if result.is_err() {
-                            failed += 1;
-                            eprintln!(
-                                "FAILED w={window} co={counts_output} share={share:?} tools={tools} x{times}: {:?}",
-                                result.err()
-                            );
-                        }
-                        let issue = issue_bound(seen[0].input, window, Stating::Stated);
-                        if seen.len() > issue {
+                        unasked += usize::from(!p.answered);
+                        failed += usize::from(p.failed);
+                        if p.requests > p.issue {
                             over += 1;
-                            worst = worst.max(seen.len() as f64 / issue as f64);
+                            worst = worst.max(p.requests as f64 / p.issue as f64);
                             eprintln!(
-                                "OVER w={window} co={counts_output} share={share:?} tools={tools} x{times}: {} > {issue}",
-                                seen.len()
+                                "OVER w={window} co={counts_output} share={share:?} tools={tools} x{times}: {} > {}",
+                                p.requests, p.issue
                             );
                         }
                     }
@@ -674,5 +711,54 @@ fn probe_issue_bound_grid() {
     }
     eprintln!(
         "PROBE cases={cases} over={over} failed={failed} worst={worst:.2} no_model_answer={unasked}"
+    );
+}
+
+/// The sweep's own cases, drawn by a fixed seed (`PROPTEST_CASES` of them, 2,000 unless set),
+/// counted rather than asserted: how many stated windows whose model answers exceed the
+/// issue's bound, and how many cases of any kind fail the sweep's checks.
+#[test]
+#[ignore = "probe"]
+fn probe_the_sweep_against_the_issue_bound() {
+    use proptest::strategy::ValueTree;
+    use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+    let cases: u32 = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(2_000);
+    let rng = TestRng::deterministic_rng(RngAlgorithm::ChaCha);
+    let mut runner = TestRunner::new_with_rng(Config::with_cases(cases), rng);
+    let strategy = (
+        (1_000u64..=8_000, stating(), any::<bool>()),
+        (
+            prop_oneof![Just(None), Just(Some(8u64)), Just(Some(4)), Just(Some(2))],
+            any::<bool>(),
+            1.3f64..4.0,
+            prop_oneof![3 => Just(usize::MAX), 1 => 0usize..4],
+        ),
+    );
+    let (mut stated, mut over, mut over_small, mut broken, mut worst) = (0, 0, 0, 0, 0f64);
+    for _ in 0..cases {
+        let (window, reply) = strategy.new_tree(&mut runner).unwrap().current();
+        let p = probe(window, reply);
+        if let Some(why) = &p.broken {
+            broken += 1;
+            eprintln!(
+                "BROKEN {window:?} {reply:?}: {}",
+                why.lines().next().unwrap_or("")
+            );
+        }
+        if window.1 == Stating::Stated && reply.3 == usize::MAX {
+            stated += 1;
+            if p.requests > p.issue {
+                over += 1;
+                over_small += usize::from(window.0 < 2_000);
+                worst = worst.max(p.requests as f64 / p.issue as f64);
+                eprintln!("OVER {window:?} {reply:?}: {} > {}", p.requests, p.issue);
+            }
+        }
+    }
+    eprintln!(
+        "SWEEP cases={cases} stated_answering={stated} over={over} (under 2,000: {over_small}) worst={worst:.2} broken={broken}"
     );
 }
