@@ -376,6 +376,26 @@ fn case(
     )
 }
 
+/// Runs one case: a session of `times` the window (talk, or tool results), sent one prompt
+/// through a server of the window, its statement and count, answering at most `answers`
+/// compaction requests, with the reply budget a `share` of the window (when given).
+fn run(
+    (window, stating, counts_output): (u64, Stating, bool),
+    (share, tools, times, answers): (Option<u64>, bool, f64, usize),
+) -> (
+    Arc<Server>,
+    Driver<MemoryStore>,
+    Result<Reply, CompactError>,
+) {
+    let history = sized_conversation(AGENT, (window as f64 * times) as u64, window, tools);
+    let mut server = Server::new(window, stating, counts_output);
+    server.answers = answers;
+    server.reply_share = share;
+    let server = Arc::new(server);
+    let (driver, result, _) = send(history, server.clone());
+    (server, driver, result)
+}
+
 /// [`case`], with the reply budget a `share` of the window.
 fn case_with_reply(
     (window, stating, counts_output): (u64, Stating, bool),
@@ -384,12 +404,10 @@ fn case_with_reply(
     answers: usize,
     share: Option<u64>,
 ) -> Result<(usize, u64), TestCaseError> {
-    let history = sized_conversation(AGENT, (window as f64 * times) as u64, window, tools);
-    let mut server = Server::new(window, stating, counts_output);
-    server.answers = answers;
-    server.reply_share = share;
-    let server = Arc::new(server);
-    let (driver, result, _) = send(history, server.clone());
+    let (server, driver, result) = run(
+        (window, stating, counts_output),
+        (share, tools, times, answers),
+    );
     check(&server, &driver, &result)?;
     let seen = server.seen();
     Ok((seen.len(), seen[0].input))
@@ -658,14 +676,9 @@ struct Probed {
 /// One case of a probe, as [`case_with_reply`] runs it, counted rather than asserted.
 fn probe(
     (window, stating, counts_output): (u64, Stating, bool),
-    (share, tools, times, answers): (Option<u64>, bool, f64, usize),
+    reply: (Option<u64>, bool, f64, usize),
 ) -> Probed {
-    let history = sized_conversation(AGENT, (window as f64 * times) as u64, window, tools);
-    let mut server = Server::new(window, stating, counts_output);
-    server.answers = answers;
-    server.reply_share = share;
-    let server = Arc::new(server);
-    let (driver, result, _) = send(history, server.clone());
+    let (server, driver, result) = run((window, stating, counts_output), reply);
     let seen = server.seen();
     Probed {
         requests: seen.len(),
