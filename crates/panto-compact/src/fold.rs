@@ -25,6 +25,27 @@ pub const MIN_ROOM: u64 = 64;
 /// with more output, [`crate::MAX_LONGER`]).
 pub const MIN_OUTPUT_TOKENS: u32 = 256;
 
+/// The least output floor a small limit brings [`output_floor`] to: 64 tokens.
+pub const MIN_SMALL_OUTPUT_TOKENS: u64 = 64;
+
+/// The least output a compaction request allows within a limit of `limit` tokens:
+/// [`MIN_OUTPUT_TOKENS`]; under [`crate::TINY_PROMPT_BELOW`] (2,000 tokens) a tenth of the
+/// limit, never below [`MIN_SMALL_OUTPUT_TOKENS`]. There a floor of 256 with the summary a
+/// later request carries (an output and a quarter) took more than half the window (issue 39
+/// point 3); a tenth of 1,000 tokens (100) still holds the tiny prompt's summary of about 60
+/// words ([`crate::BUILTIN_TINY_PROMPT`]), and leaves a later request half the window for the
+/// transcript beside the prompt and the envelope. Nothing changes at 2,000 tokens and above.
+/// A compaction asks it of the limit that decides the form of its requests
+/// ([`crate::TINY_PROMPT_BELOW`]): a window stated at 2,000 tokens or more keeps the floor of
+/// 256 even where panto's estimate of it is lower (its budgets raise the floor with
+/// [`FoldBudget::with_min_output`]).
+pub fn output_floor(limit: Option<u64>) -> u64 {
+    match limit {
+        Some(l) if l < crate::TINY_PROMPT_BELOW => (l / 10).max(MIN_SMALL_OUTPUT_TOKENS),
+        _ => u64::from(MIN_OUTPUT_TOKENS),
+    }
+}
+
 /// What the requests of a fold must fit, in panto's estimated tokens.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -40,8 +61,8 @@ pub struct FoldBudget {
     /// The configured output limit of a compaction request (raised to [`FoldBudget::min_output`]
     /// when below it).
     pub max_output: u64,
-    /// The least output a request allows: [`MIN_OUTPUT_TOKENS`] (a smaller value counts as it),
-    /// raised by a fold whose model ran out of output ([`FoldBudget::with_min_output`]).
+    /// The least output a request allows: [`output_floor`] of the limit (a smaller value counts
+    /// as it), raised by a fold whose model ran out of output ([`FoldBudget::with_min_output`]).
     pub min_output: u64,
 }
 
@@ -54,22 +75,22 @@ impl FoldBudget {
             fixed,
             previous,
             max_output,
-            min_output: u64::from(MIN_OUTPUT_TOKENS),
+            min_output: output_floor(limit),
         }
     }
 
     /// The same budget with every request allowing at least `tokens` of output (never less than
-    /// [`MIN_OUTPUT_TOKENS`]): the chunks shrink to make the room.
+    /// [`output_floor`] of the limit): the chunks shrink to make the room.
     #[must_use]
     pub fn with_min_output(mut self, tokens: u64) -> FoldBudget {
-        self.min_output = tokens.max(u64::from(MIN_OUTPUT_TOKENS));
+        self.min_output = tokens.max(output_floor(self.limit));
         self
     }
 
-    /// The output floor of this budget: [`FoldBudget::min_output`], at least
-    /// [`MIN_OUTPUT_TOKENS`].
+    /// The output floor of this budget: [`FoldBudget::min_output`], at least [`output_floor`]
+    /// of the limit.
     fn floor(&self) -> u64 {
-        self.min_output.max(u64::from(MIN_OUTPUT_TOKENS))
+        self.min_output.max(output_floor(self.limit))
     }
 
     /// The transcript tokens a request of the fold after the first may carry, beside the
@@ -129,7 +150,7 @@ impl Chunk {
 ///
 /// Invariants (property-tested):
 /// - the chunks are non-empty, consecutive, and cover every turn exactly once, in order;
-/// - every request allows at least [`MIN_OUTPUT_TOKENS`] of output: `output >= MIN_OUTPUT_TOKENS`;
+/// - every request allows at least [`output_floor`] of the limit: `output >= output_floor(limit)`;
 /// - every request fits: `fixed + previous_k + min(tokens, capacity) + output <= limit`, where
 ///   `previous_k` is the budget's `previous` for the first chunk and [`FoldPlan::reserve`] for
 ///   the others (the running summary is at most the output of the request before);
@@ -181,8 +202,7 @@ impl FoldPlan {
 #[non_exhaustive]
 pub enum FoldError {
     /// The fixed part of a request (system prompt, envelope) and the summary it must carry
-    /// leave less than [`MIN_ROOM`] tokens of transcript beside [`MIN_OUTPUT_TOKENS`] of
-    /// output.
+    /// leave less than [`MIN_ROOM`] tokens of transcript beside the output floor.
     NoRoom {
         /// The limit.
         limit: u64,
@@ -190,6 +210,9 @@ pub enum FoldError {
         fixed: u64,
         /// The summary the request would carry (the previous one, or the running one).
         summary: u64,
+        /// The output floor of the budget ([`FoldBudget::min_output`], at least
+        /// [`output_floor`] of the limit).
+        floor: u64,
     },
 }
 
@@ -200,9 +223,10 @@ impl fmt::Display for FoldError {
                 limit,
                 fixed,
                 summary,
+                floor,
             } => write!(
                 f,
-                "a compaction request does not fit a context of about {limit} tokens: the compaction prompt takes about {fixed} tokens and the summary it carries about {summary}, which leaves less than {MIN_ROOM} tokens for the conversation beside the {MIN_OUTPUT_TOKENS} tokens the new summary needs at least"
+                "a compaction request does not fit a context of about {limit} tokens: the compaction prompt takes about {fixed} tokens and the summary it carries about {summary}, which leaves less than {MIN_ROOM} tokens for the conversation beside the {floor} tokens the new summary needs at least"
             ),
         }
     }
@@ -213,8 +237,8 @@ impl std::error::Error for FoldError {}
 /// Folds a prefix whose turns have the estimated transcript sizes `turn_tokens` into requests
 /// that fit `budget`.
 ///
-/// - The floor is [`FoldBudget::min_output`], at least [`MIN_OUTPUT_TOKENS`]; `max_output` below
-///   it counts as the floor: no request allows less.
+/// - The floor is [`FoldBudget::min_output`], at least [`output_floor`] of the limit;
+///   `max_output` below it counts as the floor: no request allows less.
 /// - No known limit: one request with every turn, output `max_output`.
 /// - Otherwise the room of a request is `limit - fixed - previous`, and the output of every
 ///   request but the last is `min(max_output, room / 8)`, at least the floor. When
@@ -232,7 +256,7 @@ impl std::error::Error for FoldError {}
 ///
 /// # Errors
 /// [`FoldError::NoRoom`] when a request cannot hold [`MIN_ROOM`] tokens of transcript and
-/// [`MIN_OUTPUT_TOKENS`] of output besides its fixed part and the summary it carries.
+/// the output floor besides its fixed part and the summary it carries.
 pub fn fold(turn_tokens: &[u64], budget: &FoldBudget) -> Result<FoldPlan, FoldError> {
     let total = turn_tokens.iter().fold(0u64, |a, &t| a.saturating_add(t));
     let all = |capacity, output| FoldPlan {
@@ -259,6 +283,7 @@ pub fn fold(turn_tokens: &[u64], budget: &FoldBudget) -> Result<FoldPlan, FoldEr
         limit,
         fixed: budget.fixed,
         summary,
+        floor,
     };
     let room = limit
         .saturating_sub(budget.fixed)

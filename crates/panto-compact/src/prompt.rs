@@ -16,6 +16,47 @@ pub const BUILTIN_PROMPT: &str = include_str!("../prompts/COMPACTION.md");
 /// takes about 2,000. Used for small windows ([`SHORT_PROMPT_BELOW`]).
 pub const BUILTIN_SHORT_PROMPT: &str = include_str!("../prompts/COMPACTION-SHORT.md");
 
+/// The tiniest form of the built-in prompt (`prompts/COMPACTION-TINY.md`): the task and the
+/// ledger note in two short paragraphs, about 130 tokens by panto's estimate. Used for windows
+/// under 2,000 tokens ([`TINY_PROMPT_BELOW`]).
+pub const BUILTIN_TINY_PROMPT: &str = include_str!("../prompts/COMPACTION-TINY.md");
+
+/// The request limit, in panto's estimated tokens, below which a compaction uses
+/// [`BUILTIN_TINY_PROMPT`] instead of [`BUILTIN_SHORT_PROMPT`] (when no `COMPACTION.md` was
+/// layered): 2,000.
+///
+/// Below it the short prompt (367 tokens), the envelope, the summary a request carries and the
+/// output floor take more than half the window, so each request of a fold would carry less than
+/// half the window of transcript and a fold would take more requests than issue 39's bound,
+/// `2 + ceil(conversation / (window / 2))`. With the tiny prompt and the output floor a tenth
+/// of the limit there ([`crate::output_floor`]), a later request at 1,000 tokens keeps more
+/// than half of it for the transcript.
+///
+/// The limit is panto's estimate, and a stated window scales into it by the provider's own
+/// count ([`crate::Stated::in_estimate`]): llama.cpp's 2,048 counted above panto's estimate
+/// becomes about 1,960. A window is judged as stated instead (an overflow's limit, the
+/// configured one, the server's), and one that states none is never tiny ([`form_limit`]): what
+/// is sent at a window of 2,000 tokens or more does not change.
+pub const TINY_PROMPT_BELOW: u64 = 2_000;
+
+/// The limit that decides the form of a compaction's requests (the built-in prompt,
+/// [`CompactionPrompt::text_for`], and the output floor, [`crate::output_floor`]): `limit`,
+/// panto's estimate of what the requests must fit, when the smallest window stated for the
+/// model, `stated` (in the provider's own tokens: an overflow's limit, the configured window,
+/// the server's; [`crate::KnownWindows::stated_window`]), is below [`TINY_PROMPT_BELOW`]; else
+/// `limit` raised to [`TINY_PROMPT_BELOW`]. A window is tiny only as stated: a stated 2,048
+/// that panto's estimate scales to 1,960 is not, and neither is a window that states no limit,
+/// whose bound below a refused request, or a guess after one, says nothing of how far below
+/// it the window lies (a window of 2,048 of the provider's tokens is guessed under 2,000 by a
+/// fold that halves its way down). Nothing at or above [`TINY_PROMPT_BELOW`] moves, so the
+/// short form's threshold ([`SHORT_PROMPT_BELOW`]) is decided as before.
+pub(crate) fn form_limit(limit: Option<u64>, stated: Option<u64>) -> Option<u64> {
+    match stated {
+        Some(w) if w < TINY_PROMPT_BELOW => limit,
+        _ => limit.map(|l| l.max(TINY_PROMPT_BELOW)),
+    }
+}
+
 /// The request limit, in panto's estimated tokens, below which a compaction uses
 /// [`BUILTIN_SHORT_PROMPT`] instead of [`BUILTIN_PROMPT`] (when no `COMPACTION.md` was layered):
 /// 8,192.
@@ -138,10 +179,14 @@ impl CompactionPrompt {
     }
 
     /// The prompt text for a run whose requests must fit `limit` tokens:
-    /// [`BUILTIN_SHORT_PROMPT`] when [`CompactionPrompt::uses_short_form`], else
-    /// [`CompactionPrompt::text`].
+    /// [`BUILTIN_TINY_PROMPT`] when [`CompactionPrompt::uses_short_form`] and `limit` is below
+    /// [`TINY_PROMPT_BELOW`], else [`BUILTIN_SHORT_PROMPT`] when it uses the short form, else
+    /// [`CompactionPrompt::text`]. (A compaction passes the limit that decides the form: a
+    /// stated window is judged as stated.)
     pub fn text_for(&self, limit: Option<u64>) -> &str {
-        if self.uses_short_form(limit) {
+        if self.uses_short_form(limit) && limit.is_some_and(|l| l < TINY_PROMPT_BELOW) {
+            BUILTIN_TINY_PROMPT
+        } else if self.uses_short_form(limit) {
             BUILTIN_SHORT_PROMPT
         } else {
             &self.text

@@ -698,3 +698,42 @@ fn with_the_short_prompt_a_later_fold_request_carries_about_half_a_small_window(
             .is_none()
     );
 }
+
+/// Issue 39 point 3: under `TINY_PROMPT_BELOW` the built-in prompt is the tiny form, and with
+/// the output floor a tenth of the limit a later fold request keeps at least half the window
+/// for the transcript, from 1,000 tokens up; from 2,000 tokens the short form and the floor of
+/// 256 are as before.
+#[test]
+fn under_2k_the_tiny_prompt_and_the_smaller_floor_leave_a_later_request_half_the_window() {
+    let builtin = CompactionPrompt::builtin();
+    assert_eq!(
+        builtin.text_for(Some(TINY_PROMPT_BELOW)),
+        BUILTIN_SHORT_PROMPT
+    );
+    assert_eq!(
+        builtin.text_for(Some(TINY_PROMPT_BELOW - 1)),
+        BUILTIN_TINY_PROMPT
+    );
+    // A prompt the user gave is never replaced.
+    let text = CompactionPrompt::from_text("mine").unwrap();
+    assert_eq!(text.system_prompt_for(None, Some(1_000)), "mine");
+    assert!(BUILTIN_TINY_PROMPT.contains("ledger"));
+    let tiny = Heuristic.text(BUILTIN_TINY_PROMPT);
+    assert!(tiny < 130, "{tiny}");
+    println!("tiny prompt {tiny} tokens");
+    assert_eq!(output_floor(Some(TINY_PROMPT_BELOW)), 256);
+    assert_eq!(output_floor(None), 256);
+    assert_eq!(output_floor(Some(1_000)), 100);
+    assert_eq!(output_floor(Some(600)), MIN_SMALL_OUTPUT_TOKENS);
+    let fixed = request_overhead(BUILTIN_TINY_PROMPT);
+    for window in (1_000u64..TINY_PROMPT_BELOW).step_by(50) {
+        let budget = FoldBudget::new(Some(window), fixed, 0, 8_192);
+        let capacity = budget.later_capacity().unwrap();
+        assert!(capacity >= window / 2, "{window}: {capacity}");
+        let plan = fold(&[window * 3], &budget).unwrap();
+        assert!(
+            plan.output >= output_floor(Some(window)),
+            "{window}: {plan:?}"
+        );
+    }
+}

@@ -201,7 +201,8 @@ impl Run<'_> {
     ) -> (Prepared, FoldState, Option<u64>) {
         let max_output_tokens = self.compactor.config.max_output_tokens;
         let state_of = |prepared: &Prepared| {
-            let mut state = FoldState::new(self.context, prepared, max_output_tokens);
+            let mut state =
+                FoldState::new(self.context, prepared, max_output_tokens, &self.windows);
             state.limits.proven = taught.proven;
             state.limits.limit = min_known(state.limits.limit, taught.limit);
             state

@@ -7,7 +7,7 @@ use panto_size::{BLOCK_OVERHEAD, Heuristic, MESSAGE_OVERHEAD};
 use panto_transcript::render_request_text;
 
 use crate::config::min_known;
-use crate::fold::{MIN_OUTPUT_TOKENS, MIN_ROOM};
+use crate::fold::MIN_ROOM;
 use crate::window::scale;
 
 /// The estimated tokens of a compaction request besides its user prompt's text: the system
@@ -33,11 +33,12 @@ pub(super) fn previous_tokens(summary: &str) -> u64 {
 /// a transcript of `transcript` tokens) overflowed with `error`: from the provider's numbers
 /// when they explain the rejection. Else the window lies somewhere below the rejected input:
 /// when a request of `proven` input tokens was accepted before, the limit goes back to what
-/// is known to fit (later requests may try higher again, see `fold_material`); else to a
+/// is known to fit with the output `floor` of the fold (later requests may try higher again,
+/// see `fold_material`); else to a
 /// quarter of the rejected input, so that the rejections a fold allows reach a window a
 /// sixteenth of the first request. Always below what failed.
 pub(super) fn shrink(
-    limit: Option<u64>,
+    (limit, floor): (Option<u64>, u64),
     error: &ProviderError,
     input: u64,
     output: u64,
@@ -46,8 +47,10 @@ pub(super) fn shrink(
 ) -> u64 {
     let sent = input + output;
     let halved = sent.saturating_sub(transcript / 2 + 1);
-    let guess = if proven > 0 && proven < input {
-        proven + u64::from(MIN_OUTPUT_TOKENS)
+    // A request of `proven` input was taken: the window holds at least that, whatever a
+    // smaller input refused with a larger output says (never a quarter of that input).
+    let guess = if proven > 0 {
+        proven + floor
     } else {
         input / 4
     };
@@ -77,8 +80,7 @@ pub(super) fn believed_limit(error: &ProviderError, input: u64, output: u64) -> 
 }
 
 /// The least limit a fold can plan in: the fixed part, the summary carried (or the reserve of
-/// a later request), the output floor and the least transcript ([`fold`]'s `NoRoom` rule).
-pub(super) fn least_limit(fixed: u64, previous: u64) -> u64 {
-    let floor = u64::from(MIN_OUTPUT_TOKENS);
+/// a later request), the output `floor` and the least transcript ([`fold`]'s `NoRoom` rule).
+pub(super) fn least_limit(fixed: u64, previous: u64, floor: u64) -> u64 {
     fixed + (previous + floor + MIN_ROOM).max(floor + floor / 4 + floor + MIN_ROOM)
 }

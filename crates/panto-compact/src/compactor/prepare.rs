@@ -12,6 +12,7 @@ use panto_transcript::{TurnTranscript, render_request_turns, strip_ledger, turn_
 use super::{Compactor, Prepared, kept_tokens};
 use crate::config::CompactRun;
 use crate::plan::{NothingToCompact, keep_budget, manual_keep_budget, plan_and_turns};
+use crate::prompt::form_limit;
 use crate::window::KnownWindows;
 
 impl Compactor {
@@ -91,8 +92,10 @@ impl Compactor {
                 budget: p.budget,
             });
         }
-        // The short built-in form when the window is small (and the user layered no prompt).
-        let system = self.prompt.system_prompt_for(options.instructions(), limit);
+        // The short built-in form when the window is small (and the user layered no prompt),
+        // the tiny one when it is tiny as stated, or as estimated when none is stated.
+        let form = form_limit(limit, windows.stated_window());
+        let system = self.prompt.system_prompt_for(options.instructions(), form);
         let prefix = &context.messages[p.prefix()];
         // The plan's first turns are the prefix's (see `plan_and_turns`).
         all_turns.truncate(p.summarized_turns);

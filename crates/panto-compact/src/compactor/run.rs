@@ -12,7 +12,8 @@ use super::{Compactor, Prepared};
 use crate::config::{CompactRun, CompactionStrategy, min_known};
 use crate::error::CompactError;
 use crate::events::CompactionEvent;
-use crate::fold::MIN_OUTPUT_TOKENS;
+use crate::fold::output_floor;
+use crate::prompt::form_limit;
 use crate::report::{CompactOutcome, Compacted};
 use crate::window::{KnownWindows, Window, WindowSource};
 
@@ -154,8 +155,14 @@ impl<'a> Run<'a> {
     pub(super) fn prepare_within(&self, target: u64) -> Option<Prepared> {
         let mut tighter = KnownWindows::new().with(Window::new(target, WindowSource::Configured));
         tighter.counts_output = self.windows.counts_output;
-        let prepare = self.compactor.prepare(self.context, self.options, &tighter);
-        prepare.ok()
+        let mut again = self
+            .compactor
+            .prepare(self.context, self.options, &tighter)
+            .ok()?;
+        // The form of the requests is the run's window's: the target is no window stated.
+        let form = form_limit(Some(target), self.windows.stated_window());
+        again.system = (self.compactor.prompt).system_prompt_for(self.options.instructions(), form);
+        Some(again)
     }
 
     /// The limit the request after the compaction must fit, in estimated tokens, when
@@ -197,11 +204,13 @@ impl<'a> Run<'a> {
         self.options.reserved_within(limit, &self.windows)
     }
 
-    /// The output limit of the fold's requests: the configured one, never below the floor,
-    /// and at most half of what the request after the compaction leaves for the summary (the
-    /// rest is for the ledger's rendering).
+    /// The output limit of the fold's requests: the configured one, never below the floor
+    /// ([`crate::MIN_OUTPUT_TOKENS`], or [`output_floor`] of a tiny window, [`form_limit`]), and
+    /// at most half of what the request after the compaction leaves for the summary (the rest
+    /// is for the ledger's rendering).
     pub(super) fn max_output(&self, summary_room: Option<u64>) -> u64 {
-        let floor = u64::from(MIN_OUTPUT_TOKENS);
+        let windows = &self.windows;
+        let floor = output_floor(form_limit(windows.limit(), windows.stated_window()));
         let configured = u64::from(self.compactor.config.max_output_tokens).max(floor);
         summary_room.map_or(configured, |room| configured.min((room / 2).max(floor)))
     }

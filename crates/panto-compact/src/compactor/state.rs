@@ -12,9 +12,10 @@ use panto_transcript::Ledger;
 use super::limits::believed_limit;
 use super::{MAX_SHRINKS, Prepared};
 use crate::attempt::AttemptFailure;
-use crate::config::{ModelRef, RequestBound};
-use crate::fold::{FoldBudget, FoldPlan, MIN_OUTPUT_TOKENS};
+use crate::config::{ModelRef, RequestBound, min_known};
+use crate::fold::{FoldBudget, FoldPlan, MIN_OUTPUT_TOKENS, output_floor};
 use crate::ledger::{ledger_budget, previous_ledger, rendered_len};
+use crate::prompt::form_limit;
 use crate::report::{ElidedItem, FoldStep};
 use crate::window::{KnownWindows, Stated};
 
@@ -78,6 +79,10 @@ pub(super) struct Limits {
     /// The latest limit the provider stated when it refused a request of the fold, with its
     /// counts.
     pub(super) stated: Option<Stated>,
+    /// The smallest window stated for the model when the fold started, in the provider's
+    /// tokens ([`KnownWindows::stated_window`]): with `stated`, what decides whether the
+    /// window is tiny ([`Limits::form`]).
+    pub(super) stated_window: Option<u64>,
     /// How often the limit was shrunk after a rejection.
     pub(super) shrinks: usize,
     /// What bounds an overflow's requests: a summary cut at its output limit is asked again
@@ -89,8 +94,9 @@ pub(super) struct Limits {
 pub(super) struct Outputs {
     /// The most ([`Run::max_output`](super::run::Run::max_output)).
     pub(super) max: u64,
-    /// The least: [`MIN_OUTPUT_TOKENS`], doubled (up to the configured output limit) each time a
-    /// model's summary stopped at the output limit.
+    /// The least: 0 for the floor of the window ([`Limits::floor`]), doubled (up to the
+    /// configured output limit) from a request's output each time a model's summary stopped
+    /// at it.
     pub(super) min: u64,
 }
 
@@ -111,11 +117,13 @@ pub(super) struct Asked {
 }
 
 impl FoldState {
-    /// The start of a fold of `prepared`: the previous summary and record, nothing sent.
+    /// The start of a fold of `prepared`, within the window the run knows (`windows`): the
+    /// previous summary and record, nothing sent.
     pub(super) fn new(
         context: &EffectiveContext,
         prepared: &Prepared,
         max_output_tokens: u32,
+        windows: &KnownWindows,
     ) -> FoldState {
         FoldState {
             so_far: SoFar {
@@ -135,12 +143,13 @@ impl FoldState {
                 upper: None,
                 proven: 0,
                 stated: None,
+                stated_window: windows.stated_window(),
                 shrinks: 0,
                 request_bound: None,
             },
             output: Outputs {
                 max: u64::from(max_output_tokens.max(MIN_OUTPUT_TOKENS)),
-                min: u64::from(MIN_OUTPUT_TOKENS),
+                min: 0,
             },
             asked: Asked::default(),
             later_steps: 0,
@@ -149,10 +158,11 @@ impl FoldState {
     }
 
     /// What the fold's requests must fit now: the limit, `fixed`, the summary the first request
-    /// carries (`previous` tokens), and the output limit and floor.
+    /// carries (`previous` tokens), and the output limit and floor (the window's, never the
+    /// tiny one of a limit estimated below a window stated larger: [`Limits::floor`]).
     pub(super) fn budget(&self, fixed: u64, previous: u64) -> FoldBudget {
         FoldBudget::new(self.limits.limit, fixed, previous, self.output.max)
-            .with_min_output(self.output.min)
+            .with_min_output(self.output.min.max(self.limits.floor()))
     }
 
     /// Whether a plan of `requests` more requests from here keeps the fold within the
@@ -167,18 +177,33 @@ impl FoldState {
     /// The output limit of a request of `input_tokens` in `plan` (the `last` of the fold, or
     /// not). The plan leaves every request at least the floor (`FoldPlan`'s invariants).
     pub(super) fn output_for(&self, plan: &FoldPlan, last: bool, input_tokens: u64) -> u32 {
-        let most = self.output.max.max(self.output.min);
+        let least = self.output.min.max(self.limits.floor());
+        let most = self.output.max.max(least);
         let output = match self.limits.limit {
             None => most,
             Some(l) if last => most.min(l.saturating_sub(input_tokens)),
             Some(l) => plan.output.min(l.saturating_sub(input_tokens)),
         }
-        .max(self.output.min);
+        .max(least);
         u32::try_from(output).unwrap_or(u32::MAX)
     }
 }
 
 impl Limits {
+    /// The limit that decides the form of the fold's requests within `limit`
+    /// ([`form_limit`]): a window stated (when the fold started, or by a refusal of the fold,
+    /// the smaller) is tiny only as stated.
+    pub(super) fn form(&self, limit: Option<u64>) -> Option<u64> {
+        let stated = self.stated.map(|s| s.tokens);
+        form_limit(limit, min_known(self.stated_window, stated))
+    }
+
+    /// The output floor of the fold's requests now: [`output_floor`] of the limit's form
+    /// ([`Limits::form`]).
+    pub(super) fn floor(&self) -> u64 {
+        output_floor(self.form(self.limit))
+    }
+
     /// Whether a request of `input_tokens` rejected after the fold's last shrink may still
     /// fall back to what is known to fit: when it tried higher than a request the provider
     /// took, after a rejection that stated no limit. The fold then goes on at that size and
@@ -201,7 +226,7 @@ impl Limits {
         if let (Some(upper), Some(limit)) = (self.upper, self.limit)
             && self.shrinks <= MAX_SHRINKS
         {
-            let floor = u64::from(MIN_OUTPUT_TOKENS);
+            let floor = output_floor(self.form(Some(limit)));
             let between = (self.proven as f64 * upper as f64).sqrt() as u64;
             // The most input the limit allows, and half again.
             let most = limit.saturating_sub(floor);

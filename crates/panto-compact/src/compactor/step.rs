@@ -10,7 +10,6 @@ use panto_transcript::{Elision, Ledger, strip_ledger};
 use super::ask::Answer;
 use super::parts::Material;
 use super::state::{Covered, FoldState};
-use crate::fold::MIN_OUTPUT_TOKENS;
 use crate::record::{RECORD_ONLY_MODEL, head_within, step_record_text};
 use crate::report::{ElidedItem, FoldStep};
 
@@ -80,7 +79,7 @@ impl FoldState {
         (number, fixed, last): (usize, u64, bool),
         cause: &str,
     ) {
-        self.output.min = u64::from(MIN_OUTPUT_TOKENS);
+        self.output.min = 0;
         let room = self.budget(fixed, 0).carried_reserve();
         let messages = &material.messages[sent.messages.clone()];
         let previous = match self.so_far.running.as_deref() {

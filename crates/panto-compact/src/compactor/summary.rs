@@ -31,7 +31,7 @@ pub(super) async fn produce(
     mut prepared: Prepared,
 ) -> Result<Compacted, CompactError> {
     let max_output_tokens = run.compactor.config.max_output_tokens;
-    let mut state = FoldState::new(run.context, &prepared, max_output_tokens);
+    let mut state = FoldState::new(run.context, &prepared, max_output_tokens, &run.windows);
     state.instructions = run.options.instructions().map(str::to_owned);
     state.limits.request_bound = run.options.request_bound(&run.windows);
     let mut fold = Fold { run, state };

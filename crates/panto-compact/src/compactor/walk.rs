@@ -23,7 +23,7 @@ use super::{MAX_LONGER, MAX_SHRINKS};
 use crate::check::Replaced;
 use crate::error::CompactError;
 use crate::events::CompactionEvent;
-use crate::fold::{Chunk, FoldPlan};
+use crate::fold::{Chunk, FoldPlan, output_floor};
 use crate::source::RequestSource;
 
 /// One pass of a fold over `material`, from part `done` on.
@@ -448,7 +448,7 @@ impl<'m> Walk<'m> {
         let output = u64::from(request.output);
         let (limit, proven) = (limits.limit, limits.proven);
         let mut smaller = shrink(
-            limit,
+            (limit, limits.floor()),
             error,
             input_tokens,
             output,
@@ -457,13 +457,19 @@ impl<'m> Walk<'m> {
         );
         let instructions = fold.state.instructions.as_deref();
         let prompt = &fold.run.compactor.prompt;
-        let shorter = prompt.system_prompt_for(instructions, Some(smaller));
+        let form = fold.state.limits.form(Some(smaller));
+        let shorter = prompt.system_prompt_for(instructions, form);
         if shorter.len() < self.system.len() {
             self.system = shorter;
             self.sizes = Overheads::of(&self.system);
         }
         // Never below the least limit a fold can work in (a guess may undershoot).
-        let least = least_limit(self.sizes.fixed + self.material.parts.allowance(), carried);
+        let floor = output_floor(form);
+        let least = least_limit(
+            self.sizes.fixed + self.material.parts.allowance(),
+            carried,
+            floor,
+        );
         if smaller < least && least < input_tokens {
             smaller = least;
         }

@@ -7,9 +7,9 @@ use std::sync::{Arc, Mutex};
 use panto_compact::testing::{overflow, reply, server_error};
 use panto_compact::{
     ADDITIONAL_INSTRUCTIONS_HEADING, AttemptFailure, BUILTIN_PROMPT, BUILTIN_SHORT_PROMPT,
-    CompactError, CompactOutcome, CompactRun, Compacted, CompactionEvent, CompactionPrompt,
-    Compactor, DEFAULT_MAX_OUTPUT_TOKENS, MAX_LONGER, MIN_OUTPUT_TOKENS, MemoryLog, ModelRef,
-    RECORD_ONLY_MODEL, SHORT_PROMPT_BELOW,
+    BUILTIN_TINY_PROMPT, CompactError, CompactOutcome, CompactRun, Compacted, CompactionEvent,
+    CompactionPrompt, Compactor, DEFAULT_MAX_OUTPUT_TOKENS, MAX_LONGER, MIN_OUTPUT_TOKENS,
+    MemoryLog, ModelRef, RECORD_ONLY_MODEL, SHORT_PROMPT_BELOW, Stated, Window, WindowSource,
 };
 use panto_model::{Entry, KEPT_BY, Trigger, replay};
 use panto_provider::{ProviderError, TokenNumbers};
@@ -1101,6 +1101,54 @@ async fn a_compaction_at_a_2048_token_limit_asks_a_model_with_the_short_prompt()
     .await
     .unwrap();
     assert_eq!(main.requests()[0].system, BUILTIN_PROMPT);
+}
+
+/// Issue 39 point 3: the tiny form (prompt and output floor) is for a window stated under
+/// 2,000 tokens. A window of 2,048 stated by a provider that counted a refused request above
+/// panto's estimate scales to a limit of 1,869 estimated tokens, and a window that states no
+/// limit, bounded at 1,869, may be as large; both keep the short prompt and the floor of 256,
+/// as before the tiny form. A window configured at 1,869 is tiny.
+#[tokio::test]
+async fn a_stated_2048_estimated_under_2000_keeps_the_short_prompt_and_the_floor_of_256() {
+    let messages = long_rounds(10, 600);
+    let stated = Stated::new(2_048).with_counts(Some(2_300), 2_100);
+    assert_eq!(stated.in_estimate(), 1_869);
+    let mut scaled = KnownWindows::new();
+    scaled.learn_stated(stated);
+    let bounded = KnownWindows::new().with(Window::new(1_869, WindowSource::Bound));
+    let tiny = KnownWindows::new().with(Window::new(1_869, WindowSource::Configured));
+    for (mut windows, system, floor) in [
+        (scaled, BUILTIN_SHORT_PROMPT, MIN_OUTPUT_TOKENS),
+        (bounded, BUILTIN_SHORT_PROMPT, MIN_OUTPUT_TOKENS),
+        (tiny, BUILTIN_TINY_PROMPT, 186),
+    ] {
+        assert_eq!(windows.limit(), Some(1_869));
+        let mut log = log_of(&messages);
+        let (main, main_ref) = model("main", "small-model");
+        for i in 0..12 {
+            main.push_text(format!(
+                "## Goal\n- Answer the numbered requests in order (step {i})."
+            ));
+        }
+        let mut c = Compactor::new(main_ref).with_ids(Arc::new(SequentialIds::new()));
+        let ctx = log.replay();
+        let run = CompactRun::manual(None);
+        let out = c.compact(&ctx, &mut log, run, &mut windows).await.unwrap();
+        assert_eq!(compacted(out).report.model, "small-model");
+        let requests = main.requests();
+        assert!(!requests.is_empty());
+        for r in &requests {
+            assert_eq!(r.system, system, "{windows:?}");
+            assert!(r.max_output_tokens >= floor, "{windows:?}: {r:?}");
+        }
+        if system == BUILTIN_TINY_PROMPT {
+            assert!(
+                requests
+                    .iter()
+                    .any(|r| r.max_output_tokens < MIN_OUTPUT_TOKENS)
+            );
+        }
+    }
 }
 
 /// A reply of `text` that stopped at the output limit.

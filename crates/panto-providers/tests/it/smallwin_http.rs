@@ -16,6 +16,7 @@ use panto_compact::model::{Entry, Message, SequentialIds};
 use panto_compact::testing::{sized_conversation, transcript_tokens};
 use panto_compact::{
     CompactError, Compactor, Driver, Heuristic, MIN_OUTPUT_TOKENS, MemoryLog, ModelRef, Provider,
+    TINY_PROMPT_BELOW, output_floor,
 };
 use panto_providers::OpenAiChatProvider;
 use serde_json::{Value, json};
@@ -169,9 +170,25 @@ fn derived_bound(window: u64, wording: Wording, seen: &[Seen]) -> usize {
         .map(|s| s.input.saturating_sub(s.transcript))
         .max()
         .unwrap_or(0)
-        + u64::from(MIN_OUTPUT_TOKENS);
+        + floor_of(window, wording, learned);
     let room = (learned / 2).min(learned.saturating_sub(fixed)).max(1);
     2 + seen[0].input.div_ceil(room) as usize + 3 * refused
+}
+
+/// The output floor of the fold's requests within `limit`: a tenth of it (at least 64) where
+/// the window is tiny, stated under 2,000 tokens (truly or not); 256 elsewhere, Ollama's
+/// window that states no limit included (panto never takes it for tiny).
+fn floor_of(window: u64, wording: Wording, limit: u64) -> u64 {
+    let stated = match wording {
+        Wording::Vllm | Wording::LlamaCpp => Some(window),
+        Wording::OpenAi(q) => Some(window * q / 4),
+        Wording::Ollama => None,
+    };
+    if stated.is_some_and(|w| w < TINY_PROMPT_BELOW) {
+        output_floor(Some(limit))
+    } else {
+        u64::from(MIN_OUTPUT_TOKENS)
+    }
 }
 
 /// One case: a conversation of `times` the window, a reply budget of `window / share`, one
