@@ -28,20 +28,38 @@ pub const MIN_OUTPUT_TOKENS: u32 = 256;
 /// The least output floor a small limit brings [`output_floor`] to: 64 tokens.
 pub const MIN_SMALL_OUTPUT_TOKENS: u64 = 64;
 
+/// The request limit, in panto's estimated tokens, below which a compaction uses
+/// [`crate::BUILTIN_TINY_PROMPT`] instead of [`crate::BUILTIN_SHORT_PROMPT`] (when no `COMPACTION.md` was
+/// layered): 2,000.
+///
+/// Below it the short prompt (367 tokens), the envelope, the summary a request carries and the
+/// output floor take more than half the window, so each request of a fold would carry less than
+/// half the window of transcript and a fold would take more requests than issue 39's bound,
+/// `2 + ceil(conversation / (window / 2))`. With the tiny prompt and the output floor a tenth
+/// of the limit there ([`crate::output_floor`]), a later request at 1,000 tokens keeps more
+/// than half of it for the transcript.
+///
+/// The limit is panto's estimate, and a stated window scales into it by the provider's own
+/// count ([`crate::Stated::in_estimate`]): llama.cpp's 2,048 counted above panto's estimate
+/// becomes about 1,960. A window is judged as stated instead (an overflow's limit, the
+/// configured one, the server's), and one that states none is never tiny ((`prompt::form_limit`)): what
+/// is sent at a window of 2,000 tokens or more does not change.
+pub const TINY_PROMPT_BELOW: u64 = 2_000;
+
 /// The least output a compaction request allows within a limit of `limit` tokens:
-/// [`MIN_OUTPUT_TOKENS`]; under [`crate::TINY_PROMPT_BELOW`] (2,000 tokens) a tenth of the
+/// [`MIN_OUTPUT_TOKENS`]; under [`TINY_PROMPT_BELOW`] (2,000 tokens) a tenth of the
 /// limit, never below [`MIN_SMALL_OUTPUT_TOKENS`]. There a floor of 256 with the summary a
 /// later request carries (an output and a quarter) took more than half the window (issue 39
 /// point 3); a tenth of 1,000 tokens (100) still holds the tiny prompt's summary of about 60
 /// words ([`crate::BUILTIN_TINY_PROMPT`]), and leaves a later request half the window for the
 /// transcript beside the prompt and the envelope. Nothing changes at 2,000 tokens and above.
 /// A compaction asks it of the limit that decides the form of its requests
-/// ([`crate::TINY_PROMPT_BELOW`]): a window stated at 2,000 tokens or more keeps the floor of
+/// ([`TINY_PROMPT_BELOW`]): a window stated at 2,000 tokens or more keeps the floor of
 /// 256 even where panto's estimate of it is lower (its budgets raise the floor with
 /// [`FoldBudget::with_min_output`]).
 pub fn output_floor(limit: Option<u64>) -> u64 {
     match limit {
-        Some(l) if l < crate::TINY_PROMPT_BELOW => (l / 10).max(MIN_SMALL_OUTPUT_TOKENS),
+        Some(l) if l < TINY_PROMPT_BELOW => (l / 10).max(MIN_SMALL_OUTPUT_TOKENS),
         _ => u64::from(MIN_OUTPUT_TOKENS),
     }
 }

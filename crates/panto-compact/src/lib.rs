@@ -136,7 +136,7 @@ pub use error::{CompactError, Conflict};
 pub use events::CompactionEvent;
 pub use fold::{
     Chunk, FoldBudget, FoldError, FoldPlan, MIN_OUTPUT_TOKENS, MIN_ROOM, MIN_SMALL_OUTPUT_TOKENS,
-    fold, output_floor,
+    TINY_PROMPT_BELOW, fold, output_floor,
 };
 pub use ledger::{
     LEDGER_FIELD, MIN_LEDGER_CHARS, ledger_budget, previous_ledger, recall_note, with_ledger,
@@ -178,7 +178,7 @@ pub use serde_json;
 pub use prompt::{
     ADDITIONAL_INSTRUCTIONS_HEADING, BUILTIN_PROMPT, BUILTIN_SHORT_PROMPT, BUILTIN_TINY_PROMPT,
     CompactionPrompt, LayerFile, LayerFileError, MAX_LAYER_FILE_BYTES, SHORT_PROMPT_BELOW,
-    TINY_PROMPT_BELOW, read_layer_file,
+    read_layer_file,
 };
 
 #[cfg(test)]

@@ -7,6 +7,7 @@ use std::io::{ErrorKind, Read};
 use std::path::{Path, PathBuf};
 
 use crate::error::CompactError;
+use crate::fold::TINY_PROMPT_BELOW;
 
 /// The built-in `COMPACTION.md`, shipped inside this crate (`prompts/COMPACTION.md`).
 pub const BUILTIN_PROMPT: &str = include_str!("../prompts/COMPACTION.md");
@@ -20,24 +21,6 @@ pub const BUILTIN_SHORT_PROMPT: &str = include_str!("../prompts/COMPACTION-SHORT
 /// ledger note in two short paragraphs, about 130 tokens by panto's estimate. Used for windows
 /// under 2,000 tokens ([`TINY_PROMPT_BELOW`]).
 pub const BUILTIN_TINY_PROMPT: &str = include_str!("../prompts/COMPACTION-TINY.md");
-
-/// The request limit, in panto's estimated tokens, below which a compaction uses
-/// [`BUILTIN_TINY_PROMPT`] instead of [`BUILTIN_SHORT_PROMPT`] (when no `COMPACTION.md` was
-/// layered): 2,000.
-///
-/// Below it the short prompt (367 tokens), the envelope, the summary a request carries and the
-/// output floor take more than half the window, so each request of a fold would carry less than
-/// half the window of transcript and a fold would take more requests than issue 39's bound,
-/// `2 + ceil(conversation / (window / 2))`. With the tiny prompt and the output floor a tenth
-/// of the limit there ([`crate::output_floor`]), a later request at 1,000 tokens keeps more
-/// than half of it for the transcript.
-///
-/// The limit is panto's estimate, and a stated window scales into it by the provider's own
-/// count ([`crate::Stated::in_estimate`]): llama.cpp's 2,048 counted above panto's estimate
-/// becomes about 1,960. A window is judged as stated instead (an overflow's limit, the
-/// configured one, the server's), and one that states none is never tiny ([`form_limit`]): what
-/// is sent at a window of 2,000 tokens or more does not change.
-pub const TINY_PROMPT_BELOW: u64 = 2_000;
 
 /// The limit that decides the form of a compaction's requests (the built-in prompt,
 /// [`CompactionPrompt::text_for`], and the output floor, [`crate::output_floor`]): `limit`,
