@@ -5,7 +5,9 @@ use std::sync::Arc;
 use panto_model::arbitrary::session;
 use panto_model::{EffectiveContext, Message, Trigger};
 use panto_size::{Heuristic, Measured, Sizer, estimate};
-use panto_transcript::{item_marker, render_request, render_request_text, render_turns};
+use panto_transcript::{
+    TurnTranscript, item_marker, render_request, render_request_text, render_turns,
+};
 use proptest::prelude::*;
 
 use super::chunk::{body_of, last_body, last_turn_text};
@@ -76,14 +78,21 @@ proptest! {
     }
 }
 
-/// The turns of `messages` in parts of `size`, rendered and sized as `Compactor::prepare`
-/// gives them, and their whole transcript.
-fn parts_of(messages: &[Message], size: PartSize) -> (Parts, String) {
+/// The turns of `messages`, their rendered transcript, and each turn's size in tenths of a
+/// token, as `Compactor::prepare` measures them.
+fn rendered(messages: &[Message]) -> (Vec<std::ops::Range<usize>>, TurnTranscript, Vec<u64>) {
     let turns = panto_model::turns(messages);
     let transcript = render_turns(messages, &turns);
     let tenths: Vec<u64> = (0..turns.len())
         .map(|i| Heuristic.text_tenths(transcript.turns(i..i + 1)))
         .collect();
+    (turns, transcript, tenths)
+}
+
+/// The turns of `messages` in parts of `size`, rendered and sized as `Compactor::prepare`
+/// gives them, and their whole transcript.
+fn parts_of(messages: &[Message], size: PartSize) -> (Parts, String) {
+    let (turns, transcript, tenths) = rendered(messages);
     let whole = transcript.text().to_owned();
     (Parts::cut(turns, transcript, &tenths, Some(size)), whole)
 }
@@ -103,11 +112,7 @@ proptest! {
     ) {
         let messages = s.messages;
         let size = cut.then_some(PartSize { part, line: line.max(part) });
-        let turns = panto_model::turns(&messages);
-        let transcript = render_turns(&messages, &turns);
-        let tenths: Vec<u64> = (0..turns.len())
-            .map(|i| Heuristic.text_tenths(transcript.turns(i..i + 1)))
-            .collect();
+        let (turns, transcript, tenths) = rendered(&messages);
         let whole = transcript.text().to_owned();
         let ends = transcript.ends().to_vec();
         let rendered = Parts::cut(turns.clone(), transcript, &tenths, size);
