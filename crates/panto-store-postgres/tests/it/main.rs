@@ -30,6 +30,15 @@ pub(crate) fn runtime() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
+/// Runs `body` with the URL of a fresh schema on the test server, or returns after the line
+/// `testing::server` prints when there is no server.
+pub(crate) fn on_fresh_schema(test: &str, body: impl AsyncFnOnce(String)) {
+    let Some(url) = testing::server(test) else {
+        return;
+    };
+    runtime().block_on(async { body(testing::fresh_url(&url).await).await });
+}
+
 /// The conformance suite on fresh schemas of the server at `url`.
 fn conformance_on(url: &str) {
     runtime().block_on(async {
@@ -86,126 +95,122 @@ fn any_appends_and_compactions_load_as_their_replay() {
 
 #[test]
 fn writers_at_one_head_race_and_the_key_lets_exactly_one_in() {
-    let Some(url) = testing::server("writers_at_one_head_race_and_the_key_lets_exactly_one_in")
-    else {
-        return;
-    };
-    runtime().block_on(async {
-        let url = testing::fresh_url(&url).await;
-        // Eight connections, as eight hosts would have.
-        let mut stores = Vec::new();
-        for _ in 0..8 {
-            stores.push(PostgresStore::connect(&url).await.unwrap());
-        }
-        let first = stores[0]
-            .append(
-                "s",
-                Head::EMPTY,
-                &[Entry::Message(Message::user_text("start"))],
-            )
-            .await
-            .unwrap();
-        for round in 0..20u64 {
-            let at = Head::new(first.get() + round);
-            let tasks: Vec<_> = stores
-                .iter()
-                .cloned()
-                .enumerate()
-                .map(|(w, store)| {
-                    tokio::spawn(async move {
-                        let entries =
-                            [Entry::Message(Message::user_text(format!("w{w} r{round}")))];
-                        store.append("s", at, &entries).await
-                    })
-                })
-                .collect();
-            let mut won = 0;
-            for t in tasks {
-                match t.await.unwrap() {
-                    Ok(head) => {
-                        won += 1;
-                        assert_eq!(head, Head::new(at.get() + 1));
-                    }
-                    Err(StoreError::Conflict {
-                        expected, found, ..
-                    }) => {
-                        assert_eq!(expected, at);
-                        assert_eq!(found, Head::new(at.get() + 1));
-                    }
-                    Err(e) => panic!("{e}"),
-                }
+    on_fresh_schema(
+        "writers_at_one_head_race_and_the_key_lets_exactly_one_in",
+        async |url| {
+            // Eight connections, as eight hosts would have.
+            let mut stores = Vec::new();
+            for _ in 0..8 {
+                stores.push(PostgresStore::connect(&url).await.unwrap());
             }
-            assert_eq!(won, 1, "round {round}: exactly one writer wins");
-        }
-        let loaded = stores[0].load("s").await.unwrap();
-        assert_eq!(loaded.head, Head::new(21));
-    });
+            let first = stores[0]
+                .append(
+                    "s",
+                    Head::EMPTY,
+                    &[Entry::Message(Message::user_text("start"))],
+                )
+                .await
+                .unwrap();
+            for round in 0..20u64 {
+                let at = Head::new(first.get() + round);
+                let tasks: Vec<_> = stores
+                    .iter()
+                    .cloned()
+                    .enumerate()
+                    .map(|(w, store)| {
+                        tokio::spawn(async move {
+                            let entries =
+                                [Entry::Message(Message::user_text(format!("w{w} r{round}")))];
+                            store.append("s", at, &entries).await
+                        })
+                    })
+                    .collect();
+                let mut won = 0;
+                for t in tasks {
+                    match t.await.unwrap() {
+                        Ok(head) => {
+                            won += 1;
+                            assert_eq!(head, Head::new(at.get() + 1));
+                        }
+                        Err(StoreError::Conflict {
+                            expected, found, ..
+                        }) => {
+                            assert_eq!(expected, at);
+                            assert_eq!(found, Head::new(at.get() + 1));
+                        }
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+                assert_eq!(won, 1, "round {round}: exactly one writer wins");
+            }
+            let loaded = stores[0].load("s").await.unwrap();
+            assert_eq!(loaded.head, Head::new(21));
+        },
+    );
 }
 
 #[test]
 fn bodies_are_the_exact_bytes_and_the_schema_is_migrated_once() {
-    let Some(url) = testing::server("bodies_are_the_exact_bytes_and_the_schema_is_migrated_once")
-    else {
-        return;
-    };
-    runtime().block_on(async {
-        let url = testing::fresh_url(&url).await;
-        let store = PostgresStore::connect(&url).await.unwrap();
-        // A second host starting later finds the schema there.
-        let again = PostgresStore::connect(&url).await.unwrap();
-        let records = conformance::records_of(conformance::CONTRACT_FILE);
-        store
-            .append_records("s", Head::EMPTY, &records)
-            .await
-            .unwrap();
-        let client = testing::client(&url).await;
-        let rows = client
+    on_fresh_schema(
+        "bodies_are_the_exact_bytes_and_the_schema_is_migrated_once",
+        async |url| {
+            let store = PostgresStore::connect(&url).await.unwrap();
+            // A second host starting later finds the schema there.
+            let again = PostgresStore::connect(&url).await.unwrap();
+            let records = conformance::records_of(conformance::CONTRACT_FILE);
+            store
+                .append_records("s", Head::EMPTY, &records)
+                .await
+                .unwrap();
+            let client = testing::client(&url).await;
+            let rows = client
             .query("SELECT body FROM panto_entries e JOIN panto_sessions s ON s.id = e.session WHERE s.name = 's' ORDER BY seq", &[])
             .await
             .unwrap();
-        let bodies: Vec<Vec<u8>> = rows.iter().map(|r| r.get(0)).collect();
-        let lines: Vec<Vec<u8>> = conformance::CONTRACT_FILE
-            .lines()
-            .map(|l| l.as_bytes().to_vec())
-            .collect();
-        assert_eq!(bodies, lines);
-        let versions: i64 = client
-            .query_one("SELECT count(*) FROM panto_schema_migrations", &[])
-            .await
-            .unwrap()
-            .get(0);
-        assert_eq!(versions, panto_store_postgres::MIGRATIONS.len() as i64);
-        assert_eq!(
-            conformance::export(&again, "s", 4).await,
-            conformance::CONTRACT_FILE
-        );
-        // The load starts at the latest compaction through the partial index.
-        let plan: Vec<String> = client
-            .query(
-                "EXPLAIN SELECT max(seq) FROM panto_entries WHERE session = 1 AND kind = 1",
-                &[],
-            )
-            .await
-            .unwrap()
-            .iter()
-            .map(|r| r.get(0))
-            .collect();
-        assert!(
-            plan.iter().any(|l| l.contains("panto_entries_compactions")),
-            "{plan:#?}"
-        );
-        // A row changed by something else is named by its position.
-        client
+            let bodies: Vec<Vec<u8>> = rows.iter().map(|r| r.get(0)).collect();
+            let lines: Vec<Vec<u8>> = conformance::CONTRACT_FILE
+                .lines()
+                .map(|l| l.as_bytes().to_vec())
+                .collect();
+            assert_eq!(bodies, lines);
+            let versions: i64 = client
+                .query_one("SELECT count(*) FROM panto_schema_migrations", &[])
+                .await
+                .unwrap()
+                .get(0);
+            assert_eq!(versions, panto_store_postgres::MIGRATIONS.len() as i64);
+            assert_eq!(
+                conformance::export(&again, "s", 4).await,
+                conformance::CONTRACT_FILE
+            );
+            // The load starts at the latest compaction through the partial index.
+            let plan: Vec<String> = client
+                .query(
+                    "EXPLAIN SELECT max(seq) FROM panto_entries WHERE session = 1 AND kind = 1",
+                    &[],
+                )
+                .await
+                .unwrap()
+                .iter()
+                .map(|r| r.get(0))
+                .collect();
+            assert!(
+                plan.iter().any(|l| l.contains("panto_entries_compactions")),
+                "{plan:#?}"
+            );
+            // A row changed by something else is named by its position.
+            client
             .execute(
                 "UPDATE panto_entries SET body = convert_to('{\"type\":\"message\",\"role\":\"robot\",\"content\":[]}', 'UTF8') WHERE seq = 10",
                 &[],
             )
             .await
             .unwrap();
-        let error = store.load("s").await.unwrap_err();
-        assert!(matches!(error, StoreError::Invalid { .. }), "{error:?}");
-        assert!(error.to_string().contains("session s: line 10"), "{error}");
-    });
+            let error = store.load("s").await.unwrap_err();
+            assert!(matches!(error, StoreError::Invalid { .. }), "{error:?}");
+            assert!(error.to_string().contains("session s: line 10"), "{error}");
+        },
+    );
 }
 
 #[test]

@@ -6,73 +6,71 @@ use panto_model::{Entry, Message};
 use panto_store::{Head, Store, conformance};
 use panto_store_postgres::{MIGRATIONS, PostgresOptions, PostgresStore, testing};
 
-use crate::runtime;
+use crate::{on_fresh_schema, runtime};
 
 #[test]
 fn a_database_of_migration_1_is_migrated_with_its_sessions() {
-    let Some(url) = testing::server("a_database_of_migration_1_is_migrated_with_its_sessions")
-    else {
-        return;
-    };
-    runtime().block_on(async {
-        let url = testing::fresh_url(&url).await;
-        let client = testing::client(&url).await;
-        // The schema as panto 0.1 left it, with two sessions in it.
-        client
+    on_fresh_schema(
+        "a_database_of_migration_1_is_migrated_with_its_sessions",
+        async |url| {
+            let client = testing::client(&url).await;
+            // The schema as panto 0.1 left it, with two sessions in it.
+            client
             .batch_execute(
                 "CREATE TABLE panto_schema_migrations (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now());",
             )
             .await
             .unwrap();
-        client.batch_execute(MIGRATIONS[0].1).await.unwrap();
-        client
-            .batch_execute("INSERT INTO panto_schema_migrations (version) VALUES (1)")
-            .await
-            .unwrap();
-        let records = conformance::records_of(conformance::CONTRACT_FILE);
-        for name in ["first", "second"] {
+            client.batch_execute(MIGRATIONS[0].1).await.unwrap();
             client
-                .execute("INSERT INTO panto_sessions (name) VALUES ($1)", &[&name])
+                .batch_execute("INSERT INTO panto_schema_migrations (version) VALUES (1)")
                 .await
                 .unwrap();
-            for (i, r) in records.iter().enumerate() {
-                let seq = i as i64 + 1;
+            let records = conformance::records_of(conformance::CONTRACT_FILE);
+            for name in ["first", "second"] {
                 client
+                    .execute("INSERT INTO panto_sessions (name) VALUES ($1)", &[&name])
+                    .await
+                    .unwrap();
+                for (i, r) in records.iter().enumerate() {
+                    let seq = i as i64 + 1;
+                    client
                     .execute(
                         "INSERT INTO panto_entries (session, seq, kind, body) VALUES ($1, $2, $3, $4)",
                         &[&name, &seq, &r.kind.code(), &r.text.as_bytes()],
                     )
                     .await
                     .unwrap();
+                }
             }
-        }
-        let store = PostgresStore::connect(&url).await.unwrap();
-        let version: i32 = client
-            .query_one("SELECT max(version) FROM panto_schema_migrations", &[])
-            .await
-            .unwrap()
-            .get(0);
-        assert_eq!(version as u32, MIGRATIONS.last().unwrap().0);
-        assert_eq!(store.list().await.unwrap(), vec!["first", "second"]);
-        for name in ["first", "second"] {
-            assert_eq!(
-                conformance::export(&store, name, 3).await,
-                conformance::CONTRACT_FILE
-            );
-            let loaded = store.load(name).await.unwrap();
-            assert_eq!(loaded.head, Head::new(records.len() as u64));
-            assert_eq!(loaded.context.summary(), Some("another program's summary"));
-        }
-        let head = store
-            .append(
-                "first",
-                Head::new(records.len() as u64),
-                &[Entry::Message(Message::user_text("after the migration"))],
-            )
-            .await
-            .unwrap();
-        assert_eq!(head, Head::new(records.len() as u64 + 1));
-    });
+            let store = PostgresStore::connect(&url).await.unwrap();
+            let version: i32 = client
+                .query_one("SELECT max(version) FROM panto_schema_migrations", &[])
+                .await
+                .unwrap()
+                .get(0);
+            assert_eq!(version as u32, MIGRATIONS.last().unwrap().0);
+            assert_eq!(store.list().await.unwrap(), vec!["first", "second"]);
+            for name in ["first", "second"] {
+                assert_eq!(
+                    conformance::export(&store, name, 3).await,
+                    conformance::CONTRACT_FILE
+                );
+                let loaded = store.load(name).await.unwrap();
+                assert_eq!(loaded.head, Head::new(records.len() as u64));
+                assert_eq!(loaded.context.summary(), Some("another program's summary"));
+            }
+            let head = store
+                .append(
+                    "first",
+                    Head::new(records.len() as u64),
+                    &[Entry::Message(Message::user_text("after the migration"))],
+                )
+                .await
+                .unwrap();
+            assert_eq!(head, Head::new(records.len() as u64 + 1));
+        },
+    );
 }
 
 #[test]
@@ -105,29 +103,26 @@ fn session_names_of_any_length_work() {
 
 #[test]
 fn a_store_that_may_not_create_tables_reads_an_empty_database_as_empty() {
-    let Some(url) =
-        testing::server("a_store_that_may_not_create_tables_reads_an_empty_database_as_empty")
-    else {
-        return;
-    };
-    runtime().block_on(async {
-        let url = testing::fresh_url(&url).await;
-        let options = PostgresOptions::default().with_create_tables(false);
-        let store = PostgresStore::connect_with(&url, options).await.unwrap();
-        assert!(store.list().await.unwrap().is_empty());
-        assert!(store.load("s").await.is_err());
-        assert_eq!(store.head("s").await.unwrap(), Head::EMPTY);
-        let client = testing::client(&url).await;
-        let tables: i64 = client
-            .query_one(
-                "SELECT count(*) FROM pg_tables WHERE tablename LIKE 'panto%' AND schemaname = current_schema()",
-                &[],
-            )
-            .await
-            .unwrap()
-            .get(0);
-        assert_eq!(tables, 0, "reading created no table");
-    });
+    on_fresh_schema(
+        "a_store_that_may_not_create_tables_reads_an_empty_database_as_empty",
+        async |url| {
+            let options = PostgresOptions::default().with_create_tables(false);
+            let store = PostgresStore::connect_with(&url, options).await.unwrap();
+            assert!(store.list().await.unwrap().is_empty());
+            assert!(store.load("s").await.is_err());
+            assert_eq!(store.head("s").await.unwrap(), Head::EMPTY);
+            let client = testing::client(&url).await;
+            let tables: i64 = client
+                .query_one(
+                    "SELECT count(*) FROM pg_tables WHERE tablename LIKE 'panto%' AND schemaname = current_schema()",
+                    &[],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            assert_eq!(tables, 0, "reading created no table");
+        },
+    );
 }
 
 /// The recall postings stay in the table's own pages, uncompressed (migration 4): a range of a
@@ -135,98 +130,96 @@ fn a_store_that_may_not_create_tables_reads_an_empty_database_as_empty() {
 /// value or move it to the TOAST table, which a recall of common words read thousands of times.
 #[test]
 fn recall_postings_are_stored_inline_and_uncompressed() {
-    let Some(url) = testing::server("recall_postings_are_stored_inline_and_uncompressed") else {
-        return;
-    };
-    runtime().block_on(async {
-        let url = testing::fresh_url(&url).await;
-        let store = PostgresStore::connect(&url).await.unwrap();
-        // 1,500 items holding `common`: its first range's postings are some 4 kB.
-        let entries: Vec<Entry> = (0..1_500)
-            .map(|i| Entry::Message(Message::user_text(format!("common words {i}"))))
-            .collect();
-        store.append("s", Head::EMPTY, &entries).await.unwrap();
-        store
-            .recall("s", &panto_store::RecallQuery::new("common"))
-            .await
-            .unwrap();
-        let client = testing::client(&url).await;
-        let row = client
-            .query_one(
-                "SELECT length(data), pg_column_compression(data)
+    on_fresh_schema(
+        "recall_postings_are_stored_inline_and_uncompressed",
+        async |url| {
+            let store = PostgresStore::connect(&url).await.unwrap();
+            // 1,500 items holding `common`: its first range's postings are some 4 kB.
+            let entries: Vec<Entry> = (0..1_500)
+                .map(|i| Entry::Message(Message::user_text(format!("common words {i}"))))
+                .collect();
+            store.append("s", Head::EMPTY, &entries).await.unwrap();
+            store
+                .recall("s", &panto_store::RecallQuery::new("common"))
+                .await
+                .unwrap();
+            let client = testing::client(&url).await;
+            let row = client
+                .query_one(
+                    "SELECT length(data), pg_column_compression(data)
                  FROM panto_recall_postings WHERE term = md5('common')::uuid AND part = 0",
-                &[],
-            )
-            .await
-            .unwrap();
-        let (length, compression): (i32, Option<String>) = (row.get(0), row.get(1));
-        assert!(
-            length > 2_048,
-            "{length} bytes: the test needs a row past 2 kB"
-        );
-        assert_eq!(compression, None);
-        // Nothing moved out to the TOAST table (`pg_column_size` cannot tell: it gives an
-        // external value's own size).
-        let toast: i64 = client
-            .query_one(
-                "SELECT pg_relation_size(reltoastrelid) FROM pg_class
+                    &[],
+                )
+                .await
+                .unwrap();
+            let (length, compression): (i32, Option<String>) = (row.get(0), row.get(1));
+            assert!(
+                length > 2_048,
+                "{length} bytes: the test needs a row past 2 kB"
+            );
+            assert_eq!(compression, None);
+            // Nothing moved out to the TOAST table (`pg_column_size` cannot tell: it gives an
+            // external value's own size).
+            let toast: i64 = client
+                .query_one(
+                    "SELECT pg_relation_size(reltoastrelid) FROM pg_class
                  WHERE oid = 'panto_recall_postings'::regclass",
-                &[],
-            )
-            .await
-            .unwrap()
-            .get(0);
-        assert_eq!(toast, 0, "the postings' TOAST table holds {toast} bytes");
-    });
+                    &[],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            assert_eq!(toast, 0, "the postings' TOAST table holds {toast} bytes");
+        },
+    );
 }
 
 /// A recall index of migration 4 (postings, no bounds) is dropped by migration 5 and built
 /// again at the next recall, never read without its bounds.
 #[test]
 fn a_recall_index_before_the_bounds_is_built_again() {
-    let Some(url) = testing::server("a_recall_index_before_the_bounds_is_built_again") else {
-        return;
-    };
-    runtime().block_on(async {
-        let url = testing::fresh_url(&url).await;
-        let store = PostgresStore::connect(&url).await.unwrap();
-        let records = conformance::records_of(conformance::CONTRACT_FILE);
-        store
-            .append_records("s", Head::EMPTY, &records)
-            .await
-            .unwrap();
-        let query = panto_store::RecallQuery::new("fn main");
-        let before = store.recall("s", &query).await.unwrap();
-        assert!(!before.hits.is_empty());
-        drop(store);
-        // What a panto of migration 4 left: the index without the bounds' table (nor the ids
-        // of migration 6).
-        let client = testing::client(&url).await;
-        client
-            .batch_execute(
-                "DROP TABLE panto_recall_bounds;
+    on_fresh_schema(
+        "a_recall_index_before_the_bounds_is_built_again",
+        async |url| {
+            let store = PostgresStore::connect(&url).await.unwrap();
+            let records = conformance::records_of(conformance::CONTRACT_FILE);
+            store
+                .append_records("s", Head::EMPTY, &records)
+                .await
+                .unwrap();
+            let query = panto_store::RecallQuery::new("fn main");
+            let before = store.recall("s", &query).await.unwrap();
+            assert!(!before.hits.is_empty());
+            drop(store);
+            // What a panto of migration 4 left: the index without the bounds' table (nor the ids
+            // of migration 6).
+            let client = testing::client(&url).await;
+            client
+                .batch_execute(
+                    "DROP TABLE panto_recall_bounds;
                  DROP TABLE panto_recall_ids;
                  DROP INDEX panto_recall_docs_position;
                  DELETE FROM panto_schema_migrations WHERE version >= 5;",
-            )
-            .await
-            .unwrap();
-        let store = PostgresStore::connect(&url).await.unwrap();
-        let states: i64 = client
-            .query_one("SELECT count(*) FROM panto_recall_state", &[])
-            .await
-            .unwrap()
-            .get(0);
-        assert_eq!(states, 0, "migration 5 dropped the old index");
-        assert_eq!(store.recall("s", &query).await.unwrap(), before);
-        let bounds: i64 = client
-            .query_one("SELECT count(*) FROM panto_recall_bounds", &[])
-            .await
-            .unwrap()
-            .get(0);
-        assert!(bounds > 0, "built again, with its bounds");
-        conformance::recall::same_as_scan(&store, "s").await;
-    });
+                )
+                .await
+                .unwrap();
+            let store = PostgresStore::connect(&url).await.unwrap();
+            let states: i64 = client
+                .query_one("SELECT count(*) FROM panto_recall_state", &[])
+                .await
+                .unwrap()
+                .get(0);
+            assert_eq!(states, 0, "migration 5 dropped the old index");
+            assert_eq!(store.recall("s", &query).await.unwrap(), before);
+            let bounds: i64 = client
+                .query_one("SELECT count(*) FROM panto_recall_bounds", &[])
+                .await
+                .unwrap()
+                .get(0);
+            assert!(bounds > 0, "built again, with its bounds");
+            conformance::recall::same_as_scan(&store, "s").await;
+        },
+    );
 }
 
 /// A new session's recall index is started by its first append and extended by the next (no
@@ -234,11 +227,7 @@ fn a_recall_index_before_the_bounds_is_built_again() {
 /// it answers as the scan does.
 #[test]
 fn the_first_append_starts_the_recall_index() {
-    let Some(url) = testing::server("the_first_append_starts_the_recall_index") else {
-        return;
-    };
-    runtime().block_on(async {
-        let url = testing::fresh_url(&url).await;
+    on_fresh_schema("the_first_append_starts_the_recall_index", async |url| {
         let store = PostgresStore::connect(&url).await.unwrap();
         let client = testing::client(&url).await;
         let indexed = || async {
