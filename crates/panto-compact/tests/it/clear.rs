@@ -216,7 +216,7 @@ async fn a_clearing_keeps_the_identifiers_of_what_it_cleared_in_the_context() {
     for r in 0..3 {
         round(&mut history, r);
     }
-    let mut driver = driver_with(&history, active, 300, CompactionStrategy::Clear);
+    let mut driver = driver_with(&history, active, 400, CompactionStrategy::Clear);
     let CompactOutcome::Compacted(first) = driver.compact(None).await.unwrap() else {
         panic!("nothing cleared")
     };
@@ -379,11 +379,17 @@ async fn tiered_clears_when_that_is_enough_and_summarizes_the_cleared_conversati
 
 /// The session of the store conformance suite's clearing checks
 /// (`panto_store::conformance::clearing`), as the compactor writes it: three rounds whose
-/// results are bulky (the second failed), the clearing of the older two, a prompt and its
-/// answer, then a summary chained after the clearing. Each append is one unit, the units
-/// separated by an empty line.
+/// results are bulky (the second failed) after a round whose call writes a bulky file, the
+/// clearing of the written file's content and the three results, a prompt
+/// and its answer, then a summary chained after the clearing. Each append is one unit, the
+/// units separated by an empty line.
 async fn the_conformance_session() -> String {
-    let history = bulky_rounds(3, 30);
+    let mut history = vec![
+        user("r7-0 please write file 7"),
+        write_call(7),
+        result("w7", "wrote src/w7.rs"),
+    ];
+    history.extend(bulky_rounds(3, 30));
     let (provider, active) = model("p", "m");
     let mut driver = driver_with(&history, active, 300, CompactionStrategy::Clear);
     let CompactOutcome::Compacted(clearing) = driver.compact(None).await.unwrap() else {

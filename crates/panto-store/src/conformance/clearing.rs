@@ -51,18 +51,30 @@ fn entries(records: &[Record]) -> Vec<Entry> {
 
 /// The clearing entry of [`SESSION`] (unit 1) and the ids of the tool results it cleared.
 fn the_clearing() -> (String, Vec<String>) {
+    (
+        clearing_entry().id.expect("an id"),
+        cleared_of("tool_result"),
+    )
+}
+
+/// The clearing entry of [`SESSION`] (unit 1).
+fn clearing_entry() -> panto_model::CompactionEntry {
     let Entry::Compaction(c) = entries(&units()[1])[0].clone() else {
         panic!("unit 1 starts with the clearing")
     };
     assert!(c.is_clearing(), "{c:?}");
-    let cleared = c.extra["cleared"]
+    c
+}
+
+/// The ids of the items of `kind` the clearing of [`SESSION`] lists.
+fn cleared_of(kind: &str) -> Vec<String> {
+    clearing_entry().extra["cleared"]
         .as_array()
         .expect("a clearing lists what it cleared")
         .iter()
-        .filter(|i| i["kind"] == "tool_result")
+        .filter(|i| i["kind"] == kind)
         .map(|i| i["id"].as_str().expect("an id").to_owned())
-        .collect();
-    (c.id.expect("an id"), cleared)
+        .collect()
 }
 
 async fn append_units<S: Store>(store: &S, units: &[Vec<Record>]) -> Head {
@@ -113,6 +125,14 @@ pub(super) async fn a_clearing_round_trips_and_replays<S: Store>(store: &S) {
                 .filter(|b| matches!(b, ContentBlock::ToolResult(r) if r.extra.contains_key(panto_model::CLEARED)))
                 .count();
             assert_eq!(placeholders, the_clearing().1.len());
+            // The written file's content is a placeholder in a call that keeps its keys.
+            let inputs = context
+                .messages
+                .iter()
+                .flat_map(|m| &m.content)
+                .filter(|b| matches!(b, ContentBlock::ToolUse(u) if u.extra.contains_key(panto_model::CLEARED)))
+                .count();
+            assert_eq!(inputs, cleared_of("tool_input").len());
         }
     }
     assert_eq!(
@@ -196,6 +216,11 @@ pub(super) async fn cleared_results_are_fetched_whole_by_id<S: Store>(store: &S)
     let units = units();
     let (_, cleared) = the_clearing();
     assert!(!cleared.is_empty());
+    let inputs = cleared_of("tool_input");
+    assert!(
+        !inputs.is_empty(),
+        "the clearing cleared a call's arguments"
+    );
     let originals = replay(entries(&units[0])).messages;
     let original = |id: &str| -> String {
         originals
@@ -230,6 +255,35 @@ pub(super) async fn cleared_results_are_fetched_whole_by_id<S: Store>(store: &S)
                 fetched,
                 fetch_by_scan(store, &session, id, 0).await.expect("scan"),
                 "fetch of {id} differs from the scan's"
+            );
+        }
+        // A cleared argument is fetched by its call's item id: the call as it was written.
+        for item in &inputs {
+            let (message, block) = item.split_once('#').expect("MESSAGE#BLOCK");
+            let call = originals
+                .iter()
+                .find(|m| m.id.as_deref() == Some(message))
+                .and_then(|m| m.content.get(block.parse::<usize>().expect("a block")))
+                .and_then(|b| match b {
+                    ContentBlock::ToolUse(u) => Some(u),
+                    _ => None,
+                })
+                .expect("the original call");
+            assert!(call.input.json().len() > 1_024, "{item} was bulky");
+            let fetched = store.fetch(&session, item, 0).await.expect("fetch");
+            assert_eq!(
+                fetched
+                    .items
+                    .iter()
+                    .map(|i| i.text.as_str())
+                    .collect::<Vec<_>>(),
+                [format!("{} {}", call.name, call.input.json())],
+                "{item} is fetched whole"
+            );
+            assert_eq!(
+                fetched,
+                fetch_by_scan(store, &session, item, 0).await.expect("scan"),
+                "fetch of {item} differs from the scan's"
             );
         }
     }
