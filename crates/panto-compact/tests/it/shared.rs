@@ -313,13 +313,13 @@ where
     F: Fn() -> Fut,
     Fut: Future<Output = S>,
 {
-    run_with(open, window, writers, sends, Setup::plain()).await;
+    run_with(&open, window, writers, sends, Setup::plain()).await;
 }
 
 /// [`run`] as `setup` says: its history stored first, then the writers with its strategy.
 /// Returns the session's entries.
 async fn run_with<S, F, Fut>(
-    open: F,
+    open: &F,
     window: u64,
     writers: usize,
     sends: usize,
@@ -451,7 +451,7 @@ async fn shared_turns_with_thinking_learn_a_window_that_counts_the_output_on_sql
             ..Setup::plain()
         };
         run_with(
-            || {
+            &|| {
                 let path = path.clone();
                 async move { SqliteStore::open(path).await.unwrap() }
             },
@@ -550,7 +550,7 @@ async fn a_huge_tool_result_with_signed_thinking_compacts_under_several_writers(
             counting: false,
         };
         let store = MemoryStore::new();
-        let entries = run_with(|| async { store.clone() }, window, 3, 6, setup()).await;
+        let entries = run_with(&|| async { store.clone() }, window, 3, 6, setup()).await;
         the_huge_result_is_gone(store.clone(), window, strategy).await;
         assert!(entries.len() > with_a_huge_result().len());
         let dir = tempfile::tempdir().unwrap();
@@ -559,7 +559,7 @@ async fn a_huge_tool_result_with_signed_thinking_compacts_under_several_writers(
             let path = path.clone();
             async move { SqliteStore::open(path).await.unwrap() }
         };
-        run_with(open, window, 3, 6, setup()).await;
+        run_with(&open, window, 3, 6, setup()).await;
         the_huge_result_is_gone(open().await, window, strategy).await;
     }
 }
@@ -601,12 +601,25 @@ where
     F: Fn() -> Fut,
     Fut: Future<Output = S>,
 {
+    // Every other turn's call writes a file of about 1.5 KB: old calls' bulky arguments are
+    // cleared too, in the turns whose thinking goes (issue 37, `CLEAR_INPUTS_ABOVE`).
+    let mut history = tool_loops(&[4_000; 8]);
+    let written = |turn: usize| format!("// file {turn}\n{}", "fn step() {}\n".repeat(120));
+    for (turn, loop_) in history.chunks_mut(4).enumerate().step_by(2) {
+        for block in &mut loop_[1].content {
+            if let ContentBlock::ToolUse(u) = block {
+                let path = format!("src/gen{turn}.rs");
+                let input = serde_json::json!({"path": path, "content": written(turn)});
+                *block = ContentBlock::tool_use(u.id.clone(), "write", input);
+            }
+        }
+    }
     let setup = Setup {
         strategy: CompactionStrategy::Tiered,
-        history: tool_loops(&[4_000; 8]),
+        history,
         ..Setup::plain()
     };
-    let entries = run_with(open, 3_000, 3, 10, setup).await;
+    let entries = run_with(&open, 3_000, 3, 10, setup).await;
     // At a window this small the clearing alone never reaches the target (the kept turns and
     // the reply's room take it), so the tiered strategy summarizes the cleared conversation;
     // the tool results it cleared first are recorded on the summary's entry.
@@ -618,6 +631,34 @@ where
         .map(Vec::len)
         .sum();
     assert!(cleared >= 8, "the tiered strategy cleared {cleared} items");
+    // Each cleared argument is fetched whole by its call's item id, from whichever writer's
+    // clearing listed it, as the scan fetches it.
+    let reader = open().await;
+    let inputs: Vec<String> = (entries.iter())
+        .filter_map(|e| match e {
+            Entry::Compaction(c) => c.extra.get("cleared").and_then(|v| v.as_array()),
+            _ => None,
+        })
+        .flatten()
+        .filter(|item| item["kind"] == "tool_input")
+        .map(|item| item["id"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(!inputs.is_empty(), "no call's arguments were cleared");
+    for id in &inputs {
+        let fetched = reader.fetch("s", id, 0).await.unwrap();
+        assert!(
+            (0..8).any(|turn| {
+                let whole = serde_json::to_string(&written(turn)).unwrap();
+                fetched.items.iter().any(|i| i.text.contains(&whole))
+            }),
+            "{id}: {:?}",
+            fetched.items
+        );
+        let scan = panto_store::fetch_by_scan(&reader, "s", id, 0)
+            .await
+            .unwrap();
+        assert_eq!(fetched, scan, "{id}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
