@@ -93,7 +93,7 @@ impl<'p> Attempts<'p> {
                     self.last = self.pool.url.scrub(&message(&e));
                     self.pause_or_give_up().await?;
                 }
-                Err(e) => return Err(connect_error(self.pool, e)),
+                Err(e) => return Err(connect_error(self.pool, self.session, e)),
             }
         }
     }
@@ -193,15 +193,16 @@ impl<'p> Attempts<'p> {
 }
 
 /// The error of a connection that could not be made, for a reason a new try would not change
-/// (a refused login, TLS, the connect timeout) or the first connection of a store.
-pub(crate) fn connect_error(pool: &Pool, e: PoolError) -> StoreError {
+/// (a refused login, TLS, the connect timeout) or the first connection of a store; `session`
+/// is the one the operation was for (empty for the store's own).
+pub(crate) fn connect_error(pool: &Pool, session: &str, e: PoolError) -> StoreError {
     match e {
-        PoolError::Backend(e) => pool.error("", "cannot connect", &e),
+        PoolError::Backend(e) => pool.error(session, "cannot connect", &e),
         PoolError::Timeout(TimeoutType::Create) => {
             let (limit, from_url) =
                 connect_limit(&pool.url, &pool.options).unwrap_or((Duration::ZERO, false));
             StoreError::unavailable(
-                "",
+                session,
                 PostgresError::Timeout {
                     location: pool.location().to_owned(),
                     what: "cannot connect".to_owned(),
@@ -211,19 +212,19 @@ pub(crate) fn connect_error(pool: &Pool, e: PoolError) -> StoreError {
             )
         }
         PoolError::Timeout(TimeoutType::Wait) => StoreError::unavailable(
-            "",
+            session,
             PostgresError::Timeout {
                 location: pool.location().to_owned(),
                 what: "no free connection".to_owned(),
                 limit: Limit::PoolWait {
                     limit: pool.options.pool_wait,
-                    size: pool.options.pool_size.max(1),
+                    size: pool.size(),
                 },
                 detail: String::new(),
             },
         ),
         e => StoreError::unavailable(
-            "",
+            session,
             PostgresError::Database {
                 location: pool.location().to_owned(),
                 what: "cannot connect".to_owned(),

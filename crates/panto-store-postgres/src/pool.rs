@@ -194,6 +194,11 @@ impl Pool {
         Ok(rows)
     }
 
+    /// How many connections the pool may hold at once.
+    pub(crate) fn size(&self) -> usize {
+        self.options.pool_size.max(1)
+    }
+
     /// A connection of the pool.
     pub(crate) async fn get(&self) -> Result<Object, deadpool_postgres::PoolError> {
         self.pool.get().await

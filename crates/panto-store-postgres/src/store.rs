@@ -112,7 +112,7 @@ impl PostgresStore {
         let conn = pool
             .get()
             .await
-            .map_err(|e| crate::attempt::connect_error(&pool, e))?;
+            .map_err(|e| crate::attempt::connect_error(&pool, "", e))?;
         let tables = if create {
             crate::migrate::migrate(&pool, &conn).await?;
             true
@@ -390,11 +390,17 @@ impl Store for PostgresStore {
     async fn recall(&self, session: &str, query: &RecallQuery) -> Result<Recalled, StoreError> {
         // Caught up first a chunk per try: the recall's own try then finds it current, or
         // indexes the few entries appended since, well within the statement timeout. The
-        // effective context is loaded meanwhile, on a connection of its own.
-        let (loaded, caught) =
-            tokio::join!(self.load(session), self.catch_up_recall_index(session));
-        let loaded = loaded?;
-        caught?;
+        // effective context is loaded meanwhile, on a connection of its own; a store of one
+        // connection does one after the other, so neither waits for the other's connection.
+        let loaded = if self.pool.size() > 1 {
+            let (loaded, caught) =
+                tokio::join!(self.load(session), self.catch_up_recall_index(session));
+            caught?;
+            loaded?
+        } else {
+            self.catch_up_recall_index(session).await?;
+            self.load(session).await?
+        };
         let found = tries!(
             self,
             session,

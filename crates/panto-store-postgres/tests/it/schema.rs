@@ -304,6 +304,11 @@ fn a_copy_within_a_store_of_one_connection_ends_with_the_pool_wait() {
                 .unwrap_or_default()
         );
         assert!(text.contains("pool wait (2 s)"), "{text}");
+        // It names the session whose read waited (it named none before).
+        assert!(
+            matches!(&e, panto_store::StoreError::Unavailable { session, .. } if session == "s"),
+            "{e:?}"
+        );
         assert_eq!(store.head("t").await.unwrap(), Head::EMPTY);
         assert_eq!(store.head("s").await.unwrap(), head);
 
@@ -318,4 +323,49 @@ fn a_copy_within_a_store_of_one_connection_ends_with_the_pool_wait() {
             .unwrap();
         assert_eq!(copied, head);
     });
+}
+
+/// A store of one connection builds a session's recall index a chunk of 20,000 entries per
+/// try and loads its effective context one after the other, never side by side: neither waits
+/// for the other's connection, so a pool wait shorter than either still recalls, as the scan
+/// does (side by side, the second waited for the first and ended with the pool wait).
+#[test]
+fn a_store_of_one_connection_builds_a_large_index_without_waiting_for_itself() {
+    on_fresh_schema(
+        "a_store_of_one_connection_builds_a_large_index_without_waiting_for_itself",
+        async |url| {
+            let options = PostgresOptions::default()
+                .with_pool_size(1)
+                .with_pool_wait(std::time::Duration::from_millis(1));
+            let store = PostgresStore::connect_with(&url, options).await.unwrap();
+            let entries = conformance::recall::tool_rounds(7_000);
+            assert!(entries.len() > 20_000, "{} entries", entries.len());
+            store.append("s", Head::EMPTY, &entries).await.unwrap();
+            // The index the first append started, emptied: the recall builds it whole.
+            let client = testing::client(&url).await;
+            for table in [
+                "ids",
+                "bounds",
+                "state",
+                "postings",
+                "docs",
+                "calls",
+                "compactions",
+            ] {
+                client
+                    .batch_execute(&format!("DELETE FROM panto_recall_{table}"))
+                    .await
+                    .unwrap();
+            }
+            let query = panto_store::RecallQuery::new("toolu_6990")
+                .with_limit(5)
+                .with_context(true);
+            let recalled = store.recall("s", &query).await.unwrap();
+            assert!(!recalled.hits.is_empty(), "{recalled:?}");
+            let scan = panto_store::recall_by_scan(&store, "s", &query)
+                .await
+                .unwrap();
+            assert_eq!(recalled, scan);
+        },
+    );
 }
