@@ -82,6 +82,7 @@ pub(super) fn load(
             .context("cannot run panto send")?;
         let wall = started.elapsed();
         let seen = server.take();
+        keep_requests(&dir, load.sends, &seen)?;
         if !out.status.success() {
             load.failures.push(format!(
                 "{} at {} with {strategy}, send {}: {}",
@@ -110,6 +111,23 @@ pub(super) fn load(
     let text = Haystack::new(&strings(&context["messages"]));
     load.answered = session.asked.iter().filter(|q| q.found_in(&text)).count();
     Ok(load)
+}
+
+/// Writes the compaction requests among `seen` (those of send `send`) to `compaction-requests.jsonl`
+/// in `dir`, one a line with the server's counts, so that where a run's tokens went can be read
+/// after it (docs/compaction.md, "Strategies compared").
+pub(super) fn keep_requests(dir: &Path, send: usize, seen: &[Seen]) -> Result<()> {
+    use std::io::Write as _;
+    let mut file = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("compaction-requests.jsonl"))?;
+    for s in seen.iter().filter(|s| s.compaction) {
+        let line = json!({"send": send, "input": s.input, "output": s.output, "fitted": s.fitted,
+            "max_output": s.max_output, "messages": s.messages});
+        writeln!(file, "{line}")?;
+    }
+    Ok(())
 }
 
 /// The compaction requests among `seen`, and the tokens they cost (input and output of those
