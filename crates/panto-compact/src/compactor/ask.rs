@@ -145,6 +145,8 @@ impl Fold<'_, '_> {
         {
             let limits = &mut self.state.limits;
             limits.proven = limits.proven.max(asking.input_tokens);
+            let output = u64::from(asking.request.max_output_tokens);
+            limits.proven_total = limits.proven_total.max(asking.input_tokens + output);
         }
         if let Err(cause) = &result {
             let failure = format!("{}: {cause}", model.model);

@@ -73,9 +73,12 @@ pub(super) struct Limits {
     /// The smallest input the provider rejected as too large without stating its limit: the
     /// window is below it (and above `proven`).
     pub(super) upper: Option<u64>,
-    /// The largest request the provider accepted (input and output): once a rejection has
-    /// shown the window below the planned limit, only this much is known to fit.
+    /// The largest input of a request the provider accepted: once a rejection has shown the
+    /// window below the planned limit, only this much is known to fit.
     pub(super) proven: u64,
+    /// The largest request the provider accepted, its input and the output it allowed
+    /// together: what is known to fit however the server counts.
+    pub(super) proven_total: u64,
     /// The latest limit the provider stated when it refused a request of the fold, with its
     /// counts.
     pub(super) stated: Option<Stated>,
@@ -142,6 +145,7 @@ impl FoldState {
                 limit: prepared.limit,
                 upper: None,
                 proven: 0,
+                proven_total: 0,
                 stated: None,
                 stated_window: windows.stated_window(),
                 shrinks: 0,
@@ -181,6 +185,15 @@ impl FoldState {
         let most = self.output.max.max(least);
         let output = match self.limits.limit {
             None => most,
+            // The last request may take more output, up to the limit; where the window was
+            // found only below a refusal (the limit a guess, maybe a try higher), no further
+            // than a request the provider took: a larger output would risk a refusal (a
+            // request) for a longer summary, not for fewer requests.
+            Some(l) if last && self.limits.upper.is_some() && self.limits.proven_total > 0 => {
+                let taken = self.limits.proven_total.saturating_sub(input_tokens);
+                most.min(l.saturating_sub(input_tokens))
+                    .min(taken.max(plan.output))
+            }
             Some(l) if last => most.min(l.saturating_sub(input_tokens)),
             Some(l) => plan.output.min(l.saturating_sub(input_tokens)),
         }

@@ -455,27 +455,18 @@ impl<'m> Walk<'m> {
             transcript_tokens,
             proven,
         );
-        let instructions = fold.state.instructions.as_deref();
-        let prompt = &fold.run.compactor.prompt;
-        let form = fold.state.limits.form(Some(smaller));
-        let shorter = prompt.system_prompt_for(instructions, form);
-        if shorter.len() < self.system.len() {
-            self.system = shorter;
-            self.sizes = Overheads::of(&self.system);
-        }
+        let form = self.take_form(fold, smaller);
+        let least = self.least_limit(form, carried);
         // Never below the least limit a fold can work in (a guess may undershoot).
-        let floor = output_floor(form);
-        let least = least_limit(
-            self.sizes.fixed + self.material.parts.allowance(),
-            carried,
-            floor,
-        );
         if smaller < least && least < input_tokens {
             smaller = least;
         }
         loop {
             fold.state.limits.limit = Some(smaller);
-            let plan = self.plan_left(fold)?;
+            let mut plan = self.plan_left(fold)?;
+            if fold.state.limits.upper.is_some() {
+                plan = self.fill(fold, plan)?;
+            }
             let first = &plan.chunks[0];
             let again = first.tokens.min(first.capacity);
             if again < request.carried_tokens {
@@ -483,6 +474,52 @@ impl<'m> Walk<'m> {
             }
             smaller = smaller.saturating_sub(again - request.carried_tokens + 1);
         }
+    }
+
+    /// The form of the fold's requests within `limit` ([`Limits::form`]), its system prompt
+    /// taken when shorter than the walk's (unless the user layered their own).
+    fn take_form(&mut self, fold: &Fold<'_, '_>, limit: u64) -> Option<u64> {
+        let instructions = fold.state.instructions.as_deref();
+        let form = fold.state.limits.form(Some(limit));
+        let shorter = fold
+            .run
+            .compactor
+            .prompt
+            .system_prompt_for(instructions, form);
+        if shorter.len() < self.system.len() {
+            self.system = shorter;
+            self.sizes = Overheads::of(&self.system);
+        }
+        form
+    }
+
+    /// The least limit a request of the walk works in, for the `form` and a summary carried
+    /// of `carried` tokens ([`least_limit`]).
+    fn least_limit(&self, form: Option<u64>, carried: u64) -> u64 {
+        least_limit(
+            self.sizes.fixed + self.material.parts.allowance(),
+            carried,
+            output_floor(form),
+        )
+    }
+
+    /// `plan`, made after a shrink below a window found only by refusals, with the parts left
+    /// cut again for its requests (parts an eighth of a request's capacity, where their turns
+    /// allow), so that its chunks fill the smaller requests: parts cut for a larger window
+    /// leave a request a part that does not fit beside the one before, and the fold a step
+    /// that carries a fraction of what it could. The plan again of those parts.
+    fn fill(&mut self, fold: &Fold<'_, '_>, plan: FoldPlan) -> Result<FoldPlan, CompactError> {
+        let capacity = plan.chunks.iter().map(|c| c.capacity).min().unwrap_or(0);
+        let size = PartSize::for_capacity(capacity);
+        let messages = self.material.messages;
+        if !self.material.parts.recut(self.done, Some(size), messages) {
+            return Ok(plan);
+        }
+        // Whole again when the leads of smaller parts leave no room (as `Walk::recut`).
+        self.plan_left(fold).or_else(|_| {
+            self.material.parts.recut(self.done, None, messages);
+            self.plan_left(fold)
+        })
     }
 
     /// After the model's summary of `request` stopped at its output limit: the same step asked
