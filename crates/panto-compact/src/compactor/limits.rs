@@ -84,3 +84,21 @@ pub(super) fn believed_limit(error: &ProviderError, input: u64, output: u64) -> 
 pub(super) fn least_limit(fixed: u64, previous: u64, floor: u64) -> u64 {
     fixed + (previous + floor + MIN_ROOM).max(floor + floor / 4 + floor + MIN_ROOM)
 }
+
+/// What a request of the fold costs besides its user prompt, for the system prompt it is sent
+/// with: `fixed` for the plan (the envelope counted, with room for a previous summary), and
+/// `base_tokens` for a prompt sized whole (its own size counts the envelope).
+pub(super) struct Overheads {
+    pub(super) fixed: u64,
+    pub(super) base_tokens: u64,
+}
+
+impl Overheads {
+    pub(super) fn of(system: &str) -> Overheads {
+        let fixed = request_overhead(system);
+        Overheads {
+            fixed,
+            base_tokens: fixed.saturating_sub(envelope_tokens()),
+        }
+    }
+}

@@ -16,7 +16,7 @@ use panto_transcript::Elision;
 use super::ask::{Answer, Failure};
 use super::chunk::{ChunkPrompt, Prompt, chunk_prompt};
 use super::folding::Fold;
-use super::limits::{envelope_tokens, least_limit, previous_tokens, request_overhead, shrink};
+use super::limits::{Overheads, least_limit, previous_tokens, shrink};
 use super::parts::{Material, PartSize};
 use super::step::Sent;
 use super::{MAX_LONGER, MAX_SHRINKS};
@@ -580,23 +580,5 @@ impl<'m> Walk<'m> {
             self.replan(fold, again, None);
         }
         Ok(())
-    }
-}
-
-/// What a request of the fold costs besides its user prompt, for the system prompt it is sent
-/// with: `fixed` for the plan (the envelope counted, with room for a previous summary), and
-/// `base_tokens` for a prompt sized whole (its own size counts the envelope).
-struct Overheads {
-    fixed: u64,
-    base_tokens: u64,
-}
-
-impl Overheads {
-    fn of(system: &str) -> Overheads {
-        let fixed = request_overhead(system);
-        Overheads {
-            fixed,
-            base_tokens: fixed.saturating_sub(envelope_tokens()),
-        }
     }
 }
