@@ -78,8 +78,10 @@ pub(super) const KINDS: [IdentifierKind; 9] = [
 ];
 
 impl IdentifierKind {
+    /// Its place in [`KINDS`], which lists the kinds in the order they are declared: every
+    /// identifier found picks its table by it.
     pub(super) fn index(self) -> usize {
-        KINDS.iter().position(|k| *k == self).unwrap_or(0)
+        self as usize
     }
 
     /// The kind's name in a rendering, singular and plural.

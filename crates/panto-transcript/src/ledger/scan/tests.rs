@@ -5,7 +5,7 @@
 use proptest::prelude::*;
 
 use super::{
-    IdentifierKind, KEY, Origin, URL_END, VALUE_END, class, is_word, scan, scan_reference,
+    IdentifierKind, KEY, KINDS, Origin, URL_END, VALUE_END, class, is_word, scan, scan_reference,
 };
 
 #[test]
@@ -17,6 +17,13 @@ fn every_class_bit_is_the_test_of_the_byte_it_stands_for() {
         assert_eq!(class(b) & KEY != 0, key, "KEY of byte {b}");
         assert_eq!(class(b) & VALUE_END != 0, value_end, "VALUE_END of byte {b}");
         assert_eq!(class(b) & URL_END != 0, url_end, "URL_END of byte {b}");
+    }
+}
+
+#[test]
+fn a_kind_s_index_is_its_place_in_the_list_of_kinds() {
+    for (i, kind) in KINDS.into_iter().enumerate() {
+        assert_eq!(kind.index(), i, "{kind:?}");
     }
 }
 
