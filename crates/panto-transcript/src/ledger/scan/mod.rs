@@ -400,6 +400,17 @@ impl<F: FnMut(IdentifierKind, &str), const FAST: bool> Scanner<'_, '_, F, FAST> 
     fn word(&mut self, w: Word) {
         let (from, to) = (w.from, w.to);
         let first = self.bytes[from];
+        // Most words are plain: no digit, no capital or underscore after the first byte (no
+        // code name), no `:`, `=` or quote after them (no key), no dot before them (no
+        // extension), not `h` first (no URL's scheme). Told by a few tests, before the rules'.
+        if FAST
+            && (w.any & DIGIT) | (w.rest & (UPPER | UNDERSCORE)) == 0
+            && class(self.at(to)) & KEYED == 0
+            && self.before(from) != b'.'
+            && first != b'h'
+        {
+            return;
+        }
         let named = w.len() >= 6
             && ((w.rest & UPPER != 0 && w.any & LOWER != 0) || w.rest & UNDERSCORE != 0);
         let keyed = self.may_be_key(w);
