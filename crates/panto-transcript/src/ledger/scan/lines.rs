@@ -98,8 +98,7 @@ impl<F: FnMut(IdentifierKind, &str), const FAST: bool> Scanner<'_, '_, F, FAST> 
             && matches!(v[0], b'"' | b'\'')
             && v[v.len() - 1] == v[0]
             && !v[1..v.len() - 1].contains(&v[0]);
-        let word = !quoted
-            && v.iter().all(|b| class(*b) & VALUE_END == 0);
+        let word = !quoted && v.iter().all(|b| class(*b) & VALUE_END == 0);
         if !(quoted || word) {
             return;
         }

@@ -219,12 +219,18 @@ static CLASS: [u16; 256] = {
             k |= KEY;
         }
         if c.is_ascii_whitespace()
-            || matches!(c, b',' | b';' | b'{' | b'}' | b'[' | b']' | b'"' | b'\'' | b'`')
+            || matches!(
+                c,
+                b',' | b';' | b'{' | b'}' | b'[' | b']' | b'"' | b'\'' | b'`'
+            )
         {
             k |= VALUE_END;
         }
         if c.is_ascii_whitespace()
-            || matches!(c, b'"' | b'\'' | b'`' | b'<' | b'>' | b')' | b']' | b'}' | b'\\')
+            || matches!(
+                c,
+                b'"' | b'\'' | b'`' | b'<' | b'>' | b')' | b']' | b'}' | b'\\'
+            )
         {
             k |= URL_END;
         }

@@ -2,8 +2,8 @@
 //! `#` colors, URLs, versions, numbers and environment values with their keys, and code names.
 
 use super::{
-    DIGIT, HEX, IdentifierKind, NOT_DIGIT, Scanner, UNDERSCORE, UPPER, URL_END, Word, class, is_digit,
-    is_word,
+    DIGIT, HEX, IdentifierKind, NOT_DIGIT, Scanner, UNDERSCORE, UPPER, URL_END, Word, class,
+    is_digit, is_word,
 };
 
 impl<F: FnMut(IdentifierKind, &str), const FAST: bool> Scanner<'_, '_, F, FAST> {
