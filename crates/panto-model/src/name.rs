@@ -71,6 +71,14 @@ impl Name {
         }
     }
 
+    /// The text's bytes, read without checking them again: what a comparison needs.
+    fn text_bytes(&self) -> &[u8] {
+        match &self.0 {
+            Repr::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            Repr::Heap(s) => s.as_bytes(),
+        }
+    }
+
     /// Whether the text is stored in place (22 bytes or fewer).
     pub fn is_inline(&self) -> bool {
         matches!(self.0, Repr::Inline { .. })
@@ -168,7 +176,8 @@ impl From<Name> for String {
 
 impl PartialEq for Name {
     fn eq(&self, other: &Name) -> bool {
-        self.as_str() == other.as_str()
+        // Two texts are equal when their bytes are: no need to check them as text again.
+        self.text_bytes() == other.text_bytes()
     }
 }
 
@@ -182,7 +191,8 @@ impl PartialOrd for Name {
 
 impl Ord for Name {
     fn cmp(&self, other: &Name) -> Ordering {
-        self.as_str().cmp(other.as_str())
+        // `str` orders by its bytes.
+        self.text_bytes().cmp(other.text_bytes())
     }
 }
 

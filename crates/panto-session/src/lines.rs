@@ -314,8 +314,13 @@ impl<'f> BackLines<'f> {
         // The two buffers take turns, so that a long read allocates (and faults in) two
         // chunks' worth of memory once rather than a fresh chunk per step.
         let mut fresh = std::mem::take(&mut self.spare);
-        fresh.clear();
-        fresh.resize(n + keep, 0);
+        // Every byte is written below (the read fills its part or fails): only the bytes the
+        // buffer has never held are zeroed first, not the whole buffer at every step.
+        if fresh.len() < n + keep {
+            fresh.resize(n + keep, 0);
+        } else {
+            fresh.truncate(n + keep);
+        }
         read_at(self.file, &mut fresh[..n], new_start)?;
         fresh[n..].copy_from_slice(&self.buf[..keep]);
         self.spare = std::mem::replace(&mut self.buf, fresh);

@@ -31,6 +31,25 @@ fn backwards_segments_are_the_tail_then_lines_from_the_last() {
     }
 }
 
+proptest::proptest! {
+    /// Whatever the chunk, the segments read backwards are the file's lines from the last,
+    /// each at its offset: a buffer reused from a longer step holds no stale byte.
+    #[test]
+    fn backwards_segments_are_the_lines_whatever_the_chunk(
+        content in proptest::collection::vec(proptest::sample::select(b"ab\n".to_vec()), 0..200),
+        chunk in 1usize..40,
+    ) {
+        let mut want = Vec::new();
+        let mut start = 0u64;
+        for line in content.split(|b| *b == b'\n') {
+            want.push((start, line.to_vec()));
+            start += line.len() as u64 + 1;
+        }
+        want.reverse();
+        proptest::prop_assert_eq!(back_segments(&content, chunk), want);
+    }
+}
+
 #[test]
 fn backwards_segments_of_edge_files() {
     assert_eq!(back_segments(b"", 4), vec![(0, Vec::new())]);

@@ -1,10 +1,13 @@
 //! The identifiers of a whole line, looked at when it ends: a line that is one `key: value` or
 //! `key = value` pair, and in tool output an error line.
 
-use super::{ERROR_LINE_BYTES, FAILED_LINES, IdentifierKind, Line, Origin, Scanner, is_word};
+use super::{
+    ERROR_LINE_BYTES, FAILED_LINES, IdentifierKind, KEY, Line, Origin, Scanner, VALUE_END, class,
+    is_word,
+};
 use crate::cut::{Budget, Cut, head};
 
-impl<F: FnMut(IdentifierKind, &str)> Scanner<'_, '_, F> {
+impl<F: FnMut(IdentifierKind, &str), const FAST: bool> Scanner<'_, '_, F, FAST> {
     /// The line `line.start..end` (its newline excluded): a one-pair line, and in tool output
     /// an error line.
     pub(super) fn line(&mut self, line: &mut Line, end: usize, origin: Origin) {
@@ -53,7 +56,7 @@ impl<F: FnMut(IdentifierKind, &str)> Scanner<'_, '_, F> {
         if !(self.at(at).is_ascii_alphabetic() || self.at(at) == b'_') {
             return;
         }
-        while at < to && (is_word(self.bytes[at]) || b".-".contains(&self.bytes[at])) {
+        while at < to && class(self.bytes[at]) & KEY != 0 {
             if self.bytes[at] >= 0x80 || at - key >= 41 {
                 return;
             }
@@ -95,9 +98,7 @@ impl<F: FnMut(IdentifierKind, &str)> Scanner<'_, '_, F> {
             && matches!(v[0], b'"' | b'\'')
             && v[v.len() - 1] == v[0]
             && !v[1..v.len() - 1].contains(&v[0]);
-        let word = !quoted
-            && v.iter()
-                .all(|b| !b.is_ascii_whitespace() && !b",;{}[]\"'`".contains(b));
+        let word = !quoted && v.iter().all(|b| class(*b) & VALUE_END == 0);
         if !(quoted || word) {
             return;
         }

@@ -3,7 +3,7 @@
 
 use super::{IdentifierKind, MAX_PATH, Scanner, is_word};
 
-impl<F: FnMut(IdentifierKind, &str)> Scanner<'_, '_, F> {
+impl<F: FnMut(IdentifierKind, &str), const FAST: bool> Scanner<'_, '_, F, FAST> {
     /// A file path whose extension is the word `ext..end`: a folder and the extension, not
     /// going on into another folder or a word joined by `-`.
     pub(super) fn file_path(&mut self, ext: usize, end: usize) {

@@ -1,9 +1,12 @@
 //! The identifiers the scanner tells from a word and what is around it: hex ids and UUIDs,
 //! `#` colors, URLs, versions, numbers and environment values with their keys, and code names.
 
-use super::{DIGIT, HEX, IdentifierKind, NOT_DIGIT, Scanner, Word, class, is_digit, is_word};
+use super::{
+    DIGIT, HEX, IdentifierKind, NOT_DIGIT, Scanner, UNDERSCORE, UPPER, URL_END, Word, class,
+    is_digit, is_word,
+};
 
-impl<F: FnMut(IdentifierKind, &str)> Scanner<'_, '_, F> {
+impl<F: FnMut(IdentifierKind, &str), const FAST: bool> Scanner<'_, '_, F, FAST> {
     /// A hex id or UUID starting at the word `w`, all hex digits; whether one was found.
     pub(super) fn hex(&mut self, w: Word) -> bool {
         let (from, to) = (w.from, w.to);
@@ -70,8 +73,7 @@ impl<F: FnMut(IdentifierKind, &str)> Scanner<'_, '_, F> {
     pub(super) fn url(&mut self, from: usize) {
         let mut end = from;
         while end < self.bytes.len() {
-            let b = self.bytes[end];
-            if b.is_ascii_whitespace() || b"\"'`<>)]}\\".contains(&b) {
+            if class(self.bytes[end]) & URL_END != 0 {
                 break;
             }
             end += 1;
@@ -271,12 +273,15 @@ impl<F: FnMut(IdentifierKind, &str)> Scanner<'_, '_, F> {
         if b.len() > 60 || is_digit(b[0]) {
             return;
         }
-        let camel = b
-            .windows(2)
-            .any(|p| p[0].is_ascii_lowercase() && p[1].is_ascii_uppercase());
-        let snake = b
-            .windows(3)
-            .any(|p| p[1] == b'_' && p[0].is_ascii_alphanumeric() && p[2].is_ascii_alphanumeric());
+        // A capital after a letter, or an underscore between two bytes, is never the word's first
+        // byte: a word whose other bytes hold none needs no look.
+        let camel = (!FAST || w.rest & UPPER != 0)
+            && b.windows(2)
+                .any(|p| p[0].is_ascii_lowercase() && p[1].is_ascii_uppercase());
+        let snake = (!FAST || w.rest & UNDERSCORE != 0)
+            && b.windows(3).any(|p| {
+                p[1] == b'_' && p[0].is_ascii_alphanumeric() && p[2].is_ascii_alphanumeric()
+            });
         let before = self.before(from);
         let after = self.at(to);
         let in_path = b"/.-".contains(&before) || after == b'/' || after == b'-';
