@@ -9,7 +9,7 @@
 //! The session is [`SESSION`], what the compactor writes (a test of panto-compact,
 //! `the_store_conformance_clearing_is_what_the_compactor_writes`, proves it is).
 
-use panto_model::{ContentBlock, Entry, UndoEntry, replay};
+use panto_model::{CLEARED, ContentBlock, Entry, UndoEntry, replay};
 use serde_json::Value;
 
 use super::export;
@@ -118,21 +118,19 @@ pub(super) async fn a_clearing_round_trips_and_replays<S: Store>(store: &S) {
         if n == 1 {
             let c = context.compaction.expect("the clearing is active");
             assert!(c.is_clearing());
-            let placeholders = context
-                .messages
-                .iter()
-                .flat_map(|m| &m.content)
-                .filter(|b| matches!(b, ContentBlock::ToolResult(r) if r.extra.contains_key(panto_model::CLEARED)))
-                .count();
-            assert_eq!(placeholders, the_clearing().1.len());
-            // The written file's content is a placeholder in a call that keeps its keys.
-            let inputs = context
-                .messages
-                .iter()
-                .flat_map(|m| &m.content)
-                .filter(|b| matches!(b, ContentBlock::ToolUse(u) if u.extra.contains_key(panto_model::CLEARED)))
-                .count();
-            assert_eq!(inputs, cleared_of("tool_input").len());
+            // Results and, for the written file's content, a call (its keys kept) are
+            // placeholders, as many as the clearing lists.
+            let marked = |call: bool| {
+                (context.messages.iter().flat_map(|m| &m.content))
+                    .filter(|b| match b {
+                        ContentBlock::ToolResult(r) if !call => r.extra.contains_key(CLEARED),
+                        ContentBlock::ToolUse(u) if call => u.extra.contains_key(CLEARED),
+                        _ => false,
+                    })
+                    .count()
+            };
+            assert_eq!(marked(false), the_clearing().1.len());
+            assert_eq!(marked(true), cleared_of("tool_input").len());
         }
     }
     assert_eq!(
