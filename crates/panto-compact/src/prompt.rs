@@ -27,12 +27,13 @@ pub const BUILTIN_TINY_PROMPT: &str = include_str!("../prompts/COMPACTION-TINY.m
 /// panto's estimate of what the requests must fit, when the smallest window stated for the
 /// model, `stated` (in the provider's own tokens: an overflow's limit, the configured window,
 /// the server's; [`crate::KnownWindows::stated_window`]), is below [`TINY_PROMPT_BELOW`]; else
-/// `limit` raised to [`TINY_PROMPT_BELOW`]. A window is tiny only as stated: a stated 2,048
-/// that panto's estimate scales to 1,960 is not, and neither is a window that states no limit,
-/// whose bound below a refused request, or a guess after one, says nothing of how far below
-/// it the window lies (a window of 2,048 of the provider's tokens is guessed under 2,000 by a
-/// fold that halves its way down). Nothing at or above [`TINY_PROMPT_BELOW`] moves, so the
-/// short form's threshold ([`SHORT_PROMPT_BELOW`]) is decided as before.
+/// `limit` raised to [`TINY_PROMPT_BELOW`]. A window is tiny only as stated or as a refusal
+/// bounds it: a stated 2,048 that panto's estimate scales to 1,960 is not; a fold passes the
+/// size of a compaction request refused without a limit as `stated` (panto's tokens: under
+/// 2,000 for the prompt, under 1,500 for the output floor), never a guess after one (a window
+/// of 2,048 of the provider's tokens is guessed under 2,000 by a fold that halves its way
+/// down). Nothing at or above [`TINY_PROMPT_BELOW`] moves, so the short form's threshold
+/// ([`SHORT_PROMPT_BELOW`]) is decided as before.
 pub(crate) fn form_limit(limit: Option<u64>, stated: Option<u64>) -> Option<u64> {
     match stated {
         Some(w) if w < TINY_PROMPT_BELOW => limit,

@@ -120,7 +120,8 @@ impl Run<'_> {
     }
 
     /// The models' summary so far (`so_far`, which covers the turns `covered` names), cut to
-    /// half of the `room` when it must be, then panto's record of the turns of `prepared`'s
+    /// three quarters of the `room` when it must be (the record of the rest takes what it
+    /// leaves: the model's work goes first), then panto's record of the turns of `prepared`'s
     /// prefix after them, as a step of its own.
     fn kept_record(
         &mut self,
@@ -138,7 +139,7 @@ impl Run<'_> {
         folded.steps.truncate(covered.steps);
         folded.ledger = Ledger::merge(&so_far.ledger, &Ledger::from_messages(rest));
         let summary = match sizing.room {
-            Some(r) => head_within(&covered.summary, r / 2),
+            Some(r) => head_within(&covered.summary, r - r / 4),
             None => covered.summary,
         };
         let text = if rest.is_empty() {

@@ -19,6 +19,13 @@ use crate::prompt::form_limit;
 use crate::report::{ElidedItem, FoldStep};
 use crate::window::{KnownWindows, Stated};
 
+/// The request (input and output together, in panto's estimate) below which a refusal
+/// without a limit the fold believes gives the fold the tiny output floor: 1,500 tokens,
+/// three quarters of [`crate::TINY_PROMPT_BELOW`]. A provider may count up to a third above
+/// panto's estimate, so a window of 2,048 of its tokens (Ollama's default) refuses nothing
+/// under about 1,540 of panto's and keeps the floor of 256.
+const FLOOR_TINY_BELOW: u64 = crate::TINY_PROMPT_BELOW * 3 / 4;
+
 /// Where a fold stands: everything it needs to go on from where it is.
 pub(super) struct FoldState {
     /// The summary and the record so far, and what was sent.
@@ -86,6 +93,11 @@ pub(super) struct Limits {
     /// tokens ([`KnownWindows::stated_window`]): with `stated`, what decides whether the
     /// window is tiny ([`Limits::form`]).
     pub(super) stated_window: Option<u64>,
+    /// The smallest compaction request (input and output together, in panto's estimate) the
+    /// provider refused without a limit the fold believes: the window lies below it. Under
+    /// [`crate::TINY_PROMPT_BELOW`] it gives the fold the tiny prompt ([`Limits::prompt_form`]),
+    /// under [`FLOOR_TINY_BELOW`] the tiny output floor too ([`Limits::form`]).
+    pub(super) refused_below: Option<u64>,
     /// How often the limit was shrunk after a rejection.
     pub(super) shrinks: usize,
     /// What bounds an overflow's requests: a summary cut at its output limit is asked again
@@ -148,6 +160,7 @@ impl FoldState {
                 proven_total: 0,
                 stated: None,
                 stated_window: windows.stated_window(),
+                refused_below: None,
                 shrinks: 0,
                 request_bound: None,
             },
@@ -203,12 +216,30 @@ impl FoldState {
 }
 
 impl Limits {
-    /// The limit that decides the form of the fold's requests within `limit`
-    /// ([`form_limit`]): a window stated (when the fold started, or by a refusal of the fold,
-    /// the smaller) is tiny only as stated.
+    /// The limit that decides the form of the fold's requests within `limit` (the output
+    /// floor, [`Limits::floor`]; [`form_limit`]): a window stated (when the fold started, or by
+    /// a refusal of the fold, the smaller) is tiny only as stated, and one that states no limit
+    /// once a compaction request under [`FLOOR_TINY_BELOW`] was refused.
     pub(super) fn form(&self, limit: Option<u64>) -> Option<u64> {
-        let stated = self.stated.map(|s| s.tokens);
-        form_limit(limit, min_known(self.stated_window, stated))
+        self.form_under(limit, FLOOR_TINY_BELOW)
+    }
+
+    /// The limit that decides the built-in prompt's form within `limit`: as [`Limits::form`],
+    /// and tiny once a compaction request under [`crate::TINY_PROMPT_BELOW`] was refused
+    /// without a limit the fold believes (issue 26 point 6: a window known *or bounded* below
+    /// the threshold). The bound is in panto's tokens, so a window of 2,048 of a provider that
+    /// counts above panto's estimate may get the tiny prompt; its output floor stays 256 unless
+    /// a request under [`FLOOR_TINY_BELOW`] was refused.
+    pub(super) fn prompt_form(&self, limit: Option<u64>) -> Option<u64> {
+        self.form_under(limit, crate::TINY_PROMPT_BELOW)
+    }
+
+    /// [`form_limit`] of `limit` with the smallest window known: stated when the fold started,
+    /// stated by a refusal it believes, or bounded by a refusal of a request under `bounded`.
+    fn form_under(&self, limit: Option<u64>, bounded: u64) -> Option<u64> {
+        let stated = min_known(self.stated_window, self.stated.map(|s| s.tokens));
+        let found = self.refused_below.filter(|&b| b < bounded);
+        form_limit(limit, min_known(stated, found))
     }
 
     /// The output floor of the fold's requests now: [`output_floor`] of the limit's form
@@ -268,6 +299,8 @@ impl Limits {
             );
         } else {
             self.upper = Some(self.upper.map_or(input_tokens, |u| u.min(input_tokens)));
+            let total = input_tokens + output;
+            self.refused_below = Some(self.refused_below.map_or(total, |t| t.min(total)));
         }
     }
 }

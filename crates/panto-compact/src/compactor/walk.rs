@@ -480,12 +480,13 @@ impl<'m> Walk<'m> {
     /// taken when shorter than the walk's (unless the user layered their own).
     fn take_form(&mut self, fold: &Fold<'_, '_>, limit: u64) -> Option<u64> {
         let instructions = fold.state.instructions.as_deref();
-        let form = fold.state.limits.form(Some(limit));
+        let limits = &fold.state.limits;
+        let form = limits.form(Some(limit));
         let shorter = fold
             .run
             .compactor
             .prompt
-            .system_prompt_for(instructions, form);
+            .system_prompt_for(instructions, limits.prompt_form(Some(limit)));
         if shorter.len() < self.system.len() {
             self.system = shorter;
             self.sizes = Overheads::of(&self.system);
@@ -509,17 +510,28 @@ impl<'m> Walk<'m> {
     /// leave a request a part that does not fit beside the one before, and the fold a step
     /// that carries a fraction of what it could. The plan again of those parts.
     fn fill(&mut self, fold: &Fold<'_, '_>, plan: FoldPlan) -> Result<FoldPlan, CompactError> {
-        let capacity = plan.chunks.iter().map(|c| c.capacity).min().unwrap_or(0);
-        let size = PartSize::for_capacity(capacity);
+        let least = plan.chunks.iter().map(|c| c.capacity).min().unwrap_or(0);
+        let first = plan.chunks.first().map_or(0, |c| c.capacity);
         let messages = self.material.messages;
+        let size = PartSize::for_capacity(least);
         if !self.material.parts.recut(self.done, Some(size), messages) {
             return Ok(plan);
         }
-        // Whole again when the leads of smaller parts leave no room (as `Walk::recut`).
-        self.plan_left(fold).or_else(|_| {
-            self.material.parts.recut(self.done, None, messages);
-            self.plan_left(fold)
-        })
+        if let Ok(plan) = self.plan_left(fold) {
+            return Ok(plan);
+        }
+        // The leads of parts that small leave no room: parts for the next request (the
+        // first chunk, which carries no summary yet, or the summary so far), then whole again
+        // (as `Walk::recut`).
+        if first > least {
+            let size = PartSize::for_capacity(first);
+            self.material.parts.recut(self.done, Some(size), messages);
+            if let Ok(plan) = self.plan_left(fold) {
+                return Ok(plan);
+            }
+        }
+        self.material.parts.recut(self.done, None, messages);
+        self.plan_left(fold)
     }
 
     /// After the model's summary of `request` stopped at its output limit: the same step asked

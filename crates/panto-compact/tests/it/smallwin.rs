@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex};
 
 use panto_compact::testing::{sized_conversation, transcript_tokens};
 use panto_compact::{
-    CompactError, CompactionEvent, Compactor, Driver, MIN_OUTPUT_TOKENS, MemoryLog, MemoryStore,
-    ModelRef, RECORD_ONLY_MODEL, Reply, TINY_PROMPT_BELOW, output_floor,
+    BUILTIN_TINY_PROMPT, CompactError, CompactionEvent, Compactor, Driver, MIN_OUTPUT_TOKENS,
+    MemoryLog, MemoryStore, ModelRef, RECORD_ONLY_MODEL, Reply, TINY_PROMPT_BELOW, output_floor,
 };
 use panto_model::{Entry, Message, SequentialIds};
 use panto_provider::{EventSink, Provider, ProviderError, Request, TokenNumbers, async_trait};
@@ -39,6 +39,8 @@ enum Stating {
 /// One request, as the server saw it.
 #[derive(Clone, Debug)]
 struct Seen {
+    /// Whether the request's system prompt is the tiny built-in form.
+    tiny: bool,
     compaction: bool,
     input: u64,
     output: u32,
@@ -143,6 +145,7 @@ impl Provider for Server {
             0
         };
         seen.push(Seen {
+            tiny: request.system.starts_with(BUILTIN_TINY_PROMPT.trim_end()),
             compaction,
             transcript,
             input,
@@ -814,4 +817,67 @@ fn probe_the_sweep_against_the_issue_bound() {
     eprintln!(
         "SWEEP cases={cases} stated_answering={stated} over={over} (under 2,000: {over_small}) worst={worst:.2} broken={broken}"
     );
+}
+
+/// Folds at unstated windows whose compaction requests are refused: once one under 2,000 of
+/// panto's tokens is refused, the window is bounded below the tiny prompt's threshold and the
+/// fold takes the tiny prompt; once one under 1,500 is, the tiny output floor too (a tenth of
+/// the limit). Before either, the short prompt and the floor of 256, as for any window that
+/// states no limit (a window of 2,048 of a provider that counts up to a third above panto's
+/// estimate refuses nothing under about 1,540). Each ends answered within the issue's bound;
+/// on main (`4de2259`) they took 16 requests for 13, 12 for 9 and 12 for 10.
+#[test]
+fn unstated_windows_bounded_under_2000_by_a_refusal_take_the_tiny_prompt_and_under_1500_the_tiny_floor()
+ {
+    let cases = [
+        (1_474, Some(8), 3.106_842_004_032_620_3),
+        (1_302, None, 1.434_647_715_948_631_5),
+        (1_088, Some(4), 1.929_571_627_767_386_9),
+    ];
+    let (mut prompt_only, mut tiny_floors) = (0, 0);
+    for (window, share, times) in cases {
+        let (server, _driver, result) = run(
+            (window, Stating::Unstated, true),
+            (share, true, times, usize::MAX),
+        );
+        assert!(result.is_ok(), "{window}: {result:?}");
+        let seen = server.seen();
+        let describe = describe(&seen);
+        let mut refused = u64::MAX;
+        for s in seen.iter().filter(|s| s.compaction) {
+            let output = u64::from(s.output);
+            assert_eq!(s.tiny, refused < 2_000, "{window}: {describe}");
+            if refused >= 1_500 {
+                assert!(output >= 256, "{window}: {describe}");
+            }
+            prompt_only += usize::from(s.tiny && output >= 256);
+            tiny_floors += usize::from(output < 256);
+            if !s.fits {
+                refused = refused.min(s.input + output);
+            }
+        }
+        let issue = issue_bound(seen[0].input, window, Stating::Unstated);
+        assert!(
+            seen.len() <= issue,
+            "{window}: {} for {issue}: {describe}",
+            seen.len()
+        );
+    }
+    assert!(prompt_only > 0 && tiny_floors > 0);
+}
+
+/// A fold whose limit a model that stops answering (refusing as too large, with a limit its
+/// own numbers contradict) drove down until no request fits: panto's record after the model's
+/// one summary had 52 tokens, and cutting the summary to half of them (26) dropped its one line
+/// of 27 tokens whole. The models' summary goes first now, within three quarters of the room.
+#[test]
+fn a_record_with_little_room_keeps_the_model_s_summary_before_panto_s_record() {
+    case_with_reply(
+        (1_099, Stating::TooHigh, true),
+        true,
+        3.494_182_681_509_516_7,
+        1,
+        Some(8),
+    )
+    .unwrap();
 }
