@@ -176,11 +176,8 @@ impl<'t> Reader<'t, '_> {
 
     /// The object that opens here, its values `depth` deep.
     fn object(&mut self, place: Place, depth: usize) -> Option<Value> {
-        self.at += 1;
         let mut out = Map::new();
-        self.space();
-        if self.peek()? == b'}' {
-            self.at += 1;
+        if self.opened(b'}')? {
             return Some(Value::Object(out));
         }
         loop {
@@ -201,40 +198,47 @@ impl<'t> Reader<'t, '_> {
             if out.insert(key.into_owned(), value).is_some() {
                 self.strings.repeated = true;
             }
-            self.space();
-            match self.peek()? {
-                b',' => self.at += 1,
-                b'}' => {
-                    self.at += 1;
-                    return Some(Value::Object(out));
-                }
-                _ => return None,
+            if self.closed(b'}')? {
+                return Some(Value::Object(out));
             }
         }
     }
 
     /// The array that opens here, its elements `depth` deep.
     fn array(&mut self, place: Place, depth: usize) -> Option<Value> {
-        self.at += 1;
         let place = place.element();
         let mut items = Vec::new();
-        self.space();
-        if self.peek()? == b']' {
-            self.at += 1;
+        if self.opened(b']')? {
             return Some(Value::Array(items));
         }
         loop {
             items.push(self.value(place, true, depth)?);
-            self.space();
-            match self.peek()? {
-                b',' => self.at += 1,
-                b']' => {
-                    self.at += 1;
-                    return Some(Value::Array(items));
-                }
-                _ => return None,
+            if self.closed(b']')? {
+                return Some(Value::Array(items));
             }
         }
+    }
+
+    /// Moves past the bracket that opens an object or array here, and past `close` when it
+    /// follows (after any whitespace): whether it did (the object or array is empty).
+    fn opened(&mut self, close: u8) -> Option<bool> {
+        self.at += 1;
+        self.space();
+        let empty = self.peek()? == close;
+        self.at += usize::from(empty);
+        Some(empty)
+    }
+
+    /// After an entry of an object or array (and any whitespace), moves past a `,` (`false`:
+    /// another entry follows) or past `close` (`true`); `None` on anything else.
+    fn closed(&mut self, close: u8) -> Option<bool> {
+        self.space();
+        let b = self.peek()?;
+        if b != b',' && b != close {
+            return None;
+        }
+        self.at += 1;
+        Some(b == close)
     }
 
     fn literal(&mut self, word: &str, value: Value) -> Option<Value> {
