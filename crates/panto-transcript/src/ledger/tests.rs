@@ -939,6 +939,175 @@ mod walk {
         value.to_string()
     }
 
+    /// Checks that the byte reader reads `text` as the `serde_json` reading it replaced did:
+    /// the same value or the same refusal, and with a value the same strings, in the same
+    /// order, and the same word on a repeated key.
+    fn check_readings(text: &str) -> Result<(), TestCaseError> {
+        let mut bytes = args::Strings::default();
+        let mut serde = args::Strings::default();
+        let read = args::read_with_strings(text, &mut bytes);
+        let reference = args::pruned::read_with_strings(text, &mut serde);
+        prop_assert_eq!(&read, &reference, "arguments {:?}", text);
+        if read.is_some() {
+            prop_assert_eq!(&bytes.list, &serde.list, "arguments {:?}", text);
+            prop_assert_eq!(bytes.repeated, serde.repeated, "arguments {:?}", text);
+        }
+        Ok(())
+    }
+
+    /// `text` spoiled at about `at` (a share of its length): cut there (`how` 0), its character
+    /// there dropped (1), `byte` put in there (2), or, from the next `,`, `:`, `[` or `{`, what
+    /// is before the next closing bracket replaced by `byte` (3: a grammar's edges, `[1, ]`,
+    /// `{"a":}`, `[,]`).
+    fn spoil(text: &str, at: prop::sample::Index, how: u8, byte: u8) -> String {
+        let mut i = at.index(text.len() + 1);
+        while !text.is_char_boundary(i) {
+            i -= 1;
+        }
+        let byte = char::from(byte);
+        if how == 3 {
+            let Some(sep) = text[i..].find([',', ':', '[', '{']).map(|p| i + p + 1) else {
+                return text.to_owned();
+            };
+            let close = text[sep..].find([']', '}']).map_or(text.len(), |p| sep + p);
+            return format!("{}{byte}{}", &text[..sep], &text[close..]);
+        }
+        let (head, tail) = text.split_at(i);
+        match how {
+            0 => head.to_owned(),
+            1 => {
+                let mut rest = tail.chars();
+                rest.next();
+                format!("{head}{}", rest.as_str())
+            }
+            _ => format!("{head}{byte}{tail}"),
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(1000))]
+        #[test]
+        fn the_byte_reader_reads_arguments_as_the_serde_reader_did(
+            json in arguments(),
+            choices in prop::collection::vec(any::<u8>(), 1..64),
+            lone in prop::bool::weighted(0.3),
+            spoils in prop::collection::vec((
+                any::<prop::sample::Index>(),
+                0u8..4,
+                prop::sample::select(b"{}[],:\"\\ \n0-+.eEtu\x01\x1fa".to_vec()),
+            ), 0..3),
+        ) {
+            let mut text = String::new();
+            write_json(&json, &choices, lone, &mut text);
+            for (at, how, byte) in spoils {
+                text = spoil(&text, at, how, byte);
+            }
+            check_readings(&text)?;
+            check_readings(&raw_compact(&text))?;
+        }
+    }
+
+    /// Texts at the edges of what `serde_json` takes, read by both readers alike: nesting at the
+    /// limit and past it, numbers out of range, escapes of every kind, surrogates alone and in
+    /// pairs in strings kept, strings left out and keys, reserved keys, and broken texts.
+    #[test]
+    fn the_byte_reader_reads_unusual_texts_as_the_serde_reader_did() {
+        let nested = |n: usize, inner: &str| format!("{}{inner}{}", "[".repeat(n), "]".repeat(n));
+        let objects = |n: usize| format!("{}\"p\"{}", r#"{"x":"#.repeat(n), "}".repeat(n));
+        let mut texts: Vec<String> = [99, 100, 101, 130]
+            .iter()
+            .flat_map(|&n| {
+                [
+                    nested(n, r#""a""#),
+                    nested(n - 1, r#"{"path":"p"}"#),
+                    objects(n),
+                ]
+            })
+            .collect();
+        texts.extend(
+            [
+                "",
+                " ",
+                "\u{feff}{}",
+                "{}",
+                "[]",
+                " { } ",
+                "[ ]",
+                "{\"a\":1}x",
+                "{\"a\" 1}",
+                "{\"a\":}",
+                "{\"a\":1,}",
+                "{,}",
+                "[,]",
+                "[1,]",
+                "[\"a\", ]",
+                "[1,,2]",
+                "[1 2]",
+                "{1:2}",
+                "{\"a\":1 \"b\":2}",
+                "truex",
+                "tru",
+                "nulll",
+                "[true,false,null]",
+                "-",
+                "-0",
+                "01",
+                "1.",
+                ".5",
+                "1e",
+                "1e+",
+                "1E-7",
+                "+1",
+                "1-2",
+                "2e-400",
+                "1e400",
+                "-1e400",
+                "18446744073709551615",
+                "18446744073709551616",
+                "-9223372036854775809",
+                "[1e400]",
+                "{\"content\":1e400}",
+                "{\"content\":-0.0e0}",
+                r#""a\u0041\/\b\f\n\r\t\"\\""#,
+                r#""\x""#,
+                r#""\u12G4""#,
+                r#""\u12""#,
+                r#""\"#,
+                r#""abc"#,
+                "\"a\u{1}\"",
+                "\"a\u{7f}é😀\"",
+                r#""\ud83d\ude00""#,
+                r#""\ud800""#,
+                r#""\udc00""#,
+                r#""\ud800\ud800""#,
+                r#""\ud800\u0041""#,
+                r#""\ud800\n""#,
+                r#""\ud800x""#,
+                r#"{"content":"\ud800"}"#,
+                r#"{"content":"\udc00\ud800\udc00"}"#,
+                r#"{"content":"\ud800\ud800\udc00"}"#,
+                r#"{"content":"\ud83d"}"#,
+                r#"{"content":"\ud83d\u12"}"#,
+                r#"{"content":"\ud83d\"}"#,
+                r#"{"content":["\ud800"]}"#,
+                r#"{"content":{"path":"\ud800"}}"#,
+                r#"{"content":{"note":"\ud800"}}"#,
+                r#"{"pa\ud800th":"a"}"#,
+                r#"{"p\u0061th":"a"}"#,
+                r#"{"$serde_json::private::RawValue":1}"#,
+                r#"{"a":{"$serde_json::private::x":1}}"#,
+                r#"{"$serde_json::privat":1}"#,
+                r#"{"x":{"path":"p"},"x":"big"}"#,
+                r#"{"todos":[{"status":"s","status":"t"}]}"#,
+                r#"{"plan":[{"step":"a\nb","status":"pending"},"c"]}"#,
+            ]
+            .map(str::to_owned),
+        );
+        for text in &texts {
+            check_readings(text).unwrap();
+        }
+    }
+
     /// Texts on which the pruned reading must step aside, each read as the full parse reads it.
     #[test]
     fn unusual_arguments_are_left_to_the_full_parse() {

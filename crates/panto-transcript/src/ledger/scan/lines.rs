@@ -18,27 +18,32 @@ impl<F: FnMut(IdentifierKind, &str), const FAST: bool> Scanner<'_, '_, F, FAST> 
         let Some(lead) = bytes.iter().position(|b| !b.is_ascii_whitespace()) else {
             return;
         };
-        let trail = bytes
-            .iter()
-            .rposition(|b| !b.is_ascii_whitespace())
-            .unwrap_or(lead);
-        let (from, to) = (line.start + lead, line.start + trail + 1);
         let first = bytes[lead];
         if origin == Origin::Failed {
             line.failed += 1;
         }
         let pair =
             line.pair && (first.is_ascii_alphabetic() || matches!(first, b'_' | b'"' | b'\''));
-        if pair {
-            self.pair_line(from, to);
-        }
         // Most lines of output report no error: told by what the pass saw of them.
         let failed_head = origin == Origin::Failed && line.failed <= FAILED_LINES;
         let may_report = origin != Origin::Said
             && (failed_head || line.error || line.pair || b"eEfFpPnN".contains(&first));
+        if !pair && !may_report {
+            return;
+        }
+        let trail = bytes
+            .iter()
+            .rposition(|b| !b.is_ascii_whitespace())
+            .unwrap_or(lead);
+        let (from, to) = (line.start + lead, line.start + trail + 1);
+        if pair {
+            self.pair_line(from, to);
+        }
         if may_report {
             let trimmed = &self.text[from..to];
-            if failed_head || reports_error(trimmed, line.pair, line.error) {
+            // The line's first colon, where the pass saw it (none in the whitespace trimmed).
+            let colon = line.colon.map(|c| c - from);
+            if failed_head || reports_error(trimmed, colon, line.error) {
                 let cut = clip_line(trimmed, ERROR_LINE_BYTES);
                 self.emit(IdentifierKind::ErrorLine, from, from + cut.len());
             }
@@ -116,9 +121,9 @@ impl<F: FnMut(IdentifierKind, &str), const FAST: bool> Scanner<'_, '_, F, FAST> 
 }
 
 /// Whether a line of output reports an error: it begins with error, fatal, failed, failure,
-/// panic, panicked, exception or `npm ERR!` (after one `word:` at most, when it holds a colon,
-/// `has_colon`), or, when it holds the word error (`has_error`), names a compiler's error code.
-fn reports_error(line: &str, has_colon: bool, has_error: bool) -> bool {
+/// panic, panicked, exception or `npm ERR!` (after one `word:` at most, before its first colon,
+/// at `colon`), or, when it holds the word error (`has_error`), names a compiler's error code.
+fn reports_error(line: &str, colon: Option<usize>, has_error: bool) -> bool {
     const STARTS: [&str; 8] = [
         "error",
         "fatal",
@@ -142,10 +147,11 @@ fn reports_error(line: &str, has_colon: bool, has_error: bool) -> bool {
     if starts(line) {
         return true;
     }
-    if has_colon
-        && let Some((head, rest)) = line.split_once(':')
-        && !head.contains(char::is_whitespace)
-        && starts(rest.trim_start())
+    // What follows the colon first: it rarely starts with one of the words, and the word
+    // before it may be the whole line.
+    if let Some(colon) = colon
+        && starts(line[colon + 1..].trim_start())
+        && !line[..colon].contains(char::is_whitespace)
     {
         return true;
     }

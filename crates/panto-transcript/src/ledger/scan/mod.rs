@@ -275,6 +275,8 @@ struct Line {
     start: usize,
     /// Whether it holds a `:` or `=`.
     pair: bool,
+    /// Where its first `:` is.
+    colon: Option<usize>,
     /// Whether it holds the word "error" (any case).
     error: bool,
     /// How many non-empty lines of a failed result came before it.
@@ -286,6 +288,7 @@ impl Line {
     fn next(&mut self, start: usize) {
         self.start = start;
         self.pair = false;
+        self.colon = None;
         self.error = false;
     }
 }
@@ -315,6 +318,7 @@ impl<F: FnMut(IdentifierKind, &str), const FAST: bool> Scanner<'_, '_, F, FAST> 
         let mut line = Line {
             start: 0,
             pair: false,
+            colon: None,
             error: false,
             failed: 0,
         };
@@ -345,6 +349,7 @@ impl<F: FnMut(IdentifierKind, &str), const FAST: bool> Scanner<'_, '_, F, FAST> 
                     }
                     b':' => {
                         line.pair = true;
+                        line.colon = line.colon.or(Some(i));
                         self.url |= self.bytes[i + 1..].starts_with(b"//");
                     }
                     b'=' => line.pair = true,
