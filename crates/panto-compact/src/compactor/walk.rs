@@ -505,10 +505,12 @@ impl<'m> Walk<'m> {
     }
 
     /// `plan`, made after a shrink below a window found only by refusals, with the parts left
-    /// cut again for its requests (parts an eighth of a request's capacity, where their turns
-    /// allow), so that its chunks fill the smaller requests: parts cut for a larger window
+    /// cut again for its requests (parts an eighth of the smallest request's capacity, where
+    /// their turns allow; of the next request's when the leads of parts that small leave no
+    /// room), so that its chunks fill the smaller requests: parts cut for a larger window
     /// leave a request a part that does not fit beside the one before, and the fold a step
-    /// that carries a fraction of what it could. The plan again of those parts.
+    /// that carries a fraction of what it could (13 tokens of transcript beside a whole tool
+    /// result, when the cut for the smallest was undone). The plan again of those parts.
     fn fill(&mut self, fold: &Fold<'_, '_>, plan: FoldPlan) -> Result<FoldPlan, CompactError> {
         let least = plan.chunks.iter().map(|c| c.capacity).min().unwrap_or(0);
         let first = plan.chunks.first().map_or(0, |c| c.capacity);
