@@ -48,6 +48,8 @@ pub(super) struct Run {
 pub(super) struct Runner {
     panto: PathBuf,
     config_dir: PathBuf,
+    /// An empty data folder: no learned window of the developer's is read.
+    data_dir: PathBuf,
     cwd: PathBuf,
     scratch: PathBuf,
     /// How peak memory is read.
@@ -84,9 +86,12 @@ impl Runner {
             std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
         let panto = target.join("release").join("panto");
         let config_dir = dir.join("empty-config");
+        let data_dir = dir.join("empty-data");
         let cwd = dir.join("cwd");
-        let _ = fs::remove_dir_all(&config_dir);
-        fs::create_dir_all(&config_dir)?;
+        for empty in [&config_dir, &data_dir] {
+            let _ = fs::remove_dir_all(empty);
+            fs::create_dir_all(empty)?;
+        }
         fs::create_dir_all(&cwd)?;
         for ancestor in cwd.ancestors() {
             if ancestor.join(".panto").exists() {
@@ -111,6 +116,7 @@ impl Runner {
         Ok(Runner {
             panto,
             config_dir,
+            data_dir,
             cwd,
             scratch: dir.to_path_buf(),
             peak: if gnu { Peak::GnuTime } else { Peak::Polled },
@@ -162,6 +168,7 @@ impl Runner {
         cmd.args(args)
             .current_dir(&self.cwd)
             .env("PANTO_CONFIG_DIR", &self.config_dir)
+            .env("PANTO_DATA_DIR", &self.data_dir)
             .env_remove("RUST_LOG")
             .stdin(Stdio::null())
             .stderr(fs::File::create(&err_file)?)

@@ -500,6 +500,7 @@ pub(super) fn panto_command(
             &server.base_url(),
         ])
         .env("PANTO_CONFIG_DIR", work.join("user-config"))
+        .env("PANTO_DATA_DIR", work.join("user-data"))
         .env("OPENAI_API_KEY", "pressure-key")
         .env("NO_COLOR", "1");
     for var in [

@@ -405,6 +405,7 @@ impl<'a> Runner<'a> {
         cmd.current_dir(&self.dir)
             .args(args)
             .env("PANTO_CONFIG_DIR", self.work.join("user-config"))
+            .env("PANTO_DATA_DIR", self.work.join("user-data"))
             .env("NO_COLOR", "1");
         for var in ["PANTO_STORE", "PANTO_LOG", "PANTO_PROVIDER", "PANTO_MODEL"] {
             cmd.env_remove(var);

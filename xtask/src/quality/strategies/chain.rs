@@ -335,6 +335,7 @@ impl Runner<'_> {
         cmd.current_dir(dir)
             .args(args)
             .env("PANTO_CONFIG_DIR", self.work.join("user-config"))
+            .env("PANTO_DATA_DIR", self.work.join("user-data"))
             .env("NO_COLOR", "1")
             .env("OPENAI_API_KEY", "strategies-key");
         for var in [
