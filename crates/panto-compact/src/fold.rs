@@ -44,8 +44,8 @@ pub const MIN_SMALL_OUTPUT_TOKENS: u64 = 64;
 /// becomes about 1,960. A window is judged as stated instead (an overflow's limit, the
 /// configured one, the server's; `prompt::form_limit`): what is sent at a window stated at
 /// 2,000 tokens or more does not change. One that states none is tiny only as a refused
-/// compaction request bounds it: under 2,000 of panto's tokens for the prompt, under 1,500 for
-/// the output floor too, so that a window of 2,048 of a provider counting up to a third above
+/// compaction request bounds it: under 2,000 of panto's tokens for the prompt, under 1,700 for
+/// the output floor too, so that a window of 2,048 of a provider counting up to a fifth above
 /// panto's estimate keeps the floor of 256. A fold's guess alone never makes it tiny.
 pub const TINY_PROMPT_BELOW: u64 = 2_000;
 

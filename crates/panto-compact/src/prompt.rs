@@ -30,7 +30,7 @@ pub const BUILTIN_TINY_PROMPT: &str = include_str!("../prompts/COMPACTION-TINY.m
 /// `limit` raised to [`TINY_PROMPT_BELOW`]. A window is tiny only as stated or as a refusal
 /// bounds it: a stated 2,048 that panto's estimate scales to 1,960 is not; a fold passes the
 /// size of a compaction request refused without a limit as `stated` (panto's tokens: under
-/// 2,000 for the prompt, under 1,500 for the output floor), never a guess after one (a window
+/// 2,000 for the prompt, under 1,700 for the output floor), never a guess after one (a window
 /// of 2,048 of the provider's tokens is guessed under 2,000 by a fold that halves its way
 /// down). Nothing at or above [`TINY_PROMPT_BELOW`] moves, so the short form's threshold
 /// ([`SHORT_PROMPT_BELOW`]) is decided as before.

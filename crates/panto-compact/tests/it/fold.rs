@@ -281,10 +281,10 @@ proptest! {
             // MIN_OUTPUT_TOKENS, unless the window is tiny: stated (`numbers`) under
             // TINY_PROMPT_BELOW, where the floor is a tenth of the limit the fold plans in, at
             // least MIN_SMALL_OUTPUT_TOKENS; or bounded by a refused compaction request under
-            // 1,500 of panto's tokens, which a window of `window / factor` of them or more never
+            // 1,700 of panto's tokens, which a window of `window / factor` of them or more never
             // refuses. However low the fold guesses a window that states no limit, a guess
             // alone never makes it tiny.
-            let bounded = (window as f64 / factor) < 1_500.0;
+            let bounded = (window as f64 / factor) < 1_700.0;
             let tiny = (numbers && window < TINY_PROMPT_BELOW) || bounded;
             let floor = if tiny { MIN_SMALL_OUTPUT_TOKENS as u32 } else { MIN_OUTPUT_TOKENS };
             prop_assert!(s.3 >= floor, "{seen:?}");

@@ -821,13 +821,13 @@ fn probe_the_sweep_against_the_issue_bound() {
 
 /// Folds at unstated windows whose compaction requests are refused: once one under 2,000 of
 /// panto's tokens is refused, the window is bounded below the tiny prompt's threshold and the
-/// fold takes the tiny prompt; once one under 1,500 is, the tiny output floor too (a tenth of
+/// fold takes the tiny prompt; once one under 1,700 is, the tiny output floor too (a tenth of
 /// the limit). Before either, the short prompt and the floor of 256, as for any window that
-/// states no limit (a window of 2,048 of a provider that counts up to a third above panto's
-/// estimate refuses nothing under about 1,540). Each ends answered within the issue's bound;
+/// states no limit (a window of 2,048 of a provider that counts up to a fifth above panto's
+/// estimate refuses nothing under about 1,707). Each ends answered within the issue's bound;
 /// on main (`4de2259`) they took 16 requests for 13, 12 for 9 and 12 for 10.
 #[test]
-fn unstated_windows_bounded_under_2000_by_a_refusal_take_the_tiny_prompt_and_under_1500_the_tiny_floor()
+fn unstated_windows_bounded_under_2000_by_a_refusal_take_the_tiny_prompt_and_under_1700_the_tiny_floor()
  {
     let cases = [
         (1_474, Some(8), 3.106_842_004_032_620_3),
@@ -847,7 +847,7 @@ fn unstated_windows_bounded_under_2000_by_a_refusal_take_the_tiny_prompt_and_und
         for s in seen.iter().filter(|s| s.compaction) {
             let output = u64::from(s.output);
             assert_eq!(s.tiny, refused < 2_000, "{window}: {describe}");
-            if refused >= 1_500 {
+            if refused >= 1_700 {
                 assert!(output >= 256, "{window}: {describe}");
             }
             prompt_only += usize::from(s.tiny && output >= 256);
