@@ -8,7 +8,7 @@ use std::sync::Arc;
 use panto_compact::testing::{ScriptedProvider, overflow, reply, server_error};
 use panto_compact::{
     CompactError, CompactOutcome, CompactRun, Compacted, Compactor, CompactorConfig, Driver,
-    MAX_SHRINKS, MIN_OUTPUT_TOKENS, MemoryLog, ModelRef,
+    MAX_SHRINKS, MIN_OUTPUT_TOKENS, MIN_SMALL_OUTPUT_TOKENS, MemoryLog, ModelRef,
 };
 use panto_model::arbitrary::session;
 use panto_model::{
@@ -20,7 +20,7 @@ use panto_size::{Heuristic, Sizer};
 use panto_transcript::strip_ledger;
 use proptest::prelude::*;
 
-use crate::{block_on, strip};
+use crate::{block_on, estimate_request, strip};
 
 const PREVIOUS: &str = "PREVIOUS#0";
 
@@ -54,12 +54,35 @@ fn compactor(active: ModelRef, keep: u64) -> Compactor {
 /// Checks that every compaction request (any request whose system prompt is not the agent's)
 /// allows at least the output floor.
 fn floor_respected(requests: &[Request]) -> Result<(), TestCaseError> {
-    for r in requests.iter().filter(|r| r.system != "agent") {
+    floor_respected_after(requests, |_| false)
+}
+
+/// As [`floor_respected`], where `refused(i)` says that the provider refused the `i`-th request
+/// as too large: once it refused a compaction request under 1,700 of panto's tokens (input and
+/// output) with no limit the fold believes (the scripted overflow states 4,000, which such a
+/// request contradicts), the window is bounded below that and the floor is the tiny form's
+/// (`MIN_SMALL_OUTPUT_TOKENS` at least, docs/compaction.md "Which windows are tiny").
+fn floor_respected_after(
+    requests: &[Request],
+    refused: impl Fn(usize) -> bool,
+) -> Result<(), TestCaseError> {
+    let mut bounded = false;
+    for (i, r) in requests.iter().enumerate() {
+        if r.system == "agent" {
+            continue;
+        }
+        let floor = if bounded {
+            MIN_SMALL_OUTPUT_TOKENS as u32
+        } else {
+            MIN_OUTPUT_TOKENS
+        };
         prop_assert!(
-            r.max_output_tokens >= MIN_OUTPUT_TOKENS,
+            r.max_output_tokens >= floor,
             "a compaction request allows {} tokens",
             r.max_output_tokens
         );
+        let total = estimate_request(&r.system, &r.messages) + u64::from(r.max_output_tokens);
+        bounded |= refused(i) && total < 1_700;
     }
     Ok(())
 }
@@ -116,7 +139,7 @@ fn rename_ids(messages: &mut [Message], prefix: &str) {
     }
 }
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Answer {
     Reply,
     Empty,
@@ -259,11 +282,11 @@ proptest! {
         let mut d = Driver::new(compactor(ModelRef::new(provider.clone(), "big"), keep), log, ctx)
             .with_system("agent");
         let result = block_on(d.send(vec![Message::user_text("new prompt")], &mut |_| {}));
-        floor_respected(&provider.requests())?;
+        let at = |i: usize| script.get(i).copied().unwrap_or(Answer::Other);
+        floor_respected_after(&provider.requests(), |i| at(i) == Answer::Overflow)?;
 
         // What the script says should happen: one conversation request, and a second one
         // only after an overflow that a compaction fixed.
-        let at = |i: usize| script.get(i).copied().unwrap_or(Answer::Other);
         let conversation_requests = provider.requests().iter().filter(|r| r.system == "agent").count();
         prop_assert!(conversation_requests <= 2);
         let compactions = d.log().entries().iter().filter(|e| matches!(e, Entry::Compaction(c) if c.id.as_deref() != Some("c0"))).count();
@@ -314,8 +337,16 @@ proptest! {
         let mut log = MemoryLog::with_entries(entries.clone());
         let ctx = log.replay();
         let result = block_on(c.compact(&ctx, &mut log, exact(0), &mut KnownWindows::new()));
-        floor_respected(&cheap.requests())?;
-        floor_respected(&main.requests())?;
+        // A refusal under 1,700 tokens bounds the window (`floor_respected_after`): the
+        // compaction model's request answers `first`, the active model's `second` (after it,
+        // in one queue when the provider is the same).
+        let overflow = |a: Answer| a == Answer::Overflow;
+        floor_respected_after(&cheap.requests(), |i| {
+            (i == 0 && overflow(first)) || (same_provider && i == 1 && overflow(second))
+        })?;
+        floor_respected_after(&main.requests(), |i| {
+            if same_provider { i <= 1 && overflow([first, second][i]) } else { i == 0 && overflow(second) }
+        })?;
         let models: Vec<String> = [cheap.requests(), if same_provider { vec![] } else { main.requests() }]
             .concat()
             .into_iter()
@@ -472,4 +503,57 @@ proptest! {
             }
         }
     }
+}
+
+/// The shrunk failure of `rule6_an_overflow_is_retried_exactly_once` (regression file): every
+/// request refused with the scripted "limit 4,000", which a compaction request of less than
+/// that contradicts. Once one under 1,700 of panto's tokens is refused so, the window is bounded
+/// below it and the fold's next request takes the tiny output floor (under 256, at least 64);
+/// the rule's check asked 256 of every compaction request whatever was refused.
+#[test]
+fn a_compaction_request_under_1700_refused_against_a_limit_it_contradicts_takes_the_tiny_floor() {
+    let history = panto_compact::testing::sized_conversation("agent", 3_000, 2_000, false);
+    let provider = Arc::new(ScriptedProvider::new("main"));
+    for a in [Answer::Overflow, Answer::Overflow, Answer::Overflow] {
+        provider.push(scripted(a));
+    }
+    for _ in 0..20 {
+        provider.push(scripted(Answer::Reply));
+    }
+    let log = MemoryLog::with_entries(history.into_iter().map(Entry::Message).collect());
+    let ctx = log.replay();
+    let mut d = Driver::new(
+        compactor(ModelRef::new(provider.clone(), "big"), 0),
+        log,
+        ctx,
+    )
+    .with_system("agent");
+    let result = block_on(d.send(vec![Message::user_text("new prompt")], &mut |_| {}));
+    let requests = provider.requests();
+    let sizes: Vec<(u64, u32)> = requests
+        .iter()
+        .map(|r| {
+            (
+                estimate_request(&r.system, &r.messages),
+                r.max_output_tokens,
+            )
+        })
+        .collect();
+    assert!(result.is_ok(), "{result:?} {sizes:?}");
+    // The conversation, then two compaction requests refused: the first over 1,700, the second
+    // under it; both at the floor of 256.
+    let (second, output) = sizes[2];
+    assert!(sizes[1].0 + u64::from(sizes[1].1) >= 1_700, "{sizes:?}");
+    assert!(second + u64::from(output) < 1_700, "{sizes:?}");
+    assert!(
+        sizes[1].1 >= MIN_OUTPUT_TOKENS && output >= MIN_OUTPUT_TOKENS,
+        "{sizes:?}"
+    );
+    let after = requests[3..].iter().filter(|r| r.system != "agent");
+    let floors: Vec<u32> = after.map(|r| r.max_output_tokens).collect();
+    assert!(!floors.is_empty(), "{sizes:?}");
+    let least = MIN_SMALL_OUTPUT_TOKENS as u32;
+    assert!(floors.iter().all(|&f| f >= least), "{sizes:?}");
+    assert!(floors.iter().any(|&f| f < MIN_OUTPUT_TOKENS), "{sizes:?}");
+    floor_respected_after(&requests, |i| i < 3).unwrap();
 }
