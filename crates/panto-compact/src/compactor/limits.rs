@@ -63,6 +63,12 @@ pub(super) fn shrink(
         .min(sent.saturating_sub(1))
 }
 
+/// Half way from `low` to `high` in proportion (their geometric mean): where the fold tries
+/// next between what it knows fits (or the least it can work in) and what was refused.
+pub(super) fn halfway(low: u64, high: u64) -> u64 {
+    (low as f64 * high as f64).sqrt() as u64
+}
+
 /// The limit the refusal `error` stated, in panto's estimated tokens (scaled by `input /
 /// counted` when it counted the request), when it explains the refusal of a request of
 /// `input` estimated tokens allowing `output` more: the limit is below what was sent. A

@@ -338,8 +338,10 @@ impl Compactor {
 
 /// How many times one fold shrinks its limit after a compaction request overflowed anyway:
 /// the third rejection ends the fold ([`CompactError::FoldOverflow`]), unless it was a try
-/// above a request the provider took: then the fold goes on at that size, trying no higher. So
-/// a provider that states no limit rejects at most three compaction requests.
+/// above a request the provider took (then the fold goes on at that size, trying no higher),
+/// or, nothing taken yet, the guess above the least limit a fold can work in that follows the
+/// second rejection (then the fold goes on at that least). So a provider that states no limit
+/// rejects at most three compaction requests.
 pub const MAX_SHRINKS: usize = 2;
 
 /// How many times one step of a fold asks the active model again after its summary stopped at

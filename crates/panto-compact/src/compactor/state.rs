@@ -9,7 +9,7 @@ use panto_model::{EffectiveContext, Usage};
 use panto_provider::ProviderError;
 use panto_transcript::Ledger;
 
-use super::limits::believed_limit;
+use super::limits::{believed_limit, halfway};
 use super::{MAX_SHRINKS, Prepared};
 use crate::attempt::AttemptFailure;
 use crate::config::{ModelRef, RequestBound, min_known};
@@ -102,6 +102,9 @@ pub(super) struct Limits {
     pub(super) refused_below: Option<u64>,
     /// How often the limit was shrunk after a rejection.
     pub(super) shrinks: usize,
+    /// Whether the limit after the fold's last shrink was guessed above the least a fold can
+    /// work in, nothing taken yet ([`Limits::bracket`]): its refusal falls back to that least.
+    pub(super) above_least: bool,
     /// What bounds an overflow's requests: a summary cut at its output limit is asked again
     /// only while the fold stays within it.
     pub(super) request_bound: Option<RequestBound>,
@@ -164,6 +167,7 @@ impl FoldState {
                 stated_window: windows.stated_window(),
                 refused_below: None,
                 shrinks: 0,
+                above_least: false,
                 request_bound: None,
             },
             output: Outputs {
@@ -252,28 +256,55 @@ impl Limits {
 
     /// Whether a request of `input_tokens` rejected after the fold's last shrink may still
     /// fall back to what is known to fit: when it tried higher than a request the provider
-    /// took, after a rejection that stated no limit. The fold then goes on at that size and
-    /// tries no higher: the third rejection of the fold is its last.
+    /// took, after a rejection that stated no limit, or, nothing taken, when it was the guess
+    /// above the least limit ([`Limits::bracket`]). The fold then goes on at that size (or that
+    /// least) and tries no higher: the third rejection of the fold is its last.
     pub(super) fn may_fall_back(&self, input_tokens: u64) -> bool {
         self.shrinks == MAX_SHRINKS
             && self.upper.is_some()
-            && self.proven > 0
-            && self.proven < input_tokens
+            && if self.proven > 0 {
+                self.proven < input_tokens
+            } else {
+                self.above_least
+            }
+    }
+
+    /// The limit after the fold's last shrink, `smaller` (at least `least`, the least limit a
+    /// fold can work in), when the refusal of a request of `sent` tokens (input and output)
+    /// stated no limit the fold believes and no request was taken: half way in proportion from
+    /// `least` to `sent`. The shrink's guess (a quarter of the refused input) falls below the
+    /// least limit there, and a fold climbing from its least request carries a fraction of the
+    /// window a step (two refused requests, then 340 of the 1,044 tokens of a window that counts
+    /// the output, climbing over four steps to 710). A refusal of the guess falls back to
+    /// `least` ([`Limits::may_fall_back`]).
+    pub(super) fn bracket(&mut self, smaller: u64, least: u64, sent: u64) -> u64 {
+        let guess = halfway(least, sent);
+        if self.shrinks == MAX_SHRINKS
+            && self.proven == 0
+            && self.upper.is_some()
+            && self.stated.is_none()
+            && guess > smaller
+            && guess < sent
+        {
+            self.above_least = true;
+            return guess;
+        }
+        smaller
     }
 
     /// After an answer: a limit guessed after a rejection that stated none is likely below the
     /// window, so while rejections are left the next requests try higher, half way (in
-    /// proportion: the geometric mean) from the largest input taken to the smallest input
-    /// rejected, and at most half again the input the limit allows; a failed try costs a
-    /// request and sends the limit back to what is known to fit, never to an input sent
-    /// before. After the shrinks a fold allows, one more try is left when something was taken:
-    /// its failure falls back to that size for good.
+    /// proportion: the geometric mean) from the largest input taken to the most input the
+    /// refusals allow at the floor ([`Limits::refused_input`]), and at most half again the
+    /// input the limit allows; a failed try costs a request and sends the limit back to what is
+    /// known to fit, never to an input sent before. After the shrinks a fold allows, one more
+    /// try is left when something was taken: its failure falls back to that size for good.
     pub(super) fn probe_higher(&mut self) {
         if let (Some(upper), Some(limit)) = (self.upper, self.limit)
             && self.shrinks <= MAX_SHRINKS
         {
             let floor = output_floor(self.form(Some(limit)));
-            let between = (self.proven as f64 * upper as f64).sqrt() as u64;
+            let between = halfway(self.proven, self.refused_input(upper, floor));
             // The most input the limit allows, and half again.
             let most = limit.saturating_sub(floor);
             let probe = between.min(most + most / 2) + floor;
@@ -281,6 +312,18 @@ impl Limits {
                 self.limit = Some(probe);
             }
         }
+    }
+
+    /// The most input the refusals that stated no limit allow a request with an output `floor`:
+    /// the smallest input refused (`upper`), or, when larger, the smallest request refused
+    /// (input and output) less `floor`. A server that counts the input only refuses the first;
+    /// one that counts the output too (panto cannot tell which) takes an input up to the second
+    /// once the floor is smaller than the refused request's output: 822 + 256 tokens refused at
+    /// a window of 1,044 that counts the output, the tiny floor of 80 leaves room for an input
+    /// of 960, not 822. A try above `upper` that an input-only server refuses falls back to
+    /// what is known to fit, as any failed try ([`Limits::may_fall_back`]).
+    fn refused_input(&self, upper: u64, floor: u64) -> u64 {
+        upper.max(self.refused_below.map_or(0, |t| t.saturating_sub(floor)))
     }
 
     /// After a request of `input_tokens` (allowing `output` more) was refused with `error`: one

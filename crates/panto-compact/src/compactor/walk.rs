@@ -16,7 +16,7 @@ use panto_transcript::Elision;
 use super::ask::{Answer, Failure};
 use super::chunk::{ChunkPrompt, Prompt, chunk_prompt};
 use super::folding::Fold;
-use super::limits::{Overheads, least_limit, previous_tokens, shrink};
+use super::limits::{Overheads, believed_limit, least_limit, previous_tokens, shrink};
 use super::parts::{Material, PartSize};
 use super::step::Sent;
 use super::{MAX_LONGER, MAX_SHRINKS};
@@ -460,6 +460,12 @@ impl<'m> Walk<'m> {
         // Never below the least limit a fold can work in (a guess may undershoot).
         if smaller < least && least < input_tokens {
             smaller = least;
+        }
+        if believed_limit(error, input_tokens, output).is_none() {
+            smaller = fold
+                .state
+                .limits
+                .bracket(smaller, least, input_tokens + output);
         }
         loop {
             fold.state.limits.limit = Some(smaller);

@@ -881,3 +881,66 @@ fn a_record_with_little_room_keeps_the_model_s_summary_before_panto_s_record() {
     )
     .unwrap();
 }
+
+/// Unstated windows of about 1,040 tokens whose server counts the output: the second refusal
+/// is of the short form's least request (822 + 256 tokens), nothing taken yet. The shrink's
+/// guess (a quarter of the input) fell below the least limit, so the fold climbed from its
+/// least request (340 + 64) over four steps to about 710 + 80, and the inputs stayed under the
+/// 822 refused although at the tiny floor such a server takes up to about 960: 11 requests
+/// for the issue's bound of 10 and 12 for 11 at `f75d9f2` (the small-window probe's cases),
+/// and 14 for 13 with the first change alone. Now the fold starts half way from the least
+/// limit to the refused request, and tries up to the refused request less the floor.
+#[test]
+fn unstated_windows_counting_the_output_start_half_way_after_their_last_refusal() {
+    let cases = [
+        (1_044, Some(4), false, 2.043_232_302_968_983),
+        (1_046, Some(2), false, 2.421_055_774_409_594_6),
+        (1_032, Some(4), true, 3.543_602_491_084_058_7),
+    ];
+    for (window, share, tools, times) in cases {
+        let (server, driver, result) = run(
+            (window, Stating::Unstated, true),
+            (share, tools, times, usize::MAX),
+        );
+        check(&server, &driver, &result).unwrap();
+        let seen = server.seen();
+        let describe = describe(&seen);
+        let compactions: Vec<&Seen> = seen.iter().filter(|s| s.compaction).collect();
+        let refused = compactions.iter().filter(|s| !s.fits).count();
+        assert_eq!(refused, 2, "{window}: {describe}");
+        // The first request after the second refusal: half way (in proportion) from the least
+        // request of the tiny form (about 404 tokens) to the refused one (1,078).
+        let first = compactions[2];
+        let total = first.input + u64::from(first.output);
+        assert!((600..1_000).contains(&total), "{window}: {describe}");
+        let issue = issue_bound(seen[0].input, window, Stating::Unstated);
+        assert!(
+            seen.len() <= issue,
+            "{window}: {} for {issue}: {describe}",
+            seen.len()
+        );
+    }
+}
+
+/// A window of 600 tokens that states no limit and counts the output: the guess half way from
+/// the least limit to the second refused request (546 + 72) is refused too, and the fold falls
+/// back to the least limit (one more refusal, as after a failed try above a request taken)
+/// instead of ending with `FoldOverflow`; the model answers there and the retry is answered.
+#[test]
+fn a_refused_guess_above_the_least_limit_falls_back_to_it() {
+    let (server, driver, result) = run(
+        (600, Stating::Unstated, true),
+        (None, true, 3.0, usize::MAX),
+    );
+    check(&server, &driver, &result).unwrap();
+    let seen = server.seen();
+    let describe = describe(&seen);
+    assert!(result.is_ok(), "{describe}: {result:?}");
+    let compactions: Vec<&Seen> = seen.iter().filter(|s| s.compaction).collect();
+    let refused: Vec<&&Seen> = compactions.iter().filter(|s| !s.fits).collect();
+    assert_eq!(refused.len(), 3, "{describe}");
+    let after = compactions.iter().position(|s| s.fits).unwrap();
+    assert_eq!(after, 3, "{describe}");
+    let total = |s: &Seen| s.input + u64::from(s.output);
+    assert!(total(compactions[after]) < total(refused[2]), "{describe}");
+}
