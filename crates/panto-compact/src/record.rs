@@ -149,6 +149,15 @@ pub(crate) fn step_record_text(
     out
 }
 
+/// The models' summary `summary` where panto's record of turns no model summarized follows it
+/// within `room` tokens (a step no summary passed, or a fold that could not finish): the
+/// model's work goes first, within three quarters of the room ([`head_within`]), and the
+/// record takes what it leaves. (At half the room, a fold's record after four refusals had 52
+/// tokens and cut a model's one-line summary of 27 away whole.)
+pub(crate) fn models_first(summary: &str, room: u64) -> String {
+    head_within(summary, room - room / 4)
+}
+
 /// The whole lines from the start of `text` within `max_tokens` (estimated), with a note when
 /// the rest is cut. A cut never leaves a heading without its section: headings (and blank
 /// lines) at the end of what is kept go with the rest.

@@ -17,7 +17,7 @@ use crate::error::CompactError;
 use crate::events::CompactionEvent;
 use crate::ledger::with_ledger;
 use crate::plan::NotSmaller;
-use crate::record::{RECORD_ONLY_MODEL, head_within, record_only_text, step_record_text};
+use crate::record::{RECORD_ONLY_MODEL, models_first, record_only_text, step_record_text};
 use crate::report::{CompactOutcome, FoldStep};
 
 impl Run<'_> {
@@ -120,8 +120,8 @@ impl Run<'_> {
     }
 
     /// The models' summary so far (`so_far`, which covers the turns `covered` names), cut to
-    /// three quarters of the `room` when it must be (the record of the rest takes what it
-    /// leaves: the model's work goes first), then panto's record of the turns of `prepared`'s
+    /// the `room` as [`models_first`] cuts it (the record of the rest takes what it leaves),
+    /// then panto's record of the turns of `prepared`'s
     /// prefix after them, as a step of its own.
     fn kept_record(
         &mut self,
@@ -139,7 +139,7 @@ impl Run<'_> {
         folded.steps.truncate(covered.steps);
         folded.ledger = Ledger::merge(&so_far.ledger, &Ledger::from_messages(rest));
         let summary = match sizing.room {
-            Some(r) => head_within(&covered.summary, r - r / 4),
+            Some(r) => models_first(&covered.summary, r),
             None => covered.summary,
         };
         let text = if rest.is_empty() {

@@ -10,7 +10,7 @@ use panto_transcript::{Elision, Ledger, strip_ledger};
 use super::ask::Answer;
 use super::parts::Material;
 use super::state::{Covered, FoldState};
-use crate::record::{RECORD_ONLY_MODEL, head_within, step_record_text};
+use crate::record::{RECORD_ONLY_MODEL, models_first, step_record_text};
 use crate::report::{ElidedItem, FoldStep};
 
 /// One request of the fold, as it was sent.
@@ -67,7 +67,8 @@ impl FoldState {
     /// `cause`): panto's record of its turns goes on after the summary it carried, as the
     /// summary so far. When steps follow (`last` false), the whole is no larger than the room
     /// a later request keeps for a summary (requests of `fixed` tokens besides): the summary it
-    /// carried keeps at most two thirds of it (its start, in whole lines), and the record's
+    /// carried keeps at most three quarters of it (its start, in whole lines: the rule of
+    /// [`models_first`], as when a fold cannot finish), and the record's
     /// items are fewer where they must be. After the last step the summary it carried is kept
     /// whole, and the record takes that room beside it (a summary too large for the request
     /// after the compaction is condensed). The next steps start from the output floor again: a
@@ -84,7 +85,7 @@ impl FoldState {
         let messages = &material.messages[sent.messages.clone()];
         let previous = match self.so_far.running.as_deref() {
             Some(p) if last => Some(p.to_owned()),
-            Some(p) => Some(head_within(p, room - room / 3)),
+            Some(p) => Some(models_first(p, room)),
             None => None,
         };
         let most = if last {

@@ -10,21 +10,22 @@
 
 use std::ops::Range;
 
-use panto_provider::ProviderError;
 use panto_transcript::Elision;
 
 use super::ask::{Answer, Failure};
 use super::chunk::{ChunkPrompt, Prompt, chunk_prompt};
 use super::folding::Fold;
-use super::limits::{Overheads, believed_limit, least_limit, previous_tokens, shrink};
+use super::limits::Overheads;
 use super::parts::{Material, PartSize};
 use super::step::Sent;
 use super::{MAX_LONGER, MAX_SHRINKS};
 use crate::check::Replaced;
 use crate::error::CompactError;
 use crate::events::CompactionEvent;
-use crate::fold::{Chunk, FoldPlan, output_floor};
+use crate::fold::{Chunk, FoldPlan};
 use crate::source::RequestSource;
+
+mod shrink;
 
 /// One pass of a fold over `material`, from part `done` on.
 pub(super) struct Walk<'m> {
@@ -401,145 +402,6 @@ impl<'m> Walk<'m> {
         let at = (step, self.sizes.fixed, last);
         fold.state.record(sent, &self.material, at, &cause);
         Ok(Then::Next)
-    }
-
-    /// After `request` was rejected as too large (`error`): the limit shrunk and the parts left
-    /// planned again, so that the next request of this step carries less of the transcript;
-    /// said (`Shrinking`).
-    fn shrink(
-        &mut self,
-        fold: &mut Fold<'_, '_>,
-        request: &Request,
-        error: &ProviderError,
-    ) -> Result<(), CompactError> {
-        self.rejected_here += 1;
-        let (plan, smaller) = self.shrink_after(fold, request, error)?;
-        self.replan(fold, plan, None);
-        tracing::warn!(%error, step = request.step, limit = smaller, "compaction request overflowed, shrinking");
-        let steps = self.steps(fold);
-        fold.run.emit(CompactionEvent::Shrinking {
-            step: request.step,
-            limit: smaller,
-            steps,
-            cause: error.to_string(),
-        });
-        Ok(())
-    }
-
-    /// The limit shrunk after `request` was rejected (from the provider's numbers, else from
-    /// what is known to fit, never below the least a fold can work in), the short prompt taken
-    /// when the window is found below its threshold (unless the user layered their own), and
-    /// the parts left planned within it, so that the next request carries less of the
-    /// transcript than the one rejected. Gives the new plan and the new limit.
-    fn shrink_after(
-        &mut self,
-        fold: &mut Fold<'_, '_>,
-        request: &Request,
-        error: &ProviderError,
-    ) -> Result<(FoldPlan, u64), CompactError> {
-        let input_tokens = request.input_tokens;
-        let running = request.running.as_deref();
-        fold.state
-            .limits
-            .refused(error, input_tokens, u64::from(request.output));
-        let carried = running.map_or(0, previous_tokens);
-        let transcript_tokens = input_tokens.saturating_sub(self.sizes.fixed + carried);
-        let limits = &fold.state.limits;
-        let output = u64::from(request.output);
-        let (limit, proven) = (limits.limit, limits.proven);
-        let mut smaller = shrink(
-            (limit, limits.floor()),
-            error,
-            input_tokens,
-            output,
-            transcript_tokens,
-            proven,
-        );
-        let form = self.take_form(fold, smaller);
-        let least = self.least_limit(form, carried);
-        // Never below the least limit a fold can work in (a guess may undershoot).
-        if smaller < least && least < input_tokens {
-            smaller = least;
-        }
-        if believed_limit(error, input_tokens, output).is_none() {
-            smaller = fold
-                .state
-                .limits
-                .bracket(smaller, least, input_tokens + output);
-        }
-        loop {
-            fold.state.limits.limit = Some(smaller);
-            let mut plan = self.plan_left(fold)?;
-            if fold.state.limits.upper.is_some() {
-                plan = self.fill(fold, plan)?;
-            }
-            let first = &plan.chunks[0];
-            let again = first.tokens.min(first.capacity);
-            if again < request.carried_tokens {
-                return Ok((plan, smaller));
-            }
-            smaller = smaller.saturating_sub(again - request.carried_tokens + 1);
-        }
-    }
-
-    /// The form of the fold's requests within `limit` ([`Limits::form`]), its system prompt
-    /// taken when shorter than the walk's (unless the user layered their own).
-    fn take_form(&mut self, fold: &Fold<'_, '_>, limit: u64) -> Option<u64> {
-        let instructions = fold.state.instructions.as_deref();
-        let limits = &fold.state.limits;
-        let form = limits.form(Some(limit));
-        let shorter = fold
-            .run
-            .compactor
-            .prompt
-            .system_prompt_for(instructions, limits.prompt_form(Some(limit)));
-        if shorter.len() < self.system.len() {
-            self.system = shorter;
-            self.sizes = Overheads::of(&self.system);
-        }
-        form
-    }
-
-    /// The least limit a request of the walk works in, for the `form` and a summary carried
-    /// of `carried` tokens ([`least_limit`]).
-    fn least_limit(&self, form: Option<u64>, carried: u64) -> u64 {
-        least_limit(
-            self.sizes.fixed + self.material.parts.allowance(),
-            carried,
-            output_floor(form),
-        )
-    }
-
-    /// `plan`, made after a shrink below a window found only by refusals, with the parts left
-    /// cut again for its requests (parts an eighth of the smallest request's capacity, where
-    /// their turns allow; of the next request's when the leads of parts that small leave no
-    /// room), so that its chunks fill the smaller requests: parts cut for a larger window
-    /// leave a request a part that does not fit beside the one before, and the fold a step
-    /// that carries a fraction of what it could (13 tokens of transcript beside a whole tool
-    /// result, when the cut for the smallest was undone). The plan again of those parts.
-    fn fill(&mut self, fold: &Fold<'_, '_>, plan: FoldPlan) -> Result<FoldPlan, CompactError> {
-        let least = plan.chunks.iter().map(|c| c.capacity).min().unwrap_or(0);
-        let first = plan.chunks.first().map_or(0, |c| c.capacity);
-        let messages = self.material.messages;
-        let size = PartSize::for_capacity(least);
-        if !self.material.parts.recut(self.done, Some(size), messages) {
-            return Ok(plan);
-        }
-        if let Ok(plan) = self.plan_left(fold) {
-            return Ok(plan);
-        }
-        // The leads of parts that small leave no room: parts for the next request (the
-        // first chunk, which carries no summary yet, or the summary so far), then whole again
-        // (as `Walk::recut`).
-        if first > least {
-            let size = PartSize::for_capacity(first);
-            self.material.parts.recut(self.done, Some(size), messages);
-            if let Ok(plan) = self.plan_left(fold) {
-                return Ok(plan);
-            }
-        }
-        self.material.parts.recut(self.done, None, messages);
-        self.plan_left(fold)
     }
 
     /// After the model's summary of `request` stopped at its output limit: the same step asked
