@@ -341,7 +341,8 @@ impl Compactor {
 /// above a request the provider took (then the fold goes on at that size, trying no higher),
 /// or, nothing taken yet, the guess above the least limit a fold can work in that follows the
 /// second rejection (then the fold goes on at that least). So a provider that states no limit
-/// rejects at most three compaction requests.
+/// rejects at most three compaction requests, four when even that least is too large (the
+/// fold then fails).
 pub const MAX_SHRINKS: usize = 2;
 
 /// How many times one step of a fold asks the active model again after its summary stopped at
