@@ -36,6 +36,7 @@ mod smallwin;
 mod snapshots;
 mod tiers;
 mod undo;
+mod unstated_together;
 mod window;
 mod writers;
 

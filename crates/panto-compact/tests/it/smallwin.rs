@@ -21,11 +21,11 @@ use serde_json::json;
 use crate::{block_on, estimate_request};
 
 /// The agent's system prompt; a request with another one is a compaction.
-const AGENT: &str = "agent";
+pub(crate) const AGENT: &str = "agent";
 
 /// What a server's rejection says of its limit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Stating {
+pub(crate) enum Stating {
     /// The limit and the count, true.
     Stated,
     /// Nothing: "the request exceeds the available context size".
@@ -38,37 +38,37 @@ enum Stating {
 
 /// One request, as the server saw it.
 #[derive(Clone, Debug)]
-struct Seen {
+pub(crate) struct Seen {
     /// Whether the request's system prompt is the tiny built-in form.
-    tiny: bool,
-    compaction: bool,
-    input: u64,
-    output: u32,
-    fits: bool,
+    pub(crate) tiny: bool,
+    pub(crate) compaction: bool,
+    pub(crate) input: u64,
+    pub(crate) output: u32,
+    pub(crate) fits: bool,
     /// The transcript it carried (panto's estimate of the text between the tags), for a
     /// compaction request.
-    transcript: u64,
+    pub(crate) transcript: u64,
     /// The summary it answered with, for a compaction request that fitted.
-    answer: Option<String>,
+    pub(crate) answer: Option<String>,
 }
 
 /// A server with a window of `window` tokens of panto's estimate, which rejects a request
 /// whose input (and output reserve, when `counts_output`) exceeds it, in the wording of `stating`; it answers a
 /// compaction request with a short summary numbered by the server, and
 /// stops answering compaction requests (it rejects them as too large) after `answers` of them.
-struct Server {
+pub(crate) struct Server {
     window: u64,
     stating: Stating,
     counts_output: bool,
     answers: usize,
     /// The driver's reply budget as a share of the window (`window / share`); `None`: an
     /// eighth for a server that counts the output, the default (8,192) for one that does not.
-    reply_share: Option<u64>,
+    pub(crate) reply_share: Option<u64>,
     seen: Mutex<Vec<Seen>>,
 }
 
 impl Server {
-    fn new(window: u64, stating: Stating, counts_output: bool) -> Server {
+    pub(crate) fn new(window: u64, stating: Stating, counts_output: bool) -> Server {
         Server {
             window,
             stating,
@@ -79,7 +79,7 @@ impl Server {
         }
     }
 
-    fn seen(&self) -> Vec<Seen> {
+    pub(crate) fn seen(&self) -> Vec<Seen> {
         self.seen.lock().unwrap().clone()
     }
 
@@ -216,7 +216,7 @@ const MOST_FIXED: u64 = 800;
 /// step) did not hold there. A refusal is a fact learned (a limit, or a bound below the refused
 /// input) that costs the refused request, the one sent back at what is known to fit, and the
 /// one that tries half way up again (docs/compaction.md): each carries less than a step.
-fn derived_bound(server: &Server, seen: &[Seen]) -> (usize, u64, u64) {
+pub(crate) fn derived_bound(server: &Server, seen: &[Seen]) -> (usize, u64, u64) {
     let window = server.window;
     let accepted: Vec<&Seen> = seen.iter().filter(|s| s.compaction && s.fits).collect();
     let refused = seen.iter().filter(|s| s.compaction && !s.fits).count();
@@ -264,7 +264,7 @@ fn floor_of(server: &Server, limit: u64) -> u64 {
 
 /// The requests as the server saw them: `c` a compaction, `r` the agent's, `!` refused, with
 /// the input and output budget.
-fn describe(seen: &[Seen]) -> String {
+pub(crate) fn describe(seen: &[Seen]) -> String {
     seen.iter()
         .map(|s| {
             format!(
