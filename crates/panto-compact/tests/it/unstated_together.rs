@@ -1,6 +1,6 @@
 //! A window that states no limit used with the rest (issue 39, point 3, with "Tests and
 //! checks"): several writers on one session with auto-compaction on, on SQLite and on
-//! PostgreSQL.
+//! PostgreSQL; and a window below the least request a fold can work in.
 //!
 //! The server is smallwin's ([`Server`]): a window of panto's estimate that states no limit
 //! ("the request exceeds the available context size"), counts the output against it, and
@@ -11,14 +11,15 @@ use std::time::{Duration, Instant};
 
 use panto_compact::testing::sized_conversation;
 use panto_compact::{
-    CompactionEvent, Compactor, Conflict, Driver, Head, ModelRef, RECORD_ONLY_MODEL, SessionLog,
-    SharedTurns, Store,
+    CompactError, CompactRun, CompactionEvent, Compactor, Conflict, Driver, Head, KnownWindows,
+    ModelRef, RECORD_ONLY_MODEL, SessionLog, SharedTurns, Store,
 };
 use panto_model::{Entry, Message, Role};
-use panto_provider::{EventSink, Provider, ProviderError, Request, async_trait};
+use panto_provider::{EventSink, Provider, ProviderError, Request, TokenNumbers, async_trait};
 use panto_store_postgres::{PostgresStore, testing};
 use panto_store_sqlite::SqliteStore;
 
+use crate::estimate_request;
 use crate::smallwin::{AGENT, Seen, Server, Stating, derived_bound, describe};
 
 /// The auto-compaction share the writers use (the CLI's default).
@@ -513,4 +514,183 @@ async fn writers_with_auto_compaction_at_an_unstated_window_store_each_prompt_on
         let ran = writers_at_an_unstated_window(&open, 2_020, writers, SENDS).await;
         report("postgres", 2_020, writers, &ran);
     }
+}
+
+/// A window of 400 tokens that states no limit and counts the output, below the least request
+/// a fold can work in (the tiny prompt, a transcript of a few dozen tokens and an output floor
+/// of 64: about 404 tokens here), a conversation of talk four times the window, a reply budget
+/// of an eighth of it. docs/compaction.md: such a provider refuses four compaction requests
+/// that were sent (the first two shrink the limit, then the guess above the least limit, then
+/// the least itself), its model never answering, and the fold fails with
+/// `CompactError::FoldOverflow`, nothing written.
+const BELOW_THE_LEAST: u64 = 400;
+
+/// The session of [`BELOW_THE_LEAST`]'s case in a new SQLite file, and its server.
+async fn below_the_least() -> (tempfile::TempDir, SqliteStore, Vec<Message>, Arc<Server>) {
+    let window = BELOW_THE_LEAST;
+    let history = sized_conversation(AGENT, window * 4, window, false);
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(dir.path().join("s.sqlite3"))
+        .await
+        .unwrap();
+    let (mut log, _) = SessionLog::open(store.clone(), "s").await.unwrap();
+    let entries: Vec<Entry> = history.iter().cloned().map(Entry::Message).collect();
+    log.append(&entries).await.unwrap();
+    let server = Arc::new(Server::new(window, Stating::Unstated, true));
+    (dir, store, history, server)
+}
+
+/// The messages `store`'s session "s" holds, kept copies aside.
+async fn stored_messages(store: &SqliteStore) -> Vec<Message> {
+    entries(store)
+        .await
+        .into_iter()
+        .filter_map(|e| match e {
+            Entry::Message(m) if m.kept_by().is_none() => Some(m),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Checks the fold's requests of [`BELOW_THE_LEAST`]'s case: exactly four compaction requests,
+/// every one refused (the model never answers), each smaller than the one before, the last two
+/// with the tiny output floor (the guess above the least limit, then the least request).
+/// Returns the smallest request refused, input and output.
+fn four_refused(seen: &[Seen]) -> u64 {
+    let describe = describe(seen);
+    let compactions: Vec<&Seen> = seen.iter().filter(|s| s.compaction).collect();
+    assert_eq!(compactions.len(), 4, "{describe}");
+    assert!(
+        compactions.iter().all(|s| !s.fits && s.answer.is_none()),
+        "{describe}"
+    );
+    let totals: Vec<u64> = compactions
+        .iter()
+        .map(|s| s.input + u64::from(s.output))
+        .collect();
+    assert!(totals.windows(2).all(|w| w[1] < w[0]), "{describe}");
+    assert!(
+        compactions[2..].iter().all(|s| s.tiny && s.output == 64),
+        "{describe}"
+    );
+    // The least request is refused by the window alone: it is just above it.
+    assert!(
+        totals[3] > BELOW_THE_LEAST && totals[3] < BELOW_THE_LEAST + 20,
+        "{describe}"
+    );
+    totals[3]
+}
+
+/// The four-refusal case at the compactor: the overflow compaction of a request that stated
+/// no limit, as the driver runs it, ends with `CompactError::FoldOverflow` after exactly four
+/// refused compaction requests, its message naming the request that did not fit and its size,
+/// the tries, and the provider's words; nothing is written, and the session reloads with every
+/// message.
+#[tokio::test]
+async fn a_window_below_the_least_fold_request_refuses_four_requests_and_the_fold_fails() {
+    let started = Instant::now();
+    let (_dir, store, history, server) = below_the_least().await;
+    let (mut log, loaded) = SessionLog::open(store.clone(), "s").await.unwrap();
+    let context = loaded.context;
+    let overflow = ProviderError::ContextOverflow {
+        message: "the request exceeds the available context size, try increasing it".into(),
+        numbers: TokenNumbers::default(),
+    };
+    let conversation = estimate_request(AGENT, &context.messages);
+    let run = CompactRun::after_overflow(&overflow, conversation)
+        .with_reserved_tokens(0, BELOW_THE_LEAST / 8);
+    let mut windows = KnownWindows::new();
+    run.teach(&mut windows);
+    let mut compactor = Compactor::new(ModelRef::new(server.clone(), "m"));
+    let err = compactor
+        .compact(&context, &mut log, run, &mut windows)
+        .await
+        .unwrap_err();
+    let seen = server.seen();
+    let least = four_refused(&seen);
+    let CompactError::FoldOverflow {
+        step,
+        shrinks,
+        estimated_tokens,
+        error,
+        ..
+    } = &err
+    else {
+        panic!("not a fold overflow: {err:?}: {}", describe(&seen));
+    };
+    assert_eq!(*step, 1, "{err}");
+    assert_eq!(*shrinks, 3, "{err}");
+    assert!(error.is_context_overflow(), "{error:?}");
+    // The message names the request that did not fit, its size (panto's estimate of the last
+    // one refused, the least request's input), the tries and the provider's words.
+    let message = err.to_string();
+    let last = seen.iter().rev().find(|s| s.compaction).unwrap();
+    assert!(
+        estimated_tokens.abs_diff(last.input) <= 16,
+        "{err}: {}",
+        describe(&seen)
+    );
+    for words in [
+        "compaction request 1 of ".to_owned(),
+        format!("about {estimated_tokens} tokens"),
+        "rejected as too large".to_owned(),
+        "after 3 smaller tries".to_owned(),
+        "exceeds the available context size".to_owned(),
+    ] {
+        assert!(message.contains(&words), "{words:?} in {message}");
+    }
+    // Nothing written: the store holds the history as it was.
+    assert_eq!(stored_messages(&store).await, history);
+    eprintln!(
+        "four refused: {} (least {least}) => {message} ({:.1?}, load {})",
+        describe(&seen),
+        started.elapsed(),
+        std::fs::read_to_string("/proc/loadavg")
+            .unwrap_or_default()
+            .trim()
+    );
+}
+
+/// The same case through the driver: the overflow's fold fails as above, and the driver
+/// surfaces it as overflow recovery does when no model can summarize (`no_summary_obtained`):
+/// panto's record, marked degraded with the fold's error, and the retry, which fits beside a
+/// reply of an eighth of the window and is answered. The prompt is stored once, and the
+/// session reloads with every message.
+#[tokio::test]
+async fn a_window_below_the_least_fold_request_ends_in_panto_s_record_naming_the_fold_overflow() {
+    let (_dir, store, history, server) = below_the_least().await;
+    let compactor = Compactor::new(ModelRef::new(server.clone(), "m"));
+    let (driver, _) = Driver::open(compactor, store.clone(), "s").await.unwrap();
+    let mut driver = driver
+        .with_system(AGENT)
+        .with_max_output_tokens(u32::try_from(BELOW_THE_LEAST / 8).unwrap());
+    let prompt = "now fix the last one";
+    let reply = driver
+        .send(vec![Message::user_text(prompt)], &mut |_| {})
+        .await;
+    let seen = server.seen();
+    four_refused(&seen);
+    let reply = reply.unwrap_or_else(|e| panic!("{e}: {}", describe(&seen)));
+    assert_eq!(reply.message.text(), "the reply");
+    let report = reply.compaction.expect("panto's record");
+    assert_eq!(report.model, RECORD_ONLY_MODEL);
+    assert_eq!(report.requests, 4);
+    let degraded = report.degraded.expect("marked degraded");
+    assert!(
+        degraded.contains("rejected as too large, also after 3 smaller tries"),
+        "{degraded}"
+    );
+    // The overflow, the four refused, the retry.
+    assert_eq!(seen.len(), 6, "{}", describe(&seen));
+    let retry = seen.last().unwrap();
+    assert!(!retry.compaction && retry.fits, "{}", describe(&seen));
+    // Every message stored before is there, the prompt once, then the reply.
+    let mut expected = history;
+    expected.push(Message::user_text(prompt));
+    let stored: Vec<Message> = stored_messages(&store).await;
+    assert_eq!(stored.len(), expected.len() + 1);
+    for (got, want) in stored.iter().zip(&expected) {
+        assert_eq!((got.role, got.text()), (want.role, want.text()));
+    }
+    assert_eq!(stored.last().unwrap().text(), "the reply");
 }
