@@ -1,6 +1,7 @@
 //! A window that states no limit used with the rest (issue 39, point 3, with "Tests and
 //! checks"): several writers on one session with auto-compaction on, on SQLite and on
-//! PostgreSQL; and a window below the least request a fold can work in.
+//! PostgreSQL; a window below the least request a fold can work in; and the step record's
+//! share of the room for the models' summary.
 //!
 //! The server is smallwin's ([`Server`]): a window of panto's estimate that states no limit
 //! ("the request exceeds the available context size"), counts the output against it, and
@@ -11,16 +12,17 @@ use std::time::{Duration, Instant};
 
 use panto_compact::testing::sized_conversation;
 use panto_compact::{
-    CompactError, CompactRun, CompactionEvent, Compactor, Conflict, Driver, Head, KnownWindows,
-    ModelRef, RECORD_ONLY_MODEL, SessionLog, SharedTurns, Store,
+    CompactError, CompactOutcome, CompactRun, CompactionEvent, Compactor, Conflict, Driver, Head,
+    KnownWindows, MIN_OUTPUT_TOKENS, ModelRef, RECORD_ONLY_MODEL, SessionLog, SharedTurns, Store,
 };
-use panto_model::{Entry, Message, Role};
+use panto_model::{Entry, Message, Role, SequentialIds};
 use panto_provider::{EventSink, Provider, ProviderError, Request, TokenNumbers, async_trait};
+use panto_size::Heuristic;
 use panto_store_postgres::{PostgresStore, testing};
 use panto_store_sqlite::SqliteStore;
 
-use crate::estimate_request;
 use crate::smallwin::{AGENT, Seen, Server, Stating, derived_bound, describe};
+use crate::{assistant, estimate_request, log_of, model, user};
 
 /// The auto-compaction share the writers use (the CLI's default).
 const SHARE: f64 = 0.8;
@@ -693,4 +695,96 @@ async fn a_window_below_the_least_fold_request_ends_in_panto_s_record_naming_the
         assert_eq!((got.role, got.text()), (want.role, want.text()));
     }
     assert_eq!(stored.last().unwrap().text(), "the reply");
+}
+
+/// A step of a fold no summary passed, with steps after it (issue 39 point 3, `step.rs`):
+/// panto's record of its turns goes on after the models' summary so far, and that summary
+/// keeps at most three quarters of the room a later request keeps for the summary it carries
+/// (`models_first`); it kept two thirds before. The room is the later requests' output limit
+/// `o` and a quarter more (`FoldBudget::carried_reserve`), `o` read from the requests the model
+/// got. The model's first summary is sized between two thirds and three quarters of that
+/// room, so the request after the recorded step carries it whole, and at two thirds it would
+/// be cut (a line or more, and the note saying so).
+#[tokio::test]
+async fn a_step_record_keeps_the_models_summary_within_three_quarters_of_the_room() {
+    let words = |i: usize, who: &str| {
+        let mut text = format!("{who} {i}:");
+        let mut k = 0;
+        while text.len() < 600 {
+            text.push_str(&format!(" w{i}x{k}"));
+            k += 1;
+        }
+        text
+    };
+    let messages: Vec<Message> = (0..10)
+        .flat_map(|i| [user(&words(i, "request")), assistant(&words(i, "answer"))])
+        .collect();
+    let mut log = log_of(&messages);
+    let (main, main_ref) = model("main", "small-model");
+    // The room, from the output limit of the requests after the first (256 at 2,048 tokens:
+    // the floor), and the model's first summary sized within (2/3, 3/4] of it in whole lines.
+    let output = u64::from(MIN_OUTPUT_TOKENS);
+    let room = output + output / 4;
+    let mut summary = String::from("## Goal\n");
+    let mut i = 0;
+    while Heuristic.text(&summary) <= room - room / 3 + 4 {
+        summary.push_str(&format!(
+            "- Request {i} asked for file {i}; it was read and fixed.\n"
+        ));
+        i += 1;
+    }
+    let tokens = Heuristic.text(&summary);
+    assert!(
+        tokens > room - room / 3 && tokens <= room - room / 4,
+        "{tokens} of {room}"
+    );
+    main.push_text(summary.clone());
+    // Step 2: an answer panto's checks refuse (one phrase repeated); the steps after pass.
+    main.push_text("keep going ".repeat(60));
+    for i in 3..40 {
+        main.push_text(format!(
+            "## Goal\n- Answer the numbered requests (step {i})."
+        ));
+    }
+    let mut c = Compactor::new(main_ref).with_ids(Arc::new(SequentialIds::new()));
+    let ctx = log.replay();
+    let out = c
+        .compact(
+            &ctx,
+            &mut log,
+            CompactRun::overflow(Some(2_048)),
+            &mut KnownWindows::new(),
+        )
+        .await
+        .unwrap();
+    let CompactOutcome::Compacted(out) = out else {
+        panic!("nothing compacted")
+    };
+    let steps = &out.report.steps;
+    assert!(steps.len() >= 3, "{steps:?}");
+    assert!(
+        steps[0].recorded.is_none() && steps[1].recorded.is_some(),
+        "{steps:?}"
+    );
+    let requests = main.requests();
+    // The room as the fold sized it: the later requests' output limit.
+    assert!(
+        requests[1..3]
+            .iter()
+            .all(|r| u64::from(r.max_output_tokens) == output),
+        "{:?}",
+        requests
+            .iter()
+            .map(|r| r.max_output_tokens)
+            .collect::<Vec<_>>()
+    );
+    // The request after the recorded step carries the model's summary whole, then panto's
+    // record of step 2's turns.
+    let third = requests[2].messages[0].text();
+    assert!(third.contains("## Turns recorded by panto"), "{third}");
+    assert!(
+        third.contains(summary.trim_end()),
+        "the model's summary was cut:\n{third}"
+    );
+    assert!(!third.contains("The summary so far goes on"), "{third}");
 }
