@@ -953,7 +953,7 @@ async fn a_model_that_reads_the_text_after_a_source_summarizer_gets_the_whole_pr
 
 /// `rounds` rounds of a user request and an assistant answer, each about `chars` characters of
 /// distinct words, every message numbered.
-fn long_rounds(rounds: usize, chars: usize) -> Vec<Message> {
+pub(crate) fn long_rounds(rounds: usize, chars: usize) -> Vec<Message> {
     let words = |i: usize, who: &str| -> String {
         let mut text = format!("{who} {i}:");
         let mut k = 0;
@@ -1153,7 +1153,10 @@ async fn a_stated_2048_estimated_under_2000_keeps_the_short_prompt_and_the_floor
 
 /// A reply of `text` that stopped at the output limit.
 /// An overflow compaction of `log` at a stated 2,048-token window (Ollama's default).
-async fn at_2048(c: &mut Compactor, log: &mut MemoryLog) -> Result<CompactOutcome, CompactError> {
+pub(crate) async fn at_2048(
+    c: &mut Compactor,
+    log: &mut MemoryLog,
+) -> Result<CompactOutcome, CompactError> {
     let ctx = log.replay();
     c.compact(
         &ctx,

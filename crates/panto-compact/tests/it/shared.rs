@@ -287,7 +287,7 @@ async fn write<S: Store>(
 }
 
 /// Every entry of `store`'s session, oldest first.
-async fn entries<S: Store>(store: &S) -> Vec<Entry> {
+pub(crate) async fn entries<S: Store>(store: &S) -> Vec<Entry> {
     let (mut out, mut from) = (Vec::new(), Head::EMPTY);
     loop {
         let page = store.read("s", from, 500).await.unwrap();

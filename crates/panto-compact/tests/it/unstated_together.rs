@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use panto_compact::testing::sized_conversation;
 use panto_compact::{
-    CompactError, CompactOutcome, CompactRun, CompactionEvent, Compactor, Conflict, Driver, Head,
+    CompactError, CompactOutcome, CompactRun, CompactionEvent, Compactor, Conflict, Driver,
     KnownWindows, MIN_OUTPUT_TOKENS, ModelRef, RECORD_ONLY_MODEL, SessionLog, SharedTurns, Store,
 };
 use panto_model::{Entry, Message, Role, SequentialIds};
@@ -21,8 +21,10 @@ use panto_size::Heuristic;
 use panto_store_postgres::{PostgresStore, testing};
 use panto_store_sqlite::SqliteStore;
 
+use crate::compaction::{at_2048, long_rounds};
+use crate::shared::entries;
 use crate::smallwin::{AGENT, Seen, Server, Stating, derived_bound, describe};
-use crate::{assistant, estimate_request, log_of, model, user};
+use crate::{estimate_request, log_of, model};
 
 /// The auto-compaction share the writers use (the CLI's default).
 const SHARE: f64 = 0.8;
@@ -185,21 +187,6 @@ fn trace(send: &Sent) -> String {
         send.conflicts,
         tries.join(" | ")
     )
-}
-
-/// Every entry of `store`'s session "s", oldest first.
-async fn entries<S: Store>(store: &S) -> Vec<Entry> {
-    let (mut out, mut from) = (Vec::new(), Head::EMPTY);
-    loop {
-        let page = store.read("s", from, 500).await.unwrap();
-        if page.records.is_empty() {
-            return out;
-        }
-        for (n, record) in page.records.iter().enumerate() {
-            out.push(record.decode(n + 1).unwrap());
-        }
-        from = page.next;
-    }
 }
 
 /// The requests of one try against the bound derived from what its folds learned
@@ -707,18 +694,7 @@ async fn a_window_below_the_least_fold_request_ends_in_panto_s_record_naming_the
 /// be cut (a line or more, and the note saying so).
 #[tokio::test]
 async fn a_step_record_keeps_the_models_summary_within_three_quarters_of_the_room() {
-    let words = |i: usize, who: &str| {
-        let mut text = format!("{who} {i}:");
-        let mut k = 0;
-        while text.len() < 600 {
-            text.push_str(&format!(" w{i}x{k}"));
-            k += 1;
-        }
-        text
-    };
-    let messages: Vec<Message> = (0..10)
-        .flat_map(|i| [user(&words(i, "request")), assistant(&words(i, "answer"))])
-        .collect();
+    let messages = long_rounds(10, 600);
     let mut log = log_of(&messages);
     let (main, main_ref) = model("main", "small-model");
     // The room, from the output limit of the requests after the first (256 at 2,048 tokens:
@@ -747,16 +723,7 @@ async fn a_step_record_keeps_the_models_summary_within_three_quarters_of_the_roo
         ));
     }
     let mut c = Compactor::new(main_ref).with_ids(Arc::new(SequentialIds::new()));
-    let ctx = log.replay();
-    let out = c
-        .compact(
-            &ctx,
-            &mut log,
-            CompactRun::overflow(Some(2_048)),
-            &mut KnownWindows::new(),
-        )
-        .await
-        .unwrap();
+    let out = at_2048(&mut c, &mut log).await.unwrap();
     let CompactOutcome::Compacted(out) = out else {
         panic!("nothing compacted")
     };
