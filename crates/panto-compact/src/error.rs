@@ -73,7 +73,9 @@ pub enum CompactError {
         shrinks: usize,
         /// panto's estimate of the last rejected request's input.
         estimated_tokens: u64,
-        /// The limit the fold was fitting when it gave up.
+        /// The limit the fold was fitting when it gave up, never above the last request
+        /// rejected (its input and output less a token): a window found only by refusals lies
+        /// below that request, whatever the least limit the fold could plan in.
         limit: Option<u64>,
         /// The provider's last answer.
         error: ProviderError,

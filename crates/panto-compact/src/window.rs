@@ -445,6 +445,17 @@ impl KnownWindows {
         .min()
     }
 
+    /// The smallest window that decides the form of a compaction's requests ([`crate::prompt`]'s
+    /// `form_limit`): stated ([`KnownWindows::stated_window`]), or bounded below `bounded` by a
+    /// request that did not fit (in panto's tokens, as a fold's own refusals bound it). A window
+    /// learned only by refusals (an earlier overflow's) is small to every later compaction as
+    /// it was to the fold that learned it: the short prompt with its floor of 256 and the
+    /// summary carried leave no transcript in a bound of about 800 tokens.
+    pub(crate) fn form_window(&self, bounded: u64) -> Option<u64> {
+        let found = self.bound.filter(|&b| b < bounded);
+        crate::config::min_known(self.stated_window(), found)
+    }
+
     /// The limit a compaction run knows, in panto's estimated tokens. After an overflow that
     /// stated no limit (`unstated_overflow`), only a window stated below the request that
     /// overflowed ([`KnownWindows::stated_limit`]): the bound that request taught says only

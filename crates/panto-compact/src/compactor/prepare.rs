@@ -9,6 +9,7 @@ use panto_model::{CompactionEntry, EffectiveContext, Message, Trigger};
 use panto_size::Heuristic;
 use panto_transcript::{TurnTranscript, render_request_turns, strip_ledger, turn_ends_with};
 
+use super::state::FLOOR_TINY_BELOW;
 use super::{Compactor, Prepared, kept_tokens};
 use crate::config::CompactRun;
 use crate::plan::{NothingToCompact, keep_budget, manual_keep_budget, plan_and_turns};
@@ -94,7 +95,7 @@ impl Compactor {
         }
         // The short built-in form when the window is small (and the user layered no prompt),
         // the tiny one when it is tiny as stated, or as estimated when none is stated.
-        let form = form_limit(limit, windows.stated_window());
+        let form = form_limit(limit, windows.form_window(FLOOR_TINY_BELOW));
         let system = self.prompt.system_prompt_for(options.instructions(), form);
         let prefix = &context.messages[p.prefix()];
         // The plan's first turns are the prefix's (see `plan_and_turns`).

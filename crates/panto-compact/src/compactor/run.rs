@@ -7,7 +7,7 @@ use panto_model::EffectiveContext;
 use panto_store::{SessionLog, Store};
 use tracing::{Instrument, Span, info_span};
 
-use super::state::{FoldState, SoFar, Taught};
+use super::state::{FLOOR_TINY_BELOW, FoldState, SoFar, Taught};
 use super::{Compactor, Prepared};
 use crate::config::{CompactRun, CompactionStrategy, min_known};
 use crate::error::CompactError;
@@ -160,7 +160,7 @@ impl<'a> Run<'a> {
             .prepare(self.context, self.options, &tighter)
             .ok()?;
         // The form of the requests is the run's window's: the target is no window stated.
-        let form = form_limit(Some(target), self.windows.stated_window());
+        let form = form_limit(Some(target), self.windows.form_window(FLOOR_TINY_BELOW));
         again.system = (self.compactor.prompt).system_prompt_for(self.options.instructions(), form);
         Some(again)
     }
@@ -210,7 +210,10 @@ impl<'a> Run<'a> {
     /// is for the ledger's rendering).
     pub(super) fn max_output(&self, summary_room: Option<u64>) -> u64 {
         let windows = &self.windows;
-        let floor = output_floor(form_limit(windows.limit(), windows.stated_window()));
+        let floor = output_floor(form_limit(
+            windows.limit(),
+            windows.form_window(FLOOR_TINY_BELOW),
+        ));
         let configured = u64::from(self.compactor.config.max_output_tokens).max(floor);
         summary_room.map_or(configured, |room| configured.min((room / 2).max(floor)))
     }

@@ -15,7 +15,7 @@ use panto_transcript::Elision;
 use super::ask::{Answer, Failure};
 use super::chunk::{ChunkPrompt, Prompt, chunk_prompt};
 use super::folding::Fold;
-use super::limits::Overheads;
+use super::limits::{Overheads, previous_tokens};
 use super::parts::{Material, PartSize};
 use super::step::Sent;
 use super::{MAX_LONGER, MAX_SHRINKS};
@@ -333,7 +333,10 @@ impl<'m> Walk<'m> {
                     steps: request.steps,
                     shrinks: limits.shrinks,
                     estimated_tokens: request.input_tokens,
-                    limit: limits.limit,
+                    // The window lies below the request refused, whatever the fold planned in
+                    // (the least limit of a request carrying a summary may be above it).
+                    limit: (limits.limit)
+                        .map(|l| l.min(request.input_tokens + u64::from(request.output) - 1)),
                     error,
                 });
             }
@@ -448,8 +451,24 @@ impl<'m> Walk<'m> {
         self.next += 1;
         self.rejected_here = 0;
         self.longer_here = 0;
-        fold.state.limits.probe_higher();
-        if self.done >= self.material.parts.len() {
+        let parts = self.material.parts.len();
+        let left = self.material.parts.tenths(self.done.min(parts)..parts) / 10;
+        let carried = fold
+            .state
+            .so_far
+            .running
+            .as_deref()
+            .map_or(0, previous_tokens);
+        let fixed = self.sizes.fixed + carried;
+        // Whether a try at `probe` saves a request over the steps left at `now` (both with the
+        // output `floor`), even if each of its requests carries a tenth less than it leaves
+        // room for (the summary carried grows, parts do not fill a request exactly).
+        fold.state.limits.probe_higher(|now, probe, floor| {
+            let room = |limit: u64| limit.saturating_sub(fixed + floor).max(1);
+            let requests = |room: u64| left.div_ceil(room.max(1));
+            requests(room(probe) - room(probe) / 10) < requests(room(now))
+        });
+        if self.done >= parts {
             return Ok(());
         }
         let left = self.plan.requests() - self.next;

@@ -922,6 +922,30 @@ fn unstated_windows_counting_the_output_start_half_way_after_their_last_refusal(
     }
 }
 
+/// A window of 2,020 tokens that states no limit and counts the output (the small-window
+/// probe's seed 42): a try above the first request taken is refused by 10 tokens (1,774 +
+/// 256), the fold climbs back to 1,381 + 256, and its next try (1,565 + 256) is 9.96% above
+/// that limit, under the tenth a try asks. It saves a request over the steps left, even with
+/// a tenth less room a request, so the fold takes it and stays within the issue's bound (13
+/// requests for 12 on `515112c`, six steps at 1,381).
+#[test]
+fn a_try_under_a_tenth_higher_is_taken_when_it_saves_a_request() {
+    let (server, driver, result) = run(
+        (2_020, Stating::Unstated, true),
+        (None, true, 3.041492724092123, usize::MAX),
+    );
+    check(&server, &driver, &result).unwrap();
+    let seen = server.seen();
+    let describe = describe(&seen);
+    assert!(result.is_ok(), "{describe}: {result:?}");
+    let issue = issue_bound(seen[0].input, 2_020, Stating::Unstated);
+    assert!(
+        seen.len() <= issue,
+        "{} for {issue}: {describe}",
+        seen.len()
+    );
+}
+
 /// A window of 600 tokens that states no limit and counts the output: the guess half way from
 /// the least limit to the second refused request (546 + 72) is refused too, and the fold falls
 /// back to the least limit (one more refusal, as after a failed try above a request taken)

@@ -468,20 +468,27 @@ fn report(label: &str, window: u64, writers: usize, ran: &Ran) {
 /// Sends per writer: enough for the session to compact ahead again after the first overflow.
 const SENDS: usize = 12;
 
-/// Two and eight writers on one SQLite file, each on its own connection, at a window of 2,020
-/// tokens that states no limit and counts the output (the window of the sweep's case one
-/// request over the bound).
+/// The windows the writers run at, each stating no limit and counting the output: 1,044
+/// tokens, where the window the first overflow teaches (a bound of about 790 below a refused
+/// request) leaves no transcript beside the short prompt, the summary carried and the floor of
+/// 256, so every later compaction must take the tiny form (on `f75d9f2`..`515112c` one writer
+/// was enough to get panto's record instead of the model's summary, or `ExceedsWindow`); and
+/// 2,020, the window of the sweep's case one request over the bound.
+const WINDOWS: [u64; 2] = [1_044, 2_020];
+
+/// One, two and eight writers on one SQLite file, each on its own connection, at each of
+/// [`WINDOWS`].
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writers_with_auto_compaction_at_an_unstated_window_store_each_prompt_once_on_sqlite() {
-    for writers in [2, 8] {
+    for (window, writers) in WINDOWS.into_iter().flat_map(|w| [(w, 1), (w, 2), (w, 8)]) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s.sqlite3");
         let open = || {
             let path = path.clone();
             async move { SqliteStore::open(path).await.unwrap() }
         };
-        let ran = writers_at_an_unstated_window(&open, 2_020, writers, SENDS).await;
-        report("sqlite", 2_020, writers, &ran);
+        let ran = writers_at_an_unstated_window(&open, window, writers, SENDS).await;
+        report("sqlite", window, writers, &ran);
     }
 }
 
@@ -494,14 +501,14 @@ async fn writers_with_auto_compaction_at_an_unstated_window_store_each_prompt_on
     ) else {
         return;
     };
-    for writers in [2, 8] {
+    for (window, writers) in WINDOWS.into_iter().flat_map(|w| [(w, 2), (w, 8)]) {
         let url = testing::fresh_url(&url).await;
         let open = || {
             let url = url.clone();
             async move { PostgresStore::connect(&url).await.unwrap() }
         };
-        let ran = writers_at_an_unstated_window(&open, 2_020, writers, SENDS).await;
-        report("postgres", 2_020, writers, &ran);
+        let ran = writers_at_an_unstated_window(&open, window, writers, SENDS).await;
+        report("postgres", window, writers, &ran);
     }
 }
 
@@ -754,4 +761,103 @@ async fn a_step_record_keeps_the_models_summary_within_three_quarters_of_the_roo
         "the model's summary was cut:\n{third}"
     );
     assert!(!third.contains("The summary so far goes on"), "{third}");
+}
+
+// Findings (tests53-wip, not for main as they are: each fails on main at 923812a).
+
+/// The fold's error at a window below the least request names a limit below the last request
+/// refused (its input and output, in panto's estimate), never the least limit a fold carrying
+/// a summary plans in: on `515112c` it said "limit about 482" of a request of 350 + 64 refused,
+/// and a reader took the window for 482 where it is below 414.
+#[tokio::test]
+async fn the_fold_overflow_names_a_limit_below_the_least_request_refused() {
+    let (_dir, store, _history, server) = below_the_least().await;
+    let (mut log, loaded) = SessionLog::open(store.clone(), "s").await.unwrap();
+    let context = loaded.context;
+    let overflow = ProviderError::ContextOverflow {
+        message: "the request exceeds the available context size, try increasing it".into(),
+        numbers: TokenNumbers::default(),
+    };
+    let conversation = estimate_request(AGENT, &context.messages);
+    let run = CompactRun::after_overflow(&overflow, conversation)
+        .with_reserved_tokens(0, BELOW_THE_LEAST / 8);
+    let mut windows = KnownWindows::new();
+    run.teach(&mut windows);
+    let mut compactor = Compactor::new(ModelRef::new(server.clone(), "m"));
+    let err = compactor
+        .compact(&context, &mut log, run, &mut windows)
+        .await
+        .unwrap_err();
+    let seen = server.seen();
+    four_refused(&seen);
+    let CompactError::FoldOverflow {
+        limit,
+        estimated_tokens,
+        ..
+    } = &err
+    else {
+        panic!("{err:?}")
+    };
+    let refused = estimated_tokens + u64::from(seen.last().unwrap().output);
+    let limit = limit.expect("a limit");
+    assert!(limit < refused, "{err} (refused {refused})");
+    assert!(
+        err.to_string().contains(&format!("limit about {limit}")),
+        "{err}"
+    );
+}
+
+/// A window of 440 tokens that states no limit and counts the output (talk four times the
+/// window, a reply of an eighth): the least request of the fold's first step fits and its model
+/// answers, but a later step's least request, which carries that summary, does not. So four
+/// compaction requests are refused, as docs/compaction.md says of a window below the least
+/// request a fold can work in (1,478+256, 581+256, the guess above the least, 487+64; the least
+/// is taken, 340+64; the second step, 401+64), and the fold ends there. The model's summary is
+/// kept (what it covered is not recorded again by panto), the prompt is stored once, and the
+/// send ends answered or with a typed error that says the request after compacting did not fit
+/// (the retry is sized by its input, as panto cannot tell that the server counts the output).
+#[tokio::test]
+async fn a_later_step_s_least_request_refused_ends_the_fold_keeping_the_model_s_summary() {
+    let window = 440;
+    let history = sized_conversation(AGENT, window * 4, window, false);
+    let store = panto_compact::MemoryStore::new();
+    let (mut log, _) = SessionLog::open(store.clone(), "s").await.unwrap();
+    let entries: Vec<Entry> = history.iter().cloned().map(Entry::Message).collect();
+    log.append(&entries).await.unwrap();
+    let server = Arc::new(Server::new(window, Stating::Unstated, true));
+    let (driver, _) = Driver::open(
+        Compactor::new(ModelRef::new(server.clone(), "m")),
+        store.clone(),
+        "s",
+    )
+    .await
+    .unwrap();
+    let mut driver = driver
+        .with_system(AGENT)
+        .with_max_output_tokens(u32::try_from(window / 8).unwrap());
+    let prompt = "now fix the last one";
+    let result = driver
+        .send(vec![Message::user_text(prompt)], &mut |_| {})
+        .await;
+    let seen = server.seen();
+    let describe = describe(&seen);
+    let compactions: Vec<&Seen> = seen.iter().filter(|s| s.compaction).collect();
+    let fits: Vec<bool> = compactions.iter().map(|s| s.fits).collect();
+    assert_eq!(fits, [false, false, false, true, false], "{describe}");
+    let answer = compactions[3].answer.clone().expect("the model answered");
+    match &result {
+        Ok(_) | Err(CompactError::OverflowAfterCompaction { .. }) => {}
+        Err(e) => panic!("{e}: {describe}"),
+    }
+    let (_, loaded) = SessionLog::open(store, "s").await.unwrap();
+    let compaction = loaded.context.compaction.expect("a compaction");
+    let summary = compaction.summary_text().unwrap_or_default();
+    assert!(summary.contains(answer.trim()), "{summary}: {describe}");
+    let stored = loaded
+        .context
+        .messages
+        .iter()
+        .filter(|m| m.text() == prompt)
+        .count();
+    assert_eq!(stored, 1, "{describe}");
 }
