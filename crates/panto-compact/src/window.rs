@@ -453,7 +453,7 @@ impl KnownWindows {
     /// summary carried leave no transcript in a bound of about 800 tokens.
     pub(crate) fn form_window(&self, bounded: u64) -> Option<u64> {
         let found = self.bound.filter(|&b| b < bounded);
-        crate::config::min_known(self.stated_window(), found)
+        [self.stated_window(), found].into_iter().flatten().min()
     }
 
     /// The limit a compaction run knows, in panto's estimated tokens. After an overflow that

@@ -299,12 +299,12 @@ fn check(
         Err(other) => prop_assert!(false, "not an overflow's error: {other}"),
     }
     // Within the bound derived from what the fold learned; within the issue's own bound for
-    // every stated window (1,000 tokens up) whose model answers: under 2,000 tokens the tiny
-    // prompt and an output floor of a tenth of the limit keep the fold's fixed part within
-    // half the window. A provider that states no true limit refuses at most three compaction
-    // requests (MAX_SHRINKS and one try above what a model took), unless its model stops
-    // answering; it is held to the derived bound only (the probe below counts how many of
-    // its cases exceed the issue's).
+    // every window (1,000 tokens up) whose model answers: under 2,000 tokens the tiny prompt
+    // and an output floor of a tenth of the limit keep the fold's fixed part within half the
+    // window. A provider that states no true limit refuses at most three compaction requests
+    // (MAX_SHRINKS and one try above what a model took), unless its model stops answering,
+    // and has the issue's 3 more requests (the probe below runs 2,000 cases of a seed: 0 over
+    // in nine seeds; 1 before a try under a tenth higher was taken when it saves a request).
     let conversation = seen[0].input;
     let (most, fixed, room) = derived_bound(server, &seen);
     prop_assert!(
@@ -321,15 +321,13 @@ fn check(
     if server.answers == usize::MAX {
         let refused = seen.iter().filter(|s| s.compaction && !s.fits).count();
         prop_assert!(refused <= 3, "{refused} refused: {}", describe());
-        if server.stating == Stating::Stated {
-            let issue = issue_bound(conversation, server.window, server.stating);
-            prop_assert!(
-                seen.len() <= issue,
-                "{} for {issue}: {}",
-                seen.len(),
-                describe()
-            );
-        }
+        let issue = issue_bound(conversation, server.window, server.stating);
+        prop_assert!(
+            seen.len() <= issue,
+            "{} for {issue}: {}",
+            seen.len(),
+            describe()
+        );
     }
     // The entry keeps the last summary a model gave, and counts every compaction request.
     let entry = driver.log().entries().iter().rev().find_map(|e| match e {
