@@ -121,9 +121,14 @@ impl<S: Store> Driver<S> {
     /// With every writer of the session sending this way, each new message is stored exactly
     /// once, and the longest waiting writer goes first.
     ///
-    /// A turn compacts ahead at most twice: a compaction ahead that lost to another writer is
-    /// not asked for again while the request fits the window (one more may come after the
-    /// turn's reply lost and the conversation grew past the threshold meanwhile).
+    /// A turn compacts ahead of a request that fits the window at most twice: a compaction
+    /// ahead that lost to another writer is not asked for again while the request fits the
+    /// window (one more may come after the turn's reply lost and the conversation grew past the
+    /// threshold meanwhile). A request that other writers' turns grew past the window cannot
+    /// be sent as it is, so each try of such a request compacts first: one turn of eight
+    /// writers at a window of 1,528 tokens compacted ahead three times, the extra ones ahead of
+    /// requests of 1,544 and 1,569 (`tests/it/unstated_together.rs` holds the first kind to
+    /// two a turn).
     ///
     /// # Errors
     /// What [`Driver::send`] returns when it is not a conflict; the last conflict when the
