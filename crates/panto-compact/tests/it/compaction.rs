@@ -1151,6 +1151,49 @@ async fn a_stated_2048_estimated_under_2000_keeps_the_short_prompt_and_the_floor
     }
 }
 
+/// A bound an earlier overflow taught under 1,700 tokens (a window that states no limit,
+/// learned by refusals) is a refusal for every later compaction of the session: the tiny
+/// prompt and the output floor of a tenth from the first request, as the fold itself takes
+/// them after a refusal under 1,700. On `515112c` these compactions took the short prompt and
+/// the floor of 256 (at a bound of about 790, no transcript fitted beside a carried summary).
+#[tokio::test]
+async fn a_bound_an_earlier_overflow_taught_under_1700_makes_later_compactions_tiny() {
+    let messages = long_rounds(10, 600);
+    for bound in [1_500u64, 1_100] {
+        let mut windows = KnownWindows::new().with(Window::new(bound, WindowSource::Bound));
+        let mut log = log_of(&messages);
+        let (main, main_ref) = model("main", "small-model");
+        for i in 0..16 {
+            main.push_text(format!(
+                "## Goal\n- Answer the numbered requests in order (step {i})."
+            ));
+        }
+        let mut c = Compactor::new(main_ref).with_ids(Arc::new(SequentialIds::new()));
+        let ctx = log.replay();
+        let out = c
+            .compact(&ctx, &mut log, CompactRun::manual(None), &mut windows)
+            .await
+            .unwrap();
+        assert_eq!(compacted(out).report.model, "small-model", "{bound}");
+        let requests = main.requests();
+        assert!(!requests.is_empty(), "{bound}");
+        for r in &requests {
+            assert_eq!(r.system, BUILTIN_TINY_PROMPT, "{bound}");
+        }
+        // The floor of a tenth (the last request may ask more output for the final summary).
+        assert!(
+            requests[..requests.len() - 1]
+                .iter()
+                .all(|r| r.max_output_tokens < MIN_OUTPUT_TOKENS),
+            "{bound}: {:?}",
+            requests
+                .iter()
+                .map(|r| r.max_output_tokens)
+                .collect::<Vec<_>>()
+        );
+    }
+}
+
 /// A reply of `text` that stopped at the output limit.
 /// An overflow compaction of `log` at a stated 2,048-token window (Ollama's default).
 pub(crate) async fn at_2048(
