@@ -30,16 +30,16 @@ pub(super) fn previous_tokens(summary: &str) -> u64 {
 }
 
 /// The limit after a compaction request of `input` estimated tokens (with output `output` and
-/// a transcript of `transcript` tokens) overflowed with `error`: from the provider's numbers
-/// when they explain the rejection. Else the window lies somewhere below the rejected input:
-/// when a request of `proven` input tokens was accepted before, the limit goes back to what
-/// is known to fit with the output `floor` of the fold (later requests may try higher again,
-/// see `fold_material`); else to a
+/// a transcript of `transcript` tokens) overflowed: from the limit the refusal stated when the
+/// fold believes it (`believed`, [`believed_limit`]). Else the window lies somewhere below the
+/// rejected input: when a request of `proven` input tokens was accepted before, the limit goes
+/// back to what is known to fit with the output `floor` of the fold (later requests may try
+/// higher again, [`super::state::Limits::probe_higher`]); else to a
 /// quarter of the rejected input, so that the rejections a fold allows reach a window a
 /// sixteenth of the first request. Always below what failed.
 pub(super) fn shrink(
     (limit, floor): (Option<u64>, u64),
-    error: &ProviderError,
+    believed: Option<u64>,
     input: u64,
     output: u64,
     transcript: u64,
@@ -54,7 +54,7 @@ pub(super) fn shrink(
     } else {
         input / 4
     };
-    let smaller = match believed_limit(error, input, output) {
+    let smaller = match believed {
         Some(l) => l.min(halved.max(l * 9 / 10)),
         None => guess,
     };
@@ -73,8 +73,8 @@ pub(super) fn halfway(low: u64, high: u64) -> u64 {
 /// counted` when it counted the request), when it explains the refusal of a request of
 /// `input` estimated tokens allowing `output` more: the limit is below what was sent. A
 /// refusal that states no limit, or one its own numbers contradict ("7,300 tokens > 10,636
-/// maximum"), says nothing of the window: `None`. The one judge of a stated limit in a fold:
-/// the shrink after a refusal and what the fold learns of it (`Limits::refused`) both ask it.
+/// maximum"), says nothing of the window: `None`. The one judge of a stated limit in a fold,
+/// asked once per refusal (`Limits::refused`, which gives it to the shrink that follows).
 pub(super) fn believed_limit(error: &ProviderError, input: u64, output: u64) -> Option<u64> {
     let stated = error.token_numbers()?;
     let limit = stated.limit?;

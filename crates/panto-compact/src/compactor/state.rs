@@ -338,11 +338,18 @@ impl Limits {
     /// that limit explains the refusal (it is below what was sent, in panto's tokens); else,
     /// as for a refusal that stated none, that the window is below that input. A stated limit
     /// the refusal contradicts ("7,300 tokens > 10,636 maximum") says nothing of the window.
-    pub(super) fn refused(&mut self, error: &ProviderError, input_tokens: u64, output: u64) {
+    /// Gives the limit believed ([`believed_limit`]), for the shrink that follows.
+    pub(super) fn refused(
+        &mut self,
+        error: &ProviderError,
+        input_tokens: u64,
+        output: u64,
+    ) -> Option<u64> {
         self.shrinks += 1;
         let stated = error.token_numbers().unwrap_or_default();
+        let believed = believed_limit(error, input_tokens, output);
         if let Some(limit) = stated.limit
-            && believed_limit(error, input_tokens, output).is_some()
+            && believed.is_some()
         {
             self.stated = Some(
                 Stated::new(limit)
@@ -354,6 +361,7 @@ impl Limits {
             let total = input_tokens + output;
             self.refused_below = Some(self.refused_below.map_or(total, |t| t.min(total)));
         }
+        believed
     }
 }
 

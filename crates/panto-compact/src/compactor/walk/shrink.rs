@@ -8,7 +8,7 @@ use panto_provider::ProviderError;
 
 use super::{Request, Walk};
 use crate::compactor::folding::Fold;
-use crate::compactor::limits::{Overheads, believed_limit, least_limit, previous_tokens, shrink};
+use crate::compactor::limits::{Overheads, least_limit, previous_tokens, shrink};
 use crate::compactor::parts::PartSize;
 use crate::error::CompactError;
 use crate::events::CompactionEvent;
@@ -51,17 +51,15 @@ impl Walk<'_> {
     ) -> Result<(FoldPlan, u64), CompactError> {
         let input_tokens = request.input_tokens;
         let running = request.running.as_deref();
-        fold.state
-            .limits
-            .refused(error, input_tokens, u64::from(request.output));
+        let output = u64::from(request.output);
+        let believed = fold.state.limits.refused(error, input_tokens, output);
         let carried = running.map_or(0, previous_tokens);
         let transcript_tokens = input_tokens.saturating_sub(self.sizes.fixed + carried);
         let limits = &fold.state.limits;
-        let output = u64::from(request.output);
         let (limit, proven) = (limits.limit, limits.proven);
         let mut smaller = shrink(
             (limit, limits.floor()),
-            error,
+            believed,
             input_tokens,
             output,
             transcript_tokens,
@@ -73,7 +71,7 @@ impl Walk<'_> {
         if smaller < least && least < input_tokens {
             smaller = least;
         }
-        if believed_limit(error, input_tokens, output).is_none() {
+        if believed.is_none() {
             smaller = fold
                 .state
                 .limits
