@@ -270,6 +270,29 @@ impl Limits {
             }
     }
 
+    /// The limit after a refusal of a request of `input` estimated tokens allowing `output`
+    /// more, from the shrink's `guess`: never below `least`, the least limit a fold can work in
+    /// (a guess may undershoot), when that least is below the refused input; and when the
+    /// refusal stated no limit the fold believes (`believed`, [`believed_limit`]), bracketed
+    /// ([`Limits::bracket`]).
+    pub(super) fn settle(
+        &mut self,
+        guess: u64,
+        least: u64,
+        (input, output): (u64, u64),
+        believed: Option<u64>,
+    ) -> u64 {
+        let smaller = if guess < least && least < input {
+            least
+        } else {
+            guess
+        };
+        match believed {
+            Some(_) => smaller,
+            None => self.bracket(smaller, least, input + output),
+        }
+    }
+
     /// The limit after the fold's last shrink, `smaller` (at least `least`, the least limit a
     /// fold can work in), when the refusal of a request of `sent` tokens (input and output)
     /// stated no limit the fold believes and no request was taken: half way in proportion from
@@ -278,7 +301,7 @@ impl Limits {
     /// window a step (two refused requests, then 340 of the 1,044 tokens of a window that counts
     /// the output, climbing over four steps to 710). A refusal of the guess falls back to
     /// `least` ([`Limits::may_fall_back`]).
-    pub(super) fn bracket(&mut self, smaller: u64, least: u64, sent: u64) -> u64 {
+    fn bracket(&mut self, smaller: u64, least: u64, sent: u64) -> u64 {
         let guess = halfway(least, sent);
         if self.shrinks == MAX_SHRINKS
             && self.proven == 0

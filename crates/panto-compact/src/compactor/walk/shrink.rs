@@ -57,7 +57,7 @@ impl Walk<'_> {
         let transcript_tokens = input_tokens.saturating_sub(self.sizes.fixed + carried);
         let limits = &fold.state.limits;
         let (limit, proven) = (limits.limit, limits.proven);
-        let mut smaller = shrink(
+        let guess = shrink(
             (limit, limits.floor()),
             believed,
             input_tokens,
@@ -65,18 +65,10 @@ impl Walk<'_> {
             transcript_tokens,
             proven,
         );
-        let form = self.take_form(fold, smaller);
+        let form = self.take_form(fold, guess);
         let least = self.least_limit(form, carried);
-        // Never below the least limit a fold can work in (a guess may undershoot).
-        if smaller < least && least < input_tokens {
-            smaller = least;
-        }
-        if believed.is_none() {
-            smaller = fold
-                .state
-                .limits
-                .bracket(smaller, least, input_tokens + output);
-        }
+        let sent = (input_tokens, output);
+        let mut smaller = fold.state.limits.settle(guess, least, sent, believed);
         loop {
             fold.state.limits.limit = Some(smaller);
             let mut plan = self.plan_left(fold)?;
