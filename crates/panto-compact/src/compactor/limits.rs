@@ -32,28 +32,24 @@ pub(super) fn previous_tokens(summary: &str) -> u64 {
 /// The limit after a compaction request of `input` estimated tokens (with output `output` and
 /// a transcript of `transcript` tokens) overflowed: from the limit the refusal stated when the
 /// fold believes it (`believed`, [`believed_limit`]). Else the window lies somewhere below the
-/// rejected input: when a request of `proven` input tokens was accepted before, the limit goes
-/// back to what is known to fit with the output `floor` of the fold (later requests may try
-/// higher again, [`super::state::Limits::probe_higher`]); else to a
-/// quarter of the rejected input, so that the rejections a fold allows reach a window a
-/// sixteenth of the first request. Always below what failed.
+/// rejected input: when a request was accepted before, the limit goes back to `known`, what is
+/// known to fit ([`super::state::Limits::known_to_fit`]; later requests may try higher again,
+/// [`super::state::Limits::probe_higher`]); else to a quarter of the rejected input, so that
+/// the rejections a fold allows reach a window a sixteenth of the first request. Always below
+/// what failed.
 pub(super) fn shrink(
-    (limit, floor): (Option<u64>, u64),
+    limit: Option<u64>,
     believed: Option<u64>,
     input: u64,
     output: u64,
     transcript: u64,
-    proven: u64,
+    known: Option<u64>,
 ) -> u64 {
     let sent = input + output;
     let halved = sent.saturating_sub(transcript / 2 + 1);
-    // A request of `proven` input was taken: the window holds at least that, whatever a
-    // smaller input refused with a larger output says (never a quarter of that input).
-    let guess = if proven > 0 {
-        proven + floor
-    } else {
-        input / 4
-    };
+    // A request was taken: the window holds at least its input, whatever a smaller input
+    // refused with a larger output says (never a quarter of that input).
+    let guess = known.unwrap_or(input / 4);
     let smaller = match believed {
         Some(l) => l.min(halved.max(l * 9 / 10)),
         None => guess,

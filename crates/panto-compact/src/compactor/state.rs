@@ -255,6 +255,22 @@ impl Limits {
         output_floor(self.form(self.limit))
     }
 
+    /// The limit that is known to fit: the largest input a request of the fold had taken
+    /// (`proven`), with the output floor of that limit's own form ([`Limits::floor`] at it).
+    /// The floor at the limit before a refusal may be larger: a refusal under
+    /// [`FLOOR_TINY_BELOW`] makes the floor a tenth of the limit, so `proven` with the old
+    /// floor of 256 left an input above `proven` beside the tiny floor (a request of 1,238
+    /// tokens, over the 1,209 taken, refused as the fold's fourth).
+    pub(super) fn known_to_fit(&self) -> u64 {
+        let room = |limit: u64| limit.saturating_sub(output_floor(self.form(Some(limit))));
+        let mut limit = self.proven + self.floor();
+        // The floor shrinks by a tenth of the limit at most: a few steps settle it.
+        while room(limit) > self.proven {
+            limit -= room(limit) - self.proven;
+        }
+        limit
+    }
+
     /// Whether a request of `input_tokens` rejected after the fold's last shrink may still
     /// fall back to what is known to fit: when it tried higher than a request the provider
     /// took, after a rejection that stated no limit, or, nothing taken, when it was the guess

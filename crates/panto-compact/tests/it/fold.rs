@@ -401,3 +401,57 @@ fn panto_s_record_after_failed_summaries_fits_what_the_fold_learned_of_an_unstat
         "the reply"
     );
 }
+
+/// The shrunk failure of the property above saved last (proptest-regressions/fold.txt, CI of
+/// stop 53): a window that states no limit and counts about 0.65 of panto's estimate. After
+/// its shrinks the fold's last try (1,316 of panto's tokens with the floor of 256) was refused
+/// under 1,700, which makes the floor a tenth of the limit; the fall back to what is known to
+/// fit kept the old floor in its limit, so the tiny floor left an input above the largest taken
+/// (1,238 for 1,209), refused as the fold's fourth. Now the fall back carries no more input than
+/// was taken.
+#[test]
+fn a_fall_back_that_makes_the_floor_tiny_carries_no_more_than_was_taken() {
+    let words = [74, 73, 282, 292, 75, 28, 73, 241, 232, 17, 386, 21, 326];
+    let mut history: Vec<Message> = words
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| {
+            let text = format!("m{i} {}", vec!["word"; n].join(" "));
+            if i % 2 == 0 {
+                Message::user_text(text)
+            } else {
+                Message::assistant_text(text)
+            }
+        })
+        .collect();
+    history.push(Message::assistant_text("ok"));
+    let prompt = Message::user_text(format!("new {}", vec!["ask"; 1_146].join(" ")));
+    let factor = 0.645_924_904_737_555_5;
+    let window = window_for(&history, &prompt, factor * 0.272_630_280_480_467_6);
+    let model = Arc::new(Window {
+        window,
+        factor,
+        numbers: false,
+        summary_words: 39,
+        seen: Mutex::new(Vec::new()),
+    });
+    let (_, result) = recover(history, &prompt, model.clone(), 0);
+    let seen = model.seen.lock().unwrap().clone();
+    let compactions: Vec<_> = seen.iter().filter(|s| s.0).collect();
+    let refused = compactions.iter().filter(|s| !s.2).count();
+    assert!(refused <= MAX_SHRINKS + 1, "{result:?}\n{seen:?}");
+    // The fold's third refusal falls back for good: no later request carries more input than
+    // the provider took before it.
+    let third = compactions.iter().enumerate().filter(|(_, s)| !s.2).nth(2);
+    if let Some((at, _)) = third {
+        let taken = compactions[..at]
+            .iter()
+            .filter(|s| s.2)
+            .map(|s| s.1)
+            .max()
+            .unwrap();
+        for s in &compactions[at + 1..] {
+            assert!(s.1 <= taken, "{seen:?}");
+        }
+    }
+}

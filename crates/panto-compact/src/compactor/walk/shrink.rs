@@ -56,14 +56,14 @@ impl Walk<'_> {
         let carried = running.map_or(0, previous_tokens);
         let transcript_tokens = input_tokens.saturating_sub(self.sizes.fixed + carried);
         let limits = &fold.state.limits;
-        let (limit, proven) = (limits.limit, limits.proven);
+        let known = (limits.proven > 0).then(|| limits.known_to_fit());
         let guess = shrink(
-            (limit, limits.floor()),
+            limits.limit,
             believed,
             input_tokens,
             output,
             transcript_tokens,
-            proven,
+            known,
         );
         let form = self.take_form(fold, guess);
         let least = self.least_limit(form, carried);
