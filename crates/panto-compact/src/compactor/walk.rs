@@ -473,9 +473,17 @@ impl<'m> Walk<'m> {
         }
         let left = self.plan.requests() - self.next;
         let again = self.plan_left(fold)?;
-        let planned = self.plan.chunks[self.next].turns.len();
+        let next = &self.plan.chunks[self.next];
+        let planned = next.turns.len();
+        // The plan kept its reserve for the summary carried; panto's record of steps no
+        // model's summary passed is not bounded by an output, and may outgrow it: the next
+        // chunk would then not fit beside it (a request known too large, refused).
+        let over = carried.saturating_sub(self.plan.reserve);
         if again.requests() < left {
             let cause = "the summaries so far are shorter than planned".to_owned();
+            self.replan(fold, again, Some(cause));
+        } else if next.tokens.min(next.capacity) + over > next.capacity {
+            let cause = "the summary so far is longer than planned".to_owned();
             self.replan(fold, again, Some(cause));
         } else if again.requests() == left && again.chunks[0].turns.len() > planned {
             self.replan(fold, again, None);
