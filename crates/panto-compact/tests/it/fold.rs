@@ -155,8 +155,11 @@ struct Window {
     factor: f64,
     numbers: bool,
     summary_words: usize,
-    seen: Mutex<Vec<(bool, u64, bool, u32)>>,
+    seen: Mutex<Vec<Seen>>,
 }
+
+/// A request as [`Window`] records it: (compaction, counted input, fitted, output allowed).
+type Seen = (bool, u64, bool, u32);
 
 impl Window {
     fn count(&self, request: &Request) -> u64 {
@@ -413,7 +416,7 @@ fn unstated_case(
     share: f64,
     factor: f64,
     summary_words: usize,
-) -> (Result<Reply, CompactError>, Vec<(bool, u64, bool, u32)>) {
+) -> (Result<Reply, CompactError>, Vec<Seen>) {
     let mut history: Vec<Message> = words
         .iter()
         .enumerate()
@@ -475,10 +478,7 @@ fn a_summary_carried_past_the_plan_s_reserve_plans_the_rest_again() {
 /// The fold's refusals of a window that states no limit (`seen`, as the provider model records
 /// them) are at most [`MAX_SHRINKS`] and one more, and the third falls back for good: no later
 /// request carries more input than the provider took before it.
-fn assert_falls_back_for_good(
-    result: &Result<Reply, CompactError>,
-    seen: &[(bool, u64, bool, u32)],
-) {
+fn assert_falls_back_for_good(result: &Result<Reply, CompactError>, seen: &[Seen]) {
     let compactions: Vec<_> = seen.iter().filter(|s| s.0).collect();
     let refused = compactions.iter().filter(|s| !s.2).count();
     assert!(refused <= MAX_SHRINKS + 1, "{result:?}\n{seen:?}");
