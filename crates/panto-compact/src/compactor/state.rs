@@ -102,6 +102,9 @@ pub(super) struct Limits {
     pub(super) refused_below: Option<u64>,
     /// How often the limit was shrunk after a rejection.
     pub(super) shrinks: usize,
+    /// Whether the fall back after the fold's last shrink carried more input than was taken,
+    /// beside a floor its refusal made smaller ([`Limits::fall_back`]).
+    pub(super) wide: bool,
     /// Whether the limit after the fold's last shrink was guessed above the least a fold can
     /// work in, nothing taken yet ([`Limits::bracket`]): its refusal falls back to that least.
     pub(super) above_least: bool,
@@ -168,6 +171,7 @@ impl FoldState {
                 // A bound an earlier overflow taught bounds this fold's requests too.
                 refused_below: windows.bound.filter(|&b| b < FLOOR_TINY_BELOW),
                 shrinks: 0,
+                wide: false,
                 above_least: false,
                 request_bound: None,
             },
@@ -255,13 +259,37 @@ impl Limits {
         output_floor(self.form(self.limit))
     }
 
-    /// The limit that is known to fit: the largest input a request of the fold had taken
-    /// (`proven`), with the output floor of that limit's own form ([`Limits::floor`] at it).
-    /// The floor at the limit before a refusal may be larger: a refusal under
-    /// [`FLOOR_TINY_BELOW`] makes the floor a tenth of the limit, so `proven` with the old
-    /// floor of 256 left an input above `proven` beside the tiny floor (a request of 1,238
-    /// tokens, over the 1,209 taken, refused as the fold's fourth).
-    pub(super) fn known_to_fit(&self) -> u64 {
+    /// The limit the fold falls back to after a refusal, a request having been taken: the
+    /// largest input taken (`proven`) with the output floor of the limit refused
+    /// ([`Limits::floor`]), also once after the fold's last shrink; after that one's refusal,
+    /// [`Limits::known_to_fit`]. The two differ when a refusal under [`FLOOR_TINY_BELOW`]
+    /// made the floor a tenth of the limit: the first then leaves more input than was taken
+    /// beside the smaller floor, which a server counting the output too takes (973 + 108
+    /// after 825 + 256 at 1,126 tokens, 754 + 84 after 742 + 91 at 1,056: fewer requests, as
+    /// issue 39's bound needs) and one counting the input only refuses (1,230 + 136 after
+    /// 1,209 + 256): panto cannot tell which it is, so after the last shrink such a refusal
+    /// is allowed one more, falling back to no more input than was taken
+    /// ([`Limits::may_fall_back`]).
+    pub(super) fn fall_back(&mut self) -> u64 {
+        let taken = self.known_to_fit();
+        let floor_before = self.proven + self.floor();
+        if self.shrinks <= MAX_SHRINKS {
+            floor_before
+        } else if !self.wide && floor_before > taken {
+            self.wide = true;
+            floor_before
+        } else {
+            taken
+        }
+    }
+
+    /// The limit that is known to fit however the server counts: the largest input a request
+    /// of the fold had taken (`proven`), with the output floor of that limit's own form
+    /// ([`Limits::floor`] at it). The floor at the limit before the refusal may be larger: a
+    /// refusal under [`FLOOR_TINY_BELOW`] makes the floor a tenth of the limit, so `proven`
+    /// with the old floor of 256 left an input above `proven` beside the tiny floor (a request
+    /// of 1,238 tokens, over the 1,209 taken, refused as the fold's fourth).
+    fn known_to_fit(&self) -> u64 {
         let room = |limit: u64| limit.saturating_sub(output_floor(self.form(Some(limit))));
         let mut limit = self.proven + self.floor();
         // The floor shrinks by a tenth of the limit at most: a few steps settle it.
@@ -275,15 +303,19 @@ impl Limits {
     /// fall back to what is known to fit: when it tried higher than a request the provider
     /// took, after a rejection that stated no limit, or, nothing taken, when it was the guess
     /// above the least limit ([`Limits::bracket`]). The fold then goes on at that size (or that
-    /// least) and tries no higher: the third rejection of the fold is its last.
+    /// least) and tries no higher: the third rejection of the fold is its last, unless its
+    /// fall back carried more input than was taken beside a floor the refusal made smaller
+    /// ([`Limits::fall_back`]): its refusal falls back once more, to no more input than that.
     pub(super) fn may_fall_back(&self, input_tokens: u64) -> bool {
-        self.shrinks == MAX_SHRINKS
+        let last = self.shrinks == MAX_SHRINKS
             && self.upper.is_some()
             && if self.proven > 0 {
                 self.proven < input_tokens
             } else {
                 self.above_least
-            }
+            };
+        let wide = self.shrinks == MAX_SHRINKS + 1 && self.wide && self.proven < input_tokens;
+        last || wide
     }
 
     /// The limit after a refusal of a request of `input` estimated tokens allowing `output`

@@ -135,7 +135,8 @@ impl<'m> Walk<'m> {
     /// Summarizes the parts to the end, each chunk of the plan with the summary so far as
     /// `<previous-summary>`, oldest first. The plan is kept as made; a request the provider
     /// rejects as too large shrinks the limit and plans the parts left again, at most
-    /// [`MAX_SHRINKS`] times in a fold (one more to fall back to what is known to fit); a part
+    /// [`MAX_SHRINKS`] times in a fold (one more to fall back to what is known to fit, two
+    /// when that fall back found the floor smaller, [`super::state::Limits::fall_back`]); a part
     /// larger than a smaller window's requests is cut again, smaller, rather than elided. Gives
     /// the system prompt the walk ended with.
     ///

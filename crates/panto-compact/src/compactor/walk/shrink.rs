@@ -55,8 +55,9 @@ impl Walk<'_> {
         let believed = fold.state.limits.refused(error, input_tokens, output);
         let carried = running.map_or(0, previous_tokens);
         let transcript_tokens = input_tokens.saturating_sub(self.sizes.fixed + carried);
-        let limits = &fold.state.limits;
-        let known = (limits.proven > 0).then(|| limits.known_to_fit());
+        // What is known to fit matters only where the refusal stated no limit believed.
+        let limits = &mut fold.state.limits;
+        let known = (limits.proven > 0 && believed.is_none()).then(|| limits.fall_back());
         let guess = shrink(
             limits.limit,
             believed,
