@@ -342,7 +342,9 @@ impl Compactor {
 /// or, nothing taken yet, the guess above the least limit a fold can work in that follows the
 /// second rejection (then the fold goes on at that least). So a provider that states no limit
 /// rejects at most three compaction requests, four when even that least is too large (the
-/// fold then fails).
+/// fold then fails), or when that third refusal made the output floor smaller and the size
+/// the fold went on at carried more input than was taken, which a server counting the input
+/// only refuses (the fold then goes on at the input taken; `Limits::fall_back`).
 pub const MAX_SHRINKS: usize = 2;
 
 /// How many times one step of a fold asks the active model again after its summary stopped at

@@ -302,8 +302,9 @@ fn check(
     // every window (1,000 tokens up) whose model answers: under 2,000 tokens the tiny prompt
     // and an output floor of a tenth of the limit keep the fold's fixed part within half the
     // window. A provider that states no true limit refuses at most three compaction requests
-    // (MAX_SHRINKS and one try above what a model took), unless its model stops answering,
-    // and has the 3 more requests (the probe below runs 2,000 cases of a seed: 0 over
+    // (MAX_SHRINKS and one try above what a model took), unless its model stops answering
+    // or, counting the input only, refuses the fall back beside a floor the third made
+    // smaller, and has the 3 more requests (the probe below runs 2,000 cases of a seed: 0 over
     // in nine seeds; 1 before a try under a tenth higher was taken when it saves a request).
     let conversation = seen[0].input;
     let (most, fixed, room) = derived_bound(server, &seen);
