@@ -445,7 +445,9 @@ impl<'m> Walk<'m> {
     /// running summary of a whole output, so when the summary is shorter the next request
     /// carries more of the transcript and the rest may fit in fewer requests (a change of count
     /// said once). Packed greedily from a later start, the rest never takes more requests than
-    /// planned.
+    /// planned while the summary keeps within that room; panto's record of a step is bounded by
+    /// no output, and when the summary carried leaves the next chunk no room the rest is
+    /// planned again, in more requests if it must (each then fits).
     fn next_step(&mut self, fold: &mut Fold<'_, '_>) -> Result<(), CompactError> {
         let chunk = &self.plan.chunks[self.next];
         self.done = chunk.turns.end + self.base;
