@@ -452,9 +452,9 @@ fn unstated_case(
 /// estimate. After its shrinks the fold's last try (1,316 of panto's tokens with the floor of
 /// 256) was refused under 1,700, which makes the floor a tenth of the limit; the fall back kept
 /// the old floor in its limit, so the tiny floor left an input above the largest taken (1,238
-/// for 1,209), refused as a fourth, which ended the fold (`FoldOverflow`). A server that counts the output too
-/// takes that input, so it is still tried, but its refusal now falls back once more, to no more
-/// input than was taken, and the fold ends with the model's summary.
+/// for 1,209), refused as a fourth, which ended the fold (`FoldOverflow`). A server that counts
+/// the output too takes that input, so it is still tried, but its refusal now falls back once
+/// more, to no more input than was taken, and the fold ends with the model's summary.
 #[test]
 fn a_fall_back_that_makes_the_floor_tiny_carries_no_more_than_was_taken() {
     let words = [74, 73, 282, 292, 75, 28, 73, 241, 232, 17, 386, 21, 326];
