@@ -23,7 +23,8 @@ pub enum SessionError {
         /// The existing file.
         path: PathBuf,
     },
-    /// The file holds no bytes: no session has been written to it yet. [`crate::Session::create`]
+    /// The file holds no entry: no bytes, or whitespace only (after a byte-order mark at most):
+    /// no session has been written to it yet. [`crate::Session::create`]
     /// makes such a file, and an agent starting a conversation in a file it just created may
     /// take this error as the empty context (`panto send` and `panto chat` do); everything
     /// that reads a session reports it.
