@@ -108,6 +108,10 @@ pub(super) struct Limits {
     /// Whether the limit after the fold's last shrink was guessed above the least a fold can
     /// work in, nothing taken yet ([`Limits::bracket`]): its refusal falls back to that least.
     pub(super) above_least: bool,
+    /// Whether the limit is a try above the largest request taken ([`Limits::probe_higher`]),
+    /// which no request may have filled: the request after the compaction is sized to what
+    /// was taken instead ([`Run::retry_target`](super::run::Run::retry_target)).
+    pub(super) tried: bool,
     /// What bounds an overflow's requests: a summary cut at its output limit is asked again
     /// only while the fold stays within it.
     pub(super) request_bound: Option<RequestBound>,
@@ -173,6 +177,7 @@ impl FoldState {
                 shrinks: 0,
                 wide: false,
                 above_least: false,
+                tried: false,
                 request_bound: None,
             },
             output: Outputs {
@@ -341,17 +346,21 @@ impl Limits {
         }
     }
 
-    /// The limit after the fold's last shrink, `smaller` (at least `least`, the least limit a
+    /// The limit after a shrink, `smaller` (at least `least`, the least limit a
     /// fold can work in), when the refusal of a request of `sent` tokens (input and output)
     /// stated no limit the fold believes and no request was taken: half way in proportion from
     /// `least` to `sent`. The shrink's guess (a quarter of the refused input) falls below the
     /// least limit there, and a fold climbing from its least request carries a fraction of the
     /// window a step (two refused requests, then 340 of the 1,044 tokens of a window that counts
-    /// the output, climbing over four steps to 710). A refusal of the guess falls back to
-    /// `least` ([`Limits::may_fall_back`]).
+    /// the output, climbing over four steps to 710). So too after the first refusal when `sent`
+    /// is under [`FLOOR_TINY_BELOW`] and the guess fell to `least`: the window lies between the
+    /// two, less than four times apart (a window of 1,001 climbed from 216 + 64 over three
+    /// steps). A refusal of the guess after the last shrink falls back to `least`
+    /// ([`Limits::may_fall_back`]); after the first, the last shrink guesses half way again.
     fn bracket(&mut self, smaller: u64, least: u64, sent: u64) -> u64 {
         let guess = halfway(least, sent);
-        if self.shrinks == MAX_SHRINKS
+        let first = self.shrinks < MAX_SHRINKS && smaller == least && sent < FLOOR_TINY_BELOW;
+        if (self.shrinks == MAX_SHRINKS || first)
             && self.proven == 0
             && self.upper.is_some()
             && self.stated.is_none()
@@ -388,6 +397,7 @@ impl Limits {
             let probe = between.min(most + most / 2) + floor;
             if probe > limit + limit / 10 || (probe > limit && saves(limit, probe, floor)) {
                 self.limit = Some(probe);
+                self.tried = true;
             }
         }
     }

@@ -1078,3 +1078,80 @@ async fn an_unstated_window_found_by_refusals_holds_with_thinking_in_sqlite_and_
     assert_ne!(entry.model.as_deref(), Some(RECORD_ONLY_MODEL));
     assert!(entry.summary.contains("Summary"), "{}", entry.summary);
 }
+
+/// A window of 1,001 tokens that says it is half as large again (1,501) and counts the output
+/// (the sweep's draw in stop 54, on `f19e866` too): the first compaction request (1,269 + 152)
+/// is refused under the limit stated, which says nothing then. A quarter of its input fell
+/// below the least limit (486), and the fold climbed from its least request over three steps
+/// (216, 496, 740 of input), then a try was refused by 2 tokens: 13 requests for the issue's
+/// bound of 12. A first refusal under 1,700 tokens bounds the window between the least limit
+/// and the request refused, a ratio under four: the fold starts half way between them, as
+/// after the second refusal (645 + 83 taken, 10 requests).
+#[test]
+fn a_first_refusal_under_1_700_starts_half_way_from_the_least_limit() {
+    let (server, driver, result) = run(
+        (1_001, Stating::TooHigh, true),
+        (None, true, 3.321_954_473_245_522, usize::MAX),
+    );
+    check(&server, &driver, &result).unwrap();
+    let seen = server.seen();
+    let describe = describe(&seen);
+    assert!(result.is_ok(), "{describe}: {result:?}");
+    let compactions: Vec<&Seen> = seen.iter().filter(|s| s.compaction).collect();
+    assert!(!compactions[0].fits && compactions[1].fits, "{describe}");
+    // Half way in proportion from the least limit (486) to the refused request (1,431 of
+    // panto's tokens): about 833; the least request was 280.
+    let first = compactions[1].input + u64::from(compactions[1].output);
+    assert!(first > 600, "{describe}");
+    let issue = issue_bound(seen[0].input, 1_001, Stating::TooHigh);
+    assert!(
+        seen.len() <= issue,
+        "{} for {issue}: {describe}",
+        seen.len()
+    );
+}
+
+/// Windows of 1,187 and 1,130 tokens stated half as large again, whose server counts the
+/// output, with a reply of a quarter of the window (the probe's seeds default and 1, once the
+/// fold started half way): the fold's last limit was a try above its largest request taken
+/// (1,004 + 114) that no request filled, and the request after the compaction was sized to it,
+/// 972 + 296 tokens, refused. Where only refusals found the window, the request after is sized
+/// to what a model took: its input and output, as this server counts the reply.
+#[test]
+fn the_request_after_a_fold_that_tried_higher_fits_what_a_model_took() {
+    for (window, times) in [
+        (1_187, 1.710_408_234_993_663_1),
+        (1_130, 1.874_109_882_601_557_2),
+    ] {
+        let (server, driver, result) = run(
+            (window, Stating::TooHigh, true),
+            (Some(4), false, times, usize::MAX),
+        );
+        check(&server, &driver, &result).unwrap();
+        let seen = server.seen();
+        let describe = describe(&seen);
+        assert!(result.is_ok(), "{window}: {describe}: {result:?}");
+        let taken = seen
+            .iter()
+            .filter(|s| s.compaction && s.fits)
+            .map(|s| s.input + u64::from(s.output))
+            .max()
+            .unwrap();
+        let retry = seen.last().unwrap();
+        assert!(
+            retry.input + u64::from(retry.output) <= taken,
+            "{window}: {describe}"
+        );
+    }
+}
+
+/// A window of 3,188 tokens stated half as large again, whose server counts the output and
+/// whose model answers once, then refuses as too large (a shrunk failure of the sweep while the
+/// room kept for the reply was changed): the fold learns a limit of about 842 tokens, below the
+/// reply of 797. Sizing the request after the compaction to it with the whole reply kept left
+/// panto's record no room, and the model's summary was dropped. The reply above half of what
+/// was taken keeps an eighth of it, as before, and the record keeps the model's summary.
+#[test]
+fn a_reply_above_half_of_what_was_taken_keeps_the_model_s_summary() {
+    case_with_reply((3_188, Stating::TooHigh, true), false, 1.3, 1, Some(4)).unwrap();
+}

@@ -72,6 +72,7 @@ impl Walk<'_> {
         let mut smaller = fold.state.limits.settle(guess, least, sent, believed);
         loop {
             fold.state.limits.limit = Some(smaller);
+            fold.state.limits.tried = false;
             let mut plan = self.plan_left(fold)?;
             if fold.state.limits.upper.is_some() {
                 plan = self.fill(fold, plan)?;
