@@ -43,8 +43,12 @@ const TARGET: &str = "SELECT s.id,
 FROM panto_sessions s LEFT JOIN panto_recall_state r ON r.session = s.id
 WHERE md5(s.name) = md5($1::text) AND s.name = $1::text";
 
-const STATE: &str =
-    "SELECT entries, docs, total_len FROM panto_recall_state WHERE session = $1::bigint";
+/// `($1 id)` → the session's head now, and its index's state (NULLs without one). Read under
+/// the session's advisory lock, so the head is never older than the index.
+const LOCKED: &str =
+    "SELECT coalesce((SELECT max(e.seq) FROM panto_entries e WHERE e.session = $1::bigint), 0),
+       r.entries, r.docs, r.total_len
+FROM (SELECT 1) AS one LEFT JOIN panto_recall_state r ON r.session = $1::bigint";
 
 const CLEAR: [&str; 7] = [
     "DELETE FROM panto_recall_ids WHERE session = $1::bigint",
@@ -86,17 +90,6 @@ const SIZE: &str = "SELECT (
 + (SELECT coalesce(sum(pg_column_size(t.*)), 0) FROM panto_recall_ids t WHERE session = $1::bigint)
 )::bigint";
 
-fn state_of(row: Option<&tokio_postgres::Row>) -> Result<Option<IndexState>, Fail> {
-    let Some(r) = row else {
-        return Ok(None);
-    };
-    Ok(Some(index_state(
-        r.try_get(0)?,
-        r.try_get(1)?,
-        r.try_get(2)?,
-    )))
-}
-
 /// The state of a row of `panto_recall_state` (entries, docs, total length).
 fn index_state(entries: i64, docs: i64, total_len: i64) -> IndexState {
     IndexState {
@@ -107,11 +100,11 @@ fn index_state(entries: i64, docs: i64, total_len: i64) -> IndexState {
     }
 }
 
-/// Brings the index of session `id` (which ends at `head`) up to date; returns its state.
-async fn catch_up(pool: &Pool, c: &Client, id: i64, head: i64) -> Result<IndexState, Fail> {
+/// Brings the index of session `id` up to the session's end; returns its state.
+async fn catch_up(pool: &Pool, c: &Client, id: i64) -> Result<IndexState, Fail> {
     loop {
         pool.begin(c, Phase::Normal).await?;
-        let done = chunk(pool, c, id, head).await;
+        let done = chunk(pool, c, id).await;
         match done {
             Ok(Some(state)) => {
                 c.batch_execute("COMMIT").await?;
@@ -128,14 +121,34 @@ async fn catch_up(pool: &Pool, c: &Client, id: i64, head: i64) -> Result<IndexSt
 
 /// One transaction of [`catch_up`]: the state when the index is up to date, or `None` after
 /// indexing a chunk.
-async fn chunk(pool: &Pool, c: &Client, id: i64, head: i64) -> Result<Option<IndexState>, Fail> {
+///
+/// The session's end is read under the lock, never before it: a head read earlier may be
+/// older than the index another writer has brought further since, and an index further than
+/// the session is one to build again. With an older head, two writers catching up at once
+/// (each append's own catch-up) took turns at the lock for ever: the one with the older head
+/// found the index past it and built it again from the start, the other brought it past that
+/// head once more, and neither found it where it stopped.
+async fn chunk(pool: &Pool, c: &Client, id: i64) -> Result<Option<IndexState>, Fail> {
     c.query_typed(
         "SELECT pg_advisory_xact_lock(7061, hashtext($1::bigint::text))",
         &[(&id, Type::INT8)],
     )
     .await?;
-    let rows = c.query_typed(STATE, &[(&id, Type::INT8)]).await?;
-    let found = state_of(rows.first())?;
+    let rows = c.query_typed(LOCKED, &[(&id, Type::INT8)]).await?;
+    let (head, found) = match rows.first() {
+        Some(r) => {
+            let (entries, docs, total_len): (Option<i64>, Option<i64>, Option<i64>) =
+                (r.try_get(1)?, r.try_get(2)?, r.try_get(3)?);
+            let found = match (entries, docs, total_len) {
+                (Some(entries), Some(docs), Some(total_len)) => {
+                    Some(index_state(entries, docs, total_len))
+                }
+                _ => None,
+            };
+            (r.try_get::<_, i64>(0)?, found)
+        }
+        None => (0, None),
+    };
     let state = match found {
         Some(s) if to_i64(s.entries) <= head => s,
         _ => {
@@ -212,7 +225,7 @@ async fn target(pool: &Pool, c: &Client, session: &str) -> Result<Option<Target>
 async fn current(pool: &Pool, c: &Client, t: &Target) -> Result<IndexState, Fail> {
     match t.current() {
         Some(s) => Ok(s),
-        None => catch_up(pool, c, t.id, t.head).await,
+        None => catch_up(pool, c, t.id).await,
     }
 }
 
@@ -256,9 +269,8 @@ pub(crate) async fn step(pool: &Pool, c: &Client, session: &str) -> Result<Optio
     if let Some(s) = t.current() {
         return Ok(Some(s.docs));
     }
-    let (id, head) = (t.id, t.head);
     pool.begin(c, Phase::Normal).await?;
-    match chunk(pool, c, id, head).await {
+    match chunk(pool, c, t.id).await {
         Ok(done) => {
             c.batch_execute("COMMIT").await?;
             Ok(done.map(|s| s.docs))
@@ -298,7 +310,7 @@ pub(crate) async fn after_append(
         None => at == 0,
     };
     if follows {
-        catch_up(pool, c, t.id, t.head).await?;
+        catch_up(pool, c, t.id).await?;
     }
     Ok(())
 }

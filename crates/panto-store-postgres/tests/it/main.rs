@@ -11,6 +11,7 @@
     reason = "test code: fails loudly, paces its child processes"
 )]
 
+mod catch_up;
 mod faults;
 mod fetch;
 mod processes;
