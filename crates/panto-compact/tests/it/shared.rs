@@ -54,12 +54,14 @@ struct Thinker {
     counting: Option<u64>,
     /// How many requests that window refused, over every writer.
     refused: Arc<AtomicUsize>,
+    /// How many of this writer's requests that window refused.
+    taught: AtomicUsize,
     summaries: AtomicUsize,
     answers: Arc<AtomicUsize>,
     /// The thinking each answer of every writer's model carried, by its signature.
     signed: Arc<Mutex<HashMap<String, String>>>,
     /// The largest request of the conversation and of a summary, by panto's estimate, over
-    /// all of them.
+    /// all of them; of the conversation, only those a writer sent knowing the window.
     largest: Arc<[AtomicU64; 2]>,
 }
 
@@ -97,7 +99,14 @@ impl Provider for Thinker {
     ) -> Result<Message, ProviderError> {
         tokio::time::sleep(Duration::from_millis(2)).await;
         let size = estimate_request(&request.system, &request.messages);
-        self.largest[usize::from(request.system != AGENT)].fetch_max(size, Ordering::Relaxed);
+        // A writer knows the window once it is told, or once the window refused one of its
+        // own requests; before that, its conversation may be any size that others' turns grew
+        // it to (a writer sent 1,515 tokens to a window of 1,500 it had never been refused by,
+        // while the other two had been, about one run in thirty).
+        let summary = request.system != AGENT;
+        if summary || self.counting.is_none() || self.taught.load(Ordering::Relaxed) > 0 {
+            self.largest[usize::from(summary)].fetch_max(size, Ordering::Relaxed);
+        }
         if request.system != AGENT {
             let n = self.summaries.fetch_add(1, Ordering::Relaxed);
             // A summary that says something new each time: how many questions the transcript
@@ -118,6 +127,7 @@ impl Provider for Thinker {
             let output = u64::from(request.max_output_tokens);
             if input + output > window {
                 self.refused.fetch_add(1, Ordering::Relaxed);
+                self.taught.fetch_add(1, Ordering::Relaxed);
                 return Err(ProviderError::ContextOverflow {
                     message: format!(
                         "This model's maximum context length is {window} tokens. However, you requested {} tokens ({input} in the messages, {output} in the completion).",
@@ -347,6 +357,7 @@ where
         let model = Arc::new(Thinker {
             counting: setup.counting.then_some(window),
             refused: first.refused.clone(),
+            taught: AtomicUsize::new(0),
             summaries: AtomicUsize::new(0),
             answers: first.answers.clone(),
             signed: first.signed.clone(),
@@ -378,7 +389,8 @@ where
         assert_eq!(learned, 0);
     }
     // No request the model got, of the conversation or of a summary, was larger than the
-    // window (a result of a MiB never went to it whole).
+    // window (a result of a MiB never went to it whole), but a writer's conversation before a
+    // window it is not told refused one of its requests ([`Thinker::largest`]).
     let [conversation, summary] = [0, 1].map(|k| first.largest[k].load(Ordering::Relaxed));
     assert!(
         conversation <= window && summary <= window,
