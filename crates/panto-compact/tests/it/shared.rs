@@ -107,7 +107,7 @@ impl Provider for Thinker {
         if summary || self.counting.is_none() || self.taught.load(Ordering::Relaxed) > 0 {
             self.largest[usize::from(summary)].fetch_max(size, Ordering::Relaxed);
         }
-        if request.system != AGENT {
+        if summary {
             let n = self.summaries.fetch_add(1, Ordering::Relaxed);
             // A summary that says something new each time: how many questions the transcript
             // holds, and the latest.

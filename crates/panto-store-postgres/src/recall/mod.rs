@@ -90,6 +90,17 @@ const SIZE: &str = "SELECT (
 + (SELECT coalesce(sum(pg_column_size(t.*)), 0) FROM panto_recall_ids t WHERE session = $1::bigint)
 )::bigint";
 
+/// The index's state in columns `at..at + 3` of `r` (entries, docs, total length, from a left
+/// join of `panto_recall_state`): `None` when they are NULL, the session having no index.
+fn state_at(r: &tokio_postgres::Row, at: usize) -> Result<Option<IndexState>, Fail> {
+    let (entries, docs, total_len): (Option<i64>, Option<i64>, Option<i64>) =
+        (r.try_get(at)?, r.try_get(at + 1)?, r.try_get(at + 2)?);
+    Ok(match (entries, docs, total_len) {
+        (Some(entries), Some(docs), Some(total_len)) => Some(index_state(entries, docs, total_len)),
+        _ => None,
+    })
+}
+
 /// The state of a row of `panto_recall_state` (entries, docs, total length).
 fn index_state(entries: i64, docs: i64, total_len: i64) -> IndexState {
     IndexState {
@@ -135,18 +146,9 @@ async fn chunk(pool: &Pool, c: &Client, id: i64) -> Result<Option<IndexState>, F
     )
     .await?;
     let rows = c.query_typed(LOCKED, &[(&id, Type::INT8)]).await?;
-    let (head, found) = match rows.first() {
-        Some(r) => {
-            let (entries, docs, total_len): (Option<i64>, Option<i64>, Option<i64>) =
-                (r.try_get(1)?, r.try_get(2)?, r.try_get(3)?);
-            let found = match (entries, docs, total_len) {
-                (Some(entries), Some(docs), Some(total_len)) => {
-                    Some(index_state(entries, docs, total_len))
-                }
-                _ => None,
-            };
-            (r.try_get::<_, i64>(0)?, found)
-        }
+    // One row always (`FROM (SELECT 1)`).
+    let (head, found): (i64, _) = match rows.first() {
+        Some(r) => (r.try_get(0)?, state_at(r, 1)?),
         None => (0, None),
     };
     let state = match found {
@@ -208,16 +210,10 @@ async fn target(pool: &Pool, c: &Client, session: &str) -> Result<Option<Target>
     let Some(r) = rows.first() else {
         return Ok(None);
     };
-    let (entries, docs, total_len): (Option<i64>, Option<i64>, Option<i64>) =
-        (r.try_get(2)?, r.try_get(3)?, r.try_get(4)?);
-    let state = match (entries, docs, total_len) {
-        (Some(entries), Some(docs), Some(total_len)) => Some(index_state(entries, docs, total_len)),
-        _ => None,
-    };
     Ok(Some(Target {
         id: r.try_get(0)?,
         head: r.try_get(1)?,
-        state,
+        state: state_at(r, 2)?,
     }))
 }
 
