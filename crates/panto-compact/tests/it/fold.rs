@@ -482,13 +482,38 @@ fn a_summary_carried_past_the_plan_s_reserve_plans_the_rest_again() {
     assert_falls_back_for_good(&result, &seen);
 }
 
+/// A shrunk failure of the property above (proptest-regressions/fold.txt, CI of stop 56's
+/// mend): the same window as the case above, 0.6 of panto's estimate, counting the input only.
+/// The third refusal (689 with the floor of 256) was under 1,700, so the fall back carried
+/// more input than was taken (582) beside the tiny floor (114). Its first chunk was smaller
+/// (578, taken); the second carried 583 and was refused, the one more refusal that fall back
+/// allows. The check allowed it only for the request right after the third refusal; it now
+/// allows it for the fourth refusal, wherever it comes, and the fold still ends with the
+/// model's summary and the retry answered.
+#[test]
+fn a_wide_fall_back_refused_after_a_smaller_chunk_was_taken_is_the_one_refusal_more() {
+    let words = [140, 279, 302, 128, 15, 373, 315, 268, 2, 57, 102, 317, 199];
+    let (result, seen) = unstated_case(&words, 567, 0.224_423_009_520_297_62, 0.6, 19);
+    assert_falls_back_for_good(&result, &seen);
+    let compactions: Vec<&Seen> = seen.iter().filter(|s| s.0).collect();
+    let refused: Vec<usize> = (0..compactions.len())
+        .filter(|&i| !compactions[i].2)
+        .collect();
+    assert_eq!(refused.len(), MAX_SHRINKS + 2, "{seen:?}");
+    // A request was taken between the third refusal and the fourth.
+    let (third, fourth) = (refused[MAX_SHRINKS], refused[MAX_SHRINKS + 1]);
+    assert!(fourth > third + 1 && compactions[third + 1].2, "{seen:?}");
+    assert!(result.is_ok(), "{result:?}\n{seen:?}");
+}
+
 /// The fold's refusals (`seen`, as the provider model records them) are at most
 /// [`MAX_SHRINKS`] and one more, or two more when the fall back after the third carried more
 /// input than was taken beside a smaller floor (a refusal under 1,700 tokens made it a tenth of
 /// the limit; a server that counts the output too takes that, one that counts the input only,
-/// as this model, refuses it). After the last refusal allowed the fold goes on at what is known
-/// to fit (its inputs may count a few tokens above one taken: panto's estimate of a request is
-/// not the model's).
+/// as this model, refuses it): the fourth refusal then carried more input than any request
+/// taken before it, with a smaller output than the third. After the last refusal allowed the
+/// fold goes on at what is known to fit (its inputs may count a few tokens above one taken:
+/// panto's estimate of a request is not the model's).
 fn refusals_fall_back(seen: &[Seen]) -> Result<(), String> {
     let compactions: Vec<&Seen> = seen.iter().filter(|s| s.0).collect();
     let refused: Vec<usize> = (0..compactions.len())
@@ -496,10 +521,10 @@ fn refusals_fall_back(seen: &[Seen]) -> Result<(), String> {
         .collect();
     let taken_before = |at: usize| compactions[..at].iter().filter(|s| s.2).map(|s| s.1).max();
     let mut allowed = MAX_SHRINKS + 1;
-    if let Some(&third) = refused.get(MAX_SHRINKS)
-        && let (Some(next), Some(taken)) = (compactions.get(third + 1), taken_before(third))
-        && next.1 > taken
-        && next.3 < compactions[third].3
+    if let (Some(&third), Some(&fourth)) = (refused.get(MAX_SHRINKS), refused.get(MAX_SHRINKS + 1))
+        && let Some(taken) = taken_before(fourth)
+        && compactions[fourth].1 > taken
+        && compactions[fourth].3 < compactions[third].3
     {
         allowed += 1;
     }
