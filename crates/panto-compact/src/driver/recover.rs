@@ -3,10 +3,11 @@
 
 use panto_model::Role;
 use panto_provider::{EventSink, ProviderError, TokenNumbers};
-use panto_size::{Measured, Truncation};
+use panto_size::{Measured, Truncation, estimate};
 use panto_store::Store;
 
 use super::{Driver, Reply, tools_text};
+use crate::compactor::MAX_REBASES;
 use crate::config::{CompactRun, CompactionStrategy};
 use crate::error::CompactError;
 use crate::events::CompactionEvent;
@@ -17,8 +18,8 @@ use crate::window::Overflow;
 impl<S: Store> Driver<S> {
     /// Overflow recovery after `overflow` (an error, or the silent `truncation` said as one,
     /// which is reported first): learns what the overflow taught of the window, compacts once
-    /// (twice when other writers' prompts joined the kept turns and the retry no longer fits
-    /// with them), and sends once more.
+    /// (up to [`MAX_REBASES`] times more when other writers' prompts joined the kept turns and
+    /// the retry no longer fits with them), and sends once more.
     pub(super) async fn recover(
         &mut self,
         overflow: ProviderError,
@@ -44,7 +45,7 @@ impl<S: Store> Driver<S> {
         run.teach(&mut self.windows);
         self.windows.accepted = self.accepted_tokens(&measured, &tools);
         let limit = run.known_limit(&self.windows);
-        let mut report = match self.compact_for_retry(run).await {
+        let mut report = match self.compact_for_retry(run, 0).await {
             Ok(Ok(report)) => report,
             Ok(Err(nothing)) => {
                 return Err(CompactError::OverflowNothingToCompact { overflow, nothing });
@@ -59,20 +60,33 @@ impl<S: Store> Driver<S> {
         // Other writers' prompts, taken in after the kept turns when they came first
         // (`rebase.rs`), were not in the plan, which sized the kept turns to leave the retry
         // within the limit: when the retry no longer fits with them, compact once more from the
-        // context as written (the model's summary carried on, never thrown away), so that it
-        // fits again. Nothing more to compact leaves the first compaction for the check below.
-        if report.rebased > 0 && !self.retry_fits(self.estimate().total(), overflowed_tokens, limit)
-        {
+        // context as written (the model's summary carried on, never thrown away). Up to
+        // [`MAX_REBASES`] times: a compaction once more may be overtaken too (three writers at a
+        // window of 1,500 that counts the output: the second compaction summarized a turn of
+        // 67 tokens, took in another prompt of 67, and the retry stayed at 1,050 tokens for
+        // the 1,000 the reply leaves, about one run in twenty), and then each one after it
+        // leaves room beside its kept turns for as much again as the others' latest messages
+        // took. Nothing more to compact leaves the compaction as it is for the check below.
+        let mut spare = 0;
+        for round in 0..MAX_REBASES {
+            let estimated = self.estimate().total();
+            if report.rebased == 0 || self.retry_fits(estimated, overflowed_tokens, limit) {
+                break;
+            }
+            if round > 0 {
+                spare = spare.max(self.latest_tokens(report.rebased));
+            }
             tracing::info!(
                 rebased = report.rebased,
+                spare,
                 "other writers' messages joined the kept turns and the retry no longer fits: compacting once more"
             );
             let measured = Measured::new(&self.context.messages);
             let again = CompactRun::after_overflow(&overflow, overflowed_tokens)
                 .with_sizes(measured.sizes().into());
-            match self.compact_for_retry(again).await {
-                Ok(Ok(second)) => report = second,
-                Ok(Err(_)) => {}
+            match self.compact_for_retry(again, spare).await {
+                Ok(Ok(next)) => report = next,
+                Ok(Err(_)) => break,
                 Err(e) => {
                     return Err(CompactError::OverflowCompactionFailed {
                         overflow,
@@ -85,18 +99,20 @@ impl<S: Store> Driver<S> {
         self.retry(before, report, stream).await
     }
 
-    /// The overflow compaction of `run` (the reserve, conversation and panto's record on
-    /// failure added) over the context: its report, the context replaced by the compacted
-    /// one; or why there was nothing to compact.
+    /// The overflow compaction of `run` (the reserve, with `spare` tokens more, conversation
+    /// and panto's record on failure added) over the context: its report, the context replaced
+    /// by the compacted one; or why there was nothing to compact.
     ///
     /// # Errors
     /// The compaction's, when it failed; nothing of it is written then.
     async fn compact_for_retry(
         &mut self,
         run: CompactRun,
+        spare: u64,
     ) -> Result<Result<CompactionReport, NothingToCompact>, CompactError> {
+        let reserved = self.reserved_tokens().saturating_add(spare);
         let run = run
-            .with_reserved_tokens(self.reserved_tokens(), u64::from(self.max_output_tokens))
+            .with_reserved_tokens(reserved, u64::from(self.max_output_tokens))
             .with_conversation(self.conversation())
             // No model could summarize: keep the conversation alive with panto's own record.
             .with_record_on_failure(true);
@@ -112,6 +128,14 @@ impl<S: Store> Driver<S> {
             }
             CompactOutcome::NothingToCompact(nothing) => Err(nothing),
         })
+    }
+
+    /// The estimated tokens of the context's latest `n` messages: the other writers' messages
+    /// a compaction took in after its kept turns.
+    fn latest_tokens(&self, n: usize) -> u64 {
+        let messages = &self.context.messages;
+        let from = messages.len().saturating_sub(n);
+        estimate("", "", &messages[from..]).messages
     }
 
     /// Whether a retry of `estimated_tokens` may be sent after a request of

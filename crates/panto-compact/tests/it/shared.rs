@@ -452,7 +452,9 @@ async fn shared_turns_with_thinking_at_windows_under_4k_on_the_memory_store() {
 /// that a writer's overflow compaction, overtaken by another writer's prompt, kept a little
 /// more than the window leaves once the reply's room is counted (1,014 + 500 > 1,500, about one
 /// run in eight): the driver now compacts once more when that happens
-/// (`writers::an_overflow_compaction_overtaken_by_a_long_prompt_compacts_once_more_and_the_retry_fits`).
+/// (`writers::an_overflow_compaction_overtaken_by_a_long_prompt_compacts_once_more_and_the_retry_fits`),
+/// and again when that compaction is overtaken too (about one run in twenty:
+/// `writers::a_compaction_once_more_overtaken_too_compacts_again_and_the_retry_fits`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shared_turns_with_thinking_learn_a_window_that_counts_the_output_on_sqlite() {
     for window in [1_500, 3_000] {
