@@ -400,33 +400,39 @@ async fn counting_send(
     (shared, store, driver, sent)
 }
 
+/// The compaction entries of the session, oldest first.
+fn compactions(store: &MemoryStore) -> Vec<Entry> {
+    store
+        .entries("s")
+        .into_iter()
+        .filter(|e| matches!(e, Entry::Compaction(_)))
+        .collect()
+}
+
+/// The texts of the agent's last request, the retry, having checked that it fits the window
+/// of [`counting_send`] with the whole reply beside it.
+fn retry_texts(shared: &Shared) -> Vec<String> {
+    let requests = shared.requests();
+    let retry = requests.last().unwrap();
+    assert_eq!(retry.system, AGENT);
+    let input = estimate_request(&retry.system, &retry.messages);
+    assert!(
+        input + u64::from(COUNTING_REPLY) <= COUNTING_WINDOW,
+        "the retry is {input} tokens with {COUNTING_REPLY} for the reply"
+    );
+    retry.messages.iter().map(Message::text).collect()
+}
+
 #[tokio::test]
 async fn an_overflow_compaction_overtaken_by_a_long_prompt_compacts_once_more_and_the_retry_fits() {
-    const WINDOW: u64 = COUNTING_WINDOW;
-    const REPLY: u32 = COUNTING_REPLY;
     // While the overflow's summary is written, the other writer asks a long question.
     let theirs = "why does the parser lose its state? ";
     let plan = vec![Meanwhile::Nothing, Meanwhile::Long(theirs, 55)];
     let (shared, store, driver, sent) = counting_send(plan).await;
-    for r in shared.requests() {
-        eprintln!(
-            "REQ {} {} {:?}",
-            r.system == AGENT,
-            estimate_request(&r.system, &r.messages),
-            r.messages
-                .iter()
-                .map(|m| m.text().chars().take(40).collect::<String>())
-                .collect::<Vec<_>>()
-        );
-    }
     let reply = sent.unwrap_or_else(|e| panic!("the send failed: {e}"));
     assert_eq!(driver.windows().counts_output, Some(true));
     // Two compactions: the first written after their prompt, the second from it.
-    let written: Vec<Entry> = store
-        .entries("s")
-        .into_iter()
-        .filter(|e| matches!(e, Entry::Compaction(_)))
-        .collect();
+    let written = compactions(&store);
     assert_eq!(written.len(), 2, "{written:?}");
     let Entry::Compaction(first) = &written[0] else {
         unreachable!()
@@ -454,15 +460,8 @@ async fn an_overflow_compaction_overtaken_by_a_long_prompt_compacts_once_more_an
     );
     assert!(second.contains("[User]: mine"), "{second}");
     // The retry fits the window with the whole reply beside it, and holds both prompts.
-    let retry = requests.last().unwrap();
-    assert_eq!(retry.system, AGENT);
-    let input = estimate_request(&retry.system, &retry.messages);
-    assert!(
-        input + u64::from(REPLY) <= WINDOW,
-        "the retry is {input} tokens with {REPLY} for the reply"
-    );
-    let last = retry.messages.last().unwrap().text();
-    assert!(last.starts_with(theirs), "{last}");
+    let texts = retry_texts(&shared);
+    assert!(texts.last().unwrap().starts_with(theirs), "{texts:?}");
     assert_eq!(reply.message.text(), "my answer");
     assert_eq!(stored(&store, "mine").await, 1);
 }
@@ -489,21 +488,9 @@ async fn a_compaction_once_more_overtaken_too_compacts_again_and_the_retry_fits(
     let (shared, store, _, sent) = counting_send(plan).await;
     let reply = sent.unwrap_or_else(|e| panic!("the send failed: {e}"));
     assert_eq!(reply.message.text(), "my answer");
-    let written: Vec<Entry> = store
-        .entries("s")
-        .into_iter()
-        .filter(|e| matches!(e, Entry::Compaction(_)))
-        .collect();
+    let written = compactions(&store);
     assert_eq!(written.len(), 3, "{written:?}");
-    let requests = shared.requests();
-    let retry = requests.last().unwrap();
-    assert_eq!(retry.system, AGENT);
-    let input = estimate_request(&retry.system, &retry.messages);
-    assert!(
-        input + u64::from(COUNTING_REPLY) <= COUNTING_WINDOW,
-        "the retry is {input} tokens with {COUNTING_REPLY} for the reply"
-    );
-    let texts: Vec<String> = retry.messages.iter().map(Message::text).collect();
+    let texts = retry_texts(&shared);
     assert!(texts.last().unwrap().starts_with(third), "{texts:?}");
     assert!(texts.iter().any(|t| t.starts_with(second)), "{texts:?}");
     assert_eq!(stored(&store, "mine").await, 1);
