@@ -495,15 +495,21 @@ fn a_wide_fall_back_refused_after_a_smaller_chunk_was_taken_is_the_one_refusal_m
     let words = [140, 279, 302, 128, 15, 373, 315, 268, 2, 57, 102, 317, 199];
     let (result, seen) = unstated_case(&words, 567, 0.224_423_009_520_297_62, 0.6, 19);
     assert_falls_back_for_good(&result, &seen);
-    let compactions: Vec<&Seen> = seen.iter().filter(|s| s.0).collect();
-    let refused: Vec<usize> = (0..compactions.len())
-        .filter(|&i| !compactions[i].2)
-        .collect();
+    let (compactions, refused) = compactions_refused(&seen);
     assert_eq!(refused.len(), MAX_SHRINKS + 2, "{seen:?}");
     // A request was taken between the third refusal and the fourth.
     let (third, fourth) = (refused[MAX_SHRINKS], refused[MAX_SHRINKS + 1]);
     assert!(fourth > third + 1 && compactions[third + 1].2, "{seen:?}");
     assert!(result.is_ok(), "{result:?}\n{seen:?}");
+}
+
+/// The compaction requests of `seen`, and the places among them of those refused.
+fn compactions_refused(seen: &[Seen]) -> (Vec<&Seen>, Vec<usize>) {
+    let compactions: Vec<&Seen> = seen.iter().filter(|s| s.0).collect();
+    let refused = (0..compactions.len())
+        .filter(|&i| !compactions[i].2)
+        .collect();
+    (compactions, refused)
 }
 
 /// The fold's refusals (`seen`, as the provider model records them) are at most
@@ -515,10 +521,7 @@ fn a_wide_fall_back_refused_after_a_smaller_chunk_was_taken_is_the_one_refusal_m
 /// fold goes on at what is known to fit (its inputs may count a few tokens above one taken:
 /// panto's estimate of a request is not the model's).
 fn refusals_fall_back(seen: &[Seen]) -> Result<(), String> {
-    let compactions: Vec<&Seen> = seen.iter().filter(|s| s.0).collect();
-    let refused: Vec<usize> = (0..compactions.len())
-        .filter(|&i| !compactions[i].2)
-        .collect();
+    let (compactions, refused) = compactions_refused(seen);
     let taken_before = |at: usize| compactions[..at].iter().filter(|s| s.2).map(|s| s.1).max();
     let mut allowed = MAX_SHRINKS + 1;
     if let (Some(&third), Some(&fourth)) = (refused.get(MAX_SHRINKS), refused.get(MAX_SHRINKS + 1))
