@@ -506,15 +506,27 @@ impl CompactRun {
     /// Teaches `windows` what this run's overflow said (nothing for other runs); learning it
     /// twice changes nothing.
     pub fn teach(&self, windows: &mut KnownWindows) {
-        if let Some(overflow) = &self.overflow {
+        if let Some(overflow) = &self.judged_overflow() {
             windows.overflowed(overflow);
         }
     }
 
-    /// Whether this run answers an overflow that stated no limit: then only a window stated
-    /// below the request that overflowed is known ([`KnownWindows::known_limit`]).
+    /// The run's overflow, with the output budget of the conversation's request when the run
+    /// knows it ([`CompactRun::reply_tokens`]): what judges the limit it stated
+    /// ([`Overflow::believed`]).
+    fn judged_overflow(&self) -> Option<Overflow> {
+        self.overflow.map(|o| match (o.budget, self.reply_tokens) {
+            (None, Some(reply)) => o.with_budget(reply),
+            _ => o,
+        })
+    }
+
+    /// Whether this run answers an overflow that stated no limit, or one its own numbers
+    /// contradict ([`Overflow::believed`]): then only a window stated below the request that
+    /// overflowed is known ([`KnownWindows::known_limit`]).
     pub(crate) fn after_unstated_overflow(&self) -> bool {
-        self.overflow.is_some_and(|o| o.stated.is_none())
+        self.judged_overflow()
+            .is_some_and(|o| o.believed().is_none())
     }
 
     /// The limit this run knows, in panto's estimated tokens, of `windows` (which learned the

@@ -189,6 +189,10 @@ pub struct Overflow {
     pub stated: Option<u64>,
     /// The output budget the error said it counted against that limit, when it did.
     pub output: Option<u64>,
+    /// The output budget the refused request asked for (its `max_tokens`), when the caller
+    /// knows it ([`Overflow::with_budget`]): what a server that counts the output counted
+    /// besides the input when the error did not say.
+    pub budget: Option<u64>,
 }
 
 impl Overflow {
@@ -201,7 +205,33 @@ impl Overflow {
             counted: numbers.input_tokens,
             stated: numbers.limit,
             output: numbers.output_tokens,
+            budget: None,
         }
+    }
+
+    /// The same, for a request that asked for up to `budget` output tokens.
+    #[must_use]
+    pub fn with_budget(mut self, budget: u64) -> Overflow {
+        self.budget = Some(budget);
+        self
+    }
+
+    /// The limit it stated, unless its own numbers contradict it: the input the provider
+    /// counted, with the output counted (the one the error stated, else the request's budget),
+    /// lies within that limit, so the limit does not explain the refusal ("maximum context
+    /// length is 1,501 tokens. However, you requested 1,093 tokens (843 in the messages, 250
+    /// in the completion)", from a server whose window is 1,001). A contradicted limit says
+    /// nothing of the window, and the overflow teaches what one that states none does
+    /// ([`KnownWindows::overflowed`]), as a fold's refusal does (`believed_limit`). Believed
+    /// when the provider did not say what it counted (panto's estimate may be far below its
+    /// count), or when the output counted is not known (a server that counts it may refuse an
+    /// input within its limit).
+    pub fn believed(&self) -> Option<u64> {
+        let limit = self.stated?;
+        let (Some(counted), Some(output)) = (self.counted, self.output.or(self.budget)) else {
+            return Some(limit);
+        };
+        (counted.saturating_add(output) > limit).then_some(limit)
     }
 
     /// An overflow that stated `limit` (when `Some`), of a request whose size is not known.
@@ -324,20 +354,27 @@ impl KnownWindows {
     }
 
     /// Records what `overflow` taught: the limit it stated (with its counts,
-    /// [`KnownWindows::learn_stated`]), else a bound just below panto's estimate of the refused
-    /// request. Learning it twice changes nothing.
+    /// [`KnownWindows::learn_stated`]) when its own numbers do not contradict it
+    /// ([`Overflow::believed`]), else a bound just below panto's estimate of the refused
+    /// request (and, when the error said which output it counted, that the server counts the
+    /// output). Learning it twice changes nothing.
     pub fn overflowed(&mut self, overflow: &Overflow) {
-        match (overflow.stated, overflow.estimated) {
+        match (overflow.believed(), overflow.estimated) {
             (Some(limit), estimated) => self.learn_stated(Stated {
                 tokens: limit,
                 counted: overflow.counted,
                 estimated,
                 output: overflow.output,
             }),
-            (None, Some(estimated)) => self.learn(Window::new(
-                estimated.saturating_sub(1),
-                WindowSource::Bound,
-            )),
+            (None, Some(estimated)) => {
+                if overflow.output.is_some_and(|o| o > 0) {
+                    self.counts_output = Some(true);
+                }
+                self.learn(Window::new(
+                    estimated.saturating_sub(1),
+                    WindowSource::Bound,
+                ));
+            }
             (None, None) => {}
         }
     }

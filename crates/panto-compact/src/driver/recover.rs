@@ -38,8 +38,10 @@ impl<S: Store> Driver<S> {
             });
         }
         tracing::info!(%overflow, "context overflow, compacting once");
+        // With the request's output budget, which judges a limit the overflow stated.
         let run = CompactRun::after_overflow(&overflow, overflowed_tokens)
-            .with_sizes(measured.sizes().into());
+            .with_sizes(measured.sizes().into())
+            .with_reserved_tokens(self.reserved_tokens(), u64::from(self.max_output_tokens));
         // What the overflow taught (the limit it stated, else a bound below the request), and
         // the largest request the provider took before it.
         run.teach(&mut self.windows);
@@ -192,8 +194,9 @@ impl<S: Store> Driver<S> {
         match self.complete(&mut *stream, "retry").await {
             Ok(reply) => self.accept(reply, Some(report)).await,
             Err(error @ ProviderError::ContextOverflow { .. }) => {
-                let overflow = Overflow::new(&error, estimated_tokens);
-                if overflow.stated.is_some() {
+                let overflow = Overflow::new(&error, estimated_tokens)
+                    .with_budget(u64::from(self.max_output_tokens));
+                if overflow.believed().is_some() {
                     // The limit it stated, scaled by the retry's counts.
                     self.windows.overflowed(&overflow);
                 }

@@ -37,12 +37,16 @@ fn lesson() -> impl Strategy<Value = Lesson> {
         (
             proptest::option::of(tokens()),
             proptest::option::of(tokens()),
-            proptest::option::of(tokens())
+            proptest::option::of(tokens()),
+            proptest::option::of(tokens()),
+            proptest::option::of(tokens()),
         )
-            .prop_map(|(estimated, counted, stated)| {
+            .prop_map(|(estimated, counted, stated, output, budget)| {
                 let mut o = Overflow::stating(stated);
                 o.estimated = estimated;
                 o.counted = counted;
+                o.output = output;
+                o.budget = budget;
                 Lesson::Overflow(o)
             }),
         tokens().prop_map(Lesson::Accepted),
@@ -58,12 +62,12 @@ fn teach(windows: &mut KnownWindows, lesson: &Lesson) {
     }
 }
 
-/// The bounds a lesson states: a bound window, or the request an overflow without a limit
-/// refused.
+/// The bounds a lesson states: a bound window, or the request an overflow refused without a
+/// limit it believes (none stated, or one its own numbers contradict).
 fn bound_of(lesson: &Lesson) -> Option<u64> {
     match lesson {
         Lesson::Window(w) if w.source == WindowSource::Bound && w.tokens > 0 => Some(w.tokens),
-        Lesson::Overflow(o) if o.stated.is_none() => {
+        Lesson::Overflow(o) if o.believed().is_none() => {
             o.estimated.map(|e| e.saturating_sub(1)).filter(|&b| b > 0)
         }
         _ => None,
@@ -292,7 +296,15 @@ proptest! {
             },
             counted,
         ));
-        let counts = counted <= limit || output.is_some_and(|o| o > 0);
+        // A refusal whose own numbers put the request within its limit (the input and the
+        // output it says it counted) states nothing believed: what it shows is the output it
+        // says it counted, if any.
+        let contradicted = output.is_some_and(|o| counted + o <= limit);
+        let counts = if contradicted {
+            output.is_some_and(|o| o > 0)
+        } else {
+            counted <= limit || output.is_some_and(|o| o > 0)
+        };
         prop_assert_eq!(windows.counts_output, counts.then_some(true));
         let room = windows.reply_room(reply, limit);
         if counts && reply <= limit / 2 {
@@ -303,5 +315,60 @@ proptest! {
         // Learned once, it stays: a later refusal of the input alone shows nothing new.
         windows.overflowed(&Overflow::stating(Some(limit)));
         prop_assert_eq!(windows.counts_output, counts.then_some(true));
+    }
+}
+
+proptest! {
+    /// A limit the refusal's own numbers contradict (the request it counted, with the output it
+    /// counted or the request's budget, lies within the limit: a server stating half again its
+    /// window) teaches what an overflow stating none does: a bound just below the refused
+    /// request, no reported limit, and a run after it that knows only windows stated below
+    /// that bound. Believed whenever the count or the output counted is unknown, or the two are
+    /// over the limit. Issue 39: at 1,001 tokens stated as 1,501, the limit believed let the
+    /// fold plan a summary of 439 tokens that, with the kept turns, was larger than the
+    /// conversation it replaced, and the send failed (`CompactError::NotSmaller`).
+    #[test]
+    fn a_limit_its_own_refusal_contradicts_teaches_a_bound_instead(
+        limit in 1_000u64..200_000,
+        counted in 1u64..400_000,
+        estimated in 2u64..400_000,
+        output in prop::option::of(0u64..50_000),
+        budget in prop::option::of(0u64..50_000),
+    ) {
+        let error = ProviderError::ContextOverflow {
+            message: "too long".into(),
+            numbers: TokenNumbers::new(Some(counted), Some(limit)).with_output(output),
+        };
+        let mut overflow = Overflow::new(&error, estimated);
+        if let Some(budget) = budget {
+            overflow = overflow.with_budget(budget);
+        }
+        let contradicted = output.or(budget).is_some_and(|o| counted + o <= limit);
+        prop_assert_eq!(overflow.believed(), (!contradicted).then_some(limit));
+        let mut windows = KnownWindows::new();
+        windows.overflowed(&overflow);
+        if contradicted {
+            prop_assert_eq!(windows.reported, None);
+            prop_assert_eq!(windows.bound, Some(estimated - 1));
+            prop_assert_eq!(windows.window(), Some(Window::new(estimated - 1, WindowSource::Bound)));
+        } else {
+            prop_assert_eq!(windows.reported.map(|r| r.tokens), Some(limit));
+            prop_assert_eq!(windows.bound, None);
+        }
+        // A run after that overflow, told the conversation's output budget, judges the limit
+        // the same way: after a contradicted one it knows no limit (the bound says only that
+        // the window is smaller), after a believed one the limit scaled by the counts.
+        let mut run = CompactRun::after_overflow(&error, estimated);
+        if let Some(budget) = budget {
+            run = run.with_reserved_tokens(0, budget);
+        }
+        let mut taught = KnownWindows::new();
+        run.teach(&mut taught);
+        prop_assert_eq!(taught, windows);
+        if contradicted {
+            prop_assert_eq!(run.known_limit(&taught), None);
+        } else {
+            prop_assert_eq!(run.known_limit(&taught), taught.limit());
+        }
     }
 }
