@@ -53,6 +53,14 @@ fn lesson() -> impl Strategy<Value = Lesson> {
     ]
 }
 
+/// A refusal for its size stating `numbers`.
+fn too_long(numbers: TokenNumbers) -> ProviderError {
+    ProviderError::ContextOverflow {
+        message: "too long".into(),
+        numbers,
+    }
+}
+
 fn teach(windows: &mut KnownWindows, lesson: &Lesson) {
     match lesson {
         Lesson::Window(w) => windows.learn(*w),
@@ -124,10 +132,7 @@ proptest! {
         prop_assert!(stated.in_estimate() <= limit);
         let mut windows = KnownWindows::new();
         windows.overflowed(&Overflow::new(
-            &ProviderError::ContextOverflow {
-                message: "too long".into(),
-                numbers: TokenNumbers::new(Some(counted), Some(limit)),
-            },
+            &too_long(TokenNumbers::new(Some(counted), Some(limit))),
             estimated,
         ));
         prop_assert_eq!(windows.limit(), Some(expect));
@@ -136,10 +141,7 @@ proptest! {
         // Learning the same overflow again changes nothing.
         let again = windows;
         windows.overflowed(&Overflow::new(
-            &ProviderError::ContextOverflow {
-                message: "too long".into(),
-                numbers: TokenNumbers::new(Some(counted), Some(limit)),
-            },
+            &too_long(TokenNumbers::new(Some(counted), Some(limit))),
             estimated,
         ));
         prop_assert_eq!(windows, again);
@@ -249,10 +251,7 @@ async fn a_compaction_run_gives_back_the_limit_its_requests_were_refused_with() 
         log.append(&[panto_model::Entry::Message(m)]).await.unwrap();
     }
     let provider = Arc::new(ScriptedProvider::new("m"));
-    provider.push(Err(ProviderError::ContextOverflow {
-        message: "too long".into(),
-        numbers: TokenNumbers::new(Some(9_000), Some(3_000)),
-    }));
+    provider.push(Err(too_long(TokenNumbers::new(Some(9_000), Some(3_000)))));
     provider.push_text("The user asked twelve questions about the parser.");
     provider.push_text("The user asked twelve questions about the parser, and more.");
     provider.push_text("The user asked twelve questions about the parser, and then some.");
@@ -290,10 +289,7 @@ proptest! {
         let mut windows = KnownWindows::new();
         prop_assert_eq!(windows.reply_room(reply, limit), reply.min(limit / 8));
         windows.overflowed(&Overflow::new(
-            &ProviderError::ContextOverflow {
-                message: "too long".into(),
-                numbers: TokenNumbers::new(Some(counted), Some(limit)).with_output(output),
-            },
+            &too_long(TokenNumbers::new(Some(counted), Some(limit)).with_output(output)),
             counted,
         ));
         // A refusal whose own numbers put the request within its limit (the input and the
@@ -335,10 +331,7 @@ proptest! {
         output in prop::option::of(0u64..50_000),
         budget in prop::option::of(0u64..50_000),
     ) {
-        let error = ProviderError::ContextOverflow {
-            message: "too long".into(),
-            numbers: TokenNumbers::new(Some(counted), Some(limit)).with_output(output),
-        };
+        let error = too_long(TokenNumbers::new(Some(counted), Some(limit)).with_output(output));
         let mut overflow = Overflow::new(&error, estimated);
         if let Some(budget) = budget {
             overflow = overflow.with_budget(budget);
