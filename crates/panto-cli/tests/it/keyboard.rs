@@ -386,3 +386,28 @@ async fn chat_without_a_session_offers_the_recent_ones() {
     assert!(at("2  older.jsonl").is_some(), "{text}");
     assert!(shown.iter().all(|l| l.chars().count() <= 60), "{text}");
 }
+
+/// The chat holds only its own end of its terminal (the test's end is closed on exec), so it
+/// ends when the terminal goes away, as when a terminal emulator's window closes, and a test
+/// killed half-way leaves no chat running: before, `panto chat` inherited the master's end,
+/// kept its own terminal open, and ran on, parented to init (seen when a CI run was stopped).
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_chat_holds_only_its_own_end_of_the_terminal() {
+    let server = Streamer::start(Duration::ZERO).await;
+    let sb = Sandbox::new();
+    let open: Vec<std::path::PathBuf> = tokio::task::block_in_place(|| {
+        let term = chat(&sb, &server.url, 100);
+        let fds = std::fs::read_dir(format!("/proc/{}/fd", term.pid())).unwrap();
+        fds.filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+            .collect()
+    });
+    assert!(
+        open.iter().any(|f| f.starts_with("/dev/pts/")),
+        "the chat's terminal: {open:?}"
+    );
+    assert!(
+        !open.iter().any(|f| f.ends_with("ptmx")),
+        "the chat holds the terminal's master end: {open:?}"
+    );
+}

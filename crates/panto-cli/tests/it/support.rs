@@ -150,9 +150,12 @@ pub(crate) fn scrub(text: &str, sandbox: &Sandbox) -> String {
         .replace(&sandbox.dir.path().display().to_string(), "[sandbox]")
 }
 
-/// A fresh pseudo-terminal: the master's end, and the end a program is given.
+/// A fresh pseudo-terminal: the master's end, and the end a program is given. The master's
+/// end is closed on exec: a program started on the terminal holds only its own end, so it sees
+/// the terminal go away when the test's end closes (a test killed half-way leaves no program
+/// running; one that inherited the master's end kept its terminal open and ran on).
 fn open_pty() -> (std::os::fd::OwnedFd, File) {
-    let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY).unwrap();
+    let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY | OpenptFlags::CLOEXEC).unwrap();
     grantpt(&master).unwrap();
     unlockpt(&master).unwrap();
     let name = ptsname(&master, Vec::new()).unwrap();
@@ -344,6 +347,11 @@ impl Terminal {
     pub(crate) fn interrupt(&self) {
         let pid = rustix::process::Pid::from_child(&self.child);
         rustix::process::kill_process(pid, rustix::process::Signal::INT).unwrap();
+    }
+
+    /// The program's process id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// Everything the terminal has received so far.
