@@ -6,6 +6,7 @@ use std::sync::Arc;
 use panto_size::{Measured, RequestEstimate};
 use panto_store::Store;
 
+use super::recover::OnceMore;
 use super::{Driver, tools_text};
 use crate::config::{CompactRun, CompactionStrategy};
 use crate::error::CompactError;
@@ -212,6 +213,7 @@ impl<S: Store> Driver<S> {
             .with_sizes(sizes)
             .with_target_tokens(target_tokens);
         let outcome = self.compact_with(run).await;
+        let outcome = self.ahead_once_more(outcome, window, target_tokens).await;
         let estimated_tokens = self.estimate().total();
         let fits = estimated_tokens <= window.tokens;
         let skipped = match outcome {
@@ -249,6 +251,50 @@ impl<S: Store> Driver<S> {
                 by_clearing: false,
             })
         }
+    }
+
+    /// After a compaction ahead, `outcome`: other writers' messages taken in after its kept
+    /// turns when they came first (`rebase.rs`) were not in its plan, and when the request no
+    /// longer fits the `window` with them, compacts once more from the context as written (the
+    /// model's summary carried on), up to [`MAX_REBASES`](crate::MAX_REBASES) times, within the same
+    /// `target_tokens`; each after the first leaves room beside its kept turns for as much
+    /// again as the others' latest messages took. The rule of an overflow's recovery
+    /// (`recover.rs`), ahead of the request: three writers whose replies carry thinking, at a
+    /// window stated as 750 tokens, took in another writer's reply of 447 tokens, and the
+    /// request (771 tokens) was refused as larger than the window, "the newest turn is too
+    /// large on its own". Gives the latest compaction, or the error of one once more (a
+    /// conflict is the caller's to resolve; any other leaves the compaction before it).
+    async fn ahead_once_more(
+        &mut self,
+        mut outcome: Result<CompactOutcome, CompactError>,
+        window: Window,
+        target_tokens: u64,
+    ) -> Result<CompactOutcome, CompactError> {
+        let mut once_more = OnceMore::default();
+        loop {
+            let rebased = match &outcome {
+                Ok(CompactOutcome::Compacted(c)) => c.report.rebased,
+                _ => return outcome,
+            };
+            let fits = self.estimate().total() <= window.tokens;
+            let Some(spare) = once_more.next(self, rebased, fits) else {
+                break;
+            };
+            let measured = Measured::new(&self.context.messages);
+            let again = CompactRun::auto()
+                .with_sizes(measured.sizes().into())
+                .with_target_tokens(target_tokens)
+                .with_reserved_tokens(
+                    self.reserved_tokens().saturating_add(spare),
+                    u64::from(self.max_output_tokens),
+                );
+            match self.compact_with(again).await {
+                Ok(CompactOutcome::NothingToCompact(_)) => break,
+                Err(e) if e.conflict().is_none() => break,
+                next => outcome = next,
+            }
+        }
+        outcome
     }
 
     /// Refuses to begin a compaction ahead when another writer appended since this driver read

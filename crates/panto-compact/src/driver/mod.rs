@@ -305,8 +305,11 @@ impl<S: Store> Driver<S> {
     /// [`CompactionEvent::CompactingAhead`](crate::CompactionEvent::CompactingAhead)); a
     /// compaction that writes nothing (nothing to compact, not smaller, a failure) is reported
     /// ([`CompactionEvent::AheadSkipped`](crate::CompactionEvent::AheadSkipped)) and the
-    /// request is sent as it is when it fits the window. A request estimated larger than the
-    /// window is not sent.
+    /// request is sent as it is when it fits the window. A compaction ahead that another
+    /// writer's messages overtook (written after them, which join its kept turns) and that
+    /// leaves the request over the window is compacted once more, up to
+    /// [`MAX_REBASES`](crate::MAX_REBASES) times, as an overflow's is. A request estimated
+    /// larger than the window is not sent.
     ///
     /// On [`ProviderError::ContextOverflow`] it compacts (trigger `overflow`, the keep budget
     /// capped at a quarter of the reported limit, every compaction request fitted below the
@@ -335,7 +338,8 @@ impl<S: Store> Driver<S> {
     ///   writer had appended before the compaction ahead began (no model was asked); nothing
     ///   was sent;
     /// - [`CompactError::ExceedsWindow`]: with proactive compaction on, the request is still
-    ///   estimated larger than the window, so it was not sent;
+    ///   estimated larger than the window, so it was not sent (a compaction ahead overtaken by
+    ///   other writers' messages is compacted once more first);
     /// - [`CompactError::ReplyNotAppended`]: the reply could not be appended; it is handed back;
     /// - [`CompactError::Provider`]: any error other than an overflow, untouched (no compaction
     ///   when it comes first; after a compaction when it answers the retry);

@@ -69,20 +69,12 @@ impl<S: Store> Driver<S> {
         // the 1,000 the reply leaves, about one run in twenty), and then each one after it
         // leaves room beside its kept turns for as much again as the others' latest messages
         // took. Nothing more to compact leaves the compaction as it is for the check below.
-        let mut spare = 0;
-        for round in 0..MAX_REBASES {
-            let estimated = self.estimate().total();
-            if report.rebased == 0 || self.retry_fits(estimated, overflowed_tokens, limit) {
+        let mut once_more = OnceMore::default();
+        loop {
+            let fits = self.retry_fits(self.estimate().total(), overflowed_tokens, limit);
+            let Some(spare) = once_more.next(self, report.rebased, fits) else {
                 break;
-            }
-            if round > 0 {
-                spare = spare.max(self.latest_tokens(report.rebased));
-            }
-            tracing::info!(
-                rebased = report.rebased,
-                spare,
-                "other writers' messages joined the kept turns and the retry no longer fits: compacting once more"
-            );
+            };
             let measured = Measured::new(&self.context.messages);
             let again = CompactRun::after_overflow(&overflow, overflowed_tokens)
                 .with_sizes(measured.sizes().into());
@@ -220,6 +212,43 @@ impl<S: Store> Driver<S> {
             m.role == Role::Assistant && m.usage.is_some() && m.kept_by().is_none()
         })?;
         Some(measured.estimate_first(at, &self.system, tools).total())
+    }
+}
+
+/// The rule of the compactions once more after a compaction that other writers' messages
+/// overtook (taken in after its kept turns, `rebase.rs`): one shared by an overflow's recovery
+/// and a compaction ahead (`ahead.rs`).
+#[derive(Default)]
+pub(super) struct OnceMore {
+    round: usize,
+    spare: u64,
+}
+
+impl OnceMore {
+    /// Whether to compact once more after a compaction that took in `rebased` messages, the
+    /// next request fitting or not (`fits`): not when it took in none, when the request fits,
+    /// or after [`MAX_REBASES`] rounds. When it is due, the tokens to reserve beside its kept
+    /// turns: none the first time; after that, as much as the others' latest messages took
+    /// (the most seen), since a writer overtaken twice is likely to be overtaken again.
+    pub(super) fn next<S: Store>(
+        &mut self,
+        driver: &Driver<S>,
+        rebased: usize,
+        fits: bool,
+    ) -> Option<u64> {
+        if rebased == 0 || fits || self.round == MAX_REBASES {
+            return None;
+        }
+        if self.round > 0 {
+            self.spare = self.spare.max(driver.latest_tokens(rebased));
+        }
+        self.round += 1;
+        tracing::info!(
+            rebased,
+            spare = self.spare,
+            "other writers' messages joined the kept turns and the request no longer fits: compacting once more"
+        );
+        Some(self.spare)
     }
 }
 

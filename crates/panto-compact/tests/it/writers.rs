@@ -489,3 +489,52 @@ async fn a_compaction_once_more_overtaken_too_compacts_again_and_the_retry_fits(
     assert!(texts.iter().any(|t| t.starts_with(second)), "{texts:?}");
     assert_eq!(stored(&store, "mine").await, 1);
 }
+
+/// A compaction ahead overtaken by another writer's long prompt, which joins its kept turns
+/// after the plan (`rebase.rs`) and leaves the request over the window: the driver compacts
+/// once more from the context as written, as an overflow's recovery does, and sends the
+/// request, which fits. Before, the send failed with `ExceedsWindow`, "the newest turn is too
+/// large on its own" (found with three writers whose replies carry thinking, at a window
+/// stated as 750 tokens, which took in another writer's reply of 447 tokens: 771 tokens).
+#[tokio::test]
+async fn a_compaction_ahead_overtaken_by_a_long_prompt_compacts_once_more_and_the_request_fits() {
+    // The first request is the compaction ahead: the other writer asks a long question
+    // meanwhile, about 2,800 tokens, which the window of 4,000 holds beside a summary but
+    // not beside the turns the compaction kept.
+    let theirs = "why does the parser lose its state? ";
+    let (shared, mut driver) = compacting_ahead(vec![Meanwhile::Long(theirs, 300)]).await;
+    let reply = driver
+        .send(vec![Message::user_text("mine")], &mut |_| {})
+        .await
+        .unwrap_or_else(|e| panic!("the send failed: {e}"));
+    assert_eq!(reply.message.text(), "my answer");
+    let written = compactions(&shared.store);
+    assert_eq!(written.len(), 2, "{written:?}");
+    let Entry::Compaction(first) = &written[0] else {
+        unreachable!()
+    };
+    assert_eq!(
+        first.extra[REBASED_FIELD], 1,
+        "their prompt joined the kept turns"
+    );
+    // The request sent fits the window, after the second summary, which goes on from the
+    // first, and ends with their prompt.
+    let requests = shared.requests();
+    let sent = requests.last().unwrap();
+    assert_eq!(sent.system, AGENT);
+    let tokens = estimate_request(&sent.system, &sent.messages);
+    assert!(tokens <= 4_000, "the request is {tokens} tokens");
+    let summaries: Vec<&Request> = requests.iter().filter(|r| r.system != AGENT).collect();
+    let second: String = summaries[1].messages.iter().map(Message::text).collect();
+    assert!(
+        second.contains("<previous-summary>\nwhat was said before"),
+        "{second}"
+    );
+    let texts: Vec<String> = sent.messages.iter().map(Message::text).collect();
+    assert!(texts.last().unwrap().starts_with(theirs), "{texts:?}");
+    assert_eq!(stored(&shared.store, "mine").await, 1);
+    assert_eq!(
+        shared.store.load("s").await.unwrap().context.messages,
+        driver.context().messages
+    );
+}
