@@ -403,6 +403,20 @@ fn compactions(store: &MemoryStore) -> Vec<Entry> {
         .collect()
 }
 
+/// Checks that the session holds two compactions: the first written after the other
+/// writer's prompt (which joined its kept turns), the second from it.
+fn compacted_once_more(store: &MemoryStore) {
+    let written = compactions(store);
+    assert_eq!(written.len(), 2, "{written:?}");
+    let Entry::Compaction(first) = &written[0] else {
+        unreachable!()
+    };
+    assert_eq!(
+        first.extra[REBASED_FIELD], 1,
+        "their prompt joined the kept turns"
+    );
+}
+
 /// The texts of the agent's last request, the retry, having checked that it fits the window
 /// of [`counting_send`] with the whole reply beside it.
 fn retry_texts(shared: &Shared) -> Vec<String> {
@@ -425,16 +439,7 @@ async fn an_overflow_compaction_overtaken_by_a_long_prompt_compacts_once_more_an
     let (shared, store, driver, sent) = counting_send(plan).await;
     let reply = sent.unwrap_or_else(|e| panic!("the send failed: {e}"));
     assert_eq!(driver.windows().counts_output, Some(true));
-    // Two compactions: the first written after their prompt, the second from it.
-    let written = compactions(&store);
-    assert_eq!(written.len(), 2, "{written:?}");
-    let Entry::Compaction(first) = &written[0] else {
-        unreachable!()
-    };
-    assert_eq!(
-        first.extra[REBASED_FIELD], 1,
-        "their prompt joined the kept turns"
-    );
+    compacted_once_more(&store);
     // The requests: the overflow, the first compaction's fold, the second compaction's, the
     // retry. The second summary goes on from the first (the model's work is kept, not thrown
     // away), and summarizes my prompt, which the plan had kept and their prompt now follows.
@@ -508,15 +513,7 @@ async fn a_compaction_ahead_overtaken_by_a_long_prompt_compacts_once_more_and_th
         .await
         .unwrap_or_else(|e| panic!("the send failed: {e}"));
     assert_eq!(reply.message.text(), "my answer");
-    let written = compactions(&shared.store);
-    assert_eq!(written.len(), 2, "{written:?}");
-    let Entry::Compaction(first) = &written[0] else {
-        unreachable!()
-    };
-    assert_eq!(
-        first.extra[REBASED_FIELD], 1,
-        "their prompt joined the kept turns"
-    );
+    compacted_once_more(&shared.store);
     // The request sent fits the window, after the second summary, which goes on from the
     // first, and ends with their prompt.
     let requests = shared.requests();
