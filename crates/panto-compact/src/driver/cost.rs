@@ -283,11 +283,9 @@ impl<S: Store> Driver<S> {
         self.accounts.last_sent = Some((self.accounts.clock)());
     }
 
-    /// Counts a reply, and the compaction that came before it if any.
-    pub(super) fn count_reply(&mut self, reply: &Message, compaction: Option<&CompactionReport>) {
-        if let Some(report) = compaction {
-            self.count_compaction(report);
-        }
+    /// Counts a reply (the compactions before it were counted when they were written,
+    /// [`Driver::count_compaction`]).
+    pub(super) fn count_reply(&mut self, reply: &Message) {
         self.accounts.large_prefix_cached = reply.usage.as_ref().is_some_and(|u| {
             let cached =
                 u.cache_read_input_tokens.unwrap_or(0) + u.cache_creation_input_tokens.unwrap_or(0);
@@ -306,7 +304,8 @@ impl<S: Store> Driver<S> {
         }
     }
 
-    /// Counts a compaction's own requests.
+    /// Counts a compaction's own requests, when it is written: paid for whatever comes after
+    /// it (a retry that overflows again, a compaction once more that replaces it).
     pub(super) fn count_compaction(&mut self, report: &CompactionReport) {
         self.accounts.compacted = true;
         if let Some(usage) = &report.usage {

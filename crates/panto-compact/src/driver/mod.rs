@@ -496,7 +496,7 @@ impl<S: Store> Driver<S> {
             });
         }
         self.note_sent();
-        self.count_reply(&reply, compaction.as_ref());
+        self.count_reply(&reply);
         self.context.messages.push(reply.clone());
         Ok(Reply::new(reply, compaction))
     }

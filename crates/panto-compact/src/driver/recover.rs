@@ -118,6 +118,7 @@ impl<S: Store> Driver<S> {
             CompactOutcome::Compacted(c) => {
                 let c = *c;
                 self.context = c.context;
+                self.count_compaction(&c.report);
                 Ok(c.report)
             }
             CompactOutcome::NothingToCompact(nothing) => Err(nothing),

@@ -10,7 +10,7 @@ use panto_compact::{
     CompactError, CompactOutcome, CompactionEvent, Driver, Head, Loaded, MemoryLog, MemoryStore,
     ReasoningEffort, RequestOptions, SessionLog, Store, StoreError, async_trait,
 };
-use panto_model::{Entry, Message, Trigger};
+use panto_model::{Entry, Message, Trigger, Usage};
 use panto_provider::{PromptCache, StreamEvent, TokenNumbers};
 use panto_transcript::strip_ledger;
 
@@ -212,6 +212,30 @@ async fn an_overflow_when_everything_fits_the_budget_keeps_only_the_in_flight_tu
     assert_eq!(report.plan.kept_turns, 1);
     assert_eq!(report.plan.budget, 0);
     assert_eq!(p.requests()[2].messages.len(), 2);
+}
+
+/// What an overflow's compaction cost is counted when it is written, whatever the retry does:
+/// before, `Driver::spent` counted it only with the retry's reply, so a retry that overflowed
+/// again (or a compaction once more that replaced it) left it out.
+#[tokio::test]
+async fn an_overflow_compaction_counts_in_what_was_spent_when_the_retry_overflows_too() {
+    let (p, active) = model("main", "big");
+    p.push(Err(overflow(None, Some(1_600))));
+    p.push(Ok(reply("S1").with_usage(Usage::new(900, 40))));
+    p.push(Err(overflow(Some(1_650), Some(1_600))));
+    let mut d = driver(&rounds(0, 3), active, 20_000);
+    let err = d
+        .send(vec![user("huge prompt")], &mut |_| {})
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, CompactError::OverflowAfterCompaction { .. }),
+        "{err:?}"
+    );
+    let spent = d.spent();
+    assert_eq!(spent.compactions.replies, 1);
+    assert_eq!(spent.compactions.input_tokens, 900);
+    assert_eq!(spent.replies.replies, 0);
 }
 
 #[tokio::test]
