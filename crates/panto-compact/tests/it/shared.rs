@@ -52,6 +52,9 @@ struct Thinker {
     /// A window that counts the reply's output budget against it (vLLM): a conversation
     /// request whose input and `max_output_tokens` exceed it is refused in vLLM's words.
     counting: Option<u64>,
+    /// The limit that window's refusals state, when not the window itself (a server that
+    /// states its limit too low).
+    states: Option<u64>,
     /// How many requests that window refused, over every writer.
     refused: Arc<AtomicUsize>,
     /// How many of this writer's requests that window refused.
@@ -128,12 +131,13 @@ impl Provider for Thinker {
             if input + output > window {
                 self.refused.fetch_add(1, Ordering::Relaxed);
                 self.taught.fetch_add(1, Ordering::Relaxed);
+                let stated = self.states.unwrap_or(window);
                 return Err(ProviderError::ContextOverflow {
                     message: format!(
-                        "This model's maximum context length is {window} tokens. However, you requested {} tokens ({input} in the messages, {output} in the completion).",
+                        "This model's maximum context length is {stated} tokens. However, you requested {} tokens ({input} in the messages, {output} in the completion).",
                         input + output
                     ),
-                    numbers: TokenNumbers::new(Some(input), Some(window)).with_output(Some(output)),
+                    numbers: TokenNumbers::new(Some(input), Some(stated)).with_output(Some(output)),
                 });
             }
         }
@@ -186,6 +190,8 @@ struct Setup {
     history: Vec<Message>,
     summaries_per_send: usize,
     counting: bool,
+    /// With `counting`: the window's refusals state a limit a quarter below it.
+    states_low: bool,
 }
 
 impl Setup {
@@ -197,6 +203,7 @@ impl Setup {
             history: Vec::new(),
             summaries_per_send: SUMMARIES_PER_SEND,
             counting: false,
+            states_low: false,
         }
     }
 }
@@ -356,6 +363,7 @@ where
         let store = open().await;
         let model = Arc::new(Thinker {
             counting: setup.counting.then_some(window),
+            states: setup.states_low.then_some(window - window / 4),
             refused: first.refused.clone(),
             taught: AtomicUsize::new(0),
             summaries: AtomicUsize::new(0),
@@ -478,6 +486,41 @@ async fn shared_turns_with_thinking_learn_a_window_that_counts_the_output_on_sql
     }
 }
 
+/// How many summary requests one send may ask for at [`shared_turns_with_thinking_at_a_window_stated_too_low_on_sqlite`]'s
+/// window believed to be 750 tokens: a fold there takes about three (a step, a replan when the
+/// window proves smaller, a condensing pass), and a send may fold ahead, once more when
+/// another writer's reply joined the kept turns, and after a lost reply (9 and 10 measured).
+const STATED_LOW_SUMMARIES: usize = 12;
+
+/// The same writers at a window of 1,000 that counts the output and whose refusals state a
+/// limit a quarter below it (750): the window believed leaves the request little room beside
+/// the whole reply of a third of the window, so another writer's reply with its thinking,
+/// taken in after a compaction ahead's kept turns, leaves the request over it, and the driver
+/// compacts once more ahead of it (`Driver::compact_ahead`). Without that, a send failed with
+/// `ExceedsWindow` ("the newest turn is too large on its own") in 3 runs of 12 (2 of 6 before); with it, 32 runs of 32 pass.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_turns_with_thinking_at_a_window_stated_too_low_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("shared.db");
+    let setup = Setup {
+        counting: true,
+        states_low: true,
+        summaries_per_send: STATED_LOW_SUMMARIES,
+        ..Setup::plain()
+    };
+    run_with(
+        &|| {
+            let path = path.clone();
+            async move { SqliteStore::open(path).await.unwrap() }
+        },
+        1_000,
+        3,
+        12,
+        setup,
+    )
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shared_turns_with_thinking_at_windows_under_4k_on_sqlite() {
     for window in [1_500, 3_000] {
@@ -561,7 +604,7 @@ async fn a_huge_tool_result_with_signed_thinking_compacts_under_several_writers(
             strategy,
             history: with_a_huge_result(),
             summaries_per_send: HUGE_FOLD_SUMMARIES,
-            counting: false,
+            ..Setup::plain()
         };
         let store = MemoryStore::new();
         let entries = run_with(&|| async { store.clone() }, window, 3, 6, setup()).await;
