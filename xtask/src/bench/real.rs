@@ -3,10 +3,12 @@
 //! `panto context --json`, `panto transcript` and `panto compact --dry-run --provider offline`
 //! run on it as whole processes, each run paired with a process that parses the same lines
 //! into `serde_json::Value` as it reads them (`xtask bench __parse FILE`, a streaming parse):
-//! CPU time (perf's task-clock), the
-//! ratio of each pair, and peak memory.
+//! CPU time (perf's task-clock), the ratio of each pair, and peak memory; then, in this
+//! process, the two parts of the compact path that read every byte (decoding and the ledger)
+//! beside the same parse ([`parts`]).
 
 use std::fs;
+use std::hint::black_box;
 use std::io::{BufWriter, Write};
 use std::path::Path;
 use std::time::Duration;
@@ -16,6 +18,7 @@ use serde_json::Value;
 
 use super::process::{Peak, Run, Runner};
 use super::scale::verdict;
+use super::stages::thread_cpu_now;
 use super::{Flags, bench_dir, fmt_bytes, fmt_duration};
 use crate::table::Table;
 
@@ -244,6 +247,14 @@ pub(super) fn process(root: &Path, _flags: &Flags) -> Result<()> {
         fs::remove_file(&path)?;
     }
     print!("{}", process_table(&measured));
+    println!(
+        "\nIn process at ×100 (the bytes in memory; thread CPU, median of {PARTS_REPS} runs), the two"
+    );
+    println!(
+        "parts of the compact path that read every byte beside the parse: decoding the lines, and the"
+    );
+    println!("ledger of the messages (every text and tool output scanned for identifiers).\n");
+    print!("{}", parts_table(&parts(&session.repeat(100))?));
     println!("\nTargets:\n");
     for m in measured.iter().filter(|m| m.times == 100) {
         let (label, ratio, peak, len) = (m.label, m.pair.ratio[0], m.pair.peak, m.len);
@@ -263,6 +274,56 @@ pub(super) fn process(root: &Path, _flags: &Flags) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// How many times each part of the compact path is timed in process.
+const PARTS_REPS: usize = 5;
+
+/// The in-process parts at ×100: a label and its median thread CPU time, the parse first.
+fn parts(bytes: &[u8]) -> Result<Vec<(&'static str, Duration)>> {
+    let median = |mut f: Box<dyn FnMut() + '_>| {
+        let times = (0..PARTS_REPS)
+            .map(|_| {
+                let start = thread_cpu_now();
+                f();
+                thread_cpu_now().saturating_sub(start)
+            })
+            .collect();
+        spread(times)[0]
+    };
+    let parse = median(Box::new(|| {
+        for line in bytes.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+            let value: Value = serde_json::from_slice(line).expect("checked JSON lines");
+            black_box(value);
+        }
+    }));
+    let entries = panto_model::read_entries(bytes).context("the repeated session decodes")?;
+    let decode = median(Box::new(|| {
+        black_box(panto_model::read_entries(bytes).expect("decoded above"));
+    }));
+    let messages = panto_model::replay(entries).messages;
+    let ledger = median(Box::new(|| {
+        black_box(panto_transcript::Ledger::from_messages(&messages));
+    }));
+    Ok(vec![
+        ("streaming parse (`serde_json::Value`)", parse),
+        ("decode (`panto_model::read_entries`)", decode),
+        ("ledger (`Ledger::from_messages`)", ledger),
+    ])
+}
+
+/// The in-process table: each part's CPU time and its ratio to the parse's.
+fn parts_table(rows: &[(&'static str, Duration)]) -> Table {
+    let mut t = Table::new(["part", "CPU", "× parse"]).right([1, 2]);
+    let parse = rows[0].1.as_secs_f64();
+    for (label, cpu) in rows {
+        t.row([
+            (*label).to_owned(),
+            fmt_duration(*cpu),
+            format!("{:.2}×", cpu.as_secs_f64() / parse),
+        ]);
+    }
+    t
 }
 
 /// `xtask bench __parse FILE`: the baseline process, a streaming parse: FILE read line by line
