@@ -145,6 +145,11 @@ pub enum CompactError {
         /// The compaction kept the newest turn alone (no older turn, no other writer's
         /// message after it): then it is that turn that is too large.
         newest_turn_alone: bool,
+        /// The room for the reply counted against `limit`, in tokens: the reply budget when
+        /// the server counts the output (within what the window leaves), else 0. When the
+        /// request fits the limit without it, it is that room that does not fit
+        /// ([`CompactError::reply_room_overflows`]).
+        reply_room: u32,
     },
     /// There was nothing to compact ahead of a request: the cause of
     /// [`CompactError::ExceedsWindow`] when that request is too large anyway.
@@ -179,6 +184,9 @@ pub enum CompactError {
         estimated_tokens: u64,
         /// The compaction was a clearing alone (see [`CompactError::OverflowNoProgress`]).
         by_clearing: bool,
+        /// The output budget the retry asked for, in tokens: beside the input on a server
+        /// that counts the output, it may be what does not fit.
+        reply_tokens: u32,
     },
 }
 
@@ -281,9 +289,16 @@ impl fmt::Display for CompactError {
                 limit,
                 by_clearing,
                 newest_turn_alone,
+                reply_room,
                 ..
             } => {
-                let (cause, after) = if *by_clearing {
+                let reply;
+                let (cause, after) = if self.reply_room_overflows() {
+                    reply = format!(
+                        "the room kept for the reply ({reply_room} tokens) does not fit beside what the compaction kept"
+                    );
+                    (reply.as_str(), "compaction")
+                } else if *by_clearing {
                     (CLEARED_TEXT_TOO_LARGE, "clearing")
                 } else if *newest_turn_alone {
                     (
@@ -324,18 +339,29 @@ impl fmt::Display for CompactError {
                 estimated_tokens,
                 error,
                 by_clearing,
+                reply_tokens,
             } => {
                 write!(
                     f,
                     "the request still overflows after compaction: about {estimated_tokens} tokens remain"
                 )?;
-                if let Some(numbers) = error.token_numbers().filter(|n| !n.is_empty()) {
+                let numbers = error.token_numbers().filter(|n| !n.is_empty());
+                if let Some(numbers) = numbers {
                     write!(f, " (the provider stated {numbers})")?;
                 }
-                if *by_clearing {
+                if self.reply_room_overflows() {
+                    f.write_str("; the input fits, the room asked for the reply does not")
+                } else if *by_clearing {
                     write!(f, "; {CLEARED_TEXT_TOO_LARGE}")
-                } else {
+                } else if numbers.is_some_and(|n| n.input_over_limit()) {
                     f.write_str("; the newest turn may be too large on its own")
+                } else {
+                    // The numbers do not say which part is over: the output counts on many
+                    // servers, and its budget may be half a small window.
+                    write!(
+                        f,
+                        "; the newest turn may be too large on its own, or the {reply_tokens} tokens asked for the reply too many beside it"
+                    )
                 }
             }
         }
@@ -375,6 +401,33 @@ impl std::error::Error for CompactError {
 }
 
 impl CompactError {
+    /// Whether the request after an overflow's compaction fits the limit, and it is the room
+    /// for the reply counted against that limit that does not: the limit and the output the
+    /// retry's overflow stated ([`TokenNumbers::output_overflows`]), or, for a retry not sent,
+    /// panto's estimate within the limit known and over it with the reply's room. A smaller
+    /// reply budget would have fitted, a shorter turn is not needed.
+    ///
+    /// [`TokenNumbers::output_overflows`]: panto_provider::TokenNumbers::output_overflows
+    pub fn reply_room_overflows(&self) -> bool {
+        match self {
+            CompactError::OverflowAfterCompaction { error, .. } => {
+                error.token_numbers().is_some_and(|n| n.output_overflows())
+            }
+            CompactError::OverflowNoProgress {
+                estimated_tokens,
+                overflowed_tokens,
+                limit: Some(limit),
+                reply_room,
+                ..
+            } => {
+                estimated_tokens < overflowed_tokens
+                    && estimated_tokens < limit
+                    && estimated_tokens.saturating_add(u64::from(*reply_room)) > *limit
+            }
+            _ => false,
+        }
+    }
+
     /// Whether the compaction failed because no model wrote a usable summary (provider
     /// failures, rejected summaries, requests that never fitted), as opposed to the prompt, the
     /// log or the conversation itself.

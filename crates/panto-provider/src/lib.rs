@@ -45,10 +45,13 @@ use serde_json::Value;
 pub use async_trait::async_trait;
 pub use cache::{CacheMode, CacheTtl, PromptCache};
 pub use native::NativeCompaction;
+use numbers::Note;
+pub use numbers::TokenNumbers;
 pub use options::{ReasoningEffort, RequestOptions, ToolChoice, merge_json};
 
 mod cache;
 mod native;
+mod numbers;
 mod options;
 
 /// One request to a model.
@@ -463,72 +466,6 @@ impl ProviderError {
                     ..
                 }
         )
-    }
-}
-
-/// The token numbers a provider stated when it refused a request as too large: the input it
-/// counted and its context window, each when it said. The one type for them in errors:
-/// [`ProviderError::ContextOverflow`] shows them through it, and so does every error of
-/// panto-compact that reports them.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub struct TokenNumbers {
-    /// The input size the provider counted, when it said.
-    pub input_tokens: Option<u64>,
-    /// The context limit the provider stated, when it did.
-    pub limit: Option<u64>,
-    /// The output budget the provider counted against that limit, when it said (vLLM's and
-    /// `OpenAI`'s "6,048 in the completion", Anthropic's "143,653 + 64,000 > 200,000"): a
-    /// server that states it counts a request's output against its window.
-    pub output_tokens: Option<u64>,
-}
-
-impl TokenNumbers {
-    /// The numbers a provider stated, each when it did.
-    pub const fn new(input_tokens: Option<u64>, limit: Option<u64>) -> TokenNumbers {
-        TokenNumbers {
-            input_tokens,
-            limit,
-            output_tokens: None,
-        }
-    }
-
-    /// The same, with the output budget the provider counted against the limit (when it
-    /// stated one).
-    #[must_use]
-    pub const fn with_output(mut self, output_tokens: Option<u64>) -> TokenNumbers {
-        self.output_tokens = output_tokens;
-        self
-    }
-
-    /// Whether the provider stated neither number.
-    pub const fn is_empty(&self) -> bool {
-        self.input_tokens.is_none() && self.limit.is_none()
-    }
-}
-
-/// `2000 tokens, limit 1600`, `2000 tokens` or `limit 1600`; nothing when neither is known.
-impl fmt::Display for TokenNumbers {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match (self.input_tokens, self.limit) {
-            (Some(n), Some(l)) => write!(f, "{n} tokens, limit {l}"),
-            (Some(n), None) => write!(f, "{n} tokens"),
-            (None, Some(l)) => write!(f, "limit {l}"),
-            (None, None) => Ok(()),
-        }
-    }
-}
-
-/// Token numbers as a note after a sentence: ` (2000 tokens, limit 1600)`, or nothing.
-struct Note(TokenNumbers);
-
-impl fmt::Display for Note {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.0.is_empty() {
-            Ok(())
-        } else {
-            write!(f, " ({})", self.0)
-        }
     }
 }
 

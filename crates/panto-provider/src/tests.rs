@@ -227,7 +227,32 @@ fn an_overflow_shows_the_numbers_it_stated_through_token_numbers() {
         let numbers = error.token_numbers().unwrap();
         assert_eq!(numbers, TokenNumbers::new(input, limit));
         assert_eq!(numbers.is_empty(), note.is_empty());
+        assert!(!numbers.output_overflows(), "no output stated");
     }
+    // The output counted against the limit is shown, and tells when it alone does not fit.
+    let stated = |input, output| TokenNumbers::new(Some(input), Some(1_001)).with_output(output);
+    let numbers = stated(843, Some(250));
+    assert_eq!(
+        numbers.to_string(),
+        "843 tokens and 250 of output, limit 1001"
+    );
+    assert!(numbers.output_overflows());
+    assert!(!stated(843, Some(158)).output_overflows(), "it fits");
+    assert!(
+        !stated(1_001, Some(250)).output_overflows(),
+        "the input fills it"
+    );
+    assert!(
+        !stated(1_200, Some(250)).output_overflows(),
+        "the input alone is over"
+    );
+    assert!(!stated(843, None).output_overflows());
+    assert!(stated(1_001, None).input_over_limit() && stated(1_200, Some(1)).input_over_limit());
+    assert!(!stated(843, Some(250)).input_over_limit());
+    assert!(
+        !TokenNumbers::new(Some(2_000), None).input_over_limit(),
+        "no limit stated"
+    );
     assert_eq!(
         ProviderError::Unsupported {
             message: "x".into()

@@ -6,7 +6,7 @@ use panto_compact::{AttemptFailure, CompactError, Conflict, StoreError};
 use panto_provider::{About, ProviderError, Wait};
 
 use crate::bad_input;
-use crate::config::Config;
+use crate::config::{Config, Setting, Source};
 
 use super::user_config_file;
 
@@ -106,8 +106,27 @@ fn root_cause(e: &CompactError) -> Option<&ProviderError> {
     }
 }
 
+/// A setting's value and where it came from, for a hint: `1500, user file …`, or `4096, the
+/// default; set it in …` with the user's configuration file.
+fn setting_and_source(setting: &Setting<u32>, config: &Config) -> String {
+    match &setting.source {
+        Source::Default => format!(
+            "{}, the default; set it in {}",
+            setting.value,
+            user_config_file(config)
+        ),
+        source => format!("{}, {source}", setting.value),
+    }
+}
+
 /// The hint of a request too large for the model's window, when `e` is one.
 fn window_hint(e: &CompactError, config: &Config) -> Option<String> {
+    if e.reply_room_overflows() {
+        return Some(format!(
+            "the request fits without its reply's room: a smaller `max_output_tokens` (now {}) leaves it room, or use a model with a larger context window",
+            setting_and_source(&config.max_output_tokens, config)
+        ));
+    }
     if let CompactError::ExceedsWindow {
         by_clearing: true, ..
     }
@@ -161,10 +180,16 @@ fn window_hint(e: &CompactError, config: &Config) -> Option<String> {
             user_config_file(config)
         ));
     }
-    if let CompactError::OverflowAfterCompaction { .. } = e {
-        return Some(
-            "the newest message may be too large on its own: shorten it, or use a model with a larger context window".to_owned(),
-        );
+    if let CompactError::OverflowAfterCompaction { error, .. } = e {
+        if error.token_numbers().is_some_and(|n| n.input_over_limit()) {
+            return Some(
+                "the newest message may be too large on its own: shorten it, or use a model with a larger context window".to_owned(),
+            );
+        }
+        return Some(format!(
+            "the newest message may be too large on its own, or the reply's room beside it: shorten it, lower `max_output_tokens` (now {}), or use a model with a larger context window",
+            setting_and_source(&config.max_output_tokens, config)
+        ));
     }
     None
 }

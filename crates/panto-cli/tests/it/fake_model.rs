@@ -89,6 +89,10 @@ pub(crate) struct FakeModel {
     /// request asked for besides its messages ("you requested N tokens (X in the messages, M in
     /// the completion)"): the wording of a server that counts the output against its window.
     pub states_completion: bool,
+    /// Whether a conversation request is refused when its messages and the completion it asks
+    /// for (`max_tokens`) are over the limit together, as a vLLM server refuses it, not only
+    /// when its messages are.
+    pub counts_completion: bool,
     /// Whether a streamed conversation reply (Chat Completions) stops half-way, before its
     /// `finish_reason` and `data: [DONE]`, as when a connection drops.
     pub cut_replies: bool,
@@ -136,6 +140,7 @@ impl FakeModel {
             limit_compactions: false,
             numbers: true,
             states_completion: false,
+            counts_completion: false,
             cut_replies: false,
             empty_summaries: false,
             truncate_silently: false,
@@ -157,16 +162,27 @@ impl FakeModel {
         self.log.lock().unwrap().clone()
     }
 
+    /// The completion a request asks for, in tokens (Chat Completions' `max_tokens`).
+    fn completion(body: &Value) -> u64 {
+        body["max_tokens"]
+            .as_u64()
+            .or(body["max_completion_tokens"].as_u64())
+            .unwrap_or(0)
+    }
+
+    /// Whether a request of `bytes` is over the limit with its completion, when that counts.
+    fn completion_over(&self, bytes: usize, body: &Value) -> bool {
+        self.counts_completion
+            && (bytes / 3) as u64 + Self::completion(body) > (self.limit / 3) as u64
+    }
+
     fn overflow(&self, bytes: usize, body: &Value) -> ResponseTemplate {
         let (tokens, limit) = (bytes / 3, self.limit / 3);
         if !self.numbers {
             return ResponseTemplate::new(400).set_body_json(self.overflow_without_numbers());
         }
         if self.states_completion && self.protocol == Protocol::OpenAiChat {
-            let completion = body["max_tokens"]
-                .as_u64()
-                .or(body["max_completion_tokens"].as_u64())
-                .unwrap_or(0);
+            let completion = Self::completion(body);
             let requested = tokens as u64 + completion;
             return ResponseTemplate::new(400).set_body_json(json!({"object": "error",
                 "message": format!("This model's maximum context length is {limit} tokens. However, you requested {requested} tokens ({tokens} in the messages, {completion} in the completion). Please reduce the length of the messages or completion."),
@@ -318,7 +334,7 @@ impl Respond for FakeModel {
                 "An answer from the end of a cut prompt.",
                 self.limit / 2,
             )
-        } else if bytes > self.limit {
+        } else if bytes > self.limit || self.completion_over(bytes, &seen.body) {
             seen.answer = "overflow";
             self.overflow(bytes, &seen.body)
         } else if self.cut_replies && stream && self.protocol == Protocol::OpenAiChat {

@@ -166,6 +166,54 @@ async fn send_until_the_server_rejects_then_compact_once_and_retry() {
     }
 }
 
+/// A server that counts the completion against its window (vLLM), a reply budget of half
+/// that window and a newest prompt that fits it alone: after the compaction the request still
+/// has no room for the reply. The error says it is the reply's room, not the prompt, and the
+/// hint names `max_output_tokens` and where it came from.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_with_no_room_for_its_reply_says_so_and_names_the_reply_budget() {
+    let p = Protocol::OpenAiChat;
+    // A window of 3,000 tokens (3 bytes a token), a reply budget of 1,500.
+    let mut model = FakeModel::new(p, 9_000);
+    model.states_completion = true;
+    model.counts_completion = true;
+    let server = model.clone().start().await;
+    let sb = Sandbox::new();
+    history(&sb);
+    std::fs::create_dir_all(&sb.user_config).unwrap();
+    std::fs::write(
+        sb.user_config.join("config.toml"),
+        "max_output_tokens = 1500\n",
+    )
+    .unwrap();
+    // About 2,000 tokens: within the window, not beside the reply's 1,500.
+    let prompt = "Please look at this log line again. ".repeat(165);
+    let run = panto(&sb, p, &server.uri(), &["send", "debugging.jsonl", &prompt]).await;
+    run.expect_code(1);
+    let answers: Vec<&str> = model.seen().iter().map(|s| s.answer).collect();
+    assert_eq!(answers.first(), Some(&"overflow"), "{answers:?}");
+    assert!(answers.contains(&"summary"), "compacted first: {answers:?}");
+    assert!(!answers.contains(&"reply"), "{answers:?}");
+    let reply_room = "the room kept for the reply (1500 tokens) does not fit";
+    let asked_for = "the input fits, the room asked for the reply does not";
+    assert!(
+        run.stderr.contains(reply_room) || run.stderr.contains(asked_for),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        !run.stderr.contains("too large on its own"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr
+            .contains("a smaller `max_output_tokens` (now 1500, user file "),
+        "{}",
+        run.stderr
+    );
+}
+
 /// A session with some history, for the error paths.
 fn history(sb: &Sandbox) {
     sb.example("debugging.jsonl");
@@ -193,6 +241,14 @@ async fn a_retry_that_overflows_again_is_surfaced_without_a_second_compaction() 
         assert!(
             run.stderr
                 .contains("still overflows after compaction: about"),
+            "{p:?}: {}",
+            run.stderr
+        );
+        // No numbers say which part is over: the turn, or the reply's room beside it.
+        assert!(
+            run.stderr.contains(
+                "or the reply's room beside it: shorten it, lower `max_output_tokens` (now 4096, the default; set it in "
+            ),
             "{p:?}: {}",
             run.stderr
         );

@@ -143,15 +143,19 @@ impl<S: Store> Driver<S> {
         overflowed_tokens: u64,
         limit: Option<u64>,
     ) -> bool {
-        let reply = u64::from(self.max_output_tokens);
-        let counted = |l: u64| {
-            let output = match self.windows.counts_output {
-                Some(true) => self.windows.reply_room(reply, l),
-                _ => 0,
-            };
-            estimated_tokens.saturating_add(output) > l
-        };
+        let counted = |l: u64| estimated_tokens.saturating_add(self.counted_reply(l)) > l;
         estimated_tokens < overflowed_tokens && !limit.is_some_and(counted)
+    }
+
+    /// The room for the reply counted against `limit`: the reply budget within what the
+    /// window leaves when the server counts the output, else none.
+    fn counted_reply(&self, limit: u64) -> u64 {
+        match self.windows.counts_output {
+            Some(true) => self
+                .windows
+                .reply_room(u64::from(self.max_output_tokens), limit),
+            _ => 0,
+        }
     }
 
     /// The one retry after the compaction `report` wrote, of a request that overflowed with
@@ -178,6 +182,10 @@ impl<S: Store> Driver<S> {
                 limit,
                 by_clearing,
                 newest_turn_alone,
+                // At most the reply budget, a `u32`.
+                reply_room: limit.map_or(0, |l| {
+                    u32::try_from(self.counted_reply(l)).unwrap_or(u32::MAX)
+                }),
             });
         }
         self.compactor.emit(CompactionEvent::Retrying {
@@ -198,6 +206,7 @@ impl<S: Store> Driver<S> {
                     estimated_tokens,
                     error,
                     by_clearing,
+                    reply_tokens: self.max_output_tokens,
                 })
             }
             Err(e) => Err(CompactError::Provider(e)),

@@ -91,11 +91,13 @@ fn every_wrapping_variant_names_its_cause() {
             limit: Some(1_600),
             by_clearing: false,
             newest_turn_alone: true,
+            reply_room: 0,
         },
         CompactError::OverflowAfterCompaction {
             error: overflowed(),
             estimated_tokens: 1_700,
             by_clearing: false,
+            reply_tokens: 4_096,
         },
         CompactError::FoldOverflow {
             step: 1,
@@ -145,6 +147,7 @@ fn no_progress_blames_the_newest_turn_only_when_it_was_kept_alone() {
         limit: Some(1_500),
         by_clearing: false,
         newest_turn_alone,
+        reply_room: 0,
     };
     let alone = no_progress(true).to_string();
     assert!(alone.contains("the newest turn is too large"), "{alone}");
@@ -154,4 +157,34 @@ fn no_progress_blames_the_newest_turn_only_when_it_was_kept_alone() {
         beside.contains("what the compaction kept verbatim"),
         "{beside}"
     );
+}
+
+/// A retry not sent because the room for its reply does not fit beside it, the request itself
+/// within the limit (a reply budget half a small window): the message says it is that room,
+/// neither the newest turn nor what was kept.
+#[test]
+fn no_progress_blames_the_reply_s_room_when_the_request_fits_without_it() {
+    let no_progress = |estimated_tokens, reply_room| CompactError::OverflowNoProgress {
+        overflow: overflow(Some(18_024), Some(5_521)),
+        estimated_tokens,
+        overflowed_tokens: 18_024,
+        limit: Some(5_521),
+        by_clearing: false,
+        newest_turn_alone: true,
+        reply_room,
+    };
+    let room = no_progress(4_235, 2_760);
+    assert!(room.reply_room_overflows());
+    assert_eq!(
+        room.to_string(),
+        "the room kept for the reply (2760 tokens) does not fit beside what the compaction \
+         kept: after compaction the request is still about 4235 tokens (it was about 18024, \
+         limit about 5521), so it was not sent again"
+    );
+    // Over the limit on its own, or within it with the room: the turn's message as before.
+    for (estimated, reply) in [(5_600, 2_760), (4_235, 1_000), (4_235, 0)] {
+        let err = no_progress(estimated, reply);
+        assert!(!err.reply_room_overflows(), "{err}");
+        assert!(err.to_string().starts_with("the newest turn"), "{err}");
+    }
 }

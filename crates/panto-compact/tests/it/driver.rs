@@ -11,7 +11,7 @@ use panto_compact::{
     ReasoningEffort, RequestOptions, SessionLog, Store, StoreError, async_trait,
 };
 use panto_model::{Entry, Message, Trigger, Usage};
-use panto_provider::{PromptCache, StreamEvent, TokenNumbers};
+use panto_provider::{PromptCache, ProviderError, StreamEvent, TokenNumbers};
 use panto_transcript::strip_ledger;
 
 use crate::*;
@@ -287,6 +287,73 @@ async fn a_retry_that_overflows_again_is_surfaced_with_the_remaining_size() {
     assert!(matches!(entries.last(), Some(Entry::Message(m)) if m.text() == "huge prompt"));
 }
 
+/// A retry whose input fits the limit the provider states but whose output room does not (a
+/// reply budget half a small window): the message says so, not that the newest turn is too
+/// large.
+#[tokio::test]
+async fn a_retry_whose_reply_room_overflows_says_it_is_the_reply_room() {
+    let (p, active) = model("main", "big");
+    p.push(Err(overflow(None, Some(1_600))));
+    p.push_text("S1");
+    p.push(Err(ProviderError::ContextOverflow {
+        message: "This model's maximum context length is 1600 tokens".to_owned(),
+        numbers: TokenNumbers::new(Some(1_450), Some(1_600)).with_output(Some(800)),
+    }));
+    let mut d = driver(&rounds(0, 3), active, 20_000);
+    let err = d
+        .send(vec![user("huge prompt")], &mut |_| {})
+        .await
+        .unwrap_err();
+    let CompactError::OverflowAfterCompaction {
+        estimated_tokens, ..
+    } = &err
+    else {
+        panic!("expected OverflowAfterCompaction, got {err:?}")
+    };
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "the request still overflows after compaction: about {estimated_tokens} tokens remain \
+             (the provider stated 1450 tokens and 800 of output, limit 1600); the input fits, \
+             the room asked for the reply does not"
+        )
+    );
+    assert_eq!(p.calls(), 3);
+}
+
+/// A retry refused without numbers (llama.cpp's, Ollama's wording): the message cannot tell the
+/// newest turn from the reply's room, and names both, with the reply budget asked for.
+#[tokio::test]
+async fn a_retry_refused_without_numbers_names_the_turn_and_the_reply_budget() {
+    let (p, active) = model("main", "big");
+    p.push(Err(overflow(None, Some(1_600))));
+    p.push_text("S1");
+    p.push(Err(overflow(None, None)));
+    let mut d = driver(&rounds(0, 3), active, 20_000).with_max_output_tokens(700);
+    let err = d
+        .send(vec![user("huge prompt")], &mut |_| {})
+        .await
+        .unwrap_err();
+    let CompactError::OverflowAfterCompaction {
+        estimated_tokens,
+        reply_tokens,
+        ..
+    } = &err
+    else {
+        panic!("expected OverflowAfterCompaction, got {err:?}")
+    };
+    assert_eq!(*reply_tokens, 700);
+    assert!(!err.reply_room_overflows());
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "the request still overflows after compaction: about {estimated_tokens} tokens remain; \
+             the newest turn may be too large on its own, or the 700 tokens asked for the reply \
+             too many beside it"
+        )
+    );
+}
+
 #[tokio::test]
 async fn a_non_overflow_error_on_the_retry_passes_through() {
     let (p, active) = model("main", "big");
@@ -489,7 +556,7 @@ impl panto_compact::Provider for Racing {
         &self,
         _request: &panto_compact::Request,
         _events: panto_compact::EventSink<'_>,
-    ) -> Result<Message, panto_compact::ProviderError> {
+    ) -> Result<Message, ProviderError> {
         let head = self.store.head("s").await.unwrap();
         let mut other = SessionLog::new(self.store.clone(), "s", head);
         other
