@@ -238,18 +238,37 @@ async fn an_overflow_compaction_counts_in_what_was_spent_when_the_retry_overflow
     assert_eq!(spent.replies.replies, 0);
 }
 
-#[tokio::test]
-async fn a_retry_that_overflows_again_is_surfaced_with_the_remaining_size() {
+/// A send of "huge prompt" whose request overflows (a limit of 1,600 stated), whose compaction
+/// answers "S1", and whose retry ends with `retry` (then `then`, never asked), with a reply
+/// budget of `max_output_tokens`: the driver, the provider and the error.
+async fn retry_ending_with(
+    retry: ProviderError,
+    then: Option<&str>,
+    max_output_tokens: u32,
+) -> (Driver<MemoryStore>, Arc<ScriptedProvider>, CompactError) {
     let (p, active) = model("main", "big");
     p.push(Err(overflow(None, Some(1_600))));
     p.push_text("S1");
-    p.push(Err(overflow(Some(1_650), Some(1_600))));
-    p.push_text("never asked: no second compaction");
-    let mut d = driver(&rounds(0, 3), active, 20_000);
+    p.push(Err(retry));
+    if let Some(text) = then {
+        p.push_text(text);
+    }
+    let mut d = driver(&rounds(0, 3), active, 20_000).with_max_output_tokens(max_output_tokens);
     let err = d
         .send(vec![user("huge prompt")], &mut |_| {})
         .await
         .unwrap_err();
+    (d, p, err)
+}
+
+#[tokio::test]
+async fn a_retry_that_overflows_again_is_surfaced_with_the_remaining_size() {
+    let (d, p, err) = retry_ending_with(
+        overflow(Some(1_650), Some(1_600)),
+        Some("never asked: no second compaction"),
+        4_096,
+    )
+    .await;
     let CompactError::OverflowAfterCompaction {
         estimated_tokens,
         error,
@@ -292,18 +311,11 @@ async fn a_retry_that_overflows_again_is_surfaced_with_the_remaining_size() {
 /// large.
 #[tokio::test]
 async fn a_retry_whose_reply_room_overflows_says_it_is_the_reply_room() {
-    let (p, active) = model("main", "big");
-    p.push(Err(overflow(None, Some(1_600))));
-    p.push_text("S1");
-    p.push(Err(ProviderError::ContextOverflow {
+    let retry = ProviderError::ContextOverflow {
         message: "This model's maximum context length is 1600 tokens".to_owned(),
         numbers: TokenNumbers::new(Some(1_450), Some(1_600)).with_output(Some(800)),
-    }));
-    let mut d = driver(&rounds(0, 3), active, 20_000);
-    let err = d
-        .send(vec![user("huge prompt")], &mut |_| {})
-        .await
-        .unwrap_err();
+    };
+    let (_, p, err) = retry_ending_with(retry, None, 800).await;
     let CompactError::OverflowAfterCompaction {
         estimated_tokens, ..
     } = &err
@@ -325,15 +337,7 @@ async fn a_retry_whose_reply_room_overflows_says_it_is_the_reply_room() {
 /// newest turn from the reply's room, and names both, with the reply budget asked for.
 #[tokio::test]
 async fn a_retry_refused_without_numbers_names_the_turn_and_the_reply_budget() {
-    let (p, active) = model("main", "big");
-    p.push(Err(overflow(None, Some(1_600))));
-    p.push_text("S1");
-    p.push(Err(overflow(None, None)));
-    let mut d = driver(&rounds(0, 3), active, 20_000).with_max_output_tokens(700);
-    let err = d
-        .send(vec![user("huge prompt")], &mut |_| {})
-        .await
-        .unwrap_err();
+    let (_, _, err) = retry_ending_with(overflow(None, None), None, 700).await;
     let CompactError::OverflowAfterCompaction {
         estimated_tokens,
         reply_tokens,
