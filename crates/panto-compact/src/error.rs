@@ -294,10 +294,15 @@ impl fmt::Display for CompactError {
             } => {
                 let reply;
                 let (cause, after) = if self.reply_room_overflows() {
+                    let after = if *by_clearing {
+                        "clearing"
+                    } else {
+                        "compaction"
+                    };
                     reply = format!(
-                        "the room kept for the reply ({reply_room} tokens) does not fit beside what the compaction kept"
+                        "the room kept for the reply ({reply_room} tokens) does not fit beside what the {after} kept"
                     );
-                    (reply.as_str(), "compaction")
+                    (reply.as_str(), after)
                 } else if *by_clearing {
                     (CLEARED_TEXT_TOO_LARGE, "clearing")
                 } else if *newest_turn_alone {

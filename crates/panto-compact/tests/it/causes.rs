@@ -181,6 +181,17 @@ fn no_progress_blames_the_reply_s_room_when_the_request_fits_without_it() {
          kept: after compaction the request is still about 4235 tokens (it was about 18024, \
          limit about 5521), so it was not sent again"
     );
+    // After a clearing alone, it is what the clearing kept.
+    let mut cleared = no_progress(4_235, 2_760);
+    if let CompactError::OverflowNoProgress { by_clearing, .. } = &mut cleared {
+        *by_clearing = true;
+    }
+    assert!(
+        cleared
+            .to_string()
+            .starts_with("the room kept for the reply (2760 tokens) does not fit beside what the clearing kept: after clearing"),
+        "{cleared}"
+    );
     // Over the limit on its own, or within it with the room: the turn's message as before.
     for (estimated, reply) in [(5_600, 2_760), (4_235, 1_000), (4_235, 0)] {
         let err = no_progress(estimated, reply);
