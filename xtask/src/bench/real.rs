@@ -18,7 +18,7 @@ use serde_json::Value;
 
 use super::process::{Peak, Run, Runner};
 use super::scale::verdict;
-use super::stages::thread_cpu_now;
+use super::stages::{parse_values, thread_cpu_now};
 use super::{Flags, bench_dir, fmt_bytes, fmt_duration};
 use crate::table::Table;
 
@@ -279,32 +279,32 @@ pub(super) fn process(root: &Path, _flags: &Flags) -> Result<()> {
 /// How many times each part of the compact path is timed in process.
 const PARTS_REPS: usize = 5;
 
-/// The in-process parts at ×100: a label and its median thread CPU time, the parse first.
+/// The median thread CPU time of [`PARTS_REPS`] runs of `f`.
+fn median_cpu(mut f: impl FnMut()) -> Duration {
+    let times = (0..PARTS_REPS)
+        .map(|_| {
+            let start = thread_cpu_now();
+            f();
+            thread_cpu_now().saturating_sub(start)
+        })
+        .collect();
+    spread(times)[0]
+}
+
+/// The in-process parts at ×100: a label and its median thread CPU time, the parse first (the
+/// `scale` section's, [`parse_values`]).
 fn parts(bytes: &[u8]) -> Result<Vec<(&'static str, Duration)>> {
-    let median = |mut f: Box<dyn FnMut() + '_>| {
-        let times = (0..PARTS_REPS)
-            .map(|_| {
-                let start = thread_cpu_now();
-                f();
-                thread_cpu_now().saturating_sub(start)
-            })
-            .collect();
-        spread(times)[0]
-    };
-    let parse = median(Box::new(|| {
-        for line in bytes.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
-            let value: Value = serde_json::from_slice(line).expect("checked JSON lines");
-            black_box(value);
-        }
-    }));
+    let parse = median_cpu(|| {
+        black_box(parse_values(bytes));
+    });
     let entries = panto_model::read_entries(bytes).context("the repeated session decodes")?;
-    let decode = median(Box::new(|| {
+    let decode = median_cpu(|| {
         black_box(panto_model::read_entries(bytes).expect("decoded above"));
-    }));
+    });
     let messages = panto_model::replay(entries).messages;
-    let ledger = median(Box::new(|| {
+    let ledger = median_cpu(|| {
         black_box(panto_transcript::Ledger::from_messages(&messages));
-    }));
+    });
     Ok(vec![
         ("streaming parse (`serde_json::Value`)", parse),
         ("decode (`panto_model::read_entries`)", decode),

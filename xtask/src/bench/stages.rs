@@ -42,7 +42,7 @@ pub(super) const STAGES: &[&str] = &[
 
 /// Parses every line of `bytes` into a `serde_json::Value` and drops it: the practical floor of
 /// any pipeline that reads JSON lines. Returns the number of values.
-fn parse_values(bytes: &[u8]) -> usize {
+pub(super) fn parse_values(bytes: &[u8]) -> usize {
     let mut n = 0;
     let mut start = 0;
     for end in memchr::memchr_iter(b'\n', bytes).chain(std::iter::once(bytes.len())) {
