@@ -358,7 +358,7 @@ impl fmt::Display for CompactError {
                     f.write_str("; the input fits, the room asked for the reply does not")
                 } else if *by_clearing {
                     write!(f, "; {CLEARED_TEXT_TOO_LARGE}")
-                } else if numbers.is_some_and(|n| n.input_over_limit()) {
+                } else if self.input_alone_overflows() {
                     f.write_str("; the newest turn may be too large on its own")
                 } else {
                     // The numbers do not say which part is over: the output counts on many
@@ -428,6 +428,21 @@ impl CompactError {
                 estimated_tokens < overflowed_tokens
                     && estimated_tokens < limit
                     && estimated_tokens.saturating_add(u64::from(*reply_room)) > *limit
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether the retry's overflow stated numbers that put its input alone at the limit or
+    /// over it ([`TokenNumbers::input_over_limit`]): then it is the request, not the reply's
+    /// room. Neither this nor [`CompactError::reply_room_overflows`] holds when the provider
+    /// stated no numbers, or numbers that contradict its refusal.
+    ///
+    /// [`TokenNumbers::input_over_limit`]: panto_provider::TokenNumbers::input_over_limit
+    pub fn input_alone_overflows(&self) -> bool {
+        match self {
+            CompactError::OverflowAfterCompaction { error, .. } => {
+                error.token_numbers().is_some_and(|n| n.input_over_limit())
             }
             _ => false,
         }

@@ -180,8 +180,8 @@ fn window_hint(e: &CompactError, config: &Config) -> Option<String> {
             user_config_file(config)
         ));
     }
-    if let CompactError::OverflowAfterCompaction { error, .. } = e {
-        if error.token_numbers().is_some_and(|n| n.input_over_limit()) {
+    if let CompactError::OverflowAfterCompaction { .. } = e {
+        if e.input_alone_overflows() {
             return Some(
                 "the newest message may be too large on its own: shorten it, or use a model with a larger context window".to_owned(),
             );

@@ -285,6 +285,7 @@ async fn a_retry_that_overflows_again_is_surfaced_with_the_remaining_size() {
         error.token_numbers(),
         Some(TokenNumbers::new(Some(1_650), Some(1_600)))
     );
+    assert!(err.input_alone_overflows() && !err.reply_room_overflows());
     assert_eq!(
         err.to_string(),
         format!(
@@ -316,6 +317,7 @@ async fn a_retry_whose_reply_room_overflows_says_it_is_the_reply_room() {
         numbers: TokenNumbers::new(Some(1_450), Some(1_600)).with_output(Some(800)),
     };
     let (_, p, err) = retry_ending_with(retry, None, 800).await;
+    assert!(err.reply_room_overflows() && !err.input_alone_overflows());
     let CompactError::OverflowAfterCompaction {
         estimated_tokens, ..
     } = &err
@@ -347,7 +349,7 @@ async fn a_retry_refused_without_numbers_names_the_turn_and_the_reply_budget() {
         panic!("expected OverflowAfterCompaction, got {err:?}")
     };
     assert_eq!(*reply_tokens, 700);
-    assert!(!err.reply_room_overflows());
+    assert!(!err.reply_room_overflows() && !err.input_alone_overflows());
     assert_eq!(
         err.to_string(),
         format!(
