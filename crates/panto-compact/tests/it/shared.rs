@@ -188,13 +188,20 @@ fn prompt(writer: usize, i: usize) -> String {
 struct Setup {
     strategy: CompactionStrategy,
     history: Vec<Message>,
-    summaries_per_send: usize,
-    /// When set, the summary requests of a send are held to this many a try it took instead
-    /// (a request that other writers grew past the window compacts on each try).
-    summaries_per_try: Option<usize>,
+    summaries: Summaries,
     counting: bool,
     /// With `counting`: the window's refusals state a limit a quarter below it.
     states_low: bool,
+}
+
+/// How many summary requests a send may ask for.
+#[derive(Clone, Copy)]
+enum Summaries {
+    /// At most this many a send.
+    Send(usize),
+    /// At most this many a try the send took, rounded up (a request that other writers grew
+    /// past the window compacts on each try).
+    Try(usize),
 }
 
 impl Setup {
@@ -204,8 +211,7 @@ impl Setup {
         Setup {
             strategy: CompactionStrategy::Summary,
             history: Vec::new(),
-            summaries_per_send: SUMMARIES_PER_SEND,
-            summaries_per_try: None,
+            summaries: Summaries::Send(SUMMARIES_PER_SEND),
             counting: false,
             states_low: false,
         }
@@ -390,15 +396,14 @@ where
     let mut learned = 0;
     for task in tasks {
         let (most, most_a_try, counts_output) = task.await.unwrap();
-        match setup.summaries_per_try {
-            Some(bound) => assert!(
+        match setup.summaries {
+            Summaries::Try(bound) => assert!(
                 most_a_try <= bound,
                 "a send asked for {most_a_try} summaries a try"
             ),
-            None => assert!(
-                most <= setup.summaries_per_send,
-                "a send asked for {most} summaries"
-            ),
+            Summaries::Send(bound) => {
+                assert!(most <= bound, "a send asked for {most} summaries");
+            }
         }
         learned += usize::from(counts_output == Some(true));
     }
@@ -521,7 +526,7 @@ async fn shared_turns_with_thinking_at_a_window_stated_too_low_on_sqlite() {
     let setup = Setup {
         counting: true,
         states_low: true,
-        summaries_per_try: Some(STATED_LOW_SUMMARIES_A_TRY),
+        summaries: Summaries::Try(STATED_LOW_SUMMARIES_A_TRY),
         ..Setup::plain()
     };
     run_with(
@@ -619,7 +624,7 @@ async fn a_huge_tool_result_with_signed_thinking_compacts_under_several_writers(
         let setup = || Setup {
             strategy,
             history: with_a_huge_result(),
-            summaries_per_send: HUGE_FOLD_SUMMARIES,
+            summaries: Summaries::Send(HUGE_FOLD_SUMMARIES),
             ..Setup::plain()
         };
         let store = MemoryStore::new();
