@@ -324,7 +324,20 @@ pub fn fold(turn_tokens: &[u64], budget: &FoldBudget) -> Result<FoldPlan, FoldEr
     }
     let later = later_room - output;
     let capacity = |chunks: usize| if chunks == 0 { first } else { later };
+    let chunks = pack(turn_tokens, capacity);
+    Ok(FoldPlan {
+        chunks,
+        output,
+        reserve,
+        limit: Some(limit),
+        total,
+    })
+}
 
+/// The parts of sizes `turn_tokens` packed greedily, oldest first, into chunks, the `n`th
+/// (from 0) carrying at most `capacity(n)`; a part larger than its chunk's capacity alone.
+/// Greedy packing of consecutive parts takes the fewest chunks possible.
+pub(crate) fn pack(turn_tokens: &[u64], capacity: impl Fn(usize) -> u64) -> Vec<Chunk> {
     let mut chunks: Vec<Chunk> = Vec::new();
     let mut start = 0;
     let mut sum = 0u64;
@@ -359,11 +372,5 @@ pub fn fold(turn_tokens: &[u64], budget: &FoldBudget) -> Result<FoldPlan, FoldEr
             capacity: capacity(chunks.len()),
         });
     }
-    Ok(FoldPlan {
-        chunks,
-        output,
-        reserve,
-        limit: Some(limit),
-        total,
-    })
+    chunks
 }
