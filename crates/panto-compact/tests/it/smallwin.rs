@@ -981,7 +981,7 @@ fn a_refused_guess_above_the_least_limit_falls_back_to_it() {
 /// a long prompt, is answered without compacting again (auto-compaction stays inert: the window
 /// the driver knows is the bound below the refused request, as for any window that states no
 /// limit). Each prompt is stored once, each send is answered within the bound derived from what
-/// it learned, the entry keeps the model's summary, and the thinking of every call kept
+/// it learned and within the issue's, the entry keeps the model's summary, and the thinking of every call kept
 /// verbatim goes out signed as it was stored.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_unstated_window_found_by_refusals_holds_with_thinking_in_sqlite_and_auto_compaction_on()
@@ -1039,13 +1039,21 @@ async fn an_unstated_window_found_by_refusals_holds_with_thinking_in_sqlite_and_
             "send {n}: {describe}: {reply:?}"
         );
         // Within the bound derived from what the fold learned, as the sweep holds a window
-        // that states no limit. (The issue's bound, 11 here, is one request short: a try
-        // above the first request taken is refused, 939 + 256, and the fold climbs back from
-        // 492 + 64; 12 requests at `f75d9f2` too.)
+        // that states no limit, and within the issue's own (11 for the first send). A try
+        // above the first request taken is refused (939 + 256) and the fold climbs back from
+        // 492 + 64; its last steps then left 832 + 97, 832 + 97 and a sliver (369 + 560): 12
+        // requests at `81649d7` (and `f75d9f2`), until the try counted the parts left packed
+        // whole (`e839885`: 907 + 106, 916 + 106, then 728 + 294).
         let (most, _, room) = derived_bound(&server, &seen);
         assert!(
             seen.len() <= most,
             "send {n}: {} for {most} (room {room}): {describe}",
+            seen.len()
+        );
+        let issue = issue_bound(seen[0].input, window, Stating::Unstated);
+        assert!(
+            seen.len() <= issue,
+            "send {n}: {} for the issue's {issue}: {describe}",
             seen.len()
         );
         if n == 0 {
