@@ -8,6 +8,7 @@ use std::sync::Arc;
 use panto_model::Trigger;
 use panto_provider::{Provider, ProviderError, RequestOptions, ToolSpec};
 
+use crate::bound::RequestBound;
 use crate::source::SourceSummarizer;
 use crate::window::{KnownWindows, Overflow};
 
@@ -543,10 +544,7 @@ impl CompactRun {
         }
         let overflow = self.overflow?;
         let conversation = overflow.counted.or(overflow.estimated)?;
-        Some(RequestBound {
-            conversation,
-            stated_window: windows.stated_window(),
-        })
+        Some(RequestBound::new(conversation, windows.stated_window()))
     }
 
     pub(crate) fn instructions(&self) -> Option<&str> {
@@ -554,35 +552,6 @@ impl CompactRun {
             .as_deref()
             .map(str::trim)
             .filter(|i| !i.is_empty())
-    }
-}
-
-/// The bound on the requests of one overflow: at most `2 + ceil(conversation / (window / 2))`
-/// in all, 3 more when the provider stated no limit. Two of them are the conversation's (the
-/// request rejected and its retry); the rest are the compaction's.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct RequestBound {
-    /// The overflowed request: the provider's count when it stated one, else panto's estimate.
-    conversation: u64,
-    /// The window stated for the model (by the overflow, the configuration or the server).
-    stated_window: Option<u64>,
-}
-
-impl RequestBound {
-    /// The most requests the compaction may send. When no window was stated, it is taken at
-    /// its largest possible, just under the smallest input rejected so far (`rejected_below`,
-    /// else the overflowed request), which makes the bound the smallest it can be, so that it
-    /// holds whatever the window turns out to be.
-    pub(crate) fn compaction_requests(&self, rejected_below: Option<u64>) -> usize {
-        let (window, unstated) = match self.stated_window {
-            Some(window) => (window, 0),
-            None => (
-                rejected_below.map_or(self.conversation, |r| r.min(self.conversation)),
-                3,
-            ),
-        };
-        let half = (window / 2).max(1);
-        usize::try_from(self.conversation.div_ceil(half)).unwrap_or(usize::MAX) + unstated
     }
 }
 

@@ -98,6 +98,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod attempt;
+mod bound;
 mod catalogue;
 mod check;
 mod compactor;

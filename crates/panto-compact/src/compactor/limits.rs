@@ -34,7 +34,7 @@ pub(super) fn previous_tokens(summary: &str) -> u64 {
 /// fold believes it (`believed`, [`believed_limit`]). Else the window lies somewhere below the
 /// rejected input: when a request was accepted before, the limit goes back to `known`, what is
 /// known to fit ([`super::state::Limits::fall_back`]; later requests may try higher again,
-/// [`super::state::Limits::probe_higher`]); else to a quarter of the rejected input, so that
+/// [`super::state::Limits::try_higher`]); else to a quarter of the rejected input, so that
 /// the rejections a fold allows reach a window a sixteenth of the first request. Always below
 /// what failed.
 pub(super) fn shrink(

@@ -12,7 +12,8 @@ use panto_transcript::Ledger;
 use super::limits::{believed_limit, halfway};
 use super::{MAX_SHRINKS, Prepared};
 use crate::attempt::AttemptFailure;
-use crate::config::{ModelRef, RequestBound, min_known};
+use crate::bound::RequestBound;
+use crate::config::{ModelRef, min_known};
 use crate::fold::{FoldBudget, FoldPlan, MIN_OUTPUT_TOKENS, output_floor};
 use crate::ledger::{ledger_budget, previous_ledger, rendered_len};
 use crate::prompt::form_limit;
@@ -108,7 +109,7 @@ pub(super) struct Limits {
     /// Whether the limit after the fold's last shrink was guessed above the least a fold can
     /// work in, nothing taken yet ([`Limits::bracket`]): its refusal falls back to that least.
     pub(super) above_least: bool,
-    /// Whether the limit is a try above the largest request taken ([`Limits::probe_higher`]),
+    /// Whether the limit is a try above the largest request taken ([`Limits::try_higher`]),
     /// which no request may have filled: the request after the compaction is sized to what
     /// was taken instead ([`Run::retry_target`](super::run::Run::retry_target)).
     pub(super) tried: bool,
@@ -374,19 +375,21 @@ impl Limits {
     }
 
     /// After an answer: a limit guessed after a rejection that stated none is likely below the
-    /// window, so while rejections are left the next requests try higher, half way (in
+    /// window, so while rejections are left the next requests may try higher, half way (in
     /// proportion: the geometric mean) from the largest input taken to the most input the
     /// refusals allow at the floor ([`Limits::refused_input`]), and at most half again the
     /// input the limit allows; a failed try costs a request and sends the limit back to what is
     /// known to fit, never to an input sent before. After the shrinks a fold allows, one more
     /// try is left when something was taken: its failure falls back to that size for good.
-    /// The try is taken when it is a tenth above the limit, or, closer, when `saves(limit,
-    /// try, floor)` says it saves a request over the steps left: at 2,020 tokens (stated
-    /// nowhere) the fold stayed at 1,381 + 256 for six steps because its try was 9.96% above
-    /// the limit, one request over the issue's bound. Taken whenever it saves a request by
-    /// the room alone, late tries with two steps left were refused at 1,937 to 1,959 tokens;
-    /// with a tenth of margin on that room, neither (docs/compaction.md).
-    pub(super) fn probe_higher(&mut self, saves: impl Fn(u64, u64, u64) -> bool) {
+    /// The try open now, when one is; whether it is taken is the walk's (`Walk::try_higher`):
+    /// when it is a tenth above the limit, or, closer, when it saves a request over the steps
+    /// left (at 2,020 tokens stated nowhere the fold stayed at 1,381 + 256 for six steps
+    /// because its try was 9.96% above the limit, one request over the issue's bound; taken
+    /// whenever it saved a request by the room alone, late tries with two steps left were
+    /// refused at 1,937 to 1,959 tokens, with a tenth of margin on that room neither), and
+    /// never when staying keeps the overflow's bound that a refused try would break
+    /// ([`Limits::stays_within_bound`]; docs/compaction.md).
+    pub(super) fn try_higher(&self) -> Option<Try> {
         if let (Some(upper), Some(limit)) = (self.upper, self.limit)
             && self.shrinks <= MAX_SHRINKS
         {
@@ -395,11 +398,41 @@ impl Limits {
             // The most input the limit allows, and half again.
             let most = limit.saturating_sub(floor);
             let probe = between.min(most + most / 2) + floor;
-            if probe > limit + limit / 10 || (probe > limit && saves(limit, probe, floor)) {
-                self.limit = Some(probe);
-                self.tried = true;
-            }
+            return (probe > limit).then_some(Try {
+                limit,
+                probe,
+                floor,
+            });
         }
+        None
+    }
+
+    /// Takes the try `at` ([`Limits::try_higher`]): the fold's limit is now its probe.
+    pub(super) fn take_try(&mut self, at: &Try) {
+        self.limit = Some(at.probe);
+        self.tried = true;
+    }
+
+    /// Whether the fold stays below the try `at` for the overflow's bound on requests
+    /// ([`RequestBound`]), when it would send `requests` compaction requests in all staying
+    /// at its limit: staying keeps within the bound for every window the refusals leave
+    /// possible (the largest of them, just under the smallest request refused, allows the
+    /// fewest requests), and the try, refused by a window just under it, would cost one more
+    /// request than that window allows. At 1,982 tokens stated nowhere the fold's last try
+    /// (1,809 + 256, after 1,649 + 256 was taken and 2,071 + 256 refused) was refused by 83
+    /// tokens: 12 requests for the issue's 11, where staying takes 11, within the bound for
+    /// every window up to 2,336 tokens (the issue allows 11 from 1,962 tokens). Only the
+    /// fold's own estimate of the steps left counts, and only where staying holds everywhere:
+    /// weighing the windows each choice takes over the bound (as though every window of the
+    /// bracket were as likely) took 36 cases of the sweep's probe over it against 4.
+    pub(super) fn stays_within_bound(&self, at: &Try, requests: u64) -> bool {
+        let (Some(bound), Some(below)) = (self.request_bound, self.refused_below) else {
+            return false;
+        };
+        self.proven < at.probe
+            && at.probe < below
+            && bound.allows(requests, below - 1)
+            && !bound.allows(requests + 1, at.probe - 1)
     }
 
     /// The most input the refusals that stated no limit allow a request with an output `floor`:
@@ -444,6 +477,14 @@ impl Limits {
         }
         believed
     }
+}
+
+/// A try above the fold's limit ([`Limits::try_higher`]): the limit now, the limit tried and
+/// the output floor at the limit now.
+pub(super) struct Try {
+    pub(super) limit: u64,
+    pub(super) probe: u64,
+    pub(super) floor: u64,
 }
 
 /// What a fold produced.

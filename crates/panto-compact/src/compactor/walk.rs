@@ -455,33 +455,13 @@ impl<'m> Walk<'m> {
         self.rejected_here = 0;
         self.longer_here = 0;
         let parts = self.material.parts.len();
-        let left = self.material.parts.tenths(self.done.min(parts)..parts) / 10;
         let carried = fold
             .state
             .so_far
             .running
             .as_deref()
             .map_or(0, previous_tokens);
-        let fixed = self.sizes.fixed + carried;
-        // Whether a try at `probe` saves a request over the steps left at `now` (both with the
-        // output `floor`), even if each of its requests carries a tenth less than it leaves
-        // room for (the summary carried grows, parts do not fill a request exactly). At `now`
-        // the parts left are also packed whole, each request carrying what the next one can
-        // beside the summary so far: the room alone misses the request a sliver left over
-        // takes (972 tokens and then 37 in a room of 1,003, one request by the room).
-        let packed_now = (self.done < parts && fold.state.limits.upper.is_some())
-            .then(|| self.plan_left(fold).ok())
-            .flatten()
-            .map_or(0, |p| {
-                let capacity = p.chunks[0].capacity;
-                pack(&self.material.parts.tokens[self.done..], |_| capacity).len() as u64
-            });
-        fold.state.limits.probe_higher(|now, probe, floor| {
-            let room = |limit: u64| limit.saturating_sub(fixed + floor).max(1);
-            let requests = |room: u64| left.div_ceil(room.max(1));
-            let at_now = requests(room(now)).max(packed_now);
-            requests(room(probe) - room(probe) / 10) < at_now
-        });
+        self.try_higher(fold, carried);
         if self.done >= parts {
             return Ok(());
         }
@@ -503,5 +483,44 @@ impl<'m> Walk<'m> {
             self.replan(fold, again, None);
         }
         Ok(())
+    }
+
+    /// Takes the fold's try above its limit ([`Limits::try_higher`]) when it is a tenth
+    /// higher, or when it saves a request over the steps left, and never when staying keeps
+    /// the overflow's bound that a refused try would break ([`Limits::stays_within_bound`]).
+    /// `carried` is the summary the next request carries.
+    ///
+    /// [`Limits::try_higher`]: super::state::Limits::try_higher
+    /// [`Limits::stays_within_bound`]: super::state::Limits::stays_within_bound
+    fn try_higher(&self, fold: &mut Fold<'_, '_>, carried: u64) {
+        let Some(at) = fold.state.limits.try_higher() else {
+            return;
+        };
+        let parts = self.material.parts.len();
+        let left = self.material.parts.tenths(self.done.min(parts)..parts) / 10;
+        let fixed = self.sizes.fixed + carried;
+        // Whether the try saves a request over the steps left at the limit (both with the
+        // output floor), even if each of its requests carries a tenth less than it leaves
+        // room for (the summary carried grows, parts do not fill a request exactly). At the
+        // limit the parts left are also packed whole, each request carrying what the next one
+        // can beside the summary so far: the room alone misses the request a sliver left over
+        // takes (972 tokens and then 37 in a room of 1,003, one request by the room).
+        let packed_now = (self.done < parts && fold.state.limits.upper.is_some())
+            .then(|| self.plan_left(fold).ok())
+            .flatten()
+            .map_or(0, |p| {
+                let capacity = p.chunks[0].capacity;
+                pack(&self.material.parts.tokens[self.done..], |_| capacity).len() as u64
+            });
+        let room = |limit: u64| limit.saturating_sub(fixed + at.floor).max(1);
+        let requests = |room: u64| left.div_ceil(room.max(1));
+        let at_now = requests(room(at.limit)).max(packed_now);
+        let saves = requests(room(at.probe) - room(at.probe) / 10) < at_now;
+        let asked = (fold.state.so_far.folded.requests + fold.state.later_steps) as u64;
+        if (at.probe > at.limit + at.limit / 10 || saves)
+            && !fold.state.limits.stays_within_bound(&at, asked + at_now)
+        {
+            fold.state.limits.take_try(&at);
+        }
     }
 }

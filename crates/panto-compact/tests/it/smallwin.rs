@@ -1172,3 +1172,20 @@ fn a_try_is_taken_when_a_sliver_left_over_takes_a_request_the_room_does_not_show
         (Some(4), true, 2.7666230741254902),
     );
 }
+
+/// A window of 1,982 tokens that states no limit and counts the output (the probe's seed 5):
+/// after 1,649 + 256 was taken and 2,071 + 256 refused, the fold's last try (1,809 + 256) was
+/// refused by 83 tokens and the rest took three steps at what was taken, 12 requests for the
+/// issue's 11. Staying at the limit takes 11 for any window the refusals leave possible (up to
+/// 2,336 tokens), and the try, refused by a window between 1,962 and 2,064, takes 12 for 11:
+/// the fold stays (`Limits::stays_within_bound`), and the case ends answered within the
+/// issue's bound.
+#[test]
+fn a_try_is_not_taken_when_staying_keeps_the_bound_its_refusal_would_break() {
+    let seen = answered(
+        (1_982, Stating::Unstated, true),
+        (Some(2), true, 2.892803130253591),
+    );
+    let refused = seen.iter().filter(|s| s.compaction && !s.fits).count();
+    assert_eq!(refused, 2, "{}", describe(&seen));
+}
