@@ -1,7 +1,7 @@
 //! The bound on one overflow's requests (issue 26): at most `2 + ceil(conversation / (window /
 //! 2))` in all, 3 more when the provider did not state its limit true. The fold keeps within it
 //! when it asks a summary again with more output, and when it weighs a try above its limit
-//! against staying (`Limits::stays_within_bound`).
+//! against staying (`FoldState::stays_within_bound`).
 
 /// The bound on the requests of one overflow: at most `2 + ceil(conversation / (window / 2))`
 /// in all, 3 more when the provider stated no limit. Two of them are the conversation's (the
@@ -81,7 +81,7 @@ mod tests {
 
     proptest! {
         /// A larger window never allows more requests, and fewer requests are allowed
-        /// wherever more are: what `Limits::stays_within_bound` relies on when it checks
+        /// wherever more are: what `FoldState::stays_within_bound` relies on when it checks
         /// staying at the largest window possible and a refused try just under the try.
         #[test]
         fn a_larger_window_never_allows_more(

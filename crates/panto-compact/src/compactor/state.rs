@@ -203,9 +203,38 @@ impl FoldState {
     /// overflow's bound on requests (always, when there is none).
     pub(super) fn within_bound(&self, requests: usize) -> bool {
         self.limits.request_bound.is_none_or(|bound| {
-            self.so_far.folded.requests + requests + self.later_steps
-                <= bound.compaction_requests(self.limits.upper)
+            self.requests_in_all(requests) <= bound.compaction_requests(self.limits.upper)
         })
+    }
+
+    /// The fold's compaction requests in all with `more` requests from here: those sent, the
+    /// `more`, and the steps planned for the material after this one.
+    fn requests_in_all(&self, more: usize) -> usize {
+        self.so_far.folded.requests + more + self.later_steps
+    }
+
+    /// Whether the fold stays below the try `at` for the overflow's bound on requests
+    /// ([`RequestBound`]), when it would send `steps` more requests staying at its limit:
+    /// staying keeps within the bound for every window the refusals leave possible (the
+    /// largest of them, just under the smallest request refused, allows the fewest
+    /// requests), and the try, refused by a window just under it, would cost one more request
+    /// than that window allows. At 1,982 tokens stated nowhere the fold's last try
+    /// (1,809 + 256, after 1,649 + 256 was taken and 2,071 + 256 refused) was refused by 83
+    /// tokens: 12 requests for the issue's 11, where staying takes 11, within the bound for
+    /// every window up to 2,336 tokens (the issue allows 11 from 1,962 tokens). Only the
+    /// fold's own estimate of the steps left counts, and only where staying holds everywhere:
+    /// weighing the windows each choice takes over the bound (as though every window of the
+    /// bracket were as likely) took 36 cases of the sweep's probe over it against 4.
+    pub(super) fn stays_within_bound(&self, at: &Try, steps: u64) -> bool {
+        let limits = &self.limits;
+        let (Some(bound), Some(below)) = (limits.request_bound, limits.refused_below) else {
+            return false;
+        };
+        let requests = self.requests_in_all(0) as u64 + steps;
+        limits.proven < at.probe
+            && at.probe < below
+            && bound.allows(requests, below - 1)
+            && !bound.allows(requests + 1, at.probe - 1)
     }
 
     /// The output limit of a request of `input_tokens` in `plan` (the `last` of the fold, or
@@ -381,14 +410,14 @@ impl Limits {
     /// input the limit allows; a failed try costs a request and sends the limit back to what is
     /// known to fit, never to an input sent before. After the shrinks a fold allows, one more
     /// try is left when something was taken: its failure falls back to that size for good.
-    /// The try open now, when one is; whether it is taken is the walk's (`Walk::try_higher`):
+    /// The try open now, when one is; whether it is taken is the walk's (`Walk::weigh_try`):
     /// when it is a tenth above the limit, or, closer, when it saves a request over the steps
     /// left (at 2,020 tokens stated nowhere the fold stayed at 1,381 + 256 for six steps
     /// because its try was 9.96% above the limit, one request over the issue's bound; taken
     /// whenever it saved a request by the room alone, late tries with two steps left were
     /// refused at 1,937 to 1,959 tokens, with a tenth of margin on that room neither), and
     /// never when staying keeps the overflow's bound that a refused try would break
-    /// ([`Limits::stays_within_bound`]; docs/compaction.md).
+    /// ([`FoldState::stays_within_bound`]; docs/compaction.md).
     pub(super) fn try_higher(&self) -> Option<Try> {
         if let (Some(upper), Some(limit)) = (self.upper, self.limit)
             && self.shrinks <= MAX_SHRINKS
@@ -411,28 +440,6 @@ impl Limits {
     pub(super) fn take_try(&mut self, at: &Try) {
         self.limit = Some(at.probe);
         self.tried = true;
-    }
-
-    /// Whether the fold stays below the try `at` for the overflow's bound on requests
-    /// ([`RequestBound`]), when it would send `requests` compaction requests in all staying
-    /// at its limit: staying keeps within the bound for every window the refusals leave
-    /// possible (the largest of them, just under the smallest request refused, allows the
-    /// fewest requests), and the try, refused by a window just under it, would cost one more
-    /// request than that window allows. At 1,982 tokens stated nowhere the fold's last try
-    /// (1,809 + 256, after 1,649 + 256 was taken and 2,071 + 256 refused) was refused by 83
-    /// tokens: 12 requests for the issue's 11, where staying takes 11, within the bound for
-    /// every window up to 2,336 tokens (the issue allows 11 from 1,962 tokens). Only the
-    /// fold's own estimate of the steps left counts, and only where staying holds everywhere:
-    /// weighing the windows each choice takes over the bound (as though every window of the
-    /// bracket were as likely) took 36 cases of the sweep's probe over it against 4.
-    pub(super) fn stays_within_bound(&self, at: &Try, requests: u64) -> bool {
-        let (Some(bound), Some(below)) = (self.request_bound, self.refused_below) else {
-            return false;
-        };
-        self.proven < at.probe
-            && at.probe < below
-            && bound.allows(requests, below - 1)
-            && !bound.allows(requests + 1, at.probe - 1)
     }
 
     /// The most input the refusals that stated no limit allow a request with an output `floor`:

@@ -461,7 +461,7 @@ impl<'m> Walk<'m> {
             .running
             .as_deref()
             .map_or(0, previous_tokens);
-        self.try_higher(fold, carried);
+        self.weigh_try(fold, carried);
         if self.done >= parts {
             return Ok(());
         }
@@ -487,12 +487,12 @@ impl<'m> Walk<'m> {
 
     /// Takes the fold's try above its limit ([`Limits::try_higher`]) when it is a tenth
     /// higher, or when it saves a request over the steps left, and never when staying keeps
-    /// the overflow's bound that a refused try would break ([`Limits::stays_within_bound`]).
+    /// the overflow's bound that a refused try would break ([`FoldState::stays_within_bound`]).
     /// `carried` is the summary the next request carries.
     ///
     /// [`Limits::try_higher`]: super::state::Limits::try_higher
-    /// [`Limits::stays_within_bound`]: super::state::Limits::stays_within_bound
-    fn try_higher(&self, fold: &mut Fold<'_, '_>, carried: u64) {
+    /// [`FoldState::stays_within_bound`]: super::state::FoldState::stays_within_bound
+    fn weigh_try(&self, fold: &mut Fold<'_, '_>, carried: u64) {
         let Some(at) = fold.state.limits.try_higher() else {
             return;
         };
@@ -505,7 +505,8 @@ impl<'m> Walk<'m> {
         // limit the parts left are also packed whole, each request carrying what the next one
         // can beside the summary so far: the room alone misses the request a sliver left over
         // takes (972 tokens and then 37 in a room of 1,003, one request by the room).
-        let packed_now = (self.done < parts && fold.state.limits.upper.is_some())
+        // (A try is open only where the window is found by refusals.)
+        let packed_now = (self.done < parts)
             .then(|| self.plan_left(fold).ok())
             .flatten()
             .map_or(0, |p| {
@@ -516,9 +517,8 @@ impl<'m> Walk<'m> {
         let requests = |room: u64| left.div_ceil(room.max(1));
         let at_now = requests(room(at.limit)).max(packed_now);
         let saves = requests(room(at.probe) - room(at.probe) / 10) < at_now;
-        let asked = (fold.state.so_far.folded.requests + fold.state.later_steps) as u64;
         if (at.probe > at.limit + at.limit / 10 || saves)
-            && !fold.state.limits.stays_within_bound(&at, asked + at_now)
+            && !fold.state.stays_within_bound(&at, at_now)
         {
             fold.state.limits.take_try(&at);
         }

@@ -1178,7 +1178,7 @@ fn a_try_is_taken_when_a_sliver_left_over_takes_a_request_the_room_does_not_show
 /// refused by 83 tokens and the rest took three steps at what was taken, 12 requests for the
 /// issue's 11. Staying at the limit takes 11 for any window the refusals leave possible (up to
 /// 2,336 tokens), and the try, refused by a window between 1,962 and 2,064, takes 12 for 11:
-/// the fold stays (`Limits::stays_within_bound`), and the case ends answered within the
+/// the fold stays (`FoldState::stays_within_bound`), and the case ends answered within the
 /// issue's bound.
 #[test]
 fn a_try_is_not_taken_when_staying_keeps_the_bound_its_refusal_would_break() {
