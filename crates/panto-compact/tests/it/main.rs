@@ -34,6 +34,7 @@ mod session;
 mod shared;
 mod smallwin;
 mod snapshots;
+mod thinking_loops;
 mod tiers;
 mod undo;
 mod unstated_together;

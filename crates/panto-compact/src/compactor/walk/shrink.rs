@@ -7,6 +7,7 @@
 use panto_provider::ProviderError;
 
 use super::{Request, Walk};
+use crate::compactor::MAX_SHRINKS;
 use crate::compactor::folding::Fold;
 use crate::compactor::limits::{Overheads, least_limit, previous_tokens, shrink};
 use crate::compactor::parts::PartSize;
@@ -70,12 +71,22 @@ impl Walk<'_> {
         let least = self.least_limit(form, carried);
         let sent = (input_tokens, output);
         let mut smaller = fold.state.limits.settle(guess, least, sent, believed);
+        // The least limit of the parts as `fill` cuts them again, once, while the fold may
+        // still try higher (`Limits::try_higher`): after its last shrink a plan at the least
+        // would carry the rest a sliver a step (a window of 600 tokens: 20 steps of 64 tokens
+        // of transcript, 24 requests for 13), where panto's record takes it.
+        let mut raise = (fold.state.limits.shrinks <= MAX_SHRINKS).then_some(Least {
+            form,
+            carried,
+            below: input_tokens,
+        });
         loop {
             fold.state.limits.limit = Some(smaller);
             fold.state.limits.tried = false;
             let mut plan = self.plan_left(fold)?;
             if fold.state.limits.upper.is_some() {
-                plan = self.fill(fold, plan)?;
+                plan = self.fill(fold, plan, raise.take())?;
+                smaller = fold.state.limits.limit.unwrap_or(smaller);
             }
             let first = &plan.chunks[0];
             let again = first.tokens.min(first.capacity);
@@ -121,7 +132,18 @@ impl Walk<'_> {
     /// leave a request a part that does not fit beside the one before, and the fold a step
     /// that carries a fraction of what it could (13 tokens of transcript beside a whole tool
     /// result, when the cut for the smallest was undone). The plan again of those parts.
-    fn fill(&mut self, fold: &Fold<'_, '_>, plan: FoldPlan) -> Result<FoldPlan, CompactError> {
+    ///
+    /// A cut measures its leads again, and they may take a few tokens more than the least
+    /// limit was set for: then, given `raise`, the limit goes up to the least of the parts as
+    /// cut ([`Walk::plan_cut`]) rather than back to whole turns, which left the first request
+    /// 13 tokens of transcript where a tool loop carries thinking (a window of 1,100 tokens
+    /// that states no limit, 11 requests for the 10).
+    fn fill(
+        &mut self,
+        fold: &mut Fold<'_, '_>,
+        plan: FoldPlan,
+        raise: Option<Least>,
+    ) -> Result<FoldPlan, CompactError> {
         let least = plan.chunks.iter().map(|c| c.capacity).min().unwrap_or(0);
         let first = plan.chunks.first().map_or(0, |c| c.capacity);
         let messages = self.material.messages;
@@ -129,7 +151,7 @@ impl Walk<'_> {
         if !self.material.parts.recut(self.done, Some(size), messages) {
             return Ok(plan);
         }
-        if let Ok(plan) = self.plan_left(fold) {
+        if let Ok(plan) = self.plan_cut(fold, raise.as_ref()) {
             return Ok(plan);
         }
         // The leads of parts that small leave no room: parts for the next request (the
@@ -138,11 +160,46 @@ impl Walk<'_> {
         if first > least {
             let size = PartSize::for_capacity(first);
             self.material.parts.recut(self.done, Some(size), messages);
-            if let Ok(plan) = self.plan_left(fold) {
+            if let Ok(plan) = self.plan_cut(fold, raise.as_ref()) {
                 return Ok(plan);
             }
         }
         self.material.parts.recut(self.done, None, messages);
         self.plan_left(fold)
     }
+
+    /// The plan of the parts left as now cut; when it finds no room, and the limit is below
+    /// the least limit of these parts (`raise`: for its form and summary carried) that stays
+    /// below the refused input, the plan at that least instead (the limit raised to it, as
+    /// [`Limits::settle`](crate::compactor::state::Limits::settle) never goes below the least).
+    fn plan_cut(
+        &self,
+        fold: &mut Fold<'_, '_>,
+        raise: Option<&Least>,
+    ) -> Result<FoldPlan, CompactError> {
+        let plan = self.plan_left(fold);
+        let Some(raise) = raise.filter(|_| plan.is_err()) else {
+            return plan;
+        };
+        let least = self.least_limit(raise.form, raise.carried);
+        let limit = fold.state.limits.limit;
+        if limit.is_some_and(|l| l < least) && least < raise.below {
+            fold.state.limits.limit = Some(least);
+            let raised = self.plan_left(fold);
+            if raised.is_ok() {
+                return raised;
+            }
+            fold.state.limits.limit = limit;
+        }
+        plan
+    }
+}
+
+/// What [`Walk::fill`] may raise the limit to: the least limit of the parts as cut again, for
+/// the requests' `form` and a summary carried of `carried` tokens, while it stays `below` the
+/// refused input.
+struct Least {
+    form: Option<u64>,
+    carried: u64,
+    below: u64,
 }
