@@ -743,7 +743,9 @@ fn probe_issue_bound_grid() {
 
 /// The sweep's own cases, drawn by a fixed seed (`PROPTEST_CASES` of them, 2,000 unless set),
 /// counted rather than asserted: how many stated windows whose model answers exceed the
-/// issue's bound, and how many cases of any kind fail the sweep's checks.
+/// issue's bound, how many of the other statements whose model answers do, how many cases
+/// whose model stops answering do (the sweep holds those to the derived bound only: each
+/// refusal is a fact learned), and how many cases of any kind fail the sweep's checks.
 #[test]
 #[ignore = "probe"]
 fn probe_the_sweep_against_the_issue_bound() {
@@ -775,6 +777,7 @@ fn probe_the_sweep_against_the_issue_bound() {
     // Every other way of stating the limit whose model answers, against the issue's bound with
     // its 3 requests for a statement that is not the true window.
     let (mut other, mut other_over) = (0, 0);
+    let (mut silent, mut silent_over) = (0, 0);
     // The cases that end with a typed error, of every kind, and those whose model answers.
     let (mut errors, mut errors_answering) = (0, 0);
     for _ in 0..cases {
@@ -800,7 +803,17 @@ fn probe_the_sweep_against_the_issue_bound() {
                 worst = worst.max(p.requests as f64 / p.issue as f64);
                 eprintln!("OVER {window:?} {reply:?}: {} > {}", p.requests, p.issue);
             }
-        } else if reply.3 == usize::MAX {
+        } else if reply.3 != usize::MAX {
+            silent += 1;
+            if p.requests > p.issue {
+                silent_over += 1;
+                eprintln!(
+                    "OVER (model stops answering) {window:?} {reply:?}: {} > {}: {}",
+                    p.requests, p.issue, p.sequence
+                );
+            }
+        }
+        if window.1 != Stating::Stated && reply.3 == usize::MAX {
             other += 1;
             if p.requests > p.issue {
                 other_over += 1;
@@ -812,6 +825,7 @@ fn probe_the_sweep_against_the_issue_bound() {
         }
     }
     eprintln!("NOT STATED TRUE answering={other} over={other_over}");
+    eprintln!("SILENT cases={silent} over={silent_over}");
     eprintln!("ERRORS all={errors} answering={errors_answering}");
     eprintln!(
         "SWEEP cases={cases} stated_answering={stated} over={over} (under 2,000: {over_small}) worst={worst:.2} broken={broken}"
